@@ -1,0 +1,175 @@
+"""Tiny offline models for tests, the ``tiny`` recipe and CPU demos.
+
+``build_tiny_model`` writes a randomly initialised ``Qwen2ForCausalLM`` and a byte-level BPE
+tokenizer trained on the spot, with a ChatML chat template, in Hugging Face format
+(``config.json``, ``model.safetensors``, ``tokenizer.json`` …). No hub access, a few seconds.
+
+Why the tokenizer is trained the way it is (STACK.md): transformers 5 reloads a folder holding a
+Qwen2 ``config.json`` as ``Qwen2Tokenizer``, which rebuilds the pre-tokenizer as Qwen's regex
+split + byte-level + NFC. We train with exactly that pipeline so token ids do not change between
+the tokenizer we train and the one users (and vLLM) load back.
+
+Shapes: hidden 128 with 4 heads gives head_dim 32, the minimum vLLM's CPU backend accepts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+__all__ = ["TINY_MODEL_DEFAULTS", "build_tiny_model", "tiny_model_path", "CHATML_TEMPLATE"]
+
+# The pre-tokenizer regex of Qwen2's tokenizer (transformers' Qwen2Tokenizer).
+_QWEN2_PRETOKENIZE_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+TINY_MODEL_DEFAULTS: dict = {
+    "vocab_size": 1024,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 2048,
+    "seed": 0,
+}
+
+
+def _training_corpus() -> list[str]:
+    """Text covering the answer format, digits and the prompts' vocabulary."""
+    from rlsr import prompts
+
+    lines = [prompts.SIMPLE_SYSTEM_PROMPT, prompts.LONG_SYSTEM_PROMPT, prompts.JUDGE_PROMPT_TEMPLATE]
+    lines.append(prompts.ANSWER_FALLBACK_SUFFIX + " " + prompts.CONFIDENCE_FALLBACK_SUFFIX)
+    for i in range(200):
+        conf = f"0.{i % 10}{(i * 7) % 10}"
+        lines.append(
+            f"<think> fact {i} says the answer is {i * 3 % 97} </think><answer>{i % 13}</answer>"
+            f"<analysis> I am not sure about {i} </analysis><confidence>{conf}</confidence>"
+        )
+        lines.append(f"Question {i}: what is {i} + {i % 7}? Title: Paragraph {i}. The city of X{i}.")
+    return lines
+
+
+def _build_tokenizer(vocab_size: int):
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token=None, byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_QWEN2_PRETOKENIZE_REGEX), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size - len(SPECIAL_TOKENS),
+        special_tokens=[],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_training_corpus(), trainer=trainer)
+    tok.add_special_tokens(SPECIAL_TOKENS)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        unk_token=None,
+    )
+    fast.chat_template = CHATML_TEMPLATE
+    return fast
+
+
+def build_tiny_model(out_dir: str | os.PathLike, **overrides) -> Path:
+    """Write a tiny random Qwen2 causal LM with tokenizer and chat template to ``out_dir``.
+
+    Keyword overrides replace entries of ``TINY_MODEL_DEFAULTS`` (e.g. ``hidden_size=64``).
+    Weights are saved as safetensors. Returns ``Path(out_dir)``.
+    """
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    unknown = set(overrides) - set(TINY_MODEL_DEFAULTS)
+    if unknown:
+        raise ValueError(
+            f"unknown tiny-model settings {sorted(unknown)}; known: {sorted(TINY_MODEL_DEFAULTS)}"
+        )
+    cfg = {**TINY_MODEL_DEFAULTS, **overrides}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    tokenizer = _build_tokenizer(cfg["vocab_size"])
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg["hidden_size"],
+        intermediate_size=cfg["intermediate_size"],
+        num_hidden_layers=cfg["num_hidden_layers"],
+        num_attention_heads=cfg["num_attention_heads"],
+        num_key_value_heads=cfg["num_key_value_heads"],
+        max_position_embeddings=cfg["max_position_embeddings"],
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(cfg["seed"])
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def _cache_root() -> Path:
+    root = os.environ.get("RLSR_CACHE_DIR")
+    if root:
+        return Path(root)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rlsr"
+
+
+def tiny_model_path(**overrides) -> Path:
+    """Path of a cached tiny model (built on first use; safe under concurrent callers).
+
+    The cache key covers the settings and this module's source, so a change to the builder
+    invalidates old copies. Location: ``$RLSR_CACHE_DIR`` or ``~/.cache/rlsr``.
+    """
+    cfg = {**TINY_MODEL_DEFAULTS, **overrides}
+    key_src = json.dumps(cfg, sort_keys=True) + Path(__file__).read_text()
+    key = hashlib.sha256(key_src.encode()).hexdigest()[:12]
+    target = _cache_root() / f"tiny-qwen2-{key}"
+    if (target / "config.json").exists() and (target / "tokenizer.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Build in a private folder, then rename: another process building at the same time
+    # (e.g. two ranks of a distributed test) either wins the rename or finds it done.
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        build_tiny_model(tmp, **overrides)
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target

@@ -1,0 +1,198 @@
+"""The reward core: the AURC identity, ties, the theoretical weight curve, and sign sanity."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from rlsr.ranking import tie_averaged_weights
+from rlsr.rewards import (
+    brier_reward,
+    confidence_for_ranking,
+    correctness_reward,
+    format_reward,
+    lifted_aurc_rewards,
+    partial_rank_weights,
+    rank_weights,
+)
+
+
+def aurc_from_curve(confidence, error, order):
+    """AURC = mean_k R_k for one explicit ordering (most confident first), straight from the
+    risk-coverage curve: R_k = error rate of the first k samples of ``order``."""
+    e = np.asarray(error, dtype=float)[list(order)]
+    return float(np.mean(np.cumsum(e) / np.arange(1, len(e) + 1)))
+
+
+def partial_aurc_from_curve(error, order, m):
+    e = np.asarray(error, dtype=float)[list(order)]
+    return float(np.mean((np.cumsum(e) / np.arange(1, len(e) + 1))[:m]))
+
+
+def orderings_respecting_confidence(confidence):
+    """Every ordering of samples that sorts confidence descending (all tie permutations)."""
+    n = len(confidence)
+    for perm in itertools.permutations(range(n)):
+        if all(confidence[perm[i]] >= confidence[perm[i + 1]] for i in range(n - 1)):
+            yield perm
+
+
+def test_rank_weights_closed_form_without_ties():
+    c = np.array([0.9, 0.1, 0.5, 0.7])  # ascending ranks r = 4, 1, 2, 3
+    h = [0.0, 1.0, 1.5, 1.5 + 1 / 3, 1.5 + 1 / 3 + 0.25]
+    expected = [h[4] - h[0], h[4] - h[3], h[4] - h[2], h[4] - h[1]]
+    np.testing.assert_allclose(rank_weights(c), expected, rtol=0, atol=1e-15)
+    assert rank_weights(c).sum() == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_identity_mean_alpha_error_equals_aurc_random(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    conf = rng.random(n)  # continuous: no ties almost surely
+    err = rng.integers(0, 2, n)
+    order = np.argsort(-conf)
+    assert np.mean(rank_weights(conf) * err) == pytest.approx(
+        aurc_from_curve(conf, err, order), abs=1e-12
+    )
+
+
+def test_identity_with_ties_equals_average_over_every_tie_ordering():
+    rng = np.random.default_rng(1)
+    checked = 0
+    for n in range(1, 8):
+        for _ in range(25 if n < 7 else 6):
+            conf = rng.integers(0, 3, n) / 2.0  # many ties
+            err = rng.integers(0, 2, n)
+            brute = np.mean([aurc_from_curve(conf, err, o) for o in orderings_respecting_confidence(conf)])
+            assert np.mean(rank_weights(conf) * err) == pytest.approx(brute, abs=1e-12)
+            checked += 1
+    assert checked > 100
+
+
+def test_all_tied_pool_gives_every_sample_weight_one():
+    np.testing.assert_allclose(rank_weights(np.full(9, 0.5)), np.ones(9))
+
+
+def test_permutation_invariance():
+    rng = np.random.default_rng(2)
+    conf = rng.integers(0, 5, 50) / 4
+    perm = rng.permutation(50)
+    np.testing.assert_allclose(rank_weights(conf)[perm], rank_weights(conf[perm]))
+
+
+def test_monotone_transform_leaves_weights_unchanged():
+    rng = np.random.default_rng(3)
+    conf = rng.integers(1, 10, 40) / 10
+    np.testing.assert_allclose(rank_weights(conf), rank_weights(np.sqrt(conf) * 3 - 1))
+
+
+def test_weights_converge_to_minus_log_one_minus_beta():
+    """Paper Fig. 3 (right): alpha at normalised rank beta = r/n tends to -log(1 - beta)."""
+    n = 200_000
+    alpha = rank_weights(np.arange(n, dtype=float))  # ascending confidence: r_i = i + 1
+    for beta in (0.1, 0.25, 0.5, 0.75, 0.9, 0.99):
+        r = int(beta * n)
+        assert alpha[r - 1] == pytest.approx(-math.log(1 - beta), abs=1e-3)
+
+
+def test_confident_errors_penalised_more_than_uncertain_ones():
+    """Sec. 2.2: a confident error costs more than an uncertain one; a confident correct answer
+    earns more than a lucky guess."""
+    conf = np.array([0.95, 0.9, 0.2, 0.1])
+    correct = np.array([False, True, True, False])
+    r = lifted_aurc_rewards(correct, conf)
+    assert r[0] < r[3] < 0  # confident error is the worst
+    assert r[1] > r[2] > 0  # confident correct beats the lucky low-confidence guess
+    # RLVR would give both correct answers the same reward.
+    assert correctness_reward(correct)[1] == correctness_reward(correct)[2]
+
+
+def test_lifted_rewards_sign_and_options():
+    conf = np.array([0.9, 0.5, 0.1])
+    alpha = rank_weights(conf)
+    np.testing.assert_allclose(lifted_aurc_rewards([1, 0, 1], conf), [alpha[0], -alpha[1], alpha[2]])
+    np.testing.assert_allclose(
+        lifted_aurc_rewards([1, 0, 1], conf, correct_scale=0.5),
+        [0.5 * alpha[0], -alpha[1], 0.5 * alpha[2]],
+    )
+    capped = lifted_aurc_rewards([0, 0, 0], conf, weight_cap=1.0)
+    assert capped.min() == -1.0 and np.all(capped >= -1.0)
+
+
+def test_missing_confidence_ranks_as_zero_tied_with_explicit_zero():
+    conf = np.array([np.nan, 0.0, 0.6])
+    assert list(confidence_for_ranking(conf)) == [0.0, 0.0, 0.6]
+    r = lifted_aurc_rewards([False, False, False], conf)
+    assert r[0] == r[1]  # a missing confidence never ranks above a parsed one
+    assert r[0] > r[2]
+    assert list(confidence_for_ranking([None, 0.3])) == [0.0, 0.3]
+
+
+@pytest.mark.parametrize("max_coverage", [0.1, 0.25, 0.5, 0.75, 1.0])
+def test_partial_aurc_identity_with_ties(max_coverage):
+    rng = np.random.default_rng(4)
+    for n in range(1, 8):
+        for _ in range(10):
+            conf = rng.integers(0, 3, n) / 2.0
+            err = rng.integers(0, 2, n)
+            m = min(n, max(1, math.ceil(round(max_coverage * n, 9))))
+            brute = np.mean(
+                [partial_aurc_from_curve(err, o, m) for o in orderings_respecting_confidence(conf)]
+            )
+            w = partial_rank_weights(conf, max_coverage)
+            assert np.sum(w * err) / m == pytest.approx(brute, abs=1e-12)
+            assert w.sum() == pytest.approx(m)
+
+
+def test_partial_with_full_coverage_is_rank_weights():
+    conf = np.random.default_rng(5).random(30)
+    np.testing.assert_allclose(partial_rank_weights(conf, 1.0), rank_weights(conf))
+    r = lifted_aurc_rewards(np.ones(30, bool), conf, max_coverage=0.2)
+    assert np.count_nonzero(r) == 6  # only the 6 most confident carry the rank signal
+
+
+def test_tie_averaged_weights_matches_brute_force_expectation():
+    rng = np.random.default_rng(6)
+    for n in range(1, 7):
+        conf = rng.integers(0, 2, n).astype(float)
+        pos_w = rng.random(n)
+        orders = list(orderings_respecting_confidence(conf))
+        brute = np.zeros(n)
+        for o in orders:
+            for p, i in enumerate(o):
+                brute[i] += pos_w[p] / len(orders)
+        np.testing.assert_allclose(tie_averaged_weights(conf, pos_w), brute, atol=1e-12)
+
+
+def test_brier_correctness_format():
+    np.testing.assert_allclose(brier_reward([1, 0], [0.8, 0.8]), [1 - 0.04, 1 - 0.64])
+    assert list(brier_reward([1, 1], [np.nan, 0.5], format_ok=[True, False])) == [0.0, 0.0]
+    assert list(format_reward([True, False])) == [1.0, 0.0]
+    assert list(correctness_reward(np.array([1, 0]))) == [1.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: rank_weights([[0.1, 0.2]]), "1-D"),
+        (lambda: rank_weights([0.1, float("nan")]), "NaN"),
+        (lambda: lifted_aurc_rewards([1, 0], [0.5]), "one value per completion"),
+        (lambda: lifted_aurc_rewards([1], [1.5]), r"\[0, 1\]"),
+        (lambda: lifted_aurc_rewards([2], [0.5]), "correct"),
+        (lambda: lifted_aurc_rewards([1], [0.5], max_coverage=0.0), "max_coverage"),
+        (lambda: lifted_aurc_rewards([1], [0.5], weight_cap=-1), "weight_cap"),
+    ],
+)
+def test_bad_input_gives_clear_errors(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_empty_and_singleton_pools():
+    assert rank_weights([]).shape == (0,)
+    assert rank_weights([0.3]).tolist() == [1.0]
+    assert lifted_aurc_rewards([False], [0.3]).tolist() == [-1.0]
