@@ -54,7 +54,11 @@ def _training_corpus() -> list[str]:
     """Text covering the answer format, digits and the prompts' vocabulary."""
     from rlsr import prompts
 
-    lines = [prompts.SIMPLE_SYSTEM_PROMPT, prompts.LONG_SYSTEM_PROMPT, prompts.JUDGE_PROMPT_TEMPLATE]
+    lines = [
+        prompts.SIMPLE_SYSTEM_PROMPT,
+        prompts.LONG_SYSTEM_PROMPT,
+        prompts.JUDGE_PROMPT_TEMPLATE,
+    ]
     lines.append(prompts.ANSWER_FALLBACK_SUFFIX + " " + prompts.CONFIDENCE_FALLBACK_SUFFIX)
     for i in range(200):
         conf = f"0.{i % 10}{(i * 7) % 10}"
@@ -62,7 +66,9 @@ def _training_corpus() -> list[str]:
             f"<think> fact {i} says the answer is {i * 3 % 97} </think><answer>{i % 13}</answer>"
             f"<analysis> I am not sure about {i} </analysis><confidence>{conf}</confidence>"
         )
-        lines.append(f"Question {i}: what is {i} + {i % 7}? Title: Paragraph {i}. The city of X{i}.")
+        lines.append(
+            f"Question {i}: what is {i} + {i % 7}? Title: Paragraph {i}. The city of X{i}."
+        )
     return lines
 
 

@@ -67,7 +67,9 @@ def test_identity_with_ties_equals_average_over_every_tie_ordering():
         for _ in range(25 if n < 7 else 6):
             conf = rng.integers(0, 3, n) / 2.0  # many ties
             err = rng.integers(0, 2, n)
-            brute = np.mean([aurc_from_curve(conf, err, o) for o in orderings_respecting_confidence(conf)])
+            brute = np.mean(
+                [aurc_from_curve(conf, err, o) for o in orderings_respecting_confidence(conf)]
+            )
             assert np.mean(rank_weights(conf) * err) == pytest.approx(brute, abs=1e-12)
             checked += 1
     assert checked > 100
@@ -114,7 +116,9 @@ def test_confident_errors_penalised_more_than_uncertain_ones():
 def test_lifted_rewards_sign_and_options():
     conf = np.array([0.9, 0.5, 0.1])
     alpha = rank_weights(conf)
-    np.testing.assert_allclose(lifted_aurc_rewards([1, 0, 1], conf), [alpha[0], -alpha[1], alpha[2]])
+    np.testing.assert_allclose(
+        lifted_aurc_rewards([1, 0, 1], conf), [alpha[0], -alpha[1], alpha[2]]
+    )
     np.testing.assert_allclose(
         lifted_aurc_rewards([1, 0, 1], conf, correct_scale=0.5),
         [0.5 * alpha[0], -alpha[1], 0.5 * alpha[2]],
