@@ -1,0 +1,530 @@
+"""Training configuration: typed dataclasses built from the Hydra tree, validated before loading.
+
+Schema (top-level keys of ``recipes/config.yaml``)::
+
+    model:  {name_or_path, dtype, attn_implementation, trust_remote_code, lora: {enabled, r, alpha,
+             dropout, target_modules}}
+    data:   {dataset, path, split, system_prompt, limit, max_prompt_length, verifier}
+    method: {name: rlsr|rlcr|rlvr, format_weight, method_weight, correct_scale, weight_cap,
+             max_coverage}
+    grpo:   any field of trl.GRPOConfig (num_generations, per_device_train_batch_size, ...)
+    output_dir, seed, resume: auto|never|<checkpoint path>
+
+``validate(cfg)`` checks everything that can be checked without touching a model or a dataset
+and raises ``ConfigError`` whose message names the offending field and the fix. ``train.py``
+prints that message and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib.util
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+    "LoraSettings",
+    "ModelSettings",
+    "DataSettings",
+    "MethodSettings",
+    "TrainSettings",
+    "METHODS",
+    "from_dict",
+    "validate",
+    "pool_size",
+    "world_size_from_env",
+    "resolve_attn_implementation",
+    "resolve_model_path",
+    "resolve_resume",
+    "grpo_kwargs",
+    "training_verifier",
+]
+
+METHODS = ("rlsr", "rlcr", "rlvr")
+DTYPES = ("bfloat16", "float16", "float32", "auto")
+ATTN_IMPLEMENTATIONS = ("auto", "flash_attention_2", "sdpa", "eager")
+VLLM_MODES = ("colocate", "server")
+TINY_MODEL_ALIAS = "tiny"
+# GRPOConfig fields rlsr sets itself from other sections; a value in grpo.* would be ignored.
+MANAGED_GRPO_FIELDS = ("output_dir", "seed", "reward_weights", "model_init_kwargs")
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong. ``field`` is the dotted key (e.g. ``grpo.num_generations``)."""
+
+    def __init__(self, field_name: str, message: str):
+        self.field = field_name
+        super().__init__(f"{field_name}: {message}")
+
+
+@dataclass
+class LoraSettings:
+    enabled: bool = True
+    r: int = 1
+    alpha: float = 32
+    dropout: float = 0.0
+    target_modules: Any = "all-linear"
+
+
+@dataclass
+class ModelSettings:
+    name_or_path: str = "Qwen/Qwen2.5-7B"
+    short_name: str | None = None  # used in the default output_dir only
+    dtype: str = "bfloat16"
+    attn_implementation: str = "auto"
+    trust_remote_code: bool = False
+    lora: LoraSettings = field(default_factory=LoraSettings)
+
+
+@dataclass
+class DataSettings:
+    dataset: str = "tiny"
+    path: str | None = None
+    split: str | None = None  # default: the spec's train split
+    system_prompt: str | None = None  # default: the spec's ("simple" | "long")
+    limit: int | None = None
+    max_prompt_length: int | None = None  # prompts longer than this (tokens) are dropped
+    verifier: str | None = None  # default: the spec's verifier
+
+
+@dataclass
+class MethodSettings:
+    name: str = "rlsr"
+    format_weight: float = 0.5
+    method_weight: float = 0.5
+    correct_scale: float = 1.0
+    weight_cap: float | None = None
+    max_coverage: float = 1.0
+
+
+@dataclass
+class TrainSettings:
+    model: ModelSettings = field(default_factory=ModelSettings)
+    data: DataSettings = field(default_factory=DataSettings)
+    method: MethodSettings = field(default_factory=MethodSettings)
+    grpo: dict[str, Any] = field(default_factory=dict)
+    output_dir: str = "runs/default"
+    seed: int = 42
+    resume: str = "auto"
+
+
+# --------------------------------------------------------------------------- building
+
+
+def _closest(name: str, options) -> str:
+    match = difflib.get_close_matches(name, list(options), n=1)
+    return f" Did you mean {match[0]!r}?" if match else ""
+
+
+_NESTED = {
+    ("TrainSettings", "model"): ModelSettings,
+    ("TrainSettings", "data"): DataSettings,
+    ("TrainSettings", "method"): MethodSettings,
+    ("ModelSettings", "lora"): LoraSettings,
+}
+
+
+def _build(cls, values: dict | None, prefix: str):
+    """Instantiate dataclass ``cls`` from ``values``, rejecting unknown keys by dotted name."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in dict(values or {}).items():
+        if key not in known:
+            raise ConfigError(
+                f"{prefix}{key}",
+                f"unknown key.{_closest(key, known)} Known keys: {sorted(known)}.",
+            )
+        nested = _NESTED.get((cls.__name__, key))
+        if nested is not None:
+            if value is not None and not isinstance(value, dict):
+                raise ConfigError(f"{prefix}{key}", f"must be a mapping; got {value!r}.")
+            value = _build(nested, value, f"{prefix}{key}.")
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def from_dict(values: dict) -> TrainSettings:
+    """Build ``TrainSettings`` from a plain dict (e.g. ``OmegaConf.to_container(cfg, resolve=True)``).
+
+    Keys that are not part of the schema raise ``ConfigError`` naming the key. Top-level keys
+    starting with ``_`` or named ``recipe_name`` are bookkeeping of the recipes and are ignored.
+    """
+    values = {
+        k: v for k, v in dict(values).items() if not k.startswith("_") and k != "recipe_name"
+    }
+    settings = _build(TrainSettings, values, "")
+    if settings.grpo is None:
+        settings.grpo = {}
+    if not isinstance(settings.grpo, dict):
+        raise ConfigError("grpo", f"must be a mapping of GRPOConfig fields; got {settings.grpo!r}.")
+    return settings
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def world_size_from_env() -> int:
+    """Number of processes of this launch (``WORLD_SIZE`` as set by accelerate/torchrun; else 1)."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def pool_size(grpo: dict, world_size: int) -> int:
+    """Completions ranked together per generation = the RLSR pool (STACK.md, TRL 1.16).
+
+    Without ``generation_batch_size``/``steps_per_generation`` TRL sets
+    steps_per_generation = gradient_accumulation_steps, so the pool is
+    per_device_train_batch_size x world_size x gradient_accumulation_steps (paper: 3 x 4 x 128).
+    """
+    per_device = int(grpo.get("per_device_train_batch_size", 8))
+    if grpo.get("generation_batch_size") is not None:
+        return int(grpo["generation_batch_size"])
+    steps = grpo.get("steps_per_generation")
+    if steps is None:
+        steps = grpo.get("gradient_accumulation_steps", 1)
+    return per_device * world_size * int(steps)
+
+
+def _module_available(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def resolve_attn_implementation(requested: str, *, on_gpu: bool | None = None) -> str:
+    """``auto`` -> ``flash_attention_2`` when flash-attn is installed and a GPU is present, else ``sdpa``."""
+    if requested != "auto":
+        return requested
+    gpu = _cuda_available() if on_gpu is None else on_gpu
+    return "flash_attention_2" if gpu and _module_available("flash_attn") else "sdpa"
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """Map the alias ``tiny`` to the locally built tiny model (rlsr.testing); others unchanged."""
+    if name_or_path == TINY_MODEL_ALIAS:
+        from rlsr.testing import tiny_model_path
+
+        return str(tiny_model_path())
+    return name_or_path
+
+
+def resolve_resume(resume: str, output_dir: str) -> str | None:
+    """Checkpoint to resume from: ``auto`` -> newest ``checkpoint-*`` in output_dir (or None);
+    ``never`` -> None; anything else is a checkpoint path."""
+    if resume == "never":
+        return None
+    if resume == "auto":
+        if not Path(output_dir).is_dir():
+            return None
+        from transformers.trainer_utils import get_last_checkpoint
+
+        return get_last_checkpoint(output_dir)
+    return resume
+
+
+def grpo_kwargs(cfg: TrainSettings) -> dict[str, Any]:
+    """Keyword arguments for ``trl.GRPOConfig``: the ``grpo`` section plus the managed fields."""
+    from rlsr.trainer import reward_columns
+
+    kwargs = dict(cfg.grpo)
+    kwargs["output_dir"] = cfg.output_dir
+    kwargs["seed"] = cfg.seed
+    kwargs["reward_weights"] = [w for _, w in reward_columns(cfg.method)]
+    kwargs["model_init_kwargs"] = {
+        "dtype": cfg.model.dtype,
+        "attn_implementation": resolve_attn_implementation(
+            cfg.model.attn_implementation, on_gpu=False if kwargs.get("use_cpu") else None
+        ),
+        "trust_remote_code": cfg.model.trust_remote_code,
+    }
+    kwargs["trust_remote_code"] = cfg.model.trust_remote_code
+    return kwargs
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check(condition: bool, field_name: str, message: str) -> None:
+    if not condition:
+        raise ConfigError(field_name, message)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _validate_model(m: ModelSettings) -> None:
+    _check(
+        isinstance(m.name_or_path, str) and m.name_or_path != "",
+        "model.name_or_path",
+        "set a hub id or local folder, e.g. model.name_or_path=Qwen/Qwen2.5-7B (or 'tiny').",
+    )
+    _check(
+        m.dtype in DTYPES,
+        "model.dtype",
+        f"got {m.dtype!r}; choose one of {DTYPES}.{_closest(str(m.dtype), DTYPES)}",
+    )
+    _check(
+        m.attn_implementation in ATTN_IMPLEMENTATIONS,
+        "model.attn_implementation",
+        f"got {m.attn_implementation!r}; choose one of {ATTN_IMPLEMENTATIONS}.",
+    )
+    if m.attn_implementation == "flash_attention_2":
+        _check(
+            _module_available("flash_attn"),
+            "model.attn_implementation",
+            "flash_attention_2 requested but flash-attn is not installed; `pip install rlsr[flash]` "
+            "(needs CUDA + nvcc) or set model.attn_implementation=auto (falls back to sdpa).",
+        )
+    _check(
+        isinstance(m.trust_remote_code, bool),
+        "model.trust_remote_code",
+        "must be true or false.",
+    )
+    lora = m.lora
+    _check(isinstance(lora.enabled, bool), "model.lora.enabled", "must be true or false.")
+    if lora.enabled:
+        _check(
+            _is_int(lora.r) and lora.r >= 1,
+            "model.lora.r",
+            f"LoRA rank must be an integer >= 1; got {lora.r!r} (paper: 1).",
+        )
+        _check(
+            _is_number(lora.alpha) and lora.alpha > 0,
+            "model.lora.alpha",
+            f"must be > 0; got {lora.alpha!r} (paper: 32).",
+        )
+        _check(
+            _is_number(lora.dropout) and 0.0 <= lora.dropout < 1.0,
+            "model.lora.dropout",
+            f"must be in [0, 1); got {lora.dropout!r} (paper: 0).",
+        )
+        tm = lora.target_modules
+        _check(
+            (isinstance(tm, str) and tm != "")
+            or (isinstance(tm, list | tuple) and tm and all(isinstance(t, str) for t in tm)),
+            "model.lora.target_modules",
+            f"must be 'all-linear' or a list of module names; got {tm!r}.",
+        )
+
+
+def training_verifier(d: DataSettings) -> str:
+    """Validate the data section; returns the verifier the trainer will use."""
+    from rlsr.data import get_spec
+
+    try:
+        spec = get_spec(d.dataset)
+    except (KeyError, ValueError) as err:
+        raise ConfigError("data.dataset", str(err).strip("'\"")) from None
+    _check(
+        d.system_prompt in (None, "simple", "long"),
+        "data.system_prompt",
+        f"got {d.system_prompt!r}; choose 'simple' or 'long' (or null for the dataset's own).",
+    )
+    _check(
+        d.limit is None or (_is_int(d.limit) and d.limit >= 1),
+        "data.limit",
+        f"must be a positive integer or null; got {d.limit!r}.",
+    )
+    _check(
+        d.max_prompt_length is None or (_is_int(d.max_prompt_length) and d.max_prompt_length >= 1),
+        "data.max_prompt_length",
+        f"must be a positive integer (tokens) or null; got {d.max_prompt_length!r}.",
+    )
+    verifier = d.verifier or spec.verifier
+    _check(
+        verifier in ("exact_match", "math", "mcq"),
+        "data.verifier",
+        f"{verifier!r} cannot score rollouts inside the trainer (the LLM judge needs a second "
+        "model); set data.verifier to exact_match, math or mcq"
+        + (f" (this dataset supports {list(spec.alt_verifiers)})." if spec.alt_verifiers else "."),
+    )
+    _check(
+        d.path is None or Path(d.path).exists(),
+        "data.path",
+        f"{d.path!r} does not exist; point it at a local copy of the dataset or set it to null.",
+    )
+    return verifier
+
+
+def _validate_method(m: MethodSettings) -> None:
+    _check(
+        m.name in METHODS,
+        "method.name",
+        f"unknown method {m.name!r}; choose one of {METHODS} (e.g. method=rlsr)."
+        f"{_closest(str(m.name), METHODS)}",
+    )
+    for name in ("format_weight", "method_weight"):
+        value = getattr(m, name)
+        _check(
+            _is_number(value) and value >= 0,
+            f"method.{name}",
+            f"must be a number >= 0; got {value!r} (paper: 0.5).",
+        )
+    _check(
+        m.format_weight + m.method_weight > 0,
+        "method.method_weight",
+        "format_weight and method_weight are both 0, so every reward is 0; set method_weight=0.5.",
+    )
+    _check(
+        _is_number(m.correct_scale) and m.correct_scale >= 0,
+        "method.correct_scale",
+        f"must be >= 0; got {m.correct_scale!r} (paper: 1.0).",
+    )
+    _check(
+        m.weight_cap is None or (_is_number(m.weight_cap) and m.weight_cap > 0),
+        "method.weight_cap",
+        f"must be > 0 or null (no cap); got {m.weight_cap!r}.",
+    )
+    _check(
+        _is_number(m.max_coverage) and 0.0 < m.max_coverage <= 1.0,
+        "method.max_coverage",
+        f"must be in (0, 1]; got {m.max_coverage!r} (1.0 = full AURC; 0.5 = partial AURC "
+        "over the most confident half).",
+    )
+    if m.name != "rlsr":
+        _check(
+            m.max_coverage == 1.0 and m.weight_cap is None and m.correct_scale == 1.0,
+            "method.max_coverage",
+            f"max_coverage / weight_cap / correct_scale only apply to method=rlsr, not "
+            f"{m.name!r}; remove those overrides.",
+        )
+
+
+def _validate_grpo(g: dict, world_size: int) -> None:
+    from trl import GRPOConfig
+
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    for key in g:
+        _check(
+            key in fields,
+            f"grpo.{key}",
+            f"not a trl.GRPOConfig field.{_closest(key, fields)}"
+            + (
+                " TRL 1.16 has no prompt truncation; use data.max_prompt_length."
+                if key == "max_prompt_length"
+                else ""
+            ),
+        )
+        _check(
+            key not in MANAGED_GRPO_FIELDS,
+            f"grpo.{key}",
+            "is set by rlsr from other sections (output_dir, seed, method.*_weight, model.*); "
+            "set it there instead.",
+        )
+    G = g.get("num_generations", 8)
+    _check(
+        _is_int(G) and G >= 2,
+        "grpo.num_generations",
+        f"GRPO needs at least 2 completions per prompt; got {G!r} (paper: 32).",
+    )
+    for name in ("per_device_train_batch_size", "gradient_accumulation_steps"):
+        value = g.get(name, 1)
+        _check(_is_int(value) and value >= 1, f"grpo.{name}", f"must be an integer >= 1; got {value!r}.")
+    pool = pool_size(g, world_size)
+    per_device = g.get("per_device_train_batch_size", 8)
+    accum = g.get("gradient_accumulation_steps", 1)
+    _check(
+        pool % G == 0,
+        "grpo.per_device_train_batch_size",
+        f"the pool per_device_train_batch_size x processes x gradient_accumulation_steps = "
+        f"{per_device} x {world_size} x {g.get('steps_per_generation') or accum} = {pool} is not "
+        f"divisible by grpo.num_generations={G}; every prompt needs all its G completions in one "
+        f"pool. Change per_device_train_batch_size or gradient_accumulation_steps (paper: "
+        f"3 x 4 x 128 = 1536 = 48 prompts x 32).",
+    )
+    lr = g.get("learning_rate", 1e-6)
+    _check(_is_number(lr) and lr > 0, "grpo.learning_rate", f"must be > 0; got {lr!r}.")
+    temp = g.get("temperature", 1.0)
+    _check(_is_number(temp) and temp > 0, "grpo.temperature", f"must be > 0; got {temp!r}.")
+    mcl = g.get("max_completion_length", 256)
+    _check(
+        mcl is None or (_is_int(mcl) and mcl >= 1),
+        "grpo.max_completion_length",
+        f"must be a positive integer; got {mcl!r}.",
+    )
+    warm = g.get("warmup_steps", 0)
+    _check(
+        _is_number(warm) and warm >= 0,
+        "grpo.warmup_steps",
+        f"must be >= 0 (a float < 1 is a fraction of all steps, e.g. 0.05); got {warm!r}.",
+    )
+    if g.get("scale_rewards", "group") not in ("group", "batch", "none", True, False):
+        raise ConfigError("grpo.scale_rewards", "choose 'none' (paper), 'group' or 'batch'.")
+    if g.get("use_vllm", False):
+        mode = g.get("vllm_mode", "colocate")
+        _check(
+            mode in VLLM_MODES,
+            "grpo.vllm_mode",
+            f"got {mode!r}; choose 'colocate' (vLLM inside each training process) or 'server' "
+            "(a separate `trl vllm-serve`/`vllm serve`; see docs/training.md).",
+        )
+        _check(
+            _module_available("vllm"),
+            "grpo.use_vllm",
+            "vLLM rollouts requested but vllm is not installed; `pip install rlsr[vllm]` "
+            "(GPU), or set grpo.use_vllm=false to generate with transformers.",
+        )
+    use_cpu = bool(g.get("use_cpu", False))
+    on_gpu = not use_cpu and _cuda_available()
+    bf16 = g.get("bf16", True) and not g.get("fp16", False)
+    _check(
+        not (bf16 and not on_gpu),
+        "grpo.bf16",
+        "bf16 mixed precision needs a GPU and none is in use; set grpo.bf16=false "
+        "(and model.dtype=float32) for CPU runs, or use recipe=tiny.",
+    )
+
+
+def _validate_top(cfg: TrainSettings) -> None:
+    _check(
+        isinstance(cfg.output_dir, str) and cfg.output_dir.strip() != "",
+        "output_dir",
+        "must be a folder path, e.g. output_dir=runs/hotpot-rlsr.",
+    )
+    _check(_is_int(cfg.seed), "seed", f"must be an integer; got {cfg.seed!r}.")
+    resume = cfg.resume
+    _check(
+        isinstance(resume, str) and resume != "",
+        "resume",
+        "choose 'auto' (newest checkpoint in output_dir, if any), 'never', or a checkpoint path.",
+    )
+    if resume not in ("auto", "never"):
+        _check(
+            (Path(resume) / "trainer_state.json").is_file(),
+            "resume",
+            f"{resume!r} is not a checkpoint folder (no trainer_state.json); use resume=auto, "
+            "resume=never or the path of a checkpoint-<step> folder.",
+        )
+
+
+def validate(cfg: TrainSettings, *, world_size: int | None = None) -> TrainSettings:
+    """Check ``cfg`` without loading any model or dataset. Raises ``ConfigError``; returns ``cfg``.
+
+    ``world_size`` defaults to ``$WORLD_SIZE`` (set by ``accelerate launch``/torchrun), else 1.
+    """
+    ws = world_size_from_env() if world_size is None else world_size
+    _validate_top(cfg)
+    _validate_method(cfg.method)
+    _validate_model(cfg.model)
+    training_verifier(cfg.data)
+    _validate_grpo(cfg.grpo, ws)
+    return cfg

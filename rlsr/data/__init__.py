@@ -1,0 +1,51 @@
+"""Dataset registry and loaders: the paper's benchmarks, UtilityBench and the bundled ``tiny``.
+
+``get_spec(name)``, ``REGISTRY``, ``GROUPS``, ``resolve_datasets("a,b" | group)``,
+``load_examples(name, *, path, split, limit, system_prompt, data_dir, columns)``. See
+docs/datasets.md.
+"""
+
+from rlsr.data.formatting import USER_PROMPT_TEMPLATE, build_prompt
+from rlsr.data.loading import (
+    DATA_DIR_ENV,
+    DatasetUnavailableError,
+    VerificationInputs,
+    download_command,
+    download_dataset,
+    load_examples,
+    load_raw,
+    verification_inputs,
+)
+from rlsr.data.registry import (
+    GROUP_SYSTEM_PROMPTS,
+    GROUPS,
+    REGISTRY,
+    VERIFIERS,
+    DatasetSpec,
+    get_spec,
+    group_system_prompt,
+    groups_of,
+    resolve_datasets,
+)
+
+__all__ = [
+    "DATA_DIR_ENV",
+    "DatasetSpec",
+    "DatasetUnavailableError",
+    "GROUPS",
+    "GROUP_SYSTEM_PROMPTS",
+    "REGISTRY",
+    "USER_PROMPT_TEMPLATE",
+    "VERIFIERS",
+    "VerificationInputs",
+    "build_prompt",
+    "download_command",
+    "download_dataset",
+    "get_spec",
+    "group_system_prompt",
+    "groups_of",
+    "load_examples",
+    "load_raw",
+    "resolve_datasets",
+    "verification_inputs",
+]

@@ -1,0 +1,105 @@
+"""``rlsr datasets``: list the registry; ``rlsr datasets download NAME --out DIR``; ``rlsr
+datasets show NAME`` prints the first formatted example (reads local copies via --data-dir)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rlsr.data.registry import GROUPS, REGISTRY, resolve_datasets
+
+__all__ = ["register", "format_table"]
+
+
+def format_table() -> str:
+    """The registry as a plain-text table: name, source, splits with sizes, verifier, prompt,
+    groups."""
+    header = ("name", "source", "splits (rows)", "verifier", "prompt", "groups")
+    rows = [header]
+    for spec in REGISTRY.values():
+        splits = ", ".join(
+            f"{s}{'*' if s == spec.split else ''}={n:,}" for s, n in spec.sizes.items()
+        )
+        verifier = spec.verifier + (
+            f" (alt: {', '.join(spec.alt_verifiers)})" if spec.alt_verifiers else ""
+        )
+        rows.append(
+            (
+                spec.name,
+                spec.hf_id or "bundled",
+                splits,
+                verifier,
+                spec.system_prompt,
+                ", ".join(spec.groups) or "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.append("")
+    lines.append("* = default (evaluation) split. Groups (paper Sec. 4.1):")
+    lines += [f"  {g}: {', '.join(m)}" for g, m in GROUPS.items()]
+    return "\n".join(lines)
+
+
+def _list(args: argparse.Namespace) -> int:
+    print(format_table())
+    return 0
+
+
+def _download(args: argparse.Namespace) -> int:
+    from rlsr.data.loading import download_dataset
+
+    for name in resolve_datasets(args.names):
+        if REGISTRY[name].hf_id is None:
+            print(f"{name}: bundled, skipped")
+            continue
+        print(f"{name}: saved to {download_dataset(name, args.out)}")
+    return 0
+
+
+def _parse_columns(items: list[str] | None) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        field, sep, column = item.partition("=")
+        if not sep or not field or not column:
+            raise SystemExit(f"--columns expects FIELD=COLUMN, got {item!r}")
+        out[field] = column
+    return out
+
+
+def _show(args: argparse.Namespace) -> int:
+    from rlsr.data.loading import load_examples
+
+    ds = load_examples(
+        args.name,
+        path=args.path,
+        split=args.split,
+        limit=1,
+        data_dir=args.data_dir,
+        system_prompt=args.system_prompt,
+        columns=_parse_columns(args.columns),
+    )
+    print(json.dumps(ds[0], indent=2, ensure_ascii=False))
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``rlsr datasets [list|download|show]`` to the ``rlsr`` command."""
+    parser = subparsers.add_parser("datasets", help="list, download or inspect the datasets")
+    parser.set_defaults(func=_list)
+    sub = parser.add_subparsers(dest="datasets_command")
+    lister = sub.add_parser("list", help="registry table (the default)")
+    lister.set_defaults(func=_list)
+    down = sub.add_parser("download", help="save datasets from the hub for offline use")
+    down.add_argument("names", help="dataset names, comma separated, or a group")
+    down.add_argument("--out", required=True, help="folder; each dataset goes to OUT/<name>")
+    down.set_defaults(func=_download)
+    show = sub.add_parser("show", help="print the first formatted example")
+    show.add_argument("name")
+    show.add_argument("--path", default=None)
+    show.add_argument("--split", default=None)
+    show.add_argument("--data-dir", default=None)
+    show.add_argument("--system-prompt", default=None, choices=["simple", "long"])
+    show.add_argument("--columns", nargs="*", help="FIELD=COLUMN overrides")
+    show.set_defaults(func=_show)

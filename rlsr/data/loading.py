@@ -1,0 +1,295 @@
+"""Load any registered dataset into the example contract.
+
+Source order for ``load_examples(name, ...)``:
+
+1. ``path=`` — a JSONL / JSON / Parquet / CSV file, a ``save_to_disk`` folder (``Dataset`` or
+   ``DatasetDict``), or a folder holding ``<split>.jsonl`` / ``<split>.parquet`` files;
+2. the bundled copy (``tiny`` only);
+3. ``data_dir=`` or ``$RLSR_DATA_DIR`` — the folder ``<data_dir>/<name>`` laid out as in 1.;
+4. the Hugging Face hub (``datasets.load_dataset(hf_id, hf_config, split=, revision=)``).
+
+When the hub cannot be reached, ``DatasetUnavailableError`` names the dataset id and the command
+that saves it on a connected machine (``rlsr datasets download NAME --out DIR``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+from rlsr.data.formatting import FORMATTERS, build_prompt
+from rlsr.data.registry import DatasetSpec, get_spec
+from rlsr.prompts import SYSTEM_PROMPTS
+
+__all__ = [
+    "CONTRACT_COLUMNS",
+    "DATA_DIR_ENV",
+    "FIXTURES_DIR",
+    "DatasetUnavailableError",
+    "load_examples",
+    "load_raw",
+    "download_command",
+    "download_dataset",
+    "VerificationInputs",
+    "verification_inputs",
+]
+
+DATA_DIR_ENV = "RLSR_DATA_DIR"
+FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
+CONTRACT_COLUMNS = ("id", "prompt", "question", "answer", "answers", "verifier")
+_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+class DatasetUnavailableError(RuntimeError):
+    """The dataset is neither local nor reachable on the hub."""
+
+
+def download_command(name: str, out_dir: str = "DIR") -> str:
+    """The shell command that saves dataset ``name`` (all splits) for offline use."""
+    spec = get_spec(name)
+    return f"rlsr datasets download {name} --out {shlex.quote(out_dir)}" + (
+        "" if spec.hf_id else "  # bundled, nothing to download"
+    )
+
+
+def _python_download_command(spec: DatasetSpec, split: str, out_dir: str = "DIR") -> str:
+    args = [repr(spec.hf_id)] + ([repr(spec.hf_config)] if spec.hf_config else [])
+    args.append(f"split={split!r}")
+    if spec.revision:
+        args.append(f"revision={spec.revision!r}")
+    return (
+        f'python -c "from datasets import load_dataset; load_dataset({", ".join(args)})'
+        f".save_to_disk('{out_dir}/{spec.name}/{split}')\""
+    )
+
+
+# --- local sources ------------------------------------------------------------------------
+
+
+def _load_file(path: Path) -> datasets.Dataset:
+    builder = _FILE_BUILDERS.get(path.suffix.lower())
+    if builder is None:
+        raise ValueError(
+            f"unsupported data file {path}; use one of {sorted(_FILE_BUILDERS)} or a save_to_disk "
+            "folder."
+        )
+    return datasets.load_dataset(builder, data_files=str(path), split="train")
+
+
+def _load_local(path: Path, split: str) -> datasets.Dataset:
+    """Read ``split`` from a file or folder (see module docstring for layouts)."""
+    if not path.exists():
+        raise FileNotFoundError(f"data path {path} does not exist.")
+    if path.is_file():
+        return _load_file(path)
+    if (path / "dataset_dict.json").exists():
+        loaded = datasets.load_from_disk(str(path))
+        if split not in loaded:
+            raise ValueError(f"split {split!r} not in {path} (has {sorted(loaded)}).")
+        return loaded[split]
+    if (path / "state.json").exists():
+        return datasets.load_from_disk(str(path))
+    if (path / split).is_dir():
+        return _load_local(path / split, split)
+    for suffix in _FILE_BUILDERS:
+        candidate = path / f"{split}{suffix}"
+        if candidate.exists():
+            return _load_file(candidate)
+    raise FileNotFoundError(
+        f"no split {split!r} under {path}: expected dataset_dict.json (save_to_disk), "
+        f"{split}/ , or {split}.jsonl / {split}.parquet."
+    )
+
+
+def _load_hub(spec: DatasetSpec, split: str) -> datasets.Dataset:
+    try:
+        return datasets.load_dataset(
+            spec.hf_id, spec.hf_config, split=split, revision=spec.revision
+        )
+    except Exception as err:  # offline, unreachable, gated, missing: all end the same way
+        raise DatasetUnavailableError(
+            f"could not load dataset {spec.name!r} from the Hugging Face hub id {spec.hf_id!r} "
+            f"(split {split!r}): {type(err).__name__}: {err}\n"
+            f"On a machine with hub access run\n    {download_command(spec.name)}\n"
+            f"or\n    {_python_download_command(spec, split)}\n"
+            f"then copy DIR here and pass data_dir=DIR / --data-dir DIR or set "
+            f"{DATA_DIR_ENV}=DIR (or pass path=DIR/{spec.name})."
+        ) from err
+
+
+def load_raw(
+    name: str,
+    *,
+    path: str | os.PathLike | None = None,
+    split: str | None = None,
+    data_dir: str | os.PathLike | None = None,
+) -> datasets.Dataset:
+    """The upstream rows of ``name`` / ``split`` from the first source that has them."""
+    spec = get_spec(name)
+    split = split or spec.split
+    if path is not None:
+        return _load_local(Path(path), split)
+    if spec.hf_id is None:
+        return _load_local(FIXTURES_DIR / name, split)
+    root = data_dir if data_dir is not None else os.environ.get(DATA_DIR_ENV)
+    if root and (Path(root) / name).exists():
+        return _load_local(Path(root) / name, split)
+    return _load_hub(spec, split)
+
+
+# --- contract -----------------------------------------------------------------------------
+
+
+def _example_builder(spec: DatasetSpec, split: str, columns: Mapping[str, str], system_prompt: str):
+    formatter = FORMATTERS[spec.formatter]
+
+    def build(row: dict[str, Any], index: int) -> dict[str, Any]:
+        fields = formatter(row, columns, spec.name)
+        id_value = row.get(columns.get("id", "id"))
+        example = {
+            "id": str(id_value) if id_value not in (None, "") else f"{spec.name}-{split}-{index}",
+            "prompt": build_prompt(fields["problem"], system_prompt),
+            "question": fields["question"],
+            "answer": fields["answer"],
+            "answers": fields["answers"],
+            "verifier": spec.verifier,
+        }
+        if "options" in fields:
+            example["options"] = json.dumps(fields["options"], ensure_ascii=False)
+            example["answer_letter"] = fields["answer_letter"]
+        for key in ("answerable", "cost"):
+            if key in fields:
+                example[key] = fields[key]
+        if row.get("gold_removed") is not None:  # HotPotQA-Modified condition, for analysis
+            example["gold_removed"] = int(row["gold_removed"])
+        return example
+
+    return build
+
+
+def _features(spec: DatasetSpec, has_gold_removed: bool) -> datasets.Features:
+    """Explicit types, so batches that happen to hold only empty lists still agree."""
+    string = datasets.Value("string")
+    features = {
+        "id": string,
+        "prompt": datasets.List({"role": string, "content": string}),
+        "question": string,
+        "answer": string,
+        "answers": datasets.List(string),
+        "verifier": string,
+    }
+    if spec.formatter in ("mcq_rendered", "mcq_columns"):
+        features.update(options=string, answer_letter=string)
+    if spec.formatter == "utility":
+        features.update(answerable=datasets.Value("bool"), cost=datasets.Value("float64"))
+    if has_gold_removed:
+        features["gold_removed"] = datasets.Value("int64")
+    return datasets.Features(features)
+
+
+def load_examples(
+    name: str,
+    *,
+    path: str | os.PathLike | None = None,
+    split: str | None = None,
+    limit: int | None = None,
+    system_prompt: str | None = None,
+    data_dir: str | os.PathLike | None = None,
+    columns: Mapping[str, str] | None = None,
+) -> datasets.Dataset:
+    """Rows of dataset ``name`` in the contract: ``id``, ``prompt`` (system + user messages),
+    ``question``, ``answer``, ``answers``, ``verifier`` and, where they apply, ``options`` (JSON
+    ``{letter: text}``) + ``answer_letter`` (MCQ), ``answerable`` + ``cost`` (UtilityBench),
+    ``gold_removed`` (HotPotQA-Modified).
+
+    ``split`` defaults to the spec's evaluation split; ``limit`` keeps the first ``limit`` rows;
+    ``system_prompt`` ("simple" | "long") overrides the spec's (Sec. C.5: evaluate with the
+    training domain's prompt); ``columns`` overrides the spec's column mapping.
+    """
+    spec = get_spec(name)
+    split = split or spec.split
+    system_prompt = system_prompt or spec.system_prompt
+    if system_prompt not in SYSTEM_PROMPTS:
+        raise ValueError(
+            f"system_prompt must be one of {sorted(SYSTEM_PROMPTS)}, got {system_prompt!r}."
+        )
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"limit must be a positive integer or None, got {limit!r}.")
+    raw = load_raw(name, path=path, split=split, data_dir=data_dir)
+    expected = spec.sizes.get(split)
+    if path is None and spec.hf_id is not None and expected and len(raw) != expected:
+        warnings.warn(
+            f"{name}/{split}: {len(raw)} rows, the published copy has {expected}.", stacklevel=2
+        )
+    if limit is not None:
+        raw = raw.select(range(min(limit, len(raw))))
+    mapping = {**spec.columns, **(columns or {})}
+    builder = _example_builder(spec, split, mapping, system_prompt)
+    examples = raw.map(
+        builder,
+        with_indices=True,
+        remove_columns=raw.column_names,
+        features=_features(spec, "gold_removed" in raw.column_names),
+        desc=f"formatting {name}",
+        load_from_cache_file=False,
+    )
+    order = [c for c in CONTRACT_COLUMNS if c in examples.column_names]
+    return examples.select_columns(order + [c for c in examples.column_names if c not in order])
+
+
+def download_dataset(name: str, out_dir: str | os.PathLike) -> Path:
+    """Save every split of ``name`` from the hub to ``out_dir/<name>`` (``save_to_disk``)."""
+    spec = get_spec(name)
+    if spec.hf_id is None:
+        raise ValueError(f"{name} is bundled with rlsr; nothing to download.")
+    target = Path(out_dir) / name
+    splits = {split: _load_hub(spec, split) for split in spec.sizes}
+    datasets.DatasetDict(splits).save_to_disk(str(target))
+    return target
+
+
+# --- verifier inputs ----------------------------------------------------------------------
+
+
+class VerificationInputs(dict):
+    """Keyword arguments for ``verifier.verify_batch(predictions, **inputs)``."""
+
+
+def verification_inputs(
+    examples: datasets.Dataset, verifier: str | None = None
+) -> VerificationInputs:
+    """Golds / questions / options for the verifier named ``verifier`` (default: the rows' own).
+
+    exact_match -> golds = ``answers`` lists; math -> ``answer``; mcq -> ``answer_letter`` with
+    ``options``; llm_judge -> ``answers`` (``answer`` for MCQ rows) with ``question``.
+    """
+    if verifier is None:
+        names = set(examples["verifier"])
+        if len(names) != 1:
+            raise ValueError(f"rows mix verifiers {sorted(names)}; pass verifier=.")
+        verifier = names.pop()
+    if verifier == "exact_match":
+        return VerificationInputs(golds=list(examples["answers"]))
+    if verifier == "math":
+        return VerificationInputs(golds=list(examples["answer"]))
+    if verifier == "mcq":
+        if "answer_letter" not in examples.column_names:
+            raise ValueError("verifier 'mcq' needs MCQ rows (columns answer_letter, options).")
+        return VerificationInputs(
+            golds=list(examples["answer_letter"]),
+            options=[json.loads(o) for o in examples["options"]],
+        )
+    if verifier == "llm_judge":
+        # Aliases (TriviaQA) all go to the judge; MCQ rows give their one "Option X ..." answer.
+        column = "answer" if "options" in examples.column_names else "answers"
+        return VerificationInputs(
+            golds=list(examples[column]), questions=list(examples["question"])
+        )
+    raise ValueError(f"unknown verifier {verifier!r}; choose exact_match, math, mcq or llm_judge.")

@@ -1,0 +1,309 @@
+"""The dataset registry: one ``DatasetSpec`` per dataset of the RLSR paper (seeds/003).
+
+Sources are the copies the RLCR authors published (paper Sec. C.4.1, C.5.1; STACK.md), whose
+schemas we read from the ``damanimehul/RLCR`` repository (``data/*/dataset_info.json`` and
+``data/creation_scripts/``). Verifiers follow paper Sec. C.2; system prompts Sec. C.1/C.5;
+in-domain (ID) / out-of-domain (OOD) groups Sec. 4.1 and Tab. 8-11.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+__all__ = [
+    "DatasetSpec",
+    "REGISTRY",
+    "GROUPS",
+    "GROUP_SYSTEM_PROMPTS",
+    "VERIFIERS",
+    "get_spec",
+    "resolve_datasets",
+    "group_system_prompt",
+    "groups_of",
+]
+
+VERIFIERS = ("exact_match", "math", "mcq", "llm_judge")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """Everything needed to load, prompt and verify one dataset.
+
+    ``split`` is the default (evaluation) split; ``train_split`` is set for the training sets.
+    ``sizes`` maps upstream split names to the row counts of the published copy, so a load of a
+    whole split can be checked. ``columns`` maps contract fields (``question``, ``answer``,
+    ``id``, ``answerable``, ``cost`` ...) to upstream column names; it can be overridden per call
+    (``load_examples(..., columns={...})``) for copies with other names. ``formatter`` names the
+    row adapter in ``rlsr.data.formatting``.
+    """
+
+    name: str
+    hf_id: str | None
+    split: str
+    sizes: Mapping[str, int]
+    verifier: str
+    system_prompt: str
+    formatter: str
+    description: str
+    hf_config: str | None = None
+    revision: str | None = None
+    train_split: str | None = None
+    alt_verifiers: tuple[str, ...] = ()
+    columns: Mapping[str, str] = field(default_factory=dict)
+    source_note: str = ""
+
+    @property
+    def size(self) -> int | None:
+        """Expected rows in the default split (``None`` when unknown)."""
+        return self.sizes.get(self.split)
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The ID/OOD groups this dataset belongs to (see ``GROUPS``)."""
+        return groups_of(self.name)
+
+
+def _spec(**kw) -> DatasetSpec:
+    kw["sizes"] = MappingProxyType(dict(kw["sizes"]))
+    kw["columns"] = MappingProxyType(dict(kw.get("columns", {})))
+    spec = DatasetSpec(**kw)
+    if spec.verifier not in VERIFIERS:
+        raise ValueError(f"{spec.name}: verifier {spec.verifier!r} not in {VERIFIERS}")
+    return spec
+
+
+_SPECS = [
+    _spec(
+        name="hotpot_modified",
+        hf_id="mehuldamani/hotpot_qa",
+        split="test",
+        train_split="train",
+        sizes={"train": 20000, "test": 500},
+        verifier="exact_match",
+        system_prompt="long",
+        formatter="hotpot",
+        columns={"problem": "problem", "answer": "answer", "id": "id", "question": "question"},
+        description="HotPotQA-Modified: 0, 1 or 2 gold paragraphs removed, 8 paragraphs each "
+        "(C.4.1); test = 500 held-out validation questions (C.5.1).",
+        source_note="Rebuild: scripts/build_hotpotqa_modified.py (from hotpotqa/hotpot_qa "
+        "distractor).",
+    ),
+    _spec(
+        name="hotpot_vanilla",
+        hf_id="mehuldamani/hotpot_qa-vanilla",
+        split="test",
+        sizes={"test": 1000},
+        verifier="exact_match",
+        system_prompt="long",
+        formatter="hotpot",
+        columns={"problem": "problem", "answer": "answer", "id": "id", "question": "question"},
+        description="HotPotQA distractor validation, 1,000 questions, 2 irrelevant paragraphs "
+        "removed so 8 remain with both gold paragraphs (C.5.1).",
+        source_note="Rebuild: scripts/build_hotpotqa_modified.py --vanilla.",
+    ),
+    _spec(
+        name="bigmath_digits",
+        hf_id="mehuldamani/big-math-digits",
+        split="test",
+        train_split="train",
+        sizes={"train": 30000, "test": 1000},
+        verifier="math",
+        system_prompt="simple",
+        formatter="plain",
+        columns={"problem": "problem", "answer": "answer"},
+        description="Big-Math Digits: numeric answers, LLaMA-8B solve rate in (0, 0.7] "
+        "(C.4.1); test = 1,000 held-out problems (C.5.1).",
+        source_note="The published train split has 30,000 rows; the paper trains 0.5 epoch = "
+        "15,000 problems. Rebuild: scripts/build_bigmath_digits.py.",
+    ),
+    _spec(
+        name="math500",
+        hf_id="HuggingFaceH4/MATH-500",
+        split="test",
+        sizes={"test": 500},
+        verifier="math",
+        system_prompt="simple",
+        formatter="plain",
+        columns={"problem": "problem", "answer": "answer", "id": "unique_id"},
+        description="MATH-500 (C.5.1).",
+    ),
+    _spec(
+        name="gsm8k",
+        hf_id="mehuldamani/gsm8k",
+        split="test",
+        sizes={"train": 7473, "test": 1319},
+        verifier="math",
+        system_prompt="simple",
+        formatter="plain",
+        columns={"problem": "problem", "answer": "answer"},
+        description="GSM8K test set, 1,319 problems (C.5.1).",
+    ),
+    _spec(
+        name="trivia",
+        hf_id="mehuldamani/trivia",
+        split="test",
+        sizes={"test": 2000},
+        verifier="llm_judge",
+        alt_verifiers=("exact_match",),
+        system_prompt="simple",
+        formatter="aliases",
+        columns={"problem": "question", "answer": "answer", "id": "question_id"},
+        description="TriviaQA rc.nocontext validation, 2,000 questions; gold = answer aliases "
+        "(C.5.1).",
+    ),
+    _spec(
+        name="simpleqa",
+        hf_id="basicv8vc/SimpleQA",
+        split="test",
+        sizes={"test": 4326},
+        verifier="llm_judge",
+        system_prompt="simple",
+        formatter="plain",
+        columns={"problem": "problem", "answer": "answer"},
+        description="SimpleQA, all 4,326 questions (C.5.1).",
+    ),
+    _spec(
+        name="commonsenseqa",
+        hf_id="mehuldamani/commonsenseqa",
+        split="test",
+        sizes={"test": 1221},
+        verifier="llm_judge",
+        alt_verifiers=("mcq",),
+        system_prompt="simple",
+        formatter="mcq_rendered",
+        columns={"problem": "problem", "answer": "answer", "id": "id", "letter": "answerKey"},
+        description="CommonsenseQA validation, 1,221 rows (the paper says 1,220), options "
+        "A-E inside the problem (C.5.1).",
+    ),
+    _spec(
+        name="gpqa",
+        hf_id="mehuldamani/gpqa-eval",
+        split="test",
+        sizes={"test": 448},
+        verifier="llm_judge",
+        alt_verifiers=("mcq",),
+        system_prompt="simple",
+        formatter="mcq_rendered",
+        columns={"problem": "problem", "answer": "answer"},
+        description="GPQA main, 448 questions, options shuffled into A-D (C.5.1).",
+    ),
+    _spec(
+        name="medqa",
+        hf_id="GBaker/MedQA-USMLE-4-options-hf",
+        split="test",
+        train_split="train",
+        sizes={"train": 10178, "validation": 1272, "test": 1273},
+        verifier="mcq",
+        alt_verifiers=("llm_judge",),
+        system_prompt="long",
+        formatter="mcq_columns",
+        columns={"id": "id"},
+        description="MedQA (USMLE, 4 options) with the original 10,178 / 1,272 / 1,273 "
+        "train / validation / test split (C.6.1): validation selects the threshold, test is "
+        "the deployment set. Letter match (C.6.1); the LLM judge of C.5.1 is the alternative.",
+        source_note="Swag-style columns (sent1, ending0-3, label) of GBaker/MedQA-USMLE-4-options-hf;"
+        " the question/options/answer_idx schema of GBaker/MedQA-USMLE-4-options is read too.",
+    ),
+    _spec(
+        name="utilitybench",
+        hf_id="leiqf/UtilityBench",
+        split="train",
+        sizes={"train": 15000},
+        verifier="llm_judge",
+        system_prompt="simple",
+        formatter="utility",
+        columns={
+            "problem": "question",
+            "answer": "answer",
+            "id": "id",
+            "answerable": "answerable",
+            "cost": "cost",
+        },
+        description="UtilityBench (seeds/000): 15,000 queries, half refusal-required, each with "
+        "an answerability label a_i and consequence cost L_i for UtilityAUC.",
+        source_note="Column names NOT confirmed against the dataset card (unreachable here); "
+        "override with load_examples(..., columns={...}) or --columns.",
+    ),
+    _spec(
+        name="tiny",
+        hf_id=None,
+        split="test",
+        train_split="train",
+        sizes={"train": 200, "test": 50},
+        verifier="exact_match",
+        system_prompt="simple",
+        formatter="plain",
+        columns={"problem": "question", "answer": "answer", "id": "id"},
+        description="Bundled offline synthetic fact-lookup QA for recipe=tiny and tests "
+        "(generator: rlsr.data.tiny).",
+    ),
+]
+
+REGISTRY: Mapping[str, DatasetSpec] = MappingProxyType({s.name: s for s in _SPECS})
+
+# Sec. 4.1 and Tab. 8-11: "for HotPotQA-aligned models, ID evaluation only uses HotPotQA, and OOD
+# evaluation includes the remaining 6 additional datasets; for BigMath-aligned models, Math500,
+# GSM8K, and BigMath are for ID evaluation, while the rest are for OOD evaluation."
+GROUPS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "hotpot-id": ("hotpot_modified", "hotpot_vanilla"),
+        "hotpot-ood": ("math500", "gsm8k", "trivia", "simpleqa", "commonsenseqa", "gpqa"),
+        "bigmath-id": ("bigmath_digits", "math500", "gsm8k"),
+        "bigmath-ood": ("hotpot_vanilla", "trivia", "simpleqa", "commonsenseqa", "gpqa"),
+    }
+)
+
+# Sec. C.5: evaluation uses the system prompt of training, so a HotPotQA-trained model sees the
+# long prompt on every benchmark and a BigMath-trained model the simple one.
+GROUP_SYSTEM_PROMPTS: Mapping[str, str] = MappingProxyType(
+    {"hotpot-id": "long", "hotpot-ood": "long", "bigmath-id": "simple", "bigmath-ood": "simple"}
+)
+
+
+def get_spec(name: str) -> DatasetSpec:
+    """Return the ``DatasetSpec`` registered as ``name``."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown dataset {name!r}; registered datasets: {', '.join(REGISTRY)} "
+            f"(groups: {', '.join(GROUPS)})."
+        ) from None
+
+
+def groups_of(name: str) -> tuple[str, ...]:
+    """Names of the groups that contain dataset ``name``."""
+    return tuple(g for g, members in GROUPS.items() if name in members)
+
+
+def resolve_datasets(names: str | list[str] | tuple[str, ...]) -> list[str]:
+    """Expand ``"a,b"``, a group name, or a list mixing both, into dataset names (deduplicated,
+    order kept). Unknown names raise ``ValueError`` listing what exists."""
+    if isinstance(names, str):
+        items = [p.strip() for p in names.split(",")]
+    else:
+        items = [str(p).strip() for p in names]
+    out: list[str] = []
+    for item in items:
+        if not item:
+            continue
+        members = GROUPS.get(item, (item,))
+        for member in members:
+            get_spec(member)  # validates
+            if member not in out:
+                out.append(member)
+    if not out:
+        raise ValueError(
+            f"no dataset named in {names!r}; give names or a group ({', '.join(GROUPS)})."
+        )
+    return out
+
+
+def group_system_prompt(group: str) -> str:
+    """The system prompt name ("simple" | "long") used to evaluate models of a training domain."""
+    try:
+        return GROUP_SYSTEM_PROMPTS[group]
+    except KeyError:
+        raise ValueError(f"unknown group {group!r}; choose one of {sorted(GROUPS)}.") from None

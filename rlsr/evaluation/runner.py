@@ -1,0 +1,358 @@
+"""Evaluate one model on one dataset: generate, fall back, verify, score, write, summarise.
+
+Per batch of questions not yet in ``samples.jsonl``:
+
+1. render the conversation with the chat template, generate (paper Sec. C.5: greedy, 4,096 new
+   tokens, one response);
+2. Sec. C.3 fallbacks: no ``<answer>`` -> append ``ANSWER_FALLBACK_SUFFIX`` and generate again;
+   still no confidence -> append ``CONFIDENCE_FALLBACK_SUFFIX`` and generate again (each at most
+   once per sample, ``fallback_max_new_tokens`` tokens); record which were used;
+3. verify with the dataset's verifier (LLM judge for judge sets);
+4. extra confidence scorers (``rlsr.evaluation.scorers``) and DCS for MCQ sets, if asked;
+5. append the batch's records, flush, fsync.
+
+A rerun reads the ids already written (dropping a cut-off last line) and continues; at the end
+``metrics.json`` and ``risk_coverage.png`` are rebuilt from the whole file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rlsr.evaluation.backends import Backend, Sampling
+from rlsr.evaluation.samples_io import append_samples, json_safe, read_samples
+from rlsr.evaluation.scorers import (
+    answer_span,
+    check_scorers,
+    logprob_confidence,
+    self_consistency,
+)
+from rlsr.evaluation.summary import compute_metrics
+from rlsr.parsing import parse_confidence, parse_response
+from rlsr.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX
+
+__all__ = [
+    "EvalSettings",
+    "append_text",
+    "fallback_answer",
+    "fallback_confidence",
+    "respond",
+    "evaluate_dataset",
+    "SAMPLES_FILE",
+    "METRICS_FILE",
+    "PLOT_FILE",
+]
+
+SAMPLES_FILE = "samples.jsonl"
+METRICS_FILE = "metrics.json"
+PLOT_FILE = "risk_coverage.png"
+
+
+@dataclass
+class EvalSettings:
+    """Evaluation protocol. Defaults = paper Sec. C.5 (greedy, 4,096 tokens, 1 response)."""
+
+    max_new_tokens: int = 4096
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    batch_size: int = 8
+    fallbacks: bool = True
+    fallback_max_new_tokens: int = 64
+    scorers: tuple[str, ...] = ("verbalized",)
+    consistency_k: int = 8  # paper Sec. D.3: K = 8 at T = 0.7
+    consistency_temperature: float = 0.7
+    dcs: bool = False
+    bootstrap_resamples: int = 1000
+    progress: bool = True
+    plot: bool = True
+    extra_metadata: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.scorers = check_scorers(self.scorers)
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1; got {self.batch_size}.")
+        if self.fallback_max_new_tokens < 1:
+            raise ValueError("fallback_max_new_tokens must be >= 1.")
+        if "consistency" in self.scorers and self.consistency_k < 1:
+            raise ValueError("consistency_k must be >= 1 with the consistency scorer.")
+        Sampling(self.max_new_tokens, self.temperature, self.top_p)  # validates
+
+
+def append_text(text: str, suffix: str) -> str:
+    """``text`` + separator + ``suffix``: one space unless ``text`` is empty or ends in whitespace."""
+    if not text or text[-1].isspace():
+        return text + suffix
+    return text + " " + suffix
+
+
+_FIRST_NUMBER = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*%?", re.ASCII)
+
+
+def fallback_answer(continuation: str) -> str | None:
+    """Answer from the text generated after ``ANSWER_FALLBACK_SUFFIX``: an ``<answer>`` block if
+    present, else the first line, stripped of surrounding punctuation and tags."""
+    parsed = parse_response(continuation)
+    if parsed.answer is not None:
+        return parsed.answer
+    line = continuation.strip().split("\n", 1)[0]
+    line = re.sub(r"</?[A-Za-z]+>", " ", line)
+    line = line.strip().strip(":").strip().rstrip(".").strip()
+    return line or None
+
+
+def fallback_confidence(continuation: str) -> float | None:
+    """Confidence from the text generated after ``CONFIDENCE_FALLBACK_SUFFIX``: a
+    ``<confidence>`` block if present, else the first number in it (``parse_confidence`` rules)."""
+    parsed = parse_response(continuation)
+    if parsed.confidence is not None:
+        return parsed.confidence
+    match = _FIRST_NUMBER.search(continuation[:200])
+    return None if match is None else parse_confidence(match.group(0))
+
+
+def respond(backend: Backend, prompt_texts: Sequence[str], settings: EvalSettings) -> list[dict]:
+    """Generate one response per prompt and apply the Sec. C.3 fallbacks (bounded: once each)."""
+    sampling = Sampling(
+        settings.max_new_tokens, settings.temperature, settings.top_p, seed=settings.seed
+    )
+    items = []
+    for prompt, gens in zip(prompt_texts, backend.generate(prompt_texts, sampling), strict=True):
+        gen = gens[0]
+        parsed = parse_response(gen.text)
+        items.append(
+            {
+                "prompt_text": prompt,
+                "response": gen.text,
+                "finish_reason": gen.finish_reason,
+                "num_tokens": len(gen.token_ids),
+                "answer": parsed.answer,
+                "confidence": parsed.confidence,
+                "format_ok": parsed.format_ok,
+                "fallbacks": [],
+                "fallback_text": {},
+                "generated": gen.text,  # the response plus any fallback text, in order
+            }
+        )
+    if not settings.fallbacks:
+        return items
+    greedy = Sampling(settings.fallback_max_new_tokens, 0.0)
+    need = [it for it in items if it["answer"] is None]
+    if need:
+        contexts = [append_text(it["generated"], ANSWER_FALLBACK_SUFFIX) for it in need]
+        outs = backend.generate(
+            [it["prompt_text"] + c for it, c in zip(need, contexts, strict=False)], greedy
+        )
+        for it, ctx, gens in zip(need, contexts, outs, strict=True):
+            text = gens[0].text
+            it["fallbacks"].append("answer")
+            it["fallback_text"]["answer"] = text
+            it["answer"] = fallback_answer(text)
+            it["generated"] = ctx + text
+            if it["confidence"] is None:
+                it["confidence"] = parse_response(text).confidence
+    need = [it for it in items if it["confidence"] is None]
+    if need:
+        contexts = [append_text(it["generated"], CONFIDENCE_FALLBACK_SUFFIX) for it in need]
+        outs = backend.generate(
+            [it["prompt_text"] + c for it, c in zip(need, contexts, strict=False)], greedy
+        )
+        for it, ctx, gens in zip(need, contexts, outs, strict=True):
+            text = gens[0].text
+            it["fallbacks"].append("confidence")
+            it["fallback_text"]["confidence"] = text
+            it["confidence"] = fallback_confidence(text)
+            it["generated"] = ctx + text
+    return items
+
+
+def _options(row: dict) -> dict | None:
+    """MCQ options as a dict (the dataset stores them as a JSON string)."""
+    raw = row.get("options")
+    if not raw:
+        return None
+    return json.loads(raw) if isinstance(raw, str) else dict(raw)
+
+
+def _consistency_key(verifier: str, options) -> Callable[[str], str]:
+    from rlsr.verifiers import extract_choice_letter, normalize_answer
+
+    if verifier == "mcq" and options:
+        return lambda a: extract_choice_letter(a, options) or normalize_answer(a)
+    return normalize_answer
+
+
+def _add_scores(backend, rows: list[dict], items: list[dict], settings: EvalSettings) -> None:
+    for it in items:
+        it["scores"] = {"verbalized": it["confidence"]}
+    if "logprob" in settings.scorers:
+        spans = [answer_span(it["generated"], it["answer"]) for it in items]
+        idx = [i for i, s in enumerate(spans) if s is not None]
+        lps = backend.score(
+            [items[i]["prompt_text"] + spans[i][0] for i in idx], [spans[i][1] for i in idx]
+        )
+        for it in items:
+            it["scores"]["logprob"] = None
+        for i, lp in zip(idx, lps, strict=True):
+            items[i]["scores"]["logprob"] = logprob_confidence(lp)
+    if "consistency" in settings.scorers:
+        sampling = Sampling(
+            settings.max_new_tokens, settings.consistency_temperature, 1.0,
+            n=settings.consistency_k, seed=settings.seed + 1,
+        )  # fmt: skip
+        outs = backend.generate([it["prompt_text"] for it in items], sampling)
+        for row, it, gens in zip(rows, items, outs, strict=True):
+            options = _options(row)
+            key = _consistency_key(row["verifier"], options)
+            answers = [parse_response(g.text).answer for g in gens]
+            it["scores"]["consistency"] = self_consistency(it["answer"], answers, key)
+            it["consistency_answers"] = answers
+
+
+def _verify(verifier, verifier_name: str, batch, items: list[dict], judge) -> None:
+    from rlsr.data.loading import verification_inputs
+
+    answers = [it["answer"] for it in items]
+    result = verifier.verify_batch(answers, **verification_inputs(batch, verifier_name))
+    outputs = iter(judge.last_outputs if judge is not None else [])
+    for it, ok, status in zip(
+        items, result.correct, result.status or [None] * len(items), strict=False
+    ):
+        it["correct"] = bool(ok)
+        it["verify_status"] = status
+        if judge is not None and it["answer"] is not None:
+            it["judge_output"] = next(outputs, None)
+
+
+def evaluate_dataset(
+    backend: Backend,
+    examples,
+    out_dir: str | Path,
+    *,
+    verifier,
+    verifier_name: str,
+    settings: EvalSettings,
+    judge=None,
+    dataset_name: str = "",
+    before_batch: Callable[[int], None] | None = None,
+) -> dict:
+    """Evaluate ``examples`` (a ``datasets.Dataset`` in the rlsr.data contract) into ``out_dir``.
+
+    Resumes from an existing ``samples.jsonl``. ``judge`` is the ``RecordingJudge`` inside an
+    LLM-judge verifier (its raw outputs are stored per sample). ``before_batch(k)`` is called
+    before batch k (hook for progress reporting and the crash-resume test). Returns metrics.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    samples_path = out / SAMPLES_FILE
+    ids = list(examples["id"])
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{dataset_name}: example ids are not unique; resume needs unique ids.")
+    done = {r["id"] for r in read_samples(samples_path, repair=True)}
+    todo = [i for i, x in enumerate(ids) if x not in done]
+    bar = _progress(len(ids), len(ids) - len(todo), dataset_name, settings.progress)
+    started, n_new = time.perf_counter(), 0
+    for k, start in enumerate(range(0, len(todo), settings.batch_size)):
+        if before_batch is not None:
+            before_batch(k)
+        batch = examples.select(todo[start : start + settings.batch_size])
+        rows = list(batch)
+        prompt_texts = [backend.render(r["prompt"]) for r in rows]
+        items = respond(backend, prompt_texts, settings)
+        _verify(verifier, verifier_name, batch, items, judge)
+        _add_scores(backend, rows, items, settings)
+        if settings.dcs:
+            _add_dcs(backend, rows, items)
+        append_samples(
+            samples_path, [_record(r, it, dataset_name) for r, it in zip(rows, items, strict=False)]
+        )
+        n_new += len(rows)
+        if bar is not None:
+            bar.update(len(rows))
+            bar.set_postfix(acc=f"{sum(it['correct'] for it in items) / len(items):.2f}")
+    if bar is not None:
+        bar.close()
+    elapsed = time.perf_counter() - started
+    return summarise(
+        out, settings, dataset_name,
+        extra={"throughput": {"new_samples": n_new, "seconds": elapsed,
+                              "samples_per_s": n_new / elapsed if n_new and elapsed > 0 else None}},
+    )  # fmt: skip
+
+
+def summarise(
+    out: Path, settings: EvalSettings, dataset_name: str, extra: dict | None = None
+) -> dict:
+    """(Re)build metrics.json and the risk-coverage plot from samples.jsonl."""
+    records = read_samples(out / SAMPLES_FILE)
+    meta = {
+        "dataset": dataset_name,
+        "settings": {k: v for k, v in asdict(settings).items() if k not in ("progress",)},
+        **(extra or {}),
+    }
+    metrics = compute_metrics(
+        records, scorers=settings.scorers, n_resamples=settings.bootstrap_resamples,
+        seed=settings.seed, extra=meta,
+    )  # fmt: skip
+    (out / METRICS_FILE).write_text(json.dumps(json_safe(metrics), indent=2) + "\n")
+    if settings.plot:
+        from rlsr.evaluation.plots import plot_dataset_risk_coverage
+
+        plot_dataset_risk_coverage(records, settings.scorers, out / PLOT_FILE, title=dataset_name)
+    return metrics
+
+
+def _add_dcs(backend, rows: list[dict], items: list[dict]) -> None:
+    from rlsr.evaluation.dcs import score_dcs
+
+    for row, it in zip(rows, items, strict=True):
+        options = _options(row)
+        if options and row.get("answer_letter"):
+            it["dcs"] = score_dcs(backend, row["question"], options, row["answer_letter"])
+
+
+_ROW_FIELDS = ("answerable", "cost", "options", "answer_letter")
+
+
+def _record(row: dict, it: dict, dataset_name: str) -> dict:
+    rec = {
+        "id": row["id"],
+        "dataset": dataset_name,
+        "prompt": row["prompt"],
+        "question": row["question"],
+        "gold": row["answer"],
+        "golds": row["answers"],
+        "response": it["response"],
+        "answer": it["answer"],
+        "confidence": it["confidence"],
+        "correct": it["correct"],
+        "format_ok": it["format_ok"],
+        "fallbacks": it["fallbacks"],
+        "fallback_text": it["fallback_text"],
+        "finish_reason": it["finish_reason"],
+        "num_tokens": it["num_tokens"],
+        "verify_status": it.get("verify_status"),
+        "scores": it["scores"],
+    }
+    for key in ("judge_output", "consistency_answers", "dcs"):
+        if key in it:
+            rec[key] = it[key]
+    for key in _ROW_FIELDS:
+        if row.get(key) is not None:
+            rec[key] = row[key]
+    return rec
+
+
+def _progress(total: int, initial: int, name: str, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=total, initial=initial, desc=name or "evaluate", unit="sample", dynamic_ncols=True
+    )

@@ -1,0 +1,161 @@
+"""``metrics.json``: the versioned summary of one dataset's ``samples.jsonl`` (docs/evaluation.md).
+
+Every number is computed by ``rlsr.metrics`` from the per-sample records, so the file can be
+recomputed at any time (``compute_metrics(read_samples(path))``) and tests check that it is.
+
+Missing confidence (no number even after the Sec. C.3 fallback) counts as 0.0 for every metric,
+the same rule the training reward uses (``rlsr.rewards.confidence_for_ranking``): a response that
+does not state a confidence is ranked least confident.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from rlsr import metrics as M
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "COVERAGE_LEVELS",
+    "METRIC_DEFINITIONS",
+    "scorer_arrays",
+    "scorer_metrics",
+    "compute_metrics",
+]
+
+SCHEMA_VERSION = 1
+COVERAGE_LEVELS = (0.10, 0.25, 0.50)
+
+METRIC_DEFINITIONS = {
+    "aurc": "(1/n) sum_{k=1..n} R_k, R_k = error rate of the k most confident; ties = expectation "
+    "over orderings (RLSR Sec. 2.1; rlsr.metrics.aurc). Lower is better.",
+    "acc@10/25/50": "accuracy of the ceil(c*n) most confident samples, ties at the cut counted "
+    "with their group's mean correctness (RLSR Tab. 1; rlsr.metrics.accuracy_at_coverage).",
+    "ece": "10 equal-width bins, edges linspace(0,1,11) with outer edges at +-inf, left-inclusive; "
+    "sum |B|/n |acc_B - conf_B| (RLCR binning; rlsr.metrics.ece).",
+    "brier": "mean (confidence - correct)^2 (rlsr.metrics.brier).",
+    "auroc": "P(conf of a correct > conf of a wrong), ties 1/2 (rlsr.metrics.auroc); NaN if one class.",
+    "confidence_gap": "E[conf | correct] - E[conf | wrong] (RLSR Tab. 2; rlsr.metrics.confidence_gap).",
+    "utility_auc": "UtilityBench Eq. 1-3 (seed 000), scores = confidence, answered = an answer was "
+    "extracted, C_R = 2; only for datasets with answerable/cost (rlsr.metrics.utility_auc).",
+    "accuracy": "mean correctness over all samples (full coverage).",
+    "missing_confidence": "a sample without a parseable confidence counts as confidence 0.0.",
+    "ci": "percentile bootstrap over samples, 95%, rlsr.metrics.bootstrap_ci (seed, resamples "
+    "in 'bootstrap').",
+    "dcs": "mean (p_c - P_W)(1 - p_idk) over MCQ items, option probabilities = softmax of "
+    "length-normalised option log-likelihoods incl. an IDK option (seed 002; rlsr.metrics.dcs).",
+}
+
+
+def _nan_to_none(value: float) -> float | None:
+    return (
+        None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+    )
+
+
+def scorer_arrays(records: Sequence[dict], scorer: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """(confidence, correct, n_missing) for ``scorer``; missing confidences become 0.0."""
+    raw = [r.get("scores", {}).get(scorer) for r in records]
+    missing = sum(1 for v in raw if v is None)
+    conf = np.array([0.0 if v is None else float(v) for v in raw], dtype=np.float64)
+    correct = np.array([bool(r["correct"]) for r in records], dtype=bool)
+    return conf, correct, missing
+
+
+def _point_metrics(conf: np.ndarray, ok: np.ndarray) -> dict[str, float]:
+    acc = M.accuracy_at_coverage(conf, ok, COVERAGE_LEVELS)
+    return {
+        "aurc": M.aurc(conf, ok),
+        "ece": M.ece(conf, ok),
+        "acc@10": float(acc[0]),
+        "acc@25": float(acc[1]),
+        "acc@50": float(acc[2]),
+        "brier": M.brier(conf, ok),
+        "auroc": M.auroc(conf, ok),
+        "confidence_gap": M.confidence_gap(conf, ok),
+    }
+
+
+_CI_FUNCS = {
+    "aurc": M.aurc,
+    "ece": M.ece,
+    "acc@10": lambda c, o: M.accuracy_at_coverage(c, o, 0.10),
+    "acc@25": lambda c, o: M.accuracy_at_coverage(c, o, 0.25),
+    "acc@50": lambda c, o: M.accuracy_at_coverage(c, o, 0.50),
+    "brier": M.brier,
+    "auroc": M.auroc,
+    "accuracy": lambda c, o: float(np.mean(o)),
+}
+
+
+def scorer_metrics(
+    records: Sequence[dict], scorer: str, *, n_resamples: int = 1000, seed: int = 0
+) -> dict:
+    """Metrics of one confidence scorer over ``records`` (see ``METRIC_DEFINITIONS``)."""
+    conf, ok, missing = scorer_arrays(records, scorer)
+    out: dict = {k: _nan_to_none(v) for k, v in _point_metrics(conf, ok).items()}
+    out["missing_confidence"] = missing
+    if all("answerable" in r and "cost" in r for r in records):
+        answered = [r.get("answer") is not None for r in records]
+        out["utility_auc"] = M.utility_auc(
+            conf, answered, ok, [bool(r["answerable"]) for r in records],
+            [float(r["cost"]) for r in records],
+        )  # fmt: skip
+    if n_resamples > 0:
+        ci = {}
+        for name, fn in _CI_FUNCS.items():
+            est = M.bootstrap_ci(fn, conf, ok, n_resamples=n_resamples, seed=seed)
+            ci[name] = [_nan_to_none(est.low), _nan_to_none(est.high)]
+        out["ci"] = ci
+    return out
+
+
+def _status_counts(records: Sequence[dict]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in records:
+        key = str(r.get("verify_status"))
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def compute_metrics(
+    records: Sequence[dict],
+    *,
+    scorers: Sequence[str] = ("verbalized",),
+    n_resamples: int = 1000,
+    seed: int = 0,
+    extra: dict | None = None,
+) -> dict:
+    """The ``metrics.json`` object for one dataset (schema: docs/evaluation.md)."""
+    if len(records) == 0:
+        raise ValueError("no samples to summarise; samples.jsonl is empty.")
+    ok = np.array([bool(r["correct"]) for r in records])
+    fallback_counts = {"answer": 0, "confidence": 0}
+    for r in records:
+        for kind in r.get("fallbacks", []):
+            fallback_counts[kind] = fallback_counts.get(kind, 0) + 1
+    out = {
+        "schema_version": SCHEMA_VERSION,
+        "n": len(records),
+        "accuracy": float(ok.mean()),
+        "format_ok_rate": float(np.mean([bool(r.get("format_ok")) for r in records])),
+        "answer_missing": sum(1 for r in records if r.get("answer") is None),
+        "fallbacks": fallback_counts,
+        "verify_status": _status_counts(records),
+        "judge_invalid": sum(1 for r in records if r.get("verify_status") == "invalid"),
+        "primary_scorer": scorers[0],
+        "scorers": {
+            s: scorer_metrics(records, s, n_resamples=n_resamples, seed=seed) for s in scorers
+        },
+        "bootstrap": {"n_resamples": n_resamples, "level": 0.95, "seed": seed},
+        "definitions": METRIC_DEFINITIONS,
+    }
+    dcs_values = [r["dcs"]["score"] for r in records if isinstance(r.get("dcs"), dict)]
+    if dcs_values:
+        out["dcs"] = {"mean": float(np.mean(dcs_values)), "n": len(dcs_values)}
+    if extra:
+        out.update(extra)
+    return out

@@ -1,0 +1,266 @@
+"""Selective-prediction metrics: exact under ties, vectorised (one sort per call), pure numpy.
+
+Argument order everywhere: ``(confidence, correct, ...)``. ``confidence`` is any finite score
+where higher means "more likely right" (rank-based metrics only use its order; ECE, Brier and
+temperature scaling need values in [0, 1]); ``correct`` is booleans or 0/1.
+
+Ties. Every rank-based metric here is defined as its expectation over all orderings of samples
+with tied confidence. That equals giving each member of a tie group the mean of the position
+weights the group occupies, which ``rlsr.ranking.tie_averaged_weights`` computes; AURC uses
+``rlsr.rewards.rank_weights`` itself, so the training reward and the evaluation metric are one
+implementation (DESIGN.md: AURC = (1/n) sum_i alpha_i * error_i).
+
+This module holds the risk-coverage metrics and the statistics helpers; calibration metrics
+live in ``rlsr.calibration``, thresholds in ``rlsr.thresholds``, UtilityAUC and DCS in
+``rlsr.utility``. Every public name is re-exported here. See docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
+
+import numpy as np
+
+from rlsr.calibration import (
+    TemperatureScaler,
+    apply_temperature,
+    auroc,
+    brier,
+    confidence_gap,
+    ece,
+    temperature_scale,
+)
+from rlsr.metric_inputs import bool_array, check_fraction, check_same_length, scores_array
+from rlsr.ranking import descending_order, harmonic_numbers, tie_averaged_weights
+from rlsr.rewards import rank_weights
+from rlsr.thresholds import ThresholdOutcome, ThresholdSelection, apply_threshold, select_threshold
+from rlsr.utility import (
+    UtilityAUCResult,
+    dcs,
+    dcs_from_log_likelihoods,
+    utility_auc,
+    utility_auc_details,
+)
+
+__all__ = [
+    "aurc",
+    "oracle_aurc",
+    "excess_aurc",
+    "normalized_excess_aurc",
+    "augrc",
+    "RiskCoverageCurve",
+    "risk_coverage_curve",
+    "accuracy_at_coverage",
+    "coverage_count",
+    "ece",
+    "brier",
+    "auroc",
+    "confidence_gap",
+    "TemperatureScaler",
+    "apply_temperature",
+    "temperature_scale",
+    "ThresholdSelection",
+    "ThresholdOutcome",
+    "select_threshold",
+    "apply_threshold",
+    "UtilityAUCResult",
+    "utility_auc",
+    "utility_auc_details",
+    "dcs",
+    "dcs_from_log_likelihoods",
+    "BootstrapCI",
+    "bootstrap_ci",
+    "MeanStd",
+    "mean_std_over_seeds",
+]
+
+
+def _inputs(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
+    conf = scores_array(confidence, "confidence")
+    ok = bool_array(correct, "correct")
+    check_same_length(confidence=conf, correct=ok)
+    return conf, ok
+
+
+# --------------------------------------------------------------------------- AURC family
+
+
+def aurc(confidence, correct) -> float:
+    """Area under the risk-coverage curve, discrete right-endpoint form (RLSR Sec. 2.1, DESIGN.md).
+
+    AURC = (1/n) * sum_{k=1..n} R_k, R_k = error rate of the k most confident samples.
+    Exchanging the sums gives AURC = (1/n) * sum_i alpha_i * error_i with alpha_i = H_n - H_{n-r_i}
+    (``rlsr.rewards.rank_weights``, r_i the ascending rank); this function computes exactly that,
+    so ties count as the expectation over orderings of tied samples. Lower is better; the value
+    of a random ranking equals the error rate, the oracle value is ``oracle_aurc``.
+    """
+    conf, ok = _inputs(confidence, correct)
+    alpha = rank_weights(conf)
+    return float(np.dot(alpha, ~ok) / conf.shape[0])
+
+
+def oracle_aurc(correct) -> float:
+    """AURC of the oracle ranking that puts every correct sample first (Geifman et al. 2019).
+
+    With n samples, c correct: R_k = max(0, k - c) / k, so
+    AURC* = (1/n) * [(n - c) - c * (H_n - H_c)]. For large n with error rate e this tends to
+    e + (1 - e) * ln(1 - e).
+    """
+    ok = bool_array(correct, "correct")
+    n = ok.shape[0]
+    if n == 0:
+        raise ValueError("correct is empty; metrics need at least one sample.")
+    c = int(np.count_nonzero(ok))
+    h = harmonic_numbers(n)
+    return float(((n - c) - c * (h[n] - h[c])) / n)
+
+
+def excess_aurc(confidence, correct) -> float:
+    """E-AURC = AURC - oracle AURC (Geifman et al. 2019; UtilityBench App. C.2.4 "eAURC").
+
+    0 for a perfect ranking; the part of AURC due to ranking rather than to the error rate.
+    """
+    conf, ok = _inputs(confidence, correct)
+    return aurc(conf, ok) - oracle_aurc(ok)
+
+
+def normalized_excess_aurc(confidence, correct) -> float:
+    """Normalised E-AURC = (AURC - AURC_oracle) / (AURC_random - AURC_oracle).
+
+    AURC_random = error rate (the expected AURC of a uniformly random ranking, equivalently AURC
+    with all confidences tied). 0 = oracle ranking, 1 = no better than random, > 1 = worse than
+    random. Returns NaN when every sample is correct or every sample is wrong: then every
+    ranking has the same AURC and the ratio is 0/0.
+    """
+    conf, ok = _inputs(confidence, correct)
+    random_aurc = 1.0 - float(np.mean(ok))
+    best = oracle_aurc(ok)
+    if random_aurc - best <= 0.0:
+        return math.nan
+    return (aurc(conf, ok) - best) / (random_aurc - best)
+
+
+def augrc(confidence, correct) -> float:
+    """Area under the generalised risk-coverage curve (Traub et al., NeurIPS 2024).
+
+    Generalised risk at coverage k/n is the joint rate (errors among the k most confident) / n;
+    AUGRC = (1/n) * sum_{k=1..n} (errors in top k) / n, the same right-endpoint rule as ``aurc``.
+    Position p (1 = most confident) enters n - p + 1 of the partial sums, so
+    AUGRC = sum_i w_i * error_i with w_p = (n - p + 1) / n^2, ties averaged. (Traub et al.'s
+    trapezoid rule would use (n - p + 1/2) / n^2; the two differ by error_rate / (2n).)
+    """
+    conf, ok = _inputs(confidence, correct)
+    n = conf.shape[0]
+    position_weights = np.arange(n, 0, -1, dtype=np.float64) / (float(n) * n)
+    return float(np.dot(tie_averaged_weights(conf, position_weights), ~ok))
+
+
+class RiskCoverageCurve(NamedTuple):
+    """One point per distinct confidence value, in order of increasing coverage."""
+
+    coverage: np.ndarray  # fraction of samples with confidence >= threshold
+    risk: np.ndarray  # error rate among them
+    thresholds: np.ndarray  # the confidence value of that point (descending)
+
+
+def risk_coverage_curve(confidence, correct) -> RiskCoverageCurve:
+    """Risk-coverage curve for plots: selecting {confidence >= t} for every distinct value t.
+
+    Tied samples enter together, so each point is well defined (no arbitrary order inside a
+    tie). The last point has coverage 1 and risk = overall error rate. O(n log n).
+    """
+    conf, ok = _inputs(confidence, correct)
+    n = conf.shape[0]
+    order, starts = descending_order(conf)
+    ends = np.append(starts[1:], n)  # one past the last member of each tie group
+    cum_errors = np.cumsum(~ok[order])
+    return RiskCoverageCurve(
+        coverage=ends / n,
+        risk=cum_errors[ends - 1] / ends,
+        thresholds=conf[order][starts],
+    )
+
+
+def coverage_count(coverage: float, n: int) -> int:
+    """m = ceil(c * n), at least 1, guarding float noise (0.1 * 30 = 3.0000000000000004 -> 3)."""
+    c = check_fraction(coverage, "coverage")
+    return min(n, max(1, math.ceil(round(c * n, 9))))
+
+
+def accuracy_at_coverage(confidence, correct, coverage):
+    """Acc@c: accuracy of the m = ceil(c * n) most confident samples (RLSR Sec. 3, Tab. 1).
+
+    Samples tied at the cut count with their group's mean correctness (the expectation over
+    orderings of the tie), via position weights 1 for p <= m and 0 after, tie-averaged.
+    ``coverage`` is a float in (0, 1] (returns a float) or a sequence (returns an array).
+    The paper reports c = 0.10, 0.25, 0.50.
+    """
+    conf, ok = _inputs(confidence, correct)
+    n = conf.shape[0]
+    scalar = np.ndim(coverage) == 0
+    levels = [coverage] if scalar else list(coverage)
+    out = np.empty(len(levels), dtype=np.float64)
+    for j, c in enumerate(levels):
+        m = coverage_count(c, n)
+        position_weights = np.zeros(n, dtype=np.float64)
+        position_weights[:m] = 1.0
+        out[j] = np.dot(tie_averaged_weights(conf, position_weights), ok) / m
+    return float(out[0]) if scalar else out
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+class BootstrapCI(NamedTuple):
+    estimate: float  # the metric on the full sample
+    low: float
+    high: float
+
+
+def bootstrap_ci(
+    metric_fn: Callable[[np.ndarray, np.ndarray], float],
+    confidence,
+    correct,
+    n_resamples: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> BootstrapCI:
+    """Percentile bootstrap CI of ``metric_fn(confidence, correct)`` over samples.
+
+    Draws ``n_resamples`` resamples of size n with replacement (numpy ``default_rng(seed)``) and
+    returns the (alpha/2, 1 - alpha/2) percentiles of the resampled metric. Resamples where the
+    metric is NaN (e.g. AUROC with one class) are dropped; if all are NaN the bounds are NaN.
+    Cost: n_resamples metric calls (the loop is over resamples, never over samples).
+    """
+    conf, ok = _inputs(confidence, correct)
+    if int(n_resamples) < 1:
+        raise ValueError(f"n_resamples must be >= 1; got {n_resamples}.")
+    if not (0.0 < alpha < 1.0):
+        raise ValueError(f"alpha must be in (0, 1); got {alpha}.")
+    n = conf.shape[0]
+    rng = np.random.default_rng(seed)
+    values = np.empty(int(n_resamples), dtype=np.float64)
+    for b in range(int(n_resamples)):
+        idx = rng.integers(0, n, size=n)
+        values[b] = metric_fn(conf[idx], ok[idx])
+    estimate = float(metric_fn(conf, ok))
+    values = values[~np.isnan(values)]
+    if values.size == 0:
+        return BootstrapCI(estimate, math.nan, math.nan)
+    low, high = np.percentile(values, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+    return BootstrapCI(estimate, float(low), float(high))
+
+
+class MeanStd(NamedTuple):
+    mean: float
+    std: float  # sample standard deviation (ddof = 1); NaN for a single seed
+    n: int
+
+
+def mean_std_over_seeds(values: Iterable[float]) -> MeanStd:
+    """Mean and sample std (ddof = 1) of one metric over seeds (RLSR Tab. 5: 5 seeds, "mean ± std")."""
+    arr = scores_array(list(values), "values")
+    std = float(np.std(arr, ddof=1)) if arr.size > 1 else math.nan
+    return MeanStd(float(np.mean(arr)), std, int(arr.size))

@@ -1,0 +1,254 @@
+"""Parse a policy completion into answer, confidence and a format verdict (never raises on a str).
+
+The RLSR / RLCR response format (paper seeds/003, Sec. C.1):
+
+    <think> … </think><answer> … </answer><analysis> … </analysis><confidence> 0.85 </confidence>
+
+Rules (``docs/parsing_verifiers.md`` has the user-facing version):
+
+* **format_ok** is True iff every tag of the ``FormatSpec`` occurs exactly once as an opening and
+  exactly once as a closing tag, in the spec's order, with nothing but whitespace before the first
+  tag, between one closing tag and the next opening tag, and after the last tag (leading and
+  trailing whitespace is allowed), the answer is non-empty after stripping, and the confidence
+  parses (``parse_confidence``). Tag contents may hold anything except the spec's own tags.
+* **Extraction** does not require format_ok: the answer (confidence) is the content of the LAST
+  complete ``<answer>…</answer>`` block, i.e. between the last closing tag and the last opening
+  tag before it, stripped. An empty block gives ``None``.
+* **Confidence** (``parse_confidence``): ASCII decimal number only, optionally followed by ``%``.
+  Values in [0, 1] are probabilities; values in (1, 100] and any value with ``%`` are percentages
+  (RLCR's evaluation convention: ``85`` -> 0.85). Everything else -> ``None``.
+
+Everything is linear-time: one left-to-right scan with a regex that is a literal alternation of
+the spec's tag names (no nested quantifiers, so no backtracking), and the confidence regex runs
+on at most ``MAX_CONFIDENCE_CHARS`` characters.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "FormatSpec",
+    "FULL_FORMAT",
+    "ANSWER_CONFIDENCE_FORMAT",
+    "ParsedResponse",
+    "MAX_CONFIDENCE_CHARS",
+    "parse_response",
+    "parse_confidence",
+    "extract_tag",
+]
+
+MAX_CONFIDENCE_CHARS = 64
+"""A stripped confidence text longer than this is rejected (keeps float() off megabyte strings)."""
+
+_TAG_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*\Z")
+# ASCII digits only (re.ASCII): '٠.٥' (Arabic-Indic) and other unicode digits are rejected.
+# No sign, no exponent, no thousands separator; '85%' and '85 %' are accepted.
+_CONFIDENCE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)[ \t]*(%?)\Z", re.ASCII)
+_WHITESPACE = " \t\n\r\f\v"
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    """Which tags a completion must contain, in order.
+
+    ``prefix_opened_think``: the chat template (or the prompt) already emitted ``<think>``, so the
+    completion starts inside the think block. A completion with no ``<think>`` is then read as if
+    it began with one; a completion that does repeat ``<think>`` is read as it is. Only valid when
+    the first tag is ``think``.
+    """
+
+    tags: tuple[str, ...]
+    answer_tag: str = "answer"
+    confidence_tag: str | None = "confidence"
+    prefix_opened_think: bool = False
+
+    def __post_init__(self) -> None:
+        tags = tuple(self.tags)
+        object.__setattr__(self, "tags", tags)
+        if not tags:
+            raise ValueError("FormatSpec.tags must name at least one tag, e.g. ('answer',).")
+        for tag in tags:
+            if not isinstance(tag, str) or not _TAG_NAME.match(tag):
+                raise ValueError(
+                    f"FormatSpec.tags: {tag!r} is not a tag name; use letters, digits, '_' or '-'."
+                )
+        if len(set(tags)) != len(tags):
+            raise ValueError(f"FormatSpec.tags must be distinct; got {tags}.")
+        if self.answer_tag not in tags:
+            raise ValueError(f"FormatSpec.answer_tag {self.answer_tag!r} is not in tags {tags}.")
+        if self.confidence_tag is not None and self.confidence_tag not in tags:
+            raise ValueError(
+                f"FormatSpec.confidence_tag {self.confidence_tag!r} is not in tags {tags}; "
+                "pass confidence_tag=None for a format without confidence."
+            )
+        if self.prefix_opened_think and tags[0] != "think":
+            raise ValueError(
+                "FormatSpec.prefix_opened_think=True needs 'think' as the first tag; "
+                f"got tags {tags}."
+            )
+
+
+FULL_FORMAT = FormatSpec(("think", "answer", "analysis", "confidence"))
+"""The paper's four-tag format (Sec. C.1)."""
+
+ANSWER_CONFIDENCE_FORMAT = FormatSpec(("answer", "confidence"))
+"""Answer and confidence only (no think / analysis)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedResponse:
+    """Result of ``parse_response``.
+
+    answer: stripped content of the last complete answer block, or None (missing or empty).
+    confidence: in [0, 1], or None (missing or unparseable).
+    format_ok: the strict format verdict (module docstring).
+    tags_found: spec tags with at least one complete ``<tag>…</tag>`` block, in spec order.
+    confidence_text: stripped raw content of the last complete confidence block, or None.
+    """
+
+    answer: str | None
+    confidence: float | None
+    format_ok: bool
+    tags_found: tuple[str, ...]
+    confidence_text: str | None
+
+
+def parse_confidence(text: str | None) -> float | None:
+    """Parse a verbalised confidence into [0, 1]; ``None`` when it is not a single valid number.
+
+    Accepted (surrounding whitespace ignored): ``0.85``, ``.85``, ``0``, ``1``, ``1.0``, ``85%``
+    (-> 0.85), and plain numbers in (1, 100] read as percentages (-> value / 100; RLCR's
+    evaluation convention). Rejected (-> None): negatives, signs, > 100 (or > 100%), NaN, inf,
+    exponents, words, empty text, several numbers, non-ASCII digits, text longer than
+    ``MAX_CONFIDENCE_CHARS``.
+    """
+    if not isinstance(text, str):
+        return None
+    stripped = text.strip()
+    if not stripped or len(stripped) > MAX_CONFIDENCE_CHARS:
+        return None
+    match = _CONFIDENCE.match(stripped)
+    if match is None:
+        return None
+    value = float(match.group(1))
+    if not math.isfinite(value):
+        return None
+    if match.group(2) == "%" or value > 1.0:
+        if value > 100.0:
+            return None
+        value /= 100.0
+    return value
+
+
+def _last_block(text: str, tag: str) -> str | None:
+    """Content (unstripped) of the last complete ``<tag>…</tag>`` block, or None."""
+    close = text.rfind(f"</{tag}>")
+    if close < 0:
+        return None
+    opening = f"<{tag}>"
+    start = text.rfind(opening, 0, close)
+    if start < 0:
+        return None
+    return text[start + len(opening) : close]
+
+
+def extract_tag(text: str, tag: str) -> str | None:
+    """Stripped content of the last complete ``<tag>…</tag>`` block; None if absent or empty."""
+    if not isinstance(text, str):
+        return None
+    content = _last_block(text, tag)
+    if content is None:
+        return None
+    content = content.strip()
+    return content or None
+
+
+_TAG_PATTERNS: dict[tuple[str, ...], re.Pattern] = {}
+
+
+def _tag_pattern(tags: tuple[str, ...]) -> re.Pattern:
+    """Regex for the spec's opening/closing tags: literal alternation, no backtracking."""
+    pattern = _TAG_PATTERNS.get(tags)
+    if pattern is None:
+        pattern = re.compile("<(/?)(" + "|".join(map(re.escape, tags)) + ")>")
+        _TAG_PATTERNS[tags] = pattern
+    return pattern
+
+
+def _scan(text: str, tags: tuple[str, ...]):
+    """One pass over the spec's tags.
+
+    Returns (blocks, layout): blocks maps a tag to (content_start, content_end) of its last
+    complete block (the last closing tag preceded by an opening one, paired with the last opening
+    before it); layout is the first 2 * len(tags) + 1 tag tokens (start, end, closing, name).
+    """
+    last_open: dict[str, int] = {}
+    blocks: dict[str, tuple[int, int]] = {}
+    layout: list[tuple[int, int, bool, str]] = []
+    limit = 2 * len(tags) + 1
+    for match in _tag_pattern(tags).finditer(text):
+        closing, name = bool(match.group(1)), match.group(2)
+        if len(layout) < limit:
+            layout.append((match.start(), match.end(), closing, name))
+        if closing:
+            opened = last_open.get(name)
+            if opened is not None:
+                blocks[name] = (opened, match.start())
+        else:
+            last_open[name] = match.end()
+    return blocks, layout
+
+
+def _layout_ok(text: str, tags: tuple[str, ...], layout: list) -> bool:
+    """Tokens are exactly <t1></t1><t2></t2>…, with only whitespace outside the tags."""
+    if len(layout) != 2 * len(tags):
+        return False
+    cursor = 0
+    for position, (start, end, closing, name) in enumerate(layout):
+        if name != tags[position // 2] or closing != bool(position % 2):
+            return False
+        if not closing and text[cursor:start].strip(_WHITESPACE):
+            return False
+        cursor = end
+    return not text[cursor:].strip(_WHITESPACE)
+
+
+def parse_response(text: str, spec: FormatSpec = FULL_FORMAT) -> ParsedResponse:
+    """Parse one completion under ``spec`` (module docstring for the rules). Never raises on a str.
+
+    Raises TypeError only when ``text`` is not a str (e.g. a TRL conversational message list:
+    pass ``completion[0]["content"]``).
+    """
+    if not isinstance(text, str):
+        raise TypeError(
+            f"parse_response expects the completion text as str; got {type(text).__name__}. "
+            "For TRL conversational completions pass completion[-1]['content']."
+        )
+    if spec.prefix_opened_think and "<think>" not in text:
+        text = "<think>" + text
+
+    blocks, layout = _scan(text, spec.tags)
+    tags_found = tuple(tag for tag in spec.tags if tag in blocks)
+    answer = None
+    if spec.answer_tag in blocks:
+        answer = text[slice(*blocks[spec.answer_tag])].strip() or None
+    confidence_text = confidence = None
+    if spec.confidence_tag is not None and spec.confidence_tag in blocks:
+        confidence_text = text[slice(*blocks[spec.confidence_tag])].strip()
+        confidence = parse_confidence(confidence_text)
+
+    format_ok = (
+        answer is not None
+        and (spec.confidence_tag is None or confidence is not None)
+        and _layout_ok(text, spec.tags, layout)
+    )
+    return ParsedResponse(
+        answer=answer,
+        confidence=confidence,
+        format_ok=format_ok,
+        tags_found=tags_found,
+        confidence_text=confidence_text,
+    )

@@ -1,0 +1,138 @@
+"""Synthetic selective-prediction task shaped like HotPotQA-Modified (CPU toy reproduction).
+
+Each prompt lists facts ``name=digit`` and asks for one name's digit. In about half of the
+prompts the needed fact is absent, so the model can only guess (the gold answer is then a hidden
+uniformly random digit: a guess is right 1 time in 10). A model that ranks its answers well is
+confident when the fact is present and unconfident when it is missing.
+
+Variants:
+
+* ``easy``: present ``facts: c=6 ; q: c`` -> ``6``; missing ``facts: ; q: c`` -> hidden digit.
+  Missing evidence is visible from the prompt's length alone.
+* ``distractor``: every prompt holds one or two facts; distractors are facts about other names.
+  Present ``facts: k=3 ; c=6 ; q: c`` or ``facts: c=6 ; q: c``; missing ``facts: d=3 ; q: c`` or
+  ``facts: d=3 ; k=1 ; q: c``. Length does not reveal a missing fact: the model must match the
+  queried name against the facts' names.
+
+Everything is a pure function of (variant, seed, split, index), so train and held-out sets are
+reproducible and disjoint by construction (different seed streams per split).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "NAMES",
+    "DIGITS",
+    "VARIANTS",
+    "ToyExample",
+    "make_example",
+    "make_split",
+    "to_records",
+    "write_jsonl",
+    "oracle_correct_probability",
+]
+
+# Single-letter names; "q" is the question marker, so it is not a name.
+NAMES: tuple[str, ...] = tuple(c for c in "abcdefghijklmnoprstuvwxyz")
+DIGITS: tuple[str, ...] = tuple(str(d) for d in range(10))
+VARIANTS: tuple[str, ...] = ("easy", "distractor")
+SPLITS: dict[str, int] = {"train": 0, "heldout": 1, "warmup": 2}
+TOY_DATASET_NAME = "toy"
+
+
+@dataclass(frozen=True)
+class ToyExample:
+    """One prompt: the user text, the gold digit and whether the needed fact is present."""
+
+    id: str
+    question: str
+    answer: str
+    answerable: bool
+
+
+def _fact_text(facts: list[tuple[str, str]]) -> str:
+    return " ; ".join(f"{name}={digit}" for name, digit in facts)
+
+
+def make_example(
+    rng: random.Random, variant: str, p_missing: float = 0.5, idx: str = "0"
+) -> ToyExample:
+    """Draw one example with ``rng``; ``p_missing`` is the probability that the fact is absent."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}; got {variant!r}.")
+    if not 0.0 <= p_missing <= 1.0:
+        raise ValueError(f"p_missing must be in [0, 1]; got {p_missing!r}.")
+    names = rng.sample(NAMES, 3)
+    target, others = names[0], names[1:]
+    answer = rng.choice(DIGITS)
+    answerable = rng.random() >= p_missing
+    if variant == "easy":
+        facts = [(target, answer)] if answerable else []
+    else:
+        n_facts = rng.choice((1, 2))
+        distractors = [(name, rng.choice(DIGITS)) for name in others]
+        facts = ([(target, answer)] if answerable else []) + distractors
+        facts = facts[:n_facts]
+        rng.shuffle(facts)
+    body = _fact_text(facts)
+    question = f"facts: {body} ; q: {target}" if body else f"facts: ; q: {target}"
+    return ToyExample(id=idx, question=question, answer=answer, answerable=answerable)
+
+
+def make_split(
+    variant: str, split: str, n: int, seed: int = 0, p_missing: float = 0.5
+) -> list[ToyExample]:
+    """``n`` examples of ``split`` ("train", "heldout" or "warmup"), deterministic in (variant, seed, split).
+
+    Held-out prompts are drawn from an independent stream; exact duplicates of training prompts
+    can occur (the space is small) but their hidden digits are drawn independently.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {tuple(SPLITS)}; got {split!r}.")
+    if n < 0:
+        raise ValueError(f"n must be >= 0; got {n}.")
+    rng = random.Random(f"rlsr-toy/{variant}/{seed}/{split}")
+    return [
+        make_example(rng, variant, p_missing, idx=f"{variant}-{split}-{seed}-{i}") for i in range(n)
+    ]
+
+
+def to_records(examples: list[ToyExample], system_prompt: str = "") -> list[dict]:
+    """Rows in the ``rlsr.data.load_examples`` column contract (TRL conversational prompts)."""
+    rows = []
+    for ex in examples:
+        prompt = [{"role": "user", "content": ex.question}]
+        if system_prompt:
+            prompt.insert(0, {"role": "system", "content": system_prompt})
+        rows.append(
+            {
+                "id": ex.id,
+                "prompt": prompt,
+                "question": ex.question,
+                "answer": ex.answer,
+                "answers": [ex.answer],
+                "verifier": "exact_match",
+                "answerable": ex.answerable,
+            }
+        )
+    return rows
+
+
+def write_jsonl(examples: list[ToyExample], path: str | Path, system_prompt: str = "") -> Path:
+    """Write ``to_records(examples)`` as JSON lines; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        for row in to_records(examples, system_prompt):
+            fh.write(json.dumps(row) + "\n")
+    return path
+
+
+def oracle_correct_probability(answerable: bool) -> float:
+    """Best achievable P(correct): 1 with the fact, 1/10 when guessing a hidden digit."""
+    return 1.0 if answerable else 1.0 / len(DIGITS)

@@ -1,0 +1,242 @@
+"""Supervised warm-up of the toy model from scratch (the BASE policy of the toy reproduction).
+
+A Qwen2 model (hidden 128, 2 layers, 4 query / 2 key-value heads, ~0.3M parameters) learns the
+tag format and the task from targets
+``<think></think><answer>D</answer><analysis></analysis><confidence>C</confidence><eos>``
+where D is the gold digit (for a missing fact, the hidden random digit, so the model learns to
+guess uniformly) and C is drawn uniformly from ``0.1``..``0.9`` *independently of everything*:
+BASE's confidence carries no information about correctness, and whatever ranking the RL arms
+show was learnt by RL.
+
+Checkpoints are cached under ``cache_dir/<config hash>/`` (safetensors + tokenizer), so the
+demo and the tests train the warm-up once per configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from rlsr.toy.task import DIGITS, make_example, make_split
+from rlsr.toy.tokenizer import CONFIDENCE_TOKENS, build_toy_tokenizer, load_toy_tokenizer
+
+__all__ = [
+    "WarmupConfig",
+    "completion_text",
+    "build_model",
+    "train_warmup",
+    "ensure_warmup",
+    "greedy_complete",
+    "DEFAULT_CACHE_DIR",
+]
+
+DEFAULT_CACHE_DIR = Path(".cache") / "rlsr-toy"
+# Confidence targets of the warm-up: 0.1 .. 0.9, uniform, independent of correctness.
+WARMUP_CONFIDENCES = CONFIDENCE_TOKENS[1:10]
+_VERSION = 1  # bump when the training procedure changes, so old caches are not reused
+
+
+@dataclass(frozen=True)
+class WarmupConfig:
+    """Everything that determines the warm-up checkpoint (its hash keys the cache)."""
+
+    variant: str = "easy"
+    seed: int = 0
+    steps: int = 600
+    batch_size: int = 64
+    learning_rate: float = 3e-3
+    weight_decay: float = 0.0
+    p_missing: float = 0.5
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 256
+    max_extra_pad: int = 3  # random extra left padding, so positions do not leak the split
+    threads: int = 2
+
+    def digest(self) -> str:
+        payload = json.dumps({**dataclasses.asdict(self), "_v": _VERSION}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def completion_text(answer: str, confidence: str) -> str:
+    """The target completion in the four-tag format of ``rlsr.parsing.FULL_FORMAT``."""
+    return (
+        f"<think></think><answer>{answer}</answer><analysis></analysis>"
+        f"<confidence>{confidence}</confidence>"
+    )
+
+
+def build_model(tokenizer: PreTrainedTokenizerFast, cfg: WarmupConfig) -> Qwen2ForCausalLM:
+    """A randomly initialised Qwen2ForCausalLM sized by ``cfg`` (seeded by ``cfg.seed``)."""
+    torch.manual_seed(cfg.seed)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        use_cache=True,
+    )
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = None
+    return model
+
+
+def _batch(
+    tokenizer: PreTrainedTokenizerFast, cfg: WarmupConfig, rng: random.Random
+) -> dict[str, torch.Tensor]:
+    """A left-padded batch; loss only on completion tokens (labels -100 elsewhere)."""
+    rows = []
+    for _ in range(cfg.batch_size):
+        ex = make_example(rng, cfg.variant, cfg.p_missing)
+        prompt = tokenizer(ex.question, add_special_tokens=False).input_ids
+        target = completion_text(ex.answer, rng.choice(WARMUP_CONFIDENCES))
+        completion = tokenizer(target, add_special_tokens=False).input_ids
+        completion.append(tokenizer.eos_token_id)
+        rows.append((rng.randint(0, cfg.max_extra_pad), prompt, completion))
+    width = max(pad + len(p) + len(c) for pad, p, c in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for i, (_, prompt, completion) in enumerate(rows):
+        seq = prompt + completion
+        start = width - len(seq)
+        ids[i, start:] = torch.tensor(seq)
+        mask[i, start:] = 1
+        labels[i, width - len(completion) :] = torch.tensor(completion)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def train_warmup(cfg: WarmupConfig, out_dir: str | Path, progress=None) -> dict:
+    """Train BASE from scratch and save model + tokenizer to ``out_dir``; returns a summary.
+
+    ``progress(step, loss)`` is called every 50 steps when given.
+    """
+    out_dir = Path(out_dir)
+    torch.set_num_threads(cfg.threads)
+    tokenizer = build_toy_tokenizer()
+    model = build_model(tokenizer, cfg)
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    warm = max(1, cfg.steps // 20)
+
+    def lr_at(step: int) -> float:  # linear warm-up, cosine decay to 10%
+        if step < warm:
+            return (step + 1) / warm
+        t = (step - warm) / max(1, cfg.steps - warm)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    rng = random.Random(f"rlsr-toy-warmup/{cfg.variant}/{cfg.seed}")
+    model.train()
+    start = time.perf_counter()
+    loss_value = float("nan")
+    for step in range(cfg.steps):
+        batch = _batch(tokenizer, cfg, rng)
+        loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        loss_value = loss.item()
+        if progress is not None and (step % 50 == 0 or step == cfg.steps - 1):
+            progress(step, loss_value)
+    seconds = time.perf_counter() - start
+    model.eval()
+    check = greedy_complete(model, tokenizer, make_split(cfg.variant, "heldout", 200, cfg.seed))
+    summary = {
+        "config": dataclasses.asdict(cfg),
+        "digest": cfg.digest(),
+        "parameters": n_params,
+        "train_seconds": round(seconds, 2),
+        "final_loss": loss_value,
+        **check,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    (out_dir / "warmup.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def ensure_warmup(
+    cfg: WarmupConfig, cache_dir: str | Path = DEFAULT_CACHE_DIR, progress=None
+) -> tuple[Path, dict]:
+    """Path of the cached warm-up checkpoint for ``cfg`` (trained now if missing) and its summary."""
+    out_dir = Path(cache_dir) / f"warmup-{cfg.variant}-s{cfg.seed}-{cfg.digest()}"
+    summary_path = out_dir / "warmup.json"
+    if summary_path.is_file() and (out_dir / "model.safetensors").is_file():
+        return out_dir, json.loads(summary_path.read_text())
+    tmp = out_dir.with_name(out_dir.name + f".tmp{random.randrange(1 << 30)}")
+    summary = train_warmup(cfg, tmp, progress)
+    if out_dir.exists():  # another process won the race; keep its copy
+        return out_dir, json.loads(summary_path.read_text())
+    tmp.rename(out_dir)
+    return out_dir, summary
+
+
+@torch.no_grad()
+def greedy_complete(model, tokenizer, examples, max_new_tokens: int = 14) -> dict:
+    """Greedy completions of ``examples``: format rate, accuracy split by answerable, samples.
+
+    A light self-check of the warm-up (the real evaluation is ``rlsr evaluate``); parses with
+    the fixed token layout of ``completion_text`` rather than rlsr.parsing to stay standalone.
+    """
+    prompts = [ex.question for ex in examples]
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    out = model.generate(
+        **enc,
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    texts = tokenizer.batch_decode(out[:, enc.input_ids.shape[1] :], skip_special_tokens=True)
+    ok, right, conf = [], [], []
+    for ex, text in zip(examples, texts, strict=True):
+        parts = text.replace("<", " <").replace(">", "> ").split()
+        good = (
+            len(parts) == 10
+            and parts[2] == "<answer>"
+            and parts[3] in DIGITS
+            and parts[8] in CONFIDENCE_TOKENS
+        )
+        ok.append(good)
+        right.append(good and parts[3] == ex.answer)
+        conf.append(float(parts[8]) if good else float("nan"))
+    present = [r for r, ex in zip(right, examples, strict=True) if ex.answerable]
+    missing = [r for r, ex in zip(right, examples, strict=True) if not ex.answerable]
+    return {
+        "format_rate": sum(ok) / len(ok),
+        "accuracy": sum(right) / len(right),
+        "accuracy_present": sum(present) / max(1, len(present)),
+        "accuracy_missing": sum(missing) / max(1, len(missing)),
+        "distinct_confidences": len({c for c in conf if not math.isnan(c)}),
+        "example": texts[0],
+    }
+
+
+def load_warmup(path: str | Path) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+    """Load a saved toy checkpoint: model from safetensors, tokenizer as PreTrainedTokenizerFast."""
+    model = Qwen2ForCausalLM.from_pretrained(str(path), use_safetensors=True)
+    return model, load_toy_tokenizer(path)

@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""Submit the paper's comparison: recipes x methods x seeds training jobs, each followed by an
+evaluation job array that starts only if training succeeded (``--dependency=afterok``).
+
+    slurm/sweep.py --recipes hotpot,bigmath --methods rlsr,rlcr,rlvr --seeds 0,1,2 \\
+        --partition gpu --account myproj --dry-run
+    slurm/sweep.py --recipes hotpot --seeds 0 -- grpo.save_steps=10     # extra Hydra overrides
+
+Every training run writes to the output_dir its config resolves to (made absolute and passed
+explicitly, so a requeued job resumes there); its evaluation array runs slurm/evaluate.slurm on
+the final adapter in that folder, one task per dataset group (default <recipe>-id, <recipe>-ood).
+``--dry-run`` prints every job, its dependency and its exact sbatch command, and submits nothing.
+Otherwise it prints one line per job with the Slurm job id. Run it from anywhere; sbatch runs in
+the repository root (logs/ is created there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "slurm"))
+
+from resolve_config import resolve  # noqa: E402  (a sibling script, not a package)
+
+METHODS = ("rlsr", "rlcr", "rlvr")
+
+
+@dataclass
+class Job:
+    """One sbatch submission. ``after`` indexes the job it waits for (afterok)."""
+
+    kind: str  # "train" | "evaluate"
+    name: str
+    sbatch_args: list[str]
+    script: str
+    script_args: list[str]
+    after: int | None = None
+    job_id: str | None = None
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def command(self, dependency_id: str | None) -> list[str]:
+        """The sbatch command line; ``dependency_id`` is the id of the job it waits for."""
+        cmd = ["sbatch", "--parsable", f"--job-name={self.name}", *self.sbatch_args]
+        if dependency_id is not None:
+            cmd.append(f"--dependency=afterok:{dependency_id}")
+        return [*cmd, self.script, *self.script_args]
+
+
+def comma_list(text: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list, e.g. 0,1,2")
+    return items
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="slurm/sweep.py",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--recipes", type=comma_list, default=["hotpot", "bigmath"])
+    parser.add_argument("--methods", type=comma_list, default=list(METHODS))
+    parser.add_argument("--seeds", type=comma_list, default=["0", "1", "2"])
+    parser.add_argument(
+        "--nodes", type=int, default=1, help="nodes per training run (>1: the last one serves vLLM)"
+    )
+    parser.add_argument("--gpus-per-node", type=int, default=4)
+    parser.add_argument(
+        "--time",
+        default=None,
+        help="training time limit (sbatch --time); default the script's 24:00:00",
+    )
+    parser.add_argument("--partition", default=None)
+    parser.add_argument("--account", default=None)
+    parser.add_argument("--qos", default=None)
+    parser.add_argument(
+        "--sbatch-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra sbatch option for every job, e.g. --sbatch-arg=--constraint=h100 (repeatable)",
+    )
+    parser.add_argument(
+        "--eval-datasets",
+        type=comma_list,
+        default=None,
+        help="dataset names or groups, one array task each (default <recipe>-id,<recipe>-ood)",
+    )
+    parser.add_argument(
+        "--eval-gpus-per-node", type=int, default=2, help="evaluated model + LLM judge"
+    )
+    parser.add_argument("--eval-time", default=None, help="evaluation time limit per array task")
+    parser.add_argument("--evals-dir", default="evals")
+    parser.add_argument("--no-eval", action="store_true", help="submit training jobs only")
+    parser.add_argument("--dry-run", action="store_true", help="print the jobs, submit nothing")
+    parser.add_argument(
+        "overrides", nargs="*", help="extra Hydra overrides for every run (after --)"
+    )
+    args = parser.parse_args(argv)
+    for method in args.methods:
+        if method not in METHODS:
+            parser.error(f"--methods: unknown method {method!r}; choose from {', '.join(METHODS)}")
+    for seed in args.seeds:
+        if not seed.lstrip("-").isdigit():
+            parser.error(f"--seeds: {seed!r} is not an integer")
+    if args.nodes < 1 or args.gpus_per_node < 1 or args.eval_gpus_per_node < 1:
+        parser.error("--nodes, --gpus-per-node and --eval-gpus-per-node must be at least 1")
+    for override in args.overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key in {"recipe", "method", "seed", "output_dir"}:
+            parser.error(
+                f"override {override!r}: the sweep sets {key} itself; use --recipes/--methods/--seeds"
+            )
+    return args
+
+
+def default_eval_datasets(recipe: str) -> list[str]:
+    """``<recipe>-id``, ``<recipe>-ood`` when those groups exist (rlsr.data.GROUPS)."""
+    from rlsr.data import GROUPS
+
+    groups = [f"{recipe}-id", f"{recipe}-ood"]
+    if not all(g in GROUPS for g in groups):
+        raise SystemExit(
+            f"sweep: no dataset groups {groups} for recipe {recipe!r}; pass --eval-datasets NAMES "
+            f"(groups: {', '.join(GROUPS)})"
+        )
+    return groups
+
+
+def plan(args: argparse.Namespace) -> list[Job]:
+    """Every job of the sweep, each evaluation right after the training run it waits for."""
+    common: list[str] = []
+    for flag in ("partition", "account", "qos"):
+        if getattr(args, flag):
+            common.append(f"--{flag}={getattr(args, flag)}")
+    common += args.sbatch_arg
+
+    jobs: list[Job] = []
+    for recipe in args.recipes:
+        eval_datasets = args.eval_datasets or (
+            None if args.no_eval else default_eval_datasets(recipe)
+        )
+        for method in args.methods:
+            for seed in args.seeds:
+                overrides = [
+                    f"recipe={recipe}",
+                    f"method={method}",
+                    f"seed={seed}",
+                    *args.overrides,
+                ]
+                try:
+                    resolved = resolve(overrides)
+                except Exception as err:  # Hydra raises several types
+                    raise SystemExit(
+                        f"sweep: the config does not compose with {overrides}: {err}"
+                    ) from None
+                output_dir = resolved["output_dir"]
+                name = f"rlsr-{recipe}-{method}-s{seed}"
+                train_sbatch = [
+                    *common,
+                    f"--nodes={args.nodes}",
+                    f"--gpus-per-node={args.gpus_per_node}",
+                ]
+                if args.time:
+                    train_sbatch.append(f"--time={args.time}")
+                jobs.append(
+                    Job(
+                        kind="train",
+                        name=name,
+                        sbatch_args=train_sbatch,
+                        script="slurm/train.slurm",
+                        script_args=[*overrides, f"output_dir={output_dir}"],
+                        notes={"output_dir": output_dir},
+                    )
+                )
+                if args.no_eval:
+                    continue
+                eval_sbatch = [
+                    *common,
+                    f"--gpus-per-node={args.eval_gpus_per_node}",
+                    f"--array=0-{len(eval_datasets) - 1}",
+                ]
+                if args.eval_time:
+                    eval_sbatch.append(f"--time={args.eval_time}")
+                jobs.append(
+                    Job(
+                        kind="evaluate",
+                        name=f"{name}-eval",
+                        sbatch_args=eval_sbatch,
+                        script="slurm/evaluate.slurm",
+                        script_args=[
+                            "--checkpoints",
+                            output_dir,
+                            "--model",
+                            resolved["model"],
+                            "--datasets",
+                            ",".join(eval_datasets),
+                            "--output-dir",
+                            str((ROOT / args.evals_dir).resolve()),
+                        ],
+                        after=len(jobs) - 1,
+                        notes={"datasets": ",".join(eval_datasets)},
+                    )
+                )
+    return jobs
+
+
+def submit(job: Job, dependency_id: str | None) -> str:
+    cmd = job.command(dependency_id)
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise SystemExit(
+            f"sweep: sbatch failed ({result.returncode}) for {job.name}: {result.stderr.strip()}\n"
+            f"  command: {shlex.join(cmd)}"
+        )
+    return result.stdout.strip().split(";")[0]  # --parsable prints "id" or "id;cluster"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    jobs = plan(args)
+    if not args.dry_run:
+        (ROOT / "logs").mkdir(exist_ok=True)
+    for index, job in enumerate(jobs, start=1):
+        after = jobs[job.after] if job.after is not None else None
+        if args.dry_run:
+            dependency = f"<job {job.after + 1}>" if after is not None else None
+            depends = f"afterok:job{job.after + 1}" if after is not None else "none"
+            print(f"job {index}: kind={job.kind} name={job.name} depends={depends}")
+            print(f"  sbatch: {shlex.join(job.command(dependency))}")
+            continue
+        job.job_id = submit(job, after.job_id if after is not None else None)
+        depends = f" (afterok:{after.job_id} {after.name})" if after is not None else ""
+        print(f"{job.kind} {job.name} {job.job_id}{depends}", flush=True)
+    n_train = sum(job.kind == "train" for job in jobs)
+    verb = "would submit" if args.dry_run else "submitted"
+    print(
+        f"{verb} {len(jobs)} jobs: {n_train} training runs, {len(jobs) - n_train} evaluation arrays"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

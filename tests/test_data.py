@@ -1,0 +1,456 @@
+"""Dataset registry, loaders and prompts (rlsr.data), offline on fixtures in the upstream schemas.
+
+Fixtures (rlsr/data/fixtures/upstream/<name>/<split>.jsonl) are hand-written rows with the
+column names and types of the published copies (read from damanimehul/RLCR data/*/
+dataset_info.json); they go through the same ``load_examples(name, path=...)`` path users hit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import datasets
+import pytest
+
+from rlsr.data import (
+    GROUPS,
+    REGISTRY,
+    DatasetUnavailableError,
+    get_spec,
+    group_system_prompt,
+    load_examples,
+    resolve_datasets,
+    verification_inputs,
+)
+from rlsr.data.formatting import (
+    FORMATTERS,
+    USER_PROMPT_TEMPLATE,
+    count_hotpot_paragraphs,
+    parse_rendered_options,
+    render_hotpot_problem,
+)
+from rlsr.data.loading import FIXTURES_DIR
+from rlsr.data.tiny import TINY_SIZES, generate_tiny, write_tiny
+from rlsr.prompts import LONG_SYSTEM_PROMPT, SIMPLE_SYSTEM_PROMPT, SYSTEM_PROMPTS
+
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["HF_HUB_OFFLINE"] = "1"
+datasets.disable_progress_bars()
+
+UPSTREAM = FIXTURES_DIR / "upstream"
+HUB_DATASETS = [n for n, s in REGISTRY.items() if s.hf_id is not None]
+
+
+def fixture(name: str, **kw) -> datasets.Dataset:
+    return load_examples(name, path=UPSTREAM / name, **kw)
+
+
+# --- registry -----------------------------------------------------------------------------
+
+# (default split, its published size) per dataset: paper Sec. C.4.1, C.5.1, C.6.1, seeds/000.
+PAPER_SIZES = {
+    "hotpot_modified": {"train": 20000, "test": 500},
+    "hotpot_vanilla": {"test": 1000},
+    "bigmath_digits": {"test": 1000},
+    "math500": {"test": 500},
+    "gsm8k": {"test": 1319},
+    "trivia": {"test": 2000},
+    "simpleqa": {"test": 4326},
+    "commonsenseqa": {"test": 1221},
+    "gpqa": {"test": 448},
+    "medqa": {"train": 10178, "validation": 1272, "test": 1273},
+    "utilitybench": {"train": 15000},
+    "tiny": {"train": 200, "test": 50},
+}
+# Sec. C.2 (C.6.1 for MedQA: letter match in the deployment study).
+PAPER_VERIFIERS = {
+    "hotpot_modified": "exact_match",
+    "hotpot_vanilla": "exact_match",
+    "bigmath_digits": "math",
+    "math500": "math",
+    "gsm8k": "math",
+    "trivia": "llm_judge",
+    "simpleqa": "llm_judge",
+    "commonsenseqa": "llm_judge",
+    "gpqa": "llm_judge",
+    "medqa": "mcq",
+    "utilitybench": "llm_judge",
+    "tiny": "exact_match",
+}
+
+
+def test_registry_covers_paper_datasets_with_sizes_and_verifiers():
+    assert set(REGISTRY) == set(PAPER_SIZES)
+    for name, sizes in PAPER_SIZES.items():
+        spec = get_spec(name)
+        for split, n in sizes.items():
+            assert spec.sizes[split] == n, (name, split)
+        assert spec.verifier == PAPER_VERIFIERS[name]
+        assert spec.split in spec.sizes and spec.size == spec.sizes[spec.split]
+        assert spec.formatter in FORMATTERS
+        assert spec.system_prompt in SYSTEM_PROMPTS
+    assert set(get_spec("commonsenseqa").alt_verifiers) == {"mcq"}
+    assert set(get_spec("gpqa").alt_verifiers) == {"mcq"}
+    assert get_spec("medqa").alt_verifiers == ("llm_judge",)
+
+
+def test_system_prompts_follow_paper():
+    """C.1/C.5: long prompt for HotPotQA(-Modified), simple for Big-Math; C.6.2: MedQA long."""
+    long_ones = {n for n, s in REGISTRY.items() if s.system_prompt == "long"}
+    assert long_ones == {"hotpot_modified", "hotpot_vanilla", "medqa"}
+    assert group_system_prompt("hotpot-ood") == "long"
+    assert group_system_prompt("bigmath-ood") == "simple"
+    with pytest.raises(ValueError, match="unknown group"):
+        group_system_prompt("math")
+
+
+def test_groups_match_section_4_1_and_table_1():
+    # Tab. 1 caption: 2 ID / 6 OOD for HotPotQA, 3 ID / 5 OOD for BigMath.
+    assert GROUPS["hotpot-id"] == ("hotpot_modified", "hotpot_vanilla")
+    assert set(GROUPS["hotpot-ood"]) == {
+        "simpleqa",
+        "trivia",
+        "gpqa",
+        "math500",
+        "gsm8k",
+        "commonsenseqa",
+    }
+    assert set(GROUPS["bigmath-id"]) == {"bigmath_digits", "math500", "gsm8k"}
+    assert set(GROUPS["bigmath-ood"]) == {
+        "hotpot_vanilla",
+        "trivia",
+        "simpleqa",
+        "commonsenseqa",
+        "gpqa",
+    }
+    for domain in ("hotpot", "bigmath"):
+        assert not set(GROUPS[f"{domain}-id"]) & set(GROUPS[f"{domain}-ood"])
+    assert get_spec("gsm8k").groups == ("hotpot-ood", "bigmath-id")
+
+
+def test_resolve_datasets():
+    assert resolve_datasets("hotpot-id") == ["hotpot_modified", "hotpot_vanilla"]
+    assert resolve_datasets("gsm8k, math500,gsm8k") == ["gsm8k", "math500"]
+    assert resolve_datasets(["bigmath-id", "tiny"]) == [
+        "bigmath_digits",
+        "math500",
+        "gsm8k",
+        "tiny",
+    ]
+    with pytest.raises(ValueError, match="unknown dataset 'mmlu'"):
+        resolve_datasets("gsm8k,mmlu")
+    with pytest.raises(ValueError, match="no dataset"):
+        resolve_datasets(" , ")
+
+
+# --- loading: every dataset from its upstream-schema fixture --------------------------------
+
+
+@pytest.mark.parametrize("name", HUB_DATASETS)
+def test_fixture_loads_into_contract(name):
+    spec = get_spec(name)
+    ds = fixture(name, split=spec.split)
+    assert len(ds) >= 1
+    assert ds.column_names[:6] == ["id", "prompt", "question", "answer", "answers", "verifier"]
+    ids = ds["id"]
+    assert len(set(ids)) == len(ids) and all(isinstance(i, str) and i for i in ids)
+    system = SYSTEM_PROMPTS[spec.system_prompt]
+    for row in ds:
+        assert [m["role"] for m in row["prompt"]] == ["system", "user"]
+        assert row["prompt"][0]["content"] == system
+        user = row["prompt"][1]["content"]
+        assert user.startswith("\n\nPROBLEM: ") and user.endswith("\n\n")
+        assert row["verifier"] == spec.verifier
+        assert (
+            isinstance(row["answers"], list)
+            and row["answer"] in row["answers"]
+            or name == ("utilitybench")
+        )
+        assert row["question"]
+        if name in ("commonsenseqa", "gpqa", "medqa"):
+            options = json.loads(row["options"])
+            assert row["answer_letter"] in options
+            for letter, text in options.items():
+                assert f"{letter}) {text}" in user
+        if name != "utilitybench":
+            assert row["answer"]
+
+
+def test_contract_values_per_schema(tmp_path):
+    trivia = fixture("trivia")[0]
+    assert trivia["answer"] == "Mars" and trivia["answers"] == ["Mars", "Planet Mars", "mars"]
+    assert trivia["id"] == "tc_9001" and trivia["question"].startswith("Which planet")
+    math = fixture("math500")[0]
+    assert math["answer"] == "\\frac{5}{6}" and math["id"] == "test/prealgebra/9001.json"
+    assert fixture("gsm8k")[2]["answer"] == "4.5"
+    assert fixture("bigmath_digits")[0]["id"] == "bigmath_digits-test-0"
+    csqa = fixture("commonsenseqa")[0]
+    assert csqa["answer"] == "Option B which is : entrance hall"
+    assert csqa["answer_letter"] == "B" and set(json.loads(csqa["options"])) == set("ABCDE")
+    gpqa = fixture("gpqa")[2]
+    # a multi-line option text survives the A)-D) parsing
+    assert json.loads(gpqa["options"])["D"] == "ATP synthase" and gpqa["answer_letter"] == "D"
+    medqa = fixture("medqa", split="validation")[1]
+    assert medqa["answer"] == "C) Vitamin C" and medqa["answer_letter"] == "C"
+    assert medqa["question"] == "Which vitamin deficiency causes scurvy?"
+    other = load_examples("medqa", path=UPSTREAM / "medqa_questions_schema")[0]
+    assert other["prompt"][1]["content"] == medqa["prompt"][1]["content"]
+    assert other["answer"] == medqa["answer"]
+    ub = fixture("utilitybench")
+    assert ub["answerable"] == [True, False, True] and ub["cost"] == [6.5, 0.4, 1.1]
+    assert ub[1]["answer"] == "" and ub[1]["answers"] == []
+    # explicit types: a batch of only unanswerable rows (empty answers) cannot change them
+    lines = (UPSTREAM / "utilitybench" / "train.jsonl").read_text().splitlines()
+    (tmp_path / "train.jsonl").write_text(lines[1] + "\n")
+    only_unanswerable = load_examples("utilitybench", path=tmp_path)
+    assert only_unanswerable["answers"] == [[]]
+    assert only_unanswerable.features["answers"].feature.dtype == "string"
+    assert only_unanswerable.features["cost"].dtype == "float64"
+
+
+def test_hotpot_prompt_has_question_instruction_and_eight_paragraphs():
+    for name in ("hotpot_modified", "hotpot_vanilla"):
+        for row in fixture(name):
+            user = row["prompt"][1]["content"]
+            assert f"Question: {row['question']} \n\n" in user
+            assert "verified with exact match score" in user
+            assert count_hotpot_paragraphs(user) == 8
+            assert row["prompt"][0]["content"] == LONG_SYSTEM_PROMPT
+    assert sorted(fixture("hotpot_modified", split="train")["gold_removed"]) == [0, 1, 2]
+    assert fixture("hotpot_vanilla")["gold_removed"] == [0, 0, 0]
+
+
+def test_hotpot_raw_distractor_rows_render_all_paragraphs(tmp_path):
+    raw = datasets.load_dataset(
+        "json", data_files=str(UPSTREAM / "hotpotqa_distractor" / "train.jsonl"), split="train"
+    )
+    raw.save_to_disk(str(tmp_path / "raw"))
+    ds = load_examples("hotpot_vanilla", path=tmp_path / "raw")
+    assert ds[0]["question"] == raw[0]["question"]
+    assert count_hotpot_paragraphs(ds[0]["prompt"][1]["content"]) == 10
+
+
+def test_render_hotpot_problem_layout():
+    text = render_hotpot_problem("Q?", ["a", "b", "c"], [["s1", "s2"], ["t1"], ["u1"]], ["b"])
+    assert text.startswith("Question: Q? \n\n Your answer will be verified")
+    assert "Paragraph 0 \n\n s1\ns2 \n\n----" in text and "Paragraph 1 \n\n u1 \n\n" in text
+    assert "t1" not in text and count_hotpot_paragraphs(text) == 2
+
+
+def test_parse_rendered_options():
+    problem = "Stem with A) inline mention\nA) one\nB) two\nlines\nC) three\n"
+    assert parse_rendered_options(problem) == {"A": "one", "B": "two\nlines", "C": "three"}
+    assert parse_rendered_options("no options here") == {}
+
+
+def test_system_prompt_override_limit_and_split():
+    ds = fixture("gsm8k", system_prompt="long", limit=2)
+    assert len(ds) == 2 and ds[0]["prompt"][0]["content"] == LONG_SYSTEM_PROMPT
+    assert len(fixture("bigmath_digits", split="train")) == 2
+    with pytest.raises(ValueError, match="system_prompt must be one of"):
+        fixture("gsm8k", system_prompt="medium")
+    with pytest.raises(ValueError, match="limit must be a positive integer"):
+        fixture("gsm8k", limit=0)
+    with pytest.raises(FileNotFoundError, match="no split 'validation'"):
+        fixture("gsm8k", split="validation")
+
+
+def test_column_mapping_override_and_missing_column_message(tmp_path):
+    rows = [{"query": "What is 1+1?", "gold": "2", "answerable_flag": 1, "L": 3.0}]
+    path = tmp_path / "ub.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ValueError, match=r"column 'question' \(for field 'problem'\).*columns="):
+        load_examples("utilitybench", path=path)
+    ds = load_examples(
+        "utilitybench",
+        path=path,
+        columns={"problem": "query", "answer": "gold", "answerable": "answerable_flag"},
+    )
+    row = ds[0]
+    assert row["question"] == "What is 1+1?" and row["answer"] == "2"
+    assert row["answerable"] is True and row["cost"] == 3.0  # cost found under candidate "L"
+    assert row["id"] == "utilitybench-train-0"
+
+
+def test_local_layouts_parquet_save_to_disk_and_data_dir(tmp_path, monkeypatch):
+    raw = datasets.load_dataset(
+        "json", data_files=str(UPSTREAM / "trivia" / "test.jsonl"), split="train"
+    )
+    reference = fixture("trivia")
+    # Parquet file, and a folder of <split>.parquet
+    raw.to_parquet(str(tmp_path / "test.parquet"))
+    assert load_examples("trivia", path=tmp_path / "test.parquet")["id"] == reference["id"]
+    assert load_examples("trivia", path=tmp_path)["answers"] == reference["answers"]
+    # save_to_disk DatasetDict under RLSR_DATA_DIR/<name>
+    datasets.DatasetDict({"test": raw}).save_to_disk(str(tmp_path / "dd" / "trivia"))
+    monkeypatch.setenv("RLSR_DATA_DIR", str(tmp_path / "dd"))
+    with pytest.warns(UserWarning, match="3 rows, the published copy has 2000"):
+        assert load_examples("trivia")["question"] == reference["question"]
+    with pytest.warns(UserWarning):
+        assert load_examples("trivia", data_dir=tmp_path / "dd", limit=1)["id"] == ["tc_9001"]
+    (tmp_path / "x.txt").write_text("{}")
+    with pytest.raises(ValueError, match="unsupported data file"):
+        load_examples("trivia", path=tmp_path / "x.txt")
+
+
+def test_hub_unreachable_error_names_id_and_command(monkeypatch, tmp_path):
+    monkeypatch.delenv("RLSR_DATA_DIR", raising=False)
+    with pytest.raises(DatasetUnavailableError) as info:
+        load_examples("hotpot_modified", split="train")
+    message = str(info.value)
+    assert "'mehuldamani/hotpot_qa'" in message
+    assert "rlsr datasets download hotpot_modified --out DIR" in message
+    assert "load_dataset('mehuldamani/hotpot_qa', split='train')" in message
+    assert "RLSR_DATA_DIR" in message
+    with pytest.raises(ValueError, match="unknown dataset"):
+        load_examples("hotpot")
+
+
+# --- tiny ---------------------------------------------------------------------------------
+
+
+def test_tiny_bundled_offline_and_regenerable(tmp_path):
+    train = load_examples("tiny", split="train")
+    test = load_examples("tiny")
+    assert (len(train), len(test)) == (TINY_SIZES["train"], TINY_SIZES["test"])
+    assert not set(train["question"]) & set(test["question"])  # no test leak into train
+    for row in test:
+        target = re.search(r"What color is the (\w+)\?", row["question"]).group(1)
+        assert f"the {target} is {row['answer']}" in row["question"]  # answer is in the facts
+        assert row["verifier"] == "exact_match"
+        assert row["prompt"][0]["content"] == SIMPLE_SYSTEM_PROMPT
+    write_tiny(tmp_path)
+    for split in TINY_SIZES:
+        bundled = (FIXTURES_DIR / "tiny" / f"{split}.jsonl").read_bytes()
+        assert (tmp_path / f"{split}.jsonl").read_bytes() == bundled
+    assert generate_tiny(5, seed=1) == generate_tiny(5, seed=1) != generate_tiny(5, seed=2)
+
+
+# --- chat template -------------------------------------------------------------------------
+
+
+def test_prompt_renders_through_real_chat_template(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    for name in ("hotpot_modified", "gpqa", "tiny"):
+        row = (load_examples(name) if name == "tiny" else fixture(name))[0]
+        text = tok.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+        system, user = row["prompt"][0]["content"], row["prompt"][1]["content"]
+        assert text.index(system) < text.index(user)
+        assert text.endswith("<|im_start|>assistant\n")
+        ids = tok.apply_chat_template(row["prompt"], tokenize=True, add_generation_prompt=True)
+        ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+        assert tok.decode(ids) == text  # round trip: nothing lost in tokenisation
+    assert USER_PROMPT_TEMPLATE.format(problem="X") == "\n\nPROBLEM: X\n\n"
+
+
+# --- verifiers wired per dataset ------------------------------------------------------------
+
+
+def _fake_judge(prompts: list[str]) -> list[str]:
+    """Stands in for the judge LLM (no model can answer here): YES iff the quoted prediction
+    equals one of the ground truths after lowercasing, or starts with the gold option letter."""
+    out = []
+    for p in prompts:
+        gold = re.search(r"Ground Truth Answer: (.*) Predicted Answer: ", p, re.S).group(1)
+        pred = json.loads(re.search(r"Predicted Answer: (\".*\") Is the", p, re.S).group(1))
+        golds = [g.strip().lower() for g in gold.split(" / ")]
+        letter = re.match(r"(?:Option )?([A-E])\b", gold)
+        hit = pred.strip().lower() in golds or bool(letter and pred.strip() == letter.group(1))
+        out.append("YES" if hit else "NO")
+    return out
+
+
+def _verifier(name: str):
+    from rlsr.verifiers import get_verifier
+
+    if name == "llm_judge":
+        return get_verifier(name, judge_fn=_fake_judge)
+    if name == "math":
+        return get_verifier(name, num_workers=0)
+    return get_verifier(name)
+
+
+def _cases(name: str, row: dict, verifier: str) -> tuple[str, str | None, str | None]:
+    """(correct, wrong, malformed) predictions for one row."""
+    if verifier == "mcq":
+        options = json.loads(row["options"])
+        wrong = next(k for k in options if k != row["answer_letter"])
+        return f"The answer is {row['answer_letter']}", wrong, "none of these"
+    if verifier == "math":
+        return f"\\boxed{{{row['answer']}}}", "123456789", "\\frac{"
+    if "options" in row:  # MCQ rows under the judge
+        return row["answer_letter"], "Z", "<answer>"
+    return (
+        row["answers"][-1].upper() if verifier == "exact_match" else row["answers"][-1],
+        ("definitely not it"),
+        "",
+    )
+
+
+@pytest.mark.parametrize(
+    "name,verifier",
+    [(n, s.verifier) for n, s in REGISTRY.items() if n != "utilitybench"]
+    + [(n, alt) for n, s in REGISTRY.items() for alt in s.alt_verifiers],
+)
+def test_dataset_verifier_correct_wrong_malformed(name, verifier):
+    ds = load_examples("tiny", limit=3) if name == "tiny" else fixture(name)
+    ds = ds.select(range(min(2, len(ds))))
+    inputs = verification_inputs(ds, verifier)
+    predictions, expected = [], []
+    for row in ds:
+        good, bad, malformed = _cases(name, row, verifier)
+        predictions += [good, bad, malformed, None]
+        expected += [True, False, False, False]
+    repeat = {k: [v for v in values for _ in range(4)] for k, values in inputs.items()}
+    v = _verifier(verifier)
+    try:
+        result = v.verify_batch(predictions, **repeat)
+    finally:
+        v.close()
+    assert list(result.correct) == expected, (name, verifier, predictions, result.status)
+
+
+def test_utilitybench_judge_and_verification_inputs():
+    ds = fixture("utilitybench").select([0, 2])
+    inputs = verification_inputs(ds)
+    assert (
+        inputs["golds"] == [["4 grams"], ["144"]]
+        and inputs["questions"][1] == "What is 12 times 12?"
+    )
+    v = _verifier("llm_judge")
+    assert list(v.verify_batch(["4 grams", "143"], **inputs).correct) == [True, False]
+    with pytest.raises(ValueError, match="mcq"):
+        verification_inputs(fixture("gsm8k"), "mcq")
+    with pytest.raises(ValueError, match="unknown verifier"):
+        verification_inputs(fixture("gsm8k"), "fuzzy")
+
+
+# --- CLI ----------------------------------------------------------------------------------
+
+
+def test_cli_lists_registry_and_shows_example(capsys):
+    from rlsr.cli import main
+
+    assert main(["datasets"]) == 0
+    out = capsys.readouterr().out
+    for name, spec in REGISTRY.items():
+        line = next(line for line in out.splitlines() if line.startswith(name + " "))
+        assert spec.verifier in line and (spec.hf_id or "bundled") in line
+        assert f"{spec.size:,}" in line
+    assert "hotpot-ood: math500, gsm8k, trivia, simpleqa, commonsenseqa, gpqa" in out
+    assert main(["datasets", "show", "gpqa", "--path", str(UPSTREAM / "gpqa")]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["answer_letter"] == "C" and shown["verifier"] == "llm_judge"
+
+
+def test_cli_download_offline_raises_clear_error(tmp_path):
+    from rlsr.cli import main
+
+    with pytest.raises(DatasetUnavailableError, match="mehuldamani/trivia"):
+        main(["datasets", "download", "trivia", "--out", str(tmp_path)])
+    assert not (Path(tmp_path) / "trivia").exists()

@@ -1,0 +1,223 @@
+"""End-to-end tests of ``rlsr evaluate`` / ``rlsr report`` / ``rlsr deploy`` on the tiny model.
+
+Real components throughout: the tiny random Qwen2 model (rlsr.testing), a PEFT LoRA adapter,
+the transformers backend, the registry's loaders and verifiers, the tiny model as LLM judge.
+Nothing is mocked. The random model rarely emits tags, so the Sec. C.3 fallbacks fire naturally.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlsr.cli import main as rlsr_main
+from rlsr.evaluation.samples_io import read_samples
+from rlsr.evaluation.summary import compute_metrics
+from rlsr.parsing import parse_response
+from rlsr.prompts import ANSWER_FALLBACK_SUFFIX
+
+pytestmark = pytest.mark.timeout(300)
+
+FAST = ["--max-new-tokens", "8", "--fallback-max-new-tokens", "4", "--bootstrap", "20", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    """A fake training output dir: two LoRA checkpoints; the later one must be picked."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    root = tmp_path_factory.mktemp("train_run")
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    model = get_peft_model(base, LoraConfig(r=1, lora_alpha=32, target_modules="all-linear"))
+    model.save_pretrained(root / "checkpoint-2")
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)  # a non-zero adapter, so it changes the outputs
+    model.save_pretrained(root / "checkpoint-10")
+    return root
+
+
+@pytest.fixture(scope="module")
+def evaluated(tiny_model_dir, run_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("eval") / "rlsr-seed0"
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--adapter", str(run_dir),
+            "--datasets", "tiny", "--output-dir", str(out), "--limit", "6", "--batch-size", "4",
+            "--scorers", "verbalized,logprob,consistency", "--consistency-k", "2", *FAST]  # fmt: skip
+    assert rlsr_main(argv) == 0
+    return out
+
+
+def test_evaluate_writes_every_file_and_metrics_match_samples(evaluated, run_dir):
+    run = json.loads((evaluated / "run.json").read_text())
+    assert run["adapter"] == str(run_dir / "checkpoint-10")
+    d = evaluated / "tiny"
+    assert (d / "risk_coverage.png").stat().st_size > 1000
+    records = read_samples(d / "samples.jsonl")
+    assert [r["id"] for r in records] == [f"tiny-test-{i}" for i in range(6)]
+    for r in records:
+        assert {"prompt", "response", "answer", "confidence", "correct", "format_ok", "fallbacks"} <= set(r)
+        assert set(r["scores"]) == {"verbalized", "logprob", "consistency"}
+        assert r["scores"]["verbalized"] == r["confidence"]
+        assert r["num_tokens"] <= 8
+        assert len(r["consistency_answers"]) == 2
+    metrics = json.loads((d / "metrics.json").read_text())
+    assert metrics["schema_version"] == 1 and metrics["n"] == 6
+    assert set(metrics["scorers"]) == {"verbalized", "logprob", "consistency"}
+    recomputed = compute_metrics(records, scorers=("verbalized", "logprob", "consistency"), n_resamples=20)
+    for scorer, values in recomputed["scorers"].items():
+        for key in ("aurc", "ece", "acc@10", "acc@25", "acc@50", "brier", "missing_confidence"):
+            assert metrics["scorers"][scorer][key] == pytest.approx(values[key]), (scorer, key)
+        assert metrics["scorers"][scorer]["ci"]["aurc"] == pytest.approx(values["ci"]["aurc"])
+    assert metrics["accuracy"] == pytest.approx(np.mean([r["correct"] for r in records]))
+    assert metrics["fallbacks"]["answer"] == sum("answer" in r["fallbacks"] for r in records)
+
+
+def test_fallbacks_are_recorded_for_responses_without_tags(evaluated):
+    records = read_samples(evaluated / "tiny" / "samples.jsonl")
+    untagged = [r for r in records if parse_response(r["response"]).answer is None]
+    assert untagged, "the random tiny model should produce responses without <answer>"
+    for r in records:
+        parsed = parse_response(r["response"])
+        assert ("answer" in r["fallbacks"]) == (parsed.answer is None)
+        if parsed.answer is None:
+            assert "answer" in r["fallback_text"]
+            assert r["format_ok"] is False
+        if parsed.confidence is None:
+            # either the answer fallback's text carried a confidence, or the confidence fallback ran
+            assert "confidence" in r["fallbacks"] or r["confidence"] is not None
+        else:
+            assert "confidence" not in r["fallbacks"]
+
+
+def test_adapter_changes_outputs_and_resume_after_crash(tiny_model_dir, run_dir, tmp_path):
+    from rlsr.data import load_examples
+    from rlsr.evaluation.backends import TransformersBackend, resolve_adapter
+    from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
+    from rlsr.verifiers import get_verifier
+
+    examples = load_examples("tiny", limit=7)
+    backend = TransformersBackend(str(tiny_model_dir), resolve_adapter(run_dir), batch_size=3)
+    settings = EvalSettings(max_new_tokens=8, fallback_max_new_tokens=4, batch_size=3,
+                            bootstrap_resamples=0, progress=False, plot=False)  # fmt: skip
+    kw = dict(verifier=get_verifier("exact_match"), verifier_name="exact_match", settings=settings, dataset_name="tiny")
+
+    def crash_at_second_batch(k: int) -> None:
+        if k == 1:
+            raise KeyboardInterrupt("simulated crash")
+
+    crashed = tmp_path / "crashed"
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_dataset(backend, examples, crashed, before_batch=crash_at_second_batch, **kw)
+    samples = crashed / "samples.jsonl"
+    first_batch = samples.read_text()
+    assert len(first_batch.splitlines()) == 3
+    with open(samples, "a") as fh:  # a write cut off mid-line by the crash
+        fh.write('{"id": "tiny-test-3", "response": "half a rec')
+    evaluate_dataset(backend, examples, crashed, **kw)
+    resumed = samples.read_text()
+    assert resumed.startswith(first_batch)
+    ids = [r["id"] for r in read_samples(samples)]
+    assert ids == [f"tiny-test-{i}" for i in range(7)]  # nothing lost, nothing twice
+
+    fresh = tmp_path / "fresh"
+    evaluate_dataset(backend, examples, fresh, **kw)
+    assert read_samples(samples) == read_samples(fresh / "samples.jsonl")  # greedy: identical
+
+    base = TransformersBackend(str(tiny_model_dir), batch_size=3)
+    evaluate_dataset(base, examples, tmp_path / "base", **kw)
+    base_responses = [r["response"] for r in read_samples(tmp_path / "base" / "samples.jsonl")]
+    assert base_responses != [r["response"] for r in read_samples(fresh / "samples.jsonl")]
+
+
+def test_llm_judge_path_with_tiny_judge(tiny_model_dir, tmp_path):
+    from rlsr.verifiers import quote_answer
+    from rlsr.prompts import render_judge_prompt
+
+    out = tmp_path / "judged"
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "tiny", "--output-dir", str(out),
+            "--limit", "4", "--verifier", "tiny=llm_judge", "--judge-model", str(tiny_model_dir),
+            "--judge-backend", "transformers", *FAST]  # fmt: skip
+    assert rlsr_main(argv) == 0
+    records = read_samples(out / "tiny" / "samples.jsonl")
+    metrics = json.loads((out / "tiny" / "metrics.json").read_text())
+    for r in records:
+        assert r["verify_status"] in {"correct", "incorrect", "invalid", "missing"}
+        if r["answer"] is not None:
+            assert isinstance(r["judge_output"], str)
+    assert metrics["judge_invalid"] == sum(r["verify_status"] == "invalid" for r in records)
+    # the judge saw question + gold + quoted extracted answer only, never the response
+    r = next(r for r in records if r["answer"] is not None)
+    prompt = render_judge_prompt(r["question"], r["gold"], quote_answer(r["answer"], 1000))
+    assert ANSWER_FALLBACK_SUFFIX not in prompt or ANSWER_FALLBACK_SUFFIX in r["question"]
+
+
+def _write_medqa(folder: Path, n: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split in ("validation", "test"):
+        with open(folder / f"{split}.jsonl", "w") as fh:
+            for i in range(n):
+                options = {k: f"drug {k.lower()}{i}" for k in "ABCD"}
+                row = {"id": f"{split}-{i}", "question": f"Patient {i} has fever. Which drug?",
+                       "options": options, "answer_idx": "ABCD"[int(rng.integers(4))]}  # fmt: skip
+                fh.write(json.dumps(row) + "\n")
+
+
+def test_deployment_and_dcs_on_mcq(tiny_model_dir, tmp_path):
+    data = tmp_path / "medqa"
+    _write_medqa(data, 5, 0)
+    out = tmp_path / "deploy"
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "medqa", "--output-dir", str(out),
+            "--data-path", f"medqa={data}", "--split", "validation", "--dcs",
+            "--deployment-target", "0.5", *FAST]  # fmt: skip
+    assert rlsr_main(argv) == 0
+    for split in ("validation", "test"):
+        records = read_samples(out / f"medqa@{split}" / "samples.jsonl")
+        assert len(records) == 5
+    val = read_samples(out / "medqa@validation" / "samples.jsonl")
+    for r in val:
+        d = r["dcs"]
+        assert set(d["log_likelihoods"]) == set("ABCDE")  # E = the IDK option
+        assert d["p_correct"] + d["p_wrong"] + d["p_idk"] == pytest.approx(1.0)
+        assert d["score"] == pytest.approx((d["p_correct"] - d["p_wrong"]) * (1 - d["p_idk"]))
+    metrics = json.loads((out / "medqa@validation" / "metrics.json").read_text())
+    assert metrics["dcs"]["n"] == 5
+    deployment = json.loads((out / "deployment.json").read_text())
+    assert [row["rule"] for row in deployment["rows"]] == ["plain", "clopper_pearson", "plain+temperature"]
+    assert "τ" in (out / "deployment.md").read_text()
+    # `rlsr deploy` recomputes the same rows from the two sample files
+    assert rlsr_main(["deploy", "--validation", str(out / "medqa@validation"), "--test",
+                      str(out / "medqa@test"), "--target", "0.5", "--output", str(tmp_path / "dep")]) == 0
+    again = json.loads((tmp_path / "dep.json").read_text())
+    assert again["rows"] == deployment["rows"]
+
+
+def test_report_over_two_evaluation_dirs(evaluated, tiny_model_dir, tmp_path):
+    second = evaluated.parent / "rlsr-seed1"
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "tiny", "--output-dir", str(second),
+            "--limit", "6", "--temperature", "0.7", "--seed", "1", *FAST]  # fmt: skip
+    assert rlsr_main(argv) == 0
+    base = evaluated.parent / "base"
+    assert rlsr_main(["evaluate", "--model", str(tiny_model_dir), "--datasets", "tiny",
+                      "--output-dir", str(base), "--limit", "6", *FAST]) == 0  # fmt: skip
+    prefix = tmp_path / "report"
+    assert rlsr_main(["report", str(evaluated), str(second), "--label", f"BASE={base}", "--output", str(prefix)]) == 0
+    md = (tmp_path / "report.md").read_text()
+    assert "| rlsr |" in md and "| BASE |" in md and "±" in md  # two seeds -> mean ± std
+    assert (tmp_path / "report_risk_coverage.png").stat().st_size > 1000
+    import csv
+
+    rows = list(csv.DictReader(open(tmp_path / "report.csv")))
+    aurcs = [json.loads((d / "tiny" / "metrics.json").read_text())["scorers"]["verbalized"]["aurc"]
+             for d in (evaluated, second)]  # fmt: skip
+    row = next(r for r in rows if r["method"] == "rlsr" and r["dataset"] == "tiny" and r["metric"] == "aurc")
+    assert float(row["mean"]) == pytest.approx(np.mean(aurcs))
+    assert float(row["std"]) == pytest.approx(np.std(aurcs, ddof=1), nan_ok=True)
+    assert row["runs"] == "2"

