@@ -17,11 +17,18 @@ from rlsr.cli import main as rlsr_main
 from rlsr.evaluation.samples_io import read_samples
 from rlsr.evaluation.summary import compute_metrics
 from rlsr.parsing import parse_response
-from rlsr.prompts import ANSWER_FALLBACK_SUFFIX
 
 pytestmark = pytest.mark.timeout(300)
 
-FAST = ["--max-new-tokens", "8", "--fallback-max-new-tokens", "4", "--bootstrap", "20", "--no-progress"]
+FAST = [
+    "--max-new-tokens",
+    "8",
+    "--fallback-max-new-tokens",
+    "4",
+    "--bootstrap",
+    "20",
+    "--no-progress",
+]
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +69,15 @@ def test_evaluate_writes_every_file_and_metrics_match_samples(evaluated, run_dir
     records = read_samples(d / "samples.jsonl")
     assert [r["id"] for r in records] == [f"tiny-test-{i}" for i in range(6)]
     for r in records:
-        assert {"prompt", "response", "answer", "confidence", "correct", "format_ok", "fallbacks"} <= set(r)
+        assert {
+            "prompt",
+            "response",
+            "answer",
+            "confidence",
+            "correct",
+            "format_ok",
+            "fallbacks",
+        } <= set(r)
         assert set(r["scores"]) == {"verbalized", "logprob", "consistency"}
         assert r["scores"]["verbalized"] == r["confidence"]
         assert r["num_tokens"] <= 8
@@ -70,7 +85,9 @@ def test_evaluate_writes_every_file_and_metrics_match_samples(evaluated, run_dir
     metrics = json.loads((d / "metrics.json").read_text())
     assert metrics["schema_version"] == 1 and metrics["n"] == 6
     assert set(metrics["scorers"]) == {"verbalized", "logprob", "consistency"}
-    recomputed = compute_metrics(records, scorers=("verbalized", "logprob", "consistency"), n_resamples=20)
+    recomputed = compute_metrics(
+        records, scorers=("verbalized", "logprob", "consistency"), n_resamples=20
+    )
     for scorer, values in recomputed["scorers"].items():
         for key in ("aurc", "ece", "acc@10", "acc@25", "acc@50", "brier", "missing_confidence"):
             assert metrics["scorers"][scorer][key] == pytest.approx(values[key]), (scorer, key)
@@ -106,7 +123,12 @@ def test_adapter_changes_outputs_and_resume_after_crash(tiny_model_dir, run_dir,
     backend = TransformersBackend(str(tiny_model_dir), resolve_adapter(run_dir), batch_size=3)
     settings = EvalSettings(max_new_tokens=8, fallback_max_new_tokens=4, batch_size=3,
                             bootstrap_resamples=0, progress=False, plot=False)  # fmt: skip
-    kw = dict(verifier=get_verifier("exact_match"), verifier_name="exact_match", settings=settings, dataset_name="tiny")
+    kw = dict(
+        verifier=get_verifier("exact_match"),
+        verifier_name="exact_match",
+        settings=settings,
+        dataset_name="tiny",
+    )
 
     def crash_at_second_batch(k: int) -> None:
         if k == 1:
@@ -137,8 +159,8 @@ def test_adapter_changes_outputs_and_resume_after_crash(tiny_model_dir, run_dir,
 
 
 def test_llm_judge_path_with_tiny_judge(tiny_model_dir, tmp_path):
-    from rlsr.verifiers import quote_answer
     from rlsr.prompts import render_judge_prompt
+    from rlsr.verifiers import quote_answer
 
     out = tmp_path / "judged"
     argv = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "tiny", "--output-dir", str(out),
@@ -152,10 +174,26 @@ def test_llm_judge_path_with_tiny_judge(tiny_model_dir, tmp_path):
         if r["answer"] is not None:
             assert isinstance(r["judge_output"], str)
     assert metrics["judge_invalid"] == sum(r["verify_status"] == "invalid" for r in records)
-    # the judge saw question + gold + quoted extracted answer only, never the response
-    r = next(r for r in records if r["answer"] is not None)
-    prompt = render_judge_prompt(r["question"], r["gold"], quote_answer(r["answer"], 1000))
-    assert ANSWER_FALLBACK_SUFFIX not in prompt or ANSWER_FALLBACK_SUFFIX in r["question"]
+    # The judge saw question + gold + the quoted extracted answer only, never the response.
+    from rlsr.data import load_examples
+    from rlsr.evaluation.backends import TransformersBackend
+    from rlsr.evaluation.judge import RecordingJudge, backend_judge_fn
+    from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
+    from rlsr.verifiers import LLMJudgeVerifier
+
+    backend = TransformersBackend(str(tiny_model_dir))
+    judge = RecordingJudge(backend_judge_fn(backend))
+    settings = EvalSettings(max_new_tokens=8, fallback_max_new_tokens=4, bootstrap_resamples=0,
+                            progress=False, plot=False)  # fmt: skip
+    evaluate_dataset(backend, load_examples("tiny", limit=4), tmp_path / "api",
+                     verifier=LLMJudgeVerifier(judge), verifier_name="llm_judge", settings=settings,
+                     judge=judge, dataset_name="tiny")  # fmt: skip
+    api_records = read_samples(tmp_path / "api" / "samples.jsonl")
+    expected = [render_judge_prompt(r["question"], r["gold"], quote_answer(r["answer"], 1000))
+                for r in api_records if r["answer"] is not None]  # fmt: skip
+    assert judge.last_prompts == expected and expected
+    assert [r["judge_output"] for r in api_records if r["answer"] is not None] == judge.last_outputs
+    assert [r["response"] for r in api_records] == [r["response"] for r in records]
 
 
 def _write_medqa(folder: Path, n: int, seed: int) -> None:
@@ -190,11 +228,29 @@ def test_deployment_and_dcs_on_mcq(tiny_model_dir, tmp_path):
     metrics = json.loads((out / "medqa@validation" / "metrics.json").read_text())
     assert metrics["dcs"]["n"] == 5
     deployment = json.loads((out / "deployment.json").read_text())
-    assert [row["rule"] for row in deployment["rows"]] == ["plain", "clopper_pearson", "plain+temperature"]
+    assert [row["rule"] for row in deployment["rows"]] == [
+        "plain",
+        "clopper_pearson",
+        "plain+temperature",
+    ]
     assert "τ" in (out / "deployment.md").read_text()
     # `rlsr deploy` recomputes the same rows from the two sample files
-    assert rlsr_main(["deploy", "--validation", str(out / "medqa@validation"), "--test",
-                      str(out / "medqa@test"), "--target", "0.5", "--output", str(tmp_path / "dep")]) == 0
+    assert (
+        rlsr_main(
+            [
+                "deploy",
+                "--validation",
+                str(out / "medqa@validation"),
+                "--test",
+                str(out / "medqa@test"),
+                "--target",
+                "0.5",
+                "--output",
+                str(tmp_path / "dep"),
+            ]
+        )
+        == 0
+    )
     again = json.loads((tmp_path / "dep.json").read_text())
     assert again["rows"] == deployment["rows"]
 
@@ -208,7 +264,20 @@ def test_report_over_two_evaluation_dirs(evaluated, tiny_model_dir, tmp_path):
     assert rlsr_main(["evaluate", "--model", str(tiny_model_dir), "--datasets", "tiny",
                       "--output-dir", str(base), "--limit", "6", *FAST]) == 0  # fmt: skip
     prefix = tmp_path / "report"
-    assert rlsr_main(["report", str(evaluated), str(second), "--label", f"BASE={base}", "--output", str(prefix)]) == 0
+    assert (
+        rlsr_main(
+            [
+                "report",
+                str(evaluated),
+                str(second),
+                "--label",
+                f"BASE={base}",
+                "--output",
+                str(prefix),
+            ]
+        )
+        == 0
+    )
     md = (tmp_path / "report.md").read_text()
     assert "| rlsr |" in md and "| BASE |" in md and "±" in md  # two seeds -> mean ± std
     assert (tmp_path / "report_risk_coverage.png").stat().st_size > 1000
@@ -217,7 +286,11 @@ def test_report_over_two_evaluation_dirs(evaluated, tiny_model_dir, tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "report.csv")))
     aurcs = [json.loads((d / "tiny" / "metrics.json").read_text())["scorers"]["verbalized"]["aurc"]
              for d in (evaluated, second)]  # fmt: skip
-    row = next(r for r in rows if r["method"] == "rlsr" and r["dataset"] == "tiny" and r["metric"] == "aurc")
+    row = next(
+        r
+        for r in rows
+        if r["method"] == "rlsr" and r["dataset"] == "tiny" and r["metric"] == "aurc"
+    )
     assert float(row["mean"]) == pytest.approx(np.mean(aurcs))
     assert float(row["std"]) == pytest.approx(np.std(aurcs, ddof=1), nan_ok=True)
     assert row["runs"] == "2"

@@ -222,7 +222,8 @@ def test_wait_for_http_ready_dead_and_timeout(tmp_path):
     assert dead.returncode != 0 and "exited before" in dead.stderr
     # A live process that never answers: time out with the variable to raise.
     slow = lib(
-        f"sleep 30 & p=$!; rlsr_wait_for_http http://127.0.0.1:{port}/health 1 $p; kill $p",
+        f"sleep 30 >/dev/null 2>&1 & p=$!; trap 'kill $p' EXIT; "
+        f"rlsr_wait_for_http http://127.0.0.1:{port}/health 1 $p",
         RLSR_POLL_INTERVAL="0.2",
     )
     assert slow.returncode != 0 and "after 1s" in slow.stderr and "RLSR_VLLM_TIMEOUT" in slow.stderr
@@ -334,8 +335,8 @@ def test_train_requeue_keeps_output_dir_and_resume():
     assert [n["argv"] for n in first["nodes"]] == [n["argv"] for n in requeued["nodes"]]
     other = dry_run("train.slurm", TRAIN_ARGS, SLURM_JOB_ID="501", **common)
     assert (
-        overrides(other["nodes"][0]["argv"])["output_dir"]
-        == overrides(first["nodes"][0]["argv"])["output_dir"]
+        overrides(other["nodes"][-1]["argv"])["output_dir"]
+        == overrides(first["nodes"][-1]["argv"])["output_dir"]
     )
 
 
