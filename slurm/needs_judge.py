@@ -11,17 +11,41 @@ Exit status 2 with a message on stderr for an unknown name.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
+from pathlib import Path
+from types import ModuleType
+
+REGISTRY_FILE = Path(__file__).resolve().parent.parent / "rlsr" / "data" / "registry.py"
+
+
+def load_registry() -> ModuleType:
+    """``rlsr.data.registry`` alone: it needs only the standard library, while importing the
+    ``rlsr.data`` package pulls in ``datasets`` (about 2 s at every job start). Falls back to the
+    package import if the file cannot be loaded on its own."""
+    try:
+        spec = importlib.util.spec_from_file_location("_rlsr_data_registry", REGISTRY_FILE)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up while building
+        spec.loader.exec_module(module)
+        return module
+    except Exception:
+        sys.modules.pop("_rlsr_data_registry", None)
+        import rlsr.data
+
+        return rlsr.data
 
 
 def items_needing_judge(items: list[str]) -> list[str]:
     """The items (dataset names or ``rlsr.data.GROUPS`` keys) with an ``llm_judge`` dataset."""
-    from rlsr.data import get_spec, resolve_datasets
-
+    registry = load_registry()
     return [
         item
         for item in items
-        if any(get_spec(name).verifier == "llm_judge" for name in resolve_datasets(item))
+        if any(
+            registry.get_spec(name).verifier == "llm_judge"
+            for name in registry.resolve_datasets(item)
+        )
     ]
 
 
