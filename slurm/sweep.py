@@ -26,7 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "slurm"))
 
-from resolve_config import resolve  # noqa: E402  (a sibling script, not a package)
+from needs_judge import load_registry  # noqa: E402  (sibling scripts, not a package)
+from resolve_config import resolve  # noqa: E402
 
 METHODS = ("rlsr", "rlcr", "rlvr")
 
@@ -123,13 +124,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def default_eval_datasets(recipe: str) -> list[str]:
     """``<recipe>-id``, ``<recipe>-ood`` when those groups exist (rlsr.data.GROUPS)."""
-    from rlsr.data import GROUPS
-
+    known = load_registry().GROUPS
     groups = [f"{recipe}-id", f"{recipe}-ood"]
-    if not all(g in GROUPS for g in groups):
+    if not all(g in known for g in groups):
         raise SystemExit(
             f"sweep: no dataset groups {groups} for recipe {recipe!r}; pass --eval-datasets NAMES "
-            f"(groups: {', '.join(GROUPS)})"
+            f"(groups: {', '.join(known)})"
         )
     return groups
 

@@ -294,3 +294,26 @@ def test_report_over_two_evaluation_dirs(evaluated, tiny_model_dir, tmp_path):
     assert float(row["mean"]) == pytest.approx(np.mean(aurcs))
     assert float(row["std"]) == pytest.approx(np.std(aurcs, ddof=1), nan_ok=True)
     assert row["runs"] == "2"
+
+
+def test_score_matches_generation_logprobs_and_left_padding(tiny_model_dir):
+    """Teacher-forced ``score`` of a greedy continuation equals the log-probs recorded while
+    generating it, also when the batch mixes prompt lengths (left padding must not leak)."""
+    from rlsr.evaluation.backends import Sampling, TransformersBackend
+
+    backend = TransformersBackend(str(tiny_model_dir), batch_size=3)
+    prompts = [
+        backend.render([{"role": "user", "content": q}])
+        for q in ("hi", "what is 2 + 2?", "x " * 30)
+    ]
+    gens = [g[0] for g in backend.generate(prompts, Sampling(6, logprobs=True))]
+    alone = backend.generate(prompts[:1], Sampling(6))[0][0]
+    assert alone.token_ids == gens[0].token_ids  # batching with longer prompts changes nothing
+    checked = 0
+    for prompt, gen in zip(prompts, gens, strict=True):
+        if backend.tokenizer(gen.text, add_special_tokens=False)["input_ids"] != gen.token_ids:
+            continue  # text does not re-tokenize to the same ids; nothing to compare
+        scored = backend.score([prompt], [gen.text])[0]
+        np.testing.assert_allclose(scored, gen.logprobs, atol=1e-4)
+        checked += 1
+    assert checked >= 1

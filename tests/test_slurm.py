@@ -475,33 +475,54 @@ def test_evaluate_array_index_maps_to_checkpoint_and_dataset(tmp_path):
             json.dumps({"base_model_name_or_path": "/m/base"})
         )
     datasets = ["hotpot-id", "gsm8k", "trivia"]
-    seen = []
-    for task in range(6):
-        plan = dry_run(
-            "evaluate.slurm",
-            [
-                "--checkpoints",
-                ",".join(map(str, ckpts)),
-                "--datasets",
-                ",".join(datasets),
-                "--output-dir",
-                str(tmp_path / "evals"),
-            ],
-            SLURM_ARRAY_TASK_ID=str(task),
-            **EVAL_ENV,
-        )
-        evals = [n for n in plan["nodes"] if n["role"].startswith("evaluate")]
-        assert len(evals) == 1
-        argv = evals[0]["argv"]
-        assert argv[1] == "evaluate"
-        assert flag(argv, "--model") == "/m/base"  # read from adapter_config.json
-        seen.append((flag(argv, "--adapter"), flag(argv, "--datasets"), flag(argv, "--output-dir")))
-        judged = task % 3 == 2  # trivia is scored by the LLM judge
-        assert ("--judge-base-url" in argv) == judged
-        assert (plan["wait"] is not None) == judged
-    assert seen == [
+    args = [
+        "--checkpoints",
+        ",".join(map(str, ckpts)),
+        "--datasets",
+        ",".join(datasets),
+        "--output-dir",
+        str(tmp_path / "evals"),
+    ]
+    expected = [
         (str(c), d, str(tmp_path / "evals" / "run" / c.name)) for c in ckpts for d in datasets
     ]
+
+    def pairs(plan):
+        evals = [n["argv"] for n in plan["nodes"] if n["role"].startswith("evaluate")]
+        for argv in evals:
+            assert argv[1] == "evaluate"
+            assert flag(argv, "--model") == "/m/base"  # read from adapter_config.json
+        return [
+            (flag(a, "--adapter"), flag(a, "--datasets"), flag(a, "--output-dir")) for a in evals
+        ]
+
+    # Without --array: every pair in turn, checkpoint-major.
+    assert pairs(dry_run("evaluate.slurm", args, **EVAL_ENV)) == expected
+    # Array task i: pair i; the judge starts only for the task whose dataset needs it.
+    for task in (1, 5):
+        plan = dry_run("evaluate.slurm", args, SLURM_ARRAY_TASK_ID=str(task), **EVAL_ENV)
+        assert pairs(plan) == [expected[task]]
+        judged = datasets[task % 3] == "trivia"  # trivia is scored by the LLM judge
+        assert (plan["wait"] is not None) == judged
+        evaluate = next(n for n in plan["nodes"] if n["role"].startswith("evaluate"))["argv"]
+        assert ("--judge-base-url" in evaluate) == judged
+
+
+def test_needs_judge_fast_path_agrees_with_the_package():
+    sys.path.insert(0, str(SLURM))
+    try:
+        import needs_judge
+    finally:
+        sys.path.remove(str(SLURM))
+    from rlsr.data import GROUPS, REGISTRY, get_spec
+
+    items = [*REGISTRY, *GROUPS]
+    expected = [
+        i for i in items if any(get_spec(n).verifier == "llm_judge" for n in GROUPS.get(i, (i,)))
+    ]
+    assert needs_judge.load_registry().__name__ == "_rlsr_data_registry"
+    assert needs_judge.items_needing_judge(items) == expected
+    assert "trivia" in expected and "hotpot-id" not in expected
 
 
 def test_evaluate_judge_server_on_the_node():
@@ -795,6 +816,100 @@ def test_train_usr1_requeues_and_stops_the_steps(tmp_path):
     assert proc.returncode == 0, err
     assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", env["SLURM_JOB_ID"]]
     assert "requeueing job" in err
-    # The step's sleep was stopped rather than left running.
-    leftover = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True)
-    assert leftover.stdout.strip() == ""
+    # The training step (the double's "sleep 60") was stopped, not left running.
+    deadline = time.time() + 5
+    while True:
+        listing = subprocess.run(
+            ["pgrep", "-a", "-s", str(proc.pid)], capture_output=True, text=True
+        )
+        if "sleep 60" not in listing.stdout or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    assert "sleep 60" not in listing.stdout
+
+
+def test_trainer_overrides_compose_into_the_hydra_config():
+    """The overrides train.slurm adds land where the trainer reads them (real Hydra compose)."""
+    from hydra import compose, initialize_config_dir
+
+    plan = dry_run(
+        "train.slurm",
+        TRAIN_ARGS,
+        SLURM_JOB_ID="4321",
+        SLURM_JOB_NODELIST="gpu[001-003]",
+        SLURM_GPUS_ON_NODE="4",
+    )
+    argv = plan["nodes"][-1]["argv"]
+    script = next(i for i, w in enumerate(argv) if w.endswith("train.py"))
+    with initialize_config_dir(config_dir=str(ROOT / "recipes"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=argv[script + 1 :])
+    assert cfg.grpo.use_vllm is True and cfg.grpo.vllm_mode == "server"
+    assert cfg.grpo.vllm_server_host == "gpu003"
+    assert cfg.grpo.vllm_server_port == VLLM_BASE + 4321
+    assert cfg.grpo.vllm_group_port == GROUP_BASE + 4321
+    assert cfg.resume == "auto" and cfg.seed == 0 and cfg.method.name == "rlsr"
+    assert cfg.output_dir == str(ROOT / "runs" / "hotpot-rlsr-qwen2.5-7b-seed0")
+
+
+PROBE = """
+import json, sys
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+total = torch.tensor([dist.get_rank() + 1.0])
+dist.all_reduce(total)
+print("PROBE " + json.dumps({"rank": dist.get_rank(), "world": dist.get_world_size(),
+                             "sum": total.item(), "argv": sys.argv[1:]}), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_two_training_nodes_rendezvous_with_the_planned_accelerate_commands(tmp_path):
+    """Runs the dry run's per-node trainer step (node_exec.sh + the real accelerate launch, c10d)
+    for two "machines" on this host, with a gloo all-reduce probe in place of train.py."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    job = free_job_id()
+    plan = dry_run(
+        "train.slurm",
+        TRAIN_ARGS,
+        SLURM_JOB_ID=job,
+        SLURM_JOB_NODELIST="n[1-3]",
+        RLSR_GPUS_PER_NODE="1",
+        RLSR_MAIN_ADDR="127.0.0.1",
+        RLSR_TRAIN_SCRIPT=str(probe),
+    )
+    srun = plan["srun"]["trainer"]
+    step = srun[srun.index("bash") :]  # what srun starts on every training node
+    env = base_env(PATH=f"{Path(PYTHON).parent}:{os.environ['PATH']}", OMP_NUM_THREADS="1")
+    procs = [
+        subprocess.Popen(
+            step,
+            env={**env, "SLURMD_NODENAME": node},
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for node in ("n1", "n2")
+    ]
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=150)[0])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    assert all(p.returncode == 0 for p in procs), "\n".join(outputs)
+    results = [
+        json.loads(line[6:])
+        for out in outputs
+        for line in out.splitlines()
+        if line.startswith("PROBE ")
+    ]
+    assert sorted(r["rank"] for r in results) == [0, 1]
+    assert all(r["world"] == 2 and r["sum"] == 3.0 for r in results)
+    ov = dict(a.lstrip("+").split("=", 1) for a in results[0]["argv"])
+    assert ov["grpo.vllm_server_host"] == "n3" and ov["resume"] == "auto"

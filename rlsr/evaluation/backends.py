@@ -244,10 +244,13 @@ class TransformersBackend:
                 pad_token_id=self.tokenizer.pad_token_id,
                 return_dict_in_generate=True,
                 output_logits=sampling.logprobs,
+                # Chat models ship generation_config.json defaults (Qwen2.5-Instruct: repetition
+                # penalty 1.05, top_k 20); the paper's protocol is plain greedy / plain sampling.
+                repetition_penalty=1.0,
             )
             if sampling.temperature > 0:
                 kwargs.update(
-                    do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p
+                    do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0
                 )
             else:
                 kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
@@ -360,6 +363,7 @@ def vllm_sampling_kwargs(sampling: Sampling) -> dict:
         temperature=sampling.temperature,
         top_p=sampling.top_p if sampling.temperature > 0 else 1.0,
         seed=sampling.seed,
+        repetition_penalty=1.0,
         skip_special_tokens=True,
     )
     if sampling.logprobs:

@@ -35,6 +35,7 @@ __all__ = [
     "to_records",
     "write_jsonl",
     "oracle_correct_probability",
+    "write_dataset_folder",
 ]
 
 # Single-letter names; "q" is the question marker, so it is not a name.
@@ -136,3 +137,25 @@ def write_jsonl(examples: list[ToyExample], path: str | Path, system_prompt: str
 def oracle_correct_probability(answerable: bool) -> float:
     """Best achievable P(correct): 1 with the fact, 1/10 when guessing a hidden digit."""
     return 1.0 if answerable else 1.0 / len(DIGITS)
+
+
+def write_dataset_folder(
+    out_dir: str | Path,
+    variant: str = "easy",
+    seed: int = 0,
+    n_train: int = 2000,
+    n_heldout: int = 500,
+    p_missing: float = 0.5,
+) -> Path:
+    """Write ``train.jsonl`` and ``test.jsonl`` (the held-out split) as raw rows ``{id, question,
+    answer, answerable}``, the layout ``rlsr.data.load_examples("tiny", path=out_dir)`` reads
+    (``train.py recipe=toy data.path=...``; ``rlsr evaluate --data-path tiny=...``)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for split, file_split, n in (("train", "train", n_train), ("heldout", "test", n_heldout)):
+        rows = [
+            {"id": ex.id, "question": ex.question, "answer": ex.answer, "answerable": ex.answerable}
+            for ex in make_split(variant, split, n, seed, p_missing)
+        ]
+        (out / f"{file_split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return out

@@ -4,7 +4,8 @@ Saved with ``save_pretrained`` and reloaded with ``load_toy_tokenizer`` as a
 ``PreTrainedTokenizerFast``. Do NOT reload it with ``AutoTokenizer.from_pretrained`` on a folder
 that also holds the Qwen2 ``config.json``: transformers 5 then rebuilds a byte-level Qwen2
 tokenizer and garbles the word-level vocabulary (shared/STACK.md). ``tokenizer_config.json``
-names ``PreTrainedTokenizerFast`` as the class, which is what the toy model folder also records.
+records ``"rlsr_load_as": "PreTrainedTokenizerFast"``, which ``rlsr.toy.compat.load_tokenizer``
+honours.
 
 Text is split on whitespace and then into tags, ``0.0``..``1.0`` confidences, digits, names and
 single punctuation marks; decoding fuses tokens without spaces, so a completion decodes to
@@ -20,6 +21,7 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from rlsr.toy.compat import TOKENIZER_MARKER_KEY
 from rlsr.toy.task import DIGITS, NAMES
 
 __all__ = [
@@ -40,10 +42,11 @@ PUNCTUATION = (":", ";", "=")
 # Order matters: tags, then confidences before single digits, then words/names, then any char.
 _SPLIT = r"</?[a-z]+>|[01]\.\d|\d|[a-z]+|\S"
 
-# Renders the user turn only; the generation prompt adds nothing (the completion starts at once).
+# Renders the user turn only, without the "PROBLEM:" wrapper that rlsr.data puts around every
+# problem (rlsr.data.formatting.USER_PROMPT_TEMPLATE); the generation prompt adds nothing.
 TOY_CHAT_TEMPLATE = (
     "{% for message in messages %}{% if message['role'] == 'user' %}"
-    "{{ message['content'] }}{% endif %}{% endfor %}"
+    "{{ message['content'] | replace('PROBLEM:', '') | trim }}{% endif %}{% endfor %}"
 )
 
 
@@ -73,6 +76,8 @@ def build_toy_tokenizer() -> PreTrainedTokenizerFast:
         clean_up_tokenization_spaces=False,
     )
     tok.chat_template = TOY_CHAT_TEMPLATE
+    # Saved into tokenizer_config.json; rlsr.toy.compat.load_tokenizer reads it (module doc).
+    tok.init_kwargs[TOKENIZER_MARKER_KEY] = "PreTrainedTokenizerFast"
     return tok
 
 

@@ -1,0 +1,69 @@
+"""Loading word-level tokenizers that ``AutoTokenizer`` would garble (transformers 5).
+
+``AutoTokenizer.from_pretrained`` on a folder whose ``config.json`` says ``model_type: qwen2``
+ignores the saved ``tokenizer_class`` and rebuilds a byte-level ``Qwen2Tokenizer`` (qwen2 is in
+transformers' ``MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS``), which turns the toy's word-level
+vocabulary into character soup. The toy tokenizer therefore records
+
+    "rlsr_load_as": "PreTrainedTokenizerFast"
+
+in its ``tokenizer_config.json`` (the key survives save/load round trips, so trained arms keep
+it), and ``load_tokenizer`` honours it. The trainer and the evaluator should call
+``load_tokenizer`` (or check the key) instead of ``AutoTokenizer.from_pretrained``; until they
+do, ``patch_auto_tokenizer`` routes ``AutoTokenizer.from_pretrained`` through it for one process
+(used by ``python -m rlsr.toy.launch``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+__all__ = ["TOKENIZER_MARKER_KEY", "marked_tokenizer_class", "load_tokenizer", "patch_auto_tokenizer"]
+
+TOKENIZER_MARKER_KEY = "rlsr_load_as"
+_SUPPORTED = ("PreTrainedTokenizerFast",)
+
+
+def marked_tokenizer_class(path) -> str | None:
+    """The class named by ``rlsr_load_as`` in ``path/tokenizer_config.json``, else None."""
+    config = Path(str(path)) / "tokenizer_config.json"
+    if not config.is_file():
+        return None
+    try:
+        value = json.loads(config.read_text()).get(TOKENIZER_MARKER_KEY)
+    except (OSError, ValueError):
+        return None
+    if value is not None and value not in _SUPPORTED:
+        raise ValueError(
+            f"{config}: {TOKENIZER_MARKER_KEY}={value!r} is not supported; use one of {_SUPPORTED}."
+        )
+    return value
+
+
+def load_tokenizer(path, **kwargs):
+    """``PreTrainedTokenizerFast`` for a marked folder (see module doc), else ``AutoTokenizer``."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if marked_tokenizer_class(path) is not None:
+        kwargs.pop("trust_remote_code", None)
+        return PreTrainedTokenizerFast.from_pretrained(str(path), **kwargs)
+    return AutoTokenizer.from_pretrained(path, **kwargs)
+
+
+def patch_auto_tokenizer() -> None:
+    """Make ``AutoTokenizer.from_pretrained`` honour the marker in this process (idempotent)."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    original = AutoTokenizer.from_pretrained
+    if getattr(original, "_rlsr_patched", False):
+        return
+
+    def from_pretrained(path, *args, **kwargs):
+        if marked_tokenizer_class(path) is not None:
+            kwargs.pop("trust_remote_code", None)
+            return PreTrainedTokenizerFast.from_pretrained(str(path), *args, **kwargs)
+        return original(path, *args, **kwargs)
+
+    from_pretrained._rlsr_patched = True
+    AutoTokenizer.from_pretrained = from_pretrained

@@ -1,0 +1,339 @@
+"""Unit tests of the evaluation package's pure parts (no model): file I/O, scorers, fallback
+extraction, deployment thresholds, report grouping, vLLM argument building, the HTTP judge.
+
+vLLM is not installed on our CPU machines: its engine is never started here; we test the
+arguments we would pass it. The OpenAI-compatible judge is tested against a local HTTP server
+in a thread (a stand-in for `vllm serve`, which cannot run here), speaking the real protocol.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from itertools import permutations
+
+import numpy as np
+import pytest
+
+from rlsr.evaluation import backends, deployment, report, scorers
+from rlsr.evaluation.runner import append_text, fallback_answer, fallback_confidence
+from rlsr.evaluation.samples_io import append_samples, read_samples
+from rlsr.evaluation.summary import compute_metrics, scorer_arrays
+
+# --------------------------------------------------------------------------- samples.jsonl
+
+
+def test_read_samples_drops_a_cut_last_line_and_repairs(tmp_path):
+    path = tmp_path / "s.jsonl"
+    append_samples(path, [{"id": "a", "x": math.nan}, {"id": "b"}])
+    intact = path.read_bytes()
+    with open(path, "a") as fh:
+        fh.write('{"id": "c", "resp')
+    assert [r["id"] for r in read_samples(path)] == ["a", "b"]
+    assert read_samples(path)[0]["x"] is None  # NaN is written as null
+    read_samples(path, repair=True)
+    assert path.read_bytes() == intact
+    append_samples(path, [{"id": "c"}])
+    assert [r["id"] for r in read_samples(path)] == ["a", "b", "c"]
+
+
+def test_read_samples_rejects_corruption_in_the_middle(tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"id": "a"}\nnot json\n{"id": "b"}\n')
+    with pytest.raises(ValueError, match="line 2"):
+        read_samples(path)
+
+
+# --------------------------------------------------------------------------- scorers
+
+
+def test_length_normalized_logprob_and_confidence():
+    assert scorers.length_normalized_logprob([-1.0, -3.0]) == -2.0
+    assert scorers.logprob_confidence([-1.0, -3.0]) == pytest.approx(math.exp(-2.0))
+    assert scorers.logprob_confidence([]) is None
+
+
+def test_answer_span_uses_last_occurrence():
+    text = "<think>Paris? maybe Paris</think><answer>Paris</answer>"
+    before, ans = scorers.answer_span(text, "Paris")
+    assert ans == "Paris" and before == "<think>Paris? maybe Paris</think><answer>"
+    assert scorers.answer_span(text, "Rome") is None
+    assert scorers.answer_span(text, None) is None
+
+
+def test_self_consistency_fraction():
+    assert scorers.self_consistency("Paris", ["paris", " Paris ", "Rome", None]) == 0.5
+    assert scorers.self_consistency(None, ["a"]) is None
+    assert scorers.self_consistency("a", []) is None
+
+
+def test_check_scorers_puts_verbalized_first_and_rejects_unknown():
+    assert scorers.check_scorers(["logprob"]) == ("verbalized", "logprob")
+    with pytest.raises(ValueError, match="unknown scorer"):
+        scorers.check_scorers(["entropy"])
+
+
+# --------------------------------------------------------------------------- fallbacks
+
+
+def test_fallback_extraction():
+    assert fallback_answer(" <answer> 42 </answer> and more") == "42"
+    assert fallback_answer(" Paris.\nBecause ...") == "Paris"
+    assert fallback_answer(": white</answer>") == "white"
+    assert fallback_answer("   \n") is None
+    assert fallback_confidence(" 0.8. I am fairly sure") == pytest.approx(0.8)
+    assert fallback_confidence(" <confidence>0.3</confidence>") == pytest.approx(0.3)
+    assert fallback_confidence(" 85%") == pytest.approx(0.85)
+    assert fallback_confidence(" unsure") is None
+    assert append_text("abc", "S") == "abc S" and append_text("abc\n", "S") == "abc\nS"
+    assert append_text("", "S") == "S"
+
+
+# --------------------------------------------------------------------------- metrics.json
+
+
+def test_missing_confidence_counts_as_zero():
+    recs = [
+        {"id": "1", "correct": True, "scores": {"verbalized": 0.9}},
+        {"id": "2", "correct": False, "scores": {"verbalized": None}},
+        {"id": "3", "correct": False, "scores": {"verbalized": 0.2}},
+    ]
+    conf, ok, missing = scorer_arrays(recs, "verbalized")
+    assert conf.tolist() == [0.9, 0.0, 0.2] and missing == 1
+    m = compute_metrics(recs, n_resamples=0)
+    assert m["scorers"]["verbalized"]["aurc"] == pytest.approx((0 + 0.5 + 2 / 3) / 3)
+    assert m["scorers"]["verbalized"]["missing_confidence"] == 1
+    with pytest.raises(ValueError, match="empty"):
+        compute_metrics([])
+
+
+def test_utility_auc_only_with_answerable_and_cost():
+    recs = [
+        {
+            "id": str(i),
+            "correct": c,
+            "answer": "x",
+            "answerable": a,
+            "cost": 1.0,
+            "scores": {"verbalized": s},
+        }  # fmt: skip
+        for i, (c, a, s) in enumerate([(True, True, 0.9), (False, False, 0.8), (False, True, 0.1)])
+    ]
+    m = compute_metrics(recs, n_resamples=0)
+    assert 0.0 <= m["scorers"]["verbalized"]["utility_auc"] <= 1.0
+    del recs[0]["cost"]
+    assert "utility_auc" not in compute_metrics(recs, n_resamples=0)["scorers"]["verbalized"]
+
+
+# --------------------------------------------------------------------------- deployment
+
+
+def _paper_tau(conf, ok, target):
+    """Brute force of Sec. C.6.3: tau = min{t in candidate set : acc({s >= t}) >= target}."""
+    feasible = [t for t in sorted(set(conf)) if np.mean(ok[conf >= t]) >= target]
+    return min(feasible) if feasible else None
+
+
+def test_deployment_plain_rule_matches_brute_force():
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        n = 40
+        conf = np.round(rng.random(n), 1)
+        ok = rng.random(n) < conf
+        tc, to = np.round(rng.random(n), 1), rng.random(n) < 0.5
+        rows = deployment.deployment_rows(conf, ok, tc, to, 0.7)
+        plain = rows[0]
+        tau = _paper_tau(conf, ok, 0.7)
+        assert plain["feasible"] == (tau is not None)
+        if tau is not None:
+            assert plain["tau"] == tau
+            assert plain["val_coverage"] == pytest.approx(np.mean(conf >= tau))
+            assert plain["test_coverage"] == pytest.approx(np.mean(tc >= tau))
+            if np.any(tc >= tau):
+                assert plain["test_accuracy"] == pytest.approx(np.mean(to[tc >= tau]))
+        # temperature scaling is monotone: it selects the same validation samples
+        temp = rows[2]
+        assert temp["feasible"] == plain["feasible"]
+        if plain["feasible"]:
+            assert temp["val_coverage"] == pytest.approx(plain["val_coverage"])
+
+
+def test_deployment_infeasible_row_reports_top_accuracy():
+    conf = np.array([1.0, 1.0, 1.0, 0.5])
+    ok = np.array([True, False, True, True])
+    rows = deployment.deployment_rows(conf, ok, conf, ok, 0.9)
+    assert rows[0]["feasible"] is False and rows[0]["tau"] == 1.0
+    assert rows[0]["val_accuracy"] == pytest.approx(2 / 3) and rows[0]["test_coverage"] is None
+    assert "model†" in deployment.deployment_markdown({"model": rows})
+
+
+# --------------------------------------------------------------------------- report
+
+
+def test_method_from_dirname_and_labels(tmp_path):
+    assert report.method_from_dirname("/x/rlsr-seed3") == "rlsr"
+    assert report.method_from_dirname("rlcr_s2") == "rlcr"
+    assert report.method_from_dirname("base") == "base"
+    groups = report.group_runs(
+        [str(tmp_path / "rlsr-seed0"), str(tmp_path / "b")], [f"BASE={tmp_path / 'b'}"]
+    )
+    assert set(groups) == {"rlsr", "BASE"}
+    with pytest.raises(ValueError, match="NAME=DIR"):
+        report.group_runs([], ["oops"])
+
+
+def test_split_id_ood_infers_family():
+    ids, oods = report.split_id_ood(["hotpot_modified", "hotpot_vanilla", "gsm8k", "trivia"])
+    assert ids == ["hotpot_modified", "hotpot_vanilla"] and oods == ["gsm8k", "trivia"]
+    ids, oods = report.split_id_ood(["gsm8k", "bigmath_digits", "trivia"])
+    assert ids == ["gsm8k", "bigmath_digits"] and oods == ["trivia"]
+    assert report.split_id_ood(["tiny"]) == (["tiny"], [])
+    assert report.split_id_ood(["gsm8k", "trivia"], id_sets="gsm8k", ood_sets="trivia") == (
+        ["gsm8k"],
+        ["trivia"],
+    )
+
+
+def test_report_mean_std_and_id_ood_average(tmp_path):
+    def write(run, dataset, aurc):
+        d = tmp_path / run / dataset
+        d.mkdir(parents=True)
+        m = {"n": 2, "accuracy": 0.5, "primary_scorer": "verbalized",
+             "scorers": {"verbalized": {"aurc": aurc, "ece": 0.1, "acc@10": 1.0, "acc@25": 0.5, "acc@50": 0.5}}}  # fmt: skip
+        (d / "metrics.json").write_text(json.dumps(m))
+
+    write("m-seed0", "hotpot_modified", 0.4)
+    write("m-seed0", "trivia", 0.2)
+    write("m-seed1", "hotpot_modified", 0.6)
+    write("m-seed1", "trivia", 0.4)
+    paths = report.build_report(
+        [str(tmp_path / "m-seed0"), str(tmp_path / "m-seed1")], tmp_path / "r"
+    )
+    text = paths["markdown"].read_text()
+    assert "| m | 0.500 ± 0.141 |" in text  # ID AURC over seeds: mean(0.4, 0.6), std ddof=1
+    assert "OOD AURC↓" in text
+    assert not paths["figure"].exists()  # no samples.jsonl -> no curves
+
+
+# --------------------------------------------------------------------------- backends / vLLM args
+
+
+def test_resolve_adapter_picks_final_then_last_checkpoint(tmp_path):
+    for step in (2, 10, 9):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "adapter_config.json").write_text('{"r": 1}')
+    (tmp_path / "checkpoint-11").mkdir()  # no adapter inside: skipped
+    assert backends.resolve_adapter(tmp_path) == tmp_path / "checkpoint-10"
+    (tmp_path / "adapter_config.json").write_text('{"r": 1}')
+    assert backends.resolve_adapter(tmp_path) == tmp_path
+    assert backends.resolve_adapter(None) is None
+    with pytest.raises(ValueError, match="no adapter_config"):
+        backends.resolve_adapter(tmp_path / "checkpoint-11")
+    assert backends.adapter_rank(tmp_path) == 1
+
+
+def test_vllm_arguments():
+    kw = backends.vllm_engine_kwargs("m", lora_rank=1, tensor_parallel_size=4, data_parallel_size=2)
+    assert kw["enable_lora"] and kw["max_lora_rank"] == 1 and kw["tensor_parallel_size"] == 4
+    assert kw["data_parallel_size"] == 2 and kw["trust_remote_code"] is False
+    assert "enable_lora" not in backends.vllm_engine_kwargs("m")
+    assert backends.vllm_lora_rank(12) == 16
+    with pytest.raises(ValueError):
+        backends.vllm_lora_rank(1000)
+    greedy = backends.vllm_sampling_kwargs(backends.Sampling(max_new_tokens=4096))
+    assert greedy["temperature"] == 0.0 and greedy["max_tokens"] == 4096 and greedy["n"] == 1
+    sc = backends.vllm_sampling_kwargs(
+        backends.Sampling(16, temperature=0.7, n=8, seed=3, logprobs=True)
+    )
+    assert sc["n"] == 8 and sc["seed"] == 3 and sc["logprobs"] == 0
+
+
+def test_sampling_validation():
+    with pytest.raises(ValueError, match="greedy"):
+        backends.Sampling(8, temperature=0.0, n=2)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        backends.Sampling(0)
+    with pytest.raises(ValueError, match="unknown backend"):
+        backends.make_backend("sglang", "m")
+
+
+# --------------------------------------------------------------------------- HTTP judge
+
+
+class _JudgeServer(BaseHTTPRequestHandler):
+    seen: list = []
+
+    def do_POST(self):  # noqa: N802 (http.server API)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.seen.append((self.path, body, self.headers.get("Authorization")))
+        prompt = body["messages"][0]["content"]
+        reply = "YES" if "Paris" in prompt.split("Predicted Answer:")[1] else "maybe"
+        data = json.dumps(
+            {"choices": [{"message": {"role": "assistant", "content": reply}}]}
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_openai_judge_through_llm_judge_verifier(monkeypatch):
+    from rlsr.evaluation.judge import openai_judge_fn
+    from rlsr.verifiers import LLMJudgeVerifier
+
+    server = HTTPServer(("127.0.0.1", 0), _JudgeServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("RLSR_TEST_KEY", "secret")
+        url = f"http://127.0.0.1:{server.server_port}/v1"
+        fn = openai_judge_fn(url, "judge-model", api_key_env="RLSR_TEST_KEY")
+        verifier = LLMJudgeVerifier(fn)
+        result = verifier.verify_batch(
+            ["Paris", "Rome", None],
+            ["Paris", "Paris", "Paris"],
+            questions=["Capital of France?"] * 3,
+        )
+    finally:
+        server.shutdown()
+    assert result.correct.tolist() == [True, False, False]
+    assert list(result.status) == ["correct", "invalid", "missing"]
+    path, body, auth = _JudgeServer.seen[0]
+    assert (
+        path == "/v1/chat/completions"
+        and body["temperature"] == 0.0
+        and body["model"] == "judge-model"
+    )
+    assert auth == "Bearer secret"
+    with pytest.raises(ValueError, match="http"):
+        openai_judge_fn("localhost:8000", "m")
+
+
+def test_dcs_prompt_adds_idk_option():
+    from rlsr.evaluation.dcs import IDK_TEXT, dcs_prompt, option_continuations
+
+    messages, full, idk = dcs_prompt("Which?\nA) x\nB) y", {"A": "x", "B": "y"})
+    assert idk == "C" and full["C"] == IDK_TEXT
+    assert messages[0]["content"].count("A) x") == 1  # the stem's own option lines are not repeated
+    assert option_continuations(full) == ["A) x", "B) y", "C) I don't know"]
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_plot_grid_curve_matches_all_orderings(n):
+    """curve_on_grid at coverage k/n equals the risk of {conf >= t} for the smallest covering t."""
+    from rlsr.evaluation.plots import curve_on_grid
+
+    conf = np.array([0.9, 0.5, 0.5, 0.1][:n])
+    for ok_tuple in set(permutations([True, False, True, False][:n])):
+        ok = np.array(ok_tuple)
+        grid = np.arange(1, n + 1) / n
+        risk = curve_on_grid(conf, ok, grid)
+        for k, r in zip(range(1, n + 1), risk, strict=True):
+            t = sorted(conf, reverse=True)[k - 1]
+            assert r == pytest.approx(1 - np.mean(ok[conf >= t]))

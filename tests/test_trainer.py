@@ -1,0 +1,174 @@
+"""RLSRTrainer: reward columns, reward signs, and one real TRL step checked against TRL's own state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlsr import rewards as R
+from rlsr.config import MethodSettings
+from rlsr.trainer import compute_reward_columns, completion_text, pool_statistics, reward_columns
+
+
+def _grpo_advantages(columns: np.ndarray, weights, G: int) -> np.ndarray:
+    """TRL's advantage with scale_rewards='none': weighted reward minus its group mean."""
+    reward = columns @ np.asarray(weights, dtype=np.float64)
+    grouped = reward.reshape(-1, G)
+    return (grouped - grouped.mean(axis=1, keepdims=True)).reshape(-1)
+
+
+# --------------------------------------------------------------------------- columns
+
+
+def test_reward_columns_and_weights_per_method():
+    assert reward_columns(MethodSettings("rlsr")) == [
+        ("format_reward", 0.5),
+        ("lifted_aurc_reward", 0.5),
+    ]
+    assert reward_columns(MethodSettings("rlcr", format_weight=0.2, method_weight=1.0)) == [
+        ("format_reward", 0.2),
+        ("correctness_reward", 1.0),
+        ("brier_reward", 1.0),
+    ]
+    assert [n for n, _ in reward_columns(MethodSettings("rlvr"))] == [
+        "format_reward",
+        "correctness_reward",
+    ]
+    with pytest.raises(ValueError, match="method.name"):
+        reward_columns(MethodSettings("ppo"))
+
+
+def test_reward_columns_equal_the_core_library_on_a_pool():
+    rng = np.random.default_rng(0)
+    n = 48
+    correct = rng.random(n) < 0.4
+    confidence = rng.choice([0.1, 0.5, 0.5, 0.9, np.nan], size=n)
+    format_ok = rng.random(n) < 0.8
+    rlsr = compute_reward_columns(
+        MethodSettings("rlsr", weight_cap=2.0, max_coverage=0.5, correct_scale=2.0),
+        correct,
+        confidence,
+        format_ok,
+    )
+    np.testing.assert_array_equal(rlsr[:, 0], format_ok.astype(float))
+    np.testing.assert_array_equal(
+        rlsr[:, 1],
+        R.lifted_aurc_rewards(
+            correct, confidence, correct_scale=2.0, weight_cap=2.0, max_coverage=0.5
+        ),
+    )
+    rlcr = compute_reward_columns(MethodSettings("rlcr"), correct, confidence, format_ok)
+    np.testing.assert_array_equal(rlcr[:, 1], correct.astype(float))
+    np.testing.assert_array_equal(rlcr[:, 2], R.brier_reward(correct, confidence, format_ok))
+    rlvr = compute_reward_columns(MethodSettings("rlvr"), correct, confidence, format_ok)
+    assert rlvr.shape == (n, 2)
+
+
+def test_completion_text_reads_plain_and_conversational_completions():
+    assert completion_text("<answer>x</answer>") == "<answer>x</answer>"
+    assert completion_text([{"role": "assistant", "content": "abc"}]) == "abc"
+    blocks = [{"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
+    assert completion_text(blocks) == "ab"
+    assert completion_text([{"role": "tool", "content": "x"}, {"role": "assistant", "content": "y"}]) == "y"
+
+
+def test_pool_statistics_count_missing_confidence_as_zero():
+    stats = pool_statistics(
+        np.array([True, False, True, False]),
+        np.array([0.9, np.nan, 0.7, 0.3]),
+        np.array([True, False, True, True]),
+        timeouts=3,
+    )
+    assert stats["rlsr/pool_size"] == 4
+    assert stats["rlsr/accuracy"] == 0.5
+    assert stats["rlsr/mean_confidence"] == pytest.approx((0.9 + 0 + 0.7 + 0.3) / 4)
+    assert stats["rlsr/confidence_gap"] == pytest.approx(0.8 - 0.15)
+    assert stats["rlsr/format_rate"] == 0.75
+    assert stats["rlsr/confidence_parsed_rate"] == 0.75
+    assert stats["rlsr/verifier_timeouts"] == 3
+    # Most confident two are right, the rest wrong: R_1 = R_2 = 0, R_3 = 1/3, R_4 = 1/2.
+    assert stats["rlsr/aurc"] == pytest.approx((0 + 0 + 1 / 3 + 1 / 2) / 4)
+
+
+# --------------------------------------------------------------------------- reward signs
+
+
+def test_rlsr_advantages_favour_confident_right_answers():
+    # Two prompts, G = 4. Confident answers are right, unconfident ones wrong.
+    correct = np.array([1, 1, 0, 0, 1, 0, 1, 0], dtype=bool)
+    confidence = np.array([0.95, 0.8, 0.3, 0.1, 0.9, 0.2, 0.6, 0.4])
+    fmt = np.ones(8, dtype=bool)
+    method = MethodSettings("rlsr")
+    adv = _grpo_advantages(
+        compute_reward_columns(method, correct, confidence, fmt), [0.5, 0.5], G=4
+    )
+    assert np.all(adv[correct] > 0) and np.all(adv[~correct] < 0)
+    # Within the first group the more confident right answer gets the larger advantage.
+    assert adv[0] > adv[1]
+    assert int(np.argmax(adv)) == 0  # the most confident right answer of the pool
+
+
+def test_rlsr_penalises_confident_wrong_answers_hardest():
+    correct = np.array([0, 0, 1, 1, 0, 0, 1, 1], dtype=bool)
+    confidence = np.array([0.95, 0.2, 0.5, 0.3, 0.7, 0.1, 0.4, 0.35])
+    fmt = np.ones(8, dtype=bool)
+    adv = _grpo_advantages(
+        compute_reward_columns(MethodSettings("rlsr"), correct, confidence, fmt), [0.5, 0.5], G=4
+    )
+    assert int(np.argmin(adv)) == 0  # the most confident wrong answer
+    assert adv[0] < adv[1]  # confident wrong below unconfident wrong in the same group
+    # RLVR cannot tell the two wrong answers apart.
+    rlvr = _grpo_advantages(
+        compute_reward_columns(MethodSettings("rlvr"), correct, confidence, fmt), [0.5, 0.5], G=4
+    )
+    assert rlvr[0] == rlvr[1]
+
+
+# --------------------------------------------------------------------------- real TRL step
+
+
+@pytest.mark.parametrize("method", ["rlsr", "rlcr"])
+def test_one_step_matches_trl_advantages_and_logs_pool_metrics(tmp_path, method):
+    """One optimizer step of recipe=tiny in this process (transformers generation, no vLLM).
+
+    TRL's own logged advantages must equal (weighted columns - group mean) of the pool the hook
+    saw, which proves the returned tensor has the layout TRL expects; the rlsr/* and
+    rewards/<column>/mean metrics must be logged.
+    """
+    import torch
+    from test_trainer_support import tiny_settings
+
+    from rlsr.config import validate
+    from rlsr.trainer import build_trainer
+
+    torch.set_num_threads(1)
+    settings = tiny_settings(tmp_path, max_steps=1, save_steps=1000)
+    settings.method = MethodSettings(method)
+    validate(settings)
+    pools = []
+    trainer = build_trainer(settings, pool_hook=pools.append)
+    trainer.train()
+
+    assert len(pools) == 1
+    pool = pools[0]
+    G = settings.grpo["num_generations"]
+    weights = [w for _, w in reward_columns(settings.method)]
+    expected = _grpo_advantages(pool["rewards"].astype(np.float64), weights, G)
+    np.testing.assert_allclose(np.array(trainer._logs["advantages"]), expected, atol=1e-6)
+
+    logs = trainer.state.log_history[0]
+    n = settings.grpo["per_device_train_batch_size"] * settings.grpo["gradient_accumulation_steps"]
+    assert logs["rlsr/pool_size"] == n == len(pool["correct"])
+    for key in ("aurc", "ece", "accuracy", "mean_confidence", "format_rate", "verifier_timeouts"):
+        assert f"rlsr/{key}" in logs
+    assert logs["rlsr/accuracy"] == pytest.approx(pool["correct"].mean())
+    for i, (name, _) in enumerate(reward_columns(settings.method)):
+        assert logs[f"rewards/{name}/mean"] == pytest.approx(float(pool["rewards"][:, i].mean()), abs=1e-5)
+    assert trainer._verifier is None  # the verifier was closed when training ended
+
+
+def test_trainer_rejects_reward_funcs(tmp_path):
+    from rlsr.trainer import RLSRTrainer
+
+    with pytest.raises(ValueError, match="reward_funcs"):
+        RLSRTrainer(model="unused", method=MethodSettings("rlsr"), reward_funcs=[len])

@@ -1,0 +1,131 @@
+"""Two processes pool exactly: `torchrun --nproc_per_node 2` (gloo, CPU) vs one-process recompute.
+
+This file is both the pytest test and the worker script torchrun runs (``__main__`` branch).
+Each rank trains recipe=tiny for 2 optimizer steps on the format-warm tiny model (transformers
+generation; vLLM is not installed on CPU) with a pool hook that dumps what it gathered. The test
+then checks, in a single process:
+
+* every rank saw the same pool, of size per_device x processes x grad_accum (= rlsr/pool_size);
+* re-parsing and re-verifying the gathered completion texts here reproduces (correct,
+  confidence, format_ok), and ``rlsr.rewards`` on that pool reproduces the trainer's reward
+  columns exactly;
+* rows are grouped by prompt in blocks of G (TRL's ``view(-1, G)`` layout holds);
+* ranking per process instead of over the pool would have given different rewards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+PER_DEVICE, ACCUM, PROCS, G, STEPS = 4, 2, 2, 4, 2
+
+
+def _worker(out_dir: str) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_trainer_support import tiny_settings
+
+    from rlsr.trainer import run_training
+
+    rank = int(os.environ["RANK"])
+    dumps: list[dict] = []
+
+    def hook(pool: dict) -> None:
+        dumps.append(
+            {
+                "step": pool["global_step"],
+                "num_processes": pool["num_processes"],
+                "correct": pool["correct"].tolist(),
+                "confidence": [None if np.isnan(c) else c for c in pool["confidence"].tolist()],
+                "format_ok": pool["format_ok"].tolist(),
+                "rewards": pool["rewards"].tolist(),
+                "texts": pool["texts"],
+                "golds": pool["golds"],
+            }
+        )
+
+    settings = tiny_settings(
+        Path(out_dir) / "run",
+        max_steps=STEPS,
+        per_device_train_batch_size=PER_DEVICE,
+        gradient_accumulation_steps=ACCUM,
+        num_generations=G,
+        save_steps=1000,
+    )
+    settings.resume = "never"
+    trainer = run_training(settings, pool_hook=hook)
+    pool_sizes = [h["rlsr/pool_size"] for h in trainer.state.log_history if "rlsr/pool_size" in h]
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps({"pools": dumps, "pool_sizes": pool_sizes}))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_two_processes_rank_the_whole_pool_exactly(tmp_path):
+    from test_trainer_support import format_warm_model
+
+    from rlsr.parsing import parse_response
+    from rlsr.rewards import lifted_aurc_rewards
+    from rlsr.verifiers import get_verifier
+
+    format_warm_model()  # build the cached fixture once, before two ranks race for it
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(PROCS),
+        "--master_port", "29517", __file__, str(tmp_path),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=580)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(PROCS)]
+    assert ranks[0] == ranks[1], "ranks disagree on the pooled data or rewards"
+    pools = ranks[0]["pools"]
+    assert len(pools) == STEPS
+    expected_pool = PER_DEVICE * PROCS * ACCUM
+    assert ranks[0]["pool_sizes"] == [float(expected_pool)] * STEPS
+
+    verifier = get_verifier("exact_match")
+    rankings_differ = False
+    for pool in pools:
+        assert pool["num_processes"] == PROCS
+        n = len(pool["texts"])
+        assert n == expected_pool == len(pool["rewards"])
+        # Prompt groups are contiguous blocks of G rows (TRL reshapes with view(-1, G)).
+        for start in range(0, n, G):
+            assert all(g == pool["golds"][start] for g in pool["golds"][start : start + G])
+
+        parsed = [parse_response(t) for t in pool["texts"]]
+        correct = verifier.verify_batch([p.answer for p in parsed], pool["golds"]).correct
+        confidence = np.array([np.nan if p.confidence is None else p.confidence for p in parsed])
+        format_ok = np.array([p.format_ok for p in parsed])
+        assert correct.tolist() == pool["correct"]
+        assert format_ok.tolist() == pool["format_ok"]
+        dumped_conf = np.array([np.nan if c is None else c for c in pool["confidence"]])
+        np.testing.assert_array_equal(confidence, dumped_conf)
+
+        expected = np.stack(
+            [format_ok.astype(float), lifted_aurc_rewards(correct, confidence)], axis=1
+        ).astype(np.float32)
+        np.testing.assert_array_equal(np.array(pool["rewards"], dtype=np.float32), expected)
+
+        half = n // PROCS
+        local = np.concatenate(
+            [
+                lifted_aurc_rewards(correct[i * half : (i + 1) * half], confidence[i * half : (i + 1) * half])
+                for i in range(PROCS)
+            ]
+        ).astype(np.float32)
+        rankings_differ |= not np.array_equal(local, expected[:, 1])
+    assert rankings_differ, "per-process ranking matched the pooled one on every step; weak test data"
+
+
+if __name__ == "__main__":
+    _worker(sys.argv[1])
