@@ -39,7 +39,12 @@ def _prob_inputs(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _bin_index(conf: np.ndarray, n_bins: int, binning: str) -> np.ndarray:
-    """Bin of each sample, 0..n_bins-1, left-inclusive: edge[b] <= conf < edge[b+1]."""
+    """Bin of each sample, 0..n_bins-1, left-inclusive: edge[b] <= conf < edge[b+1].
+
+    The edges are the float64 values of ``linspace`` (as in RLCR's evaluation), not exact
+    decimals: ``linspace(0, 1, 11)[3] == 0.30000000000000004``, so a confidence of exactly 0.3
+    (likewise 0.6, 0.7) falls in the bin below. Kept on purpose to reproduce the paper's numbers.
+    """
     if binning == "equal_width":
         inner = np.linspace(0.0, 1.0, n_bins + 1)[1:-1]
     elif binning == "equal_mass":
@@ -58,7 +63,9 @@ def ece(confidence, correct, n_bins: int = 10, *, binning: str = "equal_width") 
 
     ``binning="equal_width"`` (default) is the RLCR evaluation's binning that the paper follows:
     edges ``linspace(0, 1, n_bins + 1)`` with the outer edges replaced by -inf / +inf,
-    left-inclusive (``np.digitize``), so 0.1 falls in the second bin and 1.0 in the last.
+    left-inclusive (``np.digitize``), so 0.1 falls in the second bin and 1.0 in the last. As in
+    RLCR, the edges are float64 ``linspace`` values, so 0.3, 0.6 and 0.7 fall in the bin *below*
+    (0.3 < linspace(0, 1, 11)[3] = 0.30000000000000004); see ``_bin_index``.
     ``binning="equal_mass"`` (adaptive ECE) puts the inner edges at the 1/n_bins quantiles of the
     confidences (tied values share a bin). Empty bins contribute nothing.
     """
@@ -74,13 +81,17 @@ def ece(confidence, correct, n_bins: int = 10, *, binning: str = "equal_width") 
 
 
 def brier(confidence, correct) -> float:
-    """Brier score: mean (confidence - correct)^2 (lower is better). RLCR's reward is 1 - this."""
+    """Brier score: mean (confidence - correct)^2 (lower is better; Brier 1950).
+
+    RLCR's calibration reward (RLSR Sec. 2.1, ``rlsr.rewards.brier_reward``) is 1 - this per sample.
+    """
     conf, ok = _prob_inputs(confidence, correct)
     return float(np.mean((conf - ok) ** 2))
 
 
 def auroc(confidence, correct) -> float:
-    """AUROC of confidence for separating correct (positive) from wrong samples.
+    """AUROC of confidence for separating correct (positive) from wrong samples (as RLCR's
+    evaluation, sklearn ``roc_curve`` + ``auc``, which gives ties the same half credit).
 
     Mann-Whitney form with ties: P(c_correct > c_wrong) + 0.5 * P(c_correct = c_wrong), computed
     from tie-averaged ascending ranks: (R_pos - n_pos (n_pos + 1) / 2) / (n_pos * n_neg).

@@ -154,9 +154,7 @@ def from_dict(values: dict) -> TrainSettings:
     Keys that are not part of the schema raise ``ConfigError`` naming the key. Top-level keys
     starting with ``_`` or named ``recipe_name`` are bookkeeping of the recipes and are ignored.
     """
-    values = {
-        k: v for k, v in dict(values).items() if not k.startswith("_") and k != "recipe_name"
-    }
+    values = {k: v for k, v in dict(values).items() if not k.startswith("_") and k != "recipe_name"}
     settings = _build(TrainSettings, values, "")
     if settings.grpo is None:
         settings.grpo = {}
@@ -438,7 +436,11 @@ def _validate_grpo(g: dict, world_size: int) -> None:
     )
     for name in ("per_device_train_batch_size", "gradient_accumulation_steps"):
         value = g.get(name, 1)
-        _check(_is_int(value) and value >= 1, f"grpo.{name}", f"must be an integer >= 1; got {value!r}.")
+        _check(
+            _is_int(value) and value >= 1,
+            f"grpo.{name}",
+            f"must be an integer >= 1; got {value!r}.",
+        )
     pool = pool_size(g, world_size)
     per_device = g.get("per_device_train_batch_size", 8)
     accum = g.get("gradient_accumulation_steps", 1)

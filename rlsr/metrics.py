@@ -166,7 +166,8 @@ class RiskCoverageCurve(NamedTuple):
 
 
 def risk_coverage_curve(confidence, correct) -> RiskCoverageCurve:
-    """Risk-coverage curve for plots: selecting {confidence >= t} for every distinct value t.
+    """Risk-coverage curve for plots (RLSR Sec. 2.1, C.5.2): selecting {confidence >= t} for
+    every distinct value t; point = (|{s >= t}| / n, error rate on {s >= t}).
 
     Tied samples enter together, so each point is well defined (no arbitrary order inside a
     tie). The last point has coverage 1 and risk = overall error rate. O(n log n).
@@ -184,13 +185,17 @@ def risk_coverage_curve(confidence, correct) -> RiskCoverageCurve:
 
 
 def coverage_count(coverage: float, n: int) -> int:
-    """m = ceil(c * n), at least 1, guarding float noise (0.1 * 30 = 3.0000000000000004 -> 3)."""
+    """m = ceil(c * n), at least 1: the sample count behind Acc@c (DESIGN.md, RLSR Sec. C.5.2).
+
+    Guards float noise (0.1 * 30 = 3.0000000000000004 -> 3) by rounding c * n to 9 decimals
+    before the ceiling; exact for every decimal c and n up to ~10^7 (tested against fractions).
+    """
     c = check_fraction(coverage, "coverage")
     return min(n, max(1, math.ceil(round(c * n, 9))))
 
 
 def accuracy_at_coverage(confidence, correct, coverage):
-    """Acc@c: accuracy of the m = ceil(c * n) most confident samples (RLSR Sec. 3, Tab. 1).
+    """Acc@c: accuracy of the m = ceil(c * n) most confident samples (RLSR Sec. 4.1, C.5.2, Tab. 1).
 
     Samples tied at the cut count with their group's mean correctness (the expectation over
     orderings of the tie), via position weights 1 for p <= m and 0 after, tie-averaged.
@@ -227,7 +232,8 @@ def bootstrap_ci(
     alpha: float = 0.05,
     seed: int = 0,
 ) -> BootstrapCI:
-    """Percentile bootstrap CI of ``metric_fn(confidence, correct)`` over samples.
+    """Percentile bootstrap CI of ``metric_fn(confidence, correct)`` over samples (Efron &
+    Tibshirani 1993; a statistics helper, not a paper definition).
 
     Draws ``n_resamples`` resamples of size n with replacement (numpy ``default_rng(seed)``) and
     returns the (alpha/2, 1 - alpha/2) percentiles of the resampled metric. Resamples where the

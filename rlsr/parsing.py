@@ -12,8 +12,11 @@ Rules (``docs/parsing_verifiers.md`` has the user-facing version):
   trailing whitespace is allowed), the answer is non-empty after stripping, and the confidence
   parses (``parse_confidence``). Tag contents may hold anything except the spec's own tags.
 * **Extraction** does not require format_ok: the answer (confidence) is the content of the LAST
-  complete ``<answer>…</answer>`` block, i.e. between the last closing tag and the last opening
-  tag before it, stripped. An empty block gives ``None``.
+  complete ``<answer>…</answer>`` block, stripped; an empty block gives ``None``. A closing tag
+  closes the most recent opening tag not yet closed; a closing tag with no open block is ignored,
+  so stray or doubled closers (``<answer>x</answer></answer>``) never leak tag text into the
+  answer. Equivalently: the last opening tag that is followed by a closing tag before the next
+  opening tag, paired with that first closing tag.
 * **Confidence** (``parse_confidence``): ASCII decimal number only, optionally followed by ``%``.
   Values in [0, 1] are probabilities; values in (1, 100] and any value with ``%`` are percentages
   (RLCR's evaluation convention: ``85`` -> 0.85). Everything else -> ``None``.
@@ -144,15 +147,22 @@ def parse_confidence(text: str | None) -> float | None:
 
 
 def _last_block(text: str, tag: str) -> str | None:
-    """Content (unstripped) of the last complete ``<tag>…</tag>`` block, or None."""
-    close = text.rfind(f"</{tag}>")
-    if close < 0:
-        return None
-    opening = f"<{tag}>"
-    start = text.rfind(opening, 0, close)
-    if start < 0:
-        return None
-    return text[start + len(opening) : close]
+    """Content (unstripped) of the last complete ``<tag>…</tag>`` block, or None.
+
+    Walks the opening tags from the end: the first one with a closing tag before the next opening
+    tag starts the block, which ends at that first closing tag. Each character is searched at
+    most twice (rfind backwards, find between two openings), so this stays linear.
+    """
+    opening, closing = f"<{tag}>", f"</{tag}>"
+    end = len(text)
+    while True:
+        start = text.rfind(opening, 0, end)
+        if start < 0:
+            return None
+        close = text.find(closing, start + len(opening), end)
+        if close >= 0:
+            return text[start + len(opening) : close]
+        end = start
 
 
 def extract_tag(text: str, tag: str) -> str | None:
@@ -182,8 +192,9 @@ def _scan(text: str, tags: tuple[str, ...]):
     """One pass over the spec's tags.
 
     Returns (blocks, layout): blocks maps a tag to (content_start, content_end) of its last
-    complete block (the last closing tag preceded by an opening one, paired with the last opening
-    before it); layout is the first 2 * len(tags) + 1 tag tokens (start, end, closing, name).
+    complete block (a closing tag closes the most recent still-open opening tag of its name and
+    is ignored if there is none); layout is the first 2 * len(tags) + 1 tag tokens
+    (start, end, closing, name).
     """
     last_open: dict[str, int] = {}
     blocks: dict[str, tuple[int, int]] = {}
@@ -194,7 +205,8 @@ def _scan(text: str, tags: tuple[str, ...]):
         if len(layout) < limit:
             layout.append((match.start(), match.end(), closing, name))
         if closing:
-            opened = last_open.get(name)
+            # pop: once closed, an opening tag cannot pair with a later stray closer.
+            opened = last_open.pop(name, None)
             if opened is not None:
                 blocks[name] = (opened, match.start())
         else:

@@ -150,14 +150,16 @@ def lifted_aurc_rewards(
             f"correct has {ok.shape[0]} entries but confidence has {conf.shape[0]}; "
             "pass one value per completion."
         )
-    if correct_scale < 0:
+    if not correct_scale >= 0:  # also rejects NaN
         raise ValueError(f"correct_scale must be >= 0; got {correct_scale}.")
-    if max_coverage >= 1.0:
+    if not 0.0 < max_coverage <= 1.0:  # also rejects NaN
+        raise ValueError(f"max_coverage must be in (0, 1]; got {max_coverage!r}.")
+    if max_coverage == 1.0:
         alpha = rank_weights(conf)
     else:
         alpha = partial_rank_weights(conf, max_coverage)
     if weight_cap is not None:
-        if weight_cap <= 0:
+        if not weight_cap > 0:  # also rejects NaN
             raise ValueError(f"weight_cap must be > 0 or None; got {weight_cap}.")
         alpha = np.minimum(alpha, weight_cap)
     return np.where(ok, correct_scale * alpha, -alpha)
@@ -183,6 +185,13 @@ def brier_reward(correct, confidence, format_ok=None) -> np.ndarray:
     )
     if ok.shape != conf.shape:
         raise ValueError(f"correct has {ok.shape[0]} entries but confidence has {conf.shape[0]}.")
+    out_of_range = np.flatnonzero(~np.isnan(conf) & ~((conf >= 0.0) & (conf <= 1.0)))
+    if out_of_range.size:
+        i = out_of_range[0]
+        raise ValueError(
+            f"confidence must lie in [0, 1] (or be NaN for 'missing'); sample {i} is "
+            f"{conf[i]!r}. Parse confidences with rlsr.parsing.parse_confidence."
+        )
     valid = ~np.isnan(conf)
     if format_ok is not None:
         valid &= _as_bool_array(format_ok, "format_ok")

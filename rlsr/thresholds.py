@@ -72,6 +72,8 @@ class ThresholdOutcome:
 def clopper_pearson_upper(errors, n, delta: float) -> np.ndarray:
     """One-sided (1 - delta) Clopper-Pearson upper bound on an error rate: Beta(1-delta; k+1, n-k).
 
+    The exact binomial bound of Clopper & Pearson (1934): the U with P(Binom(n, U) <= k) = delta.
+
     Equals 1 when k = n. ``errors`` and ``n`` broadcast; n must be >= 1.
     """
     k = np.asarray(errors, dtype=np.float64)
@@ -87,7 +89,10 @@ def default_min_selected(target_accuracy: float, delta: float, n: int, power: fl
     certifies, with probability >= ``power``, a set whose true error rate is half the budget,
     (1 - target) / 2. Smaller sets are skipped: the top few samples almost never certify the
     target, and one chance failure there would end the whole sequence (75% target, delta 0.1:
-    m = 64). Depends only on (target, delta, n), never on the outcomes.
+    m = 64). If no m <= n reaches that power (a small validation set), the start is the smallest
+    m at which a set with zero errors could be certified at all, so a small but clean validation
+    set is not declared infeasible outright; n + 1 (nothing testable) only if even n cannot be.
+    Depends only on (target, delta, n), never on the outcomes.
     """
     max_risk = 1.0 - target_accuracy
     if max_risk <= 0.0:
@@ -96,6 +101,7 @@ def default_min_selected(target_accuracy: float, delta: float, n: int, power: fl
         return 1
     # Search in doubling blocks: the answer is usually small, n may be 10^6.
     low = 1
+    first_certifiable = n + 1
     while low <= n:
         m = np.arange(low, min(n, 2 * low + 1023) + 1)
         # Duality: the CP upper bound at k errors is <= max_risk iff
@@ -106,8 +112,11 @@ def default_min_selected(target_accuracy: float, delta: float, n: int, power: fl
         ok = np.flatnonzero(pass_prob >= power)
         if ok.size:
             return int(m[ok[0]])
+        certifiable = np.flatnonzero(k_max >= 0)
+        if certifiable.size and first_certifiable > n:
+            first_certifiable = int(m[certifiable[0]])
         low = int(m[-1]) + 1
-    return n + 1
+    return first_certifiable
 
 
 def _passes_fixed_sequence(errors: np.ndarray, counts: np.ndarray, max_risk: float, delta: float):
@@ -117,6 +126,8 @@ def _passes_fixed_sequence(errors: np.ndarray, counts: np.ndarray, max_risk: flo
     evaluates in doubling blocks so that the scan stops soon after the first failure.
     """
     total = errors.shape[0]
+    if max_risk >= 1.0:
+        return total  # target 0: every bound is <= 1 (the duality fails at k = m, where cdf = 1)
     start, block = 0, 256
     while start < total:
         stop = min(total, start + block)

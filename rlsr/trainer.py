@@ -155,8 +155,10 @@ def _verifier_inputs(inputs: Sequence[dict], verifier_name: str) -> dict[str, li
     if verifier_name == "mcq":
         return {
             "golds": [x["answer_letter"] for x in inputs],
-            "options": [json.loads(x["options"]) if isinstance(x["options"], str) else x["options"]
-                        for x in inputs],
+            "options": [
+                json.loads(x["options"]) if isinstance(x["options"], str) else x["options"]
+                for x in inputs
+            ],
         }
     return {"golds": [x["answer"] for x in inputs]}
 

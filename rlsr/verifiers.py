@@ -127,19 +127,32 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def normalize_answer(text: str) -> str:
-    """SQuAD v1.1 normalisation: lowercase, drop ASCII punctuation, drop articles a/an/the,
-    collapse whitespace (in that order, as the official SQuAD/HotPotQA evaluation script).
+_CACHED_NORMALIZE_CHARS = 512
+"""Only answers up to this length are cached, so runaway answers cannot pin memory in the cache."""
 
-    Cached: a GRPO pool repeats each gold G times and many predictions."""
+
+def _normalize(text: str) -> str:
     text = text.lower().translate(_PUNCTUATION)
     text = _ARTICLES.sub(" ", text)
     return " ".join(text.split())
 
 
+_normalize_cached = functools.lru_cache(maxsize=1 << 16)(_normalize)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD v1.1 normalisation: lowercase, drop ASCII punctuation, drop articles a/an/the,
+    collapse whitespace (in that order, as the official SQuAD/HotPotQA evaluation script and
+    RLCR's reward; used by the Exact-Match verifier of RLSR Sec. C.2).
+
+    Cached for short strings: a GRPO pool repeats each gold G times and many predictions."""
+    if len(text) > _CACHED_NORMALIZE_CHARS:
+        return _normalize(text)
+    return _normalize_cached(text)
+
+
 def exact_match(prediction: str | None, gold_or_golds, strict: bool = False) -> bool:
-    """True iff the prediction equals any accepted gold.
+    """True iff the prediction equals any accepted gold (Exact-Match verifier, RLSR Sec. C.2).
 
     strict=False: equal after ``normalize_answer`` (an answer that normalises to "" never
     matches). strict=True: equal after ``str.strip()`` only. A None prediction is False.
@@ -287,7 +300,8 @@ def _math_item(
 
 
 def math_equal(prediction: str | None, gold, timeout_s: float | None = None) -> bool:
-    """math-verify equivalence of ``prediction`` and a gold (str or list of accepted str).
+    """math-verify equivalence of ``prediction`` and a gold (str or list of accepted str);
+    the Math-Verify verifier of RLSR Sec. C.2 (Math-500, GSM8K, Big-Math).
 
     Runs in-process. ``timeout_s`` applies only in the main thread (SIGALRM); for untrusted batches
     use ``MathVerifier``, whose worker processes enforce limits everywhere.
@@ -470,8 +484,15 @@ class MathVerifier:
         started = time.monotonic()
         while pending or any(w.inflight for w in self._workers):
             now = time.monotonic()
-            for w in self._workers:
+            for index, w in enumerate(self._workers):
                 if w.ready and not w.inflight and pending:
+                    if not w.process.is_alive():
+                        # Died while idle (e.g. OOM-killed between batches): no item of ours was
+                        # on it, so restart it instead of blaming the next item sent to it.
+                        code = w.process.exitcode
+                        logger.warning("idle math worker died (exit code %s); restarting it", code)
+                        self._replace(index)
+                        continue
                     chunk = [pending.popleft() for _ in range(min(self.chunk_size, len(pending)))]
                     w.inflight.extend(chunk)
                     w.last_progress = now
@@ -522,8 +543,9 @@ class MathVerifier:
                 if self._startup_failures > 3:
                     raise RuntimeError(
                         f"math-verify workers keep dying at start-up (exit code "
-                        f"{w.process.exitcode}); check that `import math_verify` works, or use "
-                        "MathVerifier(num_workers=0)."
+                        f"{w.process.exitcode}); check that `import math_verify` works and that "
+                        "the main script guards its code with `if __name__ == '__main__':` "
+                        "(worker start-up re-imports it), or use MathVerifier(num_workers=0)."
                     ) from None
             # The worker died: its current item is an error; the rest of its chunk goes back.
             if w.inflight:

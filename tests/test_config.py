@@ -39,11 +39,26 @@ def test_hotpot_recipe_has_the_paper_settings():
     assert g["learning_rate"] == 1e-5 and g["lr_scheduler_type"] == "constant_with_warmup"
     assert g["warmup_steps"] == 0.05 and g["num_train_epochs"] == 1
     assert (g["num_generations"], g["temperature"], g["beta"]) == (32, 0.7, 0.0)
-    assert (g["scale_rewards"], g["loss_type"], g["bf16"], g["use_vllm"]) == ("none", "bnpo", True, True)
+    assert (g["scale_rewards"], g["loss_type"], g["bf16"], g["use_vllm"]) == (
+        "none",
+        "bnpo",
+        True,
+        True,
+    )
     assert pool_size(g, world_size=4) == 1536
     lora = v["model"]["lora"]
-    assert (lora["r"], lora["alpha"], lora["dropout"], lora["target_modules"]) == (1, 32, 0.0, "all-linear")
-    assert v["method"] == {**v["method"], "name": "rlsr", "format_weight": 0.5, "method_weight": 0.5}
+    assert (lora["r"], lora["alpha"], lora["dropout"], lora["target_modules"]) == (
+        1,
+        32,
+        0.0,
+        "all-linear",
+    )
+    assert v["method"] == {
+        **v["method"],
+        "name": "rlsr",
+        "format_weight": 0.5,
+        "method_weight": 0.5,
+    }
     validate(from_dict(compose("recipe=hotpot", *CPU)), world_size=4)
 
 
@@ -58,7 +73,9 @@ def test_bigmath_recipe_and_model_and_method_choices():
     assert pool_size(g, world_size=4) == 1536
     assert v["method"]["name"] == "rlcr"
     assert v["output_dir"] == "runs/bigmath-rlcr-llama3.1-8b-seed42"
-    validate(from_dict(compose("recipe=bigmath", "model=llama3.1-8b", "method=rlcr", *CPU)), world_size=4)
+    validate(
+        from_dict(compose("recipe=bigmath", "model=llama3.1-8b", "method=rlcr", *CPU)), world_size=4
+    )
 
 
 def test_tiny_recipe_is_valid_on_cpu():
@@ -74,7 +91,12 @@ def test_tiny_recipe_is_valid_on_cpu():
         (["data.dataset=hotpotqa"], 1, "data.dataset", "hotpotqa"),
         (["method=rlsr", "method.name=ppo"], 1, "method.name", "rlsr"),
         (["grpo.use_vllm=true"], 1, "grpo.use_vllm", "pip install rlsr[vllm]"),
-        (["model.attn_implementation=flash_attention_2"], 1, "model.attn_implementation", "flash-attn"),
+        (
+            ["model.attn_implementation=flash_attention_2"],
+            1,
+            "model.attn_implementation",
+            "flash-attn",
+        ),
         (["grpo.bf16=true"], 1, "grpo.bf16", "grpo.bf16=false"),
         (["model.lora.r=0"], 1, "model.lora.r", ">= 1"),
         (["model.lora.dropout=1.5"], 1, "model.lora.dropout", "[0, 1)"),

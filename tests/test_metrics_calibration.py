@@ -30,6 +30,14 @@ def test_ece_binning_is_left_inclusive_with_infinite_outer_edges():
     assert metrics.ece([0.0, 0.05], [0, 1]) == pytest.approx(abs(0.5 - 0.025))
 
 
+def test_ece_bins_use_float_linspace_edges_like_rlcr():
+    # linspace(0, 1, 11)[3] = 0.30000000000000004 > 0.3, so 0.3 shares the bin [0.2, 0.3) with
+    # 0.25 (RLCR's get_ece gives the same); exact decimal edges would give (0.7 + 0.25) / 2.
+    assert metrics.ece([0.3, 0.25], [1, 0]) == pytest.approx(abs(0.5 - 0.275))
+    assert metrics.ece([0.6, 0.55], [1, 0]) == pytest.approx(abs(0.5 - 0.575))
+    assert metrics.ece([0.4, 0.45], [1, 0]) == pytest.approx(abs(0.5 - 0.425))  # 0.4 is exact
+
+
 def test_ece_matches_explicit_binning():
     rng = np.random.default_rng(0)
     conf = np.round(rng.random(1000), 1)  # lands exactly on edges often

@@ -9,7 +9,7 @@ import pytest
 from scipy.stats import binom
 
 from rlsr import metrics
-from rlsr.thresholds import clopper_pearson_upper
+from rlsr.thresholds import clopper_pearson_upper, default_min_selected
 
 
 def test_plain_rule_is_the_smallest_threshold_meeting_the_target():
@@ -96,3 +96,24 @@ def test_bad_threshold_arguments(kwargs, match):
         metrics.select_threshold([0.2, 0.3], [1, 0], **kwargs)
     with pytest.raises(ValueError, match="val_correct"):
         metrics.select_threshold([0.2, 0.3], [1, 2], 0.5)
+
+
+def test_guarded_threshold_with_target_zero_accepts_everything():
+    # Regression: with max_risk = 1 the binomial-cdf duality rejected an all-wrong top group
+    # (cdf(m; m, 1) = 1 > delta) although its Clopper-Pearson bound, 1, is within the budget.
+    conf, correct = [0.9, 0.8, 0.7], [0, 0, 1]
+    guarded = metrics.select_threshold(conf, correct, 0.0, method="clopper_pearson", min_selected=1)
+    plain = metrics.select_threshold(conf, correct, 0.0)
+    assert guarded.feasible and guarded.threshold == plain.threshold == 0.7
+    assert guarded.n_selected == 3 and guarded.risk_upper_bound <= 1.0
+
+
+def test_guarded_threshold_on_a_small_clean_validation_set():
+    # Regression: with n below the power-based start (64 for 75% at delta 0.1) the default start
+    # was n + 1, so 50 all-correct samples were declared infeasible (abstain everywhere).
+    sel = metrics.select_threshold([0.5] * 50, [1] * 50, 0.75, method="clopper_pearson")
+    assert sel.feasible and sel.n_selected == 50 and sel.risk_upper_bound <= 0.25
+    # The fallback start is where zero errors first certify: (0.75)^m <= 0.1 from m = 9 on.
+    assert default_min_selected(0.75, 0.1, 50) == 9
+    assert default_min_selected(0.75, 0.1, 8) == 9  # 8 samples can never certify: n + 1
+    assert default_min_selected(0.75, 0.1, 1272) == 64  # large n: unchanged power rule

@@ -334,3 +334,22 @@ def test_scan_agrees_with_rfind_extraction(text):
         first_open = text.find(f"<{tag}>")
         complete = first_open >= 0 and text.rfind(f"</{tag}>") >= first_open + len(tag) + 2
         assert (tag in parsed.tags_found) == complete
+
+
+@pytest.mark.parametrize(
+    ("text", "answer", "confidence"),
+    [
+        # Regression: a doubled or stray closer used to pair with the already-closed opening, so
+        # the answer became 'x</answer>' and the confidence '0.8</confidence>' (unparseable).
+        ("<answer>x</answer></answer><confidence>0.8</confidence>", "x", 0.8),
+        ("<answer><answer>x</answer></answer><confidence>0.8</confidence>", "x", 0.8),
+        ("<answer>x</answer>junk</answer><confidence>0.8</confidence></confidence>", "x", 0.8),
+        ("<answer>a</answer><answer>b</answer></answer><confidence>.3</confidence>", "b", 0.3),
+        ("<answer>a</answer><answer>b<confidence>0.1</confidence>", "a", 0.1),
+    ],
+)
+def test_stray_closing_tags_never_leak_into_the_content(text, answer, confidence):
+    parsed = parse_response(text, ANSWER_CONFIDENCE_FORMAT)
+    assert (parsed.answer, parsed.confidence) == (answer, confidence)
+    assert not parsed.format_ok
+    assert extract_tag(text, "answer") == answer

@@ -7,7 +7,7 @@ import pytest
 
 from rlsr import rewards as R
 from rlsr.config import MethodSettings
-from rlsr.trainer import compute_reward_columns, completion_text, pool_statistics, reward_columns
+from rlsr.trainer import completion_text, compute_reward_columns, pool_statistics, reward_columns
 
 
 def _grpo_advantages(columns: np.ndarray, weights, G: int) -> np.ndarray:
@@ -67,9 +67,17 @@ def test_reward_columns_equal_the_core_library_on_a_pool():
 def test_completion_text_reads_plain_and_conversational_completions():
     assert completion_text("<answer>x</answer>") == "<answer>x</answer>"
     assert completion_text([{"role": "assistant", "content": "abc"}]) == "abc"
-    blocks = [{"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
+    blocks = [
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+        }
+    ]
     assert completion_text(blocks) == "ab"
-    assert completion_text([{"role": "tool", "content": "x"}, {"role": "assistant", "content": "y"}]) == "y"
+    assert (
+        completion_text([{"role": "tool", "content": "x"}, {"role": "assistant", "content": "y"}])
+        == "y"
+    )
 
 
 def test_pool_statistics_count_missing_confidence_as_zero():
@@ -163,7 +171,9 @@ def test_one_step_matches_trl_advantages_and_logs_pool_metrics(tmp_path, method)
         assert f"rlsr/{key}" in logs
     assert logs["rlsr/accuracy"] == pytest.approx(pool["correct"].mean())
     for i, (name, _) in enumerate(reward_columns(settings.method)):
-        assert logs[f"rewards/{name}/mean"] == pytest.approx(float(pool["rewards"][:, i].mean()), abs=1e-5)
+        assert logs[f"rewards/{name}/mean"] == pytest.approx(
+            float(pool["rewards"][:, i].mean()), abs=1e-5
+        )
     assert trainer._verifier is None  # the verifier was closed when training ended
 
 

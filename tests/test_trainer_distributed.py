@@ -64,7 +64,9 @@ def _worker(out_dir: str) -> None:
     settings.resume = "never"
     trainer = run_training(settings, pool_hook=hook)
     pool_sizes = [h["rlsr/pool_size"] for h in trainer.state.log_history if "rlsr/pool_size" in h]
-    Path(out_dir, f"rank{rank}.json").write_text(json.dumps({"pools": dumps, "pool_sizes": pool_sizes}))
+    Path(out_dir, f"rank{rank}.json").write_text(
+        json.dumps({"pools": dumps, "pool_sizes": pool_sizes})
+    )
 
 
 @pytest.mark.slow
@@ -119,12 +121,16 @@ def test_two_processes_rank_the_whole_pool_exactly(tmp_path):
         half = n // PROCS
         local = np.concatenate(
             [
-                lifted_aurc_rewards(correct[i * half : (i + 1) * half], confidence[i * half : (i + 1) * half])
+                lifted_aurc_rewards(
+                    correct[i * half : (i + 1) * half], confidence[i * half : (i + 1) * half]
+                )
                 for i in range(PROCS)
             ]
         ).astype(np.float32)
         rankings_differ |= not np.array_equal(local, expected[:, 1])
-    assert rankings_differ, "per-process ranking matched the pooled one on every step; weak test data"
+    assert rankings_differ, (
+        "per-process ranking matched the pooled one on every step; weak test data"
+    )
 
 
 if __name__ == "__main__":

@@ -137,7 +137,10 @@ def test_format_warm_model_writes_varied_tagged_answers():
     model = AutoModelForCausalLM.from_pretrained(path)
     rows = load_examples("tiny", split="train", limit=8)
     enc = tok.apply_chat_template(
-        [r["prompt"] for r in rows], add_generation_prompt=True, padding=True, return_tensors="pt",
+        [r["prompt"] for r in rows],
+        add_generation_prompt=True,
+        padding=True,
+        return_tensors="pt",
         return_dict=True,
     )
     torch.manual_seed(0)

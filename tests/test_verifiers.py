@@ -71,6 +71,16 @@ def test_exact_match_properties(pred, gold):
         assert exact_match(pred, gold)
 
 
+def test_long_answers_are_normalised_but_not_cached():
+    from rlsr.verifiers import _normalize_cached
+
+    before = _normalize_cached.cache_info().currsize
+    long = "The " + "x" * 10_000 + "!"
+    assert normalize_answer(long) == "x" * 10_000
+    assert _normalize_cached.cache_info().currsize == before  # runaway answers do not pin memory
+    assert normalize_answer("The Answer!") == "answer"
+
+
 def test_exact_match_verifier_batch():
     result = ExactMatchVerifier().verify_batch(
         ["Paris", None, "lyon", "  "], ["paris", "Paris", ["Lyon", "Lille"], "x"]
@@ -203,6 +213,19 @@ def test_pool_kills_hung_worker_and_recovers_from_crash(pool):
     assert elapsed < 15  # the hung item costs ~timeout_s + grace_s, not forever
     # The restarted pool serves the next call normally.
     assert pool.verify_batch(["7"], ["7"]).status == ("correct",)
+
+
+def test_pool_restarts_a_worker_that_died_while_idle_without_blaming_an_item(pool):
+    # Regression: a worker killed between batches (e.g. by the OOM killer) still looked ready,
+    # got the next chunk, and its first item was reported as an "error" (reward: incorrect).
+    pool.verify_batch(["1"], ["1"])  # make sure every worker is up
+    restarts = pool.restarts
+    for worker in pool._workers:
+        worker.process.kill()
+        worker.process.join(5)
+    result = pool.verify_batch(["1", "2", "3", "4"], ["1", "2", "3", "4"])
+    assert result.status == ("correct",) * 4 and result.errors == 0
+    assert pool.restarts == restarts + len(pool._workers)
 
 
 def test_pool_duplicates_are_verified_once_but_counted_per_item(pool):
