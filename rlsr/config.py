@@ -50,6 +50,7 @@ DTYPES = ("bfloat16", "float16", "float32", "auto")
 ATTN_IMPLEMENTATIONS = ("auto", "flash_attention_2", "sdpa", "eager")
 VLLM_MODES = ("colocate", "server")
 TINY_MODEL_ALIAS = "tiny"
+TINY_WARM_MODEL_ALIAS = "tiny-warm"
 # GRPOConfig fields rlsr sets itself from other sections; a value in grpo.* would be ignored.
 MANAGED_GRPO_FIELDS = ("output_dir", "seed", "reward_weights", "model_init_kwargs")
 
@@ -212,7 +213,12 @@ def resolve_attn_implementation(requested: str, *, on_gpu: bool | None = None) -
 
 
 def resolve_model_path(name_or_path: str) -> str:
-    """Map the alias ``tiny`` to the locally built tiny model (rlsr.testing); others unchanged."""
+    """Map the aliases ``tiny`` (random) and ``tiny-warm`` (format fine-tuned) to the locally built
+    tiny models of rlsr.testing; other names are returned unchanged."""
+    if name_or_path == TINY_WARM_MODEL_ALIAS:
+        from rlsr.testing import tiny_warm_model_path
+
+        return str(tiny_warm_model_path())
     if name_or_path == TINY_MODEL_ALIAS:
         from rlsr.testing import tiny_model_path
 

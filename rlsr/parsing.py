@@ -229,7 +229,8 @@ def _layout_ok(text: str, tags: tuple[str, ...], layout: list) -> bool:
 
 
 def parse_response(text: str, spec: FormatSpec = FULL_FORMAT) -> ParsedResponse:
-    """Parse one completion under ``spec`` (module docstring for the rules). Never raises on a str.
+    """Parse one completion under ``spec`` (RLSR Sec. C.1 format, Sec. C.3 parser; module
+    docstring for the rules). Never raises on a str.
 
     Raises TypeError only when ``text`` is not a str (e.g. a TRL conversational message list:
     pass ``completion[0]["content"]``).

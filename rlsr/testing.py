@@ -17,11 +17,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import shutil
 import tempfile
 from pathlib import Path
 
-__all__ = ["TINY_MODEL_DEFAULTS", "build_tiny_model", "tiny_model_path", "CHATML_TEMPLATE"]
+__all__ = [
+    "TINY_MODEL_DEFAULTS",
+    "build_tiny_model",
+    "tiny_model_path",
+    "tiny_warm_model_path",
+    "CHATML_TEMPLATE",
+]
 
 # The pre-tokenizer regex of Qwen2's tokenizer (transformers' Qwen2Tokenizer).
 _QWEN2_PRETOKENIZE_REGEX = (
@@ -170,6 +177,92 @@ def tiny_model_path(**overrides) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     try:
         build_tiny_model(tmp, **overrides)
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+# --------------------------------------------------------------------------- format-warm copy
+
+WARM_STEPS = 100
+WARM_SEED = 0
+CONFIDENCES = ("0.2", "0.5", "0.8")
+COLORS = ("red", "blue", "green", "white", "gray", "yellow", "black")
+
+
+def _warm_target(answer: str, rng: random.Random) -> str:
+    guess = answer if rng.random() < 0.5 else rng.choice([c for c in COLORS if c != answer])
+    conf = rng.choice(CONFIDENCES)
+    return (
+        f"<think> look </think><answer>{guess}</answer>"
+        f"<analysis> ok </analysis><confidence>{conf}</confidence>"
+    )
+
+
+def _train_format_warm(out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlsr.data import load_examples
+
+    base = tiny_model_path()
+    tok = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    rows = load_examples("tiny", split="train", limit=64)
+    rng = random.Random(WARM_SEED)
+    torch.manual_seed(WARM_SEED)
+    prompts = [tok.apply_chat_template(r["prompt"], add_generation_prompt=True) for r in rows]
+    prompts = [p["input_ids"] if hasattr(p, "keys") else p for p in prompts]
+    opt = torch.optim.AdamW(model.parameters(), lr=5e-3)
+    model.train()
+    for _ in range(WARM_STEPS):
+        idx = rng.sample(range(len(rows)), 8)
+        seqs, labels = [], []
+        for i in idx:
+            tgt = tok(_warm_target(rows[i]["answer"], rng), add_special_tokens=False)["input_ids"]
+            tgt = tgt + [tok.eos_token_id]
+            seqs.append(prompts[i] + tgt)
+            labels.append([-100] * len(prompts[i]) + tgt)
+        width = max(map(len, seqs))
+        ids = torch.full((len(seqs), width), tok.pad_token_id)
+        lab = torch.full((len(seqs), width), -100)
+        att = torch.zeros((len(seqs), width), dtype=torch.long)
+        for j, (s, lb) in enumerate(zip(seqs, labels, strict=True)):
+            ids[j, : len(s)] = torch.tensor(s)
+            lab[j, : len(lb)] = torch.tensor(lb)
+            att[j, : len(s)] = 1
+        loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+
+
+def tiny_warm_model_path() -> Path:
+    """Path of the tiny model fine-tuned on the tag format (built once per machine, cached).
+
+    A random tiny model never writes the tag format, so every rollout would get the same reward
+    and nothing would train; this copy is fine-tuned for ~100 steps (seconds) on the bundled
+    ``tiny`` dataset with tagged targets, the answer right half of the time and a confidence drawn
+    independently from a few values. Sampled rollouts then vary in correctness and confidence, so
+    pooled rewards and gradients are real (recipe=tiny, trainer tests).
+    """
+    key_src = str(tiny_model_path()) + Path(__file__).read_text()
+    key = hashlib.sha256(key_src.encode()).hexdigest()[:12]
+    target = _cache_root() / f"tiny-format-warm-{key}"
+    if (target / "config.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        _train_format_warm(tmp)
         try:
             tmp.rename(target)
         except OSError:

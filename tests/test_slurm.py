@@ -883,8 +883,10 @@ def test_two_training_nodes_rendezvous_with_the_planned_accelerate_commands(tmp_
     srun = plan["srun"]["trainer"]
     step = srun[srun.index("bash") :]  # what srun starts on every training node
     env = base_env(PATH=f"{Path(PYTHON).parent}:{os.environ['PATH']}", OMP_NUM_THREADS="1")
-    procs = [
-        subprocess.Popen(
+    main_port = int(flag(step, "--main_process_port"))
+
+    def start(node: str) -> subprocess.Popen:
+        return subprocess.Popen(
             step,
             env={**env, "SLURMD_NODENAME": node},
             cwd=ROOT,
@@ -892,8 +894,19 @@ def test_two_training_nodes_rendezvous_with_the_planned_accelerate_commands(tmp_
             stderr=subprocess.STDOUT,
             text=True,
         )
-        for node in ("n1", "n2")
-    ]
+
+    # On separate hosts only the first node hosts the c10d store; here both would claim
+    # 127.0.0.1, so start the second node once the first one's store listens.
+    procs = [start("n1")]
+    deadline = time.time() + 120
+    while True:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", main_port)) == 0:
+                break
+        assert procs[0].poll() is None, procs[0].communicate()[0]
+        assert time.time() < deadline, "the first node never opened its rendezvous port"
+        time.sleep(0.2)
+    procs.append(start("n2"))
     outputs = []
     try:
         for proc in procs:
