@@ -168,15 +168,23 @@ def tiny_model_path(**overrides) -> Path:
     cfg = {**TINY_MODEL_DEFAULTS, **overrides}
     key_src = json.dumps(cfg, sort_keys=True) + Path(__file__).read_text()
     key = hashlib.sha256(key_src.encode()).hexdigest()[:12]
-    target = _cache_root() / f"tiny-qwen2-{key}"
+    return _cached_build(
+        _cache_root() / f"tiny-qwen2-{key}", lambda out: build_tiny_model(out, **overrides)
+    )
+
+
+def _cached_build(target: Path, build) -> Path:
+    """Return ``target``, first running ``build(folder)`` unless a finished copy is there.
+
+    Builds in a private folder, then renames: another process building at the same time (e.g.
+    two ranks of a distributed test) either wins the rename or finds the finished copy.
+    """
     if (target / "config.json").exists() and (target / "tokenizer.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    # Build in a private folder, then rename: another process building at the same time
-    # (e.g. two ranks of a distributed test) either wins the rename or finds it done.
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     try:
-        build_tiny_model(tmp, **overrides)
+        build(tmp)
         try:
             tmp.rename(target)
         except OSError:
@@ -256,19 +264,4 @@ def tiny_warm_model_path() -> Path:
     """
     key_src = str(tiny_model_path()) + Path(__file__).read_text()
     key = hashlib.sha256(key_src.encode()).hexdigest()[:12]
-    target = _cache_root() / f"tiny-format-warm-{key}"
-    if (target / "config.json").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
-    try:
-        _train_format_warm(tmp)
-        try:
-            tmp.rename(target)
-        except OSError:
-            if not (target / "config.json").exists():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return _cached_build(_cache_root() / f"tiny-format-warm-{key}", _train_format_warm)

@@ -102,7 +102,8 @@ class Progress:
 def _launch(args: list[str], log_path: Path, on_line=None) -> None:
     """Run ``python -m rlsr.toy.launch ARGS`` with output to ``log_path``; raise on failure."""
     cmd = [sys.executable, "-m", "rlsr.toy.launch", *args]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
+           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     with log_path.open("w") as log:
         log.write("$ " + " ".join(cmd) + "\n")
         proc = subprocess.Popen(

@@ -64,7 +64,7 @@ def train_arm(
         *extra_overrides,
     ]
     cfg = compose_settings(overrides)
-    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+    torch.set_num_threads(1)  # several threads under CPU contention slow GRPO ~10x
     tokenizer = load_toy_tokenizer(warmup_dir)
     trainer = RLSRTrainer(
         model=cfg.model.name_or_path,

@@ -1,0 +1,182 @@
+"""CPU toy reproduction (rlsr.toy, scripts/toy_repro.py, docs/toy.md).
+
+Real components throughout: the toy tokenizer (tokenizers + transformers), a Qwen2 model trained
+from scratch, the Hydra recipe tree, rlsr.config validation, RLSRTrainer (TRL GRPOTrainer) and
+the real evaluator. The end-to-end test is marked slow (~1-2 min on 2 shared cores).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from rlsr.toy.compat import TOKENIZER_MARKER_KEY, load_tokenizer, marked_tokenizer_class
+from rlsr.toy.task import NAMES, make_example, make_split, to_records, write_dataset_folder
+from rlsr.toy.tokenizer import (
+    CONFIDENCE_TOKENS,
+    TAGS,
+    build_toy_tokenizer,
+    load_toy_tokenizer,
+    vocabulary,
+)
+from rlsr.toy.warmup import WarmupConfig, completion_text, ensure_warmup
+
+# --------------------------------------------------------------------------- task
+
+
+def _facts(question: str) -> dict[str, str]:
+    body = question.split("facts:")[1].split("q:")[0]
+    pairs = [p.strip() for p in body.split(";") if "=" in p]
+    return dict(p.split("=") for p in pairs)
+
+
+def _target(question: str) -> str:
+    return question.split("q:")[1].strip()
+
+
+@pytest.mark.parametrize("variant", ["easy", "distractor"])
+def test_split_is_deterministic_and_splits_differ(variant):
+    a = make_split(variant, "train", 50, seed=3)
+    assert a == make_split(variant, "train", 50, seed=3)
+    assert a != make_split(variant, "train", 50, seed=4)
+    assert [e.question for e in a] != [e.question for e in make_split(variant, "heldout", 50, 3)]
+
+
+@pytest.mark.parametrize("variant", ["easy", "distractor"])
+def test_answer_is_in_the_facts_exactly_when_answerable(variant):
+    examples = make_split(variant, "train", 400, seed=0)
+    for ex in examples:
+        facts = _facts(ex.question)
+        target = _target(ex.question)
+        assert target in NAMES and ex.answer.isdigit() and len(ex.answer) == 1
+        if ex.answerable:
+            assert facts.get(target) == ex.answer, ex
+        else:
+            assert target not in facts, ex
+    share = sum(e.answerable for e in examples) / len(examples)
+    assert 0.4 < share < 0.6
+
+
+def test_easy_missing_case_has_no_facts():
+    for ex in make_split("easy", "train", 200, seed=1):
+        assert (ex.question == f"facts: ; q: {_target(ex.question)}") == (not ex.answerable)
+
+
+def test_distractor_length_does_not_reveal_missing_fact():
+    """Both cases hold one or two facts in equal proportions, so the model must match names."""
+    examples = make_split("distractor", "train", 2000, seed=0)
+    for answerable in (True, False):
+        counts = [len(_facts(e.question)) for e in examples if e.answerable == answerable]
+        assert set(counts) == {1, 2}
+        assert 0.4 < counts.count(1) / len(counts) < 0.6
+
+
+def test_hidden_digits_are_uniform_when_missing():
+    rng = random.Random(0)
+    digits = [make_example(rng, "easy", p_missing=1.0).answer for _ in range(5000)]
+    counts = [digits.count(str(d)) for d in range(10)]
+    assert min(counts) > 400 and max(counts) < 600
+
+
+def test_bad_arguments_name_the_field():
+    with pytest.raises(ValueError, match="variant"):
+        make_split("hard", "train", 1)
+    with pytest.raises(ValueError, match="split"):
+        make_split("easy", "test", 1)
+    with pytest.raises(ValueError, match="p_missing"):
+        make_example(random.Random(0), "easy", p_missing=1.5)
+
+
+def test_dataset_folder_loads_through_rlsr_data(tmp_path):
+    from rlsr.data import load_examples
+
+    write_dataset_folder(tmp_path, "distractor", seed=2, n_train=20, n_heldout=10)
+    train = load_examples("tiny", path=str(tmp_path), split="train")
+    test = load_examples("tiny", path=str(tmp_path), split="test")
+    assert len(train) == 20 and len(test) == 10
+    expected = make_split("distractor", "train", 20, seed=2)
+    assert train["question"] == [e.question for e in expected]
+    assert train["answers"] == [[e.answer] for e in expected]
+    assert train[0]["prompt"][-1]["role"] == "user"
+    assert to_records(expected[:1])[0]["answers"] == [expected[0].answer]
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+
+def test_every_vocabulary_item_is_one_token_and_round_trips():
+    tok = build_toy_tokenizer()
+    for item in vocabulary()[3:]:
+        assert tok.convert_ids_to_tokens(tok(item, add_special_tokens=False).input_ids) == [item]
+    target = completion_text("6", "0.7")
+    ids = tok(target, add_special_tokens=False).input_ids
+    assert len(ids) == 10 and tok.decode(ids) == target
+    assert set(TAGS) <= set(tok.convert_ids_to_tokens(ids))
+    assert "0.7" in tok.convert_ids_to_tokens(ids) and "0.7" in CONFIDENCE_TOKENS
+
+
+@pytest.mark.parametrize("variant", ["easy", "distractor"])
+def test_prompts_have_no_unknown_tokens(variant):
+    tok = build_toy_tokenizer()
+    for ex in make_split(variant, "train", 100, seed=0):
+        ids = tok(ex.question, add_special_tokens=False).input_ids
+        assert tok.unk_token_id not in ids
+
+
+def test_chat_template_renders_only_the_problem():
+    from rlsr.data.formatting import build_prompt
+
+    tok = build_toy_tokenizer()
+    messages = build_prompt("facts: c=6 ; q: c", "long")
+    assert messages[0]["role"] == "system"
+    text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert text == "facts: c=6 ; q: c"
+
+
+def test_saved_tokenizer_reloads_with_the_same_ids(tmp_path):
+    """The transformers 5 trap: with a Qwen2 config.json beside it, the marker must win."""
+    from transformers import Qwen2Config
+
+    tok = build_toy_tokenizer()
+    tok.save_pretrained(tmp_path)
+    Qwen2Config(vocab_size=len(tok), hidden_size=32, num_attention_heads=2).save_pretrained(tmp_path)
+    assert marked_tokenizer_class(tmp_path) == "PreTrainedTokenizerFast"
+    text = "facts: c=6 ; q: c" + completion_text("6", "0.7")
+    want = tok(text).input_ids
+    assert load_toy_tokenizer(tmp_path)(text).input_ids == want
+    again = load_tokenizer(tmp_path)
+    assert again(text).input_ids == want
+    again.save_pretrained(tmp_path / "copy")  # trained arms re-save it: the marker must survive
+    config = json.loads((tmp_path / "copy" / "tokenizer_config.json").read_text())
+    assert config[TOKENIZER_MARKER_KEY] == "PreTrainedTokenizerFast"
+
+
+def test_unmarked_folder_uses_auto_tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    assert marked_tokenizer_class(tiny_model_dir) is None
+    assert type(load_tokenizer(tiny_model_dir)) is type(AutoTokenizer.from_pretrained(tiny_model_dir))
+
+
+# --------------------------------------------------------------------------- warm-up
+
+
+def test_warmup_config_digest_tracks_every_field():
+    base = WarmupConfig()
+    assert base.digest() == WarmupConfig().digest()
+    assert base.digest() != WarmupConfig(seed=1).digest()
+    assert base.digest() != WarmupConfig(steps=base.steps + 1).digest()
+
+
+def test_warmup_is_cached_and_targets_carry_no_confidence_signal(tmp_path):
+    cfg = WarmupConfig(steps=3, batch_size=8)
+    path, summary = ensure_warmup(cfg, tmp_path)
+    assert (path / "model.safetensors").is_file() and summary["digest"] == cfg.digest()
+    assert 2e5 < summary["parameters"] < 4e5
+    mtime = (path / "model.safetensors").stat().st_mtime_ns
+    path2, _ = ensure_warmup(cfg, tmp_path)
+    assert path2 == path and (path / "model.safetensors").stat().st_mtime_ns == mtime
+    tok = load_toy_tokenizer(path)
+    assert tok(completion_text("1", "0.2")).input_ids[-1] != tok.unk_token_id
