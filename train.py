@@ -41,12 +41,17 @@ def save_resolved_config(cfg: DictConfig, output_dir: str) -> Path:
 
 @hydra.main(version_base="1.3", config_path="recipes", config_name="config")
 def main(cfg: DictConfig) -> int:
-    from rlsr.config import ConfigError, from_dict, validate
+    from omegaconf.errors import OmegaConfBaseException
+
+    from rlsr.config import ConfigError, describe_hydra_error, from_dict, validate
 
     try:
         settings = validate(from_dict(OmegaConf.to_container(cfg, resolve=True)))
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
+        sys.exit(CONFIG_ERROR_EXIT)
+    except OmegaConfBaseException as err:  # e.g. a mandatory value (???) left unset
+        print(f"config error: {describe_hydra_error(err)}", file=sys.stderr)
         sys.exit(CONFIG_ERROR_EXIT)
 
     if _is_main_process():
@@ -63,5 +68,33 @@ def main(cfg: DictConfig) -> int:
     return 0
 
 
+def cli() -> None:
+    """Run ``main`` with one-line errors for problems Hydra finds while composing the config.
+
+    Plain ``key=value`` overrides become ``++key=value`` so unknown keys reach our validation
+    (closest-match suggestions, GRPOConfig fields the recipes do not list). Hydra is told to
+    re-raise (``HYDRA_FULL_ERROR``) so an unknown recipe/method or a malformed override prints
+    ``config error: ...`` and exits 2 instead of a multi-line report; other errors keep their
+    traceback. A user who set ``HYDRA_FULL_ERROR`` gets Hydra's full output as before.
+    """
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from rlsr.config import describe_hydra_error, force_add_overrides
+
+    recipes = Path(__file__).resolve().parent / "recipes"
+    groups = [d.name for d in recipes.iterdir() if d.is_dir()]
+    sys.argv = [sys.argv[0], *force_add_overrides(sys.argv[1:], groups)]
+    user_wants_full_error = bool(os.environ.get("HYDRA_FULL_ERROR"))
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        main()
+    except (HydraException, OmegaConfBaseException) as err:
+        if user_wants_full_error:
+            raise
+        print(f"config error: {describe_hydra_error(err)}", file=sys.stderr)
+        sys.exit(CONFIG_ERROR_EXIT)
+
+
 if __name__ == "__main__":
-    main()
+    cli()

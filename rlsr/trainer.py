@@ -35,7 +35,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import shutil
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -253,6 +256,16 @@ class RLSRTrainer(GRPOTrainer):
         finally:
             self.close_verifier()
 
+    # -- saving: no pickles beside the weights
+    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
+        """HF Trainer's save, with ``training_args.json`` instead of the pickled
+        ``training_args.bin``: loading a pickle runs code, nothing reads that file back (resume
+        uses ``trainer_state.json``), and the JSON masks token fields (``hub_token``)."""
+        super()._save(output_dir, state_dict=state_dict)
+        folder = Path(output_dir if output_dir is not None else self.args.output_dir)
+        (folder / "training_args.bin").unlink(missing_ok=True)
+        (folder / "training_args.json").write_text(self.args.to_json_string())
+
     # -- the pooled reward
     def _score_local(self, inputs, completions) -> tuple[np.ndarray, list[str], int]:
         """(n_local, 3) float64 [correct, confidence (NaN missing), format_ok], texts, timeouts."""
@@ -323,17 +336,28 @@ def load_train_dataset(cfg, tokenizer=None):
     TRL 1.16 has no ``max_prompt_length`` (it never truncates prompts); cutting the left of a
     chat prompt would remove the system prompt, so over-long prompts are dropped and counted.
     """
+    from rlsr.config import ConfigError
     from rlsr.data import get_spec, load_examples
+    from rlsr.data.loading import DatasetUnavailableError, download_command
 
     spec = get_spec(cfg.data.dataset)
     split = cfg.data.split or spec.train_split or spec.split
-    dataset = load_examples(
-        cfg.data.dataset,
-        path=cfg.data.path,
-        split=split,
-        limit=cfg.data.limit,
-        system_prompt=cfg.data.system_prompt,
-    )
+    try:
+        dataset = load_examples(
+            cfg.data.dataset,
+            path=cfg.data.path,
+            split=split,
+            limit=cfg.data.limit,
+            system_prompt=cfg.data.system_prompt,
+        )
+    except DatasetUnavailableError:
+        raise ConfigError(
+            "data.dataset",
+            f"{cfg.data.dataset!r} (split {split!r}) is not on this machine and the Hugging Face "
+            f"hub ({spec.hf_id}) is unreachable; on a connected machine run "
+            f"`{download_command(cfg.data.dataset)}`, copy DIR here and set "
+            f"data.path=DIR/{cfg.data.dataset} (or export RLSR_DATA_DIR=DIR).",
+        ) from None
     limit = cfg.data.max_prompt_length
     if limit is not None and tokenizer is not None:
         before = len(dataset)
@@ -379,16 +403,24 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None) ->
         raise ConfigError("grpo", str(err)) from None
     attn = kwargs["model_init_kwargs"]["attn_implementation"]
     if args.process_index == 0:
-        logger.info("attention implementation: %s", attn)
         print(f"[rlsr] attention implementation: {attn}", flush=True)
 
     model_path = resolve_model_path(cfg.model.name_or_path)
-    tokenizer = AutoTokenizer.from_pretrained(
-        model_path,
-        padding_side="left",
-        truncation_side="left",
-        trust_remote_code=cfg.model.trust_remote_code,
-    )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            model_path,
+            padding_side="left",
+            truncation_side="left",
+            trust_remote_code=cfg.model.trust_remote_code,
+        )
+    except OSError as err:  # not a local folder and the hub is unreachable, or no such repo
+        reason = " ".join(str(err).split())[:300]
+        raise ConfigError(
+            "model.name_or_path",
+            f"cannot load {cfg.model.name_or_path!r} ({reason}); on a machine without hub access "
+            "download it first (`hf download REPO --local-dir DIR`) and set "
+            "model.name_or_path=DIR.",
+        ) from None
     if train_dataset is None:
         train_dataset = load_train_dataset(cfg, tokenizer)
 
@@ -420,13 +452,61 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None) ->
     )
 
 
-def run_training(cfg, *, callbacks=None, pool_hook=None) -> RLSRTrainer:
-    """Validate, build, train (resuming per ``cfg.resume``) and save the final adapter/model."""
+# Checkpoint files that are training state, not the model: not copied as the final model.
+_STATE_FILES = ("optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin")
+
+
+def checkpoint_is_final(checkpoint: str | os.PathLike, max_steps: int | None) -> bool:
+    """True when ``checkpoint`` already reached the end of training.
+
+    ``max_steps`` is ``grpo.max_steps`` (None or <= 0: the run is epoch based and the
+    ``max_steps`` HF Trainer stored in ``trainer_state.json`` is the end). HF Trainer resumed
+    from such a checkpoint runs one more optimizer step before it checks ``max_steps``, so a
+    requeued or rerun finished job would train past its end and overwrite the final adapter.
+    """
+    state_path = Path(checkpoint) / "trainer_state.json"
+    if not state_path.is_file():
+        return False
+    state = json.loads(state_path.read_text())
+    end = max_steps if max_steps is not None and max_steps > 0 else state.get("max_steps", 0)
+    return bool(end) and int(state.get("global_step", 0)) >= int(end)
+
+
+def export_final_from_checkpoint(checkpoint: str | os.PathLike, output_dir: str | os.PathLike):
+    """Copy the model files of a final checkpoint to ``output_dir`` unless a final adapter/model
+    is already there (a job stopped between its last checkpoint and ``save_model``)."""
+    out = Path(output_dir)
+    if (out / "adapter_config.json").is_file() or (out / "config.json").is_file():
+        return
+    for item in Path(checkpoint).iterdir():
+        if (
+            item.is_file()
+            and item.name not in _STATE_FILES
+            and not item.name.startswith("rng_state")
+        ):
+            shutil.copy2(item, out / item.name)
+
+
+def run_training(cfg, *, callbacks=None, pool_hook=None) -> RLSRTrainer | None:
+    """Validate, build, train (resuming per ``cfg.resume``) and save the final adapter/model.
+
+    Returns None without loading the model when the checkpoint to resume from is already final.
+    """
     from rlsr.config import resolve_resume, validate
 
     validate(cfg)
-    trainer = build_trainer(cfg, callbacks=callbacks, pool_hook=pool_hook)
     checkpoint = resolve_resume(cfg.resume, cfg.output_dir)
+    if checkpoint and checkpoint_is_final(checkpoint, cfg.grpo.get("max_steps")):
+        if int(os.environ.get("RANK", "0")) == 0:
+            export_final_from_checkpoint(checkpoint, cfg.output_dir)
+            print(
+                f"[rlsr] {checkpoint} already reached the last step; nothing to train. "
+                "Set resume=never or a new output_dir to train again, or raise grpo.max_steps "
+                "to continue.",
+                flush=True,
+            )
+        return None
+    trainer = build_trainer(cfg, callbacks=callbacks, pool_hook=pool_hook)
     if checkpoint and trainer.args.process_index == 0:
         print(f"[rlsr] resuming from {checkpoint}", flush=True)
     trainer.train(resume_from_checkpoint=checkpoint)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -48,7 +47,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=300, help="GRPO steps per arm")
     p.add_argument("--prompts-per-step", type=int, default=16, help="B: prompts per pool")
     p.add_argument("--generations", type=int, default=8, help="G: completions per prompt")
-    p.add_argument("--learning-rate", type=float, default=1e-4)
+    p.add_argument("--learning-rate", type=float, default=3e-4)
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--warmup-steps", type=int, default=300)
     p.add_argument("--n-heldout", type=int, default=500)
@@ -102,8 +101,13 @@ class Progress:
 def _launch(args: list[str], log_path: Path, on_line=None) -> None:
     """Run ``python -m rlsr.toy.launch ARGS`` with output to ``log_path``; raise on failure."""
     cmd = [sys.executable, "-m", "rlsr.toy.launch", *args]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
-           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    }
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log:
         log.write("$ " + " ".join(cmd) + "\n")
         proc = subprocess.Popen(
@@ -116,14 +120,25 @@ def _launch(args: list[str], log_path: Path, on_line=None) -> None:
         rc = proc.wait()
     if rc != 0:
         tail = log_path.read_text().splitlines()[-15:]
-        raise RuntimeError(f"{' '.join(args[:3])} failed (exit {rc}); log {log_path}:\n" + "\n".join(tail))
+        raise RuntimeError(
+            f"{' '.join(args[:3])} failed (exit {rc}); log {log_path}:\n" + "\n".join(tail)
+        )
 
 
 # ----------------------------------------------------------------------------- stages
 
 
-def train_arm(args, name: str, method: str, warm_dir: Path, data_dir: Path, out: Path, seed: int,
-              extra: list[str], progress: Progress) -> float:
+def train_arm(
+    args,
+    name: str,
+    method: str,
+    warm_dir: Path,
+    data_dir: Path,
+    out: Path,
+    seed: int,
+    extra: list[str],
+    progress: Progress,
+) -> float:
     """``train.py recipe=toy method=...``; returns seconds. Skips a finished arm (resumable)."""
     if (out / "model.safetensors").is_file():
         progress.end_live(f"{name}: already trained, reused")
@@ -154,14 +169,17 @@ def train_arm(args, name: str, method: str, warm_dir: Path, data_dir: Path, out:
                 logged["aurc"] = float(line.split("'rlsr/aurc': '")[1].split("'")[0])
             except (IndexError, ValueError):
                 pass
-            progress.live(f"{name}: step {min(args.steps, logged['n'] * 10)}/{args.steps}  "
-                          f"train-pool AURC {logged['aurc']:.3f}")
+            progress.live(
+                f"{name}: step {min(args.steps, logged['n'] * 10)}/{args.steps}  "
+                f"train-pool AURC {logged['aurc']:.3f}"
+            )
 
     start = time.perf_counter()
     _launch(["train.py", *overrides], out.with_suffix(".train.log"), on_line)
     seconds = time.perf_counter() - start
-    progress.end_live(f"{name}: {args.steps} steps in {seconds:.0f} s "
-                      f"(last train-pool AURC {logged['aurc']:.3f})")
+    progress.end_live(
+        f"{name}: {args.steps} steps in {seconds:.0f} s (last train-pool AURC {logged['aurc']:.3f})"
+    )
     return seconds
 
 
@@ -231,7 +249,7 @@ def main(argv=None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     arms = arms_for(args)
     rows = ["base", *[name for name, _, _ in arms]]
-    progress = Progress(len(seeds) * (2 + 2 * len(arms) + 1) + 1, args.quiet)
+    progress = Progress(len(seeds) * (3 + len(arms) + len(rows)) + 1, args.quiet)
     results: dict[str, dict[str, list]] = {r: {m: [] for m in METRICS} for r in rows}
     oracle: list[float] = []
     timings: dict[str, list[float]] = {}
@@ -268,8 +286,11 @@ def main(argv=None) -> int:
                 f"seed {seed}: evaluated {name}: AURC {metrics['scorers']['verbalized']['aurc']:.3f}"
                 f", accuracy {metrics['accuracy']:.3f}"
             )
-        oracle.append(oracle_aurc(eval_dirs["rlsr" if "rlsr" in eval_dirs else "base"]
-                                  / "tiny@test" / "samples.jsonl"))
+        oracle.append(
+            oracle_aurc(
+                eval_dirs["rlsr" if "rlsr" in eval_dirs else "base"] / "tiny@test" / "samples.jsonl"
+            )
+        )
         report_out = run / "report"
         _launch(
             ["rlsr", "report", *[str(eval_dirs[r]) for r in rows], "--output", str(report_out),
@@ -296,19 +317,43 @@ def write_summary(root, args, seeds, rows, results, oracle, timings, total) -> N
         "| --- |" + " --- |" * len(METRICS),
     ]
     for r in rows:
-        lines.append(f"| {r.upper()} | " + " | ".join(mean_std(results[r][m]) for m in METRICS) + " |")
-    lines += ["", f"Oracle AURC (same answers as RLSR, ranked by correctness): {mean_std(oracle)}", ""]
-    lines.append("Per-seed AURC: " + "; ".join(
-        f"{r.upper()} " + ", ".join(f"{v:.3f}" for v in results[r]["aurc"]) for r in rows))
+        lines.append(
+            f"| {r.upper()} | " + " | ".join(mean_std(results[r][m]) for m in METRICS) + " |"
+        )
+    lines += [
+        "",
+        f"Oracle AURC (same answers as RLSR, ranked by correctness): {mean_std(oracle)}",
+        "",
+    ]
+    lines.append(
+        "Per-seed AURC: "
+        + "; ".join(
+            f"{r.upper()} " + ", ".join(f"{v:.3f}" for v in results[r]["aurc"]) for r in rows
+        )
+    )
     lines.append("")
-    lines.append("Seconds per arm (training only, mean): " + ", ".join(
-        f"{k} {np.mean(v):.0f}" for k, v in timings.items()))
-    lines.append(f"Total wall time: {total:.0f} s; load average at end: "
-                 f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs.")
+    lines.append(
+        "Seconds per arm (training only, mean): "
+        + ", ".join(f"{k} {np.mean(v):.0f}" for k, v in timings.items())
+    )
+    lines.append(
+        f"Total wall time: {total:.0f} s; load average at end: "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs."
+    )
     (root / "summary.md").write_text("\n".join(lines) + "\n")
-    (root / "summary.json").write_text(json.dumps(
-        {"args": vars(args), "seeds": seeds, "results": results, "oracle_aurc": oracle,
-         "timings": timings, "total_seconds": total}, indent=2))
+    (root / "summary.json").write_text(
+        json.dumps(
+            {
+                "args": vars(args),
+                "seeds": seeds,
+                "results": results,
+                "oracle_aurc": oracle,
+                "timings": timings,
+                "total_seconds": total,
+            },
+            indent=2,
+        )
+    )
     plot_overlay(root, seeds, rows)
 
 
@@ -322,7 +367,6 @@ def plot_overlay(root: Path, seeds, rows) -> None:
     from rlsr.metrics import risk_coverage_curve
 
     fig, ax = plt.subplots(figsize=(5, 4))
-    run = next(iter(sorted(root.glob("*-seed*"))), None)
     for seed in seeds[:1]:
         run = next(iter(root.glob(f"*-seed{seed}")))
         for r in rows:
@@ -331,8 +375,10 @@ def plot_overlay(root: Path, seeds, rows) -> None:
             conf = np.array([x["confidence"] if x["confidence"] is not None else 0.0 for x in recs])
             ok = np.array([x["correct"] for x in recs], dtype=bool)
             curve = risk_coverage_curve(conf, ok)
-            cov, risk = curve[0], curve[1]
-            ax.plot(cov, risk, label=r.upper())
+            # Constant confidence gives a single point (coverage 1): draw markers so it shows.
+            ax.plot(
+                curve.coverage, curve.risk, marker="o", markersize=4, alpha=0.8, label=r.upper()
+            )
     ax.set_xlabel("coverage")
     ax.set_ylabel("risk (error rate of the most confident)")
     ax.set_title(f"held-out risk-coverage, seed {seeds[0]}")
@@ -340,7 +386,6 @@ def plot_overlay(root: Path, seeds, rows) -> None:
     fig.tight_layout()
     fig.savefig(root / "risk_coverage.png", dpi=120)
     plt.close(fig)
-    del math
 
 
 if __name__ == "__main__":

@@ -159,3 +159,73 @@ def test_train_py_prints_config_error_and_exits_2(tmp_path):
     assert "config error: method.name:" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "run" / "config.yaml").exists()  # nothing written before validation
+
+
+def test_plain_overrides_become_force_add_except_groups_hydra_and_prefixed():
+    from rlsr.config import force_add_overrides
+
+    groups = ["recipe", "method", "model", "accelerate"]
+    argv = ["recipe=tiny", "method=rlcr", "model=tiny", "grpo.learnig_rate=1", "seed=1",
+            "+grpo.top_p=0.9", "++data.limit=3", "~grpo.beta", "hydra.verbose=true",
+            "--cfg", "job", "model.lora.r=2"]  # fmt: skip
+    assert force_add_overrides(argv, groups) == [
+        "recipe=tiny", "method=rlcr", "model=tiny", "++grpo.learnig_rate=1", "++seed=1",
+        "+grpo.top_p=0.9", "++data.limit=3", "~grpo.beta", "hydra.verbose=true",
+        "--cfg", "job", "++model.lora.r=2",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["method=foo"], "method: no config 'foo' in recipes/method/; choose one of rlcr, rlsr"),
+        (["recipe=nope"], "recipe: no config 'nope'"),
+        (["grpo.learning_rate=[1"], "grpo.learning_rate=[1: cannot parse this override"),
+    ],
+)
+def test_hydra_composition_errors_become_one_line(overrides, expected):
+    with pytest.raises(Exception) as info:
+        compose("recipe=tiny", *overrides)
+    from rlsr.config import describe_hydra_error
+
+    message = describe_hydra_error(info.value)
+    assert message.startswith(expected) and "\n" not in message
+
+
+def test_force_added_typo_and_wrong_method_option_reach_validation():
+    """Regression: `grpo.learnig_rate=1` / `grpo.top_p=0.9` / `method=rlcr method.max_coverage=0.5`
+    died in Hydra's struct check; with ++ they reach validation (closest match / real field)."""
+    with pytest.raises(ConfigError, match="Did you mean 'learning_rate'"):
+        validate(from_dict(compose("recipe=tiny", "++grpo.learnig_rate=1")), world_size=1)
+    settings = validate(from_dict(compose("recipe=tiny", "++grpo.top_p=0.9")), world_size=1)
+    assert settings.grpo["top_p"] == 0.9
+    with pytest.raises(ConfigError, match="only apply to method=rlsr"):
+        validate(from_dict(compose("recipe=tiny", "method=rlcr", "++method.max_coverage=0.5")))
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("method=foo", "config error: method: no config 'foo'"),
+        ("grpo.learnig_rate=1", "config error: grpo.learnig_rate: not a trl.GRPOConfig field."),
+    ],
+)
+def test_train_py_reports_hydra_and_typo_errors_in_one_line(tmp_path, override, expected):
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "recipe=tiny", override,
+         f"output_dir={tmp_path / 'run'}"],
+        env={**env, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]  # exactly one line
+    assert proc.stderr.startswith(expected), proc.stderr
+
+
+def test_toy_recipe_demands_its_model_folder():
+    """Regression: `recipe=toy` without model.name_or_path silently trained the tiny-warm model
+    (a `???` in a recipe does not replace the value an earlier default set)."""
+    with pytest.raises(ConfigError) as info:
+        from_dict(compose("recipe=toy"))
+    assert info.value.field == "model.name_or_path" and "required" in str(info.value)
+    assert from_dict(compose("recipe=toy", "model.name_or_path=/w")).model.name_or_path == "/w"

@@ -448,9 +448,30 @@ def test_cli_lists_registry_and_shows_example(capsys):
     assert shown["answer_letter"] == "C" and shown["verifier"] == "llm_judge"
 
 
-def test_cli_download_offline_raises_clear_error(tmp_path):
+def test_cli_download_offline_raises_clear_error(tmp_path, capsys):
     from rlsr.cli import main
 
-    with pytest.raises(DatasetUnavailableError, match="mehuldamani/trivia"):
-        main(["datasets", "download", "trivia", "--out", str(tmp_path)])
+    # The CLI prints the DatasetUnavailableError message (no traceback) and exits 2.
+    assert main(["datasets", "download", "trivia", "--out", str(tmp_path)]) == 2
+    assert "mehuldamani/trivia" in capsys.readouterr().err
     assert not (Path(tmp_path) / "trivia").exists()
+
+
+def test_datasets_cli_reports_unknown_and_unreachable_datasets_without_traceback(
+    capsys, monkeypatch
+):
+    """Regression: `rlsr datasets show hotpot_modified` offline ended in a traceback. The hub is
+    put in offline mode (unreachable here anyway; offline mode fails at once, not after retries)."""
+    import huggingface_hub.constants
+
+    from rlsr.cli import main
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.delenv("RLSR_DATA_DIR", raising=False)
+    assert main(["datasets", "show", "hotpot_modified"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rlsr: error: could not load dataset 'hotpot_modified'")
+    assert "rlsr datasets download hotpot_modified --out DIR" in err and "Traceback" not in err
+    assert main(["datasets", "show", "nope"]) == 2
+    assert capsys.readouterr().err.startswith("rlsr: error: unknown dataset 'nope'")

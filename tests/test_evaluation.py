@@ -317,3 +317,14 @@ def test_score_matches_generation_logprobs_and_left_padding(tiny_model_dir):
         np.testing.assert_allclose(scored, gen.logprobs, atol=1e-4)
         checked += 1
     assert checked >= 1
+
+
+def test_model_alias_tiny_resolves_to_the_local_tiny_model(tiny_model_dir, run_dir, tmp_path):
+    """`--model tiny` / `tiny-warm` name the models of recipe=tiny (as model.name_or_path does in
+    training), so the documented tiny evaluation needs no cache path. Without the alias the name
+    went to the hub and failed."""
+    out = tmp_path / "alias"
+    argv = ["evaluate", "--model", "tiny", "--adapter", str(run_dir), "--datasets", "tiny",
+            "--output-dir", str(out), "--limit", "2", "--no-fallbacks", *FAST]  # fmt: skip
+    assert rlsr_main(argv) == 0
+    assert len(read_samples(out / "tiny" / "samples.jsonl")) == 2

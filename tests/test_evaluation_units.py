@@ -216,6 +216,12 @@ def test_report_mean_std_and_id_ood_average(tmp_path):
     assert "OOD AURC↓" in text
     assert not paths["figure"].exists()  # no samples.jsonl -> no curves
 
+    # README's `--output report/` is a folder: the files go inside it (regression: they were
+    # written beside it as report.md / report.csv).
+    inside = report.build_report([str(tmp_path / "m-seed0")], f"{tmp_path / 'rep'}/")
+    assert inside["markdown"] == tmp_path / "rep" / "report.md"
+    assert (tmp_path / "rep" / "report.csv").is_file()
+
 
 # --------------------------------------------------------------------------- backends / vLLM args
 
@@ -337,3 +343,44 @@ def test_plot_grid_curve_matches_all_orderings(n):
         for k, r in zip(range(1, n + 1), risk, strict=True):
             t = sorted(conf, reverse=True)[k - 1]
             assert r == pytest.approx(1 - np.mean(ok[conf >= t]))
+
+
+def test_plotted_risk_steps_cover_zero_to_one_even_for_one_tie_group(tmp_path):
+    """Regression: with every confidence missing (one tie group) the risk-coverage PNG was empty:
+    the raw points drawn with where="post" give the only point no width. The drawn step now
+    spans (0, 1] at each group's risk and agrees with curve_on_grid."""
+    import matplotlib.image
+
+    from rlsr import metrics as M
+    from rlsr.evaluation.plots import curve_on_grid, curve_steps, plot_dataset_risk_coverage
+
+    x, y = curve_steps(M.risk_coverage_curve(np.zeros(8), np.arange(8) == 0))
+    assert x.tolist() == [0.0, 1.0] and y.tolist() == [0.875, 0.875]
+
+    conf, ok = np.array([0.9, 0.5, 0.5, 0.1]), np.array([True, False, True, False])
+    x, y = curve_steps(M.risk_coverage_curve(conf, ok))
+    assert x[0] == 0.0 and x[-1] == 1.0
+    # where="pre": y[i] holds on (x[i-1], x[i]]; compare with the grid used for seed averages.
+    grid = np.array([0.1, 0.25, 0.4, 0.6, 0.75, 0.9, 1.0])
+    drawn = y[np.searchsorted(x, grid, side="left")]
+    np.testing.assert_allclose(drawn, curve_on_grid(conf, ok, grid))
+
+    records = [{"confidence": None, "correct": i == 0, "scores": {}} for i in range(8)]
+    path = plot_dataset_risk_coverage(records, ["verbalized"], tmp_path / "rc.png")
+    pixels = matplotlib.image.imread(path)[..., :3]
+    line = np.abs(pixels - np.array([0.12, 0.47, 0.71])).sum(axis=-1) < 0.15  # matplotlib C0
+    assert line.sum() > 200  # a visible horizontal line, not just the legend swatch
+
+
+def test_cli_input_errors_are_one_line_not_tracebacks(capsys, tmp_path):
+    """Regression: unknown datasets, a missing adapter or report dir printed Python tracebacks."""
+    from rlsr.cli import main
+
+    assert main(["evaluate", "--model", str(tmp_path), "--datasets", "nope",
+                 "--output-dir", str(tmp_path / "ev")]) == 2  # fmt: skip
+    assert capsys.readouterr().err.startswith("rlsr: error: unknown dataset 'nope'")
+    assert main(["report", str(tmp_path / "missing"), "--output", str(tmp_path / "rep")]) == 2
+    assert "rlsr: error:" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="--model /no/such/model: no such folder"):
+        main(["evaluate", "--model", "/no/such/model", "--datasets", "tiny",
+              "--output-dir", str(tmp_path / "ev")])  # fmt: skip

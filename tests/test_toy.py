@@ -141,7 +141,9 @@ def test_saved_tokenizer_reloads_with_the_same_ids(tmp_path):
 
     tok = build_toy_tokenizer()
     tok.save_pretrained(tmp_path)
-    Qwen2Config(vocab_size=len(tok), hidden_size=32, num_attention_heads=2).save_pretrained(tmp_path)
+    Qwen2Config(vocab_size=len(tok), hidden_size=32, num_attention_heads=2).save_pretrained(
+        tmp_path
+    )
     assert marked_tokenizer_class(tmp_path) == "PreTrainedTokenizerFast"
     text = "facts: c=6 ; q: c" + completion_text("6", "0.7")
     want = tok(text).input_ids
@@ -157,7 +159,9 @@ def test_unmarked_folder_uses_auto_tokenizer(tiny_model_dir):
     from transformers import AutoTokenizer
 
     assert marked_tokenizer_class(tiny_model_dir) is None
-    assert type(load_tokenizer(tiny_model_dir)) is type(AutoTokenizer.from_pretrained(tiny_model_dir))
+    assert type(load_tokenizer(tiny_model_dir)) is type(
+        AutoTokenizer.from_pretrained(tiny_model_dir)
+    )
 
 
 # --------------------------------------------------------------------------- warm-up
@@ -180,3 +184,55 @@ def test_warmup_is_cached_and_targets_carry_no_confidence_signal(tmp_path):
     assert path2 == path and (path / "model.safetensors").stat().st_mtime_ns == mtime
     tok = load_toy_tokenizer(path)
     assert tok(completion_text("1", "0.2")).input_ids[-1] != tok.unk_token_id
+
+
+# --------------------------------------------------------------------------- end to end
+
+REDUCED_STEPS = 150  # calibrated: RLSR reaches held-out AURC ~0.2 from BASE ~0.47 (docs/toy.md)
+
+
+def _heldout_aurc(model_dir, data_dir, out_dir) -> tuple[float, float]:
+    """The real ``rlsr evaluate`` (in-process, greedy) on the held-out split: (AURC, accuracy)."""
+    from rlsr.toy.launch import main as launch
+
+    rc = launch(
+        ["rlsr", "evaluate", "--model", str(model_dir), "--datasets", "tiny",
+         "--data-path", f"tiny={data_dir}", "--split", "test", "--output-dir", str(out_dir),
+         "--max-new-tokens", "12", "--no-fallbacks", "--bootstrap", "0",
+         "--batch-size", "200", "--no-progress"]
+    )  # fmt: skip
+    assert rc == 0
+    metrics = json.loads((out_dir / "tiny@test" / "metrics.json").read_text())
+    return metrics["scorers"]["verbalized"]["aurc"], metrics["accuracy"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_rlsr_learns_to_rank_confidence_on_heldout(tmp_path):
+    """Reduced toy reproduction: one seed, 150 GRPO steps of 16 prompts x 8, real train path.
+
+    Fails if the lifted-AURC reward's sign, ranking or pooling is broken: with the sign flipped
+    the same run ends at held-out AURC ~0.5 or worse (docs/toy.md quotes the scratch run).
+    """
+    import torch
+
+    from rlsr.toy.arms import train_arm
+    from rlsr.toy.warmup import DEFAULT_CACHE_DIR
+
+    torch.set_num_threads(1)
+    data_dir = write_dataset_folder(tmp_path / "data", "easy", seed=0, n_heldout=200)
+    warm_dir, summary = ensure_warmup(WarmupConfig(variant="easy", seed=0), DEFAULT_CACHE_DIR)
+    assert summary["format_rate"] > 0.95 and summary["accuracy_present"] > 0.95
+    base_aurc, base_acc = _heldout_aurc(warm_dir, data_dir, tmp_path / "eval-base")
+    result = train_arm(
+        warm_dir, data_dir, "rlsr", tmp_path / "rlsr", seed=0,
+        extra_overrides=[f"grpo.max_steps={REDUCED_STEPS}", "grpo.logging_steps=50"],
+    )  # fmt: skip
+    pool_sizes = {h["rlsr/pool_size"] for h in result["log_history"] if "rlsr/pool_size" in h}
+    assert pool_sizes == {128.0}  # the whole step's 16 x 8 completions were ranked together
+    rlsr_aurc, rlsr_acc = _heldout_aurc(tmp_path / "rlsr", data_dir, tmp_path / "eval-rlsr")
+    print(f"held-out AURC: BASE {base_aurc:.3f} -> RLSR {rlsr_aurc:.3f}; "
+          f"accuracy {base_acc:.3f} -> {rlsr_acc:.3f}")  # fmt: skip
+    assert base_aurc > 0.35  # BASE's confidence carries no information
+    assert rlsr_aurc < base_aurc - 0.15
+    assert rlsr_acc > base_acc - 0.05

@@ -176,9 +176,97 @@ def test_one_step_matches_trl_advantages_and_logs_pool_metrics(tmp_path, method)
         )
     assert trainer._verifier is None  # the verifier was closed when training ended
 
+    # The saved model carries no pickled training_args.bin; its JSON form masks token fields.
+    trainer.save_model(str(tmp_path / "final"))
+    assert (tmp_path / "final" / "adapter_model.safetensors").is_file()
+    assert not list((tmp_path / "final").glob("*.bin"))
+    assert '"hub_token": "<HUB_TOKEN>"' in (tmp_path / "final" / "training_args.json").read_text()
+
 
 def test_trainer_rejects_reward_funcs(tmp_path):
     from rlsr.trainer import RLSRTrainer
 
     with pytest.raises(ValueError, match="reward_funcs"):
         RLSRTrainer(model="unused", method=MethodSettings("rlsr"), reward_funcs=[len])
+
+
+# --------------------------------------------------------------------------- finished runs
+
+
+def _checkpoint(folder, global_step: int, max_steps: int):
+    """A checkpoint folder as HF Trainer writes it (trainer_state.json + adapter files)."""
+    import json
+
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text(
+        json.dumps({"global_step": global_step, "max_steps": max_steps})
+    )
+    (folder / "adapter_model.safetensors").write_bytes(b"weights")
+    (folder / "adapter_config.json").write_text("{}")
+    (folder / "optimizer.pt").write_bytes(b"state")
+    (folder / "rng_state.pth").write_bytes(b"state")
+    return folder
+
+
+def test_checkpoint_is_final_uses_grpo_max_steps_else_the_stored_one(tmp_path):
+    from rlsr.trainer import checkpoint_is_final
+
+    done = _checkpoint(tmp_path / "checkpoint-6", global_step=6, max_steps=6)
+    assert checkpoint_is_final(done, 6)
+    assert checkpoint_is_final(done, None)  # epoch-based run: trainer_state's max_steps
+    assert checkpoint_is_final(done, -1)
+    assert not checkpoint_is_final(done, 8)  # raised max_steps: continue training
+    middle = _checkpoint(tmp_path / "checkpoint-3", global_step=3, max_steps=6)
+    assert not checkpoint_is_final(middle, 6) and not checkpoint_is_final(middle, None)
+    assert not checkpoint_is_final(tmp_path / "missing", 6)
+
+
+def test_rerun_of_a_finished_run_trains_nothing_and_keeps_the_final_adapter(tmp_path):
+    """Regression: HF Trainer resumed from the last checkpoint trains one step past max_steps
+    (it checks the limit only after a step), so rerunning / requeueing a finished job wrote a
+    checkpoint-7 and a new final adapter. run_training must stop before loading the model."""
+    from test_trainer_support import tiny_settings
+
+    from rlsr.trainer import run_training
+
+    out = tmp_path / "run"
+    _checkpoint(out / "checkpoint-6", global_step=6, max_steps=6)
+    settings = tiny_settings(out, max_steps=6, save_steps=3)
+    settings.model.name_or_path = str(tmp_path / "no-model-here")  # proves nothing is loaded
+    assert run_training(settings) is None
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint")) == [
+        "checkpoint-6"
+    ]
+    # The job had stopped before save_model: the final adapter is exported from the checkpoint,
+    # without the optimizer/RNG state.
+    assert (out / "adapter_model.safetensors").read_bytes() == b"weights"
+    assert not (out / "optimizer.pt").exists() and not (out / "rng_state.pth").exists()
+
+
+def test_offline_dataset_and_missing_model_are_one_line_config_errors(tmp_path, monkeypatch):
+    """Regression: on a machine without hub access train.py died in a traceback from datasets /
+    transformers. Both now raise ConfigError naming the field and the download command. The hub
+    is switched to offline mode (no network here; an unreachable hub behaves the same, slower)."""
+    import datasets.config
+    import huggingface_hub.constants
+    from test_trainer_support import tiny_settings
+
+    from rlsr.config import ConfigError
+    from rlsr.trainer import build_trainer, load_train_dataset
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.delenv("RLSR_DATA_DIR", raising=False)
+    settings = tiny_settings(tmp_path)
+    settings.data.dataset = "gsm8k"
+    with pytest.raises(ConfigError) as info:
+        load_train_dataset(settings)
+    assert info.value.field == "data.dataset"
+    assert "rlsr datasets download gsm8k" in str(info.value) and "data.path=" in str(info.value)
+    assert "\n" not in str(info.value)
+
+    settings = tiny_settings(tmp_path)
+    settings.model.name_or_path = str(tmp_path / "no-such-model")
+    with pytest.raises(ConfigError) as info:
+        build_trainer(settings)
+    assert info.value.field == "model.name_or_path" and "model.name_or_path=DIR" in str(info.value)

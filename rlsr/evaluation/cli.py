@@ -2,27 +2,60 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 __all__ = ["register", "run_evaluate", "run_report", "run_deploy"]
 
 
+class _DefaultsShown(argparse.HelpFormatter):
+    """Appends ``(default: X)`` to options whose default is a real value (not None/False/[])."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if default in (None, False, [], argparse.SUPPRESS) or "%(default)" in text:
+            return text
+        if action.option_strings and action.nargs != 0:
+            text += " (default: %(default)s)"
+        return text
+
+
 def register(subparsers) -> None:
+    from rlsr.data.cli import user_errors
+
     ev = subparsers.add_parser(
         "evaluate",
         help="generate, verify and score a model (+ LoRA adapter) on datasets",
+        usage="rlsr evaluate --model PATH [--adapter RUN] --datasets NAMES --output-dir DIR "
+        "[options]",
         description="Paper protocol by default (Sec. C.5): greedy, 4,096 new tokens, the training "
         "system prompt, one response per question. Writes DIR/<dataset>/samples.jsonl, "
         "metrics.json, risk_coverage.png; resumes an interrupted run.",
+        epilog="example: rlsr evaluate --model Qwen/Qwen2.5-7B --adapter runs/hotpot-rlsr "
+        "--datasets hotpot-ood --output-dir evals/rlsr-seed0 --backend vllm. "
+        "Details: docs/evaluation.md.",
+        formatter_class=_DefaultsShown,
     )
-    ev.add_argument("--model", required=True, help="base model folder or hub id")
-    ev.add_argument("--adapter", help="LoRA adapter folder, checkpoint-N, or training output dir")
     ev.add_argument(
-        "--datasets", required=True, help="comma list of names or a group (hotpot-id ...)"
+        "--model",
+        required=True,
+        metavar="PATH",
+        help="base model folder or hub id (`tiny-warm`: the model of recipe=tiny)",
     )
-    ev.add_argument("--output-dir", required=True)
+    ev.add_argument(
+        "--adapter", metavar="RUN", help="LoRA adapter folder, checkpoint-N, or training output dir"
+    )
+    ev.add_argument(
+        "--datasets",
+        required=True,
+        metavar="NAMES",
+        help="comma list of names or a group (hotpot-id ...); `rlsr datasets` lists them",
+    )
+    ev.add_argument("--output-dir", required=True, metavar="DIR", help="results; rerun to resume")
     ev.add_argument("--backend", choices=("transformers", "vllm"), default="transformers")
     ev.add_argument(
         "--data-dir", help="folder with <dataset>/ copies (else $RLSR_DATA_DIR, then hub)"
@@ -34,7 +67,9 @@ def register(subparsers) -> None:
         metavar="NAME=PATH",
         help="read dataset NAME from PATH (file or folder); repeatable",
     )
-    ev.add_argument("--split", help="dataset split (default: each dataset's evaluation split)")
+    ev.add_argument(
+        "--split", metavar="NAME", help="dataset split (default: each dataset's evaluation split)"
+    )
     ev.add_argument(
         "--system-prompt",
         choices=("simple", "long"),
@@ -47,28 +82,54 @@ def register(subparsers) -> None:
         metavar="NAME=VERIFIER",
         help="override a dataset's verifier (e.g. trivia=exact_match); repeatable",
     )
-    ev.add_argument("--limit", type=int, help="first N questions per dataset")
-    ev.add_argument("--batch-size", type=int, default=8)
-    ev.add_argument("--max-new-tokens", type=int, default=4096)
+    ev.add_argument("--limit", type=int, metavar="N", help="first N questions per dataset")
+    ev.add_argument("--batch-size", type=int, default=8, metavar="N", help="prompts per call")
+    ev.add_argument(
+        "--max-new-tokens", type=int, default=4096, metavar="N", help="response token budget"
+    )
     ev.add_argument(
         "--temperature", type=float, default=0.0, help="0 = greedy (paper); Tab. 5 seeds use 0.3"
     )
-    ev.add_argument("--top-p", type=float, default=1.0)
-    ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--fallback-max-new-tokens", type=int, default=64)
+    ev.add_argument("--top-p", type=float, default=1.0, metavar="P", help="nucleus sampling")
+    ev.add_argument("--seed", type=int, default=0, help="sampling and bootstrap seed")
+    ev.add_argument(
+        "--fallback-max-new-tokens",
+        type=int,
+        default=64,
+        metavar="N",
+        help="token budget of each Sec. C.3 fallback continuation",
+    )
     ev.add_argument("--no-fallbacks", action="store_true", help="skip the Sec. C.3 fallbacks")
     ev.add_argument(
         "--scorers", default="verbalized", help="comma list of verbalized,logprob,consistency"
     )
-    ev.add_argument("--consistency-k", type=int, default=8)
-    ev.add_argument("--consistency-temperature", type=float, default=0.7)
+    ev.add_argument(
+        "--consistency-k",
+        type=int,
+        default=8,
+        metavar="K",
+        help="samples of the consistency scorer",
+    )
+    ev.add_argument(
+        "--consistency-temperature",
+        type=float,
+        default=0.7,
+        metavar="T",
+        help="sampling temperature of the consistency scorer",
+    )
     ev.add_argument("--dcs", action="store_true", help="DCS with an IDK option on MCQ datasets")
     ev.add_argument(
-        "--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (0 = off)"
+        "--bootstrap",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="bootstrap resamples for CIs (0 = off)",
     )
-    ev.add_argument("--dtype", default="auto")
-    ev.add_argument("--trust-remote-code", action="store_true")
-    ev.add_argument("--no-progress", action="store_true")
+    ev.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
+    ev.add_argument(
+        "--trust-remote-code", action="store_true", help="run the model repo's own code (off)"
+    )
+    ev.add_argument("--no-progress", action="store_true", help="no progress bar (log files)")
     g = ev.add_argument_group("vLLM")
     g.add_argument("--tensor-parallel-size", type=int, default=1)
     g.add_argument("--data-parallel-size", type=int, default=1)
@@ -79,6 +140,11 @@ def register(subparsers) -> None:
     )
     g.add_argument("--max-model-len", type=int)
     g.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    g.add_argument(
+        "--enforce-eager",
+        action="store_true",
+        help="no torch.compile/CUDA graphs: slower decoding, engine starts in seconds (CPU tests)",
+    )
     j = ev.add_argument_group("LLM judge (Sec. C.2)")
     j.add_argument("--judge-model", default=None, help="default meta-llama/Llama-3.1-8B-Instruct")
     j.add_argument(
@@ -97,7 +163,7 @@ def register(subparsers) -> None:
     d.add_argument("--deployment-dataset", default="medqa")
     d.add_argument("--deployment-splits", default="validation,test")
     d.add_argument("--deployment-delta", type=float, default=0.1)
-    ev.set_defaults(func=run_evaluate)
+    ev.set_defaults(func=user_errors(run_evaluate))
 
     rp = subparsers.add_parser("report", help="paper-style tables and curves over evaluation dirs")
     rp.add_argument(
@@ -114,7 +180,7 @@ def register(subparsers) -> None:
     )
     rp.add_argument("--id", dest="id_sets", help="ID datasets (names or group)")
     rp.add_argument("--ood", dest="ood_sets", help="OOD datasets (names or group)")
-    rp.set_defaults(func=run_report)
+    rp.set_defaults(func=user_errors(run_report))
 
     dp = subparsers.add_parser(
         "deploy", help="risk-controlled threshold from validation/test samples"
@@ -128,7 +194,7 @@ def register(subparsers) -> None:
     dp.add_argument("--delta", type=float, default=0.1)
     dp.add_argument("--method-name", default="model")
     dp.add_argument("--output", help="write OUTPUT.json and OUTPUT.md")
-    dp.set_defaults(func=run_deploy)
+    dp.set_defaults(func=user_errors(run_deploy))
 
 
 def _pairs(items: list[str], flag: str) -> dict[str, str]:
@@ -149,7 +215,13 @@ def _system_prompt(args) -> str | None:
     return group_system_prompt(args.datasets) if args.datasets in GROUPS else None
 
 
+def _looks_like_path(name: str) -> bool:
+    return name.startswith(("/", "./", "../", "~")) or os.sep + os.sep in name
+
+
 def _validate(args) -> None:
+    if _looks_like_path(args.model) and not Path(args.model).expanduser().is_dir():
+        raise SystemExit(f"--model {args.model}: no such folder; give a model folder or a hub id.")
     if args.limit is not None and args.limit < 1:
         raise SystemExit("--limit must be >= 1.")
     if args.deployment_target is not None and not 0 < args.deployment_target <= 1:
@@ -219,7 +291,7 @@ def run_evaluate(args) -> int:
         merge=args.merge_adapter if args.backend == "vllm" else True,
         tensor_parallel_size=args.tensor_parallel_size, data_parallel_size=args.data_parallel_size,
         max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
-        seed=args.seed,
+        seed=args.seed, enforce_eager=args.enforce_eager,
     )  # fmt: skip
     (out / "run.json").write_text(json.dumps({
         "model": args.model, "adapter": str(adapter) if adapter else None, "backend": args.backend,
@@ -231,7 +303,9 @@ def run_evaluate(args) -> int:
                            system_prompt=system_prompt, data_dir=args.data_dir)
         for job, name, split in jobs
     }  # fmt: skip
-    backend = make_backend(args.backend, args.model, adapter, **backend_kwargs)
+    from rlsr.config import resolve_model_path  # `tiny` / `tiny-warm`: the local tiny models
+
+    backend = make_backend(args.backend, resolve_model_path(args.model), adapter, **backend_kwargs)
     judge = _build_judge(args, backend_kwargs) if "llm_judge" in verifier_names.values() else None
     summary = {}
     for job, name, _ in jobs:

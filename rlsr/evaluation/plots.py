@@ -10,7 +10,7 @@ import numpy as np
 
 from rlsr import metrics as M
 
-__all__ = ["curve_on_grid", "plot_dataset_risk_coverage", "plot_overlay_grid"]
+__all__ = ["curve_on_grid", "curve_steps", "plot_dataset_risk_coverage", "plot_overlay_grid"]
 
 COVERAGE_GRID = np.linspace(0.01, 1.0, 100)
 
@@ -32,6 +32,18 @@ def curve_on_grid(confidence, correct, grid: np.ndarray = COVERAGE_GRID) -> np.n
     return curve.risk[np.minimum(idx, len(curve.risk) - 1)]
 
 
+def curve_steps(curve: M.RiskCoverageCurve) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) for ``plt.step(x, y, where="pre")``: the risk of each tie group drawn over the
+    coverage span it adds, ``(previous coverage, its coverage]``, starting at coverage 0.
+
+    Drawing the raw points with ``where="post"`` leaves the first span empty and gives the last
+    point no width, so a single tie group (e.g. every confidence missing) draws nothing.
+    """
+    x = np.concatenate([[0.0], curve.coverage])
+    y = np.concatenate([curve.risk[:1], curve.risk])
+    return x, y
+
+
 def plot_dataset_risk_coverage(
     records: Sequence[dict], scorers: Sequence[str], path, title: str = ""
 ) -> Path:
@@ -42,11 +54,11 @@ def plot_dataset_risk_coverage(
     fig, ax = plt.subplots(figsize=(4.5, 3.5))
     for scorer in scorers:
         conf, ok, _ = scorer_arrays(records, scorer)
-        curve = M.risk_coverage_curve(conf, ok)
+        x, y = curve_steps(M.risk_coverage_curve(conf, ok))
         ax.step(
-            curve.coverage,
-            curve.risk,
-            where="post",
+            x,
+            y,
+            where="pre",
             label=f"{scorer} (AURC {M.aurc(conf, ok):.3f})",
         )
     ax.set(xlabel="coverage", ylabel="risk (error rate)", xlim=(0, 1), ylim=(0, 1), title=title)

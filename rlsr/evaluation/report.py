@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -137,12 +138,18 @@ def build_report(
     id_sets=None,
     ood_sets=None,
 ) -> dict[str, Path]:
-    """Write ``OUTPUT.md``, ``OUTPUT.csv`` and ``OUTPUT_risk_coverage.png``; return their paths."""
+    """Write ``OUTPUT.md``, ``OUTPUT.csv`` and ``OUTPUT_risk_coverage.png``; return their paths.
+
+    ``output`` is a file prefix; a folder (an existing one, or a path ending in ``/``, as in
+    ``--output report/``) gets ``report.md``, ``report.csv``, ``report_risk_coverage.png`` inside.
+    """
     groups = group_runs(dirs, labels)
     runs = {name: [Run.load(p) for p in paths] for name, paths in groups.items()}
     datasets = sorted({d for rs in runs.values() for r in rs for d in r.metrics})
     ids, oods = split_id_ood(datasets, family, id_sets, ood_sets)
     out = Path(output)
+    if str(output).endswith(("/", os.sep)) or out.is_dir():
+        out = out / "report"
     out.parent.mkdir(parents=True, exist_ok=True)
     csv_rows: list[dict] = []
     md: list[str] = [

@@ -47,11 +47,10 @@ def train_arm(
     Returns ``{"output_dir", "seconds", "log_history"}``.
     """
     import torch
-
-    from rlsr.config import training_verifier
-    from rlsr.trainer import RLSRTrainer, load_train_dataset
     from trl import GRPOConfig
-    from rlsr.config import grpo_kwargs
+
+    from rlsr.config import grpo_kwargs, training_verifier
+    from rlsr.trainer import RLSRTrainer, load_train_dataset
 
     overrides = [
         "recipe=toy",

@@ -19,7 +19,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-__all__ = ["TOKENIZER_MARKER_KEY", "marked_tokenizer_class", "load_tokenizer", "patch_auto_tokenizer"]
+__all__ = [
+    "TOKENIZER_MARKER_KEY",
+    "marked_tokenizer_class",
+    "load_tokenizer",
+    "patch_auto_tokenizer",
+]
 
 TOKENIZER_MARKER_KEY = "rlsr_load_as"
 _SUPPORTED = ("PreTrainedTokenizerFast",)

