@@ -391,10 +391,10 @@ def load_train_dataset(cfg, tokenizer=None):
 
 def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None) -> RLSRTrainer:
     """Create the RLSRTrainer for validated settings ``cfg`` (``rlsr.config.TrainSettings``)."""
-    from transformers import AutoTokenizer
     from trl import GRPOConfig
 
     from rlsr.config import ConfigError, grpo_kwargs, resolve_model_path
+    from rlsr.tokenization import load_tokenizer
 
     kwargs = grpo_kwargs(cfg)
     try:
@@ -407,7 +407,7 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None) ->
 
     model_path = resolve_model_path(cfg.model.name_or_path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(
+        tokenizer = load_tokenizer(
             model_path,
             padding_side="left",
             truncation_side="left",

@@ -12,9 +12,8 @@ Per seed: generate the task (rlsr.toy.task), warm up BASE from scratch (rlsr.toy
 by config hash), train RLVR / RLCR / RLSR from the same BASE with identical budgets through the
 real ``train.py recipe=toy method=...``, evaluate BASE and every arm on the held-out split with the
 real ``rlsr evaluate`` (greedy), then ``rlsr report`` and a summary over seeds (mean +- std,
-oracle AURC) with overlaid risk-coverage curves. train.py and ``rlsr`` run through
-``python -m rlsr.toy.launch``, which only makes the word-level tokenizer loadable
-(rlsr.toy.compat). Outputs go to ``--output-dir`` (default toy_runs/, gitignored).
+oracle AURC) with overlaid risk-coverage curves. Both load the word-level tokenizer through
+rlsr.tokenization.load_tokenizer (docs/toy.md). Outputs go to ``--output-dir`` (default toy_runs/, gitignored).
 """
 
 from __future__ import annotations
@@ -99,8 +98,13 @@ class Progress:
 
 
 def _launch(args: list[str], log_path: Path, on_line=None) -> None:
-    """Run ``python -m rlsr.toy.launch ARGS`` with output to ``log_path``; raise on failure."""
-    cmd = [sys.executable, "-m", "rlsr.toy.launch", *args]
+    """Run ``train.py ARGS`` or ``rlsr ARGS`` with output to ``log_path``; raise on failure."""
+    head, rest = args[0], args[1:]
+    cmd = (
+        [sys.executable, head, *rest]
+        if head.endswith(".py")
+        else [sys.executable, "-m", "rlsr.cli", *rest]
+    )
     env = {
         **os.environ,
         "PYTHONUNBUFFERED": "1",

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from rlsr.toy.compat import TOKENIZER_MARKER_KEY, load_tokenizer, marked_tokenizer_class
+from rlsr.tokenization import TOKENIZER_MARKER_KEY, load_tokenizer, marked_tokenizer_class
 from rlsr.toy.task import NAMES, make_example, make_split, to_records, write_dataset_folder
 from rlsr.toy.tokenizer import (
     CONFIDENCE_TOKENS,
@@ -193,10 +193,10 @@ REDUCED_STEPS = 150  # calibrated: RLSR reaches held-out AURC ~0.2 from BASE ~0.
 
 def _heldout_aurc(model_dir, data_dir, out_dir) -> tuple[float, float]:
     """The real ``rlsr evaluate`` (in-process, greedy) on the held-out split: (AURC, accuracy)."""
-    from rlsr.toy.launch import main as launch
+    from rlsr.cli import main as rlsr_main
 
-    rc = launch(
-        ["rlsr", "evaluate", "--model", str(model_dir), "--datasets", "tiny",
+    rc = rlsr_main(
+        ["evaluate", "--model", str(model_dir), "--datasets", "tiny",
          "--data-path", f"tiny={data_dir}", "--split", "test", "--output-dir", str(out_dir),
          "--max-new-tokens", "12", "--no-fallbacks", "--bootstrap", "0",
          "--batch-size", "200", "--no-progress"]

@@ -140,20 +140,22 @@ def merge_adapter(base: str, adapter: str | os.PathLike, out_dir: str | os.PathL
     """
     import torch
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    from rlsr.tokenization import load_tokenizer
 
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, use_safetensors=True)
     model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     out = Path(out_dir)
     model.save_pretrained(out, safe_serialization=True)
-    AutoTokenizer.from_pretrained(base).save_pretrained(out)
+    load_tokenizer(base).save_pretrained(out)
     return out
 
 
 def _load_tokenizer(model_path: str, trust_remote_code: bool):
-    from transformers import AutoTokenizer
+    from rlsr.tokenization import load_tokenizer
 
-    tok = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    tok = load_tokenizer(model_path, trust_remote_code=trust_remote_code)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"

@@ -4,7 +4,7 @@ Saved with ``save_pretrained`` and reloaded with ``load_toy_tokenizer`` as a
 ``PreTrainedTokenizerFast``. Do NOT reload it with ``AutoTokenizer.from_pretrained`` on a folder
 that also holds the Qwen2 ``config.json``: transformers 5 then rebuilds a byte-level Qwen2
 tokenizer and garbles the word-level vocabulary (shared/STACK.md). ``tokenizer_config.json``
-records ``"rlsr_load_as": "PreTrainedTokenizerFast"``, which ``rlsr.toy.compat.load_tokenizer``
+records ``"rlsr_load_as": "PreTrainedTokenizerFast"``, which ``rlsr.tokenization.load_tokenizer``
 honours.
 
 Text is split on whitespace and then into tags, ``0.0``..``1.0`` confidences, digits, names and
@@ -21,7 +21,7 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from rlsr.toy.compat import TOKENIZER_MARKER_KEY
+from rlsr.tokenization import TOKENIZER_MARKER_KEY
 from rlsr.toy.task import DIGITS, NAMES
 
 __all__ = [
@@ -78,7 +78,7 @@ def build_toy_tokenizer() -> PreTrainedTokenizerFast:
         clean_up_tokenization_spaces=False,
     )
     tok.chat_template = TOY_CHAT_TEMPLATE
-    # Saved into tokenizer_config.json; rlsr.toy.compat.load_tokenizer reads it (module doc).
+    # Saved into tokenizer_config.json; rlsr.tokenization.load_tokenizer reads it (module doc).
     tok.init_kwargs[TOKENIZER_MARKER_KEY] = "PreTrainedTokenizerFast"
     return tok
 

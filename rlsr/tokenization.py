@@ -8,10 +8,9 @@ vocabulary into character soup. The toy tokenizer therefore records
     "rlsr_load_as": "PreTrainedTokenizerFast"
 
 in its ``tokenizer_config.json`` (the key survives save/load round trips, so trained arms keep
-it), and ``load_tokenizer`` honours it. The trainer and the evaluator should call
-``load_tokenizer`` (or check the key) instead of ``AutoTokenizer.from_pretrained``; until they
-do, ``patch_auto_tokenizer`` routes ``AutoTokenizer.from_pretrained`` through it for one process
-(used by ``python -m rlsr.toy.launch``).
+it), and ``load_tokenizer`` honours it. The trainer (rlsr.trainer) and the evaluator
+(rlsr.evaluation.backends) load every tokenizer through ``load_tokenizer``;
+``patch_auto_tokenizer`` does the same for third-party code in one process.
 """
 
 from __future__ import annotations
