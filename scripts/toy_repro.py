@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +65,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--output-dir", default="toy_runs")
     p.add_argument("--cache-dir", default=str(REPO / ".cache" / "rlsr-toy"))
     p.add_argument("--override", action="append", default=[], help="extra train.py override")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="arms trained at once (each is one single-threaded process; results do not depend on it)",
+    )
     p.add_argument("--quiet", action="store_true")
     return p.parse_args(argv)
 
@@ -275,9 +282,27 @@ def main(argv=None) -> int:
         )
         eval_dirs = {"base": run / "eval" / "base"}
         model_dirs = {"base": warm_dir}
-        for name, method, extra in arms:
+        # Each arm is an independent single-threaded process (OMP_NUM_THREADS=1), so arms run
+        # side by side on a multi-core machine without changing any result.
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as executor:
+            futures = {
+                name: executor.submit(
+                    train_arm,
+                    args,
+                    name,
+                    method,
+                    warm_dir,
+                    data_dir,
+                    run / "arms" / name,
+                    seed,
+                    extra,
+                    progress,
+                )  # fmt: skip
+                for name, method, extra in arms
+            }
+        for name, _, _ in arms:
             out = run / "arms" / name
-            seconds = train_arm(args, name, method, warm_dir, data_dir, out, seed, extra, progress)
+            seconds = futures[name].result()
             timings.setdefault(name, []).append(seconds)
             progress.stage(f"seed {seed}: trained {name}")
             model_dirs[name] = out
