@@ -68,8 +68,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--jobs",
         type=int,
-        default=min(2, os.cpu_count() or 1),
-        help="arms trained at once (each is one single-threaded process; results do not depend on it)",
+        default=None,
+        help="arms trained at once (default: all arms of a seed; each is one single-threaded "
+        "process, so results do not depend on it)",
     )
     p.add_argument("--quiet", action="store_true")
     return p.parse_args(argv)
@@ -284,7 +285,7 @@ def main(argv=None) -> int:
         model_dirs = {"base": warm_dir}
         # Each arm is an independent single-threaded process (OMP_NUM_THREADS=1), so arms run
         # side by side on a multi-core machine without changing any result.
-        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as executor:
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs or len(arms))) as executor:
             futures = {
                 name: executor.submit(
                     train_arm,
