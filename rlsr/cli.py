@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # (module, function) pairs; each function takes the argparse sub-parsers object and adds its
@@ -28,10 +29,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+USAGE_ERROR_EXIT = 2
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one sub-command. A problem with the user's input (our ``ValueError``s, a dataset that is
+    neither local nor on a reachable hub, a missing file) prints ``rlsr: error: <message>`` and
+    exits 2 instead of a traceback; ``RLSR_DEBUG=1`` re-raises it."""
+    from rlsr.data.loading import DatasetUnavailableError
+
     parser = build_parser()
     args = parser.parse_args(argv)
-    result = args.func(args)
+    try:
+        result = args.func(args)
+    except (ValueError, KeyError, OSError, DatasetUnavailableError) as err:
+        if os.environ.get("RLSR_DEBUG"):
+            raise
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"rlsr: error: {message}", file=sys.stderr)
+        return USAGE_ERROR_EXIT
     return int(result or 0)
 
 

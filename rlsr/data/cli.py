@@ -4,40 +4,11 @@ datasets show NAME`` prints the first formatted example (reads local copies via 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
-import os
-import sys
-from collections.abc import Callable
 
 from rlsr.data.registry import GROUPS, REGISTRY, resolve_datasets
 
-__all__ = ["register", "format_table", "user_errors"]
-
-USAGE_ERROR_EXIT = 2
-
-
-def user_errors(
-    handler: Callable[[argparse.Namespace], int],
-) -> Callable[[argparse.Namespace], int]:
-    """Wrap a sub-command handler: a problem with the user's input (our ``ValueError``s, a
-    dataset that is neither local nor on a reachable hub, a missing file) prints
-    ``rlsr: error: <message>`` and exits 2 instead of a traceback. ``RLSR_DEBUG=1`` re-raises."""
-
-    @functools.wraps(handler)
-    def wrapped(args: argparse.Namespace) -> int:
-        from rlsr.data.loading import DatasetUnavailableError
-
-        try:
-            return handler(args)
-        except (ValueError, KeyError, OSError, DatasetUnavailableError) as err:
-            if os.environ.get("RLSR_DEBUG"):
-                raise
-            message = err.args[0] if isinstance(err, KeyError) and err.args else err
-            print(f"rlsr: error: {message}", file=sys.stderr)
-            return USAGE_ERROR_EXIT
-
-    return wrapped
+__all__ = ["register", "format_table"]
 
 
 def format_table() -> str:
@@ -116,14 +87,14 @@ def _show(args: argparse.Namespace) -> int:
 def register(subparsers) -> None:
     """Add ``rlsr datasets [list|download|show]`` to the ``rlsr`` command."""
     parser = subparsers.add_parser("datasets", help="list, download or inspect the datasets")
-    parser.set_defaults(func=user_errors(_list))
+    parser.set_defaults(func=_list)
     sub = parser.add_subparsers(dest="datasets_command")
     lister = sub.add_parser("list", help="registry table (the default)")
-    lister.set_defaults(func=user_errors(_list))
+    lister.set_defaults(func=_list)
     down = sub.add_parser("download", help="save datasets from the hub for offline use")
     down.add_argument("names", help="dataset names, comma separated, or a group")
     down.add_argument("--out", required=True, help="folder; each dataset goes to OUT/<name>")
-    down.set_defaults(func=user_errors(_download))
+    down.set_defaults(func=_download)
     show = sub.add_parser("show", help="print the first formatted example")
     show.add_argument("name")
     show.add_argument("--path", default=None)
@@ -131,4 +102,4 @@ def register(subparsers) -> None:
     show.add_argument("--data-dir", default=None)
     show.add_argument("--system-prompt", default=None, choices=["simple", "long"])
     show.add_argument("--columns", nargs="*", help="FIELD=COLUMN overrides")
-    show.set_defaults(func=user_errors(_show))
+    show.set_defaults(func=_show)

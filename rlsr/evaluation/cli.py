@@ -25,7 +25,6 @@ class _DefaultsShown(argparse.HelpFormatter):
 
 
 def register(subparsers) -> None:
-    from rlsr.data.cli import user_errors
 
     ev = subparsers.add_parser(
         "evaluate",
@@ -163,7 +162,7 @@ def register(subparsers) -> None:
     d.add_argument("--deployment-dataset", default="medqa")
     d.add_argument("--deployment-splits", default="validation,test")
     d.add_argument("--deployment-delta", type=float, default=0.1)
-    ev.set_defaults(func=user_errors(run_evaluate))
+    ev.set_defaults(func=run_evaluate)
 
     rp = subparsers.add_parser("report", help="paper-style tables and curves over evaluation dirs")
     rp.add_argument(
@@ -180,7 +179,7 @@ def register(subparsers) -> None:
     )
     rp.add_argument("--id", dest="id_sets", help="ID datasets (names or group)")
     rp.add_argument("--ood", dest="ood_sets", help="OOD datasets (names or group)")
-    rp.set_defaults(func=user_errors(run_report))
+    rp.set_defaults(func=run_report)
 
     dp = subparsers.add_parser(
         "deploy", help="risk-controlled threshold from validation/test samples"
@@ -194,7 +193,7 @@ def register(subparsers) -> None:
     dp.add_argument("--delta", type=float, default=0.1)
     dp.add_argument("--method-name", default="model")
     dp.add_argument("--output", help="write OUTPUT.json and OUTPUT.md")
-    dp.set_defaults(func=user_errors(run_deploy))
+    dp.set_defaults(func=run_deploy)
 
 
 def _pairs(items: list[str], flag: str) -> dict[str, str]:
