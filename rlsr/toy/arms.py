@@ -1,18 +1,15 @@
 """Train one RL arm (RLVR / RLCR / RLSR) of the toy reproduction from the warm-up checkpoint.
 
 The configuration is the real Hydra tree (``recipes/config.yaml`` + ``recipe=toy method=...``),
-composed and validated by ``rlsr.config`` exactly as ``train.py`` does; training runs the real
-``rlsr.trainer.RLSRTrainer``. The only difference from ``train.py`` is the tokenizer: the toy's
-word-level tokenizer is passed explicitly as ``PreTrainedTokenizerFast`` (``AutoTokenizer`` on a
-folder holding a Qwen2 config.json rebuilds a byte-level Qwen2 tokenizer; rlsr.toy.tokenizer).
+composed and validated by ``rlsr.config`` and built by ``rlsr.trainer.build_trainer`` exactly as
+``train.py`` does (the word-level tokenizer loads through ``rlsr.tokenization.load_tokenizer``).
+Unlike ``train.py`` it runs in-process, so tests can pass callbacks and a pool hook.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-
-from rlsr.toy.tokenizer import load_toy_tokenizer
 
 __all__ = ["RECIPES_DIR", "compose_settings", "train_arm"]
 
@@ -47,10 +44,8 @@ def train_arm(
     Returns ``{"output_dir", "seconds", "log_history"}``.
     """
     import torch
-    from trl import GRPOConfig
 
-    from rlsr.config import grpo_kwargs, training_verifier
-    from rlsr.trainer import RLSRTrainer, load_train_dataset
+    from rlsr.trainer import build_trainer
 
     overrides = [
         "recipe=toy",
@@ -64,17 +59,8 @@ def train_arm(
     ]
     cfg = compose_settings(overrides)
     torch.set_num_threads(1)  # several threads under CPU contention slow GRPO ~10x
-    tokenizer = load_toy_tokenizer(warmup_dir)
-    trainer = RLSRTrainer(
-        model=cfg.model.name_or_path,
-        args=GRPOConfig(**grpo_kwargs(cfg)),
-        method=cfg.method,
-        verifier=training_verifier(cfg.data),
-        train_dataset=load_train_dataset(cfg, tokenizer),
-        processing_class=tokenizer,
-        callbacks=callbacks,
-        pool_hook=pool_hook,
-    )
+    trainer = build_trainer(cfg, callbacks=callbacks, pool_hook=pool_hook)
+    tokenizer = trainer.processing_class
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
