@@ -13,8 +13,6 @@ from hypothesis import strategies as st
 
 from rlsr.prompts import render_judge_prompt
 from rlsr.verifiers import (
-    _HOOK_CRASH,
-    _HOOK_HANG,
     ExactMatchVerifier,
     LLMJudgeVerifier,
     MathVerifier,
@@ -29,6 +27,7 @@ from rlsr.verifiers import (
     parse_judgement,
     quote_answer,
 )
+from rlsr.verifiers.math import _HOOK_CRASH, _HOOK_HANG
 
 # A genuinely slow input: sympy evaluates 9^(9^9) (a 370-million-digit integer) for many seconds.
 SLOW_LATEX = "9^{9^{9}}"
@@ -72,7 +71,7 @@ def test_exact_match_properties(pred, gold):
 
 
 def test_long_answers_are_normalised_but_not_cached():
-    from rlsr.verifiers import _normalize_cached
+    from rlsr.verifiers.exact_match import _normalize_cached
 
     before = _normalize_cached.cache_info().currsize
     long = "The " + "x" * 10_000 + "!"

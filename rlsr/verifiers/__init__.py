@@ -1,0 +1,59 @@
+"""Correctness verifiers, one module each, and their registry.
+
+- ``exact_match``: SQuAD-normalised exact match (HotPotQA);
+- ``math``: math-verify in a pool of worker processes with a per-item time limit (Big-Math,
+  MATH-500, GSM8K);
+- ``mcq``: multiple choice with the answer-letter fallbacks of paper Sec. C.6.1 (MedQA,
+  CommonsenseQA, GPQA);
+- ``llm_judge``: the LLM-judge interface with the paper's judge prompt (TriviaQA, SimpleQA);
+- ``base``: ``VerificationResult``, the per-item status codes and the shared input checks.
+
+Every verifier has ``verify_batch(predictions, golds, *, questions=None, options=None)
+-> VerificationResult`` and ``close()``; ``get_verifier(name, **kwargs)`` builds one by name.
+A new verifier is one module plus one line in ``VERIFIERS`` (docs/parsing_verifiers.md).
+"""
+
+from __future__ import annotations
+
+from rlsr.verifiers.base import VerificationResult
+from rlsr.verifiers.exact_match import ExactMatchVerifier, exact_match, normalize_answer
+from rlsr.verifiers.llm_judge import LLMJudgeVerifier, parse_judgement, quote_answer
+from rlsr.verifiers.math import MathVerifier, math_equal
+from rlsr.verifiers.mcq import MCQVerifier, extract_choice_letter, mcq_match
+
+__all__ = [
+    "VerificationResult",
+    "normalize_answer",
+    "exact_match",
+    "math_equal",
+    "extract_choice_letter",
+    "mcq_match",
+    "ExactMatchVerifier",
+    "MathVerifier",
+    "MCQVerifier",
+    "LLMJudgeVerifier",
+    "parse_judgement",
+    "quote_answer",
+    "get_verifier",
+    "VERIFIERS",
+]
+
+VERIFIERS = {
+    "exact_match": ExactMatchVerifier,
+    "math": MathVerifier,
+    "mcq": MCQVerifier,
+    "llm_judge": LLMJudgeVerifier,
+}
+
+
+def get_verifier(name: str, **kwargs):
+    """Build the verifier called ``name`` ("exact_match", "math", "mcq", "llm_judge").
+
+    kwargs go to its constructor: exact_match(strict), math(num_workers, timeout_s, grace_s,
+    chunk_size, start_method), llm_judge(judge_fn, max_answer_chars).
+    """
+    try:
+        cls = VERIFIERS[name]
+    except KeyError:
+        raise ValueError(f"unknown verifier {name!r}; choose one of {sorted(VERIFIERS)}.") from None
+    return cls(**kwargs)
