@@ -43,7 +43,8 @@ def save_resolved_config(cfg: DictConfig, output_dir: str) -> Path:
 def main(cfg: DictConfig) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
-    from rlsr.config import ConfigError, describe_hydra_error, from_dict, validate
+    from rlsr.config import ConfigError, describe_hydra_error, from_dict
+    from rlsr.training import run_training, validate
 
     try:
         settings = validate(from_dict(OmegaConf.to_container(cfg, resolve=True)))
@@ -57,8 +58,6 @@ def main(cfg: DictConfig) -> int:
     if _is_main_process():
         path = save_resolved_config(cfg, settings.output_dir)
         print(f"[rlsr] resolved config: {path}", flush=True)
-
-    from rlsr.trainer import run_training
 
     try:
         run_training(settings)

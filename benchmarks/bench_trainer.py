@@ -25,7 +25,8 @@ def _settings(out: str, steps: int):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from rlsr.config import from_dict, validate
+    from rlsr.config import from_dict
+    from rlsr.training import validate
 
     with initialize_config_dir(config_dir=str(ROOT / "recipes"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["recipe=tiny", f"output_dir={out}"])
@@ -74,8 +75,10 @@ def _plain_reward_funcs():
 def _run(kind: str, steps: int) -> tuple[list[float], list[float]]:
     from trl import GRPOConfig, GRPOTrainer
 
-    from rlsr.config import grpo_kwargs, resolve_model_path
-    from rlsr.trainer import RLSRTrainer, load_train_dataset
+    from rlsr.config import resolve_model_path
+    from rlsr.methods import resolve
+    from rlsr.trainer import RLSRTrainer
+    from rlsr.training import grpo_kwargs, load_train_dataset
 
     with tempfile.TemporaryDirectory() as out:
         s = _settings(out, steps)
@@ -92,7 +95,9 @@ def _run(kind: str, steps: int) -> tuple[list[float], list[float]]:
             model=path, args=args, train_dataset=data, processing_class=tok, peft_config=peft
         )
         if kind == "rlsr":
-            trainer = _timed(RLSRTrainer)(method=s.method, verifier="exact_match", **common)
+            trainer = _timed(RLSRTrainer)(
+                method=resolve(s.method), verifier="exact_match", **common
+            )
         else:
             trainer = _timed(GRPOTrainer)(reward_funcs=_plain_reward_funcs(), **common)
         trainer.reward_seconds = []

@@ -7,6 +7,8 @@ import importlib
 import os
 import sys
 
+from rlsr.data.loading import DatasetUnavailableError
+
 # (module, function) pairs; each function takes the argparse sub-parsers object and adds its
 # sub-command with ``set_defaults(func=...)``. Imported lazily so ``rlsr --help`` stays fast.
 _SUBCOMMANDS = [
@@ -36,7 +38,6 @@ def main(argv: list[str] | None = None) -> int:
     """Run one sub-command. A problem with the user's input (our ``ValueError``s, a dataset that is
     neither local nor on a reachable hub, a missing file) prints ``rlsr: error: <message>`` and
     exits 2 instead of a traceback; ``RLSR_DEBUG=1`` re-raises it."""
-    from rlsr.data.loading import DatasetUnavailableError
 
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -10,9 +10,11 @@ Schema (top-level keys of ``recipes/config.yaml``)::
     grpo:   any field of trl.GRPOConfig (num_generations, per_device_train_batch_size, ...)
     output_dir, seed, resume: auto|never|<checkpoint path>
 
-``validate(cfg)`` checks everything that can be checked without touching a model or a dataset
-and raises ``ConfigError`` whose message names the offending field and the fix. ``train.py``
-prints that message and exits with status 2.
+``check_settings(cfg)`` checks every section without touching a model or a dataset and raises
+``ConfigError`` whose message names the offending field and the fix; the method's own checks
+live in its registry entry (``rlsr.methods``), and ``rlsr.training.validate`` runs both (``train.py``
+prints the message and exits with status 2). This module sits below the method registry and the
+trainer: it knows nothing about individual methods.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlsr.data import get_spec
+from rlsr.testing import tiny_model_path, tiny_warm_model_path
+
 __all__ = [
     "ConfigError",
     "LoraSettings",
@@ -35,21 +40,20 @@ __all__ = [
     "DataSettings",
     "MethodSettings",
     "TrainSettings",
-    "METHODS",
     "from_dict",
-    "validate",
+    "check_settings",
+    "closest_hint",
+    "is_number",
     "pool_size",
     "world_size_from_env",
     "resolve_attn_implementation",
     "resolve_model_path",
     "resolve_resume",
-    "grpo_kwargs",
     "training_verifier",
     "force_add_overrides",
     "describe_hydra_error",
 ]
 
-METHODS = ("rlsr", "rlcr", "rlvr")
 DTYPES = ("bfloat16", "float16", "float32", "auto")
 ATTN_IMPLEMENTATIONS = ("auto", "flash_attention_2", "sdpa", "eager")
 VLLM_MODES = ("colocate", "server")
@@ -121,7 +125,8 @@ class TrainSettings:
 # --------------------------------------------------------------------------- building
 
 
-def _closest(name: str, options) -> str:
+def closest_hint(name: str, options) -> str:
+    """`` Did you mean 'x'?`` for the option closest to ``name`` (empty when none is close)."""
     match = difflib.get_close_matches(name, list(options), n=1)
     return f" Did you mean {match[0]!r}?" if match else ""
 
@@ -142,7 +147,7 @@ def _build(cls, values: dict | None, prefix: str):
         if key not in known:
             raise ConfigError(
                 f"{prefix}{key}",
-                f"unknown key.{_closest(key, known)} Known keys: {sorted(known)}.",
+                f"unknown key.{closest_hint(key, known)} Known keys: {sorted(known)}.",
             )
         if value == "???":  # OmegaConf's mandatory marker, left unset by the recipe
             raise ConfigError(
@@ -224,12 +229,8 @@ def resolve_model_path(name_or_path: str) -> str:
     """Map the aliases ``tiny`` (random) and ``tiny-warm`` (format fine-tuned) to the locally built
     tiny models of rlsr.testing; other names are returned unchanged."""
     if name_or_path == TINY_WARM_MODEL_ALIAS:
-        from rlsr.testing import tiny_warm_model_path
-
         return str(tiny_warm_model_path())
     if name_or_path == TINY_MODEL_ALIAS:
-        from rlsr.testing import tiny_model_path
-
         return str(tiny_model_path())
     return name_or_path
 
@@ -246,25 +247,6 @@ def resolve_resume(resume: str, output_dir: str) -> str | None:
 
         return get_last_checkpoint(output_dir)
     return resume
-
-
-def grpo_kwargs(cfg: TrainSettings) -> dict[str, Any]:
-    """Keyword arguments for ``trl.GRPOConfig``: the ``grpo`` section plus the managed fields."""
-    from rlsr.trainer import reward_columns
-
-    kwargs = dict(cfg.grpo)
-    kwargs["output_dir"] = cfg.output_dir
-    kwargs["seed"] = cfg.seed
-    kwargs["reward_weights"] = [w for _, w in reward_columns(cfg.method)]
-    kwargs["model_init_kwargs"] = {
-        "dtype": cfg.model.dtype,
-        "attn_implementation": resolve_attn_implementation(
-            cfg.model.attn_implementation, on_gpu=False if kwargs.get("use_cpu") else None
-        ),
-        "trust_remote_code": cfg.model.trust_remote_code,
-    }
-    kwargs["trust_remote_code"] = cfg.model.trust_remote_code
-    return kwargs
 
 
 # --------------------------------------------------------------------------- command line
@@ -331,7 +313,8 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value) -> bool:
+def is_number(value) -> bool:
+    """A finite int or float (not a bool)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -344,7 +327,7 @@ def _validate_model(m: ModelSettings) -> None:
     _check(
         m.dtype in DTYPES,
         "model.dtype",
-        f"got {m.dtype!r}; choose one of {DTYPES}.{_closest(str(m.dtype), DTYPES)}",
+        f"got {m.dtype!r}; choose one of {DTYPES}.{closest_hint(str(m.dtype), DTYPES)}",
     )
     _check(
         m.attn_implementation in ATTN_IMPLEMENTATIONS,
@@ -372,12 +355,12 @@ def _validate_model(m: ModelSettings) -> None:
             f"LoRA rank must be an integer >= 1; got {lora.r!r} (paper: 1).",
         )
         _check(
-            _is_number(lora.alpha) and lora.alpha > 0,
+            is_number(lora.alpha) and lora.alpha > 0,
             "model.lora.alpha",
             f"must be > 0; got {lora.alpha!r} (paper: 32).",
         )
         _check(
-            _is_number(lora.dropout) and 0.0 <= lora.dropout < 1.0,
+            is_number(lora.dropout) and 0.0 <= lora.dropout < 1.0,
             "model.lora.dropout",
             f"must be in [0, 1); got {lora.dropout!r} (paper: 0).",
         )
@@ -392,8 +375,6 @@ def _validate_model(m: ModelSettings) -> None:
 
 def training_verifier(d: DataSettings) -> str:
     """Validate the data section; returns the verifier the trainer will use."""
-    from rlsr.data import get_spec
-
     try:
         spec = get_spec(d.dataset)
     except (KeyError, ValueError) as err:
@@ -430,16 +411,16 @@ def training_verifier(d: DataSettings) -> str:
 
 
 def _validate_method(m: MethodSettings) -> None:
+    """Checks shared by every method; each method's own are in its ``rlsr.methods`` entry."""
     _check(
-        m.name in METHODS,
+        isinstance(m.name, str) and m.name != "",
         "method.name",
-        f"unknown method {m.name!r}; choose one of {METHODS} (e.g. method=rlsr)."
-        f"{_closest(str(m.name), METHODS)}",
+        f"must name a method, e.g. method=rlsr; got {m.name!r}.",
     )
     for name in ("format_weight", "method_weight"):
         value = getattr(m, name)
         _check(
-            _is_number(value) and value >= 0,
+            is_number(value) and value >= 0,
             f"method.{name}",
             f"must be a number >= 0; got {value!r} (paper: 0.5).",
         )
@@ -448,29 +429,6 @@ def _validate_method(m: MethodSettings) -> None:
         "method.method_weight",
         "format_weight and method_weight are both 0, so every reward is 0; set method_weight=0.5.",
     )
-    _check(
-        _is_number(m.correct_scale) and m.correct_scale >= 0,
-        "method.correct_scale",
-        f"must be >= 0; got {m.correct_scale!r} (paper: 1.0).",
-    )
-    _check(
-        m.weight_cap is None or (_is_number(m.weight_cap) and m.weight_cap > 0),
-        "method.weight_cap",
-        f"must be > 0 or null (no cap); got {m.weight_cap!r}.",
-    )
-    _check(
-        _is_number(m.max_coverage) and 0.0 < m.max_coverage <= 1.0,
-        "method.max_coverage",
-        f"must be in (0, 1]; got {m.max_coverage!r} (1.0 = full AURC; 0.5 = partial AURC "
-        "over the most confident half).",
-    )
-    if m.name != "rlsr":
-        _check(
-            m.max_coverage == 1.0 and m.weight_cap is None and m.correct_scale == 1.0,
-            "method.max_coverage",
-            f"max_coverage / weight_cap / correct_scale only apply to method=rlsr, not "
-            f"{m.name!r}; remove those overrides.",
-        )
 
 
 def _validate_grpo(g: dict, world_size: int) -> None:
@@ -481,7 +439,7 @@ def _validate_grpo(g: dict, world_size: int) -> None:
         _check(
             key in fields,
             f"grpo.{key}",
-            f"not a trl.GRPOConfig field.{_closest(key, fields)}"
+            f"not a trl.GRPOConfig field.{closest_hint(key, fields)}"
             + (
                 " TRL 1.16 has no prompt truncation; use data.max_prompt_length."
                 if key == "max_prompt_length"
@@ -520,9 +478,9 @@ def _validate_grpo(g: dict, world_size: int) -> None:
         f"3 x 4 x 128 = 1536 = 48 prompts x 32).",
     )
     lr = g.get("learning_rate", 1e-6)
-    _check(_is_number(lr) and lr > 0, "grpo.learning_rate", f"must be > 0; got {lr!r}.")
+    _check(is_number(lr) and lr > 0, "grpo.learning_rate", f"must be > 0; got {lr!r}.")
     temp = g.get("temperature", 1.0)
-    _check(_is_number(temp) and temp > 0, "grpo.temperature", f"must be > 0; got {temp!r}.")
+    _check(is_number(temp) and temp > 0, "grpo.temperature", f"must be > 0; got {temp!r}.")
     mcl = g.get("max_completion_length", 256)
     _check(
         mcl is None or (_is_int(mcl) and mcl >= 1),
@@ -531,7 +489,7 @@ def _validate_grpo(g: dict, world_size: int) -> None:
     )
     warm = g.get("warmup_steps", 0)
     _check(
-        _is_number(warm) and warm >= 0,
+        is_number(warm) and warm >= 0,
         "grpo.warmup_steps",
         f"must be >= 0 (a float < 1 is a fraction of all steps, e.g. 0.05); got {warm!r}.",
     )
@@ -584,8 +542,10 @@ def _validate_top(cfg: TrainSettings) -> None:
         )
 
 
-def validate(cfg: TrainSettings, *, world_size: int | None = None) -> TrainSettings:
-    """Check ``cfg`` without loading any model or dataset. Raises ``ConfigError``; returns ``cfg``.
+def check_settings(cfg: TrainSettings, *, world_size: int | None = None) -> TrainSettings:
+    """Check every section of ``cfg`` without loading any model or dataset, except the method's
+    own checks (``rlsr.methods``; ``rlsr.training.validate`` runs both). Raises ``ConfigError``;
+    returns ``cfg``.
 
     ``world_size`` defaults to ``$WORLD_SIZE`` (set by ``accelerate launch``/torchrun), else 1.
     """

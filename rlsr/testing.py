@@ -22,6 +22,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from rlsr import prompts
+from rlsr.data import load_examples
+
 __all__ = [
     "TINY_MODEL_DEFAULTS",
     "build_tiny_model",
@@ -59,7 +62,6 @@ TINY_MODEL_DEFAULTS: dict = {
 
 def _training_corpus() -> list[str]:
     """Text covering the answer format, digits and the prompts' vocabulary."""
-    from rlsr import prompts
 
     lines = [
         prompts.SIMPLE_SYSTEM_PROMPT,
@@ -216,8 +218,6 @@ def _warm_target(answer: str, rng: random.Random) -> str:
 def _train_format_warm(out: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from rlsr.data import load_examples
 
     base = tiny_model_path()
     tok = AutoTokenizer.from_pretrained(base)

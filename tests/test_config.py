@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rlsr.config import ConfigError, from_dict, pool_size, validate
+from rlsr.config import ConfigError, from_dict, pool_size
+from rlsr.training import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 

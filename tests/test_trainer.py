@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from rlsr import rewards as R
-from rlsr.config import MethodSettings
-from rlsr.trainer import completion_text, compute_reward_columns, pool_statistics, reward_columns
+from rlsr.config import ConfigError, MethodSettings
+from rlsr.methods import compute_reward_columns, resolve, reward_columns
+from rlsr.trainer import completion_text, pool_statistics
 
 
 def _grpo_advantages(columns: np.ndarray, weights, G: int) -> np.ndarray:
@@ -34,7 +35,7 @@ def test_reward_columns_and_weights_per_method():
         "format_reward",
         "correctness_reward",
     ]
-    with pytest.raises(ValueError, match="method.name"):
+    with pytest.raises(ConfigError, match="method.name"):
         reward_columns(MethodSettings("ppo"))
 
 
@@ -146,8 +147,7 @@ def test_one_step_matches_trl_advantages_and_logs_pool_metrics(tmp_path, method)
     import torch
     from test_trainer_support import tiny_settings
 
-    from rlsr.config import validate
-    from rlsr.trainer import build_trainer
+    from rlsr.training import build_trainer, validate
 
     torch.set_num_threads(1)
     settings = tiny_settings(tmp_path, max_steps=1, save_steps=1000)
@@ -187,7 +187,7 @@ def test_trainer_rejects_reward_funcs(tmp_path):
     from rlsr.trainer import RLSRTrainer
 
     with pytest.raises(ValueError, match="reward_funcs"):
-        RLSRTrainer(model="unused", method=MethodSettings("rlsr"), reward_funcs=[len])
+        RLSRTrainer(model="unused", method=resolve(MethodSettings("rlsr")), reward_funcs=[len])
 
 
 # --------------------------------------------------------------------------- finished runs
@@ -209,7 +209,7 @@ def _checkpoint(folder, global_step: int, max_steps: int):
 
 
 def test_checkpoint_is_final_uses_grpo_max_steps_else_the_stored_one(tmp_path):
-    from rlsr.trainer import checkpoint_is_final
+    from rlsr.training import checkpoint_is_final
 
     done = _checkpoint(tmp_path / "checkpoint-6", global_step=6, max_steps=6)
     assert checkpoint_is_final(done, 6)
@@ -227,7 +227,7 @@ def test_rerun_of_a_finished_run_trains_nothing_and_keeps_the_final_adapter(tmp_
     checkpoint-7 and a new final adapter. run_training must stop before loading the model."""
     from test_trainer_support import tiny_settings
 
-    from rlsr.trainer import run_training
+    from rlsr.training import run_training
 
     out = tmp_path / "run"
     _checkpoint(out / "checkpoint-6", global_step=6, max_steps=6)
@@ -252,7 +252,7 @@ def test_offline_dataset_and_missing_model_are_one_line_config_errors(tmp_path, 
     from test_trainer_support import tiny_settings
 
     from rlsr.config import ConfigError
-    from rlsr.trainer import build_trainer, load_train_dataset
+    from rlsr.training import build_trainer, load_train_dataset
 
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)

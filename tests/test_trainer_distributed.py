@@ -34,7 +34,7 @@ def _worker(out_dir: str) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from test_trainer_support import tiny_settings
 
-    from rlsr.trainer import run_training
+    from rlsr.training import run_training
 
     rank = int(os.environ["RANK"])
     dumps: list[dict] = []

@@ -28,7 +28,7 @@ def _run(output_dir, *, resume: str, stop_at: int | None = None):
     from test_trainer_support import tiny_settings
     from transformers import TrainerCallback
 
-    from rlsr.trainer import run_training
+    from rlsr.training import run_training
 
     torch.set_num_threads(1)
 

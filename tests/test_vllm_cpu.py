@@ -190,8 +190,7 @@ def _colocate_child(out_dir: str) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from test_trainer_support import tiny_settings
 
-    from rlsr.config import validate
-    from rlsr.trainer import build_trainer
+    from rlsr.training import build_trainer, validate
 
     _patch_vllm_cpu_weight_sync()
     torch.set_num_threads(1)

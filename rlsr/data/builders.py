@@ -24,6 +24,7 @@ from typing import Any
 import datasets
 
 from rlsr.data.formatting import render_hotpot_problem
+from rlsr.data.loading import _load_local
 
 __all__ = [
     "condition_stream",
@@ -42,8 +43,6 @@ def load_source(
 ) -> datasets.Dataset:
     """A hub id (``owner/name``) or a local file / ``save_to_disk`` folder."""
     from pathlib import Path
-
-    from rlsr.data.loading import _load_local
 
     if Path(source).exists():
         return _load_local(Path(source), split)

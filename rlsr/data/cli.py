@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from rlsr.data.loading import download_dataset, load_examples
 from rlsr.data.registry import GROUPS, REGISTRY, resolve_datasets
 
 __all__ = ["register", "format_table"]
@@ -48,8 +49,6 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _download(args: argparse.Namespace) -> int:
-    from rlsr.data.loading import download_dataset
-
     for name in resolve_datasets(args.names):
         if REGISTRY[name].hf_id is None:
             print(f"{name}: bundled, skipped")
@@ -69,8 +68,6 @@ def _parse_columns(items: list[str] | None) -> dict[str, str]:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from rlsr.data.loading import load_examples
-
     ds = load_examples(
         args.name,
         path=args.path,

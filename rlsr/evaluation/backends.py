@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlsr.tokenization import load_tokenizer
+
 __all__ = [
     "Generation",
     "Sampling",
@@ -142,8 +144,6 @@ def merge_adapter(base: str, adapter: str | os.PathLike, out_dir: str | os.PathL
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from rlsr.tokenization import load_tokenizer
-
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, use_safetensors=True)
     model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     out = Path(out_dir)
@@ -153,8 +153,6 @@ def merge_adapter(base: str, adapter: str | os.PathLike, out_dir: str | os.PathL
 
 
 def _load_tokenizer(model_path: str, trust_remote_code: bool):
-    from rlsr.tokenization import load_tokenizer
-
     tok = load_tokenizer(model_path, trust_remote_code=trust_remote_code)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token

@@ -8,6 +8,22 @@ import os
 import sys
 from pathlib import Path
 
+from rlsr.config import resolve_model_path
+from rlsr.data import GROUPS, get_spec, group_system_prompt, load_examples, resolve_datasets
+from rlsr.evaluation.backends import make_backend, resolve_adapter
+from rlsr.evaluation.deployment import deployment_markdown, deployment_rows
+from rlsr.evaluation.judge import (
+    DEFAULT_JUDGE_MODEL,
+    RecordingJudge,
+    backend_judge_fn,
+    openai_judge_fn,
+)
+from rlsr.evaluation.report import build_report
+from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
+from rlsr.evaluation.samples_io import json_safe, read_samples
+from rlsr.evaluation.summary import scorer_arrays
+from rlsr.verifiers import get_verifier
+
 __all__ = ["register", "run_evaluate", "run_report", "run_deploy"]
 
 
@@ -25,7 +41,6 @@ class _DefaultsShown(argparse.HelpFormatter):
 
 
 def register(subparsers) -> None:
-
     ev = subparsers.add_parser(
         "evaluate",
         help="generate, verify and score a model (+ LoRA adapter) on datasets",
@@ -207,8 +222,6 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
 
 
 def _system_prompt(args) -> str | None:
-    from rlsr.data import GROUPS, group_system_prompt
-
     if args.system_prompt:
         return args.system_prompt
     return group_system_prompt(args.datasets) if args.datasets in GROUPS else None
@@ -230,14 +243,6 @@ def _validate(args) -> None:
 
 
 def _build_judge(args, backend_kwargs):
-    from rlsr.evaluation.backends import make_backend
-    from rlsr.evaluation.judge import (
-        DEFAULT_JUDGE_MODEL,
-        RecordingJudge,
-        backend_judge_fn,
-        openai_judge_fn,
-    )
-
     model = args.judge_model or DEFAULT_JUDGE_MODEL
     kind = args.judge_backend or ("openai" if args.judge_base_url else args.backend)
     if kind == "openai":
@@ -251,11 +256,6 @@ def _build_judge(args, backend_kwargs):
 
 
 def run_evaluate(args) -> int:
-    from rlsr.data import get_spec, load_examples, resolve_datasets
-    from rlsr.evaluation.backends import make_backend, resolve_adapter
-    from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
-    from rlsr.verifiers import get_verifier
-
     _validate(args)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -302,7 +302,6 @@ def run_evaluate(args) -> int:
                            system_prompt=system_prompt, data_dir=args.data_dir)
         for job, name, split in jobs
     }  # fmt: skip
-    from rlsr.config import resolve_model_path  # `tiny` / `tiny-warm`: the local tiny models
 
     backend = make_backend(args.backend, resolve_model_path(args.model), adapter, **backend_kwargs)
     judge = _build_judge(args, backend_kwargs) if "llm_judge" in verifier_names.values() else None
@@ -337,10 +336,6 @@ def _samples_of(path: str | Path) -> Path:
 
 
 def _deploy_files(val_path, test_path, target, scorer, delta):
-    from rlsr.evaluation.deployment import deployment_rows
-    from rlsr.evaluation.samples_io import read_samples
-    from rlsr.evaluation.summary import scorer_arrays
-
     val, test = read_samples(_samples_of(val_path)), read_samples(_samples_of(test_path))
     if not val or not test:
         raise SystemExit(f"no samples in {val_path} or {test_path}.")
@@ -350,9 +345,6 @@ def _deploy_files(val_path, test_path, target, scorer, delta):
 
 
 def _write_deployment(prefix: Path, method: str, rows: list[dict]) -> None:
-    from rlsr.evaluation.deployment import deployment_markdown
-    from rlsr.evaluation.samples_io import json_safe
-
     prefix.with_suffix(".json").write_text(
         json.dumps(json_safe({"method": method, "rows": rows}), indent=2) + "\n"
     )
@@ -370,8 +362,6 @@ def _deploy_from_dirs(out: Path, args) -> None:
 
 
 def run_report(args) -> int:
-    from rlsr.evaluation.report import build_report
-
     dirs = list(args.dirs)
     if not dirs and not args.label:
         raise SystemExit("give evaluation directories or --label NAME=DIR1,DIR2.")
@@ -382,8 +372,6 @@ def run_report(args) -> int:
 
 
 def run_deploy(args) -> int:
-    from rlsr.evaluation.deployment import deployment_markdown
-
     rows = _deploy_files(args.validation, args.test, args.target, args.scorer, args.delta)
     if args.output:
         _write_deployment(Path(args.output), args.method_name, rows)

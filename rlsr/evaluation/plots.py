@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from rlsr import metrics as M
+from rlsr.evaluation.summary import scorer_arrays
 
 __all__ = ["curve_on_grid", "curve_steps", "plot_dataset_risk_coverage", "plot_overlay_grid"]
 
@@ -48,7 +49,6 @@ def plot_dataset_risk_coverage(
     records: Sequence[dict], scorers: Sequence[str], path, title: str = ""
 ) -> Path:
     """One dataset, one curve per confidence scorer (missing confidence = 0.0)."""
-    from rlsr.evaluation.summary import scorer_arrays
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(4.5, 3.5))

@@ -25,6 +25,10 @@ from pathlib import Path
 import numpy as np
 
 from rlsr import metrics as M
+from rlsr.data import GROUPS, resolve_datasets
+from rlsr.evaluation.plots import COVERAGE_GRID, curve_on_grid, plot_overlay_grid
+from rlsr.evaluation.samples_io import read_samples
+from rlsr.evaluation.summary import scorer_arrays
 
 __all__ = [
     "TABLE_METRICS",
@@ -91,7 +95,6 @@ def group_runs(dirs: Sequence[str], labels: Sequence[str] = ()) -> dict[str, lis
 def split_id_ood(datasets: Sequence[str], family: str | None = None, id_sets=None, ood_sets=None):
     """(ID names, OOD names). Explicit lists win; else ``family`` ("hotpot" | "bigmath") groups;
     else the family whose ID group holds the most of ``datasets``; none -> ([all], [])."""
-    from rlsr.data import GROUPS, resolve_datasets
 
     if id_sets or ood_sets:
         ids = resolve_datasets(id_sets) if id_sets else []
@@ -243,10 +246,6 @@ def build_report(
 
 
 def _overlay(runs: dict[str, list[Run]], datasets: list[str], path: Path) -> None:
-    from rlsr.evaluation.plots import COVERAGE_GRID, curve_on_grid, plot_overlay_grid
-    from rlsr.evaluation.samples_io import read_samples
-    from rlsr.evaluation.summary import scorer_arrays
-
     curves: dict[str, dict[str, np.ndarray]] = {}
     for d in datasets:
         for name, rs in runs.items():

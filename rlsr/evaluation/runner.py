@@ -24,7 +24,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rlsr.data.loading import verification_inputs
 from rlsr.evaluation.backends import Backend, Sampling
+from rlsr.evaluation.dcs import score_dcs
+from rlsr.evaluation.plots import plot_dataset_risk_coverage
 from rlsr.evaluation.samples_io import append_samples, json_safe, read_samples
 from rlsr.evaluation.scorers import (
     answer_span,
@@ -35,6 +38,7 @@ from rlsr.evaluation.scorers import (
 from rlsr.evaluation.summary import compute_metrics
 from rlsr.parsing import parse_confidence, parse_response
 from rlsr.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX
+from rlsr.verifiers import extract_choice_letter, normalize_answer
 
 __all__ = [
     "EvalSettings",
@@ -180,8 +184,6 @@ def _options(row: dict) -> dict | None:
 
 
 def _consistency_key(verifier: str, options) -> Callable[[str], str]:
-    from rlsr.verifiers import extract_choice_letter, normalize_answer
-
     if verifier == "mcq" and options:
         return lambda a: extract_choice_letter(a, options) or normalize_answer(a)
     return normalize_answer
@@ -215,8 +217,6 @@ def _add_scores(backend, rows: list[dict], items: list[dict], settings: EvalSett
 
 
 def _verify(verifier, verifier_name: str, batch, items: list[dict], judge) -> None:
-    from rlsr.data.loading import verification_inputs
-
     answers = [it["answer"] for it in items]
     result = verifier.verify_batch(answers, **verification_inputs(batch, verifier_name))
     outputs = iter(judge.last_outputs if judge is not None else [])
@@ -301,15 +301,11 @@ def summarise(
     )  # fmt: skip
     (out / METRICS_FILE).write_text(json.dumps(json_safe(metrics), indent=2) + "\n")
     if settings.plot:
-        from rlsr.evaluation.plots import plot_dataset_risk_coverage
-
         plot_dataset_risk_coverage(records, settings.scorers, out / PLOT_FILE, title=dataset_name)
     return metrics
 
 
 def _add_dcs(backend, rows: list[dict], items: list[dict]) -> None:
-    from rlsr.evaluation.dcs import score_dcs
-
     for row, it in zip(rows, items, strict=True):
         options = _options(row)
         if options and row.get("answer_letter"):

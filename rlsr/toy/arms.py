@@ -1,7 +1,7 @@
 """Train one RL arm (RLVR / RLCR / RLSR) of the toy reproduction from the warm-up checkpoint.
 
 The configuration is the real Hydra tree (``recipes/config.yaml`` + ``recipe=toy method=...``),
-composed and validated by ``rlsr.config`` and built by ``rlsr.trainer.build_trainer`` exactly as
+composed and validated by ``rlsr.config`` and built by ``rlsr.training.build_trainer`` exactly as
 ``train.py`` does (the word-level tokenizer loads through ``rlsr.tokenization.load_tokenizer``).
 Unlike ``train.py`` it runs in-process, so tests can pass callbacks and a pool hook.
 """
@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+
+from rlsr.config import from_dict
+from rlsr.training import build_trainer, validate
 
 __all__ = ["RECIPES_DIR", "compose_settings", "train_arm"]
 
@@ -20,8 +23,6 @@ def compose_settings(overrides: list[str], recipes_dir: str | Path = RECIPES_DIR
     """Validated ``rlsr.config.TrainSettings`` of ``train.py <overrides>`` (Hydra compose)."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
-
-    from rlsr.config import from_dict, validate
 
     with initialize_config_dir(config_dir=str(Path(recipes_dir).resolve()), version_base="1.3"):
         cfg = compose(config_name="config", overrides=list(overrides))
@@ -44,8 +45,6 @@ def train_arm(
     Returns ``{"output_dir", "seconds", "log_history"}``.
     """
     import torch
-
-    from rlsr.trainer import build_trainer
 
     overrides = [
         "recipe=toy",

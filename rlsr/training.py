@@ -1,0 +1,249 @@
+"""Assembling a training run: validate, load the dataset, build the trainer, resume, export.
+
+``run_training(cfg)`` is what ``train.py`` (and the CPU toy) call with validated settings:
+
+1. ``validate``: every config section (``rlsr.config.check_settings``) plus the method's own
+   checks from its registry entry (``rlsr.methods``), before anything is loaded;
+2. ``load_train_dataset``: the recipe's dataset (``rlsr.data``), over-long prompts dropped;
+3. ``build_trainer``: ``GRPOConfig`` from the ``grpo`` section (``grpo_kwargs``: reward weights
+   from the method's columns, model init kwargs), tokenizer, LoRA config, and the trainer class of
+   the method's entry (``rlsr.trainer.RLSRTrainer`` for rlsr / rlcr / rlvr);
+4. resume from the newest checkpoint (``resume=auto``), or stop when it is already final;
+5. save the final adapter/model to ``output_dir``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from peft import LoraConfig
+from trl import GRPOConfig
+
+from rlsr.config import (
+    ConfigError,
+    TrainSettings,
+    check_settings,
+    resolve_attn_implementation,
+    resolve_model_path,
+    resolve_resume,
+    training_verifier,
+)
+from rlsr.data import get_spec, load_examples
+from rlsr.data.loading import DatasetUnavailableError, download_command
+from rlsr.methods import resolve, reward_columns, validate_method
+from rlsr.tokenization import load_tokenizer
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "validate",
+    "grpo_kwargs",
+    "load_train_dataset",
+    "build_trainer",
+    "checkpoint_is_final",
+    "export_final_from_checkpoint",
+    "run_training",
+]
+
+
+def validate(cfg: TrainSettings, *, world_size: int | None = None) -> TrainSettings:
+    """Check ``cfg`` without loading any model or dataset: the method's registry checks, then
+    every section (``rlsr.config.check_settings``). Raises ``ConfigError``; returns ``cfg``.
+
+    ``world_size`` defaults to ``$WORLD_SIZE`` (set by ``accelerate launch``/torchrun), else 1.
+    """
+    validate_method(cfg.method)
+    return check_settings(cfg, world_size=world_size)
+
+
+def grpo_kwargs(cfg: TrainSettings) -> dict[str, Any]:
+    """Keyword arguments for ``trl.GRPOConfig``: the ``grpo`` section plus the managed fields."""
+    kwargs = dict(cfg.grpo)
+    kwargs["output_dir"] = cfg.output_dir
+    kwargs["seed"] = cfg.seed
+    kwargs["reward_weights"] = [w for _, w in reward_columns(cfg.method)]
+    kwargs["model_init_kwargs"] = {
+        "dtype": cfg.model.dtype,
+        "attn_implementation": resolve_attn_implementation(
+            cfg.model.attn_implementation, on_gpu=False if kwargs.get("use_cpu") else None
+        ),
+        "trust_remote_code": cfg.model.trust_remote_code,
+    }
+    kwargs["trust_remote_code"] = cfg.model.trust_remote_code
+    return kwargs
+
+
+def load_train_dataset(cfg, tokenizer=None):
+    """Training examples of ``cfg.data`` (``rlsr.data.load_examples``), prompts above
+    ``data.max_prompt_length`` tokens dropped.
+
+    TRL 1.16 has no ``max_prompt_length`` (it never truncates prompts); cutting the left of a
+    chat prompt would remove the system prompt, so over-long prompts are dropped and counted.
+    """
+    spec = get_spec(cfg.data.dataset)
+    split = cfg.data.split or spec.train_split or spec.split
+    try:
+        dataset = load_examples(
+            cfg.data.dataset,
+            path=cfg.data.path,
+            split=split,
+            limit=cfg.data.limit,
+            system_prompt=cfg.data.system_prompt,
+        )
+    except DatasetUnavailableError:
+        raise ConfigError(
+            "data.dataset",
+            f"{cfg.data.dataset!r} (split {split!r}) is not on this machine and the Hugging Face "
+            f"hub ({spec.hf_id}) is unreachable; on a connected machine run "
+            f"`{download_command(cfg.data.dataset)}`, copy DIR here and set "
+            f"data.path=DIR/{cfg.data.dataset} (or export RLSR_DATA_DIR=DIR).",
+        ) from None
+    limit = cfg.data.max_prompt_length
+    if limit is not None and tokenizer is not None:
+        before = len(dataset)
+
+        def short_enough(example) -> bool:
+            ids = tokenizer.apply_chat_template(
+                example["prompt"], add_generation_prompt=True, tokenize=True
+            )
+            if isinstance(ids, dict) or hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            return len(ids) <= limit
+
+        dataset = dataset.filter(short_enough)
+        dropped = before - len(dataset)
+        if dropped:
+            logger.warning(
+                "data.max_prompt_length=%d: dropped %d of %d prompts that are longer.",
+                limit,
+                dropped,
+                before,
+            )
+        if len(dataset) == 0:
+            raise ConfigError(
+                "data.max_prompt_length",
+                f"every prompt is longer than {limit} tokens; raise data.max_prompt_length.",
+            )
+    return dataset
+
+
+def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None):
+    """Create the trainer of the method's registry entry (``RLSRTrainer`` for the GRPO methods)
+    for validated settings ``cfg`` (``rlsr.config.TrainSettings``)."""
+    method = resolve(cfg.method)
+    kwargs = grpo_kwargs(cfg)
+    try:
+        args = GRPOConfig(**kwargs)
+    except (ValueError, TypeError) as err:
+        raise ConfigError("grpo", str(err)) from None
+    attn = kwargs["model_init_kwargs"]["attn_implementation"]
+    if args.process_index == 0:
+        print(f"[rlsr] attention implementation: {attn}", flush=True)
+
+    model_path = resolve_model_path(cfg.model.name_or_path)
+    try:
+        tokenizer = load_tokenizer(
+            model_path,
+            padding_side="left",
+            truncation_side="left",
+            trust_remote_code=cfg.model.trust_remote_code,
+        )
+    except OSError as err:  # not a local folder and the hub is unreachable, or no such repo
+        reason = " ".join(str(err).split())[:300]
+        raise ConfigError(
+            "model.name_or_path",
+            f"cannot load {cfg.model.name_or_path!r} ({reason}); on a machine without hub access "
+            "download it first (`hf download REPO --local-dir DIR`) and set "
+            "model.name_or_path=DIR.",
+        ) from None
+    if train_dataset is None:
+        train_dataset = load_train_dataset(cfg, tokenizer)
+
+    peft_config = None
+    if cfg.model.lora.enabled:
+        tm = cfg.model.lora.target_modules
+        peft_config = LoraConfig(
+            r=cfg.model.lora.r,
+            lora_alpha=cfg.model.lora.alpha,
+            lora_dropout=cfg.model.lora.dropout,
+            target_modules=tm if isinstance(tm, str) else list(tm),
+            task_type="CAUSAL_LM",
+        )
+    verifier = training_verifier(cfg.data)
+    return method.entry.trainer(
+        model=model_path,
+        args=args,
+        method=method,
+        verifier=verifier,
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=callbacks,
+        pool_hook=pool_hook,
+    )
+
+
+# Checkpoint files that are training state, not the model: not copied as the final model.
+_STATE_FILES = ("optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin")
+
+
+def checkpoint_is_final(checkpoint: str | os.PathLike, max_steps: int | None) -> bool:
+    """True when ``checkpoint`` already reached the end of training.
+
+    ``max_steps`` is ``grpo.max_steps`` (None or <= 0: the run is epoch based and the
+    ``max_steps`` HF Trainer stored in ``trainer_state.json`` is the end). HF Trainer resumed
+    from such a checkpoint runs one more optimizer step before it checks ``max_steps``, so a
+    requeued or rerun finished job would train past its end and overwrite the final adapter.
+    """
+    state_path = Path(checkpoint) / "trainer_state.json"
+    if not state_path.is_file():
+        return False
+    state = json.loads(state_path.read_text())
+    end = max_steps if max_steps is not None and max_steps > 0 else state.get("max_steps", 0)
+    return bool(end) and int(state.get("global_step", 0)) >= int(end)
+
+
+def export_final_from_checkpoint(checkpoint: str | os.PathLike, output_dir: str | os.PathLike):
+    """Copy the model files of a final checkpoint to ``output_dir`` unless a final adapter/model
+    is already there (a job stopped between its last checkpoint and ``save_model``)."""
+    out = Path(output_dir)
+    if (out / "adapter_config.json").is_file() or (out / "config.json").is_file():
+        return
+    for item in Path(checkpoint).iterdir():
+        if (
+            item.is_file()
+            and item.name not in _STATE_FILES
+            and not item.name.startswith("rng_state")
+        ):
+            shutil.copy2(item, out / item.name)
+
+
+def run_training(cfg, *, callbacks=None, pool_hook=None):
+    """Validate, build, train (resuming per ``cfg.resume``) and save the final adapter/model.
+
+    Returns the trainer, or None without loading the model when the checkpoint to resume from is
+    already final.
+    """
+    validate(cfg)
+    checkpoint = resolve_resume(cfg.resume, cfg.output_dir)
+    if checkpoint and checkpoint_is_final(checkpoint, cfg.grpo.get("max_steps")):
+        if int(os.environ.get("RANK", "0")) == 0:
+            export_final_from_checkpoint(checkpoint, cfg.output_dir)
+            print(
+                f"[rlsr] {checkpoint} already reached the last step; nothing to train. "
+                "Set resume=never or a new output_dir to train again, or raise grpo.max_steps "
+                "to continue.",
+                flush=True,
+            )
+        return None
+    trainer = build_trainer(cfg, callbacks=callbacks, pool_hook=pool_hook)
+    if checkpoint and trainer.args.process_index == 0:
+        print(f"[rlsr] resuming from {checkpoint}", flush=True)
+    trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_model(cfg.output_dir)
+    return trainer
