@@ -3,31 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 
+from rlsr.data import cli as data_cli
 from rlsr.data.loading import DatasetUnavailableError
+from rlsr.evaluation import cli as evaluation_cli
 
-# (module, function) pairs; each function takes the argparse sub-parsers object and adds its
-# sub-command with ``set_defaults(func=...)``. Imported lazily so ``rlsr --help`` stays fast.
-_SUBCOMMANDS = [
-    ("rlsr.data.cli", "register"),
-    ("rlsr.evaluation.cli", "register"),
-]
+# Each ``register`` takes the argparse sub-parsers object and adds its sub-command(s) with
+# ``set_defaults(func=...)``.
+_SUBCOMMANDS = (data_cli.register, evaluation_cli.register)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlsr", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for module_name, func_name in _SUBCOMMANDS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as err:
-            if err.name == module_name:
-                continue
-            raise
-        getattr(module, func_name)(sub)
+    for register in _SUBCOMMANDS:
+        register(sub)
     return parser
 
 

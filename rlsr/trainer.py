@@ -14,7 +14,7 @@ subtracts group means over ``view(-1, G)`` and slices out this process's rows. W
 
 1. parse (``rlsr.parsing``) and verify (``rlsr.verifiers``) the local completions;
 2. gather ``(correct, confidence [NaN = missing], format_ok)`` from every process, process-ordered;
-3. compute the reward columns on the whole pool with ``rlsr.rewards`` (identical on every rank);
+3. compute the method's reward columns on the whole pool (identical on every rank);
 4. log pool statistics (``rlsr/*``) from the gathered arrays, so all ranks agree.
 
 The reward columns, their ``reward_weights`` and the function computing them come from the
@@ -28,10 +28,8 @@ called.
 
 from __future__ import annotations
 
-import json
-import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +40,9 @@ from trl import GRPOTrainer
 
 from rlsr import metrics as M
 from rlsr import rewards as R
+from rlsr.data import row_verification_inputs
 from rlsr.parsing import FULL_FORMAT, parse_response
 from rlsr.verifiers import get_verifier
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["RLSRTrainer", "completion_text", "pool_statistics"]
 
@@ -77,7 +74,7 @@ def pool_statistics(
     ok = np.asarray(correct, dtype=bool)
     conf = R.confidence_for_ranking(confidence)
     n = int(ok.shape[0])
-    stats = {
+    return {
         "rlsr/pool_size": float(n),
         "rlsr/aurc": M.aurc(conf, ok),
         "rlsr/ece": M.ece(conf, ok),
@@ -88,27 +85,6 @@ def pool_statistics(
         "rlsr/confidence_parsed_rate": float(np.mean(~np.isnan(np.asarray(confidence, float)))),
         "rlsr/verifier_timeouts": float(timeouts),
     }
-    return stats
-
-
-def _verifier_inputs(inputs: Sequence[dict], verifier_name: str) -> dict[str, list]:
-    """Keyword arguments for ``verify_batch`` from the dataset columns passed through ``inputs``.
-
-    Same rules as ``rlsr.data.verification_inputs``: exact_match -> golds = ``answers`` lists;
-    math -> ``answer``; mcq -> ``answer_letter`` with ``options`` (JSON) decoded.
-    """
-    if verifier_name == "exact_match":
-        golds = [list(x["answers"]) if x.get("answers") else [x["answer"]] for x in inputs]
-        return {"golds": golds}
-    if verifier_name == "mcq":
-        return {
-            "golds": [x["answer_letter"] for x in inputs],
-            "options": [
-                json.loads(x["options"]) if isinstance(x["options"], str) else x["options"]
-                for x in inputs
-            ],
-        }
-    return {"golds": [x["answer"] for x in inputs]}
 
 
 def _placeholder(name: str) -> Callable:
@@ -213,7 +189,7 @@ class RLSRTrainer(GRPOTrainer):
         texts = [completion_text(c) for c in completions]
         parsed = [parse_response(t, self.parse_spec) for t in texts]
         result = self.verifier.verify_batch(
-            [p.answer for p in parsed], **_verifier_inputs(inputs, self.verifier_name)
+            [p.answer for p in parsed], **row_verification_inputs(inputs, self.verifier_name)
         )
         local = np.stack(
             [
@@ -246,7 +222,7 @@ class RLSRTrainer(GRPOTrainer):
                 self._metrics[mode][name].append(value)
 
         if self.pool_hook is not None:
-            golds = _verifier_inputs(inputs, self.verifier_name)["golds"]
+            golds = row_verification_inputs(inputs, self.verifier_name)["golds"]
             self.pool_hook(
                 {
                     "mode": mode,

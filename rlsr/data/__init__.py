@@ -14,6 +14,7 @@ from rlsr.data.loading import (
     download_dataset,
     load_examples,
     load_raw,
+    row_verification_inputs,
     verification_inputs,
 )
 from rlsr.data.registry import (
@@ -48,4 +49,5 @@ __all__ = [
     "load_raw",
     "resolve_datasets",
     "verification_inputs",
+    "row_verification_inputs",
 ]

@@ -18,7 +18,7 @@ import json
 import os
 import shlex
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ __all__ = [
     "download_dataset",
     "VerificationInputs",
     "verification_inputs",
+    "row_verification_inputs",
 ]
 
 DATA_DIR_ENV = "RLSR_DATA_DIR"
@@ -293,3 +294,23 @@ def verification_inputs(
             golds=list(examples[column]), questions=list(examples["question"])
         )
     raise ValueError(f"unknown verifier {verifier!r}; choose exact_match, math, mcq or llm_judge.")
+
+
+def row_verification_inputs(inputs: Sequence[dict], verifier_name: str) -> dict[str, list]:
+    """Keyword arguments for ``verify_batch`` from rows (dicts) of a dataset, as the trainer gets
+    them through TRL's ``inputs``. Same rules as ``verification_inputs`` (columnar):
+    exact_match -> golds = ``answers`` lists (else ``[answer]``); math -> ``answer``;
+    mcq -> ``answer_letter`` with ``options`` (JSON) decoded.
+    """
+    if verifier_name == "exact_match":
+        golds = [list(x["answers"]) if x.get("answers") else [x["answer"]] for x in inputs]
+        return {"golds": golds}
+    if verifier_name == "mcq":
+        return {
+            "golds": [x["answer_letter"] for x in inputs],
+            "options": [
+                json.loads(x["options"]) if isinstance(x["options"], str) else x["options"]
+                for x in inputs
+            ],
+        }
+    return {"golds": [x["answer"] for x in inputs]}

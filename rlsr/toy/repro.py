@@ -1,0 +1,421 @@
+"""Orchestration of the CPU toy reproduction (``scripts/toy_repro.py`` is its command line).
+
+Per seed: generate the task (``rlsr.toy.task``), warm up BASE from scratch (``rlsr.toy.warmup``,
+cached by config hash), train every arm from the same BASE with identical budgets through the
+real ``train.py recipe=toy method=...``, evaluate BASE and every arm on the held-out split with
+the real ``rlsr evaluate`` (greedy), then ``rlsr report`` and a summary over seeds (mean ± std,
+oracle AURC) with overlaid risk-coverage curves (docs/toy.md).
+
+The pure parts (arm list, each arm's overrides, stage count, metric rows, the summary table) are
+unit-tested in ``tests/test_toy_repro.py``; the rest launches the real commands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from rlsr.metrics import aurc, risk_coverage_curve
+from rlsr.toy.task import write_dataset_folder
+from rlsr.toy.warmup import WarmupConfig, ensure_warmup
+
+__all__ = [
+    "METHODS",
+    "ROWS",
+    "METRICS",
+    "REPO",
+    "Progress",
+    "arm_list",
+    "arms_for",
+    "stage_count",
+    "train_overrides",
+    "row_metrics",
+    "mean_std",
+    "summary_markdown",
+    "run",
+]
+
+REPO = Path(__file__).resolve().parents[2]
+METHODS = ("rlvr", "rlcr", "rlsr")
+ROWS = ("base", *METHODS)
+METRICS = ("aurc", "accuracy", "acc@10", "acc@25", "acc@50", "ece", "confidence_gap")
+
+
+# ----------------------------------------------------------------------------- progress
+
+
+class Progress:
+    """One line per stage with elapsed time; a live step counter while an arm trains."""
+
+    def __init__(self, total_stages: int, quiet: bool = False):
+        self.total, self.done, self.quiet, self.start = total_stages, 0, quiet, time.perf_counter()
+
+    def elapsed(self) -> str:
+        s = time.perf_counter() - self.start
+        return f"{int(s // 60):d}:{int(s % 60):02d}"
+
+    def stage(self, label: str) -> None:
+        self.done += 1
+        if not self.quiet:
+            print(f"[{self.elapsed()}] ({self.done}/{self.total}) {label}", flush=True)
+
+    def live(self, text: str) -> None:
+        if not self.quiet and sys.stdout.isatty():
+            print(f"\r    {text}\033[K", end="", flush=True)
+
+    def end_live(self, text: str) -> None:
+        if not self.quiet:
+            if sys.stdout.isatty():
+                print("\r\033[K", end="")
+            print(f"    {text}", flush=True)
+
+
+def _launch(args: list[str], log_path: Path, on_line=None) -> None:
+    """Run ``train.py ARGS`` or ``rlsr ARGS`` with output to ``log_path``; raise on failure."""
+    head, rest = args[0], args[1:]
+    cmd = (
+        [sys.executable, head, *rest]
+        if head.endswith(".py")
+        else [sys.executable, "-m", "rlsr.cli", *rest]
+    )
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    }
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for line in proc.stdout:
+            log.write(line)
+            if on_line is not None:
+                on_line(line)
+        rc = proc.wait()
+    if rc != 0:
+        tail = log_path.read_text().splitlines()[-15:]
+        raise RuntimeError(
+            f"{' '.join(args[:3])} failed (exit {rc}); log {log_path}:\n" + "\n".join(tail)
+        )
+
+
+# ----------------------------------------------------------------------------- stages
+
+
+def train_arm(
+    args,
+    name: str,
+    method: str,
+    warm_dir: Path,
+    data_dir: Path,
+    out: Path,
+    seed: int,
+    extra: list[str],
+    progress: Progress,
+) -> float:
+    """``train.py recipe=toy method=...``; returns seconds. Skips a finished arm (resumable)."""
+    if (out / "model.safetensors").is_file():
+        progress.end_live(f"{name}: already trained, reused")
+        return 0.0
+    overrides = train_overrides(args, method, warm_dir, data_dir, out, seed, extra)
+    logged = {"n": 0, "aurc": float("nan")}
+
+    def on_line(line: str) -> None:
+        if "'rlsr/aurc'" in line:
+            logged["n"] += 1
+            try:
+                logged["aurc"] = float(line.split("'rlsr/aurc': '")[1].split("'")[0])
+            except (IndexError, ValueError):
+                pass
+            progress.live(
+                f"{name}: step {min(args.steps, logged['n'] * 10)}/{args.steps}  "
+                f"train-pool AURC {logged['aurc']:.3f}"
+            )
+
+    start = time.perf_counter()
+    _launch(["train.py", *overrides], out.with_suffix(".train.log"), on_line)
+    seconds = time.perf_counter() - start
+    progress.end_live(
+        f"{name}: {args.steps} steps in {seconds:.0f} s (last train-pool AURC {logged['aurc']:.3f})"
+    )
+    return seconds
+
+
+def evaluate(model_dir: Path, data_dir: Path, out: Path) -> dict:
+    """``rlsr evaluate`` on the held-out split (greedy); returns metrics.json."""
+    metrics_path = out / "tiny@test" / "metrics.json"
+    if not metrics_path.is_file():
+        _launch(
+            [
+                "rlsr", "evaluate", "--model", str(model_dir), "--datasets", "tiny",
+                "--data-path", f"tiny={data_dir}", "--split", "test", "--output-dir", str(out),
+                "--max-new-tokens", "12", "--no-fallbacks", "--bootstrap", "0",
+                "--batch-size", "250", "--no-progress",
+            ],
+            out.with_suffix(".eval.log"),
+        )  # fmt: skip
+    return json.loads(metrics_path.read_text())
+
+
+def row_metrics(metrics: dict) -> dict:
+    scorer = metrics["scorers"]["verbalized"]
+    return {
+        "aurc": scorer["aurc"],
+        "accuracy": metrics["accuracy"],
+        "acc@10": scorer["acc@10"],
+        "acc@25": scorer["acc@25"],
+        "acc@50": scorer["acc@50"],
+        "ece": scorer["ece"],
+        "confidence_gap": scorer["confidence_gap"],
+    }
+
+
+def oracle_aurc(samples_path: Path) -> float:
+    """AURC of the same answers ranked by the oracle (confidence = correctness)."""
+    correct = [json.loads(line)["correct"] for line in samples_path.open()]
+    correct = np.asarray(correct, dtype=bool)
+    return float(aurc(correct.astype(float), correct))
+
+
+def mean_std(values: list[float]) -> str:
+    arr = np.asarray(values, dtype=float)
+    std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+    return f"{arr.mean():.3f} ± {std:.3f}"
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def arm_list(
+    methods: str, generations: int, pool_sizes: str | None = None, std_norm: bool = False
+) -> list[tuple[str, str, list[str]]]:
+    """``[(row name, method, extra overrides)]``: the methods (comma list), then the ablation
+    arms: one RLSR arm per pool size B (``pool_sizes``, comma list; B x G completions per pool)
+    and, with ``std_norm``, RLSR with GRPO's std normalisation (``scale_rewards=group``)."""
+    arms = [(m, m, []) for m in methods.split(",") if m]
+    if pool_sizes:
+        for b in [int(x) for x in pool_sizes.split(",")]:
+            pool = b * generations
+            arms.append((f"rlsr-B{b}", "rlsr", [f"grpo.per_device_train_batch_size={pool}"]))
+    if std_norm:
+        arms.append(("rlsr-stdnorm", "rlsr", ["grpo.scale_rewards=group"]))
+    return arms
+
+
+def arms_for(args) -> list[tuple[str, str, list[str]]]:
+    """``arm_list`` of the command-line options ``args``."""
+    return arm_list(args.methods, args.generations, args.pool_sizes, args.std_norm)
+
+
+def stage_count(n_seeds: int, n_arms: int) -> int:
+    """Progress stages of a run: per seed data + warm-up + report, one per arm trained, one per
+    row evaluated (BASE + arms); then the summary."""
+    return n_seeds * (3 + n_arms + (1 + n_arms)) + 1
+
+
+def train_overrides(
+    args, method: str, warm_dir, data_dir, out, seed: int, extra: list[str]
+) -> list[str]:
+    """``train.py`` overrides of one arm: ``recipe=toy method=...`` with the run's budget (every
+    arm the same: steps, lr, G, pool = prompts per step x G), then ``--override`` and the arm's own
+    extra overrides (last wins)."""
+    pool = args.prompts_per_step * args.generations
+    return [
+        "recipe=toy",
+        f"method={method}",
+        f"model.name_or_path={warm_dir}",
+        f"data.path={data_dir}",
+        f"output_dir={out}",
+        f"seed={seed}",
+        "resume=never",
+        f"grpo.max_steps={args.steps}",
+        f"grpo.learning_rate={args.learning_rate}",
+        f"grpo.num_generations={args.generations}",
+        f"grpo.per_device_train_batch_size={pool}",
+        "grpo.logging_steps=10",
+        *args.override,
+        *extra,
+    ]
+
+
+def run(args) -> int:
+    """The whole reproduction for the command-line options ``args`` (scripts/toy_repro.py)."""
+    seeds = [int(s) for s in args.seeds.split(",")]
+    root = Path(args.output_dir).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    arms = arms_for(args)
+    rows = ["base", *[name for name, _, _ in arms]]
+    progress = Progress(stage_count(len(seeds), len(arms)), args.quiet)
+    results: dict[str, dict[str, list]] = {r: {m: [] for m in METRICS} for r in rows}
+    oracle: list[float] = []
+    timings: dict[str, list[float]] = {}
+    start = time.perf_counter()
+    for seed in seeds:
+        run = root / f"{args.variant}-seed{seed}"
+        data_dir = write_dataset_folder(
+            run / "data", args.variant, seed, n_train=args.n_train, n_heldout=args.n_heldout
+        )
+        progress.stage(f"seed {seed}: data written to {data_dir}")
+        t0 = time.perf_counter()
+        warm_cfg = WarmupConfig(variant=args.variant, seed=seed, steps=args.warmup_steps)
+        warm_dir, summary = ensure_warmup(warm_cfg, args.cache_dir)
+        timings.setdefault("warmup", []).append(time.perf_counter() - t0)
+        progress.stage(
+            f"seed {seed}: BASE warm-up {warm_dir.name}: format {summary['format_rate']:.2f}, "
+            f"acc(fact present) {summary['accuracy_present']:.2f}, "
+            f"acc(missing) {summary['accuracy_missing']:.2f}"
+        )
+        eval_dirs = {"base": run / "eval" / "base"}
+        model_dirs = {"base": warm_dir}
+        # Each arm is an independent single-threaded process (OMP_NUM_THREADS=1), so arms run
+        # side by side on a multi-core machine without changing any result.
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs or len(arms))) as executor:
+            futures = {
+                name: executor.submit(
+                    train_arm,
+                    args,
+                    name,
+                    method,
+                    warm_dir,
+                    data_dir,
+                    run / "arms" / name,
+                    seed,
+                    extra,
+                    progress,
+                )  # fmt: skip
+                for name, method, extra in arms
+            }
+        for name, _, _ in arms:
+            out = run / "arms" / name
+            seconds = futures[name].result()
+            timings.setdefault(name, []).append(seconds)
+            progress.stage(f"seed {seed}: trained {name}")
+            model_dirs[name] = out
+            eval_dirs[name] = run / "eval" / name
+        for name in rows:
+            metrics = evaluate(model_dirs[name], data_dir, eval_dirs[name])
+            for key, value in row_metrics(metrics).items():
+                results[name][key].append(value)
+            progress.stage(
+                f"seed {seed}: evaluated {name}: AURC {metrics['scorers']['verbalized']['aurc']:.3f}"
+                f", accuracy {metrics['accuracy']:.3f}"
+            )
+        oracle.append(
+            oracle_aurc(
+                eval_dirs["rlsr" if "rlsr" in eval_dirs else "base"] / "tiny@test" / "samples.jsonl"
+            )
+        )
+        report_out = run / "report"
+        _launch(
+            ["rlsr", "report", *[str(eval_dirs[r]) for r in rows], "--output", str(report_out),
+             *[x for r in rows for x in ("--label", f"{r.upper()}={eval_dirs[r]}")]],
+            run / "report.log",
+        )  # fmt: skip
+        progress.stage(f"seed {seed}: rlsr report -> {report_out}")
+    total = time.perf_counter() - start
+    write_summary(root, args, seeds, rows, results, oracle, timings, total)
+    progress.stage(f"summary -> {root / 'summary.md'}")
+    print((root / "summary.md").read_text())
+    return 0
+
+
+def summary_markdown(args, seeds, rows, results, oracle, timings, total, load=None) -> str:
+    """The summary table (mean ± std over seeds per row and metric), oracle AURC, per-seed AURC
+    and timings. ``results[row][metric]`` holds one value per seed; ``load``: the load average
+    to report (default ``os.getloadavg()``)."""
+    load = os.getloadavg() if load is None else load
+    lines = [
+        f"# Toy reproduction ({args.variant}, seeds {','.join(map(str, seeds))}, "
+        f"{args.steps} steps x {args.prompts_per_step} prompts x {args.generations}, "
+        f"lr {args.learning_rate})",
+        "",
+        "Held-out split, greedy decoding, mean ± std over seeds (std 0 for one seed).",
+        "",
+        "| row | " + " | ".join(METRICS) + " |",
+        "| --- |" + " --- |" * len(METRICS),
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.upper()} | " + " | ".join(mean_std(results[r][m]) for m in METRICS) + " |"
+        )
+    lines += [
+        "",
+        f"Oracle AURC (same answers as RLSR, ranked by correctness): {mean_std(oracle)}",
+        "",
+    ]
+    lines.append(
+        "Per-seed AURC: "
+        + "; ".join(
+            f"{r.upper()} " + ", ".join(f"{v:.3f}" for v in results[r]["aurc"]) for r in rows
+        )
+    )
+    lines.append("")
+    lines.append(
+        "Seconds per arm (training only, mean): "
+        + ", ".join(f"{k} {np.mean(v):.0f}" for k, v in timings.items())
+    )
+    lines.append(
+        f"Total wall time: {total:.0f} s; load average at end: "
+        f"{', '.join(f'{x:.1f}' for x in load)} on {os.cpu_count()} CPUs."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(root, args, seeds, rows, results, oracle, timings, total) -> None:
+    """``root/summary.md``, ``summary.json`` and ``risk_coverage.png``."""
+    (root / "summary.md").write_text(
+        summary_markdown(args, seeds, rows, results, oracle, timings, total)
+    )
+    (root / "summary.json").write_text(
+        json.dumps(
+            {
+                "args": vars(args),
+                "seeds": seeds,
+                "results": results,
+                "oracle_aurc": oracle,
+                "timings": timings,
+                "total_seconds": total,
+            },
+            indent=2,
+        )
+    )
+    plot_overlay(root, seeds, rows)
+
+
+def plot_overlay(root: Path, seeds, rows) -> None:
+    """Risk-coverage curves of every row (first seed) in one PNG: ``root/risk_coverage.png``."""
+    import matplotlib  # heavy optional dependency: only when the summary is plotted
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for seed in seeds[:1]:
+        run = next(iter(root.glob(f"*-seed{seed}")))
+        for r in rows:
+            path = run / "eval" / r / "tiny@test" / "samples.jsonl"
+            recs = [json.loads(x) for x in path.open()]
+            conf = np.array([x["confidence"] if x["confidence"] is not None else 0.0 for x in recs])
+            ok = np.array([x["correct"] for x in recs], dtype=bool)
+            curve = risk_coverage_curve(conf, ok)
+            # Constant confidence gives a single point (coverage 1): draw markers so it shows.
+            ax.plot(
+                curve.coverage, curve.risk, marker="o", markersize=4, alpha=0.8, label=r.upper()
+            )
+    ax.set_xlabel("coverage")
+    ax.set_ylabel("risk (error rate of the most confident)")
+    ax.set_title(f"held-out risk-coverage, seed {seeds[0]}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(root / "risk_coverage.png", dpi=120)
+    plt.close(fig)

@@ -1,0 +1,240 @@
+"""The package's import graph runs one way (DESIGN.md): no cycles, no function-local imports of
+rlsr modules, no import going up the layer table below. Reads source only (``ast``).
+
+A new module must be placed in ``LAYERS``; a heavy optional third-party dependency (vllm,
+matplotlib, deepspeed, liger) may still be imported inside a function, with a comment.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "rlsr"
+
+# (module or package prefix, layer). A module takes the layer of its longest matching prefix;
+# "rlsr" matches the package's own __init__ only. An import may go to the same or a lower layer.
+LAYERS: dict[str, int] = {
+    # 0 primitives
+    "rlsr": 0,
+    "rlsr.parsing": 0,
+    "rlsr.ranking": 0,
+    "rlsr.prompts": 0,
+    "rlsr.tokenization": 0,
+    "rlsr.metric_inputs": 0,
+    # 1 equations
+    "rlsr.rewards": 1,
+    "rlsr.calibration": 1,
+    "rlsr.thresholds": 1,
+    "rlsr.utility": 1,
+    "rlsr.metrics": 1,
+    "rlsr.verifiers": 1,
+    # 2 data, config (rlsr.testing builds the tiny models that config's `tiny` aliases name)
+    "rlsr.data": 2,
+    "rlsr.testing": 2,
+    "rlsr.config": 2,
+    # 3 trainer and the method registry
+    "rlsr.trainer": 3,
+    "rlsr.methods": 3,
+    # 4 run assembly, evaluation
+    "rlsr.training": 4,
+    "rlsr.evaluation": 4,
+    # 5 command lines and applications
+    "rlsr.cli": 5,
+    "rlsr.data.cli": 5,
+    "rlsr.evaluation.cli": 5,
+    "rlsr.toy": 5,
+}
+LAYER_NAMES = (
+    "primitives",
+    "equations",
+    "data/config",
+    "trainer/methods",
+    "run assembly/evaluation",
+    "CLIs",
+)
+
+
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def read_sources(root: Path = PACKAGE) -> dict[str, str]:
+    """``{module name: source}`` of every module of the package."""
+    return {module_name(p, root): p.read_text(encoding="utf-8") for p in sorted(root.rglob("*.py"))}
+
+
+def _resolve(target: str, modules: set[str]) -> str | None:
+    while target:
+        if target in modules:
+            return target
+        target = target.rpartition(".")[0]
+    return None
+
+
+def import_edges(sources: dict[str, str]) -> list[tuple[str, str, int, bool]]:
+    """``(importer, imported, line, local)`` for every import of a package module; ``local`` is
+    True for an import inside a function or class body."""
+    modules = set(sources)
+    edges = []
+    for mod, text in sources.items():
+        tree = ast.parse(text)
+        is_package = any(m.startswith(mod + ".") for m in modules) or mod == "rlsr"
+        top = {id(node) for node in tree.body}
+        # imports under a module-level if/try are still module-top
+        for node in tree.body:
+            if isinstance(node, ast.If | ast.Try):
+                top.update(id(n) for n in ast.walk(node))
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = mod if is_package else mod.rpartition(".")[0]
+                    for _ in range(node.level - 1):
+                        anchor = anchor.rpartition(".")[0]
+                    base = f"{anchor}.{base}" if base else anchor
+                targets = [f"{base}.{a.name}" for a in node.names]
+            for target in targets:
+                found = _resolve(target, modules)
+                if found is not None and found != mod:
+                    edges.append((mod, found, node.lineno, id(node) not in top))
+    return edges
+
+
+def layer_of(module: str) -> int | None:
+    best = None
+    for prefix, layer in LAYERS.items():
+        matches = module == prefix or (prefix != "rlsr" and module.startswith(prefix + "."))
+        if matches and (best is None or len(prefix) > len(best[0])):
+            best = (prefix, layer)
+    return None if best is None else best[1]
+
+
+def find_cycles(edges) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    graph: dict[str, set[str]] = {}
+    for a, b, _, _ in edges:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def problems(sources: dict[str, str]) -> list[str]:
+    """Every violation of the layering rules, one line each (empty: the graph is clean)."""
+    edges = import_edges(sources)
+    found = [
+        f"{m}: not in the LAYERS table of tests/test_layers.py"
+        for m in sources
+        if layer_of(m) is None
+    ]
+    for a, b, line, local in edges:
+        if local:
+            found.append(f"{a}:{line}: function-local import of {b}; import it at module top")
+        la, lb = layer_of(a), layer_of(b)
+        if la is not None and lb is not None and lb > la:
+            found.append(
+                f"{a}:{line}: imports {b}, a higher layer ({LAYER_NAMES[la]} -> {LAYER_NAMES[lb]})"
+            )
+    found += [f"import cycle: {' <-> '.join(c)}" for c in find_cycles(edges)]
+    return found
+
+
+def test_the_package_imports_run_one_way():
+    sources = read_sources()
+    assert "rlsr.trainer" in sources and "rlsr.verifiers.math" in sources
+    assert problems(sources) == []
+
+
+def test_every_declared_layer_prefix_names_a_module():
+    sources = read_sources()
+    for prefix in LAYERS:
+        assert any(m == prefix or m.startswith(prefix + ".") for m in sources), prefix
+
+
+def test_the_old_config_trainer_cycle_is_caught():
+    """Reintroduce what the package had: config imports the trainer inside a function, the
+    trainer imports config at top. All three rules must fire."""
+    sources = read_sources()
+    sources["rlsr.config"] += "\n\ndef _columns(m):\n    from rlsr.trainer import RLSRTrainer\n"
+    sources["rlsr.trainer"] = "from rlsr.config import ConfigError\n" + sources["rlsr.trainer"]
+    found = problems(sources)
+    assert any("function-local import of rlsr.trainer" in p for p in found), found
+    assert any("rlsr.config:" in p and "higher layer" in p for p in found), found
+    assert any(p.startswith("import cycle:") and "rlsr.config" in p for p in found), found
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("from rlsr import metrics as M\n", "rlsr.metrics"),
+        ("import rlsr.metrics\n", "rlsr.metrics"),
+        ("from rlsr.verifiers import get_verifier\n", "rlsr.verifiers"),
+        ("from rlsr.data import cli\n", "rlsr.data.cli"),
+        ("from .. import metrics\n", "rlsr.metrics"),
+    ],
+)
+def test_import_forms_are_resolved(source, expected):
+    sources = {
+        "rlsr": "",
+        "rlsr.metrics": "",
+        "rlsr.verifiers": "",
+        "rlsr.data": "",
+        "rlsr.data.cli": "",
+        "rlsr.evaluation": "",
+        "rlsr.evaluation.x": source,
+    }
+    assert [(a, b) for a, b, _, _ in import_edges(sources)] == [("rlsr.evaluation.x", expected)]
+
+
+def test_a_local_import_of_a_third_party_package_is_allowed_but_not_of_ours():
+    sources = {
+        "rlsr": "",
+        "rlsr.metrics": "",
+        "rlsr.evaluation": "",
+        "rlsr.evaluation.plots": (
+            "def plot():\n    import matplotlib  # heavy optional dependency\n"
+            "    from rlsr import metrics\n"
+        ),
+    }
+    found = problems(sources)
+    assert found == [
+        "rlsr.evaluation.plots:3: function-local import of rlsr.metrics; import it at module top"
+    ]

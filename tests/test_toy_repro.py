@@ -1,0 +1,133 @@
+"""The toy reproduction's orchestration (rlsr/toy/repro.py): the pure parts, and the thin CLI."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlsr.toy import repro
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _args(**changes) -> argparse.Namespace:
+    values = dict(
+        methods="rlvr,rlcr,rlsr", generations=8, pool_sizes=None, std_norm=False, steps=300,
+        prompts_per_step=16, learning_rate=3e-4, override=[], variant="easy",
+    )  # fmt: skip
+    values.update(changes)
+    return argparse.Namespace(**values)
+
+
+def test_arm_list_is_the_methods_then_the_ablations():
+    assert repro.arm_list("rlvr,rlcr,rlsr", 8) == [
+        ("rlvr", "rlvr", []),
+        ("rlcr", "rlcr", []),
+        ("rlsr", "rlsr", []),
+    ]
+    assert repro.arm_list("rlsr", 8, pool_sizes="4,32", std_norm=True) == [
+        ("rlsr", "rlsr", []),
+        ("rlsr-B4", "rlsr", ["grpo.per_device_train_batch_size=32"]),
+        ("rlsr-B32", "rlsr", ["grpo.per_device_train_batch_size=256"]),
+        ("rlsr-stdnorm", "rlsr", ["grpo.scale_rewards=group"]),
+    ]
+    assert repro.arms_for(_args(methods="rlsr,", std_norm=True)) == [
+        ("rlsr", "rlsr", []),
+        ("rlsr-stdnorm", "rlsr", ["grpo.scale_rewards=group"]),
+    ]
+
+
+def test_every_arm_gets_the_same_budget_and_its_extras_last():
+    args = _args(override=["grpo.temperature=0.9"])
+    plans = {
+        name: repro.train_overrides(args, method, "/w", "/d", f"/o/{name}", 3, extra)
+        for name, method, extra in repro.arm_list("rlvr,rlcr,rlsr", 8, "4", True)
+    }
+
+    def budget(overrides):
+        return [o for o in overrides if o.startswith(("grpo.", "seed=", "recipe=", "resume="))]
+
+    base = budget(plans["rlvr"])
+    assert base == [
+        "recipe=toy", "seed=3", "resume=never", "grpo.max_steps=300",
+        "grpo.learning_rate=0.0003", "grpo.num_generations=8",
+        "grpo.per_device_train_batch_size=128", "grpo.logging_steps=10", "grpo.temperature=0.9",
+    ]  # fmt: skip
+    assert budget(plans["rlcr"]) == budget(plans["rlsr"]) == base
+    assert plans["rlsr"][1] == "method=rlsr" and plans["rlsr-B4"][1] == "method=rlsr"
+    assert plans["rlsr-B4"][-1] == "grpo.per_device_train_batch_size=32"  # overrides the default
+    assert plans["rlsr-stdnorm"][-1] == "grpo.scale_rewards=group"
+
+
+def test_stage_count():
+    # per seed: data, warm-up, 3 trained arms, 4 evaluated rows (BASE + arms), report; + summary
+    assert repro.stage_count(1, 3) == 1 + 1 + 3 + 4 + 1 + 1
+    assert repro.stage_count(3, 4) == 3 * (1 + 1 + 4 + 5 + 1) + 1
+
+
+def test_row_metrics_and_mean_std():
+    metrics = {
+        "accuracy": 0.6,
+        "scorers": {
+            "verbalized": {
+                "aurc": 0.2, "acc@10": 1.0, "acc@25": 0.9, "acc@50": 0.8, "ece": 0.05,
+                "confidence_gap": 0.3, "auroc": 0.7,
+            }
+        },
+    }  # fmt: skip
+    assert repro.row_metrics(metrics) == {
+        "aurc": 0.2, "accuracy": 0.6, "acc@10": 1.0, "acc@25": 0.9, "acc@50": 0.8,
+        "ece": 0.05, "confidence_gap": 0.3,
+    }  # fmt: skip
+    assert repro.mean_std([0.1, 0.3]) == "0.200 ± 0.141"  # sample std: sqrt(0.02)
+    assert repro.mean_std([0.25]) == "0.250 ± 0.000"
+
+
+def test_summary_table_aggregates_over_seeds():
+    rows = ["base", "rlsr"]
+    results = {
+        "base": {m: [0.5, 0.5] for m in repro.METRICS},
+        "rlsr": {m: [0.1, 0.2] for m in repro.METRICS},
+    }
+    text = repro.summary_markdown(
+        _args(), [0, 1], rows, results, oracle=[0.05, 0.07],
+        timings={"warmup": [10.0, 20.0], "rlsr": [100.0, 200.0]}, total=400.0, load=(1.0, 2.0, 3.0),
+    )  # fmt: skip
+    lines = text.splitlines()
+    assert lines[0] == "# Toy reproduction (easy, seeds 0,1, 300 steps x 16 prompts x 8, lr 0.0003)"
+    assert "| row | aurc | accuracy | acc@10 | acc@25 | acc@50 | ece | confidence_gap |" in lines
+    assert "| BASE |" + " 0.500 ± 0.000 |" * 7 in lines
+    assert "| RLSR |" + " 0.150 ± 0.071 |" * 7 in lines
+    assert "Oracle AURC (same answers as RLSR, ranked by correctness): 0.060 ± 0.014" in lines
+    assert "Per-seed AURC: BASE 0.500, 0.500; RLSR 0.100, 0.200" in lines
+    assert "Seconds per arm (training only, mean): warmup 15, rlsr 150" in lines
+    assert lines[-1].startswith("Total wall time: 400 s; load average at end: 1.0, 2.0, 3.0 on ")
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "--seeds", "--variant", "--steps", "--prompts-per-step", "--generations",
+        "--learning-rate", "--methods", "--warmup-steps", "--n-heldout", "--n-train",
+        "--pool-sizes", "--std-norm", "--output-dir", "--cache-dir", "--override", "--jobs",
+        "--quiet",
+    ],
+)  # fmt: skip
+def test_the_script_keeps_its_flags(flag, script_help):
+    assert flag in script_help
+
+
+@pytest.fixture(scope="module")
+def script_help() -> str:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "toy_repro.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return proc.stdout
