@@ -281,6 +281,9 @@ def test_report_over_two_evaluation_dirs(evaluated, tiny_model_dir, tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert "| rlsr |" in md and "| BASE |" in md and "±" in md  # two seeds -> mean ± std
     assert (tmp_path / "report_risk_coverage.png").stat().st_size > 1000
+    # Tab. 2 (controlled gap over the 6 shared questions) and Fig. 3 (densities) on real samples.
+    assert "| tiny | rlsr |" in md.split("## Controlled confidence gap")[1]
+    assert (tmp_path / "report_confidence_density.png").stat().st_size > 1000
     import csv
 
     rows = list(csv.DictReader(open(tmp_path / "report.csv")))

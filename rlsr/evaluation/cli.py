@@ -187,13 +187,19 @@ def register(subparsers) -> None:
     rp.add_argument(
         "--output",
         required=True,
-        help="prefix: writes PREFIX.md, PREFIX.csv, PREFIX_risk_coverage.png",
+        help="prefix: writes PREFIX.md, PREFIX.csv, PREFIX_risk_coverage.png, "
+        "PREFIX_confidence_density.png",
     )
     rp.add_argument(
         "--family", choices=("hotpot", "bigmath"), help="ID/OOD split by training domain"
     )
     rp.add_argument("--id", dest="id_sets", help="ID datasets (names or group)")
     rp.add_argument("--ood", dest="ood_sets", help="OOD datasets (names or group)")
+    rp.add_argument(
+        "--gap-methods",
+        metavar="NAMES",
+        help="comma list: the methods Tab. 2 restricts to common questions (default: all)",
+    )
     rp.set_defaults(func=run_report)
 
     dp = subparsers.add_parser(
@@ -365,8 +371,10 @@ def run_report(args) -> int:
     dirs = list(args.dirs)
     if not dirs and not args.label:
         raise SystemExit("give evaluation directories or --label NAME=DIR1,DIR2.")
+    gap_methods = [m.strip() for m in (args.gap_methods or "").split(",") if m.strip()]
     paths = build_report(dirs, args.output, labels=args.label, family=args.family,
-                         id_sets=args.id_sets, ood_sets=args.ood_sets)  # fmt: skip
+                         id_sets=args.id_sets, ood_sets=args.ood_sets,
+                         gap_methods=gap_methods or None)  # fmt: skip
     print(paths["markdown"].read_text())
     return 0
 

@@ -1,4 +1,4 @@
-"""Risk-coverage figures (matplotlib, Agg backend: no display needed on cluster nodes)."""
+"""Risk-coverage and confidence-density figures (matplotlib, Agg backend: no display needed)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,16 @@ from pathlib import Path
 import numpy as np
 
 from rlsr import metrics as M
+from rlsr.evaluation.gap import PAPER_KDE_BANDWIDTH, gaussian_kde, kde_grid
 from rlsr.evaluation.summary import scorer_arrays
 
-__all__ = ["curve_on_grid", "curve_steps", "plot_dataset_risk_coverage", "plot_overlay_grid"]
+__all__ = [
+    "curve_on_grid",
+    "curve_steps",
+    "plot_dataset_risk_coverage",
+    "plot_overlay_grid",
+    "plot_confidence_densities",
+]
 
 COVERAGE_GRID = np.linspace(0.01, 1.0, 100)
 
@@ -85,6 +92,49 @@ def plot_overlay_grid(
         for method, risk in curves[name].items():
             ax.plot(grid, risk, label=method)
         ax.set(title=name, xlabel="coverage", ylabel="risk", xlim=(0, 1), ylim=(0, 1))
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(names) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_confidence_densities(
+    panels: Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray]]],
+    path,
+    bandwidth: float = PAPER_KDE_BANDWIDTH,
+) -> Path:
+    """Paper Fig. 3 (Sec. C.7): ``panels[title][method] = (confidence, correct)``, one panel per
+    title, per method a solid density of its correct and a dotted density of its incorrect
+    answers (``rlsr.evaluation.gap.gaussian_kde``, bandwidth ``bandwidth`` in confidence units),
+    the gap Δc = mean(c | correct) − mean(c | incorrect) of those samples in the legend. A class
+    without samples draws no curve. The grid spans [−3h, 1 + 3h]; outside [0, 1] is shaded."""
+    plt = _pyplot()
+    names = list(panels)
+    if not names:
+        raise ValueError("no confidence samples to plot.")
+    grid = kde_grid(bandwidth)
+    cols = min(3, len(names))
+    rows = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.8 * cols, 3.4 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        for i, (method, (conf, ok)) in enumerate(panels[name].items()):
+            conf, ok = np.asarray(conf, dtype=np.float64), np.asarray(ok, dtype=bool)
+            color = f"C{i % 10}"
+            gap = M.confidence_gap(conf, ok) if conf.size else math.nan
+            for mask, style, kind in ((ok, "-", "correct"), (~ok, ":", "incorrect")):
+                if not mask.any():
+                    continue
+                label = f"{method} {kind} (n={int(mask.sum())})"
+                if kind == "correct":
+                    label += f", Δc = {gap:.2f}"
+                ax.plot(grid, gaussian_kde(conf[mask], grid, bandwidth), style, color=color,
+                        label=label)  # fmt: skip
+        ax.axvspan(grid[0], 0.0, color="0.92", lw=0)
+        ax.axvspan(1.0, grid[-1], color="0.92", lw=0)
+        ax.set(title=name, xlabel="confidence", ylabel="density", xlim=(grid[0], grid[-1]))
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")

@@ -5,7 +5,14 @@
 * Tabs. 8-11: the same metrics per dataset;
 * Tab. 5: with several runs (seeds) per method every cell is mean ± std over runs (std: ddof 1,
   ``rlsr.metrics.mean_std_over_seeds``); ID/OOD averages are taken per run first;
-* Fig. 5-7: one panel per dataset with one risk-coverage curve per method (mean over runs).
+* Fig. 5-7: one panel per dataset with one risk-coverage curve per method (mean over runs);
+* Tab. 2: the controlled confidence gap on the questions every method answers correctly (resp.
+  incorrectly), per ID/OOD scope and per dataset (``rlsr.evaluation.gap``);
+* Fig. 3: per dataset, the confidence densities of each method's correct (solid) and incorrect
+  (dotted) answers, Gaussian KDE with bandwidth 0.15, the gap Δc in the legend.
+
+Confidences are each run's primary scorer (``metrics.json``; verbalized by default), a missing one
+counting as 0.0 as in every metric. Tab. 2 and Fig. 3 need ``<dataset>/samples.jsonl``.
 
 Methods: ``--label NAME=DIR1,DIR2`` names runs explicitly; other directories are grouped by
 their basename with a trailing seed tag removed (``rlsr-seed1`` and ``rlsr_s2`` -> ``rlsr``).
@@ -26,7 +33,18 @@ import numpy as np
 
 from rlsr import metrics as M
 from rlsr.data import GROUPS, resolve_datasets
-from rlsr.evaluation.plots import COVERAGE_GRID, curve_on_grid, plot_overlay_grid
+from rlsr.evaluation.gap import (
+    ControlledGap,
+    QuestionKey,
+    align_runs,
+    controlled_confidence_gap,
+)
+from rlsr.evaluation.plots import (
+    COVERAGE_GRID,
+    curve_on_grid,
+    plot_confidence_densities,
+    plot_overlay_grid,
+)
 from rlsr.evaluation.samples_io import read_samples
 from rlsr.evaluation.summary import scorer_arrays
 
@@ -37,6 +55,7 @@ __all__ = [
     "group_runs",
     "split_id_ood",
     "build_report",
+    "controlled_gap_rows",
 ]
 
 TABLE_METRICS = (
@@ -54,6 +73,7 @@ _SEED_TAG = re.compile(r"[-_.](?:seed|s)\d+$", re.IGNORECASE)
 class Run:
     path: Path
     metrics: dict[str, dict] = field(default_factory=dict)  # dataset -> metrics.json
+    _samples: dict[str, list[dict]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, path: str | Path) -> Run:
@@ -66,6 +86,35 @@ class Run:
                 f"{root}: no <dataset>/metrics.json inside; is it an `rlsr evaluate` output dir?"
             )
         return cls(root, found)
+
+    def samples(self, dataset: str) -> list[dict]:
+        """Records of ``<dataset>/samples.jsonl`` (read once; [] when absent)."""
+        if dataset not in self._samples:
+            path = self.path / dataset / "samples.jsonl"
+            self._samples[dataset] = read_samples(path) if dataset in self.metrics else []
+        return self._samples[dataset]
+
+    def scores(self, dataset: str) -> tuple[np.ndarray, np.ndarray, list[dict]]:
+        """(confidence, correct, records) of the dataset's primary scorer (missing -> 0.0)."""
+        records = self.samples(dataset)
+        scorer = self.metrics.get(dataset, {}).get("primary_scorer", "verbalized")
+        conf, ok, _ = scorer_arrays(records, scorer)
+        return conf, ok, records
+
+    def answers(self, dataset: str) -> dict[QuestionKey, tuple[float, bool]]:
+        """(dataset, question id) -> (confidence, correct); the join key of Tab. 2."""
+        conf, ok, records = self.scores(dataset)
+        out: dict[QuestionKey, tuple[float, bool]] = {}
+        for rec, c, y in zip(records, conf, ok, strict=True):
+            key = (dataset, str(rec["id"]))
+            if key in out:
+                raise ValueError(
+                    f"{self.path / dataset / 'samples.jsonl'}: question id {rec['id']!r} appears "
+                    "twice; one evaluation directory holds one sample per question. Give each "
+                    "seed its own --output-dir."
+                )
+            out[key] = (float(c), bool(y))
+        return out
 
 
 def method_from_dirname(path: str | Path) -> str:
@@ -140,8 +189,13 @@ def build_report(
     family: str | None = None,
     id_sets=None,
     ood_sets=None,
+    gap_methods: Sequence[str] | None = None,
 ) -> dict[str, Path]:
-    """Write ``OUTPUT.md``, ``OUTPUT.csv`` and ``OUTPUT_risk_coverage.png``; return their paths.
+    """Write ``OUTPUT.md``, ``OUTPUT.csv``, ``OUTPUT_risk_coverage.png`` and
+    ``OUTPUT_confidence_density.png``; return their paths.
+
+    ``gap_methods``: the methods Tab. 2 holds accuracy fixed across (default: all; the paper
+    uses RLVR, RLCR and RLSR, without the base model).
 
     ``output`` is a file prefix; a folder (an existing one, or a path ending in ``/``, as in
     ``--output report/``) gets ``report.md``, ``report.csv``, ``report_risk_coverage.png`` inside.
@@ -232,8 +286,16 @@ def build_report(
         "markdown": out.with_suffix(".md"),
         "csv": out.with_suffix(".csv"),
         "figure": out.with_name(out.stem + "_risk_coverage.png"),
+        "density": out.with_name(out.stem + "_confidence_density.png"),
     }
     md += ["", f"![risk-coverage]({paths['figure'].name})", ""]
+    gap_names = _gap_methods(runs, gap_methods)
+    gap_scopes = [(scope, members) for scope, members in scopes if members]
+    gap_scopes += [(d, [d]) for d in datasets]
+    md += _tab2_section(runs, gap_names, gap_scopes, csv_rows)
+    panels = _density_panels(runs, datasets)
+    if panels:
+        md += _fig3_section(runs, panels, paths["density"].name, csv_rows)
     paths["markdown"].write_text("\n".join(md))
     with open(paths["csv"], "w", newline="") as fh:
         writer = csv.DictWriter(
@@ -242,7 +304,124 @@ def build_report(
         writer.writeheader()
         writer.writerows(csv_rows)
     _overlay(runs, datasets, paths["figure"])
+    if panels:
+        plot_confidence_densities(panels, paths["density"])
     return paths
+
+
+def _gap_methods(runs: dict[str, list[Run]], names: Sequence[str] | None) -> list[str]:
+    if not names:
+        return list(runs)
+    unknown = [n for n in names if n not in runs]
+    if unknown:
+        raise ValueError(
+            f"--gap-methods {','.join(names)}: no method named {unknown[0]!r}; the report's methods "
+            f"are {', '.join(runs)}."
+        )
+    return list(names)
+
+
+def controlled_gap_rows(
+    runs: dict[str, list[Run]], methods: Sequence[str], datasets: Sequence[str]
+) -> tuple[ControlledGap, int] | None:
+    """Tab. 2 over the questions of ``datasets`` (pooled): the gap and the number of questions
+    left out because some run lacks them. None when a method has no samples there."""
+    per_method = {}
+    for m in methods:
+        tables = []
+        for r in runs[m]:
+            merged: dict[QuestionKey, tuple[float, bool]] = {}
+            for d in datasets:
+                if d in r.metrics:
+                    merged.update(r.answers(d))
+            if merged:
+                tables.append(merged)
+        if not tables:
+            return None
+        per_method[m] = tables
+    aligned = align_runs(per_method)
+    return controlled_confidence_gap(aligned.confidence, aligned.correct), aligned.n_dropped
+
+
+def _num(value: float) -> str:
+    return "–" if math.isnan(value) else f"{value:.3f}"
+
+
+def _tab2_section(runs, methods, scopes, csv_rows: list[dict]) -> list[str]:
+    md = [
+        "## Controlled confidence gap (paper Tab. 2 layout)",
+        "",
+        f"Methods held to the same questions: {', '.join(methods)}. S+ / S−: questions that every "
+        "run of every one of them answers correctly / incorrectly; E[c|·]: a method's mean "
+        "confidence on S+ / S− (rlsr.evaluation.gap.controlled_confidence_gap). `shared`: "
+        "questions present in every run; `dropped`: present in some runs only.",
+        "",
+        "| Questions | Method | S+ | S− | shared | dropped | E[c\\|correct] | E[c\\|incorrect] "
+        "| Δc↑ |",
+        "|" + " --- |" * 9,
+    ]
+    for scope, members in scopes:
+        found = controlled_gap_rows(runs, methods, members)
+        if found is None:
+            continue
+        gap, dropped = found
+        for i, m in enumerate(gap.methods):
+            values = {
+                "controlled_conf_correct": gap.mean_correct[i],
+                "controlled_conf_incorrect": gap.mean_incorrect[i],
+                "controlled_gap": gap.gap[i],
+                "controlled_n_correct": gap.n_correct,
+                "controlled_n_incorrect": gap.n_incorrect,
+            }
+            is_dataset = len(members) == 1 and scope == members[0]
+            for key, value in values.items():
+                csv_rows.append(dict(method=m, scope="" if is_dataset else scope,
+                                     dataset=scope if is_dataset else "", metric=key,
+                                     mean=float(value), std=math.nan, runs=len(runs[m])))  # fmt: skip
+            md.append(
+                f"| {scope} | {m} | {gap.n_correct} | {gap.n_incorrect} | {gap.n_questions} | "
+                f"{dropped} | {_num(gap.mean_correct[i])} | {_num(gap.mean_incorrect[i])} | "
+                f"{_num(gap.gap[i])} |"
+            )
+    return md + [""]
+
+
+def _density_panels(runs: dict[str, list[Run]], datasets: list[str]) -> dict:
+    """``panels[dataset][method] = (confidence, correct)`` pooled over the method's runs."""
+    panels: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+    for d in datasets:
+        for name, rs in runs.items():
+            parts = [r.scores(d)[:2] for r in rs if d in r.metrics and r.samples(d)]
+            if parts:
+                conf = np.concatenate([c for c, _ in parts])
+                ok = np.concatenate([o for _, o in parts])
+                panels.setdefault(d, {})[name] = (conf, ok)
+    return panels
+
+
+def _fig3_section(runs, panels: dict, figure: str, csv_rows: list[dict]) -> list[str]:
+    md = [
+        "## Confidence of correct vs incorrect answers (paper Fig. 3)",
+        "",
+        "All samples of each method (pooled over its runs), not the controlled subset of Tab. 2. "
+        "Δc = E[c|correct] − E[c|incorrect]; densities: Gaussian KDE, bandwidth 0.15 (kernel std "
+        "in confidence units), solid = correct, dotted = incorrect.",
+        "",
+        "| Dataset | Method | n correct | n incorrect | E[c\\|correct] | E[c\\|incorrect] | Δc |",
+        "|" + " --- |" * 7,
+    ]
+    for d, methods in panels.items():
+        for name, (conf, ok) in methods.items():
+            hi = float(conf[ok].mean()) if ok.any() else math.nan
+            lo = float(conf[~ok].mean()) if (~ok).any() else math.nan
+            md.append(
+                f"| {d} | {name} | {int(ok.sum())} | {int((~ok).sum())} | {_num(hi)} | "
+                f"{_num(lo)} | {_num(hi - lo)} |"
+            )
+            n_runs = sum(1 for r in runs[name] if d in r.metrics and r.samples(d))
+            csv_rows.append(dict(method=name, scope="", dataset=d, metric="confidence_gap_pooled",
+                                 mean=hi - lo, std=math.nan, runs=n_runs))  # fmt: skip
+    return md + ["", f"![confidence densities]({figure})", ""]
 
 
 def _overlay(runs: dict[str, list[Run]], datasets: list[str], path: Path) -> None:
@@ -251,12 +430,8 @@ def _overlay(runs: dict[str, list[Run]], datasets: list[str], path: Path) -> Non
         for name, rs in runs.items():
             per_run = []
             for r in rs:
-                samples = r.path / d / "samples.jsonl"
-                if d in r.metrics and samples.exists():
-                    records = read_samples(samples)
-                    conf, ok, _ = scorer_arrays(
-                        records, r.metrics[d].get("primary_scorer", "verbalized")
-                    )
+                if d in r.metrics and r.samples(d):
+                    conf, ok, _ = r.scores(d)
                     per_run.append(curve_on_grid(conf, ok, COVERAGE_GRID))
             if per_run:
                 curves.setdefault(d, {})[name] = np.mean(per_run, axis=0)
