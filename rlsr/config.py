@@ -6,7 +6,7 @@ Schema (top-level keys of ``recipes/config.yaml``)::
              dropout, target_modules}}
     data:   {dataset, path, split, system_prompt, limit, max_prompt_length, verifier}
     method: {name: rlsr|rlcr|rlvr, format_weight, method_weight, correct_scale, weight_cap,
-             max_coverage}
+             max_coverage, label}
     grpo:   any field of trl.GRPOConfig (num_generations, per_device_train_batch_size, ...)
     output_dir, seed, resume: auto|never|<checkpoint path>
 
@@ -109,6 +109,7 @@ class MethodSettings:
     correct_scale: float = 1.0
     weight_cap: float | None = None
     max_coverage: float = 1.0
+    label: str | None = None  # a variant's name in the default output_dir (None: name)
 
 
 @dataclass
