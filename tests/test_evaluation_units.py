@@ -215,6 +215,7 @@ def test_report_mean_std_and_id_ood_average(tmp_path):
     assert "| m | 0.500 ± 0.141 |" in text  # ID AURC over seeds: mean(0.4, 0.6), std ddof=1
     assert "OOD AURC↓" in text
     assert not paths["figure"].exists()  # no samples.jsonl -> no curves
+    assert not paths["density"].exists() and "Controlled confidence gap" not in text
 
     # README's `--output report/` is a folder: the files go inside it (regression: they were
     # written beside it as report.md / report.csv).

@@ -360,6 +360,7 @@ def _tab2_section(runs, methods, scopes, csv_rows: list[dict]) -> list[str]:
         "| Δc↑ |",
         "|" + " --- |" * 9,
     ]
+    header = len(md)
     for scope, members in scopes:
         found = controlled_gap_rows(runs, methods, members)
         if found is None:
@@ -383,7 +384,7 @@ def _tab2_section(runs, methods, scopes, csv_rows: list[dict]) -> list[str]:
                 f"{dropped} | {_num(gap.mean_correct[i])} | {_num(gap.mean_incorrect[i])} | "
                 f"{_num(gap.gap[i])} |"
             )
-    return md + [""]
+    return md + [""] if len(md) > header else []  # no samples.jsonl anywhere: no section
 
 
 def _density_panels(runs: dict[str, list[Run]], datasets: list[str]) -> dict:
