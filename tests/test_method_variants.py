@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from rlsr import rewards as R
-from rlsr.config import from_dict, validate
+from rlsr.config import from_dict
+from rlsr.training import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = ("grpo.use_vllm=false", "grpo.bf16=false", "grpo.use_cpu=true")
@@ -49,7 +50,7 @@ def test_plain_aurc_variant_trains_and_rewards_only_errors(tmp_path):
     import torch
     from test_trainer_support import format_warm_model
 
-    from rlsr.trainer import build_trainer
+    from rlsr.training import build_trainer
 
     torch.set_num_threads(1)
     values = compose("recipe=tiny", "method=rlsr-plain-aurc", f"output_dir={tmp_path / 'run'}")
