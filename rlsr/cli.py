@@ -1,4 +1,4 @@
-"""The ``rlsr`` command. Each sub-command lives in its own module and registers itself here."""
+"""The ``rlsr`` command (sub-commands are registered from their own modules)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,21 @@ from rlsr.evaluation import cli as evaluation_cli
 _SUBCOMMANDS = (data_cli.register, evaluation_cli.register)
 
 
+DESCRIPTION = (
+    "Evaluate language models for selective prediction (answer only when likely right): "
+    "generate answers with confidences on the paper's datasets, verify them, and score AURC, "
+    "ECE and accuracy at coverage; compare runs in paper-style tables; pick a risk-controlled "
+    "confidence threshold; list and download the datasets. Training runs through "
+    "`accelerate launch train.py` (docs/training.md)."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlsr", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="rlsr",
+        description=DESCRIPTION,
+        epilog="`rlsr COMMAND --help` for each command's options; docs/evaluation.md.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for register in _SUBCOMMANDS:
         register(sub)
@@ -24,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 USAGE_ERROR_EXIT = 2
+INTERRUPTED_EXIT = 130  # 128 + SIGINT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"rlsr: error: {message}", file=sys.stderr)
         return USAGE_ERROR_EXIT
+    except KeyboardInterrupt:  # a command that saves work reports it itself (rlsr evaluate)
+        if os.environ.get("RLSR_DEBUG"):
+            raise
+        print("rlsr: interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT
     return int(result or 0)
 
 

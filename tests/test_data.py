@@ -448,6 +448,45 @@ def test_cli_lists_registry_and_shows_example(capsys):
     assert shown["answer_letter"] == "C" and shown["verifier"] == "llm_judge"
 
 
+def test_cli_list_says_what_is_available_here_and_how_to_get_the_rest(
+    capsys, monkeypatch, tmp_path
+):
+    """Regression: the table did not say which datasets load offline, and the hint mixed
+    train.py's `data_dir=` syntax into the CLI's."""
+    from rlsr.cli import main
+
+    monkeypatch.delenv("RLSR_DATA_DIR", raising=False)
+    (tmp_path / "trivia").mkdir()
+    assert main(["datasets", "--data-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    header = out.splitlines()[0]
+    assert header.rstrip().endswith("available here")
+    column = header.index("available here")
+
+    def available(name: str) -> str:
+        return next(x for x in out.splitlines() if x.startswith(name + " "))[column:].strip()
+
+    assert available("tiny") == "bundled"
+    assert available("trivia") == str(tmp_path / "trivia")
+    assert available("hotpot_modified") == "no"
+    assert "--data-dir DIR" in out and "--data-path NAME=PATH" in out
+    assert "rlsr datasets download NAMES --out DIR" in out and "data_dir=" not in out
+    monkeypatch.setenv("RLSR_DATA_DIR", str(tmp_path))  # `rlsr datasets list` reads it too
+    assert main(["datasets", "list"]) == 0
+    assert str(tmp_path / "trivia") in capsys.readouterr().out
+
+
+def test_hub_hint_uses_the_cli_flags(monkeypatch):
+    monkeypatch.delenv("RLSR_DATA_DIR", raising=False)
+    with pytest.raises(DatasetUnavailableError) as info:
+        load_examples("hotpot_vanilla")
+    message = str(info.value)
+    assert (
+        "--data-dir DIR" in message and "--data-path hotpot_vanilla=DIR/hotpot_vanilla" in message
+    )
+    assert "data_dir=" not in message and "path=DIR" not in message
+
+
 def test_cli_download_offline_raises_clear_error(tmp_path, capsys):
     from rlsr.cli import main
 

@@ -7,14 +7,18 @@ Nothing is mocked. The random model rarely emits tags, so the Sec. C.3 fallbacks
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+from itertools import permutations
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from rlsr.cli import main as rlsr_main
-from rlsr.evaluation.samples_io import read_samples
+from rlsr.evaluation.runner import EvalSettings, summarise
+from rlsr.evaluation.samples_io import append_samples, read_samples
 from rlsr.evaluation.summary import compute_metrics
 from rlsr.parsing import parse_response
 
@@ -61,9 +65,81 @@ def evaluated(tiny_model_dir, run_dir, tmp_path_factory) -> Path:
     return out
 
 
+def brute_force_summary(records: list[dict]) -> dict:
+    """The metrics.json summary computed from samples by brute force, from DESIGN.md's
+    definitions (not rlsr.metrics): a missing confidence is 0.0; ties are resolved by averaging
+    over every order of the samples that sorts confidences descending."""
+    conf = [0.0 if r["confidence"] is None else r["confidence"] for r in records]
+    ok = [float(bool(r["correct"])) for r in records]
+    n = len(records)
+    orders = [p for p in permutations(range(n))
+              if all(conf[p[i]] >= conf[p[i + 1]] for i in range(n - 1))]  # fmt: skip
+
+    def mean_over_orders(statistic) -> float:
+        return float(np.mean([statistic(p) for p in orders]))
+
+    def top_accuracy(p, m: int) -> float:
+        return float(np.mean([ok[i] for i in p[:m]]))
+
+    edges = np.linspace(0, 1, 11)  # bins [edge_b, edge_b+1), outer edges at -inf / +inf
+    bins = [sum(c >= e for e in edges[1:10]) for c in conf]
+    ece = sum(
+        len(members) / n * abs(np.mean([ok[i] for i in members]) - np.mean([conf[i] for i in members]))
+        for b in range(10) if (members := [i for i in range(n) if bins[i] == b])
+    )  # fmt: skip
+    pairs = [(i, j) for i in range(n) for j in range(n) if ok[i] and not ok[j]]
+    auroc = (np.mean([1.0 if conf[i] > conf[j] else 0.5 if conf[i] == conf[j] else 0.0
+                      for i, j in pairs]) if pairs else None)  # fmt: skip
+    return {
+        "accuracy": float(np.mean(ok)),
+        "aurc": mean_over_orders(lambda p: np.mean([1 - top_accuracy(p, k) for k in range(1, n + 1)])),
+        "acc@10": mean_over_orders(lambda p: top_accuracy(p, math.ceil(0.10 * n))),
+        "acc@25": mean_over_orders(lambda p: top_accuracy(p, math.ceil(0.25 * n))),
+        "acc@50": mean_over_orders(lambda p: top_accuracy(p, math.ceil(0.50 * n))),
+        "ece": float(ece),
+        "brier": float(np.mean([(c - o) ** 2 for c, o in zip(conf, ok, strict=True)])),
+        "auroc": auroc,
+    }  # fmt: skip
+
+
+def assert_summary_matches(metrics: dict, records: list[dict]) -> None:
+    expected = brute_force_summary(records)
+    got = {"accuracy": metrics["accuracy"], **metrics["scorers"]["verbalized"]}
+    for key, value in expected.items():
+        assert got[key] == (None if value is None else pytest.approx(value, abs=1e-12)), key
+
+
+def test_metrics_json_summary_matches_brute_force(evaluated, tmp_path):
+    """Regression: metrics.json was only compared with the compute_metrics that wrote it, so a
+    summary filing the 25 % value under acc@10 passed. Checked on the run's own samples and on
+    the same samples with chosen confidences (ties, a missing one) and correctness, written
+    through the same summarise() that `rlsr evaluate` calls."""
+    d = evaluated / "tiny"
+    records = read_samples(d / "samples.jsonl")
+    assert_summary_matches(json.loads((d / "metrics.json").read_text()), records)
+
+    chosen = [(0.9, True), (0.7, True), (0.7, False), (0.3, True), (0.3, False), (None, False)]
+    edited = [{**r, "confidence": c, "correct": ok, "scores": {"verbalized": c}}
+              for r, (c, ok) in zip(records, chosen, strict=True)]  # fmt: skip
+    append_samples(tmp_path / "samples.jsonl", edited)
+    settings = EvalSettings(bootstrap_resamples=0, progress=False, plot=False)
+    summarise(tmp_path, settings, "tiny")
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    expected = brute_force_summary(edited)
+    assert (expected["acc@10"], expected["acc@25"], expected["acc@50"]) == (1.0, 0.75, 2 / 3)
+    assert_summary_matches(metrics, edited)
+
+
 def test_evaluate_writes_every_file_and_metrics_match_samples(evaluated, run_dir):
     run = json.loads((evaluated / "run.json").read_text())
-    assert run["adapter"] == str(run_dir / "checkpoint-10")
+    adapter = (run_dir / "checkpoint-10").resolve()
+    assert run["adapter"] == str(adapter)
+    # sha256 of the `sha256sum adapter_config.json adapter_model.safetensors` listing
+    listing = "".join(
+        f"{hashlib.sha256((adapter / name).read_bytes()).hexdigest()}  {name}\n"
+        for name in ("adapter_config.json", "adapter_model.safetensors")
+    )
+    assert run["adapter_sha256"] == hashlib.sha256(listing.encode()).hexdigest()
     d = evaluated / "tiny"
     assert (d / "risk_coverage.png").stat().st_size > 1000
     records = read_samples(d / "samples.jsonl")
@@ -209,16 +285,19 @@ def _write_medqa(folder: Path, n: int, seed: int) -> None:
 
 
 def test_deployment_and_dcs_on_mcq(tiny_model_dir, tmp_path):
+    """Also a regression: `--datasets medqa --deployment-target` evaluated the test split twice
+    (as `medqa` and `medqa@test`). `medqa` (its default split, test) serves deployment."""
     data = tmp_path / "medqa"
     _write_medqa(data, 5, 0)
     out = tmp_path / "deploy"
     argv = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "medqa", "--output-dir", str(out),
-            "--data-path", f"medqa={data}", "--split", "validation", "--dcs",
-            "--deployment-target", "0.5", *FAST]  # fmt: skip
+            "--data-path", f"medqa={data}", "--dcs", "--deployment-target", "0.5", *FAST]  # fmt: skip
     assert rlsr_main(argv) == 0
-    for split in ("validation", "test"):
-        records = read_samples(out / f"medqa@{split}" / "samples.jsonl")
-        assert len(records) == 5
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["medqa", "medqa@validation"]
+    assert sorted(json.loads((out / "summary.json").read_text())) == ["medqa", "medqa@validation"]
+    for job, split in (("medqa@validation", "validation"), ("medqa", "test")):
+        records = read_samples(out / job / "samples.jsonl")
+        assert [r["id"] for r in records] == [f"{split}-{i}" for i in range(5)]
     val = read_samples(out / "medqa@validation" / "samples.jsonl")
     for r in val:
         d = r["dcs"]
@@ -242,7 +321,7 @@ def test_deployment_and_dcs_on_mcq(tiny_model_dir, tmp_path):
                 "--validation",
                 str(out / "medqa@validation"),
                 "--test",
-                str(out / "medqa@test"),
+                str(out / "medqa"),
                 "--target",
                 "0.5",
                 "--output",
@@ -331,3 +410,51 @@ def test_model_alias_tiny_resolves_to_the_local_tiny_model(tiny_model_dir, run_d
             "--output-dir", str(out), "--limit", "2", "--no-fallbacks", *FAST]  # fmt: skip
     assert rlsr_main(argv) == 0
     assert len(read_samples(out / "tiny" / "samples.jsonl")) == 2
+
+
+def test_output_dir_of_another_configuration_is_refused_unless_overwrite(
+    tiny_model_dir, run_dir, tmp_path, capsys
+):
+    """Regression: a run with an adapter into a dir holding base-model results exited 0, mixed
+    both runs' samples in one samples.jsonl and relabelled run.json; a failing run overwrote
+    run.json. Now another configuration is refused (one line naming the fields), --overwrite
+    moves the old results aside when the run starts, and the same configuration resumes."""
+    out = tmp_path / "ev"
+    base = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "tiny", "--output-dir",
+            str(out), "--limit", "2", *FAST]  # fmt: skip
+    assert rlsr_main(base) == 0
+    samples, run_file = out / "tiny" / "samples.jsonl", out / "run.json"
+    before = (samples.read_text(), run_file.read_text())
+    capsys.readouterr()
+
+    def refused(argv, *fields):
+        assert rlsr_main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(
+            f"rlsr: error: --output-dir {out} holds results of another configuration ("
+        ), err
+        for field in fields:
+            assert field in err[0]
+        assert "--overwrite" in err[0]
+        assert (samples.read_text(), run_file.read_text()) == before  # nothing touched
+
+    refused([*base, "--adapter", str(run_dir)], "adapter_sha256: none -> ")
+    refused([*base, "--max-new-tokens", "9"], "max_new_tokens: 8 -> 9")
+    refused([*base, "--system-prompt", "long"], "system_prompt: none -> 'long'")
+    # a failing run (missing data file) with --overwrite moves nothing and writes nothing
+    assert rlsr_main([*base, "--overwrite", "--data-path", f"tiny={tmp_path / 'no.jsonl'}"]) == 2
+    assert (samples.read_text(), run_file.read_text()) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["ev"]
+
+    # the same configuration resumes (a larger --limit is not a different configuration)
+    assert rlsr_main([*base[: -len(FAST)], "--limit", "3", *FAST]) == 0
+    assert samples.read_text().startswith(before[0])
+    assert len(read_samples(samples)) == 3
+
+    assert rlsr_main([*base, "--adapter", str(run_dir), "--overwrite"]) == 0
+    (old,) = [p for p in tmp_path.iterdir() if p.name.startswith("ev.old-")]
+    assert len(read_samples(old / "tiny" / "samples.jsonl")) == 3  # the base run, moved aside
+    assert json.loads((old / "run.json").read_text())["adapter"] is None
+    run = json.loads(run_file.read_text())
+    assert run["adapter"] == str((run_dir / "checkpoint-10").resolve())
+    assert len(read_samples(samples)) == 2  # only the adapter run's samples

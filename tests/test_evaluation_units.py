@@ -1,17 +1,15 @@
 """Unit tests of the evaluation package's pure parts (no model): file I/O, scorers, fallback
-extraction, deployment thresholds, report grouping, vLLM argument building, the HTTP judge.
+extraction, deployment thresholds, report grouping, vLLM argument building (the HTTP judge:
+tests/test_evaluation_judge.py).
 
 vLLM is not installed on our CPU machines: its engine is never started here; we test the
-arguments we would pass it. The OpenAI-compatible judge is tested against a local HTTP server
-in a thread (a stand-in for `vllm serve`, which cannot run here), speaking the real protocol.
+arguments we would pass it.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from itertools import permutations
 
 import numpy as np
@@ -266,62 +264,6 @@ def test_sampling_validation():
         backends.make_backend("sglang", "m")
 
 
-# --------------------------------------------------------------------------- HTTP judge
-
-
-class _JudgeServer(BaseHTTPRequestHandler):
-    seen: list = []
-
-    def do_POST(self):  # noqa: N802 (http.server API)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.seen.append((self.path, body, self.headers.get("Authorization")))
-        prompt = body["messages"][0]["content"]
-        reply = "YES" if "Paris" in prompt.split("Predicted Answer:")[1] else "maybe"
-        data = json.dumps(
-            {"choices": [{"message": {"role": "assistant", "content": reply}}]}
-        ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-def test_openai_judge_through_llm_judge_verifier(monkeypatch):
-    from rlsr.evaluation.judge import openai_judge_fn
-    from rlsr.verifiers import LLMJudgeVerifier
-
-    server = HTTPServer(("127.0.0.1", 0), _JudgeServer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        monkeypatch.setenv("RLSR_TEST_KEY", "secret")
-        url = f"http://127.0.0.1:{server.server_port}/v1"
-        fn = openai_judge_fn(url, "judge-model", api_key_env="RLSR_TEST_KEY")
-        verifier = LLMJudgeVerifier(fn)
-        result = verifier.verify_batch(
-            ["Paris", "Rome", None],
-            ["Paris", "Paris", "Paris"],
-            questions=["Capital of France?"] * 3,
-        )
-    finally:
-        server.shutdown()
-    assert result.correct.tolist() == [True, False, False]
-    assert list(result.status) == ["correct", "invalid", "missing"]
-    path, body, auth = _JudgeServer.seen[0]
-    assert (
-        path == "/v1/chat/completions"
-        and body["temperature"] == 0.0
-        and body["model"] == "judge-model"
-    )
-    assert auth == "Bearer secret"
-    with pytest.raises(ValueError, match="http"):
-        openai_judge_fn("localhost:8000", "m")
-
-
 def test_dcs_prompt_adds_idk_option():
     from rlsr.evaluation.dcs import IDK_TEXT, dcs_prompt, option_continuations
 
@@ -382,6 +324,36 @@ def test_cli_input_errors_are_one_line_not_tracebacks(capsys, tmp_path):
     assert capsys.readouterr().err.startswith("rlsr: error: unknown dataset 'nope'")
     assert main(["report", str(tmp_path / "missing"), "--output", str(tmp_path / "rep")]) == 2
     assert "rlsr: error:" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="--model /no/such/model: no such folder"):
-        main(["evaluate", "--model", "/no/such/model", "--datasets", "tiny",
-              "--output-dir", str(tmp_path / "ev")])  # fmt: skip
+    assert main(["evaluate", "--model", "/no/such/model", "--datasets", "tiny",
+                 "--output-dir", str(tmp_path / "ev")]) == 2  # fmt: skip
+    assert capsys.readouterr().err.startswith("rlsr: error: --model /no/such/model: no such folder")
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+def test_adapter_fingerprint_matches_sha256sum_and_follows_content(tmp_path, monkeypatch):
+    import shutil
+    import subprocess
+
+    from rlsr.evaluation.provenance import adapter_fingerprint
+
+    adapter = tmp_path / "a"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"r": 1}')
+    (adapter / "adapter_model.safetensors").write_bytes(bytes(range(256)) * 10)
+    (adapter / "README.md").write_text("not part of the adapter")
+    listing = subprocess.run(
+        "sha256sum adapter_config.json adapter_model.safetensors | sha256sum",
+        shell=True, cwd=adapter, capture_output=True, text=True, check=True,
+    ).stdout.split()[0]  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    fp = adapter_fingerprint("a")  # a relative path is stored resolved
+    assert fp["path"] == str(adapter.resolve()) and fp["sha256"] == listing
+    assert set(fp["files"]) == {"adapter_config.json", "adapter_model.safetensors"}
+    shutil.copytree(adapter, tmp_path / "b")
+    assert adapter_fingerprint(tmp_path / "b")["sha256"] == listing  # same files, same hash
+    (tmp_path / "b" / "adapter_model.safetensors").write_bytes(b"\x00" * 2560)
+    assert adapter_fingerprint(tmp_path / "b")["sha256"] != listing
+    with pytest.raises(FileNotFoundError, match="no adapter_config.json"):
+        adapter_fingerprint(tmp_path)

@@ -1,21 +1,35 @@
-"""``rlsr datasets``: list the registry; ``rlsr datasets download NAME --out DIR``; ``rlsr
-datasets show NAME`` prints the first formatted example (reads local copies via --data-dir)."""
+"""``rlsr datasets``: list the registry (with what is available on this machine); ``rlsr
+datasets download NAME --out DIR``; ``rlsr datasets show NAME`` prints the first formatted example
+(reads local copies via --data-dir)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+from pathlib import Path
 
-from rlsr.data.loading import download_dataset, load_examples
+from rlsr.data.loading import DATA_DIR_ENV, download_dataset, load_examples
 from rlsr.data.registry import GROUPS, REGISTRY, resolve_datasets
 
-__all__ = ["register", "format_table"]
+__all__ = ["register", "format_table", "available_here"]
 
 
-def format_table() -> str:
+def available_here(name: str, data_dir: str | os.PathLike | None = None) -> str:
+    """Where ``rlsr evaluate`` finds ``name`` without the hub: "bundled", the local copy
+    ``<data_dir or $RLSR_DATA_DIR>/<name>``, or "no" (then only the hub has it)."""
+    if REGISTRY[name].hf_id is None:
+        return "bundled"
+    root = data_dir if data_dir is not None else os.environ.get(DATA_DIR_ENV)
+    if root and (Path(root) / name).exists():
+        return str(Path(root) / name)
+    return "no"
+
+
+def format_table(data_dir: str | os.PathLike | None = None) -> str:
     """The registry as a plain-text table: name, source, splits with sizes, verifier, prompt,
-    groups."""
-    header = ("name", "source", "splits (rows)", "verifier", "prompt", "groups")
+    groups, available here (``available_here``), then how to get the missing ones."""
+    header = ("name", "source", "splits (rows)", "verifier", "prompt", "groups", "available here")
     rows = [header]
     for spec in REGISTRY.values():
         splits = ", ".join(
@@ -32,6 +46,7 @@ def format_table() -> str:
                 verifier,
                 spec.system_prompt,
                 ", ".join(spec.groups) or "-",
+                available_here(spec.name, data_dir),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
@@ -40,11 +55,19 @@ def format_table() -> str:
     lines.append("")
     lines.append("* = default (evaluation) split. Groups (paper Sec. 4.1):")
     lines += [f"  {g}: {', '.join(m)}" for g, m in GROUPS.items()]
+    lines += [
+        "",
+        "Available here = bundled, or a local copy under --data-dir DIR (or $RLSR_DATA_DIR);",
+        '"no": loaded from the Hugging Face hub, if reachable. Without hub access: on a machine',
+        "with it run `rlsr datasets download NAMES --out DIR`, copy DIR here and pass",
+        "`--data-dir DIR` (or set RLSR_DATA_DIR=DIR), or give a file or folder with",
+        "`--data-path NAME=PATH` (rlsr evaluate) / `--path PATH` (rlsr datasets show).",
+    ]
     return "\n".join(lines)
 
 
 def _list(args: argparse.Namespace) -> int:
-    print(format_table())
+    print(format_table(getattr(args, "data_dir", None)))
     return 0
 
 
@@ -62,7 +85,7 @@ def _parse_columns(items: list[str] | None) -> dict[str, str]:
     for item in items or []:
         field, sep, column = item.partition("=")
         if not sep or not field or not column:
-            raise SystemExit(f"--columns expects FIELD=COLUMN, got {item!r}")
+            raise ValueError(f"--columns expects FIELD=COLUMN, got {item!r}.")
         out[field] = column
     return out
 
@@ -85,8 +108,11 @@ def register(subparsers) -> None:
     """Add ``rlsr datasets [list|download|show]`` to the ``rlsr`` command."""
     parser = subparsers.add_parser("datasets", help="list, download or inspect the datasets")
     parser.set_defaults(func=_list)
+    data_dir_help = "folder with <dataset>/ copies to check (default: $RLSR_DATA_DIR)"
+    parser.add_argument("--data-dir", default=None, help=data_dir_help)
     sub = parser.add_subparsers(dest="datasets_command")
     lister = sub.add_parser("list", help="registry table (the default)")
+    lister.add_argument("--data-dir", default=argparse.SUPPRESS, help=data_dir_help)
     lister.set_defaults(func=_list)
     down = sub.add_parser("download", help="save datasets from the hub for offline use")
     down.add_argument("names", help="dataset names, comma separated, or a group")

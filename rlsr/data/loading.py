@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+from datasets.exceptions import DatasetGenerationError
 
 from rlsr.data.formatting import FORMATTERS, build_prompt
 from rlsr.data.registry import DatasetSpec, get_spec
@@ -81,7 +82,36 @@ def _load_file(path: Path) -> datasets.Dataset:
             f"unsupported data file {path}; use one of {sorted(_FILE_BUILDERS)} or a save_to_disk "
             "folder."
         )
-    return datasets.load_dataset(builder, data_files=str(path), split="train")
+    problem = _json_problem(path) if builder == "json" else None
+    if problem:  # checked here: `datasets` reports it as an 80-line DatasetGenerationError
+        raise ValueError(problem)
+    try:
+        return datasets.load_dataset(builder, data_files=str(path), split="train")
+    except DatasetGenerationError as err:
+        cause = str(err.__cause__ or err).replace("\n", " ")
+        raise ValueError(f"{path}: cannot be read as {builder} data ({cause}).") from err
+
+
+def _json_problem(path: Path) -> str | None:
+    """``FILE: line N: what is wrong`` for the first line of a JSON-lines file that is not a
+    JSON object (a ``.json`` file holding one JSON document is checked as a whole), else None."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix.lower() == ".json":
+        try:
+            json.loads(text)
+            return None
+        except ValueError:
+            pass  # not one document: maybe JSON lines
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as err:
+            return f"{path}: line {number}: not valid JSON ({err.msg} at column {err.colno})."
+        if not isinstance(value, dict):
+            return f"{path}: line {number}: expected a JSON object, got {type(value).__name__}."
+    return None
 
 
 def _load_local(path: Path, split: str) -> datasets.Dataset:
@@ -120,8 +150,8 @@ def _load_hub(spec: DatasetSpec, split: str) -> datasets.Dataset:
             f"(split {split!r}): {type(err).__name__}: {err}\n"
             f"On a machine with hub access run\n    {download_command(spec.name)}\n"
             f"or\n    {_python_download_command(spec, split)}\n"
-            f"then copy DIR here and pass data_dir=DIR / --data-dir DIR or set "
-            f"{DATA_DIR_ENV}=DIR (or pass path=DIR/{spec.name})."
+            f"then copy DIR here and pass --data-dir DIR (or set {DATA_DIR_ENV}=DIR), or "
+            f"--data-path {spec.name}=DIR/{spec.name}."
         ) from err
 
 

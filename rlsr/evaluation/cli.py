@@ -5,8 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import time
 from pathlib import Path
+
+import datasets
+import transformers
 
 from rlsr.config import resolve_model_path
 from rlsr.data import GROUPS, get_spec, group_system_prompt, load_examples, resolve_datasets
@@ -14,15 +19,18 @@ from rlsr.evaluation.backends import make_backend, resolve_adapter
 from rlsr.evaluation.deployment import deployment_markdown, deployment_rows
 from rlsr.evaluation.judge import (
     DEFAULT_JUDGE_MODEL,
+    JudgeUnavailableError,
     RecordingJudge,
     backend_judge_fn,
+    check_judge_server,
     openai_judge_fn,
 )
+from rlsr.evaluation.provenance import adapter_fingerprint
 from rlsr.evaluation.report import build_report
-from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
+from rlsr.evaluation.runner import SAMPLES_FILE, EvalSettings, evaluate_dataset
 from rlsr.evaluation.samples_io import json_safe, read_samples
 from rlsr.evaluation.summary import scorer_arrays
-from rlsr.verifiers import get_verifier
+from rlsr.verifiers import VERIFIERS, get_verifier
 
 __all__ = ["register", "run_evaluate", "run_report", "run_deploy"]
 
@@ -41,6 +49,7 @@ class _DefaultsShown(argparse.HelpFormatter):
 
 
 def register(subparsers) -> None:
+
     ev = subparsers.add_parser(
         "evaluate",
         help="generate, verify and score a model (+ LoRA adapter) on datasets",
@@ -69,7 +78,17 @@ def register(subparsers) -> None:
         metavar="NAMES",
         help="comma list of names or a group (hotpot-id ...); `rlsr datasets` lists them",
     )
-    ev.add_argument("--output-dir", required=True, metavar="DIR", help="results; rerun to resume")
+    ev.add_argument(
+        "--output-dir",
+        required=True,
+        metavar="DIR",
+        help="results; rerun the same command to resume (another configuration is refused)",
+    )
+    ev.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start over: move DIR's old results aside to DIR.old-<time> when the run starts",
+    )
     ev.add_argument("--backend", choices=("transformers", "vllm"), default="transformers")
     ev.add_argument(
         "--data-dir", help="folder with <dataset>/ copies (else $RLSR_DATA_DIR, then hub)"
@@ -80,6 +99,14 @@ def register(subparsers) -> None:
         default=[],
         metavar="NAME=PATH",
         help="read dataset NAME from PATH (file or folder); repeatable",
+    )
+    ev.add_argument(
+        "--columns",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="FIELD=COLUMN",
+        help="read contract FIELD (problem, answer, id, ...) from COLUMN of every dataset",
     )
     ev.add_argument(
         "--split", metavar="NAME", help="dataset split (default: each dataset's evaluation split)"
@@ -143,7 +170,7 @@ def register(subparsers) -> None:
     ev.add_argument(
         "--trust-remote-code", action="store_true", help="run the model repo's own code (off)"
     )
-    ev.add_argument("--no-progress", action="store_true", help="no progress bar (log files)")
+    ev.add_argument("--no-progress", action="store_true", help="no progress bars (log files)")
     g = ev.add_argument_group("vLLM")
     g.add_argument("--tensor-parallel-size", type=int, default=1)
     g.add_argument("--data-parallel-size", type=int, default=1)
@@ -169,6 +196,16 @@ def register(subparsers) -> None:
     )
     j.add_argument("--judge-base-url", help="OpenAI-compatible server, e.g. http://host:8000/v1")
     j.add_argument("--judge-batch-size", type=int, default=16)
+    j.add_argument(
+        "--judge-timeout", type=float, default=120.0, metavar="S", help="seconds per judge request"
+    )
+    j.add_argument(
+        "--judge-max-retries",
+        type=int,
+        default=4,
+        metavar="N",
+        help="retries (exponential backoff) of a failed judge request before the run stops",
+    )
     j.add_argument("--judge-max-answer-chars", type=int, default=1000)
     d = ev.add_argument_group("risk-controlled deployment (Sec. 4.2)")
     d.add_argument(
@@ -222,12 +259,13 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key or not value:
-            raise SystemExit(f"{flag} {item!r}: expected NAME=VALUE.")
+            raise ValueError(f"{flag} {item!r}: expected NAME=VALUE.")
         out[key] = value
     return out
 
 
 def _system_prompt(args) -> str | None:
+
     if args.system_prompt:
         return args.system_prompt
     return group_system_prompt(args.datasets) if args.datasets in GROUPS else None
@@ -237,39 +275,166 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith(("/", "./", "../", "~")) or os.sep + os.sep in name
 
 
+_POSITIVE_INTS = ("limit", "batch_size", "max_new_tokens", "fallback_max_new_tokens",
+                  "consistency_k", "judge_batch_size")  # fmt: skip
+
+
 def _validate(args) -> None:
+    """Option checks that need no file or model: each a one-line ValueError naming the flag."""
     if _looks_like_path(args.model) and not Path(args.model).expanduser().is_dir():
-        raise SystemExit(f"--model {args.model}: no such folder; give a model folder or a hub id.")
-    if args.limit is not None and args.limit < 1:
-        raise SystemExit("--limit must be >= 1.")
+        raise ValueError(f"--model {args.model}: no such folder; give a model folder or a hub id.")
+    if Path(args.output_dir).exists() and not Path(args.output_dir).is_dir():
+        raise ValueError(f"--output-dir {args.output_dir} is a file; give a folder.")
+    for dest in _POSITIVE_INTS:
+        value = getattr(args, dest)
+        if value is not None and value < 1:
+            raise ValueError(f"--{dest.replace('_', '-')} must be >= 1; got {value}.")
+    if args.bootstrap < 0 or args.judge_max_retries < 0 or args.judge_timeout <= 0:
+        raise ValueError("--bootstrap and --judge-max-retries must be >= 0, --judge-timeout > 0.")
     if args.deployment_target is not None and not 0 < args.deployment_target <= 1:
-        raise SystemExit("--deployment-target must be in (0, 1], e.g. 0.75.")
+        raise ValueError("--deployment-target must be in (0, 1], e.g. 0.75.")
+    if args.deployment_target is not None and len(args.deployment_splits.split(",")) != 2:
+        raise ValueError("--deployment-splits needs two splits, e.g. validation,test.")
     if args.judge_base_url and args.judge_backend not in (None, "openai"):
-        raise SystemExit("--judge-base-url needs --judge-backend openai (or leave it unset).")
+        raise ValueError("--judge-base-url needs --judge-backend openai (or leave it unset).")
+
+
+def _jobs(args, names: list[str]) -> list[tuple[str, str, str]]:
+    """(output folder, dataset, split), each (dataset, split) once. Folders: the dataset's name,
+    or name@split with --split; the deployment splits add name@split unless already evaluated:
+    `--datasets medqa --deployment-target 0.75` evaluates medqa's test split once (as `medqa`)."""
+    folders: dict[tuple[str, str], str] = {}
+    for name in names:
+        split = args.split or get_spec(name).split
+        folders.setdefault((name, split), name if args.split is None else f"{name}@{split}")
+    if args.deployment_target is not None:
+        for split in args.deployment_splits.split(","):
+            folders.setdefault((args.deployment_dataset, split),
+                               f"{args.deployment_dataset}@{split}")  # fmt: skip
+    return [(folder, name, split) for (name, split), folder in folders.items()]
+
+
+def _judge_kind(args) -> str:
+    kind = args.judge_backend or ("openai" if args.judge_base_url else args.backend)
+    if kind == "openai" and not args.judge_base_url:
+        raise ValueError("--judge-backend openai needs --judge-base-url.")
+    return kind
 
 
 def _build_judge(args, backend_kwargs):
+
     model = args.judge_model or DEFAULT_JUDGE_MODEL
-    kind = args.judge_backend or ("openai" if args.judge_base_url else args.backend)
+    kind = _judge_kind(args)
     if kind == "openai":
-        if not args.judge_base_url:
-            raise SystemExit("--judge-backend openai needs --judge-base-url.")
-        fn = openai_judge_fn(args.judge_base_url, model)
+        fn = openai_judge_fn(args.judge_base_url, model, timeout_s=args.judge_timeout,
+                             max_retries=args.judge_max_retries)  # fmt: skip
     else:
         kwargs = {**backend_kwargs, "batch_size": args.judge_batch_size}
         fn = backend_judge_fn(make_backend(kind, model, None, **kwargs))
     return RecordingJudge(fn)
 
 
+# --- what an output dir holds ---------------------------------------------------------------
+
+RUN_FILE = "run.json"
+# run.json fields that decide what a sample is: a rerun into the same --output-dir must agree on
+# each (else samples of two configurations would mix in one samples.jsonl). Execution details
+# (backend, batch sizes, --limit, dtype, parallelism) may change between resumes.
+CONFIG_FIELDS = (
+    "model", "adapter_sha256", "system_prompt", "columns", "max_new_tokens", "temperature",
+    "top_p", "seed", "fallbacks", "fallback_max_new_tokens", "scorers", "consistency_k",
+    "consistency_temperature", "dcs", "judge_model", "judge_max_answer_chars",
+)  # fmt: skip
+
+
+def _run_config(args, settings, fingerprint, system_prompt, verifier_names, columns) -> dict:
+    """The run.json of this invocation (JSON types, so it compares equal to one read back)."""
+    model = Path(args.model).expanduser()
+    judged = "llm_judge" in verifier_names.values()
+    config = {
+        "model": str(model.resolve()) if model.is_dir() else args.model,
+        "adapter": fingerprint["path"] if fingerprint else None,
+        "adapter_sha256": fingerprint["sha256"] if fingerprint else None,
+        "adapter_files": fingerprint["files"] if fingerprint else None,
+        "system_prompt": system_prompt,
+        "columns": columns,
+        "verifiers": verifier_names,
+        "judge_model": (args.judge_model or DEFAULT_JUDGE_MODEL) if judged else None,
+        "judge_max_answer_chars": args.judge_max_answer_chars if judged else None,
+        **{k: getattr(settings, k) for k in CONFIG_FIELDS if hasattr(settings, k)},
+        "backend": args.backend,
+        "argv": sys.argv[1:],
+    }
+    return json.loads(json.dumps(config))
+
+
+def _short(value) -> str:
+    if isinstance(value, str) and len(value) == 64:  # a sha256
+        return value[:12] + "…"
+    return "none" if value is None else repr(value)
+
+
+def _config_differences(old: dict, new: dict) -> list[str]:
+    """``field: old -> new`` for each CONFIG_FIELDS entry (and verifier of a shared dataset)
+    that differs; fields an older run.json lacks are not compared."""
+    diffs = [f"{k}: {_short(old[k])} -> {_short(new[k])}"
+             for k in CONFIG_FIELDS if k in old and old[k] != new[k]]  # fmt: skip
+    old_v, new_v = old.get("verifiers") or {}, new["verifiers"]
+    diffs += [f"verifier of {n}: {old_v[n]!r} -> {new_v[n]!r}"
+              for n in sorted(set(old_v) & set(new_v)) if old_v[n] != new_v[n]]  # fmt: skip
+    return diffs
+
+
+def _read_run_file(out: Path) -> dict | None:
+    path = out / RUN_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        raise ValueError(f"{path} is not valid JSON; fix it, or pass --overwrite.") from None
+
+
+def _move_aside(out: Path) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target, k = out.with_name(f"{out.name}.old-{stamp}"), 1
+    while target.exists():
+        target, k = out.with_name(f"{out.name}.old-{stamp}-{k}"), k + 1
+    out.rename(target)
+    return target
+
+
+def _saved(out: Path, jobs) -> int:
+    return sum(len(read_samples(out / job / SAMPLES_FILE)) for job, _, _ in jobs)
+
+
+def _remove_unused(out: Path, jobs, existed: set[str], root_existed: bool) -> None:
+    """After a failed run: remove the folders it created that hold no sample."""
+    for job, _, _ in jobs:
+        path = out / job
+        if job not in existed and path.is_dir():
+            samples = path / SAMPLES_FILE
+            if not samples.exists() or samples.stat().st_size == 0:
+                shutil.rmtree(path)
+    if not root_existed and out.is_dir() and {p.name for p in out.iterdir()} <= {RUN_FILE}:
+        shutil.rmtree(out)
+
+
 def run_evaluate(args) -> int:
+    """Check everything, load datasets, model and judge; only then write into --output-dir."""
     _validate(args)
+    if args.no_progress:  # also the bars of dataset formatting and weight loading (log files)
+        datasets.disable_progress_bars()
+        transformers.utils.logging.disable_progress_bar()
     out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     names = resolve_datasets(args.datasets)
-    paths, verifier_override = (
-        _pairs(args.data_path, "--data-path"),
-        _pairs(args.verifier, "--verifier"),
-    )
+    paths = _pairs(args.data_path, "--data-path")
+    verifier_override = _pairs(args.verifier, "--verifier")
+    columns = _pairs(args.columns, "--columns")
+    for name, vname in verifier_override.items():
+        if vname not in VERIFIERS:
+            raise ValueError(f"--verifier {name}={vname}: unknown verifier; choose one of "
+                             f"{sorted(VERIFIERS)}.")  # fmt: skip
     settings = EvalSettings(
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
         seed=args.seed, batch_size=args.batch_size, fallbacks=not args.no_fallbacks,
@@ -279,18 +444,30 @@ def run_evaluate(args) -> int:
         dcs=args.dcs, bootstrap_resamples=args.bootstrap, progress=not args.no_progress,
     )  # fmt: skip
     adapter = resolve_adapter(args.adapter)
-    jobs = []  # (output name, dataset, split)
-    splits = [args.split] if args.split else [None]
-    for name in names:
-        for split in splits:
-            jobs.append((name if split is None else f"{name}@{split}", name, split))
-    if args.deployment_target is not None:
-        for split in args.deployment_splits.split(","):
-            job = (f"{args.deployment_dataset}@{split}", args.deployment_dataset, split)
-            if job not in jobs:
-                jobs.append(job)
+    fingerprint = adapter_fingerprint(adapter) if adapter else None
+    jobs = _jobs(args, names)
     verifier_names = {n: verifier_override.get(n, get_spec(n).verifier) for _, n, _ in jobs}
     system_prompt = _system_prompt(args)
+    config = _run_config(args, settings, fingerprint, system_prompt, verifier_names, columns)
+    previous = _read_run_file(out)
+    if previous is not None and not args.overwrite:
+        diffs = _config_differences(previous, config)
+        if diffs:
+            raise ValueError(
+                f"--output-dir {out} holds results of another configuration "
+                f"({'; '.join(diffs)}); give a new --output-dir, or add --overwrite to move the "
+                f"old results to {out.name}.old-<time>."
+            )
+    judged = "llm_judge" in verifier_names.values()
+    # Load every dataset before the model so a missing one fails in seconds, not after loading.
+    examples = {
+        job: load_examples(name, path=paths.get(name), split=split, limit=args.limit,
+                           system_prompt=system_prompt, data_dir=args.data_dir, columns=columns)
+        for job, name, split in jobs
+    }  # fmt: skip
+    if judged and _judge_kind(args) == "openai":  # fail fast, before loading the model
+        check_judge_server(args.judge_base_url, args.judge_model or DEFAULT_JUDGE_MODEL,
+                           timeout_s=min(args.judge_timeout, 10.0))  # fmt: skip
     backend_kwargs = dict(
         dtype=args.dtype, batch_size=args.batch_size, trust_remote_code=args.trust_remote_code,
         merge=args.merge_adapter if args.backend == "vllm" else True,
@@ -298,42 +475,63 @@ def run_evaluate(args) -> int:
         max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
         seed=args.seed, enforce_eager=args.enforce_eager,
     )  # fmt: skip
-    (out / "run.json").write_text(json.dumps({
-        "model": args.model, "adapter": str(adapter) if adapter else None, "backend": args.backend,
-        "datasets": [j[0] for j in jobs], "system_prompt": system_prompt, "argv": sys.argv[1:],
-    }, indent=2) + "\n")  # fmt: skip
-    # Load every dataset before the model so a missing one fails in seconds, not after loading.
-    examples = {
-        job: load_examples(name, path=paths.get(name), split=split, limit=args.limit,
-                           system_prompt=system_prompt, data_dir=args.data_dir)
-        for job, name, split in jobs
-    }  # fmt: skip
-
     backend = make_backend(args.backend, resolve_model_path(args.model), adapter, **backend_kwargs)
-    judge = _build_judge(args, backend_kwargs) if "llm_judge" in verifier_names.values() else None
+    judge = _build_judge(args, backend_kwargs) if judged else None
+
+    # The run starts: from here on, files are written.
+    if args.overwrite and out.is_dir() and any(out.iterdir()):
+        print(f"moved the previous results to {_move_aside(out)}", file=sys.stderr)
+        previous = None
+    root_existed = out.is_dir()
+    existed = {job for job, _, _ in jobs if (out / job).exists()}
+    out.mkdir(parents=True, exist_ok=True)
+    known = previous.get("datasets", []) if previous else []
+    config["datasets"] = list(dict.fromkeys([*known, *(job for job, _, _ in jobs)]))
+    (out / RUN_FILE).write_text(json.dumps(config, indent=2) + "\n")
     summary = {}
-    for job, name, _ in jobs:
-        vname = verifier_names[name]
-        kwargs = (
-            {"judge_fn": judge, "max_answer_chars": args.judge_max_answer_chars}
-            if vname == "llm_judge"
-            else {}
-        )
-        verifier = get_verifier(vname, **kwargs)
-        try:
-            metrics = evaluate_dataset(
-                backend, examples[job], out / job, verifier=verifier, verifier_name=vname,
-                settings=settings, judge=judge if vname == "llm_judge" else None, dataset_name=job,
-            )  # fmt: skip
-        finally:
-            getattr(verifier, "close", lambda: None)()
-        primary = metrics["scorers"][metrics["primary_scorer"]]
-        summary[job] = {"n": metrics["n"], "accuracy": metrics["accuracy"], "aurc": primary["aurc"]}
-        print(f"{job}: n={metrics['n']} acc={metrics['accuracy']:.3f} AURC={primary['aurc']:.3f}")
+    try:
+        for job, name, _ in jobs:
+            vname = verifier_names[name]
+            kwargs = (
+                {"judge_fn": judge, "max_answer_chars": args.judge_max_answer_chars}
+                if vname == "llm_judge"
+                else {}
+            )
+            verifier = get_verifier(vname, **kwargs)
+            try:
+                metrics = evaluate_dataset(
+                    backend, examples[job], out / job, verifier=verifier, verifier_name=vname,
+                    settings=settings, judge=judge if vname == "llm_judge" else None,
+                    dataset_name=job,
+                )  # fmt: skip
+            finally:
+                getattr(verifier, "close", lambda: None)()
+            primary = metrics["scorers"][metrics["primary_scorer"]]
+            summary[job] = {"n": metrics["n"], "accuracy": metrics["accuracy"],
+                            "aurc": primary["aurc"]}  # fmt: skip
+            print(f"{job}: n={metrics['n']} acc={metrics['accuracy']:.3f} "
+                  f"AURC={primary['aurc']:.3f}")  # fmt: skip
+    except KeyboardInterrupt:
+        _remove_unused(out, jobs, existed, root_existed)
+        print(f"rlsr: interrupted, {_saved(out, jobs)} samples saved in {out}; rerun the same "
+              "command to resume.", file=sys.stderr)  # fmt: skip
+        return INTERRUPTED_EXIT
+    except JudgeUnavailableError as err:
+        _remove_unused(out, jobs, existed, root_existed)
+        raise JudgeUnavailableError(
+            f"{err} {_saved(out, jobs)} samples saved in {out} (none judged by a failed "
+            "request); rerun the same command to resume."
+        ) from err
+    except BaseException:
+        _remove_unused(out, jobs, existed, root_existed)
+        raise
     if args.deployment_target is not None:
-        _deploy_from_dirs(out, args)
+        _deploy_from_dirs(out, args, jobs)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return 0
+
+
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd command
 
 
 def _samples_of(path: str | Path) -> Path:
@@ -344,7 +542,7 @@ def _samples_of(path: str | Path) -> Path:
 def _deploy_files(val_path, test_path, target, scorer, delta):
     val, test = read_samples(_samples_of(val_path)), read_samples(_samples_of(test_path))
     if not val or not test:
-        raise SystemExit(f"no samples in {val_path} or {test_path}.")
+        raise ValueError(f"no samples in {val_path} or {test_path}.")
     vc, vo, _ = scorer_arrays(val, scorer)
     tc, to, _ = scorer_arrays(test, scorer)
     return deployment_rows(vc, vo, tc, to, target, delta=delta)
@@ -357,10 +555,12 @@ def _write_deployment(prefix: Path, method: str, rows: list[dict]) -> None:
     prefix.with_suffix(".md").write_text(deployment_markdown({method: rows}))
 
 
-def _deploy_from_dirs(out: Path, args) -> None:
+def _deploy_from_dirs(out: Path, args, jobs) -> None:
+    folder = {(name, split): job for job, name, split in jobs}
     val_split, test_split = args.deployment_splits.split(",")[:2]
     rows = _deploy_files(
-        out / f"{args.deployment_dataset}@{val_split}", out / f"{args.deployment_dataset}@{test_split}",
+        out / folder[args.deployment_dataset, val_split],
+        out / folder[args.deployment_dataset, test_split],
         args.deployment_target, "verbalized", args.deployment_delta,
     )  # fmt: skip
     _write_deployment(out / "deployment", Path(args.output_dir).name, rows)
@@ -368,9 +568,10 @@ def _deploy_from_dirs(out: Path, args) -> None:
 
 
 def run_report(args) -> int:
+
     dirs = list(args.dirs)
     if not dirs and not args.label:
-        raise SystemExit("give evaluation directories or --label NAME=DIR1,DIR2.")
+        raise ValueError("give evaluation directories or --label NAME=DIR1,DIR2.")
     gap_methods = [m.strip() for m in (args.gap_methods or "").split(",") if m.strip()]
     paths = build_report(dirs, args.output, labels=args.label, family=args.family,
                          id_sets=args.id_sets, ood_sets=args.ood_sets,
@@ -380,6 +581,7 @@ def run_report(args) -> int:
 
 
 def run_deploy(args) -> int:
+
     rows = _deploy_files(args.validation, args.test, args.target, args.scorer, args.delta)
     if args.output:
         _write_deployment(Path(args.output), args.method_name, rows)

@@ -1,0 +1,159 @@
+"""`rlsr evaluate` given bad input, as a new user would give it: each case ends in one
+`rlsr: error:` line and exit 2 (or, for Ctrl-C, one line and exit 130), writes nothing it should
+not, and never a result that looks right but is not. Real CLI, real tiny model, real files;
+the Ctrl-C test sends a real SIGINT to a real `rlsr evaluate` process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlsr.cli import main as rlsr_main
+from rlsr.evaluation.samples_io import read_samples
+
+pytestmark = pytest.mark.timeout(300)
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["--max-new-tokens", "8", "--fallback-max-new-tokens", "4", "--bootstrap", "0",
+        "--no-progress"]  # fmt: skip
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("rlsr: error: "), err
+    return err[0]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--model", "/nonexistent"], "--model /nonexistent: no such folder"),
+        (["--limit", "0"], "--limit must be >= 1; got 0"),
+        (["--batch-size", "0"], "--batch-size must be >= 1"),
+        (["--datasets", "nope"], "unknown dataset 'nope'"),
+        (["--adapter", "/nonexistent"], "--adapter /nonexistent is not a directory"),
+        (["--verifier", "tiny=bogus"], "--verifier tiny=bogus: unknown verifier"),
+        (["--verifier", "tiny"], "--verifier 'tiny': expected NAME=VALUE"),
+        (["--scorers", "verbalized,bogus"], "bogus"),
+        (["--data-path", "tiny=/nonexistent.jsonl"], "/nonexistent.jsonl does not exist"),
+        (["--columns", "problem"], "--columns 'problem': expected NAME=VALUE"),
+        (["--deployment-target", "2"], "--deployment-target must be in (0, 1]"),
+        (["--verifier", "tiny=llm_judge", "--judge-base-url", "ftp://x"], "http://"),
+        (["--verifier", "tiny=llm_judge", "--judge-backend", "openai"], "needs --judge-base-url"),
+    ],
+)
+def test_user_input_errors_exit_2_with_one_line_and_write_nothing(
+    extra, message, tiny_model_dir, tmp_path, capsys
+):
+    """Regression: `--model /nonexistent` and `--limit 0` exited 1 without the `rlsr: error:`
+    prefix; a bad --verifier failed only after the model loaded, leaving an output dir behind."""
+    out = tmp_path / "ev"
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "tiny",
+            "--output-dir", str(out), *FAST]  # fmt: skip
+    for i in range(0, len(extra), 2):  # replace a flag already present, else append it
+        if extra[i] in argv:
+            argv[argv.index(extra[i]) + 1] = extra[i + 1]
+        else:
+            argv += extra[i : i + 2]
+    assert rlsr_main(argv) == 2
+    assert message in _one_error_line(capsys)
+    assert not out.exists()
+
+
+def test_malformed_jsonl_names_file_and_line(tiny_model_dir, tmp_path, capsys):
+    """Regression: an 82-line traceback ending in DatasetGenerationError."""
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"id": "a", "question": "q1", "answer": "x"}\n'
+                    '{"id": "b", "question": "q2" "answer": "y"}\n')  # fmt: skip
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "tiny", "--output-dir",
+            str(tmp_path / "ev"), "--data-path", f"tiny={data}", *FAST]  # fmt: skip
+    assert rlsr_main(argv) == 2
+    line = _one_error_line(capsys)
+    assert f"{data}: line 2: not valid JSON (Expecting ',' delimiter at column 30)" in line
+    data.write_text('{"id": "a", "question": "q1", "answer": "x"}\n["b", "q2"]\n')
+    assert rlsr_main(argv) == 2
+    assert f"{data}: line 2: expected a JSON object, got list" in _one_error_line(capsys)
+    assert not (tmp_path / "ev").exists()
+
+
+def test_columns_flag_maps_other_column_names(tiny_model_dir, tmp_path, capsys):
+    """Regression: the missing-column message suggested `--columns problem=<col>`, which
+    `rlsr evaluate` rejected as an unrecognized argument."""
+    data = tmp_path / "data.jsonl"
+    rows = [{"key": f"k{i}", "query": f"Facts: the cup is red. What color is the cup? ({i})",
+             "gold": "red"} for i in range(2)]  # fmt: skip
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "ev"
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "tiny", "--output-dir",
+            str(out), "--data-path", f"tiny={data}", *FAST]  # fmt: skip
+    assert rlsr_main(argv) == 2
+    assert "--columns problem=<column>" in _one_error_line(capsys)
+    assert not out.exists()
+    assert rlsr_main([*argv, "--columns", "problem=query", "answer=gold", "--columns",
+                      "id=key"]) == 0  # fmt: skip
+    records = read_samples(out / "tiny" / "samples.jsonl")
+    assert [(r["id"], r["question"], r["gold"]) for r in records] == [
+        (r["key"], r["query"], "red") for r in rows
+    ]
+    run = json.loads((out / "run.json").read_text())
+    assert run["columns"] == {"problem": "query", "answer": "gold", "id": "key"}
+
+
+def test_sigint_mid_run_prints_one_line_and_exits_130(tiny_model_dir, tmp_path):
+    """Regression: Ctrl-C printed an ~85-line KeyboardInterrupt traceback."""
+    out = tmp_path / "ev"
+    argv = [sys.executable, "-m", "rlsr.cli", "evaluate", "--model", str(tiny_model_dir),
+            "--datasets", "tiny", "--output-dir", str(out), "--batch-size", "1",
+            "--max-new-tokens", "32", "--fallback-max-new-tokens", "4", "--bootstrap", "0",
+            "--no-progress"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("RLSR_DEBUG", None)
+    samples = out / "tiny" / "samples.jsonl"
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while not (samples.exists() and samples.read_text().count("\n") >= 1):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no sample written within 180 s"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    match = re.fullmatch(
+        r"rlsr: interrupted, (\d+) samples saved in (.+); rerun the same command to resume\.", last
+    )
+    assert match, last
+    saved = read_samples(samples)
+    assert int(match.group(1)) == len(saved) >= 1 and match.group(2) == str(out)
+    assert len(saved) < 50, "the run finished before the signal; nothing was interrupted"
+    # rerunning resumes after the saved samples (one more question here, to keep it short)
+    more = [a for a in argv[3:]] + ["--limit", str(len(saved) + 1)]
+    assert rlsr_main(more) == 0
+    assert [r["id"] for r in read_samples(samples)] == [
+        f"tiny-test-{i}" for i in range(len(saved) + 1)
+    ]
+
+
+def test_rlsr_help_says_what_the_tool_does(capsys):
+    with pytest.raises(SystemExit):
+        rlsr_main(["--help"])
+    text = capsys.readouterr().out
+    assert "selective prediction" in text and "AURC" in text
+    assert "registers itself" not in text
