@@ -43,8 +43,7 @@ INTERRUPTED_EXIT = 130  # 128 + SIGINT
 def main(argv: list[str] | None = None) -> int:
     """Run one sub-command. A problem with the user's input (our ``ValueError``s, a dataset that is
     neither local nor on a reachable hub, a missing file) prints ``rlsr: error: <message>`` and
-    exits 2 instead of a traceback; ``RLSR_DEBUG=1`` re-raises it."""
-
+    exits 2 instead of a traceback; Ctrl-C exits 130; ``RLSR_DEBUG=1`` re-raises either."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
