@@ -19,6 +19,7 @@ from rlsr.data import (
     GROUPS,
     REGISTRY,
     DatasetUnavailableError,
+    datasets_system_prompt,
     get_spec,
     group_system_prompt,
     load_examples,
@@ -105,6 +106,17 @@ def test_system_prompts_follow_paper():
     assert group_system_prompt("bigmath-ood") == "simple"
     with pytest.raises(ValueError, match="unknown group"):
         group_system_prompt("math")
+
+
+def test_a_list_of_groups_keeps_the_training_prompt():
+    """Sec. C.5: `hotpot-id,hotpot-ood` is one HotPotQA-trained model's evaluation, so every
+    dataset (math500 and gpqa included, whose own prompt is "simple") gets the long prompt."""
+    assert datasets_system_prompt("hotpot-id,hotpot-ood") == "long"
+    assert datasets_system_prompt(["bigmath-id", "trivia"]) == "simple"
+    assert datasets_system_prompt("hotpot-ood") == "long"
+    assert datasets_system_prompt("math500,gsm8k") is None
+    with pytest.raises(ValueError, match="different training domains.*--system-prompt"):
+        datasets_system_prompt("hotpot-id,bigmath-ood")
 
 
 def test_groups_match_section_4_1_and_table_1():

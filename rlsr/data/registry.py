@@ -307,3 +307,23 @@ def group_system_prompt(group: str) -> str:
         return GROUP_SYSTEM_PROMPTS[group]
     except KeyError:
         raise ValueError(f"unknown group {group!r}; choose one of {sorted(GROUPS)}.") from None
+
+
+def datasets_system_prompt(names: str | list[str] | tuple[str, ...]) -> str | None:
+    """The training system prompt implied by the groups named in ``names`` (Sec. C.5).
+
+    ``"hotpot-id,hotpot-ood"`` -> ``"long"``: every group named belongs to one training domain,
+    so every dataset of the run (grouped or named alone) is evaluated with that domain's prompt.
+    ``None`` when no group is named (each dataset keeps its own prompt). Groups of different
+    domains raise ``ValueError``: no single prompt is right, so ``--system-prompt`` must choose.
+    """
+    items = names.split(",") if isinstance(names, str) else list(names)
+    groups = [g for g in (str(i).strip() for i in items) if g in GROUPS]
+    prompts = {GROUP_SYSTEM_PROMPTS[g] for g in groups}
+    if len(prompts) > 1:
+        raise ValueError(
+            f"--datasets {names!r} names groups of different training domains "
+            f"({', '.join(f'{g}: {GROUP_SYSTEM_PROMPTS[g]}' for g in groups)}); "
+            "evaluate them in separate runs or choose one with --system-prompt simple|long."
+        )
+    return prompts.pop() if prompts else None

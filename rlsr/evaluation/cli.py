@@ -14,7 +14,7 @@ import datasets
 import transformers
 
 from rlsr.config import resolve_model_path
-from rlsr.data import GROUPS, get_spec, group_system_prompt, load_examples, resolve_datasets
+from rlsr.data import datasets_system_prompt, get_spec, load_examples, resolve_datasets
 from rlsr.evaluation.backends import make_backend, resolve_adapter
 from rlsr.evaluation.deployment import deployment_markdown, deployment_rows
 from rlsr.evaluation.judge import (
@@ -265,10 +265,9 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
 
 
 def _system_prompt(args) -> str | None:
-
     if args.system_prompt:
         return args.system_prompt
-    return group_system_prompt(args.datasets) if args.datasets in GROUPS else None
+    return datasets_system_prompt(args.datasets)
 
 
 def _looks_like_path(name: str) -> bool:
