@@ -9,10 +9,11 @@ import sys
 from rlsr.data import cli as data_cli
 from rlsr.data.loading import DatasetUnavailableError
 from rlsr.evaluation import cli as evaluation_cli
+from rlsr.serving import cli as serving_cli
 
 # Each ``register`` takes the argparse sub-parsers object and adds its sub-command(s) with
 # ``set_defaults(func=...)``.
-_SUBCOMMANDS = (data_cli.register, evaluation_cli.register)
+_SUBCOMMANDS = (data_cli.register, evaluation_cli.register, serving_cli.register)
 
 
 DESCRIPTION = (

@@ -14,6 +14,7 @@ __all__ = [
     "CONFIDENCE_FALLBACK_SUFFIX",
     "JUDGE_PROMPT_TEMPLATE",
     "get_system_prompt",
+    "system_prompt_name",
     "render_judge_prompt",
 ]
 
@@ -46,6 +47,14 @@ def get_system_prompt(name: str) -> str:
         raise ValueError(
             f"unknown system prompt {name!r}; choose one of {sorted(SYSTEM_PROMPTS)}."
         ) from None
+
+
+def system_prompt_name(text: str | None) -> str | None:
+    """The name ("simple" / "long") of the system prompt whose text is ``text``, else None."""
+    for name, prompt in SYSTEM_PROMPTS.items():
+        if text == prompt:
+            return name
+    return None
 
 
 def render_judge_prompt(question: str, ground_truth: str, predicted_answer: str) -> str:

@@ -35,6 +35,7 @@ __all__ = [
     "ThresholdSelection",
     "ThresholdOutcome",
     "clopper_pearson_upper",
+    "clopper_pearson_interval",
     "default_min_selected",
     "select_threshold",
     "apply_threshold",
@@ -81,6 +82,24 @@ def clopper_pearson_upper(errors, n, delta: float) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         bound = beta_dist.ppf(1.0 - delta, k + 1.0, np.maximum(m - k, 1e-300))
     return np.where(k >= m, 1.0, bound)
+
+
+def clopper_pearson_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Two-sided exact (Clopper & Pearson 1934) interval for a binomial proportion k / n.
+
+    With a = (1 - level) / 2: lower = Beta(a; k, n - k + 1) (0 when k = 0), the L with
+    P(Binom(n, L) >= k) = a; upper = Beta(1 - a; k + 1, n - k) (1 when k = n), the U with
+    P(Binom(n, U) <= k) = a. ``rlsr serve-report`` puts the realised coverage of a deployment in
+    this interval. n must be >= 1.
+    """
+    if n < 1 or not 0 <= k <= n:
+        raise ValueError(f"need 0 <= k <= n and n >= 1; got k={k}, n={n}.")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1); got {level!r}.")
+    a = (1.0 - level) / 2.0
+    lower = 0.0 if k == 0 else float(beta_dist.ppf(a, k, n - k + 1))
+    upper = 1.0 if k == n else float(beta_dist.ppf(1.0 - a, k + 1, n - k))
+    return lower, upper
 
 
 @functools.lru_cache(maxsize=256)

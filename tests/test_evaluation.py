@@ -21,6 +21,7 @@ from rlsr.evaluation.runner import EvalSettings, summarise
 from rlsr.evaluation.samples_io import append_samples, read_samples
 from rlsr.evaluation.summary import compute_metrics
 from rlsr.parsing import parse_response
+from rlsr.serving.threshold import provenance_mismatches
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -332,6 +333,20 @@ def test_deployment_and_dcs_on_mcq(tiny_model_dir, tmp_path):
     )
     again = json.loads((tmp_path / "dep.json").read_text())
     assert again["rows"] == deployment["rows"]
+    # provenance for `rlsr serve`: what the threshold was computed from, and what it promises
+    prov = deployment["provenance"]
+    assert prov["model"] == str(Path(tiny_model_dir).resolve()) and prov["adapter"] is None
+    assert (prov["validation_source"], prov["test_source"]) == ("medqa@validation", "medqa@test")
+    assert (prov["n_validation"], prov["n_test"], prov["scorer"]) == (5, 5, "verbalized")
+    assert prov["system_prompt"] == "long"  # medqa's registry prompt, read from the samples
+    assert prov["decoding"] == {"max_new_tokens": 8, "temperature": 0.0, "top_p": 1.0,
+                                "fallbacks": True, "fallback_max_new_tokens": 4}  # fmt: skip
+    assert (prov["target_accuracy"], prov["delta"]) == (0.5, 0.1)
+    assert again["provenance"]["model"] == prov["model"]
+    assert all(row["guarantee"] for row in deployment["rows"])
+    # ... which `rlsr serve` compares with what it is asked to serve
+    assert provenance_mismatches(prov, model=str(tiny_model_dir), adapter=None) == []
+    assert provenance_mismatches(prov, model=str(tmp_path), adapter=None)
 
 
 def test_report_over_two_evaluation_dirs(evaluated, tiny_model_dir, tmp_path):

@@ -41,10 +41,12 @@ LAYERS: dict[str, int] = {
     # 4 run assembly, evaluation
     "rlsr.training": 4,
     "rlsr.evaluation": 4,
+    "rlsr.serving": 4,  # selective serving over the evaluator's rendering, parsing, fallbacks
     # 5 command lines and applications
     "rlsr.cli": 5,
     "rlsr.data.cli": 5,
     "rlsr.evaluation.cli": 5,
+    "rlsr.serving.cli": 5,
     "rlsr.toy": 5,
 }
 LAYER_NAMES = (

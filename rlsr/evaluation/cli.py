@@ -16,7 +16,12 @@ import transformers
 from rlsr.config import resolve_model_path
 from rlsr.data import datasets_system_prompt, get_spec, load_examples, resolve_datasets
 from rlsr.evaluation.backends import make_backend, resolve_adapter
-from rlsr.evaluation.deployment import deployment_markdown, deployment_rows
+from rlsr.evaluation.deployment import (
+    deployment_markdown,
+    deployment_provenance,
+    deployment_record,
+    deployment_rows,
+)
 from rlsr.evaluation.judge import (
     DEFAULT_JUDGE_MODEL,
     JudgeUnavailableError,
@@ -250,7 +255,20 @@ def register(subparsers) -> None:
     dp.add_argument("--scorer", default="verbalized")
     dp.add_argument("--delta", type=float, default=0.1)
     dp.add_argument("--method-name", default="model")
-    dp.add_argument("--output", help="write OUTPUT.json and OUTPUT.md")
+    dp.add_argument(
+        "--output",
+        help="write OUTPUT.json (the threshold file `rlsr serve --threshold` reads) and OUTPUT.md",
+    )
+    dp.add_argument(
+        "--model",
+        metavar="PATH",
+        help="base model the samples came from (default: the evaluation's run.json)",
+    )
+    dp.add_argument(
+        "--adapter",
+        metavar="PATH",
+        help="LoRA adapter the samples came from (default: the evaluation's run.json)",
+    )
     dp.set_defaults(func=run_deploy)
 
 
@@ -538,31 +556,36 @@ def _samples_of(path: str | Path) -> Path:
     return p / "samples.jsonl" if p.is_dir() else p
 
 
-def _deploy_files(val_path, test_path, target, scorer, delta):
+def _deploy_files(val_path, test_path, target, scorer, delta, *, model=None, adapter=None):
+    """(rows, provenance) of a deployment from the validation / test samples."""
     val, test = read_samples(_samples_of(val_path)), read_samples(_samples_of(test_path))
     if not val or not test:
         raise ValueError(f"no samples in {val_path} or {test_path}.")
     vc, vo, _ = scorer_arrays(val, scorer)
     tc, to, _ = scorer_arrays(test, scorer)
-    return deployment_rows(vc, vo, tc, to, target, delta=delta)
+    rows = deployment_rows(vc, vo, tc, to, target, delta=delta)
+    provenance = deployment_provenance(
+        _samples_of(val_path), val, test, scorer=scorer, target=target, delta=delta,
+        model=model, adapter=adapter,
+    )  # fmt: skip
+    return rows, provenance
 
 
-def _write_deployment(prefix: Path, method: str, rows: list[dict]) -> None:
-    prefix.with_suffix(".json").write_text(
-        json.dumps(json_safe({"method": method, "rows": rows}), indent=2) + "\n"
-    )
+def _write_deployment(prefix: Path, method: str, rows: list[dict], provenance: dict) -> None:
+    record = deployment_record(method, rows, provenance)
+    prefix.with_suffix(".json").write_text(json.dumps(json_safe(record), indent=2) + "\n")
     prefix.with_suffix(".md").write_text(deployment_markdown({method: rows}))
 
 
 def _deploy_from_dirs(out: Path, args, jobs) -> None:
     folder = {(name, split): job for job, name, split in jobs}
     val_split, test_split = args.deployment_splits.split(",")[:2]
-    rows = _deploy_files(
+    rows, provenance = _deploy_files(
         out / folder[args.deployment_dataset, val_split],
         out / folder[args.deployment_dataset, test_split],
         args.deployment_target, "verbalized", args.deployment_delta,
     )  # fmt: skip
-    _write_deployment(out / "deployment", Path(args.output_dir).name, rows)
+    _write_deployment(out / "deployment", Path(args.output_dir).name, rows, provenance)
     print((out / "deployment.md").read_text())
 
 
@@ -580,9 +603,12 @@ def run_report(args) -> int:
 
 
 def run_deploy(args) -> int:
-
-    rows = _deploy_files(args.validation, args.test, args.target, args.scorer, args.delta)
+    adapter = resolve_adapter(args.adapter)
+    rows, provenance = _deploy_files(
+        args.validation, args.test, args.target, args.scorer, args.delta,
+        model=args.model, adapter=None if adapter is None else str(adapter),
+    )  # fmt: skip
     if args.output:
-        _write_deployment(Path(args.output), args.method_name, rows)
+        _write_deployment(Path(args.output), args.method_name, rows, provenance)
     print(deployment_markdown({args.method_name: rows}))
     return 0

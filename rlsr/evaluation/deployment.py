@@ -11,18 +11,44 @@ report validation and test coverage / accuracy at that tau, for
 
 When no threshold reaches the target (the paper's dagger rows), the row is marked infeasible and
 reports the validation accuracy at the highest threshold (Tab. 3 shows it for RLVR: 66.6%).
+
+``deployment_record`` is what ``rlsr deploy`` writes to ``deployment.json``: the rows, each with a
+sentence of what its tau guarantees (``guarantee``), and the provenance ``rlsr serve`` checks
+(model, adapter fingerprint, dataset and splits, scorer, system prompt, decoding; docs/serving.md).
 """
 
 from __future__ import annotations
 
+import datetime
+import json
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
 from rlsr import metrics as M
+from rlsr.evaluation.provenance import adapter_fingerprint
+from rlsr.prompts import system_prompt_name
 
-__all__ = ["deployment_rows", "deployment_markdown"]
+__all__ = [
+    "RULES",
+    "DEPLOYMENT_SCHEMA_VERSION",
+    "deployment_rows",
+    "deployment_markdown",
+    "guarantee",
+    "deployment_record",
+    "split_job_name",
+    "DECODING_FIELDS",
+    "model_identity",
+    "find_run_record",
+    "evaluation_decoding",
+    "deployment_provenance",
+]
+
+RULES = ("plain", "clopper_pearson", "plain+temperature")
+DEPLOYMENT_SCHEMA_VERSION = 2  # 1: {"method", "rows"}; 2: + "provenance", row "guarantee"
 
 
 def _row(rule, val_conf, val_ok, test_conf, test_ok, target, delta, temperature=None) -> dict:
@@ -93,3 +119,176 @@ def deployment_markdown(rows_by_method: dict[str, list[dict]]) -> str:
                 f"{_pct(r['val_accuracy'])} | {_pct(r['test_coverage'])} | {_pct(r['test_accuracy'])} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _pct1(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def guarantee(row: Mapping, *, source: str, n_validation: int, delta: float | None = None) -> str:
+    """One sentence: what serving ``row``'s tau promises, for ``source`` (e.g. "medqa@validation").
+
+    * ``clopper_pearson``: with probability >= 1 - delta over the validation draw, the selective
+      accuracy on new i.i.d. questions at tau is >= target (``rlsr.thresholds``);
+    * ``plain`` / ``plain+temperature``: only what was observed on validation; no guarantee on
+      new data (the observed accuracy just clears the target, so new data misses it often);
+    * infeasible rows: nothing; serving them would abstain on every question.
+    """
+    target = _pct1(row["target"])
+    if not row["feasible"]:
+        return (
+            f"No threshold reached {target} accuracy on {source} (n = {n_validation}) under the "
+            f"{row['rule']} rule: serving it would abstain on every question."
+        )
+    observed = (
+        f"on {source} (n = {n_validation}) answers at confidence >= tau = {row['tau']:.4g} "
+        f"covered {_pct1(row['val_coverage'])} of the questions at "
+        f"{_pct1(row['val_accuracy'])} accuracy"
+    )
+    if row["rule"] == "clopper_pearson":
+        level = "1 - delta" if delta is None else _pct1(1 - delta)
+        return (
+            f"With probability at least {level} over the draw of the validation questions, "
+            f"answered questions from the same distribution are at least {target} accurate "
+            f"(one-sided Clopper-Pearson bound {_pct1(row['risk_upper_bound'])} on the selective "
+            f"error, fixed-sequence testing); {observed}."
+        )
+    scaled = (
+        f" (confidences rescaled by temperature T = {row['temperature']:.4g} first)"
+        if row.get("temperature") is not None
+        else ""
+    )
+    return (
+        f"Observed only: {observed}{scaled}. The {row['rule']} rule picks the threshold whose "
+        f"observed accuracy just reaches {target}, so it guarantees nothing on new questions "
+        "(expect to fall short of the target about half the time)."
+    )
+
+
+def split_job_name(name: str) -> tuple[str, str | None]:
+    """``"medqa@validation"`` -> ``("medqa", "validation")``; ``"tiny"`` -> ``("tiny", None)``."""
+    dataset, sep, split = name.partition("@")
+    return dataset, (split if sep else None)
+
+
+def deployment_record(method: str, rows: Sequence[dict], provenance: Mapping) -> dict:
+    """``deployment.json``: the rows (each with its ``guarantee`` sentence) and the
+    ``provenance`` record (``rlsr serve`` checks it; docs/serving.md)."""
+    source = provenance.get("validation_source") or "the validation split"
+    n_val = int(provenance.get("n_validation") or 0)
+    delta = provenance.get("delta")
+    out_rows = [
+        {**row, "guarantee": guarantee(row, source=source, n_validation=n_val, delta=delta)}
+        for row in rows
+    ]
+    return {
+        "schema_version": DEPLOYMENT_SCHEMA_VERSION,
+        "method": method,
+        "provenance": dict(provenance),
+        "rows": out_rows,
+    }
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+def model_identity(name_or_path: str) -> str:
+    """How a base model is named in provenance records and compared.
+
+    A local folder is named by its absolute, symlink-free path; anything else (a hub id such as
+    ``Qwen/Qwen2.5-7B``, the aliases ``tiny`` / ``tiny-warm``) by the text itself without a
+    trailing slash. Two records name the same model iff these strings are equal.
+    """
+    text = str(name_or_path).strip()
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return str(path.resolve())
+    return text.rstrip("/") or text
+
+
+RUN_FILE = "run.json"  # written by `rlsr evaluate` in its --output-dir
+METRICS_FILE = "metrics.json"
+# EvalSettings fields that change what a response is, and so what a threshold means.
+DECODING_FIELDS = ("max_new_tokens", "temperature", "top_p", "fallbacks", "fallback_max_new_tokens")
+
+
+def find_run_record(samples_path: str | os.PathLike) -> tuple[Path, dict] | None:
+    """The ``run.json`` of the evaluation that wrote ``samples_path`` (a samples.jsonl file or its
+    folder): looked up in the folder and its parent (``rlsr evaluate`` writes it in
+    ``--output-dir``, the samples in ``--output-dir/<dataset>/``). None if there is none."""
+    p = Path(samples_path)
+    folder = p if p.is_dir() else p.parent
+    for candidate in (folder / RUN_FILE, folder.parent / RUN_FILE):
+        if candidate.is_file():
+            return candidate, json.loads(candidate.read_text())
+    return None
+
+
+def evaluation_decoding(samples_path: str | os.PathLike) -> dict | None:
+    """The decoding settings (``DECODING_FIELDS``) in the ``metrics.json`` beside the samples."""
+    p = Path(samples_path)
+    metrics = (p if p.is_dir() else p.parent) / METRICS_FILE
+    if not metrics.is_file():
+        return None
+    settings = json.loads(metrics.read_text()).get("settings") or {}
+    return {k: settings[k] for k in DECODING_FIELDS if k in settings} or None
+
+
+def _adapter_record(run: dict | None, adapter: str | None) -> dict | None:
+    if adapter is not None:
+        return adapter_fingerprint(adapter)
+    if not run or not run.get("adapter"):
+        return None
+    if run.get("adapter_sha256"):  # recorded by `rlsr evaluate` at evaluation time
+        return {"path": run["adapter"], "sha256": run["adapter_sha256"],
+                "files": run.get("adapter_files")}  # fmt: skip
+    path = Path(run["adapter"])
+    if not path.is_dir():
+        raise ValueError(
+            f"the evaluation used adapter {path}, which is gone, so its fingerprint cannot be "
+            "recorded; pass --adapter PATH (the same adapter) to rlsr deploy."
+        )
+    return adapter_fingerprint(path)
+
+
+def deployment_provenance(
+    val_path: str | os.PathLike,
+    val_records: list[dict],
+    test_records: list[dict],
+    *,
+    scorer: str,
+    target: float,
+    delta: float,
+    model: str | None = None,
+    adapter: str | None = None,
+) -> dict:
+    """What a deployment threshold was computed from (``deployment.json["provenance"]``).
+
+    Model and adapter come from ``model`` / ``adapter`` if given, else from the evaluation's
+    ``run.json`` (``find_run_record``); the adapter is recorded by ``adapter_fingerprint``. The
+    system prompt is the one the validation samples were generated with.
+    """
+    found = find_run_record(val_path)
+    run = found[1] if found else None
+    model_name = model if model is not None else (run or {}).get("model")
+    source = str(val_records[0].get("dataset") or "") if val_records else ""
+    test_source = str(test_records[0].get("dataset") or "") if test_records else ""
+    messages = val_records[0].get("prompt") if val_records else None
+    system_text = None
+    if isinstance(messages, list) and messages and messages[0].get("role") == "system":
+        system_text = messages[0].get("content")
+    return {
+        "model": None if model_name is None else model_identity(model_name),
+        "adapter": _adapter_record(run, adapter),
+        "run_record": None if found is None else str(found[0].resolve()),
+        "validation_source": source or None,
+        "test_source": test_source or None,
+        "n_validation": len(val_records),
+        "n_test": len(test_records),
+        "scorer": scorer,
+        "system_prompt": system_prompt_name(system_text),
+        "decoding": evaluation_decoding(val_path),
+        "target_accuracy": target,
+        "delta": delta,
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }

@@ -46,6 +46,12 @@ __all__ = [
     "fallback_answer",
     "fallback_confidence",
     "respond",
+    "response_item",
+    "answer_fallback_context",
+    "add_answer_fallback",
+    "confidence_fallback_context",
+    "add_confidence_fallback",
+    "fallback_sampling",
     "evaluate_dataset",
     "SAMPLES_FILE",
     "METRICS_FILE",
@@ -120,58 +126,89 @@ def fallback_confidence(continuation: str) -> float | None:
     return None if match is None else parse_confidence(match.group(0))
 
 
+def response_item(prompt_text: str, text: str, finish_reason: str, num_tokens: int) -> dict:
+    """The record of one generated response before any fallback: its parse and bookkeeping."""
+    parsed = parse_response(text)
+    return {
+        "prompt_text": prompt_text,
+        "response": text,
+        "finish_reason": finish_reason,
+        "num_tokens": num_tokens,
+        "answer": parsed.answer,
+        "confidence": parsed.confidence,
+        "format_ok": parsed.format_ok,
+        "fallbacks": [],
+        "fallback_text": {},
+        "generated": text,  # the response plus any fallback text, in order
+    }
+
+
+def answer_fallback_context(item: dict) -> str | None:
+    """Sec. C.3: the text to continue after (response + ``ANSWER_FALLBACK_SUFFIX``) when the item
+    has no answer, else None. The model continues ``item["prompt_text"] + context``."""
+    if item["answer"] is not None:
+        return None
+    return append_text(item["generated"], ANSWER_FALLBACK_SUFFIX)
+
+
+def add_answer_fallback(item: dict, context: str, text: str) -> None:
+    """Record the continuation ``text`` of ``answer_fallback_context``: answer (and a confidence,
+    if the continuation holds a ``<confidence>`` block)."""
+    item["fallbacks"].append("answer")
+    item["fallback_text"]["answer"] = text
+    item["answer"] = fallback_answer(text)
+    item["generated"] = context + text
+    if item["confidence"] is None:
+        item["confidence"] = parse_response(text).confidence
+
+
+def confidence_fallback_context(item: dict) -> str | None:
+    """Sec. C.3: the text to continue after (generated + ``CONFIDENCE_FALLBACK_SUFFIX``) when the
+    item still has no confidence, else None."""
+    if item["confidence"] is not None:
+        return None
+    return append_text(item["generated"], CONFIDENCE_FALLBACK_SUFFIX)
+
+
+def add_confidence_fallback(item: dict, context: str, text: str) -> None:
+    """Record the continuation ``text`` of ``confidence_fallback_context``."""
+    item["fallbacks"].append("confidence")
+    item["fallback_text"]["confidence"] = text
+    item["confidence"] = fallback_confidence(text)
+    item["generated"] = context + text
+
+
+def fallback_sampling(settings: EvalSettings) -> Sampling:
+    """Decoding of the Sec. C.3 fallback continuations: greedy, ``fallback_max_new_tokens``."""
+    return Sampling(settings.fallback_max_new_tokens, 0.0)
+
+
 def respond(backend: Backend, prompt_texts: Sequence[str], settings: EvalSettings) -> list[dict]:
-    """Generate one response per prompt and apply the Sec. C.3 fallbacks (bounded: once each)."""
+    """Generate one response per prompt and apply the Sec. C.3 fallbacks (bounded: once each).
+
+    All answer fallbacks of the batch run as one generation call, then all confidence ones.
+    ``rlsr.serving`` drives the same steps one request at a time.
+    """
     sampling = Sampling(
         settings.max_new_tokens, settings.temperature, settings.top_p, seed=settings.seed
     )
-    items = []
-    for prompt, gens in zip(prompt_texts, backend.generate(prompt_texts, sampling), strict=True):
-        gen = gens[0]
-        parsed = parse_response(gen.text)
-        items.append(
-            {
-                "prompt_text": prompt,
-                "response": gen.text,
-                "finish_reason": gen.finish_reason,
-                "num_tokens": len(gen.token_ids),
-                "answer": parsed.answer,
-                "confidence": parsed.confidence,
-                "format_ok": parsed.format_ok,
-                "fallbacks": [],
-                "fallback_text": {},
-                "generated": gen.text,  # the response plus any fallback text, in order
-            }
-        )
+    items = [
+        response_item(prompt, gens[0].text, gens[0].finish_reason, len(gens[0].token_ids))
+        for prompt, gens in zip(prompt_texts, backend.generate(prompt_texts, sampling), strict=True)
+    ]
     if not settings.fallbacks:
         return items
-    greedy = Sampling(settings.fallback_max_new_tokens, 0.0)
-    need = [it for it in items if it["answer"] is None]
-    if need:
-        contexts = [append_text(it["generated"], ANSWER_FALLBACK_SUFFIX) for it in need]
-        outs = backend.generate(
-            [it["prompt_text"] + c for it, c in zip(need, contexts, strict=False)], greedy
-        )
-        for it, ctx, gens in zip(need, contexts, outs, strict=True):
-            text = gens[0].text
-            it["fallbacks"].append("answer")
-            it["fallback_text"]["answer"] = text
-            it["answer"] = fallback_answer(text)
-            it["generated"] = ctx + text
-            if it["confidence"] is None:
-                it["confidence"] = parse_response(text).confidence
-    need = [it for it in items if it["confidence"] is None]
-    if need:
-        contexts = [append_text(it["generated"], CONFIDENCE_FALLBACK_SUFFIX) for it in need]
-        outs = backend.generate(
-            [it["prompt_text"] + c for it, c in zip(need, contexts, strict=False)], greedy
-        )
-        for it, ctx, gens in zip(need, contexts, outs, strict=True):
-            text = gens[0].text
-            it["fallbacks"].append("confidence")
-            it["fallback_text"]["confidence"] = text
-            it["confidence"] = fallback_confidence(text)
-            it["generated"] = ctx + text
+    for context_of, add in (
+        (answer_fallback_context, add_answer_fallback),
+        (confidence_fallback_context, add_confidence_fallback),
+    ):
+        need = [(it, ctx) for it in items if (ctx := context_of(it)) is not None]
+        if need:
+            outs = backend.generate(
+                [it["prompt_text"] + ctx for it, ctx in need], fallback_sampling(settings)
+            )
+            for (it, ctx), gens in zip(need, outs, strict=True):
+                add(it, ctx, gens[0].text)
     return items
 
 

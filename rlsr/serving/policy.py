@@ -1,0 +1,95 @@
+"""The selective policy of ``rlsr serve``: answer iff the score reaches tau (pure functions).
+
+The score is the verbalized confidence parsed from the completion (after the Sec. C.3
+fallbacks), with a missing confidence counted as 0.0 exactly as the evaluation does
+(``rlsr.evaluation.summary.scorer_arrays``), so the coverage realised in serving is comparable
+with the validation coverage the threshold was chosen on. Under the ``plain+temperature`` rule
+(RLSR Sec. C.6.5) the confidence is first rescaled with the fitted temperature,
+s_T = sigmoid(logit(s) / T), because tau was chosen on that scale.
+
+One deliberate difference from the evaluation: a completion from which no answer could be
+extracted is never "answered" (the client would receive an empty answer). The evaluation counts
+such a sample as selected and wrong whenever its score reaches tau; abstaining on it instead only
+removes wrong answers from the answered set, so it cannot lower the selective accuracy the
+threshold promises (coverage can only fall, by the share of answerless completions).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+from rlsr.calibration import apply_temperature
+from rlsr.prompts import SYSTEM_PROMPTS
+
+__all__ = [
+    "ANSWERED",
+    "ABSTAINED",
+    "DEFAULT_ABSTAIN_MESSAGE",
+    "ServeSettings",
+    "selection_score",
+    "decide",
+    "request_hash",
+]
+
+ANSWERED = "answered"
+ABSTAINED = "abstained"
+DEFAULT_ABSTAIN_MESSAGE = "I am not confident enough to answer this question."
+
+
+def selection_score(confidence: float | None, temperature: float | None = None) -> float:
+    """s = confidence (None -> 0.0); with a fitted temperature T, s_T = sigmoid(logit(s) / T)."""
+    score = 0.0 if confidence is None else float(confidence)
+    if temperature is not None:
+        score = float(apply_temperature([score], temperature)[0])
+    return score
+
+
+def decide(score: float, tau: float, answer: str | None) -> str:
+    """``ANSWERED`` iff an answer was extracted and ``score >= tau``, else ``ABSTAINED``."""
+    if answer is None or math.isnan(score):
+        return ABSTAINED
+    return ANSWERED if score >= tau else ABSTAINED
+
+
+def request_hash(question: str) -> str:
+    """sha256 (hex) of the question text: repeated questions are visible in the decision log
+    without storing what was asked."""
+    return hashlib.sha256(question.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Everything a request's answer depends on besides the engine.
+
+    ``tau`` and ``temperature`` (the ``plain+temperature`` rule's calibration temperature, else
+    None) define the decision; ``system_prompt`` (simple / long) and the decoding fields must be
+    those of the evaluation the threshold was chosen on, or the threshold means something else.
+    """
+
+    tau: float
+    model_name: str
+    system_prompt: str
+    abstain_message: str = DEFAULT_ABSTAIN_MESSAGE
+    temperature: float | None = None
+    rule: str | None = None  # None: --tau given by hand
+    max_new_tokens: int = 4096
+    sampling_temperature: float = 0.0
+    top_p: float = 1.0
+    fallbacks: bool = True
+    fallback_max_new_tokens: int = 64
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tau, int | float) or math.isnan(self.tau):
+            raise ValueError(f"tau must be a number; got {self.tau!r}.")
+        if self.system_prompt not in SYSTEM_PROMPTS:
+            raise ValueError(
+                f"system prompt {self.system_prompt!r}: choose one of {sorted(SYSTEM_PROMPTS)}."
+            )
+        if self.temperature is not None and not (
+            self.temperature > 0 and math.isfinite(self.temperature)
+        ):
+            raise ValueError(f"temperature must be a finite number > 0; got {self.temperature!r}.")
+        if self.max_new_tokens < 1 or self.fallback_max_new_tokens < 1:
+            raise ValueError("max_new_tokens and fallback_max_new_tokens must be >= 1.")

