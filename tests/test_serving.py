@@ -366,3 +366,16 @@ def adapter_dir(tmp_path_factory, tiny_model_dir):
     )
     model.save_pretrained(out)
     return out
+
+
+def test_serve_refuses_a_busy_port_before_starting_an_engine(capsys):
+    from rlsr.cli import main
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        argv = ["serve", "--model", "tiny", "--tau", "0.5", "--system-prompt", "simple",
+                "--port", str(port)]  # fmt: skip
+        assert main(argv) == 2
+    assert f"--port {port}: cannot listen there" in capsys.readouterr().err

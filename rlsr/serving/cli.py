@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 import sys
 
 from rlsr.config import resolve_model_path
@@ -171,6 +172,16 @@ def _validate(args) -> None:
         raise ValueError("--upstream-timeout must be a positive number of seconds.")
     if args.upstream is None and args.upstream_model is not None:
         raise ValueError("--upstream-model needs --upstream URL.")
+    # Before any engine starts (minutes on a GPU): is the address free?
+    with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((args.host, args.port))
+        except OSError as err:
+            raise ValueError(
+                f"--host {args.host} --port {args.port}: cannot listen there ({err.strerror}); "
+                "pick another --port."
+            ) from None
 
 
 def _engine(args):
@@ -200,10 +211,19 @@ def run_serve(args) -> int:
     threshold = _threshold(args)
     settings = serve_settings(args, threshold)
     print(f"rlsr serve: {promise(threshold)}", flush=True)
-    import uvicorn  # optional dependency (serve extra)
+    try:
+        import uvicorn  # optional dependency (serve extra)
+    except ImportError:
+        raise ValueError(
+            "rlsr serve needs FastAPI, uvicorn and openai: pip install 'rlsr[serve]'."
+        ) from None
 
+    try:
+        engine = _engine(args)
+    except ImportError as err:  # vLLM (in-process engine) or openai (upstream) not installed
+        raise ValueError(str(err)) from None
     log = None if args.decision_log is None else DecisionLog(args.decision_log)
-    app = create_app(_engine(args), settings, decision_log=log)
+    app = create_app(engine, settings, decision_log=log)
     print(
         f"rlsr serve: {settings.model_name} on http://{args.host}:{args.port}/v1 "
         f"(system prompt {settings.system_prompt}, max {settings.max_new_tokens} new tokens, "
