@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from rlsr import metrics as M
+from rlsr.data import REGISTRY
 from rlsr.evaluation.provenance import adapter_fingerprint
 from rlsr.prompts import system_prompt_name
 
@@ -251,6 +252,16 @@ def _adapter_record(run: dict | None, adapter: str | None) -> dict | None:
     return adapter_fingerprint(path)
 
 
+def _source(records: list[dict]) -> str:
+    """``dataset@split`` of evaluation records; a registry dataset evaluated on its default
+    split (its folder is just ``medqa``) gets that split's name."""
+    name = str(records[0].get("dataset") or "") if records else ""
+    dataset, split = split_job_name(name)
+    if split is None and dataset in REGISTRY:
+        return f"{dataset}@{REGISTRY[dataset].split}"
+    return name
+
+
 def deployment_provenance(
     val_path: str | os.PathLike,
     val_records: list[dict],
@@ -271,8 +282,8 @@ def deployment_provenance(
     found = find_run_record(val_path)
     run = found[1] if found else None
     model_name = model if model is not None else (run or {}).get("model")
-    source = str(val_records[0].get("dataset") or "") if val_records else ""
-    test_source = str(test_records[0].get("dataset") or "") if test_records else ""
+    source = _source(val_records)
+    test_source = _source(test_records)
     messages = val_records[0].get("prompt") if val_records else None
     system_text = None
     if isinstance(messages, list) and messages and messages[0].get("role") == "system":
