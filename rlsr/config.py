@@ -5,10 +5,17 @@ Schema (top-level keys of ``recipes/config.yaml``)::
     model:  {name_or_path, dtype, attn_implementation, trust_remote_code, lora: {enabled, r, alpha,
              dropout, target_modules}}
     data:   {dataset, path, split, system_prompt, limit, max_prompt_length, verifier}
-    method: {name: rlsr|rlcr|rlvr, format_weight, method_weight, correct_scale, weight_cap,
-             max_coverage, label}
+    method: {name: rlsr|rlcr|rlvr, format_weight, method_weight, correct_requires_format,
+             correct_scale, weight_cap, max_coverage, label}
     grpo:   any field of trl.GRPOConfig (num_generations, per_device_train_batch_size, ...)
+    pool_size: completions ranked together per optimizer step (null: from grpo.*)
     output_dir, seed, resume: auto|never|<checkpoint path>
+
+One pool = one optimizer step (``resolve_pool``): RLSR ranks the B x G completions of one
+optimizer step together, so settings that make a generation span several optimizer steps or an
+optimizer step hold several generations (``grpo.steps_per_generation``,
+``grpo.generation_batch_size``) are rejected. ``pool_size`` states the pool as intent; the
+gradient accumulation is then derived from the real world size at start-up.
 
 ``check_settings(cfg)`` checks every section without touching a model or a dataset and raises
 ``ConfigError`` whose message names the offending field and the fix; the method's own checks
@@ -44,7 +51,9 @@ __all__ = [
     "check_settings",
     "closest_hint",
     "is_number",
-    "pool_size",
+    "PoolPlan",
+    "resolve_pool",
+    "default_vllm_max_model_length",
     "world_size_from_env",
     "resolve_attn_implementation",
     "resolve_model_path",
@@ -104,8 +113,13 @@ class DataSettings:
 @dataclass
 class MethodSettings:
     name: str = "rlsr"
+    # Reward weights: the authors' released configs (sun-umn/RLSR) use 0.5 / 0.5; the paper text
+    # writes R_total = R_method + R_format (1 / 1). docs/training.md, "Paper text vs released code".
     format_weight: float = 0.5
     method_weight: float = 0.5
+    # A completion whose format check fails counts as wrong in the reward (RLCR's reference
+    # accuracy_reward, which the RLSR authors' code also uses); false: the verifier alone decides.
+    correct_requires_format: bool = True
     correct_scale: float = 1.0
     weight_cap: float | None = None
     max_coverage: float = 1.0
@@ -118,6 +132,7 @@ class TrainSettings:
     data: DataSettings = field(default_factory=DataSettings)
     method: MethodSettings = field(default_factory=MethodSettings)
     grpo: dict[str, Any] = field(default_factory=dict)
+    pool_size: int | None = None
     output_dir: str = "runs/default"
     seed: int = 42
     resume: str = "auto"
@@ -189,20 +204,121 @@ def world_size_from_env() -> int:
         return 1
 
 
-def pool_size(grpo: dict, world_size: int) -> int:
-    """Completions ranked together per generation = the RLSR pool (STACK.md, TRL 1.16).
+@dataclass(frozen=True)
+class PoolPlan:
+    """How one optimizer step's pool is laid out: ``pool = per_device x world_size x accumulation``
+    completions = ``pool / G`` prompts x G, generated at once and ranked together."""
 
-    Without ``generation_batch_size``/``steps_per_generation`` TRL sets
-    steps_per_generation = gradient_accumulation_steps, so the pool is
-    per_device_train_batch_size x world_size x gradient_accumulation_steps (paper: 3 x 4 x 128).
+    pool: int
+    per_device: int
+    world_size: int
+    accumulation: int
+    num_generations: int
+
+    def describe(self) -> str:
+        return (
+            f"pool {self.pool} completions per optimizer step = {self.pool // self.num_generations}"
+            f" prompts x {self.num_generations} = {self.per_device} per device x "
+            f"{self.world_size} processes x {self.accumulation} accumulation steps"
+        )
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def resolve_pool(grpo: dict, pool: int | None, world_size: int) -> PoolPlan:
+    """The pool of one optimizer step and the gradient accumulation that gives it.
+
+    ``pool`` (top-level ``pool_size``) set: accumulation = pool / (per_device x world_size),
+    an error listing the per-device sizes that divide when it does not. ``pool`` None: the pool
+    is per_device x world_size x ``grpo.gradient_accumulation_steps``. Either way TRL must
+    generate exactly one optimizer step per generation (``steps_per_generation`` =
+    accumulation, ``generation_batch_size`` = pool) and the pool must hold whole groups of G.
+    ``num_iterations > 1`` (several optimizer passes over one pool) keeps the invariant.
     """
-    per_device = int(grpo.get("per_device_train_batch_size", 8))
-    if grpo.get("generation_batch_size") is not None:
-        return int(grpo["generation_batch_size"])
+    G = grpo.get("num_generations", 8)
+    per_device = grpo.get("per_device_train_batch_size", 8)
+    accum = grpo.get("gradient_accumulation_steps")
+    if pool is not None:
+        _check(
+            _is_int(pool) and pool >= 1,
+            "pool_size",
+            f"must be a positive integer (completions per optimizer step) or null; got {pool!r}.",
+        )
+        _check(
+            pool % G == 0,
+            "pool_size",
+            f"{pool} is not divisible by grpo.num_generations={G}; every prompt needs all its G "
+            f"completions in one pool (paper: 1536 = 48 prompts x 32).",
+        )
+        if pool % world_size != 0:
+            raise ConfigError(
+                "pool_size",
+                f"{pool} completions cannot be split over {world_size} processes; use a process "
+                f"count that divides {pool} or change pool_size.",
+            )
+        if pool % (per_device * world_size) != 0:
+            valid = _divisors(pool // world_size)
+            raise ConfigError(
+                "grpo.per_device_train_batch_size",
+                f"{per_device} x {world_size} processes does not divide pool_size={pool}; "
+                f"valid per-device sizes for {world_size} processes: {valid}.",
+            )
+        derived = pool // (per_device * world_size)
+        _check(
+            accum is None or accum == derived,
+            "grpo.gradient_accumulation_steps",
+            f"is derived from pool_size={pool} ({pool} / ({per_device} x {world_size} processes) "
+            f"= {derived}) but set to {accum!r}; remove it, or set pool_size=null to use it.",
+        )
+        accum = derived
+    else:
+        accum = 1 if accum is None else accum
+        pool = per_device * world_size * accum
+        _check(
+            pool % G == 0,
+            "grpo.per_device_train_batch_size",
+            f"the pool per_device_train_batch_size x processes x gradient_accumulation_steps = "
+            f"{per_device} x {world_size} x {accum} = {pool} is not divisible by "
+            f"grpo.num_generations={G}; every prompt needs all its G completions in one pool. "
+            f"Set pool_size (e.g. pool_size={G * max(1, pool // G)}) or change "
+            f"per_device_train_batch_size / gradient_accumulation_steps.",
+        )
     steps = grpo.get("steps_per_generation")
-    if steps is None:
-        steps = grpo.get("gradient_accumulation_steps", 1)
-    return per_device * world_size * int(steps)
+    _check(
+        steps is None or steps == accum,
+        "grpo.steps_per_generation",
+        f"={steps!r} with {accum} gradient accumulation steps would make one generation span "
+        f"several optimizer steps or one step hold several separately ranked pools (RLSR ranks one "
+        f"optimizer step's completions together); remove it (TRL then uses "
+        f"gradient_accumulation_steps) and set pool_size instead.",
+    )
+    gbs = grpo.get("generation_batch_size")
+    _check(
+        gbs is None or gbs == pool,
+        "grpo.generation_batch_size",
+        f"={gbs!r} differs from the optimizer step's {pool} completions (per device x processes x "
+        f"accumulation), so pools and optimizer steps would not coincide; remove it and set "
+        f"pool_size={gbs!r} instead.",
+    )
+    return PoolPlan(pool, per_device, world_size, accum, G)
+
+
+def default_vllm_max_model_length(cfg: TrainSettings) -> int | None:
+    """vLLM's context per sequence: ``data.max_prompt_length + grpo.max_completion_length``.
+
+    Without it vLLM reserves the model's whole context (131,072 tokens for Llama-3.1-8B, ~16 GiB
+    of KV cache per sequence slot) and the colocated engine may not start. None when the prompt
+    limit is not set (then vLLM's default applies) or when ``grpo.vllm_max_model_length`` is set.
+    """
+    if cfg.grpo.get("vllm_max_model_length") is not None:
+        return None
+    prompt = cfg.data.max_prompt_length
+    completion = cfg.grpo.get("max_completion_length", 256)
+    if prompt is None or completion is None:
+        return None
+    return int(prompt) + int(completion)
 
 
 def _module_available(name: str) -> bool:
@@ -423,8 +539,13 @@ def _validate_method(m: MethodSettings) -> None:
         _check(
             is_number(value) and value >= 0,
             f"method.{name}",
-            f"must be a number >= 0; got {value!r} (paper: 0.5).",
+            f"must be a number >= 0; got {value!r} (the authors' released configs: 0.5).",
         )
+    _check(
+        isinstance(m.correct_requires_format, bool),
+        "method.correct_requires_format",
+        f"must be true or false; got {m.correct_requires_format!r}.",
+    )
     _check(
         m.format_weight + m.method_weight > 0,
         "method.method_weight",
@@ -432,7 +553,7 @@ def _validate_method(m: MethodSettings) -> None:
     )
 
 
-def _validate_grpo(g: dict, world_size: int) -> None:
+def _validate_grpo(g: dict, world_size: int, pool: int | None = None) -> None:
     from trl import GRPOConfig
 
     fields = {f.name for f in dataclasses.fields(GRPOConfig)}
@@ -466,18 +587,7 @@ def _validate_grpo(g: dict, world_size: int) -> None:
             f"grpo.{name}",
             f"must be an integer >= 1; got {value!r}.",
         )
-    pool = pool_size(g, world_size)
-    per_device = g.get("per_device_train_batch_size", 8)
-    accum = g.get("gradient_accumulation_steps", 1)
-    _check(
-        pool % G == 0,
-        "grpo.per_device_train_batch_size",
-        f"the pool per_device_train_batch_size x processes x gradient_accumulation_steps = "
-        f"{per_device} x {world_size} x {g.get('steps_per_generation') or accum} = {pool} is not "
-        f"divisible by grpo.num_generations={G}; every prompt needs all its G completions in one "
-        f"pool. Change per_device_train_batch_size or gradient_accumulation_steps (paper: "
-        f"3 x 4 x 128 = 1536 = 48 prompts x 32).",
-    )
+    resolve_pool(g, pool, world_size)
     lr = g.get("learning_rate", 1e-6)
     _check(is_number(lr) and lr > 0, "grpo.learning_rate", f"must be > 0; got {lr!r}.")
     temp = g.get("temperature", 1.0)
@@ -519,6 +629,76 @@ def _validate_grpo(g: dict, world_size: int) -> None:
         "bf16 mixed precision needs a GPU and none is in use; set grpo.bf16=false "
         "(and model.dtype=float32) for CPU runs, or use recipe=tiny.",
     )
+    if g.get("use_vllm", False):
+        _check(
+            not (g.get("vllm_enable_sleep_mode", False) and not on_gpu),
+            "grpo.vllm_enable_sleep_mode",
+            "vLLM's sleep mode needs a CUDA/ROCm GPU (vLLM refuses it elsewhere: 'Sleep mode is "
+            "not supported on current platform'); set grpo.vllm_enable_sleep_mode=false.",
+        )
+    if g.get("use_liger_kernel", False):
+        _validate_liger(g, on_gpu)
+
+
+LIGER_MIN_VERSION = "0.8.2"  # trl.import_utils.LIGER_KERNEL_MIN_VERSION in TRL 1.16
+
+
+def _validate_liger(g: dict, on_gpu: bool) -> None:
+    """``grpo.use_liger_kernel`` (the paper's "Triton kernels shipped with TRL"; optional).
+
+    TRL 1.16's GRPOTrainer applies only Liger's layer kernels (RMSNorm, RoPE, SwiGLU) through
+    transformers' ``apply_liger_kernel``, which unwraps a PEFT model, so LoRA works; it has no
+    Liger GRPO loss any more, so every ``loss_type`` works; it rejects
+    ``liger_kernel_config={"fused_linear_cross_entropy": true}`` (its own fused LM head). The
+    kernels are Triton: they need a GPU.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.version import Version
+
+    try:
+        installed = version("liger-kernel")
+    except PackageNotFoundError:
+        installed = None
+    _check(
+        installed is not None and Version(installed) >= Version(LIGER_MIN_VERSION),
+        "grpo.use_liger_kernel",
+        f"needs liger-kernel >= {LIGER_MIN_VERSION} (found {installed or 'none'}); "
+        "`pip install rlsr[liger]` or set grpo.use_liger_kernel=false.",
+    )
+    _check(
+        on_gpu,
+        "grpo.use_liger_kernel",
+        "Liger's kernels are Triton GPU kernels and no GPU is in use; set "
+        "grpo.use_liger_kernel=false for CPU runs.",
+    )
+    kernel_config = g.get("liger_kernel_config") or {}
+    _check(
+        not (isinstance(kernel_config, dict) and kernel_config.get("fused_linear_cross_entropy")),
+        "grpo.liger_kernel_config",
+        "fused_linear_cross_entropy replaces the model's forward, which TRL 1.16's GRPOTrainer "
+        "patches with its own fused LM head; remove it (TRL applies only the layer kernels).",
+    )
+
+
+def _validate_vllm_length(cfg: TrainSettings) -> None:
+    g = cfg.grpo
+    length = g.get("vllm_max_model_length")
+    prompt, completion = cfg.data.max_prompt_length, g.get("max_completion_length", 256)
+    if not g.get("use_vllm", False) or length is None:
+        return
+    _check(
+        _is_int(length) and length >= 1,
+        "grpo.vllm_max_model_length",
+        f"must be a positive integer (tokens) or null; got {length!r}.",
+    )
+    if prompt is not None and completion is not None:
+        _check(
+            length >= prompt + completion,
+            "grpo.vllm_max_model_length",
+            f"{length} tokens cannot hold data.max_prompt_length + grpo.max_completion_length = "
+            f"{prompt} + {completion}; remove it (the default is their sum) or raise it.",
+        )
 
 
 def _validate_top(cfg: TrainSettings) -> None:
@@ -555,5 +735,6 @@ def check_settings(cfg: TrainSettings, *, world_size: int | None = None) -> Trai
     _validate_method(cfg.method)
     _validate_model(cfg.model)
     training_verifier(cfg.data)
-    _validate_grpo(cfg.grpo, ws)
+    _validate_grpo(cfg.grpo, ws, cfg.pool_size)
+    _validate_vllm_length(cfg)
     return cfg

@@ -13,7 +13,8 @@ needs_confidence   whether the reward reads the ``<confidence>`` tag
 summary            one line for docs and error messages
 =================  ===============================================================================
 
-Columns and weights (weights from ``recipes/method/<name>.yaml``; 0.5 / 0.5 by default):
+Columns and weights (weights from ``recipes/method/<name>.yaml``; 0.5 / 0.5 by default, as in
+the authors' released configs; the paper text writes R_method + R_format):
 
 =======  =====================================================================
 rlsr     format_reward (w_f), lifted_aurc_reward (w_m)
@@ -91,9 +92,14 @@ class Method:
 
         ``confidence`` uses NaN for a missing confidence. Rank-based terms are computed over the
         whole pool passed in; the caller passes every completion of the optimizer step.
+        With ``settings.correct_requires_format`` (default) a completion that fails the format
+        check counts as wrong: correct & format_ok, as RLCR's reference ``accuracy_reward``
+        (damanimehul/RLCR ``reward_fns.py``), which the RLSR authors' code also calls.
         """
         correct = np.asarray(correct, dtype=bool)
         format_ok = np.asarray(format_ok, dtype=bool)
+        if self.settings.correct_requires_format:
+            correct = correct & format_ok
         confidence = np.asarray(confidence, dtype=np.float64)
         out = np.asarray(self.entry.rewards(correct, confidence, format_ok, self.settings))
         if out.shape != (correct.shape[0], len(self.entry.columns)):

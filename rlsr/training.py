@@ -28,10 +28,13 @@ from rlsr.config import (
     ConfigError,
     TrainSettings,
     check_settings,
+    default_vllm_max_model_length,
+    resolve_pool,
     resolve_attn_implementation,
     resolve_model_path,
     resolve_resume,
     training_verifier,
+    world_size_from_env,
 )
 from rlsr.data import get_spec, load_examples
 from rlsr.data.loading import DatasetUnavailableError, download_command
@@ -61,9 +64,20 @@ def validate(cfg: TrainSettings, *, world_size: int | None = None) -> TrainSetti
     return check_settings(cfg, world_size=world_size)
 
 
-def grpo_kwargs(cfg: TrainSettings) -> dict[str, Any]:
-    """Keyword arguments for ``trl.GRPOConfig``: the ``grpo`` section plus the managed fields."""
+def grpo_kwargs(cfg: TrainSettings, *, world_size: int | None = None) -> dict[str, Any]:
+    """Keyword arguments for ``trl.GRPOConfig``: the ``grpo`` section plus the managed fields.
+
+    Derived here from the real world size (``$WORLD_SIZE`` unless given): the gradient
+    accumulation that makes one optimizer step's pool ``pool_size`` (``rlsr.config.resolve_pool``),
+    and, with vLLM, ``vllm_max_model_length`` = max prompt + max completion length unless set.
+    """
+    ws = world_size_from_env() if world_size is None else world_size
     kwargs = dict(cfg.grpo)
+    kwargs["gradient_accumulation_steps"] = resolve_pool(cfg.grpo, cfg.pool_size, ws).accumulation
+    if kwargs.get("use_vllm"):
+        length = default_vllm_max_model_length(cfg)
+        if length is not None:
+            kwargs["vllm_max_model_length"] = length
     kwargs["output_dir"] = cfg.output_dir
     kwargs["seed"] = cfg.seed
     kwargs["reward_weights"] = [w for _, w in reward_columns(cfg.method)]
@@ -141,9 +155,26 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None):
         args = GRPOConfig(**kwargs)
     except (ValueError, TypeError) as err:
         raise ConfigError("grpo", str(err)) from None
+    # The launcher's real process count (accelerate's state), not $WORLD_SIZE, decides the pool.
+    plan = resolve_pool(cfg.grpo, cfg.pool_size, args.world_size)
+    if plan.accumulation != args.gradient_accumulation_steps:
+        raise ConfigError(
+            "pool_size",
+            f"$WORLD_SIZE={world_size_from_env()} but the launch has {args.world_size} "
+            "processes; start the run with accelerate launch or torchrun so both agree.",
+        )
+    if (
+        not args.generation_batch_size
+        == plan.pool
+        == args.steps_per_generation * (args.per_device_train_batch_size * args.world_size)
+    ):  # rlsr.config.resolve_pool rejected every way this could differ; a TRL change would
+        raise RuntimeError(f"TRL's generation batch {args.generation_batch_size} != pool {plan}")
     attn = kwargs["model_init_kwargs"]["attn_implementation"]
     if args.process_index == 0:
         print(f"[rlsr] attention implementation: {attn}", flush=True)
+        print(f"[rlsr] {plan.describe()}", flush=True)
+        if args.use_vllm:
+            print(f"[rlsr] vllm_max_model_length: {args.vllm_max_model_length}", flush=True)
 
     model_path = resolve_model_path(cfg.model.name_or_path)
     try:

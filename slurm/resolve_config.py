@@ -4,6 +4,7 @@
     python slurm/resolve_config.py recipe=hotpot method=rlsr seed=0
     model=Qwen/Qwen2.5-7B
     output_dir=/abs/path/runs/hotpot-rlsr-qwen2.5-7b-seed0
+    max_model_len=4608
 
 Composes recipes/config.yaml exactly as train.py does (Hydra compose API, no model loading,
 well under a second), so the vLLM server serves the model the trainer trains and evaluation
@@ -19,7 +20,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def resolve(overrides: list[str], root: Path = ROOT) -> dict[str, str]:
-    """Return ``{"model": model.name_or_path, "output_dir": absolute output_dir}``."""
+    """Return ``{"model": model.name_or_path, "output_dir": absolute output_dir,
+    "max_model_len": vLLM context}``.
+
+    ``max_model_len`` is ``grpo.vllm_max_model_length`` if set, else data.max_prompt_length +
+    grpo.max_completion_length (the trainer's colocate default,
+    ``rlsr.config.default_vllm_max_model_length``), else empty (vLLM's own default).
+    """
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(root / "recipes"), version_base="1.3"):
@@ -27,7 +34,16 @@ def resolve(overrides: list[str], root: Path = ROOT) -> dict[str, str]:
     output_dir = Path(str(cfg.output_dir))
     if not output_dir.is_absolute():
         output_dir = root / output_dir
-    return {"model": str(cfg.model.name_or_path), "output_dir": str(output_dir)}
+    grpo = cfg.get("grpo") or {}
+    length = grpo.get("vllm_max_model_length")
+    prompt, completion = cfg.data.get("max_prompt_length"), grpo.get("max_completion_length", 256)
+    if length is None and prompt is not None and completion is not None:
+        length = int(prompt) + int(completion)
+    return {
+        "model": str(cfg.model.name_or_path),
+        "output_dir": str(output_dir),
+        "max_model_len": "" if length is None else str(int(length)),
+    }
 
 
 def main(argv: list[str]) -> int:

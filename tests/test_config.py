@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rlsr.config import ConfigError, from_dict, pool_size
-from rlsr.training import validate
+from rlsr.config import ConfigError, from_dict, resolve_pool
+from rlsr.training import grpo_kwargs, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,8 @@ def test_hotpot_recipe_has_the_paper_settings():
         True,
         True,
     )
-    assert pool_size(g, world_size=4) == 1536
+    assert v["pool_size"] == 1536 and "gradient_accumulation_steps" not in g
+    assert resolve_pool(g, v["pool_size"], world_size=4).accumulation == 128  # paper: 3 x 4 x 128
     lora = v["model"]["lora"]
     assert (lora["r"], lora["alpha"], lora["dropout"], lora["target_modules"]) == (
         1,
@@ -72,7 +73,8 @@ def test_bigmath_recipe_and_model_and_method_choices():
     assert (v["data"]["max_prompt_length"], g["max_completion_length"]) == (1024, 4096)
     assert (g["learning_rate"], g["lr_scheduler_type"], g["warmup_steps"]) == (5e-5, "linear", 0.2)
     assert g["num_train_epochs"] == 0.5
-    assert pool_size(g, world_size=4) == 1536
+    assert v["pool_size"] == 1536
+    assert resolve_pool(g, v["pool_size"], world_size=4).accumulation == 64  # 6 x 4 x 64
     assert v["method"]["name"] == "rlcr"
     assert v["output_dir"] == "runs/bigmath-rlcr-llama3.1-8b-seed42"
     validate(
@@ -89,6 +91,20 @@ def test_tiny_recipe_is_valid_on_cpu():
     ("overrides", "world_size", "field", "hint"),
     [
         (["grpo.num_generations=5"], 1, "grpo.per_device_train_batch_size", "divisible"),
+        # One pool = one optimizer step: TRL would rank 2 pools per step / 1 pool over 2 steps.
+        (["+grpo.steps_per_generation=4"], 1, "grpo.steps_per_generation", "pool_size"),
+        (["+grpo.steps_per_generation=1"], 1, "grpo.steps_per_generation", "remove it"),
+        (["+grpo.generation_batch_size=32"], 1, "grpo.generation_batch_size", "pool_size=32"),
+        (["pool_size=30"], 1, "pool_size", "num_generations=4"),
+        (
+            ["pool_size=32", "grpo.gradient_accumulation_steps=2"],
+            1,
+            "grpo.gradient_accumulation_steps",
+            "derived from pool_size=32",
+        ),
+        (["pool_size=32"], 3, "pool_size", "3 processes"),
+        (["pool_size=0"], 1, "pool_size", "positive integer"),
+        (["method.correct_requires_format=maybe"], 1, "method.correct_requires_format", "true"),
         (["grpo.num_generations=1"], 1, "grpo.num_generations", "at least 2"),
         (["data.dataset=hotpotqa"], 1, "data.dataset", "hotpotqa"),
         (["method=rlsr", "method.name=ppo"], 1, "method.name", "rlsr"),
@@ -141,6 +157,113 @@ def test_pool_divisibility_counts_processes_and_accumulation():
     with pytest.raises(ConfigError, match="8 x 2 x 2 = 32"):
         validate(settings, world_size=2)
     validate(settings, world_size=3)
+
+
+def test_pool_size_is_kept_whatever_the_world_size():
+    """Regression: the recipes fixed gradient_accumulation_steps, so hotpot's pool was 1536 on
+    4 GPUs, 3072 on 8 and 1152 on 3 (Slurm server mode on N-1 nodes). pool_size is the intent;
+    the accumulation is derived from the real world size."""
+    v = compose("recipe=hotpot")
+    for world, accum in [(1, 512), (2, 256), (4, 128), (8, 64), (16, 32)]:
+        plan = resolve_pool(v["grpo"], v["pool_size"], world)
+        assert (plan.pool, plan.accumulation) == (1536, accum)
+        assert plan.per_device * plan.world_size * plan.accumulation == 1536
+    settings = from_dict(compose("recipe=hotpot", *CPU))
+    assert grpo_kwargs(settings, world_size=8)["gradient_accumulation_steps"] == 64
+    # 3 training GPUs: 3 per device does not divide 1536 / 3 = 512 -> the valid sizes are listed.
+    with pytest.raises(ConfigError) as info:
+        validate(settings, world_size=3)
+    assert info.value.field == "grpo.per_device_train_batch_size"
+    assert "[1, 2, 4, 8, 16, 32, 64, 128, 256, 512]" in str(info.value)
+    settings.grpo["per_device_train_batch_size"] = 4
+    validate(settings, world_size=3)
+    assert grpo_kwargs(settings, world_size=3)["gradient_accumulation_steps"] == 128
+
+
+def test_num_iterations_reuses_one_pool_and_is_allowed():
+    validate(from_dict(compose("recipe=tiny", "+grpo.num_iterations=2")), world_size=2)
+    validate(from_dict(compose("recipe=tiny", "+grpo.steps_per_generation=2")), world_size=1)
+
+
+def test_recipes_carry_the_released_settings_where_the_paper_text_is_silent():
+    """sun-umn/RLSR configs/Qwen-7B/hotpot/*.yaml (docs/training.md fidelity table); TRL 1.16's
+    defaults differ for each of these (importance sampling on, dropout kept, sleep mode off,
+    non-reentrant checkpointing)."""
+    from trl import GRPOConfig
+
+    defaults = GRPOConfig(output_dir="unused", use_cpu=True, bf16=False)
+    released = {
+        "vllm_importance_sampling_correction": False,
+        "disable_dropout": True,
+        "vllm_enable_sleep_mode": True,
+        "gradient_checkpointing_kwargs": {"use_reentrant": True},
+        "vllm_gpu_memory_utilization": 0.4,
+    }
+    for recipe in ("hotpot", "bigmath"):
+        g = compose(f"recipe={recipe}")["grpo"]
+        assert {k: g.get(k) for k in released} == released
+    assert all(getattr(defaults, k) != v for k, v in released.items())
+
+
+def test_vllm_max_model_length_defaults_to_prompt_plus_completion():
+    """Regression: without it vLLM reserves the model's full context (Llama-3.1-8B: 131,072
+    tokens, ~16 GiB of KV cache per sequence), more than the colocated engine is given."""
+    for recipe, model, expected in [
+        ("hotpot", "qwen2.5-7b", 3072 + 1536),
+        ("bigmath", "llama3.1-8b", 1024 + 4096),
+    ]:
+        settings = from_dict(compose(f"recipe={recipe}", f"model={model}"))
+        assert grpo_kwargs(settings, world_size=4)["vllm_max_model_length"] == expected
+    settings = from_dict(compose("recipe=hotpot", "+grpo.vllm_max_model_length=8192"))
+    assert grpo_kwargs(settings, world_size=4)["vllm_max_model_length"] == 8192
+    no_vllm = from_dict(compose("recipe=hotpot", *CPU))
+    assert "vllm_max_model_length" not in grpo_kwargs(no_vllm, world_size=4)
+
+
+def test_vllm_checks_that_need_vllm_installed(monkeypatch):
+    """vllm is not installed in this venv: pretend it is (the only double: an import probe)."""
+    import rlsr.config as C
+
+    real = C._module_available
+    monkeypatch.setattr(C, "_module_available", lambda name: name == "vllm" or real(name))
+    base = ("recipe=tiny", "grpo.use_vllm=true")
+    validate(from_dict(compose(*base)), world_size=1)  # tiny turns sleep mode off
+    with pytest.raises(ConfigError) as info:  # vLLM refuses sleep mode on CPU
+        validate(from_dict(compose(*base, "grpo.vllm_enable_sleep_mode=true")), world_size=1)
+    assert info.value.field == "grpo.vllm_enable_sleep_mode"
+    assert "grpo.vllm_enable_sleep_mode=false" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        validate(
+            from_dict(
+                compose(*base, "data.max_prompt_length=100", "+grpo.vllm_max_model_length=120")
+            ),
+            world_size=1,
+        )
+    assert info.value.field == "grpo.vllm_max_model_length" and "100 + 48" in str(info.value)
+
+
+def test_liger_is_optional_and_validated(monkeypatch):
+    import rlsr.config as C
+
+    with pytest.raises(ConfigError) as info:  # not installed here
+        validate(from_dict(compose("recipe=tiny", "+grpo.use_liger_kernel=true")), world_size=1)
+    assert info.value.field == "grpo.use_liger_kernel" and "rlsr[liger]" in str(info.value)
+    import importlib.metadata
+
+    real_version = importlib.metadata.version
+    monkeypatch.setattr(  # pretend liger-kernel 0.8.5 is installed (a metadata probe only)
+        importlib.metadata,
+        "version",
+        lambda name: "0.8.5" if name == "liger-kernel" else real_version(name),
+    )
+    with pytest.raises(ConfigError, match="Triton GPU kernels"):  # CPU
+        validate(from_dict(compose("recipe=tiny", "+grpo.use_liger_kernel=true")), world_size=1)
+    monkeypatch.setattr(C, "_cuda_available", lambda: True)
+    g = {"use_liger_kernel": True, "use_cpu": False, "bf16": True, "loss_type": "bnpo"}
+    C._validate_liger(g, on_gpu=True)  # LoRA + any loss type: fine
+    with pytest.raises(ConfigError) as info:
+        C._validate_liger({**g, "liger_kernel_config": {"fused_linear_cross_entropy": True}}, True)
+    assert info.value.field == "grpo.liger_kernel_config"
 
 
 def test_world_size_defaults_to_launcher_environment(monkeypatch):

@@ -331,6 +331,10 @@ def test_train_three_nodes_with_a_vllm_node():
     assert json.loads(flag(server, "--weight-transfer-config")) == {"backend": "nccl"}
     assert flag(server, "--logprobs-mode") == "processed_logprobs"
     assert flag(server, "--max-logprobs") == "-1"
+    # Regression: the server reserved the model's whole context (131,072 tokens for Llama-3.1-8B)
+    # because --max-model-len was only passed when RLSR_VLLM_MAX_MODEL_LEN was set. The default is
+    # the recipe's max prompt + max completion length (hotpot: 3072 + 1536), as in colocate mode.
+    assert flag(server, "--max-model-len") == str(3072 + 1536)
     assert plan["wait"] == f"http://gpu003:{vllm_port}/health timeout=1800s"
 
     # The srun steps: the trainer step spans exactly the training nodes, the server the last one.
@@ -386,6 +390,21 @@ def test_train_explicit_settings_reach_the_commands(tmp_path):
     assert server[4] == "/models/qwen" and flag(server, "--port") == "18888"
     assert flag(server, "--tensor-parallel-size") == "2"
     assert flag(server, "--max-model-len") == "6144"
+
+
+def test_server_max_model_len_follows_the_recipe_and_overrides():
+    env = dict(SLURM_JOB_ID="5", SLURM_JOB_NODELIST="g[1-2]", SLURM_JOB_NUM_NODES="2")
+    env["SLURM_GPUS_ON_NODE"] = "4"
+
+    def server_len(args):
+        plan = dry_run("train.slurm", args, **env)
+        return flag(
+            next(n for n in plan["nodes"] if n["role"] == "vllm")["argv"], "--max-model-len"
+        )
+
+    assert server_len(["recipe=bigmath", "model=llama3.1-8b"]) == str(1024 + 4096)
+    assert server_len(["recipe=hotpot", "grpo.max_completion_length=512"]) == str(3072 + 512)
+    assert server_len(["recipe=hotpot", "++grpo.vllm_max_model_length=9000"]) == "9000"
 
 
 def test_train_without_vllm_every_node_trains():
