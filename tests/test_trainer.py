@@ -1,4 +1,5 @@
-"""RLSRTrainer: reward columns, reward signs, and one real TRL step checked against TRL's own state."""
+"""RLSRTrainer: reward columns, reward signs, and one real TRL step per method whose rewards and
+advantages, as TRL received them, are recomputed here from the completion texts by brute force."""
 
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ def test_reward_columns_equal_the_core_library_on_a_pool():
     correct = rng.random(n) < 0.4
     confidence = rng.choice([0.1, 0.5, 0.5, 0.9, np.nan], size=n)
     format_ok = rng.random(n) < 0.8
+    scored = correct & format_ok  # a format failure counts as wrong (correct_requires_format)
+    assert (scored != correct).any()
     rlsr = compute_reward_columns(
         MethodSettings("rlsr", weight_cap=2.0, max_coverage=0.5, correct_scale=2.0),
         correct,
@@ -55,14 +58,19 @@ def test_reward_columns_equal_the_core_library_on_a_pool():
     np.testing.assert_array_equal(
         rlsr[:, 1],
         R.lifted_aurc_rewards(
-            correct, confidence, correct_scale=2.0, weight_cap=2.0, max_coverage=0.5
+            scored, confidence, correct_scale=2.0, weight_cap=2.0, max_coverage=0.5
         ),
     )
     rlcr = compute_reward_columns(MethodSettings("rlcr"), correct, confidence, format_ok)
-    np.testing.assert_array_equal(rlcr[:, 1], correct.astype(float))
-    np.testing.assert_array_equal(rlcr[:, 2], R.brier_reward(correct, confidence, format_ok))
+    np.testing.assert_array_equal(rlcr[:, 1], scored.astype(float))
+    np.testing.assert_array_equal(rlcr[:, 2], R.brier_reward(scored, confidence, format_ok))
     rlvr = compute_reward_columns(MethodSettings("rlvr"), correct, confidence, format_ok)
-    assert rlvr.shape == (n, 2)
+    np.testing.assert_array_equal(rlvr, np.stack([format_ok, scored], axis=1).astype(float))
+    # correct_requires_format=false: the verifier alone decides (the paper text is silent).
+    loose = MethodSettings("rlvr", correct_requires_format=False)
+    np.testing.assert_array_equal(
+        compute_reward_columns(loose, correct, confidence, format_ok)[:, 1], correct.astype(float)
+    )
 
 
 def test_completion_text_reads_plain_and_conversational_completions():
@@ -133,54 +141,204 @@ def test_rlsr_penalises_confident_wrong_answers_hardest():
     assert rlvr[0] == rlvr[1]
 
 
+# --------------------------------------------------------------------------- brute force
+# Written out here from the paper's definitions, independent of rlsr.rewards / rlsr.ranking.
+
+
+def _brute_alpha(confidence: list[float | None]) -> np.ndarray:
+    """alpha_i = H_n - H_{n - r_i}, r_i the ascending confidence rank (missing = 0), tied
+    confidences averaged over the ranks they occupy (RLSR Sec. 2.2; DESIGN.md)."""
+    conf = [0.0 if c is None or c != c else c for c in confidence]
+    n = len(conf)
+
+    def H(k):
+        return sum(1.0 / j for j in range(1, k + 1))
+
+    out = []
+    for c in conf:
+        below = sum(1 for d in conf if d < c)
+        ties = sum(1 for d in conf if d == c)
+        ranks = range(below + 1, below + ties + 1)
+        out.append(sum(H(n) - H(n - r) for r in ranks) / ties)
+    return np.array(out)
+
+
+def _brute_columns(method: MethodSettings, correct, confidence, format_ok) -> np.ndarray:
+    """Unweighted reward columns of each method, from their definitions (docs/training.md)."""
+    # A format failure counts as wrong (RLCR reference accuracy_reward; correct_requires_format).
+    ok = [bool(c and f) for c, f in zip(correct, format_ok, strict=True)]
+    fmt = [1.0 if f else 0.0 for f in format_ok]
+    if method.name == "rlsr":
+        alpha = _brute_alpha(confidence)
+        cap = method.weight_cap
+        rows = []
+        for i, a in enumerate(alpha):
+            a = a if cap is None else min(a, cap)  # the cap binds on right and wrong answers
+            rows.append([fmt[i], method.correct_scale * a if ok[i] else -a])
+        return np.array(rows)
+    if method.name == "rlvr":
+        return np.array([[fmt[i], float(ok[i])] for i in range(len(ok))])
+    assert method.name == "rlcr"
+    rows = []
+    for i in range(len(ok)):
+        c = confidence[i]
+        brier = 0.0 if (c is None or not format_ok[i]) else 1.0 - (float(ok[i]) - c) ** 2
+        rows.append([fmt[i], float(ok[i]), brier])
+    return np.array(rows)
+
+
+def _brute_advantages(columns: np.ndarray, weights, G: int) -> list[float]:
+    """scale_rewards='none': weighted reward minus the mean of its group of G consecutive rows."""
+    out = []
+    for start in range(0, len(columns), G):
+        totals = [
+            sum(w * v for w, v in zip(weights, row, strict=True))
+            for row in columns[start : start + G]
+        ]
+        out += [t - sum(totals) / G for t in totals]
+    return out
+
+
+def test_brute_force_reference_agrees_with_the_library_on_ties_caps_and_missing_values():
+    """The test's own reference, checked once against rlsr.rewards on a hand-made pool where the
+    cap binds on right AND wrong answers and confidences tie and go missing."""
+    correct = [True, False, True, True, False, True, False, True]
+    confidence = [0.9, 0.9, 0.8, None, 0.1, 0.8, 0.0, 0.95]
+    format_ok = [True, True, True, False, True, True, True, True]
+    alpha = _brute_alpha(confidence)
+    assert alpha.sum() == pytest.approx(len(alpha))  # sum alpha_i = n
+    m = MethodSettings("rlsr", weight_cap=1.2, correct_scale=2.0)
+    expected = _brute_columns(m, correct, confidence, format_ok)
+    assert expected[7, 1] == pytest.approx(2.0 * 1.2)  # most confident, right: capped, then scaled
+    assert expected[1, 1] == pytest.approx(-1.2)  # confident and wrong: capped
+    assert expected[3, 1] < 0  # right answer but broken format: counts as wrong
+    conf = np.array([np.nan if c is None else c for c in confidence])
+    np.testing.assert_allclose(compute_reward_columns(m, correct, conf, format_ok), expected)
+    for name in ("rlcr", "rlvr"):
+        ms = MethodSettings(name)
+        np.testing.assert_allclose(
+            compute_reward_columns(ms, correct, conf, format_ok),
+            _brute_columns(ms, correct, confidence, format_ok),
+        )
+
+
+def test_weight_cap_binds_on_correct_answers():
+    """Regression guard: a cap applied to wrong answers only would leave the most confident right
+    answer at H_n. Every alpha above the cap is clipped, whatever the verdict."""
+    n = 10
+    confidence = np.linspace(0.05, 0.95, n)
+    correct = np.ones(n, dtype=bool)
+    fmt = np.ones(n, dtype=bool)
+    capped = compute_reward_columns(
+        MethodSettings("rlsr", weight_cap=1.0), correct, confidence, fmt
+    )
+    alpha = _brute_alpha(list(confidence))
+    np.testing.assert_allclose(capped[:, 1], np.minimum(alpha, 1.0))
+    assert capped[:, 1].max() == pytest.approx(1.0) and alpha.max() > 2.5
+    wrong = compute_reward_columns(
+        MethodSettings("rlsr", weight_cap=1.0), ~correct, confidence, fmt
+    )
+    np.testing.assert_allclose(wrong[:, 1], -np.minimum(alpha, 1.0))
+
+
 # --------------------------------------------------------------------------- real TRL step
 
 
-@pytest.mark.parametrize("method", ["rlsr", "rlcr"])
-def test_one_step_matches_trl_advantages_and_logs_pool_metrics(tmp_path, method):
+_METHOD_RUNS = {
+    # weight_cap 1.0 binds on the top ranks of a 16-completion pool (H_16 = 3.38); scale 1.5.
+    "rlsr": MethodSettings("rlsr", weight_cap=1.0, correct_scale=1.5),
+    "rlcr": MethodSettings("rlcr"),
+    "rlvr": MethodSettings("rlvr"),
+}
+
+
+@pytest.mark.parametrize("method", sorted(_METHOD_RUNS))
+def test_one_step_rewards_and_advantages_trl_received_equal_an_independent_recompute(
+    tmp_path, method
+):
     """One optimizer step of recipe=tiny in this process (transformers generation, no vLLM).
 
-    TRL's own logged advantages must equal (weighted columns - group mean) of the pool the hook
-    saw, which proves the returned tensor has the layout TRL expects; the rlsr/* and
-    rewards/<column>/mean metrics must be logged.
+    Everything expected is recomputed here from what TRL itself recorded (``trainer._logs``: the
+    prompts and completion texts of the step, and the reward columns and advantages it received):
+    the texts are re-parsed and re-verified against the dataset's answers for their prompts,
+    every reward column of the method is recomputed by the brute-force reference above, and the
+    advantages from those. Nothing is read from the trainer's own pool bookkeeping.
     """
     import torch
     from test_trainer_support import tiny_settings
 
+    from rlsr.data import load_examples
+    from rlsr.parsing import parse_response
     from rlsr.training import build_trainer, validate
+    from rlsr.verifiers import get_verifier
 
     torch.set_num_threads(1)
     settings = tiny_settings(tmp_path, max_steps=1, save_steps=1000)
-    settings.method = MethodSettings(method)
+    settings.method = _METHOD_RUNS[method]
     validate(settings)
-    pools = []
-    trainer = build_trainer(settings, pool_hook=pools.append)
+    trainer = build_trainer(settings)
     trainer.train()
 
-    assert len(pools) == 1
-    pool = pools[0]
     G = settings.grpo["num_generations"]
-    weights = [w for _, w in reward_columns(settings.method)]
-    expected = _grpo_advantages(pool["rewards"].astype(np.float64), weights, G)
-    np.testing.assert_allclose(np.array(trainer._logs["advantages"]), expected, atol=1e-6)
-
-    logs = trainer.state.log_history[0]
     n = settings.grpo["per_device_train_batch_size"] * settings.grpo["gradient_accumulation_steps"]
-    assert logs["rlsr/pool_size"] == n == len(pool["correct"])
-    for key in ("aurc", "ece", "accuracy", "mean_confidence", "format_rate", "verifier_timeouts"):
-        assert f"rlsr/{key}" in logs
-    assert logs["rlsr/accuracy"] == pytest.approx(pool["correct"].mean())
-    for i, (name, _) in enumerate(reward_columns(settings.method)):
-        assert logs[f"rewards/{name}/mean"] == pytest.approx(
-            float(pool["rewards"][:, i].mean()), abs=1e-5
+    logs = trainer._logs
+    assert len(logs["completion"]) == len(logs["prompt"]) == len(logs["advantages"]) == n
+
+    # The answers of each prompt, from the dataset (prompt messages -> gold answers).
+    golds_of: dict[str, list[str]] = {}
+    for row in load_examples("tiny", split="train", limit=settings.data.limit):
+        key = repr(row["prompt"])
+        assert golds_of.setdefault(key, list(row["answers"])) == list(row["answers"])
+    golds = [golds_of[repr(list(p))] for p in logs["prompt"]]
+    for start in range(0, n, G):  # groups of G consecutive rows share their prompt
+        assert all(
+            repr(p) == repr(logs["prompt"][start]) for p in list(logs["prompt"])[start : start + G]
         )
+
+    texts = [c[0]["content"] if isinstance(c, list) else c for c in logs["completion"]]
+    parsed = [parse_response(t) for t in texts]
+    correct = get_verifier("exact_match").verify_batch([p.answer for p in parsed], golds).correct
+    correct = [bool(c) for c in correct]
+    confidence = [p.confidence for p in parsed]
+    format_ok = [p.format_ok for p in parsed]
+    # Non-vacuous: a mix of right and wrong, and verdicts that differ from the format verdicts.
+    assert 0 < sum(correct) < n and any(c != f for c, f in zip(correct, format_ok, strict=True))
+
+    m = settings.method
+    columns = _brute_columns(m, correct, confidence, format_ok)
+    names = [name for name, _ in reward_columns(m)]
+    weights = [w for _, w in reward_columns(m)]
+    assert names == list(logs["rewards"])
+    for j, name in enumerate(names):  # every column TRL received
+        np.testing.assert_allclose(np.array(logs["rewards"][name]), columns[:, j], atol=1e-6)
+    np.testing.assert_allclose(
+        np.array(logs["advantages"]), _brute_advantages(columns, weights, G), atol=1e-5
+    )
+    if method == "rlsr":  # the cap bound on at least one right answer of this pool
+        alpha = _brute_alpha(confidence)
+        assert any(
+            a > m.weight_cap and c and f for a, c, f in zip(alpha, correct, format_ok, strict=True)
+        )
+
+    log = trainer.state.log_history[0]
+    assert log["rlsr/pool_size"] == n
+    assert log["rlsr/accuracy"] == pytest.approx(sum(correct) / n)
+    assert log["rlsr/format_rate"] == pytest.approx(sum(format_ok) / n)
+    parsed_rate = sum(c is not None for c in confidence) / n
+    assert log["rlsr/confidence_parsed_rate"] == pytest.approx(parsed_rate)
+    errors = np.array([0.0 if c else 1.0 for c in correct])
+    assert log["rlsr/aurc"] == pytest.approx(float(_brute_alpha(confidence) @ errors) / n)
+    for j, name in enumerate(names):
+        assert log[f"rewards/{name}/mean"] == pytest.approx(columns[:, j].mean(), abs=1e-5)
     assert trainer._verifier is None  # the verifier was closed when training ended
 
-    # The saved model carries no pickled training_args.bin; its JSON form masks token fields.
-    trainer.save_model(str(tmp_path / "final"))
-    assert (tmp_path / "final" / "adapter_model.safetensors").is_file()
-    assert not list((tmp_path / "final").glob("*.bin"))
-    assert '"hub_token": "<HUB_TOKEN>"' in (tmp_path / "final" / "training_args.json").read_text()
+    if method == "rlsr":
+        # The saved model carries no pickled training_args.bin; its JSON form masks tokens.
+        trainer.save_model(str(tmp_path / "final"))
+        assert (tmp_path / "final" / "adapter_model.safetensors").is_file()
+        assert not list((tmp_path / "final").glob("*.bin"))
+        text = (tmp_path / "final" / "training_args.json").read_text()
+        assert '"hub_token": "<HUB_TOKEN>"' in text
 
 
 def test_trainer_rejects_reward_funcs(tmp_path):
