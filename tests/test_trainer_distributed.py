@@ -10,7 +10,10 @@ then checks, in a single process:
   confidence, format_ok), and ``rlsr.rewards`` on that pool reproduces the trainer's reward
   columns exactly;
 * rows are grouped by prompt in blocks of G (TRL's ``view(-1, G)`` layout holds);
-* ranking per process instead of over the pool would have given different rewards.
+* ranking per process instead of over the pool would have given different rewards;
+* the pool is stated as ``pool_size`` and the gradient accumulation is derived from the world
+  size: one and two processes (near-greedy decoding, ``top_k=1``) rank the same 16 completions of
+  the same prompts in the same order and give identical rewards.
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-PER_DEVICE, ACCUM, PROCS, G, STEPS = 4, 2, 2, 4, 2
+PER_DEVICE, POOL, PROCS, G, STEPS = 4, 16, 2, 4, 2
 
 
-def _worker(out_dir: str) -> None:
+def _worker(out_dir: str, mode: str = "sampled") -> None:
     import torch
 
     torch.set_num_threads(1)
@@ -53,20 +56,64 @@ def _worker(out_dir: str) -> None:
             }
         )
 
+    extra = {"top_k": 1} if mode == "greedy" else {}  # top-1 sampling: the argmax token
     settings = tiny_settings(
         Path(out_dir) / "run",
-        max_steps=STEPS,
+        max_steps=STEPS if mode == "sampled" else 1,
         per_device_train_batch_size=PER_DEVICE,
-        gradient_accumulation_steps=ACCUM,
         num_generations=G,
         save_steps=1000,
+        **extra,
     )
+    settings.grpo.pop("gradient_accumulation_steps")  # derived from pool_size and the world size
+    settings.pool_size = POOL
     settings.resume = "never"
     trainer = run_training(settings, pool_hook=hook)
     pool_sizes = [h["rlsr/pool_size"] for h in trainer.state.log_history if "rlsr/pool_size" in h]
     Path(out_dir, f"rank{rank}.json").write_text(
-        json.dumps({"pools": dumps, "pool_sizes": pool_sizes})
+        json.dumps(
+            {
+                "pools": dumps,
+                "pool_sizes": pool_sizes,
+                "accumulation": trainer.args.gradient_accumulation_steps,
+            }
+        )
     )
+
+
+def _launch(out: Path, procs: int, mode: str, port: int) -> list[dict]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(procs),
+        "--master_port", str(port), __file__, str(out), mode,
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=580)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    plan = f"[rlsr] pool {POOL} completions per optimizer step = {POOL // G} prompts x {G}"
+    assert proc.stdout.count(plan) == 1, proc.stdout[-3000:]  # logged once, by rank 0
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(procs)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_pool_size_gives_the_same_pool_and_rewards_on_one_and_two_processes(tmp_path):
+    """Regression: the recipes fixed gradient_accumulation_steps, so the pool (and every rank
+    weight alpha = H_n - H_{n-r}) changed with the number of GPUs. With pool_size the
+    accumulation is derived: 16 = 4 x 1 x 4 = 4 x 2 x 2, and the same prompts in the same order
+    give, with top-1 decoding, the same completions and identical rewards."""
+    from test_trainer_support import format_warm_model
+
+    format_warm_model()
+    one = _launch(tmp_path / "one", 1, "greedy", port=29518)[0]
+    two = _launch(tmp_path / "two", 2, "greedy", port=29519)
+    assert two[0] == two[1]
+    assert (one["accumulation"], two[0]["accumulation"]) == (4, 2)
+    assert one["pool_sizes"] == two[0]["pool_sizes"] == [float(POOL)]
+    a, b = one["pools"][0], two[0]["pools"][0]
+    assert a["golds"] == b["golds"]  # the same prompts, in the same (process) order
+    assert a["texts"] == b["texts"]
+    assert a["rewards"] == b["rewards"]
+    assert len(set(map(str, a["rewards"]))) >= 2  # the pool's rewards are not all alike
 
 
 @pytest.mark.slow
@@ -79,19 +126,12 @@ def test_two_processes_rank_the_whole_pool_exactly(tmp_path):
     from rlsr.verifiers import get_verifier
 
     format_warm_model()  # build the cached fixture once, before two ranks race for it
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(PROCS),
-        "--master_port", "29517", __file__, str(tmp_path),
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=580)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(PROCS)]
+    ranks = _launch(tmp_path, PROCS, "sampled", port=29517)
     assert ranks[0] == ranks[1], "ranks disagree on the pooled data or rewards"
+    assert ranks[0]["accumulation"] == POOL // (PER_DEVICE * PROCS)
     pools = ranks[0]["pools"]
     assert len(pools) == STEPS
-    expected_pool = PER_DEVICE * PROCS * ACCUM
+    expected_pool = POOL
     assert ranks[0]["pool_sizes"] == [float(expected_pool)] * STEPS
 
     verifier = get_verifier("exact_match")
@@ -113,8 +153,9 @@ def test_two_processes_rank_the_whole_pool_exactly(tmp_path):
         dumped_conf = np.array([np.nan if c is None else c for c in pool["confidence"]])
         np.testing.assert_array_equal(confidence, dumped_conf)
 
+        scored = correct & format_ok  # a format failure counts as wrong (correct_requires_format)
         expected = np.stack(
-            [format_ok.astype(float), lifted_aurc_rewards(correct, confidence)], axis=1
+            [format_ok.astype(float), lifted_aurc_rewards(scored, confidence)], axis=1
         ).astype(np.float32)
         np.testing.assert_array_equal(np.array(pool["rewards"], dtype=np.float32), expected)
 
@@ -122,7 +163,7 @@ def test_two_processes_rank_the_whole_pool_exactly(tmp_path):
         local = np.concatenate(
             [
                 lifted_aurc_rewards(
-                    correct[i * half : (i + 1) * half], confidence[i * half : (i + 1) * half]
+                    scored[i * half : (i + 1) * half], confidence[i * half : (i + 1) * half]
                 )
                 for i in range(PROCS)
             ]
@@ -134,4 +175,4 @@ def test_two_processes_rank_the_whole_pool_exactly(tmp_path):
 
 
 if __name__ == "__main__":
-    _worker(sys.argv[1])
+    _worker(*sys.argv[1:])
