@@ -3,6 +3,10 @@
 ``build_tiny_model`` writes a randomly initialised ``Qwen2ForCausalLM`` and a byte-level BPE
 tokenizer trained on the spot, with a ChatML chat template, in Hugging Face format
 (``config.json``, ``model.safetensors``, ``tokenizer.json`` …). No hub access, a few seconds.
+``build_tiny_llama_model`` does the same for the Llama-3.1 family (``LlamaForCausalLM``, llama3
+RoPE scaling, untied head; a tokenizer shaped like Llama 3's: its pre-tokenizer regex, BOS
+prepended by the post-processor, no pad token, ``<|eot_id|>``-terminated chat turns), so the real
+recipes' ``model=llama3.1-8b`` paths run on CPU (tests/test_recipes_run.py).
 
 Why the tokenizer is trained the way it is (STACK.md): transformers 5 reloads a folder holding a
 Qwen2 ``config.json`` as ``Qwen2Tokenizer``, which rebuilds the pre-tokenizer as Qwen's regex
@@ -28,7 +32,9 @@ from rlsr.data import load_examples
 __all__ = [
     "TINY_MODEL_DEFAULTS",
     "build_tiny_model",
+    "build_tiny_llama_model",
     "tiny_model_path",
+    "tiny_llama_model_path",
     "tiny_warm_model_path",
     "CHATML_TEMPLATE",
 ]
@@ -81,27 +87,34 @@ def _training_corpus() -> list[str]:
     return lines
 
 
-def _build_tokenizer(vocab_size: int):
+def _train_bpe(vocab_size: int, regex: str, special_tokens: list[str], normalize: bool):
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE(unk_token=None, byte_fallback=False))
-    tok.normalizer = normalizers.NFC()
+    if normalize:
+        tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(_QWEN2_PRETOKENIZE_REGEX), behavior="isolated"),
+            pre_tokenizers.Split(Regex(regex), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size - len(SPECIAL_TOKENS),
+        vocab_size=vocab_size - len(special_tokens),
         special_tokens=[],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(_training_corpus(), trainer=trainer)
-    tok.add_special_tokens(SPECIAL_TOKENS)
+    tok.add_special_tokens(special_tokens)
+    return tok
+
+
+def _build_tokenizer(vocab_size: int):
+    from transformers import PreTrainedTokenizerFast
+
+    tok = _train_bpe(vocab_size, _QWEN2_PRETOKENIZE_REGEX, SPECIAL_TOKENS, normalize=True)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
@@ -110,6 +123,47 @@ def _build_tokenizer(vocab_size: int):
         unk_token=None,
     )
     fast.chat_template = CHATML_TEMPLATE
+    return fast
+
+
+# Llama 3's pre-tokenizer regex (digits in runs of up to three) and special tokens.
+_LLAMA3_PRETOKENIZE_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+LLAMA3_SPECIAL_TOKENS = [
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+]
+LLAMA3_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content']"
+    " + '<|eot_id|>' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
+    "{% endif %}"
+)
+
+
+def _build_llama3_tokenizer(vocab_size: int):
+    from tokenizers import processors
+    from transformers import PreTrainedTokenizerFast
+
+    tok = _train_bpe(vocab_size, _LLAMA3_PRETOKENIZE_REGEX, LLAMA3_SPECIAL_TOKENS, normalize=False)
+    bos = "<|begin_of_text|>"
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=bos,
+        eos_token="<|end_of_text|>",  # the base model's; chat turns end with <|eot_id|>
+        pad_token=None,  # Llama-3.1 base has none; TRL pads with eos
+        unk_token=None,
+    )
+    fast.chat_template = LLAMA3_CHAT_TEMPLATE
     return fast
 
 
@@ -152,6 +206,66 @@ def build_tiny_model(out_dir: str | os.PathLike, **overrides) -> Path:
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     return out
+
+
+def build_tiny_llama_model(out_dir: str | os.PathLike, **overrides) -> Path:
+    """Write a tiny random Llama-3.1-shaped causal LM (``LlamaForCausalLM``: GQA, llama3 RoPE
+    scaling, untied LM head) with a Llama-3-shaped tokenizer and chat template to ``out_dir``.
+
+    Keyword overrides replace entries of ``TINY_MODEL_DEFAULTS``. Returns ``Path(out_dir)``.
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    unknown = set(overrides) - set(TINY_MODEL_DEFAULTS)
+    if unknown:
+        raise ValueError(
+            f"unknown tiny-model settings {sorted(unknown)}; known: {sorted(TINY_MODEL_DEFAULTS)}"
+        )
+    cfg = {**TINY_MODEL_DEFAULTS, **overrides}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = _build_llama3_tokenizer(cfg["vocab_size"])
+    eot = tokenizer.convert_tokens_to_ids("<|eot_id|>")
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg["hidden_size"],
+        intermediate_size=cfg["intermediate_size"],
+        num_hidden_layers=cfg["num_hidden_layers"],
+        num_attention_heads=cfg["num_attention_heads"],
+        num_key_value_heads=cfg["num_key_value_heads"],
+        max_position_embeddings=cfg["max_position_embeddings"],
+        rope_theta=500000.0,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 1024,
+        },
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=None,
+    )
+    torch.manual_seed(cfg["seed"])
+    model = LlamaForCausalLM(config)
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, eot]
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def tiny_llama_model_path(**overrides) -> Path:
+    """Path of a cached tiny Llama-3.1-shaped model (``build_tiny_llama_model``), like
+    ``tiny_model_path``."""
+    cfg = {**TINY_MODEL_DEFAULTS, **overrides}
+    key_src = json.dumps(cfg, sort_keys=True) + Path(__file__).read_text()
+    key = hashlib.sha256(key_src.encode()).hexdigest()[:12]
+    return _cached_build(
+        _cache_root() / f"tiny-llama-{key}", lambda out: build_tiny_llama_model(out, **overrides)
+    )
 
 
 def _cache_root() -> Path:
