@@ -81,18 +81,26 @@ def test_every_entry_provides_every_part(name):
 def test_the_methods_columns_are_the_papers_equations():
     correct, confidence, format_ok = _pool()
     fmt = format_ok.astype(float)
+    # A format failure counts as wrong (RLCR's reference accuracy_reward; docs/training.md).
+    scored = correct & format_ok
+    assert (scored != correct).any()
     rlsr = resolve(MethodSettings("rlsr", correct_scale=2.0, weight_cap=3.0, max_coverage=0.5))
     lifted = R.lifted_aurc_rewards(
-        correct, confidence, correct_scale=2.0, weight_cap=3.0, max_coverage=0.5
+        scored, confidence, correct_scale=2.0, weight_cap=3.0, max_coverage=0.5
     )
     np.testing.assert_array_equal(rlsr.rewards(correct, confidence, format_ok), np.c_[fmt, lifted])
     # RLCR's Brier term, written out: 0 where the format fails or the confidence is missing
     valid = format_ok & ~np.isnan(confidence)
-    brier = np.where(valid, 1.0 - (correct - np.nan_to_num(confidence)) ** 2, 0.0)
+    brier = np.where(valid, 1.0 - (scored - np.nan_to_num(confidence)) ** 2, 0.0)
     rlcr = resolve(MethodSettings("rlcr")).rewards(correct, confidence, format_ok)
-    np.testing.assert_allclose(rlcr, np.c_[fmt, correct.astype(float), brier], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(rlcr, np.c_[fmt, scored.astype(float), brier], rtol=0, atol=1e-15)
     rlvr = resolve(MethodSettings("rlvr")).rewards(correct, confidence, format_ok)
-    np.testing.assert_array_equal(rlvr, np.c_[fmt, correct.astype(float)])
+    np.testing.assert_array_equal(rlvr, np.c_[fmt, scored.astype(float)])
+    # correct_requires_format=false: the verifier's verdict alone.
+    loose = resolve(MethodSettings("rlvr", correct_requires_format=False))
+    np.testing.assert_array_equal(
+        loose.rewards(correct, confidence, format_ok), np.c_[fmt, correct.astype(float)]
+    )
 
 
 def test_unknown_method_is_a_config_error_with_the_closest_name():
@@ -163,7 +171,8 @@ def test_adding_a_method_is_one_entry_and_its_reward_function(registry, tmp_path
     assert grpo_kwargs(settings)["reward_weights"] == [0.2, 0.8]
     correct, confidence, format_ok = _pool()
     out = methods.compute_reward_columns(settings.method, correct, confidence, format_ok)
-    np.testing.assert_array_equal(out[:, 1], 2.0 * correct)
+    # the registry hands every method the format-gated verdict (method.correct_requires_format)
+    np.testing.assert_array_equal(out[:, 1], 2.0 * (correct & format_ok))
 
 
 def test_a_method_check_names_the_field():
