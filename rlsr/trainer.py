@@ -6,7 +6,8 @@ the whole effective batch at once: ``steps_per_generation = gradient_accumulatio
 lifted-AURC reward of a completion depends on its confidence *rank within that whole pool*, so
 it cannot be computed per process or per micro-batch.
 
-The only hook overridden is ``GRPOTrainer._calculate_rewards``. TRL 1.16 calls it from
+The reward hook overridden is ``GRPOTrainer._calculate_rewards``. (The vLLM weight sync of a
+LoRA model is replaced by ``rlsr.weight_sync``: out-of-place merged tensors, base never written.) TRL 1.16 calls it from
 ``_generate_and_score_completions`` with the process's LOCAL prompts/completions and expects the
 GLOBAL ``(N_global, n_reward_funcs)`` tensor back, rows in process order (its own implementation
 ends with ``accelerate.utils.gather``); it then weights the columns with ``reward_weights``,
@@ -43,6 +44,7 @@ from rlsr import rewards as R
 from rlsr.data import row_verification_inputs
 from rlsr.parsing import FULL_FORMAT, parse_response
 from rlsr.verifiers import get_verifier
+from rlsr.weight_sync import install_out_of_place_lora_sync
 
 __all__ = ["RLSRTrainer", "completion_text", "pool_statistics"]
 
@@ -142,6 +144,7 @@ class RLSRTrainer(GRPOTrainer):
                     f"{weights}; set method.format_weight / method.method_weight instead."
                 )
         super().__init__(*args, **kwargs)
+        install_out_of_place_lora_sync(self)  # vLLM syncs merged copies; base never written
         self.parse_spec = FULL_FORMAT if parse_spec is None else parse_spec
         self._verifier_spec = verifier
         self._verifier = None if isinstance(verifier, str) else verifier

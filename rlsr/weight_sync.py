@@ -1,0 +1,260 @@
+"""LoRA weight sync to vLLM without touching the frozen base: out-of-place merged tensors.
+
+The bug (issue 12, TRL #6688). TRL 1.16 pushes the policy to vLLM once per optimizer step
+(``VLLMGeneration.sync_weights``: colocate -> ``model.load_weights``, server ->
+``VLLMClient.update_named_params``; both consume ``VLLMGeneration._iter_named_params``). With PEFT
+that iterator calls ``merge_adapter()``, which *writes* ``W += ΔW`` into the base weight, yields
+the parameters, then ``unmerge_adapter()``, which writes ``W -= ΔW.to(W.dtype)``. PEFT 0.21.2
+adds the fp32 delta with one rounding to bf16 but subtracts a delta that was rounded to bf16
+first, so ``round(round(W + ΔW) - round(ΔW)) != W`` for many entries: the frozen base moves at
+every sync (benchmarks/RESULTS.md, "LoRA weight sync").
+
+The fix. Give vLLM, for every LoRA-wrapped linear layer, a fresh tensor
+
+    W' = (W.float() + Σ_a s_a · B_a A_a).to(W.dtype)       (s_a = lora_alpha / r, or rsLoRA's)
+
+(transposed delta for ``fan_in_fan_out`` / Conv1D bases; bias ``b' = (b.float() + Σ_a s_a ·
+b_B,a).to(b.dtype)`` with ``lora_bias``), and never write W. The value equals what a single
+in-place merge of a fresh base would have pushed (PyTorch's ``bf16 += fp32`` rounds once), so vLLM
+sees the same policy as before, without the drift. Other parameters (embeddings, norms,
+``modules_to_save`` copies) are yielded as they are, under the names TRL gives them.
+
+How it plugs in. GRPOTrainer builds ``self.vllm_generation`` (and starts the engine) inside its
+``__init__``; :func:`install_out_of_place_lora_sync` re-classes that object to
+:class:`OutOfPlaceLoraVLLMGeneration`, a subclass that overrides ``_iter_named_params`` only.
+TRL's own ``sync_weights`` (colocate and server) and its ZeRO-3 gather are unchanged. FSDP keeps
+TRL's iterator (our recipes do not use FSDP; a warning says so).
+
+ZeRO-3: TRL gathers all parameters with ``deepspeed.zero.GatheredParameters(params)``
+(``modifier_rank=None``); on exit DeepSpeed re-partitions with ``has_been_updated=False``, which
+frees the gathered copy and keeps the untouched shard, so in-place merges were discarded there (no
+drift) — see docs/training.md, "LoRA weight sync". The out-of-place merge is correct there too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+from accelerate.utils import is_peft_model
+from trl.generation.vllm_generation import VLLMGeneration
+
+from rlsr.config import ConfigError
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "lora_delta",
+    "merge_out_of_place",
+    "vllm_param_name",
+    "merged_lora_base",
+    "unsupported_lora_layers",
+    "out_of_place_named_params",
+    "OutOfPlaceLoraVLLMGeneration",
+    "install_out_of_place_lora_sync",
+]
+
+
+# --------------------------------------------------------------------------- equations
+
+
+@torch.no_grad()
+def lora_delta(
+    lora_A: torch.Tensor, lora_B: torch.Tensor, scaling: float, fan_in_fan_out: bool = False
+) -> torch.Tensor:
+    """LoRA weight update in fp32: ``ΔW = (B A) · s`` (LoRA, Hu et al. 2021, Eq. 3).
+
+    ``lora_A``: (r, in), ``lora_B``: (out, r); returns (out, in) like ``nn.Linear.weight``, or its
+    transpose (in, out) when ``fan_in_fan_out`` (the base stores W as Conv1D does). Computed in
+    fp32 whatever the adapter dtype, as ``(B @ A) * s`` (PEFT's order of operations).
+    """
+    delta = (lora_B.float() @ lora_A.float()) * float(scaling)
+    return delta.T if fan_in_fan_out else delta
+
+
+@torch.no_grad()
+def merge_out_of_place(
+    weight: torch.Tensor, deltas: Sequence[torch.Tensor] | torch.Tensor
+) -> torch.Tensor:
+    """Merged weight as a NEW tensor: ``W' = (W.float() + Σ_a ΔW_a).to(W.dtype)``; W is only read.
+
+    One rounding to ``W.dtype`` at the end (bf16: what PyTorch's ``W += ΔW`` with an fp32 ΔW also
+    gives on a fresh W). ``deltas``: one fp32 ΔW (see :func:`lora_delta`) or a sequence of them
+    (several active adapters), each of W's shape.
+    """
+    if isinstance(deltas, torch.Tensor):
+        deltas = [deltas]
+    total = weight.float()  # a copy for bf16/fp16; for fp32 W the clone below keeps W unwritten
+    if total.data_ptr() == weight.data_ptr():
+        total = total.clone()
+    for delta in deltas:
+        if delta.shape != weight.shape:
+            raise ValueError(
+                f"LoRA delta shape {tuple(delta.shape)} != weight {tuple(weight.shape)}"
+            )
+        total += delta.to(total.device)
+    return total.to(weight.dtype)
+
+
+def vllm_param_name(peft_name: str, lora_prefix: str = "lora_") -> str | None:
+    """vLLM's name for a PeftModel parameter, or None when vLLM has no such parameter.
+
+    TRL 1.16's naming contract (``VLLMGeneration._iter_named_params``): drop the
+    ``base_model.model.`` prefix and ``.base_layer``; skip adapter parameters (names containing
+    the tuner prefix, ``lora_``) and the frozen ``original_module`` of a ``modules_to_save``
+    wrapper. The remaining prefixes (``modules_to_save.default.``, ``_checkpoint_wrapped_module.``)
+    are removed by TRL's ``_fix_param_name_to_vllm``, which the caller applies.
+    """
+    name = peft_name.removeprefix("base_model.model.").replace(".base_layer", "")
+    if lora_prefix in name or "original_module" in name:
+        return None
+    return name
+
+
+# --------------------------------------------------------------------------- PEFT model walk
+
+
+def _lora_linear_class():
+    from peft.tuners.lora import Linear  # heavy optional dependency: only PEFT models get here
+
+    return Linear
+
+
+def unsupported_lora_layers(model: torch.nn.Module) -> list[str]:
+    """``["module name (Class)", ...]`` of adapter layers the out-of-place merge cannot handle.
+
+    Handled: plain ``peft.tuners.lora.Linear`` (what ``target_modules="all-linear"`` wraps
+    nn.Linear and Conv1D in), any number of adapters, ``fan_in_fan_out``, ``lora_bias``, rsLoRA /
+    rank / alpha patterns (through ``layer.scaling``). Not handled: LoRA variants (DoRA, ...) on
+    an active adapter, quantized or other layer classes, other tuners (trainable tokens, ...).
+    """
+    from peft.tuners.tuners_utils import BaseTunerLayer  # heavy optional dependency
+
+    linear = _lora_linear_class()
+    bad = []
+    for name, module in model.named_modules():
+        if not isinstance(module, BaseTunerLayer):
+            continue
+        if type(module) is not linear:
+            bad.append(f"{name} ({type(module).__name__})")
+        elif any(a in getattr(module, "lora_variant", {}) for a in module.active_adapters):
+            bad.append(f"{name} (LoRA variant, e.g. DoRA)")
+    return bad
+
+
+def _check_supported(model: torch.nn.Module) -> None:
+    bad = unsupported_lora_layers(model)
+    if bad:
+        raise ConfigError(
+            "model.lora",
+            "the vLLM weight sync merges plain LoRA linear layers only; unsupported: "
+            f"{', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}. Use plain LoRA "
+            "(no DoRA/quantization) or set grpo.use_vllm=false.",
+        )
+
+
+def merged_lora_base(layer: torch.nn.Module, which: str = "weight") -> torch.Tensor:
+    """Out-of-place merge of one ``peft.tuners.lora.Linear``'s base ``weight`` or ``bias``.
+
+    weight: ``(W.float() + Σ_a lora_delta(A_a, B_a, s_a, fan_in_fan_out)).to(W.dtype)``;
+    bias (``lora_bias``): ``(b.float() + Σ_a s_a · b_{B,a}).to(b.dtype)``; sums over the layer's
+    active adapters; a layer whose adapters are already merged returns its base tensor as is.
+    """
+    base = layer.get_base_layer()
+    adapters = [a for a in layer.active_adapters if a in layer.lora_A and not layer.merged]
+    if which == "weight":
+        deltas = [
+            lora_delta(
+                layer.lora_A[a].weight,
+                layer.lora_B[a].weight,
+                layer.scaling[a],
+                fan_in_fan_out=layer.fan_in_fan_out,
+            )
+            for a in adapters
+        ]
+        return merge_out_of_place(base.weight, deltas) if deltas else base.weight.data
+    deltas = [
+        layer.lora_B[a].bias.detach().float() * float(layer.scaling[a])
+        for a in adapters
+        if layer.lora_bias.get(a, False)
+    ]
+    return merge_out_of_place(base.bias, deltas) if deltas else base.bias.data
+
+
+def _lora_base_params(model: torch.nn.Module) -> dict[int, tuple[torch.nn.Module, str]]:
+    """``{id(base parameter): (LoRA layer, "weight" | "bias")}`` of every LoRA-wrapped linear."""
+    linear = _lora_linear_class()
+    found: dict[int, tuple[torch.nn.Module, str]] = {}
+    for module in model.modules():
+        if type(module) is linear:
+            base = module.get_base_layer()
+            found[id(base.weight)] = (module, "weight")
+            if getattr(base, "bias", None) is not None:
+                found[id(base.bias)] = (module, "bias")
+    return found
+
+
+def out_of_place_named_params(
+    model: torch.nn.Module, fix_name: Callable[[str], str] = lambda n: n
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(vLLM name, tensor)`` for every parameter vLLM holds, LoRA layers merged out of place.
+
+    Same names and order as TRL 1.16's PEFT iterator (``model.named_parameters()``, renamed by
+    :func:`vllm_param_name` then ``fix_name``); a LoRA-adapted base weight/bias is replaced by
+    :func:`merge_out_of_place` of it, everything else is yielded as ``param.data``. No parameter
+    is written. Raises ConfigError for adapter layers listed by :func:`unsupported_lora_layers`.
+    """
+    _check_supported(model)
+    lora_params = _lora_base_params(model)
+    prefix = getattr(model, "prefix", "lora_")
+    for peft_name, param in model.named_parameters():
+        name = vllm_param_name(peft_name, prefix)
+        if name is None:
+            continue
+        owner = lora_params.get(id(param))
+        yield fix_name(name), (merged_lora_base(*owner) if owner else param.data)
+
+
+# --------------------------------------------------------------------------- TRL hook
+
+
+class OutOfPlaceLoraVLLMGeneration(VLLMGeneration):
+    """TRL's VLLMGeneration whose PEFT weight iterator merges out of place (module docstring).
+
+    Only ``_iter_named_params`` is overridden; non-PEFT models and FSDP go to TRL's.
+    """
+
+    def _iter_named_params(self):
+        model = self.model
+        if not is_peft_model(model) or self._dist.is_fsdp:
+            yield from super()._iter_named_params()
+            return
+
+        def fix_name(name: str) -> str:
+            return self._fix_param_name_to_vllm(name, extra_prefixes=["modules_to_save.default."])
+
+        # ZeRO-3: gather everything at once, as TRL does (no-op otherwise); nothing is modified,
+        # so the re-partition on exit keeps the shards as they were.
+        with self._dist.gather_params(list(model.parameters())):
+            yield from out_of_place_named_params(model, fix_name)
+
+
+def install_out_of_place_lora_sync(trainer) -> None:
+    """Make ``trainer.vllm_generation`` (built by GRPOTrainer.__init__) sync LoRA out of place.
+
+    No-op without vLLM or without PEFT. Re-classing the built object (rather than building a second
+    one) keeps TRL's engine and state; the subclass adds no attributes. Raises ConfigError early
+    for adapter layers the merge cannot handle.
+    """
+    generation = getattr(trainer, "vllm_generation", None)
+    if generation is None or not is_peft_model(generation.model):
+        return
+    if generation._dist.is_fsdp:
+        logger.warning(
+            "FSDP + LoRA + vLLM: TRL's in-place merge/unmerge weight sync is kept; it can drift "
+            "a bf16 base (docs/training.md, 'LoRA weight sync'). Use DDP or DeepSpeed ZeRO."
+        )
+        return
+    _check_supported(generation.model)
+    generation.__class__ = OutOfPlaceLoraVLLMGeneration
