@@ -6,8 +6,9 @@ the whole effective batch at once: ``steps_per_generation = gradient_accumulatio
 lifted-AURC reward of a completion depends on its confidence *rank within that whole pool*, so
 it cannot be computed per process or per micro-batch.
 
-The reward hook overridden is ``GRPOTrainer._calculate_rewards``. (The vLLM weight sync of a
-LoRA model is replaced by ``rlsr.weight_sync``: out-of-place merged tensors, base never written.) TRL 1.16 calls it from
+The reward hook overridden is ``GRPOTrainer._calculate_rewards`` (the LoRA weight sync to vLLM
+is ``rlsr.weight_sync``: out-of-place merged tensors, the base is never written). TRL 1.16 calls
+it from
 ``_generate_and_score_completions`` with the process's LOCAL prompts/completions and expects the
 GLOBAL ``(N_global, n_reward_funcs)`` tensor back, rows in process order (its own implementation
 ends with ``accelerate.utils.gather``); it then weights the columns with ``reward_weights``,
