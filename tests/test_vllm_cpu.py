@@ -183,9 +183,52 @@ def _patch_vllm_cpu_weight_sync() -> None:
     UnquantizedEmbeddingMethod.process_weights_after_loading = plain_weights
 
 
-def _colocate_child(out_dir: str) -> None:
-    """Two RLSR steps of recipe=tiny with vLLM colocate rollouts; writes result.json."""
+def _out_of_place_merge(layer):
+    """(W.float() + s·B·A).to(W.dtype) of one PEFT LoRA linear, computed here from its weights."""
+    W = layer.base_layer.weight.detach()
+    A = layer.lora_A["default"].weight.detach().float()
+    B = layer.lora_B["default"].weight.detach().float()
+    return (W.float() + layer.scaling["default"] * (B @ A)).to(W.dtype)
+
+
+def _engine_mismatches(peft_model, vllm_model) -> list[str]:
+    """Names of vLLM decoder weights that differ from the out-of-place merge of the policy.
+
+    vLLM fuses q/k/v into ``qkv_proj`` and gate/up into ``gate_up_proj`` (rows concatenated in
+    that order); biases (q/k/v) have no LoRA term and must equal the base biases.
+    """
     import torch
+
+    engine = {n: p.detach() for n, p in vllm_model.named_parameters()}
+    bad = []
+    for i, layer in enumerate(peft_model.base_model.model.model.layers):
+        att, mlp = layer.self_attn, layer.mlp
+        want = {
+            "self_attn.qkv_proj.weight": torch.cat([_out_of_place_merge(m) for m in
+                                                    (att.q_proj, att.k_proj, att.v_proj)]),
+            "self_attn.qkv_proj.bias": torch.cat([m.base_layer.bias.detach() for m in
+                                                  (att.q_proj, att.k_proj, att.v_proj)]),
+            "self_attn.o_proj.weight": _out_of_place_merge(att.o_proj),
+            "mlp.gate_up_proj.weight": torch.cat([_out_of_place_merge(mlp.gate_proj),
+                                                  _out_of_place_merge(mlp.up_proj)]),
+            "mlp.down_proj.weight": _out_of_place_merge(mlp.down_proj),
+        }  # fmt: skip
+        for key, tensor in want.items():
+            name = f"model.layers.{i}.{key}"
+            if not (engine[name].dtype == tensor.dtype and torch.equal(engine[name], tensor)):
+                bad.append(name)
+    return bad
+
+
+def _colocate_child(out_dir: str) -> None:
+    """Two RLSR steps of recipe=tiny in bf16 + LoRA with vLLM colocate rollouts; writes result.json.
+
+    After training and one more sync: the engine holds the out-of-place merge of the policy and
+    the policy's base is bitwise what it loaded (rlsr.weight_sync). Control on the same live
+    engine: TRL's stock iterator (in-place merge/unmerge) drifts the base within 20 syncs.
+    """
+    import torch
+    from trl.generation.vllm_generation import VLLMGeneration
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from test_trainer_support import tiny_settings
@@ -198,12 +241,13 @@ def _colocate_child(out_dir: str) -> None:
         out_dir, max_steps=2, save_steps=1000, use_vllm=True, vllm_mode="colocate",
         warmup_steps=0, lr_scheduler_type="constant",
     )  # fmt: skip
+    settings.model.dtype = "bfloat16"  # the GPU recipes' dtype: the base drift needs bf16
     validate(settings)
     pools: list[dict] = []
     trainer = build_trainer(settings, pool_hook=pools.append)
-    trained = {
-        n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad
-    }
+    peft_model = trainer.model
+    trained = {n: p.detach().clone() for n, p in peft_model.named_parameters() if p.requires_grad}
+    base0 = {n: p.detach().clone() for n, p in peft_model.named_parameters() if "lora_" not in n}
     engine = trainer.vllm_generation.llm.llm_engine
     vllm_model = engine.model_executor.driver_worker.model_runner.model
     qkv = "model.layers.0.self_attn.qkv_proj.weight"
@@ -220,22 +264,35 @@ def _colocate_child(out_dir: str) -> None:
     llm.generate = counting_generate
     trainer.train()
 
-    # Push the final weights once more and read them back from the engine: they must equal the
-    # merged policy (cast to the engine's dtype) and differ from what the engine started with.
+    # Push the final weights once more and read them back from the engine.
     trainer.vllm_generation.sync_weights()
     after_sync = dict(vllm_model.named_parameters())[qkv].detach().clone()
-    peft_model = trainer.model
-    peft_model.merge_adapter()
-    layer = peft_model.base_model.model.model.layers[0].self_attn
-    merged = torch.cat(
-        [layer.q_proj.weight.detach(), layer.k_proj.weight.detach(), layer.v_proj.weight.detach()]
-    ).clone()
-    peft_model.unmerge_adapter()
+    mismatches = _engine_mismatches(peft_model, vllm_model)
+    base_changed = [
+        n for n, p in peft_model.named_parameters() if "lora_" not in n and not torch.equal(
+            p.detach(), base0[n])
+    ]  # fmt: skip
     changed = [
-        n
-        for n, p in trainer.model.named_parameters()
-        if p.requires_grad and not torch.equal(trained[n], p)
-    ]
+        n for n, p in peft_model.named_parameters() if p.requires_grad and not torch.equal(
+            trained[n], p)
+    ]  # fmt: skip
+
+    # Control: TRL's own iterator on the same engine, adapters nudged between syncs.
+    generation = trainer.vllm_generation
+    sync_class = type(generation).__name__
+    generation.__class__ = VLLMGeneration
+    adapters = [p for n, p in peft_model.named_parameters() if "lora_" in n]
+    rng = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        with torch.no_grad():
+            for p in adapters:
+                p.add_(torch.randn(p.shape, generator=rng) * 1e-3)
+        generation.sync_weights()
+    stock_drift = [
+        n for n, p in peft_model.named_parameters() if "lora_" not in n and not torch.equal(
+            p.detach(), base0[n])
+    ]  # fmt: skip
+
     logs = [h for h in trainer.state.log_history if "rlsr/pool_size" in h]
     result = {
         "pool_sizes": [h["rlsr/pool_size"] for h in logs],
@@ -243,8 +300,12 @@ def _colocate_child(out_dir: str) -> None:
         "vllm_generate_calls": len(generate_calls),
         "trainable": len(trained),
         "changed": changed,
+        "policy_dtype": str(base0[next(iter(base0))].dtype),
         "engine_dtype": str(engine.model_config.dtype),
-        "engine_equals_policy": bool(torch.equal(after_sync, merged.to(after_sync.dtype))),
+        "sync_class": sync_class,
+        "engine_mismatches": mismatches,
+        "base_changed": base_changed,
+        "stock_drift": stock_drift,
         "engine_changed": not torch.equal(after_sync, before_sync),
         "expected_pool": settings.grpo["per_device_train_batch_size"]
         * settings.grpo["gradient_accumulation_steps"],
@@ -253,15 +314,21 @@ def _colocate_child(out_dir: str) -> None:
 
 
 def test_colocate_vllm_rollouts_train_two_rlsr_steps(tmp_path):
-    """recipe=tiny + grpo.use_vllm=true grpo.vllm_mode=colocate: rollouts come from vLLM, the pool
-    is ranked, the LoRA weights move, and the weight sync reaches the engine (with the patch)."""
+    """recipe=tiny in bf16 + LoRA, grpo.use_vllm=true grpo.vllm_mode=colocate: rollouts come from
+    vLLM, the pool is ranked, the LoRA weights move, the weight sync reaches the engine (with the
+    patch) as the out-of-place merge, and the frozen bf16 base never changes (issue 12 part 1;
+    the stock-TRL control on the same engine shows the drift this would otherwise catch)."""
     _run_child([__file__, "colocate", str(tmp_path)], timeout=500)
     result = json.loads((tmp_path / "result.json").read_text())
     n = result["expected_pool"]
     assert result["pool_sizes"] == [n, n] and result["hook_pool_sizes"] == [n, n]
     assert result["vllm_generate_calls"] == 2, "one vLLM generation per optimizer step"
     assert result["changed"], "no trainable parameter changed in two steps"
-    assert result["engine_changed"] and result["engine_equals_policy"], result
+    assert result["policy_dtype"] == "torch.bfloat16" == result["engine_dtype"], result
+    assert result["sync_class"] == "OutOfPlaceLoraVLLMGeneration"
+    assert result["engine_changed"] and result["engine_mismatches"] == [], result
+    assert result["base_changed"] == [], result
+    assert result["stock_drift"], "control: TRL's in-place merge/unmerge should drift the base"
 
 
 if __name__ == "__main__":  # child process of the colocate test: spawns the vLLM engine

@@ -16,7 +16,9 @@ rlsr.weight_sync.
 
 from __future__ import annotations
 
+import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -314,3 +316,128 @@ def test_dora_is_refused_when_installed():
                                             fan_in_fan_out=True))  # fmt: skip
     with pytest.raises(ConfigError, match=r"model\.lora: .*c_fc \(LoRA variant"):
         _generation(model, "colocate", ours=True)
+
+
+# --------------------------------------------------------------------------- DeepSpeed ZeRO-3
+
+
+def _zero3_child(out: str) -> None:
+    """ZeRO-3 on CPU (gloo; one process, or each rank of ``torchrun``): tiny bf16 Qwen2
+    partitioned by ``deepspeed.zero.Init(module=...)``, LoRA all-linear; 30 syncs with each
+    iterator through TRL's real ``gather_params`` = ``deepspeed.zero.GatheredParameters``.
+    Writes this rank's result to ``out.<rank>``."""
+    import json
+    import os
+
+    if "RANK" not in os.environ:  # a single process without a launcher
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533", RANK="0",
+                          WORLD_SIZE="1", LOCAL_RANK="0")  # fmt: skip
+    import deepspeed
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from rlsr.testing import tiny_model_path
+    from rlsr.weight_sync import install_out_of_place_lora_sync
+
+    torch.set_num_threads(1)
+    deepspeed.init_distributed(dist_backend="gloo")
+    ds_config = {
+        "zero_optimization": {"stage": 3},
+        "train_micro_batch_size_per_gpu": 1,
+        "bf16": {"enabled": True},
+    }
+    result = {"world_size": int(os.environ["WORLD_SIZE"])}
+    for sync in ("trl_stock", "rlsr"):
+        torch.manual_seed(0)
+        base = AutoModelForCausalLM.from_pretrained(tiny_model_path(), dtype=torch.bfloat16)
+        deepspeed.zero.Init(module=base, config_dict_or_path=ds_config)  # partition in place
+        model = get_peft_model(base, LoraConfig(r=R, lora_alpha=ALPHA, target_modules="all-linear"))
+        adapters = [p for n, p in model.named_parameters() if "lora_" in n]
+        with torch.no_grad():
+            for p in adapters:
+                p.normal_(0, 0.02)
+        shards0 = {
+            n: p.ds_tensor.clone() for n, p in model.named_parameters() if hasattr(p, "ds_id")
+        }
+        layers = _lora_layers(model)
+
+        # TRL's VLLMGeneration reads only the DeepSpeed stage from accelerate's state: a stand-in
+        # for the state a ZeRO-3 `accelerate launch` builds (the rest of the engine is not needed).
+        from trl.generation.vllm_generation import VLLMGeneration
+
+        recorder = _Recorder()
+
+        class NoEngine(VLLMGeneration):
+            def _init_vllm(self, recorder=recorder):  # the engine boundary
+                self.llm = recorder
+
+        state = types.SimpleNamespace(deepspeed_plugin=types.SimpleNamespace(zero_stage=3))
+        acc = types.SimpleNamespace(state=state, is_main_process=True)
+        gen = NoEngine(model=model, accelerator=acc, processing_class=None, mode="colocate")
+        assert gen._dist.is_zero3
+        if sync == "rlsr":
+            install_out_of_place_lora_sync(types.SimpleNamespace(vllm_generation=gen))
+        rng = torch.Generator().manual_seed(1)
+        pushed_ok = []
+        for _ in range(30):
+            with deepspeed.zero.GatheredParameters(list(model.parameters())):
+                expected = {n: _expected_merge(m) for n, m in layers.items()}
+            recorder.start()
+            gen.sync_weights()
+            pushed_ok.append(all(torch.equal(recorder.pushed[n], t) for n, t in expected.items()))
+            _nudge_adapters(adapters, rng)
+        shards_equal = all(
+            torch.equal(p.ds_tensor, shards0[n])
+            for n, p in model.named_parameters()
+            if hasattr(p, "ds_id")
+        )
+        result[sync] = {
+            "partitioned": len(shards0),
+            "shards_equal": shards_equal,
+            "pushed_ok": pushed_ok,
+            "class": type(gen).__name__,
+        }
+    with open(f"{out}.{os.environ['RANK']}", "w") as f:
+        json.dump(result, f)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_zero3_sync(tmp_path, world_size):
+    """ZeRO-3 (docs/training.md, "LoRA weight sync"). TRL gathers with
+    ``GatheredParameters(modifier_rank=None)``, which re-partitions without writing back. With 2
+    ranks the gathered tensor is a fresh all-gather buffer, so stock TRL's in-place
+    merge/unmerge is discarded and the shards stay bitwise equal. With 1 rank DeepSpeed's
+    ``NoGatherHandle`` makes the "gathered" tensor a view of the shard itself, so the stock sync
+    drifts it. rlsr's sync leaves the shards equal and pushes the out-of-place merge in both.
+    Children (torch.distributed is initialised there), gloo on CPU; DeepSpeed's engine itself is
+    not built — TRL reads only the ZeRO stage from accelerate's state (a stand-in)."""
+    import json
+    import os
+    import subprocess
+
+    pytest.importorskip("deepspeed")
+    out = tmp_path / "zero3.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if world_size == 1:
+        cmd = [sys.executable, __file__, "zero3", str(out)]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+               "--master_port", "29534", __file__, "zero3", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    for rank in range(world_size):
+        result = json.loads(Path(f"{out}.{rank}").read_text())
+        assert result["world_size"] == world_size
+        for sync in ("trl_stock", "rlsr"):
+            assert result[sync]["partitioned"] > 20, result  # the base really is ZeRO-3 managed
+        assert result["rlsr"]["class"] == "OutOfPlaceLoraVLLMGeneration"
+        assert result["rlsr"]["shards_equal"] and all(result["rlsr"]["pushed_ok"]), result
+        assert result["trl_stock"]["pushed_ok"][0], "stock's first push should be the same merge"
+        assert result["trl_stock"]["shards_equal"] == (world_size > 1), result
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "zero3":
+        raise SystemExit("usage: python tests/test_weight_sync.py zero3 OUT_JSON")
+    _zero3_child(sys.argv[2])
