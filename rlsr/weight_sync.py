@@ -38,6 +38,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from accelerate.utils import is_peft_model
+from peft.tuners.lora import Linear as LoraLinear
+from peft.tuners.tuners_utils import BaseTunerLayer
 from trl.generation.vllm_generation import VLLMGeneration
 
 from rlsr.config import ConfigError
@@ -115,12 +117,6 @@ def vllm_param_name(peft_name: str, lora_prefix: str = "lora_") -> str | None:
 # --------------------------------------------------------------------------- PEFT model walk
 
 
-def _lora_linear_class():
-    from peft.tuners.lora import Linear  # heavy optional dependency: only PEFT models get here
-
-    return Linear
-
-
 def unsupported_lora_layers(model: torch.nn.Module) -> list[str]:
     """``["module name (Class)", ...]`` of adapter layers the out-of-place merge cannot handle.
 
@@ -129,14 +125,11 @@ def unsupported_lora_layers(model: torch.nn.Module) -> list[str]:
     rank / alpha patterns (through ``layer.scaling``). Not handled: LoRA variants (DoRA, ...) on
     an active adapter, quantized or other layer classes, other tuners (trainable tokens, ...).
     """
-    from peft.tuners.tuners_utils import BaseTunerLayer  # heavy optional dependency
-
-    linear = _lora_linear_class()
     bad = []
     for name, module in model.named_modules():
         if not isinstance(module, BaseTunerLayer):
             continue
-        if type(module) is not linear:
+        if type(module) is not LoraLinear:
             bad.append(f"{name} ({type(module).__name__})")
         elif any(a in getattr(module, "lora_variant", {}) for a in module.active_adapters):
             bad.append(f"{name} (LoRA variant, e.g. DoRA)")
@@ -184,10 +177,9 @@ def merged_lora_base(layer: torch.nn.Module, which: str = "weight") -> torch.Ten
 
 def _lora_base_params(model: torch.nn.Module) -> dict[int, tuple[torch.nn.Module, str]]:
     """``{id(base parameter): (LoRA layer, "weight" | "bias")}`` of every LoRA-wrapped linear."""
-    linear = _lora_linear_class()
     found: dict[int, tuple[torch.nn.Module, str]] = {}
     for module in model.modules():
-        if type(module) is linear:
+        if type(module) is LoraLinear:
             base = module.get_base_layer()
             found[id(base.weight)] = (module, "weight")
             if getattr(base, "bias", None) is not None:

@@ -37,6 +37,7 @@ LAYERS: dict[str, int] = {
     "rlsr.config": 2,
     # 3 trainer and the method registry
     "rlsr.trainer": 3,
+    "rlsr.weight_sync": 3,
     "rlsr.methods": 3,
     # 4 run assembly, evaluation
     "rlsr.training": 4,

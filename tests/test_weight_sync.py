@@ -167,9 +167,6 @@ def test_lora_sync_never_writes_the_base(sync, mode):
             for name, tensor in recorder.pushed.items():
                 want = expected[name] if name in layers else params[name].detach()
                 assert tensor.dtype == torch.bfloat16 and torch.equal(tensor, want), (step, name)
-        if sync == "rlsr":
-            for name, m in layers.items():  # cheap per-sync check of the base, full check below
-                assert torch.equal(m.base_layer.weight, base0[_peft_name(name)]), (step, name)
         _nudge_adapters(adapter_params, rng)
 
     changed = {
