@@ -7,7 +7,7 @@ that iterator calls ``merge_adapter()``, which *writes* ``W += ΔW`` into the ba
 the parameters, then ``unmerge_adapter()``, which writes ``W -= ΔW.to(W.dtype)``. PEFT 0.21.2
 adds the fp32 delta with one rounding to bf16 but subtracts a delta that was rounded to bf16
 first, so ``round(round(W + ΔW) - round(ΔW)) != W`` for many entries: the frozen base moves at
-every sync (benchmarks/RESULTS.md, "LoRA weight sync").
+every sync (benchmarks/RESULTS.md, "LoRA weight sync drift").
 
 The fix. Give vLLM, for every LoRA-wrapped linear layer, a fresh tensor
 
@@ -27,8 +27,9 @@ TRL's iterator (our recipes do not use FSDP; a warning says so).
 
 ZeRO-3: TRL gathers all parameters with ``deepspeed.zero.GatheredParameters(params)``
 (``modifier_rank=None``); on exit DeepSpeed re-partitions with ``has_been_updated=False``, which
-frees the gathered copy and keeps the untouched shard, so in-place merges were discarded there (no
-drift) — see docs/training.md, "LoRA weight sync". The out-of-place merge is correct there too.
+frees the gathered copy and keeps the shard, so with 2+ ranks in-place merges were discarded (no
+drift); with a 1-rank partition group the "gathered" tensor is a view of the shard and the stock
+sync drifts it (docs/training.md, "LoRA weight sync"). The out-of-place merge writes nothing.
 """
 
 from __future__ import annotations
