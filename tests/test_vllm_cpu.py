@@ -325,9 +325,9 @@ def test_colocate_vllm_rollouts_train_two_rlsr_steps(tmp_path):
     assert result["vllm_generate_calls"] == 2, "one vLLM generation per optimizer step"
     assert result["changed"], "no trainable parameter changed in two steps"
     assert result["policy_dtype"] == "torch.bfloat16" == result["engine_dtype"], result
-    assert result["sync_class"] == "OutOfPlaceLoraVLLMGeneration"
-    assert result["engine_changed"] and result["engine_mismatches"] == [], result
     assert result["base_changed"] == [], result
+    assert result["engine_changed"] and result["engine_mismatches"] == [], result
+    assert result["sync_class"] == "OutOfPlaceLoraVLLMGeneration"
     assert result["stock_drift"], "control: TRL's in-place merge/unmerge should drift the base"
 
 
