@@ -5,9 +5,10 @@ Schema (top-level keys of ``recipes/config.yaml``)::
     model:  {name_or_path, dtype, attn_implementation, trust_remote_code, lora: {enabled, r, alpha,
              dropout, target_modules}}
     data:   {dataset, path, split, system_prompt, limit, max_prompt_length, verifier}
-    method: {name: rlsr|rlcr|rlvr, format_weight, method_weight, correct_requires_format,
-             correct_scale, weight_cap, max_coverage, label}
+    method: {name: rlsr|rlcr|rlvr|sft, format_weight, method_weight, correct_requires_format,
+             correct_scale, weight_cap, max_coverage, label, confidence: verbalized|logprob}
     grpo:   any field of trl.GRPOConfig (num_generations, per_device_train_batch_size, ...)
+    sft:    any field of trl.SFTConfig (method=sft only; recipes/method/sft.yaml)
     pool_size: completions ranked together per optimizer step (null: from grpo.*)
     output_dir, seed, resume: auto|never|<checkpoint path>
 
@@ -19,7 +20,8 @@ gradient accumulation is then derived from the real world size at start-up.
 
 ``check_settings(cfg)`` checks every section without touching a model or a dataset and raises
 ``ConfigError`` whose message names the offending field and the fix; the method's own checks
-live in its registry entry (``rlsr.methods``), and ``rlsr.training.validate`` runs both (``train.py``
+live in its registry entry (``rlsr.methods``), which also names the section holding its
+trainer's arguments (``grpo`` or ``sft``), and ``rlsr.training.validate`` runs both (``train.py``
 prints the message and exits with status 2). This module sits below the method registry and the
 trainer: it knows nothing about individual methods.
 """
@@ -38,10 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from rlsr.data import get_spec
+from rlsr.prompts import NO_SYSTEM_PROMPT
 from rlsr.testing import tiny_model_path, tiny_warm_model_path
 
 __all__ = [
     "ConfigError",
+    "CONFIDENCE_SOURCES",
+    "NO_SYSTEM_PROMPT",
     "LoraSettings",
     "ModelSettings",
     "DataSettings",
@@ -70,6 +75,10 @@ TINY_MODEL_ALIAS = "tiny"
 TINY_WARM_MODEL_ALIAS = "tiny-warm"
 # GRPOConfig fields rlsr sets itself from other sections; a value in grpo.* would be ignored.
 MANAGED_GRPO_FIELDS = ("output_dir", "seed", "reward_weights", "model_init_kwargs")
+# SFTConfig fields rlsr sets itself.
+MANAGED_SFT_FIELDS = ("output_dir", "seed", "model_init_kwargs")
+# Where RLSR's pooled ranking reads each completion's confidence (method.confidence).
+CONFIDENCE_SOURCES = ("verbalized", "logprob")
 
 
 class ConfigError(ValueError):
@@ -124,6 +133,9 @@ class MethodSettings:
     weight_cap: float | None = None
     max_coverage: float = 1.0
     label: str | None = None  # a variant's name in the default output_dir (None: name)
+    # verbalized: the <confidence> tag; logprob: the answer's length-normalised log-probability
+    # (rlsr.logprob; paper Sec. D.4, Tab. 7). Only methods that rank by confidence accept logprob.
+    confidence: str = "verbalized"
 
 
 @dataclass
@@ -133,6 +145,7 @@ class TrainSettings:
     method: MethodSettings = field(default_factory=MethodSettings)
     grpo: dict[str, Any] = field(default_factory=dict)
     pool_size: int | None = None
+    sft: dict[str, Any] = field(default_factory=dict)  # trl.SFTConfig fields (method=sft)
     output_dir: str = "runs/default"
     seed: int = 42
     resume: str = "auto"
@@ -186,10 +199,13 @@ def from_dict(values: dict) -> TrainSettings:
     """
     values = {k: v for k, v in dict(values).items() if not k.startswith("_") and k != "recipe_name"}
     settings = _build(TrainSettings, values, "")
-    if settings.grpo is None:
-        settings.grpo = {}
-    if not isinstance(settings.grpo, dict):
-        raise ConfigError("grpo", f"must be a mapping of GRPOConfig fields; got {settings.grpo!r}.")
+    for section, cls in (("grpo", "GRPOConfig"), ("sft", "SFTConfig")):
+        if getattr(settings, section) is None:
+            setattr(settings, section, {})
+        if not isinstance(getattr(settings, section), dict):
+            raise ConfigError(
+                section, f"must be a mapping of {cls} fields; got {getattr(settings, section)!r}."
+            )
     return settings
 
 
@@ -497,9 +513,10 @@ def training_verifier(d: DataSettings) -> str:
     except (KeyError, ValueError) as err:
         raise ConfigError("data.dataset", str(err).strip("'\"")) from None
     _check(
-        d.system_prompt in (None, "simple", "long"),
+        d.system_prompt in (None, "simple", "long", NO_SYSTEM_PROMPT),
         "data.system_prompt",
-        f"got {d.system_prompt!r}; choose 'simple' or 'long' (or null for the dataset's own).",
+        f"got {d.system_prompt!r}; choose 'simple', 'long', 'none' (no system message) or null "
+        "(the dataset's own).",
     )
     _check(
         d.limit is None or (_is_int(d.limit) and d.limit >= 1),
@@ -545,6 +562,11 @@ def _validate_method(m: MethodSettings) -> None:
         isinstance(m.correct_requires_format, bool),
         "method.correct_requires_format",
         f"must be true or false; got {m.correct_requires_format!r}.",
+    )
+    _check(
+        m.confidence in CONFIDENCE_SOURCES,
+        "method.confidence",
+        f"got {m.confidence!r}; choose one of {CONFIDENCE_SOURCES}.",
     )
     _check(
         m.format_weight + m.method_weight > 0,
@@ -620,13 +642,17 @@ def _validate_grpo(g: dict, world_size: int, pool: int | None = None) -> None:
             "vLLM rollouts requested but vllm is not installed; `pip install rlsr[vllm]` "
             "(GPU), or set grpo.use_vllm=false to generate with transformers.",
         )
+    _validate_precision(g, "grpo")
+
+
+def _validate_precision(g: dict, section: str) -> None:
     use_cpu = bool(g.get("use_cpu", False))
     on_gpu = not use_cpu and _cuda_available()
     bf16 = g.get("bf16", True) and not g.get("fp16", False)
     _check(
         not (bf16 and not on_gpu),
-        "grpo.bf16",
-        "bf16 mixed precision needs a GPU and none is in use; set grpo.bf16=false "
+        f"{section}.bf16",
+        f"bf16 mixed precision needs a GPU and none is in use; set {section}.bf16=false "
         "(and model.dtype=float32) for CPU runs, or use recipe=tiny.",
     )
     if g.get("use_vllm", False):
@@ -701,6 +727,40 @@ def _validate_vllm_length(cfg: TrainSettings) -> None:
         )
 
 
+def _validate_sft(g: dict) -> None:
+    """The ``sft`` section (method=sft): trl.SFTConfig fields, minus the ones rlsr fills in."""
+    from trl import SFTConfig
+
+    fields = {f.name for f in dataclasses.fields(SFTConfig)}
+    for key in g:
+        _check(
+            key in fields,
+            f"sft.{key}",
+            f"not a trl.SFTConfig field.{closest_hint(key, fields)}",
+        )
+        _check(
+            key not in MANAGED_SFT_FIELDS,
+            f"sft.{key}",
+            "is set by rlsr from other sections (output_dir, seed, model.*); set it there instead.",
+        )
+    for name in ("per_device_train_batch_size", "gradient_accumulation_steps"):
+        value = g.get(name, 1)
+        _check(
+            _is_int(value) and value >= 1,
+            f"sft.{name}",
+            f"must be an integer >= 1; got {value!r}.",
+        )
+    lr = g.get("learning_rate", 2e-5)
+    _check(is_number(lr) and lr > 0, "sft.learning_rate", f"must be > 0; got {lr!r}.")
+    max_length = g.get("max_length", 1024)
+    _check(
+        max_length is None or (_is_int(max_length) and max_length >= 1),
+        "sft.max_length",
+        f"must be a positive integer (tokens) or null (no truncation); got {max_length!r}.",
+    )
+    _validate_precision(g, "sft")
+
+
 def _validate_top(cfg: TrainSettings) -> None:
     _check(
         isinstance(cfg.output_dir, str) and cfg.output_dir.strip() != "",
@@ -723,11 +783,18 @@ def _validate_top(cfg: TrainSettings) -> None:
         )
 
 
-def check_settings(cfg: TrainSettings, *, world_size: int | None = None) -> TrainSettings:
+TRAINER_SECTIONS = ("grpo", "sft")
+
+
+def check_settings(
+    cfg: TrainSettings, *, world_size: int | None = None, trainer_section: str = "grpo"
+) -> TrainSettings:
     """Check every section of ``cfg`` without loading any model or dataset, except the method's
     own checks (``rlsr.methods``; ``rlsr.training.validate`` runs both). Raises ``ConfigError``;
     returns ``cfg``.
 
+    ``trainer_section`` is the section holding the method's trainer arguments (its registry
+    entry's ``args_section``: ``grpo`` or ``sft``); only that one is checked (and used).
     ``world_size`` defaults to ``$WORLD_SIZE`` (set by ``accelerate launch``/torchrun), else 1.
     """
     ws = world_size_from_env() if world_size is None else world_size
@@ -735,6 +802,13 @@ def check_settings(cfg: TrainSettings, *, world_size: int | None = None) -> Trai
     _validate_method(cfg.method)
     _validate_model(cfg.model)
     training_verifier(cfg.data)
-    _validate_grpo(cfg.grpo, ws, cfg.pool_size)
-    _validate_vllm_length(cfg)
+    if trainer_section not in TRAINER_SECTIONS:
+        raise ValueError(
+            f"trainer_section must be one of {TRAINER_SECTIONS}; got {trainer_section!r}."
+        )
+    if trainer_section == TRAINER_SECTIONS[0]:
+        _validate_grpo(cfg.grpo, ws, cfg.pool_size)
+        _validate_vllm_length(cfg)
+    else:
+        _validate_sft(cfg.sft)
     return cfg

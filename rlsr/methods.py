@@ -2,16 +2,26 @@
 
 An entry (``MethodEntry``) states everything that differs between methods:
 
-=================  ===============================================================================
-name               the ``method.name`` of the recipes (``method=rlsr``)
-columns            reward columns and the ``MethodSettings`` field holding each column's weight
-rewards            ``f(correct, confidence, format_ok, settings) -> (n, len(columns))`` array,
-                   unweighted, over one whole pooled batch (equations from ``rlsr.rewards``)
-trainer            the trainer class ``rlsr.training`` builds (``RLSRTrainer`` for GRPO methods)
-validate           ``f(settings)`` raising ``ConfigError`` naming the field of a bad value
-needs_confidence   whether the reward reads the ``<confidence>`` tag
-summary            one line for docs and error messages
-=================  ===============================================================================
+==================  ==============================================================================
+name                the ``method.name`` of the recipes (``method=rlsr``)
+columns             reward columns and the ``MethodSettings`` field holding each column's weight
+                    (empty for a supervised method)
+rewards             ``f(correct, confidence, format_ok, settings) -> (n, len(columns))`` array,
+                    unweighted, over one whole pooled batch (equations from ``rlsr.rewards``);
+                    None for a supervised method
+trainer             the trainer class ``rlsr.training`` builds (``RLSRTrainer`` for the GRPO
+                    methods, which receives the bound method, verifier and pool hook;
+                    ``SFTAnswerTrainer`` for sft)
+validate            ``f(settings)`` raising ``ConfigError`` naming the field of a bad value
+needs_confidence    whether the reward reads the confidence
+summary             one line for docs and error messages
+args_class          the trainer's config class (``GRPOConfig`` / ``SFTConfig``) ...
+args_section        ... and the config section holding its fields (``grpo`` / ``sft``)
+train_examples      ``f(dataset) -> dataset``: the loaded rows (``rlsr.data`` contract) turned
+                    into what the trainer trains on; None = the rows as loaded (GRPO prompts)
+confidence_sources  values ``method.confidence`` may take (``logprob``: the answer's
+                    length-normalised log-probability ranks the pool, paper Sec. D.4)
+==================  ==============================================================================
 
 Columns and weights (weights from ``recipes/method/<name>.yaml``; 0.5 / 0.5 by default, as in
 the authors' released configs; the paper text writes R_method + R_format):
@@ -20,6 +30,7 @@ the authors' released configs; the paper text writes R_method + R_format):
 rlsr     format_reward (w_f), lifted_aurc_reward (w_m)
 rlcr     format_reward (w_f), correctness_reward (w_m), brier_reward (w_m)
 rlvr     format_reward (w_f), correctness_reward (w_m)
+sft      none: supervised fine-tuning on (question, answer) pairs (paper Sec. D.3)
 =======  =====================================================================
 
 Adding a method = one reward function + one ``register(MethodEntry(...))`` below (+ its
@@ -33,9 +44,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from trl import GRPOConfig, SFTConfig
 
 from rlsr import rewards as R
-from rlsr.config import ConfigError, MethodSettings, closest_hint, is_number
+from rlsr.config import CONFIDENCE_SOURCES, ConfigError, MethodSettings, closest_hint, is_number
+from rlsr.parsing import FULL_FORMAT, OPTIONAL_CONFIDENCE_FORMAT, FormatSpec
+from rlsr.sft_trainer import SFTAnswerTrainer, sft_examples
 from rlsr.trainer import RLSRTrainer
 
 __all__ = [
@@ -61,11 +75,20 @@ class MethodEntry:
 
     name: str
     columns: tuple[tuple[str, str], ...]
-    rewards: RewardFn
+    rewards: RewardFn | None
     trainer: type
     validate: Callable[[MethodSettings], None]
     needs_confidence: bool
     summary: str
+    args_class: type = GRPOConfig
+    args_section: str = "grpo"
+    train_examples: Callable | None = None
+    confidence_sources: tuple[str, ...] = ("verbalized",)
+
+    @property
+    def rewarded(self) -> bool:
+        """True for a reward-driven (GRPO) method, False for a supervised one."""
+        return bool(self.columns)
 
     def weighted_columns(self, settings: MethodSettings) -> list[tuple[str, float]]:
         """``[(column name, reward weight), ...]``; each weight read from ``settings``."""
@@ -87,6 +110,17 @@ class Method:
     def columns(self) -> list[tuple[str, float]]:
         return self.entry.weighted_columns(self.settings)
 
+    @property
+    def confidence_source(self) -> str:
+        """``verbalized`` (the ``<confidence>`` tag) or ``logprob`` (``rlsr.logprob``)."""
+        return self.settings.confidence
+
+    @property
+    def parse_spec(self) -> FormatSpec:
+        """Format the format reward checks: the paper's four tags; with the log-prob selector the
+        confidence block is optional and not read (``OPTIONAL_CONFIDENCE_FORMAT``)."""
+        return OPTIONAL_CONFIDENCE_FORMAT if self.confidence_source == "logprob" else FULL_FORMAT
+
     def rewards(self, correct, confidence, format_ok) -> np.ndarray:
         """Unweighted reward columns ``(n, n_columns)`` of one pooled batch (order of ``columns``).
 
@@ -96,6 +130,8 @@ class Method:
         check counts as wrong: correct & format_ok, as RLCR's reference ``accuracy_reward``
         (damanimehul/RLCR ``reward_fns.py``), which the RLSR authors' code also calls.
         """
+        if self.entry.rewards is None:
+            raise ValueError(f"method {self.name!r} is supervised; it has no reward columns.")
         correct = np.asarray(correct, dtype=bool)
         format_ok = np.asarray(format_ok, dtype=bool)
         if self.settings.correct_requires_format:
@@ -122,8 +158,11 @@ def register(entry: MethodEntry) -> MethodEntry:
         raise ValueError(f"{where}: name must be an identifier such as 'rlsr'.")
     if entry.name in REGISTRY:
         raise ValueError(f"{where}: a method of that name is already registered.")
-    if not entry.columns:
-        raise ValueError(f"{where}: columns must list at least one (column, weight field) pair.")
+    if (entry.rewards is None) != (not entry.columns):
+        raise ValueError(
+            f"{where}: a reward-driven method lists its columns and a rewards function; a "
+            "supervised one neither (columns=(), rewards=None)."
+        )
     for pair in entry.columns:
         if not (
             isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(p, str) for p in pair)
@@ -138,9 +177,19 @@ def register(entry: MethodEntry) -> MethodEntry:
             )
     if len({c for c, _ in entry.columns}) != len(entry.columns):
         raise ValueError(f"{where}: column names must be distinct.")
-    for part in ("rewards", "validate"):
-        if not callable(getattr(entry, part)):
-            raise ValueError(f"{where}: {part} must be a function; got {getattr(entry, part)!r}.")
+    for part in ("rewards", "validate", "train_examples"):
+        value = getattr(entry, part)
+        if not callable(value) and not (part != "validate" and value is None):
+            raise ValueError(f"{where}: {part} must be a function; got {value!r}.")
+    if entry.args_section not in ("grpo", "sft") or not isinstance(entry.args_class, type):
+        raise ValueError(
+            f"{where}: args_section must be 'grpo' or 'sft' (a section of rlsr.config) and "
+            f"args_class its trainer config class; got {entry.args_section!r}, {entry.args_class!r}."
+        )
+    if not entry.confidence_sources or not set(entry.confidence_sources) <= set(CONFIDENCE_SOURCES):
+        raise ValueError(
+            f"{where}: confidence_sources must be a non-empty subset of {CONFIDENCE_SOURCES}."
+        )
     if not isinstance(entry.trainer, type):
         raise ValueError(f"{where}: trainer must be a trainer class; got {entry.trainer!r}.")
     if not isinstance(entry.needs_confidence, bool):
@@ -174,7 +223,15 @@ def resolve(settings: MethodSettings) -> Method:
 
 def validate_method(settings: MethodSettings) -> None:
     """Run the entry's own config checks (the shared weight checks are in ``rlsr.config``)."""
-    get_entry(settings.name).validate(settings)
+    entry = get_entry(settings.name)
+    if settings.confidence not in entry.confidence_sources:
+        raise ConfigError(
+            "method.confidence",
+            f"method {entry.name!r} takes {list(entry.confidence_sources)}, not "
+            f"{settings.confidence!r}; the log-probability selector ranks RLSR's pool "
+            "(method=rlsr method.confidence=logprob).",
+        )
+    entry.validate(settings)
 
 
 def reward_columns(settings: MethodSettings) -> list[tuple[str, float]]:
@@ -266,6 +323,7 @@ register(
         validate=_validate_lifted_aurc,
         needs_confidence=True,
         summary="format + lifted AURC ranked over the whole pooled batch (paper Sec. 2.2)",
+        confidence_sources=CONFIDENCE_SOURCES,
     )
 )
 register(
@@ -292,5 +350,20 @@ register(
         validate=_no_lifted_aurc_options,
         needs_confidence=False,
         summary="format + correctness (RLVR baseline)",
+    )
+)
+register(
+    MethodEntry(
+        name="sft",
+        columns=(),
+        rewards=None,
+        trainer=SFTAnswerTrainer,
+        validate=_no_lifted_aurc_options,
+        needs_confidence=False,
+        summary="SFT-Answer-Only: supervised fine-tuning on (question, answer) pairs, no chain of "
+        "thought, no confidence (paper Sec. D.3); evaluate with the consistency scorer",
+        args_class=SFTConfig,
+        args_section="sft",
+        train_examples=sft_examples,
     )
 )

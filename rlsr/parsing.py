@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = [
     "FormatSpec",
     "FULL_FORMAT",
     "ANSWER_CONFIDENCE_FORMAT",
+    "OPTIONAL_CONFIDENCE_FORMAT",
+    "parse_plain_response",
     "ParsedResponse",
     "MAX_CONFIDENCE_CHARS",
     "parse_response",
@@ -57,6 +59,10 @@ _WHITESPACE = " \t\n\r\f\v"
 class FormatSpec:
     """Which tags a completion must contain, in order.
 
+    ``optional_tags``: tags of ``tags`` that may be left out; when present they must sit in their
+    place of the order like any other tag (their content is not checked unless it is the
+    confidence tag). RLSR with the log-probability selector uses this for ``confidence``.
+
     ``prefix_opened_think``: the chat template (or the prompt) already emitted ``<think>``, so the
     completion starts inside the think block. A completion with no ``<think>`` is then read as if
     it began with one; a completion that does repeat ``<think>`` is read as it is. Only valid when
@@ -67,10 +73,12 @@ class FormatSpec:
     answer_tag: str = "answer"
     confidence_tag: str | None = "confidence"
     prefix_opened_think: bool = False
+    optional_tags: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         tags = tuple(self.tags)
         object.__setattr__(self, "tags", tags)
+        object.__setattr__(self, "optional_tags", tuple(self.optional_tags))
         if not tags:
             raise ValueError("FormatSpec.tags must name at least one tag, e.g. ('answer',).")
         for tag in tags:
@@ -87,6 +95,12 @@ class FormatSpec:
                 f"FormatSpec.confidence_tag {self.confidence_tag!r} is not in tags {tags}; "
                 "pass confidence_tag=None for a format without confidence."
             )
+        for tag in self.optional_tags:
+            if tag not in tags or tag == self.answer_tag:
+                raise ValueError(
+                    f"FormatSpec.optional_tags: {tag!r} must be one of {tags} other than the "
+                    f"answer tag {self.answer_tag!r}."
+                )
         if self.prefix_opened_think and tags[0] != "think":
             raise ValueError(
                 "FormatSpec.prefix_opened_think=True needs 'think' as the first tag; "
@@ -100,6 +114,15 @@ FULL_FORMAT = FormatSpec(("think", "answer", "analysis", "confidence"))
 ANSWER_CONFIDENCE_FORMAT = FormatSpec(("answer", "confidence"))
 """Answer and confidence only (no think / analysis)."""
 
+OPTIONAL_CONFIDENCE_FORMAT = FormatSpec(
+    ("think", "answer", "analysis", "confidence"),
+    confidence_tag=None,
+    optional_tags=("confidence",),
+)
+"""The four-tag format with the confidence block optional and not read: the format reward of
+RLSR with the log-probability selector (``method.confidence=logprob``, paper Sec. D.4), whose
+ranking does not use a verbalized confidence. The system prompt still asks for one."""
+
 
 @dataclass(frozen=True, slots=True)
 class ParsedResponse:
@@ -110,6 +133,10 @@ class ParsedResponse:
     format_ok: the strict format verdict (module docstring).
     tags_found: spec tags with at least one complete ``<tag>…</tag>`` block, in spec order.
     confidence_text: stripped raw content of the last complete confidence block, or None.
+    answer_start: offset in the completion text where ``answer`` begins (inside the last complete
+        answer block), or None; ``text[answer_start:].startswith(answer)`` holds. The log-prob
+        selector scores the answer tokens there (``rlsr.logprob``), not an earlier or later
+        repetition (the analysis often repeats the answer).
     """
 
     answer: str | None
@@ -117,6 +144,7 @@ class ParsedResponse:
     format_ok: bool
     tags_found: tuple[str, ...]
     confidence_text: str | None
+    answer_start: int | None = field(default=None, compare=False)
 
 
 def parse_confidence(text: str | None) -> float | None:
@@ -214,8 +242,14 @@ def _scan(text: str, tags: tuple[str, ...]):
     return blocks, layout
 
 
-def _layout_ok(text: str, tags: tuple[str, ...], layout: list) -> bool:
-    """Tokens are exactly <t1></t1><t2></t2>…, with only whitespace outside the tags."""
+def _layout_ok(
+    text: str, tags: tuple[str, ...], layout: list, optional: tuple[str, ...] = ()
+) -> bool:
+    """Tokens are exactly <t1></t1><t2></t2>…, with only whitespace outside the tags; an optional
+    tag that does not occur at all is left out of the expected sequence."""
+    if optional:
+        present = {name for _, _, _, name in layout}
+        tags = tuple(t for t in tags if t not in optional or t in present)
     if len(layout) != 2 * len(tags):
         return False
     cursor = 0
@@ -240,14 +274,20 @@ def parse_response(text: str, spec: FormatSpec = FULL_FORMAT) -> ParsedResponse:
             f"parse_response expects the completion text as str; got {type(text).__name__}. "
             "For TRL conversational completions pass completion[-1]['content']."
         )
+    shift = 0
     if spec.prefix_opened_think and "<think>" not in text:
         text = "<think>" + text
+        shift = len("<think>")
 
     blocks, layout = _scan(text, spec.tags)
     tags_found = tuple(tag for tag in spec.tags if tag in blocks)
-    answer = None
+    answer = answer_start = None
     if spec.answer_tag in blocks:
-        answer = text[slice(*blocks[spec.answer_tag])].strip() or None
+        start, end = blocks[spec.answer_tag]
+        content = text[start:end]
+        answer = content.strip() or None
+        if answer is not None:
+            answer_start = start + (len(content) - len(content.lstrip())) - shift
     confidence_text = confidence = None
     if spec.confidence_tag is not None and spec.confidence_tag in blocks:
         confidence_text = text[slice(*blocks[spec.confidence_tag])].strip()
@@ -256,7 +296,7 @@ def parse_response(text: str, spec: FormatSpec = FULL_FORMAT) -> ParsedResponse:
     format_ok = (
         answer is not None
         and (spec.confidence_tag is None or confidence is not None)
-        and _layout_ok(text, spec.tags, layout)
+        and _layout_ok(text, spec.tags, layout, spec.optional_tags)
     )
     return ParsedResponse(
         answer=answer,
@@ -264,4 +304,34 @@ def parse_response(text: str, spec: FormatSpec = FULL_FORMAT) -> ParsedResponse:
         format_ok=format_ok,
         tags_found=tags_found,
         confidence_text=confidence_text,
+        answer_start=answer_start,
+    )
+
+
+def parse_plain_response(text: str) -> ParsedResponse:
+    """Read a response without tags (SFT-Answer-Only, paper Sec. D.3): the answer is the first
+    non-empty line, stripped; ``answer_start`` is where it begins. No confidence; ``format_ok``
+    means an answer was found. Blank text gives no answer.
+
+    The SFT targets are single-line gold answers followed by the end of the turn, so the first
+    line is the answer; text after it (a base model that continues past its end-of-turn token,
+    whose special tokens are dropped when decoding) is ignored.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"parse_plain_response expects str; got {type(text).__name__}.")
+    answer = start = None
+    offset = 0
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        if stripped:
+            answer, start = stripped, offset + (len(line) - len(line.lstrip()))
+            break
+        offset += len(line)
+    return ParsedResponse(
+        answer=answer,
+        confidence=None,
+        format_ok=answer is not None,
+        tags_found=(),
+        confidence_text=None,
+        answer_start=start,
     )

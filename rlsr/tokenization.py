@@ -23,6 +23,7 @@ __all__ = [
     "marked_tokenizer_class",
     "load_tokenizer",
     "patch_auto_tokenizer",
+    "render_chat_prompt",
 ]
 
 TOKENIZER_MARKER_KEY = "rlsr_load_as"
@@ -71,3 +72,16 @@ def patch_auto_tokenizer() -> None:
 
     from_pretrained._rlsr_patched = True
     AutoTokenizer.from_pretrained = from_pretrained
+
+
+def render_chat_prompt(tokenizer, prompt) -> str:
+    """Text the model sees for ``prompt``: a conversation through the chat template with the
+    generation prompt (as TRL renders GRPO prompts), or a plain-text prompt unchanged."""
+    if isinstance(prompt, str):
+        return prompt
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError(
+            "the tokenizer has no chat template; the prompts are conversations. "
+            "Use an instruct/chat model or set tokenizer.chat_template."
+        )
+    return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)

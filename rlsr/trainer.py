@@ -14,7 +14,11 @@ GLOBAL ``(N_global, n_reward_funcs)`` tensor back, rows in process order (its ow
 ends with ``accelerate.utils.gather``); it then weights the columns with ``reward_weights``,
 subtracts group means over ``view(-1, G)`` and slices out this process's rows. We therefore:
 
-1. parse (``rlsr.parsing``) and verify (``rlsr.verifiers``) the local completions;
+1. parse (``rlsr.parsing``) and verify (``rlsr.verifiers``) the local completions; with the
+   log-probability selector (``method.confidence=logprob``, paper Sec. D.4) the confidence is the
+   answer's length-normalised log-probability under the current policy (``rlsr.logprob``: one
+   extra no-grad forward of prompt + response up to the answer; TRL's own log-probs at this point
+   are temperature-scaled or absent, see ``_logprob_confidences``) instead of the tag;
 2. gather ``(correct, confidence [NaN = missing], format_ok)`` from every process, process-ordered;
 3. compute the method's reward columns on the whole pool (identical on every rank);
 4. log pool statistics (``rlsr/*``) from the gathered arrays, so all ranks agree.
@@ -43,11 +47,13 @@ from trl import GRPOTrainer
 from rlsr import metrics as M
 from rlsr import rewards as R
 from rlsr.data import row_verification_inputs
+from rlsr.logprob import answer_logprob_confidences
 from rlsr.parsing import FULL_FORMAT, parse_response
+from rlsr.tokenization import render_chat_prompt
 from rlsr.verifiers import get_verifier
 from rlsr.weight_sync import install_out_of_place_lora_sync
 
-__all__ = ["RLSRTrainer", "completion_text", "pool_statistics"]
+__all__ = ["RLSRTrainer", "SaveArgsAsJson", "completion_text", "pool_statistics"]
 
 
 # --------------------------------------------------------------------------- pure pieces
@@ -103,7 +109,20 @@ def _placeholder(name: str) -> Callable:
 # --------------------------------------------------------------------------- trainer
 
 
-class RLSRTrainer(GRPOTrainer):
+class SaveArgsAsJson:
+    """Trainer mixin: HF Trainer's save, with ``training_args.json`` instead of the pickled
+    ``training_args.bin``: loading a pickle runs code, nothing reads that file back (resume uses
+    ``trainer_state.json``), and the JSON masks token fields (``hub_token``). Every rlsr trainer
+    (GRPO and SFT methods) writes the same output layout."""
+
+    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
+        super()._save(output_dir, state_dict=state_dict)
+        folder = Path(output_dir if output_dir is not None else self.args.output_dir)
+        (folder / "training_args.bin").unlink(missing_ok=True)
+        (folder / "training_args.json").write_text(self.args.to_json_string())
+
+
+class RLSRTrainer(SaveArgsAsJson, GRPOTrainer):
     """GRPOTrainer whose rewards are ranked over the whole pooled batch (see module docstring).
 
     Args (beyond GRPOTrainer's, which are passed through; do not pass ``reward_funcs``):
@@ -111,7 +130,8 @@ class RLSRTrainer(GRPOTrainer):
             bound to its ``MethodSettings``; gives ``columns`` ([(name, weight)]) and
             ``rewards(correct, confidence, format_ok)``.
         verifier: verifier name for ``rlsr.verifiers.get_verifier`` or a verifier object.
-        parse_spec: ``rlsr.parsing.FormatSpec`` of the response format (default FULL_FORMAT).
+        parse_spec: ``rlsr.parsing.FormatSpec`` of the response format (default: the method's,
+            ``Method.parse_spec``; FULL_FORMAT without a method that says otherwise).
         pool_hook: optional ``f(pool: dict)`` called on every rank after each pooled reward
             computation with the gathered arrays (for tests and debugging). When set, it must be
             set on all ranks: completion texts and golds are gathered for it (a collective).
@@ -146,7 +166,10 @@ class RLSRTrainer(GRPOTrainer):
                 )
         super().__init__(*args, **kwargs)
         install_out_of_place_lora_sync(self)  # vLLM syncs merged copies; base never written
-        self.parse_spec = FULL_FORMAT if parse_spec is None else parse_spec
+        if parse_spec is None:
+            parse_spec = getattr(self.method, "parse_spec", FULL_FORMAT)
+        self.parse_spec = parse_spec
+        self.confidence_source = getattr(self.method, "confidence_source", "verbalized")
         self._verifier_spec = verifier
         self._verifier = None if isinstance(verifier, str) else verifier
         self.pool_hook = pool_hook
@@ -177,41 +200,54 @@ class RLSRTrainer(GRPOTrainer):
         finally:
             self.close_verifier()
 
-    # -- saving: no pickles beside the weights
-    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
-        """HF Trainer's save, with ``training_args.json`` instead of the pickled
-        ``training_args.bin``: loading a pickle runs code, nothing reads that file back (resume
-        uses ``trainer_state.json``), and the JSON masks token fields (``hub_token``)."""
-        super()._save(output_dir, state_dict=state_dict)
-        folder = Path(output_dir if output_dir is not None else self.args.output_dir)
-        (folder / "training_args.bin").unlink(missing_ok=True)
-        (folder / "training_args.json").write_text(self.args.to_json_string())
-
     # -- the pooled reward
-    def _score_local(self, inputs, completions) -> tuple[np.ndarray, list[str], int]:
+    def _score_local(self, inputs, prompts, completions) -> tuple[np.ndarray, list[str], int]:
         """(n_local, 3) float64 [correct, confidence (NaN missing), format_ok], texts, timeouts."""
         texts = [completion_text(c) for c in completions]
         parsed = [parse_response(t, self.parse_spec) for t in texts]
         result = self.verifier.verify_batch(
             [p.answer for p in parsed], **row_verification_inputs(inputs, self.verifier_name)
         )
+        if self.confidence_source == "logprob":
+            confidences = self._logprob_confidences(prompts, texts, parsed)
+        else:
+            confidences = [p.confidence for p in parsed]
         local = np.stack(
             [
                 np.asarray(result.correct, dtype=np.float64),
-                np.array(
-                    [np.nan if p.confidence is None else p.confidence for p in parsed],
-                    dtype=np.float64,
-                ),
+                np.array([np.nan if c is None else c for c in confidences], dtype=np.float64),
                 np.array([p.format_ok for p in parsed], dtype=np.float64),
             ],
             axis=1,
         )
         return local, texts, int(result.timeouts)
 
+    def _logprob_confidences(self, prompts, texts, parsed) -> list[float | None]:
+        """The log-prob selector score of each local completion (``rlsr.logprob``), from one
+        no-grad forward of the current policy, ``per_device_train_batch_size`` rows at a time.
+
+        Why not reuse TRL's log-probs: at this point (TRL 1.16 ``_generate_and_score_completions``)
+        the vLLM sampling log-probs and ``old_per_token_logps`` (computed before the rewards, but
+        only with vLLM importance sampling or misaligned generation steps) are divided by the
+        sampling temperature, are neither passed to ``_calculate_rewards`` nor defined for the
+        greedy evaluation, and cover the sampled token ids, not the answer string the
+        evaluation scores. The cost of the forward is in benchmarks/RESULTS.md.
+        """
+        tokenizer = self.processing_class
+        return answer_logprob_confidences(
+            self.model,
+            tokenizer,
+            [render_chat_prompt(tokenizer, p) for p in prompts],
+            texts,
+            [p.answer for p in parsed],
+            [p.answer_start for p in parsed],
+            batch_size=self.args.per_device_train_batch_size,
+        )
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         device = self.accelerator.device
         mode = "train" if self.model.training else "eval"
-        local, texts, timeouts = self._score_local(inputs, completions)
+        local, texts, timeouts = self._score_local(inputs, prompts, completions)
 
         # Process-ordered gather: the same row order TRL uses for its own gather of rewards.
         pooled = gather(torch.as_tensor(local, dtype=torch.float64, device=device)).cpu().numpy()

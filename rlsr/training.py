@@ -5,9 +5,12 @@
 1. ``validate``: every config section (``rlsr.config.check_settings``) plus the method's own
    checks from its registry entry (``rlsr.methods``), before anything is loaded;
 2. ``load_train_dataset``: the recipe's dataset (``rlsr.data``), over-long prompts dropped;
-3. ``build_trainer``: ``GRPOConfig`` from the ``grpo`` section (``grpo_kwargs``: reward weights
-   from the method's columns, model init kwargs), tokenizer, LoRA config, and the trainer class of
-   the method's entry (``rlsr.trainer.RLSRTrainer`` for rlsr / rlcr / rlvr);
+3. ``build_trainer``: the trainer config of the method's entry (``GRPOConfig`` from the ``grpo``
+   section for rlsr / rlcr / rlvr, ``SFTConfig`` from ``sft`` for sft; ``trainer_kwargs``: reward
+   weights from the method's columns, model init kwargs), tokenizer, LoRA config, the entry's
+   ``train_examples`` (SFT: prompt/completion pairs), and the trainer class of the entry
+   (``rlsr.trainer.RLSRTrainer``, which also gets the method, verifier and pool hook;
+   ``rlsr.sft_trainer.SFTAnswerTrainer``);
 4. resume from the newest checkpoint (``resume=auto``), or stop when it is already final;
 5. save the final adapter/model to ``output_dir``.
 """
@@ -22,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from peft import LoraConfig
-from trl import GRPOConfig
 
 from rlsr.config import (
     ConfigError,
@@ -38,7 +40,7 @@ from rlsr.config import (
 )
 from rlsr.data import get_spec, load_examples
 from rlsr.data.loading import DatasetUnavailableError, download_command
-from rlsr.methods import resolve, reward_columns, validate_method
+from rlsr.methods import get_entry, resolve, reward_columns, validate_method
 from rlsr.tokenization import load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -46,6 +48,8 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "validate",
     "grpo_kwargs",
+    "trainer_kwargs",
+    "trainer_section",
     "load_train_dataset",
     "build_trainer",
     "checkpoint_is_final",
@@ -61,26 +65,44 @@ def validate(cfg: TrainSettings, *, world_size: int | None = None) -> TrainSetti
     ``world_size`` defaults to ``$WORLD_SIZE`` (set by ``accelerate launch``/torchrun), else 1.
     """
     validate_method(cfg.method)
-    return check_settings(cfg, world_size=world_size)
+    return check_settings(
+        cfg, world_size=world_size, trainer_section=get_entry(cfg.method.name).args_section
+    )
+
+
+def trainer_section(cfg: TrainSettings) -> dict[str, Any]:
+    """The config section holding the method's trainer arguments (``grpo`` or ``sft``)."""
+    return getattr(cfg, get_entry(cfg.method.name).args_section)
 
 
 def grpo_kwargs(cfg: TrainSettings, *, world_size: int | None = None) -> dict[str, Any]:
-    """Keyword arguments for ``trl.GRPOConfig``: the ``grpo`` section plus the managed fields.
+    """Keyword arguments for ``trl.GRPOConfig`` (a GRPO method's ``trainer_kwargs``)."""
+    return trainer_kwargs(cfg, world_size=world_size)
 
-    Derived here from the real world size (``$WORLD_SIZE`` unless given): the gradient
-    accumulation that makes one optimizer step's pool ``pool_size`` (``rlsr.config.resolve_pool``),
-    and, with vLLM, ``vllm_max_model_length`` = max prompt + max completion length unless set.
+
+def trainer_kwargs(cfg: TrainSettings, *, world_size: int | None = None) -> dict[str, Any]:
+    """Keyword arguments for the method's trainer config (``GRPOConfig`` / ``SFTConfig``): its
+    section plus the managed fields (output_dir, seed, model init kwargs, GRPO reward weights).
+
+    For a GRPO method, derived here from the real world size (``$WORLD_SIZE`` unless given): the
+    gradient accumulation that makes one optimizer step's pool ``pool_size``
+    (``rlsr.config.resolve_pool``), and, with vLLM, ``vllm_max_model_length`` = max prompt + max
+    completion length unless set.
     """
-    ws = world_size_from_env() if world_size is None else world_size
-    kwargs = dict(cfg.grpo)
-    kwargs["gradient_accumulation_steps"] = resolve_pool(cfg.grpo, cfg.pool_size, ws).accumulation
-    if kwargs.get("use_vllm"):
-        length = default_vllm_max_model_length(cfg)
-        if length is not None:
-            kwargs["vllm_max_model_length"] = length
+    entry = get_entry(cfg.method.name)
+    kwargs = dict(trainer_section(cfg))
+    if entry.rewarded:
+        ws = world_size_from_env() if world_size is None else world_size
+        plan = resolve_pool(cfg.grpo, cfg.pool_size, ws)
+        kwargs["gradient_accumulation_steps"] = plan.accumulation
+        if kwargs.get("use_vllm"):
+            length = default_vllm_max_model_length(cfg)
+            if length is not None:
+                kwargs["vllm_max_model_length"] = length
     kwargs["output_dir"] = cfg.output_dir
     kwargs["seed"] = cfg.seed
-    kwargs["reward_weights"] = [w for _, w in reward_columns(cfg.method)]
+    if entry.rewarded:
+        kwargs["reward_weights"] = [w for _, w in reward_columns(cfg.method)]
     kwargs["model_init_kwargs"] = {
         "dtype": cfg.model.dtype,
         "attn_implementation": resolve_attn_implementation(
@@ -147,33 +169,43 @@ def load_train_dataset(cfg, tokenizer=None):
 
 
 def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None):
-    """Create the trainer of the method's registry entry (``RLSRTrainer`` for the GRPO methods)
-    for validated settings ``cfg`` (``rlsr.config.TrainSettings``)."""
+    """Create the trainer of the method's registry entry (``RLSRTrainer`` for the GRPO methods,
+    ``SFTAnswerTrainer`` for sft) for validated settings ``cfg`` (``rlsr.config.TrainSettings``).
+    ``train_dataset`` (rows of the ``rlsr.data`` contract) replaces the recipe's dataset."""
     method = resolve(cfg.method)
-    kwargs = grpo_kwargs(cfg)
+    entry = method.entry
+    if pool_hook is not None and not entry.rewarded:
+        raise ValueError(f"pool_hook: method {entry.name!r} has no reward pool to report.")
+    kwargs = trainer_kwargs(cfg)
     try:
-        args = GRPOConfig(**kwargs)
+        args = entry.args_class(**kwargs)
     except (ValueError, TypeError) as err:
-        raise ConfigError("grpo", str(err)) from None
-    # The launcher's real process count (accelerate's state), not $WORLD_SIZE, decides the pool.
-    plan = resolve_pool(cfg.grpo, cfg.pool_size, args.world_size)
-    if plan.accumulation != args.gradient_accumulation_steps:
-        raise ConfigError(
-            "pool_size",
-            f"$WORLD_SIZE={world_size_from_env()} but the launch has {args.world_size} "
-            "processes; start the run with accelerate launch or torchrun so both agree.",
-        )
-    if (
-        not args.generation_batch_size
-        == plan.pool
-        == args.steps_per_generation * (args.per_device_train_batch_size * args.world_size)
-    ):  # rlsr.config.resolve_pool rejected every way this could differ; a TRL change would
-        raise RuntimeError(f"TRL's generation batch {args.generation_batch_size} != pool {plan}")
+        raise ConfigError(entry.args_section, str(err)) from None
+    plan = None
+    if entry.rewarded:
+        # The launcher's real process count (accelerate's state), not $WORLD_SIZE, decides the
+        # pool.
+        plan = resolve_pool(cfg.grpo, cfg.pool_size, args.world_size)
+        if plan.accumulation != args.gradient_accumulation_steps:
+            raise ConfigError(
+                "pool_size",
+                f"$WORLD_SIZE={world_size_from_env()} but the launch has {args.world_size} "
+                "processes; start the run with accelerate launch or torchrun so both agree.",
+            )
+        if (
+            not args.generation_batch_size
+            == plan.pool
+            == args.steps_per_generation * (args.per_device_train_batch_size * args.world_size)
+        ):  # rlsr.config.resolve_pool rejected every way this could differ; a TRL change would
+            raise RuntimeError(
+                f"TRL's generation batch {args.generation_batch_size} != pool {plan}"
+            )
     attn = kwargs["model_init_kwargs"]["attn_implementation"]
     if args.process_index == 0:
         print(f"[rlsr] attention implementation: {attn}", flush=True)
-        print(f"[rlsr] {plan.describe()}", flush=True)
-        if args.use_vllm:
+        if plan is not None:
+            print(f"[rlsr] {plan.describe()}", flush=True)
+        if getattr(args, "use_vllm", False):
             print(f"[rlsr] vllm_max_model_length: {args.vllm_max_model_length}", flush=True)
 
     model_path = resolve_model_path(cfg.model.name_or_path)
@@ -194,6 +226,8 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None):
         ) from None
     if train_dataset is None:
         train_dataset = load_train_dataset(cfg, tokenizer)
+    if entry.train_examples is not None:
+        train_dataset = entry.train_examples(train_dataset)
 
     peft_config = None
     if cfg.model.lora.enabled:
@@ -205,17 +239,17 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None):
             target_modules=tm if isinstance(tm, str) else list(tm),
             task_type="CAUSAL_LM",
         )
-    verifier = training_verifier(cfg.data)
-    return method.entry.trainer(
+    extra = {}
+    if entry.rewarded:
+        extra = dict(method=method, verifier=training_verifier(cfg.data), pool_hook=pool_hook)
+    return entry.trainer(
         model=model_path,
         args=args,
-        method=method,
-        verifier=verifier,
         train_dataset=train_dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
         callbacks=callbacks,
-        pool_hook=pool_hook,
+        **extra,
     )
 
 
@@ -226,7 +260,7 @@ _STATE_FILES = ("optimizer.pt", "scheduler.pt", "trainer_state.json", "training_
 def checkpoint_is_final(checkpoint: str | os.PathLike, max_steps: int | None) -> bool:
     """True when ``checkpoint`` already reached the end of training.
 
-    ``max_steps`` is ``grpo.max_steps`` (None or <= 0: the run is epoch based and the
+    ``max_steps`` is ``grpo.max_steps`` / ``sft.max_steps`` (None or <= 0: the run is epoch based and the
     ``max_steps`` HF Trainer stored in ``trainer_state.json`` is the end). HF Trainer resumed
     from such a checkpoint runs one more optimizer step before it checks ``max_steps``, so a
     requeued or rerun finished job would train past its end and overwrite the final adapter.
@@ -262,7 +296,7 @@ def run_training(cfg, *, callbacks=None, pool_hook=None):
     """
     validate(cfg)
     checkpoint = resolve_resume(cfg.resume, cfg.output_dir)
-    if checkpoint and checkpoint_is_final(checkpoint, cfg.grpo.get("max_steps")):
+    if checkpoint and checkpoint_is_final(checkpoint, trainer_section(cfg).get("max_steps")):
         if int(os.environ.get("RANK", "0")) == 0:
             export_final_from_checkpoint(checkpoint, cfg.output_dir)
             print(

@@ -67,10 +67,33 @@ def test_self_consistency_fraction():
     assert scorers.self_consistency("a", []) is None
 
 
-def test_check_scorers_puts_verbalized_first_and_rejects_unknown():
-    assert scorers.check_scorers(["logprob"]) == ("verbalized", "logprob")
+def test_check_scorers_first_named_is_primary_and_rejects_unknown():
+    # the first scorer named is the primary one; tagged responses always report verbalized too
+    assert scorers.check_scorers(["logprob"]) == ("logprob", "verbalized")
+    assert scorers.check_scorers(["verbalized", "logprob"]) == ("verbalized", "logprob")
+    assert scorers.check_scorers(["consistency", "consistency"]) == ("consistency", "verbalized")
+    # plain responses state no confidence
+    assert scorers.check_scorers(["consistency"], "plain") == ("consistency",)
+    with pytest.raises(ValueError, match="plain responses state no confidence"):
+        scorers.check_scorers(["verbalized", "consistency"], "plain")
     with pytest.raises(ValueError, match="unknown scorer"):
         scorers.check_scorers(["entropy"])
+
+
+def test_answer_span_at_the_readers_offset_not_a_later_repetition():
+    """The analysis often repeats the answer: the span is where the parser read it."""
+    from rlsr.parsing import parse_plain_response, parse_response
+
+    text = "<think>Rome?</think><answer> Paris </answer><analysis>Paris or Rome</analysis>"
+    parsed = parse_response(text)
+    before, ans = scorers.answer_span(text, parsed.answer, parsed.answer_start)
+    assert ans == "Paris" and before == "<think>Rome?</think><answer> "
+    assert scorers.answer_span(text, "Paris", 3) is None  # not there: no score
+    plain = "\n  Paris\nParis again"
+    p = parse_plain_response(plain)
+    assert (p.answer, p.answer_start, p.format_ok) == ("Paris", 3, True)
+    assert scorers.answer_span(plain, p.answer, p.answer_start) == ("\n  ", "Paris")
+    assert parse_plain_response(" \n\t").answer is None
 
 
 # --------------------------------------------------------------------------- fallbacks

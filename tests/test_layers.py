@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "rlsr.thresholds": 1,
     "rlsr.utility": 1,
     "rlsr.metrics": 1,
+    "rlsr.logprob": 1,
     "rlsr.verifiers": 1,
     # 2 data, config (rlsr.testing builds the tiny models that config's `tiny` aliases name)
     "rlsr.data": 2,
@@ -39,6 +40,7 @@ LAYERS: dict[str, int] = {
     "rlsr.trainer": 3,
     "rlsr.weight_sync": 3,
     "rlsr.methods": 3,
+    "rlsr.sft_trainer": 3,
     # 4 run assembly, evaluation
     "rlsr.training": 4,
     "rlsr.evaluation": 4,

@@ -54,10 +54,33 @@ def registry(monkeypatch):
 
 
 def test_the_paper_methods_are_registered():
-    assert set(methods.method_names()) >= {"rlsr", "rlcr", "rlvr"}
+    assert set(methods.method_names()) >= {"rlsr", "rlcr", "rlvr", "sft"}
 
 
-@pytest.mark.parametrize("name", sorted(methods.REGISTRY))
+REWARDED = sorted(n for n, e in methods.REGISTRY.items() if e.rewarded)
+
+
+def test_every_recipe_method_file_names_a_registered_method():
+    files = {p.stem for p in (ROOT / "recipes" / "method").glob("*.yaml")}
+    assert files <= set(methods.REGISTRY), files - set(methods.REGISTRY)
+
+
+def test_the_supervised_entry_declares_its_trainer_config_and_data():
+    from trl import SFTConfig, SFTTrainer
+
+    entry = get_entry("sft")
+    assert not entry.rewarded and entry.columns == () and entry.rewards is None
+    assert issubclass(entry.trainer, SFTTrainer) and entry.args_class is SFTConfig
+    assert entry.args_section == "sft" and callable(entry.train_examples)
+    entry.validate(MethodSettings("sft"))
+    with pytest.raises(ValueError, match="supervised"):
+        resolve(MethodSettings("sft")).rewards(*_pool())
+    with pytest.raises(ConfigError) as info:
+        methods.validate_method(MethodSettings("sft", confidence="logprob"))
+    assert info.value.field == "method.confidence"
+
+
+@pytest.mark.parametrize("name", REWARDED)
 def test_every_entry_provides_every_part(name):
     entry = get_entry(name)
     assert entry.name == name and entry.summary
@@ -116,9 +139,14 @@ def test_unknown_method_is_a_config_error_with_the_closest_name():
     ("changes", "message"),
     [
         ({"trainer": None}, "trainer must be a trainer class"),
-        ({"rewards": None}, "rewards must be a function"),
+        ({"rewards": None}, "a supervised one neither"),
+        ({"rewards": "yes"}, "rewards must be a function"),
         ({"validate": "yes"}, "validate must be a function"),
-        ({"columns": ()}, "columns must list at least one"),
+        ({"columns": ()}, "a supervised one neither"),
+        ({"rewards": None, "columns": ()}, None),
+        ({"args_section": "ppo"}, "args_section must be 'grpo' or 'sft'"),
+        ({"confidence_sources": ("entropy",)}, "confidence_sources"),
+        ({"train_examples": "rows"}, "train_examples must be a function"),
         (
             {"columns": (("format_reward", "fmt_weight"),)},
             "'fmt_weight' .* is not a MethodSettings",
@@ -132,6 +160,10 @@ def test_unknown_method_is_a_config_error_with_the_closest_name():
 )
 def test_an_incomplete_entry_is_refused_naming_the_missing_part(registry, changes, message):
     before = dict(registry)
+    if message is None:  # a complete supervised entry is accepted
+        register(_fake(**changes))
+        assert set(registry) - set(before) == {"fakevr"}
+        return
     with pytest.raises(ValueError, match=message):
         register(_fake(**changes))
     assert registry == before

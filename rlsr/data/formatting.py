@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rlsr.prompts import get_system_prompt
+from rlsr.prompts import NO_SYSTEM_PROMPT, get_system_prompt
 
 __all__ = [
     "USER_PROMPT_TEMPLATE",
@@ -42,11 +42,12 @@ _LETTERS = "ABCDEFGHIJ"
 
 
 def build_prompt(problem: str, system_prompt: str) -> list[dict[str, str]]:
-    """TRL conversational prompt: the system prompt named ``system_prompt`` + the user problem."""
-    return [
-        {"role": "system", "content": get_system_prompt(system_prompt)},
-        {"role": "user", "content": USER_PROMPT_TEMPLATE.format(problem=problem)},
-    ]
+    """TRL conversational prompt: the system prompt named ``system_prompt`` + the user problem
+    (``"none"``: the user message alone)."""
+    user = {"role": "user", "content": USER_PROMPT_TEMPLATE.format(problem=problem)}
+    if system_prompt == NO_SYSTEM_PROMPT:
+        return [user]
+    return [{"role": "system", "content": get_system_prompt(system_prompt)}, user]
 
 
 def render_hotpot_problem(

@@ -27,7 +27,7 @@ from datasets.exceptions import DatasetGenerationError
 
 from rlsr.data.formatting import FORMATTERS, build_prompt
 from rlsr.data.registry import DatasetSpec, get_spec
-from rlsr.prompts import SYSTEM_PROMPTS
+from rlsr.prompts import NO_SYSTEM_PROMPT, SYSTEM_PROMPTS
 
 __all__ = [
     "CONTRACT_COLUMNS",
@@ -241,15 +241,16 @@ def load_examples(
     ``gold_removed`` (HotPotQA-Modified).
 
     ``split`` defaults to the spec's evaluation split; ``limit`` keeps the first ``limit`` rows;
-    ``system_prompt`` ("simple" | "long") overrides the spec's (Sec. C.5: evaluate with the
+    ``system_prompt`` ("simple" | "long" | "none": no system message) overrides the spec's (Sec. C.5: evaluate with the
     training domain's prompt); ``columns`` overrides the spec's column mapping.
     """
     spec = get_spec(name)
     split = split or spec.split
     system_prompt = system_prompt or spec.system_prompt
-    if system_prompt not in SYSTEM_PROMPTS:
+    if system_prompt not in SYSTEM_PROMPTS and system_prompt != NO_SYSTEM_PROMPT:
         raise ValueError(
-            f"system_prompt must be one of {sorted(SYSTEM_PROMPTS)}, got {system_prompt!r}."
+            f"system_prompt must be one of {[*sorted(SYSTEM_PROMPTS), NO_SYSTEM_PROMPT]}, "
+            f"got {system_prompt!r}."
         )
     if limit is not None and (not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit must be a positive integer or None, got {limit!r}.")

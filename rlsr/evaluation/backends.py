@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from rlsr.tokenization import load_tokenizer
+from rlsr.logprob import continuation_logprobs
+from rlsr.tokenization import load_tokenizer, render_chat_prompt
 
 __all__ = [
     "Generation",
@@ -169,13 +170,9 @@ def load_chat_tokenizer(model_path: str, trust_remote_code: bool = False):
 
 
 def render_chat(tokenizer, messages: list[dict]) -> str:
-    """The conversation as prompt text: the chat template with the generation prompt appended."""
-    if getattr(tokenizer, "chat_template", None) is None:
-        raise ValueError(
-            "the tokenizer has no chat template; evaluation prompts are conversations. "
-            "Use an instruct/chat model or set tokenizer.chat_template."
-        )
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    """The conversation as prompt text: the chat template with the generation prompt appended
+    (``rlsr.tokenization.render_chat_prompt``, which the trainer's log-prob selector uses too)."""
+    return render_chat_prompt(tokenizer, messages)
 
 
 def encode_prompt(tokenizer, text: str) -> list[int]:
@@ -301,31 +298,11 @@ class TransformersBackend:
         return Generation(text=text, token_ids=kept, finish_reason=finish, logprobs=logprobs)
 
     def score(self, contexts: Sequence[str], continuations: Sequence[str]) -> list[list[float]]:
-        """Per-token log p(continuation | context), teacher-forced, in batches (left padded)."""
-        import torch
-
-        if len(contexts) != len(continuations):
-            raise ValueError("contexts and continuations must have the same length.")
-        ctx_ids, cont_ids = self._encode(contexts), self._encode(continuations)
-        out: list[list[float]] = []
-        for start in range(0, len(ctx_ids), self.batch_size):
-            rows = [
-                c + t
-                for c, t in zip(
-                    ctx_ids[start : start + self.batch_size],
-                    cont_ids[start : start + self.batch_size],
-                    strict=False,
-                )
-            ]
-            ids, mask = self._left_pad(rows)
-            with torch.inference_mode():
-                logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
-            lp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1))
-            lp = lp.squeeze(-1)
-            for r, cont in enumerate(cont_ids[start : start + self.batch_size]):
-                k = len(cont)
-                out.append(lp[r, lp.shape[1] - k :].tolist() if k else [])
-        return out
+        """Per-token log p(continuation | context), teacher-forced, in batches (left padded):
+        ``rlsr.logprob.continuation_logprobs``, the function RLSR's log-prob ranking uses."""
+        return continuation_logprobs(
+            self.model, self.tokenizer, contexts, continuations, batch_size=self.batch_size
+        )
 
 
 # --------------------------------------------------------------------------- vLLM

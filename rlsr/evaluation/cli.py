@@ -118,8 +118,16 @@ def register(subparsers) -> None:
     )
     ev.add_argument(
         "--system-prompt",
-        choices=("simple", "long"),
-        help="default: the training domain's prompt when --datasets is a group, else each dataset's own",
+        choices=("simple", "long", "none"),
+        help="default: the training domain's prompt when --datasets is a group, else each "
+        "dataset's own; none = no system message (method=sft models)",
+    )
+    ev.add_argument(
+        "--response-format",
+        choices=("tags", "plain"),
+        default="tags",
+        help="tags: <answer>/<confidence> (paper Sec. C.1); plain: no tags, the answer is the "
+        "first non-empty line, no fallbacks, no verbalized scorer (method=sft models)",
     )
     ev.add_argument(
         "--verifier",
@@ -147,7 +155,11 @@ def register(subparsers) -> None:
     )
     ev.add_argument("--no-fallbacks", action="store_true", help="skip the Sec. C.3 fallbacks")
     ev.add_argument(
-        "--scorers", default="verbalized", help="comma list of verbalized,logprob,consistency"
+        "--scorers",
+        default=None,
+        help="comma list of verbalized,logprob,consistency; the first is the primary scorer "
+        "(summary line, report tables). Default: verbalized; consistency with "
+        "--response-format plain",
     )
     ev.add_argument(
         "--consistency-k",
@@ -312,6 +324,13 @@ def _validate(args) -> None:
         raise ValueError("--deployment-target must be in (0, 1], e.g. 0.75.")
     if args.deployment_target is not None and len(args.deployment_splits.split(",")) != 2:
         raise ValueError("--deployment-splits needs two splits, e.g. validation,test.")
+    if args.scorers is None:
+        args.scorers = "consistency" if args.response_format == "plain" else "verbalized"
+    if args.response_format == "plain" and "verbalized" in args.scorers.split(","):
+        raise ValueError(
+            "--response-format plain: plain answers state no confidence; pass --scorers "
+            "consistency (paper Sec. D.3) and/or logprob."
+        )
     if args.judge_base_url and args.judge_backend not in (None, "openai"):
         raise ValueError("--judge-base-url needs --judge-backend openai (or leave it unset).")
 
@@ -360,7 +379,7 @@ RUN_FILE = "run.json"
 CONFIG_FIELDS = (
     "model", "adapter_sha256", "system_prompt", "columns", "max_new_tokens", "temperature",
     "top_p", "seed", "fallbacks", "fallback_max_new_tokens", "scorers", "consistency_k",
-    "consistency_temperature", "dcs", "judge_model", "judge_max_answer_chars",
+    "consistency_temperature", "dcs", "judge_model", "judge_max_answer_chars", "response_format",
 )  # fmt: skip
 
 
@@ -457,6 +476,7 @@ def run_evaluate(args) -> int:
         seed=args.seed, batch_size=args.batch_size, fallbacks=not args.no_fallbacks,
         fallback_max_new_tokens=args.fallback_max_new_tokens,
         scorers=tuple(s.strip() for s in args.scorers.split(",") if s.strip()),
+        response_format=args.response_format,
         consistency_k=args.consistency_k, consistency_temperature=args.consistency_temperature,
         dcs=args.dcs, bootstrap_resamples=args.bootstrap, progress=not args.no_progress,
     )  # fmt: skip

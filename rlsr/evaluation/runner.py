@@ -29,14 +29,10 @@ from rlsr.evaluation.backends import Backend, Sampling
 from rlsr.evaluation.dcs import score_dcs
 from rlsr.evaluation.plots import plot_dataset_risk_coverage
 from rlsr.evaluation.samples_io import append_samples, json_safe, read_samples
-from rlsr.evaluation.scorers import (
-    answer_span,
-    check_scorers,
-    logprob_confidence,
-    self_consistency,
-)
+from rlsr.evaluation.scorers import RESPONSE_FORMATS, check_scorers, self_consistency
 from rlsr.evaluation.summary import compute_metrics
-from rlsr.parsing import parse_confidence, parse_response
+from rlsr.logprob import answer_span, logprob_confidence
+from rlsr.parsing import ParsedResponse, parse_confidence, parse_plain_response, parse_response
 from rlsr.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX
 from rlsr.verifiers import extract_choice_letter, normalize_answer
 
@@ -52,6 +48,7 @@ __all__ = [
     "confidence_fallback_context",
     "add_confidence_fallback",
     "fallback_sampling",
+    "read_response",
     "evaluate_dataset",
     "SAMPLES_FILE",
     "METRICS_FILE",
@@ -75,6 +72,9 @@ class EvalSettings:
     fallbacks: bool = True
     fallback_max_new_tokens: int = 64
     scorers: tuple[str, ...] = ("verbalized",)
+    # "tags": the paper's <answer>/<confidence> format (Sec. C.1); "plain": no tags, the answer is
+    # the first non-empty line (SFT-Answer-Only, Sec. D.3; rlsr.parsing.parse_plain_response).
+    response_format: str = "tags"
     consistency_k: int = 8  # paper Sec. D.3: K = 8 at T = 0.7
     consistency_temperature: float = 0.7
     dcs: bool = False
@@ -84,7 +84,11 @@ class EvalSettings:
     extra_metadata: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.scorers = check_scorers(self.scorers)
+        if self.response_format not in RESPONSE_FORMATS:
+            raise ValueError(
+                f"response_format must be one of {RESPONSE_FORMATS}; got {self.response_format!r}."
+            )
+        self.scorers = check_scorers(self.scorers, self.response_format)
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1; got {self.batch_size}.")
         if self.fallback_max_new_tokens < 1:
@@ -126,15 +130,23 @@ def fallback_confidence(continuation: str) -> float | None:
     return None if match is None else parse_confidence(match.group(0))
 
 
-def response_item(prompt_text: str, text: str, finish_reason: str, num_tokens: int) -> dict:
+def read_response(text: str, response_format: str = "tags") -> ParsedResponse:
+    """Answer, confidence and format verdict of one response in ``response_format``."""
+    return parse_plain_response(text) if response_format == "plain" else parse_response(text)
+
+
+def response_item(
+    prompt_text: str, text: str, finish_reason: str, num_tokens: int, response_format: str = "tags"
+) -> dict:
     """The record of one generated response before any fallback: its parse and bookkeeping."""
-    parsed = parse_response(text)
+    parsed = read_response(text, response_format)
     return {
         "prompt_text": prompt_text,
         "response": text,
         "finish_reason": finish_reason,
         "num_tokens": num_tokens,
         "answer": parsed.answer,
+        "answer_start": parsed.answer_start,  # offset in "generated" (the log-prob span)
         "confidence": parsed.confidence,
         "format_ok": parsed.format_ok,
         "fallbacks": [],
@@ -153,11 +165,14 @@ def answer_fallback_context(item: dict) -> str | None:
 
 def add_answer_fallback(item: dict, context: str, text: str) -> None:
     """Record the continuation ``text`` of ``answer_fallback_context``: answer (and a confidence,
-    if the continuation holds a ``<confidence>`` block)."""
+    if the continuation holds a ``<confidence>`` block). The answer's span for the log-prob scorer
+    is its first occurrence in the continuation."""
     item["fallbacks"].append("answer")
     item["fallback_text"]["answer"] = text
     item["answer"] = fallback_answer(text)
     item["generated"] = context + text
+    found = -1 if item["answer"] is None else item["generated"].find(item["answer"], len(context))
+    item["answer_start"] = found if found >= 0 else None
     if item["confidence"] is None:
         item["confidence"] = parse_response(text).confidence
 
@@ -187,16 +202,21 @@ def respond(backend: Backend, prompt_texts: Sequence[str], settings: EvalSetting
     """Generate one response per prompt and apply the Sec. C.3 fallbacks (bounded: once each).
 
     All answer fallbacks of the batch run as one generation call, then all confidence ones.
-    ``rlsr.serving`` drives the same steps one request at a time.
+    ``rlsr.serving`` drives the same steps one request at a time. Plain responses
+    (``response_format="plain"``) get no fallbacks: they have no tags to miss and no confidence
+    to ask for.
     """
     sampling = Sampling(
         settings.max_new_tokens, settings.temperature, settings.top_p, seed=settings.seed
     )
     items = [
-        response_item(prompt, gens[0].text, gens[0].finish_reason, len(gens[0].token_ids))
+        response_item(
+            prompt, gens[0].text, gens[0].finish_reason, len(gens[0].token_ids),
+            settings.response_format,
+        )
         for prompt, gens in zip(prompt_texts, backend.generate(prompt_texts, sampling), strict=True)
-    ]
-    if not settings.fallbacks:
+    ]  # fmt: skip
+    if not settings.fallbacks or settings.response_format == "plain":
         return items
     for context_of, add in (
         (answer_fallback_context, add_answer_fallback),
@@ -230,7 +250,7 @@ def _add_scores(backend, rows: list[dict], items: list[dict], settings: EvalSett
     for it in items:
         it["scores"] = {"verbalized": it["confidence"]}
     if "logprob" in settings.scorers:
-        spans = [answer_span(it["generated"], it["answer"]) for it in items]
+        spans = [answer_span(it["generated"], it["answer"], it["answer_start"]) for it in items]
         idx = [i for i, s in enumerate(spans) if s is not None]
         lps = backend.score(
             [items[i]["prompt_text"] + spans[i][0] for i in idx], [spans[i][1] for i in idx]
@@ -248,7 +268,7 @@ def _add_scores(backend, rows: list[dict], items: list[dict], settings: EvalSett
         for row, it, gens in zip(rows, items, outs, strict=True):
             options = _options(row)
             key = _consistency_key(row["verifier"], options)
-            answers = [parse_response(g.text).answer for g in gens]
+            answers = [read_response(g.text, settings.response_format).answer for g in gens]
             it["scores"]["consistency"] = self_consistency(it["answer"], answers, key)
             it["consistency_answers"] = answers
 

@@ -4,7 +4,8 @@
 * ``logprob``: length-normalised log-probability of the answer span,
   ``mean_t log p(a_t | prompt, response before the answer, a_<t)``, reported as the confidence
   ``exp(mean)`` in (0, 1] (the geometric-mean token probability; a monotone map, so AURC and
-  Acc@c do not depend on the choice).
+  Acc@c do not depend on the choice). Defined once in ``rlsr.logprob``, which RLSR's training
+  ranking with ``method.confidence=logprob`` uses too (re-exported here).
 * ``consistency`` (SC): draw K more responses at temperature T (paper: K = 8, T = 0.7) and use
   the fraction whose extracted answer agrees with the evaluated answer:
   ``SC = (1/K) * sum_k 1[norm(a_k) == norm(a)]``.
@@ -14,11 +15,13 @@ Everything here is a pure function; ``rlsr.evaluation.runner`` calls the backend
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
+
+from rlsr.logprob import answer_span, length_normalized_logprob, logprob_confidence
 
 __all__ = [
     "SCORERS",
+    "RESPONSE_FORMATS",
     "check_scorers",
     "length_normalized_logprob",
     "logprob_confidence",
@@ -27,41 +30,28 @@ __all__ = [
 ]
 
 SCORERS = ("verbalized", "logprob", "consistency")
+RESPONSE_FORMATS = ("tags", "plain")
 
 
-def check_scorers(names: Sequence[str]) -> tuple[str, ...]:
-    """Validate scorer names; ``verbalized`` is always included and first (the primary scorer)."""
+def check_scorers(names: Sequence[str], response_format: str = "tags") -> tuple[str, ...]:
+    """Validate scorer names; the FIRST one named is the primary scorer (``metrics.json``
+    ``primary_scorer``, the summary line and ``rlsr report`` tables).
+
+    ``tags`` responses always report ``verbalized`` too (appended when not named; it costs
+    nothing). ``plain`` responses carry no confidence, so ``verbalized`` is an error there.
+    """
+    names = tuple(dict.fromkeys(names))
     unknown = [n for n in names if n not in SCORERS]
     if unknown:
         raise ValueError(f"unknown scorer(s) {unknown}; choose from {SCORERS}.")
-    return ("verbalized",) + tuple(n for n in dict.fromkeys(names) if n != "verbalized")
-
-
-def length_normalized_logprob(token_logprobs: Sequence[float]) -> float:
-    """(1/T) * sum_t log p(a_t | ...) over the T answer tokens; NaN for an empty span."""
-    if len(token_logprobs) == 0:
-        return math.nan
-    return float(sum(token_logprobs) / len(token_logprobs))
-
-
-def logprob_confidence(token_logprobs: Sequence[float]) -> float | None:
-    """exp(length-normalised log-prob) in (0, 1]; None when there is no answer span to score."""
-    mean = length_normalized_logprob(token_logprobs)
-    return None if math.isnan(mean) else math.exp(mean)
-
-
-def answer_span(generated: str, answer: str | None) -> tuple[str, str] | None:
-    """Split ``generated`` into (text before the answer, answer text) at the LAST occurrence.
-
-    The answer is scored in the context the model produced it in. ``None`` when there is no
-    answer or it does not occur verbatim (then the log-prob scorer has no value).
-    """
-    if not answer:
-        return None
-    start = generated.rfind(answer)
-    if start < 0:
-        return None
-    return generated[:start], answer
+    if response_format == "plain":
+        if "verbalized" in names or not names:
+            raise ValueError(
+                "plain responses state no confidence: choose --scorers consistency and/or "
+                "logprob (not verbalized)."
+            )
+        return names
+    return names if "verbalized" in names else (*names, "verbalized")
 
 
 def self_consistency(
