@@ -1,4 +1,5 @@
-"""Train with RLSR / RLCR / RLVR on TRL's GRPOTrainer. Hydra entry point.
+"""Train with RLSR / RLCR / RLVR on TRL's GRPOTrainer (or the SFT baseline, method=sft, on TRL's
+SFTTrainer). Hydra entry point.
 
     python train.py recipe=tiny                                   # CPU smoke run, ~1 minute
     accelerate launch --cpu train.py recipe=tiny                  # same, through accelerate

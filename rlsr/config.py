@@ -47,6 +47,7 @@ __all__ = [
     "ConfigError",
     "CONFIDENCE_SOURCES",
     "NO_SYSTEM_PROMPT",
+    "TRAINER_SECTIONS",
     "LoraSettings",
     "ModelSettings",
     "DataSettings",
@@ -77,6 +78,8 @@ TINY_WARM_MODEL_ALIAS = "tiny-warm"
 MANAGED_GRPO_FIELDS = ("output_dir", "seed", "reward_weights", "model_init_kwargs")
 # SFTConfig fields rlsr sets itself.
 MANAGED_SFT_FIELDS = ("output_dir", "seed", "model_init_kwargs")
+# Sections holding a trainer's arguments (a method's registry entry names its own; GRPO first).
+TRAINER_SECTIONS = ("grpo", "sft")
 # Where RLSR's pooled ranking reads each completion's confidence (method.confidence).
 CONFIDENCE_SOURCES = ("verbalized", "logprob")
 
@@ -781,9 +784,6 @@ def _validate_top(cfg: TrainSettings) -> None:
             f"{resume!r} is not a checkpoint folder (no trainer_state.json); use resume=auto, "
             "resume=never or the path of a checkpoint-<step> folder.",
         )
-
-
-TRAINER_SECTIONS = ("grpo", "sft")
 
 
 def check_settings(

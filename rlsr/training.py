@@ -27,6 +27,7 @@ from typing import Any
 from peft import LoraConfig
 
 from rlsr.config import (
+    TRAINER_SECTIONS,
     ConfigError,
     TrainSettings,
     check_settings,
@@ -65,9 +66,14 @@ def validate(cfg: TrainSettings, *, world_size: int | None = None) -> TrainSetti
     ``world_size`` defaults to ``$WORLD_SIZE`` (set by ``accelerate launch``/torchrun), else 1.
     """
     validate_method(cfg.method)
-    return check_settings(
-        cfg, world_size=world_size, trainer_section=get_entry(cfg.method.name).args_section
-    )
+    section = get_entry(cfg.method.name).args_section
+    if section == TRAINER_SECTIONS[0] and cfg.sft:  # a GRPO method: `sft` would be ignored
+        raise ConfigError(
+            f"sft.{next(iter(cfg.sft))}",
+            f"the sft section is read by method=sft only; method={cfg.method.name} takes its "
+            f"trainer settings from {section}.*.",
+        )
+    return check_settings(cfg, world_size=world_size, trainer_section=section)
 
 
 def trainer_section(cfg: TrainSettings) -> dict[str, Any]:

@@ -57,6 +57,40 @@ def test_sft_examples_are_question_answer_pairs_without_system_prompt():
         assert ex["completion"] == [{"role": "assistant", "content": row["answer"]}]
 
 
+def _compose(*overrides):
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from rlsr.config import from_dict
+
+    with initialize_config_dir(config_dir=str(ROOT / "recipes"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["recipe=tiny", *overrides])
+    values = OmegaConf.to_container(cfg, resolve=True)
+    values.pop("hydra", None)
+    return from_dict(values)
+
+
+def test_sft_recipe_reads_the_sft_section_and_checks_it():
+    from rlsr.config import ConfigError
+    from rlsr.training import trainer_kwargs, validate
+
+    s = _compose("method=sft")
+    validate(s, world_size=1)
+    kwargs = trainer_kwargs(s)
+    # machine settings follow the recipe's grpo section; no GRPO-only field leaks in
+    assert kwargs["use_cpu"] is True and kwargs["bf16"] is False and kwargs["max_steps"] == 6
+    assert "num_generations" not in kwargs and "reward_weights" not in kwargs
+    assert s.data.system_prompt == "none"
+    s.sft["learnig_rate"] = 1e-4
+    with pytest.raises(ConfigError, match="sft.learnig_rate: not a trl.SFTConfig field. Did you"):
+        validate(s, world_size=1)
+    # a GRPO method given sft settings says they would be ignored
+    s = _compose("method=rlsr")
+    s.sft = {"learning_rate": 1e-4}
+    with pytest.raises(ConfigError, match="sft.learning_rate: the sft section is read by"):
+        validate(s, world_size=1)
+
+
 @pytest.mark.slow
 def test_sft_trains_resumes_and_evaluates_with_consistency_on_plain_answers(tmp_path):
     import torch
