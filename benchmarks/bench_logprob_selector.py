@@ -76,7 +76,9 @@ def main(argv=None) -> int:
             results[kind][1].extend(rewards)
     base_step = statistics.median(results["verbalized"][0])
     base_reward = statistics.median(results["verbalized"][1])
-    print("| selector | median step s | vs verbalized | median _calculate_rewards s | extra s/step |")
+    print(
+        "| selector | median step s | vs verbalized | median _calculate_rewards s | extra s/step |"
+    )
     print("| --- | --- | --- | --- | --- |")
     for kind, (steps, rewards) in results.items():
         step, reward = statistics.median(steps), statistics.median(rewards)

@@ -152,6 +152,18 @@ def test_format_without_confidence_passes_with_logprob_selector_only():
     assert parse_response(text + "<confidence>high</confidence>", logprob).format_ok
 
 
+def test_rlsr_logprob_variant_composes_with_its_own_output_dir():
+    from test_method_variants import CPU, compose
+
+    from rlsr.config import from_dict
+    from rlsr.training import validate
+
+    values = compose("recipe=hotpot", "method=rlsr-logprob", *CPU)
+    assert values["output_dir"] == "runs/hotpot-rlsr-logprob-qwen2.5-7b-seed42"
+    settings = validate(from_dict(values), world_size=4)
+    assert settings.method.name == "rlsr" and settings.method.confidence == "logprob"
+
+
 def test_logprob_selector_is_rlsr_only():
     from rlsr.config import ConfigError, MethodSettings
     from rlsr.methods import validate_method
