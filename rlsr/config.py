@@ -6,7 +6,8 @@ Schema (top-level keys of ``recipes/config.yaml``)::
              dropout, target_modules}}
     data:   {dataset, path, split, system_prompt, limit, max_prompt_length, verifier}
     method: {name: rlsr|rlcr|rlvr|sft, format_weight, method_weight, correct_requires_format,
-             correct_scale, weight_cap, max_coverage, label, confidence: verbalized|logprob}
+             correct_scale, weight_cap, max_coverage, label, confidence: verbalized|logprob,
+             evaluate_args}
     grpo:   any field of trl.GRPOConfig (num_generations, per_device_train_batch_size, ...)
     sft:    any field of trl.SFTConfig (method=sft only; recipes/method/sft.yaml)
     pool_size: completions ranked together per optimizer step (null: from grpo.*)
@@ -139,6 +140,9 @@ class MethodSettings:
     # verbalized: the <confidence> tag; logprob: the answer's length-normalised log-probability
     # (rlsr.logprob; paper Sec. D.4, Tab. 7). Only methods that rank by confidence accept logprob.
     confidence: str = "verbalized"
+    # `rlsr evaluate` flags a model trained this way needs (e.g. method=sft: plain answers and the
+    # consistency scorer); slurm/sweep.py passes them to every evaluation of the run.
+    evaluate_args: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -570,6 +574,13 @@ def _validate_method(m: MethodSettings) -> None:
         m.confidence in CONFIDENCE_SOURCES,
         "method.confidence",
         f"got {m.confidence!r}; choose one of {CONFIDENCE_SOURCES}.",
+    )
+    _check(
+        isinstance(m.evaluate_args, list | tuple)
+        and all(isinstance(a, str) for a in m.evaluate_args),
+        "method.evaluate_args",
+        f"must be a list of `rlsr evaluate` flags, e.g. ['--scorers', 'logprob']; "
+        f"got {m.evaluate_args!r}.",
     )
     _check(
         m.format_weight + m.method_weight > 0,

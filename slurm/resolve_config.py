@@ -13,6 +13,7 @@ finds the folder the trainer writes.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def resolve(overrides: list[str], root: Path = ROOT) -> dict[str, str]:
     """Return ``{"model": model.name_or_path, "output_dir": absolute output_dir,
-    "max_model_len": vLLM context}``.
+    "max_model_len": vLLM context, "evaluate_args": method.evaluate_args}``.
 
     ``max_model_len`` is ``grpo.vllm_max_model_length`` if set, else data.max_prompt_length +
     grpo.max_completion_length (the trainer's colocate default,
@@ -43,6 +44,7 @@ def resolve(overrides: list[str], root: Path = ROOT) -> dict[str, str]:
         "model": str(cfg.model.name_or_path),
         "output_dir": str(output_dir),
         "max_model_len": "" if length is None else str(int(length)),
+        "evaluate_args": [str(a) for a in (cfg.method.get("evaluate_args") or [])],
     }
 
 
@@ -56,7 +58,7 @@ def main(argv: list[str]) -> int:
         )
         return 2
     for key, value in values.items():
-        print(f"{key}={value}")
+        print(f"{key}={shlex.join(value) if isinstance(value, list) else value}")
     return 0
 
 

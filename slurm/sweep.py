@@ -29,7 +29,8 @@ sys.path.insert(0, str(ROOT / "slurm"))
 from needs_judge import load_registry  # noqa: E402  (sibling scripts, not a package)
 from resolve_config import resolve  # noqa: E402
 
-METHODS = ("rlsr", "rlcr", "rlvr")
+# The method files of recipes/method/ (rlsr, rlcr, rlvr, sft and the named variants).
+METHODS = tuple(sorted(p.stem for p in (ROOT / "recipes" / "method").glob("*.yaml")))
 
 
 @dataclass
@@ -204,6 +205,12 @@ def plan(args: argparse.Namespace) -> list[Job]:
                             ",".join(eval_datasets),
                             "--output-dir",
                             str((ROOT / args.evals_dir).resolve()),
+                            # how a model of this method is evaluated (method.evaluate_args)
+                            *(
+                                ["--", *resolved["evaluate_args"]]
+                                if resolved["evaluate_args"]
+                                else []
+                            ),
                         ],
                         after=len(jobs) - 1,
                         notes={"datasets": ",".join(eval_datasets)},

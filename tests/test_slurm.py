@@ -10,6 +10,7 @@ curl, signals, the Hydra config, the dataset registry) is real.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
@@ -23,6 +24,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from rlsr.evaluation import cli as evaluate_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SLURM = ROOT / "slurm"
@@ -714,6 +717,34 @@ def test_sweep_submits_with_real_job_ids(tmp_path):
     assert "--dependency=afterok:1001" in calls[1] and "--dependency" not in calls[0]
     assert "--array=0-0" in calls[1]
     assert (ROOT / "logs").is_dir()
+
+
+def test_sweep_evaluates_each_method_the_way_it_was_trained():
+    """sft (Tab. 6) is evaluated on plain answers with the consistency scorer, rlsr-logprob
+    (Tab. 7) by log-probability: method.evaluate_args reach evaluate.slurm after `--`, and the real
+    `rlsr evaluate` parser accepts them. Catches a sweep that scores an SFT model (no tags) by
+    verbalized confidence, and a method file whose flags `rlsr evaluate` does not know."""
+    out = run_sweep(
+        ["--recipes", "hotpot", "--methods", "sft,rlsr-logprob,rlsr", "--seeds", "0", "--dry-run"]
+    ).stdout.splitlines()
+    evals = [shlex.split(c[len("  sbatch: ") :]) for c in out[1:-1:2] if "evaluate.slurm" in c]
+    extra = [argv[argv.index("--") + 1 :] if "--" in argv else [] for argv in evals]
+    assert extra[0][:6] == [
+        "--system-prompt",
+        "none",
+        "--response-format",
+        "plain",
+        "--scorers",
+        "consistency",
+    ]
+    assert extra[0][extra[0].index("--consistency-k") + 1] == "8"
+    assert extra[1] == ["--scorers", "logprob"]
+    assert extra[2] == []  # rlsr: the default protocol (verbalized confidence)
+    parser = argparse.ArgumentParser()
+    evaluate_cli.register(parser.add_subparsers(dest="command"))
+    common = ["evaluate", "--model", "m", "--datasets", "hotpot-id", "--output-dir", "o"]
+    for flags in extra:
+        parser.parse_args([*common, *flags])  # exits 2 on an unknown flag or bad value
 
 
 def test_sweep_rejects_overrides_it_owns():
