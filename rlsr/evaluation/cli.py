@@ -137,7 +137,13 @@ def register(subparsers) -> None:
         help="override a dataset's verifier (e.g. trivia=exact_match); repeatable",
     )
     ev.add_argument("--limit", type=int, metavar="N", help="first N questions per dataset")
-    ev.add_argument("--batch-size", type=int, default=8, metavar="N", help="prompts per call")
+    ev.add_argument(
+        "--batch-size",
+        type=int,
+        metavar="N",
+        help="prompts in flight: transformers pads N per generate call (default 8); vLLM keeps "
+        "N requests on its engine and writes each sample as it finishes (default 256)",
+    )
     ev.add_argument(
         "--max-new-tokens", type=int, default=4096, metavar="N", help="response token budget"
     )

@@ -11,6 +11,7 @@ Per batch of questions not yet in ``samples.jsonl``:
 4. extra confidence scorers (``rlsr.evaluation.scorers``) and DCS for MCQ sets, if asked;
 5. append the batch's records, flush, fsync.
 
+With vLLM the steps run per sample instead of per batch (``evaluate_dataset``: streaming).
 A rerun reads the ids already written (dropping a cut-off last line) and continues; at the end
 ``metrics.json`` and ``risk_coverage.png`` are rebuilt from the whole file.
 """
@@ -18,6 +19,7 @@ A rerun reads the ids already written (dropping a cut-off last line) and continu
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -68,7 +70,7 @@ class EvalSettings:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0
-    batch_size: int = 8
+    batch_size: int | None = None  # None: the backend's eval_batch_size (transformers 8, vLLM 256)
     fallbacks: bool = True
     fallback_max_new_tokens: int = 64
     scorers: tuple[str, ...] = ("verbalized",)
@@ -89,7 +91,7 @@ class EvalSettings:
                 f"response_format must be one of {RESPONSE_FORMATS}; got {self.response_format!r}."
             )
         self.scorers = check_scorers(self.scorers, self.response_format)
-        if self.batch_size < 1:
+        if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1; got {self.batch_size}.")
         if self.fallback_max_new_tokens < 1:
             raise ValueError("fallback_max_new_tokens must be >= 1.")
@@ -302,7 +304,20 @@ def evaluate_dataset(
 
     Resumes from an existing ``samples.jsonl``. ``judge`` is the ``RecordingJudge`` inside an
     LLM-judge verifier (its raw outputs are stored per sample). ``before_batch(k)`` is called
-    before batch k (hook for progress reporting and the crash-resume test). Returns metrics.
+    before the k-th group of samples is verified and written (hook for progress reporting and the
+    crash-resume tests). Returns metrics.
+
+    Two ways to generate, same records (tests/test_vllm_cpu.py):
+
+    * windows: ``settings.batch_size`` prompts (default: the backend's ``eval_batch_size``) are
+      generated, fallen back, verified and written together (transformers; any backend when
+      logprob/consistency scorers or DCS need more model calls per sample);
+    * streaming (vLLM): up to that many requests stay in flight; each sample's Sec. C.3 fallback
+      requests join the same engine as soon as its response finishes, and every sample is verified
+      and written (fsync) at the engine step in which its last request finishes (with an LLM
+      judge, finished samples are gathered for up to ``_JUDGE_FLUSH_SECONDS`` so the judge sees a
+      batch). Lines then land in completion order; at the end the file is put back in dataset
+      order (atomic replace), so a finished ``samples.jsonl`` does not depend on the backend.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -313,33 +328,138 @@ def evaluate_dataset(
     done = {r["id"] for r in read_samples(samples_path, repair=True)}
     todo = [i for i, x in enumerate(ids) if x not in done]
     bar = _progress(len(ids), len(ids) - len(todo), dataset_name, settings.progress)
-    started, n_new = time.perf_counter(), 0
-    for k, start in enumerate(range(0, len(todo), settings.batch_size)):
+    window = settings.batch_size or getattr(backend, "eval_batch_size", 8)
+    groups = iter(range(len(todo) + 1))
+    n_new = 0
+
+    def write(indices: list[int], items: list[dict]) -> None:
+        nonlocal n_new
+        k = next(groups)
         if before_batch is not None:
             before_batch(k)
-        batch = examples.select(todo[start : start + settings.batch_size])
+        batch = examples.select(indices)
         rows = list(batch)
-        prompt_texts = [backend.render(r["prompt"]) for r in rows]
-        items = respond(backend, prompt_texts, settings)
         _verify(verifier, verifier_name, batch, items, judge)
         _add_scores(backend, rows, items, settings)
         if settings.dcs:
             _add_dcs(backend, rows, items)
-        append_samples(
-            samples_path, [_record(r, it, dataset_name) for r, it in zip(rows, items, strict=False)]
-        )
+        records = [_record(r, it, dataset_name) for r, it in zip(rows, items, strict=True)]
+        append_samples(samples_path, records)
         n_new += len(rows)
         if bar is not None:
             bar.update(len(rows))
             bar.set_postfix(acc=f"{sum(it['correct'] for it in items) / len(items):.2f}")
+
+    started = time.perf_counter()
+    stream = _stream_of(backend, settings)
+    if stream is not None:
+        flush_seconds = _JUDGE_FLUSH_SECONDS if judge is not None else 0.0
+        _generate_streaming(stream, backend, examples, todo, window, settings, write,
+                            flush_seconds)  # fmt: skip
+    else:
+        for start in range(0, len(todo), window):
+            indices = todo[start : start + window]
+            prompt_texts = [backend.render(r["prompt"]) for r in examples.select(indices)]
+            write(indices, respond(backend, prompt_texts, settings))
     if bar is not None:
         bar.close()
     elapsed = time.perf_counter() - started
+    _restore_dataset_order(samples_path, ids)
     return summarise(
         out, settings, dataset_name,
         extra={"throughput": {"new_samples": n_new, "seconds": elapsed,
                               "samples_per_s": n_new / elapsed if n_new and elapsed > 0 else None}},
     )  # fmt: skip
+
+
+# With an LLM judge, streamed samples wait up to this long so that one judge call sees several.
+_JUDGE_FLUSH_SECONDS = 2.0
+
+
+def _stream_of(backend: Backend, settings: EvalSettings):
+    """The backend's streaming session when the protocol allows it, else None (windows).
+
+    Extra scorers and DCS call ``generate``/``score`` per sample, which must not run while the
+    stream's requests are on the engine (``VLLMStream``)."""
+    if set(settings.scorers) != {"verbalized"} or settings.dcs:
+        return None
+    opener = getattr(backend, "stream", None)
+    return opener() if opener is not None else None
+
+
+_FALLBACK_STEPS = (
+    ("answer", answer_fallback_context, add_answer_fallback),
+    ("confidence", confidence_fallback_context, add_confidence_fallback),
+)
+
+
+def _next_fallback(item: dict, settings: EvalSettings):
+    """``(context, add)`` of the Sec. C.3 fallback ``item`` needs next (answer, then confidence;
+    each at most once, as ``respond`` runs them), or None when the sample is complete."""
+    if not settings.fallbacks or settings.response_format == "plain":
+        return None
+    for kind, context_of, add in _FALLBACK_STEPS:
+        if kind not in item["fallbacks"] and (context := context_of(item)) is not None:
+            return context, add
+    return None
+
+
+def _generate_streaming(stream, backend, examples, todo, window, settings, write, flush_seconds):
+    """Keep ``window`` requests in flight; hand each sample to ``write`` when its last
+    request (response, then any fallbacks) has finished."""
+    sampling = Sampling(
+        settings.max_new_tokens, settings.temperature, settings.top_p, seed=settings.seed
+    )
+    greedy = fallback_sampling(settings)
+    queue = iter(todo)
+    exhausted = False
+    items: dict[int, dict] = {}
+    finished: list[int] = []
+    last_write = time.perf_counter()
+    while True:
+        while not exhausted and stream.pending() < window:
+            i = next(queue, None)
+            if i is None:
+                exhausted = True
+                break
+            prompt = backend.render(examples[i]["prompt"])
+            stream.add((i, prompt, None), prompt, sampling)
+        if stream.pending() == 0:
+            break
+        for (i, text, add), gens in stream.step():
+            # text: the prompt of a response; the context of a fallback (then add records it)
+            gen = gens[0]
+            if add is None:
+                items[i] = response_item(text, gen.text, gen.finish_reason, len(gen.token_ids),
+                                         settings.response_format)  # fmt: skip
+            else:
+                add(items[i], text, gen.text)
+            step = _next_fallback(items[i], settings)
+            if step is None:
+                finished.append(i)
+            else:
+                context, add_next = step
+                stream.add((i, context, add_next), items[i]["prompt_text"] + context, greedy)
+        now = time.perf_counter()
+        if finished and (stream.pending() == 0 or now - last_write >= flush_seconds):
+            write(finished, [items.pop(i) for i in finished])
+            finished, last_write = [], now
+    if finished:
+        write(finished, [items.pop(i) for i in finished])
+
+
+def _restore_dataset_order(path: Path, ids: list[str]) -> None:
+    """Rewrite ``path`` in dataset order if streaming appended it out of order (write a sibling,
+    fsync, ``os.replace``: a crash leaves either the old or the new file, both complete)."""
+    records = read_samples(path)
+    rank = {x: k for k, x in enumerate(ids)}
+    ordered = sorted(records, key=lambda r: rank.get(r["id"], len(rank)))
+    if [r["id"] for r in ordered] == [r["id"] for r in records]:
+        return
+    tmp = path.with_name(path.name + ".reorder")
+    tmp.unlink(missing_ok=True)
+    append_samples(tmp, ordered)
+    os.replace(tmp, path)
 
 
 def summarise(
