@@ -53,7 +53,8 @@ VLLM_CPU_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 
-FAST = ["--bootstrap", "0", "--no-progress", "--batch-size", "4", "--fallback-max-new-tokens", "6"]
+# No --batch-size: each backend's default (transformers 8 per call; vLLM 256 in flight, streamed).
+FAST = ["--bootstrap", "0", "--no-progress", "--fallback-max-new-tokens", "6"]
 
 
 def _run_child(argv: list[str], timeout: int = 400) -> str:
@@ -158,6 +159,70 @@ def test_vllm_lora_adapter_matches_transformers(tmp_path, lora_adapter, mode):
     assert [r["response"] for r in base_rows] != [r["response"] for r in vllm_rows], (
         "the adapter must change the outputs, or this test could not tell it was applied"
     )
+
+
+# --------------------------------------------------------------------------- streaming, crash
+
+
+def _stream_child(out_dir: str, crash_at: int) -> None:
+    """``rlsr evaluate``'s runner on vLLM with the default (streaming) settings; with
+    ``crash_at`` >= 0 the process dies (``os._exit``, nothing flushed: like SIGKILL) just before
+    the ``crash_at``-th group of finished samples is written."""
+    from rlsr.data import load_examples
+    from rlsr.evaluation.backends import VLLMBackend
+    from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
+    from rlsr.testing import tiny_warm_model_path
+    from rlsr.verifiers import get_verifier
+
+    def hook(k: int) -> None:
+        if k == crash_at:
+            os._exit(17)
+
+    backend = VLLMBackend(str(tiny_warm_model_path()), enforce_eager=True)
+    settings = EvalSettings(max_new_tokens=24, fallback_max_new_tokens=6, bootstrap_resamples=0,
+                            progress=False, plot=False)  # fmt: skip
+    evaluate_dataset(backend, load_examples("tiny", limit=STREAM_N), out_dir, before_batch=hook,
+                     verifier=get_verifier("exact_match"), verifier_name="exact_match",
+                     settings=settings, dataset_name="tiny")  # fmt: skip
+
+
+STREAM_N = 24
+
+
+def test_vllm_streams_samples_as_they_finish_and_a_kill_loses_none(tmp_path):
+    """Default vLLM evaluation keeps all 24 prompts in flight (window 256) yet writes samples
+    while others still generate (the format-warm model stops at different lengths, so samples
+    finish over several engine steps; 4 write groups here): a process killed before its third write leaves the first two
+    groups on disk, complete. The rerun adds exactly the missing ids, and the final file equals
+    the transformers backend's, line for line, in dataset order."""
+    from rlsr.data import load_examples
+    from rlsr.evaluation.backends import TransformersBackend
+    from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
+    from rlsr.evaluation.samples_io import read_samples
+    from rlsr.testing import tiny_warm_model_path
+    from rlsr.verifiers import get_verifier
+
+    out = tmp_path / "vllm"
+    env = {**os.environ, **VLLM_CPU_ENV}
+    proc = subprocess.run([sys.executable, __file__, "stream", str(out), "2"], env=env,
+                          capture_output=True, text=True, timeout=400)  # fmt: skip
+    assert proc.returncode == 17, (proc.stdout + proc.stderr)[-4000:]
+    before = read_samples(out / "samples.jsonl")
+    # Windowed generation would have written nothing (all 24 in one window) or everything.
+    assert 0 < len(before) < STREAM_N, len(before)
+    _run_child([__file__, "stream", str(out), "-1"])
+    after = read_samples(out / "samples.jsonl")
+    ids = [f"tiny-test-{i}" for i in range(STREAM_N)]
+    assert [r["id"] for r in after] == ids  # each id once, dataset order restored
+    assert {r["id"]: r for r in after}.items() >= {r["id"]: r for r in before}.items()
+
+    hf = TransformersBackend(str(tiny_warm_model_path()))
+    settings = EvalSettings(max_new_tokens=24, fallback_max_new_tokens=6, bootstrap_resamples=0,
+                            progress=False, plot=False)  # fmt: skip
+    evaluate_dataset(hf, load_examples("tiny", limit=STREAM_N), tmp_path / "hf",
+                     verifier=get_verifier("exact_match"), verifier_name="exact_match",
+                     settings=settings, dataset_name="tiny")  # fmt: skip
+    _assert_same_samples(after, read_samples(tmp_path / "hf" / "samples.jsonl"))
 
 
 # --------------------------------------------------------------------------- colocate training
@@ -331,7 +396,10 @@ def test_colocate_vllm_rollouts_train_two_rlsr_steps(tmp_path):
     assert result["stock_drift"], "control: TRL's in-place merge/unmerge should drift the base"
 
 
-if __name__ == "__main__":  # child process of the colocate test: spawns the vLLM engine
-    if len(sys.argv) != 3 or sys.argv[1] != "colocate":
-        raise SystemExit("usage: python tests/test_vllm_cpu.py colocate OUT_DIR")
-    _colocate_child(sys.argv[2])
+if __name__ == "__main__":  # child processes of the tests above: they spawn the vLLM engine
+    if len(sys.argv) == 3 and sys.argv[1] == "colocate":
+        _colocate_child(sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "stream":
+        _stream_child(sys.argv[2], int(sys.argv[3]))
+    else:
+        raise SystemExit("usage: python tests/test_vllm_cpu.py colocate OUT_DIR | stream OUT_DIR K")
