@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -25,6 +26,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 logger = logging.getLogger("rlsr.train")
 
 CONFIG_ERROR_EXIT = 2
+RUN_ERROR_EXIT = 1
 
 
 def _is_main_process() -> bool:
@@ -65,7 +67,86 @@ def main(cfg: DictConfig) -> int:
     except ConfigError as err:  # data-dependent checks (e.g. every prompt too long)
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(CONFIG_ERROR_EXIT)
+    except Exception as err:
+        message = vllm_server_failure(err, settings.grpo, settings.output_dir)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(RUN_ERROR_EXIT)
     return 0
+
+
+_ERRNO = re.compile(r"\[Errno -?\d+\][^'\")]*")
+_URL_PATH = re.compile(r"url: (\S+)")
+
+
+def vllm_server_failure(err: BaseException, grpo: dict, output_dir: str) -> str | None:
+    """One line for a vLLM-server failure in ``vllm_mode=server``, else None (re-raise).
+
+    Start-up on a machine without CUDA: ``VLLMClient.init_communicator`` raises
+    NotImplementedError (NCCL weight sync); the line says so and names the alternatives.
+
+    TRL's ``VLLMClient`` retries a failed request (urllib3: 5 tries, ~60 s of back-off), then
+    raises ``requests.exceptions.ConnectionError`` from deep inside ``requests``, or a bare
+    ``Exception("Request failed: <status>, <body>")`` for an HTTP error. The line names the
+    server URL, the endpoint and the cause, the newest checkpoint, and how to resume.
+    """
+    if not (grpo.get("use_vllm") and grpo.get("vllm_mode") == "server"):
+        return None
+    chain, cause = [], err
+    while cause is not None and len(chain) < 10:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    try:
+        from requests.exceptions import RequestException
+    except ImportError:  # no requests: TRL's client cannot have raised
+        return None
+    url = grpo.get("vllm_server_base_url") or (
+        f"http://{grpo.get('vllm_server_host', '0.0.0.0')}:{grpo.get('vllm_server_port', 8000)}"
+    )
+    if any(isinstance(e, NotImplementedError) and "CUDA" in str(e) for e in chain):
+        return (
+            "grpo.vllm_mode=server: the trainer reached the vLLM server at "
+            f"{url}, but TRL pushes weights to it over NCCL, which needs a CUDA GPU in the "
+            "training process. Train on GPUs, or use grpo.vllm_mode=colocate (or "
+            "grpo.use_vllm=false) here."
+        )
+    lost = next((e for e in chain if isinstance(e, RequestException)), None)
+    http = next((e for e in chain if str(e).startswith("Request failed:")), None)
+    if lost is None and http is None:
+        return None
+    if lost is not None and "can't be reached" in str(lost):  # VLLMClient.check_server
+        timeout = grpo.get("vllm_server_timeout", 240)
+        return (
+            f"no vLLM server answered at {url}/health within grpo.vllm_server_timeout="
+            f"{timeout} s. Start it first (docs/slurm.md: `vllm serve MODEL ...`), check "
+            "grpo.vllm_server_host/port, or raise grpo.vllm_server_timeout for a slow start."
+        )
+    if lost is not None:
+        text = str(lost)
+        path = _URL_PATH.search(text)
+        errno = _ERRNO.search(text)
+        what = f"{type(lost).__name__}: {errno.group(0).strip() if errno else text[:160]}"
+        where = f" ({path.group(1)})" if path else ""
+        cause_text = f"stopped answering{where}: {what}, after TRL's retries"
+    else:
+        cause_text = f"answered with an error: {str(http)[:200]}"
+    checkpoints = sorted(
+        (int(p.name.split("-")[1]), p)
+        for p in Path(output_dir).glob("checkpoint-*")
+        if p.name.split("-")[1].isdigit()
+    )
+    resume = (
+        f"the newest checkpoint is {checkpoints[-1][1]}; rerun the same command (resume=auto) "
+        "to continue from it"
+        if checkpoints
+        else "no checkpoint was saved yet; rerun the same command to start again"
+    )
+    one_line = " ".join(cause_text.split())
+    return (
+        f"the vLLM server at {url} {one_line}. Check the server's log (crashed, killed, out of "
+        f"memory?), restart it, then {resume}."
+    )
 
 
 def cli() -> None:

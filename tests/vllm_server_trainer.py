@@ -1,0 +1,81 @@
+"""train.py for the server-mode tests (tests/test_vllm_server_cpu.py), with the NCCL boundary
+replaced: ``python tests/vllm_server_trainer.py OVERRIDES...`` (also as RLSR_TRAIN_SCRIPT).
+
+TRL's server mode has two channels: HTTP (health, model id, generation, prefix-cache reset) and
+an NCCL group through which the trainer pushes weights. NCCL needs CUDA; on a CPU
+``VLLMClient.init_communicator`` raises NotImplementedError. The only test doubles here:
+
+* ``VLLMClient.init_communicator``: records the device instead of joining the NCCL group;
+* ``VLLMClient.update_named_params``: records what each weight sync would broadcast (names,
+  dtypes, shapes, and that the streamed tensors are the merged LoRA policy) instead of
+  broadcasting. Everything around it is real: TRL's parameter walk (PEFT merge/unmerge), the
+  prefix-cache reset request to the server.
+
+Test-only timing: urllib3's back-off cap is lowered from 120 s to 0.2 s, so TRL's five retries
+against a dead server take about a second instead of a minute (the error is the same).
+With RLSR_TEST_KILL_SERVER_AT_STEP=K the vLLM server (process group in RLSR_TEST_SERVER_PGID)
+is killed with SIGKILL when optimizer step K ends, i.e. while training is running.
+Records go to $RLSR_TEST_DIR/trainer_side.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import signal
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _record(**values) -> None:
+    path = Path(os.environ["RLSR_TEST_DIR"]) / "trainer_side.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    for key, value in values.items():
+        data.setdefault(key, []).append(value)
+    path.write_text(json.dumps(data))
+
+
+def _install_doubles() -> None:
+    import transformers
+    from trl.generation.vllm_client import VLLMClient
+    from urllib3.util.retry import Retry
+
+    Retry.DEFAULT_BACKOFF_MAX = 0.2
+
+    def init_communicator(self, device=0):
+        _record(init_communicator=str(device), server_model=self.model)
+
+    def update_named_params(self, metadata, named_params):
+        names = [m[0] for m in metadata]
+        streamed = list(named_params)  # runs TRL's walk: merge adapter, yield, unmerge
+        assert [n for n, _ in streamed] == names, "metadata and streamed tensors disagree"
+        _record(sync=len(names), lora_in_names=any("lora" in n for n in names))
+
+    VLLMClient.init_communicator = init_communicator
+    VLLMClient.update_named_params = update_named_params
+
+    kill_at = int(os.environ.get("RLSR_TEST_KILL_SERVER_AT_STEP", "0"))
+    if kill_at:
+
+        class KillServer(transformers.TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                if state.global_step == kill_at:
+                    os.killpg(int(os.environ["RLSR_TEST_SERVER_PGID"]), signal.SIGKILL)
+                    _record(killed_at=state.global_step)
+
+        original_train = transformers.Trainer.train
+
+        def train(self, *args, **kwargs):
+            self.add_callback(KillServer())
+            return original_train(self, *args, **kwargs)
+
+        transformers.Trainer.train = train
+
+
+if __name__ == "__main__":
+    _install_doubles()
+    sys.argv = [str(ROOT / "train.py"), *sys.argv[1:]]
+    runpy.run_path(str(ROOT / "train.py"), run_name="__main__")
