@@ -36,6 +36,7 @@ __all__ = [
     "tiny_model_path",
     "tiny_llama_model_path",
     "tiny_warm_model_path",
+    "padded_tokenizer",
     "CHATML_TEMPLATE",
 ]
 
@@ -164,6 +165,48 @@ def _build_llama3_tokenizer(vocab_size: int):
         unk_token=None,
     )
     fast.chat_template = LLAMA3_CHAT_TEMPLATE
+
+
+def padded_tokenizer(vocab_size: int, base_vocab: int = 1024):
+    """The tiny tokenizer (``base_vocab`` BPE ids) with its vocabulary filled up to ``vocab_size``.
+
+    For randomly initialised models of real shapes (scripts/gpu_acceptance.py): a Qwen2.5 config
+    has ~152k embedding rows, and a random model samples any of them, so every id must decode.
+    Filler entries are strings over the byte-level alphabet (2, then 3 characters) that no merge
+    produces: they never appear when encoding, so text encodes to the tiny tokenizer's ids, and
+    each decodes to 2-3 bytes. The special tokens take the last ids (as in Qwen's tokenizer).
+    """
+    import itertools
+    import json as _json
+
+    from tokenizers import Tokenizer, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    small = _build_tokenizer(base_vocab)
+    state = _json.loads(small.backend_tokenizer.to_str())
+    vocab: dict[str, int] = state["model"]["vocab"]
+    taken = set(vocab) | {t["content"] for t in state["added_tokens"]}
+    next_id = 1 + max(vocab.values())
+    # tokenizers numbers added (special) tokens after the model vocabulary when it loads.
+    n_special = len(state["added_tokens"])
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    fillers = (
+        "".join(chars)
+        for n in (2, 3)
+        for chars in itertools.product(alphabet, repeat=n)
+        if "".join(chars) not in taken
+    )
+    for text in itertools.islice(fillers, max(0, vocab_size - n_special - next_id)):
+        vocab[text] = next_id
+        next_id += 1
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(_json.dumps(state)),
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        unk_token=None,
+    )
+    fast.chat_template = CHATML_TEMPLATE
     return fast
 
 

