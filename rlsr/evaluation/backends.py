@@ -516,14 +516,20 @@ class VLLMStream:  # pragma: no cover - needs vLLM
     def step(self) -> list[tuple[Any, list[Generation]]]:
         if not self._keys:
             return []
+        engine = self.backend.llm.llm_engine
         done = []
-        for res in self.backend.llm.llm_engine.step():
+        for res in engine.step():
             if res.finished and res.request_id in self._keys:
                 key, sampling = self._keys.pop(res.request_id)
                 gens = [
                     vllm_generation(o, self.backend.eos_ids, sampling.logprobs) for o in res.outputs
                 ]
                 done.append((key, gens))
+        if not done and self._keys and not engine.has_unfinished_requests():
+            raise RuntimeError(
+                f"vLLM finished with {len(self._keys)} streamed request(s) never returned; "
+                "rerun to resume (samples already written are kept)."
+            )
         return done
 
 
