@@ -79,9 +79,10 @@ def main() -> None:
     for _, backend, size in configs:  # warm-up (first-call compilation, caches)
         _throughput(backend, examples.select(range(8)), settings(size))
     rates: dict[str, list[float]] = {name: [] for name, _, _ in configs}
-    for _ in range(args.repeats):
+    for round_ in range(args.repeats):
         for name, backend, size in configs:
             rates[name].append(_throughput(backend, examples, settings(size)))
+            print(f"round {round_ + 1}: {name}: {rates[name][-1]:.2f} samples/s", flush=True)
     base = statistics.median(rates[configs[0][0]])
     print(f"tiny model, CPU, {args.threads} threads, float32, n={args.n}, "
           f"max_new_tokens={args.max_new_tokens}, vLLM {'eager' if args.enforce_eager else 'compiled'}; "
