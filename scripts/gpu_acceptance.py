@@ -64,7 +64,7 @@ SHAPES: dict[str, dict] = {
 PLANS: dict[str, dict] = {
     "gpu": dict(train_shape="qwen2.5-7b", eval_shape="qwen2.5-0.5b", steps=3, G=32,
                 per_device=32, accumulation=8, completion=256, dtype="bfloat16",
-                eval_limit=200, eval_split="train", eval_tokens=128),
+                eval_limit=100, eval_split="train", eval_tokens=128),
     "cpu": dict(train_shape="tiny", eval_shape="tiny", steps=3, G=4, per_device=4,
                 accumulation=2, completion=8, dtype="float32", eval_limit=6,
                 eval_split="test", eval_tokens=8),
