@@ -390,8 +390,8 @@ class VLLMBackend:
     """vLLM offline engine. LoRA through ``LoRARequest`` (default) or merged weights (``merge``)."""
 
     # Requests the runner keeps in flight when --batch-size is not given: enough for continuous
-    # batching to fill a GPU (vLLM's own max_num_seqs default is 256 on GPUs), few enough that the
-    # engine does not preempt for KV cache at 4,096-token answers on a 7B model.
+    # batching to fill a GPU. The engine still decides how many run at once (max_num_seqs, KV
+    # cache space); the rest wait in its queue, so a larger value only costs host memory.
     eval_batch_size = 256
 
     def __init__(
