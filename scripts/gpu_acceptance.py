@@ -12,12 +12,14 @@ Phases (each in its own process, so GPU memory is returned in between):
 
 ``train``   3 RLSR optimizer steps of the 7B shape through the real run assembly
             (``rlsr.training.build_trainer`` on the Hydra tree: recipe=hotpot, method=rlsr, the
-            bundled ``tiny`` questions as data): LoRA r=1, vLLM colocate, bf16, G=32, a pool of
-            256 (32 per device x 8 accumulation), 256 new tokens. Per step: generation, weight
+            bundled ``tiny`` questions as data): LoRA r=1, vLLM colocate (sleep mode on, as in
+            the recipes), bf16, G=32, ``pool_size=256`` (32 per device x 8 accumulation), 256
+            new tokens. Per step: generation, weight
             sync, scoring (RLSR rewards), other rollout work (log-prob passes), forward-backward,
             optimizer; tokens/s; peak memory. Base (non-LoRA) weights are copied before
-            training and compared bit for bit after the syncs (each sync merges the adapter into
-            the bf16 base and unmerges it: TRL #6688). FlashAttention-2 vs sdpa forward+backward
+            training and compared bit for bit after the syncs (stock TRL merges the adapter into
+            the bf16 base in place and unmerges it, TRL #6688; ``rlsr.weight_sync`` pushes an
+            out-of-place merge, so the base must not move). FlashAttention-2 vs sdpa forward+backward
             on the trained model if ``flash_attn`` imports (it is not installed here: the PyPI
             sdist needs nvcc and a long build).
 ``evaluate`` ``rlsr evaluate`` (the CLI) on the 0.5B shape, ``--backend vllm`` (default batch:
@@ -173,18 +175,19 @@ def train_settings(model_dir: Path, out_dir: Path, plan: dict, cpu: bool):
         "recipe=hotpot", "method=rlsr", f"model.name_or_path={model_dir}",
         f"model.dtype={plan['dtype']}", "model.attn_implementation=sdpa", "data.dataset=tiny",
         "data.system_prompt=simple", f"output_dir={out_dir}", "resume=never",
+        f"pool_size={plan['per_device'] * plan['accumulation']}",  # accumulation is derived
         f"grpo.num_generations={plan['G']}",
         f"grpo.per_device_train_batch_size={plan['per_device']}",
-        f"grpo.gradient_accumulation_steps={plan['accumulation']}",
         f"grpo.max_steps={plan['steps']}", f"grpo.max_completion_length={plan['completion']}",
         "grpo.use_vllm=true", "grpo.vllm_mode=colocate", "grpo.warmup_steps=0",
         "grpo.lr_scheduler_type=constant", "grpo.save_steps=100000", "grpo.logging_steps=1",
         "grpo.disable_tqdm=true",
     ]  # fmt: skip
     if cpu:
-        overrides += ["grpo.use_cpu=true", "grpo.bf16=false", "grpo.gradient_checkpointing=false"]
-    else:  # vLLM: 0.35 x 141 GB; a 2k context instead of the config's 131k
-        overrides += ["grpo.vllm_gpu_memory_utilization=0.35", "grpo.vllm_max_model_length=2048"]
+        overrides += ["grpo.use_cpu=true", "grpo.bf16=false", "grpo.gradient_checkpointing=false",
+                      "grpo.vllm_enable_sleep_mode=false"]  # fmt: skip
+    else:  # vLLM: 0.35 x 141 GB; sleep mode as in the recipes (the released setting)
+        overrides += ["grpo.vllm_gpu_memory_utilization=0.35"]
     # "++": set a key whether or not the config lists it (train.py does the same for the CLI).
     overrides = [o if "." not in o.split("=", 1)[0] else "++" + o for o in overrides]
     with initialize_config_dir(config_dir=str(ROOT / "recipes"), version_base="1.3"):
