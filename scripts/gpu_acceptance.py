@@ -65,10 +65,10 @@ SHAPES: dict[str, dict] = {
 # Phase settings: GPU (the protocol) and the CPU smoke run.
 PLANS: dict[str, dict] = {
     "gpu": dict(train_shape="qwen2.5-7b", eval_shape="qwen2.5-0.5b", steps=3, G=32,
-                per_device=32, accumulation=8, completion=256, dtype="bfloat16",
+                per_device=32, accumulation=8, completion=256, prompt=1024, dtype="bfloat16",
                 eval_limit=100, eval_split="train", eval_tokens=128),
     "cpu": dict(train_shape="tiny", eval_shape="tiny", steps=3, G=4, per_device=4,
-                accumulation=2, completion=8, dtype="float32", eval_limit=6,
+                accumulation=2, completion=8, prompt=512, dtype="float32", eval_limit=6,
                 eval_split="test", eval_tokens=8),
 }  # fmt: skip
 
@@ -174,7 +174,8 @@ def train_settings(model_dir: Path, out_dir: Path, plan: dict, cpu: bool):
     overrides = [
         "recipe=hotpot", "method=rlsr", f"model.name_or_path={model_dir}",
         f"model.dtype={plan['dtype']}", "model.attn_implementation=sdpa", "data.dataset=tiny",
-        "data.system_prompt=simple", f"output_dir={out_dir}", "resume=never",
+        "data.system_prompt=simple", f"data.max_prompt_length={plan['prompt']}",
+        f"output_dir={out_dir}", "resume=never",
         f"pool_size={plan['per_device'] * plan['accumulation']}",  # accumulation is derived
         f"grpo.num_generations={plan['G']}",
         f"grpo.per_device_train_batch_size={plan['per_device']}",
