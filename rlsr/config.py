@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from rlsr.data import get_spec
+from rlsr.engines import engine_from_env, engine_problems
 from rlsr.prompts import NO_SYSTEM_PROMPT
 from rlsr.testing import tiny_model_path, tiny_warm_model_path
 
@@ -775,6 +776,13 @@ def _validate_sft(g: dict) -> None:
     _validate_precision(g, "sft")
 
 
+def _validate_engine(g: dict) -> None:
+    """The launch's engine (DDP / FSDP / DeepSpeed, from accelerate's environment variables,
+    ``rlsr.engines``) against the grpo settings: the first problem becomes a ConfigError."""
+    for field_name, message in engine_problems(engine_from_env(), g):
+        raise ConfigError(field_name, message)
+
+
 def _validate_top(cfg: TrainSettings) -> None:
     _check(
         isinstance(cfg.output_dir, str) and cfg.output_dir.strip() != "",
@@ -820,6 +828,7 @@ def check_settings(
     if trainer_section == TRAINER_SECTIONS[0]:
         _validate_grpo(cfg.grpo, ws, cfg.pool_size)
         _validate_vllm_length(cfg)
+        _validate_engine(cfg.grpo)
     else:
         _validate_sft(cfg.sft)
     return cfg

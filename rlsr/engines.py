@@ -1,0 +1,236 @@
+"""Which distributed engine a launch uses (DDP, FSDP2, DeepSpeed ZeRO-2/3) and what it rules out.
+
+``accelerate launch --config_file recipes/accelerate/X.yaml`` does not hand the YAML file to the
+training script: it exports the settings as environment variables (accelerate 1.15,
+``accelerate/utils/launch.py``), and accelerate's state objects read them back when the trainer
+starts. ``engine_from_env`` reads the same variables, so ``train.py`` knows the engine *before*
+any model is loaded:
+
+================================  =============================================================
+``ACCELERATE_USE_FSDP=true``      FSDP; ``FSDP_VERSION`` (1 | 2), ``FSDP_STATE_DICT_TYPE``,
+                                  ``FSDP_ACTIVATION_CHECKPOINTING``
+``ACCELERATE_USE_DEEPSPEED=true`` DeepSpeed; ``ACCELERATE_DEEPSPEED_ZERO_STAGE``,
+                                  ``ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL``,
+                                  ``ACCELERATE_DEEPSPEED_CONFIG_FILE`` (a DeepSpeed JSON file)
+``WORLD_SIZE`` > 1, neither       DDP (``distributed_type: MULTI_GPU``, or torchrun)
+================================  =============================================================
+
+``engine_from_accelerate_config`` reads a config file the same way (for checks before a launch
+and for tests that compare the two). ``engine_problems`` lists the combinations that the pinned
+stack (TRL 1.16, transformers 5.17, accelerate 1.15, PEFT 0.21) refuses or silently changes, each
+as ``(field, message)``; ``rlsr.config`` raises them as ``ConfigError``. docs/training.md
+("Engines") gives the evidence for each rule.
+
+No rlsr imports here: this module sits beside the primitives.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "LaunchEngine",
+    "engine_from_env",
+    "engine_from_accelerate_config",
+    "engine_problems",
+    "deepspeed_available",
+]
+
+
+@dataclass(frozen=True)
+class LaunchEngine:
+    """The engine of one launch.
+
+    name: ``single`` (one process), ``ddp``, ``fsdp`` or ``deepspeed``.
+    fsdp_version: 1 or 2 for FSDP, else None.
+    zero_stage: 0-3 for DeepSpeed (None when a DeepSpeed JSON file sets it; read from the file
+        when it is readable), else None.
+    state_dict_type: FSDP's ``fsdp_state_dict_type`` (``FULL_STATE_DICT`` |
+        ``SHARDED_STATE_DICT``), else None.
+    activation_checkpointing: FSDP's own activation checkpointing.
+    zero3_save_16bit_model: DeepSpeed ``zero3_save_16bit_model``
+        (``stage3_gather_16bit_weights_on_model_save``).
+    source: where the description came from (for messages).
+    """
+
+    name: str
+    fsdp_version: int | None = None
+    zero_stage: int | None = None
+    state_dict_type: str | None = None
+    activation_checkpointing: bool = False
+    zero3_save_16bit_model: bool = False
+    source: str = "environment"
+
+    @property
+    def label(self) -> str:
+        """Short human name: ``DDP``, ``FSDP2``, ``ZeRO-3``, ..."""
+        if self.name == "fsdp":
+            return f"FSDP{self.fsdp_version or ''}"
+        if self.name == "deepspeed":
+            return f"ZeRO-{self.zero_stage}" if self.zero_stage is not None else "DeepSpeed"
+        return {"ddp": "DDP", "single": "one process"}.get(self.name, self.name)
+
+
+def _flag(value: Any) -> bool:
+    return str(value).strip().lower() in ("1", "true", "yes")
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _zero_stage_of_json(path: str | None) -> tuple[int | None, bool]:
+    """(stage, gather 16-bit weights on save) from a DeepSpeed JSON config file, if readable."""
+    if not path:
+        return None, False
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None, False
+    zero = data.get("zero_optimization") or {}
+    gather = zero.get("stage3_gather_16bit_weights_on_model_save", False)
+    return _int_or_none(zero.get("stage")), _flag(gather)
+
+
+def engine_from_env(env: Mapping[str, str] | None = None) -> LaunchEngine:
+    """The engine that ``accelerate launch`` (or torchrun) set up for this process."""
+    env = os.environ if env is None else env
+    if _flag(env.get("ACCELERATE_USE_DEEPSPEED", "false")):
+        stage = _int_or_none(env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE"))
+        save16 = _flag(env.get("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", "false"))
+        config_file = env.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
+        if config_file and config_file.lower() != "none":
+            file_stage, file_save16 = _zero_stage_of_json(config_file)
+            stage = file_stage if file_stage is not None else stage
+            save16 = file_save16 or save16
+        return LaunchEngine("deepspeed", zero_stage=stage, zero3_save_16bit_model=save16)
+    if _flag(env.get("ACCELERATE_USE_FSDP", "false")):
+        return LaunchEngine(
+            "fsdp",
+            fsdp_version=_int_or_none(env.get("FSDP_VERSION", "1")) or 1,
+            # accelerate's own default when the variable is missing
+            state_dict_type=env.get("FSDP_STATE_DICT_TYPE", "SHARDED_STATE_DICT"),
+            activation_checkpointing=_flag(env.get("FSDP_ACTIVATION_CHECKPOINTING", "false")),
+        )
+    world = _int_or_none(env.get("WORLD_SIZE", "1")) or 1
+    return LaunchEngine("ddp" if world > 1 else "single")
+
+
+def engine_from_accelerate_config(path: str | os.PathLike) -> LaunchEngine:
+    """The engine an accelerate config file (``recipes/accelerate/*.yaml``) selects."""
+    import yaml  # PyYAML ships with Hydra/transformers; local: only this reader needs it
+
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    kind = str(data.get("distributed_type", "NO")).upper()
+    source = str(path)
+    if kind == "FSDP":
+        fsdp = data.get("fsdp_config") or {}
+        return LaunchEngine(
+            "fsdp",
+            fsdp_version=_int_or_none(fsdp.get("fsdp_version", 1)) or 1,
+            state_dict_type=str(fsdp.get("fsdp_state_dict_type", "SHARDED_STATE_DICT")),
+            activation_checkpointing=_flag(fsdp.get("fsdp_activation_checkpointing", False)),
+            source=source,
+        )
+    if kind == "DEEPSPEED":
+        ds = data.get("deepspeed_config") or {}
+        stage = _int_or_none(ds.get("zero_stage"))
+        save16 = _flag(ds.get("zero3_save_16bit_model", False))
+        if ds.get("deepspeed_config_file"):
+            file_stage, file_save16 = _zero_stage_of_json(ds["deepspeed_config_file"])
+            stage = file_stage if file_stage is not None else stage
+            save16 = file_save16 or save16
+        return LaunchEngine(
+            "deepspeed", zero_stage=stage, zero3_save_16bit_model=save16, source=source
+        )
+    processes = _int_or_none(data.get("num_processes", 1)) or 1
+    return LaunchEngine(
+        "ddp" if processes > 1 or kind.startswith("MULTI") else "single", source=source
+    )
+
+
+def deepspeed_available() -> bool:
+    try:
+        return importlib.util.find_spec("deepspeed") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def engine_problems(
+    engine: LaunchEngine, grpo: Mapping[str, Any], *, deepspeed_installed: bool | None = None
+) -> list[tuple[str, str]]:
+    """``(field, message)`` for each setting that cannot work with ``engine``; empty when fine.
+
+    ``grpo`` is the ``grpo`` section (GRPOConfig fields; missing keys take GRPOConfig's defaults:
+    ``use_cpu=False``, ``gradient_checkpointing=True``).
+    """
+    problems: list[tuple[str, str]] = []
+    if engine.name not in ("fsdp", "deepspeed"):
+        return problems
+    where = (
+        f"the accelerate config ({engine.source})"
+        if engine.source != "environment"
+        else ("the accelerate config of this launch")
+    )
+    if grpo.get("use_cpu", False):
+        problems.append(
+            (
+                "grpo.use_cpu",
+                f"{engine.label} from {where} needs GPU processes: accelerate 1.15 turns "
+                "FSDP/DeepSpeed on only for GPU process groups, and with use_cpu=true it silently "
+                "trains plain DDP instead. Use recipes/accelerate/ddp.yaml (or torchrun) on CPU, "
+                "or drop grpo.use_cpu on GPUs.",
+            )
+        )
+    if engine.name == "fsdp":
+        if engine.state_dict_type != "FULL_STATE_DICT":
+            problems.append(
+                (
+                    "fsdp_config.fsdp_state_dict_type",
+                    f"{engine.state_dict_type} in {where}: with it transformers 5.17's save_model "
+                    "writes no adapter/model files (only DCP shards in checkpoints), so the final "
+                    "adapter that `rlsr evaluate` loads is missing. Set fsdp_state_dict_type: "
+                    "FULL_STATE_DICT (recipes/accelerate/fsdp.yaml).",
+                )
+            )
+        if engine.activation_checkpointing and grpo.get("gradient_checkpointing", True):
+            problems.append(
+                (
+                    "grpo.gradient_checkpointing",
+                    "FSDP's fsdp_activation_checkpointing and grpo.gradient_checkpointing are both "
+                    "on; transformers refuses that pair when the trainer starts. Set "
+                    "grpo.gradient_checkpointing=false (FSDP checkpoints activations itself) or "
+                    "fsdp_activation_checkpointing: false.",
+                )
+            )
+    if engine.name == "deepspeed":
+        installed = deepspeed_available() if deepspeed_installed is None else deepspeed_installed
+        if not installed:
+            problems.append(
+                (
+                    "deepspeed",
+                    f"{where} selects {engine.label} but deepspeed is not installed; "
+                    "`pip install 'rlsr[deepspeed]'` or launch with "
+                    "--config_file recipes/accelerate/ddp.yaml.",
+                )
+            )
+        if engine.zero_stage == 3 and not engine.zero3_save_16bit_model:
+            problems.append(
+                (
+                    "deepspeed_config.zero3_save_16bit_model",
+                    f"ZeRO-3 without zero3_save_16bit_model in {where}: transformers then saves "
+                    "only DeepSpeed's sharded checkpoint and no adapter/model that `rlsr "
+                    "evaluate` can load. Set zero3_save_16bit_model: true "
+                    "(recipes/accelerate/zero3.yaml).",
+                )
+            )
+    return problems
