@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 __all__ = [
     "LaunchEngine",
     "engine_from_env",
@@ -127,8 +129,6 @@ def engine_from_env(env: Mapping[str, str] | None = None) -> LaunchEngine:
 
 def engine_from_accelerate_config(path: str | os.PathLike) -> LaunchEngine:
     """The engine an accelerate config file (``recipes/accelerate/*.yaml``) selects."""
-    import yaml  # PyYAML ships with Hydra/transformers; local: only this reader needs it
-
     data = yaml.safe_load(Path(path).read_text()) or {}
     kind = str(data.get("distributed_type", "NO")).upper()
     source = str(path)

@@ -158,31 +158,12 @@ def _launch(engine: str, out_dir: Path, *, stop_at: int = 0, resume: str = "neve
 
 def _check_pools(ranks: list[dict], steps: list[int]) -> None:
     """Every rank saw the same pools; this process recomputes their reward columns exactly."""
-    from rlsr.parsing import parse_response
-    from rlsr.rewards import lifted_aurc_rewards
-    from rlsr.verifiers import get_verifier
+    from test_trainer_support import assert_pools_recomputed
 
-    assert all(r["pools"] == ranks[0]["pools"] for r in ranks), "ranks disagree on the pool"
-    pools = ranks[0]["pools"]
-    assert [p["step"] + 1 for p in pools] == steps
+    assert [p["step"] + 1 for p in ranks[0]["pools"]] == steps
     expected_pool = PER_DEVICE * PROCS * ACCUM
     assert ranks[0]["pool_sizes"][-len(steps) :] == [float(expected_pool)] * len(steps)
-    verifier = get_verifier("exact_match")
-    for pool in pools:
-        n = len(pool["texts"])
-        assert n == expected_pool == len(pool["rewards"])
-        for start in range(0, n, G):  # prompt groups stay contiguous blocks of G
-            assert len(set(map(str, pool["golds"][start : start + G]))) == 1
-        parsed = [parse_response(t) for t in pool["texts"]]
-        correct = verifier.verify_batch([p.answer for p in parsed], pool["golds"]).correct
-        confidence = np.array([np.nan if p.confidence is None else p.confidence for p in parsed])
-        format_ok = np.array([p.format_ok for p in parsed])
-        assert correct.tolist() == pool["correct"]
-        assert format_ok.tolist() == pool["format_ok"]
-        expected = np.stack(
-            [format_ok.astype(float), lifted_aurc_rewards(correct, confidence)], axis=1
-        ).astype(np.float32)
-        np.testing.assert_array_equal(np.array(pool["rewards"], dtype=np.float32), expected)
+    assert_pools_recomputed([r["pools"] for r in ranks], expected_pool, G)
 
 
 def _adapter(path: Path) -> dict:
