@@ -200,6 +200,26 @@ class RLSRTrainer(SaveArgsAsJson, GRPOTrainer):
         finally:
             self.close_verifier()
 
+    # -- resuming several CPU processes
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        """HF Trainer's load, with the optimizer state mapped to ``cpu`` instead of ``cpu:0``.
+
+        transformers 5.17 loads ``optimizer.pt`` with ``map_location=args.device`` when more than
+        one process trains; for gloo processes on the CPU accelerate's device is
+        ``torch.device("cpu", 0)``, which torch 2.13's ``torch.load`` rejects ("don't know how to
+        restore data location ... (tagged with cpu:0)"), so a multi-process CPU run could not
+        resume (found by tests/test_multinode.py). Same device, spelled the way torch.load knows.
+        """
+        device = self.args.device
+        if checkpoint is None or device.type != "cpu" or device.index is None:
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        cached = self.args.__dict__  # TrainingArguments.device reads the cached _setup_devices
+        cached["_setup_devices"] = torch.device("cpu")
+        try:
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        finally:
+            cached["_setup_devices"] = device
+
     # -- the pooled reward
     def _score_local(self, inputs, prompts, completions) -> tuple[np.ndarray, list[str], int]:
         """(n_local, 3) float64 [correct, confidence (NaN missing), format_ok], texts, timeouts."""

@@ -41,6 +41,7 @@ from rlsr.config import (
 )
 from rlsr.data import get_spec, load_examples
 from rlsr.data.loading import DatasetUnavailableError, download_command
+from rlsr.engines import engine_from_env
 from rlsr.methods import get_entry, resolve, reward_columns, validate_method
 from rlsr.tokenization import load_tokenizer
 
@@ -213,6 +214,7 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None):
             print(f"[rlsr] {plan.describe()}", flush=True)
         if getattr(args, "use_vllm", False):
             print(f"[rlsr] vllm_max_model_length: {args.vllm_max_model_length}", flush=True)
+        print(f"[rlsr] engine: {engine_from_env().label} ({args.world_size} processes)", flush=True)
 
     model_path = resolve_model_path(cfg.model.name_or_path)
     try:

@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from rlsr.config import ConfigError, validate
+from rlsr.config import ConfigError
 from rlsr.engines import (
     LaunchEngine,
     engine_from_accelerate_config,
     engine_from_env,
     engine_problems,
 )
+from rlsr.training import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "recipes" / "accelerate"

@@ -64,7 +64,7 @@ def _worker() -> None:
     torch.set_num_threads(1)
     import runpy
 
-    import rlsr.trainer
+    import rlsr.training
 
     rank = int(os.environ["RANK"])
     restart = os.environ.get("SLURM_RESTART_COUNT", "0")
@@ -86,8 +86,8 @@ def _worker() -> None:
         )
         out.write_text(json.dumps(pools))  # written at once: the run may be killed
 
-    run_training = rlsr.trainer.run_training
-    rlsr.trainer.run_training = lambda settings, **kw: run_training(settings, pool_hook=hook, **kw)
+    run_training = rlsr.training.run_training
+    rlsr.training.run_training = lambda settings, **kw: run_training(settings, pool_hook=hook, **kw)
     sys.argv[0] = str(ROOT / "train.py")
     runpy.run_path(sys.argv[0], run_name="__main__")  # train.py exactly as `python train.py`
 
@@ -198,6 +198,7 @@ def test_two_nodes_from_train_slurm_pool_both_and_resume_after_requeue(tmp_path)
             os.killpg(second.pid, signal.SIGKILL)
     log_second = (tmp_path / "job-1.log").read_text()
     assert second.returncode == 0, log_second[-6000:]
+    assert "[rlsr] engine: DDP (2 processes)" in log_second  # both nodes form one run
     assert f"[rlsr] resuming from {out_dir / f'checkpoint-{last}'}" in log_second
 
     # Both nodes, one process each, are ranks of one run: the pool spans both.

@@ -65,7 +65,7 @@ def _worker(out_dir: str, stop_at: int, resume: str) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from test_trainer_support import tiny_settings
 
-    from rlsr.trainer import run_training
+    from rlsr.training import run_training
 
     rank = int(os.environ["RANK"])
     pools: list[dict] = []
