@@ -78,7 +78,7 @@ def assert_pools_recomputed(rank_pools: list[list[dict]], expected_pool: int, G:
     """Pools dumped by a ``pool_hook`` on every rank: all ranks saw the same pools; each holds
     ``expected_pool`` completions in contiguous prompt groups of ``G``; re-parsing, re-verifying
     (exact match) and ``rlsr.rewards`` in this single process reproduce the reward columns
-    (format, lifted AURC over the whole pool) exactly. Each dump: texts, golds, correct,
+    (format, lifted AURC over the whole pool, a format failure scored as wrong) exactly. Each dump: texts, golds, correct,
     confidence (None = missing), format_ok, rewards."""
     import numpy as np
 
@@ -99,7 +99,8 @@ def assert_pools_recomputed(rank_pools: list[list[dict]], expected_pool: int, G:
         format_ok = np.array([p.format_ok for p in parsed])
         assert correct.tolist() == pool["correct"]
         assert format_ok.tolist() == pool["format_ok"]
+        scored = correct & format_ok  # a format failure counts as wrong (correct_requires_format)
         expected = np.stack(
-            [format_ok.astype(float), lifted_aurc_rewards(correct, confidence)], axis=1
+            [format_ok.astype(float), lifted_aurc_rewards(scored, confidence)], axis=1
         ).astype(np.float32)
         np.testing.assert_array_equal(np.array(pool["rewards"], dtype=np.float32), expected)
