@@ -12,20 +12,21 @@ tokens only (``completion_only_loss`` defaults to True for prompt-completion dat
 chat template's end-of-turn token, so the model learns to answer and stop.
 
 ``SFTAnswerTrainer`` is ``SFTTrainer`` plus the output layout every rlsr trainer shares
-(``SaveArgsAsJson``: ``training_args.json``, no pickle); nothing else is overridden. The run is
-assembled (tokenizer, LoRA, resume, export) by ``rlsr.training`` like a GRPO run.
+(``RunCheckpoints``: ``training_args.json``, no pickle; multi-process CPU resume); nothing else
+is overridden. The run is assembled (tokenizer, LoRA, resume, export) by ``rlsr.training`` like a
+GRPO run.
 """
 
 from __future__ import annotations
 
 from trl import SFTTrainer
 
-from rlsr.trainer import SaveArgsAsJson
+from rlsr.trainer import RunCheckpoints
 
 __all__ = ["SFTAnswerTrainer", "sft_example", "sft_examples"]
 
 
-class SFTAnswerTrainer(SaveArgsAsJson, SFTTrainer):
+class SFTAnswerTrainer(RunCheckpoints, SFTTrainer):
     """TRL's SFTTrainer with rlsr's output layout (see module docstring)."""
 
 

@@ -70,6 +70,18 @@ def _compose(*overrides):
     return from_dict(values)
 
 
+def test_sft_and_grpo_trainers_share_save_and_resume():
+    """Both trainers take save (training_args.json, no pickle) and the multi-process CPU resume
+    fix (optimizer state mapped to ``cpu``, not ``cpu:0``; exercised by tests/test_multinode.py
+    for GRPO) from one mixin. Catches the SFT trainer losing either when the mixin is split."""
+    from rlsr.sft_trainer import SFTAnswerTrainer
+    from rlsr.trainer import RLSRTrainer, RunCheckpoints
+
+    for trainer in (SFTAnswerTrainer, RLSRTrainer):
+        for hook in ("_save", "_load_optimizer_and_scheduler"):
+            assert getattr(trainer, hook) is getattr(RunCheckpoints, hook), (trainer, hook)
+
+
 def test_sft_recipe_reads_the_sft_section_and_checks_it():
     from rlsr.config import ConfigError
     from rlsr.training import trainer_kwargs, validate
