@@ -165,6 +165,7 @@ def _build_llama3_tokenizer(vocab_size: int):
         unk_token=None,
     )
     fast.chat_template = LLAMA3_CHAT_TEMPLATE
+    return fast
 
 
 def padded_tokenizer(vocab_size: int, base_vocab: int = 1024):
@@ -210,6 +211,23 @@ def padded_tokenizer(vocab_size: int, base_vocab: int = 1024):
     return fast
 
 
+def _tiny_settings(overrides: dict) -> dict:
+    """``TINY_MODEL_DEFAULTS`` with ``overrides`` applied; an unknown key raises ``ValueError``."""
+    unknown = set(overrides) - set(TINY_MODEL_DEFAULTS)
+    if unknown:
+        raise ValueError(
+            f"unknown tiny-model settings {sorted(unknown)}; known: {sorted(TINY_MODEL_DEFAULTS)}"
+        )
+    return {**TINY_MODEL_DEFAULTS, **overrides}
+
+
+def _sizes(cfg: dict, vocab_size: int) -> dict:
+    """The config sizes every tiny architecture takes from the settings."""
+    keys = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "max_position_embeddings")  # fmt: skip
+    return {"vocab_size": vocab_size, **{k: cfg[k] for k in keys}}
+
+
 def build_tiny_model(out_dir: str | os.PathLike, **overrides) -> Path:
     """Write a tiny random Qwen2 causal LM with tokenizer and chat template to ``out_dir``.
 
@@ -219,24 +237,13 @@ def build_tiny_model(out_dir: str | os.PathLike, **overrides) -> Path:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    unknown = set(overrides) - set(TINY_MODEL_DEFAULTS)
-    if unknown:
-        raise ValueError(
-            f"unknown tiny-model settings {sorted(unknown)}; known: {sorted(TINY_MODEL_DEFAULTS)}"
-        )
-    cfg = {**TINY_MODEL_DEFAULTS, **overrides}
+    cfg = _tiny_settings(overrides)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
     tokenizer = _build_tokenizer(cfg["vocab_size"])
     config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=cfg["hidden_size"],
-        intermediate_size=cfg["intermediate_size"],
-        num_hidden_layers=cfg["num_hidden_layers"],
-        num_attention_heads=cfg["num_attention_heads"],
-        num_key_value_heads=cfg["num_key_value_heads"],
-        max_position_embeddings=cfg["max_position_embeddings"],
+        **_sizes(cfg, len(tokenizer)),
         tie_word_embeddings=True,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -260,24 +267,13 @@ def build_tiny_llama_model(out_dir: str | os.PathLike, **overrides) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    unknown = set(overrides) - set(TINY_MODEL_DEFAULTS)
-    if unknown:
-        raise ValueError(
-            f"unknown tiny-model settings {sorted(unknown)}; known: {sorted(TINY_MODEL_DEFAULTS)}"
-        )
-    cfg = {**TINY_MODEL_DEFAULTS, **overrides}
+    cfg = _tiny_settings(overrides)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = _build_llama3_tokenizer(cfg["vocab_size"])
     eot = tokenizer.convert_tokens_to_ids("<|eot_id|>")
     config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=cfg["hidden_size"],
-        intermediate_size=cfg["intermediate_size"],
-        num_hidden_layers=cfg["num_hidden_layers"],
-        num_attention_heads=cfg["num_attention_heads"],
-        num_key_value_heads=cfg["num_key_value_heads"],
-        max_position_embeddings=cfg["max_position_embeddings"],
+        **_sizes(cfg, len(tokenizer)),
         rope_theta=500000.0,
         rope_scaling={
             "rope_type": "llama3",

@@ -36,3 +36,24 @@ def test_tiny_model_generates_offline(tiny_model_dir):
     assert out.shape[1] == ids["input_ids"].shape[1] + 5 or out[0, -1] == tok.eos_token_id
     with torch.no_grad():
         assert torch.isfinite(model(**ids).logits).all()
+
+
+def test_tiny_llama_builds_from_scratch_and_generates(tmp_path):
+    """Built into an empty folder, not read from the machine's cache (a cached copy hid a builder
+    that returned no tokenizer). Llama-3.1 shape: untied head, llama3 RoPE, BOS, <|eot_id|> stop."""
+    from rlsr.testing import build_tiny_llama_model
+
+    out = build_tiny_llama_model(tmp_path / "llama")
+    model = AutoModelForCausalLM.from_pretrained(out)
+    tok = AutoTokenizer.from_pretrained(out)
+    assert type(model).__name__ == "LlamaForCausalLM" and not model.config.tie_word_embeddings
+    assert model.config.rope_scaling["rope_type"] == "llama3"
+    text = tok.apply_chat_template([{"role": "user", "content": "q: c"}], tokenize=False,
+                                   add_generation_prompt=True)  # fmt: skip
+    ids = tok(text, return_tensors="pt", add_special_tokens=False).input_ids
+    assert ids[0, 0].item() == tok.bos_token_id
+    eot = tok.convert_tokens_to_ids("<|eot_id|>")
+    assert eot in model.generation_config.eos_token_id
+    with torch.no_grad():
+        gen = model.generate(ids, max_new_tokens=4, do_sample=False)
+    assert gen.shape[1] > ids.shape[1]
