@@ -26,18 +26,29 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rlsr.toy.repro import METHODS, run  # noqa: E402
+from rlsr.toy.repro import DEFAULT_ARMS, run  # noqa: E402
+from rlsr.toy.task import VARIANTS  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", default="0", help="comma list, e.g. 0,1,2")
-    p.add_argument("--variant", default="easy", choices=("easy", "distractor"))
+    p.add_argument(
+        "--variant",
+        default="easy",
+        choices=VARIANTS,
+        help="easy; distractor (a missing fact is not visible from the length); tiers (every fact "
+        "present, names with reliability 1.0/0.9/0.8/0.7/0.6: calibration vs ranking, docs/toy.md)",
+    )
     p.add_argument("--steps", type=int, default=300, help="GRPO steps per arm")
     p.add_argument("--prompts-per-step", type=int, default=16, help="B: prompts per pool")
     p.add_argument("--generations", type=int, default=8, help="G: completions per prompt")
     p.add_argument("--learning-rate", type=float, default=3e-4)
-    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument(
+        "--methods",
+        default=",".join(DEFAULT_ARMS),
+        help="comma list of arms (rows), from: " + ", ".join(DEFAULT_ARMS),
+    )
     p.add_argument("--warmup-steps", type=int, default=300)
     p.add_argument("--n-heldout", type=int, default=500)
     p.add_argument("--n-train", type=int, default=2000)

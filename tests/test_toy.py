@@ -13,7 +13,15 @@ import random
 import pytest
 
 from rlsr.tokenization import TOKENIZER_MARKER_KEY, load_tokenizer, marked_tokenizer_class
-from rlsr.toy.task import NAMES, make_example, make_split, to_records, write_dataset_folder
+from rlsr.toy.task import (
+    NAMES,
+    RELIABILITY_TIERS,
+    TIER_OF_NAME,
+    make_example,
+    make_split,
+    to_records,
+    write_dataset_folder,
+)
 from rlsr.toy.tokenizer import (
     CONFIDENCE_TOKENS,
     TAGS,
@@ -80,6 +88,24 @@ def test_hidden_digits_are_uniform_when_missing():
     assert min(counts) > 400 and max(counts) < 600
 
 
+def test_tiers_gold_is_the_stated_digit_with_the_names_reliability():
+    """``tiers``: P(gold == stated digit) is the queried name's tier; every tier is above 1/2 and
+    on the confidence grid (the design premise of the variant, docs/toy.md)."""
+    assert all(0.5 < t <= 1.0 and f"{t:.1f}" in CONFIDENCE_TOKENS for t in RELIABILITY_TIERS)
+    examples = make_split("tiers", "train", 20000, seed=0)
+    hits: dict[float, list[bool]] = {}
+    for ex in examples:
+        facts, target = _facts(ex.question), _target(ex.question)
+        assert list(facts) == [target] and ex.answerable
+        assert ex.p_correct == TIER_OF_NAME[target]
+        hits.setdefault(ex.p_correct, []).append(facts[target] == ex.answer)
+    assert set(hits) == set(RELIABILITY_TIERS)
+    for tier, h in hits.items():
+        n = len(h)
+        assert n > 3000
+        assert abs(sum(h) / n - tier) < 4 * (tier * (1 - tier) / n) ** 0.5 + 1e-9, tier
+
+
 def test_bad_arguments_name_the_field():
     with pytest.raises(ValueError, match="variant"):
         make_split("hard", "train", 1)
@@ -117,7 +143,7 @@ def test_every_vocabulary_item_is_one_token_and_round_trips():
     assert "0.7" in tok.convert_ids_to_tokens(ids) and "0.7" in CONFIDENCE_TOKENS
 
 
-@pytest.mark.parametrize("variant", ["easy", "distractor"])
+@pytest.mark.parametrize("variant", ["easy", "distractor", "tiers"])
 def test_prompts_have_no_unknown_tokens(variant):
     tok = build_toy_tokenizer()
     for ex in make_split(variant, "train", 100, seed=0):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -23,29 +24,42 @@ def _args(**changes) -> argparse.Namespace:
     return argparse.Namespace(**values)
 
 
-def test_arm_list_is_the_methods_then_the_ablations():
-    assert repro.arm_list("rlvr,rlcr,rlsr", 8) == [
-        ("rlvr", "rlvr", []),
-        ("rlcr", "rlcr", []),
-        ("rlsr", "rlsr", []),
+def _plan(arms) -> list[tuple[str, str, tuple[str, ...]]]:
+    return [(a.name, a.method, a.overrides) for a in arms]
+
+
+def test_default_table_has_every_arm_with_what_makes_it_that_arm():
+    assert _plan(repro.arm_list(",".join(repro.DEFAULT_ARMS), 8)) == [
+        ("rlvr", "rlvr", ()),
+        ("rlcr", "rlcr", ()),
+        ("rlcr-stdnorm", "rlcr", ("grpo.scale_rewards=group",)),
+        ("rlsr", "rlsr", ()),
+        ("rlsr-plain-aurc", "rlsr-plain-aurc", ()),
     ]
-    assert repro.arm_list("rlsr", 8, pool_sizes="4,32", std_norm=True) == [
-        ("rlsr", "rlsr", []),
-        ("rlsr-B4", "rlsr", ["grpo.per_device_train_batch_size=32"]),
-        ("rlsr-B32", "rlsr", ["grpo.per_device_train_batch_size=256"]),
-        ("rlsr-stdnorm", "rlsr", ["grpo.scale_rewards=group"]),
+    # GRPO arms are ranked by their verbalized confidence
+    assert {a.scorer for a in repro.ARMS.values()} == {"verbalized"}
+
+
+def test_arm_list_is_the_named_arms_then_the_ablations():
+    assert _plan(repro.arm_list("rlsr", 8, pool_sizes="4,32", std_norm=True)) == [
+        ("rlsr", "rlsr", ()),
+        ("rlsr-B4", "rlsr", ("grpo.per_device_train_batch_size=32",)),
+        ("rlsr-B32", "rlsr", ("grpo.per_device_train_batch_size=256",)),
+        ("rlsr-stdnorm", "rlsr", ("grpo.scale_rewards=group",)),
     ]
-    assert repro.arms_for(_args(methods="rlsr,", std_norm=True)) == [
-        ("rlsr", "rlsr", []),
-        ("rlsr-stdnorm", "rlsr", ["grpo.scale_rewards=group"]),
+    assert _plan(repro.arms_for(_args(methods="rlsr,", std_norm=True))) == [
+        ("rlsr", "rlsr", ()),
+        ("rlsr-stdnorm", "rlsr", ("grpo.scale_rewards=group",)),
     ]
+    with pytest.raises(ValueError, match="--methods: unknown arm 'rlcr-std'"):
+        repro.arm_list("rlsr,rlcr-std", 8)
 
 
 def test_every_arm_gets_the_same_budget_and_its_extras_last():
     args = _args(override=["grpo.temperature=0.9"])
     plans = {
-        name: repro.train_overrides(args, method, "/w", "/d", f"/o/{name}", 3, extra)
-        for name, method, extra in repro.arm_list("rlvr,rlcr,rlsr", 8, "4", True)
+        a.name: repro.train_overrides(args, a.method, "/w", "/d", f"/o/{a.name}", 3, a.overrides)
+        for a in repro.arm_list(",".join(repro.DEFAULT_ARMS), 8, "4", True)
     }
 
     def budget(overrides):
@@ -57,7 +71,11 @@ def test_every_arm_gets_the_same_budget_and_its_extras_last():
         "grpo.learning_rate=0.0003", "grpo.num_generations=8",
         "grpo.per_device_train_batch_size=128", "grpo.logging_steps=10", "grpo.temperature=0.9",
     ]  # fmt: skip
-    assert budget(plans["rlcr"]) == budget(plans["rlsr"]) == base
+    assert (
+        budget(plans["rlcr"]) == budget(plans["rlsr"]) == budget(plans["rlsr-plain-aurc"]) == base
+    )
+    assert plans["rlsr-plain-aurc"][1] == "method=rlsr-plain-aurc"
+    assert budget(plans["rlcr-stdnorm"]) == [*base, "grpo.scale_rewards=group"]
     assert plans["rlsr"][1] == "method=rlsr" and plans["rlsr-B4"][1] == "method=rlsr"
     assert plans["rlsr-B4"][-1] == "grpo.per_device_train_batch_size=32"  # overrides the default
     assert plans["rlsr-stdnorm"][-1] == "grpo.scale_rewards=group"
@@ -87,6 +105,19 @@ def test_row_metrics_and_mean_std():
     assert repro.mean_std([0.25]) == "0.250 ± 0.000"
 
 
+def test_calibrated_aurc_ranks_the_answers_by_p_correct_with_ties_averaged(tmp_path):
+    samples = tmp_path / "samples.jsonl"
+    recs = [("a", True), ("b", False), ("c", True)]
+    samples.write_text("".join(json.dumps({"id": i, "correct": ok}) + "\n" for i, ok in recs))
+    # a (p 1.0) first; b, c tied at 0.6. Risk of the k most confident, k = 1, 2, 3:
+    # 0; (1/2 if b comes before c else 0) -> 1/4 in expectation; 1/3.  AURC = mean of the three.
+    got = repro.calibrated_aurc(samples, {"a": 1.0, "b": 0.6, "c": 0.6})
+    assert got == pytest.approx((0 + 0.25 + 1 / 3) / 3)
+    # ranked the wrong way round: c (correct) last behind the error b
+    got = repro.calibrated_aurc(samples, {"a": 1.0, "b": 0.9, "c": 0.6})
+    assert got == pytest.approx((0 + 0.5 + 1 / 3) / 3)
+
+
 def test_summary_table_aggregates_over_seeds():
     rows = ["base", "rlsr"]
     results = {
@@ -96,6 +127,7 @@ def test_summary_table_aggregates_over_seeds():
     text = repro.summary_markdown(
         _args(), [0, 1], rows, results, oracle=[0.05, 0.07],
         timings={"warmup": [10.0, 20.0], "rlsr": [100.0, 200.0]}, total=400.0, load=(1.0, 2.0, 3.0),
+        calibrated=[0.1, 0.1],
     )  # fmt: skip
     lines = text.splitlines()
     assert lines[0] == "# Toy reproduction (easy, seeds 0,1, 300 steps x 16 prompts x 8, lr 0.0003)"
@@ -103,6 +135,10 @@ def test_summary_table_aggregates_over_seeds():
     assert "| BASE |" + " 0.500 ± 0.000 |" * 7 in lines
     assert "| RLSR |" + " 0.150 ± 0.071 |" * 7 in lines
     assert "Oracle AURC (same answers as RLSR, ranked by correctness): 0.060 ± 0.014" in lines
+    assert (
+        "Calibrated-ranking AURC (same answers as RLSR, ranked by P(correct | prompt)): "
+        "0.100 ± 0.000" in lines
+    )
     assert "Per-seed AURC: BASE 0.500, 0.500; RLSR 0.100, 0.200" in lines
     assert "Seconds per arm (training only, mean): warmup 15, rlsr 150" in lines
     assert lines[-1].startswith("Total wall time: 400 s; load average at end: 1.0, 2.0, 3.0 on ")

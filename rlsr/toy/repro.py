@@ -18,17 +18,19 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from rlsr.metrics import aurc, risk_coverage_curve
-from rlsr.toy.task import write_dataset_folder
+from rlsr.toy.task import make_split, write_dataset_folder
 from rlsr.toy.warmup import WarmupConfig, ensure_warmup
 
 __all__ = [
-    "METHODS",
-    "ROWS",
+    "ARMS",
+    "DEFAULT_ARMS",
+    "Arm",
     "METRICS",
     "REPO",
     "Progress",
@@ -43,8 +45,6 @@ __all__ = [
 ]
 
 REPO = Path(__file__).resolve().parents[2]
-METHODS = ("rlvr", "rlcr", "rlsr")
-ROWS = ("base", *METHODS)
 METRICS = ("aurc", "accuracy", "acc@10", "acc@25", "acc@50", "ece", "confidence_gap")
 
 
@@ -114,20 +114,19 @@ def _launch(args: list[str], log_path: Path, on_line=None) -> None:
 
 def train_arm(
     args,
-    name: str,
-    method: str,
+    arm: Arm,
     warm_dir: Path,
     data_dir: Path,
     out: Path,
     seed: int,
-    extra: list[str],
     progress: Progress,
 ) -> float:
     """``train.py recipe=toy method=...``; returns seconds. Skips a finished arm (resumable)."""
+    name = arm.name
     if (out / "model.safetensors").is_file():
         progress.end_live(f"{name}: already trained, reused")
         return 0.0
-    overrides = train_overrides(args, method, warm_dir, data_dir, out, seed, extra)
+    overrides = train_overrides(args, arm.method, warm_dir, data_dir, out, seed, arm.overrides)
     logged = {"n": 0, "aurc": float("nan")}
 
     def on_line(line: str) -> None:
@@ -151,8 +150,9 @@ def train_arm(
     return seconds
 
 
-def evaluate(model_dir: Path, data_dir: Path, out: Path) -> dict:
-    """``rlsr evaluate`` on the held-out split (greedy); returns metrics.json."""
+def evaluate(model_dir: Path, data_dir: Path, out: Path, eval_args=()) -> dict:
+    """``rlsr evaluate`` on the held-out split (greedy) with the arm's ``eval_args`` added;
+    returns metrics.json."""
     metrics_path = out / "tiny@test" / "metrics.json"
     if not metrics_path.is_file():
         _launch(
@@ -160,15 +160,33 @@ def evaluate(model_dir: Path, data_dir: Path, out: Path) -> dict:
                 "rlsr", "evaluate", "--model", str(model_dir), "--datasets", "tiny",
                 "--data-path", f"tiny={data_dir}", "--split", "test", "--output-dir", str(out),
                 "--max-new-tokens", "12", "--no-fallbacks", "--bootstrap", "0",
-                "--batch-size", "250", "--no-progress",
+                "--batch-size", "250", "--no-progress", *eval_args,
             ],
             out.with_suffix(".eval.log"),
         )  # fmt: skip
     return json.loads(metrics_path.read_text())
 
 
-def row_metrics(metrics: dict) -> dict:
-    scorer = metrics["scorers"]["verbalized"]
+def train_then_evaluate(
+    args,
+    arm: Arm,
+    warm_dir: Path,
+    data_dir: Path,
+    model_dir: Path,
+    eval_dir: Path,
+    seed: int,
+    progress: Progress,
+) -> tuple[float, dict]:
+    """Train ``arm`` (BASE: nothing to train) and evaluate it; (training seconds, metrics)."""
+    seconds = 0.0
+    if arm.name != "base":
+        seconds = train_arm(args, arm, warm_dir, data_dir, model_dir, seed, progress)
+    return seconds, evaluate(model_dir, data_dir, eval_dir, arm.eval_args)
+
+
+def row_metrics(metrics: dict, scorer_name: str = "verbalized") -> dict:
+    """The table's metrics of one evaluated row, ranked by the scorer ``scorer_name``."""
+    scorer = metrics["scorers"][scorer_name]
     return {
         "aurc": scorer["aurc"],
         "accuracy": metrics["accuracy"],
@@ -187,6 +205,15 @@ def oracle_aurc(samples_path: Path) -> float:
     return float(aurc(correct.astype(float), correct))
 
 
+def calibrated_aurc(samples_path: Path, p_correct: dict[str, float]) -> float:
+    """AURC of the same answers ranked by the calibrated confidence ``P(correct | prompt)``
+    (``p_correct[id]``, ``rlsr.toy.task.ToyExample.p_correct``): the best a calibrated model
+    can rank them from the prompt alone."""
+    recs = [json.loads(line) for line in samples_path.open()]
+    conf = np.asarray([p_correct[r["id"]] for r in recs], dtype=float)
+    return float(aurc(conf, np.asarray([r["correct"] for r in recs], dtype=bool)))
+
+
 def mean_std(values: list[float]) -> str:
     arr = np.asarray(values, dtype=float)
     std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
@@ -196,23 +223,57 @@ def mean_std(values: list[float]) -> str:
 # ----------------------------------------------------------------------------- main
 
 
+@dataclass(frozen=True)
+class Arm:
+    """One row of the toy table trained from BASE: ``train.py recipe=toy method=METHOD`` plus the
+    arm's own ``overrides`` (applied last), evaluated with ``eval_args`` added to
+    ``rlsr evaluate`` and ranked by ``scorer`` (the metrics.json scorer its row reports)."""
+
+    name: str
+    method: str
+    overrides: tuple[str, ...] = ()
+    eval_args: tuple[str, ...] = ()
+    scorer: str = "verbalized"
+
+
+# Every arm of the toy table, by row name. Each GRPO arm gets the run's budget (steps, lr, G,
+# prompts per step) from ``train_overrides``; the overrides here only change what the arm is.
+ARMS: dict[str, Arm] = {
+    arm.name: arm
+    for arm in (
+        Arm("rlvr", "rlvr"),
+        Arm("rlcr", "rlcr"),
+        # RLCR's reward with GRPO's std normalisation (TRL's default); rlcr above follows RLCR's
+        # and the RLSR authors' configs (scale_rewards none, the toy recipe's default).
+        Arm("rlcr-stdnorm", "rlcr", ("grpo.scale_rewards=group",)),
+        Arm("rlsr", "rlsr"),
+        Arm("rlsr-plain-aurc", "rlsr-plain-aurc"),  # Sec. C.7 ablation: correct_scale 0
+    )
+}
+DEFAULT_ARMS: tuple[str, ...] = tuple(ARMS)
+
+
 def arm_list(
     methods: str, generations: int, pool_sizes: str | None = None, std_norm: bool = False
-) -> list[tuple[str, str, list[str]]]:
-    """``[(row name, method, extra overrides)]``: the methods (comma list), then the ablation
+) -> list[Arm]:
+    """The arms of a run: the named arms (comma list of ``ARMS`` keys), then the ablation
     arms: one RLSR arm per pool size B (``pool_sizes``, comma list; B x G completions per pool)
     and, with ``std_norm``, RLSR with GRPO's std normalisation (``scale_rewards=group``)."""
-    arms = [(m, m, []) for m in methods.split(",") if m]
+    names = [m for m in methods.split(",") if m]
+    unknown = [m for m in names if m not in ARMS]
+    if unknown:
+        raise ValueError(f"--methods: unknown arm {unknown[0]!r}; choose from {', '.join(ARMS)}.")
+    arms = [ARMS[m] for m in names]
     if pool_sizes:
         for b in [int(x) for x in pool_sizes.split(",")]:
             pool = b * generations
-            arms.append((f"rlsr-B{b}", "rlsr", [f"grpo.per_device_train_batch_size={pool}"]))
+            arms.append(Arm(f"rlsr-B{b}", "rlsr", (f"grpo.per_device_train_batch_size={pool}",)))
     if std_norm:
-        arms.append(("rlsr-stdnorm", "rlsr", ["grpo.scale_rewards=group"]))
+        arms.append(Arm("rlsr-stdnorm", "rlsr", ("grpo.scale_rewards=group",)))
     return arms
 
 
-def arms_for(args) -> list[tuple[str, str, list[str]]]:
+def arms_for(args) -> list[Arm]:
     """``arm_list`` of the command-line options ``args``."""
     return arm_list(args.methods, args.generations, args.pool_sizes, args.std_norm)
 
@@ -254,10 +315,12 @@ def run(args) -> int:
     root = Path(args.output_dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     arms = arms_for(args)
-    rows = ["base", *[name for name, _, _ in arms]]
+    rows = ["base", *[arm.name for arm in arms]]
+    by_row = {"base": Arm("base", "", scorer="verbalized"), **{arm.name: arm for arm in arms}}
     progress = Progress(stage_count(len(seeds), len(arms)), args.quiet)
     results: dict[str, dict[str, list]] = {r: {m: [] for m in METRICS} for r in rows}
     oracle: list[float] = []
+    calibrated: list[float] = []
     timings: dict[str, list[float]] = {}
     start = time.perf_counter()
     for seed in seeds:
@@ -275,46 +338,43 @@ def run(args) -> int:
             f"acc(fact present) {summary['accuracy_present']:.2f}, "
             f"acc(missing) {summary['accuracy_missing']:.2f}"
         )
-        eval_dirs = {"base": run / "eval" / "base"}
-        model_dirs = {"base": warm_dir}
+        eval_dirs = {name: run / "eval" / name for name in rows}
+        model_dirs = {"base": warm_dir, **{arm.name: run / "arms" / arm.name for arm in arms}}
+
         # Each arm is an independent single-threaded process (OMP_NUM_THREADS=1), so arms run
-        # side by side on a multi-core machine without changing any result.
-        with ThreadPoolExecutor(max_workers=max(1, args.jobs or len(arms))) as executor:
+        # side by side on a multi-core machine without changing any result; each arm's
+        # evaluation follows its training in the same worker.
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs or len(rows))) as executor:
             futures = {
                 name: executor.submit(
-                    train_arm,
+                    train_then_evaluate,
                     args,
-                    name,
-                    method,
+                    by_row[name],
                     warm_dir,
                     data_dir,
-                    run / "arms" / name,
+                    model_dirs[name],
+                    eval_dirs[name],
                     seed,
-                    extra,
                     progress,
                 )  # fmt: skip
-                for name, method, extra in arms
+                for name in rows
             }
-        for name, _, _ in arms:
-            out = run / "arms" / name
-            seconds = futures[name].result()
-            timings.setdefault(name, []).append(seconds)
-            progress.stage(f"seed {seed}: trained {name}")
-            model_dirs[name] = out
-            eval_dirs[name] = run / "eval" / name
-        for name in rows:
-            metrics = evaluate(model_dirs[name], data_dir, eval_dirs[name])
-            for key, value in row_metrics(metrics).items():
-                results[name][key].append(value)
-            progress.stage(
-                f"seed {seed}: evaluated {name}: AURC {metrics['scorers']['verbalized']['aurc']:.3f}"
-                f", accuracy {metrics['accuracy']:.3f}"
-            )
-        oracle.append(
-            oracle_aurc(
-                eval_dirs["rlsr" if "rlsr" in eval_dirs else "base"] / "tiny@test" / "samples.jsonl"
-            )
-        )
+            for name in rows:
+                seconds, metrics = futures[name].result()
+                if name != "base":
+                    timings.setdefault(name, []).append(seconds)
+                    progress.stage(f"seed {seed}: trained {name}")
+                row = row_metrics(metrics, by_row[name].scorer)
+                for key, value in row.items():
+                    results[name][key].append(value)
+                progress.stage(
+                    f"seed {seed}: evaluated {name}: AURC {row['aurc']:.3f}"
+                    f", accuracy {row['accuracy']:.3f}"
+                )
+        ref = eval_dirs["rlsr" if "rlsr" in eval_dirs else "base"] / "tiny@test" / "samples.jsonl"
+        oracle.append(oracle_aurc(ref))
+        heldout = make_split(args.variant, "heldout", args.n_heldout, seed)
+        calibrated.append(calibrated_aurc(ref, {ex.id: ex.p_correct for ex in heldout}))
         report_out = run / "report"
         _launch(
             ["rlsr", "report", *[str(eval_dirs[r]) for r in rows], "--output", str(report_out),
@@ -323,16 +383,18 @@ def run(args) -> int:
         )  # fmt: skip
         progress.stage(f"seed {seed}: rlsr report -> {report_out}")
     total = time.perf_counter() - start
-    write_summary(root, args, seeds, rows, results, oracle, timings, total)
+    write_summary(root, args, seeds, rows, results, oracle, timings, total, calibrated)
     progress.stage(f"summary -> {root / 'summary.md'}")
     print((root / "summary.md").read_text())
     return 0
 
 
-def summary_markdown(args, seeds, rows, results, oracle, timings, total, load=None) -> str:
-    """The summary table (mean ± std over seeds per row and metric), oracle AURC, per-seed AURC
-    and timings. ``results[row][metric]`` holds one value per seed; ``load``: the load average
-    to report (default ``os.getloadavg()``)."""
+def summary_markdown(
+    args, seeds, rows, results, oracle, timings, total, load=None, calibrated=None
+) -> str:
+    """The summary table (mean ± std over seeds per row and metric), oracle and calibrated-ranking
+    AURC, per-seed AURC and timings. ``results[row][metric]`` holds one value per seed; ``load``:
+    the load average to report (default ``os.getloadavg()``)."""
     load = os.getloadavg() if load is None else load
     lines = [
         f"# Toy reproduction ({args.variant}, seeds {','.join(map(str, seeds))}, "
@@ -353,6 +415,12 @@ def summary_markdown(args, seeds, rows, results, oracle, timings, total, load=No
         f"Oracle AURC (same answers as RLSR, ranked by correctness): {mean_std(oracle)}",
         "",
     ]
+    if calibrated:
+        lines += [
+            "Calibrated-ranking AURC (same answers as RLSR, ranked by P(correct | prompt)): "
+            f"{mean_std(calibrated)}",
+            "",
+        ]
     lines.append(
         "Per-seed AURC: "
         + "; ".join(
@@ -371,10 +439,10 @@ def summary_markdown(args, seeds, rows, results, oracle, timings, total, load=No
     return "\n".join(lines) + "\n"
 
 
-def write_summary(root, args, seeds, rows, results, oracle, timings, total) -> None:
+def write_summary(root, args, seeds, rows, results, oracle, timings, total, calibrated) -> None:
     """``root/summary.md``, ``summary.json`` and ``risk_coverage.png``."""
     (root / "summary.md").write_text(
-        summary_markdown(args, seeds, rows, results, oracle, timings, total)
+        summary_markdown(args, seeds, rows, results, oracle, timings, total, None, calibrated)
     )
     (root / "summary.json").write_text(
         json.dumps(
@@ -383,6 +451,7 @@ def write_summary(root, args, seeds, rows, results, oracle, timings, total) -> N
                 "seeds": seeds,
                 "results": results,
                 "oracle_aurc": oracle,
+                "calibrated_aurc": calibrated,
                 "timings": timings,
                 "total_seconds": total,
             },

@@ -13,6 +13,14 @@ Variants:
   Present ``facts: k=3 ; c=6 ; q: c`` or ``facts: c=6 ; q: c``; missing ``facts: d=3 ; q: c`` or
   ``facts: d=3 ; k=1 ; q: c``. Length does not reveal a missing fact: the model must match the
   queried name against the facts' names.
+* ``tiers``: the fact is always present (``facts: c=6 ; q: c``), but each name has a fixed
+  reliability tier ``TIER_OF_NAME`` in {1.0, 0.9, 0.8, 0.7, 0.6}: the gold digit is the stated
+  one with that probability, otherwise a uniformly random *other* digit. Answering the stated
+  digit is right with probability exactly the tier, which is on the confidence vocabulary's grid,
+  so the calibrated confidence is the tier and it ranks the prompts perfectly. Every tier is
+  above 1/2: the lifted-AURC reward's per-sample best response (``(2p - 1) * alpha``, increasing
+  in the rank for p > 1/2) is then the top confidence for every prompt, which ties them
+  (docs/toy.md, "A task where calibration and ranking disagree"). ``p_missing`` is ignored.
 
 Everything is a pure function of (variant, seed, split, index), so train and held-out sets are
 reproducible and disjoint by construction (different seed streams per split).
@@ -35,25 +43,34 @@ __all__ = [
     "to_records",
     "write_jsonl",
     "oracle_correct_probability",
+    "RELIABILITY_TIERS",
+    "TIER_OF_NAME",
     "write_dataset_folder",
 ]
 
 # Single-letter names; "q" is the question marker, so it is not a name.
 NAMES: tuple[str, ...] = tuple(c for c in "abcdefghijklmnoprstuvwxyz")
 DIGITS: tuple[str, ...] = tuple(str(d) for d in range(10))
-VARIANTS: tuple[str, ...] = ("easy", "distractor")
+VARIANTS: tuple[str, ...] = ("easy", "distractor", "tiers")
+RELIABILITY_TIERS: tuple[float, ...] = (1.0, 0.9, 0.8, 0.7, 0.6)
+# Each name's tier (``tiers`` variant): names in order, tiers in turn (a 5 names, the rest 4-5).
+TIER_OF_NAME: dict[str, float] = {
+    name: RELIABILITY_TIERS[i % len(RELIABILITY_TIERS)] for i, name in enumerate(NAMES)
+}
 SPLITS: dict[str, int] = {"train": 0, "heldout": 1, "warmup": 2}
 TOY_DATASET_NAME = "toy"
 
 
 @dataclass(frozen=True)
 class ToyExample:
-    """One prompt: the user text, the gold digit and whether the needed fact is present."""
+    """One prompt: the user text, the gold digit, whether the needed fact is present, and the
+    probability that answering optimally is right (the calibrated confidence)."""
 
     id: str
     question: str
     answer: str
     answerable: bool
+    p_correct: float = 1.0
 
 
 def _fact_text(facts: list[tuple[str, str]]) -> str:
@@ -71,6 +88,11 @@ def make_example(
     names = rng.sample(NAMES, 3)
     target, others = names[0], names[1:]
     answer = rng.choice(DIGITS)
+    if variant == "tiers":
+        tier = TIER_OF_NAME[target]
+        gold = answer if rng.random() < tier else rng.choice([d for d in DIGITS if d != answer])
+        question = f"facts: {target}={answer} ; q: {target}"
+        return ToyExample(id=idx, question=question, answer=gold, answerable=True, p_correct=tier)
     answerable = rng.random() >= p_missing
     if variant == "easy":
         facts = [(target, answer)] if answerable else []
@@ -82,7 +104,8 @@ def make_example(
         rng.shuffle(facts)
     body = _fact_text(facts)
     question = f"facts: {body} ; q: {target}" if body else f"facts: ; q: {target}"
-    return ToyExample(id=idx, question=question, answer=answer, answerable=answerable)
+    p_correct = oracle_correct_probability(answerable)
+    return ToyExample(idx, question, answer, answerable, p_correct)
 
 
 def make_split(
