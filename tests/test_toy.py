@@ -159,6 +159,11 @@ def test_chat_template_renders_only_the_problem():
     assert messages[0]["role"] == "system"
     text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     assert text == "facts: c=6 ; q: c"
+    # an SFT target (method=sft): the answer, then <eos>, one token each after the prompt
+    turn = [*messages, {"role": "assistant", "content": "6"}]
+    ids = tok.apply_chat_template(turn, tokenize=True, return_dict=True)["input_ids"]
+    prompt_ids = tok("facts: c=6 ; q: c", add_special_tokens=False).input_ids
+    assert ids == [*prompt_ids, tok.convert_tokens_to_ids("6"), tok.eos_token_id]
 
 
 def test_saved_tokenizer_reloads_with_the_same_ids(tmp_path):

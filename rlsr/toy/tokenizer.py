@@ -10,8 +10,9 @@ honours.
 Text is split on whitespace and then into tags, ``0.0``..``1.0`` confidences, digits, names and
 single punctuation marks; decoding fuses tokens without spaces, so a completion decodes to
 ``<think></think><answer>6</answer><analysis></analysis><confidence>0.7</confidence>``, the
-tag format of ``rlsr.parsing.FULL_FORMAT``. The chat template renders only the user message
-(system prompts are ignored: the toy model cannot read English).
+tag format of ``rlsr.parsing.FULL_FORMAT``. The chat template renders the user message and an
+assistant message followed by ``<eos>`` (system prompts are ignored: the toy model cannot read
+English).
 """
 
 from __future__ import annotations
@@ -44,11 +45,14 @@ PUNCTUATION = (":", ";", "=")
 # Order matters: tags, then confidences before single digits, then words/names, then any char.
 _SPLIT = r"</?[a-z]+>|[01]\.\d|\d|[a-z]+|\S"
 
-# Renders the user turn only, without the "PROBLEM:" wrapper that rlsr.data puts around every
-# problem (rlsr.data.formatting.USER_PROMPT_TEMPLATE); the generation prompt adds nothing.
+# Renders the user turn without the "PROBLEM:" wrapper that rlsr.data puts around every problem
+# (rlsr.data.formatting.USER_PROMPT_TEMPLATE) and an assistant turn (SFT targets, method=sft) as
+# its text plus <eos>; system turns are dropped and the generation prompt adds nothing.
 TOY_CHAT_TEMPLATE = (
     "{% for message in messages %}{% if message['role'] == 'user' %}"
-    "{{ message['content'] | replace('PROBLEM:', '') | trim }}{% endif %}{% endfor %}"
+    "{{ message['content'] | replace('PROBLEM:', '') | trim }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] | trim }}{{ eos_token }}"
+    "{% endif %}{% endfor %}"
 )
 
 

@@ -42,7 +42,9 @@ __all__ = [
 DEFAULT_CACHE_DIR = Path(".cache") / "rlsr-toy"
 # Confidence targets of the warm-up: 0.1 .. 0.9, uniform, independent of correctness.
 WARMUP_CONFIDENCES = CONFIDENCE_TOKENS[1:10]
-_VERSION = 1  # bump when the training procedure changes, so old caches are not reused
+# Bump when the training procedure or the saved tokenizer changes, so old caches are not reused
+# (2: the chat template renders assistant turns, for the SFT arm).
+_VERSION = 2
 
 
 @dataclass(frozen=True)
