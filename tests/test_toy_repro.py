@@ -35,9 +35,31 @@ def test_default_table_has_every_arm_with_what_makes_it_that_arm():
         ("rlcr-stdnorm", "rlcr", ("grpo.scale_rewards=group",)),
         ("rlsr", "rlsr", ()),
         ("rlsr-plain-aurc", "rlsr-plain-aurc", ()),
+        ("rlsr-logprob", "rlsr-logprob", ()),
+        ("sft-sc", "sft", ()),
     ]
-    # GRPO arms are ranked by their verbalized confidence
-    assert {a.scorer for a in repro.ARMS.values()} == {"verbalized"}
+    scorers = {name: a.scorer for name, a in repro.ARMS.items()}
+    assert scorers == {
+        "rlvr": "verbalized", "rlcr": "verbalized", "rlcr-stdnorm": "verbalized",
+        "rlsr": "verbalized", "rlsr-plain-aurc": "verbalized", "rlsr-logprob": "logprob",
+        "sft-sc": "consistency",
+    }  # fmt: skip
+
+
+def test_arm_evaluation_flags_are_the_method_files_evaluate_args():
+    """An arm evaluates as ``rlsr evaluate`` would for its method (method.evaluate_args), except
+    the token budget, which is the toy's own cap."""
+    import yaml
+
+    for arm in repro.ARMS.values():
+        declared = yaml.safe_load((ROOT / "recipes" / "method" / f"{arm.method}.yaml").read_text())
+        declared = declared.get("method", declared).get("evaluate_args", [])
+        if "--max-new-tokens" in declared:
+            i = declared.index("--max-new-tokens")
+            declared = declared[:i] + declared[i + 2 :]
+        assert list(arm.eval_args) == [str(x) for x in declared], arm.name
+        if declared:
+            assert declared[declared.index("--scorers") + 1].split(",")[0] == arm.scorer
 
 
 def test_arm_list_is_the_named_arms_then_the_ablations():
@@ -92,6 +114,20 @@ def test_each_variant_gets_its_warmup_and_completion_cap():
     plan = repro.train_overrides(_args(variant="distractor"), "rlsr", "/w", "/d", "/o", 0, ())
     assert "grpo.max_completion_length=16" in plan
     assert repro.completion_cap("easy") == repro.completion_cap("tiers") == 12
+
+
+def test_sft_arm_gets_the_grpo_arms_steps_prompts_and_learning_rate():
+    args = _args(steps=300, prompts_per_step=16, learning_rate=3e-4)
+    plan = repro.train_overrides(args, "sft", "/w", "/d", "/o", 0, ())
+    assert plan[1] == "method=sft" and "grpo.max_steps=300" in plan  # sft.max_steps follows it
+    assert plan[plan.index("grpo.logging_steps=10") + 1 :] == [
+        "sft.learning_rate=0.0003", "sft.per_device_train_batch_size=16",
+        "sft.gradient_accumulation_steps=1", "sft.lr_scheduler_type=constant",
+        "sft.warmup_steps=0", "sft.save_strategy=no",
+    ]  # fmt: skip
+    assert not [
+        o for o in repro.train_overrides(args, "rlsr", "/w", "/d", "/o", 0, ()) if "sft." in o
+    ]
 
 
 def test_stage_count():

@@ -267,6 +267,28 @@ ARMS: dict[str, Arm] = {
         Arm("rlcr-stdnorm", "rlcr", ("grpo.scale_rewards=group",)),
         Arm("rlsr", "rlsr"),
         Arm("rlsr-plain-aurc", "rlsr-plain-aurc"),  # Sec. C.7 ablation: correct_scale 0
+        # Sec. D.4 / Tab. 7: the pool ranked by the answer's length-normalised log-probability;
+        # evaluated by the same quantity (recipes/method/rlsr-logprob.yaml evaluate_args).
+        Arm("rlsr-logprob", "rlsr-logprob", eval_args=("--scorers", "logprob"), scorer="logprob"),
+        # Sec. D.3 / Tab. 6: SFT on (question, answer) pairs, plain answers ranked by the agreement
+        # of K = 8 samples at T = 0.7 (recipes/method/sft.yaml evaluate_args); budget: SFT_BUDGET.
+        Arm(
+            "sft-sc",
+            "sft",
+            eval_args=(
+                "--system-prompt",
+                "none",
+                "--response-format",
+                "plain",
+                "--scorers",
+                "consistency",
+                "--consistency-k",
+                "8",
+                "--consistency-temperature",
+                "0.7",
+            ),
+            scorer="consistency",
+        ),  # fmt: skip
     )
 }
 DEFAULT_ARMS: tuple[str, ...] = tuple(ARMS)
@@ -310,6 +332,20 @@ def train_overrides(
     arm the same: steps, lr, G, pool = prompts per step x G), then ``--override`` and the arm's own
     extra overrides (last wins)."""
     pool = args.prompts_per_step * args.generations
+    # method=sft trains with the sft section: the GRPO arms' optimizer steps, prompts per step
+    # and constant learning rate, one gold answer per prompt instead of G rollouts.
+    sft_budget = (
+        [
+            f"sft.learning_rate={args.learning_rate}",
+            f"sft.per_device_train_batch_size={args.prompts_per_step}",
+            "sft.gradient_accumulation_steps=1",
+            "sft.lr_scheduler_type=constant",
+            "sft.warmup_steps=0",
+            "sft.save_strategy=no",
+        ]
+        if method == "sft"
+        else []
+    )
     return [
         "recipe=toy",
         f"method={method}",
@@ -324,6 +360,7 @@ def train_overrides(
         f"grpo.per_device_train_batch_size={pool}",
         f"grpo.max_completion_length={completion_cap(args.variant)}",
         "grpo.logging_steps=10",
+        *sft_budget,
         *args.override,
         *extra,
     ]
