@@ -28,7 +28,6 @@ sys.path.insert(0, str(REPO))
 
 from rlsr.toy.repro import DEFAULT_ARMS, run  # noqa: E402
 from rlsr.toy.task import VARIANTS  # noqa: E402
-from rlsr.toy.warmup import DEFAULT_STEPS  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -50,14 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=",".join(DEFAULT_ARMS),
         help="comma list of arms (rows), from: " + ", ".join(DEFAULT_ARMS),
     )
-    p.add_argument(
-        "--warmup-steps",
-        type=int,
-        default=None,
-        help="BASE warm-up steps (default per variant: "
-        + ", ".join(f"{k} {v}" for k, v in DEFAULT_STEPS.items())
-        + ")",
-    )
+    p.add_argument("--warmup-steps", type=int, default=300)
     p.add_argument("--n-heldout", type=int, default=500)
     p.add_argument("--n-train", type=int, default=2000)
     p.add_argument(

@@ -29,7 +29,7 @@ from rlsr.toy.tokenizer import (
     load_toy_tokenizer,
     vocabulary,
 )
-from rlsr.toy.warmup import WarmupConfig, completion_text, ensure_warmup, lookup_thought
+from rlsr.toy.warmup import WarmupConfig, completion_text, ensure_warmup
 
 # --------------------------------------------------------------------------- task
 
@@ -203,24 +203,6 @@ def test_warmup_config_digest_tracks_every_field():
     assert base.digest() == WarmupConfig().digest()
     assert base.digest() != WarmupConfig(seed=1).digest()
     assert base.digest() != WarmupConfig(steps=base.steps + 1).digest()
-    assert base.digest() != WarmupConfig(think="lookup").digest()
-    with pytest.raises(ValueError, match="think"):
-        WarmupConfig(think="cot")
-
-
-def test_lookup_thought_names_the_queried_fact_or_its_absence():
-    assert lookup_thought("facts: k=3 ; c=6 ; q: c") == "c=6"
-    assert lookup_thought("facts: c=6 ; k=3 ; q: c") == "c=6"
-    assert lookup_thought("facts: d=3 ; k=1 ; q: c") == "c="
-    assert lookup_thought("facts: ; q: c") == "c="
-    tok = build_toy_tokenizer()
-    ids = tok(completion_text("6", "0.7", "c=6"), add_special_tokens=False).input_ids
-    assert tok.convert_ids_to_tokens(ids)[:5] == ["<think>", "c", "=", "6", "</think>"]
-    assert len(ids) == 13 and tok.decode(ids) == completion_text("6", "0.7", "c=6")
-    for ex in make_split("distractor", "train", 300, seed=0):  # the thought holds the gold fact
-        name, digit = lookup_thought(ex.question).split("=")
-        assert name == _target(ex.question) and (digit == ex.answer) == ex.answerable
-        assert digit == "" or ex.answerable
 
 
 def test_warmup_is_cached_and_targets_carry_no_confidence_signal(tmp_path):

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _args(**changes) -> argparse.Namespace:
     values = dict(
         methods="rlvr,rlcr,rlsr", generations=8, pool_sizes=None, std_norm=False, steps=300,
-        prompts_per_step=16, learning_rate=3e-4, override=[], variant="easy", warmup_steps=None,
+        prompts_per_step=16, learning_rate=3e-4, override=[], variant="easy",
     )  # fmt: skip
     values.update(changes)
     return argparse.Namespace(**values)
@@ -91,8 +91,7 @@ def test_every_arm_gets_the_same_budget_and_its_extras_last():
     assert base == [
         "recipe=toy", "seed=3", "resume=never", "grpo.max_steps=300",
         "grpo.learning_rate=0.0003", "grpo.num_generations=8",
-        "grpo.per_device_train_batch_size=128", "grpo.max_completion_length=12",
-        "grpo.logging_steps=10", "grpo.temperature=0.9",
+        "grpo.per_device_train_batch_size=128", "grpo.logging_steps=10", "grpo.temperature=0.9",
     ]  # fmt: skip
     assert (
         budget(plans["rlcr"]) == budget(plans["rlsr"]) == budget(plans["rlsr-plain-aurc"]) == base
@@ -102,18 +101,6 @@ def test_every_arm_gets_the_same_budget_and_its_extras_last():
     assert plans["rlsr"][1] == "method=rlsr" and plans["rlsr-B4"][1] == "method=rlsr"
     assert plans["rlsr-B4"][-1] == "grpo.per_device_train_batch_size=32"  # overrides the default
     assert plans["rlsr-stdnorm"][-1] == "grpo.scale_rewards=group"
-
-
-def test_each_variant_gets_its_warmup_and_completion_cap():
-    easy = repro.warmup_config(_args(warmup_steps=None), seed=2)
-    assert (easy.variant, easy.seed, easy.steps, easy.think) == ("easy", 2, 300, "none")
-    hard = repro.warmup_config(_args(variant="distractor", warmup_steps=None), seed=0)
-    assert (hard.steps, hard.think) == (1500, "lookup")
-    assert repro.warmup_config(_args(variant="distractor", warmup_steps=7), 0).steps == 7
-    # <think>c=6</think> adds three tokens to the 10 + <eos> of a completion
-    plan = repro.train_overrides(_args(variant="distractor"), "rlsr", "/w", "/d", "/o", 0, ())
-    assert "grpo.max_completion_length=16" in plan
-    assert repro.completion_cap("easy") == repro.completion_cap("tiers") == 12
 
 
 def test_sft_arm_gets_the_grpo_arms_steps_prompts_and_learning_rate():

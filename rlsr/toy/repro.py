@@ -25,7 +25,7 @@ import numpy as np
 
 from rlsr.metrics import aurc, risk_coverage_curve
 from rlsr.toy.task import make_split, write_dataset_folder
-from rlsr.toy.warmup import DEFAULT_STEPS, DEFAULT_THINK, WarmupConfig, ensure_warmup
+from rlsr.toy.warmup import WarmupConfig, ensure_warmup
 
 __all__ = [
     "ARMS",
@@ -45,24 +45,6 @@ __all__ = [
 ]
 
 REPO = Path(__file__).resolve().parents[2]
-# Completion tokens: 10 (tags, answer, confidence) + <eos>, + 3 with the look-up thought
-# (``rlsr.toy.warmup.DEFAULT_THINK``); the cap leaves a little room for drift.
-MAX_COMPLETION_TOKENS = {"none": 12, "lookup": 16}
-
-
-def completion_cap(variant: str) -> int:
-    """Tokens a completion of ``variant`` may take in training and evaluation."""
-    return MAX_COMPLETION_TOKENS[DEFAULT_THINK[variant]]
-
-
-def warmup_config(args, seed: int) -> WarmupConfig:
-    """BASE's warm-up: the variant's default steps (``--warmup-steps`` overrides) and thought."""
-    steps = args.warmup_steps or DEFAULT_STEPS[args.variant]
-    return WarmupConfig(
-        variant=args.variant, seed=seed, steps=steps, think=DEFAULT_THINK[args.variant]
-    )
-
-
 METRICS = ("aurc", "accuracy", "acc@10", "acc@25", "acc@50", "ece", "confidence_gap")
 
 
@@ -168,7 +150,7 @@ def train_arm(
     return seconds
 
 
-def evaluate(model_dir: Path, data_dir: Path, out: Path, eval_args=(), max_new_tokens=12) -> dict:
+def evaluate(model_dir: Path, data_dir: Path, out: Path, eval_args=()) -> dict:
     """``rlsr evaluate`` on the held-out split (greedy) with the arm's ``eval_args`` added;
     returns metrics.json."""
     metrics_path = out / "tiny@test" / "metrics.json"
@@ -177,7 +159,7 @@ def evaluate(model_dir: Path, data_dir: Path, out: Path, eval_args=(), max_new_t
             [
                 "rlsr", "evaluate", "--model", str(model_dir), "--datasets", "tiny",
                 "--data-path", f"tiny={data_dir}", "--split", "test", "--output-dir", str(out),
-                "--max-new-tokens", str(max_new_tokens), "--no-fallbacks", "--bootstrap", "0",
+                "--max-new-tokens", "12", "--no-fallbacks", "--bootstrap", "0",
                 "--batch-size", "250", "--no-progress", *eval_args,
             ],
             out.with_suffix(".eval.log"),
@@ -199,8 +181,7 @@ def train_then_evaluate(
     seconds = 0.0
     if arm.name != "base":
         seconds = train_arm(args, arm, warm_dir, data_dir, model_dir, seed, progress)
-    cap = completion_cap(args.variant)
-    return seconds, evaluate(model_dir, data_dir, eval_dir, arm.eval_args, cap)
+    return seconds, evaluate(model_dir, data_dir, eval_dir, arm.eval_args)
 
 
 def row_metrics(metrics: dict, scorer_name: str = "verbalized") -> dict:
@@ -358,7 +339,6 @@ def train_overrides(
         f"grpo.learning_rate={args.learning_rate}",
         f"grpo.num_generations={args.generations}",
         f"grpo.per_device_train_batch_size={pool}",
-        f"grpo.max_completion_length={completion_cap(args.variant)}",
         "grpo.logging_steps=10",
         *sft_budget,
         *args.override,
@@ -387,7 +367,7 @@ def run(args) -> int:
         )
         progress.stage(f"seed {seed}: data written to {data_dir}")
         t0 = time.perf_counter()
-        warm_cfg = warmup_config(args, seed)
+        warm_cfg = WarmupConfig(variant=args.variant, seed=seed, steps=args.warmup_steps)
         warm_dir, summary = ensure_warmup(warm_cfg, args.cache_dir)
         timings.setdefault("warmup", []).append(time.perf_counter() - t0)
         progress.stage(

@@ -8,14 +8,6 @@ guess uniformly) and C is drawn uniformly from ``0.1``..``0.9`` *independently o
 BASE's confidence carries no information about correctness, and whatever ranking the RL arms
 show was learnt by RL.
 
-With ``think="lookup"`` (the ``distractor`` variant's default, ``DEFAULT_THINK``) the target
-thinks the look-up first: ``<think>c=6</think>`` when the queried name ``c`` has a fact,
-``<think>c=</think>`` when it has none. Without it a 2-layer model trained for 1,000 steps
-copied a digit from the facts without matching the name (accuracy with the fact present 0.79,
-the level of picking one of the listed digits); with it the look-up is a two-token induction
-pattern (``c =`` -> the digit that followed ``c =`` in the facts), learnt within the warm-up
-(docs/toy.md). The thought is part of BASE's behaviour; no reward reads it.
-
 Checkpoints are cached under ``cache_dir/<config hash>/`` (safetensors + tokenizer), so the
 demo and the tests train the warm-up once per configuration.
 """
@@ -27,7 +19,6 @@ import hashlib
 import json
 import math
 import random
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,18 +37,11 @@ __all__ = [
     "ensure_warmup",
     "greedy_complete",
     "DEFAULT_CACHE_DIR",
-    "DEFAULT_STEPS",
-    "DEFAULT_THINK",
-    "lookup_thought",
 ]
 
 DEFAULT_CACHE_DIR = Path(".cache") / "rlsr-toy"
 # Confidence targets of the warm-up: 0.1 .. 0.9, uniform, independent of correctness.
 WARMUP_CONFIDENCES = CONFIDENCE_TOKENS[1:10]
-THINK_MODES = ("none", "lookup")
-# Per variant: warm-up steps and thought mode the demo uses (scripts/toy_repro.py defaults).
-DEFAULT_STEPS: dict[str, int] = {"easy": 300, "distractor": 1500, "tiers": 300}
-DEFAULT_THINK: dict[str, str] = {"easy": "none", "distractor": "lookup", "tiers": "none"}
 # Bump when the training procedure or the saved tokenizer changes, so old caches are not reused
 # (2: the chat template renders assistant turns, for the SFT arm).
 _VERSION = 2
@@ -81,34 +65,18 @@ class WarmupConfig:
     intermediate_size: int = 256
     max_extra_pad: int = 3  # random extra left padding, so positions do not leak the split
     threads: int = 1  # 2 threads on a shared 2-core machine were ~10x slower
-    think: str = "none"  # "lookup": <think>NAME=DIGIT</think> (module docstring)
-
-    def __post_init__(self):
-        if self.think not in THINK_MODES:
-            raise ValueError(f"think must be one of {THINK_MODES}; got {self.think!r}.")
 
     def digest(self) -> str:
-        fields = dataclasses.asdict(self)
-        if fields["think"] == "none":  # keeps the digests of checkpoints from before the field
-            del fields["think"]
-        payload = json.dumps({**fields, "_v": _VERSION}, sort_keys=True)
+        payload = json.dumps({**dataclasses.asdict(self), "_v": _VERSION}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-def completion_text(answer: str, confidence: str, thought: str = "") -> str:
+def completion_text(answer: str, confidence: str) -> str:
     """The target completion in the four-tag format of ``rlsr.parsing.FULL_FORMAT``."""
     return (
-        f"<think>{thought}</think><answer>{answer}</answer><analysis></analysis>"
+        f"<think></think><answer>{answer}</answer><analysis></analysis>"
         f"<confidence>{confidence}</confidence>"
     )
-
-
-def lookup_thought(question: str) -> str:
-    """``NAME=DIGIT`` for the queried name's fact in ``question``, ``NAME=`` when it has none."""
-    body, target = question.split("facts:", 1)[1].split("q:", 1)
-    target = target.strip()
-    facts = dict(f.replace(" ", "").split("=") for f in body.split(";") if "=" in f)
-    return f"{target}={facts.get(target, '')}"
 
 
 def build_model(tokenizer: PreTrainedTokenizerFast, cfg: WarmupConfig) -> Qwen2ForCausalLM:
@@ -143,8 +111,7 @@ def _batch(
     for _ in range(cfg.batch_size):
         ex = make_example(rng, cfg.variant, cfg.p_missing)
         prompt = tokenizer(ex.question, add_special_tokens=False).input_ids
-        thought = lookup_thought(ex.question) if cfg.think == "lookup" else ""
-        target = completion_text(ex.answer, rng.choice(WARMUP_CONFIDENCES), thought)
+        target = completion_text(ex.answer, rng.choice(WARMUP_CONFIDENCES))
         completion = tokenizer(target, add_special_tokens=False).input_ids
         completion.append(tokenizer.eos_token_id)
         rows.append((rng.randint(0, cfg.max_extra_pad), prompt, completion))
@@ -198,9 +165,7 @@ def train_warmup(cfg: WarmupConfig, out_dir: str | Path, progress=None) -> dict:
             progress(step, loss_value)
     seconds = time.perf_counter() - start
     model.eval()
-    check = greedy_complete(
-        model, tokenizer, make_split(cfg.variant, "heldout", 200, cfg.seed), max_new_tokens=18
-    )
+    check = greedy_complete(model, tokenizer, make_split(cfg.variant, "heldout", 200, cfg.seed))
     summary = {
         "config": dataclasses.asdict(cfg),
         "digest": cfg.digest(),
@@ -232,18 +197,12 @@ def ensure_warmup(
     return out_dir, summary
 
 
-_TARGET_RE = re.compile(
-    r"<think>[a-z=0-9]*</think><answer>(?P<answer>[^<]*)</answer><analysis></analysis>"
-    r"<confidence>(?P<confidence>[^<]*)</confidence>"
-)
-
-
 @torch.no_grad()
 def greedy_complete(model, tokenizer, examples, max_new_tokens: int = 14) -> dict:
     """Greedy completions of ``examples``: format rate, accuracy split by answerable, samples.
 
-    A light self-check of the warm-up (the real evaluation is ``rlsr evaluate``); parses the
-    exact layout of ``completion_text`` (``_TARGET_RE``) rather than with rlsr.parsing.
+    A light self-check of the warm-up (the real evaluation is ``rlsr evaluate``); parses with
+    the fixed token layout of ``completion_text`` rather than rlsr.parsing to stay standalone.
     """
     prompts = [ex.question for ex in examples]
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -257,11 +216,16 @@ def greedy_complete(model, tokenizer, examples, max_new_tokens: int = 14) -> dic
     texts = tokenizer.batch_decode(out[:, enc.input_ids.shape[1] :], skip_special_tokens=True)
     ok, right, conf = [], [], []
     for ex, text in zip(examples, texts, strict=True):
-        m = _TARGET_RE.fullmatch(text)
-        good = m is not None and m["answer"] in DIGITS and m["confidence"] in CONFIDENCE_TOKENS
+        parts = text.replace("<", " <").replace(">", "> ").split()
+        good = (
+            len(parts) == 10
+            and parts[2] == "<answer>"
+            and parts[3] in DIGITS
+            and parts[8] in CONFIDENCE_TOKENS
+        )
         ok.append(good)
-        right.append(good and m["answer"] == ex.answer)
-        conf.append(float(m["confidence"]) if good else float("nan"))
+        right.append(good and parts[3] == ex.answer)
+        conf.append(float(parts[8]) if good else float("nan"))
     present = [r for r, ex in zip(right, examples, strict=True) if ex.answerable]
     missing = [r for r, ex in zip(right, examples, strict=True) if not ex.answerable]
     return {
