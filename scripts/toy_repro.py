@@ -1,18 +1,20 @@
 #!/usr/bin/env python
-"""CPU toy reproduction: RLSR learns to rank its confidence, RLVR does not (docs/toy.md).
+"""CPU toy reproduction: what RLVR, RLCR, RLSR and the paper's baselines learn (docs/toy.md).
 
 One command, from a fresh clone, on a 2-core CPU:
 
-    python scripts/toy_repro.py                       # 1 seed, ~5 min
-    python scripts/toy_repro.py --seeds 0,1,2         # the acceptance run
+    python scripts/toy_repro.py                       # 1 seed, every arm (docs/toy.md: wall time)
+    python scripts/toy_repro.py --seeds 0,1,2         # the 3-seed table
+    python scripts/toy_repro.py --variant tiers --methods rlvr,rlcr,rlcr-stdnorm,rlsr
     python scripts/toy_repro.py --pool-sizes 8,16,32  # ablation: prompts per pool at fixed G
     python scripts/toy_repro.py --std-norm            # ablation: scale_rewards=group (std norm)
 
 Per seed: generate the task (rlsr.toy.task), warm up BASE from scratch (rlsr.toy.warmup, cached
-by config hash), train RLVR / RLCR / RLSR from the same BASE with identical budgets through the
-real ``train.py recipe=toy method=...``, evaluate BASE and every arm on the held-out split with the
+by config hash), train every arm of ``rlsr.toy.repro.ARMS`` (RLVR, RLCR, RLCR with std
+normalisation, RLSR, plain-AURC RLSR, log-prob RLSR, SFT + self-consistency) from the same BASE
+with identical budgets through the real ``train.py recipe=toy method=...``, evaluate BASE and every arm on the held-out split with the
 real ``rlsr evaluate`` (greedy), then ``rlsr report`` and a summary over seeds (mean +- std,
-oracle AURC) with overlaid risk-coverage curves. Both load the word-level tokenizer through
+oracle and calibrated-ranking AURC) with overlaid risk-coverage curves. Both load the word-level tokenizer through
 rlsr.tokenization.load_tokenizer (docs/toy.md). Outputs go to ``--output-dir`` (default toy_runs/, gitignored).
 The orchestration lives in ``rlsr.toy.repro``; this file is its command line.
 """
