@@ -32,6 +32,23 @@ def _pyplot():
     return plt
 
 
+def _panels(plt, n: int, max_cols: int, size: tuple[float, float]):
+    """A figure of ``n`` panels, at most ``max_cols`` per row; returns (fig, the n axes in order)."""
+    cols = min(max_cols, n)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(size[0] * cols, size[1] * rows), squeeze=False)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    return fig, list(axes.flat)[:n]
+
+
+def _save(plt, fig, path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
 def curve_on_grid(confidence, correct, grid: np.ndarray = COVERAGE_GRID) -> np.ndarray:
     """Risk at each coverage of ``grid``: the risk of the smallest curve point covering it
     (``rlsr.metrics.risk_coverage_curve``; tied samples enter together). Used to average seeds."""
@@ -70,10 +87,7 @@ def plot_dataset_risk_coverage(
         )
     ax.set(xlabel="coverage", ylabel="risk (error rate)", xlim=(0, 1), ylim=(0, 1), title=title)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return _save(plt, fig, path)
 
 
 def plot_overlay_grid(
@@ -85,20 +99,13 @@ def plot_overlay_grid(
     names = list(curves)
     if not names:
         raise ValueError("no curves to plot.")
-    cols = min(4, len(names))
-    rows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
-    for ax, name in zip(axes.flat, names, strict=False):
+    fig, axes = _panels(plt, len(names), 4, (4, 3.2))
+    for ax, name in zip(axes, names, strict=True):
         for method, risk in curves[name].items():
             ax.plot(grid, risk, label=method)
         ax.set(title=name, xlabel="coverage", ylabel="risk", xlim=(0, 1), ylim=(0, 1))
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(names) :]:
-        ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return _save(plt, fig, path)
 
 
 def plot_confidence_densities(
@@ -116,10 +123,8 @@ def plot_confidence_densities(
     if not names:
         raise ValueError("no confidence samples to plot.")
     grid = kde_grid(bandwidth)
-    cols = min(3, len(names))
-    rows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.8 * cols, 3.4 * rows), squeeze=False)
-    for ax, name in zip(axes.flat, names, strict=False):
+    fig, axes = _panels(plt, len(names), 3, (4.8, 3.4))
+    for ax, name in zip(axes, names, strict=True):
         for i, (method, (conf, ok)) in enumerate(panels[name].items()):
             conf, ok = np.asarray(conf, dtype=np.float64), np.asarray(ok, dtype=bool)
             color = f"C{i % 10}"
@@ -136,9 +141,4 @@ def plot_confidence_densities(
         ax.axvspan(1.0, grid[-1], color="0.92", lw=0)
         ax.set(title=name, xlabel="confidence", ylabel="density", xlim=(grid[0], grid[-1]))
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(names) :]:
-        ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return _save(plt, fig, path)
