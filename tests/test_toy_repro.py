@@ -80,7 +80,7 @@ def test_arm_list_is_the_named_arms_then_the_ablations():
 def test_every_arm_gets_the_same_budget_and_its_extras_last():
     args = _args(override=["grpo.temperature=0.9"])
     plans = {
-        a.name: repro.train_overrides(args, a.method, "/w", "/d", f"/o/{a.name}", 3, a.overrides)
+        a.name: repro.train_overrides(args, a, "/w", "/d", f"/o/{a.name}", 3)
         for a in repro.arm_list(",".join(repro.DEFAULT_ARMS), 8, "4", True)
     }
 
@@ -105,7 +105,7 @@ def test_every_arm_gets_the_same_budget_and_its_extras_last():
 
 def test_sft_arm_gets_the_grpo_arms_steps_prompts_and_learning_rate():
     args = _args(steps=300, prompts_per_step=16, learning_rate=3e-4)
-    plan = repro.train_overrides(args, "sft", "/w", "/d", "/o", 0, ())
+    plan = repro.train_overrides(args, repro.ARMS["sft-sc"], "/w", "/d", "/o", 0)
     assert plan[1] == "method=sft" and "grpo.max_steps=300" in plan  # sft.max_steps follows it
     assert plan[plan.index("grpo.logging_steps=10") + 1 :] == [
         "sft.learning_rate=0.0003", "sft.per_device_train_batch_size=16",
@@ -113,7 +113,11 @@ def test_sft_arm_gets_the_grpo_arms_steps_prompts_and_learning_rate():
         "sft.warmup_steps=0", "sft.save_strategy=no",
     ]  # fmt: skip
     assert not [
-        o for o in repro.train_overrides(args, "rlsr", "/w", "/d", "/o", 0, ()) if "sft." in o
+        o
+        for name, arm in repro.ARMS.items()
+        if name != "sft-sc"
+        for o in repro.train_overrides(args, arm, "/w", "/d", "/o", 0)
+        if "sft." in o
     ]
 
 

@@ -126,7 +126,7 @@ def train_arm(
     if (out / "model.safetensors").is_file():
         progress.end_live(f"{name}: already trained, reused")
         return 0.0
-    overrides = train_overrides(args, arm.method, warm_dir, data_dir, out, seed, arm.overrides)
+    overrides = train_overrides(args, arm, warm_dir, data_dir, out, seed)
     logged = {"n": 0, "aurc": float("nan")}
 
     def on_line(line: str) -> None:
@@ -227,13 +227,16 @@ def mean_std(values: list[float]) -> str:
 class Arm:
     """One row of the toy table trained from BASE: ``train.py recipe=toy method=METHOD`` plus the
     arm's own ``overrides`` (applied last), evaluated with ``eval_args`` added to
-    ``rlsr evaluate`` and ranked by ``scorer`` (the metrics.json scorer its row reports)."""
+    ``rlsr evaluate`` and ranked by ``scorer`` (the metrics.json scorer its row reports).
+    ``sft``: the method trains with TRL's SFTTrainer, so the run's budget also goes to the
+    ``sft`` section (``train_overrides``)."""
 
     name: str
     method: str
     overrides: tuple[str, ...] = ()
     eval_args: tuple[str, ...] = ()
     scorer: str = "verbalized"
+    sft: bool = False
 
 
 # Every arm of the toy table, by row name. Each GRPO arm gets the run's budget (steps, lr, G,
@@ -269,6 +272,7 @@ ARMS: dict[str, Arm] = {
                 "0.7",
             ),
             scorer="consistency",
+            sft=True,
         ),  # fmt: skip
     )
 }
@@ -306,14 +310,12 @@ def stage_count(n_seeds: int, n_arms: int) -> int:
     return n_seeds * (3 + n_arms + (1 + n_arms)) + 1
 
 
-def train_overrides(
-    args, method: str, warm_dir, data_dir, out, seed: int, extra: list[str]
-) -> list[str]:
+def train_overrides(args, arm: Arm, warm_dir, data_dir, out, seed: int) -> list[str]:
     """``train.py`` overrides of one arm: ``recipe=toy method=...`` with the run's budget (every
     arm the same: steps, lr, G, pool = prompts per step x G), then ``--override`` and the arm's own
     extra overrides (last wins)."""
     pool = args.prompts_per_step * args.generations
-    # method=sft trains with the sft section: the GRPO arms' optimizer steps, prompts per step
+    # An SFT arm trains with the sft section: the GRPO arms' optimizer steps, prompts per step
     # and constant learning rate, one gold answer per prompt instead of G rollouts.
     sft_budget = (
         [
@@ -324,12 +326,12 @@ def train_overrides(
             "sft.warmup_steps=0",
             "sft.save_strategy=no",
         ]
-        if method == "sft"
+        if arm.sft
         else []
     )
     return [
         "recipe=toy",
-        f"method={method}",
+        f"method={arm.method}",
         f"model.name_or_path={warm_dir}",
         f"data.path={data_dir}",
         f"output_dir={out}",
@@ -342,7 +344,7 @@ def train_overrides(
         "grpo.logging_steps=10",
         *sft_budget,
         *args.override,
-        *extra,
+        *arm.overrides,
     ]
 
 
