@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import shutil
@@ -38,6 +39,7 @@ __all__ = [
     "tiny_warm_model_path",
     "padded_tokenizer",
     "CHATML_TEMPLATE",
+    "pool_record",
 ]
 
 # The pre-tokenizer regex of Qwen2's tokenizer (transformers' Qwen2Tokenizer).
@@ -418,3 +420,18 @@ def tiny_warm_model_path() -> Path:
     key_src = str(tiny_model_path()) + Path(__file__).read_text()
     key = hashlib.sha256(key_src.encode()).hexdigest()[:12]
     return _cached_build(_cache_root() / f"tiny-format-warm-{key}", _train_format_warm)
+
+
+def pool_record(pool: dict) -> dict:
+    """One ``pool_hook`` pool (``RLSRTrainer``) as a JSON-ready dict, for test workers that dump
+    the pools of each step to compare runs (a missing confidence, NaN, becomes ``None``)."""
+    return {
+        "step": pool["global_step"],
+        "num_processes": pool["num_processes"],
+        "correct": pool["correct"].tolist(),
+        "confidence": [None if math.isnan(c) else c for c in pool["confidence"].tolist()],
+        "format_ok": pool["format_ok"].tolist(),
+        "rewards": pool["rewards"].tolist(),
+        "texts": pool["texts"],
+        "golds": pool["golds"],
+    }

@@ -58,7 +58,6 @@ exit $status
 
 def _worker() -> None:
     """train.py with a pool hook: dumps ``pools-<rank>-<restart>.json`` into $RLSR_TEST_DIR."""
-    import numpy as np
     import torch
 
     torch.set_num_threads(1)
@@ -71,19 +70,10 @@ def _worker() -> None:
     out = Path(os.environ["RLSR_TEST_DIR"]) / f"pools-{rank}-{restart}.json"
     pools: list[dict] = []
 
+    from rlsr.testing import pool_record
+
     def hook(pool: dict) -> None:
-        pools.append(
-            {
-                "step": pool["global_step"],
-                "num_processes": pool["num_processes"],
-                "correct": pool["correct"].tolist(),
-                "confidence": [None if np.isnan(c) else c for c in pool["confidence"].tolist()],
-                "format_ok": pool["format_ok"].tolist(),
-                "rewards": pool["rewards"].tolist(),
-                "texts": pool["texts"],
-                "golds": pool["golds"],
-            }
-        )
+        pools.append(pool_record(pool))
         out.write_text(json.dumps(pools))  # written at once: the run may be killed
 
     run_training = rlsr.training.run_training

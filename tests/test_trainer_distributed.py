@@ -42,19 +42,10 @@ def _worker(out_dir: str, mode: str = "sampled") -> None:
     rank = int(os.environ["RANK"])
     dumps: list[dict] = []
 
+    from rlsr.testing import pool_record
+
     def hook(pool: dict) -> None:
-        dumps.append(
-            {
-                "step": pool["global_step"],
-                "num_processes": pool["num_processes"],
-                "correct": pool["correct"].tolist(),
-                "confidence": [None if np.isnan(c) else c for c in pool["confidence"].tolist()],
-                "format_ok": pool["format_ok"].tolist(),
-                "rewards": pool["rewards"].tolist(),
-                "texts": pool["texts"],
-                "golds": pool["golds"],
-            }
-        )
+        dumps.append(pool_record(pool))
 
     extra = {"top_k": 1} if mode == "greedy" else {}  # top-1 sampling: the argmax token
     settings = tiny_settings(

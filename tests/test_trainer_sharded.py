@@ -31,7 +31,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,18 +70,10 @@ def _worker(out_dir: str, stop_at: int, resume: str) -> None:
     pools: list[dict] = []
     trained: list[int] = []
 
+    from rlsr.testing import pool_record
+
     def hook(pool: dict) -> None:
-        pools.append(
-            {
-                "step": pool["global_step"],
-                "correct": pool["correct"].tolist(),
-                "confidence": [None if np.isnan(c) else c for c in pool["confidence"].tolist()],
-                "format_ok": pool["format_ok"].tolist(),
-                "rewards": pool["rewards"].tolist(),
-                "texts": pool["texts"],
-                "golds": pool["golds"],
-            }
-        )
+        pools.append(pool_record(pool))
 
     class Stop(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
