@@ -51,7 +51,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=",".join(DEFAULT_ARMS),
         help="comma list of arms (rows), from: " + ", ".join(DEFAULT_ARMS),
     )
-    p.add_argument("--warmup-steps", type=int, default=300)
+    p.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=None,
+        help="BASE warm-up steps (default per variant: rlsr.toy.warmup.WARMUP_STEPS)",
+    )
     p.add_argument("--n-heldout", type=int, default=500)
     p.add_argument("--n-train", type=int, default=2000)
     p.add_argument(

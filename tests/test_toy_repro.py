@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from rlsr.toy import repro
+from rlsr.toy.task import VARIANTS
+from rlsr.toy.warmup import WARMUP_STEPS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -207,3 +209,9 @@ def script_help() -> str:
         check=True,
     )
     return proc.stdout
+
+
+def test_every_variant_has_a_warmup_budget():
+    assert set(WARMUP_STEPS) == set(VARIANTS)
+    # the easy demo's cached BASE (and its numbers) depend on 300 staying 300
+    assert WARMUP_STEPS["easy"] == 300

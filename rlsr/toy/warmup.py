@@ -37,11 +37,16 @@ __all__ = [
     "ensure_warmup",
     "greedy_complete",
     "DEFAULT_CACHE_DIR",
+    "WARMUP_STEPS",
 ]
 
 DEFAULT_CACHE_DIR = Path(".cache") / "rlsr-toy"
 # Confidence targets of the warm-up: 0.1 .. 0.9, uniform, independent of correctness.
 WARMUP_CONFIDENCES = CONFIDENCE_TOKENS[1:10]
+# Warm-up steps per variant (``scripts/toy_repro.py --warmup-steps`` overrides). ``distractor``
+# reaches its plateau (a listed digit copied without matching names, docs/toy.md) by ~500 steps
+# and gains nothing after it in 4,000; 1,000 leaves margin at ~1 minute of one core.
+WARMUP_STEPS: dict[str, int] = {"easy": 300, "distractor": 1000, "tiers": 300}
 # Bump when the training procedure or the saved tokenizer changes, so old caches are not reused
 # (2: the chat template renders assistant turns, for the SFT arm).
 _VERSION = 2
