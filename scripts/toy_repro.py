@@ -55,7 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--warmup-steps",
         type=int,
         default=None,
-        help="BASE warm-up steps (default per variant: rlsr.toy.warmup.WARMUP_STEPS)",
+        help="BASE warm-up steps (default per variant: rlsr.toy.warmup.VARIANT_WARMUP)",
     )
     p.add_argument("--n-heldout", type=int, default=500)
     p.add_argument("--n-train", type=int, default=2000)

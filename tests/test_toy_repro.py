@@ -12,7 +12,7 @@ import pytest
 
 from rlsr.toy import repro
 from rlsr.toy.task import VARIANTS
-from rlsr.toy.warmup import WARMUP_STEPS
+from rlsr.toy.warmup import VARIANT_WARMUP, WarmupConfig, warmup_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -211,7 +211,11 @@ def script_help() -> str:
     return proc.stdout
 
 
-def test_every_variant_has_a_warmup_budget():
-    assert set(WARMUP_STEPS) == set(VARIANTS)
-    # the easy demo's cached BASE (and its numbers) depend on 300 staying 300
-    assert WARMUP_STEPS["easy"] == 300
+def test_every_variant_has_a_warmup_configuration():
+    assert set(VARIANT_WARMUP) == set(VARIANTS)
+    for variant in VARIANTS:
+        assert warmup_config(variant, 1).variant == variant
+        assert warmup_config(variant, 1, steps=7).steps == 7
+    # the easy tables were made with BASE = WarmupConfig(variant, seed, steps=300); keeping that
+    # config keeps their cached checkpoints (the digest) and numbers
+    assert warmup_config("easy", 0) == WarmupConfig(variant="easy", seed=0, steps=300)

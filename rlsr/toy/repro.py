@@ -25,7 +25,7 @@ import numpy as np
 
 from rlsr.metrics import aurc, risk_coverage_curve
 from rlsr.toy.task import make_split, write_dataset_folder
-from rlsr.toy.warmup import WARMUP_STEPS, WarmupConfig, ensure_warmup
+from rlsr.toy.warmup import ensure_warmup, warmup_config
 
 __all__ = [
     "ARMS",
@@ -369,8 +369,7 @@ def run(args) -> int:
         )
         progress.stage(f"seed {seed}: data written to {data_dir}")
         t0 = time.perf_counter()
-        steps = WARMUP_STEPS[args.variant] if args.warmup_steps is None else args.warmup_steps
-        warm_cfg = WarmupConfig(variant=args.variant, seed=seed, steps=steps)
+        warm_cfg = warmup_config(args.variant, seed, args.warmup_steps)
         warm_dir, summary = ensure_warmup(warm_cfg, args.cache_dir)
         timings.setdefault("warmup", []).append(time.perf_counter() - t0)
         progress.stage(

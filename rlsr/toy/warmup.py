@@ -37,16 +37,22 @@ __all__ = [
     "ensure_warmup",
     "greedy_complete",
     "DEFAULT_CACHE_DIR",
-    "WARMUP_STEPS",
+    "VARIANT_WARMUP",
+    "warmup_config",
 ]
 
 DEFAULT_CACHE_DIR = Path(".cache") / "rlsr-toy"
 # Confidence targets of the warm-up: 0.1 .. 0.9, uniform, independent of correctness.
 WARMUP_CONFIDENCES = CONFIDENCE_TOKENS[1:10]
-# Warm-up steps per variant (``scripts/toy_repro.py --warmup-steps`` overrides). ``distractor``
-# reaches its plateau (a listed digit copied without matching names, docs/toy.md) by ~500 steps
-# and gains nothing after it in 4,000; 1,000 leaves margin at ~1 minute of one core.
-WARMUP_STEPS: dict[str, int] = {"easy": 300, "distractor": 1000, "tiers": 300}
+# Warm-up settings that differ by variant (``scripts/toy_repro.py --warmup-steps`` overrides the
+# steps). ``distractor`` needs a look-up (compare the queried name with the listed names): with
+# weight decay 0.1 it appears suddenly after ~15,000 steps; without it, it did not in 4,000
+# (docs/toy.md, "Why the distractor look-up is slow to learn").
+VARIANT_WARMUP: dict[str, dict] = {
+    "easy": {"steps": 300},
+    "distractor": {"steps": 20000, "weight_decay": 0.1},
+    "tiers": {"steps": 300},
+}
 # Bump when the training procedure or the saved tokenizer changes, so old caches are not reused
 # (2: the chat template renders assistant turns, for the SFT arm).
 _VERSION = 2
@@ -74,6 +80,14 @@ class WarmupConfig:
     def digest(self) -> str:
         payload = json.dumps({**dataclasses.asdict(self), "_v": _VERSION}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def warmup_config(variant: str, seed: int, steps: int | None = None) -> WarmupConfig:
+    """The warm-up configuration of ``variant`` (``VARIANT_WARMUP``); ``steps`` overrides its steps."""
+    settings = dict(VARIANT_WARMUP[variant])
+    if steps is not None:
+        settings["steps"] = steps
+    return WarmupConfig(variant=variant, seed=seed, **settings)
 
 
 def completion_text(answer: str, confidence: str) -> str:
