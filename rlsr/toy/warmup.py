@@ -46,7 +46,7 @@ DEFAULT_CACHE_DIR = Path(".cache") / "rlsr-toy"
 WARMUP_CONFIDENCES = CONFIDENCE_TOKENS[1:10]
 # Warm-up settings that differ by variant (``scripts/toy_repro.py --warmup-steps`` overrides the
 # steps). ``distractor`` needs a look-up (compare the queried name with the listed names): with
-# weight decay 0.1 it appears suddenly after ~15,000 steps; without it, it did not in 4,000
+# weight decay 0.1 it appears suddenly after ~15,000 steps; without it, not within 3,000-4,000
 # (docs/toy.md, "Why the distractor look-up is slow to learn").
 VARIANT_WARMUP: dict[str, dict] = {
     "easy": {"steps": 300},
