@@ -35,6 +35,7 @@ import math
 from collections.abc import Sequence
 
 __all__ = [
+    "left_pad",
     "answer_span",
     "length_normalized_logprob",
     "logprob_confidence",
@@ -77,6 +78,27 @@ def logprob_confidence(token_logprobs: Sequence[float] | None) -> float | None:
     return None if math.isnan(mean) else math.exp(mean)
 
 
+def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, width: int | None = None):
+    """``(input_ids, attention_mask)``, both ``torch.long`` of shape ``(len(seqs), width)``: each
+    row right-aligned, ``pad_id`` / mask 0 on its left (an empty row is all padding).
+
+    ``width`` defaults to the longest row; a larger one adds padding columns to every row.
+    """
+    import torch
+
+    longest = max((len(s) for s in seqs), default=0)
+    width = longest if width is None else width
+    if width < longest:
+        raise ValueError(f"width {width} is shorter than the longest row ({longest} tokens).")
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if s:
+            ids[i, width - len(s) :] = torch.tensor(list(s))
+            mask[i, width - len(s) :] = 1
+    return ids, mask
+
+
 def continuation_logprobs(
     model, tokenizer, contexts: Sequence[str], continuations: Sequence[str], *, batch_size: int = 8
 ) -> list[list[float]]:
@@ -112,12 +134,7 @@ def continuation_logprobs(
             rows = [c + t for c, t in zip(ctx_ids[start : start + batch_size], conts, strict=True)]
             keep = max(len(c) for c in conts) + 1
             width = max(keep, max(len(r) for r in rows))
-            ids = torch.full((len(rows), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(rows), width), dtype=torch.long)
-            for i, r in enumerate(rows):
-                if r:
-                    ids[i, width - len(r) :] = torch.tensor(r)
-                    mask[i, width - len(r) :] = 1
+            ids, mask = left_pad(rows, pad, width)
             ids, mask = ids.to(device), mask.to(device)
             with torch.no_grad():
                 logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=keep).logits

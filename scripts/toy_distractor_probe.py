@@ -37,7 +37,13 @@ import torch  # noqa: E402
 
 from rlsr.toy.task import DIGITS, NAMES, ToyExample  # noqa: E402
 from rlsr.toy.tokenizer import build_toy_tokenizer  # noqa: E402
-from rlsr.toy.warmup import WarmupConfig, build_model, completion_text, greedy_complete  # noqa: E402
+from rlsr.toy.warmup import (  # noqa: E402
+    WarmupConfig,
+    build_model,
+    completion_batch,
+    completion_text,
+    greedy_complete,
+)
 
 UPPER = tuple(n.upper() for n in NAMES)
 
@@ -87,20 +93,13 @@ def tokenizer_for(args):
 
 
 def batch(tok, examples, rng, confidences):
-    """Left-padded batch with loss on the completion only (as ``rlsr.toy.warmup``)."""
+    """Targets as the warm-up's, with a confidence drawn from ``confidences`` per row."""
     rows = []
     for ex in examples:
         prompt = tok(ex.question, add_special_tokens=False).input_ids
         comp = tok(completion_text(ex.answer, rng.choice(confidences)), add_special_tokens=False)
         rows.append((prompt, [*comp.input_ids, tok.eos_token_id]))
-    width = max(len(p) + len(c) for p, c in rows)
-    ids = torch.full((len(rows), width), tok.pad_token_id)
-    mask, labels = torch.zeros_like(ids), torch.full_like(ids, -100)
-    for i, (p, c) in enumerate(rows):
-        ids[i, width - len(p) - len(c) :] = torch.tensor(p + c)
-        mask[i, width - len(p) - len(c) :] = 1
-        labels[i, width - len(c) :] = torch.tensor(c)
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    return completion_batch(tok, rows)
 
 
 def main(argv=None) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from rlsr import rewards as R
+from rlsr.logprob import left_pad
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -202,3 +203,15 @@ def test_evaluate_logprob_scorer_ranks_by_the_same_quantity(tmp_path):
         scored += 1
         assert got == pytest.approx(expected, rel=1e-4)
     assert scored >= 4
+
+
+def test_left_pad_right_aligns_rows_and_masks_the_padding():
+    """Shared by the log-prob scorer, the transformers backend and the toy warm-up: a row padded
+    on the wrong side, or a mask covering padding, shifts every position the model sees."""
+    ids, mask = left_pad([[5, 6, 7], [8], []], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7], [0, 0, 8], [0, 0, 0]]
+    assert mask.tolist() == [[1, 1, 1], [0, 0, 1], [0, 0, 0]]
+    ids, mask = left_pad([[5, 6]], pad_id=9, width=4)
+    assert ids.tolist() == [[9, 9, 5, 6]] and mask.tolist() == [[0, 0, 1, 1]]
+    with pytest.raises(ValueError, match="shorter than the longest row"):
+        left_pad([[1, 2, 3]], pad_id=0, width=2)

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from rlsr.logprob import continuation_logprobs
+from rlsr.logprob import continuation_logprobs, left_pad
 from rlsr.tokenization import load_tokenizer, render_chat_prompt
 
 __all__ = [
@@ -244,16 +244,7 @@ class TransformersBackend:
         return [encode_prompt(self.tokenizer, t) for t in texts]
 
     def _left_pad(self, seqs: list[list[int]]):
-        import torch
-
-        width = max(len(s) for s in seqs)
-        pad = self.tokenizer.pad_token_id
-        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for i, s in enumerate(seqs):
-            if s:
-                ids[i, width - len(s) :] = torch.tensor(s)
-                mask[i, width - len(s) :] = 1
+        ids, mask = left_pad(seqs, self.tokenizer.pad_token_id)
         return ids.to(self.device), mask.to(self.device)
 
     def generate(self, prompts: Sequence[str], sampling: Sampling) -> list[list[Generation]]:

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from rlsr.logprob import left_pad
 from rlsr.toy.task import DIGITS, make_example, make_split
 from rlsr.toy.tokenizer import CONFIDENCE_TOKENS, build_toy_tokenizer, load_toy_tokenizer
 
@@ -39,6 +40,7 @@ __all__ = [
     "DEFAULT_CACHE_DIR",
     "VARIANT_WARMUP",
     "warmup_config",
+    "completion_batch",
 ]
 
 DEFAULT_CACHE_DIR = Path(".cache") / "rlsr-toy"
@@ -122,29 +124,34 @@ def build_model(tokenizer: PreTrainedTokenizerFast, cfg: WarmupConfig) -> Qwen2F
     return model
 
 
+def completion_batch(
+    tokenizer: PreTrainedTokenizerFast, pairs: list[tuple[list[int], list[int]]], width=None
+) -> dict[str, torch.Tensor]:
+    """Left-padded ``prompt + completion`` rows of ``pairs`` (token ids), with the loss on the
+    completion only (labels -100 elsewhere); ``width`` as in ``rlsr.logprob.left_pad``."""
+    ids, mask = left_pad([p + c for p, c in pairs], tokenizer.pad_token_id, width)
+    labels = torch.full_like(ids, -100)
+    for i, (_, completion) in enumerate(pairs):
+        labels[i, ids.shape[1] - len(completion) :] = torch.tensor(completion)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
 def _batch(
     tokenizer: PreTrainedTokenizerFast, cfg: WarmupConfig, rng: random.Random
 ) -> dict[str, torch.Tensor]:
-    """A left-padded batch; loss only on completion tokens (labels -100 elsewhere)."""
-    rows = []
+    """A warm-up batch of ``cfg.batch_size`` fresh examples, up to ``cfg.max_extra_pad`` extra
+    padding columns (the draws per row keep their order: cached checkpoints depend on it)."""
+    pairs, extra = [], []
     for _ in range(cfg.batch_size):
         ex = make_example(rng, cfg.variant, cfg.p_missing)
         prompt = tokenizer(ex.question, add_special_tokens=False).input_ids
         target = completion_text(ex.answer, rng.choice(WARMUP_CONFIDENCES))
         completion = tokenizer(target, add_special_tokens=False).input_ids
         completion.append(tokenizer.eos_token_id)
-        rows.append((rng.randint(0, cfg.max_extra_pad), prompt, completion))
-    width = max(pad + len(p) + len(c) for pad, p, c in rows)
-    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    labels = torch.full_like(ids, -100)
-    for i, (_, prompt, completion) in enumerate(rows):
-        seq = prompt + completion
-        start = width - len(seq)
-        ids[i, start:] = torch.tensor(seq)
-        mask[i, start:] = 1
-        labels[i, width - len(completion) :] = torch.tensor(completion)
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+        extra.append(rng.randint(0, cfg.max_extra_pad))
+        pairs.append((prompt, completion))
+    width = max(pad + len(p) + len(c) for pad, (p, c) in zip(extra, pairs, strict=True))
+    return completion_batch(tokenizer, pairs, width)
 
 
 def train_warmup(cfg: WarmupConfig, out_dir: str | Path, progress=None) -> dict:
