@@ -114,12 +114,13 @@ def _train_bpe(vocab_size: int, regex: str, special_tokens: list[str], normalize
     return tok
 
 
-def _build_tokenizer(vocab_size: int):
+def _chatml_fast(backend):
+    """``backend`` (a ``tokenizers.Tokenizer``) as the Qwen2-style tokenizer: ChatML template,
+    ``<|im_end|>`` ends a turn, ``<|endoftext|>`` pads, no BOS."""
     from transformers import PreTrainedTokenizerFast
 
-    tok = _train_bpe(vocab_size, _QWEN2_PRETOKENIZE_REGEX, SPECIAL_TOKENS, normalize=True)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
+        tokenizer_object=backend,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         bos_token=None,
@@ -127,6 +128,12 @@ def _build_tokenizer(vocab_size: int):
     )
     fast.chat_template = CHATML_TEMPLATE
     return fast
+
+
+def _build_tokenizer(vocab_size: int):
+    return _chatml_fast(
+        _train_bpe(vocab_size, _QWEN2_PRETOKENIZE_REGEX, SPECIAL_TOKENS, normalize=True)
+    )
 
 
 # Llama 3's pre-tokenizer regex (digits in runs of up to three) and special tokens.
@@ -183,7 +190,6 @@ def padded_tokenizer(vocab_size: int, base_vocab: int = 1024):
     import json as _json
 
     from tokenizers import Tokenizer, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     small = _build_tokenizer(base_vocab)
     state = _json.loads(small.backend_tokenizer.to_str())
@@ -202,15 +208,7 @@ def padded_tokenizer(vocab_size: int, base_vocab: int = 1024):
     for text in itertools.islice(fillers, max(0, vocab_size - n_special - next_id)):
         vocab[text] = next_id
         next_id += 1
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer.from_str(_json.dumps(state)),
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        bos_token=None,
-        unk_token=None,
-    )
-    fast.chat_template = CHATML_TEMPLATE
-    return fast
+    return _chatml_fast(Tokenizer.from_str(_json.dumps(state)))
 
 
 def _tiny_settings(overrides: dict) -> dict:
