@@ -48,20 +48,18 @@ def test_default_table_has_every_arm_with_what_makes_it_that_arm():
     }  # fmt: skip
 
 
-def test_arm_evaluation_flags_are_the_method_files_evaluate_args():
-    """An arm evaluates as ``rlsr evaluate`` would for its method (method.evaluate_args), except
-    the token budget, which is the toy's own cap."""
-    import yaml
-
-    for arm in repro.ARMS.values():
-        declared = yaml.safe_load((ROOT / "recipes" / "method" / f"{arm.method}.yaml").read_text())
-        declared = declared.get("method", declared).get("evaluate_args", [])
-        if "--max-new-tokens" in declared:
-            i = declared.index("--max-new-tokens")
-            declared = declared[:i] + declared[i + 2 :]
-        assert list(arm.eval_args) == [str(x) for x in declared], arm.name
-        if declared:
-            assert declared[declared.index("--scorers") + 1].split(",")[0] == arm.scorer
+def test_arm_evaluation_flags_come_from_the_method_files():
+    """Each arm is evaluated as its method file says (Tab. 6: plain answers, K = 8 samples at
+    T = 0.7; Tab. 7: the log-prob scorer), minus the file's token budget, which the toy sets;
+    catches a method file read at the wrong nesting level or a budget left in."""
+    args = {name: arm.eval_args for name, arm in repro.ARMS.items()}
+    assert args.pop("sft-sc") == (
+        "--system-prompt", "none", "--response-format", "plain", "--scorers", "consistency",
+        "--consistency-k", "8", "--consistency-temperature", "0.7",
+    )  # fmt: skip
+    assert args.pop("rlsr-logprob") == ("--scorers", "logprob")
+    assert set(args.values()) == {()}
+    assert repro.Arm("base", "").eval_args == () and repro.Arm("base", "").scorer == "verbalized"
 
 
 def test_arm_list_is_the_named_arms_then_the_ablations():

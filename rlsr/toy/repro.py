@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from rlsr.metrics import aurc, risk_coverage_curve
 from rlsr.toy.task import make_split, write_dataset_folder
@@ -223,20 +224,42 @@ def mean_std(values: list[float]) -> str:
 # ----------------------------------------------------------------------------- main
 
 
+def method_evaluate_args(method: str) -> tuple[str, ...]:
+    """``method.evaluate_args`` of ``recipes/method/METHOD.yaml`` (how ``slurm/sweep.py`` has
+    ``rlsr evaluate`` score that method's models) without ``--max-new-tokens``: the toy evaluates
+    with its own token cap."""
+    declared = yaml.safe_load((REPO / "recipes" / "method" / f"{method}.yaml").read_text())
+    args = [str(a) for a in (declared.get("method", declared).get("evaluate_args") or [])]
+    if "--max-new-tokens" in args:
+        i = args.index("--max-new-tokens")
+        del args[i : i + 2]
+    return tuple(args)
+
+
 @dataclass(frozen=True)
 class Arm:
     """One row of the toy table trained from BASE: ``train.py recipe=toy method=METHOD`` plus the
-    arm's own ``overrides`` (applied last), evaluated with ``eval_args`` added to
-    ``rlsr evaluate`` and ranked by ``scorer`` (the metrics.json scorer its row reports).
+    arm's own ``overrides`` (applied last), evaluated as its method file says
+    (``eval_args``, ``method_evaluate_args``) and ranked by ``scorer`` (the first of those
+    ``--scorers``, else the verbalized confidence: the metrics.json scorer its row reports).
     ``sft``: the method trains with TRL's SFTTrainer, so the run's budget also goes to the
     ``sft`` section (``train_overrides``)."""
 
     name: str
     method: str
     overrides: tuple[str, ...] = ()
-    eval_args: tuple[str, ...] = ()
-    scorer: str = "verbalized"
     sft: bool = False
+
+    @property
+    def eval_args(self) -> tuple[str, ...]:
+        return method_evaluate_args(self.method) if self.method else ()  # "": BASE, not trained
+
+    @property
+    def scorer(self) -> str:
+        args = self.eval_args
+        return (
+            args[args.index("--scorers") + 1].split(",")[0] if "--scorers" in args else "verbalized"
+        )
 
 
 # Every arm of the toy table, by row name. Each GRPO arm gets the run's budget (steps, lr, G,
@@ -253,27 +276,10 @@ ARMS: dict[str, Arm] = {
         Arm("rlsr-plain-aurc", "rlsr-plain-aurc"),  # Sec. C.7 ablation: correct_scale 0
         # Sec. D.4 / Tab. 7: the pool ranked by the answer's length-normalised log-probability;
         # evaluated by the same quantity (recipes/method/rlsr-logprob.yaml evaluate_args).
-        Arm("rlsr-logprob", "rlsr-logprob", eval_args=("--scorers", "logprob"), scorer="logprob"),
+        Arm("rlsr-logprob", "rlsr-logprob"),
         # Sec. D.3 / Tab. 6: SFT on (question, answer) pairs, plain answers ranked by the agreement
         # of K = 8 samples at T = 0.7 (recipes/method/sft.yaml evaluate_args); budget: SFT_BUDGET.
-        Arm(
-            "sft-sc",
-            "sft",
-            eval_args=(
-                "--system-prompt",
-                "none",
-                "--response-format",
-                "plain",
-                "--scorers",
-                "consistency",
-                "--consistency-k",
-                "8",
-                "--consistency-temperature",
-                "0.7",
-            ),
-            scorer="consistency",
-            sft=True,
-        ),  # fmt: skip
+        Arm("sft-sc", "sft", sft=True),
     )
 }
 DEFAULT_ARMS: tuple[str, ...] = tuple(ARMS)
@@ -355,7 +361,7 @@ def run(args) -> int:
     root.mkdir(parents=True, exist_ok=True)
     arms = arms_for(args)
     rows = ["base", *[arm.name for arm in arms]]
-    by_row = {"base": Arm("base", "", scorer="verbalized"), **{arm.name: arm for arm in arms}}
+    by_row = {"base": Arm("base", ""), **{arm.name: arm for arm in arms}}
     progress = Progress(stage_count(len(seeds), len(arms)), args.quiet)
     results: dict[str, dict[str, list]] = {r: {m: [] for m in METRICS} for r in rows}
     oracle: list[float] = []
