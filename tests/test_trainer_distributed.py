@@ -110,9 +110,8 @@ def test_pool_size_gives_the_same_pool_and_rewards_on_one_and_two_processes(tmp_
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_two_processes_rank_the_whole_pool_exactly(tmp_path):
-    from test_trainer_support import format_warm_model
+    from test_trainer_support import format_warm_model, recompute_pool_rewards
 
-    from rlsr.parsing import parse_response
     from rlsr.rewards import lifted_aurc_rewards
     from rlsr.verifiers import get_verifier
 
@@ -135,20 +134,7 @@ def test_two_processes_rank_the_whole_pool_exactly(tmp_path):
         for start in range(0, n, G):
             assert all(g == pool["golds"][start] for g in pool["golds"][start : start + G])
 
-        parsed = [parse_response(t) for t in pool["texts"]]
-        correct = verifier.verify_batch([p.answer for p in parsed], pool["golds"]).correct
-        confidence = np.array([np.nan if p.confidence is None else p.confidence for p in parsed])
-        format_ok = np.array([p.format_ok for p in parsed])
-        assert correct.tolist() == pool["correct"]
-        assert format_ok.tolist() == pool["format_ok"]
-        dumped_conf = np.array([np.nan if c is None else c for c in pool["confidence"]])
-        np.testing.assert_array_equal(confidence, dumped_conf)
-
-        scored = correct & format_ok  # a format failure counts as wrong (correct_requires_format)
-        expected = np.stack(
-            [format_ok.astype(float), lifted_aurc_rewards(scored, confidence)], axis=1
-        ).astype(np.float32)
-        np.testing.assert_array_equal(np.array(pool["rewards"], dtype=np.float32), expected)
+        scored, confidence, expected = recompute_pool_rewards(pool, verifier)
 
         half = n // PROCS
         local = np.concatenate(

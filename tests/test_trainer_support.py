@@ -74,16 +74,37 @@ def test_format_warm_model_writes_varied_tagged_answers():
     assert 0 < int(result.correct.sum()) < len(rows), texts
 
 
-def assert_pools_recomputed(rank_pools: list[list[dict]], expected_pool: int, G: int) -> None:
-    """Pools dumped by a ``pool_hook`` on every rank: all ranks saw the same pools; each holds
-    ``expected_pool`` completions in contiguous prompt groups of ``G``; re-parsing, re-verifying
-    (exact match) and ``rlsr.rewards`` in this single process reproduce the reward columns
-    (format, lifted AURC over the whole pool, a format failure scored as wrong) exactly. Each dump: texts, golds, correct,
-    confidence (None = missing), format_ok, rewards."""
+def recompute_pool_rewards(pool: dict, verifier):
+    """Re-parse and re-verify one dumped pool (``rlsr.testing.pool_record``) in this process,
+    check its correct / format_ok / confidence columns against that, and check its reward columns
+    against ``[format, lifted AURC over the whole pool]`` with a format failure scored as wrong.
+    Returns ``(scored, confidence, expected)`` for further checks."""
     import numpy as np
 
     from rlsr.parsing import parse_response
     from rlsr.rewards import lifted_aurc_rewards
+
+    parsed = [parse_response(t) for t in pool["texts"]]
+    correct = verifier.verify_batch([p.answer for p in parsed], pool["golds"]).correct
+    confidence = np.array([np.nan if p.confidence is None else p.confidence for p in parsed])
+    format_ok = np.array([p.format_ok for p in parsed])
+    assert correct.tolist() == pool["correct"]
+    assert format_ok.tolist() == pool["format_ok"]
+    dumped_conf = np.array([np.nan if c is None else c for c in pool["confidence"]])
+    np.testing.assert_array_equal(confidence, dumped_conf)
+    scored = correct & format_ok  # a format failure counts as wrong (correct_requires_format)
+    expected = np.stack(
+        [format_ok.astype(float), lifted_aurc_rewards(scored, confidence)], axis=1
+    ).astype(np.float32)
+    np.testing.assert_array_equal(np.array(pool["rewards"], dtype=np.float32), expected)
+    return scored, confidence, expected
+
+
+def assert_pools_recomputed(rank_pools: list[list[dict]], expected_pool: int, G: int) -> None:
+    """Pools dumped by a ``pool_hook`` on every rank: all ranks saw the same pools; each holds
+    ``expected_pool`` completions in contiguous prompt groups of ``G``; re-parsing, re-verifying
+    (exact match) and ``rlsr.rewards`` in this single process reproduce the reward columns
+    (``recompute_pool_rewards``)."""
     from rlsr.verifiers import get_verifier
 
     assert all(p == rank_pools[0] for p in rank_pools), "ranks disagree on the pooled data"
@@ -93,14 +114,4 @@ def assert_pools_recomputed(rank_pools: list[list[dict]], expected_pool: int, G:
         assert n == expected_pool == len(pool["rewards"])
         for start in range(0, n, G):
             assert len({str(g) for g in pool["golds"][start : start + G]}) == 1
-        parsed = [parse_response(t) for t in pool["texts"]]
-        correct = verifier.verify_batch([p.answer for p in parsed], pool["golds"]).correct
-        confidence = np.array([np.nan if p.confidence is None else p.confidence for p in parsed])
-        format_ok = np.array([p.format_ok for p in parsed])
-        assert correct.tolist() == pool["correct"]
-        assert format_ok.tolist() == pool["format_ok"]
-        scored = correct & format_ok  # a format failure counts as wrong (correct_requires_format)
-        expected = np.stack(
-            [format_ok.astype(float), lifted_aurc_rewards(scored, confidence)], axis=1
-        ).astype(np.float32)
-        np.testing.assert_array_equal(np.array(pool["rewards"], dtype=np.float32), expected)
+        recompute_pool_rewards(pool, verifier)
