@@ -25,7 +25,7 @@ def main() -> None:
     from rlsr.data import load_examples
     from rlsr.evaluation.backends import TransformersBackend
     from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
-    from rlsr.testing import tiny_model_path
+    from rlsr.tiny_models import tiny_model_path
     from rlsr.verifiers import get_verifier
 
     model = str(tiny_model_path())

@@ -69,7 +69,7 @@ def main() -> None:
     from rlsr.data import load_examples
     from rlsr.evaluation.backends import TransformersBackend, VLLMBackend
     from rlsr.evaluation.runner import EvalSettings
-    from rlsr.testing import tiny_model_path
+    from rlsr.tiny_models import tiny_model_path
 
     torch.set_num_threads(args.threads)
     model = str(tiny_model_path())

@@ -43,7 +43,7 @@ from typing import Any
 from rlsr.data import get_spec
 from rlsr.engines import engine_from_env, engine_problems
 from rlsr.prompts import NO_SYSTEM_PROMPT
-from rlsr.testing import tiny_model_path, tiny_warm_model_path
+from rlsr.tiny_models import tiny_model_path, tiny_warm_model_path
 
 __all__ = [
     "ConfigError",
@@ -368,7 +368,7 @@ def resolve_attn_implementation(requested: str, *, on_gpu: bool | None = None) -
 
 def resolve_model_path(name_or_path: str) -> str:
     """Map the aliases ``tiny`` (random) and ``tiny-warm`` (format fine-tuned) to the locally built
-    tiny models of rlsr.testing; other names are returned unchanged."""
+    tiny models of rlsr.tiny_models; other names are returned unchanged."""
     if name_or_path == TINY_WARM_MODEL_ALIAS:
         return str(tiny_warm_model_path())
     if name_or_path == TINY_MODEL_ALIAS:

@@ -21,6 +21,8 @@ train_examples      ``f(dataset) -> dataset``: the loaded rows (``rlsr.data`` co
                     into what the trainer trains on; None = the rows as loaded (GRPO prompts)
 confidence_sources  values ``method.confidence`` may take (``logprob``: the answer's
                     length-normalised log-probability ranks the pool, paper Sec. D.4)
+validate_trainer    ``f(settings, trainer_section)`` raising ``ConfigError`` for trainer settings
+                    under which the method's reward stops meaning what it says (None: no check)
 ==================  ==============================================================================
 
 Columns and weights (weights from ``recipes/method/<name>.yaml``; 0.5 / 0.5 by default, as in
@@ -30,6 +32,7 @@ the authors' released configs; the paper text writes R_method + R_format):
 rlsr     format_reward (w_f), lifted_aurc_reward (w_m)
 rlcr     format_reward (w_f), correctness_reward (w_m), brier_reward (w_m)
 rlvr     format_reward (w_f), correctness_reward (w_m)
+rlsr_marginal  format_reward (w_f), marginal_aurc_reward (w_m): ours, not the paper's
 sft      none: supervised fine-tuning on (question, answer) pairs (paper Sec. D.3)
 =======  =====================================================================
 
@@ -84,6 +87,7 @@ class MethodEntry:
     args_section: str = "grpo"
     train_examples: Callable | None = None
     confidence_sources: tuple[str, ...] = ("verbalized",)
+    validate_trainer: Callable[[MethodSettings, dict], None] | None = None
 
     @property
     def rewarded(self) -> bool:
@@ -177,7 +181,7 @@ def register(entry: MethodEntry) -> MethodEntry:
             )
     if len({c for c, _ in entry.columns}) != len(entry.columns):
         raise ValueError(f"{where}: column names must be distinct.")
-    for part in ("rewards", "validate", "train_examples"):
+    for part in ("rewards", "validate", "train_examples", "validate_trainer"):
         value = getattr(entry, part)
         if not callable(value) and not (part != "validate" and value is None):
             raise ValueError(f"{where}: {part} must be a function; got {value!r}.")
@@ -271,6 +275,23 @@ def _validate_lifted_aurc(m: MethodSettings) -> None:
     )
 
 
+def _proper_under_grpo_scaling(m: MethodSettings, grpo: dict) -> None:
+    """Marginal credit orders completions by p only if every completion's reward is compared on
+    one scale: TRL's per-group std normalisation (scale_rewards=group) divides each prompt's
+    rewards by that group's own std, which rescales the incentive differently per prompt and
+    breaks the order (docs/training.md, "What each reward teaches"). ``batch`` (one std for the
+    whole batch) and ``none`` keep it."""
+    value = grpo.get("scale_rewards", "group")
+    _check(
+        value in ("none", "batch", False),
+        "grpo.scale_rewards",
+        f"method=rlsr-marginal needs 'none' (as recipes/config.yaml) or 'batch'; got {value!r}. "
+        "Per-group std normalisation rescales each prompt's marginal credits by that group's "
+        "own spread, so the best response no longer orders completions by their chance of "
+        "being right (docs/training.md, 'What each reward teaches').",
+    )
+
+
 def _no_lifted_aurc_options(m: MethodSettings) -> None:
     _check(
         m.max_coverage == 1.0 and m.weight_cap is None and m.correct_scale == 1.0,
@@ -293,6 +314,18 @@ def rlsr_rewards(correct, confidence, format_ok, s: MethodSettings) -> np.ndarra
         max_coverage=s.max_coverage,
     )
     return np.stack([R.format_reward(format_ok), lifted], axis=1)
+
+
+def rlsr_marginal_rewards(correct, confidence, format_ok, s: MethodSettings) -> np.ndarray:
+    """[format, marginal credit for the pooled lifted AURC] (ours; ``rlsr.rewards``)."""
+    marginal = R.marginal_aurc_rewards(
+        correct,
+        confidence,
+        correct_scale=s.correct_scale,
+        weight_cap=s.weight_cap,
+        max_coverage=s.max_coverage,
+    )
+    return np.stack([R.format_reward(format_ok), marginal], axis=1)
 
 
 def rlcr_rewards(correct, confidence, format_ok, s: MethodSettings) -> np.ndarray:
@@ -324,6 +357,19 @@ register(
         needs_confidence=True,
         summary="format + lifted AURC ranked over the whole pooled batch (paper Sec. 2.2)",
         confidence_sources=CONFIDENCE_SOURCES,
+    )
+)
+register(
+    MethodEntry(
+        name="rlsr_marginal",
+        columns=(("format_reward", "format_weight"), ("marginal_aurc_reward", "method_weight")),
+        rewards=rlsr_marginal_rewards,
+        trainer=RLSRTrainer,
+        validate=_validate_lifted_aurc,
+        needs_confidence=True,
+        summary="format + each completion's marginal credit for the pooled lifted AURC (ours, "
+        "not the paper's; recipes/method/rlsr-marginal.yaml)",
+        validate_trainer=_proper_under_grpo_scaling,
     )
 )
 register(

@@ -5,6 +5,8 @@ Definitions follow the RLSR paper (seeds/003, Sec. 2.2 and C.4.2) and ``shared/D
 * ``rank_weights``: alpha_i = H_n - H_{n - r_i}, r_i the ascending confidence rank in the pool.
   AURC = (1/n) * sum_i alpha_i * error_i exactly, so alpha_i is sample i's share of AURC.
 * ``lifted_aurc_rewards``: +alpha_i if correct, -alpha_i if wrong (the "lifted" AURC of Sec. 2.2).
+* ``marginal_aurc_rewards``: ours, not the paper's: each completion's marginal (difference)
+  credit for the pooled lifted AURC (docs/training.md, "What each reward teaches").
 * ``correctness_reward`` (RLVR), ``brier_reward`` (RLCR's calibration term), ``format_reward``.
 
 Missing confidences. A completion whose confidence could not be parsed (NaN here) is ranked
@@ -20,7 +22,7 @@ import math
 
 import numpy as np
 
-from rlsr.ranking import as_float_array, harmonic_numbers, tie_averaged_weights
+from rlsr.ranking import as_float_array, descending_order, harmonic_numbers, tie_averaged_weights
 
 __all__ = [
     "MISSING_CONFIDENCE_RANK_VALUE",
@@ -28,6 +30,7 @@ __all__ = [
     "rank_weights",
     "partial_rank_weights",
     "lifted_aurc_rewards",
+    "marginal_aurc_rewards",
     "correctness_reward",
     "brier_reward",
     "format_reward",
@@ -143,6 +146,20 @@ def lifted_aurc_rewards(
             (bounds the reward of the single most confident completion, alpha_max = H_n).
         max_coverage: c in (0, 1]; c < 1 gives the lifted *partial* AURC over coverage (0, c].
     """
+    ok, conf = _pool_settings(correct, confidence, correct_scale, max_coverage)
+    if max_coverage == 1.0:
+        alpha = rank_weights(conf)
+    else:
+        alpha = partial_rank_weights(conf, max_coverage)
+    if weight_cap is not None:
+        if not weight_cap > 0:  # also rejects NaN
+            raise ValueError(f"weight_cap must be > 0 or None; got {weight_cap}.")
+        alpha = np.minimum(alpha, weight_cap)
+    return np.where(ok, correct_scale * alpha, -alpha)
+
+
+def _pool_settings(correct, confidence, correct_scale, max_coverage):
+    """Checked ``(correct, ranking confidence)`` of a pool; shared argument checks."""
     ok = _as_bool_array(correct, "correct")
     conf = confidence_for_ranking(confidence)
     if ok.shape != conf.shape:
@@ -154,15 +171,83 @@ def lifted_aurc_rewards(
         raise ValueError(f"correct_scale must be >= 0; got {correct_scale}.")
     if not 0.0 < max_coverage <= 1.0:  # also rejects NaN
         raise ValueError(f"max_coverage must be in (0, 1]; got {max_coverage!r}.")
-    if max_coverage == 1.0:
-        alpha = rank_weights(conf)
-    else:
-        alpha = partial_rank_weights(conf, max_coverage)
-    if weight_cap is not None:
-        if not weight_cap > 0:  # also rejects NaN
-            raise ValueError(f"weight_cap must be > 0 or None; got {weight_cap}.")
-        alpha = np.minimum(alpha, weight_cap)
-    return np.where(ok, correct_scale * alpha, -alpha)
+    return ok, conf
+
+
+def _coverage_count(n: int, max_coverage: float) -> int:
+    """m = ceil(c * n), at least 1 (``partial_rank_weights``); n when c = 1."""
+    if max_coverage == 1.0 or n == 0:
+        return n
+    return min(n, max(1, math.ceil(round(max_coverage * n, 9))))
+
+
+def marginal_aurc_rewards(
+    correct,
+    confidence,
+    *,
+    correct_scale: float = 1.0,
+    weight_cap: float | None = None,
+    max_coverage: float = 1.0,
+) -> np.ndarray:
+    """Marginal (difference) credit of each completion for the pooled lifted AURC (ours).
+
+    D_j = T(pool) - T(pool with j moved alone below everyone), T = sum_i lifted_i, where lifted
+    is ``lifted_aurc_rewards`` with the same ``correct_scale`` (lambda), ``weight_cap`` and
+    ``max_coverage``. "Moved alone below everyone": j takes descending position n by itself,
+    strictly below every other completion, a missing (NaN) confidence included; the others keep
+    their order and ties, those below j's old place move up one position, and j's old tie group
+    loses j. A missing confidence ranks as 0 (module docstring), so D of a missing-confidence
+    completion is only its share of the bottom tie group.
+
+    Closed form, O(n log n). Let s_i = lambda if i is correct else -1, w_p the position weights
+    (H_m - H_{p-1} for p <= m = ceil(c n), else 0), and for a run of positions [a, b]
+    v(a, b) = min(mean(w_a..w_b), cap) (tie-averaged, then capped, as in the lifted reward).
+    For j in tie group G = [a, b] (S_G = sum of s over G) with groups G' = [a', b'] below it:
+
+        D_j = v(a, b) S_G - v(a, b-1) (S_G - s_j) - v(n, n) s_j
+              + sum_{G' below G} S_G' (v(a', b') - v(a'-1, b'-1))
+
+    (v(a, a-1) S = 0 for a group of one). Without a cap sum_i alpha_i is the same for every
+    order, so D = (1 + lambda) * D at lambda = 0: lifted and plain AURC give the same credit up
+    to scale. Passing a completion i by one position is worth (1 + lambda)(p_j - p_i) w-gaps in
+    expectation, so a completion's best response is to order by its probability of being right
+    (the per-completion lifted reward's best response is a threshold at p* = 1 / (1 + lambda)).
+
+    Args and conventions as ``lifted_aurc_rewards``. Returns D, shape (n,), in input order.
+    """
+    ok, conf = _pool_settings(correct, confidence, correct_scale, max_coverage)
+    if weight_cap is not None and not weight_cap > 0:  # also rejects NaN
+        raise ValueError(f"weight_cap must be > 0 or None; got {weight_cap}.")
+    n = conf.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.float64)
+    cap = np.inf if weight_cap is None else float(weight_cap)
+    w = _aurc_position_weights(n, _coverage_count(n, max_coverage))
+    prefix = np.concatenate(([0.0], np.cumsum(w)))  # prefix[k] = w_1 + ... + w_k
+
+    def v(a, b):  # capped mean weight of 1-based positions a..b (arrays; b >= a)
+        return np.minimum((prefix[b] - prefix[a - 1]) / (b - a + 1), cap)
+
+    s = np.where(ok, float(correct_scale), -1.0)
+    order, starts = descending_order(conf)
+    sizes = np.diff(np.append(starts, n))
+    a = starts + 1  # 1-based first position of each group
+    b = starts + sizes
+    s_group = np.add.reduceat(s[order], starts)
+    # A group below j moves up one position when j leaves: [a-1, b-1]. The top group never
+    # moves (nothing above it leaves), so its first entry is unused.
+    shift = np.zeros(len(starts))
+    below = a > 1
+    shift[below] = s_group[below] * (v(a[below], b[below]) - v(a[below] - 1, b[below] - 1))
+    after = np.concatenate((np.cumsum(shift[::-1])[::-1][1:], [0.0]))  # sum over groups below
+    group_of = np.repeat(np.arange(len(starts)), sizes)  # group index of each sorted position
+    g = group_of
+    sj = s[order]
+    rest = np.where(sizes[g] > 1, v(a[g], np.maximum(b[g] - 1, a[g])) * (s_group[g] - sj), 0.0)
+    d_sorted = v(a[g], b[g]) * s_group[g] - rest - v(n, n) * sj + after[g]
+    out = np.empty(n, dtype=np.float64)
+    out[order] = d_sorted
+    return out
 
 
 def correctness_reward(correct) -> np.ndarray:

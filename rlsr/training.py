@@ -67,7 +67,10 @@ def validate(cfg: TrainSettings, *, world_size: int | None = None) -> TrainSetti
     ``world_size`` defaults to ``$WORLD_SIZE`` (set by ``accelerate launch``/torchrun), else 1.
     """
     validate_method(cfg.method)
-    section = get_entry(cfg.method.name).args_section
+    entry = get_entry(cfg.method.name)
+    section = entry.args_section
+    if entry.validate_trainer is not None:
+        entry.validate_trainer(cfg.method, getattr(cfg, section))
     if section == TRAINER_SECTIONS[0] and cfg.sft:  # a GRPO method: `sft` would be ignored
         raise ConfigError(
             f"sft.{next(iter(cfg.sft))}",

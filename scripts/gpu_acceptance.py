@@ -4,7 +4,7 @@
 Target: one H200 (or H100), no hub access, under 8 minutes. Installs the ``vllm`` extra if vLLM
 is missing. Models are random-initialised with real shapes (Qwen2.5-0.5B and Qwen2.5-7B configs,
 ``SHAPES`` below, values copied from the public config.json files) and a local tokenizer
-(``rlsr.testing.padded_tokenizer``: the tiny BPE tokenizer, its vocabulary filled up to the
+(``rlsr.tiny_models.padded_tokenizer``: the tiny BPE tokenizer, its vocabulary filled up to the
 real 151,936 / 152,064 ids so every sampled id decodes). Random weights make the *speed* and
 *plumbing* real, not the accuracy.
 
@@ -92,7 +92,7 @@ def build_model(shape: str, out: Path, dtype: str, device: str) -> Path:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from rlsr.testing import padded_tokenizer
+    from rlsr.tiny_models import padded_tokenizer
 
     if (out / "config.json").is_file() and (out / "tokenizer.json").is_file():
         return out

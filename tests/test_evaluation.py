@@ -1,6 +1,6 @@
 """End-to-end tests of ``rlsr evaluate`` / ``rlsr report`` / ``rlsr deploy`` on the tiny model.
 
-Real components throughout: the tiny random Qwen2 model (rlsr.testing), a PEFT LoRA adapter,
+Real components throughout: the tiny random Qwen2 model (rlsr.tiny_models), a PEFT LoRA adapter,
 the transformers backend, the registry's loaders and verifiers, the tiny model as LLM judge.
 Nothing is mocked. The random model rarely emits tags, so the Sec. C.3 fallbacks fire naturally.
 """

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_padded_tokenizer_reaches_the_real_vocab_and_decodes_every_id():
-    from rlsr.testing import _build_tokenizer, padded_tokenizer
+    from rlsr.tiny_models import _build_tokenizer, padded_tokenizer
 
     tok = padded_tokenizer(151936)  # Qwen2.5-0.5B's embedding rows
     small = _build_tokenizer(1024)

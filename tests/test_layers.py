@@ -33,9 +33,9 @@ LAYERS: dict[str, int] = {
     "rlsr.metrics": 1,
     "rlsr.logprob": 1,
     "rlsr.verifiers": 1,
-    # 2 data, config (rlsr.testing builds the tiny models that config's `tiny` aliases name)
+    # 2 data, config (rlsr.tiny_models holds the tiny models that config's `tiny` aliases name)
     "rlsr.data": 2,
-    "rlsr.testing": 2,
+    "rlsr.tiny_models": 2,
     "rlsr.config": 2,
     # 3 trainer and the method registry
     "rlsr.trainer": 3,

@@ -1,5 +1,6 @@
 """Named method variants (recipes/method/*.yaml beyond the three methods): the plain-AURC
-ablation of paper Sec. C.7 / Fig. 3 composes, keeps its own output_dir, and trains."""
+ablation of paper Sec. C.7 / Fig. 3 and our marginal-credit RLSR compose, keep their own
+output_dir, and train."""
 
 from __future__ import annotations
 
@@ -48,11 +49,11 @@ def test_plain_aurc_variant_trains_and_rewards_only_errors(tmp_path):
     """One real step of recipe=tiny with method=rlsr-plain-aurc: in the pooled reward column a
     correct completion gets 0 and a wrong one -alpha_i (rank_weights over the whole pool)."""
     import torch
-    from test_trainer_support import format_warm_model
+    from test_trainer_support import TEST_THREADS, format_warm_model
 
     from rlsr.training import build_trainer
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(TEST_THREADS)
     values = compose("recipe=tiny", "method=rlsr-plain-aurc", f"output_dir={tmp_path / 'run'}")
     settings = from_dict(values)
     settings.model.name_or_path = str(format_warm_model())
@@ -69,3 +70,23 @@ def test_plain_aurc_variant_trains_and_rewards_only_errors(tmp_path):
     alpha = R.rank_weights(R.confidence_for_ranking(pool["confidence"]))
     np.testing.assert_array_equal(column[ok], 0.0)
     np.testing.assert_allclose(column[~ok], -alpha[~ok], rtol=1e-6)
+
+
+def test_marginal_variant_composes_and_refuses_group_std_normalisation():
+    from rlsr.config import ConfigError
+
+    v = compose("recipe=hotpot", "method=rlsr-marginal", *CPU)
+    assert v["method"]["name"] == "rlsr_marginal"
+    assert v["output_dir"] == "runs/hotpot-rlsr-marginal-qwen2.5-7b-seed42"
+    assert v["grpo"]["scale_rewards"] == "none"
+    validate(from_dict(v), world_size=4)
+    validate(from_dict(compose("recipe=hotpot", "method=rlsr-marginal", "grpo.scale_rewards=batch", *CPU)), world_size=4)  # fmt: skip
+    bad = from_dict(
+        compose("recipe=hotpot", "method=rlsr-marginal", "grpo.scale_rewards=group", *CPU)
+    )
+    with pytest.raises(ConfigError) as info:
+        validate(bad, world_size=4)
+    assert info.value.field == "grpo.scale_rewards"
+    assert "best response" in str(info.value) and "'none'" in str(info.value)
+    # the released reward keeps accepting it (its incentive is a threshold either way)
+    validate(from_dict(compose("recipe=hotpot", "grpo.scale_rewards=group", *CPU)), world_size=4)

@@ -70,7 +70,7 @@ def _worker() -> None:
     out = Path(os.environ["RLSR_TEST_DIR"]) / f"pools-{rank}-{restart}.json"
     pools: list[dict] = []
 
-    from rlsr.testing import pool_record
+    from test_trainer_support import pool_record
 
     def hook(pool: dict) -> None:
         pools.append(pool_record(pool))

@@ -3,7 +3,7 @@
 Each combination is composed through the Hydra tree exactly as ``train.py`` composes it, with
 only these overrides:
 
-* scale: a tiny random model of the same family (``rlsr.testing``: Qwen2 / Llama-3.1-shaped),
+* scale: a tiny random model of the same family (``rlsr.tiny_models``: Qwen2 / Llama-3.1-shaped),
   the bundled fixture rows of the recipe's dataset (``rlsr/data/fixtures/upstream``), G = 3, a
   pool of 6 completions (``pool_size``; the accumulation is derived as in a real run), 8-token
   completions, one optimizer step;
@@ -30,7 +30,7 @@ import pytest
 
 from rlsr.config import from_dict
 from rlsr.data.loading import FIXTURES_DIR
-from rlsr.testing import tiny_llama_model_path, tiny_model_path
+from rlsr.tiny_models import tiny_llama_model_path, tiny_model_path
 from rlsr.training import validate
 
 ROOT = Path(__file__).resolve().parents[1]

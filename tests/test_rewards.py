@@ -15,6 +15,7 @@ from rlsr.rewards import (
     correctness_reward,
     format_reward,
     lifted_aurc_rewards,
+    marginal_aurc_rewards,
     partial_rank_weights,
     rank_weights,
 )
@@ -207,3 +208,125 @@ def test_empty_and_singleton_pools():
     assert rank_weights([]).shape == (0,)
     assert rank_weights([0.3]).tolist() == [1.0]
     assert lifted_aurc_rewards([False], [0.3]).tolist() == [-1.0]
+
+
+# --------------------------------------------------------------------------- marginal credit
+
+
+def _pooled_lifted_total(correct, confidence, lam, cap, max_coverage) -> float:
+    """T = sum of lifted rewards, from the definition: every ordering of the tied completions
+    (most confident first), the position weights H_m - H_{p-1} (0 past m = ceil(c n)), averaged
+    over the orderings per completion, then capped, then signed (+lambda / -1)."""
+    n = len(confidence)
+    m = n if max_coverage == 1.0 else min(n, max(1, math.ceil(round(max_coverage * n, 9))))
+    h = [sum(1.0 / k for k in range(1, j + 1)) for j in range(n + 1)]
+    w = [h[m] - h[p - 1] if p <= m else 0.0 for p in range(1, n + 1)]
+    orders = list(orderings_respecting_confidence(confidence))
+    alpha = [0.0] * n
+    for order in orders:
+        for pos, i in enumerate(order):
+            alpha[i] += w[pos] / len(orders)
+    total = 0.0
+    for i in range(n):
+        a = alpha[i] if cap is None else min(alpha[i], cap)
+        total += lam * a if correct[i] else -a
+    return total
+
+
+def _brute_marginal(correct, confidence, lam=1.0, cap=None, max_coverage=1.0):
+    """D_j = T(pool) - T(pool with j alone below everyone); a missing confidence ranks as 0."""
+    conf = [0.0 if c != c else float(c) for c in confidence]
+    base = _pooled_lifted_total(correct, conf, lam, cap, max_coverage)
+    out = []
+    for j in range(len(conf)):
+        moved = [-1.0 if k == j else c for k, c in enumerate(conf)]
+        out.append(base - _pooled_lifted_total(correct, moved, lam, cap, max_coverage))
+    return np.array(out)
+
+
+@pytest.mark.parametrize(
+    "lam,cap,max_coverage",
+    [(1.0, None, 1.0), (0.0, None, 1.0), (1.5, 1.0, 1.0), (1.0, None, 0.5), (2.0, 0.8, 0.4)],
+)
+def test_marginal_credit_equals_moving_each_completion_below_everyone(lam, cap, max_coverage):
+    """Every pool of up to 4 completions over confidences {missing, 0, 0.5, 1} (ties, NaN tied
+    with an explicit 0) and every verdict pattern, against the definition by brute force."""
+    values = [np.nan, 0.0, 0.5, 1.0]
+    checked = 0
+    for n in range(1, 5):
+        for conf in itertools.product(values, repeat=n):
+            for correct in itertools.product([False, True], repeat=n):
+                got = marginal_aurc_rewards(
+                    list(correct), list(conf), correct_scale=lam, weight_cap=cap,
+                    max_coverage=max_coverage,
+                )  # fmt: skip
+                want = _brute_marginal(correct, conf, lam, cap, max_coverage)
+                np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+            checked += 1
+    assert checked == 4 + 16 + 64 + 256
+
+
+def test_marginal_credit_is_lambda_free_up_to_scale_without_a_cap():
+    """Without a cap sum_i alpha_i is the same for every order, so D(lambda) = (1+lambda) D(0):
+    lifted and plain AURC teach the same thing under marginal credit."""
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        n = int(rng.integers(2, 40))
+        conf = rng.choice([np.nan, 0.0, 0.3, 0.5, 0.7, 1.0], size=n)
+        correct = rng.random(n) < 0.5
+        plain = marginal_aurc_rewards(correct, conf, correct_scale=0.0)
+        for lam in (0.5, 1.0, 3.0):
+            np.testing.assert_allclose(
+                marginal_aurc_rewards(correct, conf, correct_scale=lam), (1 + lam) * plain,
+                atol=1e-12,
+            )  # fmt: skip
+
+
+def _expected_reward_by_slot(reward, p_self, others_p, others_conf, lam=1.0):
+    """E[reward of one completion] for each confidence slot it may take among ``others``
+    (between consecutive distinct confidences), exact over every verdict of the pool."""
+    n = len(others_p) + 1
+    slots = (
+        [1.0] + [(a + b) / 2 for a, b in zip(others_conf, others_conf[1:], strict=False)] + [0.0]
+    )
+    out = []
+    for slot in slots:
+        conf = [slot, *others_conf]
+        e = 0.0
+        for verdict in itertools.product([False, True], repeat=n):
+            prob = 1.0
+            for v, p in zip(verdict, [p_self, *others_p], strict=True):
+                prob *= p if v else 1 - p
+            e += prob * reward(list(verdict), conf, correct_scale=lam)[0]
+        out.append(e)
+    return np.array(out)
+
+
+def test_marginal_best_response_orders_by_p_where_lifted_is_a_threshold():
+    """The incentive (docs/training.md): four other completions right with p = 0.9, 0.7, 0.4,
+    0.2 sit at confidences 0.8 > 0.6 > 0.4 > 0.2 (already ordered by p). A completion right
+    with p slots in where its marginal credit is largest: just below exactly those with a
+    larger p. Its lifted reward instead goes to the top when p > 1/(1+lambda), else the
+    bottom."""
+    others_p = [0.9, 0.7, 0.4, 0.2]
+    others_conf = [0.8, 0.6, 0.4, 0.2]
+    for p_self, slot in [(0.95, 0), (0.8, 1), (0.55, 2), (0.3, 3), (0.1, 4)]:
+        marginal = _expected_reward_by_slot(marginal_aurc_rewards, p_self, others_p, others_conf)
+        assert int(np.argmax(marginal)) == slot, (p_self, marginal)
+        lifted = _expected_reward_by_slot(lifted_aurc_rewards, p_self, others_p, others_conf)
+        assert int(np.argmax(lifted)) == (0 if p_self > 0.5 else 4), (p_self, lifted)
+    # lambda = 0 (plain AURC): the lifted best response is the bottom for every p < 1
+    plain = _expected_reward_by_slot(lifted_aurc_rewards, 0.95, others_p, others_conf, lam=0.0)
+    assert int(np.argmax(plain)) == 4
+
+
+def test_marginal_credit_bad_input_names_the_field():
+    with pytest.raises(ValueError, match="weight_cap"):
+        marginal_aurc_rewards([True], [0.5], weight_cap=0.0)
+    with pytest.raises(ValueError, match="max_coverage"):
+        marginal_aurc_rewards([True], [0.5], max_coverage=0.0)
+    with pytest.raises(ValueError, match="one value per completion"):
+        marginal_aurc_rewards([True, False], [0.5])
+    assert marginal_aurc_rewards([], []).shape == (0,)
+    # one completion: moving it below everyone changes nothing
+    assert marginal_aurc_rewards([True], [0.9]).tolist() == [0.0]

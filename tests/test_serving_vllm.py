@@ -95,7 +95,7 @@ def _server(argv: list[str], port: int, log: Path, timeout: float = 300, ready: 
 
 @pytest.fixture(scope="module")
 def warm_model() -> Path:
-    from rlsr.testing import tiny_warm_model_path
+    from rlsr.tiny_models import tiny_warm_model_path
 
     return tiny_warm_model_path()
 

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(900)
 
 
 def _train(out: Path, *extra: str) -> subprocess.CompletedProcess:
-    from rlsr.testing import tiny_warm_model_path
+    from rlsr.tiny_models import tiny_warm_model_path
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, str(ROOT / "train.py"), "recipe=tiny", "method=sft",
@@ -109,7 +109,7 @@ def test_sft_trains_resumes_and_evaluates_with_consistency_on_plain_answers(tmp_
 
     from rlsr.cli import main as rlsr_main
     from rlsr.evaluation.samples_io import read_samples
-    from rlsr.testing import tiny_warm_model_path
+    from rlsr.tiny_models import tiny_warm_model_path
     from rlsr.verifiers import normalize_answer
 
     out = tmp_path / "sft"

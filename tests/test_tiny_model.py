@@ -1,4 +1,4 @@
-"""The tiny offline model that tests and the tiny recipe use (rlsr.testing)."""
+"""The tiny offline model that tests and the tiny recipe use (rlsr.tiny_models)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_tiny_model_generates_offline(tiny_model_dir):
 def test_tiny_llama_builds_from_scratch_and_generates(tmp_path):
     """Built into an empty folder, not read from the machine's cache (a cached copy hid a builder
     that returned no tokenizer). Llama-3.1 shape: untied head, llama3 RoPE, BOS, <|eot_id|> stop."""
-    from rlsr.testing import build_tiny_llama_model
+    from rlsr.tiny_models import build_tiny_llama_model
 
     out = build_tiny_llama_model(tmp_path / "llama")
     model = AutoModelForCausalLM.from_pretrained(out)
@@ -57,3 +57,67 @@ def test_tiny_llama_builds_from_scratch_and_generates(tmp_path):
     with torch.no_grad():
         gen = model.generate(ids, max_new_tokens=4, do_sample=False)
     assert gen.shape[1] > ids.shape[1]
+
+
+# --------------------------------------------------------------------------- shipped copies
+
+
+def test_shipped_models_are_the_manifests_bytes():
+    """The shipped tiny models are the files MANIFEST.json names, byte for byte (sha256), and
+    the default settings resolve to them (not to a copy built on this machine)."""
+    from rlsr import tiny_models as tm
+
+    manifest = tm.shipped_manifest()
+    assert set(manifest["models"]) == set(tm.SHIPPED_MODELS)
+    assert manifest["settings"] == tm.TINY_MODEL_DEFAULTS
+    for name in tm.SHIPPED_MODELS:
+        folder = tm.shipped_model_path(name)
+        files = manifest["models"][name]["files"]
+        assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(files)
+        on_disk = {p.name for p in folder.iterdir() if p.is_file()}
+        assert on_disk == set(files), f"{folder}: files not in the manifest"
+        for fname, sha in files.items():
+            assert tm.file_sha256(folder / fname) == sha, f"{name}/{fname} differs"
+        total = sum((folder / f).stat().st_size for f in files)
+        assert total < 4 * 2**20, f"{name}: {total} bytes, more than a test fixture should hold"
+    assert tm.tiny_model_path() == tm.SHIPPED_DIR / "tiny-qwen2"
+    assert tm.tiny_warm_model_path() == tm.SHIPPED_DIR / "tiny-format-warm"
+
+
+def test_a_changed_shipped_file_is_refused_with_the_fix(tmp_path, monkeypatch):
+    import shutil
+
+    import pytest
+
+    from rlsr import tiny_models as tm
+
+    copy = tmp_path / "models"
+    shutil.copytree(tm.SHIPPED_DIR, copy)
+    weights = copy / "tiny-format-warm" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # one bit of one weight
+    weights.write_bytes(bytes(data))
+    monkeypatch.setattr(tm, "SHIPPED_DIR", copy)
+    monkeypatch.setattr(tm, "_VERIFIED", set())
+    assert tm.shipped_model_path("tiny-qwen2") == copy / "tiny-qwen2"
+    with pytest.raises(RuntimeError, match="build_tiny_models.py"):
+        tm.tiny_warm_model_path()
+
+
+def test_format_warm_model_writes_the_format_and_mixes_right_and_wrong():
+    """The format-warm model, sampled at temperature 1 on every tiny train prompt (200 x 4):
+    the tag format in >= 90 % of completions, right in 30-70 % (tiny_models.WARM_BANDS), and
+    varied confidences. These are what the trainer tests' preconditions rest on: with
+    p(right) in [0.3, 0.7] per completion a pool of n independent completions is all-right or
+    all-wrong with probability <= 0.7**n + 0.3**n (1e-6 at n = 39)."""
+    from rlsr import tiny_models as tm
+
+    torch.set_num_threads(1)
+    got = tm.sampled_behaviour(tm.tiny_warm_model_path(), samples_per_prompt=4)
+    assert got["completions"] == 800
+    for key, (lo, hi) in tm.WARM_BANDS.items():
+        assert lo <= got[key] <= hi, (key, got)
+    assert len(got["confidences"]) >= 3, got
+    # the manifest's figures are this model's (8 samples per prompt at build time)
+    shipped = tm.shipped_manifest()["models"]["tiny-format-warm"]["behaviour_temperature_1"]
+    assert abs(shipped["accuracy"] - got["accuracy"]) < 0.08, (shipped, got)

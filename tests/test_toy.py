@@ -206,7 +206,7 @@ def test_warmup_config_digest_tracks_every_field():
 
 
 def test_warmup_is_cached_and_targets_carry_no_confidence_signal(tmp_path):
-    cfg = WarmupConfig(steps=3, batch_size=8)
+    cfg = WarmupConfig(steps=3, batch_size=8, gate=False)
     path, summary = ensure_warmup(cfg, tmp_path)
     assert (path / "model.safetensors").is_file() and summary["digest"] == cfg.digest()
     assert 2e5 < summary["parameters"] < 4e5
@@ -215,6 +215,25 @@ def test_warmup_is_cached_and_targets_carry_no_confidence_signal(tmp_path):
     assert path2 == path and (path / "model.safetensors").stat().st_mtime_ns == mtime
     tok = load_toy_tokenizer(path)
     assert tok(completion_text("1", "0.2")).input_ids[-1] != tok.unk_token_id
+
+
+def test_a_warmup_outside_its_band_trains_on_then_stops_with_the_reason(tmp_path):
+    """3 steps cannot teach the format: the warm-up extends twice (9 steps in all), then refuses
+    with the failing fields and saves nothing, instead of handing a broken BASE to the arms."""
+    from rlsr.toy.warmup import MAX_EXTENSIONS, WarmupGateError, gate_failures
+
+    cfg = WarmupConfig(steps=3, batch_size=8)
+    with pytest.raises(WarmupGateError, match=r"format_rate 0\.\d+ not in \[0\.95, 1\.0\]") as err:
+        ensure_warmup(cfg, tmp_path)
+    assert f"after {3 * (MAX_EXTENSIONS + 1)} steps" in str(err.value)
+    assert "--warmup-steps" in str(err.value)
+    assert not list(tmp_path.iterdir())  # nothing cached
+    good = {"format_rate": 1.0, "accuracy_present": 0.97, "accuracy_missing": 0.1}
+    assert gate_failures("easy", good) == []
+    assert gate_failures("easy", {**good, "accuracy_present": 0.5}) == [
+        "accuracy_present 0.500 not in [0.9, 1.0]"
+    ]
+    assert gate_failures("tiers", {"format_rate": 1.0, "accuracy_present": 0.8}) == []
 
 
 # --------------------------------------------------------------------------- end to end

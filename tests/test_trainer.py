@@ -176,6 +176,21 @@ def _brute_columns(method: MethodSettings, correct, confidence, format_ok) -> np
             a = a if cap is None else min(a, cap)  # the cap binds on right and wrong answers
             rows.append([fmt[i], method.correct_scale * a if ok[i] else -a])
         return np.array(rows)
+    if method.name == "rlsr_marginal":
+        # D_j = T(pool) - T(pool with j alone below everyone), T = sum of lifted rewards.
+        def total(conf):
+            alpha = _brute_alpha(conf)
+            cap = method.weight_cap
+            alpha = [a if cap is None else min(a, cap) for a in alpha]
+            return sum(
+                method.correct_scale * a if o else -a for a, o in zip(alpha, ok, strict=True)
+            )
+
+        base = total(list(confidence))
+        moved = [
+            total([-1.0 if k == j else c for k, c in enumerate(confidence)]) for j in range(len(ok))
+        ]
+        return np.array([[fmt[j], base - moved[j]] for j in range(len(ok))])
     if method.name == "rlvr":
         return np.array([[fmt[i], float(ok[i])] for i in range(len(ok))])
     assert method.name == "rlcr"
@@ -214,8 +229,12 @@ def test_brute_force_reference_agrees_with_the_library_on_ties_caps_and_missing_
     assert expected[3, 1] < 0  # right answer but broken format: counts as wrong
     conf = np.array([np.nan if c is None else c for c in confidence])
     np.testing.assert_allclose(compute_reward_columns(m, correct, conf, format_ok), expected)
-    for name in ("rlcr", "rlvr"):
-        ms = MethodSettings(name)
+    for ms in (
+        MethodSettings("rlcr"),
+        MethodSettings("rlvr"),
+        MethodSettings("rlsr_marginal"),
+        MethodSettings("rlsr_marginal", weight_cap=1.2, correct_scale=2.0),
+    ):
         np.testing.assert_allclose(
             compute_reward_columns(ms, correct, conf, format_ok),
             _brute_columns(ms, correct, confidence, format_ok),
@@ -245,11 +264,25 @@ def test_weight_cap_binds_on_correct_answers():
 
 
 _METHOD_RUNS = {
-    # weight_cap 1.0 binds on the top ranks of a 16-completion pool (H_16 = 3.38); scale 1.5.
-    "rlsr": MethodSettings("rlsr", weight_cap=1.0, correct_scale=1.5),
+    # weight_cap 0.1 binds on every rank above the bottom few of a 64-completion pool
+    # (alpha_p = H_64 - H_{p-1} > 0.1 for p <= 58); scale 1.5.
+    "rlsr": MethodSettings("rlsr", weight_cap=0.1, correct_scale=1.5),
+    "rlsr_marginal": MethodSettings("rlsr_marginal", weight_cap=0.1, correct_scale=1.5),
     "rlcr": MethodSettings("rlcr"),
     "rlvr": MethodSettings("rlvr"),
 }
+# One pool of 64 completions (16 prompts x G = 4, two accumulation steps of 32). Preconditions
+# and their chance of failing, from the shipped format-warm model's measured behaviour
+# (tests/test_tiny_model.py: format >= 0.9, per completion right with p in [0.3, 0.7]):
+# * right and wrong answers both present: 1 - P <= 0.7**64 + 0.7**64 < 1e-9;
+# * a formatted wrong answer (a verdict that differs from the format verdict):
+#   <= (1 - 0.9 * 0.3)**64 < 1e-8;
+# * (rlsr) the cap binds on a formatted right answer: any such answer at confidence >= 0.5
+#   (drawn with probability 0.75, independently of the answer) sits above the bottom 6 of the
+#   64 (when fewer than 60 completions share confidence >= 0.5: 1 - P < 1e-4 ... and this only
+#   matters when also no right answer is at 0.7/0.9), so a failure needs no formatted right
+#   answer at confidence >= 0.5: <= (1 - 0.75 * 0.9 * 0.3)**64 < 1e-6.
+ONE_STEP_POOL = {"per_device_train_batch_size": 32, "gradient_accumulation_steps": 2}
 
 
 @pytest.mark.parametrize("method", sorted(_METHOD_RUNS))
@@ -265,15 +298,15 @@ def test_one_step_rewards_and_advantages_trl_received_equal_an_independent_recom
     advantages from those. Nothing is read from the trainer's own pool bookkeeping.
     """
     import torch
-    from test_trainer_support import tiny_settings
+    from test_trainer_support import TEST_THREADS, tiny_settings
 
     from rlsr.data import load_examples
     from rlsr.parsing import parse_response
     from rlsr.training import build_trainer, validate
     from rlsr.verifiers import get_verifier
 
-    torch.set_num_threads(1)
-    settings = tiny_settings(tmp_path, max_steps=1, save_steps=1000)
+    torch.set_num_threads(TEST_THREADS)
+    settings = tiny_settings(tmp_path, max_steps=1, save_steps=1000, **ONE_STEP_POOL)
     settings.method = _METHOD_RUNS[method]
     validate(settings)
     trainer = build_trainer(settings)
@@ -301,7 +334,9 @@ def test_one_step_rewards_and_advantages_trl_received_equal_an_independent_recom
     correct = [bool(c) for c in correct]
     confidence = [p.confidence for p in parsed]
     format_ok = [p.format_ok for p in parsed]
-    # Non-vacuous: a mix of right and wrong, and verdicts that differ from the format verdicts.
+    # Non-vacuous: a mix of right and wrong, and verdicts that differ from the format verdicts
+    # (chances of a spurious failure above ONE_STEP_POOL).
+    assert n == 64
     assert 0 < sum(correct) < n and any(c != f for c, f in zip(correct, format_ok, strict=True))
 
     m = settings.method
@@ -314,7 +349,7 @@ def test_one_step_rewards_and_advantages_trl_received_equal_an_independent_recom
     np.testing.assert_allclose(
         np.array(logs["advantages"]), _brute_advantages(columns, weights, G), atol=1e-5
     )
-    if method == "rlsr":  # the cap bound on at least one right answer of this pool
+    if method.startswith("rlsr"):  # the cap bound on at least one right answer of this pool
         alpha = _brute_alpha(confidence)
         assert any(
             a > m.weight_cap and c and f for a, c, f in zip(alpha, correct, format_ok, strict=True)
@@ -332,7 +367,7 @@ def test_one_step_rewards_and_advantages_trl_received_equal_an_independent_recom
         assert log[f"rewards/{name}/mean"] == pytest.approx(columns[:, j].mean(), abs=1e-5)
     assert trainer._verifier is None  # the verifier was closed when training ended
 
-    if method == "rlsr":
+    if method == "rlsr":  # the saved adapter (once)
         # The saved model carries no pickled training_args.bin; its JSON form masks tokens.
         trainer.save_model(str(tmp_path / "final"))
         assert (tmp_path / "final" / "adapter_model.safetensors").is_file()

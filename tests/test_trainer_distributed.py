@@ -42,7 +42,7 @@ def _worker(out_dir: str, mode: str = "sampled") -> None:
     rank = int(os.environ["RANK"])
     dumps: list[dict] = []
 
-    from rlsr.testing import pool_record
+    from test_trainer_support import pool_record
 
     def hook(pool: dict) -> None:
         dumps.append(pool_record(pool))

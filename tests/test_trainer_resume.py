@@ -25,12 +25,12 @@ MAX_STEPS = 4
 
 def _run(output_dir, *, resume: str, stop_at: int | None = None):
     import torch
-    from test_trainer_support import tiny_settings
+    from test_trainer_support import TEST_THREADS, tiny_settings
     from transformers import TrainerCallback
 
     from rlsr.training import run_training
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(TEST_THREADS)
 
     class StopAfter(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):

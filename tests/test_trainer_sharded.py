@@ -70,7 +70,7 @@ def _worker(out_dir: str, stop_at: int, resume: str) -> None:
     pools: list[dict] = []
     trained: list[int] = []
 
-    from rlsr.testing import pool_record
+    from test_trainer_support import pool_record
 
     def hook(pool: dict) -> None:
         pools.append(pool_record(pool))

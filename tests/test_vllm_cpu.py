@@ -2,7 +2,7 @@
 
 Skipped unless ``vllm`` is installed (the main venv does not have it; ``.venv-vllm`` does — see
 docs/vllm_cpu.md for the install commands). Everything is real: vLLM's engine, the tiny Qwen2 models
-of rlsr.testing, PEFT adapters, TRL's GRPOTrainer. Each vLLM engine runs in a child process (this
+of rlsr.tiny_models, PEFT adapters, TRL's GRPOTrainer. Each vLLM engine runs in a child process (this
 file run as a script, or ``python -m rlsr.cli``) so its thread binding, torch.distributed state and
 memory never leak into the pytest process.
 
@@ -104,7 +104,7 @@ def test_vllm_evaluate_matches_transformers_token_for_token(tmp_path):
     agree); the logprob scorer exercises ``score``. Length-limited responses and the Sec. C.3
     fallbacks are covered by the LoRA test (random model, 12 tokens).
     """
-    from rlsr.testing import tiny_warm_model_path
+    from rlsr.tiny_models import tiny_warm_model_path
 
     model = tiny_warm_model_path()
     extra = ["--limit", "8", "--max-new-tokens", "48", "--scorers", "verbalized,logprob"]
@@ -127,7 +127,7 @@ def lora_adapter(tmp_path_factory) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from rlsr.testing import tiny_model_path
+    from rlsr.tiny_models import tiny_model_path
 
     out = tmp_path_factory.mktemp("adapter") / "lora"
     base = AutoModelForCausalLM.from_pretrained(tiny_model_path())
@@ -144,7 +144,7 @@ def lora_adapter(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("mode", ["lora_request", "merged"])
 def test_vllm_lora_adapter_matches_transformers(tmp_path, lora_adapter, mode):
     """LoRA through vLLM's LoRARequest (CPU punica kernels) and through --merge-adapter."""
-    from rlsr.testing import tiny_model_path
+    from rlsr.tiny_models import tiny_model_path
 
     model = tiny_model_path()
     extra = ["--limit", "4", "--max-new-tokens", "12", "--adapter", str(lora_adapter)]
@@ -171,7 +171,7 @@ def _stream_child(out_dir: str, crash_at: int) -> None:
     from rlsr.data import load_examples
     from rlsr.evaluation.backends import VLLMBackend
     from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
-    from rlsr.testing import tiny_warm_model_path
+    from rlsr.tiny_models import tiny_warm_model_path
     from rlsr.verifiers import get_verifier
 
     def hook(k: int) -> None:
@@ -199,7 +199,7 @@ def test_vllm_streams_samples_as_they_finish_and_a_kill_loses_none(tmp_path):
     from rlsr.evaluation.backends import TransformersBackend
     from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
     from rlsr.evaluation.samples_io import read_samples
-    from rlsr.testing import tiny_warm_model_path
+    from rlsr.tiny_models import tiny_warm_model_path
     from rlsr.verifiers import get_verifier
 
     out = tmp_path / "vllm"

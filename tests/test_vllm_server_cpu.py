@@ -72,7 +72,7 @@ SERVER_FLAGS = ["--enforce-eager", "--max-model-len", "512"]
 
 
 def _model() -> str:
-    from rlsr.testing import tiny_warm_model_path
+    from rlsr.tiny_models import tiny_warm_model_path
 
     return str(tiny_warm_model_path())
 

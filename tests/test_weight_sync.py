@@ -2,7 +2,7 @@
 
 Real pieces: TRL 1.16's ``VLLMGeneration.sync_weights`` (colocate and server branches) and its
 ``_iter_named_params`` (the stock control), PEFT 0.21.2 LoRA on the bf16 tiny Qwen2 of
-rlsr.testing, fp32 adapters (PEFT's default autocast, as under DDP/ZeRO-2).
+rlsr.tiny_models, fp32 adapters (PEFT's default autocast, as under DDP/ZeRO-2).
 
 TEST DOUBLE, engine boundary only: no vLLM engine can run in this venv, so ``_init_vllm`` is
 replaced by a recorder standing where the engine is — ``llm...model.load_weights`` (colocate) and
@@ -85,7 +85,7 @@ def _bf16_lora_model(seed: int = 0):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from rlsr.testing import tiny_model_path
+    from rlsr.tiny_models import tiny_model_path
 
     base = AutoModelForCausalLM.from_pretrained(tiny_model_path(), dtype=torch.bfloat16)
     vllm_names = [n for n, _ in base.named_parameters()]  # the checkpoint names vLLM loads
@@ -333,7 +333,7 @@ def _zero3_child(out: str) -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from rlsr.testing import tiny_model_path
+    from rlsr.tiny_models import tiny_model_path
     from rlsr.weight_sync import install_out_of_place_lora_sync
 
     torch.set_num_threads(1)

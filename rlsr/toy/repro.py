@@ -26,7 +26,7 @@ import yaml
 
 from rlsr.metrics import aurc, risk_coverage_curve
 from rlsr.toy.task import make_split, write_dataset_folder
-from rlsr.toy.warmup import ensure_warmup, warmup_config
+from rlsr.toy.warmup import WarmupGateError, ensure_warmup, warmup_config
 
 __all__ = [
     "ARMS",
@@ -367,6 +367,7 @@ def run(args) -> int:
     oracle: list[float] = []
     calibrated: list[float] = []
     timings: dict[str, list[float]] = {}
+    stopped: dict[int, str] = {}
     start = time.perf_counter()
     for seed in seeds:
         run = root / f"{args.variant}-seed{seed}"
@@ -376,12 +377,18 @@ def run(args) -> int:
         progress.stage(f"seed {seed}: data written to {data_dir}")
         t0 = time.perf_counter()
         warm_cfg = warmup_config(args.variant, seed, args.warmup_steps)
-        warm_dir, summary = ensure_warmup(warm_cfg, args.cache_dir)
+        try:
+            warm_dir, summary = ensure_warmup(warm_cfg, args.cache_dir)
+        except WarmupGateError as err:  # no arm trains on a broken BASE; the other seeds go on
+            stopped[seed] = str(err)
+            progress.stage(f"seed {seed}: stopped: {err}")
+            continue
         timings.setdefault("warmup", []).append(time.perf_counter() - t0)
         progress.stage(
             f"seed {seed}: BASE warm-up {warm_dir.name}: format {summary['format_rate']:.2f}, "
             f"acc(fact present) {summary['accuracy_present']:.2f}, "
-            f"acc(missing) {summary['accuracy_missing']:.2f}"
+            f"acc(missing) {summary['accuracy_missing']:.2f}, "
+            f"gate passed after {summary['extensions']} extension(s)"
         )
         eval_dirs = {name: run / "eval" / name for name in rows}
         model_dirs = {"base": warm_dir, **{arm.name: run / "arms" / arm.name for arm in arms}}
@@ -428,10 +435,14 @@ def run(args) -> int:
         )  # fmt: skip
         progress.stage(f"seed {seed}: rlsr report -> {report_out}")
     total = time.perf_counter() - start
-    write_summary(root, args, seeds, rows, results, oracle, timings, total, calibrated)
-    progress.stage(f"summary -> {root / 'summary.md'}")
-    print((root / "summary.md").read_text())
-    return 0
+    done = [s for s in seeds if s not in stopped]
+    if done:
+        write_summary(root, args, done, rows, results, oracle, timings, total, calibrated)
+        progress.stage(f"summary -> {root / 'summary.md'}")
+        print((root / "summary.md").read_text())
+    for seed, reason in stopped.items():
+        print(f"seed {seed} stopped before training any arm: {reason}", file=sys.stderr)
+    return 1 if stopped else 0
 
 
 def summary_markdown(

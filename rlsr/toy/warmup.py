@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -41,9 +42,17 @@ __all__ = [
     "VARIANT_WARMUP",
     "warmup_config",
     "completion_batch",
+    "WARMUP_BANDS",
+    "WarmupGateError",
+    "gate_failures",
 ]
 
-DEFAULT_CACHE_DIR = Path(".cache") / "rlsr-toy"
+# ``$RLSR_CACHE_DIR/toy`` when set (CI's second-numerics pass starts from an empty one).
+DEFAULT_CACHE_DIR = (
+    Path(os.environ["RLSR_CACHE_DIR"]) / "toy"
+    if os.environ.get("RLSR_CACHE_DIR")
+    else Path(".cache") / "rlsr-toy"
+)
 # Confidence targets of the warm-up: 0.1 .. 0.9, uniform, independent of correctness.
 WARMUP_CONFIDENCES = CONFIDENCE_TOKENS[1:10]
 # Warm-up settings that differ by variant (``scripts/toy_repro.py --warmup-steps`` overrides the
@@ -55,9 +64,37 @@ VARIANT_WARMUP: dict[str, dict] = {
     "distractor": {"steps": 20000, "weight_decay": 0.1},
     "tiers": {"steps": 300},
 }
+# What BASE must show on 200 held-out prompts (greedy) before any arm trains on it, per variant:
+# (low, high) per ``greedy_complete`` field. easy / distractor: the format, the look-up when the
+# fact is present (so RL has right answers to rank), a uniform guess when it is missing (1 in 10
+# digits). tiers: the stated digit, right with the name's reliability (mean 0.8).
+WARMUP_BANDS: dict[str, dict[str, tuple[float, float]]] = {
+    "easy": {"format_rate": (0.95, 1.0), "accuracy_present": (0.9, 1.0),
+             "accuracy_missing": (0.0, 0.3)},
+    "distractor": {"format_rate": (0.95, 1.0), "accuracy_present": (0.9, 1.0),
+                   "accuracy_missing": (0.0, 0.3)},
+    "tiers": {"format_rate": (0.95, 1.0), "accuracy_present": (0.65, 0.95)},
+}  # fmt: skip
+# A warm-up outside its band trains on, one more cosine cycle of ``steps`` at a time, this many
+# times at most; then it stops with ``WarmupGateError`` instead of handing a broken BASE to RL.
+MAX_EXTENSIONS = 2
 # Bump when the training procedure or the saved tokenizer changes, so old caches are not reused
-# (2: the chat template renders assistant turns, for the SFT arm).
-_VERSION = 2
+# (2: the chat template renders assistant turns, for the SFT arm; 3: the quality gate).
+_VERSION = 3
+
+
+class WarmupGateError(RuntimeError):
+    """The warm-up did not reach its variant's band (``WARMUP_BANDS``) within its budget."""
+
+
+def gate_failures(variant: str, check: dict) -> list[str]:
+    """The ``WARMUP_BANDS[variant]`` fields that ``check`` (``greedy_complete``) misses, as
+    readable strings; empty when BASE is what the variant needs."""
+    return [
+        f"{key} {check[key]:.3f} not in [{lo}, {hi}]"
+        for key, (lo, hi) in WARMUP_BANDS[variant].items()
+        if not lo <= check[key] <= hi
+    ]
 
 
 @dataclass(frozen=True)
@@ -78,6 +115,7 @@ class WarmupConfig:
     intermediate_size: int = 256
     max_extra_pad: int = 3  # random extra left padding, so positions do not leak the split
     threads: int = 1  # 2 threads on a shared 2-core machine were ~10x slower
+    gate: bool = True  # check the result against WARMUP_BANDS (off only for plumbing tests)
 
     def digest(self) -> str:
         payload = json.dumps({**dataclasses.asdict(self), "_v": _VERSION}, sort_keys=True)
@@ -155,9 +193,14 @@ def _batch(
 
 
 def train_warmup(cfg: WarmupConfig, out_dir: str | Path, progress=None) -> dict:
-    """Train BASE from scratch and save model + tokenizer to ``out_dir``; returns a summary.
+    """Train BASE from scratch, check it (``WARMUP_BANDS``), and save model + tokenizer to
+    ``out_dir``; returns a summary.
 
-    ``progress(step, loss)`` is called every 50 steps when given.
+    The look-up can fail to appear within ``cfg.steps`` for some seeds and CPUs (float numerics
+    change the trajectory). A BASE outside its band trains on for another cosine cycle of
+    ``cfg.steps`` (up to ``MAX_EXTENSIONS``, recorded in the summary as ``extensions``); past
+    that it raises ``WarmupGateError`` and saves nothing. ``progress(step, loss)`` is called
+    every 50 steps when given.
     """
     out_dir = Path(out_dir)
     torch.set_num_threads(cfg.threads)
@@ -167,7 +210,8 @@ def train_warmup(cfg: WarmupConfig, out_dir: str | Path, progress=None) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     warm = max(1, cfg.steps // 20)
 
-    def lr_at(step: int) -> float:  # linear warm-up, cosine decay to 10%
+    def lr_at(step: int) -> float:  # per cycle: linear warm-up, cosine decay to 10%
+        step %= cfg.steps
         if step < warm:
             return (step + 1) / warm
         t = (step - warm) / max(1, cfg.steps - warm)
@@ -175,29 +219,45 @@ def train_warmup(cfg: WarmupConfig, out_dir: str | Path, progress=None) -> dict:
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     rng = random.Random(f"rlsr-toy-warmup/{cfg.variant}/{cfg.seed}")
-    model.train()
+    heldout = make_split(cfg.variant, "heldout", 200, cfg.seed)
     start = time.perf_counter()
     loss_value = float("nan")
-    for step in range(cfg.steps):
-        batch = _batch(tokenizer, cfg, rng)
-        loss = model(**batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        loss_value = loss.item()
-        if progress is not None and (step % 50 == 0 or step == cfg.steps - 1):
-            progress(step, loss_value)
+    history = []
+    for cycle in range(MAX_EXTENSIONS + 1):
+        model.train()
+        for step in range(cycle * cfg.steps, (cycle + 1) * cfg.steps):
+            batch = _batch(tokenizer, cfg, rng)
+            loss = model(**batch).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            loss_value = loss.item()
+            if progress is not None and (step % 50 == 0 or step == cfg.steps - 1):
+                progress(step, loss_value)
+        model.eval()
+        check = greedy_complete(model, tokenizer, heldout)
+        failures = gate_failures(cfg.variant, check) if cfg.gate else []
+        history.append({"steps": (cycle + 1) * cfg.steps, "failures": failures})
+        if not failures:
+            break
+    else:
+        raise WarmupGateError(
+            f"toy warm-up ({cfg.variant}, seed {cfg.seed}) is not a usable BASE after "
+            f"{(MAX_EXTENSIONS + 1) * cfg.steps} steps: {'; '.join(failures)} (held-out, "
+            f"greedy). No arm was trained on it. Try another seed, or more warm-up steps "
+            f"(scripts/toy_repro.py --warmup-steps)."
+        )
     seconds = time.perf_counter() - start
-    model.eval()
-    check = greedy_complete(model, tokenizer, make_split(cfg.variant, "heldout", 200, cfg.seed))
     summary = {
         "config": dataclasses.asdict(cfg),
         "digest": cfg.digest(),
         "parameters": n_params,
         "train_seconds": round(seconds, 2),
         "final_loss": loss_value,
+        "extensions": len(history) - 1,
+        "gate": {"bands": WARMUP_BANDS[cfg.variant], "history": history},
         **check,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
