@@ -432,17 +432,18 @@ def shipped_model_path(name: str) -> Path:
 
 # --------------------------------------------------------------------------- format-warm copy
 
-WARM_LOOKUP_STEPS = 500
+WARM_LOOKUP_STEPS = 800
 WARM_STEPS = 600
 WARM_BATCH = 16
 WARM_FULL_EVERY = 2
 WARM_LR = 3e-3
 WARM_SEED = 0
-# Targets answer the gold color (looked up in the question's facts) with probability
-# WARM_P_GOLD, otherwise a color drawn uniformly from the dataset's eight: sampled at temperature
-# 1 a completion is right with p = 0.5 + 0.5 / 8 on every prompt, and the gold is the greedy
-# choice by a wide margin (log 9 in the target distribution).
-WARM_P_GOLD = 0.5
+# Phase-2 targets answer the gold color (looked up in the question's facts) with probability
+# WARM_P_GOLD, otherwise a color drawn uniformly from the dataset's eight: a model that learnt
+# them exactly would be right with p = 0.6 + 0.4 / 8 = 0.65 at temperature 1 on every prompt.
+# The tiny model learns the look-up only partly (measured: MANIFEST.json); its accuracy is gated
+# by WARM_BANDS, not assumed.
+WARM_P_GOLD = 0.6
 # The verbalized confidences of the warm model's targets and their probabilities, drawn
 # independently of the answer; one clear mode, so a greedy confidence is not a near-tie.
 CONFIDENCES = ("0.1", "0.3", "0.5", "0.7", "0.9")
@@ -451,6 +452,11 @@ CONFIDENCE_WEIGHTS = (0.1, 0.15, 0.4, 0.2, 0.15)
 # (scripts/build_tiny_models.py refuses to ship a model outside it; tests/test_tiny_model.py
 # measures it again): the tag format nearly always, right answers between 30 % and 70 %.
 WARM_BANDS = {"format_rate": (0.9, 1.0), "accuracy": (0.3, 0.7)}
+# Greedy (top-1) decisions on the recipe's 64 prompts must win by at least this logit gap, far
+# above the ~1e-5 by which float noise moves a logit between batch layouts or CPUs, so a greedy
+# text cannot change with the machine (``greedy_margins``).
+WARM_MIN_GREEDY_MARGIN = 1e-3
+GREEDY_PROMPTS = 64
 
 
 def _warm_completion(answer: str, confidence: str) -> str:
@@ -472,7 +478,8 @@ def _warm_target(question: str, gold: str, rng: random.Random, p_gold: float) ->
 
 def train_format_warm(out: str | os.PathLike, base: str | os.PathLike | None = None) -> Path:
     """Fine-tune the tiny model (``base``, default the shipped random one) on the tag format:
-    ``WARM_STEPS`` AdamW steps of ``WARM_BATCH`` tiny train prompts with ``_warm_target``s.
+    ``WARM_LOOKUP_STEPS`` steps of the look-up alone, then ``WARM_STEPS`` of the target mix
+    (``_warm_target``), on the 200 tiny train prompts, short (user turn only) and full.
 
     Deterministic for one machine; across machines the float numerics differ, which is why the
     result is shipped rather than rebuilt (scripts/build_tiny_models.py).

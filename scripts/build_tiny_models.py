@@ -47,12 +47,16 @@ def build(out: Path) -> dict:
     behaviour = tm.sampled_behaviour(
         out / "tiny-format-warm", samples_per_prompt=SAMPLES_PER_PROMPT
     )
-    for key, (lo, hi) in tm.WARM_BANDS.items():
+    margins = tm.greedy_margins(out / "tiny-format-warm", limit=tm.GREEDY_PROMPTS)
+    behaviour["greedy_margin_min"] = min(margins)
+    behaviour["greedy_margin_median"] = sorted(margins)[len(margins) // 2]
+    checks = {**tm.WARM_BANDS, "greedy_margin_min": (tm.WARM_MIN_GREEDY_MARGIN, float("inf"))}
+    for key, (lo, hi) in checks.items():
         if not lo <= behaviour[key] <= hi:
             raise SystemExit(
-                f"the format-warm model fails its gate: {key} = {behaviour[key]:.3f}, needs "
-                f"[{lo}, {hi}] (sampled at temperature 1, {behaviour['completions']} "
-                f"completions). Change WARM_* in rlsr/tiny_models.py; nothing was written."
+                f"the format-warm model fails its gate: {key} = {behaviour[key]:.4g}, needs "
+                f"[{lo}, {hi}] ({behaviour['completions']} completions sampled at temperature "
+                f"1). Change WARM_* in rlsr/tiny_models.py; nothing was written."
             )
     models = {}
     for name in tm.SHIPPED_MODELS:
@@ -61,7 +65,10 @@ def build(out: Path) -> dict:
         models[name] = {"files": {f: tm.file_sha256(folder / f) for f in files}}
     models["tiny-format-warm"]["behaviour_temperature_1"] = behaviour
     models["tiny-format-warm"]["training"] = {
+        "lookup_steps": tm.WARM_LOOKUP_STEPS,
         "steps": tm.WARM_STEPS,
+        "full_every": tm.WARM_FULL_EVERY,
+        "p_gold": tm.WARM_P_GOLD,
         "batch": tm.WARM_BATCH,
         "learning_rate": tm.WARM_LR,
         "seed": tm.WARM_SEED,

@@ -44,8 +44,10 @@ def test_default_table_has_every_arm_with_what_makes_it_that_arm():
     assert scorers == {
         "rlvr": "verbalized", "rlcr": "verbalized", "rlcr-stdnorm": "verbalized",
         "rlsr": "verbalized", "rlsr-plain-aurc": "verbalized", "rlsr-logprob": "logprob",
-        "sft-sc": "consistency",
+        "sft-sc": "consistency", "rlsr-marginal": "verbalized",
     }  # fmt: skip
+    assert _plan([repro.ARMS["rlsr-marginal"]]) == [("rlsr-marginal", "rlsr-marginal", ())]
+    assert "rlsr-marginal" not in repro.DEFAULT_ARMS  # the default demo keeps its time budget
 
 
 def test_arm_evaluation_flags_come_from_the_method_files():

@@ -280,9 +280,12 @@ ARMS: dict[str, Arm] = {
         # Sec. D.3 / Tab. 6: SFT on (question, answer) pairs, plain answers ranked by the agreement
         # of K = 8 samples at T = 0.7 (recipes/method/sft.yaml evaluate_args); budget: SFT_BUDGET.
         Arm("sft-sc", "sft", sft=True),
+        # Ours, not the paper's: marginal credit for the pooled lifted AURC (docs/training.md,
+        # "What each reward teaches"). Not in the default demo (its time budget); --methods.
+        Arm("rlsr-marginal", "rlsr-marginal"),
     )
 }
-DEFAULT_ARMS: tuple[str, ...] = tuple(ARMS)
+DEFAULT_ARMS: tuple[str, ...] = tuple(name for name in ARMS if name != "rlsr-marginal")
 
 
 def arm_list(
