@@ -271,17 +271,16 @@ _METHOD_RUNS = {
     "rlcr": MethodSettings("rlcr"),
     "rlvr": MethodSettings("rlvr"),
 }
-# One pool of 64 completions (16 prompts x G = 4, two accumulation steps of 32). Preconditions
-# and their chance of failing, from the shipped format-warm model's measured behaviour
-# (tests/test_tiny_model.py: format >= 0.9, per completion right with p in [0.3, 0.7]):
-# * right and wrong answers both present: 1 - P <= 0.7**64 + 0.7**64 < 1e-9;
-# * a formatted wrong answer (a verdict that differs from the format verdict):
-#   <= (1 - 0.9 * 0.3)**64 < 1e-8;
-# * (rlsr) the cap binds on a formatted right answer: any such answer at confidence >= 0.5
-#   (drawn with probability 0.75, independently of the answer) sits above the bottom 6 of the
-#   64 (when fewer than 60 completions share confidence >= 0.5: 1 - P < 1e-4 ... and this only
-#   matters when also no right answer is at 0.7/0.9), so a failure needs no formatted right
-#   answer at confidence >= 0.5: <= (1 - 0.75 * 0.9 * 0.3)**64 < 1e-6.
+# One pool of 64 completions (16 prompts x G = 4, two accumulation steps of 32): the chance
+# that a precondition below fails by chance, from the shipped format-warm model's per-prompt
+# accuracy at the recipe's temperature 0.7 (32 samples on each of the recipe's 64 prompts:
+# mean 0.60, per prompt 0.16-0.97, format 1.00), averaged over which 16 prompts are drawn:
+# * right and wrong answers both present: fails with probability ~5e-11 (pool of 16: ~5e-3);
+# * a formatted wrong answer (a verdict that differs from the format verdict): the same bound;
+# * (rlsr, rlsr_marginal) the cap binds on a formatted right answer: every tie group at
+#   confidence >= 0.5 (0.75 of the confidences, drawn independently of the answer) sits within
+#   the top 58 ranks unless 59+ of the 64 share it, so it fails only if none of the ~29 right
+#   answers drew a confidence >= 0.5: 0.25**29 < 1e-17.
 ONE_STEP_POOL = {"per_device_train_batch_size": 32, "gradient_accumulation_steps": 2}
 
 

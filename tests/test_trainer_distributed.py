@@ -58,6 +58,8 @@ def _worker(out_dir: str, mode: str = "sampled") -> None:
     )
     settings.grpo.pop("gradient_accumulation_steps")  # derived from pool_size and the world size
     settings.pool_size = POOL
+    if mode == "greedy":  # the designed 4-prompt dataset (_greedy_mixed_dataset): one pool
+        settings.data.path = str(Path(out_dir).parent / "data")
     settings.resume = "never"
     trainer = run_training(settings, pool_hook=hook)
     pool_sizes = [h["rlsr/pool_size"] for h in trainer.state.log_history if "rlsr/pool_size" in h]
@@ -70,6 +72,43 @@ def _worker(out_dir: str, mode: str = "sampled") -> None:
             }
         )
     )
+
+
+def _greedy_mixed_dataset(folder: Path) -> list[str]:
+    """A 4-row tiny dataset whose one pool (4 prompts x G) mixes right and wrong greedy answers
+    by construction: two train rows the shipped model answers right greedily, and two whose gold
+    is "purple", a word it never writes. Greedy texts do not depend on the machine
+    (test_tiny_model.py: every greedy decision wins by >= 1e-3 in logit). Returns the golds."""
+    import torch
+    from test_trainer_support import format_warm_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlsr.data import load_examples
+    from rlsr.parsing import parse_response
+
+    path = format_warm_model()
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    rows = load_examples("tiny", split="train", limit=16)
+    right = []
+    for i in range(len(rows)):
+        enc = tok.apply_chat_template(
+            rows[i]["prompt"], add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        with torch.no_grad():
+            out = model.generate(**enc, do_sample=False, max_new_tokens=40)
+        text = tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        if parse_response(text).answer == rows[i]["answer"]:
+            right.append(rows[i])
+        if len(right) == 2:
+            break
+    assert len(right) == 2, "the shipped model answers fewer than 2 of 16 prompts right"
+    wrong = [rows[i] for i in range(len(rows)) if rows[i]["id"] not in {r["id"] for r in right}]
+    chosen = [*right, *({**r, "answer": "purple"} for r in wrong[:2])]
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({k: r[k] for k in ("id", "question", "answer")}) for r in chosen]
+    (folder / "train.jsonl").write_text("\n".join(lines) + "\n")
+    return [r["answer"] for r in chosen]
 
 
 def _launch(out: Path, procs: int, mode: str, port: int) -> list[dict]:
@@ -92,9 +131,7 @@ def test_pool_size_gives_the_same_pool_and_rewards_on_one_and_two_processes(tmp_
     weight alpha = H_n - H_{n-r}) changed with the number of GPUs. With pool_size the
     accumulation is derived: 16 = 4 x 1 x 4 = 4 x 2 x 2, and the same prompts in the same order
     give, with top-1 decoding, the same completions and identical rewards."""
-    from test_trainer_support import format_warm_model
-
-    format_warm_model()
+    golds = _greedy_mixed_dataset(tmp_path / "data")
     one = _launch(tmp_path / "one", 1, "greedy", port=29518)[0]
     two = _launch(tmp_path / "two", 2, "greedy", port=29519)
     assert two[0] == two[1]
@@ -104,7 +141,9 @@ def test_pool_size_gives_the_same_pool_and_rewards_on_one_and_two_processes(tmp_
     assert a["golds"] == b["golds"]  # the same prompts, in the same (process) order
     assert a["texts"] == b["texts"]
     assert a["rewards"] == b["rewards"]
-    assert len(set(map(str, a["rewards"]))) >= 2  # the pool's rewards are not all alike
+    # the pool's rewards are not all alike, by construction: two prompts right, two wrong
+    assert sorted({g[0] for g in a["golds"]}) == sorted(set(golds))
+    assert 0 < sum(a["correct"]) < len(a["correct"]) and len(set(map(str, a["rewards"]))) >= 2
 
 
 @pytest.mark.slow

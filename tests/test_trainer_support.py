@@ -55,9 +55,12 @@ def tiny_settings(output_dir: str | os.PathLike, **grpo_overrides):
     values.pop("hydra", None)
     settings = from_dict(values)
     settings.model.name_or_path = str(format_warm_model())
+    # 8 completions per micro-batch (the recipe has 16): the trainer tests' pools stay at
+    # 16 unless a test asks for more (test_trainer.py ONE_STEP_POOL needs a mixed pool).
     settings.grpo.update(
-        {"max_completion_length": 40, "report_to": "none", "disable_tqdm": True, **grpo_overrides}
-    )
+        {"max_completion_length": 40, "report_to": "none", "disable_tqdm": True,
+         "per_device_train_batch_size": 8, **grpo_overrides}
+    )  # fmt: skip
     return settings
 
 
