@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.util
+import logging
 import math
 import os
 import re
@@ -358,12 +359,32 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def _flash_attn_loads() -> bool:
+    """True when ``flash_attn`` is installed *and* imports. The ``flash`` extra builds from source
+    against the installed torch; a build for another torch is found by ``find_spec`` but fails
+    to import (undefined symbol), and the model load would then crash. Logs one line then."""
+    if not _module_available("flash_attn"):
+        return False
+    try:
+        import flash_attn  # noqa: F401  (heavy optional dependency: only to check it loads)
+    except Exception as err:  # ImportError, OSError (undefined symbol), RuntimeError
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        logging.getLogger("rlsr").warning(
+            "[rlsr] flash_attn is installed but does not import (%s); using sdpa. Rebuild it "
+            "for this torch (pip install flash-attn --no-build-isolation) to use FlashAttention-2.",
+            first,
+        )
+        return False
+    return True
+
+
 def resolve_attn_implementation(requested: str, *, on_gpu: bool | None = None) -> str:
-    """``auto`` -> ``flash_attention_2`` when flash-attn is installed and a GPU is present, else ``sdpa``."""
+    """``auto`` -> ``flash_attention_2`` when a GPU is present and flash-attn is installed and
+    imports (``_flash_attn_loads``), else ``sdpa``."""
     if requested != "auto":
         return requested
     gpu = _cuda_available() if on_gpu is None else on_gpu
-    return "flash_attention_2" if gpu and _module_available("flash_attn") else "sdpa"
+    return "flash_attention_2" if gpu and _flash_attn_loads() else "sdpa"
 
 
 def resolve_model_path(name_or_path: str) -> str:

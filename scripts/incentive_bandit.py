@@ -14,7 +14,7 @@ Rewards: ``lifted`` (RLSR's released reward, lambda = 1), ``plain`` (lambda = 0)
 ``lifted+brier``. It also prints each reward's best response per p against a pool of others
 that already rank by p (exact in the completion's own verdict, Monte Carlo over the others).
 
-    python scripts/incentive_bandit.py                      # every task, 5 seeds (~1 min)
+    python scripts/incentive_bandit.py                      # every task, 3 seeds
     python scripts/incentive_bandit.py --tasks tiers --seeds 3 --std-norm
 """
 
@@ -95,7 +95,7 @@ def evaluate(logits: np.ndarray, p: np.ndarray, rng, n: int = 20000) -> dict[str
     }
 
 
-def best_response(reward: str, p: np.ndarray, rng, pools: int = 400, pool: int = 64) -> list:
+def best_response(reward: str, p: np.ndarray, rng, pools: int = 100, pool: int = 64) -> list:
     """Per p: the level maximising (``any`` when all are equal) the expected reward of one completion inserted into a pool
     of ``pool - 1`` others whose confidence is their p rounded to the grid (they rank by p)."""
     out = []
@@ -119,8 +119,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--rewards", default=",".join(REWARDS))
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--pool", type=int, default=256, help="N = B x G completions per step")
     ap.add_argument("--group", type=int, default=8, help="G completions per item")
     ap.add_argument("--lr", type=float, default=20.0)

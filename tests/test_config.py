@@ -362,3 +362,47 @@ def test_toy_recipe_demands_its_model_folder():
         from_dict(compose("recipe=toy"))
     assert info.value.field == "model.name_or_path" and "required" in str(info.value)
     assert from_dict(compose("recipe=toy", "model.name_or_path=/w")).model.name_or_path == "/w"
+
+
+def _stand_in_flash_attn(root, body: str):
+    pkg = root / "flash_attn"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(body)
+    return root
+
+
+def test_auto_attention_falls_back_to_sdpa_when_flash_attn_is_installed_but_broken(
+    tmp_path, monkeypatch, caplog
+):
+    """A flash-attn built for another torch is found by find_spec but fails to import
+    (undefined symbol); a stand-in package that raises the same way on import takes its place
+    here (no GPU or flash-attn build on CPU). One log line, then sdpa."""
+    import logging
+    import sys
+
+    from rlsr.config import resolve_attn_implementation
+
+    broken = _stand_in_flash_attn(
+        tmp_path / "broken",
+        'raise ImportError("flash_attn_2_cuda.so: undefined symbol: _ZN3c104cuda9SetDevice")\n',
+    )
+    monkeypatch.syspath_prepend(str(broken))
+    monkeypatch.delitem(sys.modules, "flash_attn", raising=False)
+    with caplog.at_level(logging.WARNING, logger="rlsr"):
+        assert resolve_attn_implementation("auto", on_gpu=True) == "sdpa"
+    lines = [r.getMessage() for r in caplog.records if "flash_attn" in r.getMessage()]
+    assert len(lines) == 1 and "undefined symbol" in lines[0] and "using sdpa" in lines[0]
+    assert resolve_attn_implementation("auto", on_gpu=False) == "sdpa"  # no GPU: not tried
+    assert resolve_attn_implementation("eager", on_gpu=True) == "eager"  # explicit wins
+
+
+def test_auto_attention_takes_flash_attn_when_it_imports_on_a_gpu(tmp_path, monkeypatch):
+    import sys
+
+    from rlsr.config import resolve_attn_implementation
+
+    working = _stand_in_flash_attn(tmp_path / "ok", "__version__ = '2.8.3'\n")
+    monkeypatch.syspath_prepend(str(working))
+    monkeypatch.delitem(sys.modules, "flash_attn", raising=False)
+    assert resolve_attn_implementation("auto", on_gpu=True) == "flash_attention_2"
+    monkeypatch.delitem(sys.modules, "flash_attn", raising=False)

@@ -157,3 +157,16 @@ def test_rlsr_help_says_what_the_tool_does(capsys):
     text = capsys.readouterr().out
     assert "selective prediction" in text and "AURC" in text
     assert "registers itself" not in text
+
+
+def test_data_parallel_above_one_is_refused_before_anything_loads(tmp_path, capsys):
+    """vLLM's offline LLM refuses data_parallel_size > 1 in one process (0.31, 0.32); the flag
+    used to reach it after the model had loaded. Now one line, naming the way to shard."""
+    out = tmp_path / "ev"
+    argv = ["evaluate", "--model", str(tmp_path / "no-model-needed"), "--datasets", "tiny",
+            "--output-dir", str(out), "--backend", "vllm", "--data-parallel-size", "2"]  # fmt: skip
+    assert rlsr_main(argv) != 0
+    line = _one_error_line(capsys)
+    assert "--data-parallel-size 2" in line and "slurm/evaluate.slurm" in line
+    assert "--tensor-parallel-size" in line
+    assert not out.exists()

@@ -196,7 +196,13 @@ def register(subparsers) -> None:
     ev.add_argument("--no-progress", action="store_true", help="no progress bars (log files)")
     g = ev.add_argument_group("vLLM")
     g.add_argument("--tensor-parallel-size", type=int, default=1)
-    g.add_argument("--data-parallel-size", type=int, default=1)
+    g.add_argument(
+        "--data-parallel-size",
+        type=int,
+        default=1,
+        help="only 1: vLLM's offline engine refuses data parallelism in one process; shard with "
+        "one process per GPU (slurm/evaluate.slurm's array)",
+    )
     g.add_argument(
         "--merge-adapter",
         action="store_true",
@@ -316,6 +322,14 @@ _POSITIVE_INTS = ("limit", "batch_size", "max_new_tokens", "fallback_max_new_tok
 
 def _validate(args) -> None:
     """Option checks that need no file or model: each a one-line ValueError naming the flag."""
+    if args.data_parallel_size > 1:  # refused before anything loads
+        raise ValueError(
+            f"--data-parallel-size {args.data_parallel_size}: vLLM's offline LLM does not support "
+            "data parallelism in one process (0.31 and 0.32 refuse it). Shard instead: one "
+            "`rlsr evaluate` per GPU, e.g. the Slurm array of slurm/evaluate.slurm (one "
+            "checkpoint x dataset per task, docs/slurm.md), or --tensor-parallel-size N for one "
+            "model over N GPUs."
+        )
     if _looks_like_path(args.model) and not Path(args.model).expanduser().is_dir():
         raise ValueError(f"--model {args.model}: no such folder; give a model folder or a hub id.")
     if Path(args.output_dir).exists() and not Path(args.output_dir).is_dir():

@@ -80,7 +80,7 @@ class Engine(Protocol):
 
 
 def _client_errors() -> tuple[type[Exception], ...]:
-    """Exceptions by which vLLM rejects a request: ``VLLMClientError`` (vLLM >= 0.32, e.g.
+    """Exceptions by which vLLM rejects a request: ``VLLMClientError`` (vLLM 0.31 and 0.32 have it, e.g.
     ``VLLMValidationError`` for a prompt over the context) and ``ValueError`` (older releases)."""
     try:  # heavy optional dependency
         from vllm.exceptions import VLLMClientError
