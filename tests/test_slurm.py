@@ -993,3 +993,24 @@ def test_two_training_nodes_rendezvous_with_the_planned_accelerate_commands(tmp_
     assert all(r["world"] == 2 and r["sum"] == 3.0 for r in results)
     ov = dict(a.lstrip("+").split("=", 1) for a in results[0]["argv"])
     assert ov["grpo.vllm_server_host"] == "n3" and ov["resume"] == "auto"
+
+
+def test_evaluate_one_gpu_budgets_memory_between_judge_and_model():
+    """Regression: on one GPU the judge took 0.3 and the evaluated model kept rlsr evaluate's
+    0.9; vLLM refuses to start when free memory < utilisation x total. The model now gets
+    1 - 0.3 - 0.05, the plan says so, and a value passed after `--` is kept."""
+    args = ["--checkpoints", "runs/x", "--model", "/m/base", "--datasets", "hotpot-ood"]
+    env = {**EVAL_ENV, "SLURM_GPUS_ON_NODE": "1"}
+    plan = dry_run("evaluate.slurm", args, **env)
+    judge = next(n for n in plan["nodes"] if n["role"] == "judge")["argv"]
+    evaluate = next(n for n in plan["nodes"] if n["role"].startswith("evaluate"))["argv"]
+    assert flag(judge, "--gpu-memory-utilization") == "0.3"
+    assert flag(evaluate, "--gpu-memory-utilization") == "0.65"
+    assert plan["plan"]["gpu_memory"] == "one-gpu:judge=0.3,model=0.65"
+    own = dry_run("evaluate.slurm", [*args, "--", "--gpu-memory-utilization", "0.5"], **env)
+    evaluate = next(n for n in own["nodes"] if n["role"].startswith("evaluate"))["argv"]
+    assert evaluate.count("--gpu-memory-utilization") == 1
+    assert flag(evaluate, "--gpu-memory-utilization") == "0.5"
+    two = dry_run("evaluate.slurm", args, **EVAL_ENV)  # two GPUs: each its own
+    evaluate = next(n for n in two["nodes"] if n["role"].startswith("evaluate"))["argv"]
+    assert "--gpu-memory-utilization" not in evaluate

@@ -238,7 +238,10 @@ def test_a_warmup_outside_its_band_trains_on_then_stops_with_the_reason(tmp_path
 
 # --------------------------------------------------------------------------- end to end
 
-REDUCED_STEPS = 150  # calibrated: RLSR reaches held-out AURC ~0.2 from BASE ~0.47 (docs/toy.md)
+# The demo's own budget. 150 steps was calibrated on one CPU: under ATEN_CPU_CAPABILITY=avx2 the
+# same seed was still at BASE's AURC after 150 steps (0.515), while 300 steps reach 0.13-0.17 on
+# all 20 runs of docs/toy.md ("The default demo on 10 seeds x 2 CPU dispatches").
+REDUCED_STEPS = 300
 
 
 def _heldout_aurc(model_dir, data_dir, out_dir) -> tuple[float, float]:
@@ -257,9 +260,9 @@ def _heldout_aurc(model_dir, data_dir, out_dir) -> tuple[float, float]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_rlsr_learns_to_rank_confidence_on_heldout(tmp_path):
-    """Reduced toy reproduction: one seed, 150 GRPO steps of 16 prompts x 8, real train path.
+    """Toy reproduction, RLSR arm only: one seed, 300 GRPO steps of 16 prompts x 8, real path.
 
     Fails if the lifted-AURC reward's sign, ranking or pooling is broken: with the sign flipped
     the same run ends at held-out AURC ~0.5 or worse (docs/toy.md quotes the scratch run).
