@@ -304,28 +304,26 @@ def _no_lifted_aurc_options(m: MethodSettings) -> None:
 # --------------------------------------------------------------------------- reward functions
 
 
-def rlsr_rewards(correct, confidence, format_ok, s: MethodSettings) -> np.ndarray:
-    """[format, lifted AURC over the pool] (RLSR paper Sec. 2.2, ``rlsr.rewards``)."""
-    lifted = R.lifted_aurc_rewards(
+def _format_and_ranked(ranked, correct, confidence, format_ok, s: MethodSettings) -> np.ndarray:
+    """[format, ``ranked`` over the pool with the settings' lambda, cap and coverage]."""
+    column = ranked(
         correct,
         confidence,
         correct_scale=s.correct_scale,
         weight_cap=s.weight_cap,
         max_coverage=s.max_coverage,
     )
-    return np.stack([R.format_reward(format_ok), lifted], axis=1)
+    return np.stack([R.format_reward(format_ok), column], axis=1)
+
+
+def rlsr_rewards(correct, confidence, format_ok, s: MethodSettings) -> np.ndarray:
+    """[format, lifted AURC over the pool] (RLSR paper Sec. 2.2, ``rlsr.rewards``)."""
+    return _format_and_ranked(R.lifted_aurc_rewards, correct, confidence, format_ok, s)
 
 
 def rlsr_marginal_rewards(correct, confidence, format_ok, s: MethodSettings) -> np.ndarray:
     """[format, marginal credit for the pooled lifted AURC] (ours; ``rlsr.rewards``)."""
-    marginal = R.marginal_aurc_rewards(
-        correct,
-        confidence,
-        correct_scale=s.correct_scale,
-        weight_cap=s.weight_cap,
-        max_coverage=s.max_coverage,
-    )
-    return np.stack([R.format_reward(format_ok), marginal], axis=1)
+    return _format_and_ranked(R.marginal_aurc_rewards, correct, confidence, format_ok, s)
 
 
 def rlcr_rewards(correct, confidence, format_ok, s: MethodSettings) -> np.ndarray:
