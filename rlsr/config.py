@@ -797,10 +797,10 @@ def _validate_sft(g: dict) -> None:
     _validate_precision(g, "sft")
 
 
-def _validate_engine(g: dict) -> None:
+def _validate_engine(g: dict, lora: bool) -> None:
     """The launch's engine (DDP / FSDP / DeepSpeed, from accelerate's environment variables,
     ``rlsr.engines``) against the grpo settings: the first problem becomes a ConfigError."""
-    for field_name, message in engine_problems(engine_from_env(), g):
+    for field_name, message in engine_problems(engine_from_env(), g, lora=lora):
         raise ConfigError(field_name, message)
 
 
@@ -849,7 +849,7 @@ def check_settings(
     if trainer_section == TRAINER_SECTIONS[0]:
         _validate_grpo(cfg.grpo, ws, cfg.pool_size)
         _validate_vllm_length(cfg)
-        _validate_engine(cfg.grpo)
+        _validate_engine(cfg.grpo, cfg.model.lora.enabled)
     else:
         _validate_sft(cfg.sft)
     return cfg

@@ -166,12 +166,17 @@ def deepspeed_available() -> bool:
 
 
 def engine_problems(
-    engine: LaunchEngine, grpo: Mapping[str, Any], *, deepspeed_installed: bool | None = None
+    engine: LaunchEngine,
+    grpo: Mapping[str, Any],
+    *,
+    deepspeed_installed: bool | None = None,
+    lora: bool = True,
 ) -> list[tuple[str, str]]:
     """``(field, message)`` for each setting that cannot work with ``engine``; empty when fine.
 
     ``grpo`` is the ``grpo`` section (GRPOConfig fields; missing keys take GRPOConfig's defaults:
-    ``use_cpu=False``, ``gradient_checkpointing=True``).
+    ``use_cpu=False``, ``gradient_checkpointing=True``); ``lora``: whether the model trains a
+    LoRA adapter (``model.lora.enabled``).
     """
     problems: list[tuple[str, str]] = []
     if engine.name not in ("fsdp", "deepspeed"):
@@ -192,6 +197,22 @@ def engine_problems(
             )
         )
     if engine.name == "fsdp":
+        if lora and grpo.get("use_vllm", False):
+            # TRL 1.16 syncs LoRA weights to vLLM under FSDP by merging into the base in place
+            # and unmerging; accelerate 1.15 upcasts only trainable parameters, so the frozen
+            # bf16 base drifts a little at every sync. rlsr's out-of-place sync (weight_sync.py)
+            # covers DDP and ZeRO, not FSDP's sharded modules yet.
+            problems.append(
+                (
+                    "grpo.use_vllm",
+                    f"FSDP from {where} with LoRA and vLLM rollouts: TRL's weight sync merges the "
+                    "adapter into the sharded base and unmerges it in place, which drifts a bf16 "
+                    "base at every sync (docs/training.md, 'LoRA weight sync'). Use "
+                    "recipes/accelerate/ddp.yaml, zero2.yaml or zero3.yaml (base kept "
+                    "bit-identical), or FSDP with grpo.use_vllm=false, or a full fine-tune "
+                    "(model.lora.enabled=false).",
+                )
+            )
         if engine.state_dict_type != "FULL_STATE_DICT":
             problems.append(
                 (

@@ -144,17 +144,19 @@ def test_tiny_recipe_is_valid_on_cpu():
     ],
 )
 def test_errors_name_field_and_fix(overrides, world_size, field, hint):
+    # 8 per device (the recipe has 16): the pool arithmetic in the hints above assumes it
+    tiny = ("recipe=tiny", "grpo.per_device_train_batch_size=8")
     with pytest.raises(ConfigError) as info:
-        validate(from_dict(compose("recipe=tiny", *overrides)), world_size=world_size)
+        validate(from_dict(compose(*tiny, *overrides)), world_size=world_size)
     assert info.value.field == field
     assert str(info.value).startswith(field + ":")
     assert hint in str(info.value)
 
 
 def test_pool_divisibility_counts_processes_and_accumulation():
-    # tiny: 8 per device x 2 accumulation; G = 4 -> any world size works; G = 48 needs 3 processes.
+    # tiny: 16 per device x 2 accumulation; G = 4 -> any world size works; G = 48 needs 3.
     settings = from_dict(compose("recipe=tiny", "grpo.num_generations=48"))
-    with pytest.raises(ConfigError, match="8 x 2 x 2 = 32"):
+    with pytest.raises(ConfigError, match="16 x 2 x 2 = 64"):
         validate(settings, world_size=2)
     validate(settings, world_size=3)
 

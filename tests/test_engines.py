@@ -118,17 +118,35 @@ FSDP2 = LaunchEngine("fsdp", fsdp_version=2, state_dict_type="FULL_STATE_DICT")
 ZERO3 = LaunchEngine("deepspeed", zero_stage=3, zero3_save_16bit_model=True)
 ZERO2 = LaunchEngine("deepspeed", zero_stage=2)
 GPU_GRPO = {"use_cpu": False, "gradient_checkpointing": True, "use_vllm": True}
+# FSDP with LoRA trains with transformers generation (vLLM + LoRA is refused under FSDP, below)
+FSDP_GRPO = {**GPU_GRPO, "use_vllm": False}
 
 
-@pytest.mark.parametrize("engine", [FSDP2, ZERO2, ZERO3, LaunchEngine("ddp")])
+@pytest.mark.parametrize("engine", [ZERO2, ZERO3, LaunchEngine("ddp")])
 def test_recipe_settings_pass_on_gpus(engine):
     assert engine_problems(engine, GPU_GRPO, deepspeed_installed=True) == []
 
 
+def test_fsdp_passes_without_vllm_or_without_lora():
+    assert engine_problems(FSDP2, FSDP_GRPO) == []
+    assert engine_problems(FSDP2, GPU_GRPO, lora=False) == []  # full fine-tune: no merge
+
+
+def test_fsdp_lora_with_vllm_is_refused_naming_the_engines_that_keep_the_base():
+    """TRL 1.16 syncs LoRA to vLLM under FSDP by merging into the base in place and unmerging;
+    accelerate 1.15 upcasts only trainable parameters, so a bf16 base drifts at every sync.
+    rlsr's out-of-place sync covers DDP and ZeRO only: the combination stops before loading."""
+    [(field, message)] = engine_problems(FSDP2, GPU_GRPO)
+    assert field == "grpo.use_vllm" and "drifts" in message
+    for fix in ("ddp.yaml", "zero2.yaml", "zero3.yaml", "grpo.use_vllm=false"):
+        assert fix in message
+
+
 @pytest.mark.parametrize("engine", [FSDP2, ZERO2, ZERO3])
 def test_sharding_on_cpu_is_rejected(engine):
+    grpo = FSDP_GRPO if engine is FSDP2 else GPU_GRPO
     [(field, message)] = engine_problems(
-        engine, {**GPU_GRPO, "use_cpu": True}, deepspeed_installed=True
+        engine, {**grpo, "use_cpu": True}, deepspeed_installed=True
     )
     assert field == "grpo.use_cpu" and "silently" in message and "ddp.yaml" in message
 
@@ -139,7 +157,7 @@ def test_ddp_on_cpu_is_fine():
 
 def test_fsdp_sharded_state_dict_is_rejected():
     engine = LaunchEngine("fsdp", fsdp_version=2, state_dict_type="SHARDED_STATE_DICT")
-    [(field, message)] = engine_problems(engine, GPU_GRPO)
+    [(field, message)] = engine_problems(engine, FSDP_GRPO)
     assert field == "fsdp_config.fsdp_state_dict_type" and "FULL_STATE_DICT" in message
 
 
@@ -147,9 +165,9 @@ def test_fsdp_activation_checkpointing_twice_is_rejected():
     engine = LaunchEngine(
         "fsdp", fsdp_version=2, state_dict_type="FULL_STATE_DICT", activation_checkpointing=True
     )
-    [(field, message)] = engine_problems(engine, GPU_GRPO)
+    [(field, message)] = engine_problems(engine, FSDP_GRPO)
     assert field == "grpo.gradient_checkpointing" and "gradient_checkpointing=false" in message
-    assert engine_problems(engine, {**GPU_GRPO, "gradient_checkpointing": False}) == []
+    assert engine_problems(engine, {**FSDP_GRPO, "gradient_checkpointing": False}) == []
 
 
 def test_deepspeed_missing_and_zero3_without_16bit_save():
