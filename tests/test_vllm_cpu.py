@@ -178,7 +178,10 @@ def _stream_child(out_dir: str, crash_at: int) -> None:
         if k == crash_at:
             os._exit(17)
 
-    backend = VLLMBackend(str(tiny_warm_model_path()), enforce_eager=True)
+    # vLLM decodes at most 8 sequences at once: the 24 prompts, all in rlsr's window, finish in
+    # at least 3 waves, so samples are written in >= 3 groups by construction (the format-warm
+    # model writes every completion at the same length, so nothing else staggers them).
+    backend = VLLMBackend(str(tiny_warm_model_path()), enforce_eager=True, max_num_seqs=8)
     settings = EvalSettings(max_new_tokens=24, fallback_max_new_tokens=6, bootstrap_resamples=0,
                             progress=False, plot=False)  # fmt: skip
     evaluate_dataset(backend, load_examples("tiny", limit=STREAM_N), out_dir, before_batch=hook,
@@ -191,9 +194,9 @@ STREAM_N = 24
 
 def test_vllm_streams_samples_as_they_finish_and_a_kill_loses_none(tmp_path):
     """Default vLLM evaluation keeps all 24 prompts in flight (window 256) yet writes samples
-    while others still generate (the format-warm model stops at different lengths, so samples
-    finish over several engine steps; 4 write groups here): a process killed before its third write leaves the first two
-    groups on disk, complete. The rerun adds exactly the missing ids, and the final file equals
+    while others still generate (vLLM decodes 8 at a time here, so samples finish in >= 3
+    waves): a process killed before its third write leaves the first two groups on disk,
+    complete. The rerun adds exactly the missing ids, and the final file equals
     the transformers backend's, line for line, in dataset order."""
     from rlsr.data import load_examples
     from rlsr.evaluation.backends import TransformersBackend

@@ -400,7 +400,9 @@ class VLLMBackend:
         seed: int = 0,
         trust_remote_code: bool = False,
         enforce_eager: bool = False,
+        max_num_seqs: int | None = None,
     ) -> None:
+        """``max_num_seqs``: vLLM's cap on sequences decoded at once (None: vLLM's default)."""
         try:
             import vllm
         except ImportError as err:  # pragma: no cover - depends on the install
@@ -434,6 +436,7 @@ class VLLMBackend:
                 trust_remote_code=trust_remote_code,
                 enforce_eager=enforce_eager,
             )
+            | ({} if max_num_seqs is None else {"max_num_seqs": max_num_seqs})
         )
         self.eos_ids = generation_eos_ids(model_path, self.tokenizer, trust_remote_code)
 
