@@ -64,7 +64,7 @@ CPU_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 
-# recipe=tiny (pool 8 x 2 accumulation = 16, G = 4), checkpoint every step.
+# recipe=tiny (pool 16 x 2 accumulation = 32, G = 4), checkpoint every step.
 TRAIN_ARGS = ["recipe=tiny", "grpo.save_steps=1", "grpo.logging_steps=1",
               "grpo.report_to=none", "grpo.disable_tqdm=true", "grpo.max_completion_length=24",
               "grpo.warmup_steps=0"]  # fmt: skip
@@ -148,7 +148,7 @@ def test_train_slurm_server_mode_health_wait_and_rollouts_through_the_server(tmp
     assert log.count('"POST /v1/completions HTTP/1.1" 200') == 2, log[-8000:]
     assert log.count('"POST /reset_prefix_cache HTTP/1.1" 200') == len(rec["sync"])
     pools = [h["rlsr/pool_size"] for h in _log_history(run_dir) if "rlsr/pool_size" in h]
-    assert pools == [16, 16]
+    assert pools == [32, 32]
     assert "training finished with status 0" in proc.stderr
     port = 17000 + int(job) % 5000
     deadline = time.time() + 30
