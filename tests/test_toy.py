@@ -239,7 +239,7 @@ def test_a_warmup_outside_its_band_trains_on_then_stops_with_the_reason(tmp_path
 # --------------------------------------------------------------------------- end to end
 
 # The demo's own budget. 150 steps was calibrated on one CPU: under ATEN_CPU_CAPABILITY=avx2 the
-# same seed was still at BASE's AURC after 150 steps (0.515), while 300 steps reach 0.13-0.17 on
+# same seed was still at BASE's AURC after 150 steps (0.515), while 300 steps reach 0.126-0.174 on
 # all 20 runs of docs/toy.md ("The default demo on 10 seeds x 2 CPU dispatches").
 REDUCED_STEPS = 300
 
