@@ -273,7 +273,9 @@ def test_rlsr_learns_to_rank_confidence_on_heldout(tmp_path):
     from rlsr.toy.warmup import DEFAULT_CACHE_DIR
 
     torch.set_num_threads(1)
-    data_dir = write_dataset_folder(tmp_path / "data", "easy", seed=0, n_heldout=200)
+    data_dir = write_dataset_folder(
+        tmp_path / "data", "easy", seed=0, n_heldout=500
+    )  # the demo's split: accuracy within 0.03 of BASE in all 20 runs of docs/toy.md
     warm_dir, summary = ensure_warmup(WarmupConfig(variant="easy", seed=0), DEFAULT_CACHE_DIR)
     assert summary["format_rate"] > 0.95 and summary["accuracy_present"] > 0.95
     base_aurc, base_acc = _heldout_aurc(warm_dir, data_dir, tmp_path / "eval-base")
