@@ -240,8 +240,7 @@ def marginal_aurc_rewards(
     below = a > 1
     shift[below] = s_group[below] * (v(a[below], b[below]) - v(a[below] - 1, b[below] - 1))
     after = np.concatenate((np.cumsum(shift[::-1])[::-1][1:], [0.0]))  # sum over groups below
-    group_of = np.repeat(np.arange(len(starts)), sizes)  # group index of each sorted position
-    g = group_of
+    g = np.repeat(np.arange(len(starts)), sizes)  # group index of each sorted position
     sj = s[order]
     rest = np.where(sizes[g] > 1, v(a[g], np.maximum(b[g] - 1, a[g])) * (s_group[g] - sj), 0.0)
     d_sorted = v(a[g], b[g]) * s_group[g] - rest - v(n, n) * sj + after[g]

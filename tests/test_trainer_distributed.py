@@ -79,29 +79,16 @@ def _greedy_mixed_dataset(folder: Path) -> list[str]:
     by construction: two train rows the shipped model answers right greedily, and two whose gold
     is "purple", a word it never writes. Greedy texts do not depend on the machine
     (test_tiny_model.py: every greedy decision wins by >= 1e-3 in logit). Returns the golds."""
-    import torch
     from test_trainer_support import format_warm_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlsr.data import load_examples
     from rlsr.parsing import parse_response
+    from rlsr.tiny_models import greedy_completions
 
-    path = format_warm_model()
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path).eval()
     rows = load_examples("tiny", split="train", limit=16)
-    right = []
-    for i in range(len(rows)):
-        enc = tok.apply_chat_template(
-            rows[i]["prompt"], add_generation_prompt=True, return_tensors="pt", return_dict=True
-        )
-        with torch.no_grad():
-            out = model.generate(**enc, do_sample=False, max_new_tokens=40)
-        text = tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-        if parse_response(text).answer == rows[i]["answer"]:
-            right.append(rows[i])
-        if len(right) == 2:
-            break
+    greedy = greedy_completions(format_warm_model(), limit=16, max_new_tokens=40)
+    right = [rows[i] for i, (text, _) in enumerate(greedy)
+             if parse_response(text).answer == rows[i]["answer"]][:2]  # fmt: skip
     assert len(right) == 2, "the shipped model answers fewer than 2 of 16 prompts right"
     wrong = [rows[i] for i in range(len(rows)) if rows[i]["id"] not in {r["id"] for r in right}]
     chosen = [*right, *({**r, "answer": "purple"} for r in wrong[:2])]
