@@ -107,9 +107,9 @@ def test_a_changed_shipped_file_is_refused_with_the_fix(tmp_path, monkeypatch):
 def test_format_warm_model_writes_the_format_and_mixes_right_and_wrong():
     """The format-warm model, sampled at temperature 1 on every tiny train prompt (200 x 4):
     the tag format in >= 90 % of completions, right in 30-70 % (tiny_models.WARM_BANDS), and
-    varied confidences. These are what the trainer tests' preconditions rest on: with
-    p(right) in [0.3, 0.7] per completion a pool of n independent completions is all-right or
-    all-wrong with probability <= 0.7**n + 0.3**n (1e-6 at n = 39)."""
+    varied confidences. The trainer tests' preconditions rest on this model; their chances of a
+    vacuous pool are computed from its per-prompt accuracy (0.16-0.97 at the recipe's
+    temperature) in test_trainer.py, next to ONE_STEP_POOL."""
     from rlsr import tiny_models as tm
 
     torch.set_num_threads(1)
