@@ -119,8 +119,12 @@ def test_sigint_mid_run_prints_one_line_and_exits_130(tiny_model_dir, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("RLSR_DEBUG", None)
     samples = out / "tiny" / "samples.jsonl"
+    # The child starts with SIGINT at its default, as a shell starts a command: a disposition
+    # of SIG_IGN inherited from this test process (a library may set it) would make Python
+    # install no KeyboardInterrupt handler, and the run would finish with exit 0.
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+                            text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     try:
         deadline = time.monotonic() + 180
         while not (samples.exists() and samples.read_text().count("\n") >= 1):
