@@ -40,7 +40,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         default="easy",
         choices=VARIANTS,
         help="easy; distractor (a missing fact is not visible from the length); tiers (every fact "
-        "present, names with reliability 1.0/0.9/0.8/0.7/0.6: calibration vs ranking, docs/toy.md)",
+        "present, names with reliability 1.0/0.9/0.8/0.7/0.6: calibration vs ranking, docs/toy.md); "
+        "tiers-wide (reliabilities 1.0/0.8/0.6/0.4/0.2, straddling 1/2)",
     )
     p.add_argument("--steps", type=int, default=300, help="GRPO steps per arm")
     p.add_argument("--prompts-per-step", type=int, default=16, help="B: prompts per pool")

@@ -25,7 +25,7 @@ import numpy as np
 import yaml
 
 from rlsr.metrics import aurc, risk_coverage_curve
-from rlsr.toy.task import make_split, write_dataset_folder
+from rlsr.toy.task import VARIANT_TIERS, make_split, write_dataset_folder
 from rlsr.toy.warmup import WarmupGateError, ensure_warmup, warmup_config
 
 __all__ = [
@@ -215,6 +215,68 @@ def calibrated_aurc(samples_path: Path, p_correct: dict[str, float]) -> float:
     return float(aurc(conf, np.asarray([r["correct"] for r in recs], dtype=bool)))
 
 
+def two_level_aurc(samples_path: Path, p_correct: dict[str, float]) -> float:
+    """AURC of the same answers ranked by the released lifted-AURC reward's per-completion best
+    response (docs/training.md, "What each reward teaches"): every prompt with P(correct) > 1/2
+    tied at the top, every other prompt tied at the bottom."""
+    recs = [json.loads(line) for line in samples_path.open()]
+    conf = np.asarray([float(p_correct[r["id"]] > 0.5) for r in recs], dtype=float)
+    return float(aurc(conf, np.asarray([r["correct"] for r in recs], dtype=bool)))
+
+
+def confidence_by_tier(samples_path: Path, p_correct: dict[str, float]) -> dict[str, dict]:
+    """Per tier (``P(correct | prompt)``, as text): the greedy verbalized confidences the model
+    stated, counted (``{"0.9": 91}``; an unparsed confidence counts as ``"none"``), and their mean."""
+    by_tier: dict[str, list] = {}
+    for line in samples_path.open():
+        rec = json.loads(line)
+        by_tier.setdefault(f"{p_correct[rec['id']]:.1f}", []).append(rec["confidence"])
+    out = {}
+    for tier in sorted(by_tier, reverse=True):
+        values = by_tier[tier]
+        stated = [v for v in values if v is not None]
+        counts: dict[str, int] = {}
+        for v in values:
+            key = "none" if v is None else f"{v:.1f}"
+            counts[key] = counts.get(key, 0) + 1
+        out[tier] = {
+            "n": len(values),
+            "mean": float(np.mean(stated)) if stated else float("nan"),
+            "counts": dict(sorted(counts.items(), reverse=True)),
+        }
+    return out
+
+
+def tier_table(rows, tiers_seen: dict[str, list[dict]]) -> list[str]:
+    """Markdown lines: mean greedy confidence per tier (mean over seeds of the per-seed means)
+    for every row, then each row's per-seed counts."""
+    tiers = sorted({t for r in rows for seed in tiers_seen[r] for t in seed}, reverse=True)
+    lines = [
+        "Greedy confidence per tier (mean over held-out prompts, then over seeds):",
+        "",
+        "| row | " + " | ".join(f"p = {t}" for t in tiers) + " |",
+        "| --- |" + " --- |" * len(tiers),
+    ]
+    for r in rows:
+        cells = []
+        for t in tiers:
+            means = [seed[t]["mean"] for seed in tiers_seen[r] if t in seed]
+            cells.append(mean_std(means) if means else "-")
+        lines.append(f"| {r.upper()} | " + " | ".join(cells) + " |")
+    lines += ["", "Stated confidences per tier and seed (confidence: count):", ""]
+    for r in rows:
+        per_seed = [
+            "; ".join(
+                f"p={t}: " + ", ".join(f"{c}x{n}" for c, n in seed[t]["counts"].items())
+                for t in tiers
+                if t in seed
+            )
+            for seed in tiers_seen[r]
+        ]
+        lines.append(f"- {r.upper()}: " + " | ".join(per_seed))
+    return lines + [""]
+
+
 def mean_std(values: list[float]) -> str:
     arr = np.asarray(values, dtype=float)
     std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
@@ -369,6 +431,8 @@ def run(args) -> int:
     results: dict[str, dict[str, list]] = {r: {m: [] for m in METRICS} for r in rows}
     oracle: list[float] = []
     calibrated: list[float] = []
+    two_level: list[float] = []
+    tiers_seen: dict[str, list[dict]] = {r: [] for r in rows}
     timings: dict[str, list[float]] = {}
     stopped: dict[int, str] = {}
     start = time.perf_counter()
@@ -429,7 +493,13 @@ def run(args) -> int:
         ref = eval_dirs["rlsr" if "rlsr" in eval_dirs else "base"] / "tiny@test" / "samples.jsonl"
         oracle.append(oracle_aurc(ref))
         heldout = make_split(args.variant, "heldout", args.n_heldout, seed)
-        calibrated.append(calibrated_aurc(ref, {ex.id: ex.p_correct for ex in heldout}))
+        p_correct = {ex.id: ex.p_correct for ex in heldout}
+        calibrated.append(calibrated_aurc(ref, p_correct))
+        if args.variant in VARIANT_TIERS:
+            two_level.append(two_level_aurc(ref, p_correct))
+            for name in rows:
+                samples = eval_dirs[name] / "tiny@test" / "samples.jsonl"
+                tiers_seen[name].append(confidence_by_tier(samples, p_correct))
         report_out = run / "report"
         _launch(
             ["rlsr", "report", *[str(eval_dirs[r]) for r in rows], "--output", str(report_out),
@@ -440,7 +510,8 @@ def run(args) -> int:
     total = time.perf_counter() - start
     done = [s for s in seeds if s not in stopped]
     if done:
-        write_summary(root, args, done, rows, results, oracle, timings, total, calibrated)
+        tiers = (two_level, tiers_seen) if args.variant in VARIANT_TIERS else None
+        write_summary(root, args, done, rows, results, oracle, timings, total, calibrated, tiers)
         progress.stage(f"summary -> {root / 'summary.md'}")
         print((root / "summary.md").read_text())
     for seed, reason in stopped.items():
@@ -449,11 +520,12 @@ def run(args) -> int:
 
 
 def summary_markdown(
-    args, seeds, rows, results, oracle, timings, total, load=None, calibrated=None
+    args, seeds, rows, results, oracle, timings, total, load=None, calibrated=None, tiers=None
 ) -> str:
     """The summary table (mean ± std over seeds per row and metric), oracle and calibrated-ranking
     AURC, per-seed AURC and timings. ``results[row][metric]`` holds one value per seed; ``load``:
-    the load average to report (default ``os.getloadavg()``)."""
+    the load average to report (default ``os.getloadavg()``); ``tiers``: on a tier variant,
+    ``(two-level AURC per seed, confidence_by_tier per row and seed)``."""
     load = os.getloadavg() if load is None else load
     lines = [
         f"# Toy reproduction ({args.variant}, seeds {','.join(map(str, seeds))}, "
@@ -480,6 +552,14 @@ def summary_markdown(
             f"{mean_std(calibrated)}",
             "",
         ]
+    if tiers:
+        two_level, tiers_seen = tiers
+        lines += [
+            "Two-level AURC (same answers as RLSR; P(correct) > 1/2 tied at the top, the rest "
+            f"tied at the bottom: the released reward's best response): {mean_std(two_level)}",
+            "",
+            *tier_table(rows, tiers_seen),
+        ]
     lines.append(
         "Per-seed AURC: "
         + "; ".join(
@@ -498,10 +578,14 @@ def summary_markdown(
     return "\n".join(lines) + "\n"
 
 
-def write_summary(root, args, seeds, rows, results, oracle, timings, total, calibrated) -> None:
+def write_summary(
+    root, args, seeds, rows, results, oracle, timings, total, calibrated, tiers=None
+) -> None:
     """``root/summary.md``, ``summary.json`` and ``risk_coverage.png``."""
     (root / "summary.md").write_text(
-        summary_markdown(args, seeds, rows, results, oracle, timings, total, None, calibrated)
+        summary_markdown(
+            args, seeds, rows, results, oracle, timings, total, None, calibrated, tiers
+        )
     )
     (root / "summary.json").write_text(
         json.dumps(
@@ -511,6 +595,8 @@ def write_summary(root, args, seeds, rows, results, oracle, timings, total, cali
                 "results": results,
                 "oracle_aurc": oracle,
                 "calibrated_aurc": calibrated,
+                "two_level_aurc": tiers[0] if tiers else None,
+                "confidence_by_tier": tiers[1] if tiers else None,
                 "timings": timings,
                 "total_seconds": total,
             },

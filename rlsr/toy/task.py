@@ -21,6 +21,10 @@ Variants:
   above 1/2: the lifted-AURC reward's per-sample best response (``(2p - 1) * alpha``, increasing
   in the rank for p > 1/2) is then the top confidence for every prompt, which ties them
   (docs/toy.md, "A task where calibration and ranking disagree"). ``p_missing`` is ignored.
+* ``tiers-wide``: ``tiers`` with the tiers ``WIDE_TIERS`` = {1.0, 0.8, 0.6, 0.4, 0.2}, which
+  straddle 1/2: the released reward's best response is then two levels (top confidence for
+  p > 1/2, bottom for p < 1/2), a proper reward's is the tier itself, and adjacent tiers differ
+  by 0.2, so a Brier reward's signal between them is four times the ``tiers`` one.
 
 Everything is a pure function of (variant, seed, split, index), so train and held-out sets are
 reproducible and disjoint by construction (different seed streams per split).
@@ -45,18 +49,29 @@ __all__ = [
     "oracle_correct_probability",
     "RELIABILITY_TIERS",
     "TIER_OF_NAME",
+    "WIDE_TIERS",
+    "VARIANT_TIERS",
+    "tier_of_name",
     "write_dataset_folder",
 ]
 
 # Single-letter names; "q" is the question marker, so it is not a name.
 NAMES: tuple[str, ...] = tuple(c for c in "abcdefghijklmnoprstuvwxyz")
 DIGITS: tuple[str, ...] = tuple(str(d) for d in range(10))
-VARIANTS: tuple[str, ...] = ("easy", "distractor", "tiers")
+VARIANTS: tuple[str, ...] = ("easy", "distractor", "tiers", "tiers-wide")
 RELIABILITY_TIERS: tuple[float, ...] = (1.0, 0.9, 0.8, 0.7, 0.6)
-# Each name's tier (``tiers`` variant): names in order, tiers in turn (a 5 names, the rest 4-5).
-TIER_OF_NAME: dict[str, float] = {
-    name: RELIABILITY_TIERS[i % len(RELIABILITY_TIERS)] for i, name in enumerate(NAMES)
-}
+WIDE_TIERS: tuple[float, ...] = (1.0, 0.8, 0.6, 0.4, 0.2)
+# The reliability tiers of each tier variant; a variant not listed has none.
+VARIANT_TIERS: dict[str, tuple[float, ...]] = {"tiers": RELIABILITY_TIERS, "tiers-wide": WIDE_TIERS}
+
+
+def tier_of_name(variant: str) -> dict[str, float]:
+    """Each name's tier in ``variant``: names in order, tiers in turn (5 or 6 names per tier)."""
+    tiers = VARIANT_TIERS[variant]
+    return {name: tiers[i % len(tiers)] for i, name in enumerate(NAMES)}
+
+
+TIER_OF_NAME: dict[str, float] = tier_of_name("tiers")
 SPLITS: dict[str, int] = {"train": 0, "heldout": 1, "warmup": 2}
 TOY_DATASET_NAME = "toy"
 
@@ -88,8 +103,8 @@ def make_example(
     names = rng.sample(NAMES, 3)
     target, others = names[0], names[1:]
     answer = rng.choice(DIGITS)
-    if variant == "tiers":
-        tier = TIER_OF_NAME[target]
+    if variant in VARIANT_TIERS:
+        tier = tier_of_name(variant)[target]
         gold = answer if rng.random() < tier else rng.choice([d for d in DIGITS if d != answer])
         question = f"facts: {target}={answer} ; q: {target}"
         return ToyExample(id=idx, question=question, answer=gold, answerable=True, p_correct=tier)

@@ -63,17 +63,20 @@ VARIANT_WARMUP: dict[str, dict] = {
     "easy": {"steps": 300},
     "distractor": {"steps": 20000, "weight_decay": 0.1},
     "tiers": {"steps": 300},
+    "tiers-wide": {"steps": 300},
 }
 # What BASE must show on 200 held-out prompts (greedy) before any arm trains on it, per variant:
 # (low, high) per ``greedy_complete`` field. easy / distractor: the format, the look-up when the
 # fact is present (so RL has right answers to rank), a uniform guess when it is missing (1 in 10
-# digits). tiers: the stated digit, right with the name's reliability (mean 0.8).
+# digits). tiers / tiers-wide: the stated digit, right with the name's reliability (mean 0.8 /
+# 0.6).
 WARMUP_BANDS: dict[str, dict[str, tuple[float, float]]] = {
     "easy": {"format_rate": (0.95, 1.0), "accuracy_present": (0.9, 1.0),
              "accuracy_missing": (0.0, 0.3)},
     "distractor": {"format_rate": (0.95, 1.0), "accuracy_present": (0.9, 1.0),
                    "accuracy_missing": (0.0, 0.3)},
     "tiers": {"format_rate": (0.95, 1.0), "accuracy_present": (0.65, 0.95)},
+    "tiers-wide": {"format_rate": (0.95, 1.0), "accuracy_present": (0.45, 0.75)},
 }  # fmt: skip
 # A warm-up outside its band trains on, one more cosine cycle of ``steps`` at a time, this many
 # times at most; then it stops with ``WarmupGateError`` instead of handing a broken BASE to RL.
