@@ -10,6 +10,11 @@ Schema (top-level keys of ``recipes/config.yaml``)::
              evaluate_args}
     grpo:   any field of trl.GRPOConfig (num_generations, per_device_train_batch_size, ...)
     sft:    any field of trl.SFTConfig (method=sft only; recipes/method/sft.yaml)
+    eval:   {every, at_end, at_start, datasets, split, limit, data_path, verifiers, system_prompt, backend,
+             max_new_tokens, temperature, top_p, seed, batch_size, fallbacks, scorers, bootstrap,
+             judge_base_url, judge_model, judge_timeout, judge_max_retries,
+             judge_max_answer_chars}: held-out
+             evaluation during training (``HeldOutSettings``)
     pool_size: completions ranked together per optimizer step (null: from grpo.*)
     output_dir, seed, resume: auto|never|<checkpoint path>
 
@@ -41,7 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlsr.data import get_spec
+from rlsr.data import VERIFIERS as VERIFIER_NAMES
+from rlsr.data import get_spec, resolve_datasets
 from rlsr.engines import engine_from_env, engine_problems
 from rlsr.prompts import NO_SYSTEM_PROMPT
 from rlsr.tiny_models import tiny_model_path, tiny_warm_model_path
@@ -55,6 +61,8 @@ __all__ = [
     "ModelSettings",
     "DataSettings",
     "MethodSettings",
+    "HeldOutSettings",
+    "HELDOUT_BACKENDS",
     "TrainSettings",
     "from_dict",
     "check_settings",
@@ -67,6 +75,8 @@ __all__ = [
     "resolve_attn_implementation",
     "resolve_model_path",
     "resolve_resume",
+    "resolve_heldout",
+    "ResolvedHeldOut",
     "training_verifier",
     "force_add_overrides",
     "describe_hydra_error",
@@ -85,6 +95,8 @@ MANAGED_SFT_FIELDS = ("output_dir", "seed", "model_init_kwargs")
 TRAINER_SECTIONS = ("grpo", "sft")
 # Where RLSR's pooled ranking reads each completion's confidence (method.confidence).
 CONFIDENCE_SOURCES = ("verbalized", "logprob")
+# eval.backend: auto = the colocated vLLM engine when the rollouts use one, else transformers.
+HELDOUT_BACKENDS = ("auto", "transformers", "vllm")
 
 
 class ConfigError(ValueError):
@@ -148,6 +160,56 @@ class MethodSettings:
 
 
 @dataclass
+class HeldOutSettings:
+    """Held-out evaluation during training (``rlsr.evaluation.in_training``): the current policy
+    answers held-out questions with the code of ``rlsr evaluate`` (prompts, Sec. C.3 fallbacks,
+    verifiers, metrics) every ``every`` optimizer steps, into ``output_dir/eval/step-N/<dataset>``.
+    Each field mirrors the ``rlsr evaluate`` flag of the same name (docs/training.md, "Watch a
+    run")."""
+
+    # Optimizer steps between evaluations (steps N, 2N, ...); 0: no held-out evaluation.
+    every: int = 0
+    # Also evaluate the last step when it is not a multiple of ``every`` (needs every > 0).
+    at_end: bool = True
+    # Also evaluate step 0 (the model before any update: the baseline of the curves).
+    at_start: bool = False
+    # Dataset names or groups, as `rlsr evaluate --datasets` (`rlsr datasets` lists them).
+    datasets: list[str] = field(default_factory=list)
+    # Split of every dataset; null: each dataset's evaluation split (as `rlsr evaluate`).
+    split: str | None = None
+    # First N questions of each dataset (null: all of them).
+    limit: int | None = 200
+    # {dataset: local path}, as `rlsr evaluate --data-path NAME=PATH`.
+    data_path: dict[str, str] = field(default_factory=dict)
+    # {dataset: verifier}, as `rlsr evaluate --verifier NAME=VERIFIER` (default: the dataset's).
+    verifiers: dict[str, str] = field(default_factory=dict)
+    # null: the training dataset's system prompt (paper Sec. C.5: evaluate with the training
+    # domain's prompt); or "simple" | "long" | "none".
+    system_prompt: str | None = None
+    # auto: the colocated vLLM engine (weights synced first) when grpo.use_vllm with
+    # vllm_mode=colocate, else transformers on a merged inference copy of the policy.
+    backend: str = "auto"
+    # New tokens per answer; null: grpo.max_completion_length (what the policy is trained to).
+    max_new_tokens: int | None = None
+    temperature: float = 0.0  # 0: greedy (paper Sec. C.5)
+    top_p: float = 1.0
+    seed: int = 0  # sampling and bootstrap seed
+    batch_size: int | None = None  # null: the backend's (transformers 8, vLLM 256 in flight)
+    fallbacks: bool = True  # the Sec. C.3 answer / confidence fallbacks
+    fallback_max_new_tokens: int = 64
+    # Confidence scorers; null: the --scorers of method.evaluate_args, else ["verbalized"].
+    scorers: list[str] | None = None
+    bootstrap: int = 1000  # bootstrap resamples of the metrics' confidence intervals
+    # The LLM judge of judge-verified datasets: an OpenAI-compatible server (a second model in
+    # the training processes would not fit); required when such a dataset is evaluated.
+    judge_base_url: str | None = None
+    judge_model: str | None = None  # null: rlsr evaluate's default judge model
+    judge_timeout: float = 60.0
+    judge_max_retries: int = 4
+    judge_max_answer_chars: int = 1000
+
+
+@dataclass
 class TrainSettings:
     model: ModelSettings = field(default_factory=ModelSettings)
     data: DataSettings = field(default_factory=DataSettings)
@@ -155,6 +217,7 @@ class TrainSettings:
     grpo: dict[str, Any] = field(default_factory=dict)
     pool_size: int | None = None
     sft: dict[str, Any] = field(default_factory=dict)  # trl.SFTConfig fields (method=sft)
+    eval: HeldOutSettings = field(default_factory=HeldOutSettings)
     output_dir: str = "runs/default"
     seed: int = 42
     resume: str = "auto"
@@ -173,6 +236,7 @@ _NESTED = {
     ("TrainSettings", "model"): ModelSettings,
     ("TrainSettings", "data"): DataSettings,
     ("TrainSettings", "method"): MethodSettings,
+    ("TrainSettings", "eval"): HeldOutSettings,
     ("ModelSettings", "lora"): LoraSettings,
 }
 
@@ -826,6 +890,205 @@ def _validate_top(cfg: TrainSettings) -> None:
         )
 
 
+@dataclass(frozen=True)
+class ResolvedHeldOut:
+    """``eval.*`` with every default filled in (``resolve_heldout``): what the in-training
+    evaluator runs. ``jobs``: ``(folder, dataset, split)`` as ``rlsr evaluate`` names its output
+    folders (the dataset's name; ``name@split`` when ``eval.split`` is set)."""
+
+    every: int
+    at_end: bool
+    at_start: bool
+    jobs: tuple[tuple[str, str, str], ...]
+    verifiers: dict[str, str]
+    backend: str
+    system_prompt: str | None
+    max_new_tokens: int
+    scorers: tuple[str, ...]
+    response_format: str
+    settings: HeldOutSettings
+
+
+def _flag(args: Sequence[str], name: str) -> str | None:
+    """The value after ``name`` in a list of command-line flags (``method.evaluate_args``)."""
+    args = list(args)
+    return args[args.index(name) + 1] if name in args and args.index(name) + 1 < len(args) else None
+
+
+def resolve_heldout(cfg: TrainSettings, trainer_section: str = "grpo") -> ResolvedHeldOut | None:
+    """Check ``cfg.eval`` against the rest of ``cfg`` and fill in its defaults; None when off
+    (``eval.every == 0``). Raises ``ConfigError`` naming the ``eval.*`` field and the fix, so a
+    setting that cannot work stops the run before training starts, not at its first evaluation."""
+    e = cfg.eval
+    _check(
+        _is_int(e.every) and e.every >= 0,
+        "eval.every",
+        f"must be an integer >= 0 (optimizer steps between evaluations; 0: off); got {e.every!r}.",
+    )
+    if e.every == 0:
+        return None
+    _check(isinstance(e.at_end, bool), "eval.at_end", "must be true or false.")
+    _check(isinstance(e.at_start, bool), "eval.at_start", "must be true or false.")
+    _check(
+        isinstance(e.datasets, list | tuple) and len(e.datasets) > 0,
+        "eval.datasets",
+        "eval.every > 0 needs datasets to evaluate, e.g. eval.datasets=[tiny] (`rlsr datasets` "
+        "lists them), or set eval.every=0.",
+    )
+    try:
+        names = resolve_datasets(list(e.datasets))
+    except (KeyError, ValueError) as err:
+        raise ConfigError("eval.datasets", str(err).strip("'\"")) from None
+    for name in e.data_path or {}:
+        _check(
+            name in names,
+            f"eval.data_path.{name}",
+            f"{name!r} is not among eval.datasets {names}.",
+        )
+        _check(
+            Path(e.data_path[name]).exists(),
+            f"eval.data_path.{name}",
+            f"{e.data_path[name]!r} does not exist; point it at a local copy of the dataset.",
+        )
+    for name in ("limit", "batch_size", "max_new_tokens"):
+        value = getattr(e, name)
+        _check(
+            value is None or (_is_int(value) and value >= 1),
+            f"eval.{name}",
+            f"must be a positive integer or null; got {value!r}.",
+        )
+    _check(
+        _is_int(e.fallback_max_new_tokens) and e.fallback_max_new_tokens >= 1,
+        "eval.fallback_max_new_tokens",
+        f"must be a positive integer; got {e.fallback_max_new_tokens!r}.",
+    )
+    _check(
+        is_number(e.temperature) and e.temperature >= 0,
+        "eval.temperature",
+        f"must be >= 0 (0: greedy); got {e.temperature!r}.",
+    )
+    _check(
+        is_number(e.top_p) and 0 < e.top_p <= 1,
+        "eval.top_p",
+        f"must be in (0, 1]; got {e.top_p!r}.",
+    )
+    _check(_is_int(e.seed), "eval.seed", f"must be an integer; got {e.seed!r}.")
+    _check(
+        _is_int(e.bootstrap) and e.bootstrap >= 0,
+        "eval.bootstrap",
+        f"must be an integer >= 0; got {e.bootstrap!r}.",
+    )
+    _check(
+        e.system_prompt in (None, "simple", "long", NO_SYSTEM_PROMPT),
+        "eval.system_prompt",
+        f"got {e.system_prompt!r}; choose 'simple', 'long', 'none' or null (the training "
+        "dataset's).",
+    )
+    split = e.split
+    jobs = tuple(
+        (name if split is None else f"{name}@{split}", name, split or get_spec(name).split)
+        for name in names
+    )
+    for name, vname in (e.verifiers or {}).items():
+        _check(
+            name in names,
+            f"eval.verifiers.{name}",
+            f"{name!r} is not among eval.datasets {names}.",
+        )
+        _check(
+            vname in VERIFIER_NAMES,
+            f"eval.verifiers.{name}",
+            f"unknown verifier {vname!r}; choose one of {VERIFIER_NAMES}.",
+        )
+    verifiers = {name: (e.verifiers or {}).get(name, get_spec(name).verifier) for name in names}
+    judged = [n for n, v in verifiers.items() if v == "llm_judge"]
+    _check(
+        not judged or bool(e.judge_base_url),
+        "eval.judge_base_url",
+        f"{', '.join(judged)} {'is' if len(judged) == 1 else 'are'} verified by an LLM judge; "
+        "set eval.judge_base_url=http://HOST:PORT/v1 (an OpenAI-compatible server, e.g. "
+        "`vllm serve meta-llama/Llama-3.1-8B-Instruct`) or evaluate other datasets.",
+    )
+    _check(
+        _is_int(e.judge_max_retries) and e.judge_max_retries >= 0,
+        "eval.judge_max_retries",
+        f"must be an integer >= 0; got {e.judge_max_retries!r}.",
+    )
+    _check(
+        is_number(e.judge_timeout) and e.judge_timeout > 0,
+        "eval.judge_timeout",
+        f"must be > 0 seconds; got {e.judge_timeout!r}.",
+    )
+    section = getattr(cfg, trainer_section)
+    colocated = bool(section.get("use_vllm")) and section.get("vllm_mode", "colocate") == "colocate"
+    _check(
+        e.backend in HELDOUT_BACKENDS,
+        "eval.backend",
+        f"got {e.backend!r}; choose one of {HELDOUT_BACKENDS}.",
+    )
+    backend = e.backend if e.backend != "auto" else ("vllm" if colocated else "transformers")
+    if backend == "vllm":
+        _check(
+            colocated,
+            "eval.backend",
+            "vllm evaluates on the training processes' own colocated engine; it needs "
+            "grpo.use_vllm=true with grpo.vllm_mode=colocate. Use eval.backend=transformers "
+            "(or auto).",
+        )
+        _check(
+            section.get("vllm_tensor_parallel_size", 1) == 1,
+            "eval.backend",
+            "the colocated engine is split over a tensor-parallel group "
+            "(grpo.vllm_tensor_parallel_size > 1), whose ranks must generate together; use "
+            "eval.backend=transformers.",
+        )
+    else:
+        engine = engine_from_env()
+        _check(
+            not (engine.name == "fsdp" or (engine.name == "deepspeed" and engine.zero_stage == 3)),
+            "eval.backend",
+            f"transformers evaluation copies the whole policy per process, and {engine.label} "
+            "shards it; set grpo.use_vllm=true (the colocated engine gets the gathered weights) "
+            "or eval.every=0 and evaluate checkpoints with `rlsr evaluate`.",
+        )
+    completion = section.get("max_completion_length", 256)
+    max_new = e.max_new_tokens or completion
+    if backend == "vllm":
+        _check(
+            max_new <= completion,
+            "eval.max_new_tokens",
+            f"{max_new} > grpo.max_completion_length {completion}: the colocated engine holds "
+            "max prompt + max completion tokens; lower it (or leave it null).",
+        )
+    method_args = list(cfg.method.evaluate_args or [])
+    response_format = _flag(method_args, "--response-format") or "tags"
+    scorers = e.scorers
+    if scorers is None:
+        from_method = _flag(method_args, "--scorers")
+        scorers = from_method.split(",") if from_method else ["verbalized"]
+    _check(
+        isinstance(scorers, list | tuple) and scorers and all(isinstance(x, str) for x in scorers),
+        "eval.scorers",
+        f"must be a list of scorers, e.g. [verbalized, logprob]; got {scorers!r}.",
+    )
+    system_prompt = (
+        e.system_prompt or cfg.data.system_prompt or get_spec(cfg.data.dataset).system_prompt
+    )
+    return ResolvedHeldOut(
+        every=e.every,
+        at_end=e.at_end,
+        at_start=e.at_start,
+        jobs=jobs,
+        verifiers=verifiers,
+        backend=backend,
+        system_prompt=system_prompt,
+        max_new_tokens=int(max_new),
+        scorers=tuple(s.strip() for s in scorers),
+        response_format=response_format,
+        settings=e,
+    )
+
+
 def check_settings(
     cfg: TrainSettings, *, world_size: int | None = None, trainer_section: str = "grpo"
 ) -> TrainSettings:
@@ -852,4 +1115,5 @@ def check_settings(
         _validate_engine(cfg.grpo, cfg.model.lora.enabled)
     else:
         _validate_sft(cfg.sft)
+    resolve_heldout(cfg, trainer_section)
     return cfg

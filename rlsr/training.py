@@ -33,6 +33,7 @@ from rlsr.config import (
     check_settings,
     default_vllm_max_model_length,
     resolve_attn_implementation,
+    resolve_heldout,
     resolve_model_path,
     resolve_pool,
     resolve_resume,
@@ -42,6 +43,7 @@ from rlsr.config import (
 from rlsr.data import get_spec, load_examples
 from rlsr.data.loading import DatasetUnavailableError, download_command
 from rlsr.engines import engine_from_env
+from rlsr.evaluation.in_training import HeldOutEvaluator
 from rlsr.methods import get_entry, resolve, reward_columns, validate_method
 from rlsr.tokenization import load_tokenizer
 
@@ -253,7 +255,7 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None):
     extra = {}
     if entry.rewarded:
         extra = dict(method=method, verifier=training_verifier(cfg.data), pool_hook=pool_hook)
-    return entry.trainer(
+    trainer = entry.trainer(
         model=model_path,
         args=args,
         train_dataset=train_dataset,
@@ -262,6 +264,23 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None):
         callbacks=callbacks,
         **extra,
     )
+    heldout = resolve_heldout(cfg, entry.args_section)
+    if heldout is not None:  # eval.every > 0: datasets load now, so a missing one stops us here
+        evaluator = HeldOutEvaluator(
+            heldout,
+            model_path=model_path,
+            output_dir=cfg.output_dir,
+            trust_remote_code=cfg.model.trust_remote_code,
+        ).bind(trainer)
+        if args.process_index == 0:
+            jobs = ", ".join(job for job, _, _ in heldout.jobs)
+            print(
+                f"[rlsr] held-out evaluation every {heldout.every} steps on {jobs} "
+                f"({heldout.backend}) -> {Path(cfg.output_dir) / 'eval'}",
+                flush=True,
+            )
+        trainer.heldout_evaluator = evaluator
+    return trainer
 
 
 # Checkpoint files that are training state, not the model: not copied as the final model.

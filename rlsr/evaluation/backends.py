@@ -225,7 +225,22 @@ class TransformersBackend:
             model = PeftModel.from_pretrained(model, str(adapter))
             if merge:
                 model = model.merge_and_unload()
-        self.model = model.to(self.device).eval()
+        self._attach(model.to(self.device).eval(), batch_size)
+
+    @classmethod
+    def from_model(cls, model, tokenizer, *, batch_size: int | None = None) -> TransformersBackend:
+        """A backend on a model already in memory (the in-training evaluator's inference copy of
+        the policy, ``rlsr.evaluation.in_training``); ``tokenizer`` as ``load_chat_tokenizer``
+        returns it. Generation and scoring are this class's, so a copy with the weights of a
+        checkpoint answers exactly as ``rlsr evaluate`` on that checkpoint does."""
+        backend = cls.__new__(cls)
+        backend.device = str(next(model.parameters()).device)
+        backend.tokenizer = tokenizer
+        backend._attach(model.eval(), batch_size)
+        return backend
+
+    def _attach(self, model, batch_size: int | None) -> None:
+        self.model = model
         self.batch_size = int(batch_size or self.DEFAULT_BATCH_SIZE)
         self.eval_batch_size = self.batch_size
         self.eos_ids = self._eos_ids()
@@ -439,6 +454,21 @@ class VLLMBackend:
             | ({} if max_num_seqs is None else {"max_num_seqs": max_num_seqs})
         )
         self.eos_ids = generation_eos_ids(model_path, self.tokenizer, trust_remote_code)
+
+    @classmethod
+    def from_engine(cls, llm, tokenizer, eos_ids: set[int]) -> VLLMBackend:  # pragma: no cover
+        """A backend on a running ``vllm.LLM`` (TRL's colocated rollout engine, its weights
+        already synced; ``rlsr.evaluation.in_training``): no LoRA request, the engine's weights
+        are the policy's."""
+        import vllm
+
+        backend = cls.__new__(cls)
+        backend._vllm = vllm
+        backend.llm = llm
+        backend.tokenizer = tokenizer
+        backend.lora_request = None
+        backend.eos_ids = set(eos_ids)
+        return backend
 
     def render(self, messages: list[dict]) -> str:
         return render_chat(self.tokenizer, messages)

@@ -16,6 +16,7 @@ import transformers
 from rlsr.config import resolve_model_path
 from rlsr.data import datasets_system_prompt, get_spec, load_examples, resolve_datasets
 from rlsr.evaluation.backends import make_backend, resolve_adapter
+from rlsr.evaluation.curves import write_curves
 from rlsr.evaluation.deployment import (
     deployment_markdown,
     deployment_provenance,
@@ -245,9 +246,25 @@ def register(subparsers) -> None:
     d.add_argument("--deployment-delta", type=float, default=0.1)
     ev.set_defaults(func=run_evaluate)
 
-    rp = subparsers.add_parser("report", help="paper-style tables and curves over evaluation dirs")
+    rp = subparsers.add_parser(
+        "report",
+        help="paper-style tables and curves over evaluation dirs; --curves: held-out metrics "
+        "against the step of training runs",
+        epilog="example: rlsr report --curves runs/hotpot-rlsr runs/hotpot-rlcr --output "
+        "reports/hotpot (PNG + CSV of held-out AURC, accuracy and ECE per step; the best step "
+        "by AURC and its checkpoint).",
+    )
     rp.add_argument(
-        "dirs", nargs="*", help="evaluation output dirs (grouped by basename minus -seedN)"
+        "dirs",
+        nargs="*",
+        help="evaluation output dirs (grouped by basename minus -seedN); with --curves: "
+        "training output dirs (their eval/step-N/ folders)",
+    )
+    rp.add_argument(
+        "--curves",
+        action="store_true",
+        help="the dirs are training runs with eval.every > 0: draw their held-out metrics "
+        "against the step (PREFIX_curves.png, PREFIX_curves.csv)",
     )
     rp.add_argument("--label", action="append", default=[], metavar="NAME=DIR1,DIR2")
     rp.add_argument(
@@ -630,7 +647,11 @@ def _deploy_from_dirs(out: Path, args, jobs) -> None:
 
 
 def run_report(args) -> int:
-
+    if args.curves:
+        if not args.dirs:
+            raise ValueError("--curves needs training output dirs, e.g. runs/hotpot-rlsr.")
+        print(write_curves(args.dirs, args.output)["text"])
+        return 0
     dirs = list(args.dirs)
     if not dirs and not args.label:
         raise ValueError("give evaluation directories or --label NAME=DIR1,DIR2.")

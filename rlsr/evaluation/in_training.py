@@ -1,0 +1,531 @@
+"""Held-out evaluation during training: the current policy, ``rlsr evaluate``'s code, every N steps.
+
+``HeldOutEvaluator`` is a ``transformers.TrainerCallback``. At every ``eval.every``-th optimizer
+step (and the last one, ``eval.at_end``; step 0 with ``eval.at_start``), after the optimizer step and before that step's
+checkpoint is written, it evaluates the policy on the held-out questions of ``eval.datasets``
+with ``rlsr.evaluation.runner.evaluate_dataset`` (the function behind ``rlsr evaluate``: prompts,
+Sec. C.3 fallbacks, verifiers, metrics) and writes::
+
+    OUTPUT_DIR/eval/step-N/run.json                        what was evaluated (model, checkpoint)
+    OUTPUT_DIR/eval/step-N/<dataset>/samples.jsonl         as `rlsr evaluate --output-dir .../step-N`
+    OUTPUT_DIR/eval/step-N/<dataset>/metrics.json
+    OUTPUT_DIR/eval/step-N/<dataset>/risk_coverage.png
+    OUTPUT_DIR/eval/history.jsonl                          one line per (step, dataset), rebuilt
+
+so ``rlsr report``, ``rlsr deploy`` and ``rlsr report --curves OUTPUT_DIR`` read it. The metrics
+(``eval/<dataset>/aurc``, accuracy, ECE, Acc@k, confidence gap, format rate, seconds) go to every
+tracker of ``grpo.report_to`` through the trainer's own ``on_log`` callbacks, and the risk-coverage
+figure to TensorBoard / Weights & Biases as an image.
+
+The policy it evaluates:
+
+* ``transformers``: an inference copy built from the live weights (LoRA merged out of place,
+  ``rlsr.weight_sync.out_of_place_named_params``, so nothing the optimizer owns is written; other
+  tensors are shared, not copied) in ``TransformersBackend``: what ``rlsr evaluate --backend
+  transformers`` builds from checkpoint-N, so the numbers are the same (tests/test_in_training_eval).
+* ``vllm``: TRL's colocated engine, with the weights synced first when the engine is behind the
+  optimizer (TRL syncs only when it next generates), woken from and put back to sleep as TRL does.
+
+Several processes: each evaluates a contiguous shard of every dataset into ``rank-R/``; rank 0
+joins the shards in dataset order and computes the metrics once (``runner.summarise``).
+
+Robustness: a step is written to ``step-N.partial/`` and renamed to ``step-N/`` when complete,
+so after a kill and a resume a finished step is reused (not recomputed, not logged twice) and a
+half-written one is discarded and recomputed (its samples came from weights the resumed run may
+not reproduce bit for bit). An evaluation that raises (a judge server that is down, ...) logs one
+line, writes ``step-N/failed.json`` and training goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import logging
+import os
+import random
+import shutil
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM, TrainerCallback
+
+from rlsr.config import ConfigError, ResolvedHeldOut
+from rlsr.data import load_examples
+from rlsr.evaluation.backends import (
+    TransformersBackend,
+    VLLMBackend,
+    generation_eos_ids,
+    load_chat_tokenizer,
+)
+from rlsr.evaluation.judge import DEFAULT_JUDGE_MODEL, RecordingJudge, openai_judge_fn
+from rlsr.evaluation.runner import (
+    METRICS_FILE,
+    PLOT_FILE,
+    SAMPLES_FILE,
+    EvalSettings,
+    evaluate_dataset,
+    summarise,
+)
+from rlsr.evaluation.samples_io import append_samples, read_samples
+from rlsr.verifiers import get_verifier
+from rlsr.weight_sync import out_of_place_named_params
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "EVAL_DIR",
+    "HISTORY_FILE",
+    "FAILED_FILE",
+    "TRACKED_METRICS",
+    "HeldOutEvaluator",
+    "eval_settings",
+    "inference_copy",
+    "preserved_rng",
+    "step_dir",
+    "tracker_scalars",
+    "write_history",
+    "read_history",
+]
+
+EVAL_DIR = "eval"
+HISTORY_FILE = "history.jsonl"
+FAILED_FILE = "failed.json"
+RUN_FILE = "run.json"
+# Per dataset, the scalars sent to the trackers: (name in the log, where in metrics.json).
+TRACKED_METRICS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("aurc", ("primary", "aurc")),
+    ("accuracy", ("accuracy",)),
+    ("ece", ("primary", "ece")),
+    ("acc@10", ("primary", "acc@10")),
+    ("acc@25", ("primary", "acc@25")),
+    ("acc@50", ("primary", "acc@50")),
+    ("confidence_gap", ("primary", "confidence_gap")),
+    ("format_rate", ("format_ok_rate",)),
+)
+
+
+def step_dir(output_dir: str | os.PathLike, step: int) -> Path:
+    """``OUTPUT_DIR/eval/step-N``: where the held-out evaluation of optimizer step N lives."""
+    return Path(output_dir) / EVAL_DIR / f"step-{step}"
+
+
+def eval_settings(resolved: ResolvedHeldOut) -> EvalSettings:
+    """The ``EvalSettings`` ``rlsr evaluate`` would build from the same flags (no progress bars:
+    the training log is not a terminal)."""
+    e = resolved.settings
+    try:
+        return EvalSettings(
+            max_new_tokens=resolved.max_new_tokens, temperature=e.temperature, top_p=e.top_p,
+            seed=e.seed, batch_size=e.batch_size, fallbacks=e.fallbacks,
+            fallback_max_new_tokens=e.fallback_max_new_tokens, scorers=resolved.scorers,
+            response_format=resolved.response_format, bootstrap_resamples=e.bootstrap,
+            progress=False,
+        )  # fmt: skip
+    except ValueError as err:
+        raise ConfigError("eval.scorers", str(err)) from None
+
+
+def _metric(metrics: dict, path: tuple[str, ...]):
+    node = metrics
+    for key in path:
+        node = node["scorers"][metrics["primary_scorer"]] if key == "primary" else node[key]
+    return node
+
+
+def tracker_scalars(job: str, metrics: dict, seconds: float) -> dict[str, float]:
+    """``{"eval/<job>/<metric>": value}`` for ``TRACKED_METRICS`` plus the wall time: the names
+    the trackers show."""
+    out = {f"eval/{job}/{name}": float(_metric(metrics, path)) for name, path in TRACKED_METRICS}
+    out[f"eval/{job}/seconds"] = float(seconds)
+    return out
+
+
+@torch.no_grad()
+def inference_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A model for generation with the live policy's weights, built without writing the policy.
+
+    PEFT: the base model's architecture with every LoRA layer merged out of place
+    (``(W.float() + s·B A).to(W.dtype)``, the value ``merge_and_unload`` gives on a fresh base, so
+    the copy equals ``rlsr evaluate``'s merged checkpoint); other parameters and the buffers are
+    the policy's own tensors (shared, read only). Without PEFT: the policy's tensors as they are.
+    Only the merged LoRA weights take new memory.
+    """
+    is_peft = hasattr(model, "get_base_model")
+    base = model.get_base_model() if is_peft else model
+    if is_peft:
+        tensors = dict(out_of_place_named_params(model))
+    else:
+        tensors = {name: p.data for name, p in base.named_parameters()}
+    with torch.device("meta"):
+        copy = AutoModelForCausalLM.from_config(
+            base.config, dtype=next(base.parameters()).dtype, trust_remote_code=False
+        )
+    missing, unexpected = copy.load_state_dict(tensors, strict=False, assign=True)
+    for name, buffer in base.named_buffers():  # e.g. rotary inv_freq (not in a state dict)
+        owner, _, leaf = name.rpartition(".")
+        copy.get_submodule(owner)._buffers[leaf] = buffer
+    copy.tie_weights()
+    if unexpected:
+        raise RuntimeError(f"inference copy: unexpected tensors {unexpected[:5]}")
+    left = [n for n, p in copy.named_parameters() if p.device.type == "meta"]
+    left += [n for n, b in copy.named_buffers() if b.device.type == "meta"]
+    if left:
+        raise RuntimeError(f"inference copy: tensors not filled {left[:5]} (missing {missing[:5]})")
+    copy.generation_config = base.generation_config
+    return copy.eval()
+
+
+@contextlib.contextmanager
+def preserved_rng():
+    """Leave Python's, NumPy's and torch's (CPU and CUDA) global random states as they were.
+
+    ``TransformersBackend.generate`` seeds torch's global generator (``Sampling.seed``, as
+    ``rlsr evaluate`` does); inside a training process that would restart the rollout sampler's
+    stream at every evaluation, so the evaluation runs with the training's streams set aside."""
+    py_state, np_state = random.getstate(), np.random.get_state()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        try:
+            yield
+        finally:
+            random.setstate(py_state)
+            np.random.set_state(np_state)
+
+
+def _sync_colocated_engine(trainer) -> None:  # pragma: no cover - needs a vLLM engine
+    """Bring TRL's colocated engine to the current weights and wake it (TRL only syncs when it
+    next generates; with sleep mode the weights may be discarded)."""
+    generation = trainer.vllm_generation
+    step = trainer.state.global_step
+    if getattr(generation, "_llm_weights_sleeping", False) or trainer._last_loaded_step != step:
+        generation.sync_weights()
+        trainer._last_loaded_step = step
+    if generation.enable_sleep_mode:
+        generation.llm.wake_up(tags=["kv_cache"])
+
+
+def _sleep_colocated_engine(trainer) -> None:  # pragma: no cover - needs a vLLM engine
+    generation = trainer.vllm_generation
+    if generation.enable_sleep_mode:
+        generation.llm.sleep(level=2)  # as TRL after a generation: the next one re-syncs
+        generation._llm_weights_sleeping = True
+
+
+def read_history(output_dir: str | os.PathLike) -> list[dict]:
+    """One row per finished (step, dataset) of ``OUTPUT_DIR/eval`` (from the step folders, so a
+    resumed run has no duplicate and no gap): step, dataset, the tracked metrics, n, seconds;
+    a failed step gives one row with ``failed`` (the reason)."""
+    root = Path(output_dir) / EVAL_DIR
+    rows = []
+    steps = []
+    for child in root.glob("step-*") if root.is_dir() else []:
+        suffix = child.name.removeprefix("step-")
+        if child.is_dir() and suffix.isdigit():
+            steps.append((int(suffix), child))
+    for step, folder in sorted(steps):
+        failed = folder / FAILED_FILE
+        if failed.is_file():
+            rows.append({"step": step, "failed": json.loads(failed.read_text())["error"]})
+            continue
+        for metrics_path in sorted(folder.glob(f"*/{METRICS_FILE}")):
+            metrics = json.loads(metrics_path.read_text())
+            row = {"step": step, "dataset": metrics_path.parent.name, "n": metrics["n"]}
+            for name, path in TRACKED_METRICS:
+                row[name] = _metric(metrics, path)
+            row["seconds"] = metrics.get("in_training", {}).get("seconds")
+            rows.append(row)
+    return rows
+
+
+def write_history(output_dir: str | os.PathLike) -> Path:
+    """Rewrite ``OUTPUT_DIR/eval/history.jsonl`` from the step folders (atomic replace)."""
+    path = Path(output_dir) / EVAL_DIR / HISTORY_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in read_history(output_dir)))
+    os.replace(tmp, path)
+    return path
+
+
+class HeldOutEvaluator(TrainerCallback):
+    """Evaluate the policy on held-out questions during training (module docstring).
+
+    Build it with the resolved ``eval`` settings, then ``bind(trainer)`` before ``train()``:
+    ``bind`` loads every dataset and builds the verifiers, so a dataset that cannot be loaded stops
+    the run before its first step.
+    """
+
+    def __init__(
+        self,
+        resolved: ResolvedHeldOut,
+        *,
+        model_path: str,
+        output_dir: str | os.PathLike,
+        trust_remote_code: bool = False,
+        data_dir: str | os.PathLike | None = None,
+    ) -> None:
+        self.resolved = resolved
+        self.model_path = model_path
+        self.output_dir = Path(output_dir)
+        self.trust_remote_code = trust_remote_code
+        self.data_dir = data_dir
+        self.settings = eval_settings(resolved)
+        self.trainer = None
+        self.examples: dict[str, object] = {}
+        self.tokenizer = None
+        self.last_logged: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ set-up
+    def bind(self, trainer) -> HeldOutEvaluator:
+        """Attach to ``trainer``; load the datasets and the tokenizer ``rlsr evaluate`` uses."""
+        self.trainer = trainer
+        e = self.resolved.settings
+        for job, name, split in self.resolved.jobs:
+            try:
+                self.examples[job] = load_examples(
+                    name, path=(e.data_path or {}).get(name), split=split, limit=e.limit,
+                    system_prompt=self.resolved.system_prompt, data_dir=self.data_dir,
+                )  # fmt: skip
+            except Exception as err:  # noqa: BLE001 - any load failure: one line naming the field
+                raise ConfigError(
+                    "eval.datasets",
+                    f"cannot load {name!r} split {split!r} for the held-out evaluation "
+                    f"({' '.join(str(err).split())[:300]}); set eval.data_path.{name}=PATH or "
+                    "remove it from eval.datasets.",
+                ) from None
+        self.tokenizer = load_chat_tokenizer(self.model_path, self.trust_remote_code)
+        trainer.add_callback(self)
+        return self
+
+    def _verifier(self, name: str):
+        vname = self.resolved.verifiers[name]
+        if vname != "llm_judge":
+            return get_verifier(vname), None
+        e = self.resolved.settings
+        judge = RecordingJudge(
+            openai_judge_fn(
+                e.judge_base_url, e.judge_model or DEFAULT_JUDGE_MODEL, timeout_s=e.judge_timeout
+            )  # fmt: skip
+        )
+        verifier = get_verifier(vname, judge_fn=judge, max_answer_chars=e.judge_max_answer_chars)
+        return verifier, judge
+
+    # ------------------------------------------------------------------ callback
+    def due(self, step: int, max_steps: int) -> bool:
+        """Whether step ``step`` (of ``max_steps``) is evaluated."""
+        every = self.resolved.every
+        return step > 0 and (step % every == 0 or (self.resolved.at_end and step == max_steps))
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.resolved.at_start and state.global_step == 0:  # not again after a resume
+            self.evaluate_step(0)
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.due(state.global_step, state.max_steps):
+            self.evaluate_step(state.global_step)
+        return control
+
+    # ------------------------------------------------------------------ one evaluation
+    def _backend(self):
+        trainer = self.trainer
+        if self.resolved.backend == "vllm":  # pragma: no cover - needs a vLLM engine
+            _sync_colocated_engine(trainer)
+            eos = generation_eos_ids(self.model_path, self.tokenizer, self.trust_remote_code)
+            return VLLMBackend.from_engine(trainer.vllm_generation.llm, self.tokenizer, eos)
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        return TransformersBackend.from_model(
+            inference_copy(model), self.tokenizer, batch_size=self.settings.batch_size
+        )
+
+    def _release(self, backend) -> None:
+        if self.resolved.backend == "vllm":  # pragma: no cover - needs a vLLM engine
+            _sleep_colocated_engine(self.trainer)
+            return
+        del backend.model
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def _evaluate_shards(self, folder: Path, rank: int, world: int) -> None:
+        """This process's shard of every dataset into ``folder/<job>`` (``rank-R/`` below it when
+        several processes share the work)."""
+        backend = self._backend()
+        try:
+            for job, name, _ in self.resolved.jobs:
+                examples = self.examples[job]
+                out = folder / job
+                if world > 1:
+                    examples = examples.shard(num_shards=world, index=rank, contiguous=True)
+                    out = out / f"rank-{rank}"
+                verifier, judge = self._verifier(name)
+                try:
+                    evaluate_dataset(
+                        backend, examples, out, verifier=verifier,
+                        verifier_name=self.resolved.verifiers[name], settings=self.settings,
+                        judge=judge, dataset_name=job,
+                    )  # fmt: skip
+                finally:
+                    getattr(verifier, "close", lambda: None)()
+        finally:
+            self._release(backend)
+
+    def _join_shards(self, folder: Path, world: int, step: int, seconds: float) -> dict[str, dict]:
+        """Rank 0: the shards of each dataset in dataset order, then ``summarise`` (the metrics
+        of ``rlsr evaluate``) once over all of them."""
+        results = {}
+        for job, _, _ in self.resolved.jobs:
+            out = folder / job
+            shard_sizes = [len(self.examples[job])]
+            if world > 1:  # contiguous shards: rank order is dataset order
+                records, shard_sizes = [], []
+                for r in range(world):
+                    shard = read_samples(out / f"rank-{r}" / SAMPLES_FILE)
+                    records += shard
+                    shard_sizes.append(len(shard))
+                (out / SAMPLES_FILE).unlink(missing_ok=True)
+                append_samples(out / SAMPLES_FILE, records)
+                for r in range(world):
+                    shutil.rmtree(out / f"rank-{r}")
+            extra = {
+                "in_training": {
+                    "step": step, "seconds": seconds, "processes": world,
+                    "shard_sizes": shard_sizes,
+                }
+            }  # fmt: skip
+            results[job] = summarise(out, self.settings, job, extra=extra)
+        return results
+
+    def _run_record(self, step: int) -> dict:
+        """``step-N/run.json``: the model and the checkpoint these samples came from, in the
+        fields ``rlsr deploy`` reads from an ``rlsr evaluate`` folder."""
+        save_steps = self.trainer.args.save_steps
+        saved = (
+            step > 0
+            and self.trainer.args.save_strategy == "steps"
+            and bool(save_steps)
+            and step % save_steps == 0
+        )
+        return {
+            "model": self.model_path,
+            "adapter": str((self.output_dir / f"checkpoint-{step}").resolve()) if saved else None,
+            "step": step,
+            "backend": self.resolved.backend,
+            "system_prompt": self.resolved.system_prompt,
+            "datasets": [job for job, _, _ in self.resolved.jobs],
+            "settings": {k: v for k, v in vars(self.settings).items() if k != "extra_metadata"},
+        }
+
+    def evaluate_step(self, step: int) -> dict[str, float] | None:
+        """Evaluate step ``step`` (or reuse its finished folder); returns the tracker scalars
+        logged (None when reused or failed)."""
+        acc = self.trainer.accelerator
+        rank, world = acc.process_index, acc.num_processes
+        final = step_dir(self.output_dir, step)
+        partial = final.with_name(final.name + ".partial")
+        if final.is_dir():  # finished before a restart: keep it, do not log it twice
+            if acc.is_main_process:
+                print(f"[rlsr] held-out evaluation of step {step}: reusing {final}", flush=True)
+            return None
+        if acc.is_main_process and partial.exists():
+            shutil.rmtree(partial)  # half-written before a restart: its weights are gone
+        acc.wait_for_everyone()
+        started = time.perf_counter()
+        error = None
+        try:
+            with preserved_rng():
+                self._evaluate_shards(partial, rank, world)
+        except Exception as err:  # noqa: BLE001 - a failed evaluation must not end the run
+            error = f"{type(err).__name__}: {' '.join(str(err).split())[:500]}"
+            logger.debug("held-out evaluation failed:\n%s", traceback.format_exc())
+        errors = _gather(acc, error)
+        seconds = time.perf_counter() - started
+        scalars = None
+        if acc.is_main_process:
+            failures = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
+            partial.mkdir(parents=True, exist_ok=True)
+            if failures:
+                (partial / FAILED_FILE).write_text(
+                    json.dumps({"step": step, "error": "; ".join(failures)}, indent=2) + "\n"
+                )
+                print(
+                    f"[rlsr] held-out evaluation of step {step} failed ({failures[0]}); recorded "
+                    f"in {final / FAILED_FILE}; training continues.",
+                    flush=True,
+                )
+            else:
+                results = self._join_shards(partial, world, step, seconds)
+                (partial / RUN_FILE).write_text(json.dumps(self._run_record(step), indent=2) + "\n")
+                scalars = {}
+                for job, metrics in results.items():
+                    scalars.update(tracker_scalars(job, metrics, seconds))
+            os.replace(partial, final)
+            write_history(self.output_dir)
+            if scalars is not None:
+                self._report(step, scalars, results)
+        acc.wait_for_everyone()
+        return scalars
+
+    def _report(self, step: int, scalars: dict[str, float], results: dict[str, dict]) -> None:
+        """One line per dataset on stdout; the scalars to every tracker (the trainer's on_log
+        callbacks, as ``Trainer.log`` would send them) and the risk-coverage figures as images."""
+        for job, metrics in results.items():
+            primary = metrics["scorers"][metrics["primary_scorer"]]
+            print(
+                f"[rlsr] held-out step {step} {job}: n={metrics['n']} "
+                f"AURC={primary['aurc']:.4f} accuracy={metrics['accuracy']:.4f} "
+                f"ECE={primary['ece']:.4f} ({scalars[f'eval/{job}/seconds']:.1f} s)",
+                flush=True,
+            )
+        self.last_logged = dict(scalars)
+        trainer = self.trainer
+        state = trainer.state
+        # transformers' trackers rename "eval_X" to "eval/X" (and anything else to "train/X"):
+        # "eval_<job>/aurc" is shown as "eval/<job>/aurc", beside the pool's "train/rlsr/aurc".
+        logs = {"eval_" + k.removeprefix("eval/"): v for k, v in scalars.items()}
+        state.log_history.append({**logs, "step": step})
+        # CallbackHandler.on_log clears control.should_log, which would drop this step's own
+        # training log (the rlsr/* pool metrics) that the trainer writes right after on_step_end.
+        should_log = trainer.control.should_log
+        trainer.control = trainer.callback_handler.on_log(
+            trainer.args, state, trainer.control, logs
+        )
+        trainer.control.should_log = should_log
+        for job in results:
+            _log_image(trainer, f"eval/{job}/risk_coverage", step_dir(self.output_dir, step) / job)
+
+
+def _gather(acc, error: str | None) -> list[str | None]:
+    """Every process's error (None: fine), on every process."""
+    if acc.num_processes == 1:
+        return [error]
+    from accelerate.utils import gather_object
+
+    return list(gather_object([error]))
+
+
+def _log_image(trainer, tag: str, folder: Path) -> None:
+    """The risk-coverage PNG to TensorBoard / Weights & Biases, when one of them is a callback."""
+    path = folder / PLOT_FILE
+    if not path.is_file():
+        return
+    step = trainer.state.global_step
+    for callback in trainer.callback_handler.callbacks:
+        kind = type(callback).__name__
+        try:
+            if kind == "TensorBoardCallback" and getattr(callback, "tb_writer", None) is not None:
+                import numpy as np
+                from PIL import Image
+
+                image = np.asarray(Image.open(path).convert("RGB"))
+                callback.tb_writer.add_image(tag, image, step, dataformats="HWC")
+                callback.tb_writer.flush()
+            elif kind == "WandbCallback" and getattr(callback, "_wandb", None) is not None:
+                run = callback._wandb.run
+                if run is not None:
+                    run.log({tag: callback._wandb.Image(str(path))}, commit=False)
+        except Exception as err:  # noqa: BLE001 - a figure must never stop training
+            logger.warning("could not log %s to %s: %s", tag, kind, err)
