@@ -278,3 +278,69 @@ def test_kill_9_and_resume_keeps_one_evaluation_per_step(tmp_path):
     assert not list((out / "eval").glob("*.partial"))
     samples = (step_dir(out, 6) / "tiny" / "samples.jsonl").read_text().splitlines()
     assert len(samples) == 50 and "junk" not in samples[0]
+
+
+def _wandb_history(run_file: Path) -> list[dict]:
+    """History rows of an offline wandb run, read from its ``run-*.wandb`` file: wandb's
+    LevelDB-log framing (a 7-byte file header, 32 KiB blocks, 7-byte record headers: crc32,
+    length, type full/first/middle/last) around ``wandb_internal_pb2.Record`` messages."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    raw, pos, block = run_file.read_bytes(), 7, 32768
+    records, pending = [], b""
+    while pos + 7 <= len(raw):
+        left = block - pos % block
+        if left < 7:
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", raw[pos : pos + 7])
+        if length == 0 and kind == 0:  # block padding
+            pos += left
+            continue
+        data, pos = raw[pos + 7 : pos + 7 + length], pos + 7 + length
+        if kind == 1:
+            records.append(data)
+        elif kind == 2:
+            pending = data
+        elif kind == 3:
+            pending += data
+        elif kind == 4:
+            records.append(pending + data)
+    rows = []
+    for data in records:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        if record.WhichOneof("record_type") == "history":
+            rows.append(
+                {(i.key or "/".join(i.nested_key)): json.loads(i.value_json)
+                 for i in record.history.item}
+            )  # fmt: skip
+    return rows
+
+
+def test_wandb_offline_run_gets_held_out_scalars_and_images(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = tmp_path / "run"
+    settings = _settings(out)
+    settings.grpo.update(report_to=["wandb"], max_steps=EVERY)
+    _train(settings)
+    import wandb
+
+    wandb.finish()  # what the end of a training process does (atexit); flushes the last rows
+    (run_file,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
+    rows = _wandb_history(run_file)
+    history = {h["step"]: h for h in read_history(out)}
+    logged = {int(r["train/global_step"]): r for r in rows if "eval/tiny/aurc" in r}
+    assert sorted(logged) == [0, EVERY]
+    for step, row in logged.items():
+        assert row["eval/tiny/aurc"] == pytest.approx(history[step]["aurc"], abs=1e-12)
+        assert row["eval/tiny/accuracy"] == pytest.approx(history[step]["accuracy"], abs=1e-12)
+    images = [r for r in rows if r.get("eval/tiny/risk_coverage/_type") == "image-file"]
+    assert sorted(int(r["train/global_step"]) for r in images) == [0, EVERY]
+    assert any("train/rlsr/aurc" in r for r in rows)
+    assert len(list(run_file.parent.glob("files/media/images/eval/tiny/*.png"))) == 2
