@@ -61,6 +61,8 @@ def _worker(out_dir: str, mode: str = "sampled") -> None:
     if mode == "greedy":  # the designed 4-prompt dataset (_greedy_mixed_dataset): one pool
         settings.data.path = str(Path(out_dir).parent / "data")
     settings.resume = "never"
+    if mode == "heldout":  # held-out evaluation at steps 0 and 1, 20 questions sharded 10 + 10
+        settings.eval.every, settings.eval.limit = 1, 20
     trainer = run_training(settings, pool_hook=hook)
     pool_sizes = [h["rlsr/pool_size"] for h in trainer.state.log_history if "rlsr/pool_size" in h]
     Path(out_dir, f"rank{rank}.json").write_text(
@@ -175,6 +177,27 @@ def test_two_processes_rank_the_whole_pool_exactly(tmp_path):
     assert rankings_differ, (
         "per-process ranking matched the pooled one on every step; weak test data"
     )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_held_out_evaluation_is_sharded_across_processes_and_joined_once(tmp_path):
+    """Two processes: each answers its own contiguous half of the held-out questions (shard
+    sizes recorded in metrics.json), rank 0 joins them in dataset order and computes the
+    metrics once; no per-rank folder is left behind (rlsr.evaluation.in_training)."""
+    from rlsr.data import load_examples
+
+    _launch(tmp_path / "two", 2, "heldout", port=29521)
+    folder = tmp_path / "two" / "run" / "eval" / "step-1" / "tiny"
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["in_training"]["processes"] == 2
+    assert metrics["in_training"]["shard_sizes"] == [10, 10]
+    assert metrics["n"] == 20
+    ids = [json.loads(line)["id"] for line in (folder / "samples.jsonl").read_text().splitlines()]
+    assert ids == list(load_examples("tiny", split="test", limit=20)["id"])
+    assert not list(folder.glob("rank-*"))
+    history = (tmp_path / "two" / "run" / "eval" / "history.jsonl").read_text().splitlines()
+    assert [json.loads(h)["step"] for h in history] == [0, 1]  # the recipe also evaluates step 0
 
 
 if __name__ == "__main__":
