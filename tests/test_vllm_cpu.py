@@ -399,10 +399,71 @@ def test_colocate_vllm_rollouts_train_two_rlsr_steps(tmp_path):
     assert result["stock_drift"], "control: TRL's in-place merge/unmerge should drift the base"
 
 
+def _heldout_child(out_dir: str) -> None:
+    """Two RLSR steps of recipe=tiny (float32, LoRA, vLLM colocate rollouts) with the held-out
+    evaluation on the colocated engine at step 2; writes heldout.json (sync calls, the engine's
+    loaded step)."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_trainer_support import tiny_settings
+
+    from rlsr.training import build_trainer, validate
+
+    _patch_vllm_cpu_weight_sync()
+    torch.set_num_threads(1)
+    settings = tiny_settings(
+        out_dir, max_steps=2, save_steps=2, use_vllm=True, vllm_mode="colocate",
+        warmup_steps=0, lr_scheduler_type="constant",
+    )  # fmt: skip
+    settings.eval.every, settings.eval.limit = 2, 20
+    validate(settings)
+    trainer = build_trainer(settings)
+    generation, syncs = trainer.vllm_generation, []
+    real_sync = generation.sync_weights
+
+    def counting_sync(*args, **kwargs):
+        syncs.append(trainer.state.global_step)
+        return real_sync(*args, **kwargs)
+
+    generation.sync_weights = counting_sync
+    trainer.train()
+    trainer.save_model(out_dir)
+    result = {"syncs": syncs, "last_loaded_step": trainer._last_loaded_step,
+              "backend": trainer.heldout_evaluator.resolved.backend}  # fmt: skip
+    Path(out_dir, "heldout.json").write_text(json.dumps(result))
+
+
+def test_held_out_evaluation_on_the_colocated_engine_matches_rlsr_evaluate(tmp_path):
+    """eval.backend auto with grpo.use_vllm colocate: the held-out questions of step 2 are
+    answered by TRL's own engine, synced to step 2's weights first (TRL itself would only sync
+    at the next generation), and the samples equal `rlsr evaluate --backend transformers` on
+    checkpoint-2 token for token (float32 on a CPU)."""
+    _run_child([__file__, "heldout", str(tmp_path)], timeout=500)
+    result = json.loads((tmp_path / "heldout.json").read_text())
+    assert result["backend"] == "vllm"
+    assert result["syncs"] == [0, 1, 2] and result["last_loaded_step"] == 2, result
+    ours = tmp_path / "eval" / "step-2" / "tiny"
+    metrics = json.loads((ours / "metrics.json").read_text())
+    assert metrics["n"] == 20 and metrics["in_training"]["step"] == 2
+    from rlsr.evaluation.samples_io import read_samples
+    from rlsr.tiny_models import tiny_warm_model_path
+
+    hf = _evaluate("transformers", tiny_warm_model_path(), tmp_path / "cli", "--adapter",
+                   str(tmp_path / "checkpoint-2"), "--limit", "20", "--max-new-tokens", "40",
+                   "--fallback-max-new-tokens", "64")  # fmt: skip
+    _assert_same_samples(read_samples(ours / "samples.jsonl"), hf)
+
+
 if __name__ == "__main__":  # child processes of the tests above: they spawn the vLLM engine
     if len(sys.argv) == 3 and sys.argv[1] == "colocate":
         _colocate_child(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == "heldout":
+        _heldout_child(sys.argv[2])
     elif len(sys.argv) == 4 and sys.argv[1] == "stream":
         _stream_child(sys.argv[2], int(sys.argv[3]))
     else:
-        raise SystemExit("usage: python tests/test_vllm_cpu.py colocate OUT_DIR | stream OUT_DIR K")
+        raise SystemExit(
+            "usage: python tests/test_vllm_cpu.py colocate OUT_DIR | heldout OUT_DIR | "
+            "stream OUT_DIR K"
+        )
