@@ -293,8 +293,9 @@ class HeldOutEvaluator(TrainerCallback):
                 raise ConfigError(
                     "eval.datasets",
                     f"cannot load {name!r} split {split!r} for the held-out evaluation "
-                    f"({' '.join(str(err).split())[:300]}); set eval.data_path.{name}=PATH or "
-                    "remove it from eval.datasets.",
+                    f"({' '.join(str(err).split())[:300]}); set eval.data_path.{name}=PATH, "
+                    "remove it from eval.datasets, or train without held-out evaluation "
+                    "(eval.every=0).",
                 ) from None
         self.tokenizer = load_chat_tokenizer(self.model_path, self.trust_remote_code)
         trainer.add_callback(self)
