@@ -24,20 +24,23 @@ every method at least once (3-6 s each on 2 cores, ~25 s in all: not marked slow
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import pytest
 
 from rlsr.config import from_dict
+from rlsr.data import resolve_datasets
 from rlsr.data.loading import FIXTURES_DIR
 from rlsr.tiny_models import tiny_llama_model_path, tiny_model_path
 from rlsr.training import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = {"hotpot": "hotpot_modified", "bigmath": "bigmath_digits"}
+ID_SETS = {"hotpot": "hotpot-id", "bigmath": "bigmath-id"}  # their eval.datasets
 MODELS = {"qwen2.5-7b": tiny_model_path, "llama3.1-8b": tiny_llama_model_path}
 METHODS = sorted(p.stem for p in (ROOT / "recipes" / "method").glob("*.yaml"))  # method=...
-SCALE = ("pool_size=6", "grpo.num_generations=3", "grpo.max_completion_length=8")
+SCALE = ("pool_size=6", "grpo.num_generations=3", "grpo.max_completion_length=8", "eval.limit=2")
 SCALE_RUN = ("grpo.max_steps=1", "grpo.logging_steps=1", "grpo.disable_tqdm=true")
 DEVICE = ("grpo.use_vllm=false", "grpo.use_cpu=true", "grpo.bf16=false")
 
@@ -67,6 +70,12 @@ def _overrides(recipe: str, model: str, method: str, out: Path) -> list[str]:
         f"model.name_or_path={MODELS[model]()}",
         f"data.path={FIXTURES_DIR / 'upstream' / RECIPES[recipe]}",
         f"output_dir={out}",
+        # the recipe's held-out ID sets from the same fixtures (2 questions each)
+        "eval.data_path={"
+        + ",".join(
+            f"{n}:{FIXTURES_DIR / 'upstream' / n}" for n in resolve_datasets(ID_SETS[recipe])
+        )
+        + "}",
         *SCALE,
         *DEVICE,
     ]
@@ -133,7 +142,13 @@ def test_real_recipe_trains_one_step(tmp_path, recipe, model, method):
     assert (lora.r, lora.lora_alpha) == (1, 32)
 
     assert len(pools) == 1 and len(pools[0]["texts"]) == 6
-    log = trainer.state.log_history[0]
+    log = next(h for h in trainer.state.log_history if "rlsr/pool_size" in h)
     assert log["rlsr/pool_size"] == 6 and trainer.state.global_step == 1
     assert log["rlsr/verifier_timeouts"] == 0
     assert (out / "adapter_model.safetensors").is_file() and (out / "adapter_config.json").is_file()
+    # the recipe's held-out evaluation ran at step 0 and at the last step, on every ID set
+    history = [json.loads(x) for x in (out / "eval" / "history.jsonl").read_text().splitlines()]
+    sets = resolve_datasets(ID_SETS[recipe])
+    assert [(h["step"], h["dataset"]) for h in history] == [
+        (step, name) for step in (0, 1) for name in sorted(sets)
+    ], history

@@ -136,10 +136,15 @@ def _metric(metrics: dict, path: tuple[str, ...]):
     return node
 
 
+def _float(value) -> float:
+    """A metric as a float; undefined (None, e.g. the confidence gap without a wrong answer) is NaN."""
+    return float("nan") if value is None else float(value)
+
+
 def tracker_scalars(job: str, metrics: dict, seconds: float) -> dict[str, float]:
     """``{"eval/<job>/<metric>": value}`` for ``TRACKED_METRICS`` plus the wall time: the names
     the trackers show."""
-    out = {f"eval/{job}/{name}": float(_metric(metrics, path)) for name, path in TRACKED_METRICS}
+    out = {f"eval/{job}/{name}": _float(_metric(metrics, path)) for name, path in TRACKED_METRICS}
     out[f"eval/{job}/seconds"] = float(seconds)
     return out
 
