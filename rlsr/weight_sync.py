@@ -189,17 +189,19 @@ def _lora_base_params(model: torch.nn.Module) -> dict[int, tuple[torch.nn.Module
 
 
 def out_of_place_named_params(
-    model: torch.nn.Module, fix_name: Callable[[str], str] = lambda n: n
+    model: torch.nn.Module, fix_name: Callable[[str], str] = lambda n: n, *, merge: bool = True
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """``(vLLM name, tensor)`` for every parameter vLLM holds, LoRA layers merged out of place.
 
     Same names and order as TRL 1.16's PEFT iterator (``model.named_parameters()``, renamed by
     :func:`vllm_param_name` then ``fix_name``); a LoRA-adapted base weight/bias is replaced by
     :func:`merge_out_of_place` of it, everything else is yielded as ``param.data``. No parameter
-    is written. Raises ConfigError for adapter layers listed by :func:`unsupported_lora_layers`.
+    is written. ``merge=False`` yields the base tensors unmerged: the same names, dtypes and
+    shapes, for a pass whose values are never used. Raises ConfigError for adapter layers listed
+    by :func:`unsupported_lora_layers`.
     """
     _check_supported(model)
-    lora_params = _lora_base_params(model)
+    lora_params = _lora_base_params(model) if merge else {}
     prefix = getattr(model, "prefix", "lora_")
     for peft_name, param in model.named_parameters():
         name = vllm_param_name(peft_name, prefix)
@@ -216,7 +218,19 @@ class OutOfPlaceLoraVLLMGeneration(VLLMGeneration):
     """TRL's VLLMGeneration whose PEFT weight iterator merges out of place (module docstring).
 
     Only ``_iter_named_params`` is overridden; non-PEFT models and FSDP go to TRL's.
+
+    Server mode walks the parameters on passes whose values nobody reads: TRL's first
+    ``sync_weights`` collects ``(name, dtype, shape)`` (``_weight_metadata`` is still None), and the
+    non-main ranks walk only to take part in the ZeRO-3 gathers while rank 0 streams. Those
+    passes yield the unmerged base tensors (same names, dtypes, shapes) instead of computing an
+    fp32 merge of every LoRA layer that would be thrown away (:meth:`values_unused`).
     """
+
+    def values_unused(self) -> bool:
+        """Whether the pass now starting is one whose tensors are never sent (see above)."""
+        if self.mode != "server":
+            return False  # colocate: every rank loads what it walks into its own engine
+        return self._weight_metadata is None or not self.accelerator.is_main_process
 
     def _iter_named_params(self):
         model = self.model
@@ -227,10 +241,11 @@ class OutOfPlaceLoraVLLMGeneration(VLLMGeneration):
         def fix_name(name: str) -> str:
             return self._fix_param_name_to_vllm(name, extra_prefixes=["modules_to_save.default."])
 
+        merge = not self.values_unused()
         # ZeRO-3: gather everything at once, as TRL does (no-op otherwise); nothing is modified,
         # so the re-partition on exit keeps the shards as they were.
         with self._dist.gather_params(list(model.parameters())):
-            yield from out_of_place_named_params(model, fix_name)
+            yield from out_of_place_named_params(model, fix_name, merge=merge)
 
 
 def install_out_of_place_lora_sync(trainer) -> None:

@@ -443,3 +443,54 @@ if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] != "zero3":
         raise SystemExit("usage: python tests/test_weight_sync.py zero3 OUT_JSON")
     _zero3_child(sys.argv[2])
+
+
+class _NonMainRank:
+    """Rank 1 of a multi-process launch, which cannot exist in this process: the accelerator's
+    answers with ``is_main_process`` False (TRL's server branch only walks the parameters there,
+    to take part in the ZeRO-3 gathers)."""
+
+    def __init__(self, accelerator):
+        self._acc = accelerator
+
+    is_main_process = False
+
+    def __getattr__(self, name):
+        return getattr(self._acc, name)
+
+
+@pytest.mark.parametrize("mode", ["colocate", "server"])
+def test_each_sync_merges_each_lora_layer_once_and_only_where_it_is_sent(monkeypatch, mode):
+    """Merges counted per sync (issue 21 item 6): rank 0 computes one out-of-place merge per LoRA
+    layer per sync, also on server mode's first sync, where TRL walks the parameters twice (a
+    metadata pass for names, dtypes and shapes, then the stream); a non-main rank in server mode
+    sends nothing and merges nothing. The metadata still matches what is streamed
+    (``_Recorder.update_named_params`` checks name, dtype and shape pairwise), and what is sent
+    is the formula's merge."""
+    import rlsr.weight_sync as weight_sync
+
+    model, _ = _bf16_lora_model()
+    layers = _lora_layers(model)
+    merges: list[int] = []
+    real = weight_sync.merge_out_of_place  # the fp32 work: one call per merged tensor
+    monkeypatch.setattr(
+        weight_sync, "merge_out_of_place", lambda *a, **k: merges.append(1) or real(*a, **k)
+    )
+    gen, recorder = _generation(model, mode, ours=True)
+    for _ in range(2):
+        merges.clear()
+        recorder.start()
+        gen.sync_weights()
+        assert len(merges) == len(layers)
+        for name, layer in layers.items():
+            assert torch.equal(recorder.pushed[name], _expected_merge(layer)), name
+
+    other, other_recorder = _generation(model, mode, ours=True)
+    other.accelerator = _NonMainRank(other.accelerator)
+    merges.clear()
+    other.sync_weights()
+    other.sync_weights()
+    if mode == "server":
+        assert merges == [] and other_recorder.pushed == {}
+    else:  # colocate: every rank loads its own engine
+        assert len(merges) == 2 * len(layers)
