@@ -17,8 +17,11 @@ from rlsr.toy.task import (
     NAMES,
     RELIABILITY_TIERS,
     TIER_OF_NAME,
+    VARIANT_TIERS,
+    WIDE_TIERS,
     make_example,
     make_split,
+    tier_of_name,
     to_records,
     write_dataset_folder,
 )
@@ -88,18 +91,26 @@ def test_hidden_digits_are_uniform_when_missing():
     assert min(counts) > 400 and max(counts) < 600
 
 
-def test_tiers_gold_is_the_stated_digit_with_the_names_reliability():
+@pytest.mark.parametrize("variant", ["tiers", "tiers-wide"])
+def test_tiers_gold_is_the_stated_digit_with_the_names_reliability(variant):
     """``tiers``: P(gold == stated digit) is the queried name's tier; every tier is above 1/2 and
-    on the confidence grid (the design premise of the variant, docs/toy.md)."""
-    assert all(0.5 < t <= 1.0 and f"{t:.1f}" in CONFIDENCE_TOKENS for t in RELIABILITY_TIERS)
-    examples = make_split("tiers", "train", 20000, seed=0)
+    on the confidence grid (the design premise of the variant, docs/toy.md). ``tiers-wide``: the
+    same with tiers 1.0 / 0.8 / 0.6 / 0.4 / 0.2, which straddle 1/2."""
+    tiers = VARIANT_TIERS[variant]
+    assert all(f"{t:.1f}" in CONFIDENCE_TOKENS for t in tiers)
+    if variant == "tiers":
+        assert tiers == RELIABILITY_TIERS and all(0.5 < t <= 1.0 for t in tiers)
+        assert tier_of_name("tiers") == TIER_OF_NAME
+    else:
+        assert tiers == WIDE_TIERS and min(tiers) < 0.5 < max(tiers)
+    examples = make_split(variant, "train", 20000, seed=0)
     hits: dict[float, list[bool]] = {}
     for ex in examples:
         facts, target = _facts(ex.question), _target(ex.question)
         assert list(facts) == [target] and ex.answerable
-        assert ex.p_correct == TIER_OF_NAME[target]
+        assert ex.p_correct == tier_of_name(variant)[target]
         hits.setdefault(ex.p_correct, []).append(facts[target] == ex.answer)
-    assert set(hits) == set(RELIABILITY_TIERS)
+    assert set(hits) == set(tiers)
     for tier, h in hits.items():
         n = len(h)
         assert n > 3000

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rlsr.toy import repro
@@ -219,3 +220,34 @@ def test_every_variant_has_a_warmup_configuration():
     # the easy tables were made with BASE = WarmupConfig(variant, seed, steps=300); keeping that
     # config keeps their cached checkpoints (the digest) and numbers
     assert warmup_config("easy", 0) == WarmupConfig(variant="easy", seed=0, steps=300)
+
+
+def _samples(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_tier_summaries_two_level_aurc_and_confidence_per_tier(tmp_path):
+    """Tier variants: the two-level AURC ranks by 1[p > 1/2] (ties averaged), and the greedy
+    confidences are counted per tier (an unparsed one as "none")."""
+    from rlsr.metrics import aurc
+
+    p = {"a": 1.0, "b": 0.8, "c": 0.4, "d": 0.2, "e": 0.2}
+    rows = [
+        {"id": "a", "correct": True, "confidence": 0.9},
+        {"id": "b", "correct": False, "confidence": 0.9},
+        {"id": "c", "correct": True, "confidence": 0.1},
+        {"id": "d", "correct": False, "confidence": None},
+        {"id": "e", "correct": False, "confidence": 0.1},
+    ]
+    path = _samples(tmp_path / "samples.jsonl", rows)
+    correct = np.array([r["correct"] for r in rows])
+    expected = aurc(np.array([1.0, 1.0, 0.0, 0.0, 0.0]), correct)
+    assert repro.two_level_aurc(path, p) == pytest.approx(expected)
+    by_tier = repro.confidence_by_tier(path, p)
+    assert list(by_tier) == ["1.0", "0.8", "0.4", "0.2"]
+    assert by_tier["0.2"] == {"n": 2, "mean": 0.1, "counts": {"none": 1, "0.1": 1}}
+    assert by_tier["1.0"]["mean"] == pytest.approx(0.9)
+    lines = repro.tier_table(["rlsr"], {"rlsr": [by_tier, by_tier]})
+    assert "| row | p = 1.0 | p = 0.8 | p = 0.4 | p = 0.2 |" in lines
+    assert any(line.startswith("| RLSR | 0.900 ± 0.000") for line in lines)
