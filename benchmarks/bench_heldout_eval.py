@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     import torch
     from test_trainer_support import tiny_settings
 
-    from rlsr.evaluation.in_training import read_history
+    from rlsr.evaluation.history import read_history
     from rlsr.training import run_training, validate
 
     if args.backend == "vllm":

@@ -336,7 +336,7 @@ def run_train_phase(out: Path, plan: dict, cpu: bool, fault: str | None = None) 
             changed.append(n)
             diff = (base_before[n].float() - p.detach().cpu().float()).abs().max().item()
             max_diff = max(max_diff, diff)
-    from rlsr.evaluation.in_training import read_history
+    from rlsr.evaluation.history import read_history
 
     heldout = read_history(out / "run")
     logs = [h for h in trainer.state.log_history if "rlsr/pool_size" in h]

@@ -25,7 +25,7 @@ from test_trainer_support import TEST_THREADS, tiny_settings
 from rlsr.cli import main as rlsr_main
 from rlsr.config import ConfigError, resolve_heldout
 from rlsr.evaluation.curves import write_curves
-from rlsr.evaluation.in_training import read_history, step_dir
+from rlsr.evaluation.history import read_history, step_dir
 from rlsr.tiny_models import tiny_warm_model_path
 from rlsr.training import build_trainer, run_training, validate
 

@@ -1,7 +1,7 @@
 """``rlsr report --curves``: held-out metrics against the optimizer step, for one or more runs.
 
 Reads what the in-training evaluator wrote (``RUN_DIR/eval/step-N/<dataset>/metrics.json``,
-``rlsr.evaluation.in_training.read_history``) and draws, per dataset, held-out AURC, accuracy
+``rlsr.evaluation.history.read_history``) and draws, per dataset, held-out AURC, accuracy
 and ECE against the step for every run in one PNG (one row of panels per dataset), with the
 best step by AURC marked; the same numbers go to a CSV. For each run and dataset it names the
 best step and the checkpoint that holds it (``RUN_DIR/checkpoint-N``, when one was saved at that
@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlsr.evaluation.in_training import TRACKED_METRICS, read_history
+from rlsr.evaluation.history import TRACKED_METRICS, read_history
 
 __all__ = ["CURVE_METRICS", "best_steps", "curve_rows", "write_curves"]
 

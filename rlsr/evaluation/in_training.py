@@ -61,9 +61,15 @@ from rlsr.evaluation.backends import (
     generation_eos_ids,
     load_chat_tokenizer,
 )
+from rlsr.evaluation.history import (
+    FAILED_FILE,
+    RUN_FILE,
+    step_dir,
+    tracker_scalars,
+    write_history,
+)
 from rlsr.evaluation.judge import DEFAULT_JUDGE_MODEL, RecordingJudge, openai_judge_fn
 from rlsr.evaluation.runner import (
-    METRICS_FILE,
     PLOT_FILE,
     SAMPLES_FILE,
     EvalSettings,
@@ -76,41 +82,7 @@ from rlsr.weight_sync import out_of_place_named_params
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "EVAL_DIR",
-    "HISTORY_FILE",
-    "FAILED_FILE",
-    "TRACKED_METRICS",
-    "HeldOutEvaluator",
-    "eval_settings",
-    "inference_copy",
-    "preserved_rng",
-    "step_dir",
-    "tracker_scalars",
-    "write_history",
-    "read_history",
-]
-
-EVAL_DIR = "eval"
-HISTORY_FILE = "history.jsonl"
-FAILED_FILE = "failed.json"
-RUN_FILE = "run.json"
-# Per dataset, the scalars sent to the trackers: (name in the log, where in metrics.json).
-TRACKED_METRICS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("aurc", ("primary", "aurc")),
-    ("accuracy", ("accuracy",)),
-    ("ece", ("primary", "ece")),
-    ("acc@10", ("primary", "acc@10")),
-    ("acc@25", ("primary", "acc@25")),
-    ("acc@50", ("primary", "acc@50")),
-    ("confidence_gap", ("primary", "confidence_gap")),
-    ("format_rate", ("format_ok_rate",)),
-)
-
-
-def step_dir(output_dir: str | os.PathLike, step: int) -> Path:
-    """``OUTPUT_DIR/eval/step-N``: where the held-out evaluation of optimizer step N lives."""
-    return Path(output_dir) / EVAL_DIR / f"step-{step}"
+__all__ = ["HeldOutEvaluator", "eval_settings", "inference_copy", "preserved_rng"]
 
 
 def eval_settings(resolved: ResolvedHeldOut) -> EvalSettings:
@@ -127,26 +99,6 @@ def eval_settings(resolved: ResolvedHeldOut) -> EvalSettings:
         )  # fmt: skip
     except ValueError as err:
         raise ConfigError("eval.scorers", str(err)) from None
-
-
-def _metric(metrics: dict, path: tuple[str, ...]):
-    node = metrics
-    for key in path:
-        node = node["scorers"][metrics["primary_scorer"]] if key == "primary" else node[key]
-    return node
-
-
-def _float(value) -> float:
-    """A metric as a float; undefined (None, e.g. the confidence gap without a wrong answer) is NaN."""
-    return float("nan") if value is None else float(value)
-
-
-def tracker_scalars(job: str, metrics: dict, seconds: float) -> dict[str, float]:
-    """``{"eval/<job>/<metric>": value}`` for ``TRACKED_METRICS`` plus the wall time: the names
-    the trackers show."""
-    out = {f"eval/{job}/{name}": _float(_metric(metrics, path)) for name, path in TRACKED_METRICS}
-    out[f"eval/{job}/seconds"] = float(seconds)
-    return out
 
 
 @torch.no_grad()
@@ -218,41 +170,6 @@ def _sleep_colocated_engine(trainer) -> None:  # pragma: no cover - needs a vLLM
     if generation.enable_sleep_mode:
         generation.llm.sleep(level=2)  # as TRL after a generation: the next one re-syncs
         generation._llm_weights_sleeping = True
-
-
-def read_history(output_dir: str | os.PathLike) -> list[dict]:
-    """One row per finished (step, dataset) of ``OUTPUT_DIR/eval`` (from the step folders, so a
-    resumed run has no duplicate and no gap): step, dataset, the tracked metrics, n, seconds;
-    a failed step gives one row with ``failed`` (the reason)."""
-    root = Path(output_dir) / EVAL_DIR
-    rows = []
-    steps = []
-    for child in root.glob("step-*") if root.is_dir() else []:
-        suffix = child.name.removeprefix("step-")
-        if child.is_dir() and suffix.isdigit():
-            steps.append((int(suffix), child))
-    for step, folder in sorted(steps):
-        failed = folder / FAILED_FILE
-        if failed.is_file():
-            rows.append({"step": step, "failed": json.loads(failed.read_text())["error"]})
-            continue
-        for metrics_path in sorted(folder.glob(f"*/{METRICS_FILE}")):
-            metrics = json.loads(metrics_path.read_text())
-            row = {"step": step, "dataset": metrics_path.parent.name, "n": metrics["n"]}
-            for name, path in TRACKED_METRICS:
-                row[name] = _metric(metrics, path)
-            row["seconds"] = metrics.get("in_training", {}).get("seconds")
-            rows.append(row)
-    return rows
-
-
-def write_history(output_dir: str | os.PathLike) -> Path:
-    """Rewrite ``OUTPUT_DIR/eval/history.jsonl`` from the step folders (atomic replace)."""
-    path = Path(output_dir) / EVAL_DIR / HISTORY_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in read_history(output_dir)))
-    os.replace(tmp, path)
-    return path
 
 
 class HeldOutEvaluator(TrainerCallback):
