@@ -251,3 +251,8 @@ def test_tier_summaries_two_level_aurc_and_confidence_per_tier(tmp_path):
     lines = repro.tier_table(["rlsr"], {"rlsr": [by_tier, by_tier]})
     assert "| row | p = 1.0 | p = 0.8 | p = 0.4 | p = 0.2 |" in lines
     assert any(line.startswith("| RLSR | 0.900 ± 0.000") for line in lines)
+    silent = {t: {"n": 1, "mean": float("nan"), "counts": {"none": 1}} for t in by_tier}
+    lines = repro.tier_table(["rlsr"], {"rlsr": [by_tier, silent]})
+    assert any(line.startswith("| RLSR | 0.900 ± 0.000 (1 of 2 seeds)") for line in lines)
+    lines = repro.tier_table(["rlsr"], {"rlsr": [silent]})
+    assert any(line.startswith("| RLSR | none stated") for line in lines)

@@ -248,8 +248,9 @@ def confidence_by_tier(samples_path: Path, p_correct: dict[str, float]) -> dict[
 
 
 def tier_table(rows, tiers_seen: dict[str, list[dict]]) -> list[str]:
-    """Markdown lines: mean greedy confidence per tier (mean over seeds of the per-seed means)
-    for every row, then each row's per-seed counts."""
+    """Markdown lines: mean greedy confidence per tier (mean over seeds of the per-seed means;
+    seeds that stated none for a tier are left out and counted) for every row, then each row's
+    per-seed counts."""
     tiers = sorted({t for r in rows for seed in tiers_seen[r] for t in seed}, reverse=True)
     lines = [
         "Greedy confidence per tier (mean over held-out prompts, then over seeds):",
@@ -259,9 +260,13 @@ def tier_table(rows, tiers_seen: dict[str, list[dict]]) -> list[str]:
     ]
     for r in rows:
         cells = []
-        for t in tiers:
+        for t in tiers:  # a seed that stated no confidence for a tier has no mean there
             means = [seed[t]["mean"] for seed in tiers_seen[r] if t in seed]
-            cells.append(mean_std(means) if means else "-")
+            stated = [m for m in means if not np.isnan(m)]
+            cell = mean_std(stated) if stated else "none stated"
+            if stated and len(stated) < len(means):
+                cell += f" ({len(stated)} of {len(means)} seeds)"
+            cells.append(cell)
         lines.append(f"| {r.upper()} | " + " | ".join(cells) + " |")
     lines += ["", "Stated confidences per tier and seed (confidence: count):", ""]
     for r in rows:
