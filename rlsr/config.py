@@ -189,7 +189,8 @@ class HeldOutSettings:
     # auto: the colocated vLLM engine (weights synced first) when grpo.use_vllm with
     # vllm_mode=colocate, else transformers on a merged inference copy of the policy.
     backend: str = "auto"
-    # New tokens per answer; null: grpo.max_completion_length (what the policy is trained to).
+    # New tokens per answer; null: method.evaluate_args' --max-new-tokens, else
+    # grpo.max_completion_length (what the policy is trained to).
     max_new_tokens: int | None = None
     temperature: float = 0.0  # 0: greedy (paper Sec. C.5)
     top_p: float = 1.0
@@ -1052,7 +1053,9 @@ def resolve_heldout(cfg: TrainSettings, trainer_section: str = "grpo") -> Resolv
             "or eval.every=0 and evaluate checkpoints with `rlsr evaluate`.",
         )
     completion = section.get("max_completion_length", 256)
-    max_new = e.max_new_tokens or completion
+    method_args = list(cfg.method.evaluate_args or [])
+    from_method = _flag(method_args, "--max-new-tokens")  # e.g. method=sft's plain answers
+    max_new = e.max_new_tokens or (int(from_method) if from_method else completion)
     if backend == "vllm":
         _check(
             max_new <= completion,
@@ -1060,7 +1063,6 @@ def resolve_heldout(cfg: TrainSettings, trainer_section: str = "grpo") -> Resolv
             f"{max_new} > grpo.max_completion_length {completion}: the colocated engine holds "
             "max prompt + max completion tokens; lower it (or leave it null).",
         )
-    method_args = list(cfg.method.evaluate_args or [])
     response_format = _flag(method_args, "--response-format") or "tags"
     scorers = e.scorers
     if scorers is None:

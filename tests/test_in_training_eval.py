@@ -225,6 +225,10 @@ def test_resolved_defaults_follow_the_training_settings(tmp_path):
     assert resolve_heldout(settings).jobs == (("tiny@train", "tiny", "train"),)
     settings.method.evaluate_args = ["--scorers", "logprob,verbalized"]
     assert resolve_heldout(settings).scorers == ("logprob", "verbalized")
+    settings.method.evaluate_args = ["--max-new-tokens", "64"]  # as method=sft declares it
+    assert resolve_heldout(settings).max_new_tokens == 64
+    settings.eval.max_new_tokens = 12
+    assert resolve_heldout(settings).max_new_tokens == 12
     settings.eval.every = 0
     assert resolve_heldout(settings) is None
 
