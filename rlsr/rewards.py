@@ -63,12 +63,20 @@ def confidence_for_ranking(confidence) -> np.ndarray:
     return conf
 
 
-def _aurc_position_weights(n: int, m: int) -> np.ndarray:
-    """Weight of descending position p (1-based) in sum_{k=1..m} R_k: H_m - H_{p-1} for p <= m."""
+def _aurc_position_weights(n: int, m: int, cap: float | None = None) -> np.ndarray:
+    """Weight of descending position p (1-based) in sum_{k=1..m} R_k: H_m - H_{p-1} for p <= m,
+    0 past m, then ``min(., cap)`` per position when a cap is given (``lifted_aurc_rewards``)."""
     h = harmonic_numbers(n)
     w = np.zeros(n, dtype=np.float64)
     w[:m] = h[m] - h[:m]
+    if cap is not None:
+        np.minimum(w, cap, out=w)
     return w
+
+
+def _check_weight_cap(weight_cap) -> None:
+    if weight_cap is not None and not weight_cap > 0:  # also rejects NaN
+        raise ValueError(f"weight_cap must be > 0 or None; got {weight_cap}.")
 
 
 def rank_weights(confidence) -> np.ndarray:
@@ -108,9 +116,7 @@ def partial_rank_weights(confidence, max_coverage: float) -> np.ndarray:
         raise ValueError(f"max_coverage must be in (0, 1]; got {max_coverage!r}.")
     conf = as_float_array(confidence, "confidence")
     n = conf.shape[0]
-    # Guard against float noise such as 0.1 * 30 = 3.0000000000000004 -> 4.
-    m = min(n, max(1, math.ceil(round(max_coverage * n, 9)))) if n else 0
-    return tie_averaged_weights(conf, _aurc_position_weights(n, m))
+    return tie_averaged_weights(conf, _aurc_position_weights(n, _coverage_count(n, max_coverage)))
 
 
 def _as_bool_array(values, name: str) -> np.ndarray:
@@ -142,19 +148,22 @@ def lifted_aurc_rewards(
         confidence: shape (n,) in [0, 1] or NaN for missing.
         correct_scale: lambda, multiplies the reward of correct completions (paper authors'
             code exposes it; 1.0 is the paper's setting).
-        weight_cap: if set, alpha is clipped to at most this value before the sign is applied
-            (bounds the reward of the single most confident completion, alpha_max = H_n).
+        weight_cap: if set, each *position's* weight is clipped to at most this value, and then
+            tie groups average the clipped weights: alpha_i = mean over the positions of i's tie
+            group of min(H_m - H_{p-1}, cap). This bounds the reward of the most confident
+            completion (alpha_max = H_n uncapped) and keeps the tie rule of every rank quantity
+            in rlsr (the expectation over orderings of the tie, rlsr.ranking). Clipping *after*
+            tie-averaging (our code before 2026-12-03) is not an expectation over orderings: it
+            creates weight at the cap's boundary, so that collapsing confidences into a tie could
+            raise the pooled total (four sure-right completions: 3.42 sorted, 4.00 tied at cap
+            1.5, n = 4) and beat the order by p (docs/training.md, "What each reward teaches").
         max_coverage: c in (0, 1]; c < 1 gives the lifted *partial* AURC over coverage (0, c].
     """
     ok, conf = _pool_settings(correct, confidence, correct_scale, max_coverage)
-    if max_coverage == 1.0:
-        alpha = rank_weights(conf)
-    else:
-        alpha = partial_rank_weights(conf, max_coverage)
-    if weight_cap is not None:
-        if not weight_cap > 0:  # also rejects NaN
-            raise ValueError(f"weight_cap must be > 0 or None; got {weight_cap}.")
-        alpha = np.minimum(alpha, weight_cap)
+    _check_weight_cap(weight_cap)
+    n = conf.shape[0]
+    w = _aurc_position_weights(n, _coverage_count(n, max_coverage), weight_cap)
+    alpha = tie_averaged_weights(conf, w)
     return np.where(ok, correct_scale * alpha, -alpha)
 
 
@@ -178,6 +187,7 @@ def _coverage_count(n: int, max_coverage: float) -> int:
     """m = ceil(c * n), at least 1 (``partial_rank_weights``); n when c = 1."""
     if max_coverage == 1.0 or n == 0:
         return n
+    # Guard against float noise such as 0.1 * 30 = 3.0000000000000004 -> 4.
     return min(n, max(1, math.ceil(round(max_coverage * n, 9))))
 
 
@@ -200,8 +210,8 @@ def marginal_aurc_rewards(
     completion is only its share of the bottom tie group.
 
     Closed form, O(n log n). Let s_i = lambda if i is correct else -1, w_p the position weights
-    (H_m - H_{p-1} for p <= m = ceil(c n), else 0), and for a run of positions [a, b]
-    v(a, b) = min(mean(w_a..w_b), cap) (tie-averaged, then capped, as in the lifted reward).
+    (H_m - H_{p-1} for p <= m = ceil(c n), else 0, then min(., cap) per position), and for a run
+    of positions [a, b] v(a, b) = mean(w_a..w_b) (the tie average, as in the lifted reward).
     For j in tie group G = [a, b] (S_G = sum of s over G) with groups G' = [a', b'] below it:
 
         D_j = v(a, b) S_G - v(a, b-1) (S_G - s_j) - v(n, n) s_j
@@ -209,24 +219,30 @@ def marginal_aurc_rewards(
 
     (v(a, a-1) S = 0 for a group of one). Without a cap sum_i alpha_i is the same for every
     order, so D = (1 + lambda) * D at lambda = 0: lifted and plain AURC give the same credit up
-    to scale. Passing a completion i by one position is worth (1 + lambda)(p_j - p_i) w-gaps in
-    expectation, so a completion's best response is to order by its probability of being right
-    (the per-completion lifted reward's best response is a threshold at p* = 1 / (1 + lambda)).
+    to scale. The pull to be right is D_j(right) - D_j(wrong) = (1 + lambda)(alpha_j - w_n): zero
+    for a completion alone at the bottom.
+
+    Best response (j right with probability p, verdicts independent; docs/training.md, "What each
+    reward teaches"): E D_j(c) = alpha_j(c) ((1 + lambda) p - 1) + R(c) with alpha_j(c) never
+    decreasing in j's confidence c and R free of p, so (Topkis) the best response never
+    decreases in p, for any pool, cap, coverage and ties. A tie is worth the mean of the strict
+    placements it stands for, so no tie beats every strict one. Against others ordered by their
+    own p_i, passing i is worth (1 + lambda)(p - p_i)(w_q - w_{q+1}): the best response goes above
+    exactly those with a smaller p where w strictly decreases, and is a set of equally good
+    places where it does not (a binding cap, positions past the coverage).
 
     Args and conventions as ``lifted_aurc_rewards``. Returns D, shape (n,), in input order.
     """
     ok, conf = _pool_settings(correct, confidence, correct_scale, max_coverage)
-    if weight_cap is not None and not weight_cap > 0:  # also rejects NaN
-        raise ValueError(f"weight_cap must be > 0 or None; got {weight_cap}.")
+    _check_weight_cap(weight_cap)
     n = conf.shape[0]
     if n == 0:
         return np.zeros(0, dtype=np.float64)
-    cap = np.inf if weight_cap is None else float(weight_cap)
-    w = _aurc_position_weights(n, _coverage_count(n, max_coverage))
+    w = _aurc_position_weights(n, _coverage_count(n, max_coverage), weight_cap)
     prefix = np.concatenate(([0.0], np.cumsum(w)))  # prefix[k] = w_1 + ... + w_k
 
-    def v(a, b):  # capped mean weight of 1-based positions a..b (arrays; b >= a)
-        return np.minimum((prefix[b] - prefix[a - 1]) / (b - a + 1), cap)
+    def v(a, b):  # mean (capped) weight of 1-based positions a..b (arrays; b >= a)
+        return (prefix[b] - prefix[a - 1]) / (b - a + 1)
 
     s = np.where(ok, float(correct_scale), -1.0)
     order, starts = descending_order(conf)

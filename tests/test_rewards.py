@@ -215,12 +215,13 @@ def test_empty_and_singleton_pools():
 
 def _pooled_lifted_total(correct, confidence, lam, cap, max_coverage) -> float:
     """T = sum of lifted rewards, from the definition: every ordering of the tied completions
-    (most confident first), the position weights H_m - H_{p-1} (0 past m = ceil(c n)), averaged
-    over the orderings per completion, then capped, then signed (+lambda / -1)."""
+    (most confident first), the position weights H_m - H_{p-1} (0 past m = ceil(c n)) capped per
+    position, averaged over the orderings per completion, then signed (+lambda / -1)."""
     n = len(confidence)
     m = n if max_coverage == 1.0 else min(n, max(1, math.ceil(round(max_coverage * n, 9))))
     h = [sum(1.0 / k for k in range(1, j + 1)) for j in range(n + 1)]
     w = [h[m] - h[p - 1] if p <= m else 0.0 for p in range(1, n + 1)]
+    w = [x if cap is None else min(x, cap) for x in w]
     orders = list(orderings_respecting_confidence(confidence))
     alpha = [0.0] * n
     for order in orders:
@@ -228,7 +229,7 @@ def _pooled_lifted_total(correct, confidence, lam, cap, max_coverage) -> float:
             alpha[i] += w[pos] / len(orders)
     total = 0.0
     for i in range(n):
-        a = alpha[i] if cap is None else min(alpha[i], cap)
+        a = alpha[i]
         total += lam * a if correct[i] else -a
     return total
 
@@ -318,6 +319,121 @@ def test_marginal_best_response_orders_by_p_where_lifted_is_a_threshold():
     # lambda = 0 (plain AURC): the lifted best response is the bottom for every p < 1
     plain = _expected_reward_by_slot(lifted_aurc_rewards, 0.95, others_p, others_conf, lam=0.0)
     assert int(np.argmax(plain)) == 4
+
+
+def _expected_credit(reward, p_all, conf, lam, cap, max_coverage=1.0):
+    """E[reward of completion 0], exact over every verdict (completion i right w.p. p_all[i])."""
+    e = 0.0
+    for verdict in itertools.product([False, True], repeat=len(p_all)):
+        prob = math.prod(p if v else 1 - p for v, p in zip(verdict, p_all, strict=True))
+        r = reward(
+            list(verdict), conf, correct_scale=lam, weight_cap=cap, max_coverage=max_coverage
+        )
+        e += prob * r[0]
+    return e
+
+
+def _placements(others_conf):
+    """Every place a completion can take among others at distinct confidences ``others_conf``
+    (descending): strictly above, tied with each, strictly between, strictly below. Returns
+    ``(confidence, is_strict, slot)``; ``slot`` counts the others strictly above it."""
+    out = [(1.0, True, 0)]
+    for k, c in enumerate(others_conf):
+        out.append((c, False, None))
+        below = others_conf[k + 1] if k + 1 < len(others_conf) else -0.5
+        out.append(((c + below) / 2 if k + 1 < len(others_conf) else -0.5, True, k + 1))
+    # "below everyone" at -0.5 is outside [0, 1]: shift every confidence into range
+    return [((c + 0.5) / 1.5, strict, slot) for c, strict, slot in out]
+
+
+def test_weight_cap_counterexample_a_tie_no_longer_beats_the_strict_order():
+    """Issue 31's counterexample. Others right with p = confidence = 0.7, 0.8, 0.9; the completion
+    right with p = 0.95; lambda = 1; weight_cap = 1.5. Exact over the 16 verdicts, capping after
+    the tie average (our code before 2026-12-03) paid 0.358 strictly above everyone and 0.692
+    tied with the 0.9 completion. With the cap per position before the tie average, the tie is
+    the mean of the two strict placements it stands for (0.358 and 0.317), 0.3375."""
+    p_all = [0.95, 0.9, 0.8, 0.7]
+    others = [0.9, 0.8, 0.7]
+    above = _expected_credit(marginal_aurc_rewards, p_all, [1.0, *others], 1.0, 1.5)
+    tied = _expected_credit(marginal_aurc_rewards, p_all, [0.9, *others], 1.0, 1.5)
+    between = _expected_credit(marginal_aurc_rewards, p_all, [0.85, *others], 1.0, 1.5)
+    assert above == pytest.approx(0.358333, abs=1e-6)
+    assert between == pytest.approx(0.316667, abs=1e-6)
+    assert tied == pytest.approx((above + between) / 2, abs=1e-12)
+    # The same numbers from the definition (brute-force orderings, cap per position).
+    for c, want in [(1.0, above), (0.9, tied), (0.85, between)]:
+        got = _expected_credit(
+            lambda v, cf, **kw: _brute_marginal(
+                v, cf, kw["correct_scale"], kw["weight_cap"], kw["max_coverage"]
+            ),
+            p_all, [c, *others], 1.0, 1.5,
+        )  # fmt: skip
+        assert got == pytest.approx(want, abs=1e-12)
+    # Pooled total: four sure-right completions sorted vs all tied (was 3.42 vs 4.00).
+    sorted_total = lifted_aurc_rewards([1] * 4, [0.9, 0.8, 0.7, 0.6], weight_cap=1.5).sum()
+    tied_total = lifted_aurc_rewards([1] * 4, [0.5] * 4, weight_cap=1.5).sum()
+    assert sorted_total == pytest.approx(1.5 + 13 / 12 + 7 / 12 + 1 / 4)
+    assert tied_total == pytest.approx(sorted_total, abs=1e-12)
+
+
+@pytest.mark.parametrize("cap,max_coverage", [(None, 1.0), (1.5, 1.0), (0.6, 1.0), (1.0, 0.5)])
+def test_marginal_best_response_no_tie_beats_strict_and_monotone_in_p(cap, max_coverage):
+    """Exhaustive on small pools: 1-3 others with reliabilities from {0.1, 0.4, 0.6, 0.9} at
+    confidences ordered by their reliability, every placement of the completion (strict or tied),
+    its reliability p on a grid. (a) No tie earns more than the best strict placement (a tie is
+    the mean of the strict placements it stands for). (b) The best strict placements form a set
+    that never moves down as p grows (Topkis: increasing differences in (confidence, p)).
+    (c) Without a cap and at full coverage, the best response is unique: strictly above exactly
+    the others with a smaller reliability; with a cap or partial coverage, that placement is
+    still among the best (the rearrangement inequality: capped weights still never increase
+    down the ranking)."""
+    grid = [0.05, 0.25, 0.5, 0.65, 0.85, 0.99]
+    checked = 0
+    for k in range(1, 4):
+        for others_p in itertools.combinations([0.9, 0.6, 0.4, 0.1], k):
+            others_conf = [0.8 - 0.2 * i for i in range(k)]  # distinct, ordered like others_p
+            places = _placements(others_conf)
+            prev_lo = prev_hi = -1
+            for p in grid:
+                p_all = [p, *others_p]
+                credit = {}
+                for c, strict, slot in places:
+                    conf = [c, *[(x + 0.5) / 1.5 for x in others_conf]]
+                    credit[(c, strict, slot)] = _expected_credit(
+                        marginal_aurc_rewards, p_all, conf, 1.0, cap, max_coverage
+                    )
+                best_strict = max(v for (_, s, _), v in credit.items() if s)
+                best_tie = max((v for (_, s, _), v in credit.items() if not s), default=-np.inf)
+                assert best_tie <= best_strict + 1e-12, (others_p, p, credit)
+                best = [slot for (_, s, slot), v in credit.items() if s and v >= best_strict - 1e-9]
+                lo, hi = min(best), max(best)
+                # slot counts others above it: a higher p never moves the best set down
+                if prev_lo >= 0:
+                    assert lo <= prev_lo and hi <= prev_hi, (others_p, p, best)
+                prev_lo, prev_hi = lo, hi
+                by_p = sum(1 for q in others_p if q > p)  # strictly above those with smaller p
+                assert by_p in best, (others_p, p, best)
+                if cap is None and max_coverage == 1.0:
+                    assert best == [by_p], (others_p, p, best)
+                checked += 1
+    assert checked == 6 * (4 + 6 + 4)
+
+
+def test_weight_cap_pooled_total_never_rewards_collapsing_confidences():
+    """Expected pooled total E[T] over every weak order (ties allowed) of up to 4 completions with
+    reliabilities p: with the cap per position, no confidence assignment beats sorting by p."""
+    for cap in [None, 1.5, 0.8]:
+        for p_all in [(0.95, 0.9, 0.8, 0.7), (0.9, 0.6, 0.3), (0.99, 0.99, 0.5, 0.2)]:
+            n = len(p_all)
+            totals = {}
+            for conf in itertools.product([0.2, 0.4, 0.6, 0.8], repeat=n):
+                e = 0.0
+                for verdict in itertools.product([False, True], repeat=n):
+                    prob = math.prod(q if v else 1 - q for v, q in zip(verdict, p_all, strict=True))
+                    e += prob * lifted_aurc_rewards(list(verdict), list(conf), weight_cap=cap).sum()
+                totals[conf] = e
+            sorted_by_p = (0.8, 0.6, 0.4, 0.2)[:n]  # p_all is non-increasing
+            assert max(totals.values()) <= totals[sorted_by_p] + 1e-12, (cap, p_all)
 
 
 def test_marginal_credit_bad_input_names_the_field():

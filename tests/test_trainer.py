@@ -145,9 +145,10 @@ def test_rlsr_penalises_confident_wrong_answers_hardest():
 # Written out here from the paper's definitions, independent of rlsr.rewards / rlsr.ranking.
 
 
-def _brute_alpha(confidence: list[float | None]) -> np.ndarray:
+def _brute_alpha(confidence: list[float | None], cap: float | None = None) -> np.ndarray:
     """alpha_i = H_n - H_{n - r_i}, r_i the ascending confidence rank (missing = 0), tied
-    confidences averaged over the ranks they occupy (RLSR Sec. 2.2; DESIGN.md)."""
+    confidences averaged over the ranks they occupy (RLSR Sec. 2.2; DESIGN.md); with a cap, each
+    rank's weight is capped before the tie average (rlsr.rewards.lifted_aurc_rewards)."""
     conf = [0.0 if c is None or c != c else c for c in confidence]
     n = len(conf)
 
@@ -159,7 +160,7 @@ def _brute_alpha(confidence: list[float | None]) -> np.ndarray:
         below = sum(1 for d in conf if d < c)
         ties = sum(1 for d in conf if d == c)
         ranks = range(below + 1, below + ties + 1)
-        out.append(sum(H(n) - H(n - r) for r in ranks) / ties)
+        out.append(sum(min(H(n) - H(n - r), cap or np.inf) for r in ranks) / ties)
     return np.array(out)
 
 
@@ -169,19 +170,15 @@ def _brute_columns(method: MethodSettings, correct, confidence, format_ok) -> np
     ok = [bool(c and f) for c, f in zip(correct, format_ok, strict=True)]
     fmt = [1.0 if f else 0.0 for f in format_ok]
     if method.name == "rlsr":
-        alpha = _brute_alpha(confidence)
-        cap = method.weight_cap
+        alpha = _brute_alpha(confidence, method.weight_cap)  # binds on right and wrong answers
         rows = []
         for i, a in enumerate(alpha):
-            a = a if cap is None else min(a, cap)  # the cap binds on right and wrong answers
             rows.append([fmt[i], method.correct_scale * a if ok[i] else -a])
         return np.array(rows)
     if method.name == "rlsr_marginal":
         # D_j = T(pool) - T(pool with j alone below everyone), T = sum of lifted rewards.
         def total(conf):
-            alpha = _brute_alpha(conf)
-            cap = method.weight_cap
-            alpha = [a if cap is None else min(a, cap) for a in alpha]
+            alpha = _brute_alpha(conf, method.weight_cap)
             return sum(
                 method.correct_scale * a if o else -a for a, o in zip(alpha, ok, strict=True)
             )
