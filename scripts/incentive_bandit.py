@@ -11,11 +11,15 @@ two-level ranking (1 if p > 1/2 else 0: what a threshold rule can express).
 
 Rewards: ``lifted`` (RLSR's released reward, lambda = 1), ``plain`` (lambda = 0), ``brier``
 (RLCR's 1 - (correct - c)^2 plus correctness), ``marginal`` (ours: ``marginal_aurc_rewards``),
-``lifted+brier``. It also prints each reward's best response per p against a pool of others
-that already rank by p (exact in the completion's own verdict, Monte Carlo over the others).
+``lifted+brier``. It also prints each reward's best response per p: the set of confidences that
+maximise the expected GRPO advantage (with the run's scaling) of one completion against a pool
+of others that already rank by p (``best_response``). ``--check`` asserts what
+docs/training.md claims of those best responses (``check_claims``; run by
+tests/test_rewards.py) and exits 1 when a claim fails.
 
     python scripts/incentive_bandit.py                      # every task, 3 seeds
     python scripts/incentive_bandit.py --tasks tiers --seeds 3 --std-norm
+    python scripts/incentive_bandit.py --check              # ~15 s
 """
 
 from __future__ import annotations
@@ -95,24 +99,111 @@ def evaluate(logits: np.ndarray, p: np.ndarray, rng, n: int = 20000) -> dict[str
     }
 
 
-def best_response(reward: str, p: np.ndarray, rng, pools: int = 100, pool: int = 64) -> list:
-    """Per p: the level maximising (``any`` when all are equal) the expected reward of one completion inserted into a pool
-    of ``pool - 1`` others whose confidence is their p rounded to the grid (they rank by p)."""
+def best_response(
+    reward: str,
+    p: np.ndarray,
+    rng,
+    *,
+    std_norm: bool,
+    group: int = 8,
+    pools: int = 200,
+    pool: int = 64,
+) -> list[np.ndarray]:
+    """Per p: the set of levels that maximise the expected GRPO *advantage* of one completion.
+
+    The completion (right with probability p) sits in a group of ``group`` completions of its own
+    item type, whose other members answer at their type's p rounded to the grid, in a pool of
+    ``pool`` completions whose other items are drawn at random and also answer at their p rounded
+    to the grid (the pool already ranks by p). Its advantage is its reward minus its group's mean
+    (divided by the group's std + 1e-4 with ``std_norm``, as ``train`` does): the quantity the
+    update follows, so the group mates' rewards, which move with its rank, count too. Exact in
+    the completion's own verdict, Monte Carlo over everyone else with the same draws for every
+    level (common random numbers). The set holds every level whose expected advantage is within
+    two paired standard errors of the best one's (levels that buy the same place, e.g. all
+    levels below everyone, tie exactly)."""
     out = []
     for p_self in p:
-        totals = np.zeros(len(LEVELS))
-        for _ in range(pools):
-            types = rng.integers(0, len(p), pool - 1)
-            conf = np.round(p[types], 1)
-            correct = rng.random(pool - 1) < p[types]
+        adv = np.zeros((pools, len(LEVELS)))
+        for t in range(pools):
+            types = rng.integers(0, len(p), pool - group)
+            p_rest = np.concatenate((np.full(group - 1, p_self), p[types]))
+            conf = np.round(p_rest, 1)
+            correct = rng.random(pool - 1) < p_rest
             for k, level in enumerate(LEVELS):
                 c = np.append(conf, level)
-                right = pool_rewards(reward, np.append(correct, True), c)[-1]
-                wrong = pool_rewards(reward, np.append(correct, False), c)[-1]
-                totals[k] += p_self * right + (1 - p_self) * wrong
-        best = np.flatnonzero(totals >= totals.max() - 1e-9 * pools)
-        out.append("any" if len(best) == len(LEVELS) else f"{LEVELS[best[0]]:.1f}")
+                e = 0.0
+                for own, weight in ((True, p_self), (False, 1.0 - p_self)):
+                    r = pool_rewards(reward, np.append(correct, own), c)
+                    g = r[-group:]  # the completion's group: its G - 1 mates and itself
+                    a = r[-1] - g.mean()
+                    if std_norm:
+                        a /= g.std(ddof=1) + 1e-4
+                    e += weight * a
+                adv[t, k] = e
+        mean = adv.mean(axis=0)
+        best = int(np.argmax(mean))
+        diff = adv[:, best : best + 1] - adv
+        se = diff.std(axis=0, ddof=1) / np.sqrt(pools)
+        out.append(LEVELS[(mean >= mean[best] - 1e-12) | (diff.mean(axis=0) <= 2 * se)])
     return out
+
+
+def format_set(levels: np.ndarray) -> str:
+    """``1.0`` for one level, ``{0.0-0.6}`` for a run of the grid, else ``{0.2,0.5}``."""
+    if len(levels) == 1:
+        return f"{levels[0]:.1f}"
+    if len(levels) == len(LEVELS):
+        return "any"
+    idx = np.round(levels * 10).astype(int)
+    if np.all(np.diff(idx) == 1):
+        return f"{{{levels[0]:.1f}-{levels[-1]:.1f}}}"
+    return "{" + ",".join(f"{x:.1f}" for x in levels) + "}"
+
+
+def check_claims(rng_seed: int = 7) -> list[str]:
+    """What docs/training.md ("What each reward teaches") claims of each best response, asserted
+    on the bandit's own exact-in-own-verdict computation. Returns the failed claims (empty: all
+    hold). Claims:
+      lifted (lambda = 1), no std scaling: a threshold at 1/(1 + lambda) = 1/2 (top above it,
+        bottom below it, never both);
+      plain (lambda = 0): the bottom for every p < 1;
+      marginal, no std scaling: the set never moves down as p grows, and it orders (the lowest
+        p's set lies strictly below the highest p's);
+      marginal with group std scaling (what it really does on tiers): every p's best response
+        lies in the top two levels {0.9, 1.0}, so the scaled update pushes every tier to the
+        top instead of ordering them (the std depends on the completion's own verdict and rank).
+    """
+    failed = []
+    wide, tiers = TASKS["wide"], TASKS["tiers"]
+
+    def br(reward, p, std_norm=False):
+        return best_response(reward, p, np.random.default_rng(rng_seed), std_norm=std_norm)
+
+    for p_self, levels in zip(wide, br("lifted", wide), strict=True):
+        top, bottom = 1.0 in levels, 0.0 in levels
+        if (p_self > 0.5 and not (top and not bottom)) or (
+            p_self < 0.5 and not (bottom and not top)
+        ):
+            failed.append(f"lifted: p={p_self:g} best {format_set(levels)}, want threshold at 1/2")
+    for p_self, levels in zip(wide, br("plain", wide), strict=True):
+        if 0.0 not in levels:
+            failed.append(f"plain: p={p_self:g} best {format_set(levels)}, want the bottom")
+    for task, p in (("wide", wide), ("tiers", tiers)):
+        sets = br("marginal", p)
+        lo = [levels.min() for levels in sets]
+        hi = [levels.max() for levels in sets]
+        if np.any(np.diff(lo) < 0) or np.any(np.diff(hi) < 0) or not hi[0] < lo[-1]:
+            failed.append(
+                f"marginal on {task}: best responses {' '.join(map(format_set, sets))} are not "
+                "monotone in p or do not order"
+            )
+    sets = br("marginal", tiers, std_norm=True)
+    if not all(levels.min() >= 0.9 for levels in sets):
+        failed.append(
+            f"marginal, group std, tiers: {' '.join(map(format_set, sets))}; every best response "
+            "was expected in {0.9, 1.0}"
+        )
+    return failed
 
 
 def main(argv=None) -> int:
@@ -125,13 +216,23 @@ def main(argv=None) -> int:
     ap.add_argument("--group", type=int, default=8, help="G completions per item")
     ap.add_argument("--lr", type=float, default=20.0)
     ap.add_argument("--std-norm", action="store_true", help="also train with scale_rewards=group")
+    ap.add_argument(
+        "--check", action="store_true",
+        help="assert the best-response claims of docs/training.md and exit 1 if one fails",
+    )  # fmt: skip
     args = ap.parse_args(argv)
+    if args.check:
+        failed = check_claims()
+        for line in failed:
+            print(f"FAIL {line}")
+        print("all best-response claims hold" if not failed else f"{len(failed)} claim(s) failed")
+        return 1 if failed else 0
     print(f"pool N={args.pool} (G={args.group}), {args.steps} steps, lr {args.lr}, "
           f"{args.seeds} seeds; held-out AURC mean +- std (lower is better)\n")  # fmt: skip
     for task in args.tasks.split(","):
         p = TASKS[task]
         print(f"### task {task}: p = {', '.join(f'{x:g}' for x in p)}\n")
-        print("| reward | scaling | held-out AURC | oracle | two-level | best response per p | "
+        print("| reward | scaling | held-out AURC | oracle | two-level | best response per p (advantage) | "
               "greedy confidence per p (seed 0) |")  # fmt: skip
         print("| --- | --- | ---: | ---: | ---: | --- | --- |")
         for reward in args.rewards.split(","):
@@ -141,12 +242,12 @@ def main(argv=None) -> int:
                     logits = train(reward, p, args, seed, std_norm)
                     runs.append(evaluate(logits, p, np.random.default_rng(1000 + seed)))
                 aurc = np.array([r["aurc"] for r in runs])
-                br = best_response(reward, p, np.random.default_rng(7))
+                br = best_response(reward, p, np.random.default_rng(7), std_norm=std_norm)
                 print(f"| {reward} | {'group std' if std_norm else 'none'} | "
                       f"{aurc.mean():.3f} +- {aurc.std():.3f} | "
                       f"{np.mean([r['oracle'] for r in runs]):.3f} | "
                       f"{np.mean([r['two_level'] for r in runs]):.3f} | "
-                      f"{' '.join(br)} | "
+                      f"{' '.join(map(format_set, br))} | "
                       f"{' '.join(f'{x:.1f}' for x in runs[0]['greedy'])} |")  # fmt: skip
         print()
     return 0
