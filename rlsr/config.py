@@ -16,6 +16,7 @@ Schema (top-level keys of ``recipes/config.yaml``)::
              judge_max_answer_chars}: held-out
              evaluation during training (``HeldOutSettings``)
     pool_size: completions ranked together per optimizer step (null: from grpo.*)
+    pool_log: {every, max_chars}: every training pool on disk (``PoolLogSettings``)
     output_dir, seed, resume: auto|never|<checkpoint path>
 
 One pool = one optimizer step (``resolve_pool``): RLSR ranks the B x G completions of one
@@ -62,6 +63,7 @@ __all__ = [
     "DataSettings",
     "MethodSettings",
     "HeldOutSettings",
+    "PoolLogSettings",
     "HELDOUT_BACKENDS",
     "TrainSettings",
     "from_dict",
@@ -211,6 +213,31 @@ class HeldOutSettings:
 
 
 @dataclass
+class PoolLogSettings:
+    """Every training pool on disk (``rlsr.pool_log``; docs/training.md, "Every pool on disk"):
+    one JSONL row per completion of the pooled B x G batch, into
+    ``output_dir/pools/step-N.jsonl``, written by the main process only.
+
+    Parameters:
+        every (`int`, defaults to `0`):
+            Write the pool generated after N optimizer steps when ``N % every == 0`` (so the first
+            pool, step 0, always); 0: off. ``recipe=tiny`` sets 1; on big runs take e.g. 10.
+        max_chars (`int` or `None`, defaults to `2000`):
+            Keep the first ``max_chars`` characters of each completion text (the row keeps the
+            full length in ``completion_chars``); null: the whole text.
+    """
+
+    every: int = field(
+        default=0,
+        metadata={"help": "Optimizer steps between written pools (N % every == 0); 0: off."},
+    )
+    max_chars: int | None = field(
+        default=2000,
+        metadata={"help": "Characters of each completion kept in the file; null: all."},
+    )
+
+
+@dataclass
 class TrainSettings:
     model: ModelSettings = field(default_factory=ModelSettings)
     data: DataSettings = field(default_factory=DataSettings)
@@ -219,6 +246,7 @@ class TrainSettings:
     pool_size: int | None = None
     sft: dict[str, Any] = field(default_factory=dict)  # trl.SFTConfig fields (method=sft)
     eval: HeldOutSettings = field(default_factory=HeldOutSettings)
+    pool_log: PoolLogSettings = field(default_factory=PoolLogSettings)
     output_dir: str = "runs/default"
     seed: int = 42
     resume: str = "auto"
@@ -238,6 +266,7 @@ _NESTED = {
     ("TrainSettings", "data"): DataSettings,
     ("TrainSettings", "method"): MethodSettings,
     ("TrainSettings", "eval"): HeldOutSettings,
+    ("TrainSettings", "pool_log"): PoolLogSettings,
     ("ModelSettings", "lora"): LoraSettings,
 }
 
@@ -891,6 +920,21 @@ def _validate_top(cfg: TrainSettings) -> None:
         )
 
 
+def _validate_pool_log(p: PoolLogSettings) -> None:
+    _check(
+        _is_int(p.every) and p.every >= 0,
+        "pool_log.every",
+        f"must be an integer >= 0 (optimizer steps between written pools; 0: off); got "
+        f"{p.every!r}.",
+    )
+    _check(
+        p.max_chars is None or (_is_int(p.max_chars) and p.max_chars >= 0),
+        "pool_log.max_chars",
+        f"must be an integer >= 0 (characters of each completion kept) or null (all); got "
+        f"{p.max_chars!r}.",
+    )
+
+
 @dataclass(frozen=True)
 class ResolvedHeldOut:
     """``eval.*`` with every default filled in (``resolve_heldout``): what the in-training
@@ -1118,4 +1162,5 @@ def check_settings(
     else:
         _validate_sft(cfg.sft)
     resolve_heldout(cfg, trainer_section)
+    _validate_pool_log(cfg.pool_log)
     return cfg

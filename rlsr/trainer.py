@@ -21,7 +21,11 @@ subtracts group means over ``view(-1, G)`` and slices out this process's rows. W
    are temperature-scaled or absent, see ``_logprob_confidences``) instead of the tag;
 2. gather ``(correct, confidence [NaN = missing], format_ok)`` from every process, process-ordered;
 3. compute the method's reward columns on the whole pool (identical on every rank);
-4. log pool statistics (``rlsr/*``) from the gathered arrays, so all ranks agree.
+4. log pool statistics (``rlsr/*``) from the gathered arrays, so all ranks agree;
+5. with a ``pool_log`` (``rlsr.pool_log``), on its steps: gather the texts, answers, prompt ids
+   and verifier statuses too, and once TRL has computed the advantages
+   (``_generate_and_score_completions``, which returns this process's slice), gather those and
+   write one row per completion of the pool from the main process.
 
 The reward columns, their ``reward_weights`` and the function computing them come from the
 method's registry entry (``rlsr.methods``), passed in as ``method``; this module knows no method.
@@ -49,8 +53,10 @@ from rlsr import rewards as R
 from rlsr.data import row_verification_inputs
 from rlsr.logprob import answer_logprob_confidences
 from rlsr.parsing import FULL_FORMAT, parse_response
+from rlsr.pool_log import PoolLogWriter, pool_rows
 from rlsr.tokenization import render_chat_prompt
 from rlsr.verifiers import get_verifier
+from rlsr.verifiers.base import CORRECT, INCORRECT, MISSING
 from rlsr.weight_sync import install_out_of_place_lora_sync
 
 __all__ = ["RLSRTrainer", "RunCheckpoints", "completion_text", "pool_statistics"]
@@ -158,6 +164,9 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
         pool_hook: optional ``f(pool: dict)`` called on every rank after each pooled reward
             computation with the gathered arrays (for tests and debugging). When set, it must be
             set on all ranks: completion texts and golds are gathered for it (a collective).
+        pool_log: optional ``rlsr.pool_log.PoolLogWriter`` (``pool_log.every > 0``): writes the
+            pools of its steps to ``output_dir/pools/step-N.jsonl`` with TRL's advantages. Set on
+            all ranks (the rows are gathered); only the main process writes.
     """
 
     def __init__(
@@ -167,6 +176,7 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
         verifier: str | Any = "exact_match",
         parse_spec=None,
         pool_hook: Callable[[dict], None] | None = None,
+        pool_log: PoolLogWriter | None = None,
         **kwargs,
     ):
         if kwargs.get("reward_funcs") is not None:
@@ -196,6 +206,9 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
         self._verifier_spec = verifier
         self._verifier = None if isinstance(verifier, str) else verifier
         self.pool_hook = pool_hook
+        self.pool_log = pool_log
+        self._pool_log_begun = False  # stale files of a killed attempt removed (main process)
+        self._pending_pool: dict | None = None  # this generation's rows, waiting for advantages
 
     # -- verifier lifetime: created on first use, closed when training ends
     @property
@@ -224,8 +237,9 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
             self.close_verifier()
 
     # -- the pooled reward
-    def _score_local(self, inputs, prompts, completions) -> tuple[np.ndarray, list[str], int]:
-        """(n_local, 3) float64 [correct, confidence (NaN missing), format_ok], texts, timeouts."""
+    def _score_local(self, inputs, prompts, completions):
+        """(n_local, 3) float64 [correct, confidence (NaN missing), format_ok], texts, timeouts,
+        parsed answers and the verifier's per-item status codes."""
         texts = [completion_text(c) for c in completions]
         parsed = [parse_response(t, self.parse_spec) for t in texts]
         result = self.verifier.verify_batch(
@@ -243,7 +257,13 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
             ],
             axis=1,
         )
-        return local, texts, int(result.timeouts)
+        status = list(result.status)
+        if len(status) != len(parsed):  # a verifier that reports verdicts only
+            status = [
+                MISSING if p.answer is None else CORRECT if ok else INCORRECT
+                for p, ok in zip(parsed, result.correct, strict=True)
+            ]
+        return local, texts, int(result.timeouts), [p.answer for p in parsed], status
 
     def _logprob_confidences(self, prompts, texts, parsed) -> list[float | None]:
         """The log-prob selector score of each local completion (``rlsr.logprob``), from one
@@ -270,7 +290,7 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         device = self.accelerator.device
         mode = "train" if self.model.training else "eval"
-        local, texts, timeouts = self._score_local(inputs, prompts, completions)
+        local, texts, timeouts, answers, status = self._score_local(inputs, prompts, completions)
 
         # Process-ordered gather: the same row order TRL uses for its own gather of rewards.
         pooled = gather(torch.as_tensor(local, dtype=torch.float64, device=device)).cpu().numpy()
@@ -301,4 +321,48 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
                     "timeouts": total_timeouts,
                 }
             )
-        return torch.as_tensor(columns, dtype=torch.float32, device=device)
+        rewards = columns.astype(np.float32)
+        step = self.state.global_step
+        if self.pool_log is not None and mode == "train" and self.pool_log.due(step):
+            verification = row_verification_inputs(inputs, self.verifier_name)
+            self._pending_pool = {  # gathered on every rank (collectives), written by the main one
+                "step": step,
+                "prompt_ids": gather_object([x.get("id") for x in inputs]),
+                "golds": gather_object(verification["golds"]),
+                "texts": gather_object(texts),
+                "answers": gather_object(answers),
+                "status": gather_object(status),
+                "correct": correct,
+                "confidence": confidence,
+                "format_ok": format_ok,
+                "columns": rewards,
+            }
+        return torch.as_tensor(rewards, dtype=torch.float32, device=device)
+
+    def _generate_and_score_completions(self, inputs):
+        """TRL's, then (``pool_log``) the pool's rows written with the advantages TRL computed.
+
+        TRL returns this process's slice of the advantages (``process_index * n_local`` onwards),
+        so gathering them gives the pool's, in the order of the gathered rewards."""
+        mode = "train" if self.model.training else "eval"
+        if self.pool_log is not None and mode == "train" and not self._pool_log_begun:
+            self._pool_log_begun = True  # first pool of this process: the step it starts at
+            if self.accelerator.is_main_process:
+                self.pool_log.begin(self.state.global_step)
+        self._pending_pool = None
+        output = super()._generate_and_score_completions(inputs)
+        pool, self._pending_pool = self._pending_pool, None
+        if pool is not None:
+            advantages = gather(output["advantages"].detach()).float().cpu().numpy()
+            if self.accelerator.is_main_process:
+                rows = pool_rows(
+                    step=pool.pop("step"),
+                    num_generations=self.num_generations,
+                    names=[name for name, _ in self.columns],
+                    weights=[w for _, w in self.columns],
+                    advantages=advantages,
+                    max_chars=self.pool_log.max_chars,
+                    **pool,
+                )
+                self.pool_log.write(rows[0]["step"], rows)
+        return output

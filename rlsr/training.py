@@ -45,6 +45,7 @@ from rlsr.data.loading import DatasetUnavailableError, download_command
 from rlsr.engines import engine_from_env
 from rlsr.evaluation.in_training import HeldOutEvaluator
 from rlsr.methods import get_entry, resolve, reward_columns, validate_method
+from rlsr.pool_log import POOLS_DIR, PoolLogWriter
 from rlsr.tokenization import load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -78,6 +79,12 @@ def validate(cfg: TrainSettings, *, world_size: int | None = None) -> TrainSetti
             f"sft.{next(iter(cfg.sft))}",
             f"the sft section is read by method=sft only; method={cfg.method.name} takes its "
             f"trainer settings from {section}.*.",
+        )
+    if not entry.rewarded and cfg.pool_log.every:
+        raise ConfigError(
+            "pool_log.every",
+            f"method={cfg.method.name} trains on fixed answers and has no reward pool to write; "
+            "set pool_log.every=0.",
         )
     return check_settings(cfg, world_size=world_size, trainer_section=section)
 
@@ -254,7 +261,21 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None):
         )
     extra = {}
     if entry.rewarded:
-        extra = dict(method=method, verifier=training_verifier(cfg.data), pool_hook=pool_hook)
+        pool_log = None
+        if cfg.pool_log.every:
+            pool_log = PoolLogWriter(cfg.output_dir, cfg.pool_log.every, cfg.pool_log.max_chars)
+            if args.process_index == 0:
+                print(
+                    f"[rlsr] pool log every {cfg.pool_log.every} steps -> "
+                    f"{Path(cfg.output_dir) / POOLS_DIR}",
+                    flush=True,
+                )
+        extra = dict(
+            method=method,
+            verifier=training_verifier(cfg.data),
+            pool_hook=pool_hook,
+            pool_log=pool_log,
+        )
     trainer = entry.trainer(
         model=model_path,
         args=args,

@@ -36,6 +36,7 @@ from rlsr.evaluation.report import build_report
 from rlsr.evaluation.runner import SAMPLES_FILE, EvalSettings, evaluate_dataset
 from rlsr.evaluation.samples_io import json_safe, read_samples
 from rlsr.evaluation.summary import scorer_arrays
+from rlsr.pool_log import write_pool_summary
 from rlsr.verifiers import VERIFIERS, get_verifier
 
 __all__ = ["register", "run_evaluate", "run_report", "run_deploy"]
@@ -249,7 +250,7 @@ def register(subparsers) -> None:
     rp = subparsers.add_parser(
         "report",
         help="paper-style tables and curves over evaluation dirs; --curves: held-out metrics "
-        "against the step of training runs",
+        "against the step of training runs; --pools: their training pools per step",
         epilog="example: rlsr report --curves runs/hotpot-rlsr runs/hotpot-rlcr --output "
         "reports/hotpot (PNG + CSV of held-out AURC, accuracy and ECE per step; the best step "
         "by AURC and its checkpoint).",
@@ -265,6 +266,13 @@ def register(subparsers) -> None:
         action="store_true",
         help="the dirs are training runs with eval.every > 0: draw their held-out metrics "
         "against the step (PREFIX_curves.png, PREFIX_curves.csv)",
+    )
+    rp.add_argument(
+        "--pools",
+        action="store_true",
+        help="the dirs are training runs with pool_log.every > 0: per step of their pools/ "
+        "files, accuracy, format rate, AURC and the confidence histogram of right and wrong "
+        "answers (PREFIX_pools.csv)",
     )
     rp.add_argument("--label", action="append", default=[], metavar="NAME=DIR1,DIR2")
     rp.add_argument(
@@ -647,6 +655,11 @@ def _deploy_from_dirs(out: Path, args, jobs) -> None:
 
 
 def run_report(args) -> int:
+    if args.pools:
+        if not args.dirs:
+            raise ValueError("--pools needs training output dirs, e.g. runs/tiny-rlsr-tiny-seed42.")
+        print(write_pool_summary(args.dirs, args.output)["text"])
+        return 0
     if args.curves:
         if not args.dirs:
             raise ValueError("--curves needs training output dirs, e.g. runs/hotpot-rlsr.")
