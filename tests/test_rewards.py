@@ -436,6 +436,32 @@ def test_weight_cap_pooled_total_never_rewards_collapsing_confidences():
             assert max(totals.values()) <= totals[sorted_by_p] + 1e-12, (cap, p_all)
 
 
+def test_group_mean_cancels_a_completions_own_marginal_credit():
+    """docs/training.md, "Why group std scaling breaks it": with D_k = T - T_-k, the advantage
+    with the group mean is adv_j = -(1 - 1/G) T_-j + (1/G) sum_{k != j in j's group} T_-k, T_-k
+    the pooled total with k moved alone below everyone (brute force over orderings)."""
+    rng = np.random.default_rng(3)
+    for lam, cap in [(1.0, None), (0.5, 1.2)]:
+        for _ in range(20):
+            G, n_groups = 3, 2
+            n = G * n_groups
+            conf = list(rng.choice([0.1, 0.3, 0.5, 0.7, 0.9], size=n))  # ties included
+            correct = list(rng.random(n) < 0.6)
+            d = marginal_aurc_rewards(correct, conf, correct_scale=lam, weight_cap=cap)
+            moved = [
+                _pooled_lifted_total(
+                    correct, [-1.0 if k == j else c for k, c in enumerate(conf)], lam, cap, 1.0
+                )
+                for j in range(n)
+            ]
+            for g in range(n_groups):
+                idx = range(g * G, (g + 1) * G)
+                mean = np.mean([d[k] for k in idx])
+                for j in idx:
+                    want = -(1 - 1 / G) * moved[j] + sum(moved[k] for k in idx if k != j) / G
+                    assert d[j] - mean == pytest.approx(want, abs=1e-12)
+
+
 def test_marginal_credit_bad_input_names_the_field():
     with pytest.raises(ValueError, match="weight_cap"):
         marginal_aurc_rewards([True], [0.5], weight_cap=0.0)
