@@ -8,6 +8,13 @@ generation, 1 process) with max_steps=4 and a checkpoint every 2 steps:
   killed at that point;
 * C: ``resume=auto`` on B's folder: starts from checkpoint-2 and runs steps 3 and 4.
 
+All three write every pool (``pool_log.every=1``: pools/step-0 ... step-3, the pool of step N
+generated after N optimizer steps). Before C starts, B's folder gets what a ``kill -9`` in the
+middle of a pool write leaves (the temporary file of step 2, half written) and a step-3 file of
+a killed attempt that had gone further (planted: an in-process run cannot be SIGKILLed; the real
+SIGKILL of ``train.py recipe=tiny`` is tests/test_in_training_eval.py's kill -9 test). C must
+end with each step's pool on disk once, equal row by row to A's.
+
 C must log steps 3 and 4 only, see the same rollouts as A (same data order and same sampling:
 HF Trainer restores the python/numpy/torch RNG states from ``rng_state.pth`` after skipping the
 consumed batches, and TRL generates at the first micro-step after that), use the same learning
@@ -50,6 +57,7 @@ def _run(output_dir, *, resume: str, stop_at: int | None = None):
 
     settings = tiny_settings(output_dir, max_steps=MAX_STEPS, save_steps=STOP_AT)
     settings.resume = resume
+    settings.pool_log.every = 1
     trainer = run_training(settings, callbacks=[StopAfter()], pool_hook=hook)
     return trainer, pools, logged_steps
 
@@ -77,6 +85,13 @@ def test_stopped_run_resumes_at_next_step_and_matches_uninterrupted(tmp_path):
     assert (checkpoint / "rng_state.pth").is_file()
     assert not (checkpoint / "adapter_model.bin").exists()
 
+    from rlsr.pool_log import pool_path, pool_steps, read_pool
+
+    assert pool_steps(tmp_path / "b") == [0, 1]  # B stopped before generating step 2's pool
+    half = pool_path(tmp_path / "b", STOP_AT).with_suffix(".jsonl.tmp")
+    half.write_text(pool_path(tmp_path / "a", STOP_AT).read_text()[:100])  # killed mid-write
+    stale = pool_path(tmp_path / "b", MAX_STEPS - 1)
+    stale.write_text('{"step": 3, "index": 0, "stale": true}\n')  # a further attempt's file
     resumed, resumed_pools, resumed_steps = _run(tmp_path / "b", resume="auto")
     assert resumed.state.global_step == MAX_STEPS
 
@@ -91,6 +106,21 @@ def test_stopped_run_resumes_at_next_step_and_matches_uninterrupted(tmp_path):
         assert resumed_logs[step]["num_tokens"] == full_logs[step]["num_tokens"]
         assert resumed_logs[step]["reward"] == full_logs[step]["reward"]
     assert resumed_pools == full_pools[STOP_AT:]
+    # Every step's pool once (no leftover, no stale rows), each equal to the uninterrupted run's.
+    assert pool_steps(tmp_path / "a") == pool_steps(tmp_path / "b") == list(range(MAX_STEPS))
+    assert sorted(p.name for p in (tmp_path / "b" / "pools").iterdir()) == [
+        f"step-{s}.jsonl" for s in range(MAX_STEPS)
+    ]
+    for step in range(MAX_STEPS):
+        a_rows = read_pool(pool_path(tmp_path / "a", step))
+        b_rows = read_pool(pool_path(tmp_path / "b", step))
+        assert len(b_rows) == len(a_rows) == len(full_pools[step][1])
+        for x, y in zip(a_rows, b_rows, strict=True):
+            assert y["step"] == step
+            for key in ("index", "prompt_id", "completion", "answer", "correct", "format_ok"):
+                assert x[key] == y[key], (step, key)
+            assert y["reward"] == pytest.approx(x["reward"], abs=1e-6)
+            assert y["advantage"] == pytest.approx(x["advantage"], abs=1e-6)
 
     # The run trained (weights moved from LoRA's zero-initialised B) and ends where A ends.
     a, c = _adapter(tmp_path / "a"), _adapter(tmp_path / "b")
