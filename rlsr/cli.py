@@ -7,6 +7,7 @@ import os
 import sys
 
 from rlsr.data import cli as data_cli
+from rlsr.data import load_env_tasks, load_tasks
 from rlsr.data.loading import DatasetUnavailableError
 from rlsr.evaluation import cli as evaluation_cli
 from rlsr.serving import cli as serving_cli
@@ -25,6 +26,27 @@ DESCRIPTION = (
 )
 
 
+TASKS_DIR_HELP = (
+    "folder of task files (*.yaml) or one task file, registering your own datasets beside the "
+    "built-in ones (docs/tasks.md); repeatable; $RLSR_TASKS_PATH is read too"
+)
+
+
+def _add_tasks_dir(parser: argparse.ArgumentParser, top: bool) -> None:
+    """``--tasks-dir`` on ``parser`` and every sub-command below it (values accumulate)."""
+    parser.add_argument(
+        "--tasks-dir",
+        action="append",
+        metavar="DIR",
+        default=[] if top else argparse.SUPPRESS,
+        help=TASKS_DIR_HELP,
+    )
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                _add_tasks_dir(child, top=False)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlsr",
@@ -34,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for register in _SUBCOMMANDS:
         register(sub)
+    _add_tasks_dir(parser, top=True)
     return parser
 
 
@@ -48,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        load_env_tasks()  # $RLSR_TASKS_PATH, then --tasks-dir (docs/tasks.md)
+        load_tasks(getattr(args, "tasks_dir", None) or [])
         result = args.func(args)
     except (ValueError, KeyError, OSError, DatasetUnavailableError) as err:
         if os.environ.get("RLSR_DEBUG"):

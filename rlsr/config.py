@@ -17,6 +17,7 @@ Schema (top-level keys of ``recipes/config.yaml``)::
              evaluation during training (``HeldOutSettings``)
     pool_size: completions ranked together per optimizer step (null: from grpo.*)
     pool_log: {every, max_chars}: every training pool on disk (``PoolLogSettings``)
+    tasks_dir: a folder of task files or one file (or a list): your own datasets (docs/tasks.md)
     output_dir, seed, resume: auto|never|<checkpoint path>
 
 One pool = one optimizer step (``resolve_pool``): RLSR ranks the B x G completions of one
@@ -48,10 +49,11 @@ from pathlib import Path
 from typing import Any
 
 from rlsr.data import VERIFIERS as VERIFIER_NAMES
-from rlsr.data import get_spec, resolve_datasets
+from rlsr.data import TaskError, get_spec, load_env_tasks, load_tasks, resolve_datasets
 from rlsr.engines import engine_from_env, engine_problems
-from rlsr.prompts import NO_SYSTEM_PROMPT
+from rlsr.prompts import NO_SYSTEM_PROMPT, system_prompt_names
 from rlsr.tiny_models import tiny_model_path, tiny_warm_model_path
+from rlsr.verifiers import is_plugin_name
 
 __all__ = [
     "ConfigError",
@@ -79,6 +81,7 @@ __all__ = [
     "resolve_resume",
     "resolve_heldout",
     "ResolvedHeldOut",
+    "register_tasks",
     "training_verifier",
     "force_add_overrides",
     "describe_hydra_error",
@@ -247,6 +250,9 @@ class TrainSettings:
     sft: dict[str, Any] = field(default_factory=dict)  # trl.SFTConfig fields (method=sft)
     eval: HeldOutSettings = field(default_factory=HeldOutSettings)
     pool_log: PoolLogSettings = field(default_factory=PoolLogSettings)
+    # Task files (docs/tasks.md): a folder of *.yaml files, one file, or a list of them; their
+    # tasks are registered as datasets before data.dataset / eval.datasets are looked up.
+    tasks_dir: Any = None
     output_dir: str = "runs/default"
     seed: int = 42
     resume: str = "auto"
@@ -636,10 +642,10 @@ def training_verifier(d: DataSettings) -> str:
     except (KeyError, ValueError) as err:
         raise ConfigError("data.dataset", str(err).strip("'\"")) from None
     _check(
-        d.system_prompt in (None, "simple", "long", NO_SYSTEM_PROMPT),
+        d.system_prompt in (None, *system_prompt_names(), NO_SYSTEM_PROMPT),
         "data.system_prompt",
-        f"got {d.system_prompt!r}; choose 'simple', 'long', 'none' (no system message) or null "
-        "(the dataset's own).",
+        f"got {d.system_prompt!r}; choose 'simple', 'long', 'none' (no system message), a task's "
+        "prompt name or null (the dataset's own).",
     )
     _check(
         d.limit is None or (_is_int(d.limit) and d.limit >= 1),
@@ -653,10 +659,11 @@ def training_verifier(d: DataSettings) -> str:
     )
     verifier = d.verifier or spec.verifier
     _check(
-        verifier in ("exact_match", "math", "mcq"),
+        verifier in ("exact_match", "math", "mcq") or is_plugin_name(verifier),
         "data.verifier",
         f"{verifier!r} cannot score rollouts inside the trainer (the LLM judge needs a second "
-        "model); set data.verifier to exact_match, math or mcq"
+        "model); set data.verifier to exact_match, math, mcq or a plugin "
+        "'package.module:function'"
         + (f" (this dataset supports {list(spec.alt_verifiers)})." if spec.alt_verifiers else "."),
     )
     _check(
@@ -935,6 +942,15 @@ def _validate_pool_log(p: PoolLogSettings) -> None:
     )
 
 
+def _task_with_eval(name: str) -> bool:
+    """True when ``name`` is a user task with its own evaluation split (docs/tasks.md)."""
+    try:
+        spec = get_spec(name)
+    except ValueError:
+        return False
+    return spec.task is not None and spec.task.has_eval
+
+
 @dataclass(frozen=True)
 class ResolvedHeldOut:
     """``eval.*`` with every default filled in (``resolve_heldout``): what the in-training
@@ -974,14 +990,17 @@ def resolve_heldout(cfg: TrainSettings, trainer_section: str = "grpo") -> Resolv
         return None
     _check(isinstance(e.at_end, bool), "eval.at_end", "must be true or false.")
     _check(isinstance(e.at_start, bool), "eval.at_start", "must be true or false.")
+    datasets = e.datasets
+    if isinstance(datasets, list | tuple) and not datasets and _task_with_eval(cfg.data.dataset):
+        datasets = [cfg.data.dataset]  # a task trained on is evaluated on its eval split
     _check(
-        isinstance(e.datasets, list | tuple) and len(e.datasets) > 0,
+        isinstance(datasets, list | tuple) and len(datasets) > 0,
         "eval.datasets",
         "eval.every > 0 needs datasets to evaluate, e.g. eval.datasets=[tiny] (`rlsr datasets` "
         "lists them), or set eval.every=0.",
     )
     try:
-        names = resolve_datasets(list(e.datasets))
+        names = resolve_datasets(list(datasets))
     except (KeyError, ValueError) as err:
         raise ConfigError("eval.datasets", str(err).strip("'\"")) from None
     for name in e.data_path or {}:
@@ -1024,10 +1043,10 @@ def resolve_heldout(cfg: TrainSettings, trainer_section: str = "grpo") -> Resolv
         f"must be an integer >= 0; got {e.bootstrap!r}.",
     )
     _check(
-        e.system_prompt in (None, "simple", "long", NO_SYSTEM_PROMPT),
+        e.system_prompt in (None, *system_prompt_names(), NO_SYSTEM_PROMPT),
         "eval.system_prompt",
-        f"got {e.system_prompt!r}; choose 'simple', 'long', 'none' or null (the training "
-        "dataset's).",
+        f"got {e.system_prompt!r}; choose 'simple', 'long', 'none', a task's prompt name or null "
+        "(the training dataset's).",
     )
     split = e.split
     jobs = tuple(
@@ -1041,9 +1060,10 @@ def resolve_heldout(cfg: TrainSettings, trainer_section: str = "grpo") -> Resolv
             f"{name!r} is not among eval.datasets {names}.",
         )
         _check(
-            vname in VERIFIER_NAMES,
+            vname in VERIFIER_NAMES or is_plugin_name(vname),
             f"eval.verifiers.{name}",
-            f"unknown verifier {vname!r}; choose one of {VERIFIER_NAMES}.",
+            f"unknown verifier {vname!r}; choose one of {VERIFIER_NAMES} or a plugin "
+            "'package.module:function'.",
         )
     verifiers = {name: (e.verifiers or {}).get(name, get_spec(name).verifier) for name in names}
     judged = [n for n, v in verifiers.items() if v == "llm_judge"]
@@ -1135,6 +1155,23 @@ def resolve_heldout(cfg: TrainSettings, trainer_section: str = "grpo") -> Resolv
     )
 
 
+def register_tasks(cfg: TrainSettings) -> list[str]:
+    """Register the tasks of ``$RLSR_TASKS_PATH`` and ``tasks_dir`` (docs/tasks.md); a task file
+    that is wrong raises ``ConfigError`` on ``tasks_dir`` naming the file, the key and the fix."""
+    value = cfg.tasks_dir
+    _check(
+        value is None
+        or isinstance(value, str)
+        or (isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)),
+        "tasks_dir",
+        f"must be a folder of task files, a task file, or a list of them; got {value!r}.",
+    )
+    try:
+        return load_env_tasks() + load_tasks(value)
+    except TaskError as err:
+        raise ConfigError("tasks_dir", str(err)) from None
+
+
 def check_settings(
     cfg: TrainSettings, *, world_size: int | None = None, trainer_section: str = "grpo"
 ) -> TrainSettings:
@@ -1147,6 +1184,7 @@ def check_settings(
     ``world_size`` defaults to ``$WORLD_SIZE`` (set by ``accelerate launch``/torchrun), else 1.
     """
     ws = world_size_from_env() if world_size is None else world_size
+    register_tasks(cfg)
     _validate_top(cfg)
     _validate_method(cfg.method)
     _validate_model(cfg.model)

@@ -16,6 +16,12 @@ __all__ = [
     "JUDGE_PROMPT_TEMPLATE",
     "get_system_prompt",
     "system_prompt_name",
+    "system_prompt_names",
+    "register_system_prompt",
+    "unregister_system_prompt",
+    "FORMAT_TAGS",
+    "FORMAT_INSTRUCTIONS",
+    "missing_format_tags",
     "render_judge_prompt",
 ]
 
@@ -44,19 +50,69 @@ CONFIDENCE_FALLBACK_SUFFIX = (
 JUDGE_PROMPT_TEMPLATE = "You are given a question, a ground truth answer, and a predicted answer. Determine whether the predicted answer is correct based on the ground truth. Respond with only “YES” if the predicted answer is correct, or “NO” if it is incorrect. Question: {question} Ground Truth Answer: {ground_truth} Predicted Answer: {predicted_answer} Is the predicted answer correct?"
 
 
-def get_system_prompt(name: str) -> str:
-    """Return the system prompt called ``name`` ("simple" or "long")."""
-    try:
-        return SYSTEM_PROMPTS[name]
-    except KeyError:
+# The tags the parser (rlsr.parsing.FULL_FORMAT) and the format reward need, in order; a custom
+# system prompt (a user task's, docs/tasks.md) must ask for every one of them.
+FORMAT_TAGS = ("think", "answer", "analysis", "confidence")
+
+# What rlsr appends to a custom system prompt that sets ``append_format: true``: the format
+# sentences of the simple prompt (Sec. C.1), verbatim.
+FORMAT_INSTRUCTIONS = SIMPLE_SYSTEM_PROMPT[SIMPLE_SYSTEM_PROMPT.index("The confidence level") :]
+
+# System prompts of user tasks (``rlsr.data.tasks``), by the task's name. The paper's two stay in
+# SYSTEM_PROMPTS, untouched.
+_CUSTOM_PROMPTS: dict[str, str] = {}
+
+
+def missing_format_tags(text: str) -> list[str]:
+    """The ``<tag>`` / ``</tag>`` strings of ``FORMAT_TAGS`` that ``text`` never mentions."""
+    return [t for tag in FORMAT_TAGS for t in (f"<{tag}>", f"</{tag}>") if t not in text]
+
+
+def register_system_prompt(name: str, text: str) -> None:
+    """Make ``text`` the system prompt called ``name`` (a user task's own prompt).
+
+    The text must mention every tag of ``FORMAT_TAGS``, opening and closing (the parser and the
+    format reward need them; ``missing_format_tags``). ``name`` cannot be a built-in prompt's.
+    """
+    if name in SYSTEM_PROMPTS or name == NO_SYSTEM_PROMPT:
+        raise ValueError(f"system prompt name {name!r} is a built-in one; choose another name.")
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"system prompt {name!r}: the text is empty.")
+    missing = missing_format_tags(text)
+    if missing:
         raise ValueError(
-            f"unknown system prompt {name!r}; choose one of {sorted(SYSTEM_PROMPTS)}."
-        ) from None
+            f"system prompt {name!r} does not ask for {' '.join(missing)}: the parser and the "
+            "format reward read <think>, <answer>, <analysis> and <confidence> blocks, so a model "
+            "never told about them scores as unformatted. Add the tag instructions to the text, "
+            "or set append_format: true to have rlsr append its own (docs/tasks.md)."
+        )
+    _CUSTOM_PROMPTS[name] = text
+
+
+def unregister_system_prompt(name: str) -> None:
+    """Forget the custom system prompt ``name`` (no-op when absent)."""
+    _CUSTOM_PROMPTS.pop(name, None)
+
+
+def system_prompt_names() -> list[str]:
+    """Every prompt name ``get_system_prompt`` accepts: the paper's, then the tasks'."""
+    return [*SYSTEM_PROMPTS, *_CUSTOM_PROMPTS]
+
+
+def get_system_prompt(name: str) -> str:
+    """Return the system prompt called ``name`` ("simple", "long", or a user task's)."""
+    text = SYSTEM_PROMPTS.get(name) or _CUSTOM_PROMPTS.get(name)
+    if text is None:
+        raise ValueError(
+            f"unknown system prompt {name!r}; choose one of {system_prompt_names()} (a task's "
+            "own prompt is known once its task is loaded: --tasks-dir DIR)."
+        )
+    return text
 
 
 def system_prompt_name(text: str | None) -> str | None:
-    """The name ("simple" / "long") of the system prompt whose text is ``text``, else None."""
-    for name, prompt in SYSTEM_PROMPTS.items():
+    """The name ("simple" / "long" / a task's) of the system prompt whose text is ``text``."""
+    for name, prompt in [*SYSTEM_PROMPTS.items(), *_CUSTOM_PROMPTS.items()]:
         if text == prompt:
             return name
     return None

@@ -1,4 +1,5 @@
-"""Dataset registry and loaders: the paper's benchmarks, UtilityBench and the bundled ``tiny``.
+"""Dataset registry and loaders: the paper's benchmarks, UtilityBench, the bundled ``tiny`` and
+the user's own tasks (``register_task(Task(...))``, task files: docs/tasks.md).
 
 ``get_spec(name)``, ``REGISTRY``, ``GROUPS``, ``resolve_datasets("a,b" | group)``,
 ``load_examples(name, *, path, split, limit, system_prompt, data_dir, columns)``. See
@@ -18,19 +19,43 @@ from rlsr.data.loading import (
     verification_inputs,
 )
 from rlsr.data.registry import (
+    BUILTIN_DATASETS,
     GROUP_SYSTEM_PROMPTS,
     GROUPS,
     REGISTRY,
     VERIFIERS,
     DatasetSpec,
+    TaskSource,
     datasets_system_prompt,
     get_spec,
     group_system_prompt,
     groups_of,
     resolve_datasets,
 )
+from rlsr.data.tasks import (
+    TASKS_PATH_ENV,
+    Task,
+    TaskError,
+    load_env_tasks,
+    load_task_file,
+    load_tasks,
+    register_task,
+    task_names,
+    unregister_task,
+)
 
 __all__ = [
+    "BUILTIN_DATASETS",
+    "TASKS_PATH_ENV",
+    "Task",
+    "TaskError",
+    "TaskSource",
+    "load_env_tasks",
+    "load_task_file",
+    "load_tasks",
+    "register_task",
+    "task_names",
+    "unregister_task",
     "DATA_DIR_ENV",
     "DatasetSpec",
     "DatasetUnavailableError",

@@ -17,8 +17,13 @@ __all__ = ["register", "format_table", "available_here"]
 
 def available_here(name: str, data_dir: str | os.PathLike | None = None) -> str:
     """Where ``rlsr evaluate`` finds ``name`` without the hub: "bundled", the local copy
-    ``<data_dir or $RLSR_DATA_DIR>/<name>``, or "no" (then only the hub has it)."""
-    if REGISTRY[name].hf_id is None:
+    ``<data_dir or $RLSR_DATA_DIR>/<name>``, a task's own data path (``yes: PATH`` or
+    ``no: PATH missing``), or "no" (then only the hub has it)."""
+    spec = REGISTRY[name]
+    if spec.task is not None and spec.task.data_path is not None:
+        present = Path(spec.task.data_path).exists()
+        return f"{'yes' if present else 'no'}: {spec.task.data_path}{'' if present else ' missing'}"
+    if spec.hf_id is None:
         return "bundled"
     root = data_dir if data_dir is not None else os.environ.get(DATA_DIR_ENV)
     if root and (Path(root) / name).exists():
@@ -35,13 +40,21 @@ def format_table(data_dir: str | os.PathLike | None = None) -> str:
         splits = ", ".join(
             f"{s}{'*' if s == spec.split else ''}={n:,}" for s, n in spec.sizes.items()
         )
+        if spec.task is not None:  # a user task: its split names, the file it came from
+            names = dict.fromkeys([spec.train_split, spec.split])
+            splits = ", ".join(f"{s}{'*' if s == spec.split else ''}" for s in names)
         verifier = spec.verifier + (
             f" (alt: {', '.join(spec.alt_verifiers)})" if spec.alt_verifiers else ""
         )
         rows.append(
             (
                 spec.name,
-                spec.hf_id or "bundled",
+                (
+                    f"task {spec.task.file or '(Python)'}"
+                    + (f" ({spec.hf_id})" if spec.hf_id else "")
+                )
+                if spec.task is not None
+                else spec.hf_id or "bundled",
                 splits,
                 verifier,
                 spec.system_prompt,
@@ -53,7 +66,11 @@ def format_table(data_dir: str | os.PathLike | None = None) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append("")
-    lines.append("* = default (evaluation) split. Groups (paper Sec. 4.1):")
+    lines.append(
+        "* = default (evaluation) split. Tasks: your own datasets from task files "
+        "(--tasks-dir DIR, $RLSR_TASKS_PATH; docs/tasks.md)."
+    )
+    lines.append("Groups (paper Sec. 4.1):")
     lines += [f"  {g}: {', '.join(m)}" for g, m in GROUPS.items()]
     lines += [
         "",
@@ -123,6 +140,8 @@ def register(subparsers) -> None:
     show.add_argument("--path", default=None)
     show.add_argument("--split", default=None)
     show.add_argument("--data-dir", default=None)
-    show.add_argument("--system-prompt", default=None, choices=["simple", "long"])
+    show.add_argument(
+        "--system-prompt", default=None, help="simple, long, none or a task's prompt name"
+    )
     show.add_argument("--columns", nargs="*", help="FIELD=COLUMN overrides")
     show.set_defaults(func=_show)

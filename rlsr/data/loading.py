@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import numpy as np
 from datasets.exceptions import DatasetGenerationError
 
 from rlsr.data.formatting import FORMATTERS, build_prompt
 from rlsr.data.registry import DatasetSpec, get_spec
-from rlsr.prompts import NO_SYSTEM_PROMPT, SYSTEM_PROMPTS
+from rlsr.prompts import NO_SYSTEM_PROMPT, system_prompt_names
+from rlsr.verifiers import is_plugin_name
 
 __all__ = [
     "CONTRACT_COLUMNS",
@@ -167,12 +169,86 @@ def load_raw(
     split = split or spec.split
     if path is not None:
         return _load_local(Path(path), split)
+    if spec.task is not None and spec.task.data_path is not None:
+        return _load_task_split(spec, split)
     if spec.hf_id is None:
         return _load_local(FIXTURES_DIR / name, split)
     root = data_dir if data_dir is not None else os.environ.get(DATA_DIR_ENV)
     if root and (Path(root) / name).exists():
         return _load_local(Path(root) / name, split)
     return _load_hub(spec, split)
+
+
+def task_split_rows(n: int, fraction: float, seed: int, split: str) -> list[int]:
+    """Row indices of ``split`` ("train" | "eval") when ``n`` rows are split by a seeded fraction:
+    a permutation of ``range(n)`` from ``numpy.random.default_rng(seed)``; its first
+    ``round(fraction * n)`` rows are ``eval``, the others ``train``; each split keeps file order."""
+    order = np.random.default_rng(seed).permutation(n)
+    n_eval = int(round(fraction * n))
+    rows = order[:n_eval] if split == "eval" else order[n_eval:]
+    return sorted(int(i) for i in rows)
+
+
+def _load_task_split(spec: DatasetSpec, split: str) -> datasets.Dataset:
+    """``split`` of a user task's local data: the file or folder as in ``_load_local``, or, with
+    ``eval_fraction``, the ``train`` / ``eval`` part of a single file (``task_split_rows``)."""
+    task = spec.task
+    path = Path(task.data_path)
+    if task.eval_fraction is None:
+        return _load_local(path, split)
+    if split not in ("train", "eval"):
+        raise ValueError(
+            f"task {spec.name}: split {split!r} does not exist; a file split by "
+            f"splits.eval_fraction has the splits 'train' and 'eval'."
+        )
+    whole = _load_local(path, split)
+    return whole.select(task_split_rows(len(whole), task.eval_fraction, task.split_seed, split))
+
+
+def _task_where(spec: DatasetSpec) -> str:
+    return str(spec.task.data_path or spec.hf_id) if spec.task else str(spec.hf_id)
+
+
+def _check_task_rows(spec: DatasetSpec, raw: datasets.Dataset, split: str, mapping) -> None:
+    """A user task's data before formatting: every mapped column present, the split not empty."""
+    file = spec.task.file if spec.task and spec.task.file else "the task"
+    where = f"{_task_where(spec)} (split {split!r})"
+    for field_name in (
+        "question",
+        "answer",
+        *(f for f in ("id", "aliases", "options") if f in mapping),
+    ):
+        column = mapping.get(field_name, field_name)
+        if column not in raw.column_names:
+            default = (
+                f" (columns.{field_name} defaults to {field_name!r})"
+                if column == field_name
+                else ""
+            )
+            raise ValueError(
+                f"task {spec.name}: no column {column!r} for {field_name} in {where}{default}; "
+                f"the data has the columns {raw.column_names}. Set columns.{field_name}: "
+                f"<one of them> in {file}."
+            )
+    if len(raw) == 0:
+        raise ValueError(
+            f"task {spec.name}: split {split!r} of {_task_where(spec)} has no rows; point data at "
+            f"a file with examples, or change splits in {file}."
+        )
+
+
+def _check_unique_ids(spec: DatasetSpec, ids: Sequence[str], split: str) -> None:
+    seen: dict[str, int] = {}
+    for row, value in enumerate(ids):
+        if value in seen:
+            file = spec.task.file if spec.task and spec.task.file else "the task"
+            raise ValueError(
+                f"task {spec.name}: id {value!r} occurs twice in split {split!r} of "
+                f"{_task_where(spec)} (rows {seen[value]} and {row}); ids must be unique (results "
+                f"are matched and resumed by id). Fix the data, or remove columns.id from {file} "
+                "to number the rows instead."
+            )
+        seen[value] = row
 
 
 # --- contract -----------------------------------------------------------------------------
@@ -216,7 +292,9 @@ def _features(spec: DatasetSpec, has_gold_removed: bool) -> datasets.Features:
         "answers": datasets.List(string),
         "verifier": string,
     }
-    if spec.formatter in ("mcq_rendered", "mcq_columns"):
+    if spec.formatter in ("mcq_rendered", "mcq_columns") or (
+        spec.formatter == "task" and "options" in spec.columns
+    ):
         features.update(options=string, answer_letter=string)
     if spec.formatter == "utility":
         features.update(answerable=datasets.Value("bool"), cost=datasets.Value("float64"))
@@ -247,9 +325,9 @@ def load_examples(
     spec = get_spec(name)
     split = split or spec.split
     system_prompt = system_prompt or spec.system_prompt
-    if system_prompt not in SYSTEM_PROMPTS and system_prompt != NO_SYSTEM_PROMPT:
+    if system_prompt not in system_prompt_names() and system_prompt != NO_SYSTEM_PROMPT:
         raise ValueError(
-            f"system_prompt must be one of {[*sorted(SYSTEM_PROMPTS), NO_SYSTEM_PROMPT]}, "
+            f"system_prompt must be one of {[*system_prompt_names(), NO_SYSTEM_PROMPT]}, "
             f"got {system_prompt!r}."
         )
     if limit is not None and (not isinstance(limit, int) or limit < 1):
@@ -260,9 +338,11 @@ def load_examples(
         warnings.warn(
             f"{name}/{split}: {len(raw)} rows, the published copy has {expected}.", stacklevel=2
         )
+    mapping = {**spec.columns, **(columns or {})}
+    if spec.formatter == "task":
+        _check_task_rows(spec, raw, split, mapping)
     if limit is not None:
         raw = raw.select(range(min(limit, len(raw))))
-    mapping = {**spec.columns, **(columns or {})}
     builder = _example_builder(spec, split, mapping, system_prompt)
     examples = raw.map(
         builder,
@@ -272,6 +352,8 @@ def load_examples(
         desc=f"formatting {name}",
         load_from_cache_file=False,
     )
+    if spec.formatter == "task" and "id" in mapping:
+        _check_unique_ids(spec, examples["id"], split)
     order = [c for c in CONTRACT_COLUMNS if c in examples.column_names]
     return examples.select_columns(order + [c for c in examples.column_names if c not in order])
 
@@ -307,6 +389,13 @@ def verification_inputs(
         if len(names) != 1:
             raise ValueError(f"rows mix verifiers {sorted(names)}; pass verifier=.")
         verifier = names.pop()
+    if is_plugin_name(verifier):
+        inputs = VerificationInputs(
+            golds=list(examples["answer"]), questions=list(examples["question"])
+        )
+        if "options" in examples.column_names:
+            inputs["options"] = [json.loads(o) for o in examples["options"]]
+        return inputs
     if verifier == "exact_match":
         return VerificationInputs(golds=list(examples["answers"]))
     if verifier == "math":
@@ -324,7 +413,10 @@ def verification_inputs(
         return VerificationInputs(
             golds=list(examples[column]), questions=list(examples["question"])
         )
-    raise ValueError(f"unknown verifier {verifier!r}; choose exact_match, math, mcq or llm_judge.")
+    raise ValueError(
+        f"unknown verifier {verifier!r}; choose exact_match, math, mcq, llm_judge or a plugin "
+        "'package.module:function' (docs/tasks.md)."
+    )
 
 
 def row_verification_inputs(inputs: Sequence[dict], verifier_name: str) -> dict[str, list]:
@@ -333,6 +425,17 @@ def row_verification_inputs(inputs: Sequence[dict], verifier_name: str) -> dict[
     exact_match -> golds = ``answers`` lists (else ``[answer]``); math -> ``answer``;
     mcq -> ``answer_letter`` with ``options`` (JSON) decoded.
     """
+    if is_plugin_name(verifier_name):
+        out: dict[str, list] = {
+            "golds": [x["answer"] for x in inputs],
+            "questions": [x.get("question") for x in inputs],
+        }
+        if all(x.get("options") is not None for x in inputs):
+            out["options"] = [
+                json.loads(x["options"]) if isinstance(x["options"], str) else x["options"]
+                for x in inputs
+            ]
+        return out
     if verifier_name == "exact_match":
         golds = [list(x["answers"]) if x.get("answers") else [x["answer"]] for x in inputs]
         return {"golds": golds}

@@ -8,13 +8,16 @@ in-domain (ID) / out-of-domain (OOD) groups Sec. 4.1 and Tab. 8-11.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 __all__ = [
     "DatasetSpec",
+    "TaskSource",
     "REGISTRY",
+    "BUILTIN_DATASETS",
     "GROUPS",
     "GROUP_SYSTEM_PROMPTS",
     "VERIFIERS",
@@ -25,6 +28,27 @@ __all__ = [
 ]
 
 VERIFIERS = ("exact_match", "math", "mcq", "llm_judge")
+
+
+@dataclass(frozen=True)
+class TaskSource:
+    """Where a user task (``rlsr.data.tasks``, docs/tasks.md) came from and how its data splits.
+
+    ``file``: the task file (None for a task registered in Python); ``sha256``: the SHA-256 of
+    that file's bytes (of the task's canonical JSON for a Python task), recorded in ``run.json``
+    and ``deployment.json``; ``data_path``: the task's local data (absolute); ``eval_fraction`` /
+    ``split_seed``: a single file split into ``train`` / ``eval`` by a seeded permutation;
+    ``prompt_text``: the task's own system prompt text (registered under the task's name);
+    ``has_eval``: the task names an evaluation split (``DatasetSpec.split``) apart from training.
+    """
+
+    file: str | None
+    sha256: str
+    data_path: str | None = None
+    eval_fraction: float | None = None
+    split_seed: int = 0
+    prompt_text: str | None = None
+    has_eval: bool = False
 
 
 @dataclass(frozen=True)
@@ -53,6 +77,8 @@ class DatasetSpec:
     alt_verifiers: tuple[str, ...] = ()
     columns: Mapping[str, str] = field(default_factory=dict)
     source_note: str = ""
+    verifier_options: Mapping[str, Any] = field(default_factory=dict)
+    task: TaskSource | None = None
 
     @property
     def size(self) -> int | None:
@@ -241,7 +267,31 @@ _SPECS = [
     ),
 ]
 
-REGISTRY: Mapping[str, DatasetSpec] = MappingProxyType({s.name: s for s in _SPECS})
+_ENTRIES: dict[str, DatasetSpec] = {s.name: s for s in _SPECS}
+REGISTRY: Mapping[str, DatasetSpec] = MappingProxyType(_ENTRIES)
+"""Every dataset by name: the built-ins above, then the user tasks registered in this process
+(``rlsr.data.tasks``). A read-only view; tasks enter through ``rlsr.data.register_task``."""
+
+BUILTIN_DATASETS: frozenset[str] = frozenset(_ENTRIES)
+
+# Called, in order, when a name is not registered (``rlsr.data.tasks`` installs the loader of
+# $RLSR_TASKS_PATH here), so every lookup by name sees the tasks of that path.
+LOOKUP_HOOKS: list[Callable[[], None]] = []
+
+
+def add_spec(spec: DatasetSpec) -> None:
+    """Register a user task's spec (``rlsr.data.tasks.register_task`` checks it first)."""
+    if spec.name in BUILTIN_DATASETS or spec.name in GROUPS:
+        raise ValueError(f"{spec.name!r} is a built-in dataset or group; rename the task.")
+    _ENTRIES[spec.name] = spec
+
+
+def remove_spec(name: str) -> None:
+    """Unregister the user task ``name`` (built-ins cannot be removed)."""
+    if name in BUILTIN_DATASETS:
+        raise ValueError(f"{name!r} is a built-in dataset; only tasks can be removed.")
+    _ENTRIES.pop(name, None)
+
 
 # Sec. 4.1 and Tab. 8-11: "for HotPotQA-aligned models, ID evaluation only uses HotPotQA, and OOD
 # evaluation includes the remaining 6 additional datasets; for BigMath-aligned models, Math500,
@@ -263,13 +313,17 @@ GROUP_SYSTEM_PROMPTS: Mapping[str, str] = MappingProxyType(
 
 
 def get_spec(name: str) -> DatasetSpec:
-    """Return the ``DatasetSpec`` registered as ``name``."""
+    """Return the ``DatasetSpec`` registered as ``name`` (a built-in or a user task)."""
+    if name not in REGISTRY:
+        for hook in LOOKUP_HOOKS:
+            hook()
     try:
         return REGISTRY[name]
     except KeyError:
         raise ValueError(
             f"unknown dataset {name!r}; registered datasets: {', '.join(REGISTRY)} "
-            f"(groups: {', '.join(GROUPS)})."
+            f"(groups: {', '.join(GROUPS)}). For your own data, write a task file and pass "
+            "--tasks-dir DIR (tasks_dir=DIR in train.py, or RLSR_TASKS_PATH=DIR); docs/tasks.md."
         ) from None
 
 

@@ -6,6 +6,9 @@
 - ``mcq``: multiple choice with the answer-letter fallbacks of paper Sec. C.6.1 (MedQA,
   CommonsenseQA, GPQA);
 - ``llm_judge``: the LLM-judge interface with the paper's judge prompt (TriviaQA, SimpleQA);
+- ``plugin``: a user's ``"package.module:function"`` in the same kind of worker pool
+  (docs/tasks.md);
+- ``pool``: the worker pool with the per-item time limit that math and plugins share;
 - ``base``: ``VerificationResult``, the per-item status codes and the shared input checks.
 
 Every verifier has ``verify_batch(predictions, golds, *, questions=None, options=None)
@@ -20,6 +23,7 @@ from rlsr.verifiers.exact_match import ExactMatchVerifier, exact_match, normaliz
 from rlsr.verifiers.llm_judge import LLMJudgeVerifier, parse_judgement, quote_answer
 from rlsr.verifiers.math import MathVerifier, math_equal
 from rlsr.verifiers.mcq import MCQVerifier, extract_choice_letter, mcq_match
+from rlsr.verifiers.plugin import PluginVerifier, is_plugin_name, load_plugin
 
 __all__ = [
     "VerificationResult",
@@ -36,6 +40,9 @@ __all__ = [
     "quote_answer",
     "get_verifier",
     "VERIFIERS",
+    "PluginVerifier",
+    "is_plugin_name",
+    "load_plugin",
 ]
 
 VERIFIERS = {
@@ -47,13 +54,20 @@ VERIFIERS = {
 
 
 def get_verifier(name: str, **kwargs):
-    """Build the verifier called ``name`` ("exact_match", "math", "mcq", "llm_judge").
+    """Build the verifier called ``name`` ("exact_match", "math", "mcq", "llm_judge", or a
+    plugin ``"package.module:function"``).
 
     kwargs go to its constructor: exact_match(strict), math(num_workers, timeout_s, grace_s,
-    chunk_size, start_method), llm_judge(judge_fn, max_answer_chars).
+    chunk_size, start_method), llm_judge(judge_fn, max_answer_chars), a plugin (num_workers,
+    timeout_s, grace_s, chunk_size, start_method).
     """
+    if is_plugin_name(name):
+        return PluginVerifier(name, **kwargs)
     try:
         cls = VERIFIERS[name]
     except KeyError:
-        raise ValueError(f"unknown verifier {name!r}; choose one of {sorted(VERIFIERS)}.") from None
+        raise ValueError(
+            f"unknown verifier {name!r}; choose one of {sorted(VERIFIERS)} or a plugin "
+            "'package.module:function' (docs/tasks.md)."
+        ) from None
     return cls(**kwargs)

@@ -1,0 +1,203 @@
+"""Verifier plugins: a user's own correctness check, named ``"package.module:function"``.
+
+The contract (docs/tasks.md, "Verifier plugins")::
+
+    def verify(predictions: list[str], golds: list[str], *, questions=None, options=None)
+        -> list[bool | None]
+
+``predictions``: extracted answers (the ``<answer>`` block, never None: a missing answer is
+"missing" without a call); ``golds``: the task's answer column; ``questions``: the question
+texts; ``options``: ``{letter: text}`` per item for multiple-choice tasks, else None. It returns
+one value per item: True (correct), False (wrong) or None (could not judge).
+
+``PluginVerifier`` runs it in a pool of worker processes (``rlsr.verifiers.pool``, as the math
+verifier), **one item per call**, each under ``timeout_s``: a call that sleeps past the limit
+counts as ``timeout``, one that raises or returns anything but a one-element list of
+bool / None counts as ``error``, None counts as ``invalid`` (not judged; counted with the errors);
+every one of them is scored as incorrect and nothing stops the run. What must hold:
+
+* the module imports by its dotted name in a fresh process: it is on ``sys.path`` (installed, in
+  the working directory, or on ``PYTHONPATH``); the ``sys.path`` of the process that builds the
+  verifier is handed to the workers, so a folder added there at run time also works;
+* ``function`` is a module-level callable (workers look it up by name; nothing is pickled but
+  the items, which are str, list and dict, and the returned bool / None).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import re
+import sys
+from collections.abc import Callable
+
+import numpy as np
+
+from rlsr.verifiers.base import (
+    CORRECT,
+    ERROR,
+    INCORRECT,
+    INVALID,
+    MISSING,
+    TIMEOUT,
+    VerificationResult,
+    _check_lengths,
+)
+from rlsr.verifiers.pool import ItemTimeout, WorkerPool, time_limit
+
+__all__ = ["PluginVerifier", "is_plugin_name", "load_plugin", "plugin_item_status"]
+
+logger = logging.getLogger(__name__)
+
+_PLUGIN = re.compile(r"([A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*):([A-Za-z_]\w*)\Z")
+
+
+def is_plugin_name(name: str | None) -> bool:
+    """True for ``"package.module:function"`` (a verifier plugin), False for a built-in name."""
+    return isinstance(name, str) and ":" in name
+
+
+def load_plugin(spec: str) -> Callable:
+    """Import ``"package.module:function"`` and return the function. ``ValueError`` names the
+    module, the reason and ``sys.path`` when it does not import, and what the module defines when
+    the function is not there."""
+    match = _PLUGIN.match(spec.strip()) if isinstance(spec, str) else None
+    if match is None:
+        raise ValueError(
+            f"verifier plugin {spec!r}: expected 'package.module:function' (a dotted module "
+            "name, a colon, a function name), e.g. 'my_checks:verify'."
+        )
+    module_name, function_name = match.groups()
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 - any import failure is the user's to fix
+        raise ValueError(
+            f"verifier plugin {spec!r}: module {module_name!r} does not import "
+            f"({type(err).__name__}: {err}). sys.path is {sys.path}; put the folder holding "
+            f"{module_name.split('.')[0]!r} on PYTHONPATH (or pip install it) and run again."
+        ) from None
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        defined = sorted(
+            n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
+        )
+        raise ValueError(
+            f"verifier plugin {spec!r}: module {module_name!r} "
+            f"({getattr(module, '__file__', '?')}) has no function {function_name!r}; it defines "
+            f"{defined}."
+        )
+    return function
+
+
+def plugin_item_status(function: Callable, prediction, gold, question, options, timeout_s) -> str:
+    """The status of one item: the plugin called on one-element lists under ``timeout_s``.
+    Never raises (an ``ItemTimeout`` becomes "timeout", anything else wrong "error")."""
+    try:
+        with time_limit(timeout_s):
+            out = function(
+                [prediction],
+                [gold],
+                questions=None if question is None else [question],
+                options=None if options is None else [options],
+            )
+            values = list(out)
+    except ItemTimeout:
+        return TIMEOUT
+    except Exception as err:  # noqa: BLE001 - a plugin's failure is one unverifiable item
+        logger.warning("verifier plugin raised %s: %s", type(err).__name__, err)
+        return ERROR
+    if len(values) != 1:
+        logger.warning("verifier plugin returned %d values for 1 item", len(values))
+        return ERROR
+    value = values[0]
+    if value is None:
+        return INVALID
+    if isinstance(value, bool | np.bool_):
+        return CORRECT if bool(value) else INCORRECT
+    logger.warning("verifier plugin returned %r, not True / False / None", value)
+    return ERROR
+
+
+def _plugin_worker_main(conn, spec: str, sys_path: list[str]) -> None:
+    """Worker: import the plugin by name, then send (key, status) per received item."""
+    for entry in reversed(sys_path):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    try:
+        function = load_plugin(spec)
+    except ValueError as err:
+        print(f"rlsr verifier worker: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(4) from None
+    conn.send(("ready", None))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            return
+        if message is None:
+            return
+        chunk, timeout_s = message
+        for key, prediction, gold, question, options in chunk:
+            status = plugin_item_status(function, prediction, gold, question, options, timeout_s)
+            conn.send((key, status))
+
+
+class PluginVerifier(WorkerPool):
+    """A ``"package.module:function"`` verifier run in worker processes, one item per call, each
+    under ``timeout_s`` (module docstring). The function is imported here first, so a plugin that
+    does not import fails at construction, before any model loads. ``num_workers=0`` calls it in
+    this process (time limit in the main thread only, no protection from a hang in C code)."""
+
+    startup_hint = " check that the plugin imports in a fresh process (PYTHONPATH);"
+
+    def __init__(
+        self,
+        spec: str,
+        num_workers: int | None = None,
+        timeout_s: float = 5.0,
+        grace_s: float = 2.0,
+        chunk_size: int = 16,
+        start_method: str = "forkserver",
+        startup_timeout_s: float = 120.0,
+    ):
+        super().__init__(
+            num_workers=num_workers,
+            timeout_s=timeout_s,
+            grace_s=grace_s,
+            chunk_size=chunk_size,
+            start_method=start_method,
+            startup_timeout_s=startup_timeout_s,
+        )
+        self.function = load_plugin(spec)
+        self.spec = spec.strip()
+        self.name = self.spec
+        self._sys_path = list(sys.path)
+
+    def _worker_target(self):
+        return _plugin_worker_main
+
+    def _worker_args(self) -> tuple:
+        return (self.spec, self._sys_path)
+
+    def verify_batch(self, predictions, golds, *, questions=None, options=None):
+        n = _check_lengths(predictions, golds, questions=questions, options=options)
+        status: list[str] = [MISSING] * n
+        keyed = []
+        for i, prediction in enumerate(predictions):
+            if prediction is None:
+                continue
+            if not isinstance(prediction, str):
+                raise ValueError(f"predictions[{i}] must be a str or None; got {prediction!r}.")
+            question = None if questions is None else questions[i]
+            option = None if options is None else options[i]
+            keyed.append((i, prediction, golds[i], question, option))
+        if self.num_workers == 0:
+            results = {
+                k: plugin_item_status(self.function, p, g, q, o, self.timeout_s)
+                for k, p, g, q, o in keyed
+            }
+        else:
+            results = self._run_pool(keyed)
+        for key, item_status in results.items():
+            status[key] = item_status
+        return VerificationResult.from_status(status)

@@ -1,0 +1,276 @@
+"""A pool of worker processes that verifies items under a per-item time limit.
+
+Shared by the math verifier (``rlsr.verifiers.math``) and verifier plugins
+(``rlsr.verifiers.plugin``). A worker runs ``target(conn, *args)``: it sends ``("ready", pid)``
+once, then for each chunk ``[(key, *item)]`` it receives with a time limit, one
+``(key, status)`` message per item. The pool
+
+* sends chunks of ``chunk_size`` items to idle workers;
+* counts an item whose worker does not report within ``timeout_s + grace_s`` (stuck in C code
+  that SIGALRM cannot interrupt, or a handler that swallowed the alarm) as ``timeout``, kills
+  and restarts that worker and re-queues the rest of its chunk;
+* counts the current item of a worker that dies as ``error`` and restarts the worker.
+
+So one bad item costs at most its time limit plus the grace, and never stalls or crashes the
+caller (a training step, an evaluation).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections import deque
+from contextlib import contextmanager
+from multiprocessing.connection import wait as wait_for_connections
+
+from rlsr.verifiers.base import ERROR, TIMEOUT
+
+__all__ = ["ItemTimeout", "time_limit", "WorkerPool"]
+
+logger = logging.getLogger(__name__)
+
+
+class ItemTimeout(BaseException):
+    """Raised by our SIGALRM handler; a BaseException so a verifier's ``except Exception`` (math-
+    verify's, a plugin's) lets it pass."""
+
+
+def _raise_item_timeout(signum, frame):
+    raise ItemTimeout()
+
+
+@contextmanager
+def time_limit(seconds: float | None):
+    """Interrupt the block after ``seconds`` with ``ItemTimeout`` (SIGALRM; main thread only).
+
+    Elsewhere (non-main thread, no SIGALRM) the block runs without a limit.
+    """
+    usable = (
+        seconds is not None
+        and seconds > 0
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
+    if not usable:
+        yield
+        return
+    previous = signal.signal(signal.SIGALRM, _raise_item_timeout)
+    outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
+        if outer_delay > 0:  # re-arm a caller's timer (e.g. pytest-timeout) with what was left
+            remaining = max(outer_delay - (time.monotonic() - started), 1e-3)
+            signal.setitimer(signal.ITIMER_REAL, remaining, outer_interval)
+
+
+class _Worker:
+    def __init__(self, context, target, args: tuple):
+        parent_conn, child_conn = context.Pipe(duplex=True)
+        self.process = context.Process(target=target, args=(child_conn, *args), daemon=True)
+        self.process.start()
+        child_conn.close()
+        self.conn = parent_conn
+        self.ready = False
+        self.inflight: deque = deque()
+        self.last_progress = time.monotonic()
+
+    def kill(self) -> None:
+        try:
+            self.process.kill()
+            self.process.join(timeout=5)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        self.conn.close()
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        except (OSError, ValueError):
+            pass
+        self.process.join(timeout=2)
+        if self.process.is_alive():
+            self.kill()
+        else:
+            self.conn.close()
+
+
+class WorkerPool:
+    """Base of the process-pool verifiers: worker lifecycle and the chunked, time-limited
+    dispatch (module docstring). A subclass sets ``name``, ``preload`` (modules the forkserver
+    imports once) and ``startup_hint`` (what to check when workers die at start-up), and
+    implements ``_worker_target()`` / ``_worker_args()``.
+
+    Workers start lazily on the first batch and persist across calls; call ``close()`` or use the
+    verifier as a context manager. Start method: 'forkserver' (safe with torch's threads loaded).
+    """
+
+    name = "pool"
+    preload: tuple[str, ...] = ()
+    startup_hint = ""
+
+    def __init__(
+        self,
+        num_workers: int | None = None,
+        timeout_s: float = 5.0,
+        grace_s: float = 2.0,
+        chunk_size: int = 16,
+        start_method: str = "forkserver",
+        startup_timeout_s: float = 120.0,
+    ):
+        if num_workers is None:
+            num_workers = min(4, os.cpu_count() or 1)
+        if not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0 (0 = serial); got {num_workers}.")
+        if not (isinstance(timeout_s, int | float) and timeout_s > 0):
+            raise ValueError(f"timeout_s must be > 0 seconds; got {timeout_s}.")
+        if not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1; got {chunk_size}.")
+        self.num_workers = num_workers
+        self.timeout_s = float(timeout_s)
+        self.grace_s = float(grace_s)
+        self.chunk_size = chunk_size
+        self.start_method = start_method
+        self.startup_timeout_s = startup_timeout_s
+        self._workers: list[_Worker] = []
+        self._context = None
+        self._startup_failures = 0
+        self.restarts = 0
+        """Workers killed or lost and replaced since construction (a health metric)."""
+
+    # -- what a subclass provides
+    def _worker_target(self):
+        raise NotImplementedError
+
+    def _worker_args(self) -> tuple:
+        return ()
+
+    # -- lifecycle --
+    def _new_worker(self) -> _Worker:
+        return _Worker(self._context, self._worker_target(), self._worker_args())
+
+    def _start_workers(self) -> None:
+        if self._context is None:
+            self._context = multiprocessing.get_context(self.start_method)
+            if self.start_method == "forkserver" and self.preload:
+                self._context.set_forkserver_preload(list(self.preload))
+        while len(self._workers) < self.num_workers:
+            self._workers.append(self._new_worker())
+
+    def _replace(self, index: int) -> None:
+        self._workers[index].kill()
+        self._workers[index] = self._new_worker()
+        self.restarts += 1
+
+    def close(self) -> None:
+        """Stop the worker processes (idempotent; the next batch starts new ones)."""
+        workers, self._workers = self._workers, []
+        for worker in workers:
+            worker.stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    # -- dispatch --
+    def _run_pool(self, keyed: list) -> dict[int, str]:
+        """``{key: status}`` for items ``[(key, *item)]``, verified by the workers."""
+        self._start_workers()
+        pending = deque(keyed)
+        results: dict[int, str] = {}
+        item_deadline = self.timeout_s + self.grace_s
+        started = time.monotonic()
+        while pending or any(w.inflight for w in self._workers):
+            now = time.monotonic()
+            for index, w in enumerate(self._workers):
+                if w.ready and not w.inflight and pending:
+                    if not w.process.is_alive():
+                        # Died while idle (e.g. OOM-killed between batches): no item of ours was
+                        # on it, so restart it instead of blaming the next item sent to it.
+                        code = w.process.exitcode
+                        logger.warning(
+                            "idle %s worker died (exit code %s); restarting it", self.name, code
+                        )
+                        self._replace(index)
+                        continue
+                    chunk = [pending.popleft() for _ in range(min(self.chunk_size, len(pending)))]
+                    w.inflight.extend(chunk)
+                    w.last_progress = now
+                    try:
+                        w.conn.send((chunk, self.timeout_s))
+                    except (OSError, ValueError):
+                        pass  # detected as a dead worker below
+            waits = [w.last_progress + item_deadline - now for w in self._workers if w.inflight]
+            timeout = max(0.0, min(waits)) if waits else 0.5
+            ready = wait_for_connections([w.conn for w in self._workers], timeout=timeout)
+            for index, w in enumerate(self._workers):
+                if w.conn in ready:
+                    self._drain(index, results, pending)
+            now = time.monotonic()
+            for index, w in enumerate(self._workers):
+                if w.inflight and now - w.last_progress > item_deadline:
+                    key = w.inflight.popleft()[0]
+                    results[key] = TIMEOUT
+                    logger.warning(
+                        "%s worker exceeded %.1fs on one item; restarting it",
+                        self.name,
+                        item_deadline,
+                    )
+                    pending.extendleft(reversed(w.inflight))
+                    w.inflight.clear()
+                    self._replace(index)
+            if not any(w.ready for w in self._workers) and now - started > self.startup_timeout_s:
+                raise RuntimeError(
+                    f"no {self.name} worker started within {self.startup_timeout_s:.0f}s; "
+                    f"use num_workers=0 to verify in-process.{self.startup_hint}"
+                )
+        return results
+
+    def _drain(self, index: int, results: dict, pending: deque) -> None:
+        w = self._workers[index]
+        try:
+            while w.conn.poll():
+                message = w.conn.recv()
+                if message[0] == "ready":
+                    w.ready = True
+                    continue
+                key, item_status = message
+                if w.inflight and w.inflight[0][0] == key:
+                    w.inflight.popleft()
+                results[key] = item_status
+                w.last_progress = time.monotonic()
+        except (EOFError, OSError):
+            if not w.ready:
+                self._startup_failures += 1
+                if self._startup_failures > 3:
+                    raise RuntimeError(
+                        f"{self.name} workers keep dying at start-up (exit code "
+                        f"{w.process.exitcode});{self.startup_hint} check that the main script "
+                        "guards its code with `if __name__ == '__main__':` (worker start-up "
+                        "re-imports it), or use num_workers=0."
+                    ) from None
+            # The worker died: its current item is an error; the rest of its chunk goes back.
+            if w.inflight:
+                results[w.inflight.popleft()[0]] = ERROR
+                pending.extendleft(reversed(w.inflight))
+                w.inflight.clear()
+            w.process.join(timeout=1)
+            logger.warning(
+                "%s worker died (exit code %s); restarting it", self.name, w.process.exitcode
+            )
+            self._replace(index)

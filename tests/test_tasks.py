@@ -1,0 +1,417 @@
+"""User tasks (rlsr.data.tasks, docs/tasks.md): task files and the Python API register real
+registry entries; bad input fails with the file, the key and the fix, before any model loads.
+
+Every task lives in ``tmp_path`` (data, task file, plugin module); nothing of the repository is
+edited. Tasks registered by a test are removed after it (``clean_tasks``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import datasets
+import pytest
+from test_config import compose
+
+from rlsr.cli import main
+from rlsr.config import ConfigError, from_dict, resolve_heldout
+from rlsr.data import (
+    REGISTRY,
+    TASKS_PATH_ENV,
+    Task,
+    TaskError,
+    get_spec,
+    load_examples,
+    load_task_file,
+    load_tasks,
+    register_task,
+    resolve_datasets,
+    task_names,
+    unregister_task,
+    verification_inputs,
+)
+from rlsr.data import tasks as tasks_module
+from rlsr.data.loading import FIXTURES_DIR, task_split_rows
+from rlsr.prompts import FORMAT_INSTRUCTIONS, SIMPLE_SYSTEM_PROMPT, get_system_prompt
+from rlsr.training import validate
+
+datasets.disable_progress_bars()
+
+CAPS = [
+    {"prompt": "Capital of France?", "solution": "Paris", "uid": "fr"},
+    {"prompt": "Capital of Italy?", "solution": "Rome", "uid": "it"},
+    {"prompt": "Capital of Spain?", "solution": "Madrid", "uid": "es"},
+    {"prompt": "Capital of Peru?", "solution": "Lima", "uid": "pe"},
+    {"prompt": "Capital of Chile?", "solution": "Santiago", "uid": "cl"},
+    {"prompt": "Capital of Japan?", "solution": "Tokyo", "uid": "jp"},
+    {"prompt": "Capital of Kenya?", "solution": "Nairobi", "uid": "ke"},
+    {"prompt": "Capital of Egypt?", "solution": "Cairo", "uid": "eg"},
+    {"prompt": "Capital of Chad?", "solution": "N'Djamena", "uid": "td"},
+    {"prompt": "Capital of Fiji?", "solution": "Suva", "uid": "fj"},
+]
+
+CUSTOM_PROMPT = (
+    "You answer questions about capitals. Think inside <think></think>, give the city inside "
+    "<answer></answer>, discuss doubts inside <analysis></analysis> and end with a number between "
+    "0 and 1 inside <confidence></confidence>."
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_tasks(monkeypatch):
+    monkeypatch.delenv(TASKS_PATH_ENV, raising=False)
+    yield
+    for name in task_names():
+        unregister_task(name)
+    tasks_module._LOADED_ENV.clear()
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def write_task(folder: Path, body: str, name: str = "caps.yaml") -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+CAPS_TASK = """\
+    name: caps
+    description: capitals, from a file with its own column names
+    data: {path: caps.jsonl}
+    splits: {eval_fraction: 0.3, seed: 7}
+    columns: {question: prompt, answer: solution, id: uid}
+    verifier: exact_match
+    system_prompt: simple
+"""
+
+
+@pytest.fixture
+def caps_dir(tmp_path) -> Path:
+    write_jsonl(tmp_path / "caps.jsonl", CAPS)
+    write_task(tmp_path, CAPS_TASK)
+    return tmp_path
+
+
+# --- task files and the registry ----------------------------------------------------------------
+
+
+def test_task_file_registers_a_dataset_with_seeded_fraction_splits(caps_dir):
+    assert load_tasks(caps_dir) == ["caps"]
+    spec = get_spec("caps")
+    assert REGISTRY["caps"] is spec and resolve_datasets("caps") == ["caps"]
+    assert (spec.split, spec.train_split, spec.verifier, spec.system_prompt) == (
+        "eval",
+        "train",
+        "exact_match",
+        "simple",
+    )
+    assert spec.task.file == str((caps_dir / "caps.yaml").resolve())
+    train = load_examples("caps", split="train")
+    held_out = load_examples("caps")  # the default (evaluation) split
+    assert len(held_out) == 3 and len(train) == 7  # round(0.3 * 10)
+    assert set(train["id"]) | set(held_out["id"]) == {r["uid"] for r in CAPS}
+    assert not set(train["id"]) & set(held_out["id"])
+    # The seed decides the split, the same way every time; rows keep file order.
+    assert held_out["id"] == [CAPS[i]["uid"] for i in task_split_rows(10, 0.3, 7, "eval")]
+    row = held_out[0]
+    source = next(r for r in CAPS if r["uid"] == row["id"])
+    assert row["question"] == source["prompt"] and row["answer"] == source["solution"]
+    assert row["prompt"][0] == {"role": "system", "content": SIMPLE_SYSTEM_PROMPT}
+    assert source["prompt"] in row["prompt"][1]["content"]
+    assert verification_inputs(held_out)["golds"] == [[a] for a in held_out["answer"]]
+
+
+def test_python_api_registers_and_unregisters(tmp_path):
+    write_jsonl(tmp_path / "caps.jsonl", CAPS)
+    spec = register_task(
+        Task(
+            name="caps_api",
+            path=tmp_path / "caps.jsonl",
+            columns={"question": "prompt", "answer": "solution"},
+            system_prompt_text=CUSTOM_PROMPT,
+        )
+    )
+    assert get_spec("caps_api") is spec and spec.task.file is None and len(spec.task.sha256) == 64
+    assert spec.system_prompt == "caps_api" and get_system_prompt("caps_api") == CUSTOM_PROMPT
+    rows = load_examples("caps_api")  # no eval split: the whole file
+    assert len(rows) == 10 and rows["id"][0] == "caps_api-train-0"
+    assert rows[0]["prompt"][0]["content"] == CUSTOM_PROMPT
+    # The same task again is a no-op; another task under that name is refused.
+    assert register_task(Task(name="caps_api", path=tmp_path / "caps.jsonl",
+                              columns={"question": "prompt", "answer": "solution"},
+                              system_prompt_text=CUSTOM_PROMPT)) is spec  # fmt: skip
+    with pytest.raises(TaskError, match="already registered"):
+        register_task(Task(name="caps_api", path=tmp_path / "caps.jsonl"))
+    unregister_task("caps_api")
+    assert "caps_api" not in REGISTRY
+    with pytest.raises(ValueError, match="unknown system prompt"):
+        get_system_prompt("caps_api")
+
+
+def test_tasks_path_env_is_read_on_lookup(caps_dir, monkeypatch):
+    monkeypatch.setenv(TASKS_PATH_ENV, str(caps_dir / "caps.yaml"))
+    assert "caps" not in REGISTRY
+    assert get_spec("caps").name == "caps"  # a lookup of an unknown name reads the path
+
+
+def test_folder_layout_with_named_splits_options_and_aliases(tmp_path):
+    data = tmp_path / "quiz"
+    data.mkdir()
+    rows = [
+        {"q": "Largest planet?", "a": "B", "opts": ["Mars", "Jupiter"], "alt": []},
+        {"q": "Red planet?", "a": "Mars", "opts": ["Mars", "Venus"], "alt": ["the red one"]},
+    ]
+    write_jsonl(data / "dev.jsonl", rows)
+    write_jsonl(data / "held.jsonl", rows[::-1])
+    write_task(tmp_path, """\
+        name: quiz
+        data: {path: quiz}
+        splits: {train: dev, eval: held}
+        columns: {question: q, answer: a, options: opts, aliases: alt}
+        verifier: {name: mcq}
+    """)  # fmt: skip
+    load_tasks(tmp_path)
+    spec = get_spec("quiz")
+    assert (spec.train_split, spec.split) == ("dev", "held")
+    held = load_examples("quiz")
+    assert held["answer_letter"] == ["A", "B"] and held["question"] == ["Red planet?",
+                                                                        "Largest planet?"]  # fmt: skip
+    assert json.loads(held["options"][0]) == {"A": "Mars", "B": "Venus"}
+    assert "the red one" in held["answers"][0] and "A) Mars" in held["prompt"][0][1]["content"]
+    inputs = verification_inputs(held)
+    assert inputs["golds"] == ["A", "B"]
+
+
+def test_builtin_verifier_options_reach_the_spec(tmp_path):
+    write_jsonl(tmp_path / "m.jsonl", [{"question": "1+1", "answer": "2"}])
+    write_task(tmp_path, """\
+        name: sums
+        data: {path: m.jsonl}
+        verifier: {name: math, timeout_s: 9, num_workers: 0}
+    """)  # fmt: skip
+    load_tasks(tmp_path)
+    assert dict(get_spec("sums").verifier_options) == {"timeout_s": 9, "num_workers": 0}
+
+
+# --- the system prompt must carry the tags the parser needs (item 4) -----------------------------
+
+
+def test_custom_prompt_without_tags_is_refused_with_the_fix(caps_dir):
+    body = CAPS_TASK.replace("system_prompt: simple", 'system_prompt: {text: "Name the city."}')
+    write_task(caps_dir, body)
+    with pytest.raises(TaskError) as err:
+        load_tasks(caps_dir)
+    message = str(err.value)
+    assert "caps.yaml: system_prompt.text: does not ask for <think> </think> <answer>" in message
+    assert "append_format: true" in message and "caps" not in REGISTRY
+
+
+def test_append_format_appends_rlsrs_tag_instructions(caps_dir):
+    body = CAPS_TASK.replace(
+        "system_prompt: simple", 'system_prompt: {text: "Name the city.", append_format: true}'
+    )
+    write_task(caps_dir, body)
+    load_tasks(caps_dir)
+    expected = "Name the city.\n\n" + FORMAT_INSTRUCTIONS
+    assert get_system_prompt("caps") == expected
+    assert load_examples("caps")[0]["prompt"][0]["content"] == expected
+
+
+def test_custom_prompt_with_every_tag_is_used_verbatim(caps_dir):
+    body = CAPS_TASK.replace(
+        "system_prompt: simple",
+        f"system_prompt: {{text: {json.dumps(CUSTOM_PROMPT)}, append_format: true}}",
+    )
+    write_task(caps_dir, body)
+    load_tasks(caps_dir)
+    assert load_examples("caps")[0]["prompt"][0]["content"] == CUSTOM_PROMPT
+
+
+# --- bad input (item 5) --------------------------------------------------------------------------
+
+
+def test_unknown_keys_are_refused_with_a_suggestion(caps_dir):
+    write_task(caps_dir, CAPS_TASK.replace("columns:", "colums:"))
+    with pytest.raises(TaskError, match=r"caps.yaml: colums: unknown key. Did you mean 'columns'"):
+        load_tasks(caps_dir)
+    write_task(caps_dir, CAPS_TASK.replace("answer: solution", "anwser: solution"))
+    with pytest.raises(TaskError, match=r"columns.anwser: unknown key. Did you mean 'answer'"):
+        load_tasks(caps_dir)
+    write_task(caps_dir, CAPS_TASK.replace("{eval_fraction", "{eval_fracton"))
+    with pytest.raises(TaskError, match=r"splits.eval_fracton: unknown key. Did you mean"):
+        load_tasks(caps_dir)
+    write_task(caps_dir, CAPS_TASK.replace("verifier: exact_match", "verifier: exact_mach"))
+    with pytest.raises(TaskError, match=r"unknown verifier 'exact_mach'. Did you mean 'exact_"):
+        load_tasks(caps_dir)
+    write_task(caps_dir, CAPS_TASK.replace("verifier: exact_match", "verifier: {name: math, "
+                                           "timeout: 3}"))  # fmt: skip
+    with pytest.raises(TaskError, match=r"'timeout' is not an option of verifier 'math'. Did you "
+                       r"mean 'timeout_s'"):  # fmt: skip
+        load_tasks(caps_dir)
+
+
+def test_unknown_column_names_the_columns_present_and_the_fix(caps_dir):
+    write_task(caps_dir, CAPS_TASK.replace("question: prompt", "question: text"))
+    load_tasks(caps_dir)
+    with pytest.raises(ValueError) as err:
+        load_examples("caps")
+    message = str(err.value)
+    assert "task caps: no column 'text' for question" in message
+    assert "the data has the columns ['prompt', 'solution', 'uid']" in message
+    assert "Set columns.question: <one of them> in" in message and "caps.yaml" in message
+
+
+def test_missing_default_column_says_which_default_was_tried(caps_dir):
+    write_task(caps_dir, CAPS_TASK.replace("question: prompt, ", ""))
+    load_tasks(caps_dir)
+    with pytest.raises(ValueError, match=r"no column 'question' for question .*\(columns.question "
+                       r"defaults to 'question'\).*\['prompt', 'solution', 'uid'\]"):  # fmt: skip
+        load_examples("caps", split="train")
+
+
+def test_empty_split_is_refused(tmp_path):
+    write_jsonl(tmp_path / "caps.jsonl", CAPS[:1])  # round(0.3 * 1) = 0 rows held out
+    write_task(tmp_path, CAPS_TASK)
+    load_tasks(tmp_path)
+    assert len(load_examples("caps", split="train")) == 1
+    with pytest.raises(ValueError, match=r"task caps: split 'eval' of .*caps.jsonl has no rows"):
+        load_examples("caps")
+
+
+def test_duplicate_ids_are_refused(tmp_path):
+    write_jsonl(tmp_path / "caps.jsonl", [*CAPS, {**CAPS[0], "solution": "Lyon"}])
+    write_task(tmp_path, CAPS_TASK.replace("eval_fraction: 0.3", "eval_fraction: 0.05"))
+    load_tasks(tmp_path)
+    with pytest.raises(ValueError, match=r"id 'fr' occurs twice in split 'train' .*rows 0 and 9"):
+        load_examples("caps", split="train")
+
+
+def test_a_task_cannot_shadow_a_builtin(caps_dir):
+    write_task(caps_dir, CAPS_TASK.replace("name: caps", "name: tiny"))
+    with pytest.raises(TaskError, match="name: 'tiny' is a built-in dataset of rlsr"):
+        load_tasks(caps_dir)
+    write_task(caps_dir, CAPS_TASK.replace("name: caps", "name: hotpot-id"))
+    with pytest.raises(TaskError, match="'hotpot-id' is a dataset group"):
+        load_tasks(caps_dir)
+    assert get_spec("tiny").task is None
+
+
+def test_a_plugin_that_does_not_import_names_module_and_sys_path(caps_dir):
+    write_task(caps_dir, CAPS_TASK.replace("exact_match", "no_such_pkg_rlsr.checks:verify"))
+    with pytest.raises(TaskError) as err:
+        load_tasks(caps_dir)
+    message = str(err.value)
+    assert "module 'no_such_pkg_rlsr.checks' does not import (ModuleNotFoundError" in message
+    assert f"sys.path is {sys.path}" in message and "PYTHONPATH" in message
+
+
+def test_a_plugin_without_the_function_lists_what_the_module_defines(caps_dir, monkeypatch):
+    (caps_dir / "caps_checks_a.py").write_text("def check(p, g, **kw):\n    return [True]\n")
+    monkeypatch.syspath_prepend(str(caps_dir))
+    write_task(caps_dir, CAPS_TASK.replace("exact_match", "caps_checks_a:verify"))
+    with pytest.raises(TaskError, match=r"has no function 'verify'; it defines \['check'\]"):
+        load_tasks(caps_dir)
+
+
+def test_yaml_error_names_file_and_line(caps_dir):
+    (caps_dir / "caps.yaml").write_text("name: caps\ndata: {path: caps.jsonl\ncolumns: {}\n")
+    with pytest.raises(TaskError, match=r"caps.yaml: line \d+, column \d+: not valid YAML"):
+        load_tasks(caps_dir)
+    (caps_dir / "caps.yaml").write_text("name: caps\n  data: x\n")
+    with pytest.raises(TaskError, match=r"caps.yaml: line 2, column 7: not valid YAML"):
+        load_tasks(caps_dir)
+
+
+@pytest.mark.parametrize("fraction", [0, 1, 1.5, -0.2, "half", True])
+def test_split_fraction_outside_0_1_is_refused(caps_dir, fraction):
+    write_task(caps_dir, CAPS_TASK.replace("eval_fraction: 0.3", f"eval_fraction: {fraction}"))
+    with pytest.raises(TaskError, match=r"splits.eval_fraction: must be a number in \(0, 1\)"):
+        load_tasks(caps_dir)
+
+
+def test_a_single_file_cannot_have_two_named_splits(caps_dir):
+    write_task(caps_dir, CAPS_TASK.replace("{eval_fraction: 0.3, seed: 7}", "{eval: test}"))
+    with pytest.raises(TaskError, match=r"is one file, so it has one split; hold out part of it "
+                       "with splits.eval_fraction"):  # fmt: skip
+        load_tasks(caps_dir)
+
+
+def test_other_schema_errors(caps_dir):
+    cases = {
+        CAPS_TASK.replace("data: {path: caps.jsonl}", "data: {path: nope.jsonl}"): "does not exist",
+        CAPS_TASK.replace("data: {path: caps.jsonl}", "data: {}"): "exactly one of path",
+        CAPS_TASK.replace("name: caps", "name: simple"): "built-in system prompt",
+        CAPS_TASK.replace("    name: caps\n", ""): "name: missing",
+        CAPS_TASK.replace("exact_match", "mcq"): "map the options column",
+        CAPS_TASK.replace("system_prompt: simple", "system_prompt: short"): "unknown prompt",
+        "- just\n- a list\n": "holds one mapping",
+    }
+    for body, expected in cases.items():
+        write_task(caps_dir, body)
+        with pytest.raises(TaskError, match=expected):
+            load_tasks(caps_dir)
+    with pytest.raises(TaskError, match="tasks path .* does not exist"):
+        load_tasks(caps_dir / "missing")
+
+
+# --- the bundled tiny dataset as a task file gives the same rows ---------------------------------
+
+
+def tiny_task(folder: Path, name: str = "tiny_task") -> Path:
+    """The built-in ``tiny`` written as a task file (its data copied beside it)."""
+    shutil.copytree(FIXTURES_DIR / "tiny", folder / "tiny_data")
+    return write_task(folder, f"""\
+        name: {name}
+        data: {{path: tiny_data}}
+        splits: {{train: train, eval: test}}
+        columns: {{question: question, answer: answer, id: id}}
+        verifier: exact_match
+        system_prompt: simple
+    """, name=f"{name}.yaml")  # fmt: skip
+
+
+def test_tiny_as_a_task_file_gives_the_same_examples(tmp_path):
+    load_task_file(tiny_task(tmp_path))
+    for split in ("train", "test"):
+        built_in = load_examples("tiny", split=split)
+        as_task = load_examples("tiny_task", split=split)
+        assert as_task.features == built_in.features
+        assert as_task.to_list() == built_in.to_list()
+    assert get_spec("tiny_task").split == get_spec("tiny").split == "test"
+    assert os.path.isabs(get_spec("tiny_task").task.data_path)
+
+
+# --- discovery from the commands -----------------------------------------------------------------
+
+
+def test_rlsr_datasets_lists_a_task_with_its_file_and_data(caps_dir, capsys):
+    assert main(["datasets", "--tasks-dir", str(caps_dir)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("caps "))
+    assert f"task {(caps_dir / 'caps.yaml').resolve()}" in line and "train, eval*" in line
+    assert f"yes: {(caps_dir / 'caps.jsonl').resolve()}" in line
+    unregister_task("caps")
+    # A broken task file is a one-line usage error of any command.
+    write_task(caps_dir, CAPS_TASK.replace("columns:", "colums:"))
+    assert main(["datasets", "show", "caps", "--tasks-dir", str(caps_dir)]) == 2
+    assert "rlsr: error: " in capsys.readouterr().err
+
+
+def test_train_config_tasks_dir_registers_before_validation(caps_dir):
+    cfg = validate(from_dict(compose("recipe=tiny", f"tasks_dir={caps_dir}", "data.dataset=caps",
+                                     "eval.every=1", "eval.datasets=[]")), world_size=1)  # fmt: skip
+    assert get_spec("caps").task is not None
+    held = resolve_heldout(cfg)  # no eval.datasets: the task's own eval split
+    assert held.jobs == (("caps", "caps", "eval"),) and held.system_prompt == "simple"
+    unregister_task("caps")
+    write_task(caps_dir, CAPS_TASK.replace("eval_fraction: 0.3", "eval_fraction: 2"))
+    with pytest.raises(ConfigError, match=r"^tasks_dir: .*caps.yaml: splits.eval_fraction: must"):
+        validate(from_dict(compose("recipe=tiny", f"tasks_dir={caps_dir}",
+                                   "data.dataset=caps")), world_size=1)  # fmt: skip
