@@ -55,7 +55,7 @@ from accelerate.utils import is_peft_model
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from rlsr.config import ConfigError, ResolvedHeldOut
-from rlsr.data import load_examples
+from rlsr.data import build_verifier, load_examples
 from rlsr.evaluation.backends import (
     TransformersBackend,
     VLLMBackend,
@@ -227,7 +227,7 @@ class HeldOutEvaluator(TrainerCallback):
     def _verifier(self, name: str):
         vname = self.resolved.verifiers[name]
         if vname != "llm_judge":
-            return get_verifier(vname), None
+            return build_verifier(name, vname), None  # with a task's verifier options
         e = self.resolved.settings
         judge = RecordingJudge(
             openai_judge_fn(
@@ -411,6 +411,10 @@ class HeldOutEvaluator(TrainerCallback):
         # "eval_<job>/aurc" is shown as "eval/<job>/aurc", beside the pool's "train/rlsr/aurc".
         logs = {"eval_" + k.removeprefix("eval/"): v for k, v in scalars.items()}
         state.log_history.append({**logs, "step": step})
+        # Figures first: wandb holds an uncommitted image until the next committed log, so sent
+        # before the scalars it lands in their row, not in whatever the trainer logs next.
+        for job in results:
+            _log_image(trainer, f"eval/{job}/risk_coverage", step_dir(self.output_dir, step) / job)
         # CallbackHandler.on_log clears control.should_log, which would drop this step's own
         # training log (the rlsr/* pool metrics) that the trainer writes right after on_step_end.
         should_log = trainer.control.should_log
@@ -418,8 +422,6 @@ class HeldOutEvaluator(TrainerCallback):
             trainer.args, state, trainer.control, logs
         )
         trainer.control.should_log = should_log
-        for job in results:
-            _log_image(trainer, f"eval/{job}/risk_coverage", step_dir(self.output_dir, step) / job)
 
 
 def _gather(acc, error: str | None) -> list[str | None]:
