@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import hydra
@@ -25,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 logger = logging.getLogger("rlsr.train")
 
+STARTED = time.monotonic()  # the summary's wall time counts from here (torch, TRL imports included)
 CONFIG_ERROR_EXIT = 2
 RUN_ERROR_EXIT = 1
 
@@ -47,7 +49,7 @@ def main(cfg: DictConfig) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
     from rlsr.config import ConfigError, describe_hydra_error, from_dict
-    from rlsr.training import run_training, validate
+    from rlsr.training import run_summary, run_training, validate
 
     try:
         settings = validate(from_dict(OmegaConf.to_container(cfg, resolve=True)))
@@ -63,7 +65,7 @@ def main(cfg: DictConfig) -> int:
         print(f"[rlsr] resolved config: {path}", flush=True)
 
     try:
-        run_training(settings)
+        trainer = run_training(settings)
     except ConfigError as err:  # data-dependent checks (e.g. every prompt too long)
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(CONFIG_ERROR_EXIT)
@@ -73,6 +75,9 @@ def main(cfg: DictConfig) -> int:
             raise
         print(f"error: {message}", file=sys.stderr)
         sys.exit(RUN_ERROR_EXIT)
+    if _is_main_process():  # where everything is, the held-out AURC, the next commands
+        steps = None if trainer is None else trainer.state.global_step
+        print(run_summary(settings, seconds=time.monotonic() - STARTED, steps=steps), flush=True)
     return 0
 
 

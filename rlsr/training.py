@@ -13,6 +13,9 @@
    ``rlsr.sft_trainer.SFTAnswerTrainer``);
 4. resume from the newest checkpoint (``resume=auto``), or stop when it is already final;
 5. save the final adapter/model to ``output_dir``.
+
+``run_summary`` is the short account ``train.py`` ends with: where the run's files are, the
+held-out AURC at the first and last evaluated step, and the next commands.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any
@@ -43,9 +47,10 @@ from rlsr.config import (
 from rlsr.data import get_spec, load_examples
 from rlsr.data.loading import DatasetUnavailableError, download_command
 from rlsr.engines import engine_from_env
+from rlsr.evaluation.history import EVAL_DIR, read_history
 from rlsr.evaluation.in_training import HeldOutEvaluator
 from rlsr.methods import get_entry, resolve, reward_columns, validate_method
-from rlsr.pool_log import POOLS_DIR, PoolLogWriter
+from rlsr.pool_log import POOLS_DIR, PoolLogWriter, pool_steps
 from rlsr.tokenization import load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -60,6 +65,7 @@ __all__ = [
     "checkpoint_is_final",
     "export_final_from_checkpoint",
     "run_training",
+    "run_summary",
 ]
 
 
@@ -363,3 +369,84 @@ def run_training(cfg, *, callbacks=None, pool_hook=None):
     trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model(cfg.output_dir)
     return trainer
+
+def _checkpoint_steps(output_dir: Path) -> list[int]:
+    return sorted(
+        int(p.name.removeprefix("checkpoint-"))
+        for p in output_dir.glob("checkpoint-*")
+        if p.is_dir() and p.name.removeprefix("checkpoint-").isdigit()
+    )
+
+
+def _evaluate_command(cfg, output_dir: Path) -> str:
+    """The ``rlsr evaluate`` command for the final adapter on the held-out datasets (else the
+    training dataset), with the held-out evaluation's answer budget and system prompt, so it
+    reproduces the last held-out step's numbers when that step is the last one."""
+    heldout = resolve_heldout(cfg, get_entry(cfg.method.name).args_section)
+    method_args = list(cfg.method.evaluate_args or [])
+    datasets = list(cfg.eval.datasets) if heldout is not None else [cfg.data.dataset]
+    args = ["rlsr", "evaluate", "--model", cfg.model.name_or_path, "--adapter", str(output_dir),
+            "--datasets", ",".join(datasets), "--output-dir", str(output_dir / "evaluate")]  # fmt: skip
+    budget = (
+        heldout.max_new_tokens
+        if heldout is not None
+        else trainer_section(cfg).get("max_completion_length")
+    )
+    if budget is not None and "--max-new-tokens" not in method_args:
+        args += ["--max-new-tokens", str(budget)]
+    if heldout is not None and heldout.system_prompt and "--system-prompt" not in method_args:
+        args += ["--system-prompt", heldout.system_prompt]
+    return shlex.join(args + method_args)
+
+
+def run_summary(cfg, *, seconds: float | None = None, steps: int | None = None) -> str:
+    """What ``train.py`` prints at the end, read from ``cfg.output_dir`` (a finished run): where
+    the adapter, checkpoints, held-out metrics (``eval/``) and pool files (``pools/``) are, the
+    held-out AURC and accuracy at the first and last evaluated step of each dataset, and the next
+    commands (``rlsr evaluate`` on the final adapter, ``rlsr report --curves`` / ``--pools``)."""
+    out = Path(cfg.output_dir)
+    done = f"{steps} optimizer steps" if steps is not None else "training finished"
+    took = f" in {seconds:.0f} s" if seconds is not None else ""
+    lines = [f"[rlsr] {done}{took}. Run folder: {out}"]
+    final = [name for name in ("adapter_model.safetensors", "model.safetensors")
+             if (out / name).is_file()]  # fmt: skip
+    lines.append(f"  adapter      {out / final[0] if final else 'none saved'}")
+    ckpts = _checkpoint_steps(out)
+    lines.append(
+        "  checkpoints  "
+        + (", ".join(str(out / f"checkpoint-{n}") for n in ckpts) if ckpts else "none")
+    )
+    history = [h for h in read_history(out) if "failed" not in h]
+    failed = [h["step"] for h in read_history(out) if "failed" in h]
+    if history:
+        evaluated = ", ".join(str(n) for n in sorted({h["step"] for h in history}))
+        lines.append(f"  held-out     {out / EVAL_DIR} (steps {evaluated})")
+        for dataset in dict.fromkeys(h["dataset"] for h in history):
+            rows = sorted((h for h in history if h["dataset"] == dataset), key=lambda h: h["step"])
+            first, last = rows[0], rows[-1]
+            lines.append(
+                f"    {dataset}: AURC {first['aurc']:.4f} at step {first['step']} -> "
+                f"{last['aurc']:.4f} at step {last['step']} (accuracy {first['accuracy']:.3f} -> "
+                f"{last['accuracy']:.3f}; lower AURC is better)"
+            )
+        if failed:
+            lines.append(f"    failed evaluations at steps {failed} ({out / EVAL_DIR}/step-N)")
+    else:
+        lines.append("  held-out     none (eval.every=0)")
+    pools = pool_steps(out)
+    if pools:
+        lines.append(
+            f"  pools        {out / POOLS_DIR} ({len(pools)} files, step-{pools[0]}.jsonl ... "
+            f"step-{pools[-1]}.jsonl)"
+        )
+    else:
+        lines.append("  pools        none (pool_log.every=0)")
+    lines.append("next:")
+    if final:
+        lines.append(f"  {_evaluate_command(cfg, out)}")
+    report = shlex.quote(str(out / "report"))
+    if history:
+        lines.append(f"  rlsr report --curves {shlex.quote(str(out))} --output {report}")
+    if pools:
+        lines.append(f"  rlsr report --pools {shlex.quote(str(out))} --output {report}")
+    return "\n".join(lines)

@@ -1,0 +1,71 @@
+"""README command 1, ``train.py recipe=tiny``, ends with the run's summary (issue 31 item 5):
+where the adapter, checkpoints, held-out metrics and pool files are, the held-out AURC at the
+first and last evaluated step, and next commands that run as printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_trainer_support import TEST_THREADS
+
+from rlsr.cli import main as rlsr_main
+from rlsr.evaluation.history import read_history
+from rlsr.pool_log import pool_path, pool_steps, read_pool
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_train_py_recipe_tiny_ends_with_a_summary_whose_commands_run(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": str(TEST_THREADS)}
+    done = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "recipe=tiny", f"output_dir={out}",
+         "grpo.disable_tqdm=true"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=580,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.rstrip().splitlines()
+    start = max(i for i, line in enumerate(lines) if line.startswith("[rlsr] 6 optimizer steps"))
+    summary = lines[start:]
+    text = "\n".join(summary)
+    assert summary[0].endswith(f"Run folder: {out}")  # the summary is the end of the output
+    assert f"adapter      {out / 'adapter_model.safetensors'}" in text
+    assert f"checkpoints  {out / 'checkpoint-3'}, {out / 'checkpoint-6'}" in text
+
+    # Held-out AURC at the first and last evaluated step, as eval/ holds them.
+    history = read_history(out)
+    assert [h["step"] for h in history] == [0, 3, 6]
+    first, last = history[0], history[-1]
+    assert (
+        f"tiny: AURC {first['aurc']:.4f} at step 0 -> {last['aurc']:.4f} at step 6 "
+        f"(accuracy {first['accuracy']:.3f} -> {last['accuracy']:.3f}" in text
+    )
+
+    # Every pool of the 6 steps once, 32 rows each (8 prompts x G = 4).
+    assert pool_steps(out) == list(range(6))
+    assert f"pools        {out / 'pools'} (6 files, step-0.jsonl ... step-5.jsonl)" in text
+    assert all(len(read_pool(pool_path(out, s))) == 32 for s in range(6))
+
+    # The next commands, run as printed: rlsr evaluate on the final adapter reproduces the last
+    # held-out step (the final adapter is checkpoint-6's), the reports read the run.
+    commands = [shlex.split(line.strip()) for line in summary[summary.index("next:") + 1 :]]
+    assert [c[:2] for c in commands] == [
+        ["rlsr", "evaluate"],
+        ["rlsr", "report"],
+        ["rlsr", "report"],
+    ]
+    assert [c[2] for c in commands[1:]] == ["--curves", "--pools"]
+    monkeypatch.chdir(tmp_path)
+    for command in commands:
+        assert rlsr_main(command[1:]) == 0, command
+    metrics = json.loads((out / "evaluate" / "tiny" / "metrics.json").read_text())
+    assert metrics["scorers"][metrics["primary_scorer"]]["aurc"] == pytest.approx(last["aurc"])
+    assert (out / "report_curves.png").is_file() and (out / "report_pools.csv").is_file()
