@@ -56,7 +56,7 @@ from rlsr.parsing import FULL_FORMAT, parse_response
 from rlsr.pool_log import PoolLogWriter, pool_rows
 from rlsr.tokenization import render_chat_prompt
 from rlsr.verifiers import get_verifier
-from rlsr.verifiers.base import CORRECT, INCORRECT, MISSING
+from rlsr.verifiers.base import CORRECT, ERROR, INCORRECT, INVALID, MISSING
 from rlsr.weight_sync import install_out_of_place_lora_sync
 
 __all__ = ["RLSRTrainer", "RunCheckpoints", "completion_text", "pool_statistics"]
@@ -83,9 +83,15 @@ def completion_text(completion: Any) -> str:
 
 
 def pool_statistics(
-    correct: np.ndarray, confidence: np.ndarray, format_ok: np.ndarray, timeouts: int
+    correct: np.ndarray,
+    confidence: np.ndarray,
+    format_ok: np.ndarray,
+    timeouts: int,
+    errors: int = 0,
 ) -> dict[str, float]:
-    """``rlsr/*`` log values for one pool. Missing confidences count as 0 (as in the ranking)."""
+    """``rlsr/*`` log values for one pool. Missing confidences count as 0 (as in the ranking).
+    ``timeouts`` / ``errors``: items the verifier could not judge (time limit; a crash, a raise,
+    a wrong-length or None answer of a plugin), each scored as wrong."""
     ok = np.asarray(correct, dtype=bool)
     conf = R.confidence_for_ranking(confidence)
     n = int(ok.shape[0])
@@ -99,6 +105,7 @@ def pool_statistics(
         "rlsr/format_rate": float(np.asarray(format_ok, dtype=bool).mean()),
         "rlsr/confidence_parsed_rate": float(np.mean(~np.isnan(np.asarray(confidence, float)))),
         "rlsr/verifier_timeouts": float(timeouts),
+        "rlsr/verifier_errors": float(errors),
     }
 
 
@@ -295,12 +302,15 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
         # Process-ordered gather: the same row order TRL uses for its own gather of rewards.
         pooled = gather(torch.as_tensor(local, dtype=torch.float64, device=device)).cpu().numpy()
         total_timeouts = int(gather(torch.tensor([timeouts], device=device)).sum().item())
+        errors = sum(s in (ERROR, INVALID) for s in status)
+        total_errors = int(gather(torch.tensor([errors], device=device)).sum().item())
         correct = pooled[:, 0] > 0.5
         confidence = pooled[:, 1]
         format_ok = pooled[:, 2] > 0.5
 
         columns = self.method.rewards(correct, confidence, format_ok)
-        for name, value in pool_statistics(correct, confidence, format_ok, total_timeouts).items():
+        statistics = pool_statistics(correct, confidence, format_ok, total_timeouts, total_errors)
+        for name, value in statistics.items():
             if not math.isnan(value):
                 self._metrics[mode][name].append(value)
 

@@ -44,7 +44,7 @@ from rlsr.config import (
     training_verifier,
     world_size_from_env,
 )
-from rlsr.data import get_spec, load_examples
+from rlsr.data import build_verifier, get_spec, load_examples
 from rlsr.data.loading import DatasetUnavailableError, download_command
 from rlsr.engines import engine_from_env
 from rlsr.evaluation.history import EVAL_DIR, read_history
@@ -156,6 +156,10 @@ def load_train_dataset(cfg, tokenizer=None):
             limit=cfg.data.limit,
             system_prompt=cfg.data.system_prompt,
         )
+    except ValueError as err:  # a user task's data: missing column, empty split, duplicate ids
+        if spec.task is None:
+            raise
+        raise ConfigError("data.dataset", str(err)) from None
     except DatasetUnavailableError:
         raise ConfigError(
             "data.dataset",
@@ -191,6 +195,35 @@ def load_train_dataset(cfg, tokenizer=None):
                 f"every prompt is longer than {limit} tokens; raise data.max_prompt_length.",
             )
     return dataset
+
+
+def _training_verifier(cfg):
+    """The trainer's verifier: a built-in dataset's by name (built lazily by the trainer); a user
+    task's built now with its options (``verifier: {name: ..., timeout_s: ...}``), so a plugin that
+    does not import stops the run before the model loads (docs/tasks.md)."""
+    name = training_verifier(cfg.data)
+    if get_spec(cfg.data.dataset).task is None:
+        return name
+    return build_verifier(cfg.data.dataset, name)
+
+
+def _load_task_heldout(cfg, section: str) -> None:
+    """Load the held-out splits of user tasks once before the model, so a missing column, an
+    empty split or duplicate ids is a ``ConfigError`` now, not after the model loaded."""
+    heldout = resolve_heldout(cfg, section)
+    if heldout is None:
+        return
+    e = heldout.settings
+    for _, name, split in heldout.jobs:
+        if get_spec(name).task is None:
+            continue
+        try:
+            load_examples(
+                name, path=(e.data_path or {}).get(name), split=split, limit=e.limit,
+                system_prompt=heldout.system_prompt,
+            )  # fmt: skip
+        except (ValueError, OSError) as err:
+            raise ConfigError("eval.datasets", str(err)) from None
 
 
 def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None):
@@ -278,10 +311,11 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None):
                 )
         extra = dict(
             method=method,
-            verifier=training_verifier(cfg.data),
+            verifier=_training_verifier(cfg),
             pool_hook=pool_hook,
             pool_log=pool_log,
         )
+    _load_task_heldout(cfg, entry.args_section)  # a task's data errors stop us before the model
     trainer = entry.trainer(
         model=model_path,
         args=args,
@@ -369,6 +403,7 @@ def run_training(cfg, *, callbacks=None, pool_hook=None):
     trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model(cfg.output_dir)
     return trainer
+
 
 def _checkpoint_steps(output_dir: Path) -> list[int]:
     return sorted(

@@ -29,7 +29,7 @@ from datasets.exceptions import DatasetGenerationError
 from rlsr.data.formatting import FORMATTERS, build_prompt
 from rlsr.data.registry import DatasetSpec, get_spec
 from rlsr.prompts import NO_SYSTEM_PROMPT, system_prompt_names
-from rlsr.verifiers import is_plugin_name
+from rlsr.verifiers import get_verifier, is_plugin_name
 
 __all__ = [
     "CONTRACT_COLUMNS",
@@ -43,6 +43,7 @@ __all__ = [
     "VerificationInputs",
     "verification_inputs",
     "row_verification_inputs",
+    "build_verifier",
 ]
 
 DATA_DIR_ENV = "RLSR_DATA_DIR"
@@ -370,6 +371,16 @@ def download_dataset(name: str, out_dir: str | os.PathLike) -> Path:
 
 
 # --- verifier inputs ----------------------------------------------------------------------
+
+
+def build_verifier(name: str, verifier: str | None = None, **kwargs):
+    """The verifier of dataset ``name``: ``verifier`` (default the dataset's own) built with the
+    dataset's ``verifier_options`` (a task's ``verifier: {name: ..., option: value}``) when it is
+    the dataset's own verifier, then ``kwargs`` (``rlsr.verifiers.get_verifier``)."""
+    spec = get_spec(name)
+    vname = verifier or spec.verifier
+    options = dict(spec.verifier_options) if vname == spec.verifier else {}
+    return get_verifier(vname, **{**options, **kwargs})
 
 
 class VerificationInputs(dict):

@@ -14,7 +14,13 @@ import datasets
 import transformers
 
 from rlsr.config import resolve_model_path
-from rlsr.data import datasets_system_prompt, get_spec, load_examples, resolve_datasets
+from rlsr.data import (
+    build_verifier,
+    datasets_system_prompt,
+    get_spec,
+    load_examples,
+    resolve_datasets,
+)
 from rlsr.evaluation.backends import make_backend, resolve_adapter
 from rlsr.evaluation.curves import write_curves
 from rlsr.evaluation.deployment import (
@@ -37,7 +43,7 @@ from rlsr.evaluation.runner import SAMPLES_FILE, EvalSettings, evaluate_dataset
 from rlsr.evaluation.samples_io import json_safe, read_samples
 from rlsr.evaluation.summary import scorer_arrays
 from rlsr.pool_log import write_pool_summary
-from rlsr.verifiers import VERIFIERS, get_verifier
+from rlsr.verifiers import VERIFIERS, is_plugin_name
 
 __all__ = ["register", "run_evaluate", "run_report", "run_deploy"]
 
@@ -513,7 +519,7 @@ def run_evaluate(args) -> int:
     verifier_override = _pairs(args.verifier, "--verifier")
     columns = _pairs(args.columns, "--columns")
     for name, vname in verifier_override.items():
-        if vname not in VERIFIERS:
+        if vname not in VERIFIERS and not is_plugin_name(vname):
             raise ValueError(f"--verifier {name}={vname}: unknown verifier; choose one of "
                              f"{sorted(VERIFIERS)}.")  # fmt: skip
     settings = EvalSettings(
@@ -579,7 +585,7 @@ def run_evaluate(args) -> int:
                 if vname == "llm_judge"
                 else {}
             )
-            verifier = get_verifier(vname, **kwargs)
+            verifier = build_verifier(name, vname, **kwargs)  # + a task's verifier options
             try:
                 metrics = evaluate_dataset(
                     backend, examples[job], out / job, verifier=verifier, verifier_name=vname,
