@@ -10,6 +10,9 @@ then checks, in a single process:
   confidence, format_ok), and ``rlsr.rewards`` on that pool reproduces the trainer's reward
   columns exactly;
 * rows are grouped by prompt in blocks of G (TRL's ``view(-1, G)`` layout holds);
+* the pool files (``pool_log.every=1``, written by rank 0 only) hold each step's whole pool in
+  the gathered order, with the advantages TRL used gathered from both ranks (= reward minus its
+  group mean, recomputed here);
 * ranking per process instead of over the pool would have given different rewards;
 * the pool is stated as ``pool_size`` and the gradient accumulation is derived from the world
   size: one and two processes (near-greedy decoding, ``top_k=1``) rank the same 16 completions of
@@ -61,6 +64,8 @@ def _worker(out_dir: str, mode: str = "sampled") -> None:
     if mode == "greedy":  # the designed 4-prompt dataset (_greedy_mixed_dataset): one pool
         settings.data.path = str(Path(out_dir).parent / "data")
     settings.resume = "never"
+    if mode == "sampled":  # every pool on disk, from rank 0
+        settings.pool_log.every = 1
     if mode == "heldout":  # held-out evaluation at steps 0 and 1, 20 questions sharded 10 + 10
         settings.eval.every, settings.eval.limit = 1, 20
     trainer = run_training(settings, pool_hook=hook)
@@ -177,6 +182,26 @@ def test_two_processes_rank_the_whole_pool_exactly(tmp_path):
     assert rankings_differ, (
         "per-process ranking matched the pooled one on every step; weak test data"
     )
+
+    # The pool files: each step once, rows in the gathered order, advantages from both ranks.
+    from rlsr.pool_log import pool_path, pool_steps, read_pool
+
+    run = tmp_path / "run"
+    assert pool_steps(run) == [pool["step"] for pool in pools] == list(range(STEPS))
+    assert not list((run / "pools").glob("*.tmp"))
+    for pool in pools:
+        rows = read_pool(pool_path(run, pool["step"]))
+        assert [r["completion"] for r in rows] == pool["texts"]
+        assert [r["gold"] for r in rows] == pool["golds"]
+        assert [r["correct"] for r in rows] == pool["correct"]
+        assert [r["confidence"] for r in rows] == pool["confidence"]
+        logged = np.array([list(r["rewards"].values()) for r in rows], dtype=np.float32)
+        np.testing.assert_array_equal(logged, np.array(pool["rewards"], dtype=np.float32))
+        reward = np.array(pool["rewards"], dtype=np.float64) @ np.array([0.5, 0.5])
+        grouped = reward.reshape(-1, G)
+        centred = (grouped - grouped.mean(axis=1, keepdims=True)).reshape(-1)
+        np.testing.assert_allclose([r["advantage"] for r in rows], centred, atol=1e-5)
+        assert np.abs(centred).max() > 0.01  # not all equal: the order is checked
 
 
 @pytest.mark.slow
