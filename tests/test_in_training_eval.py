@@ -26,6 +26,7 @@ from rlsr.cli import main as rlsr_main
 from rlsr.config import ConfigError, resolve_heldout
 from rlsr.evaluation.curves import write_curves
 from rlsr.evaluation.history import read_history, step_dir
+from rlsr.pool_log import pool_path, pool_steps, read_pool
 from rlsr.tiny_models import tiny_warm_model_path
 from rlsr.training import build_trainer, run_training, validate
 
@@ -242,7 +243,8 @@ def test_kill_9_and_resume_keeps_one_evaluation_per_step(tmp_path):
     """SIGKILL right after step 4's evaluation is written, before its checkpoint; a half-written step 6 (as a kill in
     the middle of an evaluation leaves it) is planted; the same command resumes. The history has
     steps 0, 2, 4, 6 once each, step 4's files are reused (not recomputed, not relogged) and the
-    half-written folder is replaced by a complete evaluation."""
+    half-written folder is replaced by a complete evaluation. Every training pool
+    (pools/step-N.jsonl, on in recipe=tiny) is on disk once and whole."""
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": str(TEST_THREADS), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
@@ -281,6 +283,11 @@ def test_kill_9_and_resume_keeps_one_evaluation_per_step(tmp_path):
     assert not list((out / "eval").glob("*.partial"))
     samples = (step_dir(out, 6) / "tiny" / "samples.jsonl").read_text().splitlines()
     assert len(samples) == 50 and "junk" not in samples[0]
+    # recipe=tiny writes every training pool: after the kill and the resume from checkpoint-2,
+    # each of the 6 steps' pools is on disk once, whole (32 rows), no temporary file left.
+    assert pool_steps(out) == list(range(6))
+    assert not list((out / "pools").glob("*.tmp"))
+    assert all(len(read_pool(pool_path(out, s))) == 32 for s in range(6))
 
 
 def _wandb_history(run_file: Path) -> list[dict]:
