@@ -12,9 +12,11 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 
 from rlsr.serving.decision_log import DecisionLog, decision_record
 from rlsr.serving.engine import Engine, EngineRejected, EngineUnavailable
+from rlsr.serving.operator import OperatorMiddleware, request_id_of
 from rlsr.serving.policy import ANSWERED, ServeSettings, request_hash
 from rlsr.serving.protocol import (
     RequestError,
@@ -46,8 +48,21 @@ def extension_fields(item: dict, settings: ServeSettings) -> dict:
     }
 
 
-def create_app(engine: Engine, settings: ServeSettings, *, decision_log: DecisionLog | None = None):
-    """The application; closes the engine (and the log) on shutdown."""
+def create_app(
+    engine: Engine,
+    settings: ServeSettings,
+    *,
+    decision_log: DecisionLog | None = None,
+    api_keys: Sequence[str] = (),
+    max_queued_requests: int | None = None,
+    cors: Mapping | None = None,
+):
+    """The application; closes the engine (and the log) on shutdown.
+
+    ``api_keys``, ``max_queued_requests``: ``rlsr.serving.operator.OperatorMiddleware`` (keys
+    required on every route but ``/health``; 429 past the bound). ``cors``: keyword arguments of
+    Starlette's ``CORSMiddleware`` (``allow_origins`` ...), None = no CORS headers.
+    """
     from contextlib import asynccontextmanager  # fastapi: optional dependency (serve extra)
 
     from fastapi import FastAPI, Request
@@ -65,6 +80,14 @@ def create_app(engine: Engine, settings: ServeSettings, *, decision_log: Decisio
             decision_log.close()
 
     app = FastAPI(title="rlsr serve", lifespan=lifespan, docs_url=None, redoc_url=None)
+    # The last added runs first: CORS answers a browser's pre-flight before the key check.
+    app.add_middleware(
+        OperatorMiddleware, api_keys=tuple(api_keys), max_queued_requests=max_queued_requests
+    )
+    if cors is not None:
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, **cors)
 
     def error(status: int, message: str, type: str, **kw) -> JSONResponse:
         return JSONResponse(error_body(message, type, **kw), status_code=status)
@@ -120,6 +143,7 @@ def create_app(engine: Engine, settings: ServeSettings, *, decision_log: Decisio
                     question_hash=request_hash(chat.question),
                     tau=settings.tau,
                     rule=settings.rule,
+                    request_id=request_id_of(request.scope),
                 )  # fmt: skip
             )
         content = item["answer"] if item["decision"] == ANSWERED else settings.abstain_message

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import socket
 import sys
 
@@ -29,7 +30,43 @@ from rlsr.serving.threshold import (
     provenance_mismatches,
 )
 
-__all__ = ["register", "run_serve", "run_serve_report", "serve_settings"]
+__all__ = ["register", "run_serve", "run_serve_report", "serve_settings", "operator_options"]
+
+API_KEY_ENV = "RLSR_API_KEY"
+DEFAULT_MAX_QUEUED = 1024
+
+
+def operator_options(args, environ=os.environ) -> dict:
+    """``create_app``'s operator keywords from the flags (and ``$RLSR_API_KEY``)."""
+    keys = list(args.api_key)
+    if environ.get(API_KEY_ENV):
+        keys.append(environ[API_KEY_ENV])
+    if any(not k.strip() for k in keys):
+        raise ValueError(f"--api-key / ${API_KEY_ENV}: an API key must not be empty.")
+    if args.max_queued_requests < 0:
+        raise ValueError(
+            f"--max-queued-requests {args.max_queued_requests}: give N >= 1, or 0 for no bound."
+        )
+    cors_only = (args.allowed_methods, args.allowed_headers, args.allow_credentials)
+    if args.allowed_origins is None and any(cors_only):
+        raise ValueError(
+            "--allowed-methods / --allowed-headers / --allow-credentials need --allowed-origins."
+        )
+    cors = None
+    if args.allowed_origins is not None:
+        cors = {
+            "allow_origins": args.allowed_origins,
+            "allow_methods": args.allowed_methods or ["GET", "POST"],
+            "allow_headers": args.allowed_headers
+            or ["Authorization", "Content-Type", "X-Request-Id"],
+            "allow_credentials": args.allow_credentials,
+            "expose_headers": ["X-Request-Id"],
+        }
+    return {
+        "api_keys": keys,
+        "max_queued_requests": args.max_queued_requests or None,
+        "cors": cors,
+    }
 
 
 def register(subparsers) -> None:
@@ -89,6 +126,27 @@ def register(subparsers) -> None:
     g.add_argument("--max-new-tokens", type=int, metavar="N")
     g.add_argument("--fallback-max-new-tokens", type=int, metavar="N")
     g.add_argument("--no-fallbacks", action="store_true", help="skip the Sec. C.3 fallbacks")
+    op = sv.add_argument_group('operator (docs/serving.md, "Operating it")')
+    op.add_argument(
+        "--api-key", action="append", default=[], metavar="KEY",
+        help="require 'Authorization: Bearer KEY' on every route but /health (repeatable; also "
+        f"${API_KEY_ENV}, so the key stays out of the process list); never logged",
+    )  # fmt: skip
+    op.add_argument(
+        "--max-queued-requests", type=int, default=DEFAULT_MAX_QUEUED, metavar="N",
+        help="chat completions accepted at once (waiting or running); one more gets 429 with "
+        "Retry-After (default: %(default)s; 0: no bound)",
+    )  # fmt: skip
+    op.add_argument(
+        "--allowed-origins", action="append", metavar="ORIGIN",
+        help="CORS: allow this origin (repeatable; '*' for any). Off by default",
+    )  # fmt: skip
+    op.add_argument("--allowed-methods", action="append", metavar="METHOD",
+                    help="CORS: allowed methods (repeatable; default: GET, POST)")  # fmt: skip
+    op.add_argument("--allowed-headers", action="append", metavar="HEADER",
+                    help="CORS: allowed request headers (repeatable; default: "
+                    "Authorization, Content-Type, X-Request-Id)")  # fmt: skip
+    op.add_argument("--allow-credentials", action="store_true", help="CORS: allow credentials")
     v = sv.add_argument_group("in-process vLLM engine")
     v.add_argument("--dtype", default="auto")
     v.add_argument("--max-model-len", type=int)
@@ -201,6 +259,7 @@ def _engine(args):
 
 def run_serve(args) -> int:
     _validate(args)
+    operator = operator_options(args)
     if args.upstream is not None and args.adapter is not None:
         print(
             "rlsr serve: note: with --upstream the adapter is applied by the upstream "
@@ -223,11 +282,14 @@ def run_serve(args) -> int:
     except ImportError as err:  # vLLM (in-process engine) or openai (upstream) not installed
         raise ValueError(str(err)) from None
     log = None if args.decision_log is None else DecisionLog(args.decision_log)
-    app = create_app(engine, settings, decision_log=log)
+    app = create_app(engine, settings, decision_log=log, **operator)
     print(
         f"rlsr serve: {settings.model_name} on http://{args.host}:{args.port}/v1 "
         f"(system prompt {settings.system_prompt}, max {settings.max_new_tokens} new tokens, "
-        f"fallbacks {'on' if settings.fallbacks else 'off'})",
+        f"fallbacks {'on' if settings.fallbacks else 'off'}; "
+        f"{len(operator['api_keys'])} API key(s), at most "
+        f"{operator['max_queued_requests'] or 'unbounded'} queued requests, "
+        f"CORS {'on' if operator['cors'] else 'off'})",
         flush=True,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

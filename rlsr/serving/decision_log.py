@@ -1,7 +1,8 @@
 """The decision log of ``rlsr serve --decision-log F`` and its summary (``rlsr serve-report``).
 
 One JSON object per answered-or-abstained request, appended as one line and flushed:
-``{"time", "request_hash", "confidence", "score", "tau", "rule", "decision"}``: the question is
+``{"time", "request_id", "request_hash", "confidence", "score", "tau", "rule", "decision"}``
+(``request_id``: the ``X-Request-Id`` of the answer, rlsr.serving.operator); the question is
 stored only as its sha256 (``policy.request_hash``). The summary puts the realised coverage
 (share answered) with its exact 95% interval (``rlsr.thresholds.clopper_pearson_interval``) next
 to the validation (and test) coverage of the threshold, so drift after deployment is visible.
@@ -27,9 +28,17 @@ __all__ = [
 ]
 
 
-def decision_record(item: Mapping, *, question_hash: str, tau: float, rule: str | None) -> dict:
+def decision_record(
+    item: Mapping,
+    *,
+    question_hash: str,
+    tau: float,
+    rule: str | None,
+    request_id: str | None = None,
+) -> dict:
     return {
         "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
+        "request_id": request_id,
         "request_hash": question_hash,
         "confidence": item["confidence"],
         "score": item["score"],

@@ -1,0 +1,151 @@
+"""What an operator puts in front of ``rlsr serve``: API keys, back-pressure, request ids.
+
+One pure ASGI middleware (no per-request task or body buffering, so it costs a few dict look-ups
+per request, and a streamed body passes through untouched):
+
+* **API keys, deny by default.** With keys configured, every request but ``GET /health`` (a load
+  balancer's probe) needs ``Authorization: Bearer <key>``; the token is compared with every key in
+  constant time (``hmac.compare_digest``, no early exit over the keys). A missing or wrong key is
+  answered 401 with an OpenAI-shaped body, before routing, so a path added to the app later (or one
+  that does not exist) is covered without being listed. Keys are never logged or echoed.
+* **Back-pressure.** At most ``max_queued_requests`` chat completions are accepted at once (waiting
+  for or running on the engine); one more is answered 429 with ``Retry-After`` instead of being
+  queued without bound. The count is this process's, so one ``rlsr serve`` per port.
+* **Request ids.** A client's ``X-Request-Id`` (letters, digits, ``._-:``, at most 128) is kept,
+  else one is made (``req-<32 hex>``); it is put in ``scope["state"]["request_id"]`` (the decision
+  log records it) and sent back in the ``X-Request-Id`` response header of every answer, errors
+  included.
+
+CORS (``--allowed-origins`` and friends) is Starlette's ``CORSMiddleware`` outside this one, so a
+browser's pre-flight ``OPTIONS`` is answered without a key, as in ``vllm serve``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+import uuid
+from collections.abc import Sequence
+
+from rlsr.serving.protocol import error_body
+
+__all__ = ["OperatorMiddleware", "OPEN_PATHS", "CHAT_PATH", "request_id_of"]
+
+OPEN_PATHS = frozenset({"/health"})
+"""Paths answered without a key: the health probe of a load balancer (as ``vllm serve``)."""
+CHAT_PATH = "/v1/chat/completions"
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+
+
+def request_id_of(scope) -> str | None:
+    """The request id ``OperatorMiddleware`` gave this request (None outside it)."""
+    return scope.get("state", {}).get("request_id")
+
+
+class OperatorMiddleware:
+    """ASGI middleware: API keys (deny by default), a bound on queued chat requests, request ids.
+
+    Args:
+        app: the ASGI application (``rlsr.serving.app.create_app``'s FastAPI app).
+        api_keys: accepted keys; empty = no authentication (the default of ``rlsr serve``).
+        max_queued_requests: chat completions accepted at once; None = no bound.
+        retry_after: seconds a 429 asks the client to wait (the ``Retry-After`` header).
+    """
+
+    def __init__(
+        self,
+        app,
+        *,
+        api_keys: Sequence[str] = (),
+        max_queued_requests: int | None = None,
+        retry_after: int = 1,
+    ) -> None:
+        if any(not k for k in api_keys):
+            raise ValueError("an API key must not be empty (--api-key / RLSR_API_KEY).")
+        if max_queued_requests is not None and max_queued_requests < 1:
+            raise ValueError(
+                f"--max-queued-requests must be >= 1 (or unset for no bound); got "
+                f"{max_queued_requests}."
+            )
+        self.app = app
+        self._keys = tuple(k.encode() for k in api_keys)
+        self.max_queued_requests = max_queued_requests
+        self.retry_after = retry_after
+        self.in_flight = 0  # chat completions accepted and not yet answered
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or ())
+        given = headers.get(b"x-request-id", b"").decode("latin-1")
+        request_id = given if _REQUEST_ID.fullmatch(given) else f"req-{uuid.uuid4().hex}"
+        scope.setdefault("state", {})["request_id"] = request_id
+        id_header = (b"x-request-id", request_id.encode())
+
+        async def send_with_id(message):
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), id_header]
+            await send(message)
+
+        if self._keys and scope["path"] not in OPEN_PATHS:
+            if not self._authorised(headers.get(b"authorization", b"")):
+                await _json(
+                    send_with_id,
+                    401,
+                    error_body(
+                        "missing or invalid API key: send the header 'Authorization: Bearer "
+                        "<key>' with a key this server was started with (--api-key / "
+                        "RLSR_API_KEY)",
+                        "invalid_request_error",
+                        code="invalid_api_key",
+                    ),
+                    extra=[(b"www-authenticate", b"Bearer")],
+                )
+                return
+        if scope["path"] != CHAT_PATH or self.max_queued_requests is None:
+            await self.app(scope, receive, send_with_id)
+            return
+        if self.in_flight >= self.max_queued_requests:
+            await _json(
+                send_with_id,
+                429,
+                error_body(
+                    f"the server is at its bound of {self.max_queued_requests} queued requests "
+                    f"(--max-queued-requests); retry after {self.retry_after} s",
+                    "rate_limit_error",
+                    code="queue_full",
+                ),
+                extra=[(b"retry-after", str(self.retry_after).encode())],
+            )
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            self.in_flight -= 1
+
+    def _authorised(self, header: bytes) -> bool:
+        scheme, _, token = header.partition(b" ")
+        token = token.strip()
+        ok = False
+        for key in self._keys:  # every key, no early exit: the time does not say which matched
+            ok |= hmac.compare_digest(token, key)
+        return ok and scheme.lower() == b"bearer"
+
+
+async def _json(send, status: int, body: dict, extra=()) -> None:
+    payload = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                *extra,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})

@@ -1,0 +1,239 @@
+"""``rlsr serve`` for operators (issue 29 items 1, 6, 7): API keys denied by default on every
+route of the app, a bound on queued chat requests answered 429 + Retry-After, request ids in a
+header and in the decision log, CORS only when asked.
+
+Real: the FastAPI app under uvicorn on loopback, httpx, the tiny model's tokenizer, the parser.
+The upstream ``vllm serve`` is a TEST DOUBLE AT THE BOUNDARY (vLLM cannot run in this venv): a
+small FastAPI app answering ``/v1/completions`` with one well-formed completion, which can hold
+its answers until the test releases them (to fill the queue deterministically, without timing).
+"""
+
+import argparse
+import asyncio
+import json
+import threading
+import time
+
+import httpx
+import pytest
+from test_serving import running  # uvicorn on a free loopback port, in a thread
+
+from rlsr.serving.app import create_app
+from rlsr.serving.cli import operator_options, register
+from rlsr.serving.decision_log import DecisionLog, read_decision_log
+from rlsr.serving.engine import UpstreamEngine
+from rlsr.serving.policy import ServeSettings
+
+pytestmark = pytest.mark.timeout(300)
+
+COMPLETION = (
+    "<think>t</think><answer>Paris</answer><analysis>x</analysis><confidence>0.9</confidence>"
+)
+KEYS = ("sk-first-key", "sk-second-key")
+SETTINGS = ServeSettings(
+    tau=0.5, rule="plain", model_name="tiny", system_prompt="simple", max_new_tokens=32,
+    fallback_max_new_tokens=8,
+)  # fmt: skip
+
+
+class HoldingUpstream:
+    """TEST DOUBLE of ``vllm serve``: one scripted completion; ``hold`` makes answers wait."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.release.set()
+        self.waiting = 0
+        self.loop = None
+
+    def app(self):
+        from fastapi import FastAPI, Request
+
+        app = FastAPI()
+
+        @app.post("/v1/completions")
+        async def completions(request: Request):
+            body = await request.json()
+            self.loop = asyncio.get_running_loop()
+            self.waiting += 1
+            try:
+                await self.release.wait()
+            finally:
+                self.waiting -= 1
+            return {
+                "id": "cmpl-1", "object": "text_completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "text": COMPLETION, "finish_reason": "stop",
+                             "logprobs": None}],
+                "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": 5,
+                          "total_tokens": len(body["prompt"]) + 5},
+            }  # fmt: skip
+
+        @app.get("/v1/models")
+        async def models():
+            return {"object": "list", "data": [{"id": "up-model", "object": "model"}]}
+
+        return app
+
+    def hold(self) -> None:
+        self.release = asyncio.Event()  # created before any request of the held phase arrives
+
+    def let_go(self) -> None:
+        self.loop.call_soon_threadsafe(self.release.set)
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    fake = HoldingUpstream()
+    with running(fake.app()) as url:
+        fake.url = url
+        yield fake
+
+
+def _app(upstream, tiny_model_dir, **operator):
+    engine = UpstreamEngine(upstream.url, "up-model", str(tiny_model_dir), timeout=30)
+    return create_app(engine, SETTINGS, **operator)
+
+
+def _chat(url, headers=None, timeout=30):
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "capital?"}]}
+    return httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=timeout)
+
+
+def _route_calls(app):
+    """(method, path) of every route the app object has, plus one path it does not have: a route
+    added later is walked too (deny by default)."""
+    calls = [("GET", "/no/such/route"), ("POST", "/v1/completions")]
+    for route in app.routes:
+        path = getattr(route, "path", None)
+        for method in sorted(getattr(route, "methods", None) or ()):
+            if path and method != "HEAD":
+                calls.append((method, path.replace("{", "").replace("}", "")))
+    return calls
+
+
+def test_api_keys_deny_every_route_but_health(upstream, tiny_model_dir, tmp_path):
+    log_path = tmp_path / "decisions.jsonl"
+    app = _app(upstream, tiny_model_dir, api_keys=KEYS, decision_log=DecisionLog(log_path))
+    calls = _route_calls(app)
+    assert ("POST", "/v1/chat/completions") in calls and ("GET", "/v1/models") in calls
+    with running(app) as url:
+        for method, path in calls:
+            for headers in ({}, {"Authorization": "Bearer sk-wrong"},
+                            {"Authorization": f"Basic {KEYS[0]}"}, {"Authorization": "Bearer"}):  # fmt: skip
+                resp = httpx.request(method, url + path, headers=headers, json={}, timeout=30)
+                if path == "/health":
+                    assert resp.status_code == 200, (method, path, resp.text)
+                    continue
+                assert resp.status_code == 401, (method, path, headers, resp.status_code)
+                err = resp.json()["error"]
+                assert (
+                    err["code"] == "invalid_api_key" and "Authorization: Bearer" in err["message"]
+                )
+                assert not any(k in resp.text for k in KEYS)
+                assert resp.headers["www-authenticate"] == "Bearer"
+        for key in KEYS:  # every configured key is accepted
+            ok = _chat(url, {"Authorization": f"Bearer {key}"})
+            assert ok.status_code == 200, ok.text
+            assert (
+                ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "Paris"
+            )
+            assert httpx.get(
+                url + "/v1/models", headers={"Authorization": f"Bearer {key}"}
+            ).is_success
+    assert not any(k in log_path.read_text() for k in KEYS)
+
+
+def test_no_keys_configured_means_no_authentication(upstream, tiny_model_dir):
+    with running(_app(upstream, tiny_model_dir)) as url:
+        assert _chat(url).status_code == 200
+
+
+def test_queue_bound_answers_429_with_retry_after_then_recovers(upstream, tiny_model_dir):
+    app = _app(upstream, tiny_model_dir, max_queued_requests=2)
+    with running(app) as url:
+        upstream.hold()
+        held = []
+        threads = [
+            threading.Thread(target=lambda: held.append(_chat(url, timeout=60))) for _ in range(2)
+        ]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 60
+        while upstream.waiting < 2:  # both accepted and waiting on the engine
+            assert time.monotonic() < deadline, "the held requests never reached the upstream"
+            time.sleep(0.02)
+        for _ in range(3):
+            busy = _chat(url)
+            assert busy.status_code == 429
+            assert busy.headers["retry-after"] == "1"
+            assert busy.json()["error"]["code"] == "queue_full"
+            assert "--max-queued-requests" in busy.json()["error"]["message"]
+        assert httpx.get(url + "/health").status_code == 200  # not counted against the bound
+        upstream.let_go()
+        for t in threads:
+            t.join(60)
+        assert [r.status_code for r in held] == [200, 200]
+        assert _chat(url).status_code == 200  # the bound is free again
+
+
+def test_request_ids_in_header_and_decision_log(upstream, tiny_model_dir, tmp_path):
+    log_path = tmp_path / "decisions.jsonl"
+    app = _app(upstream, tiny_model_dir, api_keys=KEYS[:1], decision_log=DecisionLog(log_path))
+    auth = {"Authorization": f"Bearer {KEYS[0]}"}
+    with running(app) as url:
+        mine = _chat(url, {**auth, "X-Request-Id": "client-id.42"})
+        made = _chat(url, auth)
+        bad = _chat(url, {**auth, "X-Request-Id": "has spaces"})
+        denied = _chat(url, {"X-Request-Id": "denied-1"})
+        missing = httpx.get(url + "/nope", headers=auth)
+    assert mine.headers["x-request-id"] == "client-id.42"
+    assert (
+        made.headers["x-request-id"].startswith("req-") and len(made.headers["x-request-id"]) == 36
+    )
+    assert bad.headers["x-request-id"].startswith("req-")
+    assert denied.status_code == 401 and denied.headers["x-request-id"] == "denied-1"
+    assert missing.status_code == 404 and missing.headers["x-request-id"].startswith("req-")
+    records = read_decision_log(log_path)
+    assert [r["request_id"] for r in records] == [
+        "client-id.42",
+        made.headers["x-request-id"],
+        bad.headers["x-request-id"],
+    ]
+
+
+def test_cors_only_when_asked_and_preflight_needs_no_key(upstream, tiny_model_dir):
+    preflight = {"Origin": "https://ui.example", "Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "authorization,content-type"}  # fmt: skip
+    with running(_app(upstream, tiny_model_dir, api_keys=KEYS[:1])) as url:
+        resp = httpx.options(url + "/v1/chat/completions", headers=preflight)
+        assert "access-control-allow-origin" not in resp.headers
+    args = _serve_args("--allowed-origins", "https://ui.example")
+    app = _app(upstream, tiny_model_dir, **{**operator_options(args, {}), "api_keys": KEYS[:1]})
+    with running(app) as url:
+        resp = httpx.options(url + "/v1/chat/completions", headers=preflight)
+        assert resp.status_code == 200
+        assert resp.headers["access-control-allow-origin"] == "https://ui.example"
+        ok = _chat(url, {"Authorization": f"Bearer {KEYS[0]}", "Origin": "https://ui.example"})
+        assert ok.status_code == 200
+        assert ok.headers["access-control-allow-origin"] == "https://ui.example"
+        assert "x-request-id" in ok.headers["access-control-expose-headers"].lower()
+
+
+def _serve_args(*argv):
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    return parser.parse_args(["serve", "--model", "m", "--tau", "0.5", *argv])
+
+
+def test_operator_flags_and_their_errors():
+    opts = operator_options(_serve_args(), {})
+    assert opts == {"api_keys": [], "max_queued_requests": 1024, "cors": None}
+    opts = operator_options(_serve_args("--api-key", "a", "--max-queued-requests", "0"),
+                            {"RLSR_API_KEY": "b"})  # fmt: skip
+    assert opts["api_keys"] == ["a", "b"] and opts["max_queued_requests"] is None
+    with pytest.raises(ValueError, match="must not be empty"):
+        operator_options(_serve_args("--api-key", " "), {})
+    with pytest.raises(ValueError, match="--max-queued-requests -1"):
+        operator_options(_serve_args("--max-queued-requests", "-1"), {})
+    with pytest.raises(ValueError, match="need --allowed-origins"):
+        operator_options(_serve_args("--allow-credentials"), {})
+    assert json.dumps(operator_options(_serve_args("--allowed-origins", "*"), {})["cors"])
