@@ -239,10 +239,18 @@ def test_a_warmup_outside_its_band_trains_on_then_stops_with_the_reason(tmp_path
     assert f"after {3 * (MAX_EXTENSIONS + 1)} steps" in str(err.value)
     assert "--warmup-steps" in str(err.value)
     assert not list(tmp_path.iterdir())  # nothing cached
-    good = {"format_rate": 1.0, "accuracy_present": 0.97, "accuracy_missing": 0.1}
+    good = {"format_rate": 1.0, "accuracy_present": 0.97, "accuracy_missing": 0.1,
+            "confidence_gap": 0.0}  # fmt: skip
     assert gate_failures("easy", good) == []
     assert gate_failures("easy", {**good, "accuracy_present": 0.5}) == [
         "accuracy_present 0.500 not in [0.9, 1.0]"
+    ]
+    # a BASE whose greedy confidence already ranks (seed 31 under AVX2: gap 0.189) is refused
+    assert gate_failures("distractor", {**good, "confidence_gap": 0.189}) == [
+        "confidence_gap 0.189 not in [-0.1, 0.1]"
+    ]
+    assert gate_failures("easy", {**good, "confidence_gap": float("nan")}) == [
+        "confidence_gap nan not in [-0.1, 0.1]"
     ]
     assert gate_failures("tiers", {"format_rate": 1.0, "accuracy_present": 0.8}) == []
 

@@ -4,9 +4,11 @@ A Qwen2 model (hidden 128, 2 layers, 4 query / 2 key-value heads, ~0.3M paramete
 tag format and the task from targets
 ``<think></think><answer>D</answer><analysis></analysis><confidence>C</confidence><eos>``
 where D is the gold digit (for a missing fact, the hidden random digit, so the model learns to
-guess uniformly) and C is drawn uniformly from ``0.1``..``0.9`` *independently of everything*:
-BASE's confidence carries no information about correctness, and whatever ranking the RL arms
-show was learnt by RL.
+guess uniformly) and C is drawn uniformly from ``0.1``..``0.9`` *independently of everything*.
+That alone does not make BASE's *greedy* confidence uninformative (a greedy model can land on
+confidences that separate right from wrong by accident), so the gate (``WARMUP_BANDS``) also
+requires |E[c | right] - E[c | wrong]| <= 0.1 on held-out prompts: whatever ranking the RL arms
+show beyond that was learnt by RL.
 
 Checkpoints are cached under ``cache_dir/<config hash>/`` (safetensors + tokenizer), so the
 demo and the tests train the warm-up once per configuration.
@@ -68,13 +70,16 @@ VARIANT_WARMUP: dict[str, dict] = {
 # What BASE must show on 200 held-out prompts (greedy) before any arm trains on it, per variant:
 # (low, high) per ``greedy_complete`` field. easy / distractor: the format, the look-up when the
 # fact is present (so RL has right answers to rank), a uniform guess when it is missing (1 in 10
-# digits). tiers / tiers-wide: the stated digit, right with the name's reliability (mean 0.8 /
-# 0.6).
+# digits), and a confidence that does not already rank (|E[c | right] - E[c | wrong]| <= 0.1:
+# the targets are independent of correctness, but a greedy BASE can still land on confidences
+# that separate the two by accident, e.g. 0.144 for seed 5 on an AMD EPYC with AVX-512, 0.189
+# for seed 31 under AVX2; docs/toy.md). tiers / tiers-wide: the stated digit, right with the
+# name's reliability (mean 0.8 / 0.6).
 WARMUP_BANDS: dict[str, dict[str, tuple[float, float]]] = {
     "easy": {"format_rate": (0.95, 1.0), "accuracy_present": (0.9, 1.0),
-             "accuracy_missing": (0.0, 0.3)},
+             "accuracy_missing": (0.0, 0.3), "confidence_gap": (-0.1, 0.1)},
     "distractor": {"format_rate": (0.95, 1.0), "accuracy_present": (0.9, 1.0),
-                   "accuracy_missing": (0.0, 0.3)},
+                   "accuracy_missing": (0.0, 0.3), "confidence_gap": (-0.1, 0.1)},
     "tiers": {"format_rate": (0.95, 1.0), "accuracy_present": (0.65, 0.95)},
     "tiers-wide": {"format_rate": (0.95, 1.0), "accuracy_present": (0.45, 0.75)},
 }  # fmt: skip
@@ -82,8 +87,9 @@ WARMUP_BANDS: dict[str, dict[str, tuple[float, float]]] = {
 # times at most; then it stops with ``WarmupGateError`` instead of handing a broken BASE to RL.
 MAX_EXTENSIONS = 2
 # Bump when the training procedure or the saved tokenizer changes, so old caches are not reused
-# (2: the chat template renders assistant turns, for the SFT arm; 3: the quality gate).
-_VERSION = 3
+# (2: the chat template renders assistant turns, for the SFT arm; 3: the quality gate; 4: the
+# gate also checks that BASE's confidence does not already rank).
+_VERSION = 4
 
 
 class WarmupGateError(RuntimeError):
@@ -317,12 +323,21 @@ def greedy_complete(model, tokenizer, examples, max_new_tokens: int = 14) -> dic
         conf.append(float(parts[8]) if good else float("nan"))
     present = [r for r, ex in zip(right, examples, strict=True) if ex.answerable]
     missing = [r for r, ex in zip(right, examples, strict=True) if not ex.answerable]
+    conf_right = [c for c, r in zip(conf, right, strict=True) if r]
+    conf_wrong = [c for c, r, g in zip(conf, right, ok, strict=True) if g and not r]
     return {
         "format_rate": sum(ok) / len(ok),
         "accuracy": sum(right) / len(right),
         "accuracy_present": sum(present) / max(1, len(present)),
         "accuracy_missing": sum(missing) / max(1, len(missing)),
         "distinct_confidences": len({c for c in conf if not math.isnan(c)}),
+        # E[c | right] - E[c | wrong] over well-formed answers (docs/metrics.md confidence_gap);
+        # NaN when either class is empty
+        "confidence_gap": (
+            sum(conf_right) / len(conf_right) - sum(conf_wrong) / len(conf_wrong)
+            if conf_right and conf_wrong
+            else float("nan")
+        ),
         "example": texts[0],
     }
 
