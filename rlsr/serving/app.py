@@ -8,6 +8,7 @@ vLLM batches them. Every error answers in OpenAI's shape ``{"error": {...}}``: m
 unexpected 500; none of them stops the server.
 """
 
+import dataclasses
 import json
 import logging
 import time
@@ -20,6 +21,7 @@ from rlsr.serving.operator import OperatorMiddleware, request_id_of
 from rlsr.serving.policy import ANSWERED, ServeSettings, request_hash
 from rlsr.serving.protocol import (
     RequestError,
+    ServedDecoding,
     chat_completion,
     error_body,
     model_list,
@@ -44,6 +46,7 @@ def extension_fields(item: dict, settings: ServeSettings) -> dict:
         "format_ok": item["format_ok"],
         "fallbacks": item["fallbacks"],
         "finish_reason": item["finish_reason"],
+        "fallback_error": item.get("fallback_error"),
         "raw_completion": item["generated"],
     }
 
@@ -71,6 +74,9 @@ def create_app(
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     started = int(time.time())
+    decoding = ServedDecoding(
+        settings.max_new_tokens, settings.sampling_temperature, settings.top_p
+    )
 
     @asynccontextmanager
     async def lifespan(app):
@@ -118,6 +124,16 @@ def create_app(
     async def models():
         return model_list(settings.model_name, started)
 
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str):
+        if model_id != settings.model_name:
+            return error(
+                404, f"the model {model_id!r} does not exist here; this server serves "
+                f"{settings.model_name!r}.", "invalid_request_error", param="model",
+                code="model_not_found",
+            )  # fmt: skip
+        return model_list(settings.model_name, started)["data"][0]
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         raw = await request.body()
@@ -126,16 +142,22 @@ def create_app(
                 body = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as err:
                 raise RequestError(f"the request body is not valid JSON: {err}") from None
-            chat = parse_chat_request(body, settings.model_name)
+            chat = parse_chat_request(body, settings.model_name, decoding)
         except RequestError as err:
             return JSONResponse(err.body(), status_code=err.status)
+        asked = settings
+        if chat.max_tokens is not None:
+            asked = dataclasses.replace(settings, max_new_tokens=chat.max_tokens)
         try:
-            item = await answer_or_abstain(engine, chat.question, settings)
+            item = await answer_or_abstain(engine, chat.question, asked)
         except EngineRejected as err:
             return error(400, str(err), "invalid_request_error")
         except EngineUnavailable as err:
             kind = "service_unavailable" if err.status == 503 else "upstream_error"
             return error(err.status, str(err), kind)
+        except Exception as err:  # noqa: BLE001 - answered here, so the connection stays open
+            logger.exception("unexpected error answering a chat completion")
+            return error(500, f"internal error: {type(err).__name__}: {err}", "internal_error")
         if decision_log is not None:
             decision_log.write(
                 decision_record(
@@ -152,6 +174,7 @@ def create_app(
             model=settings.model_name, content=content,
             extension=extension_fields(item, settings),
             prompt_tokens=item["prompt_tokens"], completion_tokens=item["completion_tokens"],
+            finish_reason=item["finish_reason"],
         )  # fmt: skip
 
     return app

@@ -5,8 +5,12 @@ The model answers single questions, as it was trained: a request holds exactly o
 message (its text is the problem, rendered with the training system prompt and user template);
 a client ``system`` / ``developer`` message is replaced by the training system prompt; earlier
 assistant or tool turns are refused. Decoding is fixed by the server to the settings the
-threshold was certified under, so sampling fields (``temperature``, ``max_tokens`` ...) are
-ignored; ``n`` > 1 and ``stream`` are refused (the decision needs the whole completion).
+threshold was certified under. Every Chat Completions parameter is honoured or refused, never
+silently ignored (``PARAMETERS``, ``check_parameters``): ``max_tokens`` /
+``max_completion_tokens`` up to the certified cap; sampling fields only at the served values
+(anything else would void the threshold); tools, JSON output, log-probabilities, stop strings,
+``n`` > 1 and ``stream`` refused with a 400 that names the parameter and why; unknown fields
+refused.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "PARAMETERS",
+    "ServedDecoding",
+    "check_parameters",
     "EXTENSION_FIELD",
     "RequestError",
     "ChatRequest",
@@ -61,6 +68,144 @@ class ChatRequest:
     question: str
     model: str
     user: str | None = None
+    max_tokens: int | None = None  # the client's cap (<= the certified one); None: the server's
+
+
+@dataclass(frozen=True)
+class ServedDecoding:
+    """The decoding a threshold was certified under: what a request may ask for, at most."""
+
+    max_new_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+
+
+_VOIDS = "it would change the decoding the threshold was certified under ({}), so the threshold "
+_VOIDS += "would no longer mean what it promises"
+# Every Chat Completions parameter (OpenAI's reference, plus vLLM's common extras) and what rlsr
+# serve does with it. "honoured": validated and applied; "no effect": accepted, cannot change
+# the answer (bookkeeping fields); "refused unless default": 400 unless absent / null / the
+# default; "refused": 400 unless absent / null. Anything not listed: 400 (unknown parameter).
+PARAMETERS: dict[str, str] = {
+    "model": "honoured", "messages": "honoured", "n": "honoured (1 only)",
+    "stream": "refused unless default",  # false
+    "stream_options": "refused",
+    "max_tokens": "honoured", "max_completion_tokens": "honoured",
+    "temperature": "refused unless default", "top_p": "refused unless default",
+    "seed": "honoured",  # deterministic already under greedy serving; refused otherwise
+    "frequency_penalty": "refused unless default", "presence_penalty": "refused unless default",
+    "logit_bias": "refused unless default", "logprobs": "refused unless default",
+    "top_logprobs": "refused", "stop": "refused", "tools": "refused",
+    "tool_choice": "refused unless default", "functions": "refused", "function_call": "refused",
+    "parallel_tool_calls": "refused", "response_format": "refused unless default",
+    "modalities": "refused unless default", "audio": "refused", "prediction": "refused",
+    "reasoning_effort": "refused", "web_search_options": "refused", "verbosity": "refused",
+    "repetition_penalty": "refused unless default", "top_k": "refused unless default",
+    "min_p": "refused unless default", "min_tokens": "refused unless default",
+    "user": "no effect", "metadata": "no effect", "store": "no effect",
+    "service_tier": "no effect", "safety_identifier": "no effect",
+    "prompt_cache_key": "no effect",
+}  # fmt: skip
+_DEFAULTS: dict[str, tuple] = {  # accepted values of the "refused unless default" parameters
+    "stream": (False,), "frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0),
+    "logit_bias": ({},), "logprobs": (False,), "tool_choice": ("none",),
+    "response_format": ({"type": "text"},), "modalities": (["text"],),
+    "repetition_penalty": (1, 1.0), "top_k": (-1, 0), "min_p": (0, 0.0), "min_tokens": (0,),
+}  # fmt: skip
+_WHY_REFUSED: dict[str, str] = {
+    "stream": "streaming is not offered yet: the answer-or-abstain decision needs the whole "
+    "completion; send stream=false",
+    "stream_options": "it applies to streaming, which is not offered; leave it out",
+    "stop": "a stop string could cut the completion before the confidence the decision needs",
+    "logprobs": "log-probabilities are not returned by this server",
+    "top_logprobs": "log-probabilities are not returned by this server",
+    "tools": "the model answers questions in its trained format, it does not call tools",
+    "tool_choice": "the model answers questions in its trained format, it does not call tools",
+    "functions": "the model answers questions in its trained format, it does not call tools",
+    "function_call": "the model answers questions in its trained format, it does not call tools",
+    "parallel_tool_calls": "the model does not call tools",
+    "response_format": "the answer comes in the trained tag format, not as JSON",
+    "modalities": "text only", "audio": "text only",
+    "prediction": "predicted outputs are not supported",
+    "reasoning_effort": "the model's reasoning length is what it was trained and certified with",
+    "web_search_options": "no web search", "verbosity": "not supported",
+}  # fmt: skip
+
+
+def _number(body: Mapping, name: str, lo: float, hi: float) -> float | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+        raise RequestError(f"'{name}' must be a number in [{lo}, {hi}]; got {value!r}.", param=name)
+    return float(value)
+
+
+def check_parameters(body: Mapping, decoding: ServedDecoding) -> int | None:
+    """Every parameter of ``body`` honoured or refused (``PARAMETERS``); returns the client's
+    token cap (``max_completion_tokens``, else ``max_tokens``; None: the server's)."""
+    for name in body:
+        if name not in PARAMETERS:
+            raise RequestError(
+                f"unknown parameter {name!r}: rlsr serve refuses what it cannot honour "
+                "(docs/serving.md, 'Request parameters').",
+                param=name,
+            )
+    served = f"temperature {decoding.temperature:g}, top_p {decoding.top_p:g}"
+    for name, value in ((n, body[n]) for n in body if body[n] is not None):
+        policy = PARAMETERS[name]
+        if policy == "refused" or (
+            policy == "refused unless default"
+            and name in _DEFAULTS
+            and value not in _DEFAULTS[name]
+        ):
+            why = _WHY_REFUSED.get(name) or _VOIDS.format(served)
+            raise RequestError(f"'{name}' is not supported here: {why}.", param=name)
+    temperature = _number(body, "temperature", 0.0, 2.0)
+    if temperature is not None and temperature != decoding.temperature:
+        raise RequestError(
+            f"'temperature' {temperature:g} is not supported here: {_VOIDS.format(served)}; "
+            "leave it out or send the served value.",
+            param="temperature",
+        )
+    top_p = _number(body, "top_p", 0.0, 1.0)
+    if top_p is not None and top_p != decoding.top_p:
+        raise RequestError(
+            f"'top_p' {top_p:g} is not supported here: {_VOIDS.format(served)}; leave it out "
+            "or send the served value.",
+            param="top_p",
+        )
+    for name in ("frequency_penalty", "presence_penalty"):
+        _number(body, name, -2.0, 2.0)
+    seed = body.get("seed")
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise RequestError(f"'seed' must be an integer; got {seed!r}.", param="seed")
+        if decoding.temperature != 0.0:
+            raise RequestError(
+                "'seed' is not supported here: this server samples at temperature "
+                f"{decoding.temperature:g} with the engine's own seeds; leave it out.",
+                param="seed",
+            )  # under greedy decoding every seed gives the same answer: honoured as is
+    cap = None
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise RequestError(f"'{name}' must be an integer >= 1; got {value!r}.", param=name)
+        if value > decoding.max_new_tokens:
+            raise RequestError(
+                f"'{name}' {value} is above this server's certified cap of "
+                f"{decoding.max_new_tokens} new tokens (the threshold was chosen at that "
+                f"length); send at most {decoding.max_new_tokens}, or leave it out.",
+                param=name,
+            )
+        cap = value if cap is None else min(cap, value)
+    if body.get("stream") not in (None, False):
+        raise RequestError(f"'stream' is not supported here: {_WHY_REFUSED['stream']}.",
+                           param="stream")  # fmt: skip
+    return cap
 
 
 def _text_content(content: Any, where: str) -> str:
@@ -87,8 +232,11 @@ def _text_content(content: Any, where: str) -> str:
     )
 
 
-def parse_chat_request(body: Any, served_model: str) -> ChatRequest:
-    """Validate a ``/v1/chat/completions`` body; raise ``RequestError`` naming the bad field."""
+def parse_chat_request(
+    body: Any, served_model: str, decoding: ServedDecoding | None = None
+) -> ChatRequest:
+    """Validate a ``/v1/chat/completions`` body; raise ``RequestError`` naming the bad field.
+    With ``decoding``, every other parameter is checked too (``check_parameters``)."""
     if not isinstance(body, Mapping):
         raise RequestError("the request body must be a JSON object.")
     model = body.get("model")
@@ -143,12 +291,21 @@ def parse_chat_request(body: Any, served_model: str) -> ChatRequest:
         )
     if not questions[0].strip():
         raise RequestError("the user message is empty; send a question.", param="messages")
-    return ChatRequest(question=questions[0], model=model, user=user)
+    try:
+        questions[0].encode("utf-8")
+    except UnicodeEncodeError as err:  # e.g. a lone surrogate "\ud800" in the JSON
+        raise RequestError(
+            f"the user message is not valid Unicode text ({err.reason} at character "
+            f"{err.start}); send UTF-8 text.",
+            param="messages",
+        ) from None
+    max_tokens = None if decoding is None else check_parameters(body, decoding)
+    return ChatRequest(question=questions[0], model=model, user=user, max_tokens=max_tokens)
 
 
 def chat_completion(
     *, request_id: str, created: int, model: str, content: str, extension: dict,
-    prompt_tokens: int, completion_tokens: int,
+    prompt_tokens: int, completion_tokens: int, finish_reason: str = "stop",
 ) -> dict:  # fmt: skip
     """A ``chat.completion`` object with one choice carrying the ``EXTENSION_FIELD``."""
     return {
@@ -160,7 +317,7 @@ def chat_completion(
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": content},
-                "finish_reason": "stop",
+                "finish_reason": finish_reason,
                 "logprobs": None,
                 EXTENSION_FIELD: extension,
             }
