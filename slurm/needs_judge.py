@@ -12,6 +12,7 @@ Exit status 2 with a message on stderr for an unknown name.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -37,8 +38,20 @@ def load_registry() -> ModuleType:
 
 
 def items_needing_judge(items: list[str]) -> list[str]:
-    """The items (dataset names or ``rlsr.data.GROUPS`` keys) with an ``llm_judge`` dataset."""
+    """The items (dataset names or ``rlsr.data.GROUPS`` keys) with an ``llm_judge`` dataset.
+    User tasks (docs/tasks.md) are known to the package, which reads ``$RLSR_TASKS_PATH``."""
     registry = load_registry()
+    try:
+        return _needing(registry, items)
+    except ValueError:
+        if not os.environ.get("RLSR_TASKS_PATH"):
+            raise
+        import rlsr.data
+
+        return _needing(rlsr.data, items)
+
+
+def _needing(registry, items: list[str]) -> list[str]:
     return [
         item
         for item in items

@@ -5,6 +5,7 @@ evaluation job array that starts only if training succeeded (``--dependency=afte
     slurm/sweep.py --recipes hotpot,bigmath --methods rlsr,rlcr,rlvr --seeds 0,1,2 \\
         --partition gpu --account myproj --dry-run
     slurm/sweep.py --recipes hotpot --seeds 0 -- grpo.save_steps=10     # extra Hydra overrides
+    slurm/sweep.py --recipes tiny --tasks-dir tasks --eval-datasets caps -- data.dataset=caps
 
 Every training run writes to the output_dir its config resolves to (made absolute and passed
 explicitly, so a requeued job resumes there); its evaluation array runs slurm/evaluate.slurm on
@@ -17,6 +18,7 @@ the repository root (logs/ is created there).
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import subprocess
 import sys
@@ -100,6 +102,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--eval-time", default=None, help="evaluation time limit per array task")
     parser.add_argument("--evals-dir", default="evals")
+    parser.add_argument(
+        "--tasks-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="folder of task files (or one file; repeatable): your own datasets, by name in "
+        "data.dataset and --eval-datasets; every job gets it as $RLSR_TASKS_PATH (docs/tasks.md)",
+    )
     parser.add_argument("--no-eval", action="store_true", help="submit training jobs only")
     parser.add_argument("--dry-run", action="store_true", help="print the jobs, submit nothing")
     parser.add_argument(
@@ -120,7 +130,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             parser.error(
                 f"override {override!r}: the sweep sets {key} itself; use --recipes/--methods/--seeds"
             )
+    args.tasks_path = check_tasks(args.tasks_dir, parser)
     return args
+
+
+def check_tasks(dirs: list[str], parser: argparse.ArgumentParser) -> str | None:
+    """The ``$RLSR_TASKS_PATH`` of every job (absolute paths), after registering the task files
+    here, so a broken one stops the sweep before anything is submitted."""
+    if not dirs:
+        return None
+    paths = [str(Path(d).expanduser().resolve()) for d in dirs]
+    if any("," in p for p in paths):
+        parser.error("--tasks-dir: a path with ',' cannot pass through sbatch --export")
+    import rlsr.data  # heavy (datasets); only when tasks are given
+
+    try:
+        rlsr.data.load_tasks(paths)
+    except ValueError as err:
+        parser.error(f"--tasks-dir: {err}")
+    return os.pathsep.join(paths)
 
 
 def default_eval_datasets(recipe: str) -> list[str]:
@@ -142,6 +170,8 @@ def plan(args: argparse.Namespace) -> list[Job]:
         if getattr(args, flag):
             common.append(f"--{flag}={getattr(args, flag)}")
     common += args.sbatch_arg
+    if args.tasks_path:  # user tasks, for train.py and rlsr evaluate alike (docs/tasks.md)
+        common.append(f"--export=ALL,RLSR_TASKS_PATH={args.tasks_path}")
 
     jobs: list[Job] = []
     for recipe in args.recipes:

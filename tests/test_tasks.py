@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import datasets
 import pytest
 from test_config import compose
+from test_slurm import SLURM, base_env, run_sweep
 
 from rlsr.cli import main
 from rlsr.config import ConfigError, from_dict, resolve_heldout
@@ -415,3 +417,49 @@ def test_train_config_tasks_dir_registers_before_validation(caps_dir):
     with pytest.raises(ConfigError, match=r"^tasks_dir: .*caps.yaml: splits.eval_fraction: must"):
         validate(from_dict(compose("recipe=tiny", f"tasks_dir={caps_dir}",
                                    "data.dataset=caps")), world_size=1)  # fmt: skip
+
+
+# --- slurm/sweep.py and the judge check of evaluate.slurm ----------------------------------------
+
+
+def test_sweep_passes_the_tasks_to_every_job(caps_dir):
+    jobs = run_sweep(["--recipes", "tiny", "--methods", "rlsr", "--seeds", "0", "--tasks-dir",
+                      str(caps_dir), "--eval-datasets", "caps", "--dry-run", "--",
+                      "data.dataset=caps"]).stdout.splitlines()  # fmt: skip
+    commands = [line for line in jobs if line.startswith("  sbatch: ")]
+    assert len(commands) == 2  # train, then evaluate
+    for command in commands:
+        assert f"--export=ALL,RLSR_TASKS_PATH={caps_dir.resolve()}" in command
+    assert "data.dataset=caps" in commands[0] and "--datasets caps" in commands[1]
+    # A broken task file stops the sweep before anything is submitted.
+    write_task(caps_dir, CAPS_TASK.replace("columns:", "colums:"))
+    proc = subprocess.run([sys.executable, str(SLURM / "sweep.py"), "--recipes", "tiny",
+                           "--tasks-dir", str(caps_dir), "--eval-datasets", "caps", "--dry-run"],
+                          env=base_env(), capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2 and "colums: unknown key" in proc.stderr
+
+
+@pytest.mark.parametrize("verifier, judged", [("exact_match", []), ("llm_judge", ["caps"])])
+def test_needs_judge_knows_a_tasks_verifier(caps_dir, verifier, judged):
+    write_task(caps_dir, CAPS_TASK.replace("verifier: exact_match", f"verifier: {verifier}"))
+    proc = subprocess.run([sys.executable, str(SLURM / "needs_judge.py"), "caps", "tiny"],
+                          env=base_env(RLSR_TASKS_PATH=str(caps_dir)), capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == judged
+
+
+def test_evaluate_refuses_a_rerun_on_another_version_of_the_task(caps_dir, tiny_model_dir, capsys):
+    out = caps_dir / "ev"
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "caps", "--tasks-dir",
+            str(caps_dir), "--limit", "2", "--max-new-tokens", "4", "--no-fallbacks",
+            "--bootstrap", "0", "--no-progress", "--output-dir", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    run = json.loads((out / "run.json").read_text())
+    assert run["tasks"]["caps"]["sha256"] == get_spec("caps").task.sha256
+    unregister_task("caps")
+    write_task(caps_dir, CAPS_TASK.replace("seed: 7", "seed: 8"))  # another eval split
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "holds results of another configuration (task file of caps: " in err

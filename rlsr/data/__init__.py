@@ -42,6 +42,8 @@ from rlsr.data.tasks import (
     load_tasks,
     register_task,
     task_names,
+    task_record_problem,
+    task_records,
     unregister_task,
 )
 
@@ -56,6 +58,8 @@ __all__ = [
     "load_tasks",
     "register_task",
     "task_names",
+    "task_record_problem",
+    "task_records",
     "unregister_task",
     "DATA_DIR_ENV",
     "DatasetSpec",

@@ -365,7 +365,8 @@ def download_dataset(name: str, out_dir: str | os.PathLike) -> Path:
     if spec.hf_id is None:
         raise ValueError(f"{name} is bundled with rlsr; nothing to download.")
     target = Path(out_dir) / name
-    splits = {split: _load_hub(spec, split) for split in spec.sizes}
+    names = spec.sizes or dict.fromkeys([spec.train_split or spec.split, spec.split])  # a task's
+    splits = {split: _load_hub(spec, split) for split in names}
     datasets.DatasetDict(splits).save_to_disk(str(target))
     return target
 

@@ -67,6 +67,8 @@ __all__ = [
     "load_env_tasks",
     "parse_task",
     "task_names",
+    "task_records",
+    "task_record_problem",
 ]
 
 TASKS_PATH_ENV = "RLSR_TASKS_PATH"
@@ -321,6 +323,36 @@ def unregister_task(name: str) -> None:
 def task_names() -> list[str]:
     """Names of the user tasks registered in this process."""
     return [name for name, spec in REGISTRY.items() if spec.task is not None]
+
+
+def task_records(names) -> dict[str, dict]:
+    """``{name: {"file", "sha256"}}`` for the user tasks among ``names`` (built-ins left out):
+    the provenance ``rlsr evaluate`` writes to ``run.json`` and ``rlsr deploy`` to
+    ``deployment.json``, so results of another version of a task file are told apart."""
+    out = {}
+    for name in dict.fromkeys(names):
+        spec = REGISTRY.get(name)
+        if spec is not None and spec.task is not None:
+            out[name] = {"file": spec.task.file, "sha256": spec.task.sha256}
+    return out
+
+
+def task_record_problem(name: str, record: Mapping) -> str | None:
+    """What differs between task ``name`` as recorded (``task_records``) and as registered in
+    this process; None when they are the same task file content."""
+    spec = REGISTRY.get(name)
+    if spec is None or spec.task is None:
+        return (
+            f"task: the threshold was computed on task {name!r} ({record.get('file')}), which is "
+            f"not loaded; pass --tasks-dir with its task file"
+        )
+    if spec.task.sha256 != record.get("sha256"):
+        return (
+            f"task: the threshold was computed on {name!r} with task file sha256 "
+            f"{str(record.get('sha256'))[:12]}..., the loaded {spec.task.file or 'task'} has "
+            f"{spec.task.sha256[:12]}... (another version of the task)"
+        )
+    return None
 
 
 # --------------------------------------------------------------------------- task files

@@ -20,6 +20,7 @@ from rlsr.data import (
     get_spec,
     load_examples,
     resolve_datasets,
+    task_records,
 )
 from rlsr.evaluation.backends import make_backend, resolve_adapter
 from rlsr.evaluation.curves import write_curves
@@ -446,6 +447,7 @@ def _run_config(args, settings, fingerprint, system_prompt, verifier_names, colu
         "system_prompt": system_prompt,
         "columns": columns,
         "verifiers": verifier_names,
+        "tasks": task_records(verifier_names),
         "judge_model": (args.judge_model or DEFAULT_JUDGE_MODEL) if judged else None,
         "judge_max_answer_chars": args.judge_max_answer_chars if judged else None,
         **{k: getattr(settings, k) for k in CONFIG_FIELDS if hasattr(settings, k)},
@@ -469,6 +471,10 @@ def _config_differences(old: dict, new: dict) -> list[str]:
     old_v, new_v = old.get("verifiers") or {}, new["verifiers"]
     diffs += [f"verifier of {n}: {old_v[n]!r} -> {new_v[n]!r}"
               for n in sorted(set(old_v) & set(new_v)) if old_v[n] != new_v[n]]  # fmt: skip
+    old_t, new_t = old.get("tasks") or {}, new.get("tasks") or {}
+    diffs += [f"task file of {n}: {_short(old_t[n]['sha256'])} -> {_short(new_t[n]['sha256'])}"
+              for n in sorted(set(old_t) & set(new_t))
+              if old_t[n]["sha256"] != new_t[n]["sha256"]]  # fmt: skip
     return diffs
 
 

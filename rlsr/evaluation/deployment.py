@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from rlsr import metrics as M
-from rlsr.data import REGISTRY
+from rlsr.data import REGISTRY, task_records
 from rlsr.evaluation.provenance import adapter_fingerprint
 from rlsr.prompts import system_prompt_name
 
@@ -262,6 +262,15 @@ def _source(records: list[dict]) -> str:
     return name
 
 
+def _task_record(run: dict | None, records: list[dict]) -> dict | None:
+    """``{"name", "file", "sha256"}`` of the user task the validation samples came from (the
+    evaluation's ``run.json`` record, else the task as registered here); None for a built-in."""
+    name = str(records[0].get("dataset") or "") if records else ""
+    dataset = split_job_name(name)[0]
+    recorded = ((run or {}).get("tasks") or {}).get(dataset) or task_records([dataset]).get(dataset)
+    return None if recorded is None else {"name": dataset, **recorded}
+
+
 def deployment_provenance(
     val_path: str | os.PathLike,
     val_records: list[dict],
@@ -291,6 +300,7 @@ def deployment_provenance(
     return {
         "model": None if model_name is None else model_identity(model_name),
         "adapter": _adapter_record(run, adapter),
+        "task": _task_record(run, val_records),
         "run_record": None if found is None else str(found[0].resolve()),
         "validation_source": source or None,
         "test_source": test_source or None,

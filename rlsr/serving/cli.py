@@ -11,7 +11,6 @@ import sys
 from rlsr.config import resolve_model_path
 from rlsr.evaluation.backends import resolve_adapter
 from rlsr.evaluation.provenance import adapter_fingerprint
-from rlsr.prompts import SYSTEM_PROMPTS
 from rlsr.serving.app import create_app
 from rlsr.serving.decision_log import (
     DecisionLog,
@@ -119,8 +118,8 @@ def register(subparsers) -> None:
     sv.add_argument("--decision-log", metavar="FILE", help="append one JSON line per decision")
     sv.add_argument(
         "--system-prompt",
-        choices=sorted(SYSTEM_PROMPTS),
-        help="training system prompt (default: the one the threshold's samples used)",
+        help="training system prompt: simple, long or a task's (default: the one the threshold's "
+        "samples used)",
     )
     g = sv.add_argument_group("decoding (default: the threshold's evaluation settings)")
     g.add_argument("--max-new-tokens", type=int, metavar="N")
@@ -178,7 +177,7 @@ def _threshold(args) -> ServedThreshold:
     mismatches = provenance_mismatches(threshold.provenance, model=args.model, adapter=fingerprint)
     if mismatches and not args.force:
         raise ValueError(
-            f"--threshold {args.threshold} was computed for another model or adapter ("
+            f"--threshold {args.threshold} was computed for another model, adapter or task ("
             + "; ".join(mismatches)
             + "): serve what it was computed for, recompute it with rlsr deploy, or pass --force."
         )

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from rlsr.calibration import apply_temperature
-from rlsr.prompts import SYSTEM_PROMPTS
+from rlsr.prompts import system_prompt_names
 
 __all__ = [
     "ANSWERED",
@@ -83,9 +83,10 @@ class ServeSettings:
     def __post_init__(self) -> None:
         if not isinstance(self.tau, int | float) or math.isnan(self.tau):
             raise ValueError(f"tau must be a number; got {self.tau!r}.")
-        if self.system_prompt not in SYSTEM_PROMPTS:
+        if self.system_prompt not in system_prompt_names():
             raise ValueError(
-                f"system prompt {self.system_prompt!r}: choose one of {sorted(SYSTEM_PROMPTS)}."
+                f"system prompt {self.system_prompt!r}: choose one of {system_prompt_names()} (a "
+                "task's own prompt is known once its task is loaded: --tasks-dir DIR)."
             )
         if self.temperature is not None and not (
             self.temperature > 0 and math.isfinite(self.temperature)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlsr.data import task_record_problem
 from rlsr.evaluation.deployment import RULES, model_identity
 
 __all__ = [
@@ -94,7 +95,9 @@ def provenance_mismatches(provenance: Mapping, *, model: str, adapter: Mapping |
     """What differs between the model / adapter a threshold was computed for and those served.
 
     Models are compared by ``model_identity``; adapters by content (``adapter_fingerprint``'s
-    sha256), so a copy of the same adapter elsewhere matches. Empty list = same model and adapter.
+    sha256), so a copy of the same adapter elsewhere matches; a user task's file by the sha256 of
+    its content, against the task registered here (``--tasks-dir``). Empty list = same model,
+    adapter and task.
     """
     out = []
     recorded = provenance.get("model")
@@ -110,6 +113,10 @@ def provenance_mismatches(provenance: Mapping, *, model: str, adapter: Mapping |
         out.append(f"adapter: threshold computed for {_short(rec)}, serving none")
     elif rec is not None and adapter is not None and rec.get("sha256") != adapter.get("sha256"):
         out.append(f"adapter: threshold computed for {_short(rec)}, serving {_short(adapter)}")
+    task = provenance.get("task")
+    problem = None if not task else task_record_problem(task["name"], task)
+    if problem:  # a user task's file changed since the evaluation (docs/tasks.md)
+        out.append(problem)
     return out
 
 
