@@ -1,6 +1,7 @@
-"""``rlsr serve`` for operators (issue 29 items 1, 6, 7): API keys denied by default on every
-route of the app, a bound on queued chat requests answered 429 + Retry-After, request ids in a
-header and in the decision log, CORS only when asked.
+"""``rlsr serve`` for operators (issue 29 items 1, 3, 6, 7): API keys denied by default on every
+route of the app, Prometheus ``/metrics`` read back with prometheus_client's own parser, a bound
+on queued chat requests answered 429 + Retry-After, request ids in a header and in the decision
+log, CORS only when asked.
 
 Real: the FastAPI app under uvicorn on loopback, httpx, the tiny model's tokenizer, the parser.
 The upstream ``vllm serve`` is a TEST DOUBLE AT THE BOUNDARY (vLLM cannot run in this venv): a
@@ -27,7 +28,7 @@ from rlsr.serving.policy import ServeSettings
 pytestmark = pytest.mark.timeout(300)
 
 COMPLETION = (
-    "<think>t</think><answer>Paris</answer><analysis>x</analysis><confidence>0.9</confidence>"
+    "<think>t</think><answer>Paris</answer><analysis>x</analysis><confidence>{c}</confidence>"
 )
 KEYS = ("sk-first-key", "sk-second-key")
 SETTINGS = ServeSettings(
@@ -53,6 +54,9 @@ class HoldingUpstream:
         @app.post("/v1/completions")
         async def completions(request: Request):
             body = await request.json()
+            # the confidence is the prompt's length mod 10 tenths: the tests pick questions whose
+            # rendered prompts give 0.x above or below tau (checked in the metrics test)
+            confidence = self.confidence_of(body["prompt"])
             self.loop = asyncio.get_running_loop()
             self.waiting += 1
             try:
@@ -61,7 +65,8 @@ class HoldingUpstream:
                 self.waiting -= 1
             return {
                 "id": "cmpl-1", "object": "text_completion", "created": 0, "model": body["model"],
-                "choices": [{"index": 0, "text": COMPLETION, "finish_reason": "stop",
+                "choices": [{"index": 0, "text": COMPLETION.format(c=confidence),
+                             "finish_reason": "stop",
                              "logprobs": None}],
                 "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": 5,
                           "total_tokens": len(body["prompt"]) + 5},
@@ -72,6 +77,10 @@ class HoldingUpstream:
             return {"object": "list", "data": [{"id": "up-model", "object": "model"}]}
 
         return app
+
+    @staticmethod
+    def confidence_of(prompt_ids) -> str:
+        return "0.9" if len(prompt_ids) % 2 == 0 else "0.2"
 
     def hold(self) -> None:
         self.release = asyncio.Event()  # created before any request of the held phase arrives
@@ -93,8 +102,8 @@ def _app(upstream, tiny_model_dir, **operator):
     return create_app(engine, SETTINGS, **operator)
 
 
-def _chat(url, headers=None, timeout=30):
-    body = {"model": "tiny", "messages": [{"role": "user", "content": "capital?"}]}
+def _chat(url, headers=None, timeout=30, question="capital?"):
+    body = {"model": "tiny", "messages": [{"role": "user", "content": question}]}
     return httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=timeout)
 
 
@@ -133,9 +142,6 @@ def test_api_keys_deny_every_route_but_health(upstream, tiny_model_dir, tmp_path
         for key in KEYS:  # every configured key is accepted
             ok = _chat(url, {"Authorization": f"Bearer {key}"})
             assert ok.status_code == 200, ok.text
-            assert (
-                ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "Paris"
-            )
             assert httpx.get(
                 url + "/v1/models", headers={"Authorization": f"Bearer {key}"}
             ).is_success
@@ -237,3 +243,59 @@ def test_operator_flags_and_their_errors():
     with pytest.raises(ValueError, match="need --allowed-origins"):
         operator_options(_serve_args("--allow-credentials"), {})
     assert json.dumps(operator_options(_serve_args("--allowed-origins", "*"), {})["cors"])
+
+
+def _question_with_confidence(tokenizer, want: str) -> str:
+    """A question whose rendered prompt makes the upstream double answer with ``want``."""
+    from rlsr.serving.respond import render_question
+
+    for k in range(20):
+        question = "capital" + "?" * k
+        prompt = render_question(tokenizer, question, SETTINGS.system_prompt)
+        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if HoldingUpstream.confidence_of(ids) == want:
+            return question
+    raise AssertionError(f"no question gives confidence {want}")
+
+
+def test_metrics_count_a_known_mix(upstream, tiny_model_dir):
+    """2 answered, 1 abstained, 1 refused parameter, 1 wrong key: the exposition, parsed by
+    prometheus_client's own parser, says exactly that; /metrics needs the key too."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from rlsr.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    sure = _question_with_confidence(tokenizer, "0.9")
+    unsure = _question_with_confidence(tokenizer, "0.2")
+    app = _app(upstream, tiny_model_dir, api_keys=KEYS[:1], max_queued_requests=8,
+               certified_coverage=0.62)  # fmt: skip
+    auth = {"Authorization": f"Bearer {KEYS[0]}"}
+    with running(app) as url:
+        assert httpx.get(url + "/metrics").status_code == 401
+        for question in (sure, sure, unsure):
+            assert _chat(url, auth, question=question).status_code == 200
+        body = {"model": "tiny", "messages": [{"role": "user", "content": sure}], "stop": "\n"}
+        assert httpx.post(url + "/v1/chat/completions", json=body, headers=auth).status_code == 400
+        assert _chat(url, {"Authorization": "Bearer nope"}).status_code == 401
+        resp = httpx.get(url + "/metrics", headers=auth)
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(resp.text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    assert samples[("rlsr_requests_total", (("outcome", "answered"),))] == 2
+    assert samples[("rlsr_requests_total", (("outcome", "abstained"),))] == 1
+    assert samples[("rlsr_requests_total", (("outcome", "error"),))] == 2
+    assert samples[("rlsr_answer_rate", ())] == pytest.approx(2 / 3)
+    assert samples[("rlsr_certified_coverage", ())] == 0.62
+    assert samples[("rlsr_tau", ())] == 0.5
+    assert samples[("rlsr_requests_in_flight", ())] == 0
+    assert samples[("rlsr_max_queued_requests", ())] == 8
+    assert samples[("rlsr_confidence_count", ())] == 3
+    assert samples[("rlsr_confidence_bucket", (("le", "0.2"),))] == 1
+    assert samples[("rlsr_confidence_bucket", (("le", "0.8"),))] == 1
+    assert samples[("rlsr_confidence_bucket", (("le", "0.9"),))] == 3
+    assert samples[("rlsr_confidence_sum", ())] == pytest.approx(2.0)
+    assert samples[("rlsr_request_latency_seconds_count", ())] == 3
+    assert not any(k in resp.text for k in KEYS)

@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 
 from rlsr.serving.decision_log import DecisionLog, decision_record
 from rlsr.serving.engine import Engine, EngineRejected, EngineUnavailable
-from rlsr.serving.operator import OperatorMiddleware, request_id_of
+from rlsr.serving.metrics import ServeMetrics
+from rlsr.serving.operator import Occupancy, OperatorMiddleware, request_id_of
 from rlsr.serving.policy import ANSWERED, ServeSettings, request_hash
 from rlsr.serving.protocol import (
     RequestError,
@@ -59,18 +60,21 @@ def create_app(
     api_keys: Sequence[str] = (),
     max_queued_requests: int | None = None,
     cors: Mapping | None = None,
+    certified_coverage: float | None = None,
 ):
     """The application; closes the engine (and the log) on shutdown.
 
     ``api_keys``, ``max_queued_requests``: ``rlsr.serving.operator.OperatorMiddleware`` (keys
     required on every route but ``/health``; 429 past the bound). ``cors``: keyword arguments of
     Starlette's ``CORSMiddleware`` (``allow_origins`` ...), None = no CORS headers.
+    ``certified_coverage``: the threshold's validation coverage, exported beside the realised
+    answer rate on ``/metrics`` (``rlsr.serving.metrics``).
     """
     from contextlib import asynccontextmanager  # fastapi: optional dependency (serve extra)
 
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, Response
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     started = int(time.time())
@@ -86,10 +90,16 @@ def create_app(
             decision_log.close()
 
     app = FastAPI(title="rlsr serve", lifespan=lifespan, docs_url=None, redoc_url=None)
+    occupancy = Occupancy()
+    metrics = ServeMetrics(
+        tau=settings.tau, certified_coverage=certified_coverage,
+        in_flight=lambda: occupancy.in_flight, max_queued_requests=max_queued_requests,
+    )  # fmt: skip
     # The last added runs first: CORS answers a browser's pre-flight before the key check.
     app.add_middleware(
-        OperatorMiddleware, api_keys=tuple(api_keys), max_queued_requests=max_queued_requests
-    )
+        OperatorMiddleware, api_keys=tuple(api_keys), max_queued_requests=max_queued_requests,
+        occupancy=occupancy, on_chat_rejected=metrics.error,
+    )  # fmt: skip
     if cors is not None:
         from starlette.middleware.cors import CORSMiddleware
 
@@ -120,6 +130,11 @@ def create_app(
             return error(503, str(err), "service_unavailable")
         return {"status": "ok", "model": settings.model_name, "tau": settings.tau}
 
+    @app.get("/metrics")
+    async def prometheus_metrics():
+        body, content_type = metrics.exposition()
+        return Response(body, media_type=content_type)
+
     @app.get("/v1/models")
     async def models():
         return model_list(settings.model_name, started)
@@ -136,6 +151,16 @@ def create_app(
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
+        start = time.perf_counter()
+        response, item = await answer(request)
+        if item is not None:
+            metrics.decided(item["decision"], item["score"], time.perf_counter() - start)
+        elif response.status_code >= 400:
+            metrics.error()
+        return response
+
+    async def answer(request):
+        """(response, the decided item or None)."""
         raw = await request.body()
         try:
             try:
@@ -144,20 +169,22 @@ def create_app(
                 raise RequestError(f"the request body is not valid JSON: {err}") from None
             chat = parse_chat_request(body, settings.model_name, decoding)
         except RequestError as err:
-            return JSONResponse(err.body(), status_code=err.status)
+            return JSONResponse(err.body(), status_code=err.status), None
         asked = settings
         if chat.max_tokens is not None:
             asked = dataclasses.replace(settings, max_new_tokens=chat.max_tokens)
         try:
             item = await answer_or_abstain(engine, chat.question, asked)
         except EngineRejected as err:
-            return error(400, str(err), "invalid_request_error")
+            return error(400, str(err), "invalid_request_error"), None
         except EngineUnavailable as err:
             kind = "service_unavailable" if err.status == 503 else "upstream_error"
-            return error(err.status, str(err), kind)
+            return error(err.status, str(err), kind), None
         except Exception as err:  # noqa: BLE001 - answered here, so the connection stays open
             logger.exception("unexpected error answering a chat completion")
-            return error(500, f"internal error: {type(err).__name__}: {err}", "internal_error")
+            return error(
+                500, f"internal error: {type(err).__name__}: {err}", "internal_error"
+            ), None
         if decision_log is not None:
             decision_log.write(
                 decision_record(
@@ -169,12 +196,13 @@ def create_app(
                 )  # fmt: skip
             )
         content = item["answer"] if item["decision"] == ANSWERED else settings.abstain_message
-        return chat_completion(
+        completion = chat_completion(
             request_id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()),
             model=settings.model_name, content=content,
             extension=extension_fields(item, settings),
             prompt_tokens=item["prompt_tokens"], completion_tokens=item["completion_tokens"],
             finish_reason=item["finish_reason"],
         )  # fmt: skip
+        return JSONResponse(completion), item
 
     return app

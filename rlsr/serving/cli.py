@@ -281,7 +281,10 @@ def run_serve(args) -> int:
     except ImportError as err:  # vLLM (in-process engine) or openai (upstream) not installed
         raise ValueError(str(err)) from None
     log = None if args.decision_log is None else DecisionLog(args.decision_log)
-    app = create_app(engine, settings, decision_log=log, **operator)
+    app = create_app(
+        engine, settings, decision_log=log,
+        certified_coverage=threshold.row.get("val_coverage"), **operator,
+    )  # fmt: skip
     print(
         f"rlsr serve: {settings.model_name} on http://{args.host}:{args.port}/v1 "
         f"(system prompt {settings.system_prompt}, max {settings.max_new_tokens} new tokens, "

@@ -30,12 +30,19 @@ from collections.abc import Sequence
 
 from rlsr.serving.protocol import error_body
 
-__all__ = ["OperatorMiddleware", "OPEN_PATHS", "CHAT_PATH", "request_id_of"]
+__all__ = ["OperatorMiddleware", "Occupancy", "OPEN_PATHS", "CHAT_PATH", "request_id_of"]
 
 OPEN_PATHS = frozenset({"/health"})
 """Paths answered without a key: the health probe of a load balancer (as ``vllm serve``)."""
 CHAT_PATH = "/v1/chat/completions"
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+
+
+class Occupancy:
+    """Chat completions accepted and not yet answered (shared with ``/metrics``)."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
 
 
 def request_id_of(scope) -> str | None:
@@ -51,6 +58,8 @@ class OperatorMiddleware:
         api_keys: accepted keys; empty = no authentication (the default of ``rlsr serve``).
         max_queued_requests: chat completions accepted at once; None = no bound.
         retry_after: seconds a 429 asks the client to wait (the ``Retry-After`` header).
+        occupancy: where the count of accepted chat completions is kept (read by ``/metrics``).
+        on_chat_rejected: called for each chat completion refused here (401, 429).
     """
 
     def __init__(
@@ -60,6 +69,8 @@ class OperatorMiddleware:
         api_keys: Sequence[str] = (),
         max_queued_requests: int | None = None,
         retry_after: int = 1,
+        occupancy: Occupancy | None = None,
+        on_chat_rejected=None,
     ) -> None:
         if any(not k for k in api_keys):
             raise ValueError("an API key must not be empty (--api-key / RLSR_API_KEY).")
@@ -72,7 +83,8 @@ class OperatorMiddleware:
         self._keys = tuple(k.encode() for k in api_keys)
         self.max_queued_requests = max_queued_requests
         self.retry_after = retry_after
-        self.in_flight = 0  # chat completions accepted and not yet answered
+        self.occupancy = occupancy or Occupancy()
+        self._on_chat_rejected = on_chat_rejected or (lambda: None)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -89,8 +101,11 @@ class OperatorMiddleware:
                 message["headers"] = [*message.get("headers", ()), id_header]
             await send(message)
 
+        chat = scope["path"] == CHAT_PATH
         if self._keys and scope["path"] not in OPEN_PATHS:
             if not self._authorised(headers.get(b"authorization", b"")):
+                if chat:
+                    self._on_chat_rejected()
                 await _json(
                     send_with_id,
                     401,
@@ -104,10 +119,12 @@ class OperatorMiddleware:
                     extra=[(b"www-authenticate", b"Bearer")],
                 )
                 return
-        if scope["path"] != CHAT_PATH or self.max_queued_requests is None:
+        if not chat:
             await self.app(scope, receive, send_with_id)
             return
-        if self.in_flight >= self.max_queued_requests:
+        occupancy = self.occupancy
+        if self.max_queued_requests is not None and occupancy.in_flight >= self.max_queued_requests:
+            self._on_chat_rejected()
             await _json(
                 send_with_id,
                 429,
@@ -120,11 +137,11 @@ class OperatorMiddleware:
                 extra=[(b"retry-after", str(self.retry_after).encode())],
             )
             return
-        self.in_flight += 1
+        occupancy.in_flight += 1
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            self.in_flight -= 1
+            occupancy.in_flight -= 1
 
     def _authorised(self, header: bytes) -> bool:
         scheme, _, token = header.partition(b" ")
