@@ -161,7 +161,8 @@ def test_rlsr_report_tabulates_the_task(user, evaluated, capsys):
     assert rlsr_main(["report", str(evaluated), "--output", str(user["root"] / "report"),
                       "--tasks-dir", str(user["tasks"])]) == 0  # fmt: skip
     table = capsys.readouterr().out
-    assert "colors" in table and (user["root"] / "report").is_dir()
+    assert "| colors | evals |" in table and "| colors@train | evals |" in table
+    assert "| colors | evals |" in (user["root"] / "report.md").read_text()
 
 
 def test_deploy_and_serve_answer_with_the_tasks_prompt(user, evaluated, trained, tiny_model_dir):

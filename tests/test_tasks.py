@@ -463,3 +463,21 @@ def test_evaluate_refuses_a_rerun_on_another_version_of_the_task(caps_dir, tiny_
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "holds results of another configuration (task file of caps: " in err
+
+
+def test_evaluate_takes_a_tasks_prompt_name_and_refuses_an_unknown_one(caps_dir, tiny_model_dir,
+                                                                       capsys):  # fmt: skip
+    write_task(caps_dir, CAPS_TASK.replace("system_prompt: simple",
+                                           f"system_prompt: {{text: {json.dumps(CUSTOM_PROMPT)}}}"))  # fmt: skip
+    out = caps_dir / "ev"
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "tiny", "--tasks-dir",
+            str(caps_dir), "--limit", "1", "--max-new-tokens", "4", "--no-fallbacks",
+            "--bootstrap", "0", "--no-progress", "--output-dir", str(out)]  # fmt: skip
+    assert main([*argv, "--system-prompt", "caps"]) == 0  # tiny, asked with the task's prompt
+    sample = json.loads((out / "tiny" / "samples.jsonl").read_text().splitlines()[0])
+    assert sample["prompt"][0]["content"] == CUSTOM_PROMPT
+    capsys.readouterr()
+    assert main([*argv, "--system-prompt", "cpas", "--output-dir", str(caps_dir / "x")]) == 2
+    assert "--system-prompt cpas: choose one of ['simple', 'long', 'caps', 'none']" in (
+        capsys.readouterr().err
+    )

@@ -44,6 +44,7 @@ from rlsr.evaluation.runner import SAMPLES_FILE, EvalSettings, evaluate_dataset
 from rlsr.evaluation.samples_io import json_safe, read_samples
 from rlsr.evaluation.summary import scorer_arrays
 from rlsr.pool_log import write_pool_summary
+from rlsr.prompts import NO_SYSTEM_PROMPT, system_prompt_names
 from rlsr.verifiers import VERIFIERS, is_plugin_name
 
 __all__ = ["register", "run_evaluate", "run_report", "run_deploy"]
@@ -127,9 +128,9 @@ def register(subparsers) -> None:
     )
     ev.add_argument(
         "--system-prompt",
-        choices=("simple", "long", "none"),
-        help="default: the training domain's prompt when --datasets is a group, else each "
-        "dataset's own; none = no system message (method=sft models)",
+        help="simple, long, none (no system message: method=sft models) or a task's prompt name "
+        "(docs/tasks.md); default: the training domain's prompt when --datasets is a group, else "
+        "each dataset's own",
     )
     ev.add_argument(
         "--response-format",
@@ -354,6 +355,12 @@ _POSITIVE_INTS = ("limit", "batch_size", "max_new_tokens", "fallback_max_new_tok
 
 def _validate(args) -> None:
     """Option checks that need no file or model: each a one-line ValueError naming the flag."""
+    prompts = [*system_prompt_names(), NO_SYSTEM_PROMPT]
+    if args.system_prompt is not None and args.system_prompt not in prompts:
+        raise ValueError(
+            f"--system-prompt {args.system_prompt}: choose one of {prompts} (a task's own prompt "
+            "is known with --tasks-dir DIR)."
+        )
     if args.data_parallel_size > 1:  # refused before anything loads
         raise ValueError(
             f"--data-parallel-size {args.data_parallel_size}: vLLM's offline LLM does not support "
