@@ -481,3 +481,24 @@ def test_evaluate_takes_a_tasks_prompt_name_and_refuses_an_unknown_one(caps_dir,
     assert "--system-prompt cpas: choose one of ['simple', 'long', 'caps', 'none']" in (
         capsys.readouterr().err
     )
+
+
+def test_a_hub_task_reads_its_local_copy_offline(tmp_path, monkeypatch):
+    """data.hub: the hub is unreachable here, so the task reads the copy `rlsr datasets download`
+    leaves under $RLSR_DATA_DIR/<name> (one file per split), as built-in hub datasets do."""
+    copy = tmp_path / "data" / "caps_hub"
+    copy.mkdir(parents=True)
+    write_jsonl(copy / "train.jsonl", CAPS[:6])
+    write_jsonl(copy / "test.jsonl", CAPS[6:])
+    write_task(tmp_path, """\
+        name: caps_hub
+        data: {hub: someone/caps, revision: 0123abc}
+        splits: {train: train, eval: test}
+        columns: {question: prompt, answer: solution, id: uid}
+    """)  # fmt: skip
+    load_tasks(tmp_path / "caps.yaml")
+    spec = get_spec("caps_hub")
+    assert (spec.hf_id, spec.revision, spec.split) == ("someone/caps", "0123abc", "test")
+    monkeypatch.setenv("RLSR_DATA_DIR", str(tmp_path / "data"))
+    assert load_examples("caps_hub")["id"] == [r["uid"] for r in CAPS[6:]]
+    assert len(load_examples("caps_hub", split="train")) == 6
