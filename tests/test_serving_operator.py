@@ -44,10 +44,11 @@ class HoldingUpstream:
         self.release = asyncio.Event()
         self.release.set()
         self.waiting = 0
+        self.aborted = 0
         self.loop = None
 
     def app(self):
-        from fastapi import FastAPI, Request
+        from fastapi import FastAPI, Request, Response
 
         app = FastAPI()
 
@@ -59,8 +60,15 @@ class HoldingUpstream:
             confidence = self.confidence_of(body["prompt"])
             self.loop = asyncio.get_running_loop()
             self.waiting += 1
-            try:
-                await self.release.wait()
+            try:  # as vllm serve does: a client (rlsr serve) that goes away aborts the request
+                released = asyncio.ensure_future(self.release.wait())
+                gone = asyncio.ensure_future(_client_gone(request))
+                await asyncio.wait((released, gone), return_when=asyncio.FIRST_COMPLETED)
+                if not released.done():
+                    released.cancel()
+                    self.aborted += 1
+                    return Response(status_code=499)
+                gone.cancel()
             finally:
                 self.waiting -= 1
             return {
@@ -89,6 +97,11 @@ class HoldingUpstream:
         self.loop.call_soon_threadsafe(self.release.set)
 
 
+async def _client_gone(request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 @pytest.fixture(scope="module")
 def upstream():
     fake = HoldingUpstream()
@@ -97,8 +110,8 @@ def upstream():
         yield fake
 
 
-def _app(upstream, tiny_model_dir, **operator):
-    engine = UpstreamEngine(upstream.url, "up-model", str(tiny_model_dir), timeout=30)
+def _app(upstream, tiny_model_dir, engine_timeout=30, **operator):
+    engine = UpstreamEngine(upstream.url, "up-model", str(tiny_model_dir), timeout=engine_timeout)
     return create_app(engine, SETTINGS, **operator)
 
 
@@ -299,3 +312,40 @@ def test_metrics_count_a_known_mix(upstream, tiny_model_dir):
     assert samples[("rlsr_confidence_sum", ())] == pytest.approx(2.0)
     assert samples[("rlsr_request_latency_seconds_count", ())] == 3
     assert not any(k in resp.text for k in KEYS)
+
+
+def test_a_client_that_goes_away_aborts_its_engine_request(upstream, tiny_model_dir):
+    """As vLLM's own test: many requests whose clients give up, then the engine holds none of
+    them and a new request is answered. The clients here close their sockets once their requests
+    are waiting on the (held) upstream, so the abort is what is tested, not a race."""
+    import socket
+
+    # the engine's own timeout (600 s) is far past the test's deadlines: only an abort frees them
+    app = _app(upstream, tiny_model_dir, engine_timeout=600, max_queued_requests=64)
+    body = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "q?"}]}).encode()
+    raw = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: rlsr\r\n"
+           b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)) + body  # fmt: skip
+    with running(app) as url:
+        host, port = url.removeprefix("http://").split(":")
+        upstream.hold()
+        aborted = upstream.aborted
+        clients = []
+        for _ in range(20):
+            sock = socket.create_connection((host, int(port)), timeout=30)
+            sock.sendall(raw)
+            clients.append(sock)
+        deadline = time.monotonic() + 60
+        while upstream.waiting < 20:
+            assert time.monotonic() < deadline, f"only {upstream.waiting} requests reached it"
+            time.sleep(0.02)
+        for sock in clients:
+            sock.close()
+        while upstream.waiting:  # each abandoned request aborted upstream
+            assert time.monotonic() < deadline, f"{upstream.waiting} abandoned requests still held"
+            time.sleep(0.02)
+        assert upstream.aborted - aborted == 20
+        upstream.let_go()
+        assert _chat(url, timeout=30).status_code == 200  # answered, nothing in front of it
+        text = httpx.get(url + "/metrics").text
+    assert 'rlsr_requests_total{outcome="cancelled"} 20.0' in text
+    assert "rlsr_requests_in_flight 0.0" in text

@@ -8,6 +8,8 @@ vLLM batches them. Every error answers in OpenAI's shape ``{"error": {...}}``: m
 unexpected 500; none of them stops the server.
 """
 
+import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -152,16 +154,29 @@ def create_app(
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         start = time.perf_counter()
-        response, item = await answer(request)
+        raw = await request.body()
+        # A client that goes away cancels its work: the engine call is cancelled, which aborts the
+        # request in vLLM (AsyncLLM.generate) or closes the connection to the upstream (vllm serve
+        # aborts on disconnect), fallbacks included.
+        work = asyncio.ensure_future(answer(request, raw))
+        gone = asyncio.ensure_future(_disconnected(request))
+        await asyncio.wait((work, gone), return_when=asyncio.FIRST_COMPLETED)
+        if not work.done():
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+            metrics.cancelled()
+            return Response(status_code=499)  # nobody reads it (nginx's "client closed")
+        gone.cancel()
+        response, item = work.result()
         if item is not None:
             metrics.decided(item["decision"], item["score"], time.perf_counter() - start)
         elif response.status_code >= 400:
             metrics.error()
         return response
 
-    async def answer(request):
+    async def answer(request, raw: bytes):
         """(response, the decided item or None)."""
-        raw = await request.body()
         try:
             try:
                 body = json.loads(raw)
@@ -206,3 +221,9 @@ def create_app(
         return JSONResponse(completion), item
 
     return app
+
+
+async def _disconnected(request) -> None:
+    """Returns when the client has gone (its body already read: only a disconnect can come)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

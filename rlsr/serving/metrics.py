@@ -4,7 +4,8 @@ Written with the ecosystem's client library (``prometheus_client``, the ``serve`
 registry of the app's own, so two apps in one process (tests) never share counts:
 
 * ``rlsr_requests_total{outcome}``: chat completions by outcome, ``answered`` / ``abstained`` /
-  ``error`` (any 4xx / 5xx of the chat route, the middleware's 401 and 429 included).
+  ``error`` (any 4xx / 5xx of the chat route, the middleware's 401 and 429 included) /
+  ``cancelled`` (the client went away first; its engine work was aborted).
 * ``rlsr_confidence``: histogram of the score compared with tau (bins of 0.1; a missing
   confidence counts as 0, as in the decision).
 * ``rlsr_answer_rate``: answered / (answered + abstained) since start, the realised coverage;
@@ -46,7 +47,7 @@ class ServeMetrics:
         self.requests = Counter(
             "rlsr_requests", "Chat completions by outcome.", ["outcome"], registry=self.registry
         )
-        for outcome in ("answered", "abstained", "error"):
+        for outcome in ("answered", "abstained", "error", "cancelled"):
             self.requests.labels(outcome)  # exported at 0 from the start
         self.confidence = Histogram(
             "rlsr_confidence", "Score compared with tau (missing confidence = 0).",
@@ -95,6 +96,9 @@ class ServeMetrics:
 
     def error(self) -> None:
         self.requests.labels("error").inc()
+
+    def cancelled(self) -> None:
+        self.requests.labels("cancelled").inc()
 
     def exposition(self) -> tuple[bytes, str]:
         """The text exposition format and its content type."""
