@@ -37,7 +37,7 @@ from rlsr.data import get_spec, task_names, unregister_task
 from rlsr.data.loading import FIXTURES_DIR
 from rlsr.tokenization import load_tokenizer
 
-pytestmark = pytest.mark.timeout(1200)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -40,7 +40,7 @@ from rlsr.prompts import FORMAT_INSTRUCTIONS
 from rlsr.tokenization import load_tokenizer
 from rlsr.training import build_trainer, validate
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT_TEXT = "You answer questions about the colors of things in a short list of facts."

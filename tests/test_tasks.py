@@ -40,7 +40,7 @@ from rlsr.data import (
 from rlsr.data import tasks as tasks_module
 from rlsr.data.loading import FIXTURES_DIR, task_split_rows
 from rlsr.prompts import FORMAT_INSTRUCTIONS, SIMPLE_SYSTEM_PROMPT, get_system_prompt
-from rlsr.training import validate
+from rlsr.training import build_trainer, validate
 
 datasets.disable_progress_bars()
 
@@ -502,3 +502,19 @@ def test_a_hub_task_reads_its_local_copy_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("RLSR_DATA_DIR", str(tmp_path / "data"))
     assert load_examples("caps_hub")["id"] == [r["uid"] for r in CAPS[6:]]
     assert len(load_examples("caps_hub", split="train")) == 6
+
+
+def test_train_stops_on_a_tasks_data_errors_with_config_errors(caps_dir, tmp_path):
+    """build_trainer loads the train split and the task's held-out split before the model."""
+    overrides = ["recipe=tiny", f"tasks_dir={caps_dir}", "data.dataset=caps", "eval.datasets=[]",
+                 f"output_dir={tmp_path / 'run'}"]  # fmt: skip
+    write_task(caps_dir, CAPS_TASK.replace("question: prompt", "question: text"))
+    settings = validate(from_dict(compose(*overrides, "eval.every=0")), world_size=1)
+    with pytest.raises(ConfigError, match=r"^data.dataset: task caps: no column 'text'"):
+        build_trainer(settings)
+    unregister_task("caps")
+    write_jsonl(caps_dir / "caps.jsonl", CAPS[:1])  # round(0.3 x 1) = 0 rows held out
+    write_task(caps_dir, CAPS_TASK)
+    settings = validate(from_dict(compose(*overrides, "eval.every=1")), world_size=1)
+    with pytest.raises(ConfigError, match=r"^eval.datasets: task caps: split 'eval' .* no rows"):
+        build_trainer(settings)
