@@ -232,10 +232,11 @@ def test_malformed_requests_get_openai_shaped_4xx_and_the_server_lives_on(served
         _client(url).chat.completions.create(
             model="gpt-4", messages=[{"role": "user", "content": "sure"}]
         )
-    with pytest.raises(openai.BadRequestError, match="stream"):
+    with pytest.raises(openai.BadRequestError, match="stream_options"):
         _client(url).chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": "sure"}], stream=True
-        )
+            model="tiny", messages=[{"role": "user", "content": "sure"}],
+            stream_options={"include_usage": True},
+        )  # fmt: skip
 
 
 def test_upstream_errors_and_an_unreachable_upstream_give_502_503(served, tiny_model_dir):

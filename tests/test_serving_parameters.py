@@ -1,5 +1,5 @@
 """``rlsr serve``: every Chat Completions parameter honoured or refused, never silently ignored
-(issue 29 item 0); the generation's own finish_reason; usage over every engine call; a fallback
+(issue 29 item 0); streaming that respects abstention (item 2); the generation's own finish_reason; usage over every engine call; a fallback
 whose context does not fit; a lone surrogate; ``GET /v1/models/{id}``.
 
 Real: the FastAPI app under uvicorn, the ``openai`` client and httpx, the tiny model's tokenizer
@@ -59,6 +59,8 @@ class ScriptedUpstream:
                 out = " 0.65 since"
             elif question in ("tagless", "overflow"):
                 out = "It might be Rome"
+            elif question == "unsure":
+                out = FULL.replace("0.9", "0.2")
             elif body["max_tokens"] < 10:  # a client's small max_tokens cuts the completion
                 out, finish = FULL[:12], "length"
             else:
@@ -97,8 +99,8 @@ OK, REFUSED = 200, 400
 # the server must honour and/or one it must refuse with a 400 naming that parameter.
 WALK = [
     ("n", 1, OK), ("n", 2, REFUSED),
-    ("stream", False, OK), ("stream", True, REFUSED),
-    ("stream_options", {"include_usage": True}, REFUSED),
+    ("stream", False, OK), ("stream", True, OK), ("stream", "yes", REFUSED),
+    ("stream_options", {"include_usage": True}, REFUSED),  # without stream=true
     ("max_tokens", 5, OK), ("max_tokens", CAP, OK), ("max_tokens", CAP + 1, REFUSED),
     ("max_tokens", 0, REFUSED), ("max_tokens", -1, REFUSED), ("max_tokens", 2.5, REFUSED),
     ("max_completion_tokens", 5, OK), ("max_completion_tokens", 4096, REFUSED),
@@ -202,3 +204,44 @@ def test_models_retrieve(served):
     assert client.models.retrieve("tiny").id == "tiny"
     with pytest.raises(openai.NotFoundError, match="model_not_found|does not exist"):
         client.models.retrieve("other")
+
+
+@pytest.mark.parametrize("question,decision", [("sure", "answered"), ("unsure", "abstained")])
+@pytest.mark.parametrize("include_usage", [False, True])
+def test_streamed_chunks_join_to_the_non_streamed_response(served, question, decision,
+                                                           include_usage):  # fmt: skip
+    """With the openai client's streaming API: the joined deltas equal the non-streamed message,
+    exactly one finish_reason, the decision in the last choice chunk's `rlsr` field, usage when
+    asked (and equal to the non-streamed usage); an abstention never streams the answer text."""
+    url, _, _ = served
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=60)
+    messages = [{"role": "user", "content": question}]
+    whole = client.chat.completions.create(model="tiny", messages=messages)
+    extra = {"stream_options": {"include_usage": True}} if include_usage else {}
+    chunks = list(client.chat.completions.create(model="tiny", messages=messages, stream=True,
+                                                 **extra))  # fmt: skip
+    with_choice = [c for c in chunks if c.choices]
+    text = "".join(c.choices[0].delta.content or "" for c in with_choice)
+    assert text == whole.choices[0].message.content
+    finishes = [c.choices[0].finish_reason for c in with_choice if c.choices[0].finish_reason]
+    assert finishes == [whole.choices[0].finish_reason]
+    last = with_choice[-1].choices[0].model_extra["rlsr"]
+    assert last["decision"] == decision == whole.choices[0].model_extra["rlsr"]["decision"]
+    assert {c.id for c in chunks} == {chunks[0].id} and chunks[0].object == "chat.completion.chunk"
+    if decision == "abstained":
+        assert "Paris" not in text  # the withheld answer is not in any delta
+    if include_usage:
+        assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage
+        assert all(c.usage is None for c in chunks[:-1])
+    else:
+        assert all(c.usage is None for c in chunks)
+
+
+def test_raw_sse_framing(served):
+    url, _, _ = served
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "sure"}], "stream": True}
+    resp = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)
+    assert resp.headers["content-type"].startswith("text/event-stream")
+    events = [e for e in resp.text.split("\n\n") if e]
+    assert all(e.startswith("data: ") for e in events) and events[-1] == "data: [DONE]"
+    assert [json.loads(e[6:])["object"] for e in events[:-1]] == ["chat.completion.chunk"] * 3

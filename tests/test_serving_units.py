@@ -89,7 +89,8 @@ def test_parse_chat_request_accepts_text_and_parts_and_ignores_system():
         ({"model": "m", "messages": [{"role": "user", "content": "a"},
                                      {"role": "user", "content": "b"}]}, 400, "messages", "exactly one"),
         ({"model": "m", "messages": [{"role": "user", "content": "  "}]}, 400, "messages", "empty"),
-        ({**GOOD, "stream": True}, 400, "stream", "stream"),
+        ({**GOOD, "stream": "yes"}, 400, "stream", "stream"),
+        ({**GOOD, "stream_options": {"include_usage": True}}, 400, "stream_options", "only allowed with stream=true"),
         ({**GOOD, "n": 2}, 400, "n", "'n' must be 1"),
     ],
 )  # fmt: skip

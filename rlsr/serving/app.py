@@ -26,6 +26,7 @@ from rlsr.serving.protocol import (
     RequestError,
     ServedDecoding,
     chat_completion,
+    completion_chunks,
     error_body,
     model_list,
     parse_chat_request,
@@ -76,7 +77,7 @@ def create_app(
 
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, Response
+    from fastapi.responses import JSONResponse, Response, StreamingResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     started = int(time.time())
@@ -173,6 +174,8 @@ def create_app(
             metrics.decided(item["decision"], item["score"], time.perf_counter() - start)
         elif response.status_code >= 400:
             metrics.error()
+        if isinstance(response, StreamingResponse):
+            metrics.first_chunk(time.perf_counter() - start)  # sent as soon as this returns
         return response
 
     async def answer(request, raw: bytes):
@@ -218,9 +221,19 @@ def create_app(
             prompt_tokens=item["prompt_tokens"], completion_tokens=item["completion_tokens"],
             finish_reason=item["finish_reason"],
         )  # fmt: skip
+        if chat.stream:
+            chunks = completion_chunks(completion, chat.include_usage)
+            return StreamingResponse(_sse(chunks), media_type="text/event-stream"), item
         return JSONResponse(completion), item
 
     return app
+
+
+async def _sse(chunks):
+    """Server-sent events: one ``data:`` line per chunk, then ``data: [DONE]``."""
+    for chunk in chunks:
+        yield f"data: {json.dumps(chunk)}\n\n"
+    yield "data: [DONE]\n\n"
 
 
 async def _disconnected(request) -> None:

@@ -12,7 +12,9 @@ registry of the app's own, so two apps in one process (tests) never share counts
   ``rlsr_certified_coverage``: the threshold's validation coverage (what ``rlsr deploy`` measured
   at tau; absent with ``--tau``), so a dashboard can put the two side by side, as
   ``rlsr serve-report`` does with an interval; ``rlsr_tau``: the threshold served.
-* ``rlsr_request_latency_seconds``: end-to-end latency of answered / abstained requests.
+* ``rlsr_request_latency_seconds``: end-to-end latency of answered / abstained requests;
+  ``rlsr_time_to_first_chunk_seconds``: of streamed ones, the time to the first chunk (the whole
+  decision comes first, so it is about the end-to-end latency).
 * ``rlsr_requests_in_flight``: chat completions accepted and not yet answered (waiting for or
   running on the engine); ``rlsr_max_queued_requests``: the bound past which 429 is answered.
 
@@ -57,6 +59,10 @@ class ServeMetrics:
             "rlsr_request_latency_seconds", "End-to-end latency of answered / abstained requests.",
             buckets=LATENCY_BUCKETS, registry=self.registry,
         )  # fmt: skip
+        self.first_chunk_latency = Histogram(
+            "rlsr_time_to_first_chunk_seconds", "Time to the first chunk of streamed requests.",
+            buckets=LATENCY_BUCKETS, registry=self.registry,
+        )  # fmt: skip
         rate = Gauge(
             "rlsr_answer_rate", "Realised coverage: answered / (answered + abstained).",
             registry=self.registry,
@@ -93,6 +99,9 @@ class ServeMetrics:
             self._abstained += 1
         self.confidence.observe(0.0 if score is None else score)
         self.latency.observe(seconds)
+
+    def first_chunk(self, seconds: float) -> None:
+        self.first_chunk_latency.observe(seconds)
 
     def error(self) -> None:
         self.requests.labels("error").inc()

@@ -8,9 +8,9 @@ assistant or tool turns are refused. Decoding is fixed by the server to the sett
 threshold was certified under. Every Chat Completions parameter is honoured or refused, never
 silently ignored (``PARAMETERS``, ``check_parameters``): ``max_tokens`` /
 ``max_completion_tokens`` up to the certified cap; sampling fields only at the served values
-(anything else would void the threshold); tools, JSON output, log-probabilities, stop strings,
-``n`` > 1 and ``stream`` refused with a 400 that names the parameter and why; unknown fields
-refused.
+(anything else would void the threshold); ``stream`` honoured once the decision is taken
+(``completion_chunks``); tools, JSON output, log-probabilities, stop strings and ``n`` > 1
+refused with a 400 that names the parameter and why; unknown fields refused.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ __all__ = [
     "ServedDecoding",
     "check_parameters",
     "EXTENSION_FIELD",
+    "completion_chunks",
     "RequestError",
     "ChatRequest",
     "parse_chat_request",
@@ -69,6 +70,8 @@ class ChatRequest:
     model: str
     user: str | None = None
     max_tokens: int | None = None  # the client's cap (<= the certified one); None: the server's
+    stream: bool = False
+    include_usage: bool = False  # stream_options.include_usage
 
 
 @dataclass(frozen=True)
@@ -88,8 +91,7 @@ _VOIDS += "would no longer mean what it promises"
 # default; "refused": 400 unless absent / null. Anything not listed: 400 (unknown parameter).
 PARAMETERS: dict[str, str] = {
     "model": "honoured", "messages": "honoured", "n": "honoured (1 only)",
-    "stream": "refused unless default",  # false
-    "stream_options": "refused",
+    "stream": "honoured", "stream_options": "honoured (include_usage, with stream)",
     "max_tokens": "honoured", "max_completion_tokens": "honoured",
     "temperature": "refused unless default", "top_p": "refused unless default",
     "seed": "honoured",  # deterministic already under greedy serving; refused otherwise
@@ -107,15 +109,12 @@ PARAMETERS: dict[str, str] = {
     "prompt_cache_key": "no effect",
 }  # fmt: skip
 _DEFAULTS: dict[str, tuple] = {  # accepted values of the "refused unless default" parameters
-    "stream": (False,), "frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0),
+    "frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0),
     "logit_bias": ({},), "logprobs": (False,), "tool_choice": ("none",),
     "response_format": ({"type": "text"},), "modalities": (["text"],),
     "repetition_penalty": (1, 1.0), "top_k": (-1, 0), "min_p": (0, 0.0), "min_tokens": (0,),
 }  # fmt: skip
 _WHY_REFUSED: dict[str, str] = {
-    "stream": "streaming is not offered yet: the answer-or-abstain decision needs the whole "
-    "completion; send stream=false",
-    "stream_options": "it applies to streaming, which is not offered; leave it out",
     "stop": "a stop string could cut the completion before the confidence the decision needs",
     "logprobs": "log-probabilities are not returned by this server",
     "top_logprobs": "log-probabilities are not returned by this server",
@@ -202,9 +201,6 @@ def check_parameters(body: Mapping, decoding: ServedDecoding) -> int | None:
                 param=name,
             )
         cap = value if cap is None else min(cap, value)
-    if body.get("stream") not in (None, False):
-        raise RequestError(f"'stream' is not supported here: {_WHY_REFUSED['stream']}.",
-                           param="stream")  # fmt: skip
     return cap
 
 
@@ -247,12 +243,6 @@ def parse_chat_request(
             f"the model {model!r} does not exist here; this server serves {served_model!r}.",
             status=404, param="model", code="model_not_found",
         )  # fmt: skip
-    if body.get("stream"):
-        raise RequestError(
-            "stream=true is not supported: the answer-or-abstain decision needs the whole "
-            "completion; send stream=false.",
-            param="stream",
-        )
     n = body.get("n", 1)
     if n is not None and (isinstance(n, bool) or n != 1):
         raise RequestError(f"'n' must be 1 (one answer per question); got {n!r}.", param="n")
@@ -300,7 +290,34 @@ def parse_chat_request(
             param="messages",
         ) from None
     max_tokens = None if decoding is None else check_parameters(body, decoding)
-    return ChatRequest(question=questions[0], model=model, user=user, max_tokens=max_tokens)
+    stream, include_usage = _stream_settings(body)
+    return ChatRequest(
+        question=questions[0], model=model, user=user, max_tokens=max_tokens, stream=stream,
+        include_usage=include_usage,
+    )  # fmt: skip
+
+
+def _stream_settings(body: Mapping) -> tuple[bool, bool]:
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise RequestError(f"'stream' must be true or false; got {stream!r}.", param="stream")
+    options = body.get("stream_options")
+    if options is None:
+        return bool(stream), False
+    if not stream:
+        raise RequestError(
+            "'stream_options' is only allowed with stream=true.", param="stream_options"
+        )
+    if not isinstance(options, Mapping) or set(options) - {"include_usage"}:
+        raise RequestError(
+            "'stream_options' accepts only {\"include_usage\": true|false} here.",
+            param="stream_options",
+        )
+    usage = options.get("include_usage", False)
+    if not isinstance(usage, bool):
+        raise RequestError("'stream_options.include_usage' must be true or false.",
+                           param="stream_options")  # fmt: skip
+    return True, usage
 
 
 def chat_completion(
@@ -328,6 +345,35 @@ def chat_completion(
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
+
+
+def completion_chunks(completion: Mapping, include_usage: bool = False) -> list[dict]:
+    """The ``chat.completion.chunk`` objects of a streamed answer, built from the finished
+    ``chat_completion``: the role, the content in one delta, then the choice's
+    ``finish_reason`` with the ``EXTENSION_FIELD`` (the decision and confidence), then, with
+    ``include_usage``, a chunk with empty ``choices`` and the usage (OpenAI's order; every chunk
+    before it carries ``"usage": null``). The decision needs the confidence, which comes at the end
+    of the generation, so nothing is sent before it: the text of an answer that is then withheld
+    never reaches the client, and joined deltas equal the non-streamed message."""
+    (choice,) = completion["choices"]
+    head = {k: completion[k] for k in ("id", "created", "model")}
+    head["object"] = "chat.completion.chunk"
+
+    def chunk(delta: dict, finish_reason=None, **extra) -> dict:
+        c = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        out = {**head, "choices": [{**c, **extra}]}
+        if include_usage:
+            out["usage"] = None
+        return out
+
+    chunks = [
+        chunk({"role": "assistant", "content": ""}),
+        chunk({"content": choice["message"]["content"]}),
+        chunk({}, choice["finish_reason"], **{EXTENSION_FIELD: choice[EXTENSION_FIELD]}),
+    ]
+    if include_usage:
+        chunks.append({**head, "choices": [], "usage": completion["usage"]})
+    return chunks
 
 
 def model_list(model: str, created: int) -> dict:
