@@ -349,3 +349,4 @@ def test_a_client_that_goes_away_aborts_its_engine_request(upstream, tiny_model_
         text = httpx.get(url + "/metrics").text
     assert 'rlsr_requests_total{outcome="cancelled"} 20.0' in text
     assert "rlsr_requests_in_flight 0.0" in text
+    assert "rlsr_engine_requests 0.0" in text

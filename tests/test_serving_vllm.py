@@ -277,3 +277,69 @@ def test_upstream_vllm_serve_abstains_at_tau_above_1_and_502_when_down(tmp_path,
         assert info.value.status_code == 502 and "unreachable" in str(info.value)
         health = httpx.get(url + "/health", timeout=30)
         assert health.status_code == 503 and "error" in health.json()
+
+
+def _metric(url: str, headers: dict, name: str) -> float:
+    """One sample of ``/metrics``, read with prometheus_client's parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(url + "/metrics", headers=headers, timeout=30).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            if (f"{sample.name}{{{labels}}}" if labels else sample.name) == name:
+                return sample.value
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def test_in_process_engine_keys_streaming_metrics_and_cancellation(tmp_path, monkeypatch, adapter):
+    """Issue 29 on the real in-process engine: the key from $RLSR_API_KEY (401 without it,
+    /health open), streamed chunks joining to the non-streamed message, and clients that close
+    their sockets while vLLM generates for them: their requests are aborted in the engine (its
+    unfinished requests go back to 0), counted as cancelled, and the next request is answered."""
+    key = "sk-vllm-test"
+    monkeypatch.setenv("RLSR_API_KEY", key)
+    port = _free_port()
+    argv = ["-m", "rlsr.cli", "serve", "--model", "tiny-warm", "--adapter", str(adapter),
+            "--tau", "0.0", "--system-prompt", "simple", "--max-new-tokens", "256",
+            "--fallback-max-new-tokens", "6", "--enforce-eager", "--port", str(port)]  # fmt: skip
+    auth = {"Authorization": f"Bearer {key}"}
+    with _server(argv, port, tmp_path / "serve.log") as url:
+        assert httpx.get(url + "/health").status_code == 200
+        denied = httpx.post(url + "/v1/chat/completions", json={}, timeout=30)
+        assert denied.status_code == 401
+        client = openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=300)
+        messages = [{"role": "user", "content": QUESTIONS[0]}]
+        whole = client.chat.completions.create(model="tiny-warm", messages=messages)
+        chunks = list(client.chat.completions.create(model="tiny-warm", messages=messages,
+                                                     stream=True))  # fmt: skip
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text == whole.choices[0].message.content
+        assert chunks[-1].choices[0].model_extra["rlsr"] == whole.choices[0].model_extra["rlsr"]
+
+        body = json.dumps({"model": "tiny-warm", "messages": messages}).encode()
+        raw = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: rlsr\r\nAuthorization: Bearer {key}"
+               f"\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+               ).encode() + body  # fmt: skip
+        socks = []
+        for _ in range(8):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+            sock.sendall(raw)
+            socks.append(sock)
+        deadline = time.monotonic() + 120
+        while _metric(url, auth, "rlsr_engine_requests") < 1:  # vLLM is generating for them
+            assert time.monotonic() < deadline, "the requests never reached the engine"
+            time.sleep(0.05)
+        for sock in socks:
+            sock.close()
+        while _metric(url, auth, "rlsr_engine_requests") or _metric(
+            url, auth, "rlsr_requests_in_flight"
+        ):
+            assert time.monotonic() < deadline, "abandoned requests are still in the engine"
+            time.sleep(0.1)
+        cancelled = _metric(url, auth, 'rlsr_requests_total{outcome="cancelled"}')
+        answered = _metric(url, auth, 'rlsr_requests_total{outcome="answered"}')
+        abstained = _metric(url, auth, 'rlsr_requests_total{outcome="abstained"}')
+        assert cancelled >= 1 and cancelled + answered + abstained == 8 + 2
+        again = client.chat.completions.create(model="tiny-warm", messages=messages)
+        assert again.choices[0].message.content == whole.choices[0].message.content

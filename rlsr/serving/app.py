@@ -97,6 +97,7 @@ def create_app(
     metrics = ServeMetrics(
         tau=settings.tau, certified_coverage=certified_coverage,
         in_flight=lambda: occupancy.in_flight, max_queued_requests=max_queued_requests,
+        engine_requests=getattr(engine, "running", None),
     )  # fmt: skip
     # The last added runs first: CORS answers a browser's pre-flight before the key check.
     app.add_middleware(

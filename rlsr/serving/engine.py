@@ -78,6 +78,10 @@ class Engine(Protocol):
 
     async def close(self) -> None: ...
 
+    def running(self) -> int:
+        """Requests of this server the engine holds now (``rlsr_engine_requests``)."""
+        ...
+
 
 def _client_errors() -> tuple[type[Exception], ...]:
     """Exceptions by which vLLM rejects a request: ``VLLMClientError`` (vLLM 0.31 and 0.32 have it, e.g.
@@ -160,6 +164,9 @@ class VLLMEngine:
         gen = vllm_generation(final.outputs[0], self.eos_ids)
         return Completion(gen.text, gen.finish_reason, len(ids), len(final.outputs[0].token_ids))
 
+    def running(self) -> int:
+        return self.llm.output_processor.get_num_unfinished_requests()
+
     async def check(self) -> None:
         if self.llm.errored:
             raise EngineUnavailable("the vLLM engine has stopped", 503)
@@ -208,6 +215,10 @@ class UpstreamEngine:
             base_url=self.base_url, api_key=os.environ.get("OPENAI_API_KEY") or "EMPTY",
             timeout=timeout, max_retries=max_retries,
         )  # fmt: skip
+        self._calls = 0  # calls waiting on the upstream
+
+    def running(self) -> int:
+        return self._calls
 
     def _unavailable(self, err: Exception) -> EngineUnavailable:
         openai = self._openai
@@ -225,6 +236,7 @@ class UpstreamEngine:
         openai = self._openai
         ids = encode_prompt(self.tokenizer, prompt_text)
         kw = vllm_sampling_kwargs(sampling)
+        self._calls += 1
         try:
             resp = await self.client.completions.create(
                 model=self.model_name, prompt=ids, max_tokens=kw["max_tokens"],
@@ -238,6 +250,8 @@ class UpstreamEngine:
             raise self._unavailable(err) from err
         except openai.APIError as err:
             raise self._unavailable(err) from err
+        finally:
+            self._calls -= 1
         if not resp.choices:
             raise EngineUnavailable(f"the upstream {self.base_url} returned no choice", 502)
         choice = resp.choices[0]

@@ -16,7 +16,10 @@ registry of the app's own, so two apps in one process (tests) never share counts
   ``rlsr_time_to_first_chunk_seconds``: of streamed ones, the time to the first chunk (the whole
   decision comes first, so it is about the end-to-end latency).
 * ``rlsr_requests_in_flight``: chat completions accepted and not yet answered (waiting for or
-  running on the engine); ``rlsr_max_queued_requests``: the bound past which 429 is answered.
+  running on the engine); ``rlsr_max_queued_requests``: the bound past which 429 is answered;
+  ``rlsr_engine_requests``: generation requests the engine holds for this server (in-process
+  vLLM: its unfinished requests; upstream: calls waiting on it), fallbacks included: it returns
+  to 0 once abandoned requests are aborted.
 
 Nothing else is recorded: no question, answer, key or request id.
 """
@@ -41,6 +44,7 @@ class ServeMetrics:
         certified_coverage: float | None,
         in_flight: Callable[[], int],
         max_queued_requests: int | None,
+        engine_requests: Callable[[], int] | None = None,
     ) -> None:
         # optional dependency (the serve extra), imported where it is needed
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -78,6 +82,11 @@ class ServeMetrics:
             "rlsr_requests_in_flight", "Chat completions accepted and not yet answered.",
             registry=self.registry,
         ).set_function(in_flight)  # fmt: skip
+        if engine_requests is not None:
+            Gauge(
+                "rlsr_engine_requests", "Generation requests the engine holds for this server.",
+                registry=self.registry,
+            ).set_function(engine_requests)  # fmt: skip
         if max_queued_requests is not None:
             Gauge(
                 "rlsr_max_queued_requests", "Bound on chat completions accepted at once.",
