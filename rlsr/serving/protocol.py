@@ -160,20 +160,17 @@ def check_parameters(body: Mapping, decoding: ServedDecoding) -> int | None:
         ):
             why = _WHY_REFUSED.get(name) or _VOIDS.format(served)
             raise RequestError(f"'{name}' is not supported here: {why}.", param=name)
-    temperature = _number(body, "temperature", 0.0, 2.0)
-    if temperature is not None and temperature != decoding.temperature:
-        raise RequestError(
-            f"'temperature' {temperature:g} is not supported here: {_VOIDS.format(served)}; "
-            "leave it out or send the served value.",
-            param="temperature",
-        )
-    top_p = _number(body, "top_p", 0.0, 1.0)
-    if top_p is not None and top_p != decoding.top_p:
-        raise RequestError(
-            f"'top_p' {top_p:g} is not supported here: {_VOIDS.format(served)}; leave it out "
-            "or send the served value.",
-            param="top_p",
-        )
+    for name, hi, served_value in (
+        ("temperature", 2.0, decoding.temperature),
+        ("top_p", 1.0, decoding.top_p),
+    ):
+        value = _number(body, name, 0.0, hi)
+        if value is not None and value != served_value:
+            raise RequestError(
+                f"'{name}' {value:g} is not supported here: {_VOIDS.format(served)}; leave it "
+                "out or send the served value.",
+                param=name,
+            )
     for name in ("frequency_penalty", "presence_penalty"):
         _number(body, name, -2.0, 2.0)
     seed = body.get("seed")
