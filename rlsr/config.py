@@ -51,7 +51,12 @@ from typing import Any
 from rlsr.data import VERIFIERS as VERIFIER_NAMES
 from rlsr.data import TaskError, get_spec, load_env_tasks, load_tasks, resolve_datasets
 from rlsr.engines import engine_from_env, engine_problems
-from rlsr.prompts import NO_SYSTEM_PROMPT, system_prompt_names
+from rlsr.prompts import (
+    ANSWER_FALLBACK_SUFFIX,
+    CONFIDENCE_FALLBACK_SUFFIX,
+    NO_SYSTEM_PROMPT,
+    system_prompt_names,
+)
 from rlsr.tiny_models import tiny_model_path, tiny_warm_model_path
 from rlsr.verifiers import is_plugin_name
 
@@ -431,11 +436,16 @@ def resolve_pool(grpo: dict, pool: int | None, world_size: int) -> PoolPlan:
 
 
 def default_vllm_max_model_length(cfg: TrainSettings) -> int | None:
-    """vLLM's context per sequence: ``data.max_prompt_length + grpo.max_completion_length``.
+    """vLLM's context per sequence: ``data.max_prompt_length + grpo.max_completion_length``, or,
+    when the held-out evaluation runs on the colocated engine, ``data.max_prompt_length +`` the
+    larger of the completion length and what a held-out answer needs beyond its prompt
+    (``ResolvedHeldOut.engine_tokens``: the answer plus the two Sec. C.3 fallbacks), so a
+    held-out prompt as long as a training prompt is never cut by the engine's context.
 
     Without it vLLM reserves the model's whole context (131,072 tokens for Llama-3.1-8B, ~16 GiB
-    of KV cache per sequence slot) and the colocated engine may not start. None when the prompt
-    limit is not set (then vLLM's default applies) or when ``grpo.vllm_max_model_length`` is set.
+    of KV cache per sequence slot) and the colocated engine may not start. (The KV cache itself is
+    sized by ``grpo.vllm_gpu_memory_utilization``, not by this length.) None when the prompt limit
+    is not set (then vLLM's default applies) or when ``grpo.vllm_max_model_length`` is set.
     """
     if cfg.grpo.get("vllm_max_model_length") is not None:
         return None
@@ -443,7 +453,28 @@ def default_vllm_max_model_length(cfg: TrainSettings) -> int | None:
     completion = cfg.grpo.get("max_completion_length", 256)
     if prompt is None or completion is None:
         return None
-    return int(prompt) + int(completion)
+    heldout = resolve_heldout(cfg)
+    beyond = int(completion)
+    if heldout is not None and heldout.backend == "vllm":
+        beyond = max(beyond, heldout.engine_tokens)
+    return int(prompt) + beyond
+
+
+def heldout_engine_tokens(
+    max_new_tokens: int, fallbacks: bool, fallback_max_new_tokens: int, response_format: str
+) -> int:
+    """Tokens one held-out answer may need on the engine beyond its prompt: the answer; with the
+    Sec. C.3 fallbacks (``tags`` format), for each of the two a separator, its suffix and a
+    continuation; and one more position for the log-prob scorer's pass over all of it. A suffix
+    is counted as its UTF-8 bytes + 2, a bound on its tokens for byte-level (and byte-fallback)
+    tokenizers, so no tokenizer is needed here. The answer's text, re-tokenised inside a fallback
+    context, is counted as ``max_new_tokens``: ``VLLMBackend`` refuses, with the numbers, any
+    request that would still exceed the engine (it never lets vLLM cut one short)."""
+    need = int(max_new_tokens) + 1
+    if fallbacks and response_format != "plain":
+        for suffix in (ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX):
+            need += len(suffix.encode()) + 2 + int(fallback_max_new_tokens)
+    return need
 
 
 def _module_available(name: str) -> bool:
@@ -968,6 +999,8 @@ class ResolvedHeldOut:
     scorers: tuple[str, ...]
     response_format: str
     settings: HeldOutSettings
+    # tokens an answer may need beyond its prompt on the engine (``heldout_engine_tokens``)
+    engine_tokens: int = 0
 
 
 def _flag(args: Sequence[str], name: str) -> str | None:
@@ -1120,14 +1153,24 @@ def resolve_heldout(cfg: TrainSettings, trainer_section: str = "grpo") -> Resolv
     method_args = list(cfg.method.evaluate_args or [])
     method_tokens = _flag(method_args, "--max-new-tokens")  # e.g. method=sft's plain answers
     max_new = e.max_new_tokens or (int(method_tokens) if method_tokens else completion)
-    if backend == "vllm":
-        _check(
-            max_new <= completion,
-            "eval.max_new_tokens",
-            f"{max_new} > grpo.max_completion_length {completion}: the colocated engine holds "
-            "max prompt + max completion tokens; lower it (or leave it null).",
-        )
     response_format = _flag(method_args, "--response-format") or "tags"
+    engine_tokens = heldout_engine_tokens(
+        max_new, bool(e.fallbacks), e.fallback_max_new_tokens, response_format
+    )
+    length, prompt = section.get("vllm_max_model_length"), cfg.data.max_prompt_length
+    if backend == "vllm" and length is not None and prompt is not None:
+        _check(
+            length >= prompt + engine_tokens,
+            "grpo.vllm_max_model_length",
+            f"{length} tokens cannot hold a held-out answer after a prompt of "
+            f"data.max_prompt_length={prompt} tokens: it needs {prompt} + {engine_tokens} "
+            f"(eval.max_new_tokens {max_new}"
+            + (f" + two Sec. C.3 fallbacks of eval.fallback_max_new_tokens "
+               f"{e.fallback_max_new_tokens} with their suffixes" if engine_tokens > max_new + 1
+               else "")
+            + f" + 1) = {prompt + engine_tokens}; raise it to {prompt + engine_tokens} or remove "
+            "it (the default sizes the engine for both), or set eval.backend=transformers.",
+        )  # fmt: skip
     scorers = e.scorers
     if scorers is None:
         method_scorers = _flag(method_args, "--scorers")
@@ -1152,6 +1195,7 @@ def resolve_heldout(cfg: TrainSettings, trainer_section: str = "grpo") -> Resolv
         scorers=tuple(s.strip() for s in scorers),
         response_format=response_format,
         settings=e,
+        engine_tokens=engine_tokens,
     )
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlsr.config import ConfigError, from_dict, resolve_pool
+from rlsr.config import ConfigError, from_dict, resolve_heldout, resolve_pool
 from rlsr.training import grpo_kwargs, validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,19 +207,50 @@ def test_recipes_carry_the_released_settings_where_the_paper_text_is_silent():
     assert all(getattr(defaults, k) != v for k, v in released.items())
 
 
+# What a held-out answer needs beyond its prompt with the Sec. C.3 fallbacks (tags format): the
+# answer, each suffix as its UTF-8 bytes + 2 ("Thinking time ended. My final answer is": 39,
+# the confidence one: 98), 64 tokens after each, one log-prob position.
+FALLBACKS = (39 + 2 + 64) + (98 + 2 + 64) + 1
+
+
 def test_vllm_max_model_length_defaults_to_prompt_plus_completion():
     """Regression: without it vLLM reserves the model's full context (Llama-3.1-8B: 131,072
-    tokens, ~16 GiB of KV cache per sequence), more than the colocated engine is given."""
+    tokens, ~16 GiB of KV cache per sequence), more than the colocated engine is given. Issue 27
+    item 2: the paper recipes evaluate held-out questions on that engine (eval.every=20), whose
+    answers (1,536 / 4,096 new tokens) and fallbacks need more than the completion length, so
+    the engine is sized for both; without held-out evaluation it stays prompt + completion."""
     for recipe, model, expected in [
-        ("hotpot", "qwen2.5-7b", 3072 + 1536),
-        ("bigmath", "llama3.1-8b", 1024 + 4096),
+        ("hotpot", "qwen2.5-7b", 3072 + 1536 + FALLBACKS),
+        ("bigmath", "llama3.1-8b", 1024 + 4096 + FALLBACKS),
     ]:
         settings = from_dict(compose(f"recipe={recipe}", f"model={model}"))
         assert grpo_kwargs(settings, world_size=4)["vllm_max_model_length"] == expected
+        plain = from_dict(compose(f"recipe={recipe}", f"model={model}", "eval.every=0"))
+        completion = plain.grpo["max_completion_length"]
+        assert grpo_kwargs(plain, world_size=4)["vllm_max_model_length"] == (
+            plain.data.max_prompt_length + completion
+        )
     settings = from_dict(compose("recipe=hotpot", "+grpo.vllm_max_model_length=8192"))
     assert grpo_kwargs(settings, world_size=4)["vllm_max_model_length"] == 8192
     no_vllm = from_dict(compose("recipe=hotpot", *CPU))
     assert "vllm_max_model_length" not in grpo_kwargs(no_vllm, world_size=4)
+
+
+def test_an_engine_too_short_for_held_out_answers_is_refused_with_the_numbers():
+    """Issue 27 item 2: a grpo.vllm_max_model_length that holds the rollouts but not a held-out
+    answer (+ fallbacks) after a prompt of data.max_prompt_length stops the run at start, with
+    the length it needs; the engine would otherwise cut those answers silently."""
+    need = 3072 + 1536 + FALLBACKS
+    too_short = from_dict(compose("recipe=hotpot", f"+grpo.vllm_max_model_length={need - 1}"))
+    with pytest.raises(ConfigError) as err:
+        resolve_heldout(too_short)  # check_settings' held-out resolution (validate needs vLLM)
+    assert err.value.field == "grpo.vllm_max_model_length"
+    assert f"raise it to {need}" in str(err.value) and "eval.backend=transformers" in str(err.value)
+    enough = from_dict(compose("recipe=hotpot", f"+grpo.vllm_max_model_length={need}"))
+    assert grpo_kwargs(enough, world_size=4)["vllm_max_model_length"] == need
+    no_heldout = from_dict(compose("recipe=hotpot", "+grpo.vllm_max_model_length=4608",
+                                   "eval.every=0"))  # fmt: skip
+    assert grpo_kwargs(no_heldout, world_size=4)["vllm_max_model_length"] == 4608
 
 
 def test_vllm_checks_that_need_vllm_installed(monkeypatch):

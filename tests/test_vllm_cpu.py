@@ -461,7 +461,7 @@ def test_held_out_evaluation_on_the_colocated_engine_matches_rlsr_evaluate(tmp_p
 # --------------------------------------------------------------------------- failed evaluations
 
 # Each scenario of the engine-hygiene child: what ends the held-out evaluation on the engine.
-ABORT_SCENARIOS = ("success", "judge_down", "too_long", "interrupt")
+ABORT_SCENARIOS = ("success", "judge_down", "too_long", "cut_short", "interrupt")
 ENGINE_LEN = 512  # tiny prompts render to 239 tokens; a 600-token prompt cannot be enqueued
 
 
@@ -487,12 +487,27 @@ class _SleepStandIn:
         self._wake_up(tags=["scheduling"])
 
 
-def _lengthen_fourth(row: dict, i: int) -> dict:
-    """The 4th question's user message made ~600 tokens longer than the engine's context."""
+def _lengthen_fourth(row: dict, i: int, repeats: int = 120) -> dict:
+    """The 4th question's user message replaced by ``repeats`` short facts (120: ~800 tokens in
+    all, more than the engine's context)."""
     if i == 3:
         row["prompt"] = [*row["prompt"][:-1],
-                         {"role": "user", "content": "the desk is pink; " * 120}]  # fmt: skip
+                         {"role": "user", "content": "the desk is pink; " * repeats}]  # fmt: skip
     return row
+
+
+def _cut_short_repeats(evaluator) -> int:
+    """Repeats for which the 4th prompt fits the engine alone but not with its answer's tokens:
+    vLLM would accept it and stop the answer at the context limit."""
+    from rlsr.evaluation.backends import encode_prompt, render_chat
+
+    tok, row = evaluator.tokenizer, evaluator.examples["tiny"][3]
+    for repeats in range(1, 200):
+        n = len(encode_prompt(tok, render_chat(tok, _lengthen_fourth(dict(row), 3, repeats)[
+            "prompt"])))  # fmt: skip
+        if ENGINE_LEN - evaluator.resolved.max_new_tokens < n <= ENGINE_LEN:
+            return repeats
+    raise AssertionError("no prompt length between the two limits")
 
 
 def _abort_child(out_dir: str) -> None:
@@ -503,14 +518,14 @@ def _abort_child(out_dir: str) -> None:
 
     The engine and the evaluator are real; the trainer is a stand-in holding what the evaluator
     touches (TRL's ``vllm_generation`` with the engine, the step, a one-process accelerator), so
-    one engine start serves all 8 cases. ``max_num_seqs=2`` makes samples finish in waves, so a
+    one engine start serves all 10 cases. ``max_num_seqs=2`` makes samples finish in waves, so a
     judge that fails at the first write (no 2 s gathering here) leaves requests in flight."""
     import signal
     import types
 
     import vllm
 
-    from rlsr.config import resolve_heldout
+    from rlsr.config import ConfigError, resolve_heldout
     from rlsr.evaluation import runner
     from rlsr.evaluation.in_training import HeldOutEvaluator
     from rlsr.tiny_models import tiny_warm_model_path
@@ -563,7 +578,7 @@ def _abort_child(out_dir: str) -> None:
             )
         return {"unfinished_after_eval": unfinished, "outputs": count}
 
-    report: dict[str, dict] = {}
+    report: dict = {}
     for mode in ("no_sleep", "sleep"):
         report[mode] = {}
         generation = types.SimpleNamespace(
@@ -592,6 +607,16 @@ def _abort_child(out_dir: str) -> None:
             if scenario == "too_long":  # the 4th prompt cannot be enqueued: 3 already are
                 evaluator.examples["tiny"] = evaluator.examples["tiny"].map(
                     _lengthen_fourth, with_indices=True
+                )
+                if mode == "no_sleep":  # what bind() says about such a dataset, at start
+                    try:
+                        evaluator._check_engine_context(trainer)
+                    except ConfigError as err:
+                        report["bind_refusal"] = str(err)  # "<field>: <message>"
+            if scenario == "cut_short":  # the 4th fits the engine, its answer would not
+                repeats = _cut_short_repeats(evaluator)
+                evaluator.examples["tiny"] = evaluator.examples["tiny"].map(
+                    _lengthen_fourth, with_indices=True, fn_kwargs={"repeats": repeats}
                 )
             if scenario == "interrupt":  # Ctrl-C while the first samples are verified
 
@@ -629,6 +654,11 @@ def test_every_exit_of_a_held_out_evaluation_leaves_the_engine_without_its_reque
     scheduler only, and ``LLM._run_engine`` looped forever on the output processor's entries."""
     _run_child([__file__, "abort", str(tmp_path)], timeout=500)
     report = json.loads((tmp_path / "abort.json").read_text())
+    # Item 2: a held-out prompt too long for the engine is refused when the evaluator binds, with
+    # the numbers and the setting that fixes it; one that fits alone but not with its answer is
+    # refused when sent (vLLM would accept it and stop the answer at its context limit).
+    assert report["bind_refusal"].startswith("eval.datasets: 1 of 8 held-out prompts of tiny")
+    assert "grpo.vllm_max_model_length=" in report["bind_refusal"]
     for mode in ("no_sleep", "sleep"):
         cases = report[mode]
         assert set(cases) == set(ABORT_SCENARIOS), cases
@@ -639,10 +669,11 @@ def test_every_exit_of_a_held_out_evaluation_leaves_the_engine_without_its_reque
         assert cases["success"]["outcome"] == "returned"
         assert "JudgeUnavailableError" in cases["judge_down"]["outcome"], cases
         assert "maximum context length" in cases["too_long"]["outcome"], cases
+        assert "vLLM would cut the answer short" in cases["cut_short"]["outcome"], cases
         assert cases["interrupt"]["outcome"] == "KeyboardInterrupt"
         # each failure struck with requests in flight, and exactly those were aborted
         assert cases["success"]["aborted"] == 0
-        assert cases["too_long"]["aborted"] == 3  # the 3 enqueued before the refused 4th
+        assert cases["too_long"]["aborted"] == cases["cut_short"]["aborted"] == 3  # before the 4th
         assert cases["judge_down"]["aborted"] > 0 and cases["interrupt"]["aborted"] > 0, cases
 
 

@@ -476,8 +476,27 @@ class VLLMBackend:
     def render(self, messages: list[dict]) -> str:
         return render_chat(self.tokenizer, messages)
 
-    def _token_prompts(self, texts: Sequence[str]) -> list[dict]:
-        return [{"prompt_token_ids": encode_prompt(self.tokenizer, t)} for t in texts]
+    def _token_prompts(self, texts: Sequence[str], max_tokens: int) -> list[dict]:
+        """Token-id prompts, each checked to fit the engine's context with ``max_tokens`` new
+        tokens (``check_fits``)."""
+        prompts = [{"prompt_token_ids": encode_prompt(self.tokenizer, t)} for t in texts]
+        for p in prompts:
+            self.check_fits(len(p["prompt_token_ids"]), max_tokens)
+        return prompts
+
+    def check_fits(self, prompt_tokens: int, max_tokens: int) -> None:  # pragma: no cover - vLLM
+        """Raise ``ValueError`` with the numbers when ``prompt_tokens + max_tokens`` exceeds the
+        engine's ``max_model_len``: vLLM refuses a prompt longer than that, and stops one that
+        fits alone at the limit with ``finish_reason="length"``, an answer cut by the engine's
+        context rather than by its token budget, which nothing downstream could tell apart."""
+        limit = self.llm.llm_engine.model_config.max_model_len
+        if prompt_tokens + max_tokens > limit:
+            raise ValueError(
+                f"a request of {prompt_tokens} prompt tokens + {max_tokens} new tokens exceeds "
+                f"the engine's maximum context length {limit} (max_model_len); vLLM would cut "
+                "the answer short. rlsr evaluate: raise --max-model-len; held-out evaluation in "
+                "training: raise grpo.vllm_max_model_length or use eval.backend=transformers."
+            )
 
     @contextlib.contextmanager
     def _own_requests(self):  # pragma: no cover - needs vLLM
@@ -498,8 +517,8 @@ class VLLMBackend:
         params = self._vllm.SamplingParams(**vllm_sampling_kwargs(sampling))
         with self._own_requests():
             results = self.llm.generate(
-                self._token_prompts(prompts), params, lora_request=self.lora_request,
-                use_tqdm=False,
+                self._token_prompts(prompts, sampling.max_new_tokens), params,
+                lora_request=self.lora_request, use_tqdm=False,
             )  # fmt: skip
         return [
             [vllm_generation(o, self.eos_ids, sampling.logprobs) for o in res.outputs]
@@ -518,6 +537,8 @@ class VLLMBackend:
         ctx = [self.tokenizer(c, add_special_tokens=False)["input_ids"] for c in contexts]
         cont = [self.tokenizer(c, add_special_tokens=False)["input_ids"] for c in continuations]
         prompts = [{"prompt_token_ids": a + b} for a, b in zip(ctx, cont, strict=False)]
+        for p in prompts:
+            self.check_fits(len(p["prompt_token_ids"]), 1)
         with self._own_requests():
             results = self.llm.generate(
                 prompts, params, lora_request=self.lora_request, use_tqdm=False
@@ -551,7 +572,7 @@ class VLLMStream:  # pragma: no cover - needs vLLM
         vllm = self.backend._vllm
         params = vllm.SamplingParams(**vllm_sampling_kwargs(sampling))
         (request_id,) = self.backend.llm.enqueue(
-            self.backend._token_prompts([prompt]), params,
+            self.backend._token_prompts([prompt], sampling.max_new_tokens), params,
             lora_request=self.backend.lora_request, use_tqdm=False,
         )  # fmt: skip
         # enqueue returns the engine's id, "<counter>-<8 random chars>" (plain "<counter>" with

@@ -63,9 +63,11 @@ from rlsr.evaluation.backends import (
     TransformersBackend,
     VLLMBackend,
     abort_engine_requests,
+    encode_prompt,
     engine_requests,
     generation_eos_ids,
     load_chat_tokenizer,
+    render_chat,
 )
 from rlsr.evaluation.history import (
     FAILED_FILE,
@@ -226,8 +228,38 @@ class HeldOutEvaluator(TrainerCallback):
                     "(eval.every=0).",
                 ) from None
         self.tokenizer = load_chat_tokenizer(self.model_path, self.trust_remote_code)
+        if self.resolved.backend == "vllm":
+            self._check_engine_context(trainer)
         trainer.add_callback(self)
         return self
+
+    def _check_engine_context(self, trainer) -> None:
+        """vllm: refuse now (before step 1) held-out prompts that the colocated engine cannot
+        answer in full: prompt + ``ResolvedHeldOut.engine_tokens`` (the answer and its Sec. C.3
+        fallbacks) must fit the engine's ``max_model_len``. Held-out prompts are not filtered by
+        ``data.max_prompt_length`` (the evaluation must see every question ``rlsr evaluate``
+        sees); the default engine length covers one that long (``default_vllm_max_model_length``)."""
+        limit = trainer.vllm_generation.llm.llm_engine.model_config.max_model_len
+        reserve = self.resolved.engine_tokens
+        for job, _, _ in self.resolved.jobs:
+            lengths = [
+                len(encode_prompt(self.tokenizer, render_chat(self.tokenizer, row["prompt"])))
+                for row in self.examples[job]
+            ]
+            over = [n for n in lengths if n + reserve > limit]
+            if over:
+                need = max(over) + reserve
+                raise ConfigError(
+                    "eval.datasets",
+                    f"{len(over)} of {len(lengths)} held-out prompts of {job} are too long for "
+                    f"the colocated vLLM engine: the longest has {max(over)} tokens, and an "
+                    f"answer needs {reserve} more (eval.max_new_tokens "
+                    f"{self.resolved.max_new_tokens}, the Sec. C.3 fallbacks, a log-prob "
+                    f"position): {need} > the engine's max_model_len {limit}. Set "
+                    f"grpo.vllm_max_model_length={need} (a context cap; the KV cache is sized by "
+                    "grpo.vllm_gpu_memory_utilization), or eval.backend=transformers, or a lower "
+                    "eval.max_new_tokens.",
+                )
 
     def _verifier(self, name: str):
         vname = self.resolved.verifiers[name]
