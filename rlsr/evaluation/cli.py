@@ -204,6 +204,12 @@ def register(subparsers) -> None:
         "--trust-remote-code", action="store_true", help="run the model repo's own code (off)"
     )
     ev.add_argument("--no-progress", action="store_true", help="no progress bars (log files)")
+    ev.add_argument(
+        "--keep-token-ids",
+        action="store_true",
+        help="also store each response's generated token ids in samples.jsonl "
+        "(response_token_ids), to compare backends by ids rather than decoded text",
+    )
     g = ev.add_argument_group("vLLM")
     g.add_argument("--tensor-parallel-size", type=int, default=1)
     g.add_argument(
@@ -543,6 +549,7 @@ def run_evaluate(args) -> int:
         response_format=args.response_format,
         consistency_k=args.consistency_k, consistency_temperature=args.consistency_temperature,
         dcs=args.dcs, bootstrap_resamples=args.bootstrap, progress=not args.no_progress,
+        keep_token_ids=args.keep_token_ids,
     )  # fmt: skip
     adapter = resolve_adapter(args.adapter)
     fingerprint = adapter_fingerprint(adapter) if adapter else None

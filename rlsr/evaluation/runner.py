@@ -81,6 +81,9 @@ class EvalSettings:
     consistency_temperature: float = 0.7
     dcs: bool = False
     bootstrap_resamples: int = 1000
+    # keep each response's generated token ids in samples.jsonl ("response_token_ids": what the
+    # backend generated, EOS cut): comparisons of backends by ids, not by their decoded text
+    keep_token_ids: bool = False
     progress: bool = True
     plot: bool = True
     extra_metadata: dict = field(default_factory=dict)
@@ -138,11 +141,19 @@ def read_response(text: str, response_format: str = "tags") -> ParsedResponse:
 
 
 def response_item(
-    prompt_text: str, text: str, finish_reason: str, num_tokens: int, response_format: str = "tags"
+    prompt_text: str,
+    text: str,
+    finish_reason: str,
+    num_tokens: int,
+    response_format: str = "tags",
+    token_ids: Sequence[int] | None = None,
 ) -> dict:
-    """The record of one generated response before any fallback: its parse and bookkeeping."""
+    """The record of one generated response before any fallback: its parse and bookkeeping
+    (with ``token_ids``, the generated ids too: ``EvalSettings.keep_token_ids``)."""
     parsed = read_response(text, response_format)
+    extra = {} if token_ids is None else {"response_token_ids": list(token_ids)}
     return {
+        **extra,
         "prompt_text": prompt_text,
         "response": text,
         "finish_reason": finish_reason,
@@ -214,7 +225,7 @@ def respond(backend: Backend, prompt_texts: Sequence[str], settings: EvalSetting
     items = [
         response_item(
             prompt, gens[0].text, gens[0].finish_reason, len(gens[0].token_ids),
-            settings.response_format,
+            settings.response_format, gens[0].token_ids if settings.keep_token_ids else None,
         )
         for prompt, gens in zip(prompt_texts, backend.generate(prompt_texts, sampling), strict=True)
     ]  # fmt: skip
@@ -434,7 +445,8 @@ def _generate_streaming(stream, backend, examples, todo, window, settings, write
             gen = gens[0]
             if add is None:
                 items[i] = response_item(text, gen.text, gen.finish_reason, len(gen.token_ids),
-                                         settings.response_format)  # fmt: skip
+                                         settings.response_format,
+                                         gen.token_ids if settings.keep_token_ids else None)  # fmt: skip
             else:
                 add(items[i], text, gen.text)
             step = _next_fallback(items[i], settings)
@@ -515,7 +527,7 @@ def _record(row: dict, it: dict, dataset_name: str) -> dict:
         "verify_status": it.get("verify_status"),
         "scores": it["scores"],
     }
-    for key in ("judge_output", "consistency_answers", "dcs"):
+    for key in ("judge_output", "consistency_answers", "dcs", "response_token_ids"):
         if key in it:
             rec[key] = it[key]
     for key in _ROW_FIELDS:
