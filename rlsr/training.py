@@ -168,6 +168,13 @@ def load_train_dataset(cfg, tokenizer=None):
             f"`{download_command(cfg.data.dataset)}`, copy DIR here and set "
             f"data.path=DIR/{cfg.data.dataset} (or export RLSR_DATA_DIR=DIR).",
         ) from None
+    if cfg.data.path and spec.task is None:  # said, not silent: issue 28
+        logger.warning(
+            "data.path=%s is read as the built-in dataset %r: its columns, system prompt, "
+            "verifier and held-out sets. For data of your own, write a task file "
+            "(docs/tasks.md) and train with data.dataset=<its name>.",
+            cfg.data.path, cfg.data.dataset,
+        )  # fmt: skip
     limit = cfg.data.max_prompt_length
     if limit is not None and tokenizer is not None:
         before = len(dataset)

@@ -3,6 +3,8 @@ advantages, as TRL received them, are recomputed here from the completion texts 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -459,3 +461,29 @@ def test_offline_dataset_and_missing_model_are_one_line_config_errors(tmp_path, 
     with pytest.raises(ConfigError) as info:
         build_trainer(settings)
     assert info.value.field == "model.name_or_path" and "model.name_or_path=DIR" in str(info.value)
+
+
+def test_data_path_on_a_built_in_dataset_says_how_it_is_read(tmp_path, caplog):
+    """Issue 28: data.path=FILE under a built-in name is read with that dataset's columns, prompt,
+    verifier and held-out sets; the run says so and points at task files instead of silence."""
+    import logging
+    import shutil
+
+    from test_trainer_support import tiny_settings
+
+    from rlsr.training import load_train_dataset
+
+    src = Path(__file__).resolve().parents[1] / "rlsr" / "data" / "fixtures" / "tiny"
+    shutil.copytree(src, tmp_path / "mine")
+    settings = tiny_settings(tmp_path)
+    settings.data.path = str(tmp_path / "mine")
+    with caplog.at_level(logging.WARNING, logger="rlsr.training"):
+        assert len(load_train_dataset(settings)) > 0
+    (record,) = [r for r in caplog.records if "data.path=" in r.getMessage()]
+    assert "built-in dataset 'tiny'" in record.getMessage()
+    assert "docs/tasks.md" in record.getMessage()
+    caplog.clear()
+    settings.data.path = None
+    with caplog.at_level(logging.WARNING, logger="rlsr.training"):
+        load_train_dataset(settings)
+    assert not [r for r in caplog.records if "data.path=" in r.getMessage()]
