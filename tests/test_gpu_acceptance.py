@@ -155,7 +155,8 @@ def test_cpu_smoke_two_commands_then_a_rerun_in_the_same_folder(tmp_path):
     assert first.returncode == 0, (first.stdout + first.stderr)[-6000:]
     report = json.loads((out / "gpu_acceptance.json").read_text())
     assert report["evaluate"] == {"skipped": "not in --phases"}
-    assert report["checks"] == {"base_weights_identical": True, "engine_weights_match": True}
+    assert report["checks"] == {"base_weights_identical": True, "engine_weights_match": True,
+                                "woken_generation_explained": True}  # fmt: skip
     _check_train(report["train"])
 
     second = _acceptance(out, "--phases", "evaluate", "--results", str(results))
@@ -165,6 +166,7 @@ def test_cpu_smoke_two_commands_then_a_rerun_in_the_same_folder(tmp_path):
     _check_train(report["train"])
     _check_evaluate(report["evaluate"])
     assert report["checks"] == {"base_weights_identical": True, "engine_weights_match": True,
+                                "woken_generation_explained": True,
                                 "greedy_divergences_explained": True}  # fmt: skip
 
     rerun = _acceptance(out, "--results", str(results), timeout=1400)
@@ -173,7 +175,7 @@ def test_cpu_smoke_two_commands_then_a_rerun_in_the_same_folder(tmp_path):
     assert "reused_from" not in report["train"] and "reused_from" not in report["evaluate"]
     _check_train(report["train"])
     _check_evaluate(report["evaluate"])
-    assert all(report["checks"].values()) and len(report["checks"]) == 3, report["checks"]
+    assert all(report["checks"].values()) and len(report["checks"]) == 4, report["checks"]
     text = results.read_text()
     assert text.startswith("# results\n") and text.count("## GPU acceptance run") == 3
     assert "CPU smoke (tiny shapes; not a GPU figure)" in text and "| 3 |" in text
@@ -204,6 +206,9 @@ def _check_train(train: dict) -> None:
     assert train["engine_weights_match"] is True, train
     assert train["engine_tensors_compared"] == train["engine_tensors_total"] >= 10, train
     assert train["engine_tensors_unchecked"] == [] and train["engine_tensors_skipped"] == {}
+    # issue 27 item 5: the woken engine's greedy continuations follow the policy (each first
+    # difference, if any, a near-tie by the policy's own logits at the engine dtype's bound)
+    assert train["woken_generation_explained"] is True and len(train["woken_generation"]) == 4
 
 
 def _check_evaluate(ev: dict) -> None:
@@ -221,21 +226,30 @@ def _check_evaluate(ev: dict) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @needs_vllm
-@pytest.mark.parametrize("fault", ["engine", "skip-engine-param"])
+@pytest.mark.parametrize("fault", ["engine", "skip-engine-param", "woken-garbage"])
 def test_a_wrong_or_unchecked_engine_weight_fails_the_acceptance_run(tmp_path, fault):
     """``--inject-fault engine`` adds 1e-2 to one entry of the engine's first fused qkv_proj
     after the final sync: the engine check names that tensor (before issue 21 it checked only
     the HF base, which nothing writes, and exited 0 whatever it found). ``--inject-fault
     skip-engine-param`` leaves one engine parameter without a policy counterpart, as a name that
     stops mapping would: before issue 27 it was skipped silently and the check passed on the
-    others; now it is reported unchecked. Either way the script exits 1."""
+    others; now it is reported unchecked. ``--inject-fault woken-garbage`` redraws the engine's
+    final norm after the engine check, as state a wake-up failed to restore (issue 27 item 5):
+    the woken engine's continuations must fail the comparison with the policy. Each exits 1."""
     proc = _acceptance(tmp_path / "out", "--phases", "train", "--inject-fault", fault,
                        "--results", str(tmp_path / "RESULTS.md"))  # fmt: skip
     assert proc.returncode == 1, (proc.stdout + proc.stderr)[-4000:]
-    assert "check(s) failed: engine_weights_match" in proc.stderr
     report = json.loads((tmp_path / "out" / "gpu_acceptance.json").read_text())
     train = report["train"]
     assert train["base_weights_identical"] is True  # the base check alone would have passed
+    assert report["evaluate"] == {"skipped": "not in --phases"}
+    if fault == "woken-garbage":
+        assert "check(s) failed: woken_generation_explained" in proc.stderr
+        assert report["checks"] == {"base_weights_identical": True, "engine_weights_match": True,
+                                    "woken_generation_explained": False}  # fmt: skip
+        assert all(w["logit_gap"] > train["woken_bound"] for w in train["woken_generation"])
+        return
+    assert "check(s) failed: engine_weights_match" in proc.stderr
     if fault == "engine":
         assert train["engine_tensors_mismatched"] == ["model.layers.0.self_attn.qkv_proj.weight"]
         assert train["engine_tensors_unchecked"] == []
@@ -243,5 +257,5 @@ def test_a_wrong_or_unchecked_engine_weight_fails_the_acceptance_run(tmp_path, f
         assert train["engine_tensors_mismatched"] == []  # all it compared is right...
         assert train["engine_tensors_unchecked"] == ["model.layers.0.self_attn.o_proj.weight"]
         assert train["engine_tensors_compared"] == train["engine_tensors_total"] - 1
-    assert report["checks"] == {"base_weights_identical": True, "engine_weights_match": False}
-    assert report["evaluate"] == {"skipped": "not in --phases"}
+    assert report["checks"]["engine_weights_match"] is False
+    assert report["checks"]["base_weights_identical"] is True
