@@ -1142,12 +1142,19 @@ def resolve_heldout(cfg: TrainSettings, trainer_section: str = "grpo") -> Resolv
         )
     else:
         engine = engine_from_env()
+        server = bool(section.get("use_vllm")) and section.get("vllm_mode") == "server"
+        fix = (
+            "the vLLM server of grpo.vllm_mode=server is not used for held-out evaluation; set "
+            "eval.every=0 and evaluate the checkpoints with `rlsr evaluate` (e.g. --backend vllm)"
+            if server else
+            "set grpo.use_vllm=true (the colocated engine gets the gathered weights) or "
+            "eval.every=0 and evaluate checkpoints with `rlsr evaluate`"
+        )  # fmt: skip
         _check(
             not (engine.name == "fsdp" or (engine.name == "deepspeed" and engine.zero_stage == 3)),
             "eval.backend",
             f"transformers evaluation copies the whole policy per process, and {engine.label} "
-            "shards it; set grpo.use_vllm=true (the colocated engine gets the gathered weights) "
-            "or eval.every=0 and evaluate checkpoints with `rlsr evaluate`.",
+            f"shards it; {fix}.",
         )
     completion = section.get("max_completion_length", 256)
     method_args = list(cfg.method.evaluate_args or [])

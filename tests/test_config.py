@@ -253,6 +253,23 @@ def test_an_engine_too_short_for_held_out_answers_is_refused_with_the_numbers():
     assert grpo_kwargs(no_heldout, world_size=4)["vllm_max_model_length"] == 4608
 
 
+def test_held_out_refusal_under_zero3_names_a_fix_that_fits_the_vllm_mode(monkeypatch):
+    """Under ZeRO-3 the transformers held-out evaluation is refused; with the colocated engine
+    off the fix is grpo.use_vllm=true, but in server mode (slurm/train.slurm on several nodes,
+    vLLM already on) the server is not used for it: the fix is eval.every=0 + rlsr evaluate."""
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
+    for mode, fix, not_fix in [
+        ("grpo.use_vllm=false", "set grpo.use_vllm=true", "not used for held-out"),
+        ("grpo.vllm_mode=server", "not used for held-out evaluation", "set grpo.use_vllm=true"),
+    ]:
+        settings = from_dict(compose("recipe=hotpot", mode))
+        with pytest.raises(ConfigError) as err:
+            resolve_heldout(settings)
+        assert err.value.field == "eval.backend" and "ZeRO-3" in str(err.value)
+        assert fix in str(err.value) and not_fix not in str(err.value)
+
+
 def test_vllm_checks_that_need_vllm_installed(monkeypatch):
     """vllm is not installed in this venv: pretend it is (the only double: an import probe)."""
     import rlsr.config as C
