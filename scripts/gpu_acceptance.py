@@ -902,7 +902,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inject-fault", choices=FAULTS, default=None,
                         help="tests: 'engine' corrupts one engine weight after the final sync, "
                         "'skip-engine-param' leaves one engine parameter without a policy "
-                        "counterpart; the engine check must fail and the exit status be 1")  # fmt: skip
+                        "counterpart (the engine check must fail), 'woken-garbage' scrambles "
+                        "the engine's state after that check (the woken-generation check must "
+                        "fail); the exit status must be 1")  # fmt: skip
     parser.add_argument("--eval-dtype", choices=("float32", "bfloat16"), default="float32",
                         help="dtype of both backends in the evaluate phase (float32: greedy "
                         "outputs comparable token for token)")  # fmt: skip
