@@ -9,6 +9,7 @@ out here. The kill -9 / resume case is in tests/test_trainer_resume.py.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -133,7 +134,7 @@ def test_rlsr_report_pools_prints_a_line_per_step_and_writes_the_csv(tmp_path, c
 # --------------------------------------------------------------------------- settings
 
 
-def test_pool_log_settings_are_checked_before_anything_loads(tmp_path):
+def test_pool_log_settings_are_checked_before_anything_loads(tmp_path, capsys):
     from test_trainer_support import tiny_settings
 
     from rlsr.training import validate
@@ -149,10 +150,21 @@ def test_pool_log_settings_are_checked_before_anything_loads(tmp_path):
         validate(settings)
     assert info.value.field == "pool_log.max_chars" and "null" in str(info.value)
     settings.pool_log.max_chars = None
-    settings.method = MethodSettings("sft")
-    with pytest.raises(ConfigError) as info:
-        validate(settings)
-    assert info.value.field == "pool_log.every" and "no reward pool" in str(info.value)
+    # recipe=tiny (pool_log.every=1) with method=sft: the setting does not apply; said, then off
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from rlsr.config import from_dict
+
+    recipes = Path(__file__).resolve().parents[1] / "recipes"
+    with initialize_config_dir(config_dir=str(recipes), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["recipe=tiny", "method=sft"])
+    values = OmegaConf.to_container(cfg, resolve=True)
+    values.pop("hydra", None)
+    sft = from_dict(values)
+    assert sft.pool_log.every == 1
+    assert validate(sft).pool_log.every == 0
+    assert "does not apply to method=sft" in capsys.readouterr().out
 
 
 def test_recipe_tiny_writes_every_pool_and_the_default_writes_none():
