@@ -63,14 +63,19 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _server(argv: list[str], port: int, log: Path, timeout: float = 300, ready: str = "/health"):
-    """Start ``argv`` (output to ``log``), wait until ``ready`` answers 200, yield the base URL,
-    stop it."""
+def _server(
+    argv: list[str], port: int, log: Path, timeout: float = 300, ready: str = "/health",
+    env: dict | None = None, procs: list | None = None,
+):  # fmt: skip
+    """Start ``argv`` (output to ``log``; ``env`` over ``VLLM_CPU_ENV``), wait until ``ready``
+    answers 200, yield the base URL (the process appended to ``procs``), stop it."""
     with open(log, "w") as fh:
         proc = subprocess.Popen(
             [sys.executable, *argv], stdout=fh, stderr=subprocess.STDOUT,
-            env={**os.environ, **VLLM_CPU_ENV},
+            env={**os.environ, **VLLM_CPU_ENV, **(env or {})},
         )  # fmt: skip
+    if procs is not None:
+        procs.append(proc)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout
@@ -343,3 +348,71 @@ def test_in_process_engine_keys_streaming_metrics_and_cancellation(tmp_path, mon
         assert cancelled >= 1 and cancelled + answered + abstained == 8 + 2
         again = client.chat.completions.create(model="tiny-warm", messages=messages)
         assert again.choices[0].message.content == whole.choices[0].message.content
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def test_engine_core_killed_gives_503_to_health_and_to_requests_in_flight(tmp_path, adapter):
+    """Issue 29 item 4: /health is 200 while the engine serves and 503 once its engine core is
+    dead; requests in flight at that moment get an error body (503), not a hang, and so does the
+    next one. The engine core runs in its own process here (VLLM_ENABLE_V1_MULTIPROCESSING=1, as
+    on a GPU server), so it can be killed."""
+    import signal
+    import threading
+
+    port, procs = _free_port(), []
+    argv = ["-m", "rlsr.cli", "serve", "--model", "tiny-warm", "--tau", "0.0",
+            "--system-prompt", "simple", "--max-new-tokens", "512", "--no-fallbacks",
+            "--enforce-eager", "--port", str(port)]  # fmt: skip
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    with _server(argv, port, tmp_path / "serve.log", env=env, procs=procs) as url:
+        assert httpx.get(url + "/health", timeout=30).status_code == 200
+        cores = _descendants(procs[0].pid)
+        assert cores, "no engine-core process under rlsr serve"
+        results = []
+        body = {"model": "tiny-warm", "messages": [{"role": "user", "content": QUESTIONS[0]}]}
+
+        def ask():
+            try:
+                results.append(httpx.post(url + "/v1/chat/completions", json=body, timeout=120))
+            except httpx.HTTPError as err:  # a hang or a dropped connection fails below
+                results.append(err)
+
+        threads = [threading.Thread(target=ask) for _ in range(4)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 120
+        while _metric(url, {}, "rlsr_engine_requests") < 1:
+            assert time.monotonic() < deadline, "the requests never reached the engine"
+            time.sleep(0.05)
+        for pid in cores:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for t in threads:
+            t.join(120)
+        assert not any(t.is_alive() for t in threads), "a request in flight hung"
+        codes = [getattr(r, "status_code", r) for r in results]
+        # a request that finished before the kill is fine; none may hang or lose its body
+        assert all(c in (200, 503) for c in codes), codes
+        for r in results:
+            if r.status_code == 503:
+                assert r.json()["error"]["type"] == "service_unavailable"
+        health = httpx.get(url + "/health", timeout=30)
+        assert health.status_code == 503 and "error" in health.json()
+        late = httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
+        assert late.status_code == 503, late.text
+        assert procs[0].poll() is None  # the HTTP server itself stays up to say so
