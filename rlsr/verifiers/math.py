@@ -24,7 +24,7 @@ from rlsr.verifiers.base import (
     _check_lengths,
     _gold_list,
 )
-from rlsr.verifiers.pool import ItemTimeout, WorkerPool, time_limit
+from rlsr.verifiers.pool import ItemTimeout, WorkerPool, serve_chunks, time_limit
 
 logger = logging.getLogger(__name__)
 
@@ -122,23 +122,19 @@ def _math_worker_main(conn, test_hooks: bool) -> None:
     import math_verify  # noqa: F401 - import before announcing readiness
 
     gold_cache: dict = {}
+
+    def status_of(item, timeout_s):
+        _, prediction, golds = item
+        if test_hooks and prediction == _HOOK_HANG:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+            while True:
+                time.sleep(3600)
+        if test_hooks and prediction == _HOOK_CRASH:
+            os._exit(3)
+        return _math_item(prediction, golds, timeout_s, gold_cache)
+
     conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError, KeyboardInterrupt):
-            return
-        if message is None:
-            return
-        chunk, timeout_s = message
-        for key, prediction, golds in chunk:
-            if test_hooks and prediction == _HOOK_HANG:
-                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
-                while True:
-                    time.sleep(3600)
-            if test_hooks and prediction == _HOOK_CRASH:
-                os._exit(3)
-            conn.send((key, _math_item(prediction, golds, timeout_s, gold_cache)))
+    serve_chunks(conn, status_of)
 
 
 class MathVerifier(WorkerPool):

@@ -43,7 +43,7 @@ from rlsr.verifiers.base import (
     VerificationResult,
     _check_lengths,
 )
-from rlsr.verifiers.pool import ItemTimeout, WorkerPool, time_limit
+from rlsr.verifiers.pool import ItemTimeout, WorkerPool, serve_chunks, time_limit
 
 __all__ = ["PluginVerifier", "is_plugin_name", "load_plugin", "plugin_item_status"]
 
@@ -129,17 +129,7 @@ def _plugin_worker_main(conn, spec: str, sys_path: list[str]) -> None:
         print(f"rlsr verifier worker: {err}", file=sys.stderr, flush=True)
         raise SystemExit(4) from None
     conn.send(("ready", None))
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError, KeyboardInterrupt):
-            return
-        if message is None:
-            return
-        chunk, timeout_s = message
-        for key, prediction, gold, question, options in chunk:
-            status = plugin_item_status(function, prediction, gold, question, options, timeout_s)
-            conn.send((key, status))
+    serve_chunks(conn, lambda item, timeout_s: plugin_item_status(function, *item[1:], timeout_s))
 
 
 class PluginVerifier(WorkerPool):

@@ -29,7 +29,7 @@ from multiprocessing.connection import wait as wait_for_connections
 
 from rlsr.verifiers.base import ERROR, TIMEOUT
 
-__all__ = ["ItemTimeout", "time_limit", "WorkerPool"]
+__all__ = ["ItemTimeout", "time_limit", "WorkerPool", "serve_chunks"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +69,21 @@ def time_limit(seconds: float | None):
         if outer_delay > 0:  # re-arm a caller's timer (e.g. pytest-timeout) with what was left
             remaining = max(outer_delay - (time.monotonic() - started), 1e-3)
             signal.setitimer(signal.ITIMER_REAL, remaining, outer_interval)
+
+
+def serve_chunks(conn, status_of) -> None:
+    """A worker's loop: receive ``(chunk, timeout_s)`` until ``None`` or the pipe closes, and
+    send ``(item[0], status_of(item, timeout_s))`` for each item of a chunk (item[0] is its key)."""
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            return
+        if message is None:
+            return
+        chunk, timeout_s = message
+        for item in chunk:
+            conn.send((item[0], status_of(item, timeout_s)))
 
 
 class _Worker:
