@@ -36,6 +36,35 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextlib.contextmanager
+def serving(argv: list[str], url: str, log: Path, env: dict, ready: str = "/health"):
+    """Start ``python ARGV`` (output to ``log``), wait until ``url + ready`` answers 200 (at most
+    300 s), yield the start-up seconds, stop it."""
+    import httpx
+
+    with open(log, "w") as fh:
+        proc = subprocess.Popen([sys.executable, *argv], stdout=fh, stderr=subprocess.STDOUT,
+                                env=env)  # fmt: skip
+    try:
+        started = time.perf_counter()
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"{argv[:3]} exited:\n{log.read_text()[-3000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + ready, timeout=5).status_code == 200:
+                    break
+            if time.perf_counter() - started > 300:
+                raise SystemExit(f"{argv[:3]} did not start within 300 s")
+            time.sleep(0.5)
+        yield time.perf_counter() - started
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def _percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (q in [0, 100])."""
     ordered = sorted(values)
@@ -103,36 +132,15 @@ def main() -> None:
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "serve.log"
-        argv = [sys.executable, "-m", "rlsr.cli", "serve", "--model", "tiny-warm",
+        argv = ["-m", "rlsr.cli", "serve", "--model", "tiny-warm",
                 "--tau", str(args.tau), "--system-prompt", "simple", "--max-new-tokens",
                 str(args.max_new_tokens), "--fallback-max-new-tokens", "16", "--enforce-eager",
                 "--host", HOST, "--port", str(port),
                 "--decision-log", str(Path(tmp) / "decisions.jsonl")]  # fmt: skip
-        with open(log, "w") as fh:
-            proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
-        try:
-            import httpx
-
-            started = time.perf_counter()
-            while True:
-                if proc.poll() is not None:
-                    raise SystemExit(f"rlsr serve exited:\n{log.read_text()[-3000:]}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(url + "/health", timeout=5).status_code == 200:
-                        break
-                if time.perf_counter() - started > 300:
-                    raise SystemExit("rlsr serve did not start within 300 s")
-                time.sleep(0.5)
-            startup = time.perf_counter() - started
+        with serving(argv, url, log, env) as startup:
             asyncio.run(_phase(url, questions, 8, 1, args.limit_s))  # warm-up, not reported
             serial = asyncio.run(_phase(url, questions, args.serial, 1, args.limit_s))
             loaded = asyncio.run(_phase(url, questions, args.n, args.concurrency, args.limit_s))
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
     print(f"# rlsr serve load test, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}; engine start-up {startup:.1f} s")  # fmt: skip
     print("| phase | requests | concurrency | errors | p50 (ms) | p95 (ms) | req/s | answered |")

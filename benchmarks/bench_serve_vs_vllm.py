@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,36 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_serve import HOST, _free_port, _percentile  # noqa: E402
+from bench_serve import HOST, _free_port, _percentile, serving  # noqa: E402
 
 KEY = "sk-bench"
-
-
-@contextlib.contextmanager
-def _serving(argv: list[str], url: str, log: Path, env: dict, ready: str = "/health"):
-    import httpx
-
-    with open(log, "w") as fh:
-        proc = subprocess.Popen([sys.executable, *argv], stdout=fh, stderr=subprocess.STDOUT,
-                                env=env)  # fmt: skip
-    try:
-        started = time.perf_counter()
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"{argv[:3]} exited:\n{log.read_text()[-3000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + ready, timeout=5).status_code == 200:
-                    break
-            if time.perf_counter() - started > 300:
-                raise SystemExit(f"{argv[:3]} did not start within 300 s")
-            time.sleep(0.5)
-        yield
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 async def _phase(url, requests, concurrency, limit_s, key="none", stream=False):
@@ -158,8 +129,8 @@ def main() -> None:
     run = {}
     with tempfile.TemporaryDirectory() as tmp:
         with (
-            _serving(vllm_argv, vurl, Path(tmp) / "vllm.log", env),
-            _serving(rlsr_argv(rport, tmp, "--no-fallbacks"), rurl, Path(tmp) / "rlsr.log", env),
+            serving(vllm_argv, vurl, Path(tmp) / "vllm.log", env),
+            serving(rlsr_argv(rport, tmp, "--no-fallbacks"), rurl, Path(tmp) / "rlsr.log", env),
         ):
             for url, reqs, key in ((vurl, vllm_requests, "none"), (rurl, rlsr_requests, KEY)):
                 asyncio.run(_phase(url, reqs[:16], 8, args.limit_s, key))  # warm-up
@@ -187,7 +158,7 @@ def main() -> None:
                     "stream_p50_ms": 1000 * _percentile(streamed["latencies"], 50),
                 }
         if args.fallback_n:
-            with _serving(rlsr_argv(fport, tmp), furl, Path(tmp) / "rlsr-fallbacks.log", env):
+            with serving(rlsr_argv(fport, tmp), furl, Path(tmp) / "rlsr-fallbacks.log", env):
                 reqs = rlsr_requests[: args.fallback_n]
                 out = asyncio.run(_phase(furl, reqs, args.concurrency, args.limit_s, KEY))
             exts = [r.choices[0].model_extra["rlsr"] for r in out["responses"]]
