@@ -48,6 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlsr.config.checks import ConfigError, closest_hint, is_number
+from rlsr.config.checks import check as _check
+from rlsr.config.checks import is_int as _is_int
 from rlsr.data import VERIFIERS as VERIFIER_NAMES
 from rlsr.data import TaskError, get_spec, load_env_tasks, load_tasks, resolve_datasets
 from rlsr.engines import engine_from_env, engine_problems
@@ -107,14 +110,6 @@ TRAINER_SECTIONS = ("grpo", "sft")
 CONFIDENCE_SOURCES = ("verbalized", "logprob")
 # eval.backend: auto = the colocated vLLM engine when the rollouts use one, else transformers.
 HELDOUT_BACKENDS = ("auto", "transformers", "vllm")
-
-
-class ConfigError(ValueError):
-    """A configuration value is wrong. ``field`` is the dotted key (e.g. ``grpo.num_generations``)."""
-
-    def __init__(self, field_name: str, message: str):
-        self.field = field_name
-        super().__init__(f"{field_name}: {message}")
 
 
 @dataclass
@@ -264,12 +259,6 @@ class TrainSettings:
 
 
 # --------------------------------------------------------------------------- building
-
-
-def closest_hint(name: str, options) -> str:
-    """`` Did you mean 'x'?`` for the option closest to ``name`` (empty when none is close)."""
-    match = difflib.get_close_matches(name, list(options), n=1)
-    return f" Did you mean {match[0]!r}?" if match else ""
 
 
 _NESTED = {
@@ -595,20 +584,6 @@ def describe_hydra_error(err: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------- validation
-
-
-def _check(condition: bool, field_name: str, message: str) -> None:
-    if not condition:
-        raise ConfigError(field_name, message)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_number(value) -> bool:
-    """A finite int or float (not a bool)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _validate_model(m: ModelSettings) -> None:
