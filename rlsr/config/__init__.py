@@ -37,10 +37,8 @@ trainer: it knows nothing about individual methods.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib.util
 import logging
-import math
 import os
 import re
 from collections.abc import Sequence
