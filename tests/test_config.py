@@ -272,10 +272,10 @@ def test_held_out_refusal_under_zero3_names_a_fix_that_fits_the_vllm_mode(monkey
 
 def test_vllm_checks_that_need_vllm_installed(monkeypatch):
     """vllm is not installed in this venv: pretend it is (the only double: an import probe)."""
-    import rlsr.config as C
+    import rlsr.config.machine as M
 
-    real = C._module_available
-    monkeypatch.setattr(C, "_module_available", lambda name: name == "vllm" or real(name))
+    real = M.module_available
+    monkeypatch.setattr(M, "module_available", lambda name: name == "vllm" or real(name))
     base = ("recipe=tiny", "grpo.use_vllm=true")
     validate(from_dict(compose(*base)), world_size=1)  # tiny turns sleep mode off
     with pytest.raises(ConfigError) as info:  # vLLM refuses sleep mode on CPU
@@ -293,7 +293,8 @@ def test_vllm_checks_that_need_vllm_installed(monkeypatch):
 
 
 def test_liger_is_optional_and_validated(monkeypatch):
-    import rlsr.config as C
+    import rlsr.config.machine as M
+    import rlsr.config.trainer_args as T
 
     with pytest.raises(ConfigError) as info:  # not installed here
         validate(from_dict(compose("recipe=tiny", "+grpo.use_liger_kernel=true")), world_size=1)
@@ -308,11 +309,11 @@ def test_liger_is_optional_and_validated(monkeypatch):
     )
     with pytest.raises(ConfigError, match="Triton GPU kernels"):  # CPU
         validate(from_dict(compose("recipe=tiny", "+grpo.use_liger_kernel=true")), world_size=1)
-    monkeypatch.setattr(C, "_cuda_available", lambda: True)
+    monkeypatch.setattr(M, "cuda_available", lambda: True)
     g = {"use_liger_kernel": True, "use_cpu": False, "bf16": True, "loss_type": "bnpo"}
-    C._validate_liger(g, on_gpu=True)  # LoRA + any loss type: fine
+    T.check_liger(g, on_gpu=True)  # LoRA + any loss type: fine
     with pytest.raises(ConfigError) as info:
-        C._validate_liger({**g, "liger_kernel_config": {"fused_linear_cross_entropy": True}}, True)
+        T.check_liger({**g, "liger_kernel_config": {"fused_linear_cross_entropy": True}}, True)
     assert info.value.field == "grpo.liger_kernel_config"
 
 

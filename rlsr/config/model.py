@@ -1,0 +1,104 @@
+"""The ``model`` section: which weights, in which dtype and attention implementation, and the
+LoRA adapter trained on them (paper: r = 1, alpha = 32, all linear layers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlsr.config import machine
+from rlsr.config.checks import check as _check
+from rlsr.config.checks import closest_hint, is_number
+from rlsr.config.checks import is_int as _is_int
+from rlsr.tiny_models import tiny_model_path, tiny_warm_model_path
+
+DTYPES = ("bfloat16", "float16", "float32", "auto")
+ATTN_IMPLEMENTATIONS = ("auto", "flash_attention_2", "sdpa", "eager")
+
+
+TINY_MODEL_ALIAS = "tiny"
+TINY_WARM_MODEL_ALIAS = "tiny-warm"
+
+
+@dataclass
+class LoraSettings:
+    enabled: bool = True
+    r: int = 1
+    alpha: float = 32
+    dropout: float = 0.0
+    target_modules: Any = "all-linear"
+
+
+@dataclass
+class ModelSettings:
+    name_or_path: str = "Qwen/Qwen2.5-7B"
+    short_name: str | None = None  # used in the default output_dir only
+    dtype: str = "bfloat16"
+    attn_implementation: str = "auto"
+    trust_remote_code: bool = False
+    lora: LoraSettings = field(default_factory=LoraSettings)
+
+    def validate(self) -> None:
+        """Check this section; raises ``ConfigError`` naming the field and the fix."""
+        _check(
+            isinstance(self.name_or_path, str) and self.name_or_path != "",
+            "model.name_or_path",
+            "set a hub id or local folder, e.g. model.name_or_path=Qwen/Qwen2.5-7B (or 'tiny').",
+        )
+        _check(
+            self.dtype in DTYPES,
+            "model.dtype",
+            f"got {self.dtype!r}; choose one of {DTYPES}.{closest_hint(str(self.dtype), DTYPES)}",
+        )
+        _check(
+            self.attn_implementation in ATTN_IMPLEMENTATIONS,
+            "model.attn_implementation",
+            f"got {self.attn_implementation!r}; choose one of {ATTN_IMPLEMENTATIONS}.",
+        )
+        if self.attn_implementation == "flash_attention_2":
+            _check(
+                machine.module_available("flash_attn"),
+                "model.attn_implementation",
+                "flash_attention_2 requested but flash-attn is not installed; `pip install rlsr[flash]` "
+                "(needs CUDA + nvcc) or set model.attn_implementation=auto (falls back to sdpa).",
+            )
+        _check(
+            isinstance(self.trust_remote_code, bool),
+            "model.trust_remote_code",
+            "must be true or false.",
+        )
+        lora = self.lora
+        _check(isinstance(lora.enabled, bool), "model.lora.enabled", "must be true or false.")
+        if lora.enabled:
+            _check(
+                _is_int(lora.r) and lora.r >= 1,
+                "model.lora.r",
+                f"LoRA rank must be an integer >= 1; got {lora.r!r} (paper: 1).",
+            )
+            _check(
+                is_number(lora.alpha) and lora.alpha > 0,
+                "model.lora.alpha",
+                f"must be > 0; got {lora.alpha!r} (paper: 32).",
+            )
+            _check(
+                is_number(lora.dropout) and 0.0 <= lora.dropout < 1.0,
+                "model.lora.dropout",
+                f"must be in [0, 1); got {lora.dropout!r} (paper: 0).",
+            )
+            tm = lora.target_modules
+            _check(
+                (isinstance(tm, str) and tm != "")
+                or (isinstance(tm, list | tuple) and tm and all(isinstance(t, str) for t in tm)),
+                "model.lora.target_modules",
+                f"must be 'all-linear' or a list of module names; got {tm!r}.",
+            )
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """Map the aliases ``tiny`` (random) and ``tiny-warm`` (format fine-tuned) to the locally built
+    tiny models of rlsr.tiny_models; other names are returned unchanged."""
+    if name_or_path == TINY_WARM_MODEL_ALIAS:
+        return str(tiny_warm_model_path())
+    if name_or_path == TINY_MODEL_ALIAS:
+        return str(tiny_model_path())
+    return name_or_path

@@ -1,0 +1,216 @@
+"""The trainer sections: ``grpo`` (any ``trl.GRPOConfig`` field) and ``sft`` (any
+``trl.SFTConfig`` field, method=sft), checked against TRL's own fields, this machine
+(precision, vLLM, Liger) and the launch's engine (DDP / FSDP / DeepSpeed)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from rlsr.config import machine
+from rlsr.config.checks import ConfigError, closest_hint, is_number
+from rlsr.config.checks import check as _check
+from rlsr.config.checks import is_int as _is_int
+from rlsr.config.pool import resolve_pool
+from rlsr.engines import engine_from_env, engine_problems
+
+VLLM_MODES = ("colocate", "server")
+# GRPOConfig fields rlsr sets itself from other sections; a value in grpo.* would be ignored.
+MANAGED_GRPO_FIELDS = ("output_dir", "seed", "reward_weights", "model_init_kwargs")
+# SFTConfig fields rlsr sets itself.
+MANAGED_SFT_FIELDS = ("output_dir", "seed", "model_init_kwargs")
+# Sections holding a trainer's arguments (a method's registry entry names its own; GRPO first).
+TRAINER_SECTIONS = ("grpo", "sft")
+
+
+def check_grpo(g: dict, world_size: int, pool: int | None = None) -> None:
+    from trl import GRPOConfig
+
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    for key in g:
+        _check(
+            key in fields,
+            f"grpo.{key}",
+            f"not a trl.GRPOConfig field.{closest_hint(key, fields)}"
+            + (
+                " TRL 1.16 has no prompt truncation; use data.max_prompt_length."
+                if key == "max_prompt_length"
+                else ""
+            ),
+        )
+        _check(
+            key not in MANAGED_GRPO_FIELDS,
+            f"grpo.{key}",
+            "is set by rlsr from other sections (output_dir, seed, method.*_weight, model.*); "
+            "set it there instead.",
+        )
+    G = g.get("num_generations", 8)
+    _check(
+        _is_int(G) and G >= 2,
+        "grpo.num_generations",
+        f"GRPO needs at least 2 completions per prompt; got {G!r} (paper: 32).",
+    )
+    for name in ("per_device_train_batch_size", "gradient_accumulation_steps"):
+        value = g.get(name, 1)
+        _check(
+            _is_int(value) and value >= 1,
+            f"grpo.{name}",
+            f"must be an integer >= 1; got {value!r}.",
+        )
+    resolve_pool(g, pool, world_size)
+    lr = g.get("learning_rate", 1e-6)
+    _check(is_number(lr) and lr > 0, "grpo.learning_rate", f"must be > 0; got {lr!r}.")
+    temp = g.get("temperature", 1.0)
+    _check(is_number(temp) and temp > 0, "grpo.temperature", f"must be > 0; got {temp!r}.")
+    mcl = g.get("max_completion_length", 256)
+    _check(
+        mcl is None or (_is_int(mcl) and mcl >= 1),
+        "grpo.max_completion_length",
+        f"must be a positive integer; got {mcl!r}.",
+    )
+    warm = g.get("warmup_steps", 0)
+    _check(
+        is_number(warm) and warm >= 0,
+        "grpo.warmup_steps",
+        f"must be >= 0 (a float < 1 is a fraction of all steps, e.g. 0.05); got {warm!r}.",
+    )
+    if g.get("scale_rewards", "group") not in ("group", "batch", "none", True, False):
+        raise ConfigError("grpo.scale_rewards", "choose 'none' (paper), 'group' or 'batch'.")
+    if g.get("use_vllm", False):
+        mode = g.get("vllm_mode", "colocate")
+        _check(
+            mode in VLLM_MODES,
+            "grpo.vllm_mode",
+            f"got {mode!r}; choose 'colocate' (vLLM inside each training process) or 'server' "
+            "(a separate `trl vllm-serve`/`vllm serve`; see docs/training.md).",
+        )
+        _check(
+            machine.module_available("vllm"),
+            "grpo.use_vllm",
+            "vLLM rollouts requested but vllm is not installed; `pip install rlsr[vllm]` "
+            "(GPU), or set grpo.use_vllm=false to generate with transformers.",
+        )
+    check_precision(g, "grpo")
+
+
+def check_precision(g: dict, section: str) -> None:
+    use_cpu = bool(g.get("use_cpu", False))
+    on_gpu = not use_cpu and machine.cuda_available()
+    bf16 = g.get("bf16", True) and not g.get("fp16", False)
+    _check(
+        not (bf16 and not on_gpu),
+        f"{section}.bf16",
+        f"bf16 mixed precision needs a GPU and none is in use; set {section}.bf16=false "
+        "(and model.dtype=float32) for CPU runs, or use recipe=tiny.",
+    )
+    if g.get("use_vllm", False):
+        _check(
+            not (g.get("vllm_enable_sleep_mode", False) and not on_gpu),
+            "grpo.vllm_enable_sleep_mode",
+            "vLLM's sleep mode needs a CUDA/ROCm GPU (vLLM refuses it elsewhere: 'Sleep mode is "
+            "not supported on current platform'); set grpo.vllm_enable_sleep_mode=false.",
+        )
+    if g.get("use_liger_kernel", False):
+        check_liger(g, on_gpu)
+
+
+LIGER_MIN_VERSION = "0.8.2"  # trl.import_utils.LIGER_KERNEL_MIN_VERSION in TRL 1.16
+
+
+def check_liger(g: dict, on_gpu: bool) -> None:
+    """``grpo.use_liger_kernel`` (the paper's "Triton kernels shipped with TRL"; optional).
+
+    TRL 1.16's GRPOTrainer applies only Liger's layer kernels (RMSNorm, RoPE, SwiGLU) through
+    transformers' ``apply_liger_kernel``, which unwraps a PEFT model, so LoRA works; it has no
+    Liger GRPO loss any more, so every ``loss_type`` works; it rejects
+    ``liger_kernel_config={"fused_linear_cross_entropy": true}`` (its own fused LM head). The
+    kernels are Triton: they need a GPU.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.version import Version
+
+    try:
+        installed = version("liger-kernel")
+    except PackageNotFoundError:
+        installed = None
+    _check(
+        installed is not None and Version(installed) >= Version(LIGER_MIN_VERSION),
+        "grpo.use_liger_kernel",
+        f"needs liger-kernel >= {LIGER_MIN_VERSION} (found {installed or 'none'}); "
+        "`pip install rlsr[liger]` or set grpo.use_liger_kernel=false.",
+    )
+    _check(
+        on_gpu,
+        "grpo.use_liger_kernel",
+        "Liger's kernels are Triton GPU kernels and no GPU is in use; set "
+        "grpo.use_liger_kernel=false for CPU runs.",
+    )
+    kernel_config = g.get("liger_kernel_config") or {}
+    _check(
+        not (isinstance(kernel_config, dict) and kernel_config.get("fused_linear_cross_entropy")),
+        "grpo.liger_kernel_config",
+        "fused_linear_cross_entropy replaces the model's forward, which TRL 1.16's GRPOTrainer "
+        "patches with its own fused LM head; remove it (TRL applies only the layer kernels).",
+    )
+
+
+def check_vllm_length(g: dict, prompt: int | None) -> None:
+    """``grpo.vllm_max_model_length`` against ``data.max_prompt_length`` (``prompt``) + the
+    completion length (the held-out answer's need is checked with the held-out plan)."""
+    length = g.get("vllm_max_model_length")
+    completion = g.get("max_completion_length", 256)
+    if not g.get("use_vllm", False) or length is None:
+        return
+    _check(
+        _is_int(length) and length >= 1,
+        "grpo.vllm_max_model_length",
+        f"must be a positive integer (tokens) or null; got {length!r}.",
+    )
+    if prompt is not None and completion is not None:
+        _check(
+            length >= prompt + completion,
+            "grpo.vllm_max_model_length",
+            f"{length} tokens cannot hold data.max_prompt_length + grpo.max_completion_length = "
+            f"{prompt} + {completion}; remove it (the default is their sum) or raise it.",
+        )
+
+
+def check_sft(g: dict) -> None:
+    """The ``sft`` section (method=sft): trl.SFTConfig fields, minus the ones rlsr fills in."""
+    from trl import SFTConfig
+
+    fields = {f.name for f in dataclasses.fields(SFTConfig)}
+    for key in g:
+        _check(
+            key in fields,
+            f"sft.{key}",
+            f"not a trl.SFTConfig field.{closest_hint(key, fields)}",
+        )
+        _check(
+            key not in MANAGED_SFT_FIELDS,
+            f"sft.{key}",
+            "is set by rlsr from other sections (output_dir, seed, model.*); set it there instead.",
+        )
+    for name in ("per_device_train_batch_size", "gradient_accumulation_steps"):
+        value = g.get(name, 1)
+        _check(
+            _is_int(value) and value >= 1,
+            f"sft.{name}",
+            f"must be an integer >= 1; got {value!r}.",
+        )
+    lr = g.get("learning_rate", 2e-5)
+    _check(is_number(lr) and lr > 0, "sft.learning_rate", f"must be > 0; got {lr!r}.")
+    max_length = g.get("max_length", 1024)
+    _check(
+        max_length is None or (_is_int(max_length) and max_length >= 1),
+        "sft.max_length",
+        f"must be a positive integer (tokens) or null (no truncation); got {max_length!r}.",
+    )
+    check_precision(g, "sft")
+
+
+def check_engine(g: dict, lora: bool) -> None:
+    """The launch's engine (DDP / FSDP / DeepSpeed, from accelerate's environment variables,
+    ``rlsr.engines``) against the grpo settings: the first problem becomes a ConfigError."""
+    for field_name, message in engine_problems(engine_from_env(), g, lora=lora):
+        raise ConfigError(field_name, message)
