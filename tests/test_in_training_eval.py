@@ -23,7 +23,8 @@ import torch
 from test_trainer_support import TEST_THREADS, tiny_settings
 
 from rlsr.cli import main as rlsr_main
-from rlsr.config import ConfigError, resolve_heldout
+from rlsr.config import ConfigError
+from rlsr.config.heldout import resolve_heldout
 from rlsr.evaluation.curves import write_curves
 from rlsr.evaluation.history import read_history, step_dir
 from rlsr.pool_log import pool_path, pool_steps, read_pool

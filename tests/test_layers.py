@@ -37,6 +37,7 @@ LAYERS: dict[str, int] = {
     "rlsr.data": 2,
     "rlsr.tiny_models": 2,
     "rlsr.config": 2,
+    "rlsr.config.heldout": 2,  # the held-out plan (eval.*): resolve_heldout
     "rlsr.pool_log": 2,  # the pool files: written by the trainer, read by rlsr report --pools
     # 3 trainer and the method registry
     "rlsr.trainer": 3,

@@ -57,7 +57,8 @@ import torch
 from accelerate.utils import is_peft_model
 from transformers import AutoModelForCausalLM, TrainerCallback
 
-from rlsr.config import ConfigError, ResolvedHeldOut
+from rlsr.config.checks import ConfigError
+from rlsr.config.heldout import ResolvedHeldOut
 from rlsr.data import build_verifier, load_examples
 from rlsr.evaluation.backends import (
     TransformersBackend,
