@@ -9,7 +9,7 @@ the tests. They are shipped rather than built per machine because weights drawn 
 depend on the CPU's float numerics (AVX2 / AVX-512 / ARM, thread count): the same procedure
 gives different bytes, and a model that behaves differently, on each machine.
 
-Steps: build the random ``tiny-qwen2`` (``rlsr.tiny_models.build_tiny_model``), fine-tune it on
+Steps: build the random ``tiny-qwen2`` (``tools.tiny_models.build_tiny_model``), fine-tune it on
 the tag format (``train_format_warm``), sample the warm model at temperature 1 on every tiny
 train prompt (``sampled_behaviour``) and refuse to ship it outside ``WARM_BANDS``; then write the
 files' sha256 and the measured behaviour to MANIFEST.json. Commit the result; a rebuilt copy
@@ -30,7 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rlsr import tiny_models as tm  # noqa: E402
+from rlsr import tiny_models as shipped  # noqa: E402
+from tools import tiny_models as tm  # noqa: E402
 
 SAMPLES_PER_PROMPT = 8
 
@@ -56,13 +57,13 @@ def build(out: Path) -> dict:
             raise SystemExit(
                 f"the format-warm model fails its gate: {key} = {behaviour[key]:.4g}, needs "
                 f"[{lo}, {hi}] ({behaviour['completions']} completions sampled at temperature "
-                f"1). Change WARM_* in rlsr/tiny_models.py; nothing was written."
+                f"1). Change WARM_* in tools/tiny_models.py; nothing was written."
             )
     models = {}
-    for name in tm.SHIPPED_MODELS:
+    for name in shipped.SHIPPED_MODELS:
         folder = out / name
         files = sorted(p.name for p in folder.iterdir() if p.is_file())
-        models[name] = {"files": {f: tm.file_sha256(folder / f) for f in files}}
+        models[name] = {"files": {f: shipped.file_sha256(folder / f) for f in files}}
     models["tiny-format-warm"]["behaviour_temperature_1"] = behaviour
     models["tiny-format-warm"]["training"] = {
         "lookup_steps": tm.WARM_LOOKUP_STEPS,
@@ -97,17 +98,17 @@ def main(argv=None) -> int:
         manifest = build(Path(tmp))
         print(json.dumps(manifest["models"]["tiny-format-warm"]["behaviour_temperature_1"]))
         if args.check:
-            old = tm.shipped_manifest()["models"]
-            for name in tm.SHIPPED_MODELS:
+            old = shipped.shipped_manifest()["models"]
+            for name in shipped.SHIPPED_MODELS:
                 same = old[name]["files"] == manifest["models"][name]["files"]
                 print(f"{name}: {'identical to' if same else 'differs from'} the shipped copy")
             return 0
-        for name in tm.SHIPPED_MODELS:
-            target = tm.SHIPPED_DIR / name
+        for name in shipped.SHIPPED_MODELS:
+            target = shipped.SHIPPED_DIR / name
             shutil.rmtree(target, ignore_errors=True)
             shutil.copytree(Path(tmp) / name, target)
-    (tm.SHIPPED_DIR / tm.MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
-    print(f"wrote {tm.SHIPPED_DIR}")
+    (shipped.SHIPPED_DIR / shipped.MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+    print(f"wrote {shipped.SHIPPED_DIR}")
     return 0
 
 

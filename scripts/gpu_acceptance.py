@@ -12,7 +12,7 @@ recorded. ``--phases train,evaluate`` (the default) runs both in one command. Th
 installs anything (the GPU machine reaches no package index): without vLLM it stops at once and
 says how to install it. Models are random-initialised with real shapes (Qwen2.5-0.5B and
 Qwen2.5-7B configs, ``SHAPES`` below, values copied from the public config.json files) and a
-local tokenizer (``rlsr.tiny_models.padded_tokenizer``: the tiny BPE tokenizer, its vocabulary
+local tokenizer (``tools.tiny_models.padded_tokenizer``: the tiny BPE tokenizer, its vocabulary
 filled up to the real 151,936 / 152,064 ids so every sampled id decodes). Random weights make the
 *speed* and *plumbing* real, not the accuracy.
 
@@ -95,6 +95,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# the checkout, for tools/ (the tiny tokenizer builders: not part of the installed package)
+sys.path.insert(0, str(ROOT))
 
 # Public config.json values (Qwen/Qwen2.5-0.5B, Qwen/Qwen2.5-7B); "tiny" is the smoke shape.
 SHAPES: dict[str, dict] = {
@@ -154,7 +156,7 @@ def build_model(shape: str, out: Path, dtype: str, device: str) -> Path:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from rlsr.tiny_models import padded_tokenizer
+    from tools.tiny_models import padded_tokenizer
 
     if out.is_dir():
         return out
@@ -703,7 +705,7 @@ def _filler_share(model_dir: Path, samples: list[dict]) -> float:
     """Share of the generated ids that are ``padded_tokenizer``'s fillers (not in the tiny BPE
     tokenizer it pads): how much of the answers the padded vocabulary made up."""
     from rlsr.evaluation.backends import load_chat_tokenizer
-    from rlsr.tiny_models import _build_tokenizer
+    from tools.tiny_models import _build_tokenizer
 
     tokens = load_chat_tokenizer(str(model_dir)).convert_ids_to_tokens(
         [i for s in samples for i in s["response_token_ids"]]

@@ -33,7 +33,8 @@ LAYERS: dict[str, int] = {
     "rlsr.metrics": 1,
     "rlsr.logprob": 1,
     "rlsr.verifiers": 1,
-    # 2 data, config (rlsr.tiny_models holds the tiny models that config's `tiny` aliases name)
+    # 2 data, config (rlsr.tiny_models: the shipped tiny models that config's `tiny` aliases name
+    # and their hash check; their builders live outside the package, in tools/tiny_models.py)
     "rlsr.data": 2,
     "rlsr.tiny_models": 2,
     "rlsr.config": 2,

@@ -3,10 +3,11 @@
 Each combination is composed through the Hydra tree exactly as ``train.py`` composes it, with
 only these overrides:
 
-* scale: a tiny random model of the same family (``rlsr.tiny_models``: Qwen2 / Llama-3.1-shaped),
-  the bundled fixture rows of the recipe's dataset (``rlsr/data/fixtures/upstream``), G = 3, a
-  pool of 6 completions (``pool_size``; the accumulation is derived as in a real run), 8-token
-  completions, one optimizer step;
+* scale: a tiny random model of the same family (Qwen2: shipped, ``rlsr.tiny_models``;
+  Llama-3.1-shaped: built and cached by ``tools.tiny_models``), the bundled fixture rows of the
+  recipe's dataset (``rlsr/data/fixtures/upstream``), G = 3, a pool of 6 completions
+  (``pool_size``; the accumulation is derived as in a real run), 8-token completions, one
+  optimizer step;
 * device: no vLLM (not installable here), ``grpo.use_cpu=true``, ``grpo.bf16=false`` (autocast
   mixed precision is a GPU setting here); the weights stay in the recipe's ``model.dtype``
   (bfloat16: this CPU has native bf16).
@@ -32,8 +33,9 @@ import pytest
 from rlsr.config import from_dict
 from rlsr.data import resolve_datasets
 from rlsr.data.loading import FIXTURES_DIR
-from rlsr.tiny_models import tiny_llama_model_path, tiny_model_path
+from rlsr.tiny_models import tiny_model_path
 from rlsr.training import validate
+from tools.tiny_models import tiny_llama_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = {"hotpot": "hotpot_modified", "bigmath": "bigmath_digits"}

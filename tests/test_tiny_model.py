@@ -1,9 +1,15 @@
-"""The tiny offline model that tests and the tiny recipe use (rlsr.tiny_models)."""
+"""The tiny offline models that tests and the tiny recipe use: the shipped copies and their check
+(rlsr.tiny_models, in the library) and their builders, warm-up and probes (tools.tiny_models,
+outside it)."""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
+from pathlib import Path
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
@@ -41,7 +47,7 @@ def test_tiny_model_generates_offline(tiny_model_dir):
 def test_tiny_llama_builds_from_scratch_and_generates(tmp_path):
     """Built into an empty folder, not read from the machine's cache (a cached copy hid a builder
     that returned no tokenizer). Llama-3.1 shape: untied head, llama3 RoPE, BOS, <|eot_id|> stop."""
-    from rlsr.tiny_models import build_tiny_llama_model
+    from tools.tiny_models import build_tiny_llama_model
 
     out = build_tiny_llama_model(tmp_path / "llama")
     model = AutoModelForCausalLM.from_pretrained(out)
@@ -66,10 +72,11 @@ def test_shipped_models_are_the_manifests_bytes():
     """The shipped tiny models are the files MANIFEST.json names, byte for byte (sha256), and
     the default settings resolve to them (not to a copy built on this machine)."""
     from rlsr import tiny_models as tm
+    from tools.tiny_models import TINY_MODEL_DEFAULTS
 
     manifest = tm.shipped_manifest()
     assert set(manifest["models"]) == set(tm.SHIPPED_MODELS)
-    assert manifest["settings"] == tm.TINY_MODEL_DEFAULTS
+    assert manifest["settings"] == TINY_MODEL_DEFAULTS
     for name in tm.SHIPPED_MODELS:
         folder = tm.shipped_model_path(name)
         files = manifest["models"][name]["files"]
@@ -86,8 +93,6 @@ def test_shipped_models_are_the_manifests_bytes():
 
 def test_a_changed_shipped_file_is_refused_with_the_fix(tmp_path, monkeypatch):
     import shutil
-
-    import pytest
 
     from rlsr import tiny_models as tm
 
@@ -106,21 +111,22 @@ def test_a_changed_shipped_file_is_refused_with_the_fix(tmp_path, monkeypatch):
 
 def test_format_warm_model_writes_the_format_and_mixes_right_and_wrong():
     """The format-warm model, sampled at temperature 1 on every tiny train prompt (200 x 4):
-    the tag format in >= 90 % of completions, right in 30-70 % (tiny_models.WARM_BANDS), and
+    the tag format in >= 90 % of completions, right in 30-70 % (tools.tiny_models.WARM_BANDS), and
     varied confidences. The trainer tests' preconditions rest on this model; their chances of a
     vacuous pool are computed from its per-prompt accuracy (0.16-0.97 at the recipe's
     temperature) in test_trainer.py, next to ONE_STEP_POOL."""
-    from rlsr import tiny_models as tm
+    from rlsr import tiny_models as shipped
+    from tools import tiny_models as tm
 
     torch.set_num_threads(1)
-    got = tm.sampled_behaviour(tm.tiny_warm_model_path(), samples_per_prompt=4)
+    got = tm.sampled_behaviour(shipped.tiny_warm_model_path(), samples_per_prompt=4)
     assert got["completions"] == 800
     for key, (lo, hi) in tm.WARM_BANDS.items():
         assert lo <= got[key] <= hi, (key, got)
     assert len(got["confidences"]) >= 3, got
     # the manifest's figures are this model's (8 samples per prompt at build time)
-    shipped = tm.shipped_manifest()["models"]["tiny-format-warm"]["behaviour_temperature_1"]
-    assert abs(shipped["accuracy"] - got["accuracy"]) < 0.08, (shipped, got)
+    manifest = shipped.shipped_manifest()["models"]["tiny-format-warm"]["behaviour_temperature_1"]
+    assert abs(manifest["accuracy"] - got["accuracy"]) < 0.08, (manifest, got)
 
 
 def test_format_warm_greedy_choices_win_by_more_than_float_noise():
@@ -128,9 +134,97 @@ def test_format_warm_greedy_choices_win_by_more_than_float_noise():
     (test_trainer_distributed.py): on every one of the recipe's 64 prompts each greedy decision
     beats the runner-up by >= 1e-3 in logit, ~100x the float noise between layouts or CPUs, so
     those texts are a property of the shipped weights, not of the machine."""
-    from rlsr import tiny_models as tm
+    from rlsr.tiny_models import tiny_warm_model_path
+    from tools import tiny_models as tm
 
     torch.set_num_threads(1)
-    margins = tm.greedy_margins(tm.tiny_warm_model_path(), limit=tm.GREEDY_PROMPTS)
+    margins = tm.greedy_margins(tiny_warm_model_path(), limit=tm.GREEDY_PROMPTS)
     assert len(margins) == 64
     assert min(margins) >= tm.WARM_MIN_GREEDY_MARGIN, sorted(margins)[:5]
+
+
+# --------------------------------------------------------------------------- library vs tools
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILDERS_FILE = ROOT / "tools" / "tiny_models.py"
+
+
+def _builders_copy(tmp_path, name: str, edit: tuple[str, str] | None = None):
+    """tools/tiny_models.py loaded as a separate module from a copy of its text, ``edit``
+    (old, new) applied: the module as it would be after that edit."""
+    text = BUILDERS_FILE.read_text()
+    if edit is not None:
+        assert text.count(edit[0]) == 1, edit[0]
+        text = text.replace(*edit)
+    path = tmp_path / f"{name}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cache_folder(module, monkeypatch, tmp_path) -> str:
+    """The cache folder ``tiny_llama_model_path`` names (nothing is built)."""
+    monkeypatch.setenv("RLSR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(module, "_cached_build", lambda target, build: target)
+    return module.tiny_llama_model_path().name
+
+
+# Edits that do not change a cached model's bytes: a probe's docstring and code, the warm-up's
+# learning rate, a builder's docstring. The key must not move (it covered the whole module's
+# text, so any of these rebuilt every cached model).
+KEEPS_KEY = {
+    "probe docstring": (
+        "completions per tiny train prompt at temperature 1 and",
+        "completions per tiny train prompt (sampled) at temperature 1 and",
+    ),
+    "probe code": (
+        "return [gap for _, gap in greedy_completions(path, limit=limit)]",
+        "return [g for _, g in greedy_completions(path, limit=limit)]",
+    ),
+    "warm-up constant": ("WARM_LR = 3e-3", "WARM_LR = 2e-3"),
+    "builder docstring": (
+        "scaling, untied LM head) with a Llama-3-shaped tokenizer",
+        "scaling, untied LM head) with its Llama-3-shaped tokenizer",
+    ),
+}
+# Edits that change the files built: the model's config, the tokenizer's pre-tokenizer.
+MOVES_KEY = {
+    "model builder code": ("rope_theta=500000.0,", "rope_theta=250000.0,"),
+    "tokenizer regex": (r"\p{N}{1,3}", r"\p{N}{1,2}"),
+}
+
+
+def test_cache_key_follows_the_builders_code_not_the_probes(tmp_path, monkeypatch):
+    """A cached tiny model's folder is keyed by the code that decides its bytes: editing a probe,
+    the warm-up or a docstring keeps it; editing the model or tokenizer builder changes it."""
+    base = _cache_folder(_builders_copy(tmp_path, "tiny_base"), monkeypatch, tmp_path)
+    assert base.startswith("tiny-llama-")
+    for i, (what, edit) in enumerate(KEEPS_KEY.items()):
+        module = _builders_copy(tmp_path, f"tiny_keep{i}", edit)
+        assert _cache_folder(module, monkeypatch, tmp_path) == base, what
+    for i, (what, edit) in enumerate(MOVES_KEY.items()):
+        module = _builders_copy(tmp_path, f"tiny_move{i}", edit)
+        assert _cache_folder(module, monkeypatch, tmp_path) != base, what
+
+
+def test_moved_builders_name_their_new_place():
+    with pytest.raises(ImportError, match=r"tools/tiny_models\.py.*from tools\.tiny_models import"):
+        from rlsr.tiny_models import build_tiny_model  # noqa: F401
+
+
+def test_the_library_imports_nothing_from_tools():
+    """tools/ is not installed with the package: an import of it from rlsr/ would break every
+    installed copy."""
+    offenders = []
+    for path in sorted((ROOT / "rlsr").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [a.name for a in node.names] if isinstance(node, ast.Import)
+                else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )  # fmt: skip
+            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names
+                          if n == "tools" or n.startswith("tools.")]  # fmt: skip
+    assert not offenders, offenders

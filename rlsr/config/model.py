@@ -95,8 +95,9 @@ class ModelSettings:
 
 
 def resolve_model_path(name_or_path: str) -> str:
-    """Map the aliases ``tiny`` (random) and ``tiny-warm`` (format fine-tuned) to the locally built
-    tiny models of rlsr.tiny_models; other names are returned unchanged."""
+    """Map the aliases ``tiny`` (random) and ``tiny-warm`` (format fine-tuned) to the shipped
+    tiny models (rlsr.tiny_models: hash-checked folders, never built here); other names are
+    returned unchanged."""
     if name_or_path == TINY_WARM_MODEL_ALIAS:
         return str(tiny_warm_model_path())
     if name_or_path == TINY_MODEL_ALIAS:
