@@ -292,9 +292,13 @@ def test_kill_9_and_resume_keeps_one_evaluation_per_step(tmp_path):
 
 
 def _wandb_history(run_file: Path) -> list[dict]:
-    """History rows of an offline wandb run, read from its ``run-*.wandb`` file: wandb's
+    """History rows of a finished offline wandb run, read from its ``run-*.wandb`` file: wandb's
     LevelDB-log framing (a 7-byte file header, 32 KiB blocks, 7-byte record headers: crc32,
-    length, type full/first/middle/last) around ``wandb_internal_pb2.Record`` messages."""
+    length, type full/first/middle/last) around ``wandb_internal_pb2.Record`` messages.
+
+    wandb-core keeps the file's last, partly filled block in memory until the run's stream
+    closes, so a file read too early ends at a block boundary: rows are missing without any
+    error. The run's exit record is required, so such a read fails here, saying so."""
     import struct
 
     from wandb.proto import wandb_internal_pb2
@@ -319,15 +323,17 @@ def _wandb_history(run_file: Path) -> list[dict]:
             pending += data
         elif kind == 4:
             records.append(pending + data)
-    rows = []
+    rows, exited = [], False
     for data in records:
         record = wandb_internal_pb2.Record()
         record.ParseFromString(data)
+        exited = exited or record.WhichOneof("record_type") == "exit"
         if record.WhichOneof("record_type") == "history":
             rows.append(
                 {(i.key or "/".join(i.nested_key)): json.loads(i.value_json)
                  for i in record.history.item}
             )  # fmt: skip
+    assert exited, f"{run_file} ({len(raw)} bytes) has no exit record: not fully written yet"
     return rows
 
 
@@ -343,6 +349,10 @@ def test_wandb_offline_run_gets_held_out_scalars_and_images(tmp_path, monkeypatc
     import wandb
 
     wandb.finish()  # what the end of a training process does (atexit); flushes the last rows
+    # finish() returns before wandb-core has written the run file's last block (it closes the
+    # stream after an unawaited inform_finish); a read right away missed the step-3 image once
+    # (issue 30). teardown() waits for the service process to exit, as a process's exit does.
+    wandb.teardown()
     (run_file,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
     rows = _wandb_history(run_file)
     history = {h["step"]: h for h in read_history(out)}
