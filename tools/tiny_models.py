@@ -261,28 +261,18 @@ def build_tiny_model(out_dir: str | os.PathLike, **overrides) -> Path:
     Keyword overrides replace entries of ``TINY_MODEL_DEFAULTS`` (e.g. ``hidden_size=64``).
     Weights are saved as safetensors. Returns ``Path(out_dir)``.
     """
-    import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     cfg = _tiny_settings(overrides)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    tokenizer = _build_tokenizer(cfg["vocab_size"])
-    config = Qwen2Config(
-        **_sizes(cfg, len(tokenizer)),
-        tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-    )
-    torch.manual_seed(cfg["seed"])
-    model = Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
-    return out
+    tok = _build_tokenizer(cfg["vocab_size"])
+    ids = {"eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id}
+    return _write_random(
+        out, tok, cfg, Qwen2Config, Qwen2ForCausalLM, generation=ids,
+        tie_word_embeddings=True, **ids, bos_token_id=None,
+    )  # fmt: skip
 
 
 def build_tiny_llama_model(out_dir: str | os.PathLike, **overrides) -> Path:
@@ -291,16 +281,20 @@ def build_tiny_llama_model(out_dir: str | os.PathLike, **overrides) -> Path:
 
     Keyword overrides replace entries of ``TINY_MODEL_DEFAULTS``. Returns ``Path(out_dir)``.
     """
-    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = _tiny_settings(overrides)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = _build_llama3_tokenizer(cfg["vocab_size"])
-    eot = tokenizer.convert_tokens_to_ids("<|eot_id|>")
-    config = LlamaConfig(
-        **_sizes(cfg, len(tokenizer)),
+    tok = _build_llama3_tokenizer(cfg["vocab_size"])
+    eot = tok.convert_tokens_to_ids("<|eot_id|>")
+    return _write_random(
+        out,
+        tok,
+        cfg,
+        LlamaConfig,
+        LlamaForCausalLM,
+        generation={"bos_token_id": tok.bos_token_id, "eos_token_id": [tok.eos_token_id, eot]},
         rope_theta=500000.0,
         rope_scaling={
             "rope_type": "llama3",
@@ -310,14 +304,25 @@ def build_tiny_llama_model(out_dir: str | os.PathLike, **overrides) -> Path:
             "original_max_position_embeddings": 1024,
         },
         tie_word_embeddings=False,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
         pad_token_id=None,
     )
+
+
+def _write_random(
+    out: Path, tokenizer, cfg: dict, config_class, model_class, generation: dict, **arch
+) -> Path:
+    """A ``model_class`` of ``config_class(sizes from cfg, **arch)`` drawn after
+    ``torch.manual_seed(cfg["seed"])``, ``generation`` set on its generation config, saved
+    (safetensors) to ``out`` with ``tokenizer``."""
+    import torch
+
+    config = config_class(**_sizes(cfg, len(tokenizer)), **arch)
     torch.manual_seed(cfg["seed"])
-    model = LlamaForCausalLM(config)
-    model.generation_config.bos_token_id = tokenizer.bos_token_id
-    model.generation_config.eos_token_id = [tokenizer.eos_token_id, eot]
+    model = model_class(config)
+    for key, value in generation.items():
+        setattr(model.generation_config, key, value)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     return out
@@ -333,6 +338,7 @@ LLAMA_BUILDER: tuple = (
     "_train_bpe",
     "_tiny_settings",
     "_sizes",
+    "_write_random",
     "_LLAMA3_PRETOKENIZE_REGEX",
     "LLAMA3_SPECIAL_TOKENS",
     "LLAMA3_CHAT_TEMPLATE",
