@@ -49,10 +49,12 @@ def main(cfg: DictConfig) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
     from rlsr.config import ConfigError, describe_hydra_error, from_dict
-    from rlsr.training import run_summary, run_training, validate
+    from rlsr.run_plan import plan_run
+    from rlsr.training import run_summary, run_training
 
     try:
-        settings = validate(from_dict(OmegaConf.to_container(cfg, resolve=True)))
+        plan = plan_run(from_dict(OmegaConf.to_container(cfg, resolve=True)))
+        settings = plan.settings
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(CONFIG_ERROR_EXIT)
@@ -65,7 +67,7 @@ def main(cfg: DictConfig) -> int:
         print(f"[rlsr] resolved config: {path}", flush=True)
 
     try:
-        trainer = run_training(settings)
+        trainer = run_training(settings, plan=plan)
     except ConfigError as err:  # data-dependent checks (e.g. every prompt too long)
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(CONFIG_ERROR_EXIT)
@@ -77,7 +79,8 @@ def main(cfg: DictConfig) -> int:
         sys.exit(RUN_ERROR_EXIT)
     if _is_main_process():  # where everything is, the held-out AURC, the next commands
         steps = None if trainer is None else trainer.state.global_step
-        print(run_summary(settings, seconds=time.monotonic() - STARTED, steps=steps), flush=True)
+        summary = run_summary(settings, seconds=time.monotonic() - STARTED, steps=steps, plan=plan)
+        print(summary, flush=True)
     return 0
 
 

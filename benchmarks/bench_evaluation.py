@@ -34,7 +34,7 @@ def main() -> None:
     for bs in [int(b) for b in args.batch_sizes.split(",")]:
         backend = TransformersBackend(model, batch_size=bs)
         settings = EvalSettings(max_new_tokens=args.max_new_tokens, fallback_max_new_tokens=16,
-                                batch_size=bs, bootstrap_resamples=0, progress=False, plot=False)  # fmt: skip
+                                batch_size=bs, bootstrap=0, progress=False, plot=False)  # fmt: skip
         with tempfile.TemporaryDirectory() as out:
             start = time.perf_counter()
             evaluate_dataset(backend, examples, out, verifier=get_verifier("exact_match"),

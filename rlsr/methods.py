@@ -50,7 +50,14 @@ import numpy as np
 from trl import GRPOConfig, SFTConfig
 
 from rlsr import rewards as R
-from rlsr.config import CONFIDENCE_SOURCES, ConfigError, MethodSettings, closest_hint, is_number
+from rlsr.config import (
+    CONFIDENCE_SOURCES,
+    ConfigError,
+    MethodSettings,
+    TrainSettings,
+    closest_hint,
+    is_number,
+)
 from rlsr.parsing import FULL_FORMAT, OPTIONAL_CONFIDENCE_FORMAT, FormatSpec
 from rlsr.sft_trainer import SFTAnswerTrainer, sft_examples
 from rlsr.trainer import RLSRTrainer
@@ -64,6 +71,7 @@ __all__ = [
     "get_entry",
     "resolve",
     "validate_method",
+    "check_method",
     "reward_columns",
     "compute_reward_columns",
 ]
@@ -236,6 +244,36 @@ def validate_method(settings: MethodSettings) -> None:
             "(method=rlsr method.confidence=logprob).",
         )
     entry.validate(settings)
+
+
+def check_method(cfg: TrainSettings) -> Method:
+    """Every check that depends on which method ``cfg`` trains, in one place: the entry's own
+    (``validate_method``), its trainer section's (``validate_trainer``), a section the method does
+    not read, and the pool log (a method without a reward pool has nothing to write: said, then
+    turned off). The section checks every method shares are ``rlsr.config``'s. Returns the
+    entry bound to ``cfg.method``."""
+    validate_method(cfg.method)
+    entry = get_entry(cfg.method.name)
+    section = entry.args_section
+    if entry.validate_trainer is not None:
+        entry.validate_trainer(cfg.method, getattr(cfg, section))
+    if section == "grpo" and cfg.sft:  # a GRPO method: `sft` would be ignored
+        raise ConfigError(
+            f"sft.{next(iter(cfg.sft))}",
+            f"the sft section is read by method=sft only; method={cfg.method.name} takes its "
+            f"trainer settings from {section}.*.",
+        )
+    if not entry.rewarded and cfg.pool_log.every:
+        # recipe=tiny turns the pool log on for every method; one trained on fixed answers
+        # (method=sft) has no reward pool, so the setting does not apply to it: said, then off.
+        print(
+            f"[rlsr] pool_log.every={cfg.pool_log.every} does not apply to "
+            f"method={cfg.method.name}: it trains on fixed answers and has no reward pool to "
+            "write; no pools/ files.",
+            flush=True,
+        )
+        cfg.pool_log.every = 0
+    return Method(entry, cfg.method)
 
 
 def reward_columns(settings: MethodSettings) -> list[tuple[str, float]]:

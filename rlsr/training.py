@@ -31,26 +31,29 @@ from typing import Any
 from peft import LoraConfig
 
 from rlsr.config import (
-    TRAINER_SECTIONS,
     ConfigError,
+    ResolvedHeldOut,
+    SettingsPlan,
     TrainSettings,
-    check_settings,
-    default_vllm_max_model_length,
     resolve_attn_implementation,
     resolve_heldout,
     resolve_model_path,
     resolve_pool,
     resolve_resume,
     training_verifier,
+    vllm_context_length,
     world_size_from_env,
 )
 from rlsr.data import build_verifier, get_spec, load_examples
 from rlsr.data.loading import DatasetUnavailableError, download_command
 from rlsr.engines import engine_from_env
-from rlsr.evaluation.history import EVAL_DIR, read_history
+from rlsr.eval_protocol import protocol_flags, to_flags
+from rlsr.evaluation.history import read_history
 from rlsr.evaluation.in_training import HeldOutEvaluator
-from rlsr.methods import get_entry, resolve, reward_columns, validate_method
+from rlsr.evaluation.layout import EVAL_DIR
+from rlsr.methods import get_entry, resolve
 from rlsr.pool_log import POOLS_DIR, PoolLogWriter, pool_steps
+from rlsr.run_plan import RunPlan, plan_run
 from rlsr.tokenization import load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -70,33 +73,12 @@ __all__ = [
 
 
 def validate(cfg: TrainSettings, *, world_size: int | None = None) -> TrainSettings:
-    """Check ``cfg`` without loading any model or dataset: the method's registry checks, then
-    every section (``rlsr.config.check_settings``). Raises ``ConfigError``; returns ``cfg``.
+    """Check ``cfg`` without loading any model or dataset (``rlsr.run_plan.plan_run``: the
+    method's checks, then every section's). Raises ``ConfigError``; returns ``cfg``.
 
     ``world_size`` defaults to ``$WORLD_SIZE`` (set by ``accelerate launch``/torchrun), else 1.
     """
-    validate_method(cfg.method)
-    entry = get_entry(cfg.method.name)
-    section = entry.args_section
-    if entry.validate_trainer is not None:
-        entry.validate_trainer(cfg.method, getattr(cfg, section))
-    if section == TRAINER_SECTIONS[0] and cfg.sft:  # a GRPO method: `sft` would be ignored
-        raise ConfigError(
-            f"sft.{next(iter(cfg.sft))}",
-            f"the sft section is read by method=sft only; method={cfg.method.name} takes its "
-            f"trainer settings from {section}.*.",
-        )
-    if not entry.rewarded and cfg.pool_log.every:
-        # recipe=tiny turns the pool log on for every method; one trained on fixed answers
-        # (method=sft) has no reward pool, so the setting does not apply to it: said, then off.
-        print(
-            f"[rlsr] pool_log.every={cfg.pool_log.every} does not apply to "
-            f"method={cfg.method.name}: it trains on fixed answers and has no reward pool to "
-            "write; no pools/ files.",
-            flush=True,
-        )
-        cfg.pool_log.every = 0
-    return check_settings(cfg, world_size=world_size, trainer_section=section)
+    return plan_run(cfg, world_size=world_size).settings
 
 
 def trainer_section(cfg: TrainSettings) -> dict[str, Any]:
@@ -105,33 +87,37 @@ def trainer_section(cfg: TrainSettings) -> dict[str, Any]:
 
 
 def grpo_kwargs(cfg: TrainSettings, *, world_size: int | None = None) -> dict[str, Any]:
-    """Keyword arguments for ``trl.GRPOConfig`` (a GRPO method's ``trainer_kwargs``)."""
-    return trainer_kwargs(cfg, world_size=world_size)
+    """Keyword arguments for ``trl.GRPOConfig`` (a GRPO method's ``trainer_kwargs``) of settings
+    written for another machine: the plan's pool, held-out plan and vLLM context are derived
+    without this machine's checks (a GPU recipe's kwargs, read on a CPU box)."""
+    ws = world_size_from_env() if world_size is None else world_size
+    heldout = resolve_heldout(cfg, "grpo")
+    checked = SettingsPlan(
+        ws, "grpo", resolve_pool(cfg.grpo, cfg.pool_size, ws), heldout,
+        vllm_context_length(cfg, heldout),
+    )  # fmt: skip
+    return trainer_kwargs(RunPlan(cfg, resolve(cfg.method), checked))
 
 
-def trainer_kwargs(cfg: TrainSettings, *, world_size: int | None = None) -> dict[str, Any]:
+def trainer_kwargs(plan: RunPlan) -> dict[str, Any]:
     """Keyword arguments for the method's trainer config (``GRPOConfig`` / ``SFTConfig``): its
     section plus the managed fields (output_dir, seed, model init kwargs, GRPO reward weights).
 
-    For a GRPO method, derived here from the real world size (``$WORLD_SIZE`` unless given): the
-    gradient accumulation that makes one optimizer step's pool ``pool_size``
-    (``rlsr.config.resolve_pool``), and, with vLLM, ``vllm_max_model_length`` = max prompt + max
-    completion length unless set.
+    For a GRPO method, from the run plan: the gradient accumulation that makes one optimizer
+    step's pool ``pool_size`` (``plan.pool``), and, with vLLM, ``vllm_max_model_length`` = max
+    prompt + what an answer needs (``plan.checked.vllm_max_model_length``) unless set.
     """
-    entry = get_entry(cfg.method.name)
-    kwargs = dict(trainer_section(cfg))
-    if entry.rewarded:
-        ws = world_size_from_env() if world_size is None else world_size
-        plan = resolve_pool(cfg.grpo, cfg.pool_size, ws)
-        kwargs["gradient_accumulation_steps"] = plan.accumulation
-        if kwargs.get("use_vllm"):
-            length = default_vllm_max_model_length(cfg)
-            if length is not None:
-                kwargs["vllm_max_model_length"] = length
+    cfg, entry = plan.settings, plan.entry
+    kwargs = dict(getattr(cfg, plan.section))
+    if plan.pool is not None:
+        kwargs["gradient_accumulation_steps"] = plan.pool.accumulation
+        length = plan.checked.vllm_max_model_length
+        if kwargs.get("use_vllm") and length is not None:
+            kwargs["vllm_max_model_length"] = length
     kwargs["output_dir"] = cfg.output_dir
     kwargs["seed"] = cfg.seed
     if entry.rewarded:
-        kwargs["reward_weights"] = [w for _, w in reward_columns(cfg.method)]
+        kwargs["reward_weights"] = [w for _, w in plan.method.columns]
     kwargs["model_init_kwargs"] = {
         "dtype": cfg.model.dtype,
         "attn_implementation": resolve_attn_implementation(
@@ -218,10 +204,9 @@ def _training_verifier(cfg):
     return build_verifier(cfg.data.dataset, name)
 
 
-def _load_task_heldout(cfg, section: str) -> None:
+def _load_task_heldout(heldout: ResolvedHeldOut | None) -> None:
     """Load the held-out splits of user tasks once before the model, so a missing column, an
     empty split or duplicate ids is a ``ConfigError`` now, not after the model loaded."""
-    heldout = resolve_heldout(cfg, section)
     if heldout is None:
         return
     e = heldout.settings
@@ -237,43 +222,43 @@ def _load_task_heldout(cfg, section: str) -> None:
             raise ConfigError("eval.datasets", str(err)) from None
 
 
-def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None):
+def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None, plan=None):
     """Create the trainer of the method's registry entry (``RLSRTrainer`` for the GRPO methods,
-    ``SFTAnswerTrainer`` for sft) for validated settings ``cfg`` (``rlsr.config.TrainSettings``).
+    ``SFTAnswerTrainer`` for sft) for settings ``cfg`` (``rlsr.config.TrainSettings``) and their
+    run plan (``rlsr.run_plan.plan_run(cfg)``; made here when not given).
     ``train_dataset`` (rows of the ``rlsr.data`` contract) replaces the recipe's dataset."""
-    method = resolve(cfg.method)
-    entry = method.entry
+    plan = plan_run(cfg) if plan is None else plan
+    method, entry = plan.method, plan.entry
     if pool_hook is not None and not entry.rewarded:
         raise ValueError(f"pool_hook: method {entry.name!r} has no reward pool to report.")
-    kwargs = trainer_kwargs(cfg)
+    kwargs = trainer_kwargs(plan)
     try:
         args = entry.args_class(**kwargs)
     except (ValueError, TypeError) as err:
         raise ConfigError(entry.args_section, str(err)) from None
-    plan = None
-    if entry.rewarded:
-        # The launcher's real process count (accelerate's state), not $WORLD_SIZE, decides the
-        # pool.
-        plan = resolve_pool(cfg.grpo, cfg.pool_size, args.world_size)
-        if plan.accumulation != args.gradient_accumulation_steps:
+    pool = plan.pool
+    if pool is not None:
+        # The pool was planned for $WORLD_SIZE; the launcher's real process count (accelerate's
+        # state) must be the same, or each optimizer step would rank another number of rollouts.
+        if args.world_size != plan.world_size:
             raise ConfigError(
                 "pool_size",
-                f"$WORLD_SIZE={world_size_from_env()} but the launch has {args.world_size} "
+                f"$WORLD_SIZE={plan.world_size} but the launch has {args.world_size} "
                 "processes; start the run with accelerate launch or torchrun so both agree.",
             )
         if (
             not args.generation_batch_size
-            == plan.pool
+            == pool.pool
             == args.steps_per_generation * (args.per_device_train_batch_size * args.world_size)
         ):  # rlsr.config.resolve_pool rejected every way this could differ; a TRL change would
             raise RuntimeError(
-                f"TRL's generation batch {args.generation_batch_size} != pool {plan}"
+                f"TRL's generation batch {args.generation_batch_size} != pool {pool}"
             )
     attn = kwargs["model_init_kwargs"]["attn_implementation"]
     if args.process_index == 0:
         print(f"[rlsr] attention implementation: {attn}", flush=True)
-        if plan is not None:
-            print(f"[rlsr] {plan.describe()}", flush=True)
+        if pool is not None:
+            print(f"[rlsr] {pool.describe()}", flush=True)
         if getattr(args, "use_vllm", False):
             print(f"[rlsr] vllm_max_model_length: {args.vllm_max_model_length}", flush=True)
         print(f"[rlsr] engine: {engine_from_env().label} ({args.world_size} processes)", flush=True)
@@ -326,7 +311,7 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None):
             pool_hook=pool_hook,
             pool_log=pool_log,
         )
-    _load_task_heldout(cfg, entry.args_section)  # a task's data errors stop us before the model
+    _load_task_heldout(plan.heldout)  # a task's data errors stop us before the model
     trainer = entry.trainer(
         model=model_path,
         args=args,
@@ -336,7 +321,7 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None):
         callbacks=callbacks,
         **extra,
     )
-    heldout = resolve_heldout(cfg, entry.args_section)
+    heldout = plan.heldout
     if heldout is not None:  # eval.every > 0: datasets load now, so a missing one stops us here
         evaluator = HeldOutEvaluator(
             heldout,
@@ -390,13 +375,14 @@ def export_final_from_checkpoint(checkpoint: str | os.PathLike, output_dir: str 
             shutil.copy2(item, out / item.name)
 
 
-def run_training(cfg, *, callbacks=None, pool_hook=None):
+def run_training(cfg, *, callbacks=None, pool_hook=None, plan=None):
     """Validate, build, train (resuming per ``cfg.resume``) and save the final adapter/model.
+    ``plan``: the run plan of ``cfg`` (``rlsr.run_plan.plan_run``), made here when not given.
 
     Returns the trainer, or None without loading the model when the checkpoint to resume from is
     already final.
     """
-    validate(cfg)
+    plan = plan_run(cfg) if plan is None else plan
     checkpoint = resolve_resume(cfg.resume, cfg.output_dir)
     if checkpoint and checkpoint_is_final(checkpoint, trainer_section(cfg).get("max_steps")):
         if int(os.environ.get("RANK", "0")) == 0:
@@ -408,7 +394,7 @@ def run_training(cfg, *, callbacks=None, pool_hook=None):
                 flush=True,
             )
         return None
-    trainer = build_trainer(cfg, callbacks=callbacks, pool_hook=pool_hook)
+    trainer = build_trainer(cfg, callbacks=callbacks, pool_hook=pool_hook, plan=plan)
     if checkpoint and trainer.args.process_index == 0:
         print(f"[rlsr] resuming from {checkpoint}", flush=True)
     trainer.train(resume_from_checkpoint=checkpoint)
@@ -424,28 +410,26 @@ def _checkpoint_steps(output_dir: Path) -> list[int]:
     )
 
 
-def _evaluate_command(cfg, output_dir: Path) -> str:
+def _evaluate_command(cfg, output_dir: Path, heldout: ResolvedHeldOut | None) -> str:
     """The ``rlsr evaluate`` command for the final adapter on the held-out datasets (else the
     training dataset), with the held-out evaluation's answer budget and system prompt, so it
-    reproduces the last held-out step's numbers when that step is the last one."""
-    heldout = resolve_heldout(cfg, get_entry(cfg.method.name).args_section)
-    method_args = list(cfg.method.evaluate_args or [])
+    reproduces the last held-out step's numbers when that step is the last one: the flags of the
+    held-out protocol (``protocol_flags``), else of ``method.evaluate`` plus the trained budget."""
     datasets = list(cfg.eval.datasets) if heldout is not None else [cfg.data.dataset]
     args = ["rlsr", "evaluate", "--model", cfg.model.name_or_path, "--adapter", str(output_dir),
             "--datasets", ",".join(datasets), "--output-dir", str(output_dir / "evaluate")]  # fmt: skip
-    budget = (
-        heldout.max_new_tokens
-        if heldout is not None
-        else trainer_section(cfg).get("max_completion_length")
-    )
-    if budget is not None and "--max-new-tokens" not in method_args:
-        args += ["--max-new-tokens", str(budget)]
-    if heldout is not None and heldout.system_prompt and "--system-prompt" not in method_args:
-        args += ["--system-prompt", heldout.system_prompt]
-    return shlex.join(args + method_args)
+    if heldout is not None:
+        return shlex.join(args + protocol_flags(heldout.protocol))
+    needs = dict(cfg.method.evaluate or {})
+    budget = trainer_section(cfg).get("max_completion_length")
+    if budget is not None and needs.get("max_new_tokens") is None:
+        needs["max_new_tokens"] = budget
+    return shlex.join(args + to_flags(needs))
 
 
-def run_summary(cfg, *, seconds: float | None = None, steps: int | None = None) -> str:
+def run_summary(
+    cfg, *, seconds: float | None = None, steps: int | None = None, plan: RunPlan | None = None
+) -> str:
     """What ``train.py`` prints at the end, read from ``cfg.output_dir`` (a finished run): where
     the adapter, checkpoints, held-out metrics (``eval/``) and pool files (``pools/``) are, the
     held-out AURC and accuracy at the first and last evaluated step of each dataset, and the next
@@ -489,7 +473,11 @@ def run_summary(cfg, *, seconds: float | None = None, steps: int | None = None) 
         lines.append("  pools        none (pool_log.every=0)")
     lines.append("next:")
     if final:
-        lines.append(f"  {_evaluate_command(cfg, out)}")
+        if plan is None:  # a caller without the launch's plan (a finished run read back)
+            heldout = resolve_heldout(cfg, get_entry(cfg.method.name).args_section)
+        else:
+            heldout = plan.heldout
+        lines.append(f"  {_evaluate_command(cfg, out, heldout)}")
     report = shlex.quote(str(out / "report"))
     if history:
         lines.append(f"  rlsr report --curves {shlex.quote(str(out))} --output {report}")

@@ -4,11 +4,12 @@
     python slurm/resolve_config.py recipe=hotpot method=rlsr seed=0
     model=Qwen/Qwen2.5-7B
     output_dir=/abs/path/runs/hotpot-rlsr-qwen2.5-7b-seed0
-    max_model_len=4608
+    max_model_len=4878
 
 Composes recipes/config.yaml exactly as train.py does (Hydra compose API, no model loading,
-well under a second), so the vLLM server serves the model the trainer trains and evaluation
-finds the folder the trainer writes.
+about a second), so the vLLM server serves the model the trainer trains and evaluation
+finds the folder the trainer writes, and the server's context holds the held-out answers
+that the trainer sends it (eval.backend=auto in server mode: ``rlsr.config.vllm_context_length``).
 """
 
 from __future__ import annotations
@@ -22,11 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def resolve(overrides: list[str], root: Path = ROOT) -> dict[str, str]:
     """Return ``{"model": model.name_or_path, "output_dir": absolute output_dir,
-    "max_model_len": vLLM context, "evaluate_args": method.evaluate_args}``.
+    "max_model_len": vLLM context, "evaluate_args": the flags of method.evaluate}``.
 
-    ``max_model_len`` is ``grpo.vllm_max_model_length`` if set, else data.max_prompt_length +
-    grpo.max_completion_length (the trainer's colocate default,
-    ``rlsr.config.default_vllm_max_model_length``), else empty (vLLM's own default).
+    ``max_model_len`` is the vLLM server's ``--max-model-len``: ``grpo.vllm_max_model_length``
+    if set, else ``server_context_length``, else empty (vLLM's own default).
     """
     from hydra import compose, initialize_config_dir
 
@@ -39,13 +39,58 @@ def resolve(overrides: list[str], root: Path = ROOT) -> dict[str, str]:
     length = grpo.get("vllm_max_model_length")
     prompt, completion = cfg.data.get("max_prompt_length"), grpo.get("max_completion_length", 256)
     if length is None and prompt is not None and completion is not None:
-        length = int(prompt) + int(completion)
+        length = server_context_length(cfg)
+        if length is None:
+            length = int(prompt) + int(completion)
     return {
         "model": str(cfg.model.name_or_path),
         "output_dir": str(output_dir),
         "max_model_len": "" if length is None else str(int(length)),
-        "evaluate_args": [str(a) for a in (cfg.method.get("evaluate_args") or [])],
+        "evaluate_args": evaluate_flags(cfg.method),
     }
+
+
+def evaluate_flags(method) -> list[str]:
+    """The ``rlsr evaluate`` flags of ``method.evaluate`` (the method's evaluation needs, a
+    mapping of evaluation protocol fields; ``rlsr.eval_protocol.to_flags``). A method file that
+    still holds the replaced ``evaluate_args`` is refused with the mapping to write instead."""
+    from omegaconf import OmegaConf
+
+    from rlsr.eval_protocol import evaluate_mapping_of, to_flags
+
+    if method.get("evaluate_args"):
+        raise ValueError(
+            "method.evaluate_args: replaced by method.evaluate, a mapping of evaluation "
+            f"settings; write {evaluate_mapping_of(method.evaluate_args)} instead."
+        )
+    needs = method.get("evaluate")
+    return to_flags(OmegaConf.to_container(needs, resolve=True) if needs is not None else None)
+
+
+def server_context_length(cfg) -> int | None:
+    """The trainer's rule for the vLLM context (``rlsr.config.vllm_context_length``) with the
+    server mode that train.slurm sets: data.max_prompt_length + the larger of
+    grpo.max_completion_length and what a held-out answer with its Sec. C.3 fallbacks needs
+    when the held-out evaluation runs (it then goes through the server, eval.backend=auto ->
+    vllm_server). None when the settings do not resolve (train.py reports why)."""
+    from omegaconf import OmegaConf
+
+    from rlsr.config import (
+        ConfigError,
+        from_dict,
+        register_tasks,
+        resolve_heldout,
+        vllm_context_length,
+    )
+
+    values = OmegaConf.to_container(cfg, resolve=True)
+    values["grpo"] = {**(values.get("grpo") or {}), "use_vllm": True, "vllm_mode": "server"}
+    try:
+        settings = from_dict(values)
+        register_tasks(settings)
+        return vllm_context_length(settings, resolve_heldout(settings))
+    except (ConfigError, KeyError, ValueError):
+        return None
 
 
 def main(argv: list[str]) -> int:

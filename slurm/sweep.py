@@ -235,7 +235,7 @@ def plan(args: argparse.Namespace) -> list[Job]:
                             ",".join(eval_datasets),
                             "--output-dir",
                             str((ROOT / args.evals_dir).resolve()),
-                            # how a model of this method is evaluated (method.evaluate_args)
+                            # how a model of this method is evaluated (method.evaluate)
                             *(
                                 ["--", *resolved["evaluate_args"]]
                                 if resolved["evaluate_args"]

@@ -255,19 +255,46 @@ def test_an_engine_too_short_for_held_out_answers_is_refused_with_the_numbers():
 
 def test_held_out_refusal_under_zero3_names_a_fix_that_fits_the_vllm_mode(monkeypatch):
     """Under ZeRO-3 the transformers held-out evaluation is refused; with the colocated engine
-    off the fix is grpo.use_vllm=true, but in server mode (slurm/train.slurm on several nodes,
-    vLLM already on) the server is not used for it: the fix is eval.every=0 + rlsr evaluate."""
+    off the fix is grpo.use_vllm=true; in server mode (slurm/train.slurm on several nodes) it is
+    eval.backend=vllm_server, what auto picks there (issue 27 item 8), which is not refused."""
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
-    for mode, fix, not_fix in [
-        ("grpo.use_vllm=false", "set grpo.use_vllm=true", "not used for held-out"),
-        ("grpo.vllm_mode=server", "not used for held-out evaluation", "set grpo.use_vllm=true"),
-    ]:
-        settings = from_dict(compose("recipe=hotpot", mode))
+    for overrides, fix, not_fix in [
+        (["grpo.use_vllm=false"], "set grpo.use_vllm=true", "vllm_server"),
+        (["grpo.vllm_mode=server", "eval.backend=transformers"], "eval.backend=vllm_server",
+         "set grpo.use_vllm=true"),
+    ]:  # fmt: skip
+        settings = from_dict(compose("recipe=hotpot", *overrides))
         with pytest.raises(ConfigError) as err:
             resolve_heldout(settings)
         assert err.value.field == "eval.backend" and "ZeRO-3" in str(err.value)
         assert fix in str(err.value) and not_fix not in str(err.value)
+    server = resolve_heldout(from_dict(compose("recipe=hotpot", "grpo.vllm_mode=server")))
+    assert server.backend == "vllm_server"
+
+
+def test_held_out_backend_vllm_server_needs_server_mode_and_sizes_the_server():
+    """eval.backend=auto picks vllm_server in grpo.vllm_mode=server, vllm in colocate mode;
+    vllm_server elsewhere is refused naming the mode. The server's context (what
+    slurm/resolve_config.py gives `vllm serve --max-model-len`) holds a held-out answer after a
+    prompt of data.max_prompt_length, as the colocated engine's does; a grpo.vllm_max_model_length
+    too short for one is refused with the numbers in both modes."""
+    from rlsr.config import vllm_context_length
+
+    colocated = resolve_heldout(from_dict(compose("recipe=hotpot")))
+    assert colocated.backend == "vllm"
+    settings = from_dict(compose("recipe=hotpot", "grpo.vllm_mode=server"))
+    server = resolve_heldout(settings)
+    assert server.backend == "vllm_server"
+    assert vllm_context_length(settings, server) == 3072 + 1536 + FALLBACKS
+    with pytest.raises(ConfigError) as err:
+        resolve_heldout(from_dict(compose("recipe=hotpot", "eval.backend=vllm_server")))
+    assert err.value.field == "eval.backend" and "grpo.vllm_mode=server" in str(err.value)
+    need = 3072 + 1536 + FALLBACKS
+    with pytest.raises(ConfigError) as err:
+        resolve_heldout(from_dict(compose("recipe=hotpot", "grpo.vllm_mode=server",
+                                          f"+grpo.vllm_max_model_length={need - 1}")))  # fmt: skip
+    assert err.value.field == "grpo.vllm_max_model_length" and f"raise it to {need}" in str(err.value)
 
 
 def test_vllm_checks_that_need_vllm_installed(monkeypatch):

@@ -123,7 +123,7 @@ def test_metrics_json_summary_matches_brute_force(evaluated, tmp_path):
     edited = [{**r, "confidence": c, "correct": ok, "scores": {"verbalized": c}}
               for r, (c, ok) in zip(records, chosen, strict=True)]  # fmt: skip
     append_samples(tmp_path / "samples.jsonl", edited)
-    settings = EvalSettings(bootstrap_resamples=0, progress=False, plot=False)
+    settings = EvalSettings(bootstrap=0, progress=False, plot=False)
     summarise(tmp_path, settings, "tiny")
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     expected = brute_force_summary(edited)
@@ -199,7 +199,7 @@ def test_adapter_changes_outputs_and_resume_after_crash(tiny_model_dir, run_dir,
     examples = load_examples("tiny", limit=7)
     backend = TransformersBackend(str(tiny_model_dir), resolve_adapter(run_dir), batch_size=3)
     settings = EvalSettings(max_new_tokens=8, fallback_max_new_tokens=4, batch_size=3,
-                            bootstrap_resamples=0, progress=False, plot=False)  # fmt: skip
+                            bootstrap=0, progress=False, plot=False)  # fmt: skip
     kw = dict(
         verifier=get_verifier("exact_match"),
         verifier_name="exact_match",
@@ -260,7 +260,7 @@ def test_llm_judge_path_with_tiny_judge(tiny_model_dir, tmp_path):
 
     backend = TransformersBackend(str(tiny_model_dir))
     judge = RecordingJudge(backend_judge_fn(backend))
-    settings = EvalSettings(max_new_tokens=8, fallback_max_new_tokens=4, bootstrap_resamples=0,
+    settings = EvalSettings(max_new_tokens=8, fallback_max_new_tokens=4, bootstrap=0,
                             progress=False, plot=False)  # fmt: skip
     evaluate_dataset(backend, load_examples("tiny", limit=4), tmp_path / "api",
                      verifier=LLMJudgeVerifier(judge), verifier_name="llm_judge", settings=settings,

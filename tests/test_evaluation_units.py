@@ -74,7 +74,7 @@ def test_check_scorers_first_named_is_primary_and_rejects_unknown():
     assert scorers.check_scorers(["consistency", "consistency"]) == ("consistency", "verbalized")
     # plain responses state no confidence
     assert scorers.check_scorers(["consistency"], "plain") == ("consistency",)
-    with pytest.raises(ValueError, match="plain responses state no confidence"):
+    with pytest.raises(ValueError, match="plain answers state no confidence"):
         scorers.check_scorers(["verbalized", "consistency"], "plain")
     with pytest.raises(ValueError, match="unknown scorer"):
         scorers.check_scorers(["entropy"])

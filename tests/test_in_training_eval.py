@@ -26,7 +26,8 @@ from rlsr.cli import main as rlsr_main
 from rlsr.config import ConfigError
 from rlsr.config.heldout import resolve_heldout
 from rlsr.evaluation.curves import write_curves
-from rlsr.evaluation.history import read_history, step_dir
+from rlsr.evaluation.history import read_history
+from rlsr.evaluation.layout import step_dir
 from rlsr.pool_log import pool_path, pool_steps, read_pool
 from rlsr.tiny_models import tiny_warm_model_path
 from rlsr.training import build_trainer, run_training, validate
@@ -224,14 +225,38 @@ def test_resolved_defaults_follow_the_training_settings(tmp_path):
     assert resolved.system_prompt == "simple"  # the training dataset's (Sec. C.5)
     settings.eval.split = "train"
     assert resolve_heldout(settings).jobs == (("tiny@train", "tiny", "train"),)
-    settings.method.evaluate_args = ["--scorers", "logprob,verbalized"]
+    settings.method.evaluate = {"scorers": ["logprob", "verbalized"]}
     assert resolve_heldout(settings).scorers == ("logprob", "verbalized")
-    settings.method.evaluate_args = ["--max-new-tokens", "64"]  # as method=sft declares it
-    assert resolve_heldout(settings).max_new_tokens == 64
+    # eval.X > method.evaluate.X > the run's default > the protocol's default, field by field
+    settings.method.evaluate = {"max_new_tokens": 64, "consistency_k": 3}  # as method=sft does
+    resolved = resolve_heldout(settings)
+    assert resolved.max_new_tokens == 64 and resolved.protocol.consistency_k == 3
+    assert resolved.protocol.consistency_temperature == 0.7  # the protocol's default
     settings.eval.max_new_tokens = 12
     assert resolve_heldout(settings).max_new_tokens == 12
+    assert resolve_heldout(settings).protocol.consistency_k == 3
     settings.eval.every = 0
     assert resolve_heldout(settings) is None
+
+
+@pytest.mark.parametrize(
+    "eval_overrides, method_evaluate, field",
+    [
+        ({"top_p": 2.0}, {}, "eval.top_p"),
+        ({}, {"consistency_k": 0}, "method.evaluate.consistency_k"),
+        ({"consistency_k": 0}, {"consistency_k": 4}, "eval.consistency_k"),
+        ({}, {"consistency_k": 4, "bogus": 1}, "method.evaluate.bogus"),
+        ({"response_format": "plain", "scorers": ["verbalized"]}, {}, "eval.scorers"),
+    ],
+)
+def test_protocol_errors_name_the_key_that_set_the_value(
+    tmp_path, eval_overrides, method_evaluate, field
+):
+    settings = _settings(tmp_path / "run", **eval_overrides)
+    settings.method.evaluate = method_evaluate
+    with pytest.raises(ConfigError) as err:
+        resolve_heldout(settings)
+    assert err.value.field == field
 
 
 def _train_py(out: Path, extra=()) -> list[str]:
@@ -365,3 +390,63 @@ def test_wandb_offline_run_gets_held_out_scalars_and_images(tmp_path, monkeypatc
     assert sorted(int(r["train/global_step"]) for r in images) == [0, EVERY]
     assert any("train/rlsr/aurc" in r for r in rows)
     assert len(list(run_file.parent.glob("files/media/images/eval/tiny/*.png"))) == 2
+
+
+# --- one protocol: method=sft's evaluation needs reach the held-out evaluation ------------------
+
+# Non-default consistency settings (the protocol's defaults are K = 8 at T = 0.7): a held-out
+# evaluation that drops method.evaluate's consistency fields samples 8 answers at 0.7 and its
+# samples.jsonl differs from `rlsr evaluate` with the method's flags.
+SFT_NEEDS = {"consistency_k": 3, "consistency_temperature": 0.9, "max_new_tokens": 8}
+
+
+def _sft_settings(out: Path):
+    """recipe=tiny method=sft (plain answers, the consistency scorer, no system prompt) for two
+    optimizer steps, with held-out evaluation at step 2 on 6 questions of the tiny test split."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from rlsr.config import from_dict
+
+    with initialize_config_dir(config_dir=str(REPO / "recipes"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[
+            "recipe=tiny", "method=sft", f"output_dir={out}", "sft.max_steps=2",
+            "sft.save_steps=2", "sft.warmup_steps=0", "sft.per_device_train_batch_size=4",
+            "sft.gradient_accumulation_steps=1", "sft.disable_tqdm=true",
+            "eval.every=2", "eval.at_start=false", "eval.datasets=[tiny]", "eval.limit=6",
+            "eval.bootstrap=0", "pool_log.every=0",
+        ])  # fmt: skip
+    values = OmegaConf.to_container(cfg, resolve=True)
+    values.pop("hydra", None)
+    settings = from_dict(values)
+    settings.model.name_or_path = str(tiny_warm_model_path())
+    settings.method.evaluate.update(SFT_NEEDS)
+    return settings
+
+
+def test_held_out_sft_step_equals_rlsr_evaluate_with_the_methods_flags(tmp_path):
+    """Drift test (issue 30): step 2's held-out samples of method=sft with non-default consistency
+    settings are byte-identical to `rlsr evaluate` on checkpoint-2 with the flags of the method's
+    evaluation needs (``to_flags(method.evaluate)``, what slurm/sweep.py passes) and the eval.*
+    values the run set (--limit, --bootstrap). Catches a held-out evaluation that reads only
+    some of the method's settings (it used to read --max-new-tokens, --response-format and
+    --scorers and drop --consistency-k / --consistency-temperature)."""
+    from rlsr.eval_protocol import to_flags
+    from rlsr.evaluation.samples_io import read_samples
+
+    out = tmp_path / "run"
+    _train(_sft_settings(out))
+    flags = to_flags(_sft_settings(out).method.evaluate)
+    assert "--consistency-k" in flags and "--consistency-temperature" in flags
+    args = ["evaluate", "--model", str(tiny_warm_model_path()), "--adapter",
+            str(out / "checkpoint-2"), "--datasets", "tiny", "--output-dir", str(tmp_path / "cli"),
+            "--limit", "6", "--bootstrap", "0", "--no-progress", *flags]  # fmt: skip
+    assert rlsr_main(args) == 0
+    ours = step_dir(out, 2) / "tiny" / "samples.jsonl"
+    cli = tmp_path / "cli" / "tiny" / "samples.jsonl"
+    records = read_samples(cli)
+    assert len(records) == 6 and all(len(r["consistency_answers"]) == 3 for r in records)
+    assert ours.read_text() == cli.read_text()
+    metrics = json.loads((ours.parent / "metrics.json").read_text())
+    assert metrics["settings"]["consistency_k"] == 3
+    assert metrics["settings"]["consistency_temperature"] == 0.9

@@ -39,12 +39,14 @@ LAYERS: dict[str, int] = {
     "rlsr.tiny_models": 2,
     "rlsr.config": 2,
     "rlsr.config.heldout": 2,  # the held-out plan (eval.*): resolve_heldout
+    "rlsr.eval_protocol": 2,  # the evaluation protocol, declared once (EvalProtocol)
     "rlsr.pool_log": 2,  # the pool files: written by the trainer, read by rlsr report --pools
     # 3 trainer and the method registry
     "rlsr.trainer": 3,
     "rlsr.weight_sync": 3,
     "rlsr.methods": 3,
     "rlsr.sft_trainer": 3,
+    "rlsr.run_plan": 3,  # the launch's plan: settings + method + pool + held-out, made once
     # 4 run assembly, evaluation
     "rlsr.training": 4,
     "rlsr.evaluation": 4,

@@ -84,11 +84,11 @@ def test_sft_and_grpo_trainers_share_save_and_resume():
 
 def test_sft_recipe_reads_the_sft_section_and_checks_it():
     from rlsr.config import ConfigError
+    from rlsr.run_plan import plan_run
     from rlsr.training import trainer_kwargs, validate
 
     s = _compose("method=sft")
-    validate(s, world_size=1)
-    kwargs = trainer_kwargs(s)
+    kwargs = trainer_kwargs(plan_run(s, world_size=1))
     # machine settings follow the recipe's grpo section; no GRPO-only field leaks in
     assert kwargs["use_cpu"] is True and kwargs["bf16"] is False and kwargs["max_steps"] == 6
     assert "num_generations" not in kwargs and "reward_weights" not in kwargs

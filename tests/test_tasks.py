@@ -478,7 +478,7 @@ def test_evaluate_takes_a_tasks_prompt_name_and_refuses_an_unknown_one(caps_dir,
     assert sample["prompt"][0]["content"] == CUSTOM_PROMPT
     capsys.readouterr()
     assert main([*argv, "--system-prompt", "cpas", "--output-dir", str(caps_dir / "x")]) == 2
-    assert "--system-prompt cpas: choose one of ['simple', 'long', 'caps', 'none']" in (
+    assert "--system-prompt must be one of ['simple', 'long', 'caps', 'none']" in (
         capsys.readouterr().err
     )
 

@@ -182,7 +182,7 @@ def _stream_child(out_dir: str, crash_at: int) -> None:
     # at least 3 waves, so samples are written in >= 3 groups by construction (the format-warm
     # model writes every completion at the same length, so nothing else staggers them).
     backend = VLLMBackend(str(tiny_warm_model_path()), enforce_eager=True, max_num_seqs=8)
-    settings = EvalSettings(max_new_tokens=24, fallback_max_new_tokens=6, bootstrap_resamples=0,
+    settings = EvalSettings(max_new_tokens=24, fallback_max_new_tokens=6, bootstrap=0,
                             progress=False, plot=False)  # fmt: skip
     evaluate_dataset(backend, load_examples("tiny", limit=STREAM_N), out_dir, before_batch=hook,
                      verifier=get_verifier("exact_match"), verifier_name="exact_match",
@@ -220,7 +220,7 @@ def test_vllm_streams_samples_as_they_finish_and_a_kill_loses_none(tmp_path):
     assert {r["id"]: r for r in after}.items() >= {r["id"]: r for r in before}.items()
 
     hf = TransformersBackend(str(tiny_warm_model_path()))
-    settings = EvalSettings(max_new_tokens=24, fallback_max_new_tokens=6, bootstrap_resamples=0,
+    settings = EvalSettings(max_new_tokens=24, fallback_max_new_tokens=6, bootstrap=0,
                             progress=False, plot=False)  # fmt: skip
     evaluate_dataset(hf, load_examples("tiny", limit=STREAM_N), tmp_path / "hf",
                      verifier=get_verifier("exact_match"), verifier_name="exact_match",

@@ -68,7 +68,10 @@ CPU_ENV = {
 TRAIN_ARGS = ["recipe=tiny", "grpo.save_steps=1", "grpo.logging_steps=1",
               "grpo.report_to=none", "grpo.disable_tqdm=true", "grpo.max_completion_length=24",
               "grpo.warmup_steps=0"]  # fmt: skip
-SERVER_FLAGS = ["--enforce-eager", "--max-model-len", "512"]
+# 640: the held-out evaluation goes through the server (eval.backend=auto in server mode), and a
+# tiny test prompt (up to 239 tokens) + 24 new tokens + the two Sec. C.3 fallbacks (64 tokens
+# each) + 1 needs up to 533; the evaluator refuses a shorter server at start.
+SERVER_FLAGS = ["--enforce-eager", "--max-model-len", "640"]
 
 
 def _model() -> str:
@@ -94,8 +97,8 @@ def _log_history(run_dir: Path) -> list[dict]:
 def test_train_slurm_server_mode_health_wait_and_rollouts_through_the_server(tmp_path):
     """Two "nodes" on this machine: n1 trains, localhost serves. train.slurm starts the real
     vLLM server, waits on /health with its own loop, starts accelerate + train.py in server
-    mode; both optimizer steps take their rollouts from the server; the job ends with status 0
-    and stops the server."""
+    mode; both optimizer steps take their rollouts from the server, and the recipe's held-out
+    evaluations go through it; the job ends with status 0 and stops the server."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, text in [("srun", FAKE_SRUN), ("vllm", VLLM_SHIM), ("scontrol", FAKE_SCONTROL)]:
@@ -144,8 +147,14 @@ def test_train_slurm_server_mode_health_wait_and_rollouts_through_the_server(tmp
     # A weight sync before step 2's rollouts: merged names (no lora_ tensors), then the real
     # prefix-cache reset request.
     assert rec["sync"] and all(n > 0 for n in rec["sync"]) and not any(rec["lora_in_names"])
-    # Every rollout came from the server: 2 optimizer steps = 2 generation calls.
-    assert log.count('"POST /v1/completions HTTP/1.1" 200') == 2, log[-8000:]
+    # Every rollout came from the server: 2 optimizer steps = 2 TRL generation calls of 8 prompts
+    # x 4 completions. The recipe's held-out evaluation (step 0 and the last step) went through
+    # the server too (eval.backend=auto -> vllm_server): the other /v1/completions requests.
+    assert rec["rollouts"] == [[8, 32], [8, 32]], rec
+    for step in (0, 2):
+        record = json.loads((run_dir / "eval" / f"step-{step}" / "run.json").read_text())
+        assert record["backend"] == "vllm_server"
+    assert log.count('"POST /v1/completions HTTP/1.1" 200') > 2, log[-8000:]
     assert log.count('"POST /reset_prefix_cache HTTP/1.1" 200') == len(rec["sync"])
     pools = [h["rlsr/pool_size"] for h in _log_history(run_dir) if "rlsr/pool_size" in h]
     assert pools == [32, 32]
@@ -157,14 +166,14 @@ def test_train_slurm_server_mode_health_wait_and_rollouts_through_the_server(tmp
     assert _port_free(port), "train.slurm left the vLLM server running"
 
 
-def _start_server(tmp_path: Path, port: int) -> subprocess.Popen:
+def _start_server(tmp_path: Path, port: int, *extra: str) -> subprocess.Popen:
     """What a user types on the vLLM node (as in docs/slurm.md), in its own process group."""
     log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(
         [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", _model(),
          "--host", "127.0.0.1", "--port", str(port), "--weight-transfer-config",
          '{"backend": "nccl"}', "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1",
-         *SERVER_FLAGS],
+         *SERVER_FLAGS, *extra],
         env={**os.environ, **CPU_ENV, "VLLM_SERVER_DEV_MODE": "1"},
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
@@ -199,6 +208,8 @@ def test_server_mode_errors_are_one_line_cpu_start_and_server_death(tmp_path):
 
     1. Without the NCCL double, on a CPU: TRL's NotImplementedError from init_communicator
        becomes one line naming grpo.vllm_mode and the alternatives (exit 1, no traceback).
+       With it, held-out answers (eval.max_new_tokens=400) that the server's --max-model-len
+       cannot hold: one line with the numbers before step 1.
     2. With it, the server is SIGKILLed when step 1 ends: step 2's requests fail after TRL's
        retries and train.py prints one line naming the server URL, the refused connection,
        the checkpoint to resume from (checkpoint-1) and how (exit 1, no traceback).
@@ -222,6 +233,16 @@ def test_server_mode_errors_are_one_line_cpu_start_and_server_death(tmp_path):
                                f"server at http://127.0.0.1:{port}, but TRL pushes weights")  # fmt: skip
         assert "grpo.vllm_mode=colocate" in line
 
+        # Held-out answers the server's context cannot hold (issue 27 items 2 and 8): refused
+        # when the evaluator binds, before step 1, with the numbers and the server setting.
+        long = _train([*server_args, "grpo.max_steps=1", "eval.max_new_tokens=400",
+                       f"output_dir={tmp_path / 'long'}"], tmp_path, TRAINER)  # fmt: skip
+        assert long.returncode != 0 and "Traceback" not in long.stderr, long.stderr[-6000:]
+        line = _last_line(long.stderr)
+        assert "held-out prompts of tiny are too long for the vLLM server" in line, line
+        assert "> its max_model_len 640" in line and "the server's --max-model-len to" in line
+        assert not (tmp_path / "long" / "checkpoint-1").exists()
+
         run_dir = tmp_path / "run"
         killed = _train(
             [*server_args, "grpo.max_steps=3", f"output_dir={run_dir}"], tmp_path, TRAINER,
@@ -239,3 +260,131 @@ def test_server_mode_errors_are_one_line_cpu_start_and_server_death(tmp_path):
     assert "ConnectionError: [Errno 111] Connection refused" in line
     assert f"the newest checkpoint is {run_dir / 'checkpoint-1'}" in line
     assert (run_dir / "checkpoint-1" / "trainer_state.json").is_file()
+
+
+def _comparable(metrics: dict) -> dict:
+    """metrics.json without what depends on how the samples were produced (timing, processes)."""
+    return {k: v for k, v in metrics.items() if k not in ("throughput", "in_training")}
+
+
+def test_held_out_evaluation_through_the_server_equals_rlsr_evaluate_on_the_same_weights(tmp_path):
+    """Issue 27 item 8: in server mode the held-out evaluation goes through TRL's vLLM server
+    (eval.backend=auto -> vllm_server) after a weight sync, and equals `rlsr evaluate --backend
+    vllm` on the same weights; the rollouts of the next step are unaffected.
+
+    On a CPU the NCCL weight push is the double of tests/vllm_server_trainer.py, so the server
+    keeps its initial weights: the comparison is at step 0 (eval.at_start), where the policy's
+    weights are the served ones (LoRA's B = 0), against `rlsr evaluate` on the base model. After
+    step 1 they differ (the trained adapter never reaches the server here; on GPUs it does, and
+    step N then equals `rlsr evaluate` on checkpoint-N, which this machine cannot show). The
+    server runs with --dtype float32 because `rlsr evaluate` uses float32 on a CPU (vLLM's CPU
+    default is bfloat16; a GPU serves the checkpoint's dtype). Scorers verbalized + logprob, so
+    the server's teacher-forced scoring is compared too; 24 new tokens, so some answers need the
+    Sec. C.3 fallbacks (prompt + response + suffix, continued)."""
+    port = next(p for p in range(18600, 18700) if _port_free(p))
+    server = _start_server(tmp_path, port, "--dtype", "float32")
+    run_dir = tmp_path / "run"
+    try:
+        waited = _wait_with_lib_sh(port, server.pid, tmp_path)
+        assert waited.returncode == 0, waited.stderr + (tmp_path / "server.log").read_text()[-4000:]
+        trained = _train(
+            ["grpo.use_vllm=true", "grpo.vllm_mode=server", "grpo.vllm_server_host=127.0.0.1",
+             f"grpo.vllm_server_port={port}", f"model.name_or_path={_model()}",
+             "grpo.max_steps=1", "eval.every=1", "eval.at_start=true",
+             "eval.scorers=[verbalized,logprob]", "eval.fallback_max_new_tokens=6",
+             "eval.bootstrap=0", f"output_dir={run_dir}"],
+            tmp_path, TRAINER,
+        )  # fmt: skip
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=30)
+    assert trained.returncode == 0, trained.stderr[-8000:]
+    server_log = (tmp_path / "server.log").read_text()
+
+    # Steps 0 and 1 were evaluated through the server, each after a weight sync.
+    step0 = run_dir / "eval" / "step-0"
+    assert json.loads((step0 / "run.json").read_text())["backend"] == "vllm_server"
+    assert (run_dir / "eval" / "step-1" / "tiny" / "samples.jsonl").is_file()
+    rec = _records(tmp_path)
+    # Syncs: before step 0's evaluation (step 1's rollouts then find the server current and TRL
+    # does not push again), before step 1's evaluation.
+    assert len(rec["sync"]) == 2, rec
+    # TRL's rollout request of step 1 (8 prompts x 4 completions), after step 0's evaluation;
+    # every other /v1/completions request was the evaluation's.
+    assert rec["rollouts"] == [[8, 32]]
+    assert server_log.count('"POST /v1/completions HTTP/1.1" 200') > len(rec["rollouts"])
+    # Step 1's pool is whole: 32 rows, 8 prompts x 4, in blocks of 4.
+    pool = [json.loads(line) for line in (run_dir / "pools" / "step-0.jsonl").open()]
+    assert len(pool) == 32 and len({row["prompt_id"] for row in pool}) == 8
+    assert all(len({r["prompt_id"] for r in pool[k : k + 4]}) == 1 for k in range(0, 32, 4))
+    pools = [h["rlsr/pool_size"] for h in _log_history(run_dir) if "rlsr/pool_size" in h]
+    assert pools == [32]
+
+    # `rlsr evaluate --backend vllm` on the same weights, with the held-out protocol's flags.
+    cli_out = tmp_path / "cli"
+    env = {**os.environ, **CPU_ENV, "PYTHONPATH": str(ROOT), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    cli = subprocess.run(
+        [sys.executable, "-m", "rlsr.cli", "evaluate", "--model", _model(), "--datasets", "tiny",
+         "--output-dir", str(cli_out), "--backend", "vllm", "--enforce-eager", "--max-model-len",
+         "640", "--max-new-tokens", "24", "--scorers", "verbalized,logprob",
+         "--fallback-max-new-tokens", "6", "--bootstrap", "0", "--no-progress"],
+        env=env, capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )  # fmt: skip
+    assert cli.returncode == 0, (cli.stdout + cli.stderr)[-6000:]
+    ours, theirs = step0 / "tiny", cli_out / "tiny"
+    samples = [json.loads(line) for line in (ours / "samples.jsonl").open()]
+    assert len(samples) == 50
+    assert any(r["fallbacks"] for r in samples), "no answer used a fallback: the test misses them"
+    assert any(r["scores"]["logprob"] is not None for r in samples)
+    # Byte-identical samples; the metrics equal but for timing and the in-training record.
+    assert (ours / "samples.jsonl").read_text() == (theirs / "samples.jsonl").read_text()
+    a = json.loads((ours / "metrics.json").read_text())
+    b = json.loads((theirs / "metrics.json").read_text())
+    assert a["in_training"]["step"] == 0 and a["in_training"]["processes"] == 1
+    assert _comparable(a) == _comparable(b)
+
+
+def test_two_training_processes_evaluate_once_through_the_server_and_share_the_metrics(tmp_path):
+    """Two training processes (torch.distributed.run, gloo on CPU) in server mode: every process
+    takes part in the weight sync, the main process alone sends the held-out requests and writes
+    one shard of all the questions, and every process gets the same metrics back
+    (broadcast_object_list), so the ranks leave the evaluation together and train on."""
+    port = next(p for p in range(18700, 18800) if _port_free(p))
+    server = _start_server(tmp_path, port)
+    run_dir = tmp_path / "run"
+    try:
+        waited = _wait_with_lib_sh(port, server.pid, tmp_path)
+        assert waited.returncode == 0, waited.stderr + (tmp_path / "server.log").read_text()[-4000:]
+        master = next(p for p in range(29600, 29700) if _port_free(p))
+        trained = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+             "--master_port", str(master), str(TRAINER), *TRAIN_ARGS, "grpo.use_vllm=true",
+             "grpo.vllm_mode=server", "grpo.vllm_server_host=127.0.0.1",
+             f"grpo.vllm_server_port={port}", f"model.name_or_path={_model()}",
+             "grpo.gradient_accumulation_steps=1", "grpo.max_steps=1", "eval.every=1",
+             "eval.at_start=false", "eval.limit=20", "eval.bootstrap=0",
+             f"output_dir={run_dir}"],
+            env={**os.environ, **CPU_ENV, "PYTHONPATH": str(ROOT), "RLSR_TEST_DIR": str(tmp_path)},
+            capture_output=True, text=True, timeout=800, cwd=ROOT,
+        )  # fmt: skip
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=30)
+    assert trained.returncode == 0, (trained.stdout + trained.stderr)[-8000:]
+    main, other = _records(tmp_path), json.loads((tmp_path / "trainer_side-rank1.json").read_text())
+    # Only the main process sent held-out requests (one window of 20 prompts, then fallbacks).
+    assert main["server_backend"][0] == 20 and "server_backend" not in other
+    assert main["rollouts"] == [[8, 32]] and "rollouts" not in other  # TRL gathers both ranks
+    # Both processes got the same metrics of step 1, not None.
+    assert main["heldout"] == other["heldout"]
+    assert main["heldout"][0][0] == 1 and main["heldout"][0][1]["eval/tiny/accuracy"] is not None
+    folder = run_dir / "eval" / "step-1" / "tiny"
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["n"] == 20 and metrics["in_training"]["processes"] == 1
+    assert metrics["in_training"]["shard_sizes"] == [20]
+    assert not list(folder.glob("rank-*"))
+    assert json.loads((run_dir / "eval" / "step-1" / "run.json").read_text())["backend"] == (
+        "vllm_server"
+    )

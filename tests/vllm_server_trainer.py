@@ -11,11 +11,17 @@ an NCCL group through which the trainer pushes weights. NCCL needs CUDA; on a CP
   broadcasting. Everything around it is real: TRL's parameter walk (PEFT merge/unmerge), the
   prefix-cache reset request to the server.
 
+``VLLMClient.generate`` (TRL's rollout request) is wrapped, not replaced: each call is recorded
+(prompts, completions per prompt) and passed on to the real method, so a test can tell TRL's
+rollout requests from the held-out evaluation's on the same server. Likewise recorded, per
+process: ``ServerBackend.generate`` (the held-out requests) and what
+``HeldOutEvaluator.evaluate_step`` returns. Records go to $RLSR_TEST_DIR/trainer_side.json
+(rank 0) and trainer_side-rankR.json (rank R > 0).
+
 Test-only timing: urllib3's back-off cap is lowered from 120 s to 0.2 s, so TRL's five retries
 against a dead server take about a second instead of a minute (the error is the same).
 With RLSR_TEST_KILL_SERVER_AT_STEP=K the vLLM server (process group in RLSR_TEST_SERVER_PGID)
 is killed with SIGKILL when optimizer step K ends, i.e. while training is running.
-Records go to $RLSR_TEST_DIR/trainer_side.json.
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _record(**values) -> None:
-    path = Path(os.environ["RLSR_TEST_DIR"]) / "trainer_side.json"
+    rank = os.environ.get("RANK", "0")  # set by torch.distributed.run; one file per process
+    name = "trainer_side.json" if rank == "0" else f"trainer_side-rank{rank}.json"
+    path = Path(os.environ["RLSR_TEST_DIR"]) / name
     data = json.loads(path.read_text()) if path.exists() else {}
     for key, value in values.items():
         data.setdefault(key, []).append(value)
@@ -54,8 +62,33 @@ def _install_doubles() -> None:
         assert [n for n, _ in streamed] == names, "metadata and streamed tensors disagree"
         _record(sync=len(names), lora_in_names=any("lora" in n for n in names))
 
+    real_generate = VLLMClient.generate
+
+    def generate(self, prompts, *args, **kwargs):
+        output = real_generate(self, prompts, *args, **kwargs)
+        _record(rollouts=[len(prompts), len(output["completion_ids"])])
+        return output
+
+    from rlsr.evaluation.in_training import HeldOutEvaluator
+    from rlsr.evaluation.server_backend import ServerBackend
+
+    real_backend_generate = ServerBackend.generate
+    real_evaluate_step = HeldOutEvaluator.evaluate_step
+
+    def backend_generate(self, prompts, sampling):
+        _record(server_backend=len(prompts))
+        return real_backend_generate(self, prompts, sampling)
+
+    def evaluate_step(self, step):
+        scalars = real_evaluate_step(self, step)
+        _record(heldout=[step, scalars])
+        return scalars
+
+    ServerBackend.generate = backend_generate
+    HeldOutEvaluator.evaluate_step = evaluate_step
     VLLMClient.init_communicator = init_communicator
     VLLMClient.update_named_params = update_named_params
+    VLLMClient.generate = generate
 
     kill_at = int(os.environ.get("RLSR_TEST_KILL_SERVER_AT_STEP", "0"))
     if kill_at:

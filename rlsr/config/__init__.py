@@ -7,13 +7,13 @@ Schema (top-level keys of ``recipes/config.yaml``)::
     data:   {dataset, path, split, system_prompt, limit, max_prompt_length, verifier}
     method: {name: rlsr|rlcr|rlvr|sft, format_weight, method_weight, correct_requires_format,
              correct_scale, weight_cap, max_coverage, label, confidence: verbalized|logprob,
-             evaluate_args}
+             evaluate: {<evaluation protocol field>: value}}
     grpo:   any field of trl.GRPOConfig (num_generations, per_device_train_batch_size, ...)
     sft:    any field of trl.SFTConfig (method=sft only; recipes/method/sft.yaml)
-    eval:   {every, at_end, at_start, datasets, split, limit, data_path, verifiers, system_prompt, backend,
-             max_new_tokens, temperature, top_p, seed, batch_size, fallbacks, scorers, bootstrap,
+    eval:   {every, at_end, at_start, datasets, split, limit, data_path, verifiers, backend,
              judge_base_url, judge_model, judge_timeout, judge_max_retries,
-             judge_max_answer_chars}: held-out
+             judge_max_answer_chars, and every field of rlsr.eval_protocol.EvalProtocol
+             (max_new_tokens, temperature, scorers, consistency_k, ...; null: unset)}: held-out
              evaluation during training (``HeldOutSettings``)
     pool_size: completions ranked together per optimizer step (null: from grpo.*)
     pool_log: {every, max_chars}: every training pool on disk (``PoolLogSettings``)
@@ -46,6 +46,7 @@ from rlsr.config.checks import check as _check
 from rlsr.config.checks import is_int as _is_int
 from rlsr.config.data import DataSettings, training_verifier
 from rlsr.config.heldout import (
+    ENGINE_BACKENDS,
     HELDOUT_BACKENDS,
     HeldOutSettings,
     ResolvedHeldOut,
@@ -82,6 +83,9 @@ __all__ = [
     "TrainSettings",
     "from_dict",
     "check_settings",
+    "plan_settings",
+    "SettingsPlan",
+    "vllm_context_length",
     "closest_hint",
     "is_number",
     "PoolPlan",
@@ -175,12 +179,14 @@ def from_dict(values: dict) -> TrainSettings:
 # --------------------------------------------------------------------------- helpers
 
 
-def default_vllm_max_model_length(cfg: TrainSettings) -> int | None:
+def vllm_context_length(cfg: TrainSettings, heldout: ResolvedHeldOut | None) -> int | None:
     """vLLM's context per sequence: ``data.max_prompt_length + grpo.max_completion_length``, or,
-    when the held-out evaluation runs on the colocated engine, ``data.max_prompt_length +`` the
-    larger of the completion length and what a held-out answer needs beyond its prompt
-    (``ResolvedHeldOut.engine_tokens``: the answer plus the two Sec. C.3 fallbacks), so a
-    held-out prompt as long as a training prompt is never cut by the engine's context.
+    when the held-out evaluation runs on a vLLM engine (``heldout``, the resolved plan: the
+    colocated engine, or TRL's server, whose ``--max-model-len`` slurm/resolve_config.py takes
+    from here),
+    ``data.max_prompt_length +`` the larger of the completion length and what a held-out answer
+    needs beyond its prompt (``ResolvedHeldOut.engine_tokens``: the answer plus the two Sec. C.3
+    fallbacks), so a held-out prompt as long as a training prompt is never cut by the engine.
 
     Without it vLLM reserves the model's whole context (131,072 tokens for Llama-3.1-8B, ~16 GiB
     of KV cache per sequence slot) and the colocated engine may not start. (The KV cache itself is
@@ -193,11 +199,16 @@ def default_vllm_max_model_length(cfg: TrainSettings) -> int | None:
     completion = cfg.grpo.get("max_completion_length", 256)
     if prompt is None or completion is None:
         return None
-    heldout = resolve_heldout(cfg)
     beyond = int(completion)
-    if heldout is not None and heldout.backend == "vllm":
+    if heldout is not None and heldout.backend in ENGINE_BACKENDS:  # colocated or TRL's server
         beyond = max(beyond, heldout.engine_tokens)
     return int(prompt) + beyond
+
+
+def default_vllm_max_model_length(cfg: TrainSettings) -> int | None:
+    """``vllm_context_length`` with the held-out plan resolved here (for a caller that has no
+    ``SettingsPlan``, e.g. ``slurm/resolve_config.py``)."""
+    return vllm_context_length(cfg, resolve_heldout(cfg))
 
 
 def resolve_resume(resume: str, output_dir: str) -> str | None:
@@ -259,12 +270,35 @@ def register_tasks(cfg: TrainSettings) -> list[str]:
         raise ConfigError("tasks_dir", str(err)) from None
 
 
-def check_settings(
+@dataclass(frozen=True)
+class SettingsPlan:
+    """What the settings decide before anything loads, computed once per launch by
+    ``plan_settings`` and passed down (``rlsr.run_plan.RunPlan`` adds the method).
+
+    Parameters:
+        world_size (`int`): processes of this launch (``$WORLD_SIZE``, else 1, unless given).
+        trainer_section (`str`): the section holding the trainer's arguments (``grpo``/``sft``).
+        pool (`PoolPlan` or `None`): one optimizer step's pool and its gradient accumulation
+            (GRPO methods; None for sft).
+        heldout (`ResolvedHeldOut` or `None`): the held-out evaluation (None: eval.every=0).
+        vllm_max_model_length (`int` or `None`): the vLLM context rlsr sets when
+            ``grpo.use_vllm`` and ``grpo.vllm_max_model_length`` is unset (``vllm_context_length``).
+    """
+
+    world_size: int
+    trainer_section: str
+    pool: PoolPlan | None
+    heldout: ResolvedHeldOut | None
+    vllm_max_model_length: int | None
+
+
+def plan_settings(
     cfg: TrainSettings, *, world_size: int | None = None, trainer_section: str = "grpo"
-) -> TrainSettings:
-    """Check every section of ``cfg`` without loading any model or dataset, except the method's
-    own checks (``rlsr.methods``; ``rlsr.training.validate`` runs both). Raises ``ConfigError``;
-    returns ``cfg``.
+) -> SettingsPlan:
+    """Check every section of ``cfg`` without loading any model or dataset, and derive the pool,
+    the held-out plan and the vLLM context once. The method's own checks are its registry
+    entry's (``rlsr.methods.check_method``; ``rlsr.run_plan.plan_run`` runs both). Raises
+    ``ConfigError`` naming the field and the fix.
 
     ``trainer_section`` is the section holding the method's trainer arguments (its registry
     entry's ``args_section``: ``grpo`` or ``sft``); only that one is checked (and used).
@@ -280,12 +314,23 @@ def check_settings(
         raise ValueError(
             f"trainer_section must be one of {TRAINER_SECTIONS}; got {trainer_section!r}."
         )
+    pool = None
     if trainer_section == TRAINER_SECTIONS[0]:
-        check_grpo(cfg.grpo, ws, cfg.pool_size)
+        check_grpo(cfg.grpo)
+        pool = resolve_pool(cfg.grpo, cfg.pool_size, ws)
         check_vllm_length(cfg.grpo, cfg.data.max_prompt_length)
         check_engine(cfg.grpo, cfg.model.lora.enabled)
     else:
         check_sft(cfg.sft)
-    resolve_heldout(cfg, trainer_section)
+    heldout = resolve_heldout(cfg, trainer_section)
     cfg.pool_log.validate()
+    length = vllm_context_length(cfg, heldout) if pool is not None else None
+    return SettingsPlan(ws, trainer_section, pool, heldout, length)
+
+
+def check_settings(
+    cfg: TrainSettings, *, world_size: int | None = None, trainer_section: str = "grpo"
+) -> TrainSettings:
+    """``plan_settings`` for a caller that only wants the checks; returns ``cfg``."""
+    plan_settings(cfg, world_size=world_size, trainer_section=trainer_section)
     return cfg

@@ -7,7 +7,6 @@ work stops the run before training starts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,32 +14,51 @@ from rlsr.config.checks import ConfigError, check, is_int, is_number
 from rlsr.data import VERIFIERS as VERIFIER_NAMES
 from rlsr.data import get_spec, resolve_datasets
 from rlsr.engines import engine_from_env
+from rlsr.eval_protocol import (
+    PROTOCOL_FIELDS,
+    EvalProtocol,
+    ProtocolError,
+    check_mapping,
+    layered,
+    protocol_keys,
+)
 from rlsr.prompts import (
     ANSWER_FALLBACK_SUFFIX,
     CONFIDENCE_FALLBACK_SUFFIX,
-    NO_SYSTEM_PROMPT,
-    system_prompt_names,
 )
 from rlsr.verifiers import is_plugin_name
 
 __all__ = [
+    "ENGINE_BACKENDS",
     "HELDOUT_BACKENDS",
     "HeldOutSettings",
     "ResolvedHeldOut",
     "heldout_engine_tokens",
+    "heldout_protocol",
     "resolve_heldout",
 ]
 
-# eval.backend: auto = the colocated vLLM engine when the rollouts use one, else transformers.
-HELDOUT_BACKENDS = ("auto", "transformers", "vllm")
+# eval.backend: auto = the vLLM engine the rollouts use (colocated: vllm; TRL's server:
+# vllm_server, rlsr.evaluation.server_backend), else transformers.
+HELDOUT_BACKENDS = ("auto", "transformers", "vllm", "vllm_server")
+# Held-out backends that answer on a vLLM engine: its context must hold prompt + answer.
+ENGINE_BACKENDS = ("vllm", "vllm_server")
 
 
 @dataclass
+@protocol_keys
 class HeldOutSettings:
     """Held-out evaluation during training (``rlsr.evaluation.in_training``): the current policy
     answers held-out questions with the code of ``rlsr evaluate`` (prompts, Sec. C.3 fallbacks,
     verifiers, metrics) every ``every`` optimizer steps, into ``output_dir/eval/step-N/<dataset>``.
-    Each field mirrors the ``rlsr evaluate`` flag of the same name (docs/training.md, "Watch a
+
+    Besides the fields below, every field of the evaluation protocol
+    (``rlsr.eval_protocol.EvalProtocol``: max_new_tokens, temperature, top_p, seed, batch_size,
+    fallbacks, fallback_max_new_tokens, scorers, response_format, consistency_k,
+    consistency_temperature, system_prompt, dcs, bootstrap, keep_token_ids) is a key here, null
+    by default: unset, it comes from ``method.evaluate``, else the run's default
+    (``max_new_tokens``: the trainer's ``max_completion_length``; ``system_prompt``: the training
+    data's), else the protocol's (``rlsr.eval_protocol.layered``; docs/training.md, "Watch a
     run")."""
 
     # Optimizer steps between evaluations (steps N, 2N, ...); 0: no held-out evaluation.
@@ -59,24 +77,10 @@ class HeldOutSettings:
     data_path: dict[str, str] = field(default_factory=dict)
     # {dataset: verifier}, as `rlsr evaluate --verifier NAME=VERIFIER` (default: the dataset's).
     verifiers: dict[str, str] = field(default_factory=dict)
-    # null: the training dataset's system prompt (paper Sec. C.5: evaluate with the training
-    # domain's prompt); or "simple" | "long" | "none".
-    system_prompt: str | None = None
-    # auto: the colocated vLLM engine (weights synced first) when grpo.use_vllm with
-    # vllm_mode=colocate, else transformers on a merged inference copy of the policy.
+    # auto: the vLLM engine of the rollouts, weights synced first (vllm_mode=colocate: vllm;
+    # vllm_mode=server: vllm_server, TRL's server), else transformers on a merged inference
+    # copy of the policy.
     backend: str = "auto"
-    # New tokens per answer; null: method.evaluate_args' --max-new-tokens, else
-    # grpo.max_completion_length (what the policy is trained to).
-    max_new_tokens: int | None = None
-    temperature: float = 0.0  # 0: greedy (paper Sec. C.5)
-    top_p: float = 1.0
-    seed: int = 0  # sampling and bootstrap seed
-    batch_size: int | None = None  # null: the backend's (transformers 8, vLLM 256 in flight)
-    fallbacks: bool = True  # the Sec. C.3 answer / confidence fallbacks
-    fallback_max_new_tokens: int = 64
-    # Confidence scorers; null: the --scorers of method.evaluate_args, else ["verbalized"].
-    scorers: list[str] | None = None
-    bootstrap: int = 1000  # bootstrap resamples of the metrics' confidence intervals
     # The LLM judge of judge-verified datasets: an OpenAI-compatible server (a second model in
     # the training processes would not fit); required when such a dataset is evaluated.
     judge_base_url: str | None = None
@@ -124,19 +128,51 @@ class ResolvedHeldOut:
     jobs: tuple[tuple[str, str, str], ...]
     verifiers: dict[str, str]
     backend: str
-    system_prompt: str | None
-    max_new_tokens: int
-    scorers: tuple[str, ...]
-    response_format: str
+    # how each answer is generated and scored: eval.* > method.evaluate > the run's defaults
+    protocol: EvalProtocol
     settings: HeldOutSettings
     # tokens an answer may need beyond its prompt on the engine (``heldout_engine_tokens``)
     engine_tokens: int = 0
 
+    @property
+    def system_prompt(self) -> str | None:
+        return self.protocol.system_prompt
 
-def _flag(args: Sequence[str], name: str) -> str | None:
-    """The value after ``name`` in a list of command-line flags (``method.evaluate_args``)."""
-    args = list(args)
-    return args[args.index(name) + 1] if name in args and args.index(name) + 1 < len(args) else None
+    @property
+    def max_new_tokens(self) -> int:
+        return self.protocol.max_new_tokens
+
+    @property
+    def scorers(self) -> tuple[str, ...]:
+        return self.protocol.scorers
+
+    @property
+    def response_format(self) -> str:
+        return self.protocol.response_format
+
+
+def heldout_protocol(cfg, trainer_section: str = "grpo") -> EvalProtocol:
+    """The protocol of the held-out evaluation: each field from ``eval.<field>`` when set, else
+    ``method.evaluate.<field>``, else the run's default (``max_new_tokens``: the trainer's
+    ``max_completion_length``, what the policy is trained to; ``system_prompt``: the training
+    data's, paper Sec. C.5), else ``EvalProtocol``'s default. Raises ``ConfigError`` naming the
+    key that set a bad value."""
+    e = cfg.eval
+    section = getattr(cfg, trainer_section)
+    layers = [
+        ("eval", {name: getattr(e, name) for name in PROTOCOL_FIELDS}),
+        ("method.evaluate", cfg.method.evaluate or {}),
+        (trainer_section, {"max_new_tokens": section.get("max_completion_length", 256)}),
+        ("data", {"system_prompt": cfg.data.system_prompt
+                  or get_spec(cfg.data.dataset).system_prompt}),
+    ]  # fmt: skip
+    try:
+        check_mapping(cfg.method.evaluate, "method.evaluate")
+        return layered(layers)
+    except ProtocolError as err:
+        field_name = err.field.replace(f"{trainer_section}.max_new_tokens",
+                                       f"{trainer_section}.max_completion_length")  # fmt: skip
+        raise ConfigError(field_name, err.message) from None
 
 
 def resolve_heldout(cfg, trainer_section: str = "grpo") -> ResolvedHeldOut | None:
@@ -178,40 +214,12 @@ def resolve_heldout(cfg, trainer_section: str = "grpo") -> ResolvedHeldOut | Non
             f"eval.data_path.{name}",
             f"{e.data_path[name]!r} does not exist; point it at a local copy of the dataset.",
         )
-    for name in ("limit", "batch_size", "max_new_tokens"):
-        value = getattr(e, name)
-        check(
-            value is None or (is_int(value) and value >= 1),
-            f"eval.{name}",
-            f"must be a positive integer or null; got {value!r}.",
-        )
     check(
-        is_int(e.fallback_max_new_tokens) and e.fallback_max_new_tokens >= 1,
-        "eval.fallback_max_new_tokens",
-        f"must be a positive integer; got {e.fallback_max_new_tokens!r}.",
+        e.limit is None or (is_int(e.limit) and e.limit >= 1),
+        "eval.limit",
+        f"must be a positive integer or null; got {e.limit!r}.",
     )
-    check(
-        is_number(e.temperature) and e.temperature >= 0,
-        "eval.temperature",
-        f"must be >= 0 (0: greedy); got {e.temperature!r}.",
-    )
-    check(
-        is_number(e.top_p) and 0 < e.top_p <= 1,
-        "eval.top_p",
-        f"must be in (0, 1]; got {e.top_p!r}.",
-    )
-    check(is_int(e.seed), "eval.seed", f"must be an integer; got {e.seed!r}.")
-    check(
-        is_int(e.bootstrap) and e.bootstrap >= 0,
-        "eval.bootstrap",
-        f"must be an integer >= 0; got {e.bootstrap!r}.",
-    )
-    check(
-        e.system_prompt in (None, *system_prompt_names(), NO_SYSTEM_PROMPT),
-        "eval.system_prompt",
-        f"got {e.system_prompt!r}; choose 'simple', 'long', 'none', a task's prompt name or null "
-        "(the training dataset's).",
-    )
+    protocol = heldout_protocol(cfg, trainer_section)
     split = e.split
     jobs = tuple(
         (name if split is None else f"{name}@{split}", name, split or get_spec(name).split)
@@ -255,7 +263,15 @@ def resolve_heldout(cfg, trainer_section: str = "grpo") -> ResolvedHeldOut | Non
         "eval.backend",
         f"got {e.backend!r}; choose one of {HELDOUT_BACKENDS}.",
     )
-    backend = e.backend if e.backend != "auto" else ("vllm" if colocated else "transformers")
+    server = bool(section.get("use_vllm")) and section.get("vllm_mode") == "server"
+    auto = "vllm" if colocated else "vllm_server" if server else "transformers"
+    backend = e.backend if e.backend != "auto" else auto
+    check(
+        backend != "vllm_server" or server,
+        "eval.backend",
+        "vllm_server evaluates through TRL's vLLM server; it needs grpo.use_vllm=true with "
+        "grpo.vllm_mode=server. Use eval.backend=auto.",
+    )
     if backend == "vllm":
         check(
             colocated,
@@ -271,12 +287,11 @@ def resolve_heldout(cfg, trainer_section: str = "grpo") -> ResolvedHeldOut | Non
             "(grpo.vllm_tensor_parallel_size > 1), whose ranks must generate together; use "
             "eval.backend=transformers.",
         )
-    else:
+    elif backend == "transformers":
         engine = engine_from_env()
-        server = bool(section.get("use_vllm")) and section.get("vllm_mode") == "server"
         fix = (
-            "the vLLM server of grpo.vllm_mode=server is not used for held-out evaluation; set "
-            "eval.every=0 and evaluate the checkpoints with `rlsr evaluate` (e.g. --backend vllm)"
+            "set eval.backend=vllm_server (or auto: the held-out questions go to the vLLM server "
+            "of grpo.vllm_mode=server after a weight sync)"
             if server else
             "set grpo.use_vllm=true (the colocated engine gets the gathered weights) or "
             "eval.every=0 and evaluate checkpoints with `rlsr evaluate`"
@@ -287,16 +302,12 @@ def resolve_heldout(cfg, trainer_section: str = "grpo") -> ResolvedHeldOut | Non
             f"transformers evaluation copies the whole policy per process, and {engine.label} "
             f"shards it; {fix}.",
         )
-    completion = section.get("max_completion_length", 256)
-    method_args = list(cfg.method.evaluate_args or [])
-    method_tokens = _flag(method_args, "--max-new-tokens")  # e.g. method=sft's plain answers
-    max_new = e.max_new_tokens or (int(method_tokens) if method_tokens else completion)
-    response_format = _flag(method_args, "--response-format") or "tags"
+    max_new, fallback_tokens = protocol.max_new_tokens, protocol.fallback_max_new_tokens
     engine_tokens = heldout_engine_tokens(
-        max_new, bool(e.fallbacks), e.fallback_max_new_tokens, response_format
+        max_new, protocol.fallbacks, fallback_tokens, protocol.response_format
     )
     length, prompt = section.get("vllm_max_model_length"), cfg.data.max_prompt_length
-    if backend == "vllm" and length is not None and prompt is not None:
+    if backend in ENGINE_BACKENDS and length is not None and prompt is not None:
         check(
             length >= prompt + engine_tokens,
             "grpo.vllm_max_model_length",
@@ -304,23 +315,11 @@ def resolve_heldout(cfg, trainer_section: str = "grpo") -> ResolvedHeldOut | Non
             f"data.max_prompt_length={prompt} tokens: it needs {prompt} + {engine_tokens} "
             f"(eval.max_new_tokens {max_new}"
             + (f" + two Sec. C.3 fallbacks of eval.fallback_max_new_tokens "
-               f"{e.fallback_max_new_tokens} with their suffixes" if engine_tokens > max_new + 1
+               f"{fallback_tokens} with their suffixes" if engine_tokens > max_new + 1
                else "")
             + f" + 1) = {prompt + engine_tokens}; raise it to {prompt + engine_tokens} or remove "
             "it (the default sizes the engine for both), or set eval.backend=transformers.",
         )  # fmt: skip
-    scorers = e.scorers
-    if scorers is None:
-        method_scorers = _flag(method_args, "--scorers")
-        scorers = method_scorers.split(",") if method_scorers else ["verbalized"]
-    check(
-        isinstance(scorers, list | tuple) and scorers and all(isinstance(x, str) for x in scorers),
-        "eval.scorers",
-        f"must be a list of scorers, e.g. [verbalized, logprob]; got {scorers!r}.",
-    )
-    system_prompt = (
-        e.system_prompt or cfg.data.system_prompt or get_spec(cfg.data.dataset).system_prompt
-    )
     return ResolvedHeldOut(
         every=e.every,
         at_end=e.at_end,
@@ -328,10 +327,7 @@ def resolve_heldout(cfg, trainer_section: str = "grpo") -> ResolvedHeldOut | Non
         jobs=jobs,
         verifiers=verifiers,
         backend=backend,
-        system_prompt=system_prompt,
-        max_new_tokens=int(max_new),
-        scorers=tuple(s.strip() for s in scorers),
-        response_format=response_format,
+        protocol=protocol,
         settings=e,
         engine_tokens=engine_tokens,
     )

@@ -4,9 +4,11 @@ weights, where the confidence comes from, and how a model trained this way is ev
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+from rlsr.config.checks import ConfigError, is_number
 from rlsr.config.checks import check as _check
-from rlsr.config.checks import is_number
+from rlsr.eval_protocol import ProtocolError, check_mapping, evaluate_mapping_of
 
 # Where RLSR's pooled ranking reads each completion's confidence (method.confidence).
 CONFIDENCE_SOURCES = ("verbalized", "logprob")
@@ -29,9 +31,13 @@ class MethodSettings:
     # verbalized: the <confidence> tag; logprob: the answer's length-normalised log-probability
     # (rlsr.logprob; paper Sec. D.4, Tab. 7). Only methods that rank by confidence accept logprob.
     confidence: str = "verbalized"
-    # `rlsr evaluate` flags a model trained this way needs (e.g. method=sft: plain answers and the
-    # consistency scorer); slurm/sweep.py passes them to every evaluation of the run.
-    evaluate_args: list[str] = field(default_factory=list)
+    # How a model trained this way is evaluated: a mapping of evaluation protocol fields
+    # (rlsr.eval_protocol.EvalProtocol, e.g. method=sft: {response_format: plain, scorers:
+    # [consistency], ...}). The held-out evaluation uses them unless eval.<field> is set;
+    # slurm/sweep.py and the toy pass them to `rlsr evaluate` as flags (to_flags).
+    evaluate: dict[str, Any] = field(default_factory=dict)
+    # Replaced by ``evaluate``; set, it is refused with the mapping to write instead.
+    evaluate_args: list[str] | None = None
 
     def validate(self) -> None:
         """Checks shared by every method; each method's own are in its ``rlsr.methods`` entry."""
@@ -58,12 +64,15 @@ class MethodSettings:
             f"got {self.confidence!r}; choose one of {CONFIDENCE_SOURCES}.",
         )
         _check(
-            isinstance(self.evaluate_args, list | tuple)
-            and all(isinstance(a, str) for a in self.evaluate_args),
+            not self.evaluate_args,
             "method.evaluate_args",
-            f"must be a list of `rlsr evaluate` flags, e.g. ['--scorers', 'logprob']; "
-            f"got {self.evaluate_args!r}.",
+            "replaced by method.evaluate, a mapping of evaluation settings; write "
+            f"{evaluate_mapping_of(self.evaluate_args)} instead (docs/evaluation.md).",
         )
+        try:
+            check_mapping(self.evaluate, "method.evaluate")
+        except ProtocolError as err:
+            raise ConfigError(err.field, err.message) from None
         _check(
             self.format_weight + self.method_weight > 0,
             "method.method_weight",

@@ -10,7 +10,6 @@ from rlsr.config import machine
 from rlsr.config.checks import ConfigError, closest_hint, is_number
 from rlsr.config.checks import check as _check
 from rlsr.config.checks import is_int as _is_int
-from rlsr.config.pool import resolve_pool
 from rlsr.engines import engine_from_env, engine_problems
 
 VLLM_MODES = ("colocate", "server")
@@ -22,7 +21,9 @@ MANAGED_SFT_FIELDS = ("output_dir", "seed", "model_init_kwargs")
 TRAINER_SECTIONS = ("grpo", "sft")
 
 
-def check_grpo(g: dict, world_size: int, pool: int | None = None) -> None:
+def check_grpo(g: dict) -> None:
+    """The ``grpo`` section's own fields (the pool they make is ``rlsr.config.pool.resolve_pool``'s,
+    run once by ``rlsr.config.plan_settings``)."""
     from trl import GRPOConfig
 
     fields = {f.name for f in dataclasses.fields(GRPOConfig)}
@@ -56,7 +57,6 @@ def check_grpo(g: dict, world_size: int, pool: int | None = None) -> None:
             f"grpo.{name}",
             f"must be an integer >= 1; got {value!r}.",
         )
-    resolve_pool(g, pool, world_size)
     lr = g.get("learning_rate", 1e-6)
     _check(is_number(lr) and lr > 0, "grpo.learning_rate", f"must be > 0; got {lr!r}.")
     temp = g.get("temperature", 1.0)

@@ -58,6 +58,7 @@ __all__ = [
     "load_chat_tokenizer",
     "render_chat",
     "encode_prompt",
+    "encode_prompts",
     "make_backend",
     "BACKENDS",
 ]
@@ -191,6 +192,12 @@ def encode_prompt(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
+def encode_prompts(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """``encode_prompt`` of each text, in one tokenizer call (a fast tokenizer encodes the batch
+    at once; per-call overhead was most of the cost of encoding prompts one by one)."""
+    return tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []
+
+
 # --------------------------------------------------------------------------- transformers
 
 
@@ -259,7 +266,7 @@ class TransformersBackend:
         return render_chat(self.tokenizer, messages)
 
     def _encode(self, texts: Sequence[str]) -> list[list[int]]:
-        return [encode_prompt(self.tokenizer, t) for t in texts]
+        return encode_prompts(self.tokenizer, texts)
 
     def _left_pad(self, seqs: list[list[int]]):
         ids, mask = left_pad(seqs, self.tokenizer.pad_token_id)
@@ -476,13 +483,14 @@ class VLLMBackend:
     def render(self, messages: list[dict]) -> str:
         return render_chat(self.tokenizer, messages)
 
-    def _token_prompts(self, texts: Sequence[str], max_tokens: int) -> list[dict]:
-        """Token-id prompts, each checked to fit the engine's context with ``max_tokens`` new
-        tokens (``check_fits``)."""
-        prompts = [{"prompt_token_ids": encode_prompt(self.tokenizer, t)} for t in texts]
-        for p in prompts:
-            self.check_fits(len(p["prompt_token_ids"]), max_tokens)
-        return prompts
+    def _token_prompts(self, texts: Sequence[str], max_tokens: int | Sequence[int]) -> list[dict]:
+        """Token-id prompts (one tokenizer call for all), each checked to fit the engine's context
+        with its ``max_tokens`` new tokens (one value for all, or one per text; ``check_fits``)."""
+        ids = encode_prompts(self.tokenizer, texts)
+        limits = [max_tokens] * len(ids) if isinstance(max_tokens, int) else list(max_tokens)
+        for p, limit in zip(ids, limits, strict=True):
+            self.check_fits(len(p), limit)
+        return [{"prompt_token_ids": p} for p in ids]
 
     def check_fits(self, prompt_tokens: int, max_tokens: int) -> None:  # pragma: no cover - vLLM
         """Raise ``ValueError`` with the numbers when ``prompt_tokens + max_tokens`` exceeds the
@@ -569,17 +577,32 @@ class VLLMStream:  # pragma: no cover - needs vLLM
         self._engine_ids: dict[str, str] = {}  # output id -> the engine's id (for abort)
 
     def add(self, key: Any, prompt: str, sampling: Sampling) -> None:
+        self.add_many([(key, prompt, sampling)])
+
+    def add_many(self, requests: Sequence[tuple[Any, str, Sampling]]) -> None:
+        """``add`` of each ``(key, prompt, sampling)``, in one tokenizer call and one
+        ``LLM.enqueue`` (their per-call overhead, paid per request, cost ``rlsr evaluate`` ~5 %
+        of the engine's speed on the tiny model; benchmarks/RESULTS.md)."""
+        if not requests:
+            return
         vllm = self.backend._vllm
-        params = vllm.SamplingParams(**vllm_sampling_kwargs(sampling))
-        (request_id,) = self.backend.llm.enqueue(
-            self.backend._token_prompts([prompt], sampling.max_new_tokens), params,
+        params: dict[Sampling, Any] = {}
+        for _, _, sampling in requests:
+            if sampling not in params:
+                params[sampling] = vllm.SamplingParams(**vllm_sampling_kwargs(sampling))
+        prompts = self.backend._token_prompts(
+            [prompt for _, prompt, _ in requests], [s.max_new_tokens for _, _, s in requests]
+        )
+        request_ids = self.backend.llm.enqueue(
+            prompts, [params[s] for _, _, s in requests],
             lora_request=self.backend.lora_request, use_tqdm=False,
         )  # fmt: skip
-        # enqueue returns the engine's id, "<counter>-<8 random chars>" (plain "<counter>" with
-        # VLLM_DISABLE_REQUEST_ID_RANDOMIZATION); outputs carry the LLM's "<counter>".
-        output_id = request_id.split("-", 1)[0]
-        self._keys[output_id] = (key, sampling)
-        self._engine_ids[output_id] = request_id
+        for (key, _, sampling), request_id in zip(requests, request_ids, strict=True):
+            # enqueue returns the engine's id, "<counter>-<8 random chars>" (plain "<counter>"
+            # with VLLM_DISABLE_REQUEST_ID_RANDOMIZATION); outputs carry the LLM's "<counter>".
+            output_id = request_id.split("-", 1)[0]
+            self._keys[output_id] = (key, sampling)
+            self._engine_ids[output_id] = request_id
 
     def pending(self) -> int:
         return len(self._keys)

@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
-import time
 from pathlib import Path
 
 import datasets
@@ -22,6 +20,7 @@ from rlsr.data import (
     resolve_datasets,
     task_records,
 )
+from rlsr.eval_protocol import add_protocol_flags, protocol_from_args
 from rlsr.evaluation.backends import make_backend, resolve_adapter
 from rlsr.evaluation.curves import write_curves
 from rlsr.evaluation.deployment import (
@@ -38,13 +37,21 @@ from rlsr.evaluation.judge import (
     check_judge_server,
     openai_judge_fn,
 )
+from rlsr.evaluation.layout import (
+    CONFIG_FIELDS,
+    RUN_FILE,
+    SAMPLES_FILE,
+    config_differences,
+    move_aside,
+    read_run_file,
+    remove_unused,
+)
 from rlsr.evaluation.provenance import adapter_fingerprint
 from rlsr.evaluation.report import build_report
-from rlsr.evaluation.runner import SAMPLES_FILE, EvalSettings, evaluate_dataset
+from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
 from rlsr.evaluation.samples_io import json_safe, read_samples
 from rlsr.evaluation.summary import scorer_arrays
 from rlsr.pool_log import write_pool_summary
-from rlsr.prompts import NO_SYSTEM_PROMPT, system_prompt_names
 from rlsr.verifiers import VERIFIERS, is_plugin_name
 
 __all__ = ["register", "run_evaluate", "run_report", "run_deploy"]
@@ -126,19 +133,7 @@ def register(subparsers) -> None:
     ev.add_argument(
         "--split", metavar="NAME", help="dataset split (default: each dataset's evaluation split)"
     )
-    ev.add_argument(
-        "--system-prompt",
-        help="simple, long, none (no system message: method=sft models) or a task's prompt name "
-        "(docs/tasks.md); default: the training domain's prompt when --datasets is a group, else "
-        "each dataset's own",
-    )
-    ev.add_argument(
-        "--response-format",
-        choices=("tags", "plain"),
-        default="tags",
-        help="tags: <answer>/<confidence> (paper Sec. C.1); plain: no tags, the answer is the "
-        "first non-empty line, no fallbacks, no verbalized scorer (method=sft models)",
-    )
+    add_protocol_flags(ev, ["system_prompt", "response_format"])
     ev.add_argument(
         "--verifier",
         action="append",
@@ -147,69 +142,18 @@ def register(subparsers) -> None:
         help="override a dataset's verifier (e.g. trivia=exact_match); repeatable",
     )
     ev.add_argument("--limit", type=int, metavar="N", help="first N questions per dataset")
-    ev.add_argument(
-        "--batch-size",
-        type=int,
-        metavar="N",
-        help="prompts in flight: transformers pads N per generate call (default 8); vLLM keeps "
-        "N requests on its engine and writes each sample as it finishes (default 256)",
-    )
-    ev.add_argument(
-        "--max-new-tokens", type=int, default=4096, metavar="N", help="response token budget"
-    )
-    ev.add_argument(
-        "--temperature", type=float, default=0.0, help="0 = greedy (paper); Tab. 5 seeds use 0.3"
-    )
-    ev.add_argument("--top-p", type=float, default=1.0, metavar="P", help="nucleus sampling")
-    ev.add_argument("--seed", type=int, default=0, help="sampling and bootstrap seed")
-    ev.add_argument(
-        "--fallback-max-new-tokens",
-        type=int,
-        default=64,
-        metavar="N",
-        help="token budget of each Sec. C.3 fallback continuation",
-    )
-    ev.add_argument("--no-fallbacks", action="store_true", help="skip the Sec. C.3 fallbacks")
-    ev.add_argument(
-        "--scorers",
-        default=None,
-        help="comma list of verbalized,logprob,consistency; the first is the primary scorer "
-        "(summary line, report tables). Default: verbalized; consistency with "
-        "--response-format plain",
-    )
-    ev.add_argument(
-        "--consistency-k",
-        type=int,
-        default=8,
-        metavar="K",
-        help="samples of the consistency scorer",
-    )
-    ev.add_argument(
-        "--consistency-temperature",
-        type=float,
-        default=0.7,
-        metavar="T",
-        help="sampling temperature of the consistency scorer",
-    )
-    ev.add_argument("--dcs", action="store_true", help="DCS with an IDK option on MCQ datasets")
-    ev.add_argument(
-        "--bootstrap",
-        type=int,
-        default=1000,
-        metavar="N",
-        help="bootstrap resamples for CIs (0 = off)",
-    )
+    add_protocol_flags(
+        ev,
+        ["batch_size", "max_new_tokens", "temperature", "top_p", "seed",
+         "fallback_max_new_tokens", "fallbacks", "scorers", "consistency_k",
+         "consistency_temperature", "dcs", "bootstrap"],
+    )  # fmt: skip
     ev.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
     ev.add_argument(
         "--trust-remote-code", action="store_true", help="run the model repo's own code (off)"
     )
     ev.add_argument("--no-progress", action="store_true", help="no progress bars (log files)")
-    ev.add_argument(
-        "--keep-token-ids",
-        action="store_true",
-        help="also store each response's generated token ids in samples.jsonl "
-        "(response_token_ids), to compare backends by ids rather than decoded text",
-    )
+    add_protocol_flags(ev, ["keep_token_ids"])  # every EvalProtocol field has its flag now
     g = ev.add_argument_group("vLLM")
     g.add_argument("--tensor-parallel-size", type=int, default=1)
     g.add_argument(
@@ -355,18 +299,13 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith(("/", "./", "../", "~")) or os.sep + os.sep in name
 
 
-_POSITIVE_INTS = ("limit", "batch_size", "max_new_tokens", "fallback_max_new_tokens",
-                  "consistency_k", "judge_batch_size")  # fmt: skip
+_POSITIVE_INTS = ("limit", "judge_batch_size")  # the protocol's own are checked by EvalProtocol
 
 
-def _validate(args) -> None:
-    """Option checks that need no file or model: each a one-line ValueError naming the flag."""
-    prompts = [*system_prompt_names(), NO_SYSTEM_PROMPT]
-    if args.system_prompt is not None and args.system_prompt not in prompts:
-        raise ValueError(
-            f"--system-prompt {args.system_prompt}: choose one of {prompts} (a task's own prompt "
-            "is known with --tasks-dir DIR)."
-        )
+def _validate(args) -> EvalSettings:
+    """Option checks that need no file or model: each a one-line ValueError naming the flag.
+    Returns the run's ``EvalSettings`` (the protocol's flags, checked by ``EvalProtocol``)."""
+    settings = protocol_from_args(args, EvalSettings, progress=not args.no_progress)
     if args.data_parallel_size > 1:  # refused before anything loads
         raise ValueError(
             f"--data-parallel-size {args.data_parallel_size}: vLLM's offline LLM does not support "
@@ -383,21 +322,15 @@ def _validate(args) -> None:
         value = getattr(args, dest)
         if value is not None and value < 1:
             raise ValueError(f"--{dest.replace('_', '-')} must be >= 1; got {value}.")
-    if args.bootstrap < 0 or args.judge_max_retries < 0 or args.judge_timeout <= 0:
-        raise ValueError("--bootstrap and --judge-max-retries must be >= 0, --judge-timeout > 0.")
+    if args.judge_max_retries < 0 or args.judge_timeout <= 0:
+        raise ValueError("--judge-max-retries must be >= 0, --judge-timeout > 0.")
     if args.deployment_target is not None and not 0 < args.deployment_target <= 1:
         raise ValueError("--deployment-target must be in (0, 1], e.g. 0.75.")
     if args.deployment_target is not None and len(args.deployment_splits.split(",")) != 2:
         raise ValueError("--deployment-splits needs two splits, e.g. validation,test.")
-    if args.scorers is None:
-        args.scorers = "consistency" if args.response_format == "plain" else "verbalized"
-    if args.response_format == "plain" and "verbalized" in args.scorers.split(","):
-        raise ValueError(
-            "--response-format plain: plain answers state no confidence; pass --scorers "
-            "consistency (paper Sec. D.3) and/or logprob."
-        )
     if args.judge_base_url and args.judge_backend not in (None, "openai"):
         raise ValueError("--judge-base-url needs --judge-backend openai (or leave it unset).")
+    return settings
 
 
 def _jobs(args, names: list[str]) -> list[tuple[str, str, str]]:
@@ -435,17 +368,7 @@ def _build_judge(args, backend_kwargs):
     return RecordingJudge(fn)
 
 
-# --- what an output dir holds ---------------------------------------------------------------
-
-RUN_FILE = "run.json"
-# run.json fields that decide what a sample is: a rerun into the same --output-dir must agree on
-# each (else samples of two configurations would mix in one samples.jsonl). Execution details
-# (backend, batch sizes, --limit, dtype, parallelism) may change between resumes.
-CONFIG_FIELDS = (
-    "model", "adapter_sha256", "system_prompt", "columns", "max_new_tokens", "temperature",
-    "top_p", "seed", "fallbacks", "fallback_max_new_tokens", "scorers", "consistency_k",
-    "consistency_temperature", "dcs", "judge_model", "judge_max_answer_chars", "response_format",
-)  # fmt: skip
+# --- what an output dir holds (names and rules: rlsr.evaluation.layout) -----------------------
 
 
 def _run_config(args, settings, fingerprint, system_prompt, verifier_names, columns) -> dict:
@@ -470,65 +393,13 @@ def _run_config(args, settings, fingerprint, system_prompt, verifier_names, colu
     return json.loads(json.dumps(config))
 
 
-def _short(value) -> str:
-    if isinstance(value, str) and len(value) == 64:  # a sha256
-        return value[:12] + "…"
-    return "none" if value is None else repr(value)
-
-
-def _config_differences(old: dict, new: dict) -> list[str]:
-    """``field: old -> new`` for each CONFIG_FIELDS entry (and verifier of a shared dataset)
-    that differs; fields an older run.json lacks are not compared."""
-    diffs = [f"{k}: {_short(old[k])} -> {_short(new[k])}"
-             for k in CONFIG_FIELDS if k in old and old[k] != new[k]]  # fmt: skip
-    old_v, new_v = old.get("verifiers") or {}, new["verifiers"]
-    diffs += [f"verifier of {n}: {old_v[n]!r} -> {new_v[n]!r}"
-              for n in sorted(set(old_v) & set(new_v)) if old_v[n] != new_v[n]]  # fmt: skip
-    old_t, new_t = old.get("tasks") or {}, new.get("tasks") or {}
-    diffs += [f"task file of {n}: {_short(old_t[n]['sha256'])} -> {_short(new_t[n]['sha256'])}"
-              for n in sorted(set(old_t) & set(new_t))
-              if old_t[n]["sha256"] != new_t[n]["sha256"]]  # fmt: skip
-    return diffs
-
-
-def _read_run_file(out: Path) -> dict | None:
-    path = out / RUN_FILE
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except ValueError:
-        raise ValueError(f"{path} is not valid JSON; fix it, or pass --overwrite.") from None
-
-
-def _move_aside(out: Path) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    target, k = out.with_name(f"{out.name}.old-{stamp}"), 1
-    while target.exists():
-        target, k = out.with_name(f"{out.name}.old-{stamp}-{k}"), k + 1
-    out.rename(target)
-    return target
-
-
 def _saved(out: Path, jobs) -> int:
     return sum(len(read_samples(out / job / SAMPLES_FILE)) for job, _, _ in jobs)
 
 
-def _remove_unused(out: Path, jobs, existed: set[str], root_existed: bool) -> None:
-    """After a failed run: remove the folders it created that hold no sample."""
-    for job, _, _ in jobs:
-        path = out / job
-        if job not in existed and path.is_dir():
-            samples = path / SAMPLES_FILE
-            if not samples.exists() or samples.stat().st_size == 0:
-                shutil.rmtree(path)
-    if not root_existed and out.is_dir() and {p.name for p in out.iterdir()} <= {RUN_FILE}:
-        shutil.rmtree(out)
-
-
 def run_evaluate(args) -> int:
     """Check everything, load datasets, model and judge; only then write into --output-dir."""
-    _validate(args)
+    settings = _validate(args)
     if args.no_progress:  # also the bars of dataset formatting and weight loading (log files)
         datasets.disable_progress_bars()
         transformers.utils.logging.disable_progress_bar()
@@ -541,25 +412,15 @@ def run_evaluate(args) -> int:
         if vname not in VERIFIERS and not is_plugin_name(vname):
             raise ValueError(f"--verifier {name}={vname}: unknown verifier; choose one of "
                              f"{sorted(VERIFIERS)}.")  # fmt: skip
-    settings = EvalSettings(
-        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-        seed=args.seed, batch_size=args.batch_size, fallbacks=not args.no_fallbacks,
-        fallback_max_new_tokens=args.fallback_max_new_tokens,
-        scorers=tuple(s.strip() for s in args.scorers.split(",") if s.strip()),
-        response_format=args.response_format,
-        consistency_k=args.consistency_k, consistency_temperature=args.consistency_temperature,
-        dcs=args.dcs, bootstrap_resamples=args.bootstrap, progress=not args.no_progress,
-        keep_token_ids=args.keep_token_ids,
-    )  # fmt: skip
     adapter = resolve_adapter(args.adapter)
     fingerprint = adapter_fingerprint(adapter) if adapter else None
     jobs = _jobs(args, names)
     verifier_names = {n: verifier_override.get(n, get_spec(n).verifier) for _, n, _ in jobs}
     system_prompt = _system_prompt(args)
     config = _run_config(args, settings, fingerprint, system_prompt, verifier_names, columns)
-    previous = _read_run_file(out)
+    previous = read_run_file(out)
     if previous is not None and not args.overwrite:
-        diffs = _config_differences(previous, config)
+        diffs = config_differences(previous, config)
         if diffs:
             raise ValueError(
                 f"--output-dir {out} holds results of another configuration "
@@ -588,7 +449,7 @@ def run_evaluate(args) -> int:
 
     # The run starts: from here on, files are written.
     if args.overwrite and out.is_dir() and any(out.iterdir()):
-        print(f"moved the previous results to {_move_aside(out)}", file=sys.stderr)
+        print(f"moved the previous results to {move_aside(out)}", file=sys.stderr)
         previous = None
     root_existed = out.is_dir()
     existed = {job for job, _, _ in jobs if (out / job).exists()}
@@ -620,18 +481,18 @@ def run_evaluate(args) -> int:
             print(f"{job}: n={metrics['n']} acc={metrics['accuracy']:.3f} "
                   f"AURC={primary['aurc']:.3f}")  # fmt: skip
     except KeyboardInterrupt:
-        _remove_unused(out, jobs, existed, root_existed)
+        remove_unused(out, [job for job, _, _ in jobs], existed, root_existed)
         print(f"rlsr: interrupted, {_saved(out, jobs)} samples saved in {out}; rerun the same "
               "command to resume.", file=sys.stderr)  # fmt: skip
         return INTERRUPTED_EXIT
     except JudgeUnavailableError as err:
-        _remove_unused(out, jobs, existed, root_existed)
+        remove_unused(out, [job for job, _, _ in jobs], existed, root_existed)
         raise JudgeUnavailableError(
             f"{err} {_saved(out, jobs)} samples saved in {out} (none judged by a failed "
             "request); rerun the same command to resume."
         ) from err
     except BaseException:
-        _remove_unused(out, jobs, existed, root_existed)
+        remove_unused(out, [job for job, _, _ in jobs], existed, root_existed)
         raise
     if args.deployment_target is not None:
         _deploy_from_dirs(out, args, jobs)

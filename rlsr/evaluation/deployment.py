@@ -30,6 +30,7 @@ import numpy as np
 
 from rlsr import metrics as M
 from rlsr.data import REGISTRY, task_records
+from rlsr.evaluation.layout import METRICS_FILE, RUN_FILE
 from rlsr.evaluation.provenance import adapter_fingerprint
 from rlsr.prompts import system_prompt_name
 
@@ -207,8 +208,6 @@ def model_identity(name_or_path: str) -> str:
     return text.rstrip("/") or text
 
 
-RUN_FILE = "run.json"  # written by `rlsr evaluate` in its --output-dir
-METRICS_FILE = "metrics.json"
 # EvalSettings fields that change what a response is, and so what a threshold means.
 DECODING_FIELDS = ("max_new_tokens", "temperature", "top_p", "fallbacks", "fallback_max_new_tokens")
 

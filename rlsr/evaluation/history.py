@@ -2,8 +2,8 @@
 
 ``OUTPUT_DIR/eval/step-N/<dataset>/metrics.json`` per evaluated step (the ``rlsr evaluate``
 layout), ``step-N/failed.json`` for a failed one, and ``eval/history.jsonl`` (one line per step and
-dataset, rebuilt from the folders). Written by ``rlsr.evaluation.in_training``; drawn by
-``rlsr.evaluation.curves``.
+dataset, rebuilt from the folders); the names and folder rules are ``rlsr.evaluation.layout``'s.
+Written by ``rlsr.evaluation.in_training``; drawn by ``rlsr.evaluation.curves``.
 """
 
 from __future__ import annotations
@@ -12,24 +12,15 @@ import json
 import os
 from pathlib import Path
 
-from rlsr.evaluation.runner import METRICS_FILE
+from rlsr.evaluation.layout import EVAL_DIR, FAILED_FILE, HISTORY_FILE, METRICS_FILE, step_folders
 
 __all__ = [
-    "EVAL_DIR",
-    "HISTORY_FILE",
-    "FAILED_FILE",
-    "RUN_FILE",
     "TRACKED_METRICS",
-    "step_dir",
     "tracker_scalars",
     "read_history",
     "write_history",
 ]
 
-EVAL_DIR = "eval"
-HISTORY_FILE = "history.jsonl"
-FAILED_FILE = "failed.json"
-RUN_FILE = "run.json"
 # Per dataset, the scalars sent to the trackers: (name in the log, where in metrics.json).
 TRACKED_METRICS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("aurc", ("primary", "aurc")),
@@ -41,11 +32,6 @@ TRACKED_METRICS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("confidence_gap", ("primary", "confidence_gap")),
     ("format_rate", ("format_ok_rate",)),
 )
-
-
-def step_dir(output_dir: str | os.PathLike, step: int) -> Path:
-    """``OUTPUT_DIR/eval/step-N``: where the held-out evaluation of optimizer step N lives."""
-    return Path(output_dir) / EVAL_DIR / f"step-{step}"
 
 
 def _metric(metrics: dict, path: tuple[str, ...]):
@@ -72,14 +58,8 @@ def read_history(output_dir: str | os.PathLike) -> list[dict]:
     """One row per finished (step, dataset) of ``OUTPUT_DIR/eval`` (from the step folders, so a
     resumed run has no duplicate and no gap): step, dataset, the tracked metrics, n, seconds;
     a failed step gives one row with ``failed`` (the reason)."""
-    root = Path(output_dir) / EVAL_DIR
     rows = []
-    steps = []
-    for child in root.glob("step-*") if root.is_dir() else []:
-        suffix = child.name.removeprefix("step-")
-        if child.is_dir() and suffix.isdigit():
-            steps.append((int(suffix), child))
-    for step, folder in sorted(steps):
+    for step, folder in step_folders(output_dir):
         failed = folder / FAILED_FILE
         if failed.is_file():
             rows.append({"step": step, "failed": json.loads(failed.read_text())["error"]})

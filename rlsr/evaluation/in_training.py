@@ -25,9 +25,17 @@ The policy it evaluates:
   transformers`` builds from checkpoint-N, so the numbers are the same (tests/test_in_training_eval).
 * ``vllm``: TRL's colocated engine, with the weights synced first when the engine is behind the
   optimizer (TRL syncs only when it next generates), woken from and put back to sleep as TRL does.
+* ``vllm_server``: TRL's vLLM server (``grpo.vllm_mode=server``, slurm/train.slurm on several
+  nodes), with the weights synced first in the same way (every process takes part in TRL's
+  sync, which gathers ZeRO-3/FSDP shards); then the main process alone sends the held-out
+  requests (``rlsr.evaluation.server_backend.ServerBackend``: the requests ``rlsr evaluate
+  --backend vllm`` makes of its engine) and writes the samples, while the other processes wait
+  (for at most ``grpo.ddp_timeout`` seconds, the collectives' timeout); the metrics then reach
+  every process (``broadcast_object_list``). No inference copy and no engine per process.
 
-Several processes: each evaluates a contiguous shard of every dataset into ``rank-R/``; rank 0
-joins the shards in dataset order and computes the metrics once (``runner.summarise``).
+Several processes (transformers, vllm): each evaluates a contiguous shard of every dataset into
+``rank-R/``; rank 0 joins the shards in dataset order and computes the metrics once
+(``runner.summarise``). Every process returns the same scalars from ``evaluate_step``.
 
 Robustness: a step is written to ``step-N.partial/`` and renamed to ``step-N/`` when complete,
 so after a kill and a resume a finished step is reused (not recomputed, not logged twice) and a
@@ -70,22 +78,19 @@ from rlsr.evaluation.backends import (
     load_chat_tokenizer,
     render_chat,
 )
-from rlsr.evaluation.history import (
-    FAILED_FILE,
-    RUN_FILE,
-    step_dir,
-    tracker_scalars,
-    write_history,
-)
+from rlsr.evaluation.history import tracker_scalars, write_history
 from rlsr.evaluation.judge import DEFAULT_JUDGE_MODEL, RecordingJudge, openai_judge_fn
-from rlsr.evaluation.runner import (
+from rlsr.evaluation.layout import (
+    FAILED_FILE,
     PLOT_FILE,
+    RUN_FILE,
     SAMPLES_FILE,
-    EvalSettings,
-    evaluate_dataset,
-    summarise,
+    partial_dir,
+    step_dir,
 )
+from rlsr.evaluation.runner import EvalSettings, evaluate_dataset, summarise
 from rlsr.evaluation.samples_io import append_samples, read_samples
+from rlsr.evaluation.server_backend import ServerBackend
 from rlsr.verifiers import get_verifier
 from rlsr.weight_sync import out_of_place_named_params
 
@@ -95,19 +100,10 @@ __all__ = ["HeldOutEvaluator", "eval_settings", "inference_copy", "preserved_rng
 
 
 def eval_settings(resolved: ResolvedHeldOut) -> EvalSettings:
-    """The ``EvalSettings`` ``rlsr evaluate`` would build from the same flags (no progress bars:
-    the training log is not a terminal)."""
-    e = resolved.settings
-    try:
-        return EvalSettings(
-            max_new_tokens=resolved.max_new_tokens, temperature=e.temperature, top_p=e.top_p,
-            seed=e.seed, batch_size=e.batch_size, fallbacks=e.fallbacks,
-            fallback_max_new_tokens=e.fallback_max_new_tokens, scorers=resolved.scorers,
-            response_format=resolved.response_format, bootstrap_resamples=e.bootstrap,
-            progress=False,
-        )  # fmt: skip
-    except ValueError as err:
-        raise ConfigError("eval.scorers", str(err)) from None
+    """The ``EvalSettings`` of the held-out protocol (``resolved.protocol``: eval.* >
+    method.evaluate > the run's defaults), as ``rlsr evaluate`` builds them from the same flags
+    (no progress bars: the training log is not a terminal)."""
+    return EvalSettings(**resolved.protocol.values(), progress=False)
 
 
 @torch.no_grad()
@@ -174,6 +170,17 @@ def _sync_colocated_engine(trainer) -> None:  # pragma: no cover - needs a vLLM 
         generation.llm.wake_up(tags=["kv_cache"])
 
 
+def _sync_server(trainer) -> None:
+    """Bring TRL's vLLM server (``vllm_mode=server``) to the current weights, as TRL does before
+    its next rollouts (``VLLMGeneration.sync_weights``: the main process pushes, then resets the
+    server's prefix cache). Called by every process: under ZeRO-3/FSDP the walk over the
+    parameters gathers each shard collectively; the step is recorded so TRL does not push again."""
+    step = trainer.state.global_step
+    if trainer._last_loaded_step != step:
+        trainer.vllm_generation.sync_weights()
+        trainer._last_loaded_step = step
+
+
 def _sleep_colocated_engine(trainer) -> None:  # pragma: no cover - needs a vLLM engine
     generation = trainer.vllm_generation
     if generation.enable_sleep_mode:
@@ -229,18 +236,47 @@ class HeldOutEvaluator(TrainerCallback):
                     "(eval.every=0).",
                 ) from None
         self.tokenizer = load_chat_tokenizer(self.model_path, self.trust_remote_code)
-        if self.resolved.backend == "vllm":
+        if self.resolved.backend in ("vllm", "vllm_server"):
             self._check_engine_context(trainer)
         trainer.add_callback(self)
         return self
 
+    def _server_context(self, trainer) -> int:
+        """vllm_server: the server's ``max_model_len``, asked by the main process (the only one
+        with TRL's client) and sent to every process, so all of them refuse or none."""
+        acc = trainer.accelerator
+        limit = None
+        if acc.is_main_process:
+            client = trainer.vllm_generation.vllm_client
+            limit = ServerBackend(client, self.tokenizer, set()).max_model_len
+        return _broadcast(acc, limit)
+
     def _check_engine_context(self, trainer) -> None:
-        """vllm: refuse now (before step 1) held-out prompts that the colocated engine cannot
+        """vllm: against the colocated engine's ``max_model_len``; vllm_server: against the
+        server's (``_check_context``)."""
+        if self.resolved.backend == "vllm":  # pragma: no cover - needs a vLLM engine
+            limit = trainer.vllm_generation.llm.llm_engine.model_config.max_model_len
+            self._check_context(
+                limit,
+                "the colocated vLLM engine",
+                "grpo.vllm_max_model_length={need} (a context cap; the KV cache is sized by "
+                "grpo.vllm_gpu_memory_utilization)",
+            )
+        elif self.resolved.backend == "vllm_server":
+            self._check_context(
+                self._server_context(trainer),
+                "the vLLM server",
+                "the server's --max-model-len to {need} (slurm/train.slurm: RLSR_VLLM_MAX_MODEL_LEN"
+                "={need}; its default is data.max_prompt_length + what an answer needs)",
+            )
+
+    def _check_context(self, limit: int, engine: str, setting: str) -> None:
+        """vllm, vllm_server: refuse now (before step 1) held-out prompts that the engine cannot
         answer in full: prompt + ``ResolvedHeldOut.engine_tokens`` (the answer and its Sec. C.3
-        fallbacks) must fit the engine's ``max_model_len``. Held-out prompts are not filtered by
-        ``data.max_prompt_length`` (the evaluation must see every question ``rlsr evaluate``
-        sees); the default engine length covers one that long (``default_vllm_max_model_length``)."""
-        limit = trainer.vllm_generation.llm.llm_engine.model_config.max_model_len
+        fallbacks) must fit the engine's ``max_model_len`` (``limit``). Held-out prompts are not
+        filtered by ``data.max_prompt_length`` (the evaluation must see every question ``rlsr
+        evaluate`` sees); the default engine length covers one that long
+        (``rlsr.config.vllm_context_length``). ``setting``: the fix, ``{need}`` filled in."""
         reserve = self.resolved.engine_tokens
         for job, _, _ in self.resolved.jobs:
             lengths = [
@@ -253,12 +289,11 @@ class HeldOutEvaluator(TrainerCallback):
                 raise ConfigError(
                     "eval.datasets",
                     f"{len(over)} of {len(lengths)} held-out prompts of {job} are too long for "
-                    f"the colocated vLLM engine: the longest has {max(over)} tokens, and an "
+                    f"{engine}: the longest has {max(over)} tokens, and an "
                     f"answer needs {reserve} more (eval.max_new_tokens "
                     f"{self.resolved.max_new_tokens}, the Sec. C.3 fallbacks, a log-prob "
-                    f"position): {need} > the engine's max_model_len {limit}. Set "
-                    f"grpo.vllm_max_model_length={need} (a context cap; the KV cache is sized by "
-                    "grpo.vllm_gpu_memory_utilization), or eval.backend=transformers, or a lower "
+                    f"position): {need} > its max_model_len {limit}. Set "
+                    f"{setting.format(need=need)}, or eval.backend=transformers, or a lower "
                     "eval.max_new_tokens.",
                 )
 
@@ -301,6 +336,12 @@ class HeldOutEvaluator(TrainerCallback):
             _sync_colocated_engine(trainer)
             eos = generation_eos_ids(self.model_path, self.tokenizer, self.trust_remote_code)
             return VLLMBackend.from_engine(trainer.vllm_generation.llm, self.tokenizer, eos)
+        if self.resolved.backend == "vllm_server":
+            _sync_server(trainer)  # every process: the sync's gathers are collective
+            if not trainer.accelerator.is_main_process:
+                return None  # the main process sends the requests
+            eos = generation_eos_ids(self.model_path, self.tokenizer, self.trust_remote_code)
+            return ServerBackend(trainer.vllm_generation.vllm_client, self.tokenizer, eos)
         model = trainer.accelerator.unwrap_model(trainer.model)
         return TransformersBackend.from_model(
             inference_copy(model), self.tokenizer, batch_size=self.settings.batch_size
@@ -318,7 +359,10 @@ class HeldOutEvaluator(TrainerCallback):
         put the engine back to sleep as TRL does; only then may TRL's next ``LLM.generate`` run
         (a stale request would come back with its rollouts, or, once sleep's
         ``pause_scheduler(abort)`` has dropped it from the scheduler alone, make it loop
-        forever). transformers: free the inference copy."""
+        forever). transformers: free the inference copy. vllm_server: nothing (each request
+        was answered, or failed, on its own HTTP response; none stays to join TRL's rollouts)."""
+        if self.resolved.backend == "vllm_server":
+            return
         if self.resolved.backend == "vllm":  # pragma: no cover - needs a vLLM engine
             llm = self.trainer.vllm_generation.llm
             try:
@@ -342,6 +386,8 @@ class HeldOutEvaluator(TrainerCallback):
         backend = None
         try:
             backend = self._backend()
+            if backend is None:  # vllm_server, not the main process: nothing to send
+                return
             for job, name, _ in self.resolved.jobs:
                 examples = self.examples[job]
                 out = folder / job
@@ -411,8 +457,10 @@ class HeldOutEvaluator(TrainerCallback):
         logged (None when reused or failed)."""
         acc = self.trainer.accelerator
         rank, world = acc.process_index, acc.num_processes
+        # vllm_server: one shard, the main process's (the others only take part in the sync)
+        shards = 1 if self.resolved.backend == "vllm_server" else world
         final = step_dir(self.output_dir, step)
-        partial = final.with_name(final.name + ".partial")
+        partial = partial_dir(final)
         if final.is_dir():  # finished before a restart: keep it, do not log it twice
             if acc.is_main_process:
                 print(f"[rlsr] held-out evaluation of step {step}: reusing {final}", flush=True)
@@ -424,7 +472,7 @@ class HeldOutEvaluator(TrainerCallback):
         error = None
         try:
             with preserved_rng():
-                self._evaluate_shards(partial, rank, world)
+                self._evaluate_shards(partial, rank if shards > 1 else 0, shards)
         except Exception as err:  # noqa: BLE001 - a failed evaluation must not end the run
             error = f"{type(err).__name__}: {' '.join(str(err).split())[:500]}"
             logger.debug("held-out evaluation failed:\n%s", traceback.format_exc())
@@ -444,7 +492,7 @@ class HeldOutEvaluator(TrainerCallback):
                     flush=True,
                 )
             else:
-                results = self._join_shards(partial, world, step, seconds)
+                results = self._join_shards(partial, shards, step, seconds)
                 (partial / RUN_FILE).write_text(json.dumps(self._run_record(step), indent=2) + "\n")
                 scalars = {}
                 for job, metrics in results.items():
@@ -453,6 +501,7 @@ class HeldOutEvaluator(TrainerCallback):
             write_history(self.output_dir)
             if scalars is not None:
                 self._report(step, scalars, results)
+        scalars = _broadcast(acc, scalars)  # every process returns what the main one logged
         acc.wait_for_everyone()
         return scalars
 
@@ -494,6 +543,15 @@ def _gather(acc, error: str | None) -> list[str | None]:
     from accelerate.utils import gather_object
 
     return list(gather_object([error]))
+
+
+def _broadcast(acc, value):
+    """The main process's ``value`` on every process."""
+    if acc.num_processes == 1:
+        return value
+    from accelerate.utils import broadcast_object_list
+
+    return broadcast_object_list([value], from_process=0)[0]
 
 
 def _log_image(trainer, tag: str, folder: Path) -> None:

@@ -27,11 +27,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rlsr.data.loading import verification_inputs
+from rlsr.eval_protocol import EvalProtocol
 from rlsr.evaluation.backends import Backend, Sampling
 from rlsr.evaluation.dcs import score_dcs
 from rlsr.evaluation.plots import plot_dataset_risk_coverage
 from rlsr.evaluation.samples_io import append_samples, json_safe, read_samples
-from rlsr.evaluation.scorers import RESPONSE_FORMATS, check_scorers, self_consistency
+from rlsr.evaluation.scorers import self_consistency
 from rlsr.evaluation.summary import compute_metrics
 from rlsr.logprob import answer_span, logprob_confidence
 from rlsr.parsing import ParsedResponse, parse_confidence, parse_plain_response, parse_response
@@ -62,45 +63,15 @@ METRICS_FILE = "metrics.json"
 PLOT_FILE = "risk_coverage.png"
 
 
-@dataclass
-class EvalSettings:
-    """Evaluation protocol. Defaults = paper Sec. C.5 (greedy, 4,096 tokens, 1 response)."""
+@dataclass(frozen=True)
+class EvalSettings(EvalProtocol):
+    """The evaluation protocol (``rlsr.eval_protocol.EvalProtocol``: its fields, defaults and
+    checks) plus what one run does with its output: progress bars, the plot, extra metadata for
+    ``metrics.json``."""
 
-    max_new_tokens: int = 4096
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-    batch_size: int | None = None  # None: the backend's eval_batch_size (transformers 8, vLLM 256)
-    fallbacks: bool = True
-    fallback_max_new_tokens: int = 64
-    scorers: tuple[str, ...] = ("verbalized",)
-    # "tags": the paper's <answer>/<confidence> format (Sec. C.1); "plain": no tags, the answer is
-    # the first non-empty line (SFT-Answer-Only, Sec. D.3; rlsr.parsing.parse_plain_response).
-    response_format: str = "tags"
-    consistency_k: int = 8  # paper Sec. D.3: K = 8 at T = 0.7
-    consistency_temperature: float = 0.7
-    dcs: bool = False
-    bootstrap_resamples: int = 1000
-    # keep each response's generated token ids in samples.jsonl ("response_token_ids": what the
-    # backend generated, EOS cut): comparisons of backends by ids, not by their decoded text
-    keep_token_ids: bool = False
     progress: bool = True
     plot: bool = True
     extra_metadata: dict = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.response_format not in RESPONSE_FORMATS:
-            raise ValueError(
-                f"response_format must be one of {RESPONSE_FORMATS}; got {self.response_format!r}."
-            )
-        self.scorers = check_scorers(self.scorers, self.response_format)
-        if self.batch_size is not None and self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1; got {self.batch_size}.")
-        if self.fallback_max_new_tokens < 1:
-            raise ValueError("fallback_max_new_tokens must be >= 1.")
-        if "consistency" in self.scorers and self.consistency_k < 1:
-            raise ValueError("consistency_k must be >= 1 with the consistency scorer.")
-        Sampling(self.max_new_tokens, self.temperature, self.top_p)  # validates
 
 
 def append_text(text: str, suffix: str) -> str:
@@ -286,9 +257,9 @@ def _add_scores(backend, rows: list[dict], items: list[dict], settings: EvalSett
             it["consistency_answers"] = answers
 
 
-def _verify(verifier, verifier_name: str, batch, items: list[dict], judge) -> None:
+def _verify(verifier, inputs: dict, items: list[dict], judge) -> None:
     answers = [it["answer"] for it in items]
-    result = verifier.verify_batch(answers, **verification_inputs(batch, verifier_name))
+    result = verifier.verify_batch(answers, **inputs)
     outputs = iter(judge.last_outputs if judge is not None else [])
     for it, ok, status in zip(
         items, result.correct, result.status or [None] * len(items), strict=False
@@ -343,14 +314,14 @@ def evaluate_dataset(
     groups = iter(range(len(todo) + 1))
     n_new = 0
 
-    def write(indices: list[int], items: list[dict]) -> None:
+    def write(rows: list[dict], inputs: dict, items: list[dict]) -> None:
+        """Verify, score and append one group of samples: ``rows`` (dataset rows),
+        ``inputs`` (their ``verification_inputs``) and ``items`` (their responses)."""
         nonlocal n_new
         k = next(groups)
         if before_batch is not None:
             before_batch(k)
-        batch = examples.select(indices)
-        rows = list(batch)
-        _verify(verifier, verifier_name, batch, items, judge)
+        _verify(verifier, inputs, items, judge)
         _add_scores(backend, rows, items, settings)
         if settings.dcs:
             _add_dcs(backend, rows, items)
@@ -366,15 +337,17 @@ def evaluate_dataset(
     if stream is not None:
         flush_seconds = _JUDGE_FLUSH_SECONDS if judge is not None else 0.0
         try:
-            _generate_streaming(stream, backend, examples, todo, window, settings, write,
-                                flush_seconds)  # fmt: skip
+            _generate_streaming(stream, backend, _Prefetch(examples, todo, window, verifier_name),
+                                window, settings, write, flush_seconds)  # fmt: skip
         finally:  # however it ends, none of its requests stays on the engine
             stream.close()
     else:
         for start in range(0, len(todo), window):
-            indices = todo[start : start + window]
-            prompt_texts = [backend.render(r["prompt"]) for r in examples.select(indices)]
-            write(indices, respond(backend, prompt_texts, settings))
+            batch = examples.select(todo[start : start + window])
+            rows = list(batch)
+            prompt_texts = [backend.render(r["prompt"]) for r in rows]
+            write(rows, verification_inputs(batch, verifier_name),
+                  respond(backend, prompt_texts, settings))  # fmt: skip
     if bar is not None:
         bar.close()
     elapsed = time.perf_counter() - started
@@ -418,28 +391,67 @@ def _next_fallback(item: dict, settings: EvalSettings):
     return None
 
 
-def _generate_streaming(stream, backend, examples, todo, window, settings, write, flush_seconds):
+class _Prefetch:
+    """The samples to stream, fetched ``window`` at a time: one ``Dataset.select`` per window
+    (the rows and their verification inputs) instead of one per sample or per write."""
+
+    def __init__(self, examples, todo: list[int], window: int, verifier_name: str) -> None:
+        self._examples, self._todo, self._window = examples, todo, window
+        self._verifier_name = verifier_name
+        self._next = 0
+        self._fetched: list[tuple[int, dict]] = []  # (index, row) fetched, not yet handed out
+        self._held: dict[int, tuple[dict, dict]] = {}  # index -> (row, its verification inputs)
+
+    def take(self, k: int) -> list[tuple[int, dict]]:
+        """Up to ``k`` more ``(index, row)`` to generate, in ``todo`` order."""
+        if k <= 0:
+            return []
+        while len(self._fetched) < k and self._next < len(self._todo):
+            chunk = self._todo[self._next : self._next + self._window]
+            self._next += len(chunk)
+            batch = self._examples.select(chunk)
+            rows = list(batch)
+            inputs = verification_inputs(batch, self._verifier_name)
+            for j, (i, row) in enumerate(zip(chunk, rows, strict=True)):
+                self._held[i] = (row, {key: values[j] for key, values in inputs.items()})
+                self._fetched.append((i, row))
+        out, self._fetched = self._fetched[:k], self._fetched[k:]
+        return out
+
+    def release(self, indices: list[int]) -> tuple[list[dict], dict]:
+        """Rows and verification inputs of ``indices`` (each handed out once)."""
+        held = [self._held.pop(i) for i in indices]
+        keys = held[0][1].keys() if held else ()
+        return [row for row, _ in held], {k: [inputs[k] for _, inputs in held] for k in keys}
+
+
+def _generate_streaming(stream, backend, rows: _Prefetch, window, settings, write, flush_seconds):
     """Keep ``window`` requests in flight; hand each sample to ``write`` when its last
-    request (response, then any fallbacks) has finished."""
+    request (response, then any fallbacks) has finished. Requests reach the engine in groups
+    (``VLLMStream.add_many``: one tokenizer call, one ``LLM.enqueue``)."""
     sampling = Sampling(
         settings.max_new_tokens, settings.temperature, settings.top_p, seed=settings.seed
     )
     greedy = fallback_sampling(settings)
-    queue = iter(todo)
-    exhausted = False
     items: dict[int, dict] = {}
     finished: list[int] = []
     last_write = time.perf_counter()
+
+    def flush() -> None:
+        done, inputs = rows.release(finished)
+        write(done, inputs, [items.pop(i) for i in finished])
+        finished.clear()
+
     while True:
-        while not exhausted and stream.pending() < window:
-            i = next(queue, None)
-            if i is None:
-                exhausted = True
-                break
-            prompt = backend.render(examples[i]["prompt"])
-            stream.add((i, prompt, None), prompt, sampling)
+        new = rows.take(window - stream.pending())
+        if new:
+            prompts = [backend.render(row["prompt"]) for _, row in new]
+            stream.add_many(
+                [((i, p, None), p, sampling) for (i, _), p in zip(new, prompts, strict=True)]
+            )
         if stream.pending() == 0:
             break
+        fallbacks = []
         for (i, text, add), gens in stream.step():
             # text: the prompt of a response; the context of a fallback (then add records it)
             gen = gens[0]
@@ -454,13 +466,16 @@ def _generate_streaming(stream, backend, examples, todo, window, settings, write
                 finished.append(i)
             else:
                 context, add_next = step
-                stream.add((i, context, add_next), items[i]["prompt_text"] + context, greedy)
+                fallbacks.append(
+                    ((i, context, add_next), items[i]["prompt_text"] + context, greedy)
+                )
+        stream.add_many(fallbacks)
         now = time.perf_counter()
         if finished and (stream.pending() == 0 or now - last_write >= flush_seconds):
-            write(finished, [items.pop(i) for i in finished])
-            finished, last_write = [], now
+            flush()
+            last_write = now
     if finished:
-        write(finished, [items.pop(i) for i in finished])
+        flush()
 
 
 def _restore_dataset_order(path: Path, ids: list[str]) -> None:
@@ -484,11 +499,15 @@ def summarise(
     records = read_samples(out / SAMPLES_FILE)
     meta = {
         "dataset": dataset_name,
-        "settings": {k: v for k, v in asdict(settings).items() if k not in ("progress",)},
+        # the protocol as run (system_prompt left out: the prompt used is in run.json and in
+        # every sample; the field only holds what was asked, null for each dataset's own)
+        "settings": {
+            k: v for k, v in asdict(settings).items() if k not in ("progress", "system_prompt")
+        },
         **(extra or {}),
     }
     metrics = compute_metrics(
-        records, scorers=settings.scorers, n_resamples=settings.bootstrap_resamples,
+        records, scorers=settings.scorers, n_resamples=settings.bootstrap,
         seed=settings.seed, extra=meta,
     )  # fmt: skip
     (out / METRICS_FILE).write_text(json.dumps(json_safe(metrics), indent=2) + "\n")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from rlsr.eval_protocol import RESPONSE_FORMATS, SCORERS, check_scorers
 from rlsr.logprob import answer_span, length_normalized_logprob, logprob_confidence
 
 __all__ = [
@@ -28,30 +29,6 @@ __all__ = [
     "answer_span",
     "self_consistency",
 ]
-
-SCORERS = ("verbalized", "logprob", "consistency")
-RESPONSE_FORMATS = ("tags", "plain")
-
-
-def check_scorers(names: Sequence[str], response_format: str = "tags") -> tuple[str, ...]:
-    """Validate scorer names; the FIRST one named is the primary scorer (``metrics.json``
-    ``primary_scorer``, the summary line and ``rlsr report`` tables).
-
-    ``tags`` responses always report ``verbalized`` too (appended when not named; it costs
-    nothing). ``plain`` responses carry no confidence, so ``verbalized`` is an error there.
-    """
-    names = tuple(dict.fromkeys(names))
-    unknown = [n for n in names if n not in SCORERS]
-    if unknown:
-        raise ValueError(f"unknown scorer(s) {unknown}; choose from {SCORERS}.")
-    if response_format == "plain":
-        if "verbalized" in names or not names:
-            raise ValueError(
-                "plain responses state no confidence: choose --scorers consistency and/or "
-                "logprob (not verbalized)."
-            )
-        return names
-    return names if "verbalized" in names else (*names, "verbalized")
 
 
 def self_consistency(

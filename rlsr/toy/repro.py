@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from rlsr.eval_protocol import check_mapping, layered, to_flags
 from rlsr.metrics import aurc, risk_coverage_curve
 from rlsr.toy.task import VARIANT_TIERS, make_split, write_dataset_folder
 from rlsr.toy.warmup import WarmupGateError, ensure_warmup, warmup_config
@@ -291,16 +292,21 @@ def mean_std(values: list[float]) -> str:
 # ----------------------------------------------------------------------------- main
 
 
-def method_evaluate_args(method: str) -> tuple[str, ...]:
-    """``method.evaluate_args`` of ``recipes/method/METHOD.yaml`` (how ``slurm/sweep.py`` has
-    ``rlsr evaluate`` score that method's models) without ``--max-new-tokens``: the toy evaluates
-    with its own token cap."""
+def method_evaluate(method: str) -> dict:
+    """``method.evaluate`` of ``recipes/method/METHOD.yaml`` (how that method's models are
+    evaluated: evaluation protocol fields), checked; {} for no method (BASE)."""
+    if not method:
+        return {}
     declared = yaml.safe_load((REPO / "recipes" / "method" / f"{method}.yaml").read_text())
-    args = [str(a) for a in (declared.get("method", declared).get("evaluate_args") or [])]
-    if "--max-new-tokens" in args:
-        i = args.index("--max-new-tokens")
-        del args[i : i + 2]
-    return tuple(args)
+    return check_mapping(declared.get("method", declared).get("evaluate"), "method.evaluate")
+
+
+def method_evaluate_args(method: str) -> tuple[str, ...]:
+    """The ``rlsr evaluate`` flags of ``method.evaluate`` (``to_flags``, as ``slurm/sweep.py``
+    passes them) without ``max_new_tokens``: the toy evaluates with its own token cap."""
+    needs = method_evaluate(method)
+    needs.pop("max_new_tokens", None)
+    return tuple(to_flags(needs))
 
 
 @dataclass(frozen=True)
@@ -319,14 +325,12 @@ class Arm:
 
     @property
     def eval_args(self) -> tuple[str, ...]:
-        return method_evaluate_args(self.method) if self.method else ()  # "": BASE, not trained
+        return method_evaluate_args(self.method)  # "": BASE, not trained: ()
 
     @property
     def scorer(self) -> str:
-        args = self.eval_args
-        return (
-            args[args.index("--scorers") + 1].split(",")[0] if "--scorers" in args else "verbalized"
-        )
+        """The primary scorer of the arm's protocol (its method file's ``method.evaluate``)."""
+        return layered([("method.evaluate", method_evaluate(self.method))]).scorers[0]
 
 
 # Every arm of the toy table, by row name. Each GRPO arm gets the run's budget (steps, lr, G,
@@ -342,10 +346,10 @@ ARMS: dict[str, Arm] = {
         Arm("rlsr", "rlsr"),
         Arm("rlsr-plain-aurc", "rlsr-plain-aurc"),  # Sec. C.7 ablation: correct_scale 0
         # Sec. D.4 / Tab. 7: the pool ranked by the answer's length-normalised log-probability;
-        # evaluated by the same quantity (recipes/method/rlsr-logprob.yaml evaluate_args).
+        # evaluated by the same quantity (recipes/method/rlsr-logprob.yaml method.evaluate).
         Arm("rlsr-logprob", "rlsr-logprob"),
         # Sec. D.3 / Tab. 6: SFT on (question, answer) pairs, plain answers ranked by the agreement
-        # of K = 8 samples at T = 0.7 (recipes/method/sft.yaml evaluate_args); budget: SFT_BUDGET.
+        # of K = 8 samples at T = 0.7 (recipes/method/sft.yaml method.evaluate); budget: SFT_BUDGET.
         Arm("sft-sc", "sft", sft=True),
         # Ours, not the paper's: marginal credit for the pooled lifted AURC (docs/training.md,
         # "What each reward teaches"). Not in the default demo (its time budget); --methods.

@@ -1,0 +1,162 @@
+"""What an evaluation output folder holds, in one place: file names, step folders, run.json.
+
+``rlsr evaluate --output-dir OUT``::
+
+    OUT/run.json                     what was evaluated (model, adapter, protocol; CONFIG_FIELDS)
+    OUT/<dataset>/samples.jsonl      one line per sample (appended, fsynced)
+    OUT/<dataset>/metrics.json       rebuilt from samples.jsonl at the end of every run
+    OUT/<dataset>/risk_coverage.png
+
+The held-out evaluation during training writes the same layout per optimizer step::
+
+    RUN_DIR/eval/step-N/             = an ``rlsr evaluate`` OUT (``step-N.partial/`` until complete)
+    RUN_DIR/eval/step-N/failed.json  instead, when that step's evaluation failed
+    RUN_DIR/eval/history.jsonl       one line per (step, dataset), rebuilt from the step folders
+
+Writers (``rlsr.evaluation.runner``, ``.cli``, ``.in_training``) and readers (``.history``,
+``.deployment``, ``.report``, ``rlsr serve --threshold-from``) take the names and rules from here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+__all__ = [
+    "SAMPLES_FILE",
+    "METRICS_FILE",
+    "PLOT_FILE",
+    "RUN_FILE",
+    "EVAL_DIR",
+    "HISTORY_FILE",
+    "FAILED_FILE",
+    "PARTIAL_SUFFIX",
+    "CONFIG_FIELDS",
+    "step_dir",
+    "partial_dir",
+    "step_of",
+    "step_folders",
+    "read_run_file",
+    "config_differences",
+    "move_aside",
+    "remove_unused",
+]
+
+SAMPLES_FILE = "samples.jsonl"
+METRICS_FILE = "metrics.json"
+PLOT_FILE = "risk_coverage.png"
+RUN_FILE = "run.json"
+EVAL_DIR = "eval"  # RUN_DIR/eval: the held-out evaluation during training
+HISTORY_FILE = "history.jsonl"
+FAILED_FILE = "failed.json"
+PARTIAL_SUFFIX = ".partial"
+_STEP_PREFIX = "step-"
+
+# run.json fields that decide what a sample is: a rerun into the same --output-dir must agree on
+# each (else samples of two configurations would mix in one samples.jsonl). Execution details
+# (backend, batch sizes, --limit, dtype, parallelism) may change between resumes.
+CONFIG_FIELDS = (
+    "model", "adapter_sha256", "system_prompt", "columns", "max_new_tokens", "temperature",
+    "top_p", "seed", "fallbacks", "fallback_max_new_tokens", "scorers", "consistency_k",
+    "consistency_temperature", "dcs", "judge_model", "judge_max_answer_chars", "response_format",
+)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- step folders
+
+
+def step_dir(output_dir: str | os.PathLike, step: int) -> Path:
+    """``OUTPUT_DIR/eval/step-N``: where the held-out evaluation of optimizer step N lives."""
+    return Path(output_dir) / EVAL_DIR / f"{_STEP_PREFIX}{step}"
+
+
+def partial_dir(final: Path) -> Path:
+    """``step-N.partial``: a step being written, renamed onto ``step-N`` when complete."""
+    return final.with_name(final.name + PARTIAL_SUFFIX)
+
+
+def step_of(folder: str | os.PathLike) -> int | None:
+    """N of a ``step-N`` folder name; None for anything else (``step-N.partial``, ``step-x``)."""
+    suffix = Path(folder).name.removeprefix(_STEP_PREFIX)
+    if Path(folder).name.startswith(_STEP_PREFIX) and suffix.isdigit():
+        return int(suffix)
+    return None
+
+
+def step_folders(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """``(N, OUTPUT_DIR/eval/step-N)`` of every finished step folder, by step."""
+    root = Path(output_dir) / EVAL_DIR
+    found = []
+    for child in root.glob(f"{_STEP_PREFIX}*") if root.is_dir() else []:
+        step = step_of(child)
+        if step is not None and child.is_dir():
+            found.append((step, child))
+    return sorted(found)
+
+
+# --------------------------------------------------------------------------- run.json
+
+
+def read_run_file(out: Path) -> dict | None:
+    """``OUT/run.json`` read back, None if there is none; a broken one is an error that says how
+    to go on."""
+    path = out / RUN_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        raise ValueError(f"{path} is not valid JSON; fix it, or pass --overwrite.") from None
+
+
+def _short(value) -> str:
+    if isinstance(value, str) and len(value) == 64:  # a sha256
+        return value[:12] + "…"
+    return "none" if value is None else repr(value)
+
+
+def config_differences(old: dict, new: dict) -> list[str]:
+    """``field: old -> new`` for each CONFIG_FIELDS entry (and verifier of a shared dataset)
+    that differs; fields an older run.json lacks are not compared."""
+    diffs = [f"{k}: {_short(old[k])} -> {_short(new[k])}"
+             for k in CONFIG_FIELDS if k in old and old[k] != new[k]]  # fmt: skip
+    old_v, new_v = old.get("verifiers") or {}, new["verifiers"]
+    diffs += [f"verifier of {n}: {old_v[n]!r} -> {new_v[n]!r}"
+              for n in sorted(set(old_v) & set(new_v)) if old_v[n] != new_v[n]]  # fmt: skip
+    old_t, new_t = old.get("tasks") or {}, new.get("tasks") or {}
+    diffs += [f"task file of {n}: {_short(old_t[n]['sha256'])} -> {_short(new_t[n]['sha256'])}"
+              for n in sorted(set(old_t) & set(new_t))
+              if old_t[n]["sha256"] != new_t[n]["sha256"]]  # fmt: skip
+    return diffs
+
+
+# --------------------------------------------------------------------------- folder lifecycle
+
+
+def move_aside(out: Path) -> Path:
+    """Rename ``out`` to ``out.old-<time>`` (``--overwrite``); returns the new path."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target, k = out.with_name(f"{out.name}.old-{stamp}"), 1
+    while target.exists():
+        target, k = out.with_name(f"{out.name}.old-{stamp}-{k}"), k + 1
+    out.rename(target)
+    return target
+
+
+def remove_unused(
+    out: Path, datasets: Iterable[str], existed: set[str], root_existed: bool
+) -> None:
+    """After a failed run: remove the dataset folders it created that hold no sample, and ``out``
+    itself if the run created it and it holds nothing but run.json."""
+    for name in datasets:
+        path = out / name
+        if name not in existed and path.is_dir():
+            samples = path / SAMPLES_FILE
+            if not samples.exists() or samples.stat().st_size == 0:
+                shutil.rmtree(path)
+    if not root_existed and out.is_dir() and {p.name for p in out.iterdir()} <= {RUN_FILE}:
+        shutil.rmtree(out)
