@@ -483,13 +483,12 @@ class VLLMBackend:
     def render(self, messages: list[dict]) -> str:
         return render_chat(self.tokenizer, messages)
 
-    def _token_prompts(self, texts: Sequence[str], max_tokens: int | Sequence[int]) -> list[dict]:
+    def _token_prompts(self, texts: Sequence[str], max_tokens: int) -> list[dict]:
         """Token-id prompts (one tokenizer call for all), each checked to fit the engine's context
-        with its ``max_tokens`` new tokens (one value for all, or one per text; ``check_fits``)."""
+        with ``max_tokens`` new tokens (``check_fits``)."""
         ids = encode_prompts(self.tokenizer, texts)
-        limits = [max_tokens] * len(ids) if isinstance(max_tokens, int) else list(max_tokens)
-        for p, limit in zip(ids, limits, strict=True):
-            self.check_fits(len(p), limit)
+        for p in ids:
+            self.check_fits(len(p), max_tokens)
         return [{"prompt_token_ids": p} for p in ids]
 
     def check_fits(self, prompt_tokens: int, max_tokens: int) -> None:  # pragma: no cover - vLLM
@@ -580,29 +579,37 @@ class VLLMStream:  # pragma: no cover - needs vLLM
         self.add_many([(key, prompt, sampling)])
 
     def add_many(self, requests: Sequence[tuple[Any, str, Sampling]]) -> None:
-        """``add`` of each ``(key, prompt, sampling)``, in one tokenizer call and one
-        ``LLM.enqueue`` (their per-call overhead, paid per request, cost ``rlsr evaluate`` ~5 %
-        of the engine's speed on the tiny model; benchmarks/RESULTS.md)."""
+        """``add`` of each ``(key, prompt, sampling)`` in order, with one tokenizer call and one
+        ``LLM.enqueue`` (per request, their per-call overhead was most of what streaming cost
+        beyond the engine; benchmarks/RESULTS.md). A prompt that does not fit the engine
+        (``check_fits``) raises as ``add`` would: after the requests before it are enqueued."""
         if not requests:
             return
-        vllm = self.backend._vllm
+        backend = self.backend
+        ids = encode_prompts(backend.tokenizer, [prompt for _, prompt, _ in requests])
+        error = None
+        for fit, (p, (_, _, sampling)) in enumerate(zip(ids, requests, strict=True)):
+            try:
+                backend.check_fits(len(p), sampling.max_new_tokens)
+            except ValueError as err:
+                requests, ids, error = requests[:fit], ids[:fit], err
+                break
         params: dict[Sampling, Any] = {}
         for _, _, sampling in requests:
             if sampling not in params:
-                params[sampling] = vllm.SamplingParams(**vllm_sampling_kwargs(sampling))
-        prompts = self.backend._token_prompts(
-            [prompt for _, prompt, _ in requests], [s.max_new_tokens for _, _, s in requests]
-        )
-        request_ids = self.backend.llm.enqueue(
-            prompts, [params[s] for _, _, s in requests],
-            lora_request=self.backend.lora_request, use_tqdm=False,
-        )  # fmt: skip
+                params[sampling] = backend._vllm.SamplingParams(**vllm_sampling_kwargs(sampling))
+        request_ids = backend.llm.enqueue(
+            [{"prompt_token_ids": p} for p in ids], [params[s] for _, _, s in requests],
+            lora_request=backend.lora_request, use_tqdm=False,
+        ) if requests else []  # fmt: skip
         for (key, _, sampling), request_id in zip(requests, request_ids, strict=True):
             # enqueue returns the engine's id, "<counter>-<8 random chars>" (plain "<counter>"
             # with VLLM_DISABLE_REQUEST_ID_RANDOMIZATION); outputs carry the LLM's "<counter>".
             output_id = request_id.split("-", 1)[0]
             self._keys[output_id] = (key, sampling)
             self._engine_ids[output_id] = request_id
+        if error is not None:
+            raise error
 
     def pending(self) -> int:
         return len(self._keys)
