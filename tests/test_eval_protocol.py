@@ -91,3 +91,31 @@ def test_a_bad_flag_value_names_the_flag():
     args = _parser().parse_args([*COMMON, "--top-p", "2"])
     with pytest.raises(ValueError, match=r"^--top-p must be in \(0, 1\]; got 2.0."):
         protocol_from_args(args)
+
+
+def test_the_evaluate_command_a_run_prints_reproduces_its_held_out_protocol(tmp_path):
+    """The `rlsr evaluate` command at the end of a run (training._evaluate_command) carries the
+    held-out protocol's flags: parsed by the real parser it gives the same EvalProtocol (here
+    method=sft with a non-default K and an eval.* value)."""
+    import shlex
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from rlsr.config import from_dict, resolve_heldout
+    from rlsr.training import _evaluate_command
+
+    with initialize_config_dir(config_dir=str(ROOT / "recipes"), version_base="1.3"):
+        cfg = compose(
+            config_name="config",
+            overrides=["recipe=tiny", "method=sft", f"output_dir={tmp_path}", "eval.top_p=0.5"],
+        )
+    values = OmegaConf.to_container(cfg, resolve=True)
+    values.pop("hydra", None)
+    settings = from_dict(values)
+    settings.method.evaluate["consistency_k"] = 3
+    heldout = resolve_heldout(settings, "sft")
+    argv = shlex.split(_evaluate_command(settings, tmp_path, heldout))
+    assert argv[:2] == ["rlsr", "evaluate"]
+    assert protocol_from_args(_parser().parse_args(argv[1:])) == heldout.protocol
+    assert (heldout.protocol.consistency_k, heldout.protocol.top_p) == (3, 0.5)
