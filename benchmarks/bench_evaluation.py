@@ -23,8 +23,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from rlsr.data import load_examples
-    from rlsr.evaluation.backends import TransformersBackend
     from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
+    from rlsr.generation.backends import TransformersBackend
     from rlsr.tiny_models import tiny_model_path
     from rlsr.verifiers import get_verifier
 

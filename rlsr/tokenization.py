@@ -9,7 +9,7 @@ vocabulary into character soup. The toy tokenizer therefore records
 
 in its ``tokenizer_config.json`` (the key survives save/load round trips, so trained arms keep
 it), and ``load_tokenizer`` honours it. The training run (rlsr.training) and the evaluator
-(rlsr.evaluation.backends) load every tokenizer through ``load_tokenizer``;
+(rlsr.generation.backends) load every tokenizer through ``load_tokenizer``;
 ``patch_auto_tokenizer`` does the same for third-party code in one process.
 """
 

@@ -347,8 +347,8 @@ def check_woken_generation(trainer, model_dir: Path, device: str) -> dict:
     import vllm
 
     from rlsr.data import load_examples
-    from rlsr.evaluation.backends import encode_prompt, load_chat_tokenizer, render_chat
     from rlsr.evaluation.in_training import inference_copy
+    from rlsr.generation.backends import encode_prompt, load_chat_tokenizer, render_chat
 
     generation = trainer.vllm_generation
     llm = generation.llm
@@ -613,7 +613,7 @@ def explain_divergences(model_dir: Path, pairs: list[tuple[dict, dict]], device:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlsr.evaluation.backends import encode_prompt, load_chat_tokenizer, render_chat
+    from rlsr.generation.backends import encode_prompt, load_chat_tokenizer, render_chat
 
     tok = load_chat_tokenizer(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device).eval()
@@ -704,7 +704,7 @@ def _compare_backends(out: Path, plan: dict, cpu: bool, model_dir: Path, dtype: 
 def _filler_share(model_dir: Path, samples: list[dict]) -> float:
     """Share of the generated ids that are ``padded_tokenizer``'s fillers (not in the tiny BPE
     tokenizer it pads): how much of the answers the padded vocabulary made up."""
-    from rlsr.evaluation.backends import load_chat_tokenizer
+    from rlsr.generation.backends import load_chat_tokenizer
     from tools.tiny_models import _build_tokenizer
 
     tokens = load_chat_tokenizer(str(model_dir)).convert_ids_to_tokens(

@@ -192,8 +192,8 @@ def test_fallbacks_are_recorded_for_responses_without_tags(evaluated):
 
 def test_adapter_changes_outputs_and_resume_after_crash(tiny_model_dir, run_dir, tmp_path):
     from rlsr.data import load_examples
-    from rlsr.evaluation.backends import TransformersBackend, resolve_adapter
     from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
+    from rlsr.generation.backends import TransformersBackend, resolve_adapter
     from rlsr.verifiers import get_verifier
 
     examples = load_examples("tiny", limit=7)
@@ -253,9 +253,9 @@ def test_llm_judge_path_with_tiny_judge(tiny_model_dir, tmp_path):
     assert metrics["judge_invalid"] == sum(r["verify_status"] == "invalid" for r in records)
     # The judge saw question + gold + the quoted extracted answer only, never the response.
     from rlsr.data import load_examples
-    from rlsr.evaluation.backends import TransformersBackend
     from rlsr.evaluation.judge import RecordingJudge, backend_judge_fn
     from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
+    from rlsr.generation.backends import TransformersBackend
     from rlsr.verifiers import LLMJudgeVerifier
 
     backend = TransformersBackend(str(tiny_model_dir))
@@ -396,7 +396,7 @@ def test_report_over_two_evaluation_dirs(evaluated, tiny_model_dir, tmp_path):
 def test_score_matches_generation_logprobs_and_left_padding(tiny_model_dir):
     """Teacher-forced ``score`` of a greedy continuation equals the log-probs recorded while
     generating it, also when the batch mixes prompt lengths (left padding must not leak)."""
-    from rlsr.evaluation.backends import Sampling, TransformersBackend
+    from rlsr.generation.backends import Sampling, TransformersBackend
 
     backend = TransformersBackend(str(tiny_model_dir), batch_size=3)
     prompts = [

@@ -15,10 +15,11 @@ from itertools import permutations
 import numpy as np
 import pytest
 
-from rlsr.evaluation import backends, deployment, report, scorers
-from rlsr.evaluation.runner import append_text, fallback_answer, fallback_confidence
+from rlsr.evaluation import deployment, report, scorers
 from rlsr.evaluation.samples_io import append_samples, read_samples
 from rlsr.evaluation.summary import compute_metrics, scorer_arrays
+from rlsr.generation import backends
+from rlsr.generation.fallbacks import append_text, fallback_answer, fallback_confidence
 
 # --------------------------------------------------------------------------- samples.jsonl
 

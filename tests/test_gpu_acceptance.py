@@ -115,8 +115,8 @@ def test_padded_vocabulary_answers_keep_their_token_ids(tmp_path):
     from transformers import AutoModelForCausalLM
 
     from rlsr.cli import main as rlsr_main
-    from rlsr.evaluation.backends import encode_prompt, load_chat_tokenizer, render_chat
     from rlsr.evaluation.samples_io import read_samples
+    from rlsr.generation.backends import encode_prompt, load_chat_tokenizer, render_chat
 
     ga = _gpu_acceptance_module()
     model_dir = ga.build_model("tiny-padded", tmp_path / "model", "float32", "cpu")

@@ -50,6 +50,7 @@ LAYERS: dict[str, int] = {
     # 4 run assembly, evaluation
     "rlsr.training": 4,
     "rlsr.evaluation": 4,
+    "rlsr.generation": 4,  # backends + Sec. C.3 fallback steps, shared by evaluation and serving
     "rlsr.serving": 4,  # selective serving over the evaluator's rendering, parsing, fallbacks
     # 5 command lines and applications
     "rlsr.cli": 5,

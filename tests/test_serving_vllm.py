@@ -176,8 +176,8 @@ def _ask(url: str, question: str, model: str = "tiny-warm"):
 
 def test_in_process_engine_answers_at_tau_0_as_the_evaluator_would(in_process, warm_model, adapter):
     from rlsr.data.formatting import build_prompt
-    from rlsr.evaluation.backends import TransformersBackend
     from rlsr.evaluation.runner import EvalSettings, respond
+    from rlsr.generation.backends import TransformersBackend
 
     url, log = in_process
     served = [_ask(url, q) for q in QUESTIONS]
@@ -265,8 +265,8 @@ def test_upstream_vllm_serve_abstains_at_tau_above_1_and_502_when_down(tmp_path,
             assert ext["tau"] == 1.5 and ext["raw_completion"].startswith("<think>")
             # the evaluator's completion for the same question (transformers, same model)
             from rlsr.data.formatting import build_prompt
-            from rlsr.evaluation.backends import TransformersBackend
             from rlsr.evaluation.runner import EvalSettings, respond
+            from rlsr.generation.backends import TransformersBackend
 
             backend = TransformersBackend(str(warm_model))
             (want,) = respond(

@@ -169,8 +169,8 @@ def _stream_child(out_dir: str, crash_at: int) -> None:
     ``crash_at`` >= 0 the process dies (``os._exit``, nothing flushed: like SIGKILL) just before
     the ``crash_at``-th group of finished samples is written."""
     from rlsr.data import load_examples
-    from rlsr.evaluation.backends import VLLMBackend
     from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
+    from rlsr.generation.backends import VLLMBackend
     from rlsr.tiny_models import tiny_warm_model_path
     from rlsr.verifiers import get_verifier
 
@@ -199,9 +199,9 @@ def test_vllm_streams_samples_as_they_finish_and_a_kill_loses_none(tmp_path):
     complete. The rerun adds exactly the missing ids, and the final file equals
     the transformers backend's, line for line, in dataset order."""
     from rlsr.data import load_examples
-    from rlsr.evaluation.backends import TransformersBackend
     from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
     from rlsr.evaluation.samples_io import read_samples
+    from rlsr.generation.backends import TransformersBackend
     from rlsr.tiny_models import tiny_warm_model_path
     from rlsr.verifiers import get_verifier
 
@@ -499,7 +499,7 @@ def _lengthen_fourth(row: dict, i: int, repeats: int = 120) -> dict:
 def _cut_short_repeats(evaluator) -> int:
     """Repeats for which the 4th prompt fits the engine alone but not with its answer's tokens:
     vLLM would accept it and stop the answer at the context limit."""
-    from rlsr.evaluation.backends import encode_prompt, render_chat
+    from rlsr.generation.backends import encode_prompt, render_chat
 
     tok, row = evaluator.tokenizer, evaluator.examples["tiny"][3]
     for repeats in range(1, 200):

@@ -21,7 +21,6 @@ from rlsr.data import (
     task_records,
 )
 from rlsr.eval_protocol import add_protocol_flags, protocol_from_args
-from rlsr.evaluation.backends import make_backend, resolve_adapter
 from rlsr.evaluation.curves import write_curves
 from rlsr.evaluation.deployment import (
     deployment_markdown,
@@ -51,6 +50,7 @@ from rlsr.evaluation.report import build_report
 from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
 from rlsr.evaluation.samples_io import json_safe, read_samples
 from rlsr.evaluation.summary import scorer_arrays
+from rlsr.generation.backends import make_backend, resolve_adapter
 from rlsr.pool_log import write_pool_summary
 from rlsr.verifiers import VERIFIERS, is_plugin_name
 
@@ -505,7 +505,7 @@ INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd comm
 
 def _samples_of(path: str | Path) -> Path:
     p = Path(path)
-    return p / "samples.jsonl" if p.is_dir() else p
+    return p / SAMPLES_FILE if p.is_dir() else p
 
 
 def _deploy_files(val_path, test_path, target, scorer, delta, *, model=None, adapter=None):

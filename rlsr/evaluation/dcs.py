@@ -19,8 +19,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from rlsr import metrics as M
-from rlsr.evaluation.backends import Backend
 from rlsr.evaluation.scorers import length_normalized_logprob
+from rlsr.generation.backends import Backend
 
 __all__ = ["IDK_TEXT", "dcs_prompt", "option_continuations", "score_dcs"]
 

@@ -68,16 +68,6 @@ from transformers import AutoModelForCausalLM, TrainerCallback
 from rlsr.config.checks import ConfigError
 from rlsr.config.heldout import ResolvedHeldOut
 from rlsr.data import build_verifier, load_examples
-from rlsr.evaluation.backends import (
-    TransformersBackend,
-    VLLMBackend,
-    abort_engine_requests,
-    encode_prompt,
-    engine_requests,
-    generation_eos_ids,
-    load_chat_tokenizer,
-    render_chat,
-)
 from rlsr.evaluation.history import tracker_scalars, write_history
 from rlsr.evaluation.judge import DEFAULT_JUDGE_MODEL, RecordingJudge, openai_judge_fn
 from rlsr.evaluation.layout import (
@@ -91,6 +81,16 @@ from rlsr.evaluation.layout import (
 from rlsr.evaluation.runner import EvalSettings, evaluate_dataset, summarise
 from rlsr.evaluation.samples_io import append_samples, read_samples
 from rlsr.evaluation.server_backend import ServerBackend
+from rlsr.generation.backends import (
+    TransformersBackend,
+    VLLMBackend,
+    abort_engine_requests,
+    encode_prompt,
+    engine_requests,
+    generation_eos_ids,
+    load_chat_tokenizer,
+    render_chat,
+)
 from rlsr.verifiers import get_verifier
 from rlsr.weight_sync import out_of_place_named_params
 

@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from rlsr.evaluation.backends import Backend, Sampling
+from rlsr.generation.backends import Backend, Sampling
 
 __all__ = [
     "DEFAULT_JUDGE_MODEL",

@@ -4,9 +4,10 @@ Per batch of questions not yet in ``samples.jsonl``:
 
 1. render the conversation with the chat template, generate (paper Sec. C.5: greedy, 4,096 new
    tokens, one response);
-2. Sec. C.3 fallbacks: no ``<answer>`` -> append ``ANSWER_FALLBACK_SUFFIX`` and generate again;
-   still no confidence -> append ``CONFIDENCE_FALLBACK_SUFFIX`` and generate again (each at most
-   once per sample, ``fallback_max_new_tokens`` tokens); record which were used;
+2. Sec. C.3 fallbacks (``rlsr.generation.fallbacks``, shared with ``rlsr serve``): no
+   ``<answer>`` -> append ``ANSWER_FALLBACK_SUFFIX`` and generate again; still no confidence ->
+   append ``CONFIDENCE_FALLBACK_SUFFIX`` and generate again (each at most once per sample,
+   ``fallback_max_new_tokens`` tokens); record which were used;
 3. verify with the dataset's verifier (LLM judge for judge sets);
 4. extra confidence scorers (``rlsr.evaluation.scorers``) and DCS for MCQ sets, if asked;
 5. append the batch's records, flush, fsync.
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -28,39 +28,31 @@ from pathlib import Path
 
 from rlsr.data.loading import verification_inputs
 from rlsr.eval_protocol import EvalProtocol
-from rlsr.evaluation.backends import Backend, Sampling
 from rlsr.evaluation.dcs import score_dcs
+from rlsr.evaluation.layout import METRICS_FILE, PLOT_FILE, SAMPLES_FILE
 from rlsr.evaluation.plots import plot_dataset_risk_coverage
 from rlsr.evaluation.samples_io import append_samples, json_safe, read_samples
 from rlsr.evaluation.scorers import self_consistency
 from rlsr.evaluation.summary import compute_metrics
+from rlsr.generation.backends import Backend, Sampling
+from rlsr.generation.fallbacks import (
+    add_answer_fallback,
+    add_confidence_fallback,
+    answer_fallback_context,
+    confidence_fallback_context,
+    read_response,
+    response_item,
+)
 from rlsr.logprob import answer_span, logprob_confidence
-from rlsr.parsing import ParsedResponse, parse_confidence, parse_plain_response, parse_response
-from rlsr.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX
 from rlsr.verifiers import extract_choice_letter, normalize_answer
 
 __all__ = [
     "EvalSettings",
-    "append_text",
-    "fallback_answer",
-    "fallback_confidence",
     "respond",
-    "response_item",
-    "answer_fallback_context",
-    "add_answer_fallback",
-    "confidence_fallback_context",
-    "add_confidence_fallback",
     "fallback_sampling",
-    "read_response",
     "evaluate_dataset",
-    "SAMPLES_FILE",
-    "METRICS_FILE",
-    "PLOT_FILE",
+    "summarise",
 ]
-
-SAMPLES_FILE = "samples.jsonl"
-METRICS_FILE = "metrics.json"
-PLOT_FILE = "risk_coverage.png"
 
 
 @dataclass(frozen=True)
@@ -72,109 +64,6 @@ class EvalSettings(EvalProtocol):
     progress: bool = True
     plot: bool = True
     extra_metadata: dict = field(default_factory=dict)
-
-
-def append_text(text: str, suffix: str) -> str:
-    """``text`` + separator + ``suffix``: one space unless ``text`` is empty or ends in whitespace."""
-    if not text or text[-1].isspace():
-        return text + suffix
-    return text + " " + suffix
-
-
-_FIRST_NUMBER = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*%?", re.ASCII)
-
-
-def fallback_answer(continuation: str) -> str | None:
-    """Answer from the text generated after ``ANSWER_FALLBACK_SUFFIX``: an ``<answer>`` block if
-    present, else the first line, stripped of surrounding punctuation and tags."""
-    parsed = parse_response(continuation)
-    if parsed.answer is not None:
-        return parsed.answer
-    line = continuation.strip().split("\n", 1)[0]
-    line = re.sub(r"</?[A-Za-z]+>", " ", line)
-    line = line.strip().strip(":").strip().rstrip(".").strip()
-    return line or None
-
-
-def fallback_confidence(continuation: str) -> float | None:
-    """Confidence from the text generated after ``CONFIDENCE_FALLBACK_SUFFIX``: a
-    ``<confidence>`` block if present, else the first number in it (``parse_confidence`` rules)."""
-    parsed = parse_response(continuation)
-    if parsed.confidence is not None:
-        return parsed.confidence
-    match = _FIRST_NUMBER.search(continuation[:200])
-    return None if match is None else parse_confidence(match.group(0))
-
-
-def read_response(text: str, response_format: str = "tags") -> ParsedResponse:
-    """Answer, confidence and format verdict of one response in ``response_format``."""
-    return parse_plain_response(text) if response_format == "plain" else parse_response(text)
-
-
-def response_item(
-    prompt_text: str,
-    text: str,
-    finish_reason: str,
-    num_tokens: int,
-    response_format: str = "tags",
-    token_ids: Sequence[int] | None = None,
-) -> dict:
-    """The record of one generated response before any fallback: its parse and bookkeeping
-    (with ``token_ids``, the generated ids too: ``EvalSettings.keep_token_ids``)."""
-    parsed = read_response(text, response_format)
-    extra = {} if token_ids is None else {"response_token_ids": list(token_ids)}
-    return {
-        **extra,
-        "prompt_text": prompt_text,
-        "response": text,
-        "finish_reason": finish_reason,
-        "num_tokens": num_tokens,
-        "answer": parsed.answer,
-        "answer_start": parsed.answer_start,  # offset in "generated" (the log-prob span)
-        "confidence": parsed.confidence,
-        "format_ok": parsed.format_ok,
-        "fallbacks": [],
-        "fallback_text": {},
-        "generated": text,  # the response plus any fallback text, in order
-    }
-
-
-def answer_fallback_context(item: dict) -> str | None:
-    """Sec. C.3: the text to continue after (response + ``ANSWER_FALLBACK_SUFFIX``) when the item
-    has no answer, else None. The model continues ``item["prompt_text"] + context``."""
-    if item["answer"] is not None:
-        return None
-    return append_text(item["generated"], ANSWER_FALLBACK_SUFFIX)
-
-
-def add_answer_fallback(item: dict, context: str, text: str) -> None:
-    """Record the continuation ``text`` of ``answer_fallback_context``: answer (and a confidence,
-    if the continuation holds a ``<confidence>`` block). The answer's span for the log-prob scorer
-    is its first occurrence in the continuation."""
-    item["fallbacks"].append("answer")
-    item["fallback_text"]["answer"] = text
-    item["answer"] = fallback_answer(text)
-    item["generated"] = context + text
-    found = -1 if item["answer"] is None else item["generated"].find(item["answer"], len(context))
-    item["answer_start"] = found if found >= 0 else None
-    if item["confidence"] is None:
-        item["confidence"] = parse_response(text).confidence
-
-
-def confidence_fallback_context(item: dict) -> str | None:
-    """Sec. C.3: the text to continue after (generated + ``CONFIDENCE_FALLBACK_SUFFIX``) when the
-    item still has no confidence, else None."""
-    if item["confidence"] is not None:
-        return None
-    return append_text(item["generated"], CONFIDENCE_FALLBACK_SUFFIX)
-
-
-def add_confidence_fallback(item: dict, context: str, text: str) -> None:
-    """Record the continuation ``text`` of ``confidence_fallback_context``."""
-    item["fallbacks"].append("confidence")
-    item["fallback_text"]["confidence"] = text
-    item["confidence"] = fallback_confidence(text)
-    item["generated"] = context + text
 
 
 def fallback_sampling(settings: EvalSettings) -> Sampling:

@@ -9,8 +9,8 @@ import socket
 import sys
 
 from rlsr.config import resolve_model_path
-from rlsr.evaluation.backends import resolve_adapter
 from rlsr.evaluation.provenance import adapter_fingerprint
+from rlsr.generation.backends import resolve_adapter
 from rlsr.serving.app import create_app
 from rlsr.serving.decision_log import (
     DecisionLog,

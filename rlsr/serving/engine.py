@@ -9,7 +9,7 @@
 
 Both take the rendered prompt *text* (chat template applied, so a Sec. C.3 fallback continues a
 response by appending text), tokenise it as the evaluation backends do
-(``rlsr.evaluation.backends.encode_prompt``) and decode with the same settings
+(``rlsr.generation.backends.encode_prompt``) and decode with the same settings
 (``vllm_sampling_kwargs``: repetition penalty 1, no top-k, whatever the model's
 generation_config says).
 
@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Protocol
 
-from rlsr.evaluation.backends import (
+from rlsr.generation.backends import (
     Sampling,
     adapter_rank,
     encode_prompt,

@@ -2,7 +2,7 @@
 
 The steps are the evaluator's (``rlsr.evaluation.runner``): the same prompt rendering
 (``rlsr.data.formatting.build_prompt`` + the chat template), the same parse
-(``rlsr.parsing.parse_response``) and the same fallback steps (``answer_fallback_context`` ...),
+(``rlsr.parsing.parse_response``) and the same fallback steps (``rlsr.generation.fallbacks``),
 driven here for one request at a time with an async engine, so that concurrent requests reach
 the engine together and are batched there.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 
 from rlsr.data.formatting import build_prompt
-from rlsr.evaluation.backends import Sampling, render_chat
-from rlsr.evaluation.runner import (
+from rlsr.generation.backends import Sampling, render_chat
+from rlsr.generation.fallbacks import (
     add_answer_fallback,
     add_confidence_fallback,
     answer_fallback_context,

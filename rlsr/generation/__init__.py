@@ -1,0 +1,9 @@
+"""Generation shared by ``rlsr evaluate`` (``rlsr.evaluation``) and ``rlsr serve``
+(``rlsr.serving``), which import it as equals:
+
+* ``backends``: the transformers and vLLM backends (rendered prompt text in, ``Generation`` out,
+  teacher-forced ``score``), ``Sampling``, chat rendering and prompt encoding, LoRA adapter
+  resolution, the vLLM engine and sampling arguments ``rlsr serve``'s engines reuse;
+* ``fallbacks``: the Sec. C.3 fallback steps (the record of a response, the context to continue
+  when the answer or the confidence is missing, how a continuation is read).
+"""
