@@ -39,6 +39,7 @@ from rlsr.evaluation.gap import (
     align_runs,
     controlled_confidence_gap,
 )
+from rlsr.evaluation.layout import METRICS_FILE, SAMPLES_FILE
 from rlsr.evaluation.plots import (
     COVERAGE_GRID,
     curve_on_grid,
@@ -54,6 +55,14 @@ __all__ = [
     "method_from_dirname",
     "group_runs",
     "split_id_ood",
+    "Cell",
+    "DatasetRow",
+    "GapRow",
+    "DensityRow",
+    "ReportRows",
+    "report_rows",
+    "csv_rows",
+    "render_markdown",
     "build_report",
     "controlled_gap_rows",
 ]
@@ -79,7 +88,7 @@ class Run:
     def load(cls, path: str | Path) -> Run:
         root = Path(path)
         found = {}
-        for mfile in sorted(root.glob("*/metrics.json")):
+        for mfile in sorted(root.glob(f"*/{METRICS_FILE}")):
             found[mfile.parent.name] = json.loads(mfile.read_text())
         if not found:
             raise ValueError(
@@ -90,7 +99,7 @@ class Run:
     def samples(self, dataset: str) -> list[dict]:
         """Records of ``<dataset>/samples.jsonl`` (read once; [] when absent)."""
         if dataset not in self._samples:
-            path = self.path / dataset / "samples.jsonl"
+            path = self.path / dataset / SAMPLES_FILE
             self._samples[dataset] = read_samples(path) if dataset in self.metrics else []
         return self._samples[dataset]
 
@@ -169,63 +178,104 @@ def _metric(m: dict, key: str) -> float:
     return math.nan if value is None else float(value)
 
 
-def _cell(values: list[float], key: str) -> tuple[float, float, str]:
+# --------------------------------------------------------------------------- rows (plain data)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One metric of one method in one scope or dataset: mean and std (ddof 1) over its runs.
+    A row of ``OUTPUT.csv`` (``CSV_FIELDS``); ``values`` is how many runs had a value."""
+
+    method: str
+    scope: str
+    dataset: str
+    metric: str
+    mean: float
+    std: float
+    runs: int
+    values: int
+
+
+@dataclass(frozen=True)
+class DatasetRow:
+    """One line of the per-dataset table: a method on a dataset, accuracy then TABLE_METRICS."""
+
+    dataset: str
+    scope: str  # "ID", "OOD" or ""
+    method: str
+    n: int  # questions (the first run's metrics.json)
+    cells: tuple[Cell, ...]
+
+
+@dataclass(frozen=True)
+class GapRow:
+    """One line of Tab. 2: a method on a question set (an ID/OOD scope or one dataset)."""
+
+    questions: str  # the scope's or the dataset's name
+    is_dataset: bool
+    method: str
+    runs: int
+    n_correct: int
+    n_incorrect: int
+    n_questions: int
+    dropped: int
+    mean_correct: float
+    mean_incorrect: float
+    gap: float
+
+
+@dataclass(frozen=True)
+class DensityRow:
+    """One line of the Fig. 3 table: a method's pooled samples on a dataset."""
+
+    dataset: str
+    method: str
+    runs: int
+    n_correct: int
+    n_incorrect: int
+    mean_correct: float
+    mean_incorrect: float
+
+
+@dataclass
+class ReportRows:
+    """Everything ``rlsr report`` shows, computed, before any rendering."""
+
+    runs: dict[str, list[Run]]
+    datasets: list[str]
+    scopes: list[tuple[str, list[str]]]  # Tab. 1 column groups: (name, datasets)
+    averages: list[tuple[str, list[Cell]]]  # per method: scope x TABLE_METRICS cells
+    per_dataset: list[DatasetRow]
+    gap_methods: list[str]
+    gap: list[GapRow]
+    panels: dict  # Fig. 3 densities: panels[dataset][method] = (confidence, correct)
+    density: list[DensityRow]
+
+
+def _cell(values: list[float], key: str, **where) -> Cell:
     vals = [v for v in values if not math.isnan(v)]
     if not vals:
-        return math.nan, math.nan, "–"
+        return Cell(**where, metric=key, mean=math.nan, std=math.nan, values=0)
     ms = M.mean_std_over_seeds(vals)
-    scale, fmt = (100.0, "{:.1f}") if key in _PERCENT else (1.0, "{:.3f}")
-    text = fmt.format(scale * ms.mean)
-    if ms.n > 1:
-        text += " ± " + fmt.format(scale * ms.std)
-    return ms.mean, ms.std, text
+    return Cell(**where, metric=key, mean=ms.mean, std=ms.std, values=ms.n)
 
 
-def build_report(
+def report_rows(
     dirs: Sequence[str],
-    output: str | Path,
     *,
     labels: Sequence[str] = (),
     family: str | None = None,
     id_sets=None,
     ood_sets=None,
     gap_methods: Sequence[str] | None = None,
-) -> dict[str, Path]:
-    """Write ``OUTPUT.md``, ``OUTPUT.csv``, ``OUTPUT_risk_coverage.png`` and
-    ``OUTPUT_confidence_density.png``; return their paths.
-
-    ``gap_methods``: the methods Tab. 2 holds accuracy fixed across (default: all; the paper
-    uses RLVR, RLCR and RLSR, without the base model).
-
-    ``output`` is a file prefix; a folder (an existing one, or a path ending in ``/``, as in
-    ``--output report/``) gets ``report.md``, ``report.csv``, ``report_risk_coverage.png`` inside.
-    """
+) -> ReportRows:
+    """The report's tables as plain data (``build_report`` renders and writes them)."""
     groups = group_runs(dirs, labels)
     runs = {name: [Run.load(p) for p in paths] for name, paths in groups.items()}
     datasets = sorted({d for rs in runs.values() for r in rs for d in r.metrics})
     ids, oods = split_id_ood(datasets, family, id_sets, ood_sets)
-    out = Path(output)
-    if str(output).endswith(("/", os.sep)) or out.is_dir():
-        out = out / "report"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    csv_rows: list[dict] = []
-    md: list[str] = [
-        "# Evaluation report",
-        "",
-        "Methods: "
-        + ", ".join(f"{n} ({len(rs)} run{'s' if len(rs) > 1 else ''})" for n, rs in runs.items())
-        + "",
-        "",
-    ]
-
     scopes = [("ID", ids), ("OOD", oods)] if oods else [("ID" if ids != datasets else "All", ids)]
-    md += ["## Averages (paper Tab. 1 layout)", ""]
-    header = (
-        "| Method | "
-        + " | ".join(f"{s} {lab}" for s, _ in scopes for _, lab in TABLE_METRICS)
-        + " |"
-    )
-    md += [header, "|" + " --- |" * (1 + len(scopes) * len(TABLE_METRICS))]
+    averages = []
     for name, rs in runs.items():
         cells = []
         for scope, members in scopes:
@@ -234,79 +284,31 @@ def build_report(
                 for r in rs:
                     vals = [_metric(r.metrics[d], key) for d in members if d in r.metrics]
                     per_run.append(float(np.mean(vals)) if vals else math.nan)
-                mean, std, text = _cell(per_run, key)
-                cells.append(text)
-                csv_rows.append(
-                    dict(
-                        method=name,
-                        scope=scope,
-                        dataset="",
-                        metric=key,
-                        mean=mean,
-                        std=std,
-                        runs=len(rs),
-                    )
-                )
-        md.append(f"| {name} | " + " | ".join(cells) + " |")
-
-    md += ["", "## Per dataset (paper Tabs. 8-11 layout)", ""]
-    md += [
-        "| Dataset | Method | n | Acc | " + " | ".join(lab for _, lab in TABLE_METRICS) + " |",
-        "|" + " --- |" * (4 + len(TABLE_METRICS)),
-    ]
+                cells.append(_cell(per_run, key, method=name, scope=scope, dataset="",
+                                   runs=len(rs)))  # fmt: skip
+        averages.append((name, cells))
+    per_dataset = []
     for d in datasets:
         scope = "ID" if d in ids else "OOD" if d in oods else ""
         for name, rs in runs.items():
             present = [r for r in rs if d in r.metrics]
             if not present:
                 continue
-            cells = []
-            for key in ["accuracy"] + [k for k, _ in TABLE_METRICS]:
-                mean, std, text = _cell([_metric(r.metrics[d], key) for r in present], key)
-                cells.append(text)
-                csv_rows.append(
-                    dict(
-                        method=name,
-                        scope=scope,
-                        dataset=d,
-                        metric=key,
-                        mean=mean,
-                        std=std,
-                        runs=len(present),
-                    )
-                )
-            n = present[0].metrics[d]["n"]
-            md.append(
-                f"| {d}{' (' + scope + ')' if scope else ''} | {name} | {n} | "
-                + " | ".join(cells)
-                + " |"
-            )
-
-    paths = {
-        "markdown": out.with_suffix(".md"),
-        "csv": out.with_suffix(".csv"),
-        "figure": out.with_name(out.stem + "_risk_coverage.png"),
-        "density": out.with_name(out.stem + "_confidence_density.png"),
-    }
-    md += ["", f"![risk-coverage]({paths['figure'].name})", ""]
-    gap_names = _gap_methods(runs, gap_methods)
+            cells = tuple(
+                _cell([_metric(r.metrics[d], key) for r in present], key, method=name,
+                      scope=scope, dataset=d, runs=len(present))
+                for key in ["accuracy"] + [k for k, _ in TABLE_METRICS]
+            )  # fmt: skip
+            per_dataset.append(DatasetRow(d, scope, name, present[0].metrics[d]["n"], cells))
+    names = _gap_methods(runs, gap_methods)
     gap_scopes = [(scope, members) for scope, members in scopes if members]
     gap_scopes += [(d, [d]) for d in datasets]
-    md += _tab2_section(runs, gap_names, gap_scopes, csv_rows)
     panels = _density_panels(runs, datasets)
-    if panels:
-        md += _fig3_section(runs, panels, paths["density"].name, csv_rows)
-    paths["markdown"].write_text("\n".join(md))
-    with open(paths["csv"], "w", newline="") as fh:
-        writer = csv.DictWriter(
-            fh, fieldnames=["method", "scope", "dataset", "metric", "mean", "std", "runs"]
-        )
-        writer.writeheader()
-        writer.writerows(csv_rows)
-    _overlay(runs, datasets, paths["figure"])
-    if panels:
-        plot_confidence_densities(panels, paths["density"])
-    return paths
+    return ReportRows(
+        runs=runs, datasets=datasets, scopes=scopes, averages=averages, per_dataset=per_dataset,
+        gap_methods=names, gap=_gap_rows(runs, names, gap_scopes), panels=panels,
+        density=_density_rows(runs, panels),
+    )  # fmt: skip
 
 
 def _gap_methods(runs: dict[str, list[Run]], names: Sequence[str] | None) -> list[str]:
@@ -343,48 +345,21 @@ def controlled_gap_rows(
     return controlled_confidence_gap(aligned.confidence, aligned.correct), aligned.n_dropped
 
 
-def _num(value: float) -> str:
-    return "–" if math.isnan(value) else f"{value:.3f}"
-
-
-def _tab2_section(runs, methods, scopes, csv_rows: list[dict]) -> list[str]:
-    md = [
-        "## Controlled confidence gap (paper Tab. 2 layout)",
-        "",
-        f"Methods held to the same questions: {', '.join(methods)}. S+ / S−: questions that every "
-        "run of every one of them answers correctly / incorrectly; E[c|·]: a method's mean "
-        "confidence on S+ / S− (rlsr.evaluation.gap.controlled_confidence_gap). `shared`: "
-        "questions present in every run; `dropped`: present in some runs only.",
-        "",
-        "| Questions | Method | S+ | S− | shared | dropped | E[c\\|correct] | E[c\\|incorrect] "
-        "| Δc↑ |",
-        "|" + " --- |" * 9,
-    ]
-    header = len(md)
+def _gap_rows(runs, methods, scopes) -> list[GapRow]:
+    rows = []
     for scope, members in scopes:
         found = controlled_gap_rows(runs, methods, members)
         if found is None:
             continue
         gap, dropped = found
         for i, m in enumerate(gap.methods):
-            values = {
-                "controlled_conf_correct": gap.mean_correct[i],
-                "controlled_conf_incorrect": gap.mean_incorrect[i],
-                "controlled_gap": gap.gap[i],
-                "controlled_n_correct": gap.n_correct,
-                "controlled_n_incorrect": gap.n_incorrect,
-            }
-            is_dataset = len(members) == 1 and scope == members[0]
-            for key, value in values.items():
-                csv_rows.append(dict(method=m, scope="" if is_dataset else scope,
-                                     dataset=scope if is_dataset else "", metric=key,
-                                     mean=float(value), std=math.nan, runs=len(runs[m])))  # fmt: skip
-            md.append(
-                f"| {scope} | {m} | {gap.n_correct} | {gap.n_incorrect} | {gap.n_questions} | "
-                f"{dropped} | {_num(gap.mean_correct[i])} | {_num(gap.mean_incorrect[i])} | "
-                f"{_num(gap.gap[i])} |"
-            )
-    return md + [""] if len(md) > header else []  # no samples.jsonl anywhere: no section
+            rows.append(GapRow(
+                questions=scope, is_dataset=len(members) == 1 and scope == members[0], method=m,
+                runs=len(runs[m]), n_correct=gap.n_correct, n_incorrect=gap.n_incorrect,
+                n_questions=gap.n_questions, dropped=dropped, mean_correct=gap.mean_correct[i],
+                mean_incorrect=gap.mean_incorrect[i], gap=gap.gap[i],
+            ))  # fmt: skip
+    return rows
 
 
 def _density_panels(runs: dict[str, list[Run]], datasets: list[str]) -> dict:
@@ -400,7 +375,122 @@ def _density_panels(runs: dict[str, list[Run]], datasets: list[str]) -> dict:
     return panels
 
 
-def _fig3_section(runs, panels: dict, figure: str, csv_rows: list[dict]) -> list[str]:
+def _density_rows(runs: dict[str, list[Run]], panels: dict) -> list[DensityRow]:
+    rows = []
+    for d, methods in panels.items():
+        for name, (conf, ok) in methods.items():
+            hi = float(conf[ok].mean()) if ok.any() else math.nan
+            lo = float(conf[~ok].mean()) if (~ok).any() else math.nan
+            n_runs = sum(1 for r in runs[name] if d in r.metrics and r.samples(d))
+            rows.append(DensityRow(d, name, n_runs, int(ok.sum()), int((~ok).sum()), hi, lo))
+    return rows
+
+
+# --------------------------------------------------------------------------- rendering
+
+CSV_FIELDS = ["method", "scope", "dataset", "metric", "mean", "std", "runs"]
+
+
+def _num(value: float) -> str:
+    return "–" if math.isnan(value) else f"{value:.3f}"
+
+
+def _text(cell: Cell) -> str:
+    """``mean`` or ``mean ± std`` (percent for accuracies), "–" without a value."""
+    if cell.values == 0:
+        return "–"
+    scale, fmt = (100.0, "{:.1f}") if cell.metric in _PERCENT else (1.0, "{:.3f}")
+    text = fmt.format(scale * cell.mean)
+    if cell.values > 1:
+        text += " ± " + fmt.format(scale * cell.std)
+    return text
+
+
+def csv_rows(rows: ReportRows) -> list[dict]:
+    """``OUTPUT.csv``'s rows (``CSV_FIELDS``): Tab. 1 cells, per-dataset cells, Tab. 2, Fig. 3."""
+    out = [{k: getattr(c, k) for k in CSV_FIELDS} for _, cells in rows.averages for c in cells]
+    out += [{k: getattr(c, k) for k in CSV_FIELDS} for r in rows.per_dataset for c in r.cells]
+    for g in rows.gap:
+        values = {
+            "controlled_conf_correct": g.mean_correct,
+            "controlled_conf_incorrect": g.mean_incorrect,
+            "controlled_gap": g.gap,
+            "controlled_n_correct": g.n_correct,
+            "controlled_n_incorrect": g.n_incorrect,
+        }
+        for key, value in values.items():
+            out.append(dict(method=g.method, scope="" if g.is_dataset else g.questions,
+                            dataset=g.questions if g.is_dataset else "", metric=key,
+                            mean=float(value), std=math.nan, runs=g.runs))  # fmt: skip
+    out += [dict(method=r.method, scope="", dataset=r.dataset, metric="confidence_gap_pooled",
+                 mean=r.mean_correct - r.mean_incorrect, std=math.nan, runs=r.runs)
+            for r in rows.density]  # fmt: skip
+    return out
+
+
+def render_markdown(rows: ReportRows, figure: str, density_figure: str) -> str:
+    """``OUTPUT.md``: the tables of ``rows``; ``figure`` and ``density_figure`` are the file
+    names of the risk-coverage and density images it links."""
+    runs, scopes = rows.runs, rows.scopes
+    md: list[str] = [
+        "# Evaluation report",
+        "",
+        "Methods: "
+        + ", ".join(f"{n} ({len(rs)} run{'s' if len(rs) > 1 else ''})" for n, rs in runs.items())
+        + "",
+        "",
+    ]
+    md += ["## Averages (paper Tab. 1 layout)", ""]
+    header = (
+        "| Method | "
+        + " | ".join(f"{s} {lab}" for s, _ in scopes for _, lab in TABLE_METRICS)
+        + " |"
+    )
+    md += [header, "|" + " --- |" * (1 + len(scopes) * len(TABLE_METRICS))]
+    for name, cells in rows.averages:
+        md.append(f"| {name} | " + " | ".join(_text(c) for c in cells) + " |")
+    md += ["", "## Per dataset (paper Tabs. 8-11 layout)", ""]
+    md += [
+        "| Dataset | Method | n | Acc | " + " | ".join(lab for _, lab in TABLE_METRICS) + " |",
+        "|" + " --- |" * (4 + len(TABLE_METRICS)),
+    ]
+    for r in rows.per_dataset:
+        md.append(
+            f"| {r.dataset}{' (' + r.scope + ')' if r.scope else ''} | {r.method} | {r.n} | "
+            + " | ".join(_text(c) for c in r.cells)
+            + " |"
+        )
+    md += ["", f"![risk-coverage]({figure})", ""]
+    md += _tab2_markdown(rows)
+    if rows.panels:
+        md += _fig3_markdown(rows, density_figure)
+    return "\n".join(md)
+
+
+def _tab2_markdown(rows: ReportRows) -> list[str]:
+    if not rows.gap:  # no samples.jsonl anywhere: no section
+        return []
+    md = [
+        "## Controlled confidence gap (paper Tab. 2 layout)",
+        "",
+        f"Methods held to the same questions: {', '.join(rows.gap_methods)}. S+ / S−: questions "
+        "that every run of every one of them answers correctly / incorrectly; E[c|·]: a method's "
+        "mean confidence on S+ / S− (rlsr.evaluation.gap.controlled_confidence_gap). `shared`: "
+        "questions present in every run; `dropped`: present in some runs only.",
+        "",
+        "| Questions | Method | S+ | S− | shared | dropped | E[c\\|correct] | E[c\\|incorrect] "
+        "| Δc↑ |",
+        "|" + " --- |" * 9,
+    ]
+    for g in rows.gap:
+        md.append(
+            f"| {g.questions} | {g.method} | {g.n_correct} | {g.n_incorrect} | {g.n_questions} | "
+            f"{g.dropped} | {_num(g.mean_correct)} | {_num(g.mean_incorrect)} | {_num(g.gap)} |"
+        )
+    return md + [""]
+
+
+def _fig3_markdown(rows: ReportRows, figure: str) -> list[str]:
     md = [
         "## Confidence of correct vs incorrect answers (paper Fig. 3)",
         "",
@@ -411,18 +501,56 @@ def _fig3_section(runs, panels: dict, figure: str, csv_rows: list[dict]) -> list
         "| Dataset | Method | n correct | n incorrect | E[c\\|correct] | E[c\\|incorrect] | Δc |",
         "|" + " --- |" * 7,
     ]
-    for d, methods in panels.items():
-        for name, (conf, ok) in methods.items():
-            hi = float(conf[ok].mean()) if ok.any() else math.nan
-            lo = float(conf[~ok].mean()) if (~ok).any() else math.nan
-            md.append(
-                f"| {d} | {name} | {int(ok.sum())} | {int((~ok).sum())} | {_num(hi)} | "
-                f"{_num(lo)} | {_num(hi - lo)} |"
-            )
-            n_runs = sum(1 for r in runs[name] if d in r.metrics and r.samples(d))
-            csv_rows.append(dict(method=name, scope="", dataset=d, metric="confidence_gap_pooled",
-                                 mean=hi - lo, std=math.nan, runs=n_runs))  # fmt: skip
+    for r in rows.density:
+        hi, lo = r.mean_correct, r.mean_incorrect
+        md.append(
+            f"| {r.dataset} | {r.method} | {r.n_correct} | {r.n_incorrect} | {_num(hi)} | "
+            f"{_num(lo)} | {_num(hi - lo)} |"
+        )
     return md + ["", f"![confidence densities]({figure})", ""]
+
+
+def build_report(
+    dirs: Sequence[str],
+    output: str | Path,
+    *,
+    labels: Sequence[str] = (),
+    family: str | None = None,
+    id_sets=None,
+    ood_sets=None,
+    gap_methods: Sequence[str] | None = None,
+) -> dict[str, Path]:
+    """Write ``OUTPUT.md``, ``OUTPUT.csv``, ``OUTPUT_risk_coverage.png`` and
+    ``OUTPUT_confidence_density.png``; return their paths. The tables are ``report_rows``
+    rendered by ``render_markdown`` and ``csv_rows``.
+
+    ``gap_methods``: the methods Tab. 2 holds accuracy fixed across (default: all; the paper
+    uses RLVR, RLCR and RLSR, without the base model).
+
+    ``output`` is a file prefix; a folder (an existing one, or a path ending in ``/``, as in
+    ``--output report/``) gets ``report.md``, ``report.csv``, ``report_risk_coverage.png`` inside.
+    """
+    rows = report_rows(dirs, labels=labels, family=family, id_sets=id_sets, ood_sets=ood_sets,
+                       gap_methods=gap_methods)  # fmt: skip
+    out = Path(output)
+    if str(output).endswith(("/", os.sep)) or out.is_dir():
+        out = out / "report"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "markdown": out.with_suffix(".md"),
+        "csv": out.with_suffix(".csv"),
+        "figure": out.with_name(out.stem + "_risk_coverage.png"),
+        "density": out.with_name(out.stem + "_confidence_density.png"),
+    }
+    paths["markdown"].write_text(render_markdown(rows, paths["figure"].name, paths["density"].name))
+    with open(paths["csv"], "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        writer.writerows(csv_rows(rows))
+    _overlay(rows.runs, rows.datasets, paths["figure"])
+    if rows.panels:
+        plot_confidence_densities(rows.panels, paths["density"])
+    return paths
 
 
 def _overlay(runs: dict[str, list[Run]], datasets: list[str], path: Path) -> None:
