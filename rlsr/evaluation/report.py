@@ -118,7 +118,7 @@ class Run:
             key = (dataset, str(rec["id"]))
             if key in out:
                 raise ValueError(
-                    f"{self.path / dataset / 'samples.jsonl'}: question id {rec['id']!r} appears "
+                    f"{self.path / dataset / SAMPLES_FILE}: question id {rec['id']!r} appears "
                     "twice; one evaluation directory holds one sample per question. Give each "
                     "seed its own --output-dir."
                 )

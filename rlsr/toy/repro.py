@@ -25,6 +25,7 @@ import numpy as np
 import yaml
 
 from rlsr.eval_protocol import check_mapping, layered, to_flags
+from rlsr.evaluation.layout import METRICS_FILE, PLOT_FILE, SAMPLES_FILE
 from rlsr.metrics import aurc, risk_coverage_curve
 from rlsr.toy.task import VARIANT_TIERS, make_split, write_dataset_folder
 from rlsr.toy.warmup import WarmupGateError, ensure_warmup, warmup_config
@@ -155,7 +156,7 @@ def train_arm(
 def evaluate(model_dir: Path, data_dir: Path, out: Path, eval_args=()) -> dict:
     """``rlsr evaluate`` on the held-out split (greedy) with the arm's ``eval_args`` added;
     returns metrics.json."""
-    metrics_path = out / "tiny@test" / "metrics.json"
+    metrics_path = out / "tiny@test" / METRICS_FILE
     if not metrics_path.is_file():
         _launch(
             [
@@ -499,7 +500,7 @@ def run(args) -> int:
                     f"seed {seed}: evaluated {name}: AURC {row['aurc']:.3f}"
                     f", accuracy {row['accuracy']:.3f}"
                 )
-        ref = eval_dirs["rlsr" if "rlsr" in eval_dirs else "base"] / "tiny@test" / "samples.jsonl"
+        ref = eval_dirs["rlsr" if "rlsr" in eval_dirs else "base"] / "tiny@test" / SAMPLES_FILE
         oracle.append(oracle_aurc(ref))
         heldout = make_split(args.variant, "heldout", args.n_heldout, seed)
         p_correct = {ex.id: ex.p_correct for ex in heldout}
@@ -507,7 +508,7 @@ def run(args) -> int:
         if args.variant in VARIANT_TIERS:
             two_level.append(two_level_aurc(ref, p_correct))
             for name in rows:
-                samples = eval_dirs[name] / "tiny@test" / "samples.jsonl"
+                samples = eval_dirs[name] / "tiny@test" / SAMPLES_FILE
                 tiers_seen[name].append(confidence_by_tier(samples, p_correct))
         report_out = run / "report"
         _launch(
@@ -626,7 +627,7 @@ def plot_overlay(root: Path, seeds, rows) -> None:
     for seed in seeds[:1]:
         run = next(iter(root.glob(f"*-seed{seed}")))
         for r in rows:
-            path = run / "eval" / r / "tiny@test" / "samples.jsonl"
+            path = run / "eval" / r / "tiny@test" / SAMPLES_FILE
             recs = [json.loads(x) for x in path.open()]
             conf = np.array([x["confidence"] if x["confidence"] is not None else 0.0 for x in recs])
             ok = np.array([x["correct"] for x in recs], dtype=bool)
@@ -640,5 +641,5 @@ def plot_overlay(root: Path, seeds, rows) -> None:
     ax.set_title(f"held-out risk-coverage, seed {seeds[0]}")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(root / "risk_coverage.png", dpi=120)
+    fig.savefig(root / PLOT_FILE, dpi=120)
     plt.close(fig)
