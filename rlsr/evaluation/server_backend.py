@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rlsr.evaluation.backends import Generation, Sampling, encode_prompt, render_chat
+from rlsr.generation.backends import Generation, Sampling, encode_prompt, render_chat
 
 __all__ = ["ServerBackend", "server_request", "server_generation"]
 
@@ -67,7 +67,7 @@ def server_request(model: str, prompts: list[list[int]], sampling: Sampling) -> 
 
 
 def server_generation(choice: dict, eos_ids: set[int], logprobs: bool = False) -> Generation:
-    """A ``Generation`` from one ``/v1/completions`` choice, as ``rlsr.evaluation.backends.
+    """A ``Generation`` from one ``/v1/completions`` choice, as ``rlsr.generation.backends.
     vllm_generation`` builds it from the offline engine's ``CompletionOutput`` (same text,
     trailing EOS id cut with its log-prob, ``finish_reason`` "length" or "stop")."""
     tokens = list(choice["token_ids"])
