@@ -190,9 +190,41 @@ def resolve_heldout(cfg, trainer_section: str = "grpo") -> ResolvedHeldOut | Non
         return None
     check(isinstance(e.at_end, bool), "eval.at_end", "must be true or false.")
     check(isinstance(e.at_start, bool), "eval.at_start", "must be true or false.")
+    names = _datasets(e, cfg.data.dataset)
+    protocol = heldout_protocol(cfg, trainer_section)
+    verifiers = _verifiers(e, names)
+    section = getattr(cfg, trainer_section)
+    backend = _backend(e.backend, section)
+    engine_tokens = heldout_engine_tokens(
+        protocol.max_new_tokens, protocol.fallbacks, protocol.fallback_max_new_tokens,
+        protocol.response_format,
+    )  # fmt: skip
+    if backend in ENGINE_BACKENDS:
+        _check_engine_room(section.get("vllm_max_model_length"), cfg.data.max_prompt_length,
+                           engine_tokens, protocol)  # fmt: skip
+    jobs = tuple(
+        (name if e.split is None else f"{name}@{e.split}", name, e.split or get_spec(name).split)
+        for name in names
+    )  # (folder, dataset, split), as `rlsr evaluate` names its output folders
+    return ResolvedHeldOut(
+        every=e.every,
+        at_end=e.at_end,
+        at_start=e.at_start,
+        jobs=jobs,
+        verifiers=verifiers,
+        backend=backend,
+        protocol=protocol,
+        settings=e,
+        engine_tokens=engine_tokens,
+    )
+
+
+def _datasets(e: HeldOutSettings, training_dataset: str) -> list[str]:
+    """``eval.datasets`` resolved to dataset names (a task trained on, with an evaluation split
+    of its own, when none are named), ``eval.data_path`` and ``eval.limit`` checked."""
     datasets = e.datasets
-    if isinstance(datasets, list | tuple) and not datasets and _task_with_eval(cfg.data.dataset):
-        datasets = [cfg.data.dataset]  # a task trained on is evaluated on its eval split
+    if isinstance(datasets, list | tuple) and not datasets and _task_with_eval(training_dataset):
+        datasets = [training_dataset]  # a task trained on is evaluated on its eval split
     check(
         isinstance(datasets, list | tuple) and len(datasets) > 0,
         "eval.datasets",
@@ -219,12 +251,12 @@ def resolve_heldout(cfg, trainer_section: str = "grpo") -> ResolvedHeldOut | Non
         "eval.limit",
         f"must be a positive integer or null; got {e.limit!r}.",
     )
-    protocol = heldout_protocol(cfg, trainer_section)
-    split = e.split
-    jobs = tuple(
-        (name if split is None else f"{name}@{split}", name, split or get_spec(name).split)
-        for name in names
-    )
+    return names
+
+
+def _verifiers(e: HeldOutSettings, names: list[str]) -> dict[str, str]:
+    """``{dataset: verifier}``: ``eval.verifiers`` over each dataset's own; the LLM judge's
+    server settings checked when a dataset needs it."""
     for name, vname in (e.verifiers or {}).items():
         check(
             name in names,
@@ -256,16 +288,21 @@ def resolve_heldout(cfg, trainer_section: str = "grpo") -> ResolvedHeldOut | Non
         "eval.judge_timeout",
         f"must be > 0 seconds; got {e.judge_timeout!r}.",
     )
-    section = getattr(cfg, trainer_section)
+    return verifiers
+
+
+def _backend(requested: str, section: dict) -> str:
+    """``eval.backend`` resolved against the trainer's rollout engine (``auto``: the engine the
+    rollouts use, else transformers) and checked against it and the launch's engine."""
     colocated = bool(section.get("use_vllm")) and section.get("vllm_mode", "colocate") == "colocate"
     check(
-        e.backend in HELDOUT_BACKENDS,
+        requested in HELDOUT_BACKENDS,
         "eval.backend",
-        f"got {e.backend!r}; choose one of {HELDOUT_BACKENDS}.",
+        f"got {requested!r}; choose one of {HELDOUT_BACKENDS}.",
     )
     server = bool(section.get("use_vllm")) and section.get("vllm_mode") == "server"
     auto = "vllm" if colocated else "vllm_server" if server else "transformers"
-    backend = e.backend if e.backend != "auto" else auto
+    backend = requested if requested != "auto" else auto
     check(
         backend != "vllm_server" or server,
         "eval.backend",
@@ -302,32 +339,27 @@ def resolve_heldout(cfg, trainer_section: str = "grpo") -> ResolvedHeldOut | Non
             f"transformers evaluation copies the whole policy per process, and {engine.label} "
             f"shards it; {fix}.",
         )
+    return backend
+
+
+def _check_engine_room(
+    length: int | None, prompt: int | None, engine_tokens: int, protocol: EvalProtocol
+) -> None:
+    """A set ``grpo.vllm_max_model_length`` must hold a prompt of ``data.max_prompt_length``
+    tokens plus what a held-out answer needs beyond it (``heldout_engine_tokens``): no held-out
+    answer is cut by the engine's context (issue 27 item 2)."""
+    if length is None or prompt is None:
+        return
     max_new, fallback_tokens = protocol.max_new_tokens, protocol.fallback_max_new_tokens
-    engine_tokens = heldout_engine_tokens(
-        max_new, protocol.fallbacks, fallback_tokens, protocol.response_format
-    )
-    length, prompt = section.get("vllm_max_model_length"), cfg.data.max_prompt_length
-    if backend in ENGINE_BACKENDS and length is not None and prompt is not None:
-        check(
-            length >= prompt + engine_tokens,
-            "grpo.vllm_max_model_length",
-            f"{length} tokens cannot hold a held-out answer after a prompt of "
-            f"data.max_prompt_length={prompt} tokens: it needs {prompt} + {engine_tokens} "
-            f"(eval.max_new_tokens {max_new}"
-            + (f" + two Sec. C.3 fallbacks of eval.fallback_max_new_tokens "
-               f"{fallback_tokens} with their suffixes" if engine_tokens > max_new + 1
-               else "")
-            + f" + 1) = {prompt + engine_tokens}; raise it to {prompt + engine_tokens} or remove "
-            "it (the default sizes the engine for both), or set eval.backend=transformers.",
-        )  # fmt: skip
-    return ResolvedHeldOut(
-        every=e.every,
-        at_end=e.at_end,
-        at_start=e.at_start,
-        jobs=jobs,
-        verifiers=verifiers,
-        backend=backend,
-        protocol=protocol,
-        settings=e,
-        engine_tokens=engine_tokens,
-    )
+    check(
+        length >= prompt + engine_tokens,
+        "grpo.vllm_max_model_length",
+        f"{length} tokens cannot hold a held-out answer after a prompt of "
+        f"data.max_prompt_length={prompt} tokens: it needs {prompt} + {engine_tokens} "
+        f"(eval.max_new_tokens {max_new}"
+        + (f" + two Sec. C.3 fallbacks of eval.fallback_max_new_tokens "
+           f"{fallback_tokens} with their suffixes" if engine_tokens > max_new + 1
+           else "")
+        + f" + 1) = {prompt + engine_tokens}; raise it to {prompt + engine_tokens} or remove "
+        "it (the default sizes the engine for both), or set eval.backend=transformers.",
+    )  # fmt: skip
