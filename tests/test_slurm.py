@@ -730,7 +730,7 @@ def test_sweep_submits_with_real_job_ids(tmp_path):
 
 def test_sweep_evaluates_each_method_the_way_it_was_trained():
     """sft (Tab. 6) is evaluated on plain answers with the consistency scorer, rlsr-logprob
-    (Tab. 7) by log-probability: method.evaluate_args reach evaluate.slurm after `--`, and the real
+    (Tab. 7) by log-probability: the flags of method.evaluate reach evaluate.slurm after `--`, and the real
     `rlsr evaluate` parser accepts them. Catches a sweep that scores an SFT model (no tags) by
     verbalized confidence, and a method file whose flags `rlsr evaluate` does not know."""
     out = run_sweep(
