@@ -294,7 +294,9 @@ def test_held_out_backend_vllm_server_needs_server_mode_and_sizes_the_server():
     with pytest.raises(ConfigError) as err:
         resolve_heldout(from_dict(compose("recipe=hotpot", "grpo.vllm_mode=server",
                                           f"+grpo.vllm_max_model_length={need - 1}")))  # fmt: skip
-    assert err.value.field == "grpo.vllm_max_model_length" and f"raise it to {need}" in str(err.value)
+    assert err.value.field == "grpo.vllm_max_model_length" and f"raise it to {need}" in str(
+        err.value
+    )
 
 
 def test_vllm_checks_that_need_vllm_installed(monkeypatch):
