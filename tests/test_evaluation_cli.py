@@ -107,6 +107,7 @@ def test_columns_flag_maps_other_column_names(tiny_model_dir, tmp_path, capsys):
     ]
     run = json.loads((out / "run.json").read_text())
     assert run["columns"] == {"problem": "query", "answer": "gold", "id": "key"}
+    # the prompt the samples were rendered with, not the unset flag (a rerun compares it)
 
 
 def test_sigint_mid_run_prints_one_line_and_exits_130(tiny_model_dir, tmp_path):
@@ -174,3 +175,23 @@ def test_data_parallel_above_one_is_refused_before_anything_loads(tmp_path, caps
     assert "--data-parallel-size 2" in line and "slurm/evaluate.slurm" in line
     assert "--tensor-parallel-size" in line
     assert not out.exists()
+
+
+def test_run_json_records_the_system_prompt_the_samples_were_rendered_with(monkeypatch):
+    """``--datasets GROUP`` without ``--system-prompt`` renders every question with the group's
+    training prompt (Sec. C.5); run.json (what a rerun into the folder is compared against) must
+    record that prompt, not the unset flag (None), which the protocol's own ``system_prompt``
+    field holds."""
+    from types import SimpleNamespace
+
+    from rlsr.evaluation.cli import _run_config
+    from rlsr.evaluation.runner import EvalSettings
+
+    monkeypatch.setattr(sys, "argv", ["rlsr", "evaluate"])
+    args = SimpleNamespace(model="tiny-warm", judge_model=None, judge_max_answer_chars=1000,
+                           backend="transformers")  # fmt: skip
+    settings = EvalSettings(progress=False, plot=False)
+    assert settings.system_prompt is None  # the flag was not given
+    run = _run_config(args, settings, None, "long", {"tiny": "exact_match"}, {})
+    assert run["system_prompt"] == "long"
+    assert run["max_new_tokens"] == settings.max_new_tokens  # protocol fields still recorded

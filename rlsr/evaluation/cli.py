@@ -375,7 +375,10 @@ def _run_config(args, settings, fingerprint, system_prompt, verifier_names, colu
     """The run.json of this invocation (JSON types, so it compares equal to one read back)."""
     model = Path(args.model).expanduser()
     judged = "llm_judge" in verifier_names.values()
+    # the protocol's sample-deciding fields first: the keys after them are what this run
+    # resolved (system_prompt: the prompt the samples were rendered with, not the unset flag)
     config = {
+        **{k: getattr(settings, k) for k in CONFIG_FIELDS if hasattr(settings, k)},
         "model": str(model.resolve()) if model.is_dir() else args.model,
         "adapter": fingerprint["path"] if fingerprint else None,
         "adapter_sha256": fingerprint["sha256"] if fingerprint else None,
@@ -386,7 +389,6 @@ def _run_config(args, settings, fingerprint, system_prompt, verifier_names, colu
         "tasks": task_records(verifier_names),
         "judge_model": (args.judge_model or DEFAULT_JUDGE_MODEL) if judged else None,
         "judge_max_answer_chars": args.judge_max_answer_chars if judged else None,
-        **{k: getattr(settings, k) for k in CONFIG_FIELDS if hasattr(settings, k)},
         "backend": args.backend,
         "argv": sys.argv[1:],
     }
