@@ -37,6 +37,7 @@ __all__ = [
     "ProtocolError",
     "EvalProtocol",
     "PROTOCOL_FIELDS",
+    "SAMPLE_FIELDS",
     "check_scorers",
     "check_mapping",
     "layered",
@@ -104,12 +105,17 @@ def _comma_list(text: str) -> tuple[str, ...]:
     return tuple(s.strip() for s in text.split(",") if s.strip())
 
 
-def setting(default, help: str, *, valid, flag: str | None = None, **cli):
+def setting(
+    default, help: str, *, valid, flag: str | None = None, decides_samples: bool = True, **cli
+):
     """A protocol field: ``default``; ``valid`` = (predicate, what it accepts, or a function
     giving that text when it depends on registered names); ``help`` (the
-    ``rlsr evaluate --help`` text); ``flag`` when it is not ``--<name-with-dashes>``; ``cli``: more
-    ``argparse.add_argument`` keywords (type, metavar, choices, action)."""
-    return field(default=default, metadata={"help": help, "valid": valid, "flag": flag, "cli": cli})
+    ``rlsr evaluate --help`` text); ``flag`` when it is not ``--<name-with-dashes>``;
+    ``decides_samples``: a rerun into the same output folder must agree on it (``SAMPLE_FIELDS``,
+    compared through run.json); ``cli``: more ``argparse.add_argument`` keywords (type, metavar,
+    choices, action)."""
+    metadata = {"help": help, "valid": valid, "flag": flag, "cli": cli}
+    return field(default=default, metadata={**metadata, "decides_samples": decides_samples})
 
 
 # --------------------------------------------------------------------------- the declaration
@@ -144,6 +150,7 @@ class EvalProtocol:
         "prompts in flight: transformers pads N per generate call (default 8); vLLM keeps "
         "N requests on its engine and writes each sample as it finishes (default 256)",
         valid=_int_at_least(1, optional=True),
+        decides_samples=False,  # how many are in flight, not what each answer is
         type=int,
         metavar="N",
     )
@@ -211,6 +218,7 @@ class EvalProtocol:
         1000,
         "bootstrap resamples for CIs (0 = off)",
         valid=_int_at_least(0),
+        decides_samples=False,  # metrics.json is rebuilt from the samples at every run
         type=int,
         metavar="N",
     )
@@ -221,6 +229,7 @@ class EvalProtocol:
         "also store each response's generated token ids in samples.jsonl "
         "(response_token_ids), to compare backends by ids rather than decoded text",
         valid=_BOOL,
+        decides_samples=False,  # an extra column, not another answer
         action="store_true",
     )
 
@@ -244,6 +253,10 @@ class EvalProtocol:
 
 
 PROTOCOL_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(EvalProtocol))
+# The fields that decide what a sample is: a rerun into the same output folder must agree on them
+SAMPLE_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(EvalProtocol) if f.metadata["decides_samples"]
+)
 _FIELDS = {f.name: f for f in dataclasses.fields(EvalProtocol)}
 
 

@@ -73,3 +73,16 @@ def test_config_differences_name_each_changed_field():
     ]
     # a field an older run.json lacks is not compared
     assert layout.config_differences({"verifiers": {}}, {**new, "top_p": 0.5}) == []
+
+
+def test_run_json_compares_the_protocols_sample_deciding_fields():
+    """The fields a rerun must agree on come from the protocol's declaration (``decides_samples``),
+    so a new protocol field is compared unless it says it does not decide a sample."""
+    from rlsr.eval_protocol import PROTOCOL_FIELDS, SAMPLE_FIELDS
+
+    assert set(layout.CONFIG_FIELDS) & set(PROTOCOL_FIELDS) == set(SAMPLE_FIELDS)
+    assert set(PROTOCOL_FIELDS) - set(SAMPLE_FIELDS) == {
+        "batch_size",
+        "bootstrap",
+        "keep_token_ids",
+    }

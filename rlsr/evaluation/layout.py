@@ -26,6 +26,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from rlsr.eval_protocol import SAMPLE_FIELDS
+
 __all__ = [
     "SAMPLES_FILE",
     "METRICS_FILE",
@@ -60,10 +62,13 @@ _STEP_PREFIX = "step-"
 # each (else samples of two configurations would mix in one samples.jsonl). Execution details
 # (backend, batch sizes, --limit, dtype, parallelism) may change between resumes.
 CONFIG_FIELDS = (
-    "model", "adapter_sha256", "system_prompt", "columns", "max_new_tokens", "temperature",
-    "top_p", "seed", "fallbacks", "fallback_max_new_tokens", "scorers", "consistency_k",
-    "consistency_temperature", "dcs", "judge_model", "judge_max_answer_chars", "response_format",
-)  # fmt: skip
+    "model",
+    "adapter_sha256",
+    "columns",
+    *SAMPLE_FIELDS,
+    "judge_model",
+    "judge_max_answer_chars",
+)  # fmt: skip  (the protocol's sample-deciding fields: rlsr.eval_protocol declares them)
 
 
 # --------------------------------------------------------------------------- step folders
