@@ -91,15 +91,20 @@ def grpo_kwargs(cfg: TrainSettings, *, world_size: int | None = None) -> dict[st
     written for another machine: the plan's pool, held-out plan and vLLM context are derived
     without this machine's checks (a GPU recipe's kwargs, read on a CPU box)."""
     ws = world_size_from_env() if world_size is None else world_size
-    heldout = resolve_heldout(cfg, "grpo")
+    method = resolve(cfg.method)
+    if not method.entry.rewarded:
+        raise ValueError(f"grpo_kwargs: method={method.name} trains with {method.entry.args_section}.*;"
+                         " use trainer_kwargs(plan_run(cfg)).")  # fmt: skip
+    # the held-out plan only matters here for the vLLM context (as rlsr.config sizes it)
+    heldout = resolve_heldout(cfg, "grpo") if cfg.grpo.get("use_vllm") else None
     checked = SettingsPlan(
         ws, "grpo", resolve_pool(cfg.grpo, cfg.pool_size, ws), heldout,
         vllm_context_length(cfg, heldout),
     )  # fmt: skip
-    return trainer_kwargs(RunPlan(cfg, resolve(cfg.method), checked))
+    return trainer_kwargs(RunPlan(cfg, method, checked))
 
 
-def trainer_kwargs(plan: RunPlan) -> dict[str, Any]:
+def trainer_kwargs(plan: RunPlan | TrainSettings) -> dict[str, Any]:
     """Keyword arguments for the method's trainer config (``GRPOConfig`` / ``SFTConfig``): its
     section plus the managed fields (output_dir, seed, model init kwargs, GRPO reward weights).
 
@@ -107,6 +112,8 @@ def trainer_kwargs(plan: RunPlan) -> dict[str, Any]:
     step's pool ``pool_size`` (``plan.pool``), and, with vLLM, ``vllm_max_model_length`` = max
     prompt + what an answer needs (``plan.checked.vllm_max_model_length``) unless set.
     """
+    if isinstance(plan, TrainSettings):  # settings alone: checked and planned here
+        plan = plan_run(plan)
     cfg, entry = plan.settings, plan.entry
     kwargs = dict(getattr(cfg, plan.section))
     if plan.pool is not None:
@@ -243,8 +250,9 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None, pl
         if args.world_size != plan.world_size:
             raise ConfigError(
                 "pool_size",
-                f"$WORLD_SIZE={plan.world_size} but the launch has {args.world_size} "
-                "processes; start the run with accelerate launch or torchrun so both agree.",
+                f"the run was planned for {plan.world_size} processes ($WORLD_SIZE or an MPI "
+                f"launcher's count) but the launch has {args.world_size}; start the run with "
+                "accelerate launch or torchrun so both agree.",
             )
         if (
             not args.generation_batch_size

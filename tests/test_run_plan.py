@@ -72,4 +72,18 @@ def test_a_launch_whose_process_count_differs_from_the_plan_is_refused(tmp_path)
     plan = plan_run(cfg, world_size=2)
     with pytest.raises(ConfigError) as err:
         build_trainer(cfg, plan=plan)
-    assert err.value.field == "pool_size" and "$WORLD_SIZE=2" in str(err.value)
+    assert err.value.field == "pool_size" and "planned for 2 processes" in str(err.value)
+
+
+def test_the_process_count_is_read_as_accelerate_reads_it(monkeypatch):
+    """An MPI launch states its size only in its own variable before accelerate sets WORLD_SIZE;
+    planning for 1 process there would refuse (or mis-size) the run."""
+    from rlsr.config.pool import WORLD_SIZE_VARIABLES, world_size_from_env
+
+    for name in WORLD_SIZE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert world_size_from_env() == 1
+    monkeypatch.setenv("PMI_SIZE", "4")
+    assert world_size_from_env() == 4
+    monkeypatch.setenv("WORLD_SIZE", "2")  # torchrun / accelerate's own first
+    assert world_size_from_env() == 2
