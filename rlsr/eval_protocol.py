@@ -349,14 +349,14 @@ def flag_of(name: str) -> str:
     return _FIELDS[name].metadata["flag"] or "--" + name.replace("_", "-")
 
 
-def to_flags(values: Mapping[str, Any] | None) -> list[str]:
-    """``rlsr evaluate`` flags that set ``values`` (a checked mapping of protocol fields), in the
-    mapping's order: ``{scorers: [consistency], consistency_k: 8}`` ->
-    ``["--scorers", "consistency", "--consistency-k", "8"]``. A switch is written only when its
-    value differs from the default (``fallbacks: false`` -> ``--no-fallbacks``); None (unset) is
-    left out."""
+def to_flags(values: Mapping[str, Any] | None, where: str = "evaluate") -> list[str]:
+    """``rlsr evaluate`` flags that set ``values`` (a checked mapping of protocol fields, named
+    ``where`` in an error), in the mapping's order: ``{scorers: [consistency], consistency_k: 8}``
+    -> ``["--scorers", "consistency", "--consistency-k", "8"]``. A switch is written only when
+    its value differs from the default (``fallbacks: false`` -> ``--no-fallbacks``); None (unset)
+    is left out."""
     flags: list[str] = []
-    for key, value in check_mapping(values, "evaluate").items():
+    for key, value in check_mapping(values, where).items():
         f = _FIELDS[key]
         if value is None:
             continue

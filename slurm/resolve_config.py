@@ -46,17 +46,23 @@ def resolve(overrides: list[str], root: Path = ROOT) -> dict[str, str]:
         "model": str(cfg.model.name_or_path),
         "output_dir": str(output_dir),
         "max_model_len": "" if length is None else str(int(length)),
-        "evaluate_args": evaluate_flags(cfg.method),
+        "evaluate_args": evaluate_flags(cfg.method, cfg.get("tasks_dir")),
     }
 
 
-def evaluate_flags(method) -> list[str]:
+def evaluate_flags(method, tasks_dir=None) -> list[str]:
     """The ``rlsr evaluate`` flags of ``method.evaluate`` (the method's evaluation needs, a
     mapping of evaluation protocol fields; ``rlsr.eval_protocol.to_flags``). A method file that
-    still holds the replaced ``evaluate_args`` is refused with the mapping to write instead."""
+    still holds the replaced ``evaluate_args`` is refused with the mapping to write instead.
+    The tasks of ``$RLSR_TASKS_PATH`` and ``tasks_dir`` are registered first, as train.py does,
+    so a task's own prompt name is a valid ``system_prompt``."""
     from omegaconf import OmegaConf
 
+    from rlsr.data import load_env_tasks, load_tasks
     from rlsr.eval_protocol import evaluate_mapping_of, to_flags
+
+    load_env_tasks()
+    load_tasks(OmegaConf.to_container(tasks_dir) if OmegaConf.is_config(tasks_dir) else tasks_dir)
 
     if method.get("evaluate_args"):
         raise ValueError(
@@ -64,7 +70,8 @@ def evaluate_flags(method) -> list[str]:
             f"settings; write {evaluate_mapping_of(method.evaluate_args)} instead."
         )
     needs = method.get("evaluate")
-    return to_flags(OmegaConf.to_container(needs, resolve=True) if needs is not None else None)
+    values = OmegaConf.to_container(needs, resolve=True) if needs is not None else None
+    return to_flags(values, "method.evaluate")
 
 
 def server_context_length(cfg) -> int | None:

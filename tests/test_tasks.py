@@ -518,3 +518,22 @@ def test_train_stops_on_a_tasks_data_errors_with_config_errors(caps_dir, tmp_pat
     settings = validate(from_dict(compose(*overrides, "eval.every=1")), world_size=1)
     with pytest.raises(ConfigError, match=r"^eval.datasets: task caps: split 'eval' .* no rows"):
         build_trainer(settings)
+
+
+def test_slurm_resolve_config_accepts_a_tasks_own_prompt_in_method_evaluate(tmp_path):
+    """slurm/resolve_config.py turns method.evaluate into evaluate.slurm's flags; a task's own
+    prompt name is valid there once the task is registered, as train.py registers it (review of
+    issue 30: it was refused unless the vLLM context computation happened to load the tasks)."""
+    write_jsonl(tmp_path / "caps.jsonl", CAPS)
+    write_task(tmp_path, CAPS_TASK.replace(
+        "    system_prompt: simple\n",
+        "    system_prompt: {text: 'You name capitals.', append_format: true}\n",
+    ))  # fmt: skip
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, str(root / "slurm" / "resolve_config.py"), "recipe=tiny",
+         f"tasks_dir={tmp_path}", "data.dataset=caps", "+method.evaluate.system_prompt=caps"],
+        capture_output=True, text=True, timeout=120, cwd=root,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "evaluate_args=--system-prompt caps" in done.stdout
