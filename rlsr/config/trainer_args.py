@@ -21,6 +21,17 @@ MANAGED_SFT_FIELDS = ("output_dir", "seed", "model_init_kwargs")
 TRAINER_SECTIONS = ("grpo", "sft")
 
 
+def _check_batch_sizes(g: dict, section: str) -> None:
+    """The per-device batch and the gradient accumulation of a trainer section: integers >= 1."""
+    for name in ("per_device_train_batch_size", "gradient_accumulation_steps"):
+        value = g.get(name, 1)
+        _check(
+            _is_int(value) and value >= 1,
+            f"{section}.{name}",
+            f"must be an integer >= 1; got {value!r}.",
+        )
+
+
 def check_grpo(g: dict) -> None:
     """The ``grpo`` section's own fields (the pool they make is ``rlsr.config.pool.resolve_pool``'s,
     run once by ``rlsr.config.plan_settings``)."""
@@ -50,13 +61,7 @@ def check_grpo(g: dict) -> None:
         "grpo.num_generations",
         f"GRPO needs at least 2 completions per prompt; got {G!r} (paper: 32).",
     )
-    for name in ("per_device_train_batch_size", "gradient_accumulation_steps"):
-        value = g.get(name, 1)
-        _check(
-            _is_int(value) and value >= 1,
-            f"grpo.{name}",
-            f"must be an integer >= 1; got {value!r}.",
-        )
+    _check_batch_sizes(g, "grpo")
     lr = g.get("learning_rate", 1e-6)
     _check(is_number(lr) and lr > 0, "grpo.learning_rate", f"must be > 0; got {lr!r}.")
     temp = g.get("temperature", 1.0)
@@ -191,13 +196,7 @@ def check_sft(g: dict) -> None:
             f"sft.{key}",
             "is set by rlsr from other sections (output_dir, seed, model.*); set it there instead.",
         )
-    for name in ("per_device_train_batch_size", "gradient_accumulation_steps"):
-        value = g.get(name, 1)
-        _check(
-            _is_int(value) and value >= 1,
-            f"sft.{name}",
-            f"must be an integer >= 1; got {value!r}.",
-        )
+    _check_batch_sizes(g, "sft")
     lr = g.get("learning_rate", 2e-5)
     _check(is_number(lr) and lr > 0, "sft.learning_rate", f"must be > 0; got {lr!r}.")
     max_length = g.get("max_length", 1024)
