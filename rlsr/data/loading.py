@@ -26,8 +26,9 @@ import datasets
 import numpy as np
 from datasets.exceptions import DatasetGenerationError
 
-from rlsr.data.formatting import FORMATTERS, build_prompt
+from rlsr.data.formatting import FORMATTERS, build_prompt, render_mcq_problem
 from rlsr.data.registry import DatasetSpec, get_spec
+from rlsr.data.task_rows import EmptyCell, duplicate_ids, read_rows_as_written, task_row_fields
 from rlsr.prompts import NO_SYSTEM_PROMPT, system_prompt_names
 from rlsr.verifiers import get_verifier, is_plugin_name
 
@@ -210,17 +211,91 @@ def _task_where(spec: DatasetSpec) -> str:
     return str(spec.task.data_path or spec.hf_id) if spec.task else str(spec.hf_id)
 
 
-def _check_task_rows(spec: DatasetSpec, raw: datasets.Dataset, split: str, mapping) -> None:
+def _task_file(spec: DatasetSpec) -> str:
+    return spec.task.file if spec.task and spec.task.file else "the task"
+
+
+def _rows_as_written(path: Path, split: str) -> tuple[list[dict], str]:
+    """``split`` of a task's local data as rows (``rlsr.data.task_rows``: CSV and JSON cells as
+    written; Parquet and ``save_to_disk`` typed), and the file or folder they came from."""
+    if path.is_file() and path.suffix.lower() in (".csv", ".jsonl", ".json"):
+        problem = _json_problem(path) if path.suffix.lower() != ".csv" else None
+        if problem:
+            raise ValueError(problem)
+        return read_rows_as_written(path), str(path)
+    if path.is_dir() and not (path / "dataset_dict.json").exists():
+        if not (path / "state.json").exists():
+            if (path / split).is_dir():
+                return _rows_as_written(path / split, split)
+            for suffix in _FILE_BUILDERS:
+                if (path / f"{split}{suffix}").exists():
+                    return _rows_as_written(path / f"{split}{suffix}", split)
+    return _load_local(path, split).to_list(), str(path)
+
+
+def _task_rows(
+    spec: DatasetSpec, split: str, path, data_dir
+) -> tuple[list[dict], list[int], list[str], str]:
+    """A task's ``split``: its rows, each row's index in its file, the columns and the source."""
+    task = spec.task
+    local = Path(path) if path is not None else None
+    if local is None and task.data_path is not None:
+        local = Path(task.data_path)
+    if local is None:
+        raw = load_raw(spec.name, split=split, data_dir=data_dir)
+        return raw.to_list(), list(range(len(raw))), list(raw.column_names), str(spec.hf_id)
+    if not local.exists():
+        raise FileNotFoundError(f"data path {local} does not exist.")
+    fraction = task.eval_fraction if path is None else None
+    if fraction is not None and split not in ("train", "eval"):
+        raise ValueError(
+            f"task {spec.name}: split {split!r} does not exist; a file split by "
+            f"splits.eval_fraction has the splits 'train' and 'eval'."
+        )
+    rows, source = _rows_as_written(local, split)
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    numbers = list(range(len(rows)))
+    if fraction is not None:
+        numbers = task_split_rows(len(rows), fraction, task.split_seed, split)
+        if not numbers and rows:
+            n, file = len(rows), _task_file(spec)
+            if n < 2:
+                fix = f"one row cannot be split in two; add rows to {source}"
+            elif split == "eval":
+                fix = (
+                    f"use splits.eval_fraction: {1 / n:.{len(str(n)) + 1}f} (1 of the {n} rows) "
+                    f"or more in {file}"
+                )
+            else:
+                fix = (
+                    f"use splits.eval_fraction: {(n - 1) / n:.{len(str(n)) + 1}f} or less, so a "
+                    f"row is left to train on, in {file}"
+                )
+            raise ValueError(
+                f"task {spec.name}: splits.eval_fraction {fraction} of the {n} rows of {source} "
+                f"rounds to 0 rows for split {split!r} (round({fraction} x {n}) = "
+                f"{round(fraction * n)}), so split {split!r} has no rows; {fix}."
+            )
+        rows = [rows[i] for i in numbers]
+    return rows, numbers, columns, source
+
+
+def _check_task_columns(spec, columns: Sequence[str], n_rows: int, split, mapping, source) -> None:
     """A user task's data before formatting: every mapped column present, the split not empty."""
-    file = spec.task.file if spec.task and spec.task.file else "the task"
-    where = f"{_task_where(spec)} (split {split!r})"
+    file = _task_file(spec)
+    where = f"{source} (split {split!r})"
+    if n_rows == 0:
+        raise ValueError(
+            f"task {spec.name}: split {split!r} of {source} has no rows; point data at "
+            f"a file with examples, or change splits in {file}."
+        )
     for field_name in (
         "question",
         "answer",
         *(f for f in ("id", "aliases", "options") if f in mapping),
     ):
         column = mapping.get(field_name, field_name)
-        if column not in raw.column_names:
+        if column not in columns:
             default = (
                 f" (columns.{field_name} defaults to {field_name!r})"
                 if column == field_name
@@ -228,28 +303,74 @@ def _check_task_rows(spec: DatasetSpec, raw: datasets.Dataset, split: str, mappi
             )
             raise ValueError(
                 f"task {spec.name}: no column {column!r} for {field_name} in {where}{default}; "
-                f"the data has the columns {raw.column_names}. Set columns.{field_name}: "
+                f"the data has the columns {list(columns)}. Set columns.{field_name}: "
                 f"<one of them> in {file}."
             )
-    if len(raw) == 0:
-        raise ValueError(
-            f"task {spec.name}: split {split!r} of {_task_where(spec)} has no rows; point data at "
-            f"a file with examples, or change splits in {file}."
-        )
 
 
-def _check_unique_ids(spec: DatasetSpec, ids: Sequence[str], split: str) -> None:
-    seen: dict[str, int] = {}
-    for row, value in enumerate(ids):
-        if value in seen:
-            file = spec.task.file if spec.task and spec.task.file else "the task"
-            raise ValueError(
-                f"task {spec.name}: id {value!r} occurs twice in split {split!r} of "
-                f"{_task_where(spec)} (rows {seen[value]} and {row}); ids must be unique (results "
-                f"are matched and resumed by id). Fix the data, or remove columns.id from {file} "
-                "to number the rows instead."
+def _load_task_examples(spec, split, path, data_dir, limit, system_prompt, mapping):
+    """A user task's ``split`` in the contract (``rlsr.data.task_rows``): every row checked
+    (answers as written, no empty question or answer unless ``skip_empty``, options), ids unique,
+    then the first ``limit`` rows."""
+    rows, numbers, columns, source = _task_rows(spec, split, path, data_dir)
+    _check_task_columns(spec, columns, len(rows), split, mapping, source)
+    file = _task_file(spec)
+    out, skipped, first_skipped = [], 0, None
+    for position, (row, number) in enumerate(zip(rows, numbers, strict=True)):
+        try:
+            fields = task_row_fields(
+                row, mapping, task=spec.name, source=source, number=number, task_file=file
             )
-        seen[value] = row
+        except EmptyCell as err:
+            if not spec.task.skip_empty:
+                raise ValueError(
+                    f"{err}; an empty {err.field_name} cannot be asked or scored. Fix: fill it "
+                    f"in or remove the row, or set skip_empty: true in {file} to skip such rows "
+                    "(they are counted)."
+                ) from None
+            skipped += 1
+            first_skipped = first_skipped or str(err)
+            continue
+        example = {
+            "id": fields.get("id", f"{spec.name}-{split}-{position}"),
+            "prompt": build_prompt(
+                render_mcq_problem(fields["question"], fields["options"])
+                if "options" in fields
+                else fields["problem"],
+                system_prompt,
+            ),
+            "question": fields["question"],
+            "answer": fields["answer"],
+            "answers": fields["answers"],
+            "verifier": spec.verifier,
+        }
+        if "options" in fields:
+            example["options"] = json.dumps(fields["options"], ensure_ascii=False)
+            example["answer_letter"] = fields["answer_letter"]
+        out.append((number, example))
+    if skipped:
+        warnings.warn(
+            f"task {spec.name}: skip_empty: skipped {skipped} of {len(rows)} rows of split "
+            f"{split!r} with an empty question or answer (first: {first_skipped}).",
+            stacklevel=3,
+        )
+    if not out:
+        raise ValueError(
+            f"task {spec.name}: every row of split {split!r} of {source} has an empty question "
+            f"or answer ({skipped} skipped by skip_empty); fill them in."
+        )
+    duplicate = duplicate_ids([e["id"] for _, e in out])
+    if duplicate is not None:
+        value, a, b = duplicate
+        raise ValueError(
+            f"task {spec.name}: id {value!r} occurs twice in column {mapping['id']!r} of "
+            f"{source} (rows {out[a][0]} and {out[b][0]}, split {split!r}); ids must be unique "
+            f"(results are matched and resumed by id). Fix: make the ids unique, or remove "
+            f"columns.id from {file} to number the rows instead."
+        )
+    examples = [e for _, e in out][:limit]
+    features = _features(spec, False, with_options="options" in mapping)
+    return datasets.Dataset.from_list(examples, features=features)
 
 
 # --- contract -----------------------------------------------------------------------------
@@ -282,7 +403,9 @@ def _example_builder(spec: DatasetSpec, split: str, columns: Mapping[str, str], 
     return build
 
 
-def _features(spec: DatasetSpec, has_gold_removed: bool) -> datasets.Features:
+def _features(
+    spec: DatasetSpec, has_gold_removed: bool, with_options: bool = False
+) -> datasets.Features:
     """Explicit types, so batches that happen to hold only empty lists still agree."""
     string = datasets.Value("string")
     features = {
@@ -293,9 +416,7 @@ def _features(spec: DatasetSpec, has_gold_removed: bool) -> datasets.Features:
         "answers": datasets.List(string),
         "verifier": string,
     }
-    if spec.formatter in ("mcq_rendered", "mcq_columns") or (
-        spec.formatter == "task" and "options" in spec.columns
-    ):
+    if spec.formatter in ("mcq_rendered", "mcq_columns") or with_options:
         features.update(options=string, answer_letter=string)
     if spec.formatter == "utility":
         features.update(answerable=datasets.Value("bool"), cost=datasets.Value("float64"))
@@ -333,15 +454,15 @@ def load_examples(
         )
     if limit is not None and (not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit must be a positive integer or None, got {limit!r}.")
+    mapping = {**spec.columns, **(columns or {})}
+    if spec.formatter == "task":
+        return _load_task_examples(spec, split, path, data_dir, limit, system_prompt, mapping)
     raw = load_raw(name, path=path, split=split, data_dir=data_dir)
     expected = spec.sizes.get(split)
     if path is None and spec.hf_id is not None and expected and len(raw) != expected:
         warnings.warn(
             f"{name}/{split}: {len(raw)} rows, the published copy has {expected}.", stacklevel=2
         )
-    mapping = {**spec.columns, **(columns or {})}
-    if spec.formatter == "task":
-        _check_task_rows(spec, raw, split, mapping)
     if limit is not None:
         raw = raw.select(range(min(limit, len(raw))))
     builder = _example_builder(spec, split, mapping, system_prompt)
@@ -353,8 +474,6 @@ def load_examples(
         desc=f"formatting {name}",
         load_from_cache_file=False,
     )
-    if spec.formatter == "task" and "id" in mapping:
-        _check_unique_ids(spec, examples["id"], split)
     order = [c for c in CONTRACT_COLUMNS if c in examples.column_names]
     return examples.select_columns(order + [c for c in examples.column_names if c not in order])
 

@@ -39,7 +39,10 @@ class TaskSource:
     and ``deployment.json``; ``data_path``: the task's local data (absolute); ``eval_fraction`` /
     ``split_seed``: a single file split into ``train`` / ``eval`` by a seeded permutation;
     ``prompt_text``: the task's own system prompt text (registered under the task's name);
-    ``has_eval``: the task names an evaluation split (``DatasetSpec.split``) apart from training.
+    ``has_eval``: the task names an evaluation split (``DatasetSpec.split``) apart from training;
+    ``skip_empty``: rows with an empty question or answer are skipped (counted) instead of
+    refused; ``too_long``: ``refuse`` or ``skip`` a row whose prompt cannot fit the model's
+    context with the generation budget (``rlsr.data.prompt_room``).
     """
 
     file: str | None
@@ -49,6 +52,8 @@ class TaskSource:
     split_seed: int = 0
     prompt_text: str | None = None
     has_eval: bool = False
+    skip_empty: bool = False
+    too_long: str = "refuse"
 
 
 @dataclass(frozen=True)

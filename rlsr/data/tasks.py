@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
+import importlib.util
 import inspect
 import json
 import os
@@ -75,13 +76,24 @@ TASKS_PATH_ENV = "RLSR_TASKS_PATH"
 TASK_COLUMNS = ("question", "answer", "id", "aliases", "options")
 # The keys of a task file, by section (docs/tasks.md documents each one).
 TASK_KEYS: Mapping[str, tuple[str, ...]] = {
-    "": ("name", "description", "data", "splits", "columns", "verifier", "system_prompt"),
+    "": (
+        "name",
+        "description",
+        "data",
+        "splits",
+        "columns",
+        "verifier",
+        "system_prompt",
+        "skip_empty",
+        "too_long",
+    ),
     "data": ("path", "hub", "config", "revision"),
     "splits": ("train", "eval", "eval_fraction", "seed"),
     "columns": TASK_COLUMNS,
     "system_prompt": ("text", "append_format"),
 }
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+TOO_LONG_POLICIES = ("refuse", "skip")
 
 
 class TaskError(ValueError):
@@ -100,6 +112,9 @@ class Task:
     ``verifier``: a built-in name or ``"package.module:function"``, with ``verifier_options``
     for its constructor. ``system_prompt``: a registered prompt name, or ``system_prompt_text``
     (with ``append_format`` to append rlsr's tag instructions when the text lacks them).
+    ``skip_empty``: skip (and count) rows with an empty question or answer instead of refusing
+    them; ``too_long``: ``"refuse"`` (default) or ``"skip"`` (counted) rows whose prompt cannot
+    fit the model's context with the generation budget.
     """
 
     name: str
@@ -118,6 +133,8 @@ class Task:
     system_prompt_text: str | None = None
     append_format: bool = False
     description: str = ""
+    skip_empty: bool = False
+    too_long: str = "refuse"
 
     def canonical(self) -> dict:
         """The task's fields as JSON types (hashed for a task registered in Python)."""
@@ -158,6 +175,16 @@ def _verifier_options_problem(name: str, options: Mapping[str, Any]) -> str | No
                 f"{key!r} is not an option of verifier {name!r}.{hint} Its options: {parameters}."
             )
     return None
+
+
+def _plugin_file(verifier: str) -> str:
+    """`` The module's file: PATH.`` when the plugin's module is found on ``sys.path``."""
+    try:
+        spec = importlib.util.find_spec(verifier.split(":")[0])
+    except (ImportError, ValueError):
+        return ""
+    origin = getattr(spec, "origin", None)
+    return f" The module's file: {origin}." if origin and origin != "built-in" else ""
 
 
 def _check_task(task: Task, where: str) -> None:
@@ -208,6 +235,11 @@ def _check_task(task: Task, where: str) -> None:
     for key, value in task.columns.items():
         if not isinstance(value, str) or not value:
             _fail(where, f"columns.{key}", f"must be a column name; got {value!r}.")
+    if not isinstance(task.skip_empty, bool):
+        _fail(where, "skip_empty", f"must be true or false; got {task.skip_empty!r}.")
+    if task.too_long not in TOO_LONG_POLICIES:
+        _fail(where, "too_long", f"must be one of {list(TOO_LONG_POLICIES)}; got "
+              f"{task.too_long!r}.")  # fmt: skip
     verifier = task.verifier
     if not isinstance(verifier, str) or not (verifier in VERIFIERS or is_plugin_name(verifier)):
         match = difflib.get_close_matches(str(verifier), VERIFIERS, n=1)
@@ -218,7 +250,11 @@ def _check_task(task: Task, where: str) -> None:
         try:
             load_plugin(verifier)
         except ValueError as err:
-            _fail(where, "verifier", str(err))
+            problem = str(err)
+        else:
+            problem = None
+        if problem:  # raised outside the except block: no chained traceback
+            _fail(where, "verifier", problem + _plugin_file(verifier))
     problem = _verifier_options_problem(verifier, task.verifier_options)
     if problem:
         _fail(where, "verifier", problem)
@@ -277,6 +313,8 @@ def _spec(task: Task, where: str, file: str | None, sha256: str) -> DatasetSpec:
             split_seed=task.split_seed,
             prompt_text=text,
             has_eval=has_eval,
+            skip_empty=task.skip_empty,
+            too_long=task.too_long,
         ),
     )
 
@@ -427,6 +465,8 @@ def parse_task(values: Any, *, where: str = "task", base_dir: str | os.PathLike 
         system_prompt_text=text,
         append_format=append,
         description=str(values.get("description") or ""),
+        skip_empty=values.get("skip_empty", False),
+        too_long=values.get("too_long", "refuse"),
     )
 
 
@@ -442,7 +482,13 @@ def load_task_file(path: str | os.PathLike) -> DatasetSpec:
 
 def _task_files(entry: Path) -> list[Path]:
     if entry.is_dir():
-        return sorted(p for p in entry.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+        files = sorted(p for p in entry.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+        if not files:
+            raise TaskError(
+                f"tasks path {entry} holds no task files (*.yaml / *.yml); put the task files "
+                "there, or point --tasks-dir (tasks_dir=, $RLSR_TASKS_PATH) at their folder."
+            )
+        return files
     if entry.is_file():
         return [entry]
     raise TaskError(f"tasks path {entry} does not exist; give a folder of task files or one file.")

@@ -1,0 +1,258 @@
+"""A user task's data is read as written or refused before any model loads (issue 36, the
+data-reading half; docs/tasks.md, "Reading your data").
+
+Each test writes a task and its data into ``tmp_path`` and loads it with the real loader
+(``load_examples``, ``load_tasks``) or the real CLI; no model is loaded, so every test takes
+well under a second.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import traceback
+from pathlib import Path
+
+import datasets
+import pytest
+
+from rlsr.cli import main
+from rlsr.data import TaskError, load_examples, load_tasks, task_names, unregister_task
+from rlsr.data import tasks as tasks_module
+from rlsr.data.tasks import TASKS_PATH_ENV
+
+datasets.disable_progress_bars()
+
+
+@pytest.fixture(autouse=True)
+def clean_tasks(monkeypatch):
+    monkeypatch.delenv(TASKS_PATH_ENV, raising=False)
+    yield
+    for name in task_names():
+        unregister_task(name)
+    tasks_module._LOADED_ENV.clear()
+
+
+def task(folder: Path, data: str, extra: str = "", name: str = "quiz") -> Path:
+    (folder / f"{name}.yaml").write_text(
+        textwrap.dedent(f"""\
+            name: {name}
+            data: {{path: {data}}}
+        """)
+        + textwrap.dedent(extra)
+    )
+    load_tasks(folder / f"{name}.yaml")
+    return folder / f"{name}.yaml"
+
+
+def jsonl(path: Path, rows) -> str:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path.name
+
+
+# --- 1. list-valued answers: gold + aliases; other non-strings refused ------------------------
+
+
+def test_a_list_answer_is_the_gold_and_its_aliases(tmp_path):
+    name = jsonl(
+        tmp_path / "q.jsonl", [{"question": "Colour of snow?", "answer": ["white", "WHITE"]}]
+    )
+    task(tmp_path, name)
+    ex = load_examples("quiz")
+    assert ex["answer"] == ["white"] and ex["answers"] == [["white", "WHITE"]]
+
+
+def test_a_parquet_list_answer_is_the_gold_and_its_aliases(tmp_path):
+    datasets.Dataset.from_list(
+        [{"question": "Colour of snow?", "answer": ["white", "snow-white"]}]
+    ).to_parquet(str(tmp_path / "q.parquet"))
+    task(tmp_path, "q.parquet")
+    assert load_examples("quiz")["answers"] == [["white", "snow-white"]]
+
+
+@pytest.mark.parametrize(
+    "answer, problem",
+    [({"value": "white"}, "holds a dict"), (True, "holds the boolean True"), ([["a"]], "a list")],
+)
+def test_a_non_text_answer_is_refused_with_file_row_and_column(tmp_path, answer, problem):
+    rows = [{"question": "ok?", "answer": "yes"}, {"question": "Snow?", "answer": answer}]
+    task(tmp_path, jsonl(tmp_path / "q.jsonl", rows))
+    with pytest.raises(ValueError, match=r"task quiz: .*q.jsonl, row 1, column 'answer'") as err:
+        load_examples("quiz")
+    assert problem in str(err.value) and "Fix:" in str(err.value)
+
+
+# --- 2. answers as written: no type inference --------------------------------------------------
+
+
+def test_csv_cells_are_read_as_written(tmp_path):
+    """pandas would make the column float (a blank cell) and drop the leading zero."""
+    (tmp_path / "q.csv").write_text("question,answer\nA,4\nB,0123\nC,\nD,40\n")
+    task(tmp_path, "q.csv", "skip_empty: true\n")
+    with pytest.warns(UserWarning, match=r"skip_empty: skipped 1 of 4 rows .*row 2"):
+        ex = load_examples("quiz")
+    assert ex["answer"] == ["4", "0123", "40"]
+    assert ex["id"] == ["quiz-train-0", "quiz-train-1", "quiz-train-3"]  # stable numbering
+
+
+def test_csv_text_that_looks_like_a_list_is_one_answer(tmp_path):
+    (tmp_path / "q.csv").write_text('question,answer\nInterval?,"[0, 1]"\n')
+    task(tmp_path, "q.csv")
+    assert load_examples("quiz")["answers"] == [["[0, 1]"]]
+
+
+def test_json_numbers_are_the_text_they_were_written_as(tmp_path):
+    name = jsonl(
+        tmp_path / "q.jsonl",
+        ['{"question": "2+2?", "answer": 4}', '{"question": "Half of 9?", "answer": 4.50}',
+         '{"question": 7, "answer": "seven"}'],
+    )  # fmt: skip
+    task(tmp_path, name)
+    ex = load_examples("quiz")
+    assert ex["answer"] == ["4", "4.50", "seven"] and ex["question"][2] == "7"
+
+
+def test_typed_formats_integers_are_digits_floats_are_refused(tmp_path):
+    datasets.Dataset.from_dict({"question": ["a", "b"], "answer": [4, 123]}).to_parquet(
+        str(tmp_path / "ints.parquet")
+    )
+    task(tmp_path, "ints.parquet", name="ints")
+    assert load_examples("ints")["answer"] == ["4", "123"]
+    datasets.Dataset.from_dict({"question": ["a", "b"], "answer": [4.0, 0.5]}).to_parquet(
+        str(tmp_path / "floats.parquet")
+    )
+    task(tmp_path, "floats.parquet", name="floats")
+    with pytest.raises(ValueError, match=r"floats.parquet, row 0, column 'answer' holds the float "
+                       r"4.0, whose text as written .* is lost\. Fix: store the column as strings"):  # fmt: skip
+        load_examples("floats")
+
+
+# --- 4. empty questions and answers ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "row, column",
+    [
+        ({"question": "Snow?", "answer": ""}, "answer"),
+        ({"question": "Snow?", "answer": None}, "answer"),
+        ({"question": "Snow?", "answer": []}, "answer"),
+        ({"question": "Snow?", "answer": "  "}, "answer"),
+        ({"question": "", "answer": "white"}, "question"),
+        ({"question": None, "answer": "white"}, "question"),
+        ({"answer": "white"}, "question"),
+    ],
+)
+def test_an_empty_question_or_answer_is_refused_with_the_fix(tmp_path, row, column):
+    rows = [{"question": "Sky?", "answer": "blue"}, row, {"question": "Grass?", "answer": "green"}]
+    path = task(tmp_path, jsonl(tmp_path / "q.jsonl", rows))
+    with pytest.raises(ValueError) as err:
+        load_examples("quiz")
+    message = str(err.value)
+    assert f"q.jsonl, row 1, column '{column}' is empty" in message
+    assert f"set skip_empty: true in {path}" in message
+
+
+def test_skip_empty_skips_and_counts(tmp_path):
+    rows = [{"question": "Sky?", "answer": "blue"}, {"question": "Snow?", "answer": None},
+            {"question": "", "answer": "x"}, {"question": "Grass?", "answer": "green"}]  # fmt: skip
+    task(tmp_path, jsonl(tmp_path / "q.jsonl", rows), "skip_empty: true\n")
+    with pytest.warns(UserWarning, match=r"task quiz: skip_empty: skipped 2 of 4 rows"):
+        ex = load_examples("quiz")
+    assert ex["answer"] == ["blue", "green"]
+
+
+def test_skip_empty_must_be_a_boolean(tmp_path):
+    jsonl(tmp_path / "q.jsonl", [{"question": "a", "answer": "b"}])
+    with pytest.raises(TaskError, match=r"skip_empty: must be true or false; got 'yes'"):
+        task(tmp_path, "q.jsonl", "skip_empty: 'yes'\n")
+
+
+def test_evaluate_refuses_an_empty_answer_before_any_model(tmp_path, capsys):
+    rows = [{"question": "Sky?", "answer": "blue"}, {"question": "Snow?", "answer": ""}]
+    jsonl(tmp_path / "q.jsonl", rows)
+    (tmp_path / "quiz.yaml").write_text("name: quiz\ndata: {path: q.jsonl}\n")
+    code = main(["evaluate", "--model", "no-such-org/no-such-model", "--datasets", "quiz",
+                 "--tasks-dir", str(tmp_path), "--output-dir", str(tmp_path / "out")])  # fmt: skip
+    assert code == 2
+    assert "row 1, column 'answer' is empty" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+# --- 7. multiple choice ------------------------------------------------------------------------
+
+
+def test_a_repeated_option_text_is_refused(tmp_path):
+    rows = [{"question": "Snow?", "answer": "white", "opts": ["white", "white", "red", "blue"]}]
+    task(tmp_path, jsonl(tmp_path / "q.jsonl", rows), "columns: {options: opts}\n")
+    with pytest.raises(ValueError, match=r"task quiz: .*q.jsonl, row 0, column 'opts' \(options\) "
+                       r"repeats an option: A\) 'white' and B\) 'white'"):  # fmt: skip
+        load_examples("quiz")
+
+
+def test_options_keyed_by_digits_are_refused_with_row_and_fix(tmp_path):
+    rows = [{"question": "Snow?", "answer": "1", "opts": {"1": "white", "2": "red"}}]
+    task(tmp_path, jsonl(tmp_path / "q.jsonl", rows), "columns: {options: opts}\n")
+    with pytest.raises(ValueError, match=r"task quiz: .*q.jsonl, row 0, column 'opts' \(options\) "
+                       r"is keyed by \['1', '2'\].*Fix: key the options A, B, C"):  # fmt: skip
+        load_examples("quiz")
+
+
+def test_a_gold_that_is_not_an_option_names_the_row(tmp_path):
+    rows = [{"question": "Sky?", "answer": "A", "opts": ["blue", "red"]},
+            {"question": "Snow?", "answer": "black", "opts": ["white", "red"]}]  # fmt: skip
+    task(tmp_path, jsonl(tmp_path / "q.jsonl", rows), "columns: {options: opts}\n")
+    with pytest.raises(ValueError, match=r"q.jsonl, row 1, column 'answer' is 'black', neither "
+                       r"an option letter"):  # fmt: skip
+        load_examples("quiz")
+
+
+# --- unclear messages made clear ---------------------------------------------------------------
+
+
+def test_an_id_column_the_task_does_not_name_is_not_used(tmp_path):
+    rows = [{"id": 1, "question": "a", "answer": "b"}, {"id": 1, "question": "c", "answer": "d"}]
+    task(tmp_path, jsonl(tmp_path / "q.jsonl", rows))
+    assert load_examples("quiz")["id"] == ["quiz-train-0", "quiz-train-1"]
+
+
+def test_a_named_id_column_with_duplicates_names_file_rows_and_a_fix_that_works(tmp_path):
+    rows = [{"k": 1, "question": "a", "answer": "b"}, {"k": 1, "question": "c", "answer": "d"}]
+    path = task(tmp_path, jsonl(tmp_path / "q.jsonl", rows), "columns: {id: k}\n")
+    with pytest.raises(ValueError, match=r"id '1' occurs twice in column 'k' of .*q.jsonl "
+                       rf"\(rows 0 and 1, .*remove columns.id from {path}"):  # fmt: skip
+        load_examples("quiz")
+    unregister_task("quiz")
+    task(tmp_path, "q.jsonl")  # the fix: columns.id removed
+    assert len(load_examples("quiz")) == 2
+
+
+def test_an_eval_fraction_that_rounds_to_no_rows_says_so_and_what_works(tmp_path):
+    rows = [{"question": str(i), "answer": str(i)} for i in range(40)]
+    task(tmp_path, jsonl(tmp_path / "q.jsonl", rows), "splits: {eval_fraction: 0.001}\n")
+    with pytest.raises(ValueError, match=r"eval_fraction 0.001 of the 40 rows .* rounds to 0 rows "
+                       r"for split 'eval' .*use splits.eval_fraction: 0.025 \(1 of the 40 rows\)"):  # fmt: skip
+        load_examples("quiz")
+
+
+def test_an_empty_tasks_dir_is_refused(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TaskError, match=r"holds no task files \(\*\.yaml / \*\.yml\)"):
+        load_tasks(tmp_path / "empty")
+    assert main(["datasets", "--tasks-dir", str(tmp_path / "empty")]) == 2
+    assert "holds no task files" in capsys.readouterr().err
+
+
+def test_a_plugin_that_raises_on_import_is_one_clean_error(tmp_path, monkeypatch):
+    (tmp_path / "broken_checks.py").write_text("raise RuntimeError('no config')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    jsonl(tmp_path / "q.jsonl", [{"question": "a", "answer": "b"}])
+    (tmp_path / "quiz.yaml").write_text(
+        "name: quiz\ndata: {path: q.jsonl}\nverifier: broken_checks:verify\n"
+    )
+    with pytest.raises(TaskError) as err:
+        load_tasks(tmp_path)
+    text = "".join(traceback.format_exception(err.value))
+    assert "During handling of the above exception" not in text
+    message = str(err.value)
+    assert "quiz.yaml: verifier:" in message and "RuntimeError: no config" in message
+    assert f"The module's file: {tmp_path / 'broken_checks.py'}" in message
