@@ -18,12 +18,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from huggingface_hub import try_to_load_from_cache
+
 __all__ = [
     "TOKENIZER_MARKER_KEY",
     "marked_tokenizer_class",
     "load_tokenizer",
     "patch_auto_tokenizer",
     "render_chat_prompt",
+    "model_context_length",
+    "prompt_token_counter",
 ]
 
 TOKENIZER_MARKER_KEY = "rlsr_load_as"
@@ -85,3 +89,44 @@ def render_chat_prompt(tokenizer, prompt) -> str:
             "Use an instruct/chat model or set tokenizer.chat_template."
         )
     return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+
+
+# Keys of a model's config.json that hold its context length, in the order transformers' own
+# configs use them (Llama/Qwen/Mistral, GPT-2, some remote-code models).
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def model_context_length(path) -> tuple[int, str] | None:
+    """The model's context in tokens and where it was read (``max_position_embeddings in
+    PATH/config.json``), from the ``config.json`` of a local model folder or of a hub model in
+    the local cache (nothing is downloaded, no remote code runs); None when unknown."""
+    config = Path(str(path)).expanduser() / "config.json"
+    if not config.is_file():
+        try:
+            cached = try_to_load_from_cache(str(path), "config.json")
+        except Exception:  # noqa: BLE001 - not a repo id: the length is unknown
+            cached = None
+        if not isinstance(cached, str):
+            return None
+        config = Path(cached)
+    try:
+        values = json.loads(config.read_text())
+    except (OSError, ValueError):
+        return None
+    for section in (values, values.get("text_config") or {}):
+        for key in _CONTEXT_KEYS:
+            value = section.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value, f"{key} in {config}"
+    return None
+
+
+def prompt_token_counter(tokenizer):
+    """``count(messages)``: the tokens of a conversation rendered as the backends and the trainer
+    render it (``render_chat_prompt``; the chat template holds the special tokens)."""
+
+    def count(messages) -> int:
+        text = render_chat_prompt(tokenizer, messages)
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    return count

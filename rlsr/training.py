@@ -31,6 +31,7 @@ from typing import Any
 from peft import LoraConfig
 
 from rlsr.config import (
+    ENGINE_BACKENDS,
     ConfigError,
     ResolvedHeldOut,
     SettingsPlan,
@@ -44,7 +45,7 @@ from rlsr.config import (
     vllm_context_length,
     world_size_from_env,
 )
-from rlsr.data import build_verifier, get_spec, load_examples
+from rlsr.data import PromptRoom, build_verifier, get_spec, load_examples
 from rlsr.data.loading import DatasetUnavailableError, download_command
 from rlsr.engines import engine_from_env
 from rlsr.eval_protocol import protocol_flags, to_flags
@@ -54,7 +55,7 @@ from rlsr.evaluation.layout import EVAL_DIR
 from rlsr.methods import get_entry, resolve
 from rlsr.pool_log import POOLS_DIR, PoolLogWriter, pool_steps
 from rlsr.run_plan import RunPlan, plan_run
-from rlsr.tokenization import load_tokenizer
+from rlsr.tokenization import load_tokenizer, model_context_length, prompt_token_counter
 
 logger = logging.getLogger(__name__)
 
@@ -136,12 +137,14 @@ def trainer_kwargs(plan: RunPlan | TrainSettings) -> dict[str, Any]:
     return kwargs
 
 
-def load_train_dataset(cfg, tokenizer=None):
+def load_train_dataset(cfg, tokenizer=None, room=None):
     """Training examples of ``cfg.data`` (``rlsr.data.load_examples``), prompts above
     ``data.max_prompt_length`` tokens dropped.
 
     TRL 1.16 has no ``max_prompt_length`` (it never truncates prompts); cutting the left of a
     chat prompt would remove the system prompt, so over-long prompts are dropped and counted.
+    ``room``: a user task's prompts must fit the model's context with the completion budget
+    (``rlsr.data.PromptRoom``; ``_prompt_room``).
     """
     spec = get_spec(cfg.data.dataset)
     split = cfg.data.split or spec.train_split or spec.split
@@ -152,6 +155,7 @@ def load_train_dataset(cfg, tokenizer=None):
             split=split,
             limit=cfg.data.limit,
             system_prompt=cfg.data.system_prompt,
+            room=room,
         )
     except ValueError as err:  # a user task's data: missing column, empty split, duplicate ids
         if spec.task is None:
@@ -211,11 +215,52 @@ def _training_verifier(cfg):
     return build_verifier(cfg.data.dataset, name)
 
 
-def _load_task_heldout(heldout: ResolvedHeldOut | None) -> None:
+def _prompt_room(tokenizer, model_path, budget, budget_name, engine_length=None):
+    """What a user task's prompts must fit (``rlsr.data.PromptRoom``): ``budget`` new tokens
+    within the vLLM engine's ``engine_length`` when set, else the model's context (config.json);
+    None when that is unknown."""
+    if engine_length is not None:
+        context = (int(engine_length), "grpo.vllm_max_model_length")
+        fix = f"lower {budget_name} or raise grpo.vllm_max_model_length"
+    else:
+        context = model_context_length(model_path)
+        fix = f"lower {budget_name} or use a model with a longer context"
+    if context is None or budget is None:
+        return None
+    return PromptRoom(
+        count=prompt_token_counter(tokenizer),
+        context=context[0],
+        budget=int(budget),
+        context_name=context[1],
+        budget_name=budget_name,
+        fix=fix,
+    )
+
+
+def _train_room(cfg, args, tokenizer, model_path):
+    """The room of the training split's prompts: none with ``data.max_prompt_length`` set (its
+    longer prompts are dropped and counted, the documented policy) or for a method without
+    rollouts; else ``grpo.max_completion_length`` within the rollout engine's context."""
+    budget = getattr(args, "max_completion_length", None)
+    if cfg.data.max_prompt_length is not None or budget is None:
+        return None
+    engine = args.vllm_max_model_length if getattr(args, "use_vllm", False) else None
+    return _prompt_room(tokenizer, model_path, budget, "grpo.max_completion_length", engine)
+
+
+def _load_task_heldout(heldout: ResolvedHeldOut | None, tokenizer=None, model_path=None, args=None):
     """Load the held-out splits of user tasks once before the model, so a missing column, an
-    empty split or duplicate ids is a ``ConfigError`` now, not after the model loaded."""
+    empty split, duplicate ids or a prompt that cannot fit the model's context with
+    ``eval.max_new_tokens`` is a ``ConfigError`` now, not after the model loaded."""
     if heldout is None:
         return
+    room = None
+    if tokenizer is not None:
+        engine = None
+        if heldout.backend in ENGINE_BACKENDS and getattr(args, "use_vllm", False):
+            engine = args.vllm_max_model_length
+        room = _prompt_room(tokenizer, model_path, heldout.max_new_tokens, "eval.max_new_tokens",
+                            engine)  # fmt: skip
     e = heldout.settings
     for _, name, split in heldout.jobs:
         if get_spec(name).task is None:
@@ -223,7 +268,7 @@ def _load_task_heldout(heldout: ResolvedHeldOut | None) -> None:
         try:
             load_examples(
                 name, path=(e.data_path or {}).get(name), split=split, limit=e.limit,
-                system_prompt=heldout.system_prompt,
+                system_prompt=heldout.system_prompt, room=room,
             )  # fmt: skip
         except (ValueError, OSError) as err:
             raise ConfigError("eval.datasets", str(err)) from None
@@ -288,7 +333,9 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None, pl
             "model.name_or_path=DIR.",
         ) from None
     if train_dataset is None:
-        train_dataset = load_train_dataset(cfg, tokenizer)
+        train_dataset = load_train_dataset(
+            cfg, tokenizer, _train_room(cfg, args, tokenizer, model_path)
+        )
     if entry.train_examples is not None:
         train_dataset = entry.train_examples(train_dataset)
 
@@ -319,7 +366,7 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None, pl
             pool_hook=pool_hook,
             pool_log=pool_log,
         )
-    _load_task_heldout(plan.heldout)  # a task's data errors stop us before the model
+    _load_task_heldout(plan.heldout, tokenizer, model_path, args)  # data errors: before the model
     trainer = entry.trainer(
         model=model_path,
         args=args,

@@ -9,17 +9,30 @@ well under a second.
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 import traceback
 from pathlib import Path
 
 import datasets
 import pytest
+from test_config import compose
 
 from rlsr.cli import main
-from rlsr.data import TaskError, load_examples, load_tasks, task_names, unregister_task
+from rlsr.config import ConfigError, from_dict, resolve_model_path
+from rlsr.data import (
+    PromptRoom,
+    TaskError,
+    load_examples,
+    load_tasks,
+    task_names,
+    unregister_task,
+)
 from rlsr.data import tasks as tasks_module
 from rlsr.data.tasks import TASKS_PATH_ENV
+from rlsr.evaluation import cli as evaluation_cli
+from rlsr.tokenization import load_tokenizer, model_context_length, prompt_token_counter
+from rlsr.training import build_trainer, validate
 
 datasets.disable_progress_bars()
 
@@ -256,3 +269,71 @@ def test_a_plugin_that_raises_on_import_is_one_clean_error(tmp_path, monkeypatch
     message = str(err.value)
     assert "quiz.yaml: verifier:" in message and "RuntimeError: no config" in message
     assert f"The module's file: {tmp_path / 'broken_checks.py'}" in message
+
+
+# --- 5. a prompt that cannot fit the model's context with the generation budget ----------------
+
+LONG = "Which word repeats here? " + "word " * 4000  # ~20,000 characters
+
+
+def long_task(folder: Path, extra: str = "") -> Path:
+    rows = [{"question": "Sky?", "answer": "blue"}, {"question": LONG, "answer": "word"},
+            {"question": "Grass?", "answer": "green"}]  # fmt: skip
+    return task(folder, jsonl(folder / "q.jsonl", rows), extra)
+
+
+def tiny_room(budget: int = 256) -> PromptRoom:
+    path = resolve_model_path("tiny")
+    context, where = model_context_length(path)
+    return PromptRoom(
+        count=prompt_token_counter(load_tokenizer(path)), context=context, budget=budget,
+        context_name=where, budget_name="--max-new-tokens", fix="lower --max-new-tokens",
+    )  # fmt: skip
+
+
+def test_a_prompt_longer_than_the_context_is_refused_with_the_numbers(tmp_path):
+    path = long_task(tmp_path)
+    room = tiny_room()
+    assert room.context == 2048
+    with pytest.raises(ValueError) as err:
+        load_examples("quiz", room=room)
+    message = str(err.value)
+    tokens = int(re.search(r"the prompt is (\d+) tokens", message).group(1))
+    assert (
+        tokens > 2048 and f"needs {tokens + 256}, more than the model's context of 2048" in message
+    )
+    assert "q.jsonl, row 1:" in message and "max_position_embeddings in" in message
+    assert f"set too_long: skip in {path}" in message
+    assert len(load_examples("quiz")) == 3  # without a room (no model named) nothing is checked
+
+
+def test_too_long_skip_skips_and_counts(tmp_path):
+    long_task(tmp_path, "too_long: skip\n")
+    with pytest.warns(UserWarning, match=r"too_long: skip: skipped 1 rows .*row 1: the prompt is"):
+        ex = load_examples("quiz", room=tiny_room())
+    assert ex["answer"] == ["blue", "green"]
+
+
+def test_evaluate_refuses_a_too_long_prompt_before_loading_weights(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(evaluation_cli, "make_backend", lambda *a, **k: pytest.fail("model loaded"))
+    long_task(tmp_path)
+    unregister_task("quiz")
+    code = main(["evaluate", "--model", "tiny", "--datasets", "quiz", "--max-new-tokens", "64",
+                 "--tasks-dir", str(tmp_path), "--output-dir", str(tmp_path / "out")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert (
+        code == 2
+        and "row 1: the prompt is" in err
+        and "with 64 new tokens (--max-new-tokens)" in err
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_training_refuses_a_too_long_prompt_before_the_model(tmp_path):
+    long_task(tmp_path)
+    overrides = ["recipe=tiny", f"tasks_dir={tmp_path}", "data.dataset=quiz", "eval.every=0",
+                 f"output_dir={tmp_path / 'run'}"]  # fmt: skip
+    settings = validate(from_dict(compose(*overrides)), world_size=1)
+    with pytest.raises(ConfigError, match=r"^data.dataset: task quiz: .*row 1: the prompt is \d+ "
+                       r"tokens; with \d+ new tokens \(grpo.max_completion_length\)"):  # fmt: skip
+        build_trainer(settings)

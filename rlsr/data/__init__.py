@@ -10,6 +10,7 @@ from rlsr.data.formatting import USER_PROMPT_TEMPLATE, build_prompt
 from rlsr.data.loading import (
     DATA_DIR_ENV,
     DatasetUnavailableError,
+    PromptRoom,
     VerificationInputs,
     build_verifier,
     download_command,
@@ -78,6 +79,7 @@ __all__ = [
     "datasets_system_prompt",
     "group_system_prompt",
     "groups_of",
+    "PromptRoom",
     "load_examples",
     "load_raw",
     "resolve_datasets",

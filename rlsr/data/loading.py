@@ -18,7 +18,8 @@ import json
 import os
 import shlex
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = [
     "DATA_DIR_ENV",
     "FIXTURES_DIR",
     "DatasetUnavailableError",
+    "PromptRoom",
     "load_examples",
     "load_raw",
     "download_command",
@@ -55,6 +57,24 @@ _FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".cs
 
 class DatasetUnavailableError(RuntimeError):
     """The dataset is neither local nor reachable on the hub."""
+
+
+@dataclass(frozen=True)
+class PromptRoom:
+    """What a user task's prompt must fit, checked as its split loads (before model weights):
+    ``count(messages)`` tokens of prompt + ``budget`` new tokens <= ``context`` tokens.
+
+    ``context_name`` / ``budget_name`` say where each number comes from (``--max-model-len``,
+    ``max_position_embeddings in MODEL/config.json``, ``--max-new-tokens``,
+    ``grpo.max_completion_length``) and ``fix`` how to make room; all three go into the refusal.
+    A task with ``too_long: skip`` skips such rows instead (counted in a warning)."""
+
+    count: Callable[[list[dict]], int]
+    context: int
+    budget: int
+    context_name: str
+    budget_name: str
+    fix: str
 
 
 def download_command(name: str, out_dir: str = "DIR") -> str:
@@ -308,7 +328,44 @@ def _check_task_columns(spec, columns: Sequence[str], n_rows: int, split, mappin
             )
 
 
-def _load_task_examples(spec, split, path, data_dir, limit, system_prompt, mapping):
+def _fitting(spec, split, source, out, room: PromptRoom, limit):
+    """The rows of ``out`` whose prompt fits ``room`` (the first ``limit`` of them); a row that
+    does not is refused, or skipped and counted with the task's ``too_long: skip``."""
+    kept, too_long = [], []
+    for number, example in out:
+        if limit is not None and len(kept) >= limit:
+            break  # rows past the limit are not asked
+        tokens = room.count(example["prompt"])
+        if tokens + room.budget > room.context:
+            too_long.append((number, tokens))
+        else:
+            kept.append((number, example))
+    if not too_long:
+        return kept
+    number, tokens = too_long[0]
+    more = f" ({len(too_long) - 1} more rows too)" if len(too_long) > 1 else ""
+    problem = (
+        f"task {spec.name}: {source}, row {number}: the prompt is {tokens} tokens; with "
+        f"{room.budget} new tokens ({room.budget_name}) it needs {tokens + room.budget}, more "
+        f"than the model's context of {room.context} tokens ({room.context_name}){more}"
+    )
+    if spec.task.too_long != "skip":
+        raise ValueError(
+            f"{problem}. The model would answer a cut prompt, or not at all. Fix: shorten the "
+            f"question, {room.fix}, or set too_long: skip in {_task_file(spec)} to skip such "
+            "rows (counted)."
+        )
+    warnings.warn(
+        f"task {spec.name}: too_long: skip: skipped {len(too_long)} rows of split {split!r} whose "
+        f"prompt does not fit (first: {problem}).",
+        stacklevel=4,
+    )
+    if not kept:
+        raise ValueError(f"{problem}: every row of split {split!r} is too long; {room.fix}.")
+    return kept
+
+
+def _load_task_examples(spec, split, path, data_dir, limit, system_prompt, mapping, room=None):
     """A user task's ``split`` in the contract (``rlsr.data.task_rows``): every row checked
     (answers as written, no empty question or answer unless ``skip_empty``, options), ids unique,
     then the first ``limit`` rows."""
@@ -368,6 +425,8 @@ def _load_task_examples(spec, split, path, data_dir, limit, system_prompt, mappi
             f"(results are matched and resumed by id). Fix: make the ids unique, or remove "
             f"columns.id from {file} to number the rows instead."
         )
+    if room is not None:
+        out = _fitting(spec, split, source, out, room, limit)
     examples = [e for _, e in out][:limit]
     features = _features(spec, False, with_options="options" in mapping)
     return datasets.Dataset.from_list(examples, features=features)
@@ -434,6 +493,7 @@ def load_examples(
     system_prompt: str | None = None,
     data_dir: str | os.PathLike | None = None,
     columns: Mapping[str, str] | None = None,
+    room: PromptRoom | None = None,
 ) -> datasets.Dataset:
     """Rows of dataset ``name`` in the contract: ``id``, ``prompt`` (system + user messages),
     ``question``, ``answer``, ``answers``, ``verifier`` and, where they apply, ``options`` (JSON
@@ -442,7 +502,9 @@ def load_examples(
 
     ``split`` defaults to the spec's evaluation split; ``limit`` keeps the first ``limit`` rows;
     ``system_prompt`` ("simple" | "long" | "none": no system message) overrides the spec's (Sec. C.5: evaluate with the
-    training domain's prompt); ``columns`` overrides the spec's column mapping.
+    training domain's prompt); ``columns`` overrides the spec's column mapping; ``room``: a
+    user task's prompts must fit the model's context with the generation budget (``PromptRoom``;
+    built-in datasets are not checked).
     """
     spec = get_spec(name)
     split = split or spec.split
@@ -456,7 +518,7 @@ def load_examples(
         raise ValueError(f"limit must be a positive integer or None, got {limit!r}.")
     mapping = {**spec.columns, **(columns or {})}
     if spec.formatter == "task":
-        return _load_task_examples(spec, split, path, data_dir, limit, system_prompt, mapping)
+        return _load_task_examples(spec, split, path, data_dir, limit, system_prompt, mapping, room)
     raw = load_raw(name, path=path, split=split, data_dir=data_dir)
     expected = spec.sizes.get(split)
     if path is None and spec.hf_id is not None and expected and len(raw) != expected:

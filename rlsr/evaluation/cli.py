@@ -13,6 +13,7 @@ import transformers
 
 from rlsr.config import resolve_model_path
 from rlsr.data import (
+    PromptRoom,
     build_verifier,
     datasets_system_prompt,
     get_spec,
@@ -50,8 +51,9 @@ from rlsr.evaluation.report import build_report
 from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
 from rlsr.evaluation.samples_io import json_safe, read_samples
 from rlsr.evaluation.summary import scorer_arrays
-from rlsr.generation.backends import make_backend, resolve_adapter
+from rlsr.generation.backends import load_chat_tokenizer, make_backend, resolve_adapter
 from rlsr.pool_log import write_pool_summary
+from rlsr.tokenization import model_context_length, prompt_token_counter
 from rlsr.verifiers import VERIFIERS, is_plugin_name
 
 __all__ = ["register", "run_evaluate", "run_report", "run_deploy"]
@@ -395,6 +397,38 @@ def _run_config(args, settings, fingerprint, system_prompt, verifier_names, colu
     return json.loads(json.dumps(config))
 
 
+def _prompt_room(args, settings, names: list[str]) -> PromptRoom | None:
+    """What a user task's prompts must fit (``rlsr.data.PromptRoom``): the tokenizer and the
+    model's context (``--max-model-len`` with vLLM, else its config.json), read before any
+    weights load. None when no task is evaluated or the context is unknown (then the backend's
+    own check applies: vLLM refuses an over-long request with the numbers)."""
+    if not any(get_spec(name).task is not None for name in names):
+        return None
+    model_path = resolve_model_path(args.model)
+    if args.backend == "vllm" and args.max_model_len is not None:
+        context = (args.max_model_len, "--max-model-len")
+        fix = "raise --max-model-len"
+    else:
+        context = model_context_length(model_path)
+        fix = "use a model with a longer context"
+        if args.backend == "vllm":
+            fix = "raise --max-model-len up to the model's context or " + fix
+    if context is None:
+        return None
+    try:
+        tokenizer = load_chat_tokenizer(model_path, trust_remote_code=args.trust_remote_code)
+    except (OSError, ValueError):  # the backend reports an unloadable model itself
+        return None
+    return PromptRoom(
+        count=prompt_token_counter(tokenizer),
+        context=context[0],
+        budget=settings.max_new_tokens,
+        context_name=context[1],
+        budget_name="--max-new-tokens",
+        fix=f"lower --max-new-tokens, {fix}",
+    )
+
+
 def _saved(out: Path, jobs) -> int:
     return sum(len(read_samples(out / job / SAMPLES_FILE)) for job, _, _ in jobs)
 
@@ -430,10 +464,12 @@ def run_evaluate(args) -> int:
                 f"old results to {out.name}.old-<time>."
             )
     judged = "llm_judge" in verifier_names.values()
+    room = _prompt_room(args, settings, [name for _, name, _ in jobs])
     # Load every dataset before the model so a missing one fails in seconds, not after loading.
     examples = {
         job: load_examples(name, path=paths.get(name), split=split, limit=args.limit,
-                           system_prompt=system_prompt, data_dir=args.data_dir, columns=columns)
+                           system_prompt=system_prompt, data_dir=args.data_dir, columns=columns,
+                           room=room)
         for job, name, split in jobs
     }  # fmt: skip
     if judged and _judge_kind(args) == "openai":  # fail fast, before loading the model
