@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -22,12 +23,19 @@ from rlsr.data import (
     task_records,
 )
 from rlsr.eval_protocol import add_protocol_flags, protocol_from_args
+from rlsr.evaluation.audit import audit_deployment, audit_markdown
 from rlsr.evaluation.curves import write_curves
 from rlsr.evaluation.deployment import (
     deployment_markdown,
     deployment_provenance,
     deployment_record,
     deployment_rows,
+)
+from rlsr.evaluation.endpoint import (
+    ENDPOINT_BACKENDS,
+    EndpointBackend,
+    EndpointError,
+    EndpointSettings,
 )
 from rlsr.evaluation.judge import (
     DEFAULT_JUDGE_MODEL,
@@ -39,6 +47,7 @@ from rlsr.evaluation.judge import (
 )
 from rlsr.evaluation.layout import (
     CONFIG_FIELDS,
+    REQUESTS_FILE,
     RUN_FILE,
     SAMPLES_FILE,
     config_differences,
@@ -113,7 +122,13 @@ def register(subparsers) -> None:
         action="store_true",
         help="start over: move DIR's old results aside to DIR.old-<time> when the run starts",
     )
-    ev.add_argument("--backend", choices=("transformers", "vllm"), default="transformers")
+    ev.add_argument(
+        "--backend",
+        choices=("transformers", "vllm", *ENDPOINT_BACKENDS),
+        default="transformers",
+        help="openai-completions / openai-chat: a model behind an OpenAI-compatible endpoint "
+        "(--base-url; --model is then the served model id)",
+    )
     ev.add_argument(
         "--data-dir", help="folder with <dataset>/ copies (else $RLSR_DATA_DIR, then hub)"
     )
@@ -176,6 +191,53 @@ def register(subparsers) -> None:
         "--enforce-eager",
         action="store_true",
         help="no torch.compile/CUDA graphs: slower decoding, engine starts in seconds (CPU tests)",
+    )
+    e = ev.add_argument_group(
+        "OpenAI-compatible endpoint (--backend openai-completions | openai-chat)"
+    )
+    e.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="API root, e.g. http://localhost:8000/v1 (vllm serve, rlsr serve) or "
+        "https://api.openai.com/v1",
+    )
+    e.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        metavar="NAME",
+        help="environment variable holding the API key (never given on the command line, never "
+        "written); unset: no key sent",
+    )
+    e.add_argument("--concurrency", type=int, default=16, metavar="N", help="requests in flight")
+    e.add_argument(
+        "--request-timeout", type=float, default=600.0, metavar="S", help="seconds per request"
+    )
+    e.add_argument(
+        "--max-retries",
+        type=int,
+        default=8,
+        metavar="N",
+        help="retries of a request on 429/5xx/timeouts/malformed answers (backoff, Retry-After)",
+    )
+    e.add_argument(
+        "--retry-backoff",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds before the first retry, doubled after each (capped at 60 s); a server's "
+        "Retry-After is waited out instead",
+    )
+    e.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="openai-completions: tokenizer + chat template that render the prompt (default: "
+        "--model, which is then a local folder or hub id as vllm serve was given)",
+    )
+    e.add_argument(
+        "--audit-deployment",
+        metavar="DEPLOYMENT_JSON",
+        help="the endpoint is `rlsr serve`: compare its answer rate and risk among answered "
+        "with what this deployment.json certified (writes DIR/audit.json, audit.md)",
     )
     j = ev.add_argument_group("LLM judge (Sec. C.2)")
     j.add_argument("--judge-model", default=None, help="default meta-llama/Llama-3.1-8B-Instruct")
@@ -316,7 +378,20 @@ def _validate(args) -> EvalSettings:
             "checkpoint x dataset per task, docs/slurm.md), or --tensor-parallel-size N for one "
             "model over N GPUs."
         )
-    if _looks_like_path(args.model) and not Path(args.model).expanduser().is_dir():
+    endpoint = args.backend in ENDPOINT_BACKENDS
+    if endpoint and not args.base_url:
+        raise ValueError(f"--backend {args.backend} needs --base-url, e.g. "
+                         "http://localhost:8000/v1.")  # fmt: skip
+    if not endpoint and (args.base_url or args.audit_deployment):
+        flag = "--base-url" if args.base_url else "--audit-deployment"
+        raise ValueError(f"{flag} needs --backend openai-chat or openai-completions.")
+    if args.audit_deployment and not Path(args.audit_deployment).is_file():
+        raise ValueError(f"--audit-deployment {args.audit_deployment}: no such file; give the "
+                         "deployment.json that `rlsr serve --threshold` serves.")  # fmt: skip
+    if endpoint and args.adapter:
+        raise ValueError("--adapter: an endpoint serves its own weights; give the served LoRA's "
+                         "name as --model (vllm serve --lora-modules NAME=PATH).")  # fmt: skip
+    if not endpoint and _looks_like_path(args.model) and not Path(args.model).expanduser().is_dir():
         raise ValueError(f"--model {args.model}: no such folder; give a model folder or a hub id.")
     if Path(args.output_dir).exists() and not Path(args.output_dir).is_dir():
         raise ValueError(f"--output-dir {args.output_dir} is a file; give a folder.")
@@ -352,6 +427,11 @@ def _jobs(args, names: list[str]) -> list[tuple[str, str, str]]:
 
 def _judge_kind(args) -> str:
     kind = args.judge_backend or ("openai" if args.judge_base_url else args.backend)
+    if kind in ENDPOINT_BACKENDS:
+        raise ValueError(
+            f"an LLM-judge dataset with --backend {args.backend} needs --judge-base-url (the "
+            "judge's OpenAI-compatible server) or --judge-backend transformers|vllm."
+        )
     if kind == "openai" and not args.judge_base_url:
         raise ValueError("--judge-backend openai needs --judge-base-url.")
     return kind
@@ -392,7 +472,7 @@ def _run_config(args, settings, fingerprint, system_prompt, verifier_names, colu
         "judge_model": (args.judge_model or DEFAULT_JUDGE_MODEL) if judged else None,
         "judge_max_answer_chars": args.judge_max_answer_chars if judged else None,
         "backend": args.backend,
-        "argv": sys.argv[1:],
+        "argv": sys.argv[1:],  # holds no key: the key is only ever read from the environment
     }
     return json.loads(json.dumps(config))
 
@@ -448,12 +528,64 @@ def run_evaluate(args) -> int:
         if vname not in VERIFIERS and not is_plugin_name(vname):
             raise ValueError(f"--verifier {name}={vname}: unknown verifier; choose one of "
                              f"{sorted(VERIFIERS)}.")  # fmt: skip
+    endpoint = _connect_endpoint(args) if args.backend in ENDPOINT_BACKENDS else None
+    try:
+        return _evaluate(args, settings, out, names, paths, verifier_override, columns, endpoint)
+    finally:
+        if endpoint is not None:
+            endpoint.close()
+
+
+def _connect_endpoint(args) -> EndpointBackend:
+    """The endpoint backend, checked before anything is read or written: server up, key
+    accepted, model served, --audit-deployment only against rlsr serve."""
+    backend = EndpointBackend(
+        EndpointSettings(
+            args.base_url, args.model, ENDPOINT_BACKENDS[args.backend],
+            api_key_env=args.api_key_env, concurrency=args.concurrency,
+            request_timeout=args.request_timeout, max_retries=args.max_retries,
+            retry_backoff=args.retry_backoff,
+        ),
+        tokenizer_path=args.tokenizer,
+    )  # fmt: skip
+    if backend.kind == "rlsr" and args.backend != "openai-chat":
+        backend.close()
+        raise ValueError(f"{args.base_url} is rlsr serve, which answers /v1/chat/completions only: "
+                         "use --backend openai-chat.")  # fmt: skip
+    if args.audit_deployment and backend.kind != "rlsr":
+        backend.close()
+        raise ValueError(
+            f"--audit-deployment: {args.base_url} is not rlsr serve (its /v1/models says "
+            f"owned_by {backend.served.entry.get('owned_by')!r}); the audit needs the decisions "
+            "rlsr serve returns."
+        )
+    return backend
+
+
+def _endpoint_settings(endpoint: EndpointBackend, settings: EvalSettings) -> EvalSettings:
+    """The protocol as the endpoint can run it: fallbacks off where it cannot (said once on
+    stderr, recorded in run.json and summary.json); the log-prob scorer / DCS refused."""
+    if (("logprob" in settings.scorers) or settings.dcs) and endpoint.scoring_off:
+        raise ValueError(f"--scorers {','.join(settings.scorers)}"
+                         f"{' --dcs' if settings.dcs else ''}: {endpoint.scoring_off}.")  # fmt: skip
+    if settings.fallbacks and endpoint.fallbacks_off:
+        print(f"rlsr: Sec. C.3 fallbacks off: {endpoint.fallbacks_off}.", file=sys.stderr)
+        return dataclasses.replace(settings, fallbacks=False)
+    return settings
+
+
+def _evaluate(args, settings, out, names, paths, verifier_override, columns, endpoint) -> int:
+    if endpoint is not None:
+        settings = _endpoint_settings(endpoint, settings)
     adapter = resolve_adapter(args.adapter)
     fingerprint = adapter_fingerprint(adapter) if adapter else None
     jobs = _jobs(args, names)
     verifier_names = {n: verifier_override.get(n, get_spec(n).verifier) for _, n, _ in jobs}
     system_prompt = _system_prompt(args)
     config = _run_config(args, settings, fingerprint, system_prompt, verifier_names, columns)
+    if endpoint is not None:
+        config["endpoint"] = endpoint.record()
+        config["fallbacks_off"] = endpoint.fallbacks_off if endpoint.fallbacks_off else None
     previous = read_run_file(out)
     if previous is not None and not args.overwrite:
         diffs = config_differences(previous, config)
@@ -482,7 +614,9 @@ def run_evaluate(args) -> int:
         max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
         seed=args.seed, enforce_eager=args.enforce_eager,
     )  # fmt: skip
-    backend = make_backend(args.backend, resolve_model_path(args.model), adapter, **backend_kwargs)
+    backend = endpoint or make_backend(
+        args.backend, resolve_model_path(args.model), adapter, **backend_kwargs
+    )
     judge = _build_judge(args, backend_kwargs) if judged else None
 
     # The run starts: from here on, files are written.
@@ -516,6 +650,9 @@ def run_evaluate(args) -> int:
             primary = metrics["scorers"][metrics["primary_scorer"]]
             summary[job] = {"n": metrics["n"], "accuracy": metrics["accuracy"],
                             "aurc": primary["aurc"]}  # fmt: skip
+            if endpoint is not None:
+                summary[job]["fallbacks_off"] = endpoint.fallbacks_off
+                summary[job]["usage"] = metrics.get("usage")
             print(f"{job}: n={metrics['n']} acc={metrics['accuracy']:.3f} "
                   f"AURC={primary['aurc']:.3f}")  # fmt: skip
     except KeyboardInterrupt:
@@ -523,6 +660,12 @@ def run_evaluate(args) -> int:
         print(f"rlsr: interrupted, {_saved(out, jobs)} samples saved in {out}; rerun the same "
               "command to resume.", file=sys.stderr)  # fmt: skip
         return INTERRUPTED_EXIT
+    except EndpointError as err:
+        remove_unused(out, [job for job, _, _ in jobs], existed, root_existed)
+        raise EndpointError(
+            f"{err} {_saved(out, jobs)} samples saved in {out} (and every finished request, in "
+            f"<dataset>/{REQUESTS_FILE}); rerun the same command to resume."
+        ) from err
     except JudgeUnavailableError as err:
         remove_unused(out, [job for job, _, _ in jobs], existed, root_existed)
         raise JudgeUnavailableError(
@@ -534,8 +677,24 @@ def run_evaluate(args) -> int:
         raise
     if args.deployment_target is not None:
         _deploy_from_dirs(out, args, jobs)
+    if args.audit_deployment:
+        _audit(out, args, jobs)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return 0
+
+
+def _audit(out: Path, args, jobs) -> None:
+    """The deployment audit of every evaluated dataset: OUT/audit.json, OUT/audit.md."""
+    deployment_file = json.loads(Path(args.audit_deployment).read_text())
+    results = {
+        job: audit_deployment(read_samples(out / job / SAMPLES_FILE), deployment_file)
+        for job, _, _ in jobs
+    }
+    record = {"deployment": str(Path(args.audit_deployment).resolve()), "datasets": results}
+    (out / "audit.json").write_text(json.dumps(json_safe(record), indent=2) + "\n")
+    text = audit_markdown(results)
+    (out / "audit.md").write_text(text)
+    print(text)
 
 
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd command

@@ -6,6 +6,7 @@
     OUT/<dataset>/samples.jsonl      one line per sample (appended, fsynced)
     OUT/<dataset>/metrics.json       rebuilt from samples.jsonl at the end of every run
     OUT/<dataset>/risk_coverage.png
+    OUT/<dataset>/requests.jsonl     an HTTP endpoint's finished requests (rlsr.evaluation.endpoint)
 
 The held-out evaluation during training writes the same layout per optimizer step::
 
@@ -32,6 +33,7 @@ __all__ = [
     "SAMPLES_FILE",
     "METRICS_FILE",
     "PLOT_FILE",
+    "REQUESTS_FILE",
     "RUN_FILE",
     "EVAL_DIR",
     "HISTORY_FILE",
@@ -51,6 +53,7 @@ __all__ = [
 SAMPLES_FILE = "samples.jsonl"
 METRICS_FILE = "metrics.json"
 PLOT_FILE = "risk_coverage.png"
+REQUESTS_FILE = "requests.jsonl"
 RUN_FILE = "run.json"
 EVAL_DIR = "eval"  # RUN_DIR/eval: the held-out evaluation during training
 HISTORY_FILE = "history.jsonl"
@@ -132,6 +135,12 @@ def config_differences(old: dict, new: dict) -> list[str]:
     old_v, new_v = old.get("verifiers") or {}, new["verifiers"]
     diffs += [f"verifier of {n}: {old_v[n]!r} -> {new_v[n]!r}"
               for n in sorted(set(old_v) & set(new_v)) if old_v[n] != new_v[n]]  # fmt: skip
+    # an endpoint's served weights (vllm serve's model root): a rerun against a server that
+    # serves other weights under the same --model name is refused too
+    old_root = ((old.get("endpoint") or {}).get("served_model") or {}).get("root")
+    new_root = ((new.get("endpoint") or {}).get("served_model") or {}).get("root")
+    if old_root and new_root and old_root != new_root:
+        diffs.append(f"served model root: {old_root!r} -> {new_root!r}")
     old_t, new_t = old.get("tasks") or {}, new.get("tasks") or {}
     diffs += [f"task file of {n}: {_short(old_t[n]['sha256'])} -> {_short(new_t[n]['sha256'])}"
               for n in sorted(set(old_t) & set(new_t))
@@ -155,13 +164,14 @@ def move_aside(out: Path) -> Path:
 def remove_unused(
     out: Path, datasets: Iterable[str], existed: set[str], root_existed: bool
 ) -> None:
-    """After a failed run: remove the dataset folders it created that hold no sample, and ``out``
+    """After a failed run: remove the dataset folders it created that hold no sample and no
+    finished endpoint request (``REQUESTS_FILE``: paid for, replayed by the rerun), and ``out``
     itself if the run created it and it holds nothing but run.json."""
     for name in datasets:
         path = out / name
         if name not in existed and path.is_dir():
-            samples = path / SAMPLES_FILE
-            if not samples.exists() or samples.stat().st_size == 0:
+            kept = [path / SAMPLES_FILE, path / REQUESTS_FILE]
+            if not any(f.exists() and f.stat().st_size > 0 for f in kept):
                 shutil.rmtree(path)
     if not root_existed and out.is_dir() and {p.name for p in out.iterdir()} <= {RUN_FILE}:
         shutil.rmtree(out)

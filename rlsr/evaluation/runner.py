@@ -29,7 +29,7 @@ from pathlib import Path
 from rlsr.data.loading import verification_inputs
 from rlsr.eval_protocol import EvalProtocol
 from rlsr.evaluation.dcs import score_dcs
-from rlsr.evaluation.layout import METRICS_FILE, PLOT_FILE, SAMPLES_FILE
+from rlsr.evaluation.layout import METRICS_FILE, PLOT_FILE, REQUESTS_FILE, SAMPLES_FILE
 from rlsr.evaluation.plots import plot_dataset_risk_coverage
 from rlsr.evaluation.samples_io import append_samples, json_safe, read_samples
 from rlsr.evaluation.scorers import self_consistency
@@ -83,10 +83,10 @@ def respond(backend: Backend, prompt_texts: Sequence[str], settings: EvalSetting
         settings.max_new_tokens, settings.temperature, settings.top_p, seed=settings.seed
     )
     items = [
-        response_item(
+        _served(response_item(
             prompt, gens[0].text, gens[0].finish_reason, len(gens[0].token_ids),
             settings.response_format, gens[0].token_ids if settings.keep_token_ids else None,
-        )
+        ), gens[0].served)
         for prompt, gens in zip(prompt_texts, backend.generate(prompt_texts, sampling), strict=True)
     ]  # fmt: skip
     if not settings.fallbacks or settings.response_format == "plain":
@@ -103,6 +103,17 @@ def respond(backend: Backend, prompt_texts: Sequence[str], settings: EvalSetting
             for (it, ctx), gens in zip(need, outs, strict=True):
                 add(it, ctx, gens[0].text)
     return items
+
+
+def _served(item: dict, served: dict | None) -> dict:
+    """``item`` as a deciding server (``rlsr serve``) read its text: its answer, confidence,
+    format verdict and fallbacks replace this parse of the same text (the server ran the
+    fallbacks; the audit must judge what it served), its decision is kept in ``served``."""
+    if served is not None:
+        item.update({k: served[k] for k in ("answer", "confidence", "format_ok", "fallbacks")})
+        item["answer_start"] = None
+        item["served"] = served
+    return item
 
 
 def _options(row: dict) -> dict | None:
@@ -197,6 +208,9 @@ def evaluate_dataset(
     if len(set(ids)) != len(ids):
         raise ValueError(f"{dataset_name}: example ids are not unique; resume needs unique ids.")
     done = {r["id"] for r in read_samples(samples_path, repair=True)}
+    journal = getattr(backend, "use_journal", None)  # an HTTP endpoint's finished requests
+    if journal is not None:
+        journal(out / REQUESTS_FILE)
     todo = [i for i, x in enumerate(ids) if x not in done]
     bar = _progress(len(ids), len(ids) - len(todo), dataset_name, settings.progress)
     window = settings.batch_size or getattr(backend, "eval_batch_size", 8)
@@ -241,11 +255,18 @@ def evaluate_dataset(
         bar.close()
     elapsed = time.perf_counter() - started
     _restore_dataset_order(samples_path, ids)
-    return summarise(
-        out, settings, dataset_name,
-        extra={"throughput": {"new_samples": n_new, "seconds": elapsed,
-                              "samples_per_s": n_new / elapsed if n_new and elapsed > 0 else None}},
-    )  # fmt: skip
+    extra = {
+        "throughput": {
+            "new_samples": n_new,
+            "seconds": elapsed,
+            "samples_per_s": n_new / elapsed if n_new and elapsed > 0 else None,
+        }
+    }
+    if hasattr(backend, "usage"):  # an HTTP endpoint: what the run asked of it (its cost)
+        extra["usage"] = usage = backend.usage()
+        sent = usage["http_requests"]
+        extra["throughput"]["requests_per_s"] = sent / elapsed if sent and elapsed > 0 else None
+    return summarise(out, settings, dataset_name, extra=extra)
 
 
 # With an LLM judge, streamed samples wait up to this long so that one judge call sees several.
@@ -435,7 +456,7 @@ def _record(row: dict, it: dict, dataset_name: str) -> dict:
         "verify_status": it.get("verify_status"),
         "scores": it["scores"],
     }
-    for key in ("judge_output", "consistency_answers", "dcs", "response_token_ids"):
+    for key in ("judge_output", "consistency_answers", "dcs", "response_token_ids", "served"):
         if key in it:
             rec[key] = it[key]
     for key in _ROW_FIELDS:

@@ -34,51 +34,27 @@ neither sampled log-probs).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from rlsr.generation.backends import Generation, Sampling, encode_prompt, render_chat
+from rlsr.generation.openai_api import (
+    completion_generation,
+    completions_body,
+    continuation_logprobs_of,
+    score_body,
+)
 
 __all__ = ["ServerBackend", "server_request", "server_generation"]
 
 
 def server_request(model: str, prompts: list[list[int]], sampling: Sampling) -> dict:
     """The ``/v1/completions`` body for ``prompts`` (token ids): TRL's fields
-    (``VLLMClient.generate``) with ``VLLMBackend``'s values (``vllm_sampling_kwargs``)."""
-    body: dict[str, Any] = {
-        "model": model,
-        "prompt": prompts,
-        "return_token_ids": True,
-        "n": sampling.n,
-        "max_tokens": sampling.max_new_tokens,
-        "temperature": sampling.temperature,
-        "top_p": sampling.top_p if sampling.temperature > 0 else 1.0,
-        # sent, not left out: the server fills a missing field from generation_config.json
-        # (Qwen2.5-Instruct: top_k 20, repetition_penalty 1.05); vllm.LLM with explicit
-        # SamplingParams uses vLLM's neutral values, which these are
-        "top_k": 0,
-        "min_p": 0.0,
-        "repetition_penalty": 1.0,
-        "skip_special_tokens": True,
-        "logprobs": 0 if sampling.logprobs else None,
-    }
-    if sampling.seed is not None:
-        body["seed"] = sampling.seed
-    return body
+    (``VLLMClient.generate``) with ``VLLMBackend``'s values (``rlsr.generation.openai_api.
+    completions_body`` for a vLLM server)."""
+    return completions_body(model, prompts, sampling, kind="vllm")
 
 
-def server_generation(choice: dict, eos_ids: set[int], logprobs: bool = False) -> Generation:
-    """A ``Generation`` from one ``/v1/completions`` choice, as ``rlsr.generation.backends.
-    vllm_generation`` builds it from the offline engine's ``CompletionOutput`` (same text,
-    trailing EOS id cut with its log-prob, ``finish_reason`` "length" or "stop")."""
-    tokens = list(choice["token_ids"])
-    lps = None
-    if logprobs and choice.get("logprobs"):
-        lps = list(choice["logprobs"]["token_logprobs"])
-    finish = "length" if choice.get("finish_reason") == "length" else "stop"
-    if finish == "stop" and tokens and tokens[-1] in eos_ids:
-        tokens = tokens[:-1]
-        lps = None if lps is None else lps[: len(tokens)]
-    return Generation(choice["text"], tokens, finish, lps)
+# One ``/v1/completions`` choice read back as ``vllm_generation`` reads the offline engine's.
+server_generation = completion_generation
 
 
 class ServerBackend:
@@ -169,14 +145,10 @@ class ServerBackend:
         prompts = [a + b for a, b in zip(ctx, cont, strict=True)]
         for p in prompts:
             self.check_fits(len(p), 1)
-        body = {
-            "model": self.client.model, "prompt": prompts, "max_tokens": 1, "temperature": 0.0,
-            "prompt_logprobs": 1,
-        }  # fmt: skip
+        body = score_body(self.client.model, prompts)
         choices = sorted(self._call("POST", "/v1/completions", body)["choices"],
                          key=lambda c: c["index"])  # fmt: skip
-        out = []
-        for choice, a, b in zip(choices, ctx, cont, strict=True):
-            steps = choice["prompt_logprobs"][len(a) :]
-            out.append([step[str(t)]["logprob"] for step, t in zip(steps, b, strict=True)])
-        return out
+        return [
+            continuation_logprobs_of(choice, a, b)
+            for choice, a, b in zip(choices, ctx, cont, strict=True)
+        ]

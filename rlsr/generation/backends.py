@@ -100,6 +100,9 @@ class Generation:
     token_ids: list[int]
     finish_reason: str  # "stop" (EOS) or "length" (hit max_new_tokens)
     logprobs: list[float] | None = field(default=None)
+    # what a deciding server (``rlsr serve``) decided on this text: its ``rlsr`` extension
+    # fields (``rlsr.evaluation.endpoint``); None from every model the backend runs itself
+    served: dict | None = field(default=None)
 
     def to_dict(self) -> dict:
         return asdict(self)

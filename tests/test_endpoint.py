@@ -1,0 +1,275 @@
+"""``rlsr evaluate --backend openai-completions|openai-chat``: bad input and failing servers.
+
+The server is a TEST DOUBLE AT THE BOUNDARY (tests/endpoint_standin.py: an OpenAI-compatible
+stdlib HTTP server with scripted answers and injected faults), because the failures under test
+(401, a dead server, 429 storms, bodies cut off mid-stream) cannot be produced on demand by a
+real one. Everything on our side is real: the CLI, the tiny model's tokenizer and chat template,
+httpx, the runner, the journal, the verifier. The same backend against real ``vllm serve`` is
+tests/test_endpoint_vllm.py; the deployment audit runs against a real ``rlsr serve`` app below.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from endpoint_standin import StandIn
+
+from rlsr.cli import main as rlsr_main
+from rlsr.evaluation.endpoint import chat_prompt_text, split_chat_prompt
+from rlsr.evaluation.samples_io import read_samples
+from rlsr.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX
+from rlsr.tokenization import load_tokenizer
+
+pytestmark = pytest.mark.timeout(300)
+
+KEY = "sk-test-DO-NOT-LEAK-4242"
+FAST = ["--max-new-tokens", "16", "--fallback-max-new-tokens", "8", "--bootstrap", "0",
+        "--no-progress", "--datasets", "tiny"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    return load_tokenizer(tiny_model_dir)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _key():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RLSR_TEST_KEY", KEY)
+        yield
+
+
+def _argv(server, out, tiny_model_dir, *extra, backend="openai-completions", limit=12):
+    return ["evaluate", "--backend", backend, "--base-url", server.url, "--model", server.model,
+            "--tokenizer", str(tiny_model_dir), "--api-key-env", "RLSR_TEST_KEY",
+            "--output-dir", str(out), "--limit", str(limit), "--retry-backoff", "0.01", *FAST,
+            *extra]  # fmt: skip
+
+
+def _one_error_line(capsys) -> str:
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if line]
+    assert err and err[-1].startswith("rlsr: error: "), err
+    return err[-1]
+
+
+def _fields(records):
+    return [(r["id"], r["answer"], r["confidence"], r["correct"], r["fallbacks"], r["response"])
+            for r in records]  # fmt: skip
+
+
+def _no_key_anywhere(out: Path) -> None:
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert KEY not in path.read_text(errors="replace"), path
+
+
+@pytest.fixture(scope="module")
+def clean_run(tokenizer, tiny_model_dir, tmp_path_factory):
+    """A run without faults: the reference every faulty run must reproduce."""
+    out = tmp_path_factory.mktemp("clean") / "ev"
+    with StandIn(tokenizer, api_key=KEY) as server:
+        assert rlsr_main(_argv(server, out, tiny_model_dir)) == 0
+        return out, server
+
+
+def test_completions_run_fallbacks_journal_usage_and_no_key(clean_run, tokenizer):
+    out, server = clean_run
+    records = read_samples(out / "tiny" / "samples.jsonl")
+    assert len(records) == 12
+    assert all(a == f"Bearer {KEY}" for a in server.auth_headers)
+    # the stand-in's tagless answers went through both Sec. C.3 fallbacks, as token-id prompts
+    # equal to prompt + response + suffix
+    tagless = [r for r in records if r["fallbacks"]]
+    assert tagless and all(r["fallbacks"] == ["answer", "confidence"] for r in tagless)
+    assert {r["answer"] for r in tagless} == {"blue"} and {r["confidence"] for r in tagless} == {
+        0.65
+    }
+    prompts = [tokenizer.decode(b["prompt"]) for b in server.bodies]
+    assert sum(p.endswith(ANSWER_FALLBACK_SUFFIX) for p in prompts) == len(tagless)
+    assert sum(p.endswith(CONFIDENCE_FALLBACK_SUFFIX) for p in prompts) == len(tagless)
+    assert all(b["return_token_ids"] and b["top_k"] == 0 for b in server.bodies)
+    # response token ids kept as returned (EOS-free: the stand-in returns none)
+    run = json.loads((out / "run.json").read_text())
+    assert run["endpoint"]["served_model"]["id"] == "tiny"
+    assert run["endpoint"]["served_model"]["root"] == "/models/tiny"
+    assert run["endpoint"]["api_key_env"] == "RLSR_TEST_KEY" and run["fallbacks_off"] is None
+    metrics = json.loads((out / "tiny" / "metrics.json").read_text())
+    usage = metrics["usage"]
+    assert usage["http_requests"] == len(server.bodies) == 12 + 2 * len(tagless)
+    assert usage["retries"] == 0 and usage["journal"]["finished_requests"] == len(server.bodies)
+    assert usage["journal"]["completion_tokens"] == 7 * len(server.bodies)
+    journal = (out / "tiny" / "requests.jsonl").read_text().splitlines()
+    assert len(journal) == len(server.bodies)
+    _no_key_anywhere(out)
+
+
+def test_wrong_url_wrong_key_unknown_model_fail_fast_and_write_nothing(
+    tokenizer, tiny_model_dir, tmp_path, capsys, monkeypatch
+):
+    out = tmp_path / "ev"
+    with StandIn(tokenizer, api_key=KEY) as server:
+        url = server.url
+    # a closed port: no server there
+    argv = _argv(server, out, tiny_model_dir)
+    assert rlsr_main(argv) == 2
+    line = _one_error_line(capsys)
+    assert url in line and "is the server up" in line
+    assert not out.exists()
+    with StandIn(tokenizer, api_key=KEY) as server:
+        monkeypatch.setenv("RLSR_TEST_KEY", "sk-wrong-key-999")
+        assert rlsr_main(_argv(server, out, tiny_model_dir)) == 2
+        line = _one_error_line(capsys)
+        assert "HTTP 401" in line and "RLSR_TEST_KEY" in line and "sk-wrong" not in line
+        assert not out.exists()
+        monkeypatch.setenv("RLSR_TEST_KEY", KEY)
+        argv = _argv(server, out, tiny_model_dir)
+        argv[argv.index("--model") + 1] = "gpt-9"
+        assert rlsr_main(argv) == 2
+        line = _one_error_line(capsys)
+        assert "does not serve model 'gpt-9'" in line and "'tiny'" in line
+        assert not out.exists()
+
+
+def test_dead_server_loses_nothing_and_the_rerun_repeats_no_finished_request(
+    clean_run, tokenizer, tiny_model_dir, tmp_path, capsys
+):
+    out = tmp_path / "ev"
+    extra = ["--batch-size", "4", "--concurrency", "2", "--max-retries", "1"]
+    with StandIn(tokenizer, api_key=KEY, die_after=9) as first:
+        assert rlsr_main(_argv(first, out, tiny_model_dir, *extra)) == 2
+    line = _one_error_line(capsys)
+    assert "samples saved" in line and "rerun the same command to resume" in line
+    saved = read_samples(out / "tiny" / "samples.jsonl")
+    assert 0 < len(saved) < 12
+    assert len((out / "tiny" / "requests.jsonl").read_text().splitlines()) == 9
+    with StandIn(tokenizer, api_key=KEY) as second:  # the server comes back (another port)
+        assert rlsr_main(_argv(second, out, tiny_model_dir, *extra)) == 0
+    assert not set(first.answered) & set(second.answered)  # nothing finished was asked again
+    assert _fields(read_samples(out / "tiny" / "samples.jsonl")) == _fields(
+        read_samples(clean_run[0] / "tiny" / "samples.jsonl")
+    )
+    usage = json.loads((out / "tiny" / "metrics.json").read_text())["usage"]
+    assert usage["replayed_from_journal"] > 0  # the first run's requests of unsaved samples
+    assert usage["journal"]["finished_requests"] == len(first.answered) + len(second.answered)
+
+
+@pytest.mark.parametrize("fault", ["429", "500", "malformed", "partial"])
+def test_a_storm_of_faults_is_retried_counted_and_changes_nothing(
+    fault, clean_run, tokenizer, tiny_model_dir, tmp_path
+):
+    out = tmp_path / "ev"
+
+    def storm(n, path):  # two faults out of every three requests
+        return fault if n % 3 != 2 else None
+
+    with StandIn(tokenizer, api_key=KEY, fault=storm) as server:
+        assert rlsr_main(_argv(server, out, tiny_model_dir, "--concurrency", "4")) == 0
+    assert _fields(read_samples(out / "tiny" / "samples.jsonl")) == _fields(
+        read_samples(clean_run[0] / "tiny" / "samples.jsonl")
+    )
+    usage = json.loads((out / "tiny" / "metrics.json").read_text())["usage"]
+    faults = sum(v for k, v in server.statuses.items() if k != "200") + (
+        server.statuses.get("200", 0) - len(server.answered)  # malformed bodies are sent as 200
+    )
+    assert usage["retries"] == faults > 0
+    assert usage["http_requests"] == len(server.answered) + faults
+    assert usage["journal"]["tries"] == usage["http_requests"]
+
+
+def test_a_server_that_only_faults_ends_in_one_line_and_keeps_what_finished(
+    tokenizer, tiny_model_dir, tmp_path, capsys
+):
+    out = tmp_path / "ev"
+    with StandIn(tokenizer, api_key=KEY, fault=lambda n, p: "malformed" if n >= 5 else None) as s:
+        assert rlsr_main(_argv(s, out, tiny_model_dir, "--max-retries", "2", "--batch-size",
+                               "4", "--concurrency", "1")) == 2  # fmt: skip
+    line = _one_error_line(capsys)
+    assert "malformed answer" in line and "samples saved" in line
+    assert len((out / "tiny" / "requests.jsonl").read_text().splitlines()) == 5
+
+
+def test_logprob_scorer_refused_where_the_endpoint_has_no_logprobs(
+    tokenizer, tiny_model_dir, tmp_path, capsys
+):
+    out = tmp_path / "ev"
+    with StandIn(tokenizer, api_key=KEY, kind="openai") as server:
+        assert rlsr_main(_argv(server, out, tiny_model_dir, "--scorers",
+                               "verbalized,logprob")) == 2  # fmt: skip
+        line = _one_error_line(capsys)
+        assert "--scorers verbalized,logprob" in line and "prompt_logprobs" in line
+        assert not out.exists() and not server.bodies
+        assert rlsr_main(_argv(server, out, tiny_model_dir, "--dcs")) == 2
+        assert "--dcs" in _one_error_line(capsys)
+
+
+def test_logprob_scorer_through_prompt_logprobs_on_a_vllm_server(
+    tokenizer, tiny_model_dir, tmp_path
+):
+    out = tmp_path / "ev"
+    with StandIn(tokenizer, api_key=KEY) as server:
+        argv = _argv(server, out, tiny_model_dir, "--scorers", "verbalized,logprob", limit=4)
+        assert rlsr_main(argv) == 0
+    records = read_samples(out / "tiny" / "samples.jsonl")
+    scored = [r for r in records if r["scores"]["logprob"] is not None]
+    assert scored and all(0 < r["scores"]["logprob"] < 1 for r in scored)
+
+
+def test_chat_on_a_server_without_continue_final_message_turns_fallbacks_off_with_the_reason(
+    tokenizer, tiny_model_dir, tmp_path, capsys
+):
+    out = tmp_path / "ev"
+    with StandIn(tokenizer, api_key=KEY, kind="openai") as server:
+        assert rlsr_main(_argv(server, out, tiny_model_dir, backend="openai-chat")) == 0
+    assert "fallbacks off" in capsys.readouterr().err
+    run = json.loads((out / "run.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
+    assert "continue_final_message" in run["fallbacks_off"]
+    assert summary["tiny"]["fallbacks_off"] == run["fallbacks_off"] and not run["fallbacks"]
+    records = read_samples(out / "tiny" / "samples.jsonl")
+    assert all(not r["fallbacks"] for r in records)
+    assert all(len(b["messages"]) == 2 for b in server.bodies)  # system + user, as rendered
+    _no_key_anywhere(out)
+
+
+def test_chat_on_vllm_continues_the_assistant_message_for_fallbacks(
+    clean_run, tokenizer, tiny_model_dir, tmp_path
+):
+    out = tmp_path / "ev"
+    with StandIn(tokenizer, api_key=KEY) as server:
+        assert rlsr_main(_argv(server, out, tiny_model_dir, backend="openai-chat")) == 0
+    continued = [b for b in server.bodies if b.get("continue_final_message")]
+    assert continued and all(b["messages"][-1]["role"] == "assistant" for b in continued)
+    assert all(b["add_generation_prompt"] is False for b in continued)
+    assert {
+        b["messages"][-1]["content"].endswith(s)
+        for b in continued
+        for s in (ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX)
+    } == {True, False}
+    chat = read_samples(out / "tiny" / "samples.jsonl")
+    ref = read_samples(clean_run[0] / "tiny" / "samples.jsonl")
+    assert [(r["answer"], r["confidence"], r["fallbacks"]) for r in chat] == [
+        (r["answer"], r["confidence"], r["fallbacks"]) for r in ref
+    ]
+
+
+def test_rerun_against_another_model_is_refused(tokenizer, tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "ev"
+    with StandIn(tokenizer, api_key=KEY) as server:
+        assert rlsr_main(_argv(server, out, tiny_model_dir, limit=2)) == 0
+    with StandIn(tokenizer, api_key=KEY, root="/models/other") as server:
+        assert rlsr_main(_argv(server, out, tiny_model_dir, limit=2)) == 2
+        assert "served model root" in _one_error_line(capsys)
+    with StandIn(tokenizer, api_key=KEY, model="other") as server:
+        assert rlsr_main(_argv(server, out, tiny_model_dir, limit=2)) == 2
+        assert "model: 'tiny' -> 'other'" in _one_error_line(capsys)
+
+
+def test_chat_prompt_text_round_trips_with_a_continuation():
+    messages = [{"role": "user", "content": 'a "quoted"\x00 nul and ünïcode'}]
+    assert split_chat_prompt(chat_prompt_text(messages)) == (messages, "")
+    assert split_chat_prompt(chat_prompt_text(messages) + "resp " + ANSWER_FALLBACK_SUFFIX) == (
+        messages,
+        "resp " + ANSWER_FALLBACK_SUFFIX,
+    )
