@@ -73,12 +73,23 @@ def write_csv(path: Path, question: str = "prompt", answer: str = "solution") ->
     path.write_text("\n".join(lines) + "\n")
 
 
+def write_split_csvs(folder: Path) -> None:
+    """The README's three files: the tiny train rows as train, its test rows split in two."""
+    folder.mkdir()
+    train = [json.loads(x) for x in (FIXTURES_DIR / "tiny" / "train.jsonl").open()]
+    test = [json.loads(x) for x in (FIXTURES_DIR / "tiny" / "test.jsonl").open()]
+    parts = {"train": train[:-25], "validation": train[-25:] + test[:25], "test": test[25:]}
+    for split, rows in parts.items():
+        lines = ["prompt,solution"] + [f'"{r["question"]}",{r["answer"]}' for r in rows]
+        (folder / f"{split}.csv").write_text("\n".join(lines) + "\n")
+
+
 def test_readme_your_own_task_runs_as_printed(tmp_path):
     text = section(REPO / "README.md", "## Your own task")
     mapping = re.search(r"`(\{name: caps.*?\})`", text, flags=re.S).group(1)
     (tmp_path / "tasks").mkdir()
     (tmp_path / "tasks" / "caps.yaml").write_text(yaml.safe_dump(yaml.safe_load(mapping)))
-    write_csv(tmp_path / "caps.csv")
+    write_split_csvs(tmp_path / "caps")
     (block,) = blocks(text, "bash")
     train, evaluate, serve, curl = commands(block)
     env = {**os.environ, "OMP_NUM_THREADS": str(TEST_THREADS), "PYTHONUNBUFFERED": "1"}
@@ -101,6 +112,11 @@ def test_readme_your_own_task_runs_as_printed(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     deployment = json.loads((tmp_path / "evals" / "caps" / "deployment.json").read_text())
     assert deployment["provenance"]["task"]["name"] == "caps"
+    # tau is chosen and checked on rows the adapter never trained on (issue 36)
+    trained = (tmp_path / "caps" / "train.csv").read_text().splitlines()[1:]
+    for split in ("validation", "test"):
+        assert not set(trained) & set((tmp_path / "caps" / f"{split}.csv").read_text().splitlines())
+    assert "--deployment-splits validation,test" in evaluate
     assert deployment["provenance"]["system_prompt"] == "caps"
 
     argv = shlex.split(serve)
