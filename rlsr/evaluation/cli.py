@@ -480,8 +480,11 @@ def _run_config(args, settings, fingerprint, system_prompt, verifier_names, colu
 def _prompt_room(args, settings, names: list[str]) -> PromptRoom | None:
     """What a user task's prompts must fit (``rlsr.data.PromptRoom``): the tokenizer and the
     model's context (``--max-model-len`` with vLLM, else its config.json), read before any
-    weights load. None when no task is evaluated or the context is unknown (then the backend's
-    own check applies: vLLM refuses an over-long request with the numbers)."""
+    weights load. None for an OpenAI-compatible endpoint (its server knows its context), when no
+    task is evaluated or when the context is unknown (then the backend's own check applies: vLLM
+    refuses an over-long request with the numbers)."""
+    if args.backend not in ("transformers", "vllm"):  # an endpoint's model is not here
+        return None
     if not any(get_spec(name).task is not None for name in names):
         return None
     model_path = resolve_model_path(args.model)
