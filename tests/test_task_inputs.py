@@ -337,3 +337,19 @@ def test_training_refuses_a_too_long_prompt_before_the_model(tmp_path):
     with pytest.raises(ConfigError, match=r"^data.dataset: task quiz: .*row 1: the prompt is \d+ "
                        r"tokens; with \d+ new tokens \(grpo.max_completion_length\)"):  # fmt: skip
         build_trainer(settings)
+
+
+def test_a_json_list_of_non_objects_is_refused(tmp_path):
+    (tmp_path / "q.json").write_text('[{"question": "a", "answer": "b"}, ["c", "d"]]')
+    task(tmp_path, "q.json")
+    with pytest.raises(ValueError, match=r"q.json: row 1: expected a JSON object .*got list"):
+        load_examples("quiz")
+
+
+def test_a_json_document_of_rows_or_columns_reads_as_written(tmp_path):
+    (tmp_path / "rows.json").write_text('[{"question": "a", "answer": 7}]')
+    task(tmp_path, "rows.json", name="rows")
+    assert load_examples("rows")["answer"] == ["7"]
+    (tmp_path / "cols.json").write_text('{"question": ["a", "b"], "answer": ["0123", 1.50]}')
+    task(tmp_path, "cols.json", name="cols")
+    assert load_examples("cols")["answer"] == ["0123", "1.50"]

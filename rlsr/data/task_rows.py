@@ -90,6 +90,12 @@ def read_rows_as_written(path: Path) -> list[dict]:
         except ValueError:
             document = None  # not one document: JSON lines (checked line by line before)
         if isinstance(document, list):
+            for number, row in enumerate(document):
+                if not isinstance(row, Mapping):
+                    raise TaskRowError(
+                        f'{path}: row {number}: expected a JSON object ({{"question": ..., '
+                        f'"answer": ...}}), got {_kind(row)}.'
+                    )
             return [dict(row) for row in document]
         if isinstance(document, Mapping):
             columns = {k: v for k, v in document.items() if isinstance(v, list)}
