@@ -44,9 +44,9 @@ def scripted(text: str) -> str:
 
 
 class StandIn:
-    """The server. ``fault(n, path)`` -> None | "429" | "500" | "malformed" | "partial" |
-    "drop" decides the answer to the n-th POST (0-based); ``die_after`` closes the server for
-    good after that many successful POSTs. ``answered`` holds the journal key of every POST
+    """The server. ``fault(n, path)`` -> None | "429" | "500" | "malformed" | "partial"
+    decides the answer to the n-th POST (0-based); ``die_after``: after that many
+    successful POSTs every request is dropped unanswered (the server died). ``answered`` holds the journal key of every POST
     answered 200 with a valid body; ``statuses`` counts what was sent."""
 
     def __init__(self, tokenizer=None, *, kind="vllm", model="tiny", root="/models/tiny",
@@ -148,10 +148,9 @@ class StandIn:
                 fault = "die"
             else:
                 fault = self.fault(n, path) if self.fault else None
-        if fault == "die":
-            h.close_connection = True
-            self._count("dropped")
-            threading.Thread(target=self.close, daemon=True).start()
+        if fault == "die":  # from now on every request is dropped unanswered, as by a dead
+            h.close_connection = True  # backend behind a proxy (no listening socket left in a
+            self._count("dropped")  # half-closed state that would leave a retry hanging)
             return
         if fault == "429":
             self._send(h, 429, {"error": {"message": "Rate limit reached"}},

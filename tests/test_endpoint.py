@@ -10,16 +10,24 @@ tests/test_endpoint_vllm.py; the deployment audit runs against a real ``rlsr ser
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from endpoint_standin import StandIn
 
 from rlsr.cli import main as rlsr_main
+from rlsr.evaluation.deployment import deployment_record
 from rlsr.evaluation.endpoint import chat_prompt_text, split_chat_prompt
 from rlsr.evaluation.samples_io import read_samples
 from rlsr.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX
+from rlsr.serving.app import create_app
+from rlsr.serving.engine import UpstreamEngine
+from rlsr.serving.policy import ServeSettings
+from rlsr.thresholds import clopper_pearson_interval
 from rlsr.tokenization import load_tokenizer
 
 pytestmark = pytest.mark.timeout(300)
@@ -273,3 +281,93 @@ def test_chat_prompt_text_round_trips_with_a_continuation():
         messages,
         "resp " + ANSWER_FALLBACK_SUFFIX,
     )
+
+
+# --------------------------------------------------------------------------- deployment audit
+
+
+@contextlib.contextmanager
+def _uvicorn(app):
+    """``app`` under uvicorn on a free loopback port, in a thread; yields the base URL."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def _deployment_file(path: Path, rule: str, tau: float) -> Path:
+    row = {"rule": rule, "target": 0.6, "feasible": True, "temperature": None, "tau": tau,
+           "val_coverage": 0.7, "val_accuracy": 0.8, "val_selected": 70, "test_coverage": 0.68,
+           "test_accuracy": 0.79, "test_selected": 68, "risk_upper_bound": 0.3}  # fmt: skip
+    provenance = {"validation_source": "tiny@validation", "n_validation": 100, "delta": 0.1}
+    path.write_text(json.dumps(deployment_record("m", [row], provenance)))
+    return path
+
+
+@pytest.mark.parametrize("rule", ["clopper_pearson", "plain"])
+def test_deployment_audit_against_rlsr_serve_equals_a_recomputation_from_the_samples(
+    rule, tokenizer, tiny_model_dir, tmp_path, capsys
+):
+    """A real ``rlsr serve`` app (uvicorn, its request parsing, fallbacks and decisions) on an
+    upstream that is the stand-in (vLLM cannot run in this venv; tests/test_endpoint_vllm.py
+    has the real one)."""
+    out = tmp_path / "ev"
+    deployment = _deployment_file(tmp_path / "deployment.json", rule, 0.5)
+    with StandIn(tokenizer, model="up-model") as upstream:
+        engine = UpstreamEngine(upstream.url, "up-model", str(tiny_model_dir), timeout=10)
+        settings = ServeSettings(tau=0.5, rule=rule, model_name="tiny", system_prompt="simple",
+                                 max_new_tokens=16, fallback_max_new_tokens=8)  # fmt: skip
+        with _uvicorn(create_app(engine, settings)) as url:
+            argv = ["evaluate", "--backend", "openai-chat", "--base-url", url + "/v1", "--model",
+                    "tiny", "--output-dir", str(out), "--limit", "24", "--audit-deployment",
+                    str(deployment), *FAST]  # fmt: skip
+            assert rlsr_main(argv) == 0
+    printed = capsys.readouterr()
+    assert "rlsr serve applies the Sec. C.3 fallbacks itself" in printed.err
+    records = read_samples(out / "tiny" / "samples.jsonl")
+    assert len(records) == 24
+    # the server saw the question, not our formatting of it, and ran the fallbacks itself
+    assert all(b["prompt"] for b in upstream.bodies)
+    assert any(r["fallbacks"] == ["answer", "confidence"] for r in records)
+    assert all(r["served"]["answer"] == r["answer"] for r in records)
+    audit = json.loads((out / "audit.json").read_text())["datasets"]["tiny"]
+    answered = [r for r in records if r["served"]["decision"] == "answered"]
+    wrong = sum(not r["correct"] for r in answered)
+    level = 0.9  # 1 - the deployment's delta
+    lo, hi = clopper_pearson_interval(len(answered), 24, level)
+    rlo, rhi = clopper_pearson_interval(wrong, len(answered), level)
+    assert 0 < len(answered) < 24 and 0 < wrong < len(answered)
+    assert audit["n"] == 24 and audit["answered"] == len(answered)
+    assert audit["answer_rate"] == pytest.approx(len(answered) / 24)
+    assert audit["answer_rate_interval"] == pytest.approx([lo, hi])
+    assert audit["risk_among_answered"] == pytest.approx(wrong / len(answered))
+    assert audit["risk_interval"] == pytest.approx([rlo, rhi])
+    assert audit["certified_coverage"] == 0.7 and audit["tau_matches"]
+    assert audit["coverage_agrees"] == (lo <= 0.7 <= hi)
+    certified = 0.4 if rule == "clopper_pearson" else 0.2  # 1 - target; 1 - val_accuracy
+    assert audit["certified_risk"] == pytest.approx(certified)
+    expected = rlo <= certified if rule == "clopper_pearson" else rlo <= certified <= rhi
+    assert audit["risk_agrees"] == expected
+    assert audit["agree"] == (audit["coverage_agrees"] and expected)
+    verdict = "AGREE" if audit["agree"] else "DISAGREE"
+    assert verdict in printed.out and verdict in (out / "audit.md").read_text()
+
+
+def test_audit_needs_rlsr_serve(tokenizer, tiny_model_dir, tmp_path, capsys):
+    deployment = _deployment_file(tmp_path / "deployment.json", "plain", 0.5)
+    with StandIn(tokenizer, api_key=KEY) as server:
+        argv = _argv(server, tmp_path / "ev", tiny_model_dir, "--audit-deployment",
+                     str(deployment), backend="openai-chat")  # fmt: skip
+        assert rlsr_main(argv) == 2
+    assert "is not rlsr serve" in _one_error_line(capsys)
+    assert not (tmp_path / "ev").exists()

@@ -135,7 +135,10 @@ def audit_markdown(results: Mapping[str, Mapping]) -> str:
         if a["agree"] is None:
             verdict = "cannot tell (nothing answered, or nothing certified)"
         elif a["agree"]:
-            verdict = f"AGREE: both certified numbers lie within the {level} intervals"
+            verdict = (
+                f"AGREE at {level}: the certified coverage lies in the answer rate's interval "
+                "and the risk among answered is consistent with the certified risk"
+            )
         else:
             parts = []
             if a["coverage_agrees"] is False:

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlsr.data.formatting import USER_PROMPT_TEMPLATE
 from rlsr.generation.backends import (
     Generation,
     Sampling,
@@ -386,6 +387,18 @@ def split_chat_prompt(text: str) -> tuple[list[dict], str]:
     return json.loads(text[len(_CHAT_PREFIX) : end]), text[end + 1 :]
 
 
+def served_question(messages: list[dict]) -> str:
+    """The problem text ``rlsr serve`` expects as the user message: it renders the question with
+    its own system prompt and ``USER_PROMPT_TEMPLATE`` (``rlsr.serving.respond``), so the
+    template around the dataset's formatted user message is taken off (the system message is
+    the server's to choose: it was certified with one)."""
+    user = [m["content"] for m in messages if m.get("role") == "user"][-1]
+    head, tail = USER_PROMPT_TEMPLATE.split("{problem}")
+    if user.startswith(head) and user.endswith(tail) and len(user) >= len(head) + len(tail):
+        return user[len(head) : len(user) - len(tail)]
+    return user
+
+
 @dataclass
 class _Served:
     """What ``/v1/models`` said about the model: its entry and the server kind."""
@@ -514,6 +527,8 @@ class EndpointBackend:
     # ------------------------------------------------------------------ Backend interface
 
     def render(self, messages: list[dict]) -> str:
+        if self.kind == "rlsr":
+            return chat_prompt_text([{"role": "user", "content": served_question(messages)}])
         if self.settings.kind == "chat":
             return chat_prompt_text(messages)
         return render_chat(self.tokenizer, messages)
