@@ -108,6 +108,16 @@ def test_csv_cells_are_read_as_written(tmp_path):
     assert ex["id"] == ["quiz-train-0", "quiz-train-1", "quiz-train-3"]  # stable numbering
 
 
+def test_csv_na_is_text_and_an_unquoted_comma_is_refused(tmp_path):
+    (tmp_path / "q.csv").write_text("question,answer\nSodium symbol?,NA\nNull?,null\n")
+    task(tmp_path, "q.csv")
+    assert load_examples("quiz")["answer"] == ["NA", "null"]  # pandas would read both as blank
+    (tmp_path / "bad.csv").write_text("question,answer\nWhere?,Paris, France\n")
+    task(tmp_path, "bad.csv", name="bad")
+    with pytest.raises(ValueError, match=r"bad.csv: row 0: 3 cells under a header of 2 columns"):
+        load_examples("bad")
+
+
 def test_csv_text_that_looks_like_a_list_is_one_answer(tmp_path):
     (tmp_path / "q.csv").write_text('question,answer\nInterval?,"[0, 1]"\n')
     task(tmp_path, "q.csv")
