@@ -31,8 +31,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
+import openai
+
+from rlsr.evaluation.endpoint import EndpointBackend, EndpointSettings
+from rlsr.generation.backends import Sampling
+from rlsr.tiny_models import tiny_model_path
+
 HOST = "127.0.0.1"
-ROOT = Path(__file__).resolve().parents[1]
 
 SERVER = r"""
 import asyncio, json, sys
@@ -71,7 +77,6 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def serving(port: int, latency: float):
     proc = subprocess.Popen([sys.executable, "-c", SERVER, str(port), str(latency)])
-    import httpx
 
     try:
         deadline = time.monotonic() + 60
@@ -93,8 +98,6 @@ def prompts(n: int, tag: str) -> list[str]:
 
 
 def plain_client(url: str, texts: list[str], concurrency: int, max_tokens: int) -> float:
-    import openai
-
     async def run() -> float:
         client = openai.AsyncOpenAI(base_url=url, api_key="none", max_retries=0, timeout=600)
         gate = asyncio.Semaphore(concurrency)
@@ -116,11 +119,6 @@ def plain_client(url: str, texts: list[str], concurrency: int, max_tokens: int) 
 
 
 def ours(url: str, texts: list[str], concurrency: int, max_tokens: int, journal: Path) -> float:
-    from rlsr.evaluation.endpoint import EndpointBackend, EndpointSettings
-    from rlsr.generation.backends import Sampling
-
-    from rlsr.tiny_models import tiny_model_path
-
     # a tokenizer is needed to render chat prompts; these prompts are already text
     backend = EndpointBackend(
         EndpointSettings(url, "bench", concurrency=concurrency), tokenizer_path=tiny_model_path()
@@ -144,7 +142,6 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
     rates: dict[str, list[float]] = {"rlsr": [], "plain": []}
     with serving(_free_port(), args.latency) as url, tempfile.TemporaryDirectory() as tmp:
         plain_client(url, prompts(32, "warmup"), args.concurrency, args.max_tokens)  # warm-up

@@ -243,8 +243,11 @@ class EndpointClient:
         if key:
             headers["Authorization"] = f"Bearer {key}"
         self._key_set = bool(key)
+        # the semaphore bounds what is in flight; the pool keeps httpx's default of 20 idle
+        # connections (measured: keeping one per slot, 64, cut requests/s to a quarter against
+        # uvicorn on loopback; benchmarks/RESULTS.md)
         limits = httpx.Limits(
-            max_connections=settings.concurrency, max_keepalive_connections=settings.concurrency
+            max_connections=max(100, settings.concurrency), max_keepalive_connections=20
         )
         self._client = httpx.AsyncClient(
             headers=headers, timeout=settings.request_timeout, limits=limits
