@@ -50,10 +50,11 @@ class StandIn:
     answered 200 with a valid body; ``statuses`` counts what was sent."""
 
     def __init__(self, tokenizer=None, *, kind="vllm", model="tiny", root="/models/tiny",
-                 api_key=None, fault=None, die_after=None, latency=0.0, logprobs=True):  # fmt: skip
+                 api_key=None, fault=None, die_after=None, latency=0.0, logprobs=True,
+                 max_n=None):  # fmt: skip
         self.tokenizer, self.kind, self.model, self.root = tokenizer, kind, model, root
         self.api_key, self.fault, self.die_after = api_key, fault, die_after
-        self.latency, self.logprobs = latency, logprobs
+        self.latency, self.logprobs, self.max_n = latency, logprobs, max_n
         self.answered: list[str] = []
         self.bodies: list[dict] = []
         self.statuses: dict[str, int] = {}
@@ -192,6 +193,8 @@ class StandIn:
 
     def _answer(self, path: str, body: dict):
         n = int(body.get("n") or 1)
+        if self.max_n is not None and n > self.max_n:
+            return (400, {"error": {"message": f"n must be at most {self.max_n}", "param": "n"}})
         if path == "/completions":
             prompt = body["prompt"]
             text = self.tokenizer.decode(prompt) if isinstance(prompt, list) else prompt
@@ -204,6 +207,8 @@ class StandIn:
                 return {"choices": [choice], "usage": {"prompt_tokens": len(prompt),
                                                        "completion_tokens": 1}}  # fmt: skip
             out = scripted(text)
+            if body.get("temperature", 0) > 0:  # a sampled answer: the seed picks it
+                out = FULL.format(a=f"s{body.get('seed')}", c="0.5") if n == 1 else out
             choices = [{"index": i, "text": out, "finish_reason": "stop", "logprobs": None,
                         **({"token_ids": self._encode(out)} if self.kind == "vllm" else {})}
                        for i in range(n)]  # fmt: skip

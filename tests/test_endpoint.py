@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -32,6 +36,7 @@ from rlsr.tokenization import load_tokenizer
 
 pytestmark = pytest.mark.timeout(300)
 
+ROOT = Path(__file__).resolve().parents[1]
 KEY = "sk-test-DO-NOT-LEAK-4242"
 FAST = ["--max-new-tokens", "16", "--fallback-max-new-tokens", "8", "--bootstrap", "0",
         "--no-progress", "--datasets", "tiny"]  # fmt: skip
@@ -371,3 +376,48 @@ def test_audit_needs_rlsr_serve(tokenizer, tiny_model_dir, tmp_path, capsys):
         assert rlsr_main(argv) == 2
     assert "is not rlsr serve" in _one_error_line(capsys)
     assert not (tmp_path / "ev").exists()
+
+
+def test_consistency_through_n_or_repeated_seeded_calls(tokenizer, tiny_model_dir, tmp_path):
+    """``n`` in one request where the server takes it; where it refuses n > 1 (HTTP 400),
+    ``--consistency-k`` requests with seeds seed+1, seed+2, ... instead."""
+    flags = ["--scorers", "verbalized,consistency", "--consistency-k", "3", "--seed", "42"]
+    with StandIn(tokenizer, api_key=KEY) as server:
+        assert rlsr_main(_argv(server, tmp_path / "n", tiny_model_dir, *flags, limit=4)) == 0
+    assert sorted(b["n"] for b in server.bodies if b["temperature"] > 0) == [3] * 4
+    with StandIn(tokenizer, api_key=KEY, max_n=1) as server:
+        assert rlsr_main(_argv(server, tmp_path / "k", tiny_model_dir, *flags, limit=4)) == 0
+    sampled = [b for b in server.bodies if b["temperature"] > 0]
+    assert sorted(b["seed"] for b in sampled) == sorted([43, 44, 45] * 4)  # --seed 42, + 1
+    records = read_samples(tmp_path / "k" / "tiny" / "samples.jsonl")
+    assert all(r["consistency_answers"] == ["s43", "s44", "s45"] for r in records)
+    assert all(r["scores"]["consistency"] is not None for r in records)
+
+
+def test_a_killed_run_resumes_without_asking_any_finished_request_again(
+    clean_run, tokenizer, tiny_model_dir, tmp_path
+):
+    """SIGKILL of a real ``rlsr evaluate`` process mid-run (no handler runs), then the same
+    command again: every request the server answered is answered once, the samples are the clean
+    run's."""
+    out = tmp_path / "ev"
+    journal = out / "tiny" / "requests.jsonl"
+    extra = ["--batch-size", "4", "--concurrency", "2"]
+    with StandIn(tokenizer, api_key=KEY, latency=0.15) as server:
+        argv = _argv(server, out, tiny_model_dir, *extra)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen([sys.executable, "-m", "rlsr.cli", *argv], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        deadline = time.monotonic() + 120
+        while not (journal.is_file() and len(journal.read_text().splitlines()) >= 6):
+            assert proc.poll() is None and time.monotonic() < deadline, "no requests journaled"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        before = len(server.answered)
+        assert before < 30  # killed mid-run
+        assert rlsr_main(_argv(server, out, tiny_model_dir, *extra)) == 0
+    assert len(set(server.answered)) == len(server.answered) > before
+    assert _fields(read_samples(out / "tiny" / "samples.jsonl")) == _fields(
+        read_samples(clean_run[0] / "tiny" / "samples.jsonl")
+    )

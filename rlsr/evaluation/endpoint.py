@@ -40,7 +40,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +81,12 @@ _MAX_WAIT_S = 60.0
 
 class EndpointError(OSError):
     """A request to the endpoint failed for good (after the retries its kind allows). The message
-    names the URL, what the server said and what to do; it never holds the API key."""
+    names the URL, what the server said and what to do; it never holds the API key. ``status``:
+    the HTTP status that refused it (None: no answer, or retries exhausted)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -286,7 +291,7 @@ class EndpointClient:
                 f"{where} answered HTTP 404 ({said}): no such route; --base-url must be the API "
                 "root, e.g. http://localhost:8000/v1."
             )
-        return EndpointError(f"{where} answered {method} with HTTP {status}: {said}")
+        return EndpointError(f"{where} answered {method} with HTTP {status}: {said}", status)
 
     async def _send(self, method: str, path: str, body: dict | None):
         if method == "GET":
@@ -429,6 +434,7 @@ class EndpointBackend:
             self.client.close()
             raise
         self.kind = self.served.kind
+        self.n_by_requests = False  # set when the server refused n > 1 (generate)
         self.tokenizer = None
         self.eos_ids: set[int] = set()
         if settings.kind == "completions" and self.kind != "rlsr":
@@ -579,8 +585,26 @@ class EndpointBackend:
         return check
 
     def generate(self, prompts: Sequence[str], sampling: Sampling) -> list[list[Generation]]:
+        """``sampling.n`` samples per prompt: one request with ``n`` (vLLM, OpenAI), or, where
+        the server refuses ``n > 1`` with a 400, ``n`` requests of one sample each with seeds
+        ``seed, seed + 1, ...`` (``n_by_requests``, then used for the rest of the run)."""
         if not prompts:
             return []
+        if sampling.n > 1 and not self.n_by_requests:
+            try:
+                return self._generate(prompts, sampling)
+            except EndpointError as err:
+                if err.status != 400:
+                    raise
+                self.n_by_requests = True
+        if sampling.n > 1:
+            base = sampling.seed or 0
+            singles = [replace(sampling, n=1, seed=base + j) for j in range(sampling.n)]
+            per_seed = [self._generate(prompts, s) for s in singles]
+            return [[gens[p][0] for gens in per_seed] for p in range(len(prompts))]
+        return self._generate(prompts, sampling)
+
+    def _generate(self, prompts: Sequence[str], sampling: Sampling) -> list[list[Generation]]:
         check = self._reader(sampling.n, sampling.logprobs)
         calls = [("POST", *self._request(p, sampling), check) for p in prompts]
         return self.client.run(self.client.call_all(calls))
