@@ -49,6 +49,8 @@ __all__ = [
     "oracle_aurc",
     "excess_aurc",
     "normalized_excess_aurc",
+    "ranking_gain",
+    "ranking_gain_from_aurc",
     "augrc",
     "RiskCoverageCurve",
     "risk_coverage_curve",
@@ -140,6 +142,26 @@ def normalized_excess_aurc(confidence, correct) -> float:
     if random_aurc - best <= 0.0:
         return math.nan
     return (aurc(conf, ok) - best) / (random_aurc - best)
+
+
+def ranking_gain_from_aurc(aurc_value: float, error_rate: float) -> float:
+    """Ranking gain = error rate - AURC, of one set of answers (the number ``train.py``'s run
+    summary and ``scripts/tiny_seeds.py`` report per held-out step).
+
+    The error rate is the AURC of the same answers at one constant confidence (``aurc`` counts
+    ties as the expectation over their orderings, RLSR Sec. 2.1, so every coverage has the
+    overall error rate): the gain is how much AURC the confidence's *ranking* removes, 0 for a
+    confidence that does not rank, negative for one that ranks wrong answers first; at most
+    error rate - oracle AURC. It separates learning to rank from a changed accuracy, which
+    moves AURC too.
+    """
+    return float(error_rate) - float(aurc_value)
+
+
+def ranking_gain(confidence, correct) -> float:
+    """``ranking_gain_from_aurc(aurc(confidence, correct), mean(not correct))``."""
+    conf, ok = _inputs(confidence, correct)
+    return ranking_gain_from_aurc(aurc(conf, ok), float(np.mean(~ok)))
 
 
 def augrc(confidence, correct) -> float:

@@ -1,9 +1,10 @@
 """The shipped tiny models: where they are, and their hash check (what a run needs).
 
-``recipe=tiny`` (``model.name_or_path=tiny-warm``), the ``tiny`` aliases of ``rlsr evaluate``
-and the tests load two tiny Qwen2 models that ship inside the package
-(``rlsr/data/fixtures/models``): the random ``tiny-qwen2`` and its copy fine-tuned on the tag
-format, ``tiny-format-warm``. They are shipped rather than built per machine because weights
+``recipe=tiny`` (``model.name_or_path=tiny-missing-warm``), the ``tiny`` aliases of
+``rlsr evaluate`` and the tests load three tiny Qwen2 models that ship inside the package
+(``rlsr/data/fixtures/models``): the random ``tiny-qwen2``, its copy fine-tuned on the tag
+format, ``tiny-format-warm`` (the trainer tests), and that one fine-tuned further on the
+``tiny-missing`` data, ``tiny-missing-warm`` (recipe=tiny). They are shipped rather than built per machine because weights
 trained on the spot depend on the CPU's float numerics (AVX2 vs AVX-512 vs ARM, thread count),
 so a model built per machine behaves differently per machine. ``MANIFEST.json`` holds each
 file's sha256, the build settings and the measured behaviour; a file that differs is refused.
@@ -30,10 +31,11 @@ __all__ = [
     "shipped_model_path",
     "tiny_model_path",
     "tiny_warm_model_path",
+    "tiny_missing_model_path",
 ]
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "data" / "fixtures" / "models"
-SHIPPED_MODELS = ("tiny-qwen2", "tiny-format-warm")
+SHIPPED_MODELS = ("tiny-qwen2", "tiny-format-warm", "tiny-missing-warm")
 MANIFEST_NAME = "MANIFEST.json"
 
 _REBUILD = "`python scripts/build_tiny_models.py` in a checkout of the repository"
@@ -101,6 +103,19 @@ def tiny_warm_model_path() -> Path:
     manifest (``shipped_manifest()``).
     """
     return shipped_model_path("tiny-format-warm")
+
+
+def tiny_missing_model_path() -> Path:
+    """Folder of the shipped ``tiny-missing-warm`` (the ``tiny-missing-warm`` alias; the model of
+    recipe=tiny), hash-checked.
+
+    ``tiny-format-warm`` fine-tuned on the ``tiny-missing`` train split: a listed fact is answered
+    with its color after the thought "look", a missing one with a uniformly guessed color after
+    "not sure", and the confidence is drawn independently of both, so its greedy confidence is
+    0.5 on every prompt and does not rank (its gate, in MANIFEST.json: greedy on the held-out
+    split, ranking gain 0). What recipe=tiny's reward teaches is to say when it guesses.
+    """
+    return shipped_model_path("tiny-missing-warm")
 
 
 # Names that lived here until the builders left the library: a clear error naming the new place.

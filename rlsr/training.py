@@ -14,8 +14,9 @@
 4. resume from the newest checkpoint (``resume=auto``), or stop when it is already final;
 5. save the final adapter/model to ``output_dir``.
 
-``run_summary`` is the short account ``train.py`` ends with: where the run's files are, the
-held-out AURC at the first and last evaluated step, and the next commands.
+``run_summary`` is the short account ``train.py`` ends with: where the run's files are, per
+held-out dataset the AURC, error rate and ranking gain at the first and last evaluated step, and
+the next commands.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import logging
 import os
 import shlex
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,7 @@ from rlsr.evaluation.history import read_history
 from rlsr.evaluation.in_training import HeldOutEvaluator
 from rlsr.evaluation.layout import EVAL_DIR
 from rlsr.methods import get_entry, resolve
+from rlsr.metrics import ranking_gain_from_aurc
 from rlsr.pool_log import POOLS_DIR, PoolLogWriter, pool_steps
 from rlsr.run_plan import RunPlan, plan_run
 from rlsr.tokenization import load_tokenizer, model_context_length, prompt_token_counter
@@ -465,13 +468,44 @@ def _checkpoint_steps(output_dir: Path) -> list[int]:
     )
 
 
+def rlsr_program() -> str:
+    """How the printed ``next:`` commands call the ``rlsr`` CLI: ``rlsr`` when the one on PATH is
+    this interpreter's, else the script beside this interpreter (``.venv/bin/rlsr`` after
+    scripts/install.sh, relative to the working directory when under it), so the commands run
+    as printed without activating the venv."""
+    beside = Path(sys.executable).parent / "rlsr"
+    on_path = shutil.which("rlsr")
+    if not beside.is_file() or (on_path and Path(on_path).absolute() == beside.absolute()):
+        return "rlsr"
+    try:
+        return str(beside.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(beside)
+
+
+def _learning_line(dataset: str, first: dict, last: dict) -> str:
+    """One held-out dataset's line of the summary: AURC, error rate and ranking gain
+    (``rlsr.metrics.ranking_gain_from_aurc``: error rate - AURC, 0 for a confidence that does
+    not rank) at the first and last evaluated step, and the last step's format rate."""
+    # + 0.0 after rounding: a gain of -1e-16 (float noise of a constant confidence) prints 0.000.
+    gain = [
+        round(ranking_gain_from_aurc(h["aurc"], 1 - h["accuracy"]), 3) + 0.0 for h in (first, last)
+    ]
+    return (
+        f"    {dataset}: AURC {first['aurc']:.4f} at step {first['step']} -> {last['aurc']:.4f} "
+        f"at step {last['step']} (lower is better); error rate {1 - first['accuracy']:.3f} -> "
+        f"{1 - last['accuracy']:.3f}; ranking gain (error rate - AURC, 0 = no ranking) "
+        f"{gain[0]:+.3f} -> {gain[1]:+.3f}; format rate {last['format_rate']:.2f}"
+    )
+
+
 def _evaluate_command(cfg, output_dir: Path, heldout: ResolvedHeldOut | None) -> str:
     """The ``rlsr evaluate`` command for the final adapter on the held-out datasets (else the
     training dataset), with the held-out evaluation's answer budget and system prompt, so it
     reproduces the last held-out step's numbers when that step is the last one: the flags of the
     held-out protocol (``protocol_flags``), else of ``method.evaluate`` plus the trained budget."""
     datasets = list(cfg.eval.datasets) if heldout is not None else [cfg.data.dataset]
-    args = ["rlsr", "evaluate", "--model", cfg.model.name_or_path, "--adapter", str(output_dir),
+    args = [rlsr_program(), "evaluate", "--model", cfg.model.name_or_path, "--adapter", str(output_dir),
             "--datasets", ",".join(datasets), "--output-dir", str(output_dir / "evaluate")]  # fmt: skip
     if heldout is not None:
         return shlex.join(args + protocol_flags(heldout.protocol))
@@ -509,11 +543,7 @@ def run_summary(
         for dataset in dict.fromkeys(h["dataset"] for h in history):
             rows = sorted((h for h in history if h["dataset"] == dataset), key=lambda h: h["step"])
             first, last = rows[0], rows[-1]
-            lines.append(
-                f"    {dataset}: AURC {first['aurc']:.4f} at step {first['step']} -> "
-                f"{last['aurc']:.4f} at step {last['step']} (accuracy {first['accuracy']:.3f} -> "
-                f"{last['accuracy']:.3f}; lower AURC is better)"
-            )
+            lines.append(_learning_line(dataset, first, last))
         if failed:
             lines.append(f"    failed evaluations at steps {failed} ({out / EVAL_DIR}/step-N)")
     else:
@@ -534,8 +564,9 @@ def run_summary(
             heldout = plan.heldout
         lines.append(f"  {_evaluate_command(cfg, out, heldout)}")
     report = shlex.quote(str(out / "report"))
+    rlsr = shlex.quote(rlsr_program())
     if history:
-        lines.append(f"  rlsr report --curves {shlex.quote(str(out))} --output {report}")
+        lines.append(f"  {rlsr} report --curves {shlex.quote(str(out))} --output {report}")
     if pools:
-        lines.append(f"  rlsr report --pools {shlex.quote(str(out))} --output {report}")
+        lines.append(f"  {rlsr} report --pools {shlex.quote(str(out))} --output {report}")
     return "\n".join(lines)

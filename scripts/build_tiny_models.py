@@ -3,6 +3,8 @@
 
     python scripts/build_tiny_models.py            # rebuild, check, write the fixtures
     python scripts/build_tiny_models.py --check    # rebuild in a temp folder, compare, write nothing
+    python scripts/build_tiny_models.py --only tiny-missing-warm   # just recipe=tiny's model,
+                                                   # from the shipped tiny-format-warm
 
 The tiny models are part of the product (``train.py recipe=tiny`` trains ``tiny-warm``) and of
 the tests. They are shipped rather than built per machine because weights drawn or trained here
@@ -11,8 +13,10 @@ gives different bytes, and a model that behaves differently, on each machine.
 
 Steps: build the random ``tiny-qwen2`` (``tools.tiny_models.build_tiny_model``), fine-tune it on
 the tag format (``train_format_warm``), sample the warm model at temperature 1 on every tiny
-train prompt (``sampled_behaviour``) and refuse to ship it outside ``WARM_BANDS``; then write the
-files' sha256 and the measured behaviour to MANIFEST.json. Commit the result; a rebuilt copy
+train prompt (``sampled_behaviour``) and refuse to ship it outside ``WARM_BANDS``; fine-tune that
+one on the ``tiny-missing`` data (``train_missing_warm``), measure it greedy on the held-out split
+(``missing_gate``) and refuse to ship it outside ``MISSING_GATE``; then write the files' sha256
+and the measured behaviour to MANIFEST.json. Commit the result; a rebuilt copy
 need not match the old hashes byte for byte on another machine (that is the point of shipping).
 """
 
@@ -36,8 +40,50 @@ from tools import tiny_models as tm  # noqa: E402
 SAMPLES_PER_PROMPT = 8
 
 
+def build_missing(out: Path, base: Path) -> dict:
+    """``tiny-missing-warm`` from ``base`` (a ``tiny-format-warm``) into ``out``; returns its
+    manifest entry without the file hashes (raises when the gate fails)."""
+    t0 = time.perf_counter()
+    tm.train_missing_warm(out, base=base)
+    seconds = time.perf_counter() - t0
+    gate = tm.missing_gate(out)
+    checks = {**tm.MISSING_GATE, "greedy_margin_min": (tm.WARM_MIN_GREEDY_MARGIN, float("inf"))}
+    for key, (lo, hi) in checks.items():
+        if not lo <= gate[key] <= hi:
+            raise SystemExit(
+                f"tiny-missing-warm fails its gate: {key} = {gate[key]:.4g}, needs [{lo}, {hi}] "
+                f"(greedy on the {gate['prompts']} tiny-missing test prompts). Change MISSING_* "
+                "in tools/tiny_models.py; nothing was written."
+            )
+    return {
+        "greedy_tiny_missing_test": gate,
+        "training": {
+            "base": "tiny-format-warm",
+            "steps": tm.MISSING_WARM_STEPS,
+            "batch": tm.MISSING_WARM_BATCH,
+            "learning_rate": tm.MISSING_WARM_LR,
+            "seed": tm.MISSING_WARM_SEED,
+            "thoughts": {
+                "listed": tm.MISSING_THOUGHTS[True],
+                "missing": tm.MISSING_THOUGHTS[False],
+            },
+            "confidences": list(tm.CONFIDENCES),
+            "confidence_weights": {
+                "listed": list(tm.MISSING_CONFIDENCE_WEIGHTS[True]),
+                "missing": list(tm.MISSING_CONFIDENCE_WEIGHTS[False]),
+            },
+            "seconds": round(seconds, 1),
+        },
+    }
+
+
+def _hashes(folder: Path) -> dict:
+    files = sorted(p.name for p in folder.iterdir() if p.is_file())
+    return {"files": {f: shipped.file_sha256(folder / f) for f in files}}
+
+
 def build(out: Path) -> dict:
-    """Build both models under ``out``; returns the manifest (raises when the gate fails)."""
+    """Build the three models under ``out``; returns the manifest (raises when a gate fails)."""
     import torch
 
     torch.set_num_threads(1)
@@ -59,11 +105,9 @@ def build(out: Path) -> dict:
                 f"[{lo}, {hi}] ({behaviour['completions']} completions sampled at temperature "
                 f"1). Change WARM_* in tools/tiny_models.py; nothing was written."
             )
-    models = {}
-    for name in shipped.SHIPPED_MODELS:
-        folder = out / name
-        files = sorted(p.name for p in folder.iterdir() if p.is_file())
-        models[name] = {"files": {f: shipped.file_sha256(folder / f) for f in files}}
+    missing = build_missing(out / "tiny-missing-warm", base=out / "tiny-format-warm")
+    models = {name: _hashes(out / name) for name in shipped.SHIPPED_MODELS}
+    models["tiny-missing-warm"].update(missing)
     models["tiny-format-warm"]["behaviour_temperature_1"] = behaviour
     models["tiny-format-warm"]["training"] = {
         "lookup_steps": tm.WARM_LOOKUP_STEPS,
@@ -93,7 +137,14 @@ def build(out: Path) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="rebuild and compare; write nothing")
+    p.add_argument(
+        "--only",
+        choices=["tiny-missing-warm"],
+        help="rebuild just this model, from the shipped tiny-format-warm (the others stay)",
+    )
     args = p.parse_args(argv)
+    if args.only:
+        return _only_missing(args.check)
     with tempfile.TemporaryDirectory() as tmp:
         manifest = build(Path(tmp))
         print(json.dumps(manifest["models"]["tiny-format-warm"]["behaviour_temperature_1"]))
@@ -109,6 +160,29 @@ def main(argv=None) -> int:
             shutil.copytree(Path(tmp) / name, target)
     (shipped.SHIPPED_DIR / shipped.MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
     print(f"wrote {shipped.SHIPPED_DIR}")
+    return 0
+
+
+def _only_missing(check: bool) -> int:
+    import torch
+
+    torch.set_num_threads(1)
+    name = "tiny-missing-warm"
+    with tempfile.TemporaryDirectory() as tmp:
+        entry = build_missing(Path(tmp) / name, base=shipped.tiny_warm_model_path())
+        entry = {**_hashes(Path(tmp) / name), **entry}
+        print(json.dumps(entry["greedy_tiny_missing_test"]))
+        manifest = shipped.shipped_manifest()
+        if check:
+            same = manifest["models"].get(name, {}).get("files") == entry["files"]
+            print(f"{name}: {'identical to' if same else 'differs from'} the shipped copy")
+            return 0
+        target = shipped.SHIPPED_DIR / name
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(Path(tmp) / name, target)
+    manifest["models"][name] = entry
+    (shipped.SHIPPED_DIR / shipped.MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+    print(f"wrote {target}")
     return 0
 
 

@@ -318,7 +318,7 @@ def test_vllm_checks_that_need_vllm_installed(monkeypatch):
             ),
             world_size=1,
         )
-    assert info.value.field == "grpo.vllm_max_model_length" and "100 + 48" in str(info.value)
+    assert info.value.field == "grpo.vllm_max_model_length" and "100 + 32" in str(info.value)
 
 
 def test_liger_is_optional_and_validated(monkeypatch):

@@ -34,7 +34,7 @@ from rlsr.data.formatting import (
     render_hotpot_problem,
 )
 from rlsr.data.loading import FIXTURES_DIR
-from rlsr.data.tiny import TINY_SIZES, generate_tiny, write_tiny
+from rlsr.data.tiny import TINY_MISSING_SIZES, TINY_SIZES, generate_tiny, write_tiny
 from rlsr.prompts import LONG_SYSTEM_PROMPT, SIMPLE_SYSTEM_PROMPT, SYSTEM_PROMPTS
 
 os.environ["HF_DATASETS_OFFLINE"] = "1"
@@ -65,6 +65,7 @@ PAPER_SIZES = {
     "medqa": {"train": 10178, "validation": 1272, "test": 1273},
     "utilitybench": {"train": 15000},
     "tiny": {"train": 200, "test": 50},
+    "tiny-missing": {"train": 200, "test": 100},
 }
 # Sec. C.2 (C.6.1 for MedQA: letter match in the deployment study).
 PAPER_VERIFIERS = {
@@ -80,6 +81,7 @@ PAPER_VERIFIERS = {
     "medqa": "mcq",
     "utilitybench": "llm_judge",
     "tiny": "exact_match",
+    "tiny-missing": "exact_match",
 }
 
 
@@ -341,6 +343,25 @@ def test_tiny_bundled_offline_and_regenerable(tmp_path):
     assert generate_tiny(5, seed=1) == generate_tiny(5, seed=1) != generate_tiny(5, seed=2)
 
 
+def test_tiny_missing_half_listed_half_unanswerable_and_regenerable(tmp_path):
+    """recipe=tiny's data: in exactly half of each split the asked object's color is stated;
+    in the other half the facts are "none" (the answer, drawn at random, is nowhere in the
+    prompt), so whether an answer can be right is visible from the prompt."""
+    for split, n in TINY_MISSING_SIZES.items():
+        rows = [json.loads(line) for line in (FIXTURES_DIR / "tiny-missing" / f"{split}.jsonl")
+                .read_text().splitlines()]  # fmt: skip
+        assert len(rows) == n and sum(r["listed"] for r in rows) == n // 2
+        for r in rows:
+            target = re.search(r"What color is the (\w+)\?", r["question"]).group(1)
+            stated = f"the {target} is {r['answer']}" in r["question"]
+            assert stated == r["listed"] and (r["listed"] or "Facts: none." in r["question"])
+    assert len(load_examples("tiny-missing")) == TINY_MISSING_SIZES["test"]
+    write_tiny(tmp_path, missing=True)
+    for split in TINY_MISSING_SIZES:
+        bundled = (FIXTURES_DIR / "tiny-missing" / f"{split}.jsonl").read_bytes()
+        assert (tmp_path / f"{split}.jsonl").read_bytes() == bundled
+
+
 # --- chat template -------------------------------------------------------------------------
 
 
@@ -410,7 +431,7 @@ def _cases(name: str, row: dict, verifier: str) -> tuple[str, str | None, str | 
     + [(n, alt) for n, s in REGISTRY.items() for alt in s.alt_verifiers],
 )
 def test_dataset_verifier_correct_wrong_malformed(name, verifier):
-    ds = load_examples("tiny", limit=3) if name == "tiny" else fixture(name)
+    ds = load_examples(name, limit=3) if name.startswith("tiny") else fixture(name)
     ds = ds.select(range(min(2, len(ds))))
     inputs = verification_inputs(ds, verifier)
     predictions, expected = [], []

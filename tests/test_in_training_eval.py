@@ -1,6 +1,6 @@
 """Held-out evaluation during training (rlsr.evaluation.in_training; docs/training.md "Watch a run").
 
-Real components throughout: recipe=tiny on the shipped format-warm model (LoRA, real TRL), the
+Real components throughout: recipe=tiny-format on the shipped format-warm model (LoRA, real TRL), the
 bundled tiny test split, `rlsr evaluate` through its command line, TensorBoard's own event reader,
 wandb in offline mode, `train.py` killed with SIGKILL. The one boundary that cannot exist here is
 a judge server: a closed local port stands in for one that is down.
@@ -38,7 +38,7 @@ pytestmark = pytest.mark.slow
 
 
 def _settings(out: Path, seed: int = 42, **eval_overrides):
-    """recipe=tiny (6 steps, checkpoints every 3) with the recipe's held-out evaluation: the
+    """recipe=tiny-format (6 steps, checkpoints every 3) with the recipe's held-out evaluation: the
     bundled test split (50 questions), greedy, every 3 steps and step 0."""
     s = tiny_settings(out, max_steps=STEPS, save_steps=EVERY)
     s.seed = seed
@@ -260,7 +260,7 @@ def test_protocol_errors_name_the_key_that_set_the_value(
 
 
 def _train_py(out: Path, extra=()) -> list[str]:
-    return [sys.executable, str(REPO / "train.py"), "recipe=tiny", f"output_dir={out}",
+    return [sys.executable, str(REPO / "train.py"), "recipe=tiny-format", f"output_dir={out}",
             "eval.every=2", "grpo.save_steps=2", "eval.at_start=true", "grpo.disable_tqdm=true",
             *extra]  # fmt: skip
 
@@ -270,7 +270,7 @@ def test_kill_9_and_resume_keeps_one_evaluation_per_step(tmp_path):
     the middle of an evaluation leaves it) is planted; the same command resumes. The history has
     steps 0, 2, 4, 6 once each, step 4's files are reused (not recomputed, not relogged) and the
     half-written folder is replaced by a complete evaluation. Every training pool
-    (pools/step-N.jsonl, on in recipe=tiny) is on disk once and whole."""
+    (pools/step-N.jsonl, on in recipe=tiny-format) is on disk once and whole."""
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": str(TEST_THREADS), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
@@ -309,7 +309,7 @@ def test_kill_9_and_resume_keeps_one_evaluation_per_step(tmp_path):
     assert not list((out / "eval").glob("*.partial"))
     samples = (step_dir(out, 6) / "tiny" / "samples.jsonl").read_text().splitlines()
     assert len(samples) == 50 and "junk" not in samples[0]
-    # recipe=tiny writes every training pool: after the kill and the resume from checkpoint-2,
+    # recipe=tiny-format writes every training pool: after the kill and the resume from checkpoint-2,
     # each of the 6 steps' pools is on disk once, whole (32 rows), no temporary file left.
     assert pool_steps(out) == list(range(6))
     assert not list((out / "pools").glob("*.tmp"))
@@ -401,7 +401,7 @@ SFT_NEEDS = {"consistency_k": 3, "consistency_temperature": 0.9, "max_new_tokens
 
 
 def _sft_settings(out: Path):
-    """recipe=tiny method=sft (plain answers, the consistency scorer, no system prompt) for two
+    """recipe=tiny-format method=sft (plain answers, the consistency scorer, no system prompt) for two
     optimizer steps, with held-out evaluation at step 2 on 6 questions of the tiny test split."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
@@ -410,7 +410,7 @@ def _sft_settings(out: Path):
 
     with initialize_config_dir(config_dir=str(REPO / "recipes"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[
-            "recipe=tiny", "method=sft", f"output_dir={out}", "sft.max_steps=2",
+            "recipe=tiny-format", "method=sft", f"output_dir={out}", "sft.max_steps=2",
             "sft.save_steps=2", "sft.warmup_steps=0", "sft.per_device_train_batch_size=4",
             "sft.gradient_accumulation_steps=1", "sft.disable_tqdm=true",
             "eval.every=2", "eval.at_start=false", "eval.datasets=[tiny]", "eval.limit=6",

@@ -46,7 +46,7 @@ def test_plain_aurc_variant_composes_with_its_own_output_dir():
 
 @pytest.mark.timeout(300)
 def test_plain_aurc_variant_trains_and_rewards_only_errors(tmp_path):
-    """One real step of recipe=tiny with method=rlsr-plain-aurc: in the pooled reward column a
+    """One real step of recipe=tiny-format with method=rlsr-plain-aurc: in the pooled reward column a
     correct completion gets 0 and a wrong one -alpha_i (rank_weights over the whole pool)."""
     import torch
     from test_trainer_support import TEST_THREADS, format_warm_model
@@ -54,7 +54,9 @@ def test_plain_aurc_variant_trains_and_rewards_only_errors(tmp_path):
     from rlsr.training import build_trainer
 
     torch.set_num_threads(TEST_THREADS)
-    values = compose("recipe=tiny", "method=rlsr-plain-aurc", f"output_dir={tmp_path / 'run'}")
+    values = compose(
+        "recipe=tiny-format", "method=rlsr-plain-aurc", f"output_dir={tmp_path / 'run'}"
+    )
     settings = from_dict(values)
     settings.model.name_or_path = str(format_warm_model())
     # 64 completions (16 prompts x 4): right and wrong both present with probability

@@ -226,3 +226,24 @@ def test_bootstrap_ci_and_seed_stats():
     assert stats.std == pytest.approx(np.std([0.478, 0.470, 0.485, 0.480, 0.477], ddof=1))
     assert stats.n == 5
     assert math.isnan(metrics.mean_std_over_seeds([0.5]).std)
+
+
+@pytest.mark.parametrize("case", list(small_cases(count=20, seed=7)), ids=lambda c: f"n{len(c[0])}")
+def test_ranking_gain_is_the_aurc_a_constant_confidence_loses(case):
+    """Ranking gain = error rate - AURC: brute force over tie orderings, with the error rate
+    itself brute-forced as the AURC of the same answers at one constant confidence."""
+    conf, correct = case
+    constant = brute_aurc(np.zeros(len(conf)), correct)
+    assert constant == pytest.approx(1 - np.mean(correct), abs=1e-12)
+    expected = constant - brute_aurc(conf, correct)
+    assert metrics.ranking_gain(conf, correct) == pytest.approx(expected, abs=1e-12)
+    aurc = metrics.aurc(conf, correct)
+    assert metrics.ranking_gain_from_aurc(aurc, 1 - np.mean(correct)) == pytest.approx(expected)
+
+
+def test_ranking_gain_signs_and_bounds():
+    correct = [True, False, True, False]
+    assert metrics.ranking_gain([0.5] * 4, correct) == pytest.approx(0, abs=1e-12)  # no ranking
+    best = metrics.ranking_gain([0.9, 0.1, 0.8, 0.2], correct)
+    assert best == pytest.approx(0.5 - metrics.oracle_aurc(correct)) and best > 0
+    assert metrics.ranking_gain([0.1, 0.9, 0.2, 0.8], correct) < 0  # wrong answers first

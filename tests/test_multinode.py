@@ -141,7 +141,7 @@ def test_two_nodes_from_train_slurm_pool_both_and_resume_after_requeue(tmp_path)
         RLSR_MONITOR_INTERVAL="0.5",
     )
     args = [
-        "recipe=tiny",
+        "recipe=tiny-format",
         f"model.name_or_path={model}",
         f"output_dir={out_dir}",
         f"grpo.max_steps={STEPS}",

@@ -89,6 +89,7 @@ def test_shipped_models_are_the_manifests_bytes():
         assert total < 4 * 2**20, f"{name}: {total} bytes, more than a test fixture should hold"
     assert tm.tiny_model_path() == tm.SHIPPED_DIR / "tiny-qwen2"
     assert tm.tiny_warm_model_path() == tm.SHIPPED_DIR / "tiny-format-warm"
+    assert tm.tiny_missing_model_path() == tm.SHIPPED_DIR / "tiny-missing-warm"
 
 
 def test_a_changed_shipped_file_is_refused_with_the_fix(tmp_path, monkeypatch):
@@ -141,6 +142,29 @@ def test_format_warm_greedy_choices_win_by_more_than_float_noise():
     margins = tm.greedy_margins(tiny_warm_model_path(), limit=tm.GREEDY_PROMPTS)
     assert len(margins) == 64
     assert min(margins) >= tm.WARM_MIN_GREEDY_MARGIN, sorted(margins)[:5]
+
+
+def test_missing_warm_model_passes_its_gate_greedy_confidence_does_not_rank():
+    """recipe=tiny's model (tiny-missing-warm), greedy on the 100 held-out tiny-missing prompts:
+    the tag format everywhere, listed facts looked up and missing ones guessed, its thought
+    ("look" / "not sure") saying which, and ONE confidence whatever the answer: ranking gain 0
+    at step 0, so the held-out AURC drop recipe=tiny reports is learnt (tools.tiny_models
+    .MISSING_GATE). Every greedy decision wins by >= 1e-3 in logit (not the machine's rounding),
+    and the manifest's figures are this model's."""
+    from rlsr import tiny_models as shipped
+    from tools import tiny_models as tm
+
+    torch.set_num_threads(1)
+    got = tm.missing_gate(shipped.tiny_missing_model_path())
+    assert got["prompts"] == 100
+    for key, (lo, hi) in tm.MISSING_GATE.items():
+        assert lo <= got[key] <= hi, (key, got)
+    assert len(got["confidences"]) == 1, got
+    assert abs(got["ranking_gain"]) < 1e-9 and got["aurc"] == pytest.approx(got["error_rate"])
+    assert got["greedy_margin_min"] >= tm.WARM_MIN_GREEDY_MARGIN, got
+    built = shipped.shipped_manifest()["models"]["tiny-missing-warm"]["greedy_tiny_missing_test"]
+    for key in ("format_rate", "accuracy_listed", "accuracy_missing", "confidences"):
+        assert got[key] == built[key], (key, got, built)
 
 
 # --------------------------------------------------------------------------- library vs tools

@@ -1,7 +1,7 @@
 """Two processes pool exactly: `torchrun --nproc_per_node 2` (gloo, CPU) vs one-process recompute.
 
 This file is both the pytest test and the worker script torchrun runs (``__main__`` branch).
-Each rank trains recipe=tiny for 2 optimizer steps on the format-warm tiny model (transformers
+Each rank trains recipe=tiny-format for 2 optimizer steps on the format-warm tiny model (transformers
 generation; vLLM is not installed on CPU) with a pool hook that dumps what it gathered. The test
 then checks, in a single process:
 

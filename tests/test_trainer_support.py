@@ -39,7 +39,7 @@ def pool_record(pool: dict) -> dict:
 
 
 def tiny_settings(output_dir: str | os.PathLike, **grpo_overrides):
-    """TrainSettings of recipe=tiny on the format-warm model (built through the Hydra tree)."""
+    """TrainSettings of recipe=tiny-format on the format-warm model (built through the Hydra tree)."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
@@ -49,7 +49,7 @@ def tiny_settings(output_dir: str | os.PathLike, **grpo_overrides):
     with initialize_config_dir(config_dir=str(recipes), version_base="1.3"):
         cfg = compose(
             config_name="config",
-            overrides=["recipe=tiny", f"output_dir={output_dir}"],
+            overrides=["recipe=tiny-format", f"output_dir={output_dir}"],
         )
     values = OmegaConf.to_container(cfg, resolve=True)
     values.pop("hydra", None)

