@@ -51,10 +51,11 @@ class StandIn:
 
     def __init__(self, tokenizer=None, *, kind="vllm", model="tiny", root="/models/tiny",
                  api_key=None, fault=None, die_after=None, latency=0.0, logprobs=True,
-                 max_n=None):  # fmt: skip
+                 max_n=None, retry_after="0"):  # fmt: skip
         self.tokenizer, self.kind, self.model, self.root = tokenizer, kind, model, root
         self.api_key, self.fault, self.die_after = api_key, fault, die_after
         self.latency, self.logprobs, self.max_n = latency, logprobs, max_n
+        self.retry_after = retry_after
         self.answered: list[str] = []
         self.bodies: list[dict] = []
         self.statuses: dict[str, int] = {}
@@ -155,7 +156,7 @@ class StandIn:
             return
         if fault == "429":
             self._send(h, 429, {"error": {"message": "Rate limit reached"}},
-                       headers={"Retry-After": "0"})  # fmt: skip
+                       headers={"Retry-After": self.retry_after})  # fmt: skip
             return
         if fault == "500":
             self._send(h, 500, {"error": {"message": "internal"}})

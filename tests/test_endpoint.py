@@ -11,6 +11,8 @@ tests/test_endpoint_vllm.py; the deployment audit runs against a real ``rlsr ser
 from __future__ import annotations
 
 import contextlib
+import datetime
+import email.utils
 import json
 import os
 import signal
@@ -24,6 +26,7 @@ import pytest
 from endpoint_standin import StandIn
 
 from rlsr.cli import main as rlsr_main
+from rlsr.evaluation import endpoint
 from rlsr.evaluation.deployment import deployment_record
 from rlsr.evaluation.endpoint import chat_prompt_text, split_chat_prompt
 from rlsr.evaluation.samples_io import read_samples
@@ -421,3 +424,35 @@ def test_a_killed_run_resumes_without_asking_any_finished_request_again(
     assert _fields(read_samples(out / "tiny" / "samples.jsonl")) == _fields(
         read_samples(clean_run[0] / "tiny" / "samples.jsonl")
     )
+
+
+def test_retry_after_is_waited_out_and_backoff_doubles_without_it(
+    tokenizer, tiny_model_dir, tmp_path, monkeypatch
+):
+    """The waits the client asks for (asyncio.sleep recorded, not timed): a 429's Retry-After
+    (seconds here; an HTTP date is parsed too), else exponential backoff from --retry-backoff."""
+    waits: list[float] = []
+    real_sleep = endpoint.asyncio.sleep
+
+    async def recording_sleep(delay, *args, **kwargs):
+        waits.append(delay)
+        await real_sleep(0)
+
+    monkeypatch.setattr(endpoint.asyncio, "sleep", recording_sleep)
+    with StandIn(tokenizer, api_key=KEY, fault=lambda n, p: "429" if n < 2 else None,
+                 retry_after="7") as server:  # fmt: skip
+        argv = _argv(server, tmp_path / "a", tiny_model_dir, "--concurrency", "1", limit=1)
+        assert rlsr_main(argv) == 0
+    assert waits[:2] == [7.0, 7.0]
+    waits.clear()
+    with StandIn(tokenizer, api_key=KEY, fault=lambda n, p: "500" if n < 3 else None) as server:
+        argv = _argv(server, tmp_path / "b", tiny_model_dir, "--concurrency", "1", limit=1)
+        argv[argv.index("--retry-backoff") + 1] = "2"
+        assert rlsr_main(argv) == 0
+    # 2, 4, 8 s times a jitter in [0.5, 1]
+    assert [w for w in waits if w > 0][:3] == pytest.approx([1.5, 3, 6], rel=0.34)
+    date = email.utils.format_datetime(
+        datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=30), usegmt=True
+    )
+    assert 25 <= endpoint._retry_after({"retry-after": date}) <= 30
+    assert endpoint._retry_after({"retry-after": "soon"}) is None

@@ -130,3 +130,41 @@ def test_chat_continues_the_assistant_message_for_the_fallbacks(
     for got, ref in zip(rows, want, strict=True):
         for key in ("response", "fallbacks", "fallback_text", "answer", "confidence", "correct"):
             assert got[key] == ref[key], (key, ref["id"])
+
+
+def test_deployment_audit_of_rlsr_serve_in_front_of_vllm_serve(
+    vllm_serve, offline, warm_model, tmp_path
+):
+    """``rlsr serve --upstream`` (a real app, in this process) in front of the same vllm serve,
+    audited against a deployment.json: its served answers are the offline engine's (same greedy
+    protocol, same fallbacks), and the audit's numbers equal a recomputation from the samples."""
+    from test_endpoint import _deployment_file, _uvicorn
+
+    from rlsr.serving.app import create_app
+    from rlsr.serving.engine import UpstreamEngine
+    from rlsr.serving.policy import ServeSettings
+    from rlsr.thresholds import clopper_pearson_interval
+
+    deployment = _deployment_file(tmp_path / "deployment.json", "plain", 0.5)
+    engine = UpstreamEngine(vllm_serve.removesuffix("/v1"), "tiny-warm", str(warm_model))
+    settings = ServeSettings(tau=0.5, rule="plain", model_name="served", system_prompt="simple",
+                             max_new_tokens=12, fallback_max_new_tokens=6)  # fmt: skip
+    with _uvicorn(create_app(engine, settings)) as url:
+        argv = ["evaluate", "--backend", "openai-chat", "--base-url", url + "/v1", "--model",
+                "served", "--output-dir", str(tmp_path / "audit"), "--audit-deployment",
+                str(deployment), *PROTOCOL, "--scorers", "verbalized"]  # fmt: skip
+        assert rlsr_main(argv) == 0
+    rows = read_samples(tmp_path / "audit" / "tiny" / "samples.jsonl")
+    want = read_samples(offline / "tiny" / "samples.jsonl")
+    for got, ref in zip(rows, want, strict=True):
+        for key in ("answer", "confidence", "fallbacks", "correct"):
+            assert got[key] == ref[key], (key, ref["id"])
+    audit = json.loads((tmp_path / "audit" / "audit.json").read_text())["datasets"]["tiny"]
+    answered = [r for r in rows if r["served"]["decision"] == "answered"]
+    assert audit["answered"] == len(answered) and audit["n"] == 8
+    assert audit["answer_rate_interval"] == pytest.approx(
+        list(clopper_pearson_interval(len(answered), 8, 0.9))
+    )
+    if answered:
+        wrong = sum(not r["correct"] for r in answered)
+        assert audit["risk_among_answered"] == pytest.approx(wrong / len(answered))
