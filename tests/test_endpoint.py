@@ -401,8 +401,8 @@ def test_a_killed_run_resumes_without_asking_any_finished_request_again(
     clean_run, tokenizer, tiny_model_dir, tmp_path
 ):
     """SIGKILL of a real ``rlsr evaluate`` process mid-run (no handler runs), then the same
-    command again: every request the server answered is answered once, the samples are the clean
-    run's."""
+    command again: no request it had finished (journaled) is sent again, the samples are the
+    clean run's."""
     out = tmp_path / "ev"
     journal = out / "tiny" / "requests.jsonl"
     extra = ["--batch-size", "4", "--concurrency", "2"]
@@ -418,9 +418,14 @@ def test_a_killed_run_resumes_without_asking_any_finished_request_again(
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
         before = len(server.answered)
-        assert before < 30  # killed mid-run
+        finished = {json.loads(line)["key"] for line in journal.read_text().splitlines()}
+        assert len(finished) >= 6 and before < 30  # killed mid-run
         assert rlsr_main(_argv(server, out, tiny_model_dir, *extra)) == 0
-    assert len(set(server.answered)) == len(server.answered) > before
+    rerun = server.answered[before:]
+    assert rerun and not finished & set(rerun)  # nothing journaled was asked again
+    # only what was in flight at the kill (answered by the server, never received) is asked
+    # again: at most --concurrency requests
+    assert len(server.answered) - len(set(server.answered)) <= 2
     assert _fields(read_samples(out / "tiny" / "samples.jsonl")) == _fields(
         read_samples(clean_run[0] / "tiny" / "samples.jsonl")
     )
@@ -456,3 +461,19 @@ def test_retry_after_is_waited_out_and_backoff_doubles_without_it(
     )
     assert 25 <= endpoint._retry_after({"retry-after": date}) <= 30
     assert endpoint._retry_after({"retry-after": "soon"}) is None
+
+
+def test_a_damaged_journal_names_the_file_and_line(tmp_path):
+    path = tmp_path / "requests.jsonl"
+    good = json.dumps({"key": "k", "attempts": 1, "response": {"choices": []}})
+    path.write_text(good + "\n" + "{broken\n" + good + "\n")
+    with pytest.raises(ValueError, match=r"requests.jsonl, line 2: not a journal entry"):
+        endpoint.RequestJournal(path)
+    path.write_text(good + "\n" + '{"key": "cut by a ki')  # a kill mid-line: dropped, kept
+    journal = endpoint.RequestJournal(path)
+    assert len(journal) == 1 and journal.get("k") == {"choices": []}
+    journal.put("k2", {"choices": [], "usage": {"prompt_tokens": 3}}, attempts=2)
+    journal.close()
+    again = endpoint.RequestJournal(path)
+    assert len(again) == 2 and again.attempts == 3 and again.prompt_tokens == 3
+    again.close()

@@ -164,9 +164,15 @@ class RequestJournal:
             keep = raw[: raw.rfind(b"\n") + 1]  # a line cut by a kill has no newline
             if len(keep) != len(raw):
                 self.path.write_bytes(keep)
-            for line in keep.decode("utf-8").splitlines():
-                if line.strip():
-                    self._add(json.loads(line))
+            for number, line in enumerate(keep.decode("utf-8").splitlines(), 1):
+                try:
+                    if line.strip():
+                        self._add(json.loads(line))
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    raise ValueError(
+                        f"{self.path}, line {number}: not a journal entry; delete the line (its "
+                        "request is sent again) or pass --overwrite."
+                    ) from None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
 
@@ -365,7 +371,7 @@ class EndpointClient:
         order. The first failure cancels the rest (already journaled ones stay) and is raised."""
         tasks = [asyncio.ensure_future(self.call(*c[:3], check=c[3])) for c in calls]
         try:
-            done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in tasks:
                 if task.done() and task.exception() is not None:
                     raise task.exception()
