@@ -405,7 +405,9 @@ def test_a_killed_run_resumes_without_asking_any_finished_request_again(
     clean run's."""
     out = tmp_path / "ev"
     journal = out / "tiny" / "requests.jsonl"
-    extra = ["--batch-size", "4", "--concurrency", "2"]
+    # one window for all 12: no sample is written before the kill, so every journaled request
+    # belongs to an unsaved sample and the rerun needs it
+    extra = ["--batch-size", "12", "--concurrency", "2"]
     with StandIn(tokenizer, api_key=KEY, latency=0.15) as server:
         argv = _argv(server, out, tiny_model_dir, *extra)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -420,6 +422,9 @@ def test_a_killed_run_resumes_without_asking_any_finished_request_again(
         before = len(server.answered)
         finished = {json.loads(line)["key"] for line in journal.read_text().splitlines()}
         assert len(finished) >= 6 and before < 30  # killed mid-run
+        assert not (out / "tiny" / "samples.jsonl").is_file() or not read_samples(
+            out / "tiny" / "samples.jsonl"
+        )
         assert rlsr_main(_argv(server, out, tiny_model_dir, *extra)) == 0
     rerun = server.answered[before:]
     assert rerun and not finished & set(rerun)  # nothing journaled was asked again
