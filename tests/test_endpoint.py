@@ -482,3 +482,14 @@ def test_a_damaged_journal_names_the_file_and_line(tmp_path):
     again = endpoint.RequestJournal(path)
     assert len(again) == 2 and again.attempts == 3 and again.prompt_tokens == 3
     again.close()
+
+
+def test_completions_without_a_loadable_tokenizer_is_one_line(tokenizer, tmp_path, capsys):
+    with StandIn(tokenizer, api_key=KEY, kind="openai", model="gpt-x-instruct") as server:
+        argv = ["evaluate", "--backend", "openai-completions", "--base-url", server.url,
+                "--model", "gpt-x-instruct", "--api-key-env", "RLSR_TEST_KEY", "--output-dir",
+                str(tmp_path / "ev"), *FAST]  # fmt: skip
+        assert rlsr_main(argv) == 2
+    line = _one_error_line(capsys)
+    assert "give --tokenizer PATH" in line and "'gpt-x-instruct'" in line
+    assert not (tmp_path / "ev").exists()

@@ -445,7 +445,16 @@ class EndpointBackend:
         self.eos_ids: set[int] = set()
         if settings.kind == "completions" and self.kind != "rlsr":
             path = tokenizer_path or settings.model
-            self.tokenizer = load_chat_tokenizer(path)
+            try:
+                self.tokenizer = load_chat_tokenizer(path)
+            except (OSError, ValueError) as err:
+                self.client.close()
+                raise ValueError(
+                    f"--backend openai-completions renders each prompt with the model's chat "
+                    f"template here, but no tokenizer loads from {path!r} "
+                    f"({type(err).__name__}); give --tokenizer PATH (a folder or hub id with "
+                    "the served model's tokenizer), or use --backend openai-chat."
+                ) from None
             self.eos_ids = generation_eos_ids(path, self.tokenizer)
 
     # ------------------------------------------------------------------ what the server can do
