@@ -3,7 +3,7 @@ the answer's length-normalised log-probability (``method.confidence=logprob``), 
 
 The log-prob selector adds one no-grad forward of prompt + response-up-to-the-answer per
 completion inside ``_calculate_rewards`` (``rlsr.logprob``; TRL has no usable log-probs there,
-see ``RLSRTrainer._logprob_confidences``). Both arms use recipe=tiny (format-warm tiny model,
+see ``RLSRTrainer._logprob_confidences``). Both arms use recipe=tiny-format (format-warm tiny model,
 LoRA r=1, transformers generation, pool 16) with the same seed; runs alternate (A B A B ...) so
 machine load hits both alike. Reported: median optimizer-step time (TRL's ``step_time``) and
 median time inside ``_calculate_rewards``, first step of each run dropped (warm-up).
@@ -30,7 +30,7 @@ def _settings(out: str, steps: int, confidence: str):
     from rlsr.training import validate
 
     with initialize_config_dir(config_dir=str(ROOT / "recipes"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["recipe=tiny", f"output_dir={out}"])
+        cfg = compose(config_name="config", overrides=["recipe=tiny-format", f"output_dir={out}"])
     values = OmegaConf.to_container(cfg, resolve=True)
     values.pop("hydra", None)
     s = from_dict(values)

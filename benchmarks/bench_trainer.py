@@ -1,4 +1,4 @@
-"""Pooling overhead: RLSRTrainer vs plain GRPOTrainer on recipe=tiny, measured in the same run.
+"""Pooling overhead: RLSRTrainer vs plain GRPOTrainer on recipe=tiny-format, measured in the same run.
 
 The baseline is TRL's GRPOTrainer with two ordinary per-process reward functions doing the same
 parsing and exact-match verification (format, correctness) but no gather and no pooled ranking.
@@ -29,7 +29,7 @@ def _settings(out: str, steps: int):
     from rlsr.training import validate
 
     with initialize_config_dir(config_dir=str(ROOT / "recipes"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["recipe=tiny", f"output_dir={out}"])
+        cfg = compose(config_name="config", overrides=["recipe=tiny-format", f"output_dir={out}"])
     values = OmegaConf.to_container(cfg, resolve=True)
     values.pop("hydra", None)
     s = from_dict(values)

@@ -3,10 +3,12 @@
 
     python scripts/tiny_seeds.py                                # 10 seeds x 2 dispatches + control
     python scripts/tiny_seeds.py --seeds 0,1 --dispatches default --control-seeds ""
+    python scripts/tiny_seeds.py --dispatches scalar --control-seeds ""   # portable kernels
 
 Each run is the real command 1 (``train.py recipe=tiny seed=S``, one process, OMP_NUM_THREADS=1
 so two runs share a 2-core machine), under the default ATen CPU dispatch and under
-``ATEN_CPU_CAPABILITY=avx2`` (another machine's float rounding); the control runs
+``ATEN_CPU_CAPABILITY=avx2`` (another machine's float rounding; ``--dispatches`` also takes
+``scalar``, the portable kernels, which differ from the default even on an AVX2-only CPU); the control runs
 ``method=rlvr`` on the same recipe (its reward never looks at the confidence). From each run's
 held-out history (``eval/``, greedy, 100 prompts) it reads the AURC at the first and last
 evaluated step, the error rate, the ranking gain (error rate - AURC,
@@ -37,6 +39,10 @@ sys.path.insert(0, str(REPO))
 from rlsr.evaluation.history import read_history  # noqa: E402
 from rlsr.metrics import ranking_gain_from_aurc  # noqa: E402
 
+# Dispatch name -> ATEN_CPU_CAPABILITY ("default": unset, the best kernels this CPU has; on a CPU
+# without AVX-512 that is AVX2 itself, so "scalar", PyTorch's portable kernels, is the one that
+# surely rounds differently there).
+DISPATCHES = {"default": None, "avx2": "avx2", "avx512": "avx512", "scalar": "default"}
 MIN_GAIN = 0.10
 MAX_FIRST_GAIN = 0.01
 MIN_AURC_DROP = 0.10
@@ -51,7 +57,7 @@ def _run(method: str, seed: int, dispatch: str, out: Path) -> dict:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
         env.pop("ATEN_CPU_CAPABILITY", None)
         if dispatch != "default":
-            env["ATEN_CPU_CAPABILITY"] = dispatch
+            env["ATEN_CPU_CAPABILITY"] = DISPATCHES[dispatch]
         cmd = [sys.executable, str(REPO / "train.py"), "recipe=tiny", f"method={method}",
                f"seed={seed}", f"output_dir={folder}", "resume=never", "grpo.disable_tqdm=true"]  # fmt: skip
         folder.mkdir(parents=True, exist_ok=True)
@@ -122,12 +128,15 @@ def table_markdown(rows: list[dict]) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", default="0,1,2,3,4,5,6,7,8,9")
-    p.add_argument("--dispatches", default="default,avx2", help="ATEN_CPU_CAPABILITY values")
+    p.add_argument("--dispatches", default="default,avx2", help=f"comma list of {list(DISPATCHES)}")
     p.add_argument("--control-seeds", default="0,1,2", help="method=rlvr seeds ('' for none)")
     p.add_argument("--jobs", type=int, default=2, help="runs at once (each on one thread)")
     p.add_argument("--output-dir", default="tiny_runs")
     args = p.parse_args(argv)
     out = Path(args.output_dir).absolute()
+    unknown = set(args.dispatches.split(",")) - set(DISPATCHES)
+    if unknown:
+        p.error(f"--dispatches: unknown {sorted(unknown)}; known: {list(DISPATCHES)}")
     seeds = [int(s) for s in args.seeds.split(",") if s]
     jobs = [("rlsr", s, d) for s in seeds for d in args.dispatches.split(",")]
     jobs += [("rlvr", int(s), "default") for s in args.control_seeds.split(",") if s]
