@@ -6,8 +6,8 @@
     python scripts/build_tiny_models.py --only tiny-missing-warm   # just recipe=tiny's model,
                                                    # from the shipped tiny-format-warm
 
-The tiny models are part of the product (``train.py recipe=tiny`` trains ``tiny-warm``) and of
-the tests. They are shipped rather than built per machine because weights drawn or trained here
+The tiny models are part of the product (``train.py recipe=tiny`` trains ``tiny-missing-warm``,
+``recipe=tiny-format`` ``tiny-warm``) and of the tests. They are shipped rather than built per machine because weights drawn or trained here
 depend on the CPU's float numerics (AVX2 / AVX-512 / ARM, thread count): the same procedure
 gives different bytes, and a model that behaves differently, on each machine.
 
