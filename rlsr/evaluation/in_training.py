@@ -30,7 +30,9 @@ The policy it evaluates:
   sync, which gathers ZeRO-3/FSDP shards); then the main process alone sends the held-out
   requests (``rlsr.evaluation.server_backend.ServerBackend``: the requests ``rlsr evaluate
   --backend vllm`` makes of its engine) and writes the samples, while the other processes wait
-  (for at most ``grpo.ddp_timeout`` seconds, the collectives' timeout); the metrics then reach
+  (for at most ``grpo.ddp_timeout`` seconds, the collectives' timeout: the requests are bounded to
+  ``0.8 * ddp_timeout - 60`` s in all, each with a timeout, so a hung server fails the
+  evaluation, recorded, instead of the run); the metrics then reach
   every process (``broadcast_object_list``). No inference copy and no engine per process.
 
 Several processes (transformers, vllm): each evaluates a contiguous shard of every dataset into
@@ -80,7 +82,7 @@ from rlsr.evaluation.layout import (
 )
 from rlsr.evaluation.runner import EvalSettings, evaluate_dataset, summarise
 from rlsr.evaluation.samples_io import append_samples, read_samples
-from rlsr.evaluation.server_backend import ServerBackend
+from rlsr.evaluation.server_backend import ServerBackend, server_eval_bound
 from rlsr.generation.backends import (
     TransformersBackend,
     VLLMBackend,
@@ -341,7 +343,10 @@ class HeldOutEvaluator(TrainerCallback):
             if not trainer.accelerator.is_main_process:
                 return None  # the main process sends the requests
             eos = generation_eos_ids(self.model_path, self.tokenizer, self.trust_remote_code)
-            return ServerBackend(trainer.vllm_generation.vllm_client, self.tokenizer, eos)
+            # the others now wait in a collective bounded by ddp_timeout: stop well before it
+            deadline = time.monotonic() + server_eval_bound(trainer.args.ddp_timeout)
+            client = trainer.vllm_generation.vllm_client
+            return ServerBackend(client, self.tokenizer, eos, deadline=deadline)
         model = trainer.accelerator.unwrap_model(trainer.model)
         return TransformersBackend.from_model(
             inference_copy(model), self.tokenizer, batch_size=self.settings.batch_size

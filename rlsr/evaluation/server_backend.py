@@ -23,6 +23,12 @@ asks it, as ``rlsr evaluate --backend vllm`` asks its own engine on checkpoint-N
   the server answers an over-long request with HTTP 400, and the evaluation must not lose an
   answer to the context limit (``check_fits``).
 
+Time is bounded (``deadline``): the other processes wait for the main process in a collective
+under ``grpo.ddp_timeout``, so every request is sent with a timeout that, with the session's own
+retries (TRL mounts ``urllib3`` ``Retry``: a read timeout is retried, after a backoff), still ends
+before the deadline; past it, no request is sent and the evaluation raises ``TimeoutError`` (a
+failed evaluation, recorded; training goes on) instead of hanging.
+
 Each HTTP request is complete when it returns: no request of the evaluation stays on the server
 to be mixed into TRL's next rollouts (which come back on their own HTTP responses anyway).
 Sampled (``temperature > 0``) per-token log-probs differ from ``VLLMBackend``'s: train.slurm
@@ -33,7 +39,11 @@ neither sampled log-probs).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+
+import requests
+import urllib3
 
 from rlsr.generation.backends import Generation, Sampling, encode_prompt, render_chat
 from rlsr.generation.openai_api import (
@@ -43,7 +53,33 @@ from rlsr.generation.openai_api import (
     score_body,
 )
 
-__all__ = ["ServerBackend", "server_request", "server_generation"]
+__all__ = [
+    "ServerBackend",
+    "server_request",
+    "server_generation",
+    "attempt_timeout",
+    "server_eval_bound",
+]
+
+# Of grpo.ddp_timeout, the share the requests may use: the rest is left for what the main
+# process does after the last request while the others still wait (verifying, writing the
+# samples, joining and summarising the metrics) and for clock skew between the processes.
+EVAL_SHARE_OF_DDP_TIMEOUT = 0.8
+EVAL_RESERVE_S = 60.0
+
+
+def server_eval_bound(ddp_timeout_s: float) -> float:
+    """Seconds the server-mode held-out evaluation's requests may take, all together:
+    ``0.8 * ddp_timeout - 60`` (1,380 s for TRL's default 1,800 s); the other processes wait in
+    a collective that ``ddp_timeout`` ends. ``ValueError`` when that leaves nothing."""
+    bound = EVAL_SHARE_OF_DDP_TIMEOUT * float(ddp_timeout_s) - EVAL_RESERVE_S
+    if bound <= 0:
+        raise ValueError(
+            f"grpo.ddp_timeout={ddp_timeout_s} s leaves no time for the server-mode held-out "
+            f"evaluation (its requests get {EVAL_SHARE_OF_DDP_TIMEOUT} x ddp_timeout - "
+            f"{EVAL_RESERVE_S:.0f} s); raise grpo.ddp_timeout"
+        )
+    return bound
 
 
 def server_request(model: str, prompts: list[list[int]], sampling: Sampling) -> dict:
@@ -57,6 +93,35 @@ def server_request(model: str, prompts: list[list[int]], sampling: Sampling) -> 
 server_generation = completion_generation
 
 
+def _retry_bound(session, url: str) -> tuple[int, float]:
+    """(attempts, total backoff seconds) of ``session``'s retry policy for ``url``: at most
+    ``total + 1`` attempts, the backoffs ``urllib3`` waits between them bounded from above by
+    ``backoff_factor * 2**i`` capped at ``backoff_max`` (TRL's client: 6 attempts, <= 62 s)."""
+    try:
+        retry = session.get_adapter(url).max_retries
+        total = int(retry.total) if isinstance(retry.total, int) else 0
+        factor, cap = float(retry.backoff_factor), float(getattr(retry, "backoff_max", 120))
+    except (AttributeError, TypeError, ValueError):  # not a requests session with an adapter
+        return 1, 0.0
+    total = max(total, 0)
+    return total + 1, sum(min(factor * 2**i, cap) for i in range(total))
+
+
+def attempt_timeout(remaining_s: float, attempts: int, backoff_s: float) -> float:
+    """Seconds one attempt may take so that ``attempts`` attempts and ``backoff_s`` seconds of
+    backoff between them end within ``remaining_s``: ``(remaining - backoff) / attempts``.
+    ``TimeoutError`` when that leaves under a second per attempt."""
+    per_attempt = (remaining_s - backoff_s) / max(attempts, 1)
+    if per_attempt < 1.0:
+        raise TimeoutError(
+            f"the held-out evaluation's time bound is spent: {remaining_s:.0f} s left, which "
+            f"cannot hold {attempts} attempt(s) of a request and {backoff_s:.0f} s of retry "
+            "backoff (the bound is derived from grpo.ddp_timeout, the time the other processes "
+            "wait; raise grpo.ddp_timeout or lower eval.limit)"
+        )
+    return per_attempt
+
+
 class ServerBackend:
     """Generation and scoring on a running vLLM server (``vllm serve`` with TRL's flags, as
     slurm/train.slurm starts it) through a TRL ``VLLMClient`` (``base_url``, ``model``,
@@ -66,10 +131,13 @@ class ServerBackend:
     # schedules them itself (continuous batching); one HTTP request per call.
     eval_batch_size = 256
 
-    def __init__(self, client, tokenizer, eos_ids: set[int]) -> None:
+    def __init__(self, client, tokenizer, eos_ids: set[int], deadline: float | None = None) -> None:
+        """``deadline``: a ``time.monotonic()`` instant by which every request has returned or
+        failed (None: no bound, as ``rlsr evaluate`` alone)."""
         self.client = client
         self.tokenizer = tokenizer
         self.eos_ids = set(eos_ids)
+        self.deadline = deadline
         self._max_model_len: int | None = None
 
     @property
@@ -97,10 +165,28 @@ class ServerBackend:
 
     def _call(self, method: str, path: str, body: dict | None = None) -> dict:
         url = f"{self.client.base_url}{path}"
-        if method == "GET":
-            response = self.client.session.get(url)
-        else:
-            response = self.client.session.post(url, json=body)
+        session = self.client.session
+        timeout = None
+        if self.deadline is not None:
+            attempts, backoff = _retry_bound(session, url)
+            timeout = attempt_timeout(self.deadline - time.monotonic(), attempts, backoff)
+        try:
+            if method == "GET":
+                response = session.get(url, timeout=timeout)
+            else:
+                response = session.post(url, json=body, timeout=timeout)
+        except (requests.exceptions.Timeout, requests.exceptions.ConnectionError) as err:
+            # retries spent on read timeouts come back as a ConnectionError around them
+            reason = getattr(err.args[0] if err.args else None, "reason", None)
+            if not isinstance(err, requests.exceptions.Timeout) and not isinstance(
+                reason, urllib3.exceptions.TimeoutError
+            ):
+                raise  # refused, reset, ...: as the session raised it (its retries spent)
+            raise TimeoutError(
+                f"the vLLM server at {self.client.base_url} did not answer {method} {path} "
+                f"within {timeout or 0:.0f} s per attempt (the held-out evaluation's bound, derived "
+                f"from grpo.ddp_timeout): {err}"
+            ) from err
         if response.status_code != 200:
             raise RuntimeError(
                 f"the vLLM server at {self.client.base_url} answered {method} {path} with HTTP "

@@ -1,0 +1,128 @@
+"""The server-mode held-out evaluation is bounded in time (rlsr.evaluation.server_backend): the
+other processes wait for the main process in a collective under ``grpo.ddp_timeout``, so a server
+that stops answering must fail the evaluation (recorded; training goes on) instead of hanging.
+
+The server here is a stand-in at the HTTP boundary: a tiny local server that accepts the
+connection and never answers in time. The real vLLM server cannot be made to hang
+deterministically, and TRL's ``VLLMClient`` cannot be built without vLLM installed, so the
+client is a ``requests.Session`` mounted with urllib3's ``Retry`` as TRL mounts it (fewer
+retries, no backoff, to keep the test short; ``_retry_bound`` reads whatever is mounted).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
+
+import pytest
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+from rlsr.evaluation.server_backend import (
+    ServerBackend,
+    _retry_bound,
+    attempt_timeout,
+    server_eval_bound,
+)
+from rlsr.generation.backends import Sampling
+
+SLEEP_S = 60.0  # how long the stand-in takes to answer: far beyond the bounds below
+
+
+@pytest.fixture
+def sleeping_server():
+    release = threading.Event()
+    hits = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def _sleep(self):
+            hits.append(self.path)
+            release.wait(SLEEP_S)
+
+        do_GET = do_POST = _sleep
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", hits
+    release.set()
+    server.shutdown()
+    server.server_close()
+
+
+def _session(retries: int) -> requests.Session:
+    """A session mounted as TRL's VLLMClient mounts its own (read timeouts retried)."""
+    session = requests.Session()
+    retry = Retry(total=retries, connect=retries, read=retries, backoff_factor=0,
+                  allowed_methods=["POST", "GET"])  # fmt: skip
+    session.mount("http://", HTTPAdapter(max_retries=retry))
+    return session
+
+
+class _Tokenizer:
+    """Token ids for ``encode_prompt``; the request never gets an answer, so which ids does
+    not matter here."""
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [ord(c) % 50 for c in text]}
+
+
+def test_a_server_that_sleeps_fails_the_evaluation_within_its_bound(sleeping_server):
+    url, hits = sleeping_server
+    client = SimpleNamespace(base_url=url, model="m", session=_session(retries=1))
+    bound_s = 4.0
+    started = time.monotonic()
+    backend = ServerBackend(client, _Tokenizer(), set(), deadline=started + bound_s)
+    with pytest.raises(TimeoutError, match="within 2 s per attempt|time bound is spent"):
+        backend.generate(["a question"], Sampling(max_new_tokens=8))
+    elapsed = time.monotonic() - started
+    # both attempts (1 retry) reached the server and timed out; the stand-in would have
+    # answered only after SLEEP_S: the evaluation did not wait for it
+    assert hits == ["/v1/models", "/v1/models"]
+    assert elapsed < SLEEP_S / 2, elapsed
+    # past the deadline nothing more is sent: the next request fails before any attempt
+    with pytest.raises(TimeoutError, match="time bound is spent"):
+        backend._call("POST", "/v1/completions", {})
+    assert len(hits) == 2
+
+
+def test_without_a_deadline_requests_are_unbounded_as_before(sleeping_server, monkeypatch):
+    """``rlsr evaluate`` against a server (no collective waiting): no timeout is passed."""
+    url, _ = sleeping_server
+    seen = {}
+
+    class Session:
+        def get(self, u, timeout=None):
+            seen["timeout"] = timeout
+            return SimpleNamespace(status_code=200, json=lambda: {"data": [{"max_model_len": 9}]})
+
+    backend = ServerBackend(
+        SimpleNamespace(base_url=url, model="m", session=Session()), None, set()
+    )
+    assert backend.max_model_len == 9 and seen == {"timeout": None}
+
+
+def test_the_retry_bound_of_trls_session():
+    """TRL's VLLMClient mounts Retry(total=5, backoff_factor=2): 6 attempts, backoffs bounded
+    by 2 + 4 + 8 + 16 + 32 = 62 s (urllib3 waits 0 before the first retry: an upper bound)."""
+    session = requests.Session()
+    retry = Retry(total=5, connect=5, read=5, status=3, status_forcelist=[500, 502, 503],
+                  backoff_factor=2, allowed_methods=["POST", "GET"])  # fmt: skip
+    session.mount("http://", HTTPAdapter(max_retries=retry))
+    assert _retry_bound(session, "http://h:1/v1/models") == (6, 62.0)
+    # with TRL's default ddp_timeout the requests get 1,380 s: (1380 - 62) / 6 per attempt
+    assert server_eval_bound(1800) == 1380.0
+    assert attempt_timeout(1380.0, 6, 62.0) == pytest.approx(219.666, abs=1e-3)
+    with pytest.raises(TimeoutError, match="62 s of retry backoff"):
+        attempt_timeout(60.0, 6, 62.0)
+
+
+def test_a_ddp_timeout_that_leaves_no_time_is_refused():
+    with pytest.raises(ValueError, match="grpo.ddp_timeout=60 s leaves no time"):
+        server_eval_bound(60)
