@@ -90,7 +90,8 @@ def test_sft_recipe_reads_the_sft_section_and_checks_it():
     s = _compose("method=sft")
     kwargs = trainer_kwargs(plan_run(s, world_size=1))
     # machine settings follow the recipe's grpo section; no GRPO-only field leaks in
-    assert kwargs["use_cpu"] is True and kwargs["bf16"] is False and kwargs["max_steps"] == 6
+    assert kwargs["use_cpu"] is True and kwargs["bf16"] is False
+    assert kwargs["max_steps"] == s.grpo["max_steps"] == 40  # recipe=tiny's grpo.max_steps
     assert "num_generations" not in kwargs and "reward_weights" not in kwargs
     assert s.data.system_prompt == "none"
     s.sft["learnig_rate"] = 1e-4

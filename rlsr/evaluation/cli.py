@@ -61,6 +61,7 @@ from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
 from rlsr.evaluation.samples_io import json_safe, read_samples
 from rlsr.evaluation.summary import scorer_arrays
 from rlsr.generation.backends import load_chat_tokenizer, make_backend, resolve_adapter
+from rlsr.generation.openai_api import RLSR_SERVE
 from rlsr.pool_log import write_pool_summary
 from rlsr.tokenization import model_context_length, prompt_token_counter
 from rlsr.verifiers import VERIFIERS, is_plugin_name
@@ -551,11 +552,11 @@ def _connect_endpoint(args) -> EndpointBackend:
         ),
         tokenizer_path=args.tokenizer,
     )  # fmt: skip
-    if backend.kind == "rlsr" and args.backend != "openai-chat":
+    if backend.kind == RLSR_SERVE and args.backend != "openai-chat":
         backend.close()
         raise ValueError(f"{args.base_url} is rlsr serve, which answers /v1/chat/completions only: "
                          "use --backend openai-chat.")  # fmt: skip
-    if args.audit_deployment and backend.kind != "rlsr":
+    if args.audit_deployment and backend.kind != RLSR_SERVE:
         backend.close()
         raise ValueError(
             f"--audit-deployment: {args.base_url} is not rlsr serve (its /v1/models says "

@@ -54,6 +54,7 @@ from rlsr.generation.backends import (
     render_chat,
 )
 from rlsr.generation.openai_api import (
+    RLSR_SERVE,
     chat_body,
     chat_generation,
     completion_generation,
@@ -443,7 +444,7 @@ class EndpointBackend:
         self.n_by_requests = False  # set when the server refused n > 1 (generate)
         self.tokenizer = None
         self.eos_ids: set[int] = set()
-        if settings.kind == "completions" and self.kind != "rlsr":
+        if settings.kind == "completions" and self.kind != RLSR_SERVE:
             path = tokenizer_path or settings.model
             try:
                 self.tokenizer = load_chat_tokenizer(path)
@@ -482,14 +483,14 @@ class EndpointBackend:
     @property
     def fallbacks_off(self) -> str | None:
         """Why this endpoint cannot run the Sec. C.3 fallbacks (None: it can)."""
-        if self.kind == "rlsr":
+        if self.kind == RLSR_SERVE:
             return "rlsr serve applies the Sec. C.3 fallbacks itself (recorded per sample)"
         if self.settings.kind == "chat" and self.kind != "vllm":
             return (
                 "the chat endpoint cannot continue an assistant message (vLLM's "
                 "continue_final_message); the server is not vLLM"
             )
-        if self.settings.kind == "completions" and self.kind == "rlsr":
+        if self.settings.kind == "completions" and self.kind == RLSR_SERVE:
             return "rlsr serve has no /v1/completions"
         return None
 
@@ -551,7 +552,7 @@ class EndpointBackend:
     # ------------------------------------------------------------------ Backend interface
 
     def render(self, messages: list[dict]) -> str:
-        if self.kind == "rlsr":
+        if self.kind == RLSR_SERVE:
             return chat_prompt_text([{"role": "user", "content": served_question(messages)}])
         if self.settings.kind == "chat":
             return chat_prompt_text(messages)
@@ -583,7 +584,7 @@ class EndpointBackend:
     def _reader(self, n: int, logprobs: bool) -> Callable[[dict], list[Generation]]:
         chat = self.settings.kind == "chat"
         read = chat_generation if chat else completion_generation
-        eos, served = self.eos_ids, self.kind == "rlsr"
+        eos, served = self.eos_ids, self.kind == RLSR_SERVE
 
         def check(data: dict) -> list[Generation]:
             choices = sorted(data["choices"], key=lambda c: c["index"])

@@ -26,6 +26,9 @@ from rlsr.generation.backends import Generation, Sampling
 
 __all__ = [
     "SERVER_KINDS",
+    "VLLM_SERVE",
+    "RLSR_SERVE",
+    "OTHER_SERVER",
     "server_kind",
     "completions_body",
     "chat_body",
@@ -35,13 +38,15 @@ __all__ = [
     "continuation_logprobs_of",
 ]
 
-SERVER_KINDS = ("vllm", "rlsr", "openai")
+# The kinds by name (``RLSR_SERVE`` is the `rlsr serve` endpoint, not the training method).
+VLLM_SERVE, RLSR_SERVE, OTHER_SERVER = "vllm", "rlsr", "openai"
+SERVER_KINDS = (VLLM_SERVE, RLSR_SERVE, OTHER_SERVER)
 
 
 def server_kind(model_entry: dict) -> str:
     """``vllm`` | ``rlsr`` | ``openai`` from one ``/v1/models`` entry (its ``owned_by``)."""
     owner = str(model_entry.get("owned_by") or "")
-    return owner if owner in ("vllm", "rlsr") else "openai"
+    return owner if owner in (VLLM_SERVE, RLSR_SERVE) else OTHER_SERVER
 
 
 def _vllm_fields(sampling: Sampling) -> dict:
@@ -90,7 +95,7 @@ def chat_body(
     context) becomes a final assistant message that the model continues
     (``continue_final_message``, vLLM only). ``rlsr serve`` gets the messages alone: it decodes
     as its threshold was certified and refuses anything else."""
-    if kind == "rlsr":
+    if kind == RLSR_SERVE:
         return {"model": model, "messages": messages}
     body: dict[str, Any] = {
         "model": model,
