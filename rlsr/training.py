@@ -499,6 +499,20 @@ def _learning_line(dataset: str, first: dict, last: dict) -> str:
     )
 
 
+def _engine_flags(heldout: ResolvedHeldOut) -> list[str]:
+    """``rlsr evaluate`` flags for the engine the held-out evaluation ran on. ``vllm`` (colocated)
+    and ``vllm_server``: TRL pushes the merged LoRA weights into the engine, so ``--backend vllm
+    --merge-adapter`` (not LoRA kernels on the unmerged adapter), ``--dtype auto`` as TRL's
+    engine (the checkpoint's dtype; float32 on a CPU). The difference that remains on a GPU: TRL
+    merges in the training dtype (``model.dtype``, bfloat16) inside the engine, ``rlsr evaluate
+    --merge-adapter`` merges in float32 and casts once, so bfloat16 answers may differ in the
+    last bit of a weight (identical on a CPU, where both are float32). ``transformers``: the
+    defaults (as tests/test_in_training_eval checks)."""
+    if heldout.backend in ("vllm", "vllm_server"):
+        return ["--backend", "vllm", "--merge-adapter"]
+    return []
+
+
 def _evaluate_command(cfg, output_dir: Path, heldout: ResolvedHeldOut | None) -> str:
     """The ``rlsr evaluate`` command for the final adapter on the held-out datasets (else the
     training dataset), with the held-out evaluation's answer budget and system prompt, so it
@@ -508,7 +522,7 @@ def _evaluate_command(cfg, output_dir: Path, heldout: ResolvedHeldOut | None) ->
     args = [rlsr_program(), "evaluate", "--model", cfg.model.name_or_path, "--adapter", str(output_dir),
             "--datasets", ",".join(datasets), "--output-dir", str(output_dir / "evaluate")]  # fmt: skip
     if heldout is not None:
-        return shlex.join(args + protocol_flags(heldout.protocol))
+        return shlex.join(args + protocol_flags(heldout.protocol) + _engine_flags(heldout))
     needs = dict(cfg.method.evaluate or {})
     budget = trainer_section(cfg).get("max_completion_length")
     if budget is not None and needs.get("max_new_tokens") is None:

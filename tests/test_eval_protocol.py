@@ -119,3 +119,31 @@ def test_the_evaluate_command_a_run_prints_reproduces_its_held_out_protocol(tmp_
     assert Path(argv[0]).name == "rlsr" and argv[1] == "evaluate"
     assert protocol_from_args(_parser().parse_args(argv[1:])) == heldout.protocol
     assert (heldout.protocol.consistency_k, heldout.protocol.top_p) == (3, 0.5)
+    assert "--backend" not in argv  # transformers: rlsr evaluate's default backend
+
+
+def test_the_printed_command_runs_the_engine_the_held_out_evaluation_used(tmp_path):
+    """vllm / vllm_server held-out evaluations answer from merged weights (TRL syncs them into
+    the engine): the printed command asks rlsr evaluate for the same (--backend vllm
+    --merge-adapter), not LoRA kernels on the unmerged adapter (issue 38 item 9)."""
+    import shlex
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from rlsr.config import from_dict, resolve_heldout
+    from rlsr.training import _engine_flags, _evaluate_command
+
+    with initialize_config_dir(config_dir=str(ROOT / "recipes"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["recipe=tiny", f"output_dir={tmp_path}"])
+    values = OmegaConf.to_container(cfg, resolve=True)
+    values.pop("hydra", None)
+    settings = from_dict(values)
+    heldout = resolve_heldout(settings)
+    for backend in ("vllm", "vllm_server"):
+        engine = dataclasses.replace(heldout, backend=backend)
+        argv = shlex.split(_evaluate_command(settings, tmp_path, engine))
+        args = _parser().parse_args(argv[1:])
+        assert (args.backend, args.merge_adapter, args.dtype) == ("vllm", True, "auto")
+        assert protocol_from_args(args) == heldout.protocol
+    assert _engine_flags(dataclasses.replace(heldout, backend="transformers")) == []
