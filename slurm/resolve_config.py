@@ -30,6 +30,8 @@ def resolve(overrides: list[str], root: Path = ROOT) -> dict[str, str]:
     """
     from hydra import compose, initialize_config_dir
 
+    from rlsr.config.trl_defaults import grpo_get
+
     with initialize_config_dir(config_dir=str(root / "recipes"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=list(overrides))
     output_dir = Path(str(cfg.output_dir))
@@ -37,7 +39,7 @@ def resolve(overrides: list[str], root: Path = ROOT) -> dict[str, str]:
         output_dir = root / output_dir
     grpo = cfg.get("grpo") or {}
     length = grpo.get("vllm_max_model_length")
-    prompt, completion = cfg.data.get("max_prompt_length"), grpo.get("max_completion_length", 256)
+    prompt, completion = cfg.data.get("max_prompt_length"), grpo_get(grpo, "max_completion_length")
     if length is None and prompt is not None and completion is not None:
         length = server_context_length(cfg)
         if length is None:

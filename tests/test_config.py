@@ -486,3 +486,33 @@ def test_auto_attention_takes_flash_attn_when_it_imports_on_a_gpu(tmp_path, monk
     monkeypatch.delitem(sys.modules, "flash_attn", raising=False)
     assert resolve_attn_implementation("auto", on_gpu=True) == "flash_attention_2"
     monkeypatch.delitem(sys.modules, "flash_attn", raising=False)
+
+
+def test_trl_defaults_are_read_from_trl_not_restated():
+    """Issue 37 item 1: a recipe without grpo.max_completion_length trains with TRL's default
+    (GRPOConfig: 512 in TRL 1.16), so the held-out budget, the vLLM context and Slurm's
+    --max-model-len follow that value, not a copy (256) written in rlsr."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    trl_default = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
+    completion = trl_default["max_completion_length"]
+    values = compose("recipe=hotpot", "~grpo.max_completion_length")
+    assert "max_completion_length" not in values["grpo"]
+    settings = from_dict(values)
+    assert resolve_heldout(settings).protocol.max_new_tokens == completion
+    plain = from_dict(compose("recipe=hotpot", "~grpo.max_completion_length", "eval.every=0"))
+    expected = plain.data.max_prompt_length + completion
+    assert grpo_kwargs(plain, world_size=4)["vllm_max_model_length"] == expected
+    spec = importlib.util.spec_from_file_location(
+        "resolve_config", ROOT / "slurm/resolve_config.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    resolved = module.resolve(["recipe=hotpot", "~grpo.max_completion_length", "eval.every=0"])
+    assert resolved["max_model_len"] == str(expected)
+    # the pool reads TRL's group size and per-device batch the same way
+    pool = resolve_pool({}, None, world_size=1)
+    per_device = trl_default["per_device_train_batch_size"]
+    assert (pool.num_generations, pool.per_device) == (trl_default["num_generations"], per_device)

@@ -65,6 +65,7 @@ from rlsr.config.trainer_args import (
     check_sft,
     check_vllm_length,
 )
+from rlsr.config.trl_defaults import grpo_get
 from rlsr.data import TaskError, load_env_tasks, load_tasks
 from rlsr.prompts import NO_SYSTEM_PROMPT
 
@@ -196,7 +197,7 @@ def vllm_context_length(cfg: TrainSettings, heldout: ResolvedHeldOut | None) -> 
     if cfg.grpo.get("vllm_max_model_length") is not None:
         return None
     prompt = cfg.data.max_prompt_length
-    completion = cfg.grpo.get("max_completion_length", 256)
+    completion = grpo_get(cfg.grpo, "max_completion_length")
     if prompt is None or completion is None:
         return None
     beyond = int(completion)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlsr.config.checks import ConfigError, check, is_int, is_number
+from rlsr.config.trl_defaults import grpo_get
 from rlsr.data import VERIFIERS as VERIFIER_NAMES
 from rlsr.data import get_spec, resolve_datasets
 from rlsr.engines import engine_from_env
@@ -162,7 +163,7 @@ def heldout_protocol(cfg, trainer_section: str = "grpo") -> EvalProtocol:
     layers = [
         ("eval", {name: getattr(e, name) for name in PROTOCOL_FIELDS}),
         ("method.evaluate", cfg.method.evaluate or {}),
-        (trainer_section, {"max_new_tokens": section.get("max_completion_length", 256)}),
+        (trainer_section, {"max_new_tokens": grpo_get(section, "max_completion_length")}),
         ("data", {"system_prompt": cfg.data.system_prompt
                   or get_spec(cfg.data.dataset).system_prompt}),
     ]  # fmt: skip
@@ -294,7 +295,7 @@ def _verifiers(e: HeldOutSettings, names: list[str]) -> dict[str, str]:
 def _backend(requested: str, section: dict) -> str:
     """``eval.backend`` resolved against the trainer's rollout engine (``auto``: the engine the
     rollouts use, else transformers) and checked against it and the launch's engine."""
-    colocated = bool(section.get("use_vllm")) and section.get("vllm_mode", "colocate") == "colocate"
+    colocated = bool(section.get("use_vllm")) and grpo_get(section, "vllm_mode") == "colocate"
     check(
         requested in HELDOUT_BACKENDS,
         "eval.backend",

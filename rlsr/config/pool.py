@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from rlsr.config.checks import ConfigError
 from rlsr.config.checks import check as _check
 from rlsr.config.checks import is_int as _is_int
+from rlsr.config.trl_defaults import grpo_get
 
 # Where a launcher states the process count before any process group exists: torchrun and
 # accelerate set WORLD_SIZE; an MPI launch (accelerate launch --cpu --mpirun_hostfile, mpirun)
@@ -64,8 +65,8 @@ def resolve_pool(grpo: dict, pool: int | None, world_size: int) -> PoolPlan:
     accumulation, ``generation_batch_size`` = pool) and the pool must hold whole groups of G.
     ``num_iterations > 1`` (several optimizer passes over one pool) keeps the invariant.
     """
-    G = grpo.get("num_generations", 8)
-    per_device = grpo.get("per_device_train_batch_size", 8)
+    G = grpo_get(grpo, "num_generations")
+    per_device = grpo_get(grpo, "per_device_train_batch_size")
     accum = grpo.get("gradient_accumulation_steps")
     if pool is not None:
         _check(

@@ -10,6 +10,7 @@ from rlsr.config import machine
 from rlsr.config.checks import ConfigError, closest_hint, is_number
 from rlsr.config.checks import check as _check
 from rlsr.config.checks import is_int as _is_int
+from rlsr.config.trl_defaults import grpo_get, sft_default
 from rlsr.engines import engine_from_env, engine_problems
 
 VLLM_MODES = ("colocate", "server")
@@ -55,18 +56,18 @@ def check_grpo(g: dict) -> None:
             "is set by rlsr from other sections (output_dir, seed, method.*_weight, model.*); "
             "set it there instead.",
         )
-    G = g.get("num_generations", 8)
+    G = grpo_get(g, "num_generations")
     _check(
         _is_int(G) and G >= 2,
         "grpo.num_generations",
         f"GRPO needs at least 2 completions per prompt; got {G!r} (paper: 32).",
     )
     _check_batch_sizes(g, "grpo")
-    lr = g.get("learning_rate", 1e-6)
+    lr = grpo_get(g, "learning_rate")
     _check(is_number(lr) and lr > 0, "grpo.learning_rate", f"must be > 0; got {lr!r}.")
-    temp = g.get("temperature", 1.0)
+    temp = grpo_get(g, "temperature")
     _check(is_number(temp) and temp > 0, "grpo.temperature", f"must be > 0; got {temp!r}.")
-    mcl = g.get("max_completion_length", 256)
+    mcl = grpo_get(g, "max_completion_length")
     _check(
         mcl is None or (_is_int(mcl) and mcl >= 1),
         "grpo.max_completion_length",
@@ -81,7 +82,7 @@ def check_grpo(g: dict) -> None:
     if g.get("scale_rewards", "group") not in ("group", "batch", "none", True, False):
         raise ConfigError("grpo.scale_rewards", "choose 'none' (paper), 'group' or 'batch'.")
     if g.get("use_vllm", False):
-        mode = g.get("vllm_mode", "colocate")
+        mode = grpo_get(g, "vllm_mode")
         _check(
             mode in VLLM_MODES,
             "grpo.vllm_mode",
@@ -163,7 +164,7 @@ def check_vllm_length(g: dict, prompt: int | None) -> None:
     """``grpo.vllm_max_model_length`` against ``data.max_prompt_length`` (``prompt``) + the
     completion length (the held-out answer's need is checked with the held-out plan)."""
     length = g.get("vllm_max_model_length")
-    completion = g.get("max_completion_length", 256)
+    completion = grpo_get(g, "max_completion_length")
     if not g.get("use_vllm", False) or length is None:
         return
     _check(
@@ -197,7 +198,7 @@ def check_sft(g: dict) -> None:
             "is set by rlsr from other sections (output_dir, seed, model.*); set it there instead.",
         )
     _check_batch_sizes(g, "sft")
-    lr = g.get("learning_rate", 2e-5)
+    lr = g.get("learning_rate", sft_default("learning_rate"))
     _check(is_number(lr) and lr > 0, "sft.learning_rate", f"must be > 0; got {lr!r}.")
     max_length = g.get("max_length", 1024)
     _check(
