@@ -123,8 +123,28 @@ def engine_from_env(env: Mapping[str, str] | None = None) -> LaunchEngine:
             state_dict_type=env.get("FSDP_STATE_DICT_TYPE", "SHARDED_STATE_DICT"),
             activation_checkpointing=_flag(env.get("FSDP_ACTIVATION_CHECKPOINTING", "false")),
         )
-    world = _int_or_none(env.get("WORLD_SIZE", "1")) or 1
-    return LaunchEngine("ddp" if world > 1 else "single")
+    return LaunchEngine("ddp" if world_size_from_env(env) > 1 else "single")
+
+
+# Processes of this launch, read as accelerate reads them: torchrun and the GPU launchers of
+# accelerate set WORLD_SIZE; an MPI launch (accelerate launch --cpu --mpirun_hostfile, mpirun)
+# sets only its own variable, and accelerate writes WORLD_SIZE later, when the group starts.
+WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
+def world_size_from_env(env: Mapping[str, str] | None = None) -> int:
+    """Number of processes of this launch: the first of ``WORLD_SIZE_VARIABLES`` that is set
+    (torchrun / accelerate, else an MPI launcher's); else 1. The one reader of the launch size:
+    the run plan and ``engine_from_env`` both ask it."""
+    env = os.environ if env is None else env
+    for name in WORLD_SIZE_VARIABLES:
+        value = env.get(name)
+        if value:
+            try:
+                return max(1, int(value))
+            except ValueError:
+                return 1
+    return 1
 
 
 def engine_from_accelerate_config(path: str | os.PathLike) -> LaunchEngine:

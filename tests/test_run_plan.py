@@ -87,3 +87,16 @@ def test_the_process_count_is_read_as_accelerate_reads_it(monkeypatch):
     assert world_size_from_env() == 4
     monkeypatch.setenv("WORLD_SIZE", "2")  # torchrun / accelerate's own first
     assert world_size_from_env() == 2
+
+
+def test_the_engine_and_the_run_plan_read_one_world_size():
+    """Issue 37 item 6: an MPI launch states its size only in its own variable; the engine
+    (DDP vs single) and the run plan's process count read it with the same reader."""
+    from rlsr.config.pool import world_size_from_env as plan_reader
+    from rlsr.engines import engine_from_env
+
+    for name in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
+        env = {name: "4"}
+        assert plan_reader(env) == 4
+        assert engine_from_env(env).name == "ddp", name
+    assert engine_from_env({}).name == "single" and plan_reader({}) == 1

@@ -4,32 +4,15 @@ Sec. 3: every completion of one optimizer step across all processes is ranked to
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from rlsr.config.checks import ConfigError
 from rlsr.config.checks import check as _check
 from rlsr.config.checks import is_int as _is_int
 from rlsr.config.trl_defaults import grpo_get
+from rlsr.engines import WORLD_SIZE_VARIABLES, world_size_from_env
 
-# Where a launcher states the process count before any process group exists: torchrun and
-# accelerate set WORLD_SIZE; an MPI launch (accelerate launch --cpu --mpirun_hostfile, mpirun)
-# sets only its own variable, and accelerate writes WORLD_SIZE later, when the group starts. The
-# same list, in the same order, as accelerate's own reading (accelerate.utils.environment).
-WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
-
-
-def world_size_from_env() -> int:
-    """Number of processes of this launch: the first of ``WORLD_SIZE_VARIABLES`` that is set
-    (torchrun / accelerate, else an MPI launcher's); else 1."""
-    for name in WORLD_SIZE_VARIABLES:
-        value = os.environ.get(name)
-        if value:
-            try:
-                return max(1, int(value))
-            except ValueError:
-                return 1
-    return 1
+__all__ = ["WORLD_SIZE_VARIABLES", "PoolPlan", "resolve_pool", "world_size_from_env"]
 
 
 @dataclass(frozen=True)
