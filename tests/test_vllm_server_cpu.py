@@ -64,8 +64,8 @@ CPU_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 
-# recipe=tiny (pool 16 x 2 accumulation = 32, G = 4), checkpoint every step.
-TRAIN_ARGS = ["recipe=tiny", "grpo.save_steps=1", "grpo.logging_steps=1",
+# recipe=tiny-format (pool 16 x 2 accumulation = 32, G = 4), checkpoint every step.
+TRAIN_ARGS = ["recipe=tiny-format", "grpo.save_steps=1", "grpo.logging_steps=1",
               "grpo.report_to=none", "grpo.disable_tqdm=true", "grpo.max_completion_length=24",
               "grpo.warmup_steps=0"]  # fmt: skip
 # 640: the held-out evaluation goes through the server (eval.backend=auto in server mode), and a
