@@ -97,6 +97,6 @@ def test_the_engine_and_the_run_plan_read_one_world_size():
 
     for name in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
         env = {name: "4"}
-        assert plan_reader(env) == 4
         assert engine_from_env(env).name == "ddp", name
+        assert plan_reader(env) == 4
     assert engine_from_env({}).name == "single" and plan_reader({}) == 1
