@@ -95,8 +95,7 @@ def test_the_engine_and_the_run_plan_read_one_world_size():
     from rlsr.config.pool import world_size_from_env as plan_reader
     from rlsr.engines import engine_from_env
 
-    for name in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
-        env = {name: "4"}
-        assert engine_from_env(env).name == "ddp", name
-        assert plan_reader(env) == 4
+    names = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+    assert [engine_from_env({name: "4"}).name for name in names] == ["ddp"] * 4
+    assert [plan_reader({name: "4"}) for name in names] == [4] * 4
     assert engine_from_env({}).name == "single" and plan_reader({}) == 1
