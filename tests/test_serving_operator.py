@@ -350,3 +350,55 @@ def test_a_client_that_goes_away_aborts_its_engine_request(upstream, tiny_model_
     assert 'rlsr_requests_total{outcome="cancelled"} 20.0' in text
     assert "rlsr_requests_in_flight 0.0" in text
     assert "rlsr_engine_requests 0.0" in text
+
+
+def test_hostile_bodies_are_400_or_415_counted_and_health_takes_head(upstream, tiny_model_dir):
+    """Issue 38 items 2, 3, 4, 6. Each of these answered 500 (nesting, a surrogate parameter name)
+    or 200 (text/plain) or 405 (HEAD /health, POST /health without a key) before: every bad body is
+    a client error with a UTF-8 body, every error is counted on /metrics, a non-JSON content type
+    is refused before any compute (vllm serve's test_request_wrong_content_type), HEAD /health is a
+    probe and POST /health needs the key like every other non-probe request."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    auth = {"Authorization": f"Bearer {KEYS[0]}"}
+    json_headers = {**auth, "Content-Type": "application/json"}
+    ok = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "capital?"}]})
+    deep = "[" * 5000 + "]" * 5000
+    name = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "q"}]})
+    surrogate_name = name[:-1] + ', "\\ud800x": 1}'
+    surrogate_value = json.dumps({"model": "tiny\ud800", "messages": []}).replace(
+        "\\ud800", "\\ud800"
+    )
+    sent = {  # body, headers -> status
+        "deep nesting": (deep, json_headers, 400),
+        "deep object": ('{"a":' * 5000 + "1" + "}" * 5000, json_headers, 400),
+        "surrogate name": (surrogate_name, json_headers, 400),
+        "surrogate value": (surrogate_value, json_headers, 404),  # an unknown model, quoted
+        "not an object": ("[1, 2]", json_headers, 400),
+        "text/plain": (ok, {**auth, "Content-Type": "text/plain"}, 415),
+        "form": (ok, {**auth, "Content-Type": "application/x-www-form-urlencoded"}, 415),
+        "no content type": (ok.encode(), auth, 415),
+    }
+    app = _app(upstream, tiny_model_dir, api_keys=KEYS[:1])
+    with running(app) as url:
+        for case, (body, headers, status) in sent.items():
+            resp = httpx.post(url + "/v1/chat/completions", content=body, headers=headers)
+            assert resp.status_code == status, (case, resp.status_code, resp.text[:200])
+            err = resp.json()["error"]  # the body decodes as UTF-8 JSON
+            assert err["message"], case
+        good = httpx.post(url + "/v1/chat/completions", content=ok, headers=json_headers)
+        assert good.status_code == 200, good.text
+        charset = {**auth, "Content-Type": "application/json; charset=utf-8"}
+        assert httpx.post(url + "/v1/chat/completions", content=ok, headers=charset).is_success
+        head = httpx.head(url + "/health")
+        assert head.status_code == 200 and head.text == ""
+        assert httpx.post(url + "/health").status_code == 401
+        assert httpx.post(url + "/health", headers=auth).status_code == 405
+        resp = httpx.get(url + "/metrics", headers=auth)
+    errors = [
+        s.value
+        for f in text_string_to_metric_families(resp.text)
+        for s in f.samples
+        if s.name == "rlsr_requests_total" and s.labels == {"outcome": "error"}
+    ]
+    assert errors == [len(sent)]

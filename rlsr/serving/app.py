@@ -124,9 +124,11 @@ def create_app(
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
         logger.exception("unexpected error in %s", request.url.path)
+        if request.url.path == "/v1/chat/completions":
+            metrics.error()  # every answered error is counted, a 500 too
         return error(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error")
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health():
         try:
             await engine.check()
@@ -156,6 +158,15 @@ def create_app(
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         start = time.perf_counter()
+        if not _is_json(request.headers.get("content-type")):
+            # As vllm serve: a form or text/plain POST (which a browser sends cross-origin with no
+            # CORS pre-flight) is refused before the body is read or any compute is spent.
+            metrics.error()
+            return error(
+                415, "the request needs the header 'Content-Type: application/json' (got "
+                f"{request.headers.get('content-type')!r})", "invalid_request_error",
+                code="unsupported_media_type",
+            )  # fmt: skip
         raw = await request.body()
         # A client that goes away cancels its work: the engine call is cancelled, which aborts the
         # request in vLLM (AsyncLLM.generate) or closes the connection to the upstream (vllm serve
@@ -186,6 +197,11 @@ def create_app(
                 body = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as err:
                 raise RequestError(f"the request body is not valid JSON: {err}") from None
+            except RecursionError:
+                raise RequestError(
+                    "the request body is nested too deeply to parse (JSON nesting over Python's "
+                    "recursion limit); a chat request needs a few levels"
+                ) from None
             chat = parse_chat_request(body, settings.model_name, decoding)
         except RequestError as err:
             return JSONResponse(err.body(), status_code=err.status), None
@@ -228,6 +244,11 @@ def create_app(
         return JSONResponse(completion), item
 
     return app
+
+
+def _is_json(content_type: str | None) -> bool:
+    """``application/json`` (any parameters, e.g. ``; charset=utf-8``), as vllm serve accepts."""
+    return (content_type or "").split(";")[0].strip().lower() == "application/json"
 
 
 async def _sse(chunks):

@@ -3,8 +3,8 @@
 One pure ASGI middleware (no per-request task or body buffering, so it costs a few dict look-ups
 per request, and a streamed body passes through untouched):
 
-* **API keys, deny by default.** With keys configured, every request but ``GET /health`` (a load
-  balancer's probe) needs ``Authorization: Bearer <key>``; the token is compared with every key in
+* **API keys, deny by default.** With keys configured, every request but ``GET``/``HEAD
+  /health`` (a load balancer's probe) needs ``Authorization: Bearer <key>``; the token is compared with every key in
   constant time (``hmac.compare_digest``, no early exit over the keys). A missing or wrong key is
   answered 401 with an OpenAI-shaped body, before routing, so a path added to the app later (or one
   that does not exist) is covered without being listed. Keys are never logged or echoed.
@@ -102,7 +102,8 @@ class OperatorMiddleware:
             await send(message)
 
         chat = scope["path"] == CHAT_PATH
-        if self._keys and scope["path"] not in OPEN_PATHS:
+        open_probe = scope["path"] in OPEN_PATHS and scope["method"] in ("GET", "HEAD")
+        if self._keys and not open_probe:
             if not self._authorised(headers.get(b"authorization", b"")):
                 if chat:
                     self._on_chat_rejected()

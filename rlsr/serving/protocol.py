@@ -60,8 +60,27 @@ class RequestError(ValueError):
 
 
 def error_body(message: str, type: str, *, param: str | None = None, code=None) -> dict:
-    """``{"error": {"message", "type", "param", "code"}}``, as OpenAI's API answers errors."""
-    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+    """``{"error": {"message", "type", "param", "code"}}``, as OpenAI's API answers errors.
+
+    The message and ``param`` may quote the client's input, which can hold lone surrogates (a
+    JSON ``"\\ud800"``) that UTF-8 cannot encode; they are escaped here so an error body always
+    encodes (otherwise the 400 itself fails as a 500)."""
+    return {
+        "error": {"message": utf8_safe(message), "type": type, "param": utf8_safe(param),
+                  "code": code}
+    }  # fmt: skip
+
+
+def utf8_safe(text: str | None) -> str | None:
+    """``text`` with every character UTF-8 cannot encode (lone surrogates) as ``\\udXXX``."""
+    if text is None:
+        return None
+    text = str(text)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 @dataclass(frozen=True)
