@@ -291,3 +291,21 @@ def test_load_threshold_picks_the_rule_and_refuses_what_cannot_be_served(tmp_pat
     with pytest.raises(ValueError, match="no such file"):
         threshold.load_threshold(tmp_path / "missing.json", "plain")
     assert "no guarantee" in threshold.promise(threshold.manual_threshold(0.5))
+
+
+def test_an_alias_and_its_resolved_folder_are_one_model():
+    """Issue 37 finding 5: a threshold computed with ``--model tiny-warm`` was refused when served
+    with the folder the alias resolves to (and the reverse): two names, one model."""
+    from rlsr.config import resolve_model_path
+    from rlsr.evaluation.deployment import model_identity
+    from rlsr.serving.threshold import provenance_mismatches
+
+    folder = resolve_model_path("tiny-warm")
+    assert model_identity("tiny-warm") == model_identity(folder) == model_identity(folder + "/")
+    assert model_identity("tiny-warm") != model_identity("tiny")
+    for recorded, served in (("tiny-warm", folder), (folder, "tiny-warm")):
+        # an old record stores the alias as written: it matches too
+        assert provenance_mismatches({"model": recorded}, model=served, adapter=None) == []
+    other = provenance_mismatches({"model": "tiny-warm"}, model="tiny", adapter=None)
+    assert len(other) == 1 and other[0].startswith("model: threshold computed for")
+    assert model_identity("Qwen/Qwen2.5-7B/") == "Qwen/Qwen2.5-7B"

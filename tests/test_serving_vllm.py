@@ -36,6 +36,8 @@ if importlib.util.find_spec("vllm") is None:
 import httpx  # noqa: E402
 import openai  # noqa: E402
 
+from rlsr.evaluation.deployment import model_identity  # noqa: E402
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 VLLM_CPU_ENV = {
@@ -145,7 +147,8 @@ def threshold_file(tmp_path_factory, adapter) -> Path:
             str(root / "tiny@test"), "--target", "0.9", "--output", str(out)]  # fmt: skip
     assert main(argv) == 0
     record = json.loads(out.with_suffix(".json").read_text())
-    assert record["provenance"]["model"] == "tiny-warm"
+    # recorded as the model itself: the alias resolved to its folder (one identity per model)
+    assert record["provenance"]["model"] == model_identity("tiny-warm")
     assert record["provenance"]["adapter"]["path"] == str(adapter.resolve())
     return out.with_suffix(".json")
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from rlsr import metrics as M
+from rlsr.config import resolve_model_path
 from rlsr.data import REGISTRY, task_records
 from rlsr.evaluation.layout import METRICS_FILE, RUN_FILE
 from rlsr.evaluation.provenance import adapter_fingerprint
@@ -197,11 +198,13 @@ def deployment_record(method: str, rows: Sequence[dict], provenance: Mapping) ->
 def model_identity(name_or_path: str) -> str:
     """How a base model is named in provenance records and compared.
 
-    A local folder is named by its absolute, symlink-free path; anything else (a hub id such as
-    ``Qwen/Qwen2.5-7B``, the aliases ``tiny`` / ``tiny-warm``) by the text itself without a
-    trailing slash. Two records name the same model iff these strings are equal.
+    An alias of a shipped model (``tiny``, ``tiny-warm``, ``tiny-missing-warm``) is first
+    resolved to its folder (``rlsr.config.resolve_model_path``), so an alias and its folder are
+    one model. A local folder is named by its absolute, symlink-free path; anything else (a hub
+    id such as ``Qwen/Qwen2.5-7B``) by the text itself without a trailing slash. Two records name
+    the same model iff these strings are equal.
     """
-    text = str(name_or_path).strip()
+    text = resolve_model_path(str(name_or_path).strip())
     path = Path(text).expanduser()
     if path.is_dir():
         return str(path.resolve())

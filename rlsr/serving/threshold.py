@@ -104,7 +104,7 @@ def provenance_mismatches(provenance: Mapping, *, model: str, adapter: Mapping |
     served = model_identity(model)
     if recorded is None:
         out.append(f"model: the threshold records none, serving {served}")
-    elif recorded != served:
+    elif model_identity(recorded) != served:  # a record written with an alias matches too
         out.append(f"model: threshold computed for {recorded}, serving {served}")
     rec = provenance.get("adapter")
     if rec is None and adapter is not None:
