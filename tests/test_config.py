@@ -516,3 +516,41 @@ def test_trl_defaults_are_read_from_trl_not_restated():
     pool = resolve_pool({}, None, world_size=1)
     per_device = trl_default["per_device_train_batch_size"]
     assert (pool.num_generations, pool.per_device) == (trl_default["num_generations"], per_device)
+
+
+def test_the_judge_settings_have_one_value_each():
+    """Issue 37 finding 4: the judge timeout was 120 s in `rlsr evaluate`, 60 s in the held-out
+    evaluation (HeldOutSettings and recipes/config.yaml) and 'none' in docs/training.md; the answer
+    cut was spelled three times. Now rlsr.verifiers.llm_judge declares each once and every reader
+    (the CLI's flags, the recipe's null keys, the dataclass, the verifier, the judge client) gets
+    that value."""
+    import argparse
+    import inspect
+
+    import yaml
+
+    from rlsr.config import HeldOutSettings
+    from rlsr.evaluation import cli as evaluate_cli
+    from rlsr.evaluation.judge import openai_judge_fn
+    from rlsr.verifiers import llm_judge
+
+    declared = {
+        "judge_timeout": llm_judge.JUDGE_TIMEOUT_S,
+        "judge_max_retries": llm_judge.JUDGE_MAX_RETRIES,
+        "judge_max_answer_chars": llm_judge.JUDGE_MAX_ANSWER_CHARS,
+    }
+    parser = argparse.ArgumentParser()
+    evaluate_cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["evaluate", "--model", "m", "--datasets", "tiny", "--output-dir", "o"])
+    recipe = yaml.safe_load((ROOT / "recipes" / "config.yaml").read_text())["eval"]
+    from_recipe = from_dict({"eval": {k: recipe[k] for k in declared}}).eval
+    for name, value in declared.items():
+        assert getattr(args, name) == value, name
+        assert getattr(HeldOutSettings(), name) == value, name
+        assert getattr(from_recipe, name) == value, name
+    signature = inspect.signature(openai_judge_fn).parameters
+    assert signature["timeout_s"].default == declared["judge_timeout"]
+    assert signature["max_retries"].default == declared["judge_max_retries"]
+    verifier = llm_judge.LLMJudgeVerifier(lambda prompts: ["YES"] * len(prompts))
+    assert verifier.max_answer_chars == declared["judge_max_answer_chars"]
+    assert from_dict({"eval": {"judge_timeout": 5}}).eval.judge_timeout == 5

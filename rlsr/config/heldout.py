@@ -28,6 +28,11 @@ from rlsr.prompts import (
     CONFIDENCE_FALLBACK_SUFFIX,
 )
 from rlsr.verifiers import is_plugin_name
+from rlsr.verifiers.llm_judge import (
+    JUDGE_MAX_ANSWER_CHARS,
+    JUDGE_MAX_RETRIES,
+    JUDGE_TIMEOUT_S,
+)
 
 __all__ = [
     "ENGINE_BACKENDS",
@@ -86,9 +91,17 @@ class HeldOutSettings:
     # the training processes would not fit); required when such a dataset is evaluated.
     judge_base_url: str | None = None
     judge_model: str | None = None  # null: rlsr evaluate's default judge model
-    judge_timeout: float = 60.0
-    judge_max_retries: int = 4
-    judge_max_answer_chars: int = 1000
+    # null (recipes/config.yaml): the judge's one default, rlsr.verifiers.llm_judge's
+    judge_timeout: float | None = JUDGE_TIMEOUT_S
+    judge_max_retries: int | None = JUDGE_MAX_RETRIES
+    judge_max_answer_chars: int | None = JUDGE_MAX_ANSWER_CHARS
+
+    def __post_init__(self) -> None:
+        for name, default in (("judge_timeout", JUDGE_TIMEOUT_S),
+                              ("judge_max_retries", JUDGE_MAX_RETRIES),
+                              ("judge_max_answer_chars", JUDGE_MAX_ANSWER_CHARS)):  # fmt: skip
+            if getattr(self, name) is None:
+                setattr(self, name, default)
 
 
 def heldout_engine_tokens(

@@ -65,6 +65,11 @@ from rlsr.generation.openai_api import RLSR_SERVE
 from rlsr.pool_log import write_pool_summary
 from rlsr.tokenization import model_context_length, prompt_token_counter
 from rlsr.verifiers import VERIFIERS, is_plugin_name
+from rlsr.verifiers.llm_judge import (
+    JUDGE_MAX_ANSWER_CHARS,
+    JUDGE_MAX_RETRIES,
+    JUDGE_TIMEOUT_S,
+)
 
 __all__ = ["register", "run_evaluate", "run_report", "run_deploy"]
 
@@ -251,16 +256,26 @@ def register(subparsers) -> None:
     j.add_argument("--judge-base-url", help="OpenAI-compatible server, e.g. http://host:8000/v1")
     j.add_argument("--judge-batch-size", type=int, default=16)
     j.add_argument(
-        "--judge-timeout", type=float, default=120.0, metavar="S", help="seconds per judge request"
+        "--judge-timeout",
+        type=float,
+        default=JUDGE_TIMEOUT_S,
+        metavar="S",
+        help="seconds per judge request",
     )
     j.add_argument(
         "--judge-max-retries",
         type=int,
-        default=4,
+        default=JUDGE_MAX_RETRIES,
         metavar="N",
         help="retries (exponential backoff) of a failed judge request before the run stops",
     )
-    j.add_argument("--judge-max-answer-chars", type=int, default=1000)
+    j.add_argument(
+        "--judge-max-answer-chars",
+        type=int,
+        default=JUDGE_MAX_ANSWER_CHARS,
+        metavar="N",
+        help="a predicted answer is cut to N characters before it is quoted to the judge",
+    )
     d = ev.add_argument_group("risk-controlled deployment (Sec. 4.2)")
     d.add_argument(
         "--deployment-target", type=float, help="target accuracy; evaluates validation+test splits"

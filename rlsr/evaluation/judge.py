@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from rlsr.generation.backends import Backend, Sampling
+from rlsr.verifiers.llm_judge import JUDGE_MAX_RETRIES, JUDGE_TIMEOUT_S
 
 __all__ = [
     "DEFAULT_JUDGE_MODEL",
@@ -119,8 +120,8 @@ def openai_judge_fn(
     *,
     api_key_env: str = "OPENAI_API_KEY",
     max_tokens: int = JUDGE_MAX_NEW_TOKENS,
-    timeout_s: float = 120.0,
-    max_retries: int = 4,
+    timeout_s: float = JUDGE_TIMEOUT_S,
+    max_retries: int = JUDGE_MAX_RETRIES,
     concurrency: int = 16,
 ) -> Callable:
     """Judge through an OpenAI-compatible ``/v1/chat/completions`` endpoint (greedy).

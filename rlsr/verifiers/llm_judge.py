@@ -19,6 +19,15 @@ from rlsr.verifiers.base import (
 
 _FIRST_WORD = re.compile(r"[A-Za-z]+")
 
+# The judge's settings, declared once: `rlsr evaluate --judge-*`, the held-out evaluation's
+# `eval.judge_*` (null in recipes/config.yaml = these) and the verifier read them from here.
+JUDGE_TIMEOUT_S = 120.0
+"""Seconds per judge request (a judge server under load answers slowly; a timeout is retried)."""
+JUDGE_MAX_RETRIES = 4
+"""Retries (exponential backoff) of a failed judge request before the run stops."""
+JUDGE_MAX_ANSWER_CHARS = 1000
+"""A predicted answer is cut to this many characters before it is quoted to the judge."""
+
 
 def quote_answer(answer: str, max_chars: int) -> str:
     """Truncate and quote a predicted answer for the judge prompt.
@@ -58,7 +67,11 @@ class LLMJudgeVerifier:
 
     name = "llm_judge"
 
-    def __init__(self, judge_fn: Callable[[list[str]], list[str]], max_answer_chars: int = 1000):
+    def __init__(
+        self,
+        judge_fn: Callable[[list[str]], list[str]],
+        max_answer_chars: int = JUDGE_MAX_ANSWER_CHARS,
+    ):
         if not callable(judge_fn):
             raise ValueError("LLMJudgeVerifier needs judge_fn: list[str] -> list[str].")
         if max_answer_chars < 1:
