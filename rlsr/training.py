@@ -513,14 +513,26 @@ def _engine_flags(heldout: ResolvedHeldOut) -> list[str]:
     return []
 
 
+def _tasks_flags(tasks_dir) -> list[str]:
+    """``--tasks-dir`` for each of the run's ``tasks_dir`` entries (absolute, so the command runs
+    from any folder); ``$RLSR_TASKS_PATH`` needs none: ``rlsr evaluate`` reads it too."""
+    if not tasks_dir:
+        return []
+    entries = [tasks_dir] if isinstance(tasks_dir, str) else list(tasks_dir)
+    return [arg for entry in entries for arg in ("--tasks-dir", str(Path(entry).absolute()))]
+
+
 def _evaluate_command(cfg, output_dir: Path, heldout: ResolvedHeldOut | None) -> str:
     """The ``rlsr evaluate`` command for the final adapter on the held-out datasets (else the
     training dataset), with the held-out evaluation's answer budget and system prompt, so it
     reproduces the last held-out step's numbers when that step is the last one: the flags of the
     held-out protocol (``protocol_flags``), else of ``method.evaluate`` plus the trained budget."""
-    datasets = list(cfg.eval.datasets) if heldout is not None else [cfg.data.dataset]
+    # the datasets the held-out evaluation resolved (a recipe's choice, a task's eval split), never
+    # the raw eval.datasets (empty when they follow data.dataset)
+    datasets = heldout.datasets if heldout is not None else [cfg.data.dataset]
     args = [rlsr_program(), "evaluate", "--model", cfg.model.name_or_path, "--adapter", str(output_dir),
             "--datasets", ",".join(datasets), "--output-dir", str(output_dir / "evaluate")]  # fmt: skip
+    args += _tasks_flags(cfg.tasks_dir)
     if heldout is not None:
         return shlex.join(args + protocol_flags(heldout.protocol) + _engine_flags(heldout))
     needs = dict(cfg.method.evaluate or {})

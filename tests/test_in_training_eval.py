@@ -187,7 +187,8 @@ def test_a_failed_evaluation_is_recorded_and_training_goes_on(tmp_path, capsys):
     "overrides, field",
     [
         ({"datasets": ["no_such_set"]}, "eval.datasets"),
-        ({"datasets": []}, "eval.datasets"),
+        ({"datasets": [], "datasets_for": {}}, "eval.datasets"),  # nothing named or to follow
+        ({"datasets_for": {"tiny": "tiny"}}, "eval.datasets_for"),
         ({"datasets": ["trivia"]}, "eval.judge_base_url"),  # judge-verified, no judge configured
         ({"verifiers": {"tiny": "llm_judge"}}, "eval.judge_base_url"),
         ({"backend": "vllm"}, "eval.backend"),  # no colocated engine to evaluate on

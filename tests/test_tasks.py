@@ -425,6 +425,35 @@ def test_train_config_tasks_dir_registers_before_validation(caps_dir):
                                    "data.dataset=caps")), world_size=1)  # fmt: skip
 
 
+def test_a_recipe_trained_on_a_task_evaluates_the_task_and_prints_a_runnable_command(
+    caps_dir, tmp_path
+):
+    """Issue 36 item 9: `train.py recipe=tiny data.dataset=caps` evaluated held-out on the recipe's
+    own data (its eval.datasets won) and printed `--datasets tiny` without `--tasks-dir` (and
+    `--datasets ''` with eval.datasets=[]). A recipe's held-out datasets now belong to the dataset
+    it trains on (eval.datasets_for); naming eval.datasets still wins."""
+    import shlex
+
+    from rlsr.cli import build_parser
+    from rlsr.training import _evaluate_command
+
+    base = ("recipe=tiny", f"tasks_dir={caps_dir}", f"output_dir={tmp_path}", "eval.every=1")
+    own = resolve_heldout(validate(from_dict(compose("recipe=tiny")), world_size=1))
+    assert own.datasets == ["tiny-missing"]  # the recipe's choice for its own data
+    for extra in ((), ("eval.datasets=[]",)):
+        cfg = validate(from_dict(compose(*base, "data.dataset=caps", *extra)), world_size=1)
+        held = resolve_heldout(cfg)
+        assert held.jobs == (("caps", "caps", "eval"),), extra
+        argv = shlex.split(_evaluate_command(cfg, tmp_path, held))
+        args = build_parser().parse_args(argv[1:])  # parses as printed
+        assert args.datasets == "caps" and args.tasks_dir == [str(Path(caps_dir).absolute())]
+    named = validate(
+        from_dict(compose(*base, "data.dataset=caps", "eval.datasets=[tiny]")), world_size=1
+    )
+    assert resolve_heldout(named).datasets == ["tiny"]  # named: wins
+    unregister_task("caps")
+
+
 # --- slurm/sweep.py and the judge check of evaluate.slurm ----------------------------------------
 
 

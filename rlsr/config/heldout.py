@@ -74,7 +74,14 @@ class HeldOutSettings:
     # Also evaluate step 0 (the model before any update: the baseline of the curves).
     at_start: bool = False
     # Dataset names or groups, as `rlsr evaluate --datasets` (`rlsr datasets` lists them).
+    # Empty: the recipe's choice for the dataset trained on (``datasets_for``), else a task's own
+    # evaluation split; naming datasets here (eval.datasets=[...]) always wins.
     datasets: list[str] = field(default_factory=list)
+    # A recipe's held-out datasets per training dataset (data.dataset -> names or groups), used
+    # while eval.datasets is empty: `recipe=hotpot` evaluates hotpot-id when it trains on
+    # hotpot_modified, and a task given as data.dataset=TASK is evaluated on the task, not on the
+    # recipe's own data.
+    datasets_for: dict[str, list[str]] = field(default_factory=dict)
     # Split of every dataset; null: each dataset's evaluation split (as `rlsr evaluate`).
     split: str | None = None
     # First N questions of each dataset (null: all of them).
@@ -151,6 +158,11 @@ class ResolvedHeldOut:
     @property
     def system_prompt(self) -> str | None:
         return self.protocol.system_prompt
+
+    @property
+    def datasets(self) -> list[str]:
+        """The datasets evaluated, by name (groups expanded), in order."""
+        return list(dict.fromkeys(dataset for _, dataset, _ in self.jobs))
 
     @property
     def max_new_tokens(self) -> int:
@@ -237,13 +249,23 @@ def _datasets(e: HeldOutSettings, training_dataset: str) -> list[str]:
     """``eval.datasets`` resolved to dataset names (a task trained on, with an evaluation split
     of its own, when none are named), ``eval.data_path`` and ``eval.limit`` checked."""
     datasets = e.datasets
-    if isinstance(datasets, list | tuple) and not datasets and _task_with_eval(training_dataset):
-        datasets = [training_dataset]  # a task trained on is evaluated on its eval split
+    check(
+        isinstance(e.datasets_for, dict)
+        and all(isinstance(v, list | tuple) for v in e.datasets_for.values()),
+        "eval.datasets_for",
+        f"must map a training dataset to a list of held-out datasets; got {e.datasets_for!r}.",
+    )
+    if isinstance(datasets, list | tuple) and not datasets:
+        if training_dataset in e.datasets_for:  # the recipe's choice for what it trains on
+            datasets = list(e.datasets_for[training_dataset])
+        elif _task_with_eval(training_dataset):
+            datasets = [training_dataset]  # a task trained on is evaluated on its eval split
     check(
         isinstance(datasets, list | tuple) and len(datasets) > 0,
         "eval.datasets",
-        "eval.every > 0 needs datasets to evaluate, e.g. eval.datasets=[tiny] (`rlsr datasets` "
-        "lists them), or set eval.every=0.",
+        f"eval.every > 0 needs datasets to evaluate and none is set for data.dataset="
+        f"{training_dataset!r}: name them, e.g. eval.datasets=[tiny] (`rlsr datasets` lists "
+        "them), give the task an evaluation split (docs/tasks.md), or set eval.every=0.",
     )
     try:
         names = resolve_datasets(list(datasets))
