@@ -541,7 +541,9 @@ def test_the_judge_settings_have_one_value_each():
     }
     parser = argparse.ArgumentParser()
     evaluate_cli.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["evaluate", "--model", "m", "--datasets", "tiny", "--output-dir", "o"])
+    args = parser.parse_args(
+        ["evaluate", "--model", "m", "--datasets", "tiny", "--output-dir", "o"]
+    )
     recipe = yaml.safe_load((ROOT / "recipes" / "config.yaml").read_text())["eval"]
     from_recipe = from_dict({"eval": {k: recipe[k] for k in declared}}).eval
     for name, value in declared.items():
