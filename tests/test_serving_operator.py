@@ -245,10 +245,14 @@ def _serve_args(*argv):
 
 def test_operator_flags_and_their_errors():
     opts = operator_options(_serve_args(), {})
-    assert opts == {"api_keys": [], "max_queued_requests": 1024, "cors": None}
-    opts = operator_options(_serve_args("--api-key", "a", "--max-queued-requests", "0"),
-                            {"RLSR_API_KEY": "b"})  # fmt: skip
+    assert opts == {"api_keys": [], "max_queued_requests": 1024, "cors": None,
+                    "max_request_bytes": 8 * 1024 * 1024}  # fmt: skip
+    opts = operator_options(_serve_args("--api-key", "a", "--max-queued-requests", "0",
+                                        "--max-request-bytes", "0"), {"RLSR_API_KEY": "b"})  # fmt: skip
     assert opts["api_keys"] == ["a", "b"] and opts["max_queued_requests"] is None
+    assert opts["max_request_bytes"] is None
+    with pytest.raises(ValueError, match="--max-request-bytes -1"):
+        operator_options(_serve_args("--max-request-bytes", "-1"), {})
     with pytest.raises(ValueError, match="must not be empty"):
         operator_options(_serve_args("--api-key", " "), {})
     with pytest.raises(ValueError, match="--max-queued-requests -1"):
@@ -402,3 +406,37 @@ def test_hostile_bodies_are_400_or_415_counted_and_health_takes_head(upstream, t
         if s.name == "rlsr_requests_total" and s.labels == {"outcome": "error"}
     ]
     assert errors == [len(sent)]
+
+
+def test_a_body_past_the_size_bound_is_413_before_parsing_and_health_still_answers(
+    upstream, tiny_model_dir
+):
+    """Issue 38 item 1 (the size bound): a 50 MB user message, or a 50 MB `metadata`, was parsed,
+    rendered and tokenised (109 s, +1.65 GB, /health frozen meanwhile) before a 400. Past
+    --max-request-bytes (default 8 MiB) it is 413 from Content-Length before anything is read,
+    and a chunked body (no Content-Length) is cut as soon as it passes the bound."""
+    from rlsr.serving.cli import DEFAULT_MAX_REQUEST_BYTES
+
+    big = "word " * (10 * 1024 * 1024)  # 50 MiB
+    app = _app(upstream, tiny_model_dir, max_request_bytes=DEFAULT_MAX_REQUEST_BYTES)
+    bodies = {
+        "message": {"model": "tiny", "messages": [{"role": "user", "content": big}]},
+        "metadata": {"model": "tiny", "messages": [{"role": "user", "content": "q"}],
+                     "metadata": {"x": big}},
+    }  # fmt: skip
+    with running(app) as url:
+        for case, body in bodies.items():
+            resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
+            assert resp.status_code == 413, (case, resp.status_code)
+            assert resp.json()["error"]["code"] == "request_too_large"
+            assert httpx.get(url + "/health", timeout=10).status_code == 200
+
+        def chunks():  # no Content-Length: read until the bound is passed
+            for _ in range(10):
+                yield b" " * (1024 * 1024)
+            yield json.dumps(bodies["message"]).encode()
+
+        resp = httpx.post(url + "/v1/chat/completions", content=chunks(), timeout=60,
+                          headers={"Content-Type": "application/json"})  # fmt: skip
+        assert resp.status_code == 413
+        assert _chat(url).status_code == 200  # an ordinary request is unaffected

@@ -62,6 +62,7 @@ def create_app(
     decision_log: DecisionLog | None = None,
     api_keys: Sequence[str] = (),
     max_queued_requests: int | None = None,
+    max_request_bytes: int | None = None,
     cors: Mapping | None = None,
     certified_coverage: float | None = None,
 ):
@@ -70,7 +71,8 @@ def create_app(
     ``api_keys``, ``max_queued_requests``: ``rlsr.serving.operator.OperatorMiddleware`` (keys
     required on every route but ``/health``; 429 past the bound). ``cors``: keyword arguments of
     Starlette's ``CORSMiddleware`` (``allow_origins`` ...), None = no CORS headers.
-    ``certified_coverage``: the threshold's validation coverage, exported beside the realised
+    ``max_request_bytes``: a chat body larger than this is answered 413 before it is parsed
+    (None: no bound). ``certified_coverage``: the threshold's validation coverage, exported beside the realised
     answer rate on ``/metrics`` (``rlsr.serving.metrics``).
     """
     from contextlib import asynccontextmanager  # fastapi: optional dependency (serve extra)
@@ -167,7 +169,13 @@ def create_app(
                 f"{request.headers.get('content-type')!r})", "invalid_request_error",
                 code="unsupported_media_type",
             )  # fmt: skip
-        raw = await request.body()
+        raw = await _read_bounded(request, max_request_bytes)
+        if raw is None:
+            metrics.error()
+            return error(
+                413, f"the request body is larger than this server's bound of {max_request_bytes} "
+                "bytes (--max-request-bytes)", "invalid_request_error", code="request_too_large",
+            )  # fmt: skip
         # A client that goes away cancels its work: the engine call is cancelled, which aborts the
         # request in vLLM (AsyncLLM.generate) or closes the connection to the upstream (vllm serve
         # aborts on disconnect), fallbacks included.
@@ -244,6 +252,24 @@ def create_app(
         return JSONResponse(completion), item
 
     return app
+
+
+async def _read_bounded(request, limit: int | None) -> bytes | None:
+    """The body, or None as soon as it is known to exceed ``limit`` bytes: from Content-Length
+    before anything is read, else while a chunked body arrives (never more than ``limit`` + one
+    chunk held), so a huge body costs neither parsing nor memory."""
+    if limit is None:
+        return await request.body()
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    parts, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _is_json(content_type: str | None) -> bool:

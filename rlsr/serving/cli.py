@@ -33,6 +33,7 @@ __all__ = ["register", "run_serve", "run_serve_report", "serve_settings", "opera
 
 API_KEY_ENV = "RLSR_API_KEY"
 DEFAULT_MAX_QUEUED = 1024
+DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024  # 8 MiB: ~2M tokens of text, far past any context
 
 
 def operator_options(args, environ=os.environ) -> dict:
@@ -45,6 +46,10 @@ def operator_options(args, environ=os.environ) -> dict:
     if args.max_queued_requests < 0:
         raise ValueError(
             f"--max-queued-requests {args.max_queued_requests}: give N >= 1, or 0 for no bound."
+        )
+    if args.max_request_bytes < 0:
+        raise ValueError(
+            f"--max-request-bytes {args.max_request_bytes}: give N >= 1, or 0 for no bound."
         )
     cors_only = (args.allowed_methods, args.allowed_headers, args.allow_credentials)
     if args.allowed_origins is None and any(cors_only):
@@ -64,6 +69,7 @@ def operator_options(args, environ=os.environ) -> dict:
     return {
         "api_keys": keys,
         "max_queued_requests": args.max_queued_requests or None,
+        "max_request_bytes": args.max_request_bytes or None,
         "cors": cors,
     }
 
@@ -135,6 +141,11 @@ def register(subparsers) -> None:
         "--max-queued-requests", type=int, default=DEFAULT_MAX_QUEUED, metavar="N",
         help="chat completions accepted at once (waiting or running); one more gets 429 with "
         "Retry-After (default: %(default)s; 0: no bound)",
+    )  # fmt: skip
+    op.add_argument(
+        "--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES, metavar="N",
+        help="a chat request body larger than N bytes gets 413 before it is parsed (from its "
+        "Content-Length, or while a chunked body is read) (default: %(default)s; 0: no bound)",
     )  # fmt: skip
     op.add_argument(
         "--allowed-origins", action="append", metavar="ORIGIN",
