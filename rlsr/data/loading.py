@@ -388,23 +388,13 @@ def _load_task_examples(spec, split, path, data_dir, limit, system_prompt, mappi
             skipped += 1
             first_skipped = first_skipped or str(err)
             continue
-        example = {
-            "id": fields.get("id", f"{spec.name}-{split}-{position}"),
-            "prompt": build_prompt(
-                render_mcq_problem(fields["question"], fields["options"])
-                if "options" in fields
-                else fields["problem"],
-                system_prompt,
-            ),
-            "question": fields["question"],
-            "answer": fields["answer"],
-            "answers": fields["answers"],
-            "verifier": spec.verifier,
-        }
-        if "options" in fields:
-            example["options"] = json.dumps(fields["options"], ensure_ascii=False)
-            example["answer_letter"] = fields["answer_letter"]
-        out.append((number, example))
+        problem = (
+            render_mcq_problem(fields["question"], fields["options"])
+            if "options" in fields
+            else fields["problem"]
+        )
+        example_id = fields.get("id", f"{spec.name}-{split}-{position}")
+        out.append((number, _contract_row(example_id, problem, fields, spec, system_prompt)))
     if skipped:
         warnings.warn(
             f"task {spec.name}: skip_empty: skipped {skipped} of {len(rows)} rows of split "
@@ -435,23 +425,34 @@ def _load_task_examples(spec, split, path, data_dir, limit, system_prompt, mappi
 # --- contract -----------------------------------------------------------------------------
 
 
+def _contract_row(
+    example_id: str, problem: str, fields: Mapping[str, Any], spec: DatasetSpec, system_prompt: str
+) -> dict[str, Any]:
+    """One example in the contract's columns (id, prompt, question, answer, answers, verifier,
+    and options / answer_letter for multiple choice), from a row's formatted ``fields``: the one
+    shape a task's rows and a built-in dataset's rows share."""
+    example = {
+        "id": example_id,
+        "prompt": build_prompt(problem, system_prompt),
+        "question": fields["question"],
+        "answer": fields["answer"],
+        "answers": fields["answers"],
+        "verifier": spec.verifier,
+    }
+    if "options" in fields:
+        example["options"] = json.dumps(fields["options"], ensure_ascii=False)
+        example["answer_letter"] = fields["answer_letter"]
+    return example
+
+
 def _example_builder(spec: DatasetSpec, split: str, columns: Mapping[str, str], system_prompt: str):
     formatter = FORMATTERS[spec.formatter]
 
     def build(row: dict[str, Any], index: int) -> dict[str, Any]:
         fields = formatter(row, columns, spec.name)
         id_value = row.get(columns.get("id", "id"))
-        example = {
-            "id": str(id_value) if id_value not in (None, "") else f"{spec.name}-{split}-{index}",
-            "prompt": build_prompt(fields["problem"], system_prompt),
-            "question": fields["question"],
-            "answer": fields["answer"],
-            "answers": fields["answers"],
-            "verifier": spec.verifier,
-        }
-        if "options" in fields:
-            example["options"] = json.dumps(fields["options"], ensure_ascii=False)
-            example["answer_letter"] = fields["answer_letter"]
+        example_id = str(id_value) if id_value not in (None, "") else f"{spec.name}-{split}-{index}"
+        example = _contract_row(example_id, fields["problem"], fields, spec, system_prompt)
         for key in ("answerable", "cost"):
             if key in fields:
                 example[key] = fields[key]
