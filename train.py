@@ -51,6 +51,7 @@ def main(cfg: DictConfig) -> int:
     from rlsr.config import ConfigError, describe_hydra_error, from_dict
     from rlsr.run_plan import plan_run
     from rlsr.training import run_summary, run_training
+    from rlsr.verifiers.base import VerifierFailure
 
     try:
         plan = plan_run(from_dict(OmegaConf.to_container(cfg, resolve=True)))
@@ -71,6 +72,9 @@ def main(cfg: DictConfig) -> int:
     except ConfigError as err:  # data-dependent checks (e.g. every prompt too long)
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(CONFIG_ERROR_EXIT)
+    except VerifierFailure as err:  # a step's pool had too many items without a verdict
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(RUN_ERROR_EXIT)
     except Exception as err:
         message = vllm_server_failure(err, settings.grpo, settings.output_dir)
         if message is None:

@@ -11,6 +11,7 @@ from rlsr.data import load_env_tasks, load_tasks
 from rlsr.data.loading import DatasetUnavailableError
 from rlsr.evaluation import cli as evaluation_cli
 from rlsr.serving import cli as serving_cli
+from rlsr.verifiers.base import VerifierFailure
 
 # Each ``register`` takes the argparse sub-parsers object and adds its sub-command(s) with
 # ``set_defaults(func=...)``.
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 USAGE_ERROR_EXIT = 2
+VERIFIER_FAILED_EXIT = 1  # too many items without a verdict (rlsr.verifiers.base.VerifierFailure)
 INTERRUPTED_EXIT = 130  # 128 + SIGINT
 
 
@@ -80,6 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"rlsr: error: {message}", file=sys.stderr)
         return USAGE_ERROR_EXIT
+    except VerifierFailure as err:  # the run's own verdict on its verifier: not a usage error
+        if os.environ.get("RLSR_DEBUG"):
+            raise
+        print(f"rlsr: error: {err}", file=sys.stderr)
+        return VERIFIER_FAILED_EXIT
     except KeyboardInterrupt:  # a command that saves work reports it itself (rlsr evaluate)
         if os.environ.get("RLSR_DEBUG"):
             raise

@@ -38,6 +38,7 @@ called.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -56,10 +57,29 @@ from rlsr.parsing import FULL_FORMAT, parse_response
 from rlsr.pool_log import PoolLogWriter, pool_rows
 from rlsr.tokenization import render_chat_prompt
 from rlsr.verifiers import get_verifier
-from rlsr.verifiers.base import CORRECT, ERROR, INCORRECT, INVALID, MISSING
+from rlsr.verifiers.base import (
+    CORRECT,
+    ERROR,
+    INCORRECT,
+    INVALID,
+    MISSING,
+    NO_VERDICT,
+    TIMEOUT,
+    UNJUDGED,
+    VerifierFailure,
+    failure_message,
+    over_budget,
+)
 from rlsr.weight_sync import install_out_of_place_lora_sync
 
 __all__ = ["RLSRTrainer", "RunCheckpoints", "completion_text", "pool_statistics"]
+
+logger = logging.getLogger(__name__)
+
+
+def _step_of(checkpoint: Path) -> int:
+    suffix = checkpoint.name.removeprefix("checkpoint-")
+    return int(suffix) if suffix.isdigit() else -1
 
 
 # --------------------------------------------------------------------------- pure pieces
@@ -88,10 +108,12 @@ def pool_statistics(
     format_ok: np.ndarray,
     timeouts: int,
     errors: int = 0,
+    unjudged: int = 0,
 ) -> dict[str, float]:
     """``rlsr/*`` log values for one pool. Missing confidences count as 0 (as in the ranking).
-    ``timeouts`` / ``errors``: items the verifier could not judge (time limit; a crash, a raise,
-    a wrong-length or None answer of a plugin), each scored as wrong."""
+    ``timeouts`` / ``errors`` / ``unjudged``: items without a verdict (time limit; a crash, a
+    raise or a wrong return value of a plugin; the verifier could not judge, a plugin's None),
+    each scored and rewarded as wrong (docs/training.md)."""
     ok = np.asarray(correct, dtype=bool)
     conf = R.confidence_for_ranking(confidence)
     n = int(ok.shape[0])
@@ -106,6 +128,7 @@ def pool_statistics(
         "rlsr/confidence_parsed_rate": float(np.mean(~np.isnan(np.asarray(confidence, float)))),
         "rlsr/verifier_timeouts": float(timeouts),
         "rlsr/verifier_errors": float(errors),
+        "rlsr/verifier_unjudged": float(unjudged),
     }
 
 
@@ -245,8 +268,8 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
 
     # -- the pooled reward
     def _score_local(self, inputs, prompts, completions):
-        """(n_local, 3) float64 [correct, confidence (NaN missing), format_ok], texts, timeouts,
-        parsed answers and the verifier's per-item status codes."""
+        """(n_local, 3) float64 [correct, confidence (NaN missing), format_ok], texts, the
+        verification result, parsed answers and the verifier's per-item status codes."""
         texts = [completion_text(c) for c in completions]
         parsed = [parse_response(t, self.parse_spec) for t in texts]
         result = self.verifier.verify_batch(
@@ -270,7 +293,7 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
                 MISSING if p.answer is None else CORRECT if ok else INCORRECT
                 for p, ok in zip(parsed, result.correct, strict=True)
             ]
-        return local, texts, int(result.timeouts), [p.answer for p in parsed], status
+        return local, texts, result, [p.answer for p in parsed], status
 
     def _logprob_confidences(self, prompts, texts, parsed) -> list[float | None]:
         """The log-prob selector score of each local completion (``rlsr.logprob``), from one
@@ -297,19 +320,28 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         device = self.accelerator.device
         mode = "train" if self.model.training else "eval"
-        local, texts, timeouts, answers, status = self._score_local(inputs, prompts, completions)
+        local, texts, result, answers, status = self._score_local(inputs, prompts, completions)
 
         # Process-ordered gather: the same row order TRL uses for its own gather of rewards.
         pooled = gather(torch.as_tensor(local, dtype=torch.float64, device=device)).cpu().numpy()
-        total_timeouts = int(gather(torch.tensor([timeouts], device=device)).sum().item())
-        errors = sum(s in (ERROR, INVALID) for s in status)
-        total_errors = int(gather(torch.tensor([errors], device=device)).sum().item())
+        kinds = [sum(s == TIMEOUT for s in status), sum(s == ERROR for s in status),
+                 sum(s in (UNJUDGED, INVALID) for s in status)]  # fmt: skip
+        total_timeouts, total_errors, total_unjudged = (
+            int(v) for v in gather(torch.tensor([kinds], device=device)).sum(dim=0).tolist()
+        )
         correct = pooled[:, 0] > 0.5
         confidence = pooled[:, 1]
         format_ok = pooled[:, 2] > 0.5
+        self._check_verdicts(
+            inputs, status, result.problems, mode,
+            {TIMEOUT: total_timeouts, ERROR: total_errors, UNJUDGED: total_unjudged},
+            len(correct),
+        )  # fmt: skip
 
         columns = self.method.rewards(correct, confidence, format_ok)
-        statistics = pool_statistics(correct, confidence, format_ok, total_timeouts, total_errors)
+        statistics = pool_statistics(
+            correct, confidence, format_ok, total_timeouts, total_errors, total_unjudged
+        )
         for name, value in statistics.items():
             if not math.isnan(value):
                 self._metrics[mode][name].append(value)
@@ -329,6 +361,8 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
                     "texts": gather_object(texts),
                     "golds": gather_object(golds),
                     "timeouts": total_timeouts,
+                    "errors": total_errors,
+                    "unjudged": total_unjudged,
                 }
             )
         rewards = columns.astype(np.float32)
@@ -348,6 +382,41 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
                 "columns": rewards,
             }
         return torch.as_tensor(rewards, dtype=torch.float32, device=device)
+
+    def _check_verdicts(self, inputs, status, problems, mode, counts, pool_size) -> None:
+        """Stop the run when more of this pool's rollouts than the verifier's
+        ``max_failed_fraction`` got no verdict (``counts``: gathered, so every process decides
+        the same; docs/training.md): ``VerifierFailure`` naming the verifier, the step and the
+        first failing rollout's prompt id and problem. Under the limit, one warning line."""
+        failed = sum(counts.values())
+        if not failed:
+            return
+        local = next(((x.get("id"), st, problems.get(i)) for i, (x, st) in
+                      enumerate(zip(inputs, status, strict=False)) if st in NO_VERDICT), None)  # fmt: skip
+        step = self.state.global_step + 1  # the optimizer step this pool is for
+        limit = getattr(self.verifier, "max_failed_fraction", None)
+        if not over_budget(failed, pool_size, limit):
+            if local is not None:
+                logger.warning(
+                    "step %d: verifier %s gave no verdict on %d of %d rollouts (first on this "
+                    "process: prompt id %r, %s: %s); rewarded as wrong", step,
+                    self.verifier_name, failed, pool_size, *local,
+                )  # fmt: skip
+            return
+        first = next((f for f in gather_object([local]) if f is not None), None)
+        newest = sorted(Path(self.args.output_dir).glob("checkpoint-*"))
+        saved = (
+            f"checkpoints saved so far are kept (newest: {max(newest, key=_step_of)})"
+            if newest else "no checkpoint was saved yet"
+        )  # fmt: skip
+        raise VerifierFailure(failure_message(
+            self.verifier_name, counts, pool_size, limit,
+            f"the {mode} pool of optimizer step {step}", first,
+            f"The run stopped before this step's update; {saved}. Fix the verifier, then rerun "
+            "the same command: it resumes from the newest checkpoint (a plugin's file changed "
+            "since a checkpoint was saved is refused: docs/tasks.md); or set the verifier "
+            "option max_failed_fraction in the task file.",
+        ))  # fmt: skip
 
     def _generate_and_score_completions(self, inputs):
         """TRL's, then (``pool_log``) the pool's rows written with the advantages TRL computed.

@@ -247,10 +247,10 @@ def test_llm_judge_path_with_tiny_judge(tiny_model_dir, tmp_path):
     records = read_samples(out / "tiny" / "samples.jsonl")
     metrics = json.loads((out / "tiny" / "metrics.json").read_text())
     for r in records:
-        assert r["verify_status"] in {"correct", "incorrect", "invalid", "missing"}
+        assert r["verify_status"] in {"correct", "incorrect", "unjudged", "missing"}
         if r["answer"] is not None:
             assert isinstance(r["judge_output"], str)
-    assert metrics["judge_invalid"] == sum(r["verify_status"] == "invalid" for r in records)
+    assert metrics["unjudged"] == sum(r["verify_status"] == "unjudged" for r in records)
     # The judge saw question + gold + the quoted extracted answer only, never the response.
     from rlsr.data import load_examples
     from rlsr.evaluation.judge import RecordingJudge, backend_judge_fn

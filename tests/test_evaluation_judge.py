@@ -136,7 +136,7 @@ def test_healthy_server_gives_verdicts_and_sends_the_key(monkeypatch):
         fn = openai_judge_fn(server.url, "judge", api_key_env="RLSR_TEST_KEY", timeout_s=5)
         result = _verify(fn, ["Paris", "Rome", "maybe Paris", None])
     assert result.correct.tolist() == [True, False, False, False]
-    assert list(result.status) == ["correct", "incorrect", "invalid", "missing"]
+    assert list(result.status) == ["correct", "incorrect", "unjudged", "missing"]
     assert server.gets == ["/v1/models"] and len(server.posts) == 3  # no call for None
     body = server.posts[0]
     assert body["model"] == "judge" and body["temperature"] == 0.0 and body["max_tokens"] == 8

@@ -17,7 +17,7 @@ import pytest
 
 from rlsr.evaluation import deployment, report, scorers
 from rlsr.evaluation.samples_io import append_samples, read_samples
-from rlsr.evaluation.summary import compute_metrics, scorer_arrays
+from rlsr.evaluation.summary import compute_metrics, no_verdict_note, scorer_arrays
 from rlsr.generation import backends
 from rlsr.generation.fallbacks import append_text, fallback_answer, fallback_confidence
 
@@ -381,3 +381,23 @@ def test_adapter_fingerprint_matches_sha256sum_and_follows_content(tmp_path, mon
     assert adapter_fingerprint(tmp_path / "b")["sha256"] != listing
     with pytest.raises(FileNotFoundError, match="no adapter_config.json"):
         adapter_fingerprint(tmp_path)
+
+
+def test_unjudged_samples_count_wrong_and_are_counted_apart():
+    # 16 samples, 4 right, 4 the verifier could not judge (one written before as "invalid"), one
+    # error: accuracy counts the 5 without a verdict as wrong (0.250) and says so beside it
+    status = ["correct"] * 4 + ["incorrect"] * 7 + ["unjudged"] * 3 + ["invalid", "error"]
+    records = [
+        {"id": str(i), "correct": s == "correct", "verify_status": s, "format_ok": True,
+         "answer": "a", "scores": {"verbalized": (i % 5) / 4}}
+        for i, s in enumerate(status)
+    ]  # fmt: skip
+    metrics = compute_metrics(records, n_resamples=0)
+    assert metrics["accuracy"] == 0.25
+    assert (metrics["unjudged"], metrics["verifier_failures"]) == (4, 1)
+    assert metrics["unjudged_rate"] == 0.25 and metrics["accuracy_judged"] == 4 / 11
+    assert "judge_invalid" not in metrics
+    assert no_verdict_note(metrics) == (
+        " (4 of 16 unjudged, 1 verifier failure, counted wrong; accuracy on the 11 judged 0.364)"
+    )
+    assert no_verdict_note(compute_metrics(records[:11], n_resamples=0)) == ""

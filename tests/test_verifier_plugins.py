@@ -1,14 +1,16 @@
 """Verifier plugins (rlsr.verifiers.plugin, docs/tasks.md "Verifier plugins"): a user's
 ``package.module:function`` from a module in a temporary folder outside the repository, run in
-the math verifier's worker pool one item per call under a time limit. A plugin that hangs, raises
-or returns the wrong length ends as counted per-item statuses, never a crash or a hang: in the
-verifier itself, in one real training step (format-warm tiny model, RLSRTrainer) and in a real
-``rlsr evaluate``.
+the math verifier's worker pool one item per call under a time limit. A plugin that hangs, raises,
+exits or returns the wrong length or type ends as counted per-item statuses with what went wrong,
+never a crash or a hang; past ``max_failed_fraction`` (5 %) of a run's items the run stops naming
+the plugin, the first failing item and its problem: in one real training step (format-warm tiny
+model, RLSRTrainer) and in a real ``rlsr evaluate``, whose fixed rerun resumes.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import textwrap
 from pathlib import Path
@@ -19,10 +21,11 @@ import torch
 from test_trainer_support import TEST_THREADS, format_warm_model, tiny_settings
 
 from rlsr.cli import main as rlsr_main
-from rlsr.data import TaskError, load_task_file, task_names, unregister_task
+from rlsr.data import TaskError, load_examples, load_task_file, task_names, unregister_task
 from rlsr.data.loading import FIXTURES_DIR
 from rlsr.training import build_trainer, validate
 from rlsr.verifiers import PluginVerifier, get_verifier, load_plugin
+from rlsr.verifiers.base import VerifierFailure
 
 pytestmark = pytest.mark.timeout(600)
 datasets.disable_progress_bars()
@@ -64,6 +67,21 @@ def numbers(predictions, golds, *, questions=None, options=None):
     return [1] * len(predictions)
 
 
+def exits(predictions, golds, *, questions=None, options=None):
+    import os
+
+    os._exit(3)
+
+
+FAIL_QUESTIONS = set()  # the tests set it: a fault of the environment, not of this file
+
+
+def flaky(predictions, golds, *, questions=None, options=None):
+    if questions[0] in FAIL_QUESTIONS:
+        raise ConnectionError("checker service down")
+    return [p.strip().lower() == g.strip().lower() for p, g in zip(predictions, golds)]
+
+
 def sees(predictions, golds, *, questions=None, options=None):
     # Correct when the question and the options reach the plugin.
     return [q is not None and o == {"A": "Mars", "B": "Venus"}
@@ -96,18 +114,19 @@ def test_a_good_plugin_verifies_in_workers_and_in_process(plugin_module, num_wor
 
 
 @pytest.mark.parametrize(
-    "function, status, timeouts, errors",
+    "function, status, counts, problem",
     [
-        ("sleepy", "timeout", 3, 0),
-        ("stuck", "timeout", 3, 0),
-        ("boom", "error", 0, 3),
-        ("too_many", "error", 0, 3),
-        ("numbers", "error", 0, 3),
-        ("unsure", "invalid", 0, 3),
+        ("sleepy", "timeout", (3, 0, 0), "no verdict within timeout_s 0.5 s"),
+        ("stuck", "timeout", (3, 0, 0), "no verdict within 1 s (timeout_s 0.5 + grace_s 0.5)"),
+        ("boom", "error", (0, 3, 0), "raised RuntimeError: the checker broke"),
+        ("too_many", "error", (0, 3, 0), "returned 2 values for 1 item"),
+        ("numbers", "error", (0, 3, 0), "returned 1 (int), not True / False / None"),
+        ("exits", "error", (0, 3, 0), "called os._exit(3)"),
+        ("unsure", "unjudged", (0, 0, 3), "returned None (could not judge)"),
     ],
 )
 def test_bad_plugins_end_as_counted_per_item_statuses(
-    plugin_module, function, status, timeouts, errors
+    plugin_module, function, status, counts, problem
 ):
     verifier = PluginVerifier(
         f"{plugin_module}:{function}", num_workers=2, timeout_s=0.5, grace_s=0.5, chunk_size=2
@@ -115,7 +134,10 @@ def test_bad_plugins_end_as_counted_per_item_statuses(
     with verifier:
         result = verifier.verify_batch(PREDICTIONS, GOLDS)
         assert result.status == (status, "missing", status, status)
-        assert (result.timeouts, result.errors) == (timeouts, errors)
+        # timeouts, errors and "could not judge" apart, each with what went wrong
+        assert (result.timeouts, result.errors, result.unjudged) == counts
+        assert sorted(result.problems) == [0, 2, 3]
+        assert problem in result.problems[0]
         assert not result.correct.any()
         # The pool survives: the next batch of a good kind is still answered.
         assert len(verifier.verify_batch(["a"], ["a"])) == 1
@@ -123,11 +145,21 @@ def test_bad_plugins_end_as_counted_per_item_statuses(
         assert verifier.restarts >= 3  # each stuck item cost its worker
 
 
-@pytest.mark.parametrize("function, status", [("sleepy", "timeout"), ("boom", "error"),
-                                              ("too_many", "error")])  # fmt: skip
-def test_in_process_plugin_failures_are_statuses_too(plugin_module, function, status):
+@pytest.mark.parametrize("function, status, problem", [
+    ("sleepy", "timeout", "timeout_s"), ("boom", "error", "RuntimeError: the checker broke"),
+    ("too_many", "error", "2 values"), ("exits", "error", "os._exit(3)"),
+])  # fmt: skip
+def test_in_process_plugin_failures_are_statuses_too(plugin_module, function, status, problem):
+    # num_workers=0: an os._exit in the plugin is the item's error, not the end of this process
     verifier = PluginVerifier(f"{plugin_module}:{function}", num_workers=0, timeout_s=0.3)
-    assert verifier.verify_batch(["x"], ["x"]).status == (status,)
+    result = verifier.verify_batch(["x"], ["x"])
+    assert result.status == (status,) and problem in result.problems[0]
+
+
+def test_max_failed_fraction_is_checked(plugin_module):
+    assert PluginVerifier(f"{plugin_module}:verify", num_workers=0).max_failed_fraction == 0.05
+    with pytest.raises(ValueError, match=r"max_failed_fraction must be a number in \[0, 1\]"):
+        PluginVerifier(f"{plugin_module}:verify", num_workers=0, max_failed_fraction=5)
 
 
 def test_the_plugin_sees_questions_and_options(plugin_module):
@@ -150,59 +182,135 @@ def test_plugin_names_that_cannot_load(plugin_module):
 # --- a task with a bad plugin: one training step and one rlsr evaluate ---------------------------
 
 
-def tiny_plugin_task(folder: Path, plugin: str, name: str) -> Path:
+def tiny_plugin_task(folder: Path, plugin: str, name: str, options: str = "") -> Path:
     """The bundled tiny data as a task verified by ``plugin`` (the format-warm model answers it
-    in the tag format, so answers reach the plugin)."""
+    in the tag format, so answers reach the plugin); ``options``: more verifier options."""
     data = folder / "tiny_data"
     if not data.exists():
         shutil.copytree(FIXTURES_DIR / "tiny", data)
     task = folder / f"{name}.yaml"
+    extra = f", {options}" if options else ""
     task.write_text(textwrap.dedent(f"""\
         name: {name}
         data: {{path: tiny_data}}
         splits: {{train: train, eval: test}}
-        verifier: {{name: "{plugin}", timeout_s: 0.5, grace_s: 0.5, num_workers: 2}}
+        verifier: {{name: "{plugin}", timeout_s: 0.5, grace_s: 0.5, num_workers: 2{extra}}}
         system_prompt: simple
     """))  # fmt: skip
     return task
 
 
-@pytest.mark.parametrize("function", ["sleepy", "boom", "too_many"])
-def test_a_training_step_counts_a_bad_plugins_items_and_finishes(plugin_module, tmp_path, function):
+def one_training_step(plugin_module, tmp_path, function, options=""):
     torch.set_num_threads(TEST_THREADS)
     name = f"tiny_{function}"
-    load_task_file(tiny_plugin_task(tmp_path, f"{plugin_module}:{function}", name))
+    load_task_file(tiny_plugin_task(tmp_path, f"{plugin_module}:{function}", name, options))
     settings = tiny_settings(tmp_path / "run", max_steps=1, save_steps=1000)
     settings.data.dataset = name
     validate(settings)
     pools = []
     trainer = build_trainer(settings, pool_hook=pools.append)
     trainer.train()
+    return trainer, pools
+
+
+@pytest.mark.parametrize("function, problem", [("boom", "RuntimeError: the checker broke"),
+                                               ("unsure", "returned None")])  # fmt: skip
+def test_a_training_step_with_a_bad_plugin_stops_the_run(
+    plugin_module, tmp_path, function, problem
+):
+    # Before: the step scored every item wrong, logged rlsr/verifier_errors 16/16 and trained on.
+    with pytest.raises(VerifierFailure) as stopped:
+        one_training_step(plugin_module, tmp_path, function)
+    message = str(stopped.value)
+    assert f"verifier {plugin_module}:{function} gave no verdict on" in message
+    assert "of 16 items of the train pool of optimizer step 1" in message
+    assert "max_failed_fraction 0.05" in message and problem in message
+    assert re.search(r"first failing item: id '[\w-]+' \(", message)
+    assert not (tmp_path / "run" / "adapter_model.safetensors").exists()
+
+
+def test_a_step_under_the_limit_trains_and_counts_unjudged_apart(plugin_module, tmp_path):
+    # max_failed_fraction: 1 (never stop): the unjudged rollouts are rewarded as wrong and
+    # counted as rlsr/verifier_unjudged, not as errors
+    trainer, pools = one_training_step(plugin_module, tmp_path, "unsure", "max_failed_fraction: 1")
     (pool,) = [p for p in pools if p["mode"] == "train"]
-    assert not pool["correct"].any()  # every item unverifiable, so scored wrong
-    # The step's log: the unverifiable items counted by kind (formatted answers reach the plugin).
-    (logged,) = [h for h in trainer.state.log_history if "rlsr/verifier_errors" in h]
-    key = "rlsr/verifier_timeouts" if function == "sleepy" else "rlsr/verifier_errors"
-    other = "rlsr/verifier_errors" if function == "sleepy" else "rlsr/verifier_timeouts"
-    assert logged[key] > 0 and logged[other] == 0
-    assert logged["rlsr/accuracy"] == 0
+    assert not pool["correct"].any() and pool["unjudged"] > 0 and pool["errors"] == 0
+    (logged,) = [h for h in trainer.state.log_history if "rlsr/verifier_unjudged" in h]
+    assert logged["rlsr/verifier_unjudged"] == pool["unjudged"]
+    assert logged["rlsr/verifier_errors"] == 0 and logged["rlsr/accuracy"] == 0
 
 
-@pytest.mark.parametrize("function, status", [("sleepy", "timeout"), ("boom", "error"),
-                                              ("too_many", "error")])  # fmt: skip
-def test_rlsr_evaluate_counts_a_bad_plugins_items(plugin_module, tmp_path, function, status):
+def evaluate_argv(task: Path, name: str, out: Path, *extra: str) -> list[str]:
+    return ["evaluate", "--model", str(format_warm_model()), "--datasets", name, "--tasks-dir",
+            str(task), "--max-new-tokens", "40", "--no-fallbacks", "--bootstrap", "0",
+            "--no-progress", "--output-dir", str(out), *extra]  # fmt: skip
+
+
+@pytest.mark.parametrize("function, workers, problem", [
+    ("sleepy", 2, "timeout: no verdict within"), ("too_many", 2, "error: returned 2 values"),
+    ("numbers", 2, "error: returned 1 (int)"), ("unsure", 2, "unjudged: returned None"),
+    ("exits", 0, "error: called os._exit(3)"),
+])  # fmt: skip
+def test_rlsr_evaluate_stops_on_a_bad_plugin(
+    plugin_module, tmp_path, capsys, function, workers, problem
+):
+    # Before: exit 0 with acc=0.000 AURC=1.000 (os._exit with num_workers 0: exit 1, no message)
     name = f"tiny_{function}"
     task = tiny_plugin_task(tmp_path, f"{plugin_module}:{function}", name)
+    task.write_text(task.read_text().replace("num_workers: 2", f"num_workers: {workers}"))
     out = tmp_path / "ev"
-    argv = ["evaluate", "--model", str(format_warm_model()), "--datasets", name, "--tasks-dir",
-            str(task), "--limit", "4", "--max-new-tokens", "40", "--no-fallbacks",
-            "--bootstrap", "0", "--no-progress", "--output-dir", str(out)]  # fmt: skip
+    assert rlsr_main(evaluate_argv(task, name, out, "--limit", "4")) == 1
+    err = capsys.readouterr().err
+    assert f"rlsr: error: verifier {plugin_module}:{function} gave no verdict on" in err
+    assert f"of 4 items of dataset {name}" in err and problem in err
+    assert f"first failing item: id '{name}-test-" in err
+    assert not (out / name / "samples.jsonl").exists()  # nothing of the failed group written
+
+
+def test_a_fixed_rerun_resumes_after_a_stop(plugin_module, tmp_path, capsys):
+    import rlsr_test_checks  # the plugin, imported in this process (num_workers: 0)
+
+    name = "tiny_flaky"
+    task = tiny_plugin_task(tmp_path, f"{plugin_module}:flaky", name)
+    task.write_text(task.read_text().replace("num_workers: 2", "num_workers: 0"))
+    load_task_file(task)
+    rows = list(load_examples(name, limit=8))
+    out = tmp_path / "ev"
+    argv = evaluate_argv(task, name, out, "--limit", "8", "--batch-size", "4")
+    # the checker's service is down for the second group: it stops there, the first is saved
+    rlsr_test_checks.FAIL_QUESTIONS.update(r["question"] for r in rows[4:])
+    try:
+        assert rlsr_main(argv) == 1
+    finally:
+        rlsr_test_checks.FAIL_QUESTIONS.clear()
+    err = capsys.readouterr().err
+    assert f"first failing item: id {rows[4]['id']!r} (error: raised ConnectionError" in err
+    saved = [json.loads(x) for x in (out / name / "samples.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in saved] == [r["id"] for r in rows[:4]]
+    # fixed (the service is back): the same command resumes and generates the other 4 only
     assert rlsr_main(argv) == 0
+    metrics = json.loads((out / name / "metrics.json").read_text())
+    assert metrics["n"] == 8 and metrics["throughput"]["new_samples"] == 4
+    assert metrics["verifier_failures"] == 0 and metrics["unjudged"] == 0
+
+
+def test_rlsr_evaluate_counts_unjudged_apart(plugin_module, tmp_path, capsys):
+    # max_failed_fraction: 1: a run of unjudged items ends, and says how many were not judged
+    name = "tiny_unsure"
+    task = tiny_plugin_task(tmp_path, f"{plugin_module}:unsure", name, "max_failed_fraction: 1")
+    out = tmp_path / "ev"
+    assert rlsr_main(evaluate_argv(task, name, out, "--limit", "4")) == 0
     samples = [json.loads(x) for x in (out / name / "samples.jsonl").read_text().splitlines()]
     answered = [s for s in samples if s["verify_status"] != "missing"]
-    assert answered and all(s["verify_status"] == status and not s["correct"] for s in answered)
+    assert answered and all(s["verify_status"] == "unjudged" and not s["correct"]
+                            and s["verify_problem"] == "returned None (could not judge)"
+                            for s in answered)  # fmt: skip
     metrics = json.loads((out / name / "metrics.json").read_text())
-    assert metrics["verify_status"][status] == len(answered)
+    assert metrics["unjudged"] == len(answered) and metrics["verifier_failures"] == 0
+    assert "judge_invalid" not in metrics
+    summary = json.loads((out / "summary.json").read_text())[name]
+    assert summary["unjudged"] == len(answered)
+    assert f"({len(answered)} of 4 unjudged, counted wrong;" in capsys.readouterr().out
 
 
 def test_a_task_with_a_bad_plugin_option_is_refused(plugin_module, tmp_path):

@@ -355,8 +355,8 @@ def test_llm_judge_verifier_with_python_judge():
         ["Paris", ["Paris", "City of Light"], "Paris", "Paris"],
         questions=["Capital of France?"] * 4,
     )
-    assert result.status == ("correct", "incorrect", "missing", "invalid")
-    assert (result.errors, result.timeouts) == (1, 0)
+    assert result.status == ("correct", "incorrect", "missing", "unjudged")
+    assert (result.errors, result.timeouts, result.unjudged) == (0, 0, 1)
     assert len(seen) == 1 and len(seen[0]) == 3  # the None prediction is never sent
     assert seen[0][0] == render_judge_prompt("Capital of France?", "Paris", '"Paris"')
     assert "Ground Truth Answer: Paris / City of Light " in seen[0][1]
@@ -394,6 +394,9 @@ def test_get_verifier():
 
 
 def test_verification_result_from_status():
-    result = VerificationResult.from_status(["correct", "timeout", "error", "invalid", "missing"])
-    assert result.correct.tolist() == [True, False, False, False, False]
-    assert (result.timeouts, result.errors) == (1, 2)
+    status = ["correct", "timeout", "error", "unjudged", "invalid", "missing"]
+    result = VerificationResult.from_status(status)
+    assert result.correct.tolist() == [True, False, False, False, False, False]
+    # errors and "cannot judge" apart; "invalid" (samples written before) read as unjudged
+    assert (result.timeouts, result.errors, result.unjudged) == (1, 1, 2)
+    assert result.no_verdict == 4

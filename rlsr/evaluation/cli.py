@@ -59,7 +59,7 @@ from rlsr.evaluation.provenance import adapter_fingerprint
 from rlsr.evaluation.report import build_report
 from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
 from rlsr.evaluation.samples_io import json_safe, read_samples
-from rlsr.evaluation.summary import scorer_arrays
+from rlsr.evaluation.summary import no_verdict_note, scorer_arrays
 from rlsr.generation.backends import load_chat_tokenizer, make_backend, resolve_adapter
 from rlsr.generation.openai_api import RLSR_SERVE
 from rlsr.pool_log import write_pool_summary
@@ -469,6 +469,12 @@ def _build_judge(args, backend_kwargs):
 # --- what an output dir holds (names and rules: rlsr.evaluation.layout) -----------------------
 
 
+def no_verdict_counts_of(metrics: dict) -> dict:
+    """The no-verdict counts of metrics.json (``no_verdict_counts``) for summary.json."""
+    keys = ("unjudged", "unjudged_rate", "verifier_failures", "accuracy_judged")
+    return {k: metrics[k] for k in keys if k in metrics}
+
+
 def _run_config(args, settings, fingerprint, system_prompt, verifier_names, columns) -> dict:
     """The run.json of this invocation (JSON types, so it compares equal to one read back)."""
     model = Path(args.model).expanduser()
@@ -668,12 +674,12 @@ def _evaluate(args, settings, out, names, paths, verifier_override, columns, end
                 getattr(verifier, "close", lambda: None)()
             primary = metrics["scorers"][metrics["primary_scorer"]]
             summary[job] = {"n": metrics["n"], "accuracy": metrics["accuracy"],
-                            "aurc": primary["aurc"]}  # fmt: skip
+                            "aurc": primary["aurc"], **no_verdict_counts_of(metrics)}  # fmt: skip
             if endpoint is not None:
                 summary[job]["fallbacks_off"] = endpoint.fallbacks_off
                 summary[job]["usage"] = metrics.get("usage")
             print(f"{job}: n={metrics['n']} acc={metrics['accuracy']:.3f} "
-                  f"AURC={primary['aurc']:.3f}")  # fmt: skip
+                  f"AURC={primary['aurc']:.3f}{no_verdict_note(metrics)}")  # fmt: skip
     except KeyboardInterrupt:
         remove_unused(out, [job for job, _, _ in jobs], existed, root_existed)
         print(f"rlsr: interrupted, {_saved(out, jobs)} samples saved in {out}; rerun the same "

@@ -20,8 +20,10 @@ A rerun reads the ids already written (dropping a cut-off last line) and continu
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,6 +47,9 @@ from rlsr.generation.fallbacks import (
 )
 from rlsr.logprob import answer_span, logprob_confidence
 from rlsr.verifiers import extract_choice_letter, normalize_answer
+from rlsr.verifiers.base import NO_VERDICT, VerifierFailure, failure_message, over_budget
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "EvalSettings",
@@ -161,13 +166,57 @@ def _verify(verifier, inputs: dict, items: list[dict], judge) -> None:
     answers = [it["answer"] for it in items]
     result = verifier.verify_batch(answers, **inputs)
     outputs = iter(judge.last_outputs if judge is not None else [])
-    for it, ok, status in zip(
-        items, result.correct, result.status or [None] * len(items), strict=False
+    for i, (it, ok, status) in enumerate(
+        zip(items, result.correct, result.status or [None] * len(items), strict=False)
     ):
         it["correct"] = bool(ok)
         it["verify_status"] = status
+        if i in result.problems:
+            it["verify_problem"] = result.problems[i]
         if judge is not None and it["answer"] is not None:
             it["judge_output"] = next(outputs, None)
+
+
+class _NoVerdictBudget:
+    """The failure budget of one dataset (docs/tasks.md, "When a verifier fails"): samples
+    without a verdict (timeout, error, unjudged), those already in samples.jsonl included, may
+    be at most the verifier's ``max_failed_fraction`` of the dataset's ``total`` samples
+    (verifiers without one: no limit). ``check`` raises ``VerifierFailure`` as soon as a group
+    would exceed it (the same verdict the finished run would reach, given before the group is
+    written, so a rerun after the fix resumes from the samples saved before it)."""
+
+    def __init__(self, verifier, name: str, dataset: str, written: list[dict], total: int):
+        self.limit = getattr(verifier, "max_failed_fraction", None)
+        self.name, self.dataset, self.total = name, dataset, total
+        self.counts = Counter(r.get("verify_status") for r in written
+                              if r.get("verify_status") in NO_VERDICT)  # fmt: skip
+        self.first = next(((r["id"], r["verify_status"], r.get("verify_problem")) for r in written
+                           if r.get("verify_status") in NO_VERDICT), None)  # fmt: skip
+
+    def check(self, rows: list[dict], items: list[dict], samples_path: Path) -> None:
+        failed = [(row["id"], it["verify_status"], it.get("verify_problem"))
+                  for row, it in zip(rows, items, strict=True)
+                  if it.get("verify_status") in NO_VERDICT]  # fmt: skip
+        if not failed:
+            return
+        counts = self.counts + Counter(status for _, status, _ in failed)
+        first = self.first or failed[0]
+        if over_budget(sum(counts.values()), self.total, self.limit):
+            saved = len(read_samples(samples_path))
+            raise VerifierFailure(failure_message(
+                self.name, counts, self.total, self.limit, f"dataset {self.dataset}", first,
+                f"Stopped before writing these; {saved} samples are saved in "
+                f"{samples_path.parent}. Fix the verifier, then rerun the same command: it "
+                "resumes (a plugin's file changed after samples were saved needs a new "
+                "--output-dir: their verdicts came from this version); or set the verifier "
+                "option max_failed_fraction in the task file (docs/tasks.md).",
+            ))  # fmt: skip
+        self.counts, self.first = counts, first
+        _id, status, problem = failed[0]
+        logger.warning(
+            "%s: verifier %s gave no verdict on %d of %d samples (first: id %r, %s: %s); scored "
+            "as wrong", self.dataset, self.name, len(failed), len(rows), _id, status, problem,
+        )  # fmt: skip
 
 
 def evaluate_dataset(
@@ -207,7 +256,9 @@ def evaluate_dataset(
     ids = list(examples["id"])
     if len(set(ids)) != len(ids):
         raise ValueError(f"{dataset_name}: example ids are not unique; resume needs unique ids.")
-    done = {r["id"] for r in read_samples(samples_path, repair=True)}
+    written = read_samples(samples_path, repair=True)
+    done = {r["id"] for r in written}
+    budget = _NoVerdictBudget(verifier, verifier_name, dataset_name, written, len(ids))
     journal = getattr(backend, "use_journal", None)  # an HTTP endpoint's finished requests
     if journal is not None:
         journal(out / REQUESTS_FILE)
@@ -225,6 +276,7 @@ def evaluate_dataset(
         if before_batch is not None:
             before_batch(k)
         _verify(verifier, inputs, items, judge)
+        budget.check(rows, items, samples_path)  # raises before this group is written
         _add_scores(backend, rows, items, settings)
         if settings.dcs:
             _add_dcs(backend, rows, items)
@@ -456,6 +508,8 @@ def _record(row: dict, it: dict, dataset_name: str) -> dict:
         "verify_status": it.get("verify_status"),
         "scores": it["scores"],
     }
+    if "verify_problem" in it:
+        rec["verify_problem"] = it["verify_problem"]
     for key in ("judge_output", "consistency_answers", "dcs", "response_token_ids", "served"):
         if key in it:
             rec[key] = it[key]

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from rlsr import metrics as M
+from rlsr.verifiers.base import ERROR, INVALID, NO_VERDICT, TIMEOUT, UNJUDGED
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -24,6 +25,8 @@ __all__ = [
     "scorer_arrays",
     "scorer_metrics",
     "compute_metrics",
+    "no_verdict_counts",
+    "no_verdict_note",
 ]
 
 SCHEMA_VERSION = 1
@@ -43,6 +46,10 @@ METRIC_DEFINITIONS = {
     "extracted, C_R = 2; only for datasets with answerable/cost (rlsr.metrics.utility_auc).",
     "accuracy": "mean correctness over all samples (full coverage).",
     "missing_confidence": "a sample without a parseable confidence counts as confidence 0.0.",
+    "no_verdict": "a sample the verifier gave no verdict on (unjudged: it could not judge; "
+    "verifier_failures: timeout or error) counts as wrong in accuracy, every scorer metric and "
+    "a deployment threshold (conservative: accuracy is a lower bound, risk an upper bound); "
+    "accuracy_judged is the accuracy over the other samples (docs/tasks.md).",
     "ci": "percentile bootstrap over samples, 95%, rlsr.metrics.bootstrap_ci (seed, resamples "
     "in 'bootstrap').",
     "dcs": "mean (p_c - P_W)(1 - p_idk) over MCQ items, option probabilities = softmax of "
@@ -121,6 +128,46 @@ def _status_counts(records: Sequence[dict]) -> dict[str, int]:
     return counts
 
 
+def no_verdict_counts(records: Sequence[dict]) -> dict:
+    """``unjudged`` (the verifier could not judge), ``verifier_failures`` (timeout, error), their
+    rates and ``accuracy_judged`` (accuracy over the samples with a verdict; None when none has
+    one): the samples the accuracy counts as wrong without a verdict (``METRIC_DEFINITIONS``)."""
+    status = [r.get("verify_status") for r in records]
+    unjudged = sum(s in (UNJUDGED, INVALID) for s in status)
+    failures = sum(s in (TIMEOUT, ERROR) for s in status)
+    judged = [r for r, s in zip(records, status, strict=True) if s not in NO_VERDICT]
+    n = len(records)
+    return {
+        "unjudged": unjudged,
+        "unjudged_rate": unjudged / n if n else None,
+        "verifier_failures": failures,
+        "verifier_failure_rate": failures / n if n else None,
+        "accuracy_judged": (
+            float(np.mean([bool(r["correct"]) for r in judged])) if judged else None
+        ),
+    }
+
+
+def no_verdict_note(metrics: dict) -> str:
+    """`` (4 of 16 unjudged, 1 verifier failure, counted wrong; accuracy on the 11 judged 0.364)``
+    for a summary line, "" when every sample has a verdict."""
+    n, unjudged = metrics["n"], metrics.get("unjudged", 0)
+    failures = metrics.get("verifier_failures", 0)
+    if not unjudged and not failures:
+        return ""
+    parts = [f"{unjudged} of {n} unjudged"] if unjudged else []
+    if failures:
+        parts.append(f"{failures} verifier failure{'s' if failures != 1 else ''}")
+    judged = n - unjudged - failures
+    on_judged = metrics.get("accuracy_judged")
+    tail = (
+        f"accuracy on the {judged} judged {on_judged:.3f}"
+        if on_judged is not None
+        else ("none judged")
+    )
+    return f" ({', '.join(parts)}, counted wrong; {tail})"
+
+
 def compute_metrics(
     records: Sequence[dict],
     *,
@@ -145,7 +192,7 @@ def compute_metrics(
         "answer_missing": sum(1 for r in records if r.get("answer") is None),
         "fallbacks": fallback_counts,
         "verify_status": _status_counts(records),
-        "judge_invalid": sum(1 for r in records if r.get("verify_status") == "invalid"),
+        **no_verdict_counts(records),
         "primary_scorer": scorers[0],
         "scorers": {
             s: scorer_metrics(records, s, n_resamples=n_resamples, seed=seed) for s in scorers

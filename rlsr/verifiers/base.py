@@ -7,36 +7,53 @@ no answer, always incorrect and not an error); each gold is a str or a list of a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 # Per-item status codes (VerificationResult.status).
-CORRECT, INCORRECT, MISSING, TIMEOUT, ERROR, INVALID = (
+CORRECT, INCORRECT, MISSING, TIMEOUT, ERROR, UNJUDGED = (
     "correct",
     "incorrect",
     "missing",
     "timeout",
     "error",
-    "invalid",
+    "unjudged",
 )
+# The name samples written before rlsr 0.x (issue 36) gave UNJUDGED; read back as UNJUDGED.
+INVALID = "invalid"
+# Statuses without a verdict: the verifier failed (timeout, error) or could not judge (unjudged).
+# Each is scored as wrong (docs/tasks.md, "When a verifier cannot judge").
+NO_VERDICT = (TIMEOUT, ERROR, UNJUDGED, INVALID)
+# A run stops when more than this fraction of its items have no verdict (a plugin's option
+# max_failed_fraction; docs/tasks.md).
+MAX_FAILED_FRACTION = 0.05
+
+
+class VerifierFailure(RuntimeError):
+    """More items than the verifier's ``max_failed_fraction`` allows got no verdict
+    (``failure_message``): the run stops instead of scoring them all as wrong."""
 
 
 @dataclass(frozen=True)
 class VerificationResult:
     """Outcome of ``verify_batch``.
 
-    correct: bool per item. timeouts / errors: how many items could not be verified (counted as
-    incorrect): time limit hit; parse failure, worker crash or (judge) an output that is neither
-    YES nor NO. status: per-item code, one of "correct", "incorrect", "missing" (prediction None),
-    "timeout", "error", "invalid" (judge output neither YES nor NO; also counted in ``errors``).
+    correct: bool per item. timeouts / errors / unjudged: how many items got no verdict (each
+    scored as incorrect): time limit hit; a raise, a wrong return value or a worker that died;
+    the verifier could not judge (a plugin's None, a judge output neither YES nor NO). status:
+    per-item code, one of "correct", "incorrect", "missing" (prediction None), "timeout",
+    "error", "unjudged". problems: ``{item index: what went wrong}`` for items without a verdict
+    (the exception, the value returned, the time limit), where the verifier knows it.
     """
 
     correct: np.ndarray
     timeouts: int = 0
     errors: int = 0
     status: tuple[str, ...] = field(default=())
+    unjudged: int = 0
+    problems: Mapping[int, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.correct.shape[0])
@@ -45,15 +62,60 @@ class VerificationResult:
     def accuracy(self) -> float:
         return float(self.correct.mean()) if len(self) else float("nan")
 
+    @property
+    def no_verdict(self) -> int:
+        """Items without a verdict: timeouts + errors + unjudged."""
+        return self.timeouts + self.errors + self.unjudged
+
     @classmethod
-    def from_status(cls, status: Sequence[str]) -> VerificationResult:
+    def from_status(
+        cls, status: Sequence[str], problems: Mapping[int, str] | None = None
+    ) -> VerificationResult:
         status = tuple(status)
         return cls(
             correct=np.array([s == CORRECT for s in status], dtype=bool),
             timeouts=sum(s == TIMEOUT for s in status),
-            errors=sum(s in (ERROR, INVALID) for s in status),
+            errors=sum(s == ERROR for s in status),
             status=status,
+            unjudged=sum(s in (UNJUDGED, INVALID) for s in status),
+            problems=dict(problems or {}),
         )
+
+
+# --- the failure budget ---------------------------------------------------------------------------
+
+
+def failure_message(
+    verifier: str,
+    counts: Mapping[str, int],
+    total: int,
+    limit: float,
+    scope: str,
+    first: tuple[object, str, str | None] | None,
+    fix: str,
+) -> str:
+    """The message of a run stopped by ``VerifierFailure``: the verifier, how many of ``total``
+    items of ``scope`` got no verdict by kind (``counts``: {status: n}), the fraction allowed,
+    the first failing item (``(id, status, problem)``) and ``fix``."""
+    failed = sum(counts.get(s, 0) for s in NO_VERDICT)
+    plural = {ERROR: "errors", TIMEOUT: "timeouts", UNJUDGED: "unjudged", INVALID: "unjudged"}
+    kinds = ", ".join(
+        f"{counts[s]} {plural[s]}" for s in (ERROR, TIMEOUT, UNJUDGED, INVALID) if counts.get(s)
+    )
+    text = (
+        f"verifier {verifier} gave no verdict on {failed} of {total} items of {scope} ({kinds}), "
+        f"more than its max_failed_fraction {limit:g} allows ({int(limit * total)} of {total})"
+    )
+    if first is not None:
+        item, status, problem = first
+        text += f"; first failing item: id {item!r} ({status}: {problem or 'no detail'})"
+    return f"{text}. {fix}"
+
+
+def over_budget(failed: int, total: int, limit: float | None) -> bool:
+    """True when ``failed`` items without a verdict out of ``total`` exceed ``limit`` (a
+    fraction; None: the verifier sets no limit)."""
+    return limit is not None and failed > limit * total
 
 
 # --- shared input checks -------------------------------------------------------------------------

@@ -10,8 +10,8 @@ from rlsr.prompts import render_judge_prompt
 from rlsr.verifiers.base import (
     CORRECT,
     INCORRECT,
-    INVALID,
     MISSING,
+    UNJUDGED,
     VerificationResult,
     _check_lengths,
     _gold_list,
@@ -61,8 +61,8 @@ class LLMJudgeVerifier:
 
     ``judge_fn(prompts: list[str]) -> list[str]`` generates one output per rendered prompt (the
     evaluation package builds it from a model). Predictions that are None are incorrect without a
-    judge call. Outputs that are neither YES nor NO count as incorrect and as errors (status
-    "invalid"). Several accepted golds are shown to the judge joined by " / ".
+    judge call. Outputs that are neither YES nor NO are not judged (status "unjudged", scored as
+    incorrect and counted apart from errors). Several accepted golds are shown to the judge joined by " / ".
     """
 
     name = "llm_judge"
@@ -99,7 +99,7 @@ class LLMJudgeVerifier:
         status = [MISSING] * len(predictions)
         for i, output in zip(asked, outputs, strict=True):
             verdict = parse_judgement(output)
-            status[i] = INVALID if verdict is None else CORRECT if verdict else INCORRECT
+            status[i] = UNJUDGED if verdict is None else CORRECT if verdict else INCORRECT
         return VerificationResult.from_status(status)
 
     def close(self) -> None:

@@ -12,9 +12,12 @@ one value per item: True (correct), False (wrong) or None (could not judge).
 
 ``PluginVerifier`` runs it in a pool of worker processes (``rlsr.verifiers.pool``, as the math
 verifier), **one item per call**, each under ``timeout_s``: a call that sleeps past the limit
-counts as ``timeout``, one that raises or returns anything but a one-element list of
-bool / None counts as ``error``, None counts as ``invalid`` (not judged; counted with the errors);
-every one of them is scored as incorrect and nothing stops the run. What must hold:
+counts as ``timeout``, one that raises (also ``sys.exit`` / ``os._exit``) or returns anything but
+a one-element list of bool / None counts as ``error``, None counts as ``unjudged``; each is
+scored as incorrect, with what went wrong in ``VerificationResult.problems``. When more than
+``max_failed_fraction`` (default 5 %) of a run's items (``rlsr evaluate``: of a dataset; training:
+of one step's pool) get no verdict, the run stops naming the plugin and the first failing item
+(``rlsr.evaluation.runner``, ``rlsr.trainer``). What must hold:
 
 * the module imports by its dotted name in a fresh process: it is on ``sys.path`` (installed, in
   the working directory, or on ``PYTHONPATH``); the ``sys.path`` of the process that builds the
@@ -27,9 +30,11 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -37,9 +42,10 @@ from rlsr.verifiers.base import (
     CORRECT,
     ERROR,
     INCORRECT,
-    INVALID,
+    MAX_FAILED_FRACTION,
     MISSING,
     TIMEOUT,
+    UNJUDGED,
     VerificationResult,
     _check_lengths,
 )
@@ -89,9 +95,37 @@ def load_plugin(spec: str) -> Callable:
     return function
 
 
-def plugin_item_status(function: Callable, prediction, gold, question, options, timeout_s) -> str:
-    """The status of one item: the plugin called on one-element lists under ``timeout_s``.
-    Never raises (an ``ItemTimeout`` becomes "timeout", anything else wrong "error")."""
+class _PluginExit(BaseException):
+    """Raised instead of ending this process when an in-process plugin calls ``os._exit``."""
+
+
+@contextmanager
+def _no_process_exit():
+    """While a plugin runs in this process (``num_workers=0``): ``os._exit(n)`` raises
+    ``_PluginExit`` instead of ending the run with nothing said (a crash in C code still ends
+    it; workers isolate that)."""
+    real = os._exit
+
+    def refuse(code=0):
+        raise _PluginExit(code)
+
+    os._exit = refuse
+    try:
+        yield
+    finally:
+        os._exit = real
+
+
+def _short(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text[:300]}" if text else type(err).__name__
+
+
+def plugin_item_status(function: Callable, prediction, gold, question, options, timeout_s):
+    """The status of one item: the plugin called on one-element lists under ``timeout_s``;
+    ``(status, problem)`` when it gave no verdict (what it raised or returned). Never raises: an
+    ``ItemTimeout`` becomes "timeout"; a raise (also ``SystemExit``, ``os._exit``), a wrong
+    length or a value other than True / False / None "error"; None "unjudged"."""
     try:
         with time_limit(timeout_s):
             out = function(
@@ -102,20 +136,21 @@ def plugin_item_status(function: Callable, prediction, gold, question, options, 
             )
             values = list(out)
     except ItemTimeout:
-        return TIMEOUT
+        return TIMEOUT, f"no verdict within timeout_s {timeout_s:g} s"
+    except _PluginExit as exit_call:
+        return ERROR, f"called os._exit({exit_call.args[0]}), which would have ended the run"
+    except SystemExit as err:
+        return ERROR, f"called sys.exit({err.code!r})"
     except Exception as err:  # noqa: BLE001 - a plugin's failure is one unverifiable item
-        logger.warning("verifier plugin raised %s: %s", type(err).__name__, err)
-        return ERROR
+        return ERROR, f"raised {_short(err)}"
     if len(values) != 1:
-        logger.warning("verifier plugin returned %d values for 1 item", len(values))
-        return ERROR
+        return ERROR, f"returned {len(values)} values for 1 item"
     value = values[0]
     if value is None:
-        return INVALID
+        return UNJUDGED, "returned None (could not judge)"
     if isinstance(value, bool | np.bool_):
         return CORRECT if bool(value) else INCORRECT
-    logger.warning("verifier plugin returned %r, not True / False / None", value)
-    return ERROR
+    return ERROR, f"returned {value!r} ({type(value).__name__}), not True / False / None"
 
 
 def _plugin_worker_main(conn, spec: str, sys_path: list[str]) -> None:
@@ -129,14 +164,20 @@ def _plugin_worker_main(conn, spec: str, sys_path: list[str]) -> None:
         print(f"rlsr verifier worker: {err}", file=sys.stderr, flush=True)
         raise SystemExit(4) from None
     conn.send(("ready", None))
-    serve_chunks(conn, lambda item, timeout_s: plugin_item_status(function, *item[1:], timeout_s))
+    with _no_process_exit():  # an os._exit is the item's error, not the worker's end
+        serve_chunks(
+            conn, lambda item, timeout_s: plugin_item_status(function, *item[1:], timeout_s)
+        )
 
 
 class PluginVerifier(WorkerPool):
     """A ``"package.module:function"`` verifier run in worker processes, one item per call, each
     under ``timeout_s`` (module docstring). The function is imported here first, so a plugin that
     does not import fails at construction, before any model loads. ``num_workers=0`` calls it in
-    this process (time limit in the main thread only, no protection from a hang in C code)."""
+    this process (time limit in the main thread only; an ``os._exit`` is caught as the item's
+    error, but a hang or a crash in C code is not: workers isolate those).
+    ``max_failed_fraction``: the most items of a run (a dataset in ``rlsr evaluate``, a step's
+    pool in training) that may get no verdict before the run stops (module docstring)."""
 
     startup_hint = " check that the plugin imports in a fresh process (PYTHONPATH);"
 
@@ -149,7 +190,17 @@ class PluginVerifier(WorkerPool):
         chunk_size: int = 16,
         start_method: str = "forkserver",
         startup_timeout_s: float = 120.0,
+        max_failed_fraction: float = MAX_FAILED_FRACTION,
     ):
+        if not (
+            isinstance(max_failed_fraction, int | float)
+            and not isinstance(max_failed_fraction, bool)
+            and 0 <= max_failed_fraction <= 1
+        ):
+            raise ValueError(
+                f"max_failed_fraction must be a number in [0, 1] (1: never stop); got "
+                f"{max_failed_fraction!r}."
+            )
         super().__init__(
             num_workers=num_workers,
             timeout_s=timeout_s,
@@ -159,6 +210,7 @@ class PluginVerifier(WorkerPool):
             startup_timeout_s=startup_timeout_s,
         )
         self.function = load_plugin(spec)
+        self.max_failed_fraction = float(max_failed_fraction)
         self.spec = spec.strip()
         self.name = self.spec
         self._sys_path = list(sys.path)
@@ -181,13 +233,19 @@ class PluginVerifier(WorkerPool):
             question = None if questions is None else questions[i]
             option = None if options is None else options[i]
             keyed.append((i, prediction, golds[i], question, option))
+        problems: dict[int, str] = {}
         if self.num_workers == 0:
-            results = {
-                k: plugin_item_status(self.function, p, g, q, o, self.timeout_s)
-                for k, p, g, q, o in keyed
-            }
+            with _no_process_exit():
+                results = {
+                    k: plugin_item_status(self.function, p, g, q, o, self.timeout_s)
+                    for k, p, g, q, o in keyed
+                }
         else:
-            results = self._run_pool(keyed)
+            results = self._run_pool(keyed, problems)
         for key, item_status in results.items():
+            if isinstance(item_status, tuple):
+                item_status, problems[key] = item_status
             status[key] = item_status
-        return VerificationResult.from_status(status)
+        for key, problem in problems.items():
+            logger.debug("verifier plugin %s, item %d: %s", self.spec, key, problem)
+        return VerificationResult.from_status(status, problems)

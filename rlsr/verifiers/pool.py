@@ -73,7 +73,9 @@ def time_limit(seconds: float | None):
 
 def serve_chunks(conn, status_of) -> None:
     """A worker's loop: receive ``(chunk, timeout_s)`` until ``None`` or the pipe closes, and
-    send ``(item[0], status_of(item, timeout_s))`` for each item of a chunk (item[0] is its key)."""
+    send ``(item[0], status)`` for each item of a chunk (item[0] is its key), where
+    ``status_of(item, timeout_s)`` returns a status or ``(status, problem)`` (what went wrong,
+    for an item without a verdict: sent as ``(key, status, problem)``)."""
     while True:
         try:
             message = conn.recv()
@@ -83,7 +85,8 @@ def serve_chunks(conn, status_of) -> None:
             return
         chunk, timeout_s = message
         for item in chunk:
-            conn.send((item[0], status_of(item, timeout_s)))
+            out = status_of(item, timeout_s)
+            conn.send((item[0], *out) if isinstance(out, tuple) else (item[0], out))
 
 
 class _Worker:
@@ -203,8 +206,10 @@ class WorkerPool:
             pass
 
     # -- dispatch --
-    def _run_pool(self, keyed: list) -> dict[int, str]:
-        """``{key: status}`` for items ``[(key, *item)]``, verified by the workers."""
+    def _run_pool(self, keyed: list, problems: dict | None = None) -> dict[int, str]:
+        """``{key: status}`` for items ``[(key, *item)]``, verified by the workers; ``problems``
+        (when given) gets ``{key: what went wrong}`` for items without a verdict."""
+        problems = {} if problems is None else problems
         self._start_workers()
         pending = deque(keyed)
         results: dict[int, str] = {}
@@ -235,12 +240,16 @@ class WorkerPool:
             ready = wait_for_connections([w.conn for w in self._workers], timeout=timeout)
             for index, w in enumerate(self._workers):
                 if w.conn in ready:
-                    self._drain(index, results, pending)
+                    self._drain(index, results, pending, problems)
             now = time.monotonic()
             for index, w in enumerate(self._workers):
                 if w.inflight and now - w.last_progress > item_deadline:
                     key = w.inflight.popleft()[0]
                     results[key] = TIMEOUT
+                    problems[key] = (
+                        f"no verdict within {item_deadline:g} s (timeout_s {self.timeout_s:g} + "
+                        f"grace_s {self.grace_s:g}); its worker was killed"
+                    )
                     logger.warning(
                         "%s worker exceeded %.1fs on one item; restarting it",
                         self.name,
@@ -256,7 +265,7 @@ class WorkerPool:
                 )
         return results
 
-    def _drain(self, index: int, results: dict, pending: deque) -> None:
+    def _drain(self, index: int, results: dict, pending: deque, problems: dict) -> None:
         w = self._workers[index]
         try:
             while w.conn.poll():
@@ -264,10 +273,12 @@ class WorkerPool:
                 if message[0] == "ready":
                     w.ready = True
                     continue
-                key, item_status = message
+                key, item_status = message[0], message[1]
                 if w.inflight and w.inflight[0][0] == key:
                     w.inflight.popleft()
                 results[key] = item_status
+                if len(message) > 2:
+                    problems[key] = message[2]
                 w.last_progress = time.monotonic()
         except (EOFError, OSError):
             if not w.ready:
@@ -280,11 +291,15 @@ class WorkerPool:
                         "re-imports it), or use num_workers=0."
                     ) from None
             # The worker died: its current item is an error; the rest of its chunk goes back.
+            w.process.join(timeout=1)
             if w.inflight:
-                results[w.inflight.popleft()[0]] = ERROR
+                key = w.inflight.popleft()[0]
+                results[key] = ERROR
+                problems[key] = (
+                    f"its worker process died (exit code {w.process.exitcode}) on this item"
+                )
                 pending.extendleft(reversed(w.inflight))
                 w.inflight.clear()
-            w.process.join(timeout=1)
             logger.warning(
                 "%s worker died (exit code %s); restarting it", self.name, w.process.exitcode
             )
