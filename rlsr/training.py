@@ -47,13 +47,20 @@ from rlsr.config import (
     vllm_context_length,
     world_size_from_env,
 )
-from rlsr.data import PromptRoom, build_verifier, get_spec, load_examples
+from rlsr.data import (
+    PromptRoom,
+    build_verifier,
+    get_spec,
+    load_examples,
+    version_differences,
+    version_records,
+)
 from rlsr.data.loading import DatasetUnavailableError, download_command
 from rlsr.engines import engine_from_env
 from rlsr.eval_protocol import protocol_flags, to_flags
 from rlsr.evaluation.history import read_history
 from rlsr.evaluation.in_training import HeldOutEvaluator
-from rlsr.evaluation.layout import EVAL_DIR
+from rlsr.evaluation.layout import EVAL_DIR, VERSIONS_FILE, step_folders
 from rlsr.methods import get_entry, resolve
 from rlsr.metrics import ranking_gain_from_aurc
 from rlsr.pool_log import POOLS_DIR, PoolLogWriter, pool_steps
@@ -433,6 +440,50 @@ def export_final_from_checkpoint(checkpoint: str | os.PathLike, output_dir: str 
             shutil.copy2(item, out / item.name)
 
 
+def run_versions(cfg, heldout: ResolvedHeldOut | None) -> dict:
+    """What decides the verdicts of a training run (``rlsr.data.version_records``): the
+    training dataset with its verifier, and every held-out dataset with its own."""
+    paths = {cfg.data.dataset: cfg.data.path} if cfg.data.path else None
+    train = version_records({cfg.data.dataset: training_verifier(cfg.data)}, paths)
+    held = {} if heldout is None else version_records(heldout.verifiers, heldout.settings.data_path)
+    return {"train": train, "eval": held}
+
+
+def check_versions(cfg, heldout: ResolvedHeldOut | None) -> None:
+    """Refuse (``ConfigError``) to continue a run in ``output_dir`` whose checkpoints, held-out
+    step folders or pool files came from another version of its data files, plugin file or
+    verifier options (``OUTPUT_DIR/versions.json``; docs/tasks.md, "Resuming"); else (re)write
+    that file from the main process. A folder written before the file existed is accepted, said
+    once, and recorded from now on."""
+    out = Path(cfg.output_dir)
+    now = run_versions(cfg, heldout)
+    earlier = bool(_checkpoint_steps(out) or step_folders(out) or pool_steps(out))
+    path = out / VERSIONS_FILE
+    main = int(os.environ.get("RANK", "0")) == 0
+    if earlier and path.is_file():
+        was = json.loads(path.read_text())
+        diffs = version_differences(was.get("train") or {}, now["train"])
+        diffs += version_differences(was.get("eval") or {}, now["eval"])
+        if diffs:
+            newest = _checkpoint_steps(out)
+            again = (f"; to continue from a checkpoint with the new version on purpose, "
+                     f"resume={out / f'checkpoint-{newest[-1]}'} output_dir=NEW"
+                     if newest else "")  # fmt: skip
+            raise ConfigError(
+                "output_dir",
+                f"{out} holds a run made with another version of its data or verifier "
+                f"({'; '.join(diffs)}); continuing would mix the two versions in one run "
+                f"(checkpoints, {EVAL_DIR}/ curves, {POOLS_DIR}/). Give a new output_dir{again}.",
+            )
+    elif earlier and main:
+        print(f"[rlsr] {out} has no {VERSIONS_FILE} (written by an older rlsr), so this resume "
+              "cannot check the versions of its data and verifier; recorded from now on.",
+              flush=True)  # fmt: skip
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(now, indent=2) + "\n")
+
+
 def run_training(cfg, *, callbacks=None, pool_hook=None, plan=None):
     """Validate, build, train (resuming per ``cfg.resume``) and save the final adapter/model.
     ``plan``: the run plan of ``cfg`` (``rlsr.run_plan.plan_run``), made here when not given.
@@ -442,6 +493,7 @@ def run_training(cfg, *, callbacks=None, pool_hook=None, plan=None):
     """
     plan = plan_run(cfg) if plan is None else plan
     checkpoint = resolve_resume(cfg.resume, cfg.output_dir)
+    check_versions(cfg, plan.heldout)
     if checkpoint and checkpoint_is_final(checkpoint, trainer_section(cfg).get("max_steps")):
         if int(os.environ.get("RANK", "0")) == 0:
             export_final_from_checkpoint(checkpoint, cfg.output_dir)

@@ -46,6 +46,8 @@ from rlsr.data.tasks import (
     task_record_problem,
     task_records,
     unregister_task,
+    version_differences,
+    version_records,
 )
 
 __all__ = [
@@ -61,6 +63,8 @@ __all__ = [
     "task_names",
     "task_record_problem",
     "task_records",
+    "version_records",
+    "version_differences",
     "unregister_task",
     "DATA_DIR_ENV",
     "DatasetSpec",

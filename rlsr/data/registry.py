@@ -42,7 +42,8 @@ class TaskSource:
     ``has_eval``: the task names an evaluation split (``DatasetSpec.split``) apart from training;
     ``skip_empty``: rows with an empty question or answer are skipped (counted) instead of
     refused; ``too_long``: ``refuse`` or ``skip`` a row whose prompt cannot fit the model's
-    context with the generation budget (``rlsr.data.prompt_room``).
+    context with the generation budget (``rlsr.data.prompt_room``); ``definition_sha256``: the
+    SHA-256 of the task's fields less its verifier's execution options (a resume compares it).
     """
 
     file: str | None
@@ -54,6 +55,9 @@ class TaskSource:
     has_eval: bool = False
     skip_empty: bool = False
     too_long: str = "refuse"
+    # SHA-256 of the task's fields without its verifier's execution options (timeout_s,
+    # num_workers, ...): what a resumed run compares, so those may change between resumes
+    definition_sha256: str | None = None
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,8 @@ from rlsr.prompts import (
 )
 from rlsr.verifiers import VERIFIERS as VERIFIER_CLASSES
 from rlsr.verifiers import PluginVerifier, is_plugin_name, load_plugin
+from rlsr.verifiers.plugin import plugin_source
+from rlsr.verifiers.pool import EXECUTION_OPTIONS
 
 __all__ = [
     "TASKS_PATH_ENV",
@@ -70,6 +72,8 @@ __all__ = [
     "task_names",
     "task_records",
     "task_record_problem",
+    "version_records",
+    "version_differences",
 ]
 
 TASKS_PATH_ENV = "RLSR_TASKS_PATH"
@@ -315,8 +319,18 @@ def _spec(task: Task, where: str, file: str | None, sha256: str) -> DatasetSpec:
             has_eval=has_eval,
             skip_empty=task.skip_empty,
             too_long=task.too_long,
+            definition_sha256=_definition_sha256(task),
         ),
     )
+
+
+def _definition_sha256(task: Task) -> str:
+    """SHA-256 of ``task``'s fields less its verifier's execution options (``EXECUTION_OPTIONS``:
+    how items are run, not what a verdict is), so a rerun may raise ``timeout_s``."""
+    values = task.canonical()
+    values["verifier_options"] = {k: v for k, v in (values.get("verifier_options") or {}).items()
+                                  if k not in EXECUTION_OPTIONS}  # fmt: skip
+    return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()
 
 
 # --------------------------------------------------------------------------- registration
@@ -364,14 +378,16 @@ def task_names() -> list[str]:
 
 
 def task_records(names) -> dict[str, dict]:
-    """``{name: {"file", "sha256"}}`` for the user tasks among ``names`` (built-ins left out):
-    the provenance ``rlsr evaluate`` writes to ``run.json`` and ``rlsr deploy`` to
-    ``deployment.json``, so results of another version of a task file are told apart."""
+    """``{name: {"file", "sha256", "definition_sha256"}}`` for the user tasks among ``names``
+    (built-ins left out): the provenance ``rlsr evaluate`` writes to ``run.json`` and ``rlsr
+    deploy`` to ``deployment.json``, so results of another version of a task file are told
+    apart (a resume compares ``definition_sha256``: the file less its execution options)."""
     out = {}
     for name in dict.fromkeys(names):
         spec = REGISTRY.get(name)
         if spec is not None and spec.task is not None:
-            out[name] = {"file": spec.task.file, "sha256": spec.task.sha256}
+            out[name] = {"file": spec.task.file, "sha256": spec.task.sha256,
+                         "definition_sha256": spec.task.definition_sha256}  # fmt: skip
     return out
 
 
@@ -391,6 +407,91 @@ def task_record_problem(name: str, record: Mapping) -> str | None:
             f"{spec.task.sha256[:12]}... (another version of the task)"
         )
     return None
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _data_files(path: str | os.PathLike) -> dict[str, str]:
+    """``{name: sha256}`` of a task's local data: the file, or every file under the folder
+    (path relative to it; hidden files left out)."""
+    root = Path(path)
+    if root.is_file():
+        return {root.name: _sha256_file(root)}
+    files = sorted(
+        f for f in root.rglob("*")
+        if f.is_file() and not any(part.startswith(".") for part in f.relative_to(root).parts)
+    )  # fmt: skip
+    return {f.relative_to(root).as_posix(): _sha256_file(f) for f in files}
+
+
+def version_records(
+    verifiers: Mapping[str, str], paths: Mapping[str, str] | None = None
+) -> dict[str, dict]:
+    """What decides the verdicts of each dataset in ``verifiers`` (``{dataset: verifier}``),
+    recorded so a resumed run cannot mix versions (``version_differences``; docs/tasks.md,
+    "Resuming"): ``verifier``; ``verifier_options``, the task's options of its own verifier that
+    decide a verdict (``EXECUTION_OPTIONS``, how items are run, left out); ``plugin``, the
+    plugin module's file and SHA-256 (``plugin_source``), else None; ``data``, ``{file:
+    sha256}`` of a user task's local data (``paths``: a ``--data-path`` in its place), else None
+    (built-in datasets and hub tasks: their revision is in the task file's hash)."""
+    out = {}
+    for name, vname in verifiers.items():
+        spec = REGISTRY.get(name)
+        own = spec is not None and vname == spec.verifier
+        options = dict(spec.verifier_options) if own else {}
+        local = (paths or {}).get(name) or (
+            spec.task.data_path if spec is not None and spec.task is not None else None
+        )
+        out[name] = json.loads(json.dumps({
+            "verifier": vname,
+            "verifier_options": {k: v for k, v in sorted(options.items())
+                                 if k not in EXECUTION_OPTIONS},
+            "plugin": plugin_source(vname) if is_plugin_name(vname) else None,
+            "data": _data_files(local) if local is not None and Path(local).exists() else None,
+        }, default=str))  # fmt: skip
+    return out
+
+
+def _short(value) -> str:
+    return value[:12] + "…" if isinstance(value, str) and len(value) == 64 else repr(value)
+
+
+def version_differences(
+    old: Mapping[str, dict], new: Mapping[str, dict], compared: set[str] | None = None
+) -> list[str]:
+    """What changed between two ``version_records``, one line each (data file, plugin file,
+    verifier options), for the datasets in both (and in ``compared`` when given: those with
+    results on disk). A record an older rlsr wrote without a field is not compared on it."""
+    diffs = []
+    for name in sorted(set(old) & set(new)):
+        if compared is not None and name not in compared:
+            continue
+        was, now = old[name], new[name]
+        if was.get("data") is not None and now.get("data") is not None:
+            for file in sorted(set(was["data"]) | set(now["data"])):
+                a, b = was["data"].get(file), now["data"].get(file)
+                if a != b:
+                    change = (
+                        "added" if a is None else "removed" if b is None
+                        else f"{_short(a)} -> {_short(b)}"
+                    )  # fmt: skip
+                    diffs.append(f"data file {file} of {name}: {change}")
+        a, b = was.get("plugin") or {}, now.get("plugin") or {}
+        if a and b and a.get("sha256") != b.get("sha256"):
+            diffs.append(f"verifier plugin {b.get('module')} ({b.get('file')}) of {name}: "
+                         f"{_short(a.get('sha256'))} -> {_short(b.get('sha256'))}")  # fmt: skip
+        if "verifier_options" in was and was["verifier_options"] != now.get("verifier_options"):
+            diffs.append(f"verifier options of {name}: {was['verifier_options']} -> "
+                         f"{now.get('verifier_options')}")  # fmt: skip
+        if was.get("verifier") and was.get("verifier") != now.get("verifier"):
+            diffs.append(f"verifier of {name}: {was['verifier']!r} -> {now.get('verifier')!r}")
+    return diffs
 
 
 # --------------------------------------------------------------------------- task files

@@ -21,6 +21,7 @@ from rlsr.data import (
     load_examples,
     resolve_datasets,
     task_records,
+    version_records,
 )
 from rlsr.eval_protocol import add_protocol_flags, protocol_from_args
 from rlsr.evaluation.audit import audit_deployment, audit_markdown
@@ -51,6 +52,7 @@ from rlsr.evaluation.layout import (
     RUN_FILE,
     SAMPLES_FILE,
     config_differences,
+    datasets_with_samples,
     move_aside,
     read_run_file,
     remove_unused,
@@ -475,7 +477,9 @@ def no_verdict_counts_of(metrics: dict) -> dict:
     return {k: metrics[k] for k in keys if k in metrics}
 
 
-def _run_config(args, settings, fingerprint, system_prompt, verifier_names, columns) -> dict:
+def _run_config(
+    args, settings, fingerprint, system_prompt, verifier_names, columns, paths=None
+) -> dict:
     """The run.json of this invocation (JSON types, so it compares equal to one read back)."""
     model = Path(args.model).expanduser()
     judged = "llm_judge" in verifier_names.values()
@@ -491,6 +495,9 @@ def _run_config(args, settings, fingerprint, system_prompt, verifier_names, colu
         "columns": columns,
         "verifiers": verifier_names,
         "tasks": task_records(verifier_names),
+        # what decides each dataset's verdicts (data files, plugin file, verifier options): a
+        # rerun into this folder with another version is refused (docs/tasks.md, "Resuming")
+        "versions": version_records(verifier_names, paths),
         "judge_model": (args.judge_model or DEFAULT_JUDGE_MODEL) if judged else None,
         "judge_max_answer_chars": args.judge_max_answer_chars if judged else None,
         "backend": args.backend,
@@ -607,13 +614,19 @@ def _evaluate(args, settings, out, names, paths, verifier_override, columns, end
     jobs = _jobs(args, names)
     verifier_names = {n: verifier_override.get(n, get_spec(n).verifier) for _, n, _ in jobs}
     system_prompt = _system_prompt(args)
-    config = _run_config(args, settings, fingerprint, system_prompt, verifier_names, columns)
+    config = _run_config(args, settings, fingerprint, system_prompt, verifier_names, columns,
+                         paths)  # fmt: skip
     if endpoint is not None:
         config["endpoint"] = endpoint.record()
         config["fallbacks_off"] = endpoint.fallbacks_off if endpoint.fallbacks_off else None
     previous = read_run_file(out)
     if previous is not None and not args.overwrite:
-        diffs = config_differences(previous, config)
+        saved = datasets_with_samples(out)
+        diffs = config_differences(previous, config, saved)
+        if "versions" not in previous and saved & set(verifier_names):
+            print(f"rlsr: {out / RUN_FILE} was written by an older rlsr without the versions of "
+                  "the data files and verifiers, so this resume cannot check them; they are "
+                  "recorded from now on (docs/tasks.md, \"Resuming\").", file=sys.stderr)  # fmt: skip
         if diffs:
             raise ValueError(
                 f"--output-dir {out} holds results of another configuration "

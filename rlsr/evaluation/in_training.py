@@ -69,7 +69,7 @@ from transformers import AutoModelForCausalLM, TrainerCallback
 
 from rlsr.config.checks import ConfigError
 from rlsr.config.heldout import ResolvedHeldOut
-from rlsr.data import build_verifier, load_examples
+from rlsr.data import build_verifier, load_examples, version_records
 from rlsr.evaluation.history import tracker_scalars, write_history
 from rlsr.evaluation.judge import DEFAULT_JUDGE_MODEL, RecordingJudge, openai_judge_fn
 from rlsr.evaluation.layout import (
@@ -455,6 +455,8 @@ class HeldOutEvaluator(TrainerCallback):
             "system_prompt": self.resolved.system_prompt,
             "datasets": [job for job, _, _ in self.resolved.jobs],
             "settings": {k: v for k, v in vars(self.settings).items() if k != "extra_metadata"},
+            # the data files / plugin file / verifier options these verdicts came from
+            "versions": version_records(self.resolved.verifiers, self.resolved.settings.data_path),
         }
 
     def evaluate_step(self, step: int) -> dict[str, float] | None:

@@ -2,7 +2,8 @@
 
 ``rlsr evaluate --output-dir OUT``::
 
-    OUT/run.json                     what was evaluated (model, adapter, protocol; CONFIG_FIELDS)
+    OUT/run.json                     what was evaluated (model, adapter, protocol; CONFIG_FIELDS;
+                                     versions: data files, plugin file, verifier options)
     OUT/<dataset>/samples.jsonl      one line per sample (appended, fsynced)
     OUT/<dataset>/metrics.json       rebuilt from samples.jsonl at the end of every run
     OUT/<dataset>/risk_coverage.png
@@ -13,6 +14,8 @@ The held-out evaluation during training writes the same layout per optimizer ste
     RUN_DIR/eval/step-N/             = an ``rlsr evaluate`` OUT (``step-N.partial/`` until complete)
     RUN_DIR/eval/step-N/failed.json  instead, when that step's evaluation failed
     RUN_DIR/eval/history.jsonl       one line per (step, dataset), rebuilt from the step folders
+    RUN_DIR/versions.json            the data files / plugin file / verifier options of the
+                                     training and held-out datasets (a resume must match them)
 
 Writers (``rlsr.evaluation.runner``, ``.cli``, ``.in_training``) and readers (``.history``,
 ``.deployment``, ``.report``, ``rlsr serve --threshold-from``) take the names and rules from here.
@@ -27,6 +30,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from rlsr.data import version_differences
 from rlsr.eval_protocol import SAMPLE_FIELDS
 
 __all__ = [
@@ -35,6 +39,7 @@ __all__ = [
     "PLOT_FILE",
     "REQUESTS_FILE",
     "RUN_FILE",
+    "VERSIONS_FILE",
     "EVAL_DIR",
     "HISTORY_FILE",
     "FAILED_FILE",
@@ -46,6 +51,7 @@ __all__ = [
     "step_folders",
     "read_run_file",
     "config_differences",
+    "datasets_with_samples",
     "move_aside",
     "remove_unused",
 ]
@@ -55,6 +61,7 @@ METRICS_FILE = "metrics.json"
 PLOT_FILE = "risk_coverage.png"
 REQUESTS_FILE = "requests.jsonl"
 RUN_FILE = "run.json"
+VERSIONS_FILE = "versions.json"  # RUN_DIR/versions.json: what decided a training run's verdicts
 EVAL_DIR = "eval"  # RUN_DIR/eval: the held-out evaluation during training
 HISTORY_FILE = "history.jsonl"
 FAILED_FILE = "failed.json"
@@ -127,9 +134,22 @@ def _short(value) -> str:
     return "none" if value is None else repr(value)
 
 
-def config_differences(old: dict, new: dict) -> list[str]:
+def datasets_with_samples(out: Path) -> set[str]:
+    """Datasets with at least one sample in ``out`` (a ``<dataset>`` or ``<dataset>@<split>``
+    folder with a non-empty samples.jsonl)."""
+    found = set()
+    for folder in out.iterdir() if out.is_dir() else []:
+        samples = folder / SAMPLES_FILE
+        if samples.is_file() and samples.stat().st_size > 0:
+            found.add(folder.name.split("@")[0])
+    return found
+
+
+def config_differences(old: dict, new: dict, saved: set[str] | None = None) -> list[str]:
     """``field: old -> new`` for each CONFIG_FIELDS entry (and verifier of a shared dataset)
-    that differs; fields an older run.json lacks are not compared."""
+    that differs, then what changed in the ``versions`` of the datasets in ``saved`` (those with
+    samples: data files, plugin file, verifier options; ``rlsr.data.version_differences``);
+    fields an older run.json lacks are not compared."""
     diffs = [f"{k}: {_short(old[k])} -> {_short(new[k])}"
              for k in CONFIG_FIELDS if k in old and old[k] != new[k]]  # fmt: skip
     old_v, new_v = old.get("verifiers") or {}, new["verifiers"]
@@ -142,9 +162,13 @@ def config_differences(old: dict, new: dict) -> list[str]:
     if old_root and new_root and old_root != new_root:
         diffs.append(f"served model root: {old_root!r} -> {new_root!r}")
     old_t, new_t = old.get("tasks") or {}, new.get("tasks") or {}
-    diffs += [f"task file of {n}: {_short(old_t[n]['sha256'])} -> {_short(new_t[n]['sha256'])}"
-              for n in sorted(set(old_t) & set(new_t))
-              if old_t[n]["sha256"] != new_t[n]["sha256"]]  # fmt: skip
+    for n in sorted(set(old_t) & set(new_t)):
+        # what decides a sample (the file less its execution options: timeout_s may change);
+        # a run.json written before it was recorded compares the whole file
+        key = "definition_sha256" if old_t[n].get("definition_sha256") else "sha256"
+        if old_t[n][key] != new_t[n].get(key):
+            diffs.append(f"task file of {n}: {_short(old_t[n][key])} -> {_short(new_t[n][key])}")
+    diffs += version_differences(old.get("versions") or {}, new.get("versions") or {}, saved)
     return diffs
 
 

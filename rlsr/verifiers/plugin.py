@@ -28,7 +28,9 @@ of one step's pool) get no verdict, the run stops naming the plugin and the firs
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import logging
 import os
 import re
@@ -51,7 +53,13 @@ from rlsr.verifiers.base import (
 )
 from rlsr.verifiers.pool import ItemTimeout, WorkerPool, serve_chunks, time_limit
 
-__all__ = ["PluginVerifier", "is_plugin_name", "load_plugin", "plugin_item_status"]
+__all__ = [
+    "PluginVerifier",
+    "is_plugin_name",
+    "load_plugin",
+    "plugin_item_status",
+    "plugin_source",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +127,23 @@ def _no_process_exit():
 def _short(err: BaseException) -> str:
     text = " ".join(str(err).split())
     return f"{type(err).__name__}: {text[:300]}" if text else type(err).__name__
+
+
+def plugin_source(spec: str) -> dict:
+    """``{"module", "file", "sha256"}`` of the plugin's module: the SHA-256 of the module's own
+    file (what a resumed run compares; code it imports from elsewhere is not hashed). ``file``
+    and ``sha256`` are None for a module without a source file."""
+    module_name = spec.strip().split(":")[0]
+    try:
+        found = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        found = None
+    origin = getattr(found, "origin", None)
+    if not origin or not os.path.isfile(origin):
+        return {"module": module_name, "file": None, "sha256": None}
+    with open(origin, "rb") as fh:
+        digest = hashlib.sha256(fh.read()).hexdigest()
+    return {"module": module_name, "file": os.path.abspath(origin), "sha256": digest}
 
 
 def plugin_item_status(function: Callable, prediction, gold, question, options, timeout_s):

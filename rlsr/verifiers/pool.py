@@ -29,7 +29,19 @@ from multiprocessing.connection import wait as wait_for_connections
 
 from rlsr.verifiers.base import ERROR, TIMEOUT
 
-__all__ = ["ItemTimeout", "time_limit", "WorkerPool", "serve_chunks"]
+__all__ = ["EXECUTION_OPTIONS", "ItemTimeout", "time_limit", "WorkerPool", "serve_chunks"]
+
+# Options of a pool verifier that say how items are run, never what a verdict is: a resumed run
+# may change them (rlsr.data.tasks.version_records leaves them out of what a resume compares).
+EXECUTION_OPTIONS = (
+    "num_workers",
+    "timeout_s",
+    "grace_s",
+    "chunk_size",
+    "start_method",
+    "startup_timeout_s",
+    "max_failed_fraction",
+)
 
 logger = logging.getLogger(__name__)
 
