@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -97,16 +98,19 @@ def rlsr(user, *argv, check=True) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def trained(user) -> Path:
-    """train.py at recipe=tiny size on the task, held-out evaluation on the task's eval split."""
+    """train.py at recipe=tiny size on the task, held-out evaluation on the task's eval split:
+    data.dataset named on the command line and eval.datasets not, so the held-out evaluation
+    follows the data, not the recipe's held-out set tiny-missing (issue 36 item 9)."""
     out = user["root"] / "run"
     argv = [sys.executable, str(REPO / "train.py"), "recipe=tiny", f"output_dir={out}",
             f"tasks_dir={user['tasks']}", "data.dataset=colors", "grpo.max_steps=2",
-            "grpo.save_steps=2", "eval.every=2", "eval.at_start=false", "eval.datasets=[]",
+            "grpo.save_steps=2", "eval.every=2", "eval.at_start=false",
             "eval.limit=6", "pool_log.every=0", "grpo.disable_tqdm=true"]  # fmt: skip
     done = subprocess.run(argv, cwd=REPO, env=user["env"], capture_output=True, text=True,
                           timeout=900)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "held-out evaluation every 2 steps on colors" in done.stdout
+    (user["root"] / "train.stdout").write_text(done.stdout)
     return out
 
 
@@ -121,6 +125,21 @@ def test_train_py_on_the_task_with_held_out_evaluation_on_its_eval_split(trained
     assert system == PROMPT_TEXT + "\n\n" + FORMAT_INSTRUCTIONS  # the task's own prompt
     assert all(s["verify_status"] in ("correct", "incorrect", "missing") for s in samples)
     assert any(s["verify_status"] != "missing" for s in samples)  # answers reached the plugin
+
+
+def test_the_summarys_evaluate_command_names_the_task_and_runs_as_printed(user, trained):
+    # Before: `--datasets tiny-missing` without --tasks-dir (and `--datasets ''` with
+    # eval.datasets=[]), so `--datasets colors` failed "unknown dataset".
+    stdout = (user["root"] / "train.stdout").read_text()
+    line = next(x for x in stdout.splitlines() if " evaluate " in x and "--adapter" in x)
+    argv = shlex.split(line)
+    assert argv[argv.index("--datasets") + 1] == "colors"
+    assert argv[argv.index("--tasks-dir") + 1] == str(user["tasks"].absolute())
+    done = subprocess.run(argv, cwd=REPO, env=user["env"], capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    metrics = json.loads((trained / "evaluate" / "colors" / "metrics.json").read_text())
+    assert metrics["n"] == len(_task_rows("eval"))
 
 
 def _task_rows(split: str) -> list[dict]:
@@ -144,8 +163,12 @@ def evaluated(user, trained) -> Path:
 def test_rlsr_evaluate_records_the_task_and_its_file_hash(user, evaluated):
     run = json.loads((evaluated / "run.json").read_text())
     digest = hashlib.sha256((user["tasks"] / "colors.yaml").read_bytes())
+    (recorded,) = run["tasks"].values()
     assert run["tasks"] == {"colors": {"file": str((user["tasks"] / "colors.yaml").resolve()),
-                                       "sha256": digest.hexdigest()}}  # fmt: skip
+                                       "sha256": digest.hexdigest(),
+                                       "definition_sha256": recorded["definition_sha256"]}}  # fmt: skip
+    assert len(recorded["definition_sha256"]) == 64 and run["versions"]["colors"]["data"] == {
+        "colors.csv": hashlib.sha256((user["root"] / "colors.csv").read_bytes()).hexdigest()}  # fmt: skip
     assert run["verifiers"] == {"colors": "color_checks:verify"}
     assert run["system_prompt"] is None  # each dataset its own prompt: the task's
     metrics = json.loads((evaluated / "colors" / "metrics.json").read_text())
