@@ -142,6 +142,10 @@ def main() -> None:
                 phases["rlsr serve"].append(asyncio.run(
                     _phase(rurl, rlsr_requests, args.concurrency, args.limit_s, KEY)))  # fmt: skip
             run = {name: _summary(p) for name, p in phases.items()}
+            run["per_round"] = [  # rlsr / vllm req/s of each alternating round
+                (len(r["latencies"]) / r["wall"]) / (len(v["latencies"]) / v["wall"])
+                for v, r in zip(phases["vllm serve"], phases["rlsr serve"], strict=True)
+            ]
             off = [r.usage for p in phases["rlsr serve"] for r in p["responses"]]
             run["rlsr serve"]["completion_tokens"] = sum(u.completion_tokens for u in off) / max(
                 1, len(off)
@@ -184,6 +188,9 @@ def main() -> None:
         f"\nrlsr / vllm: requests/s {r['req_per_s'] / v['req_per_s']:.2f}x, "
         f"p95 {r['p95_ms'] / v['p95_ms']:.2f}x"
     )
+    rounds = sorted(run["per_round"])
+    print(f"per round rlsr / vllm requests/s: {', '.join(f'{x:.2f}x' for x in run['per_round'])}"
+          f" (median {rounds[len(rounds) // 2]:.2f}x)")  # fmt: skip
     if "stream" in run:
         s = run["stream"]
         print(f"streaming ({args.stream_n} requests): time to first chunk p50 "
@@ -197,7 +204,7 @@ def main() -> None:
               f"{run['rlsr serve']['completion_tokens']:.1f}) and {f['prompt_tokens']:.1f} "
               "prompt tokens (every call's prompt counted)")  # fmt: skip
     for r in run.values():
-        if r.get("first_error"):
+        if isinstance(r, dict) and r.get("first_error"):
             print("first error:", r["first_error"])
 
 

@@ -12,6 +12,7 @@ its answers until the test releases them (to fill the queue deterministically, w
 import argparse
 import asyncio
 import json
+import queue
 import threading
 import time
 
@@ -246,13 +247,17 @@ def _serve_args(*argv):
 def test_operator_flags_and_their_errors():
     opts = operator_options(_serve_args(), {})
     assert opts == {"api_keys": [], "max_queued_requests": 1024, "cors": None,
-                    "max_request_bytes": 8 * 1024 * 1024}  # fmt: skip
+                    "max_request_bytes": 8 * 1024 * 1024,
+                    "max_message_chars": 1_000_000}  # fmt: skip
     opts = operator_options(_serve_args("--api-key", "a", "--max-queued-requests", "0",
-                                        "--max-request-bytes", "0"), {"RLSR_API_KEY": "b"})  # fmt: skip
+                                        "--max-request-bytes", "0", "--max-message-chars", "0"),
+                            {"RLSR_API_KEY": "b"})  # fmt: skip
     assert opts["api_keys"] == ["a", "b"] and opts["max_queued_requests"] is None
-    assert opts["max_request_bytes"] is None
+    assert opts["max_request_bytes"] is None and opts["max_message_chars"] is None
     with pytest.raises(ValueError, match="--max-request-bytes -1"):
         operator_options(_serve_args("--max-request-bytes", "-1"), {})
+    with pytest.raises(ValueError, match="--max-message-chars -1"):
+        operator_options(_serve_args("--max-message-chars", "-1"), {})
     with pytest.raises(ValueError, match="must not be empty"):
         operator_options(_serve_args("--api-key", " "), {})
     with pytest.raises(ValueError, match="--max-queued-requests -1"):
@@ -356,12 +361,17 @@ def test_a_client_that_goes_away_aborts_its_engine_request(upstream, tiny_model_
     assert "rlsr_engine_requests 0.0" in text
 
 
-def test_hostile_bodies_are_400_or_415_counted_and_health_takes_head(upstream, tiny_model_dir):
-    """Issue 38 items 2, 3, 4, 6. Each of these answered 500 (nesting, a surrogate parameter name)
-    or 200 (text/plain) or 405 (HEAD /health, POST /health without a key) before: every bad body is
-    a client error with a UTF-8 body, every error is counted on /metrics, a non-JSON content type
-    is refused before any compute (vllm serve's test_request_wrong_content_type), HEAD /health is a
-    probe and POST /health needs the key like every other non-probe request."""
+def test_hostile_bodies_are_400_or_415_counted_and_health_takes_head(
+    upstream, tiny_model_dir, tmp_path
+):
+    """Issue 38 items 2, 3, 4, 6. Each of these answered 500 (nesting, a surrogate parameter name,
+    an integer of 5,000 digits) or 200 (text/plain) or 405 (HEAD /health, POST /health without a
+    key) before: every bad body is a client error with a UTF-8 body, every error of the chat route
+    is counted on /metrics whatever answered it (the router's 405, the middleware's 401, the size
+    bounds, a 500 from an exception that escapes the handler: errors counted == errors sent), a
+    non-JSON content type is refused before any compute (vllm serve's
+    test_request_wrong_content_type), HEAD /health is a probe and POST /health needs the key like
+    every other non-probe request."""
     from prometheus_client.parser import text_string_to_metric_families
 
     auth = {"Authorization": f"Bearer {KEYS[0]}"}
@@ -379,21 +389,39 @@ def test_hostile_bodies_are_400_or_415_counted_and_health_takes_head(upstream, t
         "surrogate name": (surrogate_name, json_headers, 400),
         "surrogate value": (surrogate_value, json_headers, 404),  # an unknown model, quoted
         "not an object": ("[1, 2]", json_headers, 400),
+        "5,000 digits": (name[:-1] + ', "seed": ' + "1" * 5000 + "}", json_headers, 400),
+        "over the size bound": (
+            ok[:-1] + ', "metadata": {"x": "' + "y" * 40_000 + '"}}',
+            json_headers,
+            413,
+        ),
+        "message over its bound": (ok.replace("capital?", "q" * 2001), json_headers, 400),
+        "wrong key": (
+            ok,
+            {"Authorization": "Bearer nope", "Content-Type": "application/json"},
+            401,
+        ),
         "text/plain": (ok, {**auth, "Content-Type": "text/plain"}, 415),
         "form": (ok, {**auth, "Content-Type": "application/x-www-form-urlencoded"}, 415),
         "no content type": (ok.encode(), auth, 415),
     }
-    app = _app(upstream, tiny_model_dir, api_keys=KEYS[:1])
+    log = DecisionLog(tmp_path / "decisions.jsonl")
+    app = _app(upstream, tiny_model_dir, api_keys=KEYS[:1], max_request_bytes=40_000,
+               max_message_chars=2000, decision_log=log)  # fmt: skip
     with running(app) as url:
         for case, (body, headers, status) in sent.items():
             resp = httpx.post(url + "/v1/chat/completions", content=body, headers=headers)
             assert resp.status_code == status, (case, resp.status_code, resp.text[:200])
             err = resp.json()["error"]  # the body decodes as UTF-8 JSON
             assert err["message"], case
+        assert httpx.get(url + "/v1/chat/completions", headers=auth).status_code == 405
         good = httpx.post(url + "/v1/chat/completions", content=ok, headers=json_headers)
         assert good.status_code == 200, good.text
         charset = {**auth, "Content-Type": "application/json; charset=utf-8"}
         assert httpx.post(url + "/v1/chat/completions", content=ok, headers=charset).is_success
+        log.close()  # the next decision cannot be logged: an exception escapes the handler
+        assert httpx.post(url + "/v1/chat/completions", content=ok,
+                          headers=json_headers).status_code == 500  # fmt: skip
         head = httpx.head(url + "/health")
         assert head.status_code == 200 and head.text == ""
         assert httpx.post(url + "/health").status_code == 401
@@ -405,7 +433,7 @@ def test_hostile_bodies_are_400_or_415_counted_and_health_takes_head(upstream, t
         for s in f.samples
         if s.name == "rlsr_requests_total" and s.labels == {"outcome": "error"}
     ]
-    assert errors == [len(sent)]
+    assert errors == [len(sent) + 2]  # + the 405 and the 500
 
 
 def test_a_body_past_the_size_bound_is_413_before_parsing_and_health_still_answers(
@@ -440,3 +468,94 @@ def test_a_body_past_the_size_bound_is_413_before_parsing_and_health_still_answe
                           headers={"Content-Type": "application/json"})  # fmt: skip
         assert resp.status_code == 413
         assert _chat(url).status_code == 200  # an ordinary request is unaffected
+
+
+class HoldingTokenizer:
+    """The real tokenizer, except that rendering or encoding a text that holds ``MARK`` waits in
+    its thread until the test lets it go (to catch the server mid-tokenisation without timing)."""
+
+    MARK = "HOLD-ME"
+
+    def __init__(self, tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self.held = queue.Queue()  # (what, threading.Event) of each held call
+        self.seen = []  # what was called with MARK, in order
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+    def _hold(self, what: str, text: str) -> None:
+        if self.MARK not in text:
+            return
+        self.seen.append(what)
+        go = threading.Event()
+        self.held.put((what, go))
+        if not go.wait(60):
+            raise TimeoutError(f"{what} was never let go")
+
+    def apply_chat_template(self, messages, **kw):
+        self._hold("render", json.dumps(messages))
+        return self._tokenizer.apply_chat_template(messages, **kw)
+
+    def __call__(self, text, **kw):
+        self._hold("encode", text)
+        return self._tokenizer(text, **kw)
+
+
+def test_rendering_and_tokenising_run_off_the_event_loop(upstream, tiny_model_dir):
+    """Issue 38 item 1: a 50 MB message took 109 s to render and tokenise on the event loop, and
+    /health timed out meanwhile. Here the render and the encoding of one request are held in the
+    tokenizer's thread until the test has seen /health, /metrics and /v1/models answer; on the
+    event loop they would block those answers (the test then fails on its httpx timeout)."""
+    engine = UpstreamEngine(upstream.url, "up-model", str(tiny_model_dir), timeout=30)
+    tokenizer = engine.tokenizer = HoldingTokenizer(engine.tokenizer)
+    app = create_app(engine, SETTINGS, api_keys=KEYS[:1])
+    auth = {"Authorization": f"Bearer {KEYS[0]}"}
+    result = []
+    with running(app) as url:
+        asking = threading.Thread(
+            target=lambda: result.append(_chat(url, auth, question=f"{tokenizer.MARK} capital?"))
+        )
+        asking.start()
+        try:
+            for step in ("render", "encode"):
+                what, go = tokenizer.held.get(timeout=60)
+                assert what == step
+                try:
+                    assert httpx.get(url + "/health", timeout=10).status_code == 200
+                    metrics = httpx.get(url + "/metrics", headers=auth, timeout=10)
+                    assert "rlsr_requests_in_flight 1.0" in metrics.text
+                    assert httpx.get(url + "/v1/models", headers=auth, timeout=10).is_success
+                finally:
+                    go.set()
+        finally:
+            while not tokenizer.held.empty():  # a failure above must not leave the server held
+                tokenizer.held.get()[1].set()
+            asking.join(60)
+    assert [r.status_code for r in result] == [200]
+    assert tokenizer.seen == ["render", "encode"]
+
+
+def test_a_message_past_its_bound_is_400_before_it_is_rendered(upstream, tiny_model_dir):
+    """Issue 38 item 1 (per message): a message longer than --max-message-chars is refused
+    (400, message_too_long, naming the message) before the tokenizer sees it; one at the bound
+    is answered; a system message is bounded too (it is parsed, though replaced)."""
+    engine = UpstreamEngine(upstream.url, "up-model", str(tiny_model_dir), timeout=30)
+    tokenizer = engine.tokenizer = HoldingTokenizer(engine.tokenizer)
+    app = create_app(engine, SETTINGS, max_message_chars=500)
+    mark = tokenizer.MARK
+    with running(app) as url:
+        for messages in (
+            [{"role": "user", "content": mark + "q" * 500}],
+            [{"role": "system", "content": "s" * 501}, {"role": "user", "content": mark}],
+            [{"role": "user", "content": [{"type": "text", "text": mark},
+                                          {"type": "text", "text": "q" * 500}]}],
+        ):  # fmt: skip
+            body = {"model": "tiny", "messages": messages}
+            resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=30)
+            assert resp.status_code == 400, resp.text
+            err = resp.json()["error"]
+            assert err["code"] == "message_too_long" and err["param"].endswith(".content")
+            assert "--max-message-chars" in err["message"]
+        assert tokenizer.seen == []  # none of them was rendered or tokenised
+        assert _chat(url, question="q" * 500).status_code == 200

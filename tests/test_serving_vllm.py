@@ -373,7 +373,9 @@ def test_engine_core_killed_gives_503_to_health_and_to_requests_in_flight(tmp_pa
     """Issue 29 item 4: /health is 200 while the engine serves and 503 once its engine core is
     dead; requests in flight at that moment get an error body (503), not a hang, and so does the
     next one. The engine core runs in its own process here (VLLM_ENABLE_V1_MULTIPROCESSING=1, as
-    on a GPU server), so it can be killed."""
+    on a GPU server), so it can be killed. Issue 38 item 5: the engine gauge reads 0 once the core
+    is dead (vLLM keeps the dead requests' states, so it stayed at its last value), and every
+    error answered is counted."""
     import signal
     import threading
 
@@ -418,4 +420,8 @@ def test_engine_core_killed_gives_503_to_health_and_to_requests_in_flight(tmp_pa
         assert health.status_code == 503 and "error" in health.json()
         late = httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
         assert late.status_code == 503, late.text
+        assert _metric(url, {}, "rlsr_engine_requests") == 0
+        assert _metric(url, {}, "rlsr_requests_in_flight") == 0
+        errors = _metric(url, {}, 'rlsr_requests_total{outcome="error"}')
+        assert errors == 1 + codes.count(503), (errors, codes)
         assert procs[0].poll() is None  # the HTTP server itself stays up to say so

@@ -63,6 +63,7 @@ def create_app(
     api_keys: Sequence[str] = (),
     max_queued_requests: int | None = None,
     max_request_bytes: int | None = None,
+    max_message_chars: int | None = None,
     cors: Mapping | None = None,
     certified_coverage: float | None = None,
 ):
@@ -72,7 +73,9 @@ def create_app(
     required on every route but ``/health``; 429 past the bound). ``cors``: keyword arguments of
     Starlette's ``CORSMiddleware`` (``allow_origins`` ...), None = no CORS headers.
     ``max_request_bytes``: a chat body larger than this is answered 413 before it is parsed
-    (None: no bound). ``certified_coverage``: the threshold's validation coverage, exported beside the realised
+    (None: no bound); ``max_message_chars``: a message longer than this is answered 400 before it
+    is rendered (None: no bound). Errors are counted by the middleware (``on_chat_error``), so
+    every 4xx / 5xx of the chat route is counted once whatever answered it. ``certified_coverage``: the threshold's validation coverage, exported beside the realised
     answer rate on ``/metrics`` (``rlsr.serving.metrics``).
     """
     from contextlib import asynccontextmanager  # fastapi: optional dependency (serve extra)
@@ -81,6 +84,7 @@ def create_app(
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response, StreamingResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
+    from starlette.requests import ClientDisconnect
 
     started = int(time.time())
     decoding = ServedDecoding(
@@ -104,7 +108,7 @@ def create_app(
     # The last added runs first: CORS answers a browser's pre-flight before the key check.
     app.add_middleware(
         OperatorMiddleware, api_keys=tuple(api_keys), max_queued_requests=max_queued_requests,
-        occupancy=occupancy, on_chat_rejected=metrics.error,
+        occupancy=occupancy, on_chat_error=metrics.error,
     )  # fmt: skip
     if cors is not None:
         from starlette.middleware.cors import CORSMiddleware
@@ -126,8 +130,6 @@ def create_app(
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
         logger.exception("unexpected error in %s", request.url.path)
-        if request.url.path == "/v1/chat/completions":
-            metrics.error()  # every answered error is counted, a 500 too
         return error(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error")
 
     @app.api_route("/health", methods=["GET", "HEAD"])
@@ -163,15 +165,17 @@ def create_app(
         if not _is_json(request.headers.get("content-type")):
             # As vllm serve: a form or text/plain POST (which a browser sends cross-origin with no
             # CORS pre-flight) is refused before the body is read or any compute is spent.
-            metrics.error()
             return error(
                 415, "the request needs the header 'Content-Type: application/json' (got "
                 f"{request.headers.get('content-type')!r})", "invalid_request_error",
                 code="unsupported_media_type",
             )  # fmt: skip
-        raw = await _read_bounded(request, max_request_bytes)
+        try:
+            raw = await _read_bounded(request, max_request_bytes)
+        except ClientDisconnect:  # gone while sending its body: nothing was started for it
+            metrics.cancelled()
+            return Response(status_code=499)
         if raw is None:
-            metrics.error()
             return error(
                 413, f"the request body is larger than this server's bound of {max_request_bytes} "
                 "bytes (--max-request-bytes)", "invalid_request_error", code="request_too_large",
@@ -192,25 +196,32 @@ def create_app(
         response, item = work.result()
         if item is not None:
             metrics.decided(item["decision"], item["score"], time.perf_counter() - start)
-        elif response.status_code >= 400:
-            metrics.error()
         if isinstance(response, StreamingResponse):
             metrics.first_chunk(time.perf_counter() - start)  # sent as soon as this returns
         return response
 
+    def parse_body(raw: bytes):
+        too_deep = RequestError(
+            "the request body is nested too deeply to parse (JSON nesting over Python's "
+            "recursion limit); a chat request needs a few levels"
+        )
+        try:
+            body = json.loads(raw)
+        except ValueError as err:  # not JSON, not UTF-8, or an integer of over 4,300 digits
+            raise RequestError(f"the request body is not valid JSON: {err}") from None
+        except RecursionError:
+            raise too_deep from None
+        try:
+            return parse_chat_request(
+                body, settings.model_name, decoding, max_message_chars=max_message_chars
+            )
+        except RecursionError:  # quoting a value nested just under the limit in an error
+            raise too_deep from None
+
     async def answer(request, raw: bytes):
         """(response, the decided item or None)."""
         try:
-            try:
-                body = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as err:
-                raise RequestError(f"the request body is not valid JSON: {err}") from None
-            except RecursionError:
-                raise RequestError(
-                    "the request body is nested too deeply to parse (JSON nesting over Python's "
-                    "recursion limit); a chat request needs a few levels"
-                ) from None
-            chat = parse_chat_request(body, settings.model_name, decoding)
+            chat = parse_body(raw)
         except RequestError as err:
             return JSONResponse(err.body(), status_code=err.status), None
         asked = settings

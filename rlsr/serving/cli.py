@@ -34,6 +34,9 @@ __all__ = ["register", "run_serve", "run_serve_report", "serve_settings", "opera
 API_KEY_ENV = "RLSR_API_KEY"
 DEFAULT_MAX_QUEUED = 1024
 DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024  # 8 MiB: ~2M tokens of text, far past any context
+# 1M characters: ~250k tokens of English text, past the context of the models rlsr trains; what a
+# message may cost in rendering and tokenising before the engine can refuse it for its length.
+DEFAULT_MAX_MESSAGE_CHARS = 1_000_000
 
 
 def operator_options(args, environ=os.environ) -> dict:
@@ -50,6 +53,10 @@ def operator_options(args, environ=os.environ) -> dict:
     if args.max_request_bytes < 0:
         raise ValueError(
             f"--max-request-bytes {args.max_request_bytes}: give N >= 1, or 0 for no bound."
+        )
+    if args.max_message_chars < 0:
+        raise ValueError(
+            f"--max-message-chars {args.max_message_chars}: give N >= 1, or 0 for no bound."
         )
     cors_only = (args.allowed_methods, args.allowed_headers, args.allow_credentials)
     if args.allowed_origins is None and any(cors_only):
@@ -70,6 +77,7 @@ def operator_options(args, environ=os.environ) -> dict:
         "api_keys": keys,
         "max_queued_requests": args.max_queued_requests or None,
         "max_request_bytes": args.max_request_bytes or None,
+        "max_message_chars": args.max_message_chars or None,
         "cors": cors,
     }
 
@@ -146,6 +154,11 @@ def register(subparsers) -> None:
         "--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES, metavar="N",
         help="a chat request body larger than N bytes gets 413 before it is parsed (from its "
         "Content-Length, or while a chunked body is read) (default: %(default)s; 0: no bound)",
+    )  # fmt: skip
+    op.add_argument(
+        "--max-message-chars", type=int, default=DEFAULT_MAX_MESSAGE_CHARS, metavar="N",
+        help="a message longer than N characters gets 400 (message_too_long) before it is "
+        "rendered or tokenised (default: %(default)s; 0: no bound)",
     )  # fmt: skip
     op.add_argument(
         "--allowed-origins", action="append", metavar="ORIGIN",

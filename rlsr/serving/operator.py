@@ -11,6 +11,10 @@ per request, and a streamed body passes through untouched):
 * **Back-pressure.** At most ``max_queued_requests`` chat completions are accepted at once (waiting
   for or running on the engine); one more is answered 429 with ``Retry-After`` instead of being
   queued without bound. The count is this process's, so one ``rlsr serve`` per port.
+* **Errors counted in one place.** Every chat completion answered with a 4xx / 5xx, whatever
+  answered it (this middleware's 401 / 429, the app's 400 / 404 / 413 / 415, the router's 405,
+  an engine's 502 / 503 / 504, or an exception that escaped the app and becomes a 500 outside
+  it), calls ``on_chat_error`` once; 499 (the client went away) is the app's ``cancelled``.
 * **Request ids.** A client's ``X-Request-Id`` (letters, digits, ``._-:``, at most 128) is kept,
   else one is made (``req-<32 hex>``); it is put in ``scope["state"]["request_id"]`` (the decision
   log records it) and sent back in the ``X-Request-Id`` response header of every answer, errors
@@ -36,6 +40,7 @@ OPEN_PATHS = frozenset({"/health"})
 """Paths answered without a key: the health probe of a load balancer (as ``vllm serve``)."""
 CHAT_PATH = "/v1/chat/completions"
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+_CLIENT_GONE = 499  # the app's status for a client that went away (counted as cancelled)
 
 
 class Occupancy:
@@ -59,7 +64,7 @@ class OperatorMiddleware:
         max_queued_requests: chat completions accepted at once; None = no bound.
         retry_after: seconds a 429 asks the client to wait (the ``Retry-After`` header).
         occupancy: where the count of accepted chat completions is kept (read by ``/metrics``).
-        on_chat_rejected: called for each chat completion refused here (401, 429).
+        on_chat_error: called once for each chat completion answered with an error (above).
     """
 
     def __init__(
@@ -70,7 +75,7 @@ class OperatorMiddleware:
         max_queued_requests: int | None = None,
         retry_after: int = 1,
         occupancy: Occupancy | None = None,
-        on_chat_rejected=None,
+        on_chat_error=None,
     ) -> None:
         if any(not k for k in api_keys):
             raise ValueError("an API key must not be empty (--api-key / RLSR_API_KEY).")
@@ -84,7 +89,7 @@ class OperatorMiddleware:
         self.max_queued_requests = max_queued_requests
         self.retry_after = retry_after
         self.occupancy = occupancy or Occupancy()
-        self._on_chat_rejected = on_chat_rejected or (lambda: None)
+        self._on_chat_error = on_chat_error or (lambda: None)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -106,7 +111,7 @@ class OperatorMiddleware:
         if self._keys and not open_probe:
             if not self._authorised(headers.get(b"authorization", b"")):
                 if chat:
-                    self._on_chat_rejected()
+                    self._on_chat_error()
                 await _json(
                     send_with_id,
                     401,
@@ -125,7 +130,7 @@ class OperatorMiddleware:
             return
         occupancy = self.occupancy
         if self.max_queued_requests is not None and occupancy.in_flight >= self.max_queued_requests:
-            self._on_chat_rejected()
+            self._on_chat_error()
             await _json(
                 send_with_id,
                 429,
@@ -138,9 +143,23 @@ class OperatorMiddleware:
                 extra=[(b"retry-after", str(self.retry_after).encode())],
             )
             return
+        started = False
+
+        async def send_counted(message):
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                if message["status"] >= 400 and message["status"] != _CLIENT_GONE:
+                    self._on_chat_error()
+            await send_with_id(message)
+
         occupancy.in_flight += 1
         try:
-            await self.app(scope, receive, send_with_id)
+            await self.app(scope, receive, send_counted)
+        except Exception:
+            if not started:  # Starlette's outermost handler answers it 500, past this middleware
+                self._on_chat_error()
+            raise
         finally:
             occupancy.in_flight -= 1
 

@@ -64,11 +64,22 @@ def error_body(message: str, type: str, *, param: str | None = None, code=None) 
 
     The message and ``param`` may quote the client's input, which can hold lone surrogates (a
     JSON ``"\\ud800"``) that UTF-8 cannot encode; they are escaped here so an error body always
-    encodes (otherwise the 400 itself fails as a 500)."""
+    encodes (otherwise the 400 itself fails as a 500), and cut to a few thousand characters."""
     return {
-        "error": {"message": utf8_safe(message), "type": type, "param": utf8_safe(param),
-                  "code": code}
+        "error": {"message": _bounded(utf8_safe(message)), "type": type,
+                  "param": _bounded(utf8_safe(param)), "code": code}
     }  # fmt: skip
+
+
+_QUOTE_LIMIT = 2000  # characters of an error message or param; the client's input may be MBs
+
+
+def _bounded(text: str | None) -> str | None:
+    """``text`` cut to ``_QUOTE_LIMIT`` characters, saying how long it was (an error that quotes
+    a multi-megabyte value must not send it back)."""
+    if text is None or len(text) <= _QUOTE_LIMIT:
+        return text
+    return f"{text[:_QUOTE_LIMIT]}... ({len(text)} characters in all)"
 
 
 def utf8_safe(text: str | None) -> str | None:
@@ -245,10 +256,16 @@ def _text_content(content: Any, where: str) -> str:
 
 
 def parse_chat_request(
-    body: Any, served_model: str, decoding: ServedDecoding | None = None
+    body: Any,
+    served_model: str,
+    decoding: ServedDecoding | None = None,
+    *,
+    max_message_chars: int | None = None,
 ) -> ChatRequest:
     """Validate a ``/v1/chat/completions`` body; raise ``RequestError`` naming the bad field.
-    With ``decoding``, every other parameter is checked too (``check_parameters``)."""
+    With ``decoding``, every other parameter is checked too (``check_parameters``); with
+    ``max_message_chars``, a message whose text is longer is refused (400, ``message_too_long``)
+    before anything renders or tokenises it."""
     if not isinstance(body, Mapping):
         raise RequestError("the request body must be a JSON object.")
     model = body.get("model")
@@ -288,6 +305,12 @@ def parse_chat_request(
                 f"{where}.role must be 'user' or 'system'; got {role!r}.", param=where
             )
         text = _text_content(message.get("content"), where)
+        if max_message_chars is not None and len(text) > max_message_chars:
+            raise RequestError(
+                f"{where}.content has {len(text)} characters, more than this server's bound of "
+                f"{max_message_chars} per message (--max-message-chars); send a shorter question.",
+                param=f"{where}.content", code="message_too_long",
+            )  # fmt: skip
         if role == "user":
             questions.append(text)
     if len(questions) != 1:

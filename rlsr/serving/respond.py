@@ -39,7 +39,9 @@ async def answer_or_abstain(engine: Engine, question: str, settings: ServeSettin
     of the engine, fallback contexts included) and ``fallback_error`` (None, or why a fallback
     could not run: its context did not fit the engine; the decision is then taken on what was
     generated, so a missing answer abstains)."""
-    prompt = render_question(engine.tokenizer, question, settings.system_prompt)
+    prompt = await engine.tokenizer_thread.run(
+        render_question, engine.tokenizer, question, settings.system_prompt
+    )  # off the event loop: a long question renders while the server answers others
     sampling = Sampling(settings.max_new_tokens, settings.sampling_temperature, settings.top_p)
     first = await engine.complete(prompt, sampling)
     item = response_item(prompt, first.text, first.finish_reason, first.completion_tokens)
