@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlsr.config.checks import ConfigError, check, is_int, is_number
+from rlsr.config.server_eval import check_server_eval_fits
 from rlsr.config.trl_defaults import grpo_get
 from rlsr.data import VERIFIERS as VERIFIER_NAMES
 from rlsr.data import get_spec, resolve_datasets
@@ -102,6 +103,10 @@ class HeldOutSettings:
     judge_timeout: float | None = JUDGE_TIMEOUT_S
     judge_max_retries: int | None = JUDGE_MAX_RETRIES
     judge_max_answer_chars: int | None = JUDGE_MAX_ANSWER_CHARS
+    # eval.backend=vllm_server: new tokens per second the vLLM server generates, all requests
+    # together, for the plan-time check that a held-out evaluation fits the time the other
+    # processes wait (grpo.ddp_timeout); null: rlsr.config.server_eval's assumed 20,000.
+    server_tokens_per_s: float | None = None
 
     def __post_init__(self) -> None:
         for name, default in (("judge_timeout", JUDGE_TIMEOUT_S),
@@ -232,6 +237,8 @@ def resolve_heldout(cfg, trainer_section: str = "grpo") -> ResolvedHeldOut | Non
         (name if e.split is None else f"{name}@{e.split}", name, e.split or get_spec(name).split)
         for name in names
     )  # (folder, dataset, split), as `rlsr evaluate` names its output folders
+    if backend == "vllm_server":
+        _check_server_time(e, jobs, protocol, section, trainer_section)
     return ResolvedHeldOut(
         every=e.every,
         at_end=e.at_end,
@@ -398,4 +405,41 @@ def _check_engine_room(
            else "")
         + f" + 1) = {prompt + engine_tokens}; raise it to {prompt + engine_tokens} or remove "
         "it (the default sizes the engine for both), or set eval.backend=transformers.",
+    )  # fmt: skip
+
+
+def _countable_items(e: HeldOutSettings, jobs) -> dict[str, int]:
+    """Questions per held-out job that can be counted without loading anything: ``eval.limit``,
+    or fewer when the dataset's registered size of that split is smaller; a job whose count is
+    unknown (``eval.limit`` null and no registered size, or a local copy in ``eval.data_path``)
+    is left out, so the time check errs towards accepting."""
+    items = {}
+    for folder, name, split in jobs:
+        size = None if name in (e.data_path or {}) else get_spec(name).sizes.get(split)
+        counts = [n for n in (e.limit, size) if n is not None]
+        if counts:
+            items[folder] = min(counts)
+    return items
+
+
+def _check_server_time(e, jobs, protocol: EvalProtocol, section, trainer_section: str) -> None:
+    """eval.backend=vllm_server: the worst case of one evaluation must fit the time the other
+    processes wait (``rlsr.config.server_eval.check_server_eval_fits``)."""
+    rate = e.server_tokens_per_s
+    check(
+        rate is None or (is_number(rate) and rate > 0),
+        "eval.server_tokens_per_s",
+        f"must be a number of tokens per second > 0, or null (the assumed rate); got {rate!r}.",
+    )
+    timeout = grpo_get(section, "ddp_timeout")
+    check(
+        is_number(timeout) and timeout > 0,
+        f"{trainer_section}.ddp_timeout",
+        f"must be a number of seconds > 0; got {timeout!r}.",
+    )
+    k = protocol.consistency_k if "consistency" in protocol.scorers else 0
+    check_server_eval_fits(
+        _countable_items(e, jobs), 1 + k, protocol.max_new_tokens, timeout, rate,
+        section=trainer_section,
+        samples_note=f" (1 answer + eval.consistency_k {k})" if k else "",
     )  # fmt: skip

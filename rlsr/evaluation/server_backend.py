@@ -45,6 +45,7 @@ from collections.abc import Sequence
 import requests
 import urllib3
 
+from rlsr.config.server_eval import server_eval_bound
 from rlsr.generation.backends import Generation, Sampling, encode_prompt, render_chat
 from rlsr.generation.openai_api import (
     completion_generation,
@@ -60,26 +61,6 @@ __all__ = [
     "attempt_timeout",
     "server_eval_bound",
 ]
-
-# Of grpo.ddp_timeout, the share the requests may use: the rest is left for what the main
-# process does after the last request while the others still wait (verifying, writing the
-# samples, joining and summarising the metrics) and for clock skew between the processes.
-EVAL_SHARE_OF_DDP_TIMEOUT = 0.8
-EVAL_RESERVE_S = 60.0
-
-
-def server_eval_bound(ddp_timeout_s: float) -> float:
-    """Seconds the server-mode held-out evaluation's requests may take, all together:
-    ``0.8 * ddp_timeout - 60`` (1,380 s for TRL's default 1,800 s); the other processes wait in
-    a collective that ``ddp_timeout`` ends. ``ValueError`` when that leaves nothing."""
-    bound = EVAL_SHARE_OF_DDP_TIMEOUT * float(ddp_timeout_s) - EVAL_RESERVE_S
-    if bound <= 0:
-        raise ValueError(
-            f"grpo.ddp_timeout={ddp_timeout_s} s leaves no time for the server-mode held-out "
-            f"evaluation (its requests get {EVAL_SHARE_OF_DDP_TIMEOUT} x ddp_timeout - "
-            f"{EVAL_RESERVE_S:.0f} s); raise grpo.ddp_timeout"
-        )
-    return bound
 
 
 def server_request(model: str, prompts: list[list[int]], sampling: Sampling) -> dict:
