@@ -113,6 +113,8 @@ def vllm_server_failure(err: BaseException, grpo: dict, output_dir: str) -> str 
         from requests.exceptions import RequestException
     except ImportError:  # no requests: TRL's client cannot have raised
         return None
+    from rlsr.evaluation.layout import checkpoint_folders
+
     url = grpo.get("vllm_server_base_url") or (
         f"http://{grpo.get('vllm_server_host', '0.0.0.0')}:{grpo.get('vllm_server_port', 8000)}"
     )
@@ -143,11 +145,7 @@ def vllm_server_failure(err: BaseException, grpo: dict, output_dir: str) -> str 
         cause_text = f"stopped answering{where}: {what}, after TRL's retries"
     else:
         cause_text = f"answered with an error: {str(http)[:200]}"
-    checkpoints = sorted(
-        (int(p.name.split("-")[1]), p)
-        for p in Path(output_dir).glob("checkpoint-*")
-        if p.name.split("-")[1].isdigit()
-    )
+    checkpoints = checkpoint_folders(output_dir)
     resume = (
         f"the newest checkpoint is {checkpoints[-1][1]}; rerun the same command (resume=auto) "
         "to continue from it"

@@ -128,6 +128,7 @@ class _Windowed:
 
 
 def _evaluate(backend, examples, settings) -> _Round:
+    from rlsr.evaluation.layout import SAMPLES_FILE
     from rlsr.evaluation.runner import evaluate_dataset, summarise
     from rlsr.evaluation.samples_io import read_samples
     from rlsr.verifiers import get_verifier
@@ -143,7 +144,7 @@ def _evaluate(backend, examples, settings) -> _Round:
         summary_cpu = time.process_time()  # the summary again, to take its CPU time out
         summarise(Path(out), settings, "tiny")
         summary_cpu = time.process_time() - summary_cpu
-        records = read_samples(os.path.join(out, "samples.jsonl"))
+        records = read_samples(os.path.join(out, SAMPLES_FILE))
     n = len(examples)
     loop = metrics["throughput"]["seconds"]
     main_tokens = sum(r["num_tokens"] for r in records)

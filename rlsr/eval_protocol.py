@@ -226,7 +226,7 @@ class EvalProtocol:
     # backend generated, EOS cut): comparisons of backends by ids, not by their decoded text
     keep_token_ids: bool = setting(
         False,
-        "also store each response's generated token ids in samples.jsonl "
+        "also store each response's generated token ids in its sample record "
         "(response_token_ids), to compare backends by ids rather than decoded text",
         valid=_BOOL,
         decides_samples=False,  # an extra column, not another answer

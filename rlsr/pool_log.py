@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from rlsr import metrics as M
+from rlsr.evaluation.layout import STEP_PREFIX
 from rlsr.rewards import confidence_for_ranking
 
 __all__ = [
@@ -52,22 +53,22 @@ __all__ = [
 ]
 
 POOLS_DIR = "pools"
-_PREFIX, _SUFFIX, _TMP = "step-", ".jsonl", ".tmp"
+_SUFFIX, _TMP = ".jsonl", ".tmp"
 # Confidence histogram of ``summarise_pool``: 10 equal-width bins on [0, 1] (the last one closed).
 HISTOGRAM_BINS = 10
 
 
 def pool_path(output_dir: str | os.PathLike, step: int) -> Path:
     """``OUTPUT_DIR/pools/step-N.jsonl``."""
-    return Path(output_dir) / POOLS_DIR / f"{_PREFIX}{step}{_SUFFIX}"
+    return Path(output_dir) / POOLS_DIR / f"{STEP_PREFIX}{step}{_SUFFIX}"
 
 
 def pool_steps(output_dir: str | os.PathLike) -> list[int]:
     """The steps with a pool file under ``OUTPUT_DIR/pools``, ascending."""
     root = Path(output_dir) / POOLS_DIR
     steps = []
-    for path in root.glob(f"{_PREFIX}*{_SUFFIX}") if root.is_dir() else []:
-        number = path.name.removeprefix(_PREFIX).removesuffix(_SUFFIX)
+    for path in root.glob(f"{STEP_PREFIX}*{_SUFFIX}") if root.is_dir() else []:
+        number = path.name.removeprefix(STEP_PREFIX).removesuffix(_SUFFIX)
         if number.isdigit():
             steps.append(int(number))
     return sorted(steps)
@@ -164,7 +165,7 @@ class PoolLogWriter:
         removed = []
         if not self.folder.is_dir():
             return removed
-        for path in self.folder.glob(f"{_PREFIX}*{_SUFFIX}{_TMP}"):
+        for path in self.folder.glob(f"{STEP_PREFIX}*{_SUFFIX}{_TMP}"):
             path.unlink(missing_ok=True)
             removed.append(path)
         for old in pool_steps(self.output_dir):
@@ -237,7 +238,7 @@ def pool_summary_rows(run_dirs: Sequence[str | os.PathLike]) -> list[dict]:
         steps = pool_steps(run)
         if not steps:
             raise ValueError(
-                f"{run}: no pool files ({run}/{POOLS_DIR}/step-N.jsonl); train with "
+                f"{run}: no pool files ({run}/{POOLS_DIR}/{STEP_PREFIX}N{_SUFFIX}); train with "
                 "pool_log.every > 0 (docs/training.md, 'Every pool on disk')."
             )
         for step in steps:

@@ -60,10 +60,16 @@ from rlsr.engines import engine_from_env
 from rlsr.eval_protocol import protocol_flags, to_flags
 from rlsr.evaluation.history import read_history
 from rlsr.evaluation.in_training import HeldOutEvaluator
-from rlsr.evaluation.layout import EVAL_DIR, VERSIONS_FILE, step_folders
+from rlsr.evaluation.layout import (
+    EVAL_DIR,
+    STEP_PREFIX,
+    VERSIONS_FILE,
+    checkpoint_folders,
+    step_folders,
+)
 from rlsr.methods import get_entry, resolve
 from rlsr.metrics import ranking_gain_from_aurc
-from rlsr.pool_log import POOLS_DIR, PoolLogWriter, pool_steps
+from rlsr.pool_log import POOLS_DIR, PoolLogWriter, pool_path, pool_steps
 from rlsr.run_plan import RunPlan, plan_run
 from rlsr.tokenization import load_tokenizer, model_context_length, prompt_token_counter
 
@@ -457,7 +463,7 @@ def check_versions(cfg, heldout: ResolvedHeldOut | None) -> None:
     once, and recorded from now on."""
     out = Path(cfg.output_dir)
     now = run_versions(cfg, heldout)
-    earlier = bool(_checkpoint_steps(out) or step_folders(out) or pool_steps(out))
+    earlier = bool(checkpoint_folders(out) or step_folders(out) or pool_steps(out))
     path = out / VERSIONS_FILE
     main = int(os.environ.get("RANK", "0")) == 0
     if earlier and path.is_file():
@@ -465,9 +471,9 @@ def check_versions(cfg, heldout: ResolvedHeldOut | None) -> None:
         diffs = version_differences(was.get("train") or {}, now["train"])
         diffs += version_differences(was.get("eval") or {}, now["eval"])
         if diffs:
-            newest = _checkpoint_steps(out)
+            newest = checkpoint_folders(out)
             again = (f"; to continue from a checkpoint with the new version on purpose, "
-                     f"resume={out / f'checkpoint-{newest[-1]}'} output_dir=NEW"
+                     f"resume={newest[-1][1]} output_dir=NEW"
                      if newest else "")  # fmt: skip
             raise ConfigError(
                 "output_dir",
@@ -510,14 +516,6 @@ def run_training(cfg, *, callbacks=None, pool_hook=None, plan=None):
     trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model(cfg.output_dir)
     return trainer
-
-
-def _checkpoint_steps(output_dir: Path) -> list[int]:
-    return sorted(
-        int(p.name.removeprefix("checkpoint-"))
-        for p in output_dir.glob("checkpoint-*")
-        if p.is_dir() and p.name.removeprefix("checkpoint-").isdigit()
-    )
 
 
 def rlsr_program() -> str:
@@ -608,10 +606,9 @@ def run_summary(
     final = [name for name in ("adapter_model.safetensors", "model.safetensors")
              if (out / name).is_file()]  # fmt: skip
     lines.append(f"  adapter      {out / final[0] if final else 'none saved'}")
-    ckpts = _checkpoint_steps(out)
+    ckpts = checkpoint_folders(out)
     lines.append(
-        "  checkpoints  "
-        + (", ".join(str(out / f"checkpoint-{n}") for n in ckpts) if ckpts else "none")
+        "  checkpoints  " + (", ".join(str(folder) for _, folder in ckpts) if ckpts else "none")
     )
     history = [h for h in read_history(out) if "failed" not in h]
     failed = [h["step"] for h in read_history(out) if "failed" in h]
@@ -623,14 +620,16 @@ def run_summary(
             first, last = rows[0], rows[-1]
             lines.append(_learning_line(dataset, first, last))
         if failed:
-            lines.append(f"    failed evaluations at steps {failed} ({out / EVAL_DIR}/step-N)")
+            lines.append(
+                f"    failed evaluations at steps {failed} ({out / EVAL_DIR}/{STEP_PREFIX}N)"
+            )
     else:
         lines.append("  held-out     none (eval.every=0)")
     pools = pool_steps(out)
     if pools:
         lines.append(
-            f"  pools        {out / POOLS_DIR} ({len(pools)} files, step-{pools[0]}.jsonl ... "
-            f"step-{pools[-1]}.jsonl)"
+            f"  pools        {out / POOLS_DIR} ({len(pools)} files, "
+            f"{pool_path(out, pools[0]).name} ... {pool_path(out, pools[-1]).name})"
         )
     else:
         lines.append("  pools        none (pool_log.every=0)")

@@ -636,6 +636,7 @@ def explain_divergences(model_dir: Path, pairs: list[tuple[dict, dict]], device:
 
 
 def _compare_backends(out: Path, plan: dict, cpu: bool, model_dir: Path, dtype: str) -> dict:
+    from rlsr.evaluation.layout import METRICS_FILE, SAMPLES_FILE
     from rlsr.evaluation.samples_io import read_samples
 
     rows: dict[str, dict] = {}
@@ -661,7 +662,7 @@ def _compare_backends(out: Path, plan: dict, cpu: bool, model_dir: Path, dtype: 
         if backend == "vllm":
             engine_log = engine_log_lines(proc.stdout + proc.stderr)
         job = f"tiny@{plan['eval_split']}"
-        metrics = json.loads((dest / job / "metrics.json").read_text())
+        metrics = json.loads((dest / job / METRICS_FILE).read_text())
         if not metrics["throughput"]["new_samples"]:  # resumed a finished folder: nothing timed
             raise RuntimeError(f"rlsr evaluate --backend {backend} generated no new sample in "
                                f"{dest} (a finished earlier run?); nothing was measured")  # fmt: skip
@@ -669,7 +670,7 @@ def _compare_backends(out: Path, plan: dict, cpu: bool, model_dir: Path, dtype: 
             "samples_per_s": metrics["throughput"]["samples_per_s"],
             "new_samples": metrics["throughput"]["new_samples"],
             "wall_s_with_engine_start": time.perf_counter() - started,
-            "samples": read_samples(dest / job / "samples.jsonl"),
+            "samples": read_samples(dest / job / SAMPLES_FILE),
         }
     v, t = rows["vllm"].pop("samples"), rows["transformers"].pop("samples")
     # greedy agreement by token ids: equal ids can decode to different text (vLLM's incremental

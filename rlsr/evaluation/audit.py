@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from rlsr.evaluation.layout import DEPLOYMENT_FILE
 from rlsr.serving.decision_log import summarise_decisions
 from rlsr.serving.policy import ANSWERED
 from rlsr.thresholds import clopper_pearson_interval
@@ -35,7 +36,8 @@ def _served_row(deployment: Mapping, rule: str | None) -> dict:
         have = [r.get("rule") for r in deployment.get("rows") or []]
         raise ValueError(
             f"--audit-deployment: the server applied rule {rule!r}, which the deployment file "
-            f"does not hold (it has {have}); give the deployment.json the server was started with."
+            f"does not hold (it has {have}); give the {DEPLOYMENT_FILE} the server was started "
+            "with."
         )
     return rows[0]
 

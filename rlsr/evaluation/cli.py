@@ -47,10 +47,18 @@ from rlsr.evaluation.judge import (
     openai_judge_fn,
 )
 from rlsr.evaluation.layout import (
+    AUDIT_FILE,
+    CHECKPOINT_PREFIX,
     CONFIG_FIELDS,
+    DEPLOYMENT_FILE,
+    EVAL_DIR,
+    METRICS_FILE,
+    PLOT_FILE,
     REQUESTS_FILE,
     RUN_FILE,
     SAMPLES_FILE,
+    STEP_PREFIX,
+    SUMMARY_FILE,
     config_differences,
     datasets_with_samples,
     move_aside,
@@ -97,8 +105,8 @@ def register(subparsers) -> None:
         usage="rlsr evaluate --model PATH [--adapter RUN] --datasets NAMES --output-dir DIR "
         "[options]",
         description="Paper protocol by default (Sec. C.5): greedy, 4,096 new tokens, the training "
-        "system prompt, one response per question. Writes DIR/<dataset>/samples.jsonl, "
-        "metrics.json, risk_coverage.png; resumes an interrupted run.",
+        f"system prompt, one response per question. Writes DIR/<dataset>/{SAMPLES_FILE}, "
+        f"{METRICS_FILE}, {PLOT_FILE}; resumes an interrupted run.",
         epilog="example: rlsr evaluate --model Qwen/Qwen2.5-7B --adapter runs/hotpot-rlsr "
         "--datasets hotpot-ood --output-dir evals/rlsr-seed0 --backend vllm. "
         "Details: docs/evaluation.md.",
@@ -111,7 +119,9 @@ def register(subparsers) -> None:
         help="base model folder or hub id (`tiny-missing-warm`: the model of recipe=tiny)",
     )
     ev.add_argument(
-        "--adapter", metavar="RUN", help="LoRA adapter folder, checkpoint-N, or training output dir"
+        "--adapter",
+        metavar="RUN",
+        help=f"LoRA adapter folder, {CHECKPOINT_PREFIX}N, or training output dir",
     )
     ev.add_argument(
         "--datasets",
@@ -245,7 +255,8 @@ def register(subparsers) -> None:
         "--audit-deployment",
         metavar="DEPLOYMENT_JSON",
         help="the endpoint is `rlsr serve`: compare its answer rate and risk among answered "
-        "with what this deployment.json certified (writes DIR/audit.json, audit.md)",
+        f"with what this {DEPLOYMENT_FILE} certified (writes DIR/{AUDIT_FILE}, "
+        f"{Path(AUDIT_FILE).with_suffix('.md')})",
     )
     j = ev.add_argument_group("LLM judge (Sec. C.2)")
     j.add_argument("--judge-model", default=None, help="default meta-llama/Llama-3.1-8B-Instruct")
@@ -299,7 +310,7 @@ def register(subparsers) -> None:
         "dirs",
         nargs="*",
         help="evaluation output dirs (grouped by basename minus -seedN); with --curves: "
-        "training output dirs (their eval/step-N/ folders)",
+        f"training output dirs (their {EVAL_DIR}/{STEP_PREFIX}N/ folders)",
     )
     rp.add_argument(
         "--curves",
@@ -337,9 +348,13 @@ def register(subparsers) -> None:
         "deploy", help="risk-controlled threshold from validation/test samples"
     )
     dp.add_argument(
-        "--validation", required=True, help="samples.jsonl (or its folder) of the validation split"
+        "--validation",
+        required=True,
+        help=f"{SAMPLES_FILE} (or its folder) of the validation split",
     )
-    dp.add_argument("--test", required=True, help="samples.jsonl (or its folder) of the test split")
+    dp.add_argument(
+        "--test", required=True, help=f"{SAMPLES_FILE} (or its folder) of the test split"
+    )
     dp.add_argument("--target", type=float, required=True, help="target accuracy, e.g. 0.75")
     dp.add_argument("--scorer", default="verbalized")
     dp.add_argument("--delta", type=float, default=0.1)
@@ -351,12 +366,12 @@ def register(subparsers) -> None:
     dp.add_argument(
         "--model",
         metavar="PATH",
-        help="base model the samples came from (default: the evaluation's run.json)",
+        help=f"base model the samples came from (default: the evaluation's {RUN_FILE})",
     )
     dp.add_argument(
         "--adapter",
         metavar="PATH",
-        help="LoRA adapter the samples came from (default: the evaluation's run.json)",
+        help=f"LoRA adapter the samples came from (default: the evaluation's {RUN_FILE})",
     )
     dp.set_defaults(func=run_deploy)
 
@@ -405,7 +420,7 @@ def _validate(args) -> EvalSettings:
         raise ValueError(f"{flag} needs --backend openai-chat or openai-completions.")
     if args.audit_deployment and not Path(args.audit_deployment).is_file():
         raise ValueError(f"--audit-deployment {args.audit_deployment}: no such file; give the "
-                         "deployment.json that `rlsr serve --threshold` serves.")  # fmt: skip
+                         f"{DEPLOYMENT_FILE} that `rlsr serve --threshold` serves.")  # fmt: skip
     if endpoint and args.adapter:
         raise ValueError("--adapter: an endpoint serves its own weights; give the served LoRA's "
                          "name as --model (vllm serve --lora-modules NAME=PATH).")  # fmt: skip
@@ -717,7 +732,7 @@ def _evaluate(args, settings, out, names, paths, verifier_override, columns, end
         _deploy_from_dirs(out, args, jobs)
     if args.audit_deployment:
         _audit(out, args, jobs)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     return 0
 
 
@@ -729,9 +744,9 @@ def _audit(out: Path, args, jobs) -> None:
         for job, _, _ in jobs
     }
     record = {"deployment": str(Path(args.audit_deployment).resolve()), "datasets": results}
-    (out / "audit.json").write_text(json.dumps(json_safe(record), indent=2) + "\n")
+    (out / AUDIT_FILE).write_text(json.dumps(json_safe(record), indent=2) + "\n")
     text = audit_markdown(results)
-    (out / "audit.md").write_text(text)
+    (out / AUDIT_FILE).with_suffix(".md").write_text(text)
     print(text)
 
 
@@ -772,8 +787,8 @@ def _deploy_from_dirs(out: Path, args, jobs) -> None:
         out / folder[args.deployment_dataset, test_split],
         args.deployment_target, "verbalized", args.deployment_delta,
     )  # fmt: skip
-    _write_deployment(out / "deployment", Path(args.output_dir).name, rows, provenance)
-    print((out / "deployment.md").read_text())
+    _write_deployment(out / DEPLOYMENT_FILE, Path(args.output_dir).name, rows, provenance)
+    print((out / DEPLOYMENT_FILE).with_suffix(".md").read_text())
 
 
 def run_report(args) -> int:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rlsr.evaluation.history import TRACKED_METRICS, read_history
+from rlsr.evaluation.layout import EVAL_DIR, METRICS_FILE, STEP_PREFIX, checkpoint_dir
 
 __all__ = ["CURVE_METRICS", "best_steps", "curve_rows", "write_curves"]
 
@@ -37,7 +38,8 @@ def curve_rows(run_dirs: Sequence[str | Path]) -> list[dict]:
         history = [h for h in read_history(run) if "failed" not in h]
         if not history:
             raise ValueError(
-                f"{run}: no held-out evaluation (no {run}/eval/step-N/<dataset>/metrics.json); "
+                f"{run}: no held-out evaluation (no {run / EVAL_DIR}/{STEP_PREFIX}N/<dataset>/"
+                f"{METRICS_FILE}); "
                 "train with eval.every > 0 (docs/training.md, 'Watch a run')."
             )
         rows += [{"run": _label(run, runs), "run_dir": str(run), **h} for h in history]
@@ -54,7 +56,7 @@ def best_steps(rows: list[dict]) -> list[dict]:
             best[key] = row
     out = []
     for (run, dataset), row in best.items():
-        checkpoint = Path(row["run_dir"]) / f"checkpoint-{row['step']}"
+        checkpoint = checkpoint_dir(row["run_dir"], row["step"])
         out.append(
             {
                 "run": run,

@@ -77,6 +77,7 @@ from rlsr.evaluation.layout import (
     PLOT_FILE,
     RUN_FILE,
     SAMPLES_FILE,
+    checkpoint_dir,
     partial_dir,
     step_dir,
 )
@@ -449,7 +450,7 @@ class HeldOutEvaluator(TrainerCallback):
         )
         return {
             "model": self.model_path,
-            "adapter": str((self.output_dir / f"checkpoint-{step}").resolve()) if saved else None,
+            "adapter": str(checkpoint_dir(self.output_dir, step).resolve()) if saved else None,
             "step": step,
             "backend": self.resolved.backend,
             "system_prompt": self.resolved.system_prompt,

@@ -16,6 +16,13 @@ The held-out evaluation during training writes the same layout per optimizer ste
     RUN_DIR/eval/history.jsonl       one line per (step, dataset), rebuilt from the step folders
     RUN_DIR/versions.json            the data files / plugin file / verifier options of the
                                      training and held-out datasets (a resume must match them)
+    RUN_DIR/checkpoint-N/            HF Trainer's checkpoint of step N (named by transformers)
+    RUN_DIR/pools/step-N.jsonl       the optimizer-step pool of step N (rlsr.pool_log)
+
+``rlsr evaluate`` also writes ``OUT/summary.json`` (what each dataset ran), with
+``--deployment-target`` ``OUT/deployment.json`` and ``.md`` (the file ``rlsr serve --threshold``
+reads; ``rlsr deploy --output`` names its own), with ``--audit-deployment`` ``OUT/audit.json``
+and ``.md``.
 
 Writers (``rlsr.evaluation.runner``, ``.cli``, ``.in_training``) and readers (``.history``,
 ``.deployment``, ``.report``, ``rlsr serve --threshold-from``) take the names and rules from here.
@@ -26,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -43,12 +51,20 @@ __all__ = [
     "EVAL_DIR",
     "HISTORY_FILE",
     "FAILED_FILE",
+    "SUMMARY_FILE",
+    "DEPLOYMENT_FILE",
+    "AUDIT_FILE",
     "PARTIAL_SUFFIX",
+    "STEP_PREFIX",
+    "CHECKPOINT_PREFIX",
     "CONFIG_FIELDS",
     "step_dir",
     "partial_dir",
     "step_of",
     "step_folders",
+    "checkpoint_dir",
+    "checkpoint_step",
+    "checkpoint_folders",
     "read_run_file",
     "config_differences",
     "datasets_with_samples",
@@ -65,8 +81,16 @@ VERSIONS_FILE = "versions.json"  # RUN_DIR/versions.json: what decided a trainin
 EVAL_DIR = "eval"  # RUN_DIR/eval: the held-out evaluation during training
 HISTORY_FILE = "history.jsonl"
 FAILED_FILE = "failed.json"
+SUMMARY_FILE = "summary.json"  # OUT/summary.json of `rlsr evaluate`
+DEPLOYMENT_FILE = "deployment.json"  # its report: .with_suffix(".md")
+AUDIT_FILE = "audit.json"  # its report: .with_suffix(".md")
 PARTIAL_SUFFIX = ".partial"
-_STEP_PREFIX = "step-"
+STEP_PREFIX = "step-"  # eval/step-N/ and pools/step-N.jsonl
+# transformers.trainer_utils.PREFIX_CHECKPOINT_DIR + "-" (Trainer saves OUTPUT_DIR/checkpoint-N).
+# Restated, not imported: importing trainer_utils loads torch (seconds), and this module is read by
+# `rlsr serve`, `rlsr report` and the Slurm scripts; tests/test_layout.py checks it against
+# transformers' source, so a rename there fails a test.
+CHECKPOINT_PREFIX = "checkpoint-"
 
 # run.json fields that decide what a sample is: a rerun into the same --output-dir must agree on
 # each (else samples of two configurations would mix in one samples.jsonl). Execution details
@@ -84,9 +108,28 @@ CONFIG_FIELDS = (
 # --------------------------------------------------------------------------- step folders
 
 
+def _number_after(prefix: str, folder: str | os.PathLike) -> int | None:
+    """N of a folder named ``<prefix>N`` (N in ASCII digits); None for anything else."""
+    name = Path(folder).name
+    suffix = name.removeprefix(prefix)
+    if name.startswith(prefix) and suffix.isascii() and suffix.isdigit():
+        return int(suffix)
+    return None
+
+
+def _numbered_folders(root: Path, prefix: str) -> list[tuple[int, Path]]:
+    """``(N, root/<prefix>N)`` of every such folder under ``root``, by N."""
+    found = []
+    for child in root.glob(f"{prefix}*") if root.is_dir() else []:
+        number = _number_after(prefix, child)
+        if number is not None and child.is_dir():
+            found.append((number, child))
+    return sorted(found)
+
+
 def step_dir(output_dir: str | os.PathLike, step: int) -> Path:
     """``OUTPUT_DIR/eval/step-N``: where the held-out evaluation of optimizer step N lives."""
-    return Path(output_dir) / EVAL_DIR / f"{_STEP_PREFIX}{step}"
+    return Path(output_dir) / EVAL_DIR / f"{STEP_PREFIX}{step}"
 
 
 def partial_dir(final: Path) -> Path:
@@ -96,21 +139,31 @@ def partial_dir(final: Path) -> Path:
 
 def step_of(folder: str | os.PathLike) -> int | None:
     """N of a ``step-N`` folder name; None for anything else (``step-N.partial``, ``step-x``)."""
-    suffix = Path(folder).name.removeprefix(_STEP_PREFIX)
-    if Path(folder).name.startswith(_STEP_PREFIX) and suffix.isdigit():
-        return int(suffix)
-    return None
+    return _number_after(STEP_PREFIX, folder)
 
 
 def step_folders(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
     """``(N, OUTPUT_DIR/eval/step-N)`` of every finished step folder, by step."""
-    root = Path(output_dir) / EVAL_DIR
-    found = []
-    for child in root.glob(f"{_STEP_PREFIX}*") if root.is_dir() else []:
-        step = step_of(child)
-        if step is not None and child.is_dir():
-            found.append((step, child))
-    return sorted(found)
+    return _numbered_folders(Path(output_dir) / EVAL_DIR, STEP_PREFIX)
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def checkpoint_dir(output_dir: str | os.PathLike, step: int) -> Path:
+    """``OUTPUT_DIR/checkpoint-N``: where HF Trainer saves the checkpoint of optimizer step N."""
+    return Path(output_dir) / f"{CHECKPOINT_PREFIX}{step}"
+
+
+def checkpoint_step(folder: str | os.PathLike) -> int | None:
+    """N of a ``checkpoint-N`` folder name; None for anything else (``checkpoint-x``)."""
+    return _number_after(CHECKPOINT_PREFIX, folder)
+
+
+def checkpoint_folders(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """``(N, OUTPUT_DIR/checkpoint-N)`` of every checkpoint folder, by step (the folders
+    ``transformers.trainer_utils.get_last_checkpoint`` chooses from)."""
+    return _numbered_folders(Path(output_dir), CHECKPOINT_PREFIX)
 
 
 # --------------------------------------------------------------------------- run.json
@@ -199,3 +252,25 @@ def remove_unused(
                 shutil.rmtree(path)
     if not root_existed and out.is_dir() and {p.name for p in out.iterdir()} <= {RUN_FILE}:
         shutil.rmtree(out)
+
+
+# --------------------------------------------------------------------------- shell scripts
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rlsr.evaluation.layout NAME...``: print each named constant, one a line, so
+    the Slurm scripts read the names from here instead of spelling them."""
+    names = sys.argv[1:] if argv is None else argv
+    unknown = [n for n in names if n not in __all__ or not isinstance(globals()[n], str)]
+    if not names or unknown:
+        known = ", ".join(n for n in __all__ if isinstance(globals()[n], str))
+        print(f"usage: python -m rlsr.evaluation.layout NAME...; NAME is one of {known}"
+              + (f" (not {', '.join(unknown)})" if unknown else ""), file=sys.stderr)  # fmt: skip
+        return 2
+    for name in names:
+        print(globals()[name])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

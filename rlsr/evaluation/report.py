@@ -92,7 +92,7 @@ class Run:
             found[mfile.parent.name] = json.loads(mfile.read_text())
         if not found:
             raise ValueError(
-                f"{root}: no <dataset>/metrics.json inside; is it an `rlsr evaluate` output dir?"
+                f"{root}: no <dataset>/{METRICS_FILE} inside; is it an `rlsr evaluate` output dir?"
             )
         return cls(root, found)
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from rlsr import metrics as M
+from rlsr.evaluation.layout import SAMPLES_FILE
 from rlsr.verifiers.base import ERROR, INVALID, NO_VERDICT, TIMEOUT, UNJUDGED
 
 __all__ = [
@@ -178,7 +179,7 @@ def compute_metrics(
 ) -> dict:
     """The ``metrics.json`` object for one dataset (schema: docs/evaluation.md)."""
     if len(records) == 0:
-        raise ValueError("no samples to summarise; samples.jsonl is empty.")
+        raise ValueError(f"no samples to summarise; {SAMPLES_FILE} is empty.")
     ok = np.array([bool(r["correct"]) for r in records])
     fallback_counts = {"answer": 0, "confidence": 0}
     for r in records:

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlsr.evaluation.layout import CHECKPOINT_PREFIX, checkpoint_folders
 from rlsr.logprob import continuation_logprobs, left_pad
 from rlsr.tokenization import load_tokenizer, render_chat_prompt
 
@@ -136,16 +137,12 @@ def resolve_adapter(path: str | os.PathLike | None) -> Path | None:
         raise ValueError(f"--adapter {root} is not a directory; give a LoRA adapter or a run dir.")
     if (root / "adapter_config.json").is_file():
         return root
-    checkpoints = []
-    for child in root.iterdir():
-        step = child.name.removeprefix("checkpoint-")
-        if child.name.startswith("checkpoint-") and step.isdigit():
-            if (child / "adapter_config.json").is_file():
-                checkpoints.append((int(step), child))
+    checkpoints = [(step, child) for step, child in checkpoint_folders(root)
+                   if (child / "adapter_config.json").is_file()]  # fmt: skip
     if not checkpoints:
         raise ValueError(
-            f"--adapter {root}: no adapter_config.json there nor in any checkpoint-N/ below; "
-            "point it at a LoRA adapter folder or a training output directory."
+            f"--adapter {root}: no adapter_config.json there nor in any {CHECKPOINT_PREFIX}N/ "
+            "below; point it at a LoRA adapter folder or a training output directory."
         )
     return max(checkpoints)[1]
 

@@ -9,6 +9,7 @@ import socket
 import sys
 
 from rlsr.config import resolve_model_path
+from rlsr.evaluation.layout import DEPLOYMENT_FILE
 from rlsr.evaluation.provenance import adapter_fingerprint
 from rlsr.generation.backends import resolve_adapter
 from rlsr.serving.app import create_app
@@ -86,7 +87,7 @@ def register(subparsers) -> None:
     sv = subparsers.add_parser(
         "serve",
         help="OpenAI-compatible endpoint that answers at or above a certified threshold",
-        usage="rlsr serve --model PATH [--adapter PATH] (--threshold deployment.json | --tau T) "
+        usage=f"rlsr serve --model PATH [--adapter PATH] (--threshold {DEPLOYMENT_FILE} | --tau T) "
         "[--port P] [--upstream URL] [options]",
         description="Serves /v1/chat/completions, /v1/models and /health. Each question is "
         "rendered with the training system prompt and format; the completion is parsed (with "
@@ -94,12 +95,14 @@ def register(subparsers) -> None:
         "abstention message. Each choice carries an `rlsr` field with the confidence, tau, the "
         "decision and the raw completion.",
         epilog="example: rlsr serve --model Qwen/Qwen2.5-7B --adapter runs/medqa-rlsr "
-        "--threshold evals/medqa-rlsr/deployment.json --port 8000. Details: docs/serving.md.",
+        f"--threshold evals/medqa-rlsr/{DEPLOYMENT_FILE} --port 8000. Details: docs/serving.md.",
     )
     sv.add_argument("--model", required=True, metavar="PATH", help="base model (as evaluated)")
     sv.add_argument("--adapter", metavar="PATH", help="LoRA adapter folder or training run dir")
     which = sv.add_mutually_exclusive_group(required=True)
-    which.add_argument("--threshold", metavar="FILE", help="deployment.json written by rlsr deploy")
+    which.add_argument(
+        "--threshold", metavar="FILE", help=f"{DEPLOYMENT_FILE} written by rlsr deploy"
+    )
     which.add_argument("--tau", type=float, metavar="T", help="a threshold set by hand")
     sv.add_argument(
         "--rule", default=DEFAULT_RULE, help="row of --threshold to serve (default: %(default)s)"
@@ -182,10 +185,10 @@ def register(subparsers) -> None:
     rp = subparsers.add_parser(
         "serve-report",
         help="realised coverage of a decision log next to the threshold's validation coverage",
-        usage="rlsr serve-report LOG --threshold deployment.json [--rule R] [--output F.json]",
+        usage=f"rlsr serve-report LOG --threshold {DEPLOYMENT_FILE} [--rule R] [--output F.json]",
     )
     rp.add_argument("log", help="decision log written by rlsr serve --decision-log")
-    rp.add_argument("--threshold", metavar="FILE", help="the deployment.json that was served")
+    rp.add_argument("--threshold", metavar="FILE", help=f"the {DEPLOYMENT_FILE} that was served")
     rp.add_argument("--rule", default=DEFAULT_RULE)
     rp.add_argument("--tau", type=float, help="only decisions at this tau (default: the rule's)")
     rp.add_argument("--output", metavar="FILE", help="also write the summary as JSON")

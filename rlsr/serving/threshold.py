@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rlsr.data import task_record_problem
 from rlsr.evaluation.deployment import RULES, model_identity
+from rlsr.evaluation.layout import DEPLOYMENT_FILE
 
 __all__ = [
     "DEFAULT_RULE",
@@ -55,10 +56,10 @@ def load_threshold(path: str | os.PathLike, rule: str = DEFAULT_RULE) -> ServedT
     except FileNotFoundError:
         raise ValueError(f"--threshold {p}: no such file; write one with rlsr deploy.") from None
     except json.JSONDecodeError as err:
-        raise ValueError(f"--threshold {p}: not JSON ({err}); give a deployment.json.") from None
+        raise ValueError(f"--threshold {p}: not JSON ({err}); give a {DEPLOYMENT_FILE}.") from None
     rows = record.get("rows") if isinstance(record, Mapping) else None
     if not isinstance(rows, list):
-        raise ValueError(f"--threshold {p}: no 'rows'; give the deployment.json of rlsr deploy.")
+        raise ValueError(f"--threshold {p}: no 'rows'; give the {DEPLOYMENT_FILE} of rlsr deploy.")
     provenance = record.get("provenance")
     if not isinstance(provenance, Mapping):
         raise ValueError(

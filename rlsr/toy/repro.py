@@ -25,7 +25,7 @@ import numpy as np
 import yaml
 
 from rlsr.eval_protocol import check_mapping, layered, to_flags
-from rlsr.evaluation.layout import METRICS_FILE, PLOT_FILE, SAMPLES_FILE
+from rlsr.evaluation.layout import METRICS_FILE, PLOT_FILE, SAMPLES_FILE, SUMMARY_FILE
 from rlsr.metrics import aurc, risk_coverage_curve
 from rlsr.toy.task import VARIANT_TIERS, make_split, write_dataset_folder
 from rlsr.toy.warmup import WarmupGateError, ensure_warmup, warmup_config
@@ -592,12 +592,12 @@ def write_summary(
     root, args, seeds, rows, results, oracle, timings, total, calibrated, tiers=None
 ) -> None:
     """``root/summary.md``, ``summary.json`` and ``risk_coverage.png``."""
-    (root / "summary.md").write_text(
+    (root / SUMMARY_FILE).with_suffix(".md").write_text(
         summary_markdown(
             args, seeds, rows, results, oracle, timings, total, None, calibrated, tiers
         )
     )
-    (root / "summary.json").write_text(
+    (root / SUMMARY_FILE).write_text(
         json.dumps(
             {
                 "args": vars(args),
