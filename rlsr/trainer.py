@@ -52,6 +52,7 @@ from trl import GRPOTrainer
 from rlsr import metrics as M
 from rlsr import rewards as R
 from rlsr.data import row_verification_inputs
+from rlsr.evaluation.layout import checkpoint_folders
 from rlsr.logprob import answer_logprob_confidences
 from rlsr.parsing import FULL_FORMAT, parse_response
 from rlsr.pool_log import PoolLogWriter, pool_rows
@@ -75,11 +76,6 @@ from rlsr.weight_sync import install_out_of_place_lora_sync
 __all__ = ["RLSRTrainer", "RunCheckpoints", "completion_text", "pool_statistics"]
 
 logger = logging.getLogger(__name__)
-
-
-def _step_of(checkpoint: Path) -> int:
-    suffix = checkpoint.name.removeprefix("checkpoint-")
-    return int(suffix) if suffix.isdigit() else -1
 
 
 # --------------------------------------------------------------------------- pure pieces
@@ -404,9 +400,9 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
                 )  # fmt: skip
             return
         first = next((f for f in gather_object([local]) if f is not None), None)
-        newest = sorted(Path(self.args.output_dir).glob("checkpoint-*"))
+        newest = checkpoint_folders(self.args.output_dir)
         saved = (
-            f"checkpoints saved so far are kept (newest: {max(newest, key=_step_of)})"
+            f"checkpoints saved so far are kept (newest: {newest[-1][1]})"
             if newest else "no checkpoint was saved yet"
         )  # fmt: skip
         raise VerifierFailure(failure_message(
