@@ -199,7 +199,7 @@ class StandIn:
         if path == "/completions":
             prompt = body["prompt"]
             text = self.tokenizer.decode(prompt) if isinstance(prompt, list) else prompt
-            if body.get("prompt_logprobs"):
+            if body.get("prompt_logprobs") is not None:
                 if not self.logprobs:
                     return (400, {"error": {"message": "prompt_logprobs is not supported"}})
                 steps = [None] + [{str(t): {"logprob": -0.25}} for t in prompt[1:]]

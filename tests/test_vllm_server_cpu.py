@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -388,3 +389,71 @@ def test_two_training_processes_evaluate_once_through_the_server_and_share_the_m
     assert json.loads((run_dir / "eval" / "step-1" / "run.json").read_text())["backend"] == (
         "vllm_server"
     )
+
+
+def test_scoring_through_the_server_moves_a_bounded_size_per_response(tmp_path):
+    """Issue 38 item 8, measured on the real server: ``prompt_logprobs`` answers one JSON entry
+    per prompt position. ``ServerBackend.score`` asks for 0 alternatives (the prompt token's own
+    entry, the one read) and sends at most ``score_positions`` positions per request: the same
+    log-probs as the one-request ``prompt_logprobs: 1`` body it replaced, in responses of about
+    half the bytes per position, each bounded. tests/test_server_score_size.py checks the same
+    at a hotpot window's size on a stand-in."""
+    import requests
+
+    from rlsr.evaluation.server_backend import ServerBackend
+    from rlsr.generation.backends import encode_prompt, load_chat_tokenizer
+    from rlsr.generation.openai_api import score_body
+
+    port = next(p for p in range(18800, 18900) if _port_free(p))
+    server = _start_server(tmp_path, port, "--dtype", "float32", "--max-model-len", "2048")
+    try:
+        waited = _wait_with_lib_sh(port, server.pid, tmp_path)
+        assert waited.returncode == 0, waited.stderr + (tmp_path / "server.log").read_text()[-4000:]
+        url, model = f"http://127.0.0.1:{port}", _model()
+        tokenizer = load_chat_tokenizer(model, False)
+        words = (ROOT / "README.md").read_text().split()
+        contexts = [" ".join(words[i * 700 : i * 700 + 1400]) for i in range(3)]
+        contexts = [tokenizer.decode(encode_prompt(tokenizer, c)[:1900]) for c in contexts]
+        continuations = [" The answer is Paris.", " No.", " 42 <confidence>0.7</confidence>"]
+        sizes = []
+
+        class Recording(requests.Session):
+            def post(self, *args, **kwargs):
+                response = super().post(*args, **kwargs)
+                sizes.append((sum(map(len, kwargs["json"]["prompt"])), len(response.content)))
+                return response
+
+        session = Recording()
+        backend = ServerBackend(SimpleNamespace(base_url=url, model=model, session=session),
+                                tokenizer, set())  # fmt: skip
+        backend.score_positions = 2000  # one prompt per request here (each ~1,900 positions)
+        scores = backend.score(contexts, continuations)
+        after = list(sizes)
+        ctx = [encode_prompt(tokenizer, c) for c in contexts]
+        cont = [encode_prompt(tokenizer, c) for c in continuations]
+        prompts = [a + b for a, b in zip(ctx, cont, strict=True)]
+        before = session.post(f"{url}/v1/completions",
+                              json={**score_body(model, prompts), "prompt_logprobs": 1})  # fmt: skip
+        (positions, before_bytes), choices = sizes[-1], before.json()["choices"]
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=30)
+    expected = [
+        [c["prompt_logprobs"][len(a) + j][str(t)]["logprob"] for j, t in enumerate(b)]
+        for c, a, b in zip(sorted(choices, key=lambda c: c["index"]), ctx, cont, strict=True)
+    ]
+    per_position = [b / n for n, b in after]
+    print(f"\nreal vLLM server, {positions:,} positions: prompt_logprobs 1 in one response "
+          f"{before_bytes:,} bytes ({before_bytes / positions:.1f} per position); now "
+          f"{len(after)} responses of {', '.join(f'{b:,}' for _, b in after)} bytes "
+          f"({max(per_position):.1f} per position)")  # fmt: skip
+    # 0 alternatives: the same values as 1 (to float32 rounding: the one-request body batches
+    # the three prompts together, which changes the CPU kernels' summation order)
+    for got, want in zip(scores, expected, strict=True):
+        assert got == pytest.approx(want, abs=1e-4)
+    assert [n for n, _ in after] == [len(p) for p in prompts] and positions == sum(
+        map(len, prompts)
+    )
+    assert max(per_position) < 0.75 * before_bytes / positions
+    assert max(b for _, b in after) < 2000 * 90  # the bound: positions per request x ~73 bytes

