@@ -126,3 +126,40 @@ def test_the_retry_bound_of_trls_session():
 def test_a_ddp_timeout_that_leaves_no_time_is_refused():
     with pytest.raises(ValueError, match="grpo.ddp_timeout=60 s leaves no time"):
         server_eval_bound(60)
+
+
+def test_the_context_check_at_start_is_bounded_too(sleeping_server):
+    """The evaluator asks the server's context length when it binds (before step 1) while the
+    other processes wait for it in a collective: a server that does not answer stops the run
+    there with one ConfigError naming the field, within the bound, instead of hanging."""
+    from rlsr.config import ConfigError
+    from rlsr.evaluation.in_training import HeldOutEvaluator
+
+    url, hits = sleeping_server
+    ddp_timeout = 80.0  # the bound: 0.8 x 80 - 60 = 4 s
+    client = SimpleNamespace(base_url=url, model="m", session=_session(retries=1))
+    trainer = SimpleNamespace(
+        accelerator=SimpleNamespace(is_main_process=True, num_processes=1),
+        args=SimpleNamespace(ddp_timeout=ddp_timeout),
+        vllm_generation=SimpleNamespace(vllm_client=client),
+    )
+    evaluator = HeldOutEvaluator.__new__(HeldOutEvaluator)
+    evaluator.tokenizer = _Tokenizer()
+    outcome = []
+
+    def check():
+        try:
+            outcome.append(evaluator._server_context(trainer))
+        except Exception as err:  # noqa: BLE001 - the outcome is what is checked
+            outcome.append(err)
+
+    started = time.monotonic()
+    thread = threading.Thread(target=check, daemon=True)
+    thread.start()
+    thread.join(timeout=SLEEP_S / 2)
+    assert not thread.is_alive(), "the context check at start waited for the server unbounded"
+    assert time.monotonic() - started < server_eval_bound(ddp_timeout) + 5
+    (err,) = outcome
+    assert isinstance(err, ConfigError) and err.field == "eval.backend", err
+    assert "TimeoutError" in str(err) and "GET /v1/models" in str(err)
+    assert hits == ["/v1/models", "/v1/models"]  # two attempts (1 retry), then nothing more

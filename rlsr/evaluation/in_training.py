@@ -246,13 +246,30 @@ class HeldOutEvaluator(TrainerCallback):
 
     def _server_context(self, trainer) -> int:
         """vllm_server: the server's ``max_model_len``, asked by the main process (the only one
-        with TRL's client) and sent to every process, so all of them refuse or none."""
+        with TRL's client) and sent to every process, so all of them refuse or none. The others
+        wait for it in a collective, so the request is bounded as the evaluation's are
+        (``server_eval_bound``); a server that does not answer stops the run here, on every
+        process, with one ``ConfigError``."""
         acc = trainer.accelerator
-        limit = None
+        limit = error = None
         if acc.is_main_process:
             client = trainer.vllm_generation.vllm_client
-            limit = ServerBackend(client, self.tokenizer, set()).max_model_len
-        return _broadcast(acc, limit)
+            deadline = time.monotonic() + server_eval_bound(trainer.args.ddp_timeout)
+            try:
+                limit = ServerBackend(
+                    client, self.tokenizer, set(), deadline=deadline
+                ).max_model_len
+            except (TimeoutError, RuntimeError, OSError, KeyError, ValueError) as err:
+                error = f"{type(err).__name__}: {' '.join(str(err).split())[:500]}"
+        limit, error = _broadcast(acc, (limit, error))
+        if error is not None:
+            raise ConfigError(
+                "eval.backend",
+                f"the held-out evaluation goes through TRL's vLLM server (vllm_server), which did "
+                f"not tell its context length (GET /v1/models): {error}. Check the server, or "
+                "set eval.every=0.",
+            )
+        return limit
 
     def _check_engine_context(self, trainer) -> None:
         """vllm: against the colocated engine's ``max_model_len``; vllm_server: against the
