@@ -12,7 +12,8 @@ Schema (top-level keys of ``recipes/config.yaml``)::
     sft:    any field of trl.SFTConfig (method=sft only; recipes/method/sft.yaml)
     eval:   {every, at_end, at_start, datasets, split, limit, data_path, verifiers, backend,
              judge_base_url, judge_model, judge_timeout, judge_max_retries,
-             judge_max_answer_chars, and every field of rlsr.eval_protocol.EvalProtocol
+             judge_max_answer_chars, server_tokens_per_s, and every field of
+             rlsr.eval_protocol.EvalProtocol
              (max_new_tokens, temperature, scorers, consistency_k, ...; null: unset)}: held-out
              evaluation during training (``HeldOutSettings``)
     pool_size: completions ranked together per optimizer step (null: from grpo.*)

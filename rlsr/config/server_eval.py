@@ -32,9 +32,10 @@ EVAL_RESERVE_S = 60.0
 # The generation rate assumed at plan time when eval.server_tokens_per_s is null: new tokens per
 # second of the whole vLLM server, all requests together. Chosen high on purpose (the check
 # refuses only what cannot fit even at this rate): train.slurm starts one server with
-# --data-parallel-size 1 and --tensor-parallel-size RLSR_VLLM_TP (1 by default), and one GPU
-# decoding a 7-8B model at full batch generates fewer new tokens per second than this. A server
-# that is faster (several GPUs) is declared with eval.server_tokens_per_s.
+# --data-parallel-size 1 and --tensor-parallel-size RLSR_VLLM_TP (1 by default), and we expect one
+# GPU decoding a 7-8B model at full batch to generate fewer new tokens per second than this (an
+# assumption, not measured: no GPU here). A faster server is declared with
+# eval.server_tokens_per_s.
 ASSUMED_SERVER_TOKENS_PER_S = 20_000.0
 
 
