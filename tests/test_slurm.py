@@ -556,6 +556,23 @@ def test_evaluate_array_index_maps_to_checkpoint_and_dataset(tmp_path):
         assert ("--judge-base-url" in evaluate) == judged
 
 
+def test_evaluate_reads_the_checkpoint_prefix_from_rlsr_and_says_which_python_cannot(tmp_path):
+    """evaluate.slurm labels checkpoint-N folders with the prefix rlsr.evaluation.layout declares
+    (``python -m rlsr.evaluation.layout CHECKPOINT_PREFIX``), not a copy in the shell; a python
+    that cannot import rlsr stops the job before any pair, naming RLSR_PYTHON."""
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho 'No module named rlsr' >&2\nexit 1\n")
+    python.chmod(0o755)
+    proc = run_script(
+        "evaluate.slurm",
+        ["--checkpoints", "a", "--model", "m", "--datasets", "tiny"],
+        base_env(RLSR_DRY_RUN="1", **EVAL_ENV, RLSR_PYTHON=str(python)),
+        check=False,
+    )
+    assert proc.returncode != 0 and "set RLSR_PYTHON" in proc.stderr, proc.stderr
+    assert "node[" not in proc.stdout
+
+
 def test_needs_judge_fast_path_agrees_with_the_package():
     sys.path.insert(0, str(SLURM))
     try:
