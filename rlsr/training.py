@@ -38,6 +38,7 @@ from rlsr.config import (
     ResolvedHeldOut,
     SettingsPlan,
     TrainSettings,
+    heldout_protocol,
     resolve_attn_implementation,
     resolve_heldout,
     resolve_model_path,
@@ -574,9 +575,9 @@ def _tasks_flags(tasks_dir) -> list[str]:
 
 def _evaluate_command(cfg, output_dir: Path, heldout: ResolvedHeldOut | None) -> str:
     """The ``rlsr evaluate`` command for the final adapter on the held-out datasets (else the
-    training dataset), with the held-out evaluation's answer budget and system prompt, so it
-    reproduces the last held-out step's numbers when that step is the last one: the flags of the
-    held-out protocol (``protocol_flags``), else of ``method.evaluate`` plus the trained budget."""
+    training dataset), with the flags of the run's protocol (``heldout_protocol``: the held-out
+    evaluation's own, also when it is off), so it reproduces the last held-out step's numbers
+    when that step is the last one."""
     # the datasets the held-out evaluation resolved (a recipe's choice, a task's eval split), never
     # the raw eval.datasets (empty when they follow data.dataset)
     datasets = heldout.datasets if heldout is not None else [cfg.data.dataset]
@@ -585,11 +586,22 @@ def _evaluate_command(cfg, output_dir: Path, heldout: ResolvedHeldOut | None) ->
     args += _tasks_flags(cfg.tasks_dir)
     if heldout is not None:
         return shlex.join(args + protocol_flags(heldout.protocol) + _engine_flags(heldout))
-    needs = dict(cfg.method.evaluate or {})
-    budget = trainer_section(cfg).get("max_completion_length")
-    if budget is not None and needs.get("max_new_tokens") is None:
-        needs["max_new_tokens"] = budget
-    return shlex.join(args + to_flags(needs))
+    protocol = heldout_protocol(cfg, get_entry(cfg.method.name).args_section)
+    return shlex.join(args + protocol_flags(protocol))
+
+
+def _layer_lines(cfg) -> list[str]:
+    """One line per named protocol layer (``eval.layers``): what a later evaluation changes on
+    top of the run's protocol, as ``rlsr evaluate`` flags, and the flag that records its name."""
+    section = get_entry(cfg.method.name).args_section
+    base = heldout_protocol(cfg, section).values()
+    lines = []
+    for name in sorted(cfg.eval.layers or {}):
+        layered_values = heldout_protocol(cfg, section, name).values()
+        changed = {k: v for k, v in layered_values.items() if v != base[k]}
+        text = " ".join(to_flags(changed)) or "nothing (same as held-out)"
+        lines.append(f"  layer {name:<7}{text}  (rlsr evaluate ... --protocol-layer {name})")
+    return lines
 
 
 def run_summary(
@@ -633,6 +645,7 @@ def run_summary(
         )
     else:
         lines.append("  pools        none (pool_log.every=0)")
+    lines += _layer_lines(cfg)
     lines.append("next:")
     if final:
         if plan is None:  # a caller without the launch's plan (a finished run read back)

@@ -19,14 +19,20 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# the recipes' layer of the paper's tables (eval.layers.paper: greedy, 4,096 new tokens)
+PAPER_LAYER = "paper"
 
 
-def resolve(overrides: list[str], root: Path = ROOT) -> dict[str, str]:
+def resolve(
+    overrides: list[str], root: Path = ROOT, layer: str | None = PAPER_LAYER
+) -> dict[str, str]:
     """Return ``{"model": model.name_or_path, "output_dir": absolute output_dir,
-    "max_model_len": vLLM context, "evaluate_args": the flags of method.evaluate}``.
+    "max_model_len": vLLM context, "evaluate_args": the run's evaluation flags}``.
 
     ``max_model_len`` is the vLLM server's ``--max-model-len``: ``grpo.vllm_max_model_length``
     if set, else ``server_context_length``, else empty (vLLM's own default).
+    ``evaluate_args``: ``evaluate_flags`` with the named protocol layer ``layer`` (default
+    ``paper``, when the recipe declares it; None: the held-out protocol itself).
     """
     from hydra import compose, initialize_config_dir
 
@@ -48,32 +54,35 @@ def resolve(overrides: list[str], root: Path = ROOT) -> dict[str, str]:
         "model": str(cfg.model.name_or_path),
         "output_dir": str(output_dir),
         "max_model_len": "" if length is None else str(int(length)),
-        "evaluate_args": evaluate_flags(cfg.method, cfg.get("tasks_dir")),
+        "evaluate_args": evaluate_flags(cfg, layer),
     }
 
 
-def evaluate_flags(method, tasks_dir=None) -> list[str]:
-    """The ``rlsr evaluate`` flags of ``method.evaluate`` (the method's evaluation needs, a
-    mapping of evaluation protocol fields; ``rlsr.eval_protocol.to_flags``). A method file that
-    still holds the replaced ``evaluate_args`` is refused with the mapping to write instead.
+def evaluate_flags(cfg, layer: str | None = PAPER_LAYER) -> list[str]:
+    """The ``rlsr evaluate`` flags of the run's protocol (``rlsr.config.heldout_protocol``, the
+    function the held-out steps and train.py's printed command use) with the recipe's named
+    layer ``layer`` on top (``eval.layers.<layer>``; the default ``paper`` only when the recipe
+    declares it), plus ``--protocol-layer NAME`` so run.json records which evaluation it is.
     The tasks of ``$RLSR_TASKS_PATH`` and ``tasks_dir`` are registered first, as train.py does,
-    so a task's own prompt name is a valid ``system_prompt``."""
+    so a task's own prompt name is a valid ``system_prompt``. A method file that still holds the
+    replaced ``evaluate_args`` is refused with the mapping to write instead."""
     from omegaconf import OmegaConf
 
+    from rlsr.config import from_dict, heldout_protocol
     from rlsr.data import load_env_tasks, load_tasks
-    from rlsr.eval_protocol import evaluate_mapping_of, to_flags
+    from rlsr.eval_protocol import protocol_flags
+    from rlsr.methods import get_entry
 
-    load_env_tasks()
+    load_env_tasks()  # before the settings are read: a task's prompt name is then valid
+    tasks_dir = cfg.get("tasks_dir")
     load_tasks(OmegaConf.to_container(tasks_dir) if OmegaConf.is_config(tasks_dir) else tasks_dir)
-
-    if method.get("evaluate_args"):
-        raise ValueError(
-            "method.evaluate_args: replaced by method.evaluate, a mapping of evaluation "
-            f"settings; write {evaluate_mapping_of(method.evaluate_args)} instead."
-        )
-    needs = method.get("evaluate")
-    values = OmegaConf.to_container(needs, resolve=True) if needs is not None else None
-    return to_flags(values, "method.evaluate")
+    settings = from_dict(OmegaConf.to_container(cfg, resolve=True))
+    settings.method.validate()
+    if layer == PAPER_LAYER and PAPER_LAYER not in (settings.eval.layers or {}):
+        layer = None  # a recipe without the paper's tables: its held-out protocol
+    section = get_entry(settings.method.name).args_section
+    flags = protocol_flags(heldout_protocol(settings, section, layer))
+    return flags + (["--protocol-layer", layer] if layer else [])
 
 
 def server_context_length(cfg) -> int | None:

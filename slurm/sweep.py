@@ -103,6 +103,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--eval-time", default=None, help="evaluation time limit per array task")
     parser.add_argument("--evals-dir", default="evals")
     parser.add_argument(
+        "--protocol-layer",
+        default="paper",
+        metavar="NAME",
+        help="the recipe's named protocol layer the evaluations use (eval.layers; default paper: "
+        "the paper tables' 4,096-token budget, where the recipe declares it; none: the held-out "
+        "protocol itself)",
+    )
+    parser.add_argument(
         "--tasks-dir",
         action="append",
         default=[],
@@ -187,7 +195,8 @@ def plan(args: argparse.Namespace) -> list[Job]:
                     *args.overrides,
                 ]
                 try:
-                    resolved = resolve(overrides)
+                    layer = None if args.protocol_layer == "none" else args.protocol_layer
+                    resolved = resolve(overrides, layer=layer)
                 except Exception as err:  # Hydra raises several types
                     raise SystemExit(
                         f"sweep: the config does not compose with {overrides}: {err}"

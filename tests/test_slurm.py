@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from rlsr.eval_protocol import protocol_from_args
 from rlsr.evaluation import cli as evaluate_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -755,22 +756,19 @@ def test_sweep_evaluates_each_method_the_way_it_was_trained():
     ).stdout.splitlines()
     evals = [shlex.split(c[len("  sbatch: ") :]) for c in out[1:-1:2] if "evaluate.slurm" in c]
     extra = [argv[argv.index("--") + 1 :] if "--" in argv else [] for argv in evals]
-    assert extra[0][:6] == [
-        "--system-prompt",
-        "none",
-        "--response-format",
-        "plain",
-        "--scorers",
-        "consistency",
-    ]
-    assert extra[0][extra[0].index("--consistency-k") + 1] == "8"
-    assert extra[1] == ["--scorers", "logprob"]
-    assert extra[2] == []  # rlsr: the default protocol (verbalized confidence)
     parser = argparse.ArgumentParser()
     evaluate_cli.register(parser.add_subparsers(dest="command"))
     common = ["evaluate", "--model", "m", "--datasets", "hotpot-id", "--output-dir", "o"]
-    for flags in extra:
-        parser.parse_args([*common, *flags])  # exits 2 on an unknown flag or bad value
+    # exits 2 on an unknown flag or bad value
+    parsed = [parser.parse_args([*common, *flags]) for flags in extra]
+    assert {a.protocol_layer for a in parsed} == {"paper"}
+    sft, logprob, rlsr = (protocol_from_args(a) for a in parsed)
+    assert (sft.system_prompt, sft.response_format, sft.scorers, sft.consistency_k) == (
+        "none", "plain", ("consistency",), 8
+    )  # fmt: skip
+    assert logprob.scorers == ("logprob", "verbalized") and rlsr.scorers == ("verbalized",)
+    # every job: the run's protocol (the trained prompt `long` of hotpot) + the paper layer
+    assert (rlsr.system_prompt, rlsr.max_new_tokens, logprob.max_new_tokens) == ("long", 4096, 4096)
 
 
 def test_sweep_rejects_overrides_it_owns():

@@ -573,4 +573,5 @@ def test_slurm_resolve_config_accepts_a_tasks_own_prompt_in_method_evaluate(tmp_
         capture_output=True, text=True, timeout=120, cwd=root,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "evaluate_args=--system-prompt caps" in done.stdout
+    line = next(x for x in done.stdout.splitlines() if x.startswith("evaluate_args="))
+    assert "--system-prompt caps" in line, line

@@ -52,17 +52,24 @@ def test_default_table_has_every_arm_with_what_makes_it_that_arm():
 
 
 def test_arm_evaluation_flags_come_from_the_method_files():
-    """Each arm is evaluated as its method file says (Tab. 6: plain answers, K = 8 samples at
-    T = 0.7; Tab. 7: the log-prob scorer), minus the file's token budget, which the toy sets;
-    catches a method file read at the wrong nesting level or a budget left in."""
+    """Each arm is evaluated with the run's protocol of `recipe=toy method=M` plus the recipe's
+    `toy` layer (no fallbacks, no bootstrap, one batch): its method file's settings (Tab. 6:
+    plain answers scored by K = 8 samples at T = 0.7, 64 tokens; Tab. 7: the log-prob scorer),
+    the trained 12-token budget otherwise; catches a method file read at the wrong nesting level
+    or a budget restated."""
     args = {name: arm.eval_args for name, arm in repro.ARMS.items()}
+    layer = ("--bootstrap", "0", "--protocol-layer", "toy")
     assert args.pop("sft-sc") == (
-        "--system-prompt", "none", "--response-format", "plain", "--scorers", "consistency",
-        "--consistency-k", "8", "--consistency-temperature", "0.7",
+        "--max-new-tokens", "64", "--batch-size", "250", "--no-fallbacks",
+        "--response-format", "plain", "--system-prompt", "none", *layer,
     )  # fmt: skip
-    assert args.pop("rlsr-logprob") == ("--scorers", "logprob")
-    assert set(args.values()) == {()}
-    assert repro.Arm("base", "").eval_args == () and repro.Arm("base", "").scorer == "verbalized"
+    tagged = ("--max-new-tokens", "12", "--batch-size", "250", "--no-fallbacks")
+    assert args.pop("rlsr-logprob") == (
+        *tagged, "--scorers", "logprob,verbalized", "--system-prompt", "simple", *layer,
+    )  # fmt: skip
+    assert set(args.values()) == {(*tagged, "--system-prompt", "simple", *layer)}
+    base = repro.Arm("base", "")
+    assert base.eval_args == repro.ARMS["rlsr"].eval_args and base.scorer == "verbalized"
 
 
 def test_arm_list_is_the_named_arms_then_the_ablations():

@@ -51,6 +51,8 @@ from rlsr.config.heldout import (
     HELDOUT_BACKENDS,
     HeldOutSettings,
     ResolvedHeldOut,
+    heldout_protocol,
+    protocol_layer,
     resolve_heldout,
 )
 from rlsr.config.hydra_args import describe_hydra_error, force_add_overrides
@@ -98,6 +100,8 @@ __all__ = [
     "resolve_model_path",
     "resolve_resume",
     "resolve_heldout",
+    "heldout_protocol",
+    "protocol_layer",
     "ResolvedHeldOut",
     "register_tasks",
     "training_verifier",
@@ -325,6 +329,8 @@ def plan_settings(
     else:
         check_sft(cfg.sft)
     heldout = resolve_heldout(cfg, trainer_section)
+    for layer in cfg.eval.layers or {}:  # a named layer must give a valid protocol too
+        heldout_protocol(cfg, trainer_section, layer)
     cfg.pool_log.validate()
     length = vllm_context_length(cfg, heldout) if pool is not None else None
     return SettingsPlan(ws, trainer_section, pool, heldout, length)

@@ -42,6 +42,7 @@ __all__ = [
     "ResolvedHeldOut",
     "heldout_engine_tokens",
     "heldout_protocol",
+    "protocol_layer",
     "resolve_heldout",
 ]
 
@@ -107,6 +108,13 @@ class HeldOutSettings:
     # together, for the plan-time check that a held-out evaluation fits the time the other
     # processes wait (grpo.ddp_timeout); null: rlsr.config.server_eval's assumed 20,000.
     server_tokens_per_s: float | None = None
+    # Named protocol layers: {name: {protocol field: value}}. An evaluation that deliberately
+    # differs from the held-out protocol names its layer, which sets those fields on top of
+    # everything else (``heldout_protocol(cfg, layer=NAME)``): ``paper`` (recipes/config.yaml) is
+    # the paper tables' 4,096-token budget that slurm/sweep.py evaluates with; ``toy`` the toy
+    # table's short greedy answers. Printed in the run summary; `rlsr evaluate --protocol-layer`
+    # records the name in run.json.
+    layers: dict[str, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name, default in (("judge_timeout", JUDGE_TIMEOUT_S),
@@ -182,15 +190,42 @@ class ResolvedHeldOut:
         return self.protocol.response_format
 
 
-def heldout_protocol(cfg, trainer_section: str = "grpo") -> EvalProtocol:
-    """The protocol of the held-out evaluation: each field from ``eval.<field>`` when set, else
-    ``method.evaluate.<field>``, else the run's default (``max_new_tokens``: the trainer's
-    ``max_completion_length``, what the policy is trained to; ``system_prompt``: the training
-    data's, paper Sec. C.5), else ``EvalProtocol``'s default. Raises ``ConfigError`` naming the
-    key that set a bad value."""
+def protocol_layer(cfg, layer: str) -> dict:
+    """The named protocol layer ``eval.layers.<layer>``, checked (a mapping of protocol fields).
+    Raises ``ConfigError`` naming ``eval.layers`` and the layers the recipe declares."""
+    layers = cfg.eval.layers or {}
+    check(
+        isinstance(layers, dict),
+        "eval.layers",
+        f"must be a mapping {{name: {{protocol field: value}}}}; got {layers!r}.",
+    )
+    if layer not in layers:
+        known = ", ".join(sorted(layers)) or "none"
+        raise ConfigError(
+            "eval.layers",
+            f"has no layer {layer!r} (this recipe declares: {known}); add "
+            f"eval.layers.{layer}={{max_new_tokens: ...}} or name a declared layer.",
+        )
+    try:
+        return check_mapping(layers[layer], f"eval.layers.{layer}")
+    except ProtocolError as err:
+        raise ConfigError(err.field, err.message) from None
+
+
+def heldout_protocol(cfg, trainer_section: str = "grpo", layer: str | None = None) -> EvalProtocol:
+    """The run's evaluation protocol, the one source of every evaluation of a run (the held-out
+    steps, train.py's printed ``rlsr evaluate`` command, slurm/resolve_config.py's flags, the
+    toy's): each field from ``eval.<field>`` when set, else ``method.evaluate.<field>``, else the
+    run's default (``max_new_tokens``: the trainer's ``max_completion_length``, what the policy
+    is trained to; ``system_prompt``: the training data's, paper Sec. C.5), else
+    ``EvalProtocol``'s default. ``layer``: a named layer (``eval.layers.<layer>``, e.g. ``paper``)
+    whose fields win over all of these: an evaluation that deliberately differs, declared in the
+    recipe, not a second default. Raises ``ConfigError`` naming the key that set a bad value."""
     e = cfg.eval
     section = getattr(cfg, trainer_section)
+    named = [] if layer is None else [(f"eval.layers.{layer}", protocol_layer(cfg, layer))]
     layers = [
+        *named,
         ("eval", {name: getattr(e, name) for name in PROTOCOL_FIELDS}),
         ("method.evaluate", cfg.method.evaluate or {}),
         (trainer_section, {"max_new_tokens": grpo_get(section, "max_completion_length")}),

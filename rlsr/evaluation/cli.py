@@ -183,6 +183,12 @@ def register(subparsers) -> None:
          "fallback_max_new_tokens", "fallbacks", "scorers", "consistency_k",
          "consistency_temperature", "dcs", "bootstrap"],
     )  # fmt: skip
+    ev.add_argument(
+        "--protocol-layer",
+        metavar="NAME",
+        help="the recipe's named protocol layer these flags come from (eval.layers: paper, toy), "
+        "recorded in run.json; a label, it changes no setting",
+    )
     ev.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
     ev.add_argument(
         "--trust-remote-code", action="store_true", help="run the model repo's own code (off)"
@@ -516,6 +522,8 @@ def _run_config(
         "judge_model": (args.judge_model or DEFAULT_JUDGE_MODEL) if judged else None,
         "judge_max_answer_chars": args.judge_max_answer_chars if judged else None,
         "backend": args.backend,
+        # which evaluation of the run this is: a recipe's named layer (eval.layers), else none
+        "protocol_layer": getattr(args, "protocol_layer", None),
         "argv": sys.argv[1:],  # holds no key: the key is only ever read from the environment
     }
     return json.loads(json.dumps(config))

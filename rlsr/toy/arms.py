@@ -11,22 +11,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from rlsr.config import from_dict
+from rlsr.config.compose import RECIPES_DIR, compose_config
 from rlsr.training import build_trainer, validate
 
 __all__ = ["RECIPES_DIR", "compose_settings", "train_arm"]
 
-RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
-
 
 def compose_settings(overrides: list[str], recipes_dir: str | Path = RECIPES_DIR):
     """Validated ``rlsr.config.TrainSettings`` of ``train.py <overrides>`` (Hydra compose)."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    with initialize_config_dir(config_dir=str(Path(recipes_dir).resolve()), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=list(overrides))
-    return validate(from_dict(OmegaConf.to_container(cfg, resolve=True)))
+    return validate(compose_config(overrides, recipes_dir))
 
 
 def train_arm(

@@ -12,6 +12,7 @@ unit-tested in ``tests/test_toy_repro.py``; the rest launches the real commands.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -22,10 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
 
-from rlsr.eval_protocol import check_mapping, layered, to_flags
+from rlsr.config import heldout_protocol
+from rlsr.config.compose import compose_config
+from rlsr.eval_protocol import EvalProtocol, protocol_flags
 from rlsr.evaluation.layout import METRICS_FILE, PLOT_FILE, SAMPLES_FILE, SUMMARY_FILE
+from rlsr.methods import get_entry
 from rlsr.metrics import aurc, risk_coverage_curve
 from rlsr.toy.task import VARIANT_TIERS, make_split, write_dataset_folder
 from rlsr.toy.warmup import WarmupGateError, ensure_warmup, warmup_config
@@ -154,16 +157,15 @@ def train_arm(
 
 
 def evaluate(model_dir: Path, data_dir: Path, out: Path, eval_args=()) -> dict:
-    """``rlsr evaluate`` on the held-out split (greedy) with the arm's ``eval_args`` added;
-    returns metrics.json."""
+    """``rlsr evaluate`` on the held-out split with the arm's protocol flags ``eval_args``
+    (``toy_evaluate_args``); returns metrics.json."""
     metrics_path = out / "tiny@test" / METRICS_FILE
     if not metrics_path.is_file():
         _launch(
             [
                 "rlsr", "evaluate", "--model", str(model_dir), "--datasets", "tiny",
                 "--data-path", f"tiny={data_dir}", "--split", "test", "--output-dir", str(out),
-                "--max-new-tokens", "12", "--no-fallbacks", "--bootstrap", "0",
-                "--batch-size", "250", "--no-progress", *eval_args,
+                "--no-progress", *eval_args,
             ],
             out.with_suffix(".eval.log"),
         )  # fmt: skip
@@ -293,28 +295,32 @@ def mean_std(values: list[float]) -> str:
 # ----------------------------------------------------------------------------- main
 
 
-def method_evaluate(method: str) -> dict:
-    """``method.evaluate`` of ``recipes/method/METHOD.yaml`` (how that method's models are
-    evaluated: evaluation protocol fields), checked; {} for no method (BASE)."""
-    if not method:
-        return {}
-    declared = yaml.safe_load((REPO / "recipes" / "method" / f"{method}.yaml").read_text())
-    return check_mapping(declared.get("method", declared).get("evaluate"), "method.evaluate")
+# The toy table's layer of the run's protocol (recipes/recipe/toy.yaml eval.layers.toy)
+TOY_LAYER = "toy"
 
 
-def method_evaluate_args(method: str) -> tuple[str, ...]:
-    """The ``rlsr evaluate`` flags of ``method.evaluate`` (``to_flags``, as ``slurm/sweep.py``
-    passes them) without ``max_new_tokens``: the toy evaluates with its own token cap."""
-    needs = method_evaluate(method)
-    needs.pop("max_new_tokens", None)
-    return tuple(to_flags(needs))
+@functools.cache
+def toy_protocol(method: str) -> EvalProtocol:
+    """How the toy evaluates METHOD's models: the run's protocol of ``train.py recipe=toy
+    method=METHOD`` (``rlsr.config.heldout_protocol``, the one the held-out steps, train.py's
+    printed command and Slurm's evaluations use: greedy, the trained 12-token budget, a method
+    file's ``method.evaluate``) with the recipe's ``toy`` layer on top (no fallbacks, no
+    bootstrap, one batch). ``""`` (BASE, not trained): the recipe's default method."""
+    overrides = ["recipe=toy", "model.name_or_path=BASE", "data.path=DATA"]
+    settings = compose_config(overrides + ([f"method={method}"] if method else []))
+    return heldout_protocol(settings, get_entry(settings.method.name).args_section, TOY_LAYER)
+
+
+def toy_evaluate_args(method: str) -> tuple[str, ...]:
+    """The ``rlsr evaluate`` flags of ``toy_protocol(method)`` and the layer's name (run.json)."""
+    return (*protocol_flags(toy_protocol(method)), "--protocol-layer", TOY_LAYER)
 
 
 @dataclass(frozen=True)
 class Arm:
     """One row of the toy table trained from BASE: ``train.py recipe=toy method=METHOD`` plus the
     arm's own ``overrides`` (applied last), evaluated as its method file says
-    (``eval_args``, ``method_evaluate_args``) and ranked by ``scorer`` (the first of those
+    (``eval_args``, ``toy_evaluate_args``) and ranked by ``scorer`` (the first of those
     ``--scorers``, else the verbalized confidence: the metrics.json scorer its row reports).
     ``sft``: the method trains with TRL's SFTTrainer, so the run's budget also goes to the
     ``sft`` section (``train_overrides``)."""
@@ -326,12 +332,12 @@ class Arm:
 
     @property
     def eval_args(self) -> tuple[str, ...]:
-        return method_evaluate_args(self.method)  # "": BASE, not trained: ()
+        return toy_evaluate_args(self.method)
 
     @property
     def scorer(self) -> str:
         """The primary scorer of the arm's protocol (its method file's ``method.evaluate``)."""
-        return layered([("method.evaluate", method_evaluate(self.method))]).scorers[0]
+        return toy_protocol(self.method).scorers[0]
 
 
 # Every arm of the toy table, by row name. Each GRPO arm gets the run's budget (steps, lr, G,
@@ -350,7 +356,7 @@ ARMS: dict[str, Arm] = {
         # evaluated by the same quantity (recipes/method/rlsr-logprob.yaml method.evaluate).
         Arm("rlsr-logprob", "rlsr-logprob"),
         # Sec. D.3 / Tab. 6: SFT on (question, answer) pairs, plain answers ranked by the agreement
-        # of K = 8 samples at T = 0.7 (recipes/method/sft.yaml method.evaluate); budget: SFT_BUDGET.
+        # of K = 8 samples at T = 0.7, 64 tokens (recipes/method/sft.yaml method.evaluate).
         Arm("sft-sc", "sft", sft=True),
         # Ours, not the paper's: marginal credit for the pooled lifted AURC (docs/training.md,
         # "What each reward teaches"). Not in the default demo (its time budget); --methods.

@@ -1,0 +1,25 @@
+"""``train.py``'s configuration without running it: ``recipes/config.yaml`` composed with
+overrides by Hydra's compose API (no model loads, about a second), as ``rlsr.config``'s
+``TrainSettings``. For callers that need a run's settings in-process: the toy reproduction's
+evaluation protocol, the toy's in-process arms."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from rlsr.config import TrainSettings, from_dict
+
+__all__ = ["RECIPES_DIR", "compose_config"]
+
+RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
+
+
+def compose_config(overrides: list[str], recipes_dir: str | Path = RECIPES_DIR) -> TrainSettings:
+    """``TrainSettings`` of ``train.py <overrides>`` (interpolations resolved, not validated:
+    ``rlsr.training.validate`` checks them against the machine)."""
+    with initialize_config_dir(config_dir=str(Path(recipes_dir).resolve()), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=list(overrides))
+    return from_dict(OmegaConf.to_container(cfg, resolve=True))
