@@ -187,7 +187,7 @@ def register(subparsers) -> None:
         "--protocol-layer",
         metavar="NAME",
         help="the recipe's named protocol layer these flags come from (eval.layers: paper, toy), "
-        "recorded in run.json; a label, it changes no setting",
+        f"recorded in {RUN_FILE}; a label, it changes no setting",
     )
     ev.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
     ev.add_argument(
