@@ -38,6 +38,7 @@ __all__ = [
     "EvalProtocol",
     "PROTOCOL_FIELDS",
     "SAMPLE_FIELDS",
+    "DECODING_FIELDS",
     "check_scorers",
     "check_mapping",
     "layered",
@@ -106,15 +107,25 @@ def _comma_list(text: str) -> tuple[str, ...]:
 
 
 def setting(
-    default, help: str, *, valid, flag: str | None = None, decides_samples: bool = True, **cli
+    default,
+    help: str,
+    *,
+    valid,
+    flag: str | None = None,
+    decides_samples: bool = True,
+    decodes: bool = False,
+    **cli,
 ):
     """A protocol field: ``default``; ``valid`` = (predicate, what it accepts, or a function
     giving that text when it depends on registered names); ``help`` (the
     ``rlsr evaluate --help`` text); ``flag`` when it is not ``--<name-with-dashes>``;
     ``decides_samples``: a rerun into the same output folder must agree on it (``SAMPLE_FIELDS``,
-    compared through run.json); ``cli``: more ``argparse.add_argument`` keywords (type, metavar,
-    choices, action)."""
-    metadata = {"help": help, "valid": valid, "flag": flag, "cli": cli}
+    compared through run.json); ``decodes``: it decides a response's text given its prompt, so a
+    served model must use the value its threshold was certified with (``DECODING_FIELDS``:
+    ``rlsr deploy`` records them, ``rlsr serve`` rebuilds its decoding from them and has a flag
+    for each); ``cli``: more ``argparse.add_argument`` keywords (type, metavar, choices,
+    action)."""
+    metadata = {"help": help, "valid": valid, "flag": flag, "cli": cli, "decodes": decodes}
     return field(default=default, metadata={**metadata, "decides_samples": decides_samples})
 
 
@@ -128,18 +139,25 @@ class EvalProtocol:
     Sec. C.3 fallbacks; verbalized confidence)."""
 
     max_new_tokens: int = setting(
-        4096, "response token budget", valid=_int_at_least(1), type=int, metavar="N"
+        4096,
+        "response token budget",
+        valid=_int_at_least(1),
+        decodes=True,
+        type=int,
+        metavar="N",
     )
     temperature: float = setting(
         0.0,
         "0 = greedy (paper); Tab. 5 seeds use 0.3",
         valid=_number(lambda v: v >= 0, ">= 0 (0: greedy)"),
+        decodes=True,
         type=float,
     )
     top_p: float = setting(
         1.0,
         "nucleus sampling",
         valid=_number(lambda v: 0 < v <= 1, "in (0, 1]"),
+        decodes=True,
         type=float,
         metavar="P",
     )
@@ -158,6 +176,7 @@ class EvalProtocol:
         True,
         "skip the Sec. C.3 fallbacks",
         valid=_BOOL,
+        decodes=True,
         flag="--no-fallbacks",
         action="store_false",
     )
@@ -165,6 +184,7 @@ class EvalProtocol:
         64,
         "token budget of each Sec. C.3 fallback continuation",
         valid=_int_at_least(1),
+        decodes=True,
         type=int,
         metavar="N",
     )
@@ -256,6 +276,11 @@ PROTOCOL_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Eval
 # The fields that decide what a sample is: a rerun into the same output folder must agree on them
 SAMPLE_FIELDS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(EvalProtocol) if f.metadata["decides_samples"]
+)
+# The fields that decide a response's text given its prompt: what a served model must reproduce
+# for its certified threshold to hold (rlsr deploy records them, rlsr serve rebuilds from them)
+DECODING_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(EvalProtocol) if f.metadata["decodes"]
 )
 _FIELDS = {f.name: f for f in dataclasses.fields(EvalProtocol)}
 
@@ -373,13 +398,19 @@ def to_flags(values: Mapping[str, Any] | None, where: str = "evaluate") -> list[
 # --------------------------------------------------------------------------- command line
 
 
-def add_protocol_flags(parser: argparse._ActionsContainer, names: Sequence[str]) -> None:
+def add_protocol_flags(
+    parser: argparse._ActionsContainer, names: Sequence[str], *, unset: bool = False
+) -> None:
     """Register the ``rlsr evaluate`` flags of the protocol fields ``names`` on ``parser``, each
-    with its declared default, type and help (the caller orders them in ``--help``)."""
+    with its declared default, type and help (the caller orders them in ``--help``). ``unset``:
+    every flag defaults to None instead, so a caller can tell a flag given from one left out
+    (``rlsr serve``: left out = the certified protocol's value)."""
     for name in names:
         f = _FIELDS[name]
         kwargs = {"dest": name, "help": f.metadata["help"], **f.metadata["cli"]}
-        if kwargs.get("action") not in ("store_true", "store_false"):
+        if unset:
+            kwargs["default"] = None
+        elif kwargs.get("action") not in ("store_true", "store_false"):
             kwargs["default"] = f.default
         parser.add_argument(flag_of(name), **kwargs)
 

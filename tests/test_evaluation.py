@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from rlsr.cli import main as rlsr_main
+from rlsr.eval_protocol import PROTOCOL_FIELDS
 from rlsr.evaluation.runner import EvalSettings, summarise
 from rlsr.evaluation.samples_io import append_samples, read_samples
 from rlsr.evaluation.summary import compute_metrics
@@ -341,6 +342,9 @@ def test_deployment_and_dcs_on_mcq(tiny_model_dir, tmp_path):
     assert prov["system_prompt"] == "long"  # medqa's registry prompt, read from the samples
     assert prov["decoding"] == {"max_new_tokens": 8, "temperature": 0.0, "top_p": 1.0,
                                 "fallbacks": True, "fallback_max_new_tokens": 4}  # fmt: skip
+    # ... and the whole protocol it was certified under (rlsr serve rebuilds its decoding from it)
+    assert set(prov["protocol"]) == set(PROTOCOL_FIELDS) - {"system_prompt"}
+    assert {k: prov["protocol"][k] for k in prov["decoding"]} == prov["decoding"]
     assert (prov["target_accuracy"], prov["delta"]) == (0.5, 0.1)
     assert again["provenance"]["model"] == prov["model"]
     assert all(row["guarantee"] for row in deployment["rows"])

@@ -309,3 +309,91 @@ def test_an_alias_and_its_resolved_folder_are_one_model():
     other = provenance_mismatches({"model": "tiny-warm"}, model="tiny", adapter=None)
     assert len(other) == 1 and other[0].startswith("model: threshold computed for")
     assert model_identity("Qwen/Qwen2.5-7B/") == "Qwen/Qwen2.5-7B"
+
+
+# --------------------------------------------------------------------------- served protocol
+
+
+def _serve_args(*flags: str):
+    import argparse
+
+    from rlsr.serving import cli as serve_cli
+
+    parser = argparse.ArgumentParser()
+    serve_cli.register(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["serve", "--model", "m", "--threshold", "d.json", *flags])
+
+
+def test_serves_decoding_flags_are_the_protocols_declaration():
+    """Issue 37 finding 3: serve's decoding flags were hand-declared (no --top-p or
+    --temperature), so a decoding field recorded in run.json could not reach serve. Now every
+    DECODING_FIELDS field is a serve flag with rlsr evaluate's spelling and help, unset by
+    default (= the certified value), and reaches ServeSettings."""
+    import dataclasses
+
+    from rlsr.eval_protocol import DECODING_FIELDS, EvalProtocol, flag_of
+
+    assert set(DECODING_FIELDS) >= {"max_new_tokens", "temperature", "top_p", "fallbacks",
+                                    "fallback_max_new_tokens"}  # fmt: skip
+    args = _serve_args()
+    assert all(getattr(args, name) is None for name in DECODING_FIELDS)
+    given = _serve_args("--top-p", "0.5", "--temperature", "0.7", "--no-fallbacks")
+    assert (given.top_p, given.temperature, given.fallbacks) == (0.5, 0.7, False)
+    assert all(flag_of(name).startswith("--") for name in DECODING_FIELDS)
+    # every decoding field lands on a ServeSettings field (a new one cannot be ignored silently)
+    kwargs = policy.decoding_settings(EvalProtocol())
+    assert len(kwargs) == len(DECODING_FIELDS)
+    assert set(kwargs) <= {f.name for f in dataclasses.fields(policy.ServeSettings)}
+    # ServeSettings' defaults are the declared ones, not a second copy
+    settings = policy.ServeSettings(tau=0.5, model_name="m", system_prompt="simple")
+    assert {k: getattr(settings, k) for k in kwargs} == kwargs
+
+
+def _certified(tmp_path, **protocol):
+    rows = [{"rule": "plain", "target": 0.5, "feasible": True, "tau": 0.5, "temperature": None,
+             "val_coverage": 0.5, "val_accuracy": 0.7}]  # fmt: skip
+    record = deployment.deployment_record("m", rows, {
+        "model": "m", "adapter": None, "scorer": "verbalized", "system_prompt": "simple",
+        "protocol": {"max_new_tokens": 12, "temperature": 0.3, "top_p": 0.9, "fallbacks": False,
+                     "fallback_max_new_tokens": 5, "seed": 1, "scorers": ["verbalized"],
+                     "bootstrap": 0, **protocol},
+    })  # fmt: skip
+    path = tmp_path / "deployment.json"
+    path.write_text(json.dumps(record))
+    return threshold.load_threshold(path, "plain")
+
+
+def test_serve_decodes_with_the_certified_protocol_and_refuses_another_unless_forced(
+    tmp_path, capsys
+):
+    """A deployment certified at 12 tokens, T = 0.3, top_p 0.9, no fallbacks is served exactly so
+    (before: top_p and temperature from a hand list, 4,096 if a field was missing); a flag that
+    differs is refused naming it and the certified value; --force serves it with a warning;
+    a flag equal to the certified value is accepted."""
+    from rlsr.serving.cli import serve_settings
+
+    served = _certified(tmp_path)
+    settings = serve_settings(_serve_args(), served)
+    assert (settings.max_new_tokens, settings.sampling_temperature, settings.top_p,
+            settings.fallbacks, settings.fallback_max_new_tokens) == (12, 0.3, 0.9, False, 5)  # fmt: skip
+    assert serve_settings(_serve_args("--max-new-tokens", "12"), served).max_new_tokens == 12
+    with pytest.raises(ValueError, match=r"--max-new-tokens 64 \(certified: 12\).*--force"):
+        serve_settings(_serve_args("--max-new-tokens", "64"), served)
+    with pytest.raises(ValueError, match=r"--top-p 1.0 \(certified: 0.9\)"):
+        serve_settings(_serve_args("--top-p", "1.0"), served)
+    forced = serve_settings(_serve_args("--max-new-tokens", "64", "--force"), served)
+    assert forced.max_new_tokens == 64
+    assert "warning: --force: --max-new-tokens 64 (certified: 12)" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"--top-p must be in \(0, 1\]"):
+        serve_settings(_serve_args("--top-p", "2", "--force"), served)
+    # a hand-set --tau certified nothing: the flags and the declared defaults
+    manual = threshold.manual_threshold(0.5)
+    args = _serve_args("--max-new-tokens", "64", "--system-prompt", "simple")
+    args.threshold, args.tau = None, 0.5
+    assert serve_settings(args, manual).max_new_tokens == 64
+    # an older file records only `decoding`: that is what was certified
+    old = dict(served.provenance)
+    old.pop("protocol")
+    old["decoding"] = {"max_new_tokens": 32}
+    older = threshold.ServedThreshold(tau=0.5, rule="plain", provenance=old)
+    assert serve_settings(_serve_args(), older).max_new_tokens == 32

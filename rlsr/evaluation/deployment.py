@@ -31,6 +31,7 @@ import numpy as np
 from rlsr import metrics as M
 from rlsr.config import resolve_model_path
 from rlsr.data import REGISTRY, task_records
+from rlsr.eval_protocol import DECODING_FIELDS, PROTOCOL_FIELDS
 from rlsr.evaluation.layout import METRICS_FILE, RUN_FILE
 from rlsr.evaluation.provenance import adapter_fingerprint
 from rlsr.prompts import system_prompt_name
@@ -47,6 +48,7 @@ __all__ = [
     "model_identity",
     "find_run_record",
     "evaluation_decoding",
+    "evaluation_protocol",
     "deployment_provenance",
 ]
 
@@ -211,10 +213,6 @@ def model_identity(name_or_path: str) -> str:
     return text.rstrip("/") or text
 
 
-# EvalSettings fields that change what a response is, and so what a threshold means.
-DECODING_FIELDS = ("max_new_tokens", "temperature", "top_p", "fallbacks", "fallback_max_new_tokens")
-
-
 def find_run_record(samples_path: str | os.PathLike) -> tuple[Path, dict] | None:
     """The ``run.json`` of the evaluation that wrote ``samples_path`` (a samples.jsonl file or its
     folder): looked up in the folder and its parent (``rlsr evaluate`` writes it in
@@ -227,14 +225,22 @@ def find_run_record(samples_path: str | os.PathLike) -> tuple[Path, dict] | None
     return None
 
 
-def evaluation_decoding(samples_path: str | os.PathLike) -> dict | None:
-    """The decoding settings (``DECODING_FIELDS``) in the ``metrics.json`` beside the samples."""
+def evaluation_protocol(samples_path: str | os.PathLike) -> dict | None:
+    """The evaluation protocol (every ``EvalProtocol`` field recorded) in the ``metrics.json``
+    beside the samples: what the threshold was certified under. None without metrics.json."""
     p = Path(samples_path)
     metrics = (p if p.is_dir() else p.parent) / METRICS_FILE
     if not metrics.is_file():
         return None
     settings = json.loads(metrics.read_text()).get("settings") or {}
-    return {k: settings[k] for k in DECODING_FIELDS if k in settings} or None
+    return {k: settings[k] for k in PROTOCOL_FIELDS if k in settings} or None
+
+
+def evaluation_decoding(samples_path: str | os.PathLike) -> dict | None:
+    """The decoding fields (``rlsr.eval_protocol.DECODING_FIELDS``, declared with the protocol)
+    of ``evaluation_protocol``: what a served response depends on."""
+    protocol = evaluation_protocol(samples_path) or {}
+    return {k: protocol[k] for k in DECODING_FIELDS if k in protocol} or None
 
 
 def _adapter_record(run: dict | None, adapter: str | None) -> dict | None:
@@ -310,6 +316,9 @@ def deployment_provenance(
         "n_test": len(test_records),
         "scorer": scorer,
         "system_prompt": system_prompt_name(system_text),
+        # the whole protocol the validation samples were generated and scored with; "decoding"
+        # (its DECODING_FIELDS) kept for readers of older files
+        "protocol": evaluation_protocol(val_path),
         "decoding": evaluation_decoding(val_path),
         "target_accuracy": target,
         "delta": delta,

@@ -9,6 +9,14 @@ import socket
 import sys
 
 from rlsr.config import resolve_model_path
+from rlsr.eval_protocol import (
+    DECODING_FIELDS,
+    PROTOCOL_FIELDS,
+    EvalProtocol,
+    ProtocolError,
+    add_protocol_flags,
+    flag_of,
+)
 from rlsr.evaluation.layout import DEPLOYMENT_FILE
 from rlsr.evaluation.provenance import adapter_fingerprint
 from rlsr.generation.backends import resolve_adapter
@@ -20,7 +28,7 @@ from rlsr.serving.decision_log import (
     summary_markdown,
 )
 from rlsr.serving.engine import UpstreamEngine, VLLMEngine
-from rlsr.serving.policy import DEFAULT_ABSTAIN_MESSAGE, ServeSettings
+from rlsr.serving.policy import DEFAULT_ABSTAIN_MESSAGE, ServeSettings, decoding_settings
 from rlsr.serving.threshold import (
     DEFAULT_RULE,
     ServedThreshold,
@@ -110,7 +118,8 @@ def register(subparsers) -> None:
     sv.add_argument(
         "--force",
         action="store_true",
-        help="serve a threshold computed for another model or adapter",
+        help="serve a threshold computed for another model or adapter, or with decoding flags "
+        "that differ from its certified protocol",
     )
     sv.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
     sv.add_argument("--port", type=int, default=8000, help="(default: %(default)s)")
@@ -138,10 +147,11 @@ def register(subparsers) -> None:
         help="training system prompt: simple, long or a task's (default: the one the threshold's "
         "samples used)",
     )
-    g = sv.add_argument_group("decoding (default: the threshold's evaluation settings)")
-    g.add_argument("--max-new-tokens", type=int, metavar="N")
-    g.add_argument("--fallback-max-new-tokens", type=int, metavar="N")
-    g.add_argument("--no-fallbacks", action="store_true", help="skip the Sec. C.3 fallbacks")
+    g = sv.add_argument_group(
+        "decoding (default: the protocol the threshold was certified under; a value that differs "
+        "from it is refused unless --force)"
+    )
+    add_protocol_flags(g, DECODING_FIELDS, unset=True)  # rlsr evaluate's flags, declared once
     op = sv.add_argument_group('operator (docs/serving.md, "Operating it")')
     op.add_argument(
         "--api-key", action="append", default=[], metavar="KEY",
@@ -216,7 +226,6 @@ def _threshold(args) -> ServedThreshold:
 def serve_settings(args, threshold: ServedThreshold) -> ServeSettings:
     """Settings from the flags, defaulting to what the threshold's evaluation used."""
     prov = threshold.provenance
-    decoding = prov.get("decoding") or {}
     system_prompt = args.system_prompt or prov.get("system_prompt")
     if system_prompt is None:
         raise ValueError(
@@ -231,9 +240,6 @@ def serve_settings(args, threshold: ServedThreshold) -> ServeSettings:
             file=sys.stderr,
         )
 
-    def pick(flag, key, default):
-        return flag if flag is not None else decoding.get(key, default)
-
     return ServeSettings(
         tau=threshold.tau,
         model_name=args.served_model_name or args.model,
@@ -241,12 +247,36 @@ def serve_settings(args, threshold: ServedThreshold) -> ServeSettings:
         abstain_message=args.abstain_message,
         temperature=threshold.temperature,
         rule=threshold.rule,
-        max_new_tokens=pick(args.max_new_tokens, "max_new_tokens", 4096),
-        sampling_temperature=decoding.get("temperature", 0.0),
-        top_p=decoding.get("top_p", 1.0),
-        fallbacks=False if args.no_fallbacks else decoding.get("fallbacks", True),
-        fallback_max_new_tokens=pick(args.fallback_max_new_tokens, "fallback_max_new_tokens", 64),
+        **decoding_settings(served_protocol(args, prov)),
     )
+
+
+def served_protocol(args, provenance) -> EvalProtocol:
+    """The protocol ``rlsr serve`` decodes with: the one the threshold was certified under
+    (``deployment.json``'s ``provenance.protocol``; an older file's ``decoding``; the declared
+    defaults for what neither records) with the decoding flags given. A flag whose value differs
+    from the certified one is refused unless ``--force`` (then it warns): the threshold was
+    chosen on answers decoded that way. With ``--tau`` nothing was certified."""
+    certified = dict(provenance.get("decoding") or {})
+    certified.update(provenance.get("protocol") or {})
+    certified = {k: v for k, v in certified.items() if k in PROTOCOL_FIELDS}
+    declared = EvalProtocol().values()
+    given = {k: getattr(args, k) for k in DECODING_FIELDS if getattr(args, k, None) is not None}
+    changed = [f"{flag_of(k)} {v!r} (certified: {certified.get(k, declared[k])!r})"
+               for k, v in given.items() if v != certified.get(k, declared[k])]  # fmt: skip
+    if changed and provenance and not args.force:
+        raise ValueError(
+            f"--threshold {args.threshold}: " + "; ".join(changed) + " differs from the protocol "
+            "the threshold was certified under, so the threshold would not hold: leave the flag "
+            "out, recompute the threshold with rlsr evaluate + rlsr deploy at that value, or pass "
+            "--force."
+        )
+    for text in changed if provenance else []:
+        print(f"rlsr serve: warning: --force: {text}: the threshold may not hold.", file=sys.stderr)
+    try:
+        return EvalProtocol(**{**certified, **given})
+    except ProtocolError as err:
+        raise ValueError(f"{flag_of(err.field)} {err.message}") from None
 
 
 def _validate(args) -> None:

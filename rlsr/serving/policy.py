@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass
 
 from rlsr.calibration import apply_temperature
+from rlsr.eval_protocol import DECODING_FIELDS, EvalProtocol
 from rlsr.prompts import system_prompt_names
 
 __all__ = [
@@ -59,6 +60,20 @@ def request_hash(question: str) -> str:
     return hashlib.sha256(question.encode("utf-8")).hexdigest()
 
 
+# The protocol's declared defaults, read once (no second copy of 4096 / 0.0 / 1.0 / 64 here)
+_DECLARED = EvalProtocol()
+# ServeSettings' name of a decoding field where it differs from the protocol's: `temperature`
+# here is the plain+temperature rule's calibration temperature, decoding's is `sampling_temperature`
+SERVE_NAMES = {"temperature": "sampling_temperature"}
+
+
+def decoding_settings(protocol: EvalProtocol) -> dict:
+    """``ServeSettings`` keywords of every decoding field of ``protocol`` (``DECODING_FIELDS``,
+    read from the protocol's declaration: a field declared later arrives here too, and a
+    ServeSettings without it fails at construction instead of ignoring it)."""
+    return {SERVE_NAMES.get(name, name): getattr(protocol, name) for name in DECODING_FIELDS}
+
+
 @dataclass(frozen=True)
 class ServeSettings:
     """Everything a request's answer depends on besides the engine.
@@ -74,11 +89,12 @@ class ServeSettings:
     abstain_message: str = DEFAULT_ABSTAIN_MESSAGE
     temperature: float | None = None
     rule: str | None = None  # None: --tau given by hand
-    max_new_tokens: int = 4096
-    sampling_temperature: float = 0.0
-    top_p: float = 1.0
-    fallbacks: bool = True
-    fallback_max_new_tokens: int = 64
+    # decoding (``decoding_settings``), defaults the protocol's declared ones
+    max_new_tokens: int = _DECLARED.max_new_tokens
+    sampling_temperature: float = _DECLARED.temperature
+    top_p: float = _DECLARED.top_p
+    fallbacks: bool = _DECLARED.fallbacks
+    fallback_max_new_tokens: int = _DECLARED.fallback_max_new_tokens
 
     def __post_init__(self) -> None:
         if not isinstance(self.tau, int | float) or math.isnan(self.tau):
