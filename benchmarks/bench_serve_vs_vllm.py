@@ -8,7 +8,10 @@ the Sec. C.3 fallbacks off, so both do the same work: one greedy generation of a
 `--max-new-tokens` per request. `vllm serve` gets the chat messages rlsr renders (the simple
 system prompt and the user template), greedy, the same token cap. Phases alternate (vLLM, rlsr,
 vLLM, rlsr, ...) so that a drift in the machine's load hits both; reported per server: errors,
-p50 / p95 latency and requests per second over all its phases, and the ratios rlsr / vLLM.
+p50 / p95 latency and requests per second over all its phases, and the ratios rlsr / vLLM; per
+round: the 1-minute load average before each phase, both rates, their ratio (the median of
+these is the headline), and each server process's CPU milliseconds per request (engine
+included, the same work in both; the machine's load inflates CPU time less than wall time).
 Then (`--fallback-n`) an `rlsr serve` with the fallbacks on answers the same prompts, and the
 extra generations and tokens per request are reported from the responses' `rlsr` field and usage;
 and streamed requests give the time to the first chunk next to the non-streamed latency.
@@ -70,6 +73,34 @@ async def _phase(url, requests, concurrency, limit_s, key="none", stream=False):
     await client.close()
     return {"latencies": latencies, "first_chunk": first_chunk, "errors": errors, "wall": wall,
             "responses": responses}  # fmt: skip
+
+
+def _server_process(port):
+    """The process listening on ``port`` (to read its CPU time, which the machine's load does not
+    inflate the way it inflates wall time)."""
+    import psutil
+
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
+            return psutil.Process(conn.pid)
+    raise SystemExit(f"no process listens on port {port}")
+
+
+def _cpu_seconds(proc):
+    """User + system CPU seconds of ``proc`` and its children so far."""
+    total = 0.0
+    for p in (proc, *proc.children(recursive=True)):
+        t = p.cpu_times()
+        total += t.user + t.system
+    return total
+
+
+def _timed_phase(proc, *args, **kwargs):
+    """``_phase`` with the server's CPU seconds over it and the 1-minute load before it."""
+    load, cpu = os.getloadavg()[0], _cpu_seconds(proc)
+    out = asyncio.run(_phase(*args, **kwargs))
+    out["cpu"], out["load"] = _cpu_seconds(proc) - cpu, load
+    return out
 
 
 def _summary(phases):
@@ -134,18 +165,23 @@ def main() -> None:
         ):
             for url, reqs, key in ((vurl, vllm_requests, "none"), (rurl, rlsr_requests, KEY)):
                 asyncio.run(_phase(url, reqs[:16], 8, args.limit_s, key))  # warm-up
+            vproc, rproc = _server_process(vport), _server_process(rport)
             phases = {"vllm serve": [], "rlsr serve": []}
             for _ in range(args.rounds):
-                phases["vllm serve"].append(
-                    asyncio.run(_phase(vurl, vllm_requests, args.concurrency, args.limit_s))
-                )
-                phases["rlsr serve"].append(asyncio.run(
-                    _phase(rurl, rlsr_requests, args.concurrency, args.limit_s, KEY)))  # fmt: skip
+                phases["vllm serve"].append(_timed_phase(
+                    vproc, vurl, vllm_requests, args.concurrency, args.limit_s))  # fmt: skip
+                phases["rlsr serve"].append(_timed_phase(
+                    rproc, rurl, rlsr_requests, args.concurrency, args.limit_s, KEY))  # fmt: skip
             run = {name: _summary(p) for name, p in phases.items()}
             run["per_round"] = [  # rlsr / vllm req/s of each alternating round
                 (len(r["latencies"]) / r["wall"]) / (len(v["latencies"]) / v["wall"])
                 for v, r in zip(phases["vllm serve"], phases["rlsr serve"], strict=True)
             ]
+            run["rounds"] = [  # (load, req/s, server CPU ms per request) of vllm, then rlsr
+                tuple((p["load"], len(p["latencies"]) / p["wall"],
+                       1000 * p["cpu"] / max(1, len(p["latencies"]))) for p in (v, r))
+                for v, r in zip(phases["vllm serve"], phases["rlsr serve"], strict=True)
+            ]  # fmt: skip
             off = [r.usage for p in phases["rlsr serve"] for r in p["responses"]]
             run["rlsr serve"]["completion_tokens"] = sum(u.completion_tokens for u in off) / max(
                 1, len(off)
@@ -188,6 +224,12 @@ def main() -> None:
         f"\nrlsr / vllm: requests/s {r['req_per_s'] / v['req_per_s']:.2f}x, "
         f"p95 {r['p95_ms'] / v['p95_ms']:.2f}x"
     )
+    print("| round | load before (vllm / rlsr) | vllm req/s | rlsr req/s | rlsr / vllm | "
+          "server CPU ms / request (vllm / rlsr) |")  # fmt: skip
+    print("| ---: | --- | ---: | ---: | ---: | --- |")
+    for i, ((vl, vr, vc), (rl, rr, rc)) in enumerate(run["rounds"], 1):
+        print(f"| {i} | {vl:.1f} / {rl:.1f} | {vr:.2f} | {rr:.2f} | {rr / vr:.2f}x | "
+              f"{vc:.2f} / {rc:.2f} |")  # fmt: skip
     rounds = sorted(run["per_round"])
     print(f"per round rlsr / vllm requests/s: {', '.join(f'{x:.2f}x' for x in run['per_round'])}"
           f" (median {rounds[len(rounds) // 2]:.2f}x)")  # fmt: skip
