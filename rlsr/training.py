@@ -1,9 +1,11 @@
 """Assembling a training run: validate, load the dataset, build the trainer, resume, export.
 
-``run_training(cfg)`` is what ``train.py`` (and the CPU toy) call with validated settings:
+``run_training(cfg, plan=plan)`` is what ``train.py`` calls with its settings and their run plan:
 
-1. ``validate``: every config section (``rlsr.config.check_settings``) plus the method's own
-   checks from its registry entry (``rlsr.methods``), before anything is loaded;
+1. ``rlsr.run_plan.plan_run``, once per launch (``train.py``; ``launch_plan`` when a caller
+   passes none): every config section (``rlsr.config.plan_settings``) plus the method's own
+   checks from its registry entry (``rlsr.methods``), before anything is loaded; the plan is
+   passed down, never derived again;
 2. ``load_train_dataset``: the recipe's dataset (``rlsr.data``), over-long prompts dropped;
 3. ``build_trainer``: the trainer config of the method's entry (``GRPOConfig`` from the ``grpo``
    section for rlsr / rlcr / rlvr, ``SFTConfig`` from ``sft`` for sft; ``trainer_kwargs``: reward
@@ -36,17 +38,13 @@ from rlsr.config import (
     ENGINE_BACKENDS,
     ConfigError,
     ResolvedHeldOut,
-    SettingsPlan,
     TrainSettings,
     heldout_protocol,
     resolve_attn_implementation,
     resolve_heldout,
     resolve_model_path,
-    resolve_pool,
     resolve_resume,
     training_verifier,
-    vllm_context_length,
-    world_size_from_env,
 )
 from rlsr.data import (
     PromptRoom,
@@ -68,7 +66,7 @@ from rlsr.evaluation.layout import (
     checkpoint_folders,
     step_folders,
 )
-from rlsr.methods import get_entry, resolve
+from rlsr.methods import get_entry
 from rlsr.metrics import ranking_gain_from_aurc
 from rlsr.pool_log import POOLS_DIR, PoolLogWriter, pool_path, pool_steps
 from rlsr.run_plan import RunPlan, plan_run
@@ -81,6 +79,7 @@ __all__ = [
     "grpo_kwargs",
     "trainer_kwargs",
     "trainer_section",
+    "launch_plan",
     "load_train_dataset",
     "build_trainer",
     "checkpoint_is_final",
@@ -105,33 +104,33 @@ def trainer_section(cfg: TrainSettings) -> dict[str, Any]:
 
 
 def grpo_kwargs(cfg: TrainSettings, *, world_size: int | None = None) -> dict[str, Any]:
-    """Keyword arguments for ``trl.GRPOConfig`` (a GRPO method's ``trainer_kwargs``) of settings
-    written for another machine: the plan's pool, held-out plan and vLLM context are derived
-    without this machine's checks (a GPU recipe's kwargs, read on a CPU box)."""
-    ws = world_size_from_env() if world_size is None else world_size
-    method = resolve(cfg.method)
-    if not method.entry.rewarded:
-        raise ValueError(f"grpo_kwargs: method={method.name} trains with {method.entry.args_section}.*;"
+    """Keyword arguments for ``trl.GRPOConfig`` of a GRPO method's settings ``cfg``:
+    ``trainer_kwargs(plan_run(cfg, world_size=...))``, so settings the launch would refuse are
+    refused here too (``ConfigError``), never turned into arguments by a second, unchecked plan.
+    ``world_size`` plans for another machine's process count (e.g. a 4-GPU recipe read here)."""
+    plan = plan_run(cfg, world_size=world_size)
+    if not plan.entry.rewarded:
+        raise ValueError(f"grpo_kwargs: method={plan.method.name} trains with {plan.section}.*;"
                          " use trainer_kwargs(plan_run(cfg)).")  # fmt: skip
-    # the held-out plan only matters here for the vLLM context (as rlsr.config sizes it)
-    heldout = resolve_heldout(cfg, "grpo") if cfg.grpo.get("use_vllm") else None
-    checked = SettingsPlan(
-        ws, "grpo", resolve_pool(cfg.grpo, cfg.pool_size, ws), heldout,
-        vllm_context_length(cfg, heldout),
-    )  # fmt: skip
-    return trainer_kwargs(RunPlan(cfg, method, checked))
+    return trainer_kwargs(plan)
 
 
-def trainer_kwargs(plan: RunPlan | TrainSettings) -> dict[str, Any]:
-    """Keyword arguments for the method's trainer config (``GRPOConfig`` / ``SFTConfig``): its
-    section plus the managed fields (output_dir, seed, model init kwargs, GRPO reward weights).
+def trainer_kwargs(plan: RunPlan) -> dict[str, Any]:
+    """Keyword arguments for the method's trainer config (``GRPOConfig`` / ``SFTConfig``) of the
+    launch's run plan (``rlsr.run_plan.plan_run``; computed once per launch and passed down, so
+    settings alone are refused: a second plan here could disagree with the launch's): the
+    plan's section plus the managed fields (output_dir, seed, model init kwargs, GRPO reward
+    weights).
 
     For a GRPO method, from the run plan: the gradient accumulation that makes one optimizer
     step's pool ``pool_size`` (``plan.pool``), and, with vLLM, ``vllm_max_model_length`` = max
     prompt + what an answer needs (``plan.checked.vllm_max_model_length``) unless set.
     """
-    if isinstance(plan, TrainSettings):  # settings alone: checked and planned here
-        plan = plan_run(plan)
+    if not isinstance(plan, RunPlan):
+        raise TypeError(
+            f"trainer_kwargs takes the launch's run plan (rlsr.run_plan.plan_run(settings)), not "
+            f"{type(plan).__name__}."
+        )
     cfg, entry = plan.settings, plan.entry
     kwargs = dict(getattr(cfg, plan.section))
     if plan.pool is not None:
@@ -152,6 +151,20 @@ def trainer_kwargs(plan: RunPlan | TrainSettings) -> dict[str, Any]:
     }
     kwargs["trust_remote_code"] = cfg.model.trust_remote_code
     return kwargs
+
+
+def launch_plan(cfg: TrainSettings, plan: RunPlan | None) -> RunPlan:
+    """The run plan a build uses: the launch's ``plan`` (``train.py`` computes it once and passes
+    it down), else ``plan_run(cfg)`` here (a caller that never planned, e.g. a test); a plan of
+    other settings is refused, so no part of a launch reads a plan it was not built from."""
+    if plan is None:
+        return plan_run(cfg)
+    if plan.settings is not cfg:
+        raise ValueError(
+            "plan: the run plan was computed for other settings than the ones passed; pass "
+            "plan.settings (or no plan)."
+        )
+    return plan
 
 
 def load_train_dataset(cfg, tokenizer=None, room=None):
@@ -294,9 +307,9 @@ def _load_task_heldout(heldout: ResolvedHeldOut | None, tokenizer=None, model_pa
 def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None, plan=None):
     """Create the trainer of the method's registry entry (``RLSRTrainer`` for the GRPO methods,
     ``SFTAnswerTrainer`` for sft) for settings ``cfg`` (``rlsr.config.TrainSettings``) and their
-    run plan (``rlsr.run_plan.plan_run(cfg)``; made here when not given).
+    run plan (``rlsr.run_plan.plan_run(cfg)``; ``launch_plan``: made here only when not given).
     ``train_dataset`` (rows of the ``rlsr.data`` contract) replaces the recipe's dataset."""
-    plan = plan_run(cfg) if plan is None else plan
+    plan = launch_plan(cfg, plan)
     method, entry = plan.method, plan.entry
     if pool_hook is not None and not entry.rewarded:
         raise ValueError(f"pool_hook: method {entry.name!r} has no reward pool to report.")
@@ -493,12 +506,13 @@ def check_versions(cfg, heldout: ResolvedHeldOut | None) -> None:
 
 def run_training(cfg, *, callbacks=None, pool_hook=None, plan=None):
     """Validate, build, train (resuming per ``cfg.resume``) and save the final adapter/model.
-    ``plan``: the run plan of ``cfg`` (``rlsr.run_plan.plan_run``), made here when not given.
+    ``plan``: the run plan of ``cfg`` (``rlsr.run_plan.plan_run``), made here only when not
+    given (``launch_plan``) and passed on to ``build_trainer``.
 
     Returns the trainer, or None without loading the model when the checkpoint to resume from is
     already final.
     """
-    plan = plan_run(cfg) if plan is None else plan
+    plan = launch_plan(cfg, plan)
     checkpoint = resolve_resume(cfg.resume, cfg.output_dir)
     check_versions(cfg, plan.heldout)
     if checkpoint and checkpoint_is_final(checkpoint, trainer_section(cfg).get("max_steps")):

@@ -257,12 +257,13 @@ def _patch_vllm_cpu_weight_sync() -> None:
 
 
 def train_settings(model_dir: Path, out_dir: Path, plan: dict, cpu: bool):
-    """TrainSettings from the Hydra tree (recipe=hotpot, method=rlsr) with the plan's overrides."""
+    """The run plan (``rlsr.run_plan.plan_run``, once, as train.py) of the Hydra tree
+    (recipe=hotpot, method=rlsr) with the acceptance plan's overrides."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
     from rlsr.config import from_dict
-    from rlsr.training import validate
+    from rlsr.run_plan import plan_run
 
     overrides = [
         "recipe=hotpot", "method=rlsr", f"model.name_or_path={model_dir}",
@@ -292,7 +293,7 @@ def train_settings(model_dir: Path, out_dir: Path, plan: dict, cpu: bool):
         cfg = compose(config_name="config", overrides=overrides)
     values = OmegaConf.to_container(cfg, resolve=True)
     values.pop("hydra", None)
-    return validate(from_dict(values))
+    return plan_run(from_dict(values))
 
 
 def _is_base(name: str) -> bool:
@@ -521,9 +522,10 @@ def run_train_phase(out: Path, plan: dict, cpu: bool, fault: str | None = None) 
     reused = model_dir.is_dir()  # a finished build in this folder (build_model); else built now
     build_model(plan["train_shape"], model_dir, plan["dtype"], device)
     build_s = time.perf_counter() - started
-    settings = train_settings(model_dir, out / "run", plan, cpu)
+    run_plan = train_settings(model_dir, out / "run", plan, cpu)
+    settings = run_plan.settings
     started = time.perf_counter()
-    trainer = build_trainer(settings)
+    trainer = build_trainer(settings, plan=run_plan)
     setup_s = time.perf_counter() - started
 
     # A random model gets the same reward for every completion (no format, never right), so the

@@ -30,12 +30,16 @@ def resolve(
     "max_model_len": vLLM context, "evaluate_args": the run's evaluation flags}``.
 
     ``max_model_len`` is the vLLM server's ``--max-model-len``: ``grpo.vllm_max_model_length``
-    if set, else ``server_context_length``, else empty (vLLM's own default).
+    if set, else ``server_context_length`` (the trainer's rule), else empty (vLLM's own
+    default). Settings that do not resolve (the trainer's rule cannot apply) also give empty,
+    with the reason on stderr: train.py refuses that run with the same message, and any length
+    made up here (prompt + completion, say) would be a second rule no trainer follows.
     ``evaluate_args``: ``evaluate_flags`` with the named protocol layer ``layer`` (default
     ``paper``, when the recipe declares it; None: the held-out protocol itself).
     """
     from hydra import compose, initialize_config_dir
 
+    from rlsr.config import ConfigError
     from rlsr.config.trl_defaults import grpo_get
 
     with initialize_config_dir(config_dir=str(root / "recipes"), version_base="1.3"):
@@ -47,9 +51,15 @@ def resolve(
     length = grpo.get("vllm_max_model_length")
     prompt, completion = cfg.data.get("max_prompt_length"), grpo_get(grpo, "max_completion_length")
     if length is None and prompt is not None and completion is not None:
-        length = server_context_length(cfg)
-        if length is None:
-            length = int(prompt) + int(completion)
+        try:
+            length = server_context_length(cfg)
+        except (ConfigError, KeyError, ValueError) as err:
+            print(
+                f"resolve_config: max_model_len left empty (vLLM's default): the settings do not "
+                f"resolve, so the trainer's rule cannot size the server ({err}); train.py will "
+                "refuse this run with that message.",
+                file=sys.stderr,
+            )
     return {
         "model": str(cfg.model.name_or_path),
         "output_dir": str(output_dir),
@@ -90,25 +100,17 @@ def server_context_length(cfg) -> int | None:
     server mode that train.slurm sets: data.max_prompt_length + the larger of
     grpo.max_completion_length and what a held-out answer with its Sec. C.3 fallbacks needs
     when the held-out evaluation runs (it then goes through the server, eval.backend=auto ->
-    vllm_server). None when the settings do not resolve (train.py reports why)."""
+    vllm_server). Raises ``ConfigError`` (or the ``KeyError``/``ValueError`` of a malformed
+    section) when the settings do not resolve: train.py refuses them with the same message."""
     from omegaconf import OmegaConf
 
-    from rlsr.config import (
-        ConfigError,
-        from_dict,
-        register_tasks,
-        resolve_heldout,
-        vllm_context_length,
-    )
+    from rlsr.config import from_dict, register_tasks, resolve_heldout, vllm_context_length
 
     values = OmegaConf.to_container(cfg, resolve=True)
     values["grpo"] = {**(values.get("grpo") or {}), "use_vllm": True, "vllm_mode": "server"}
-    try:
-        settings = from_dict(values)
-        register_tasks(settings)
-        return vllm_context_length(settings, resolve_heldout(settings))
-    except (ConfigError, KeyError, ValueError):
-        return None
+    settings = from_dict(values)
+    register_tasks(settings)
+    return vllm_context_length(settings, resolve_heldout(settings))
 
 
 def main(argv: list[str]) -> int:

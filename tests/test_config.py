@@ -32,6 +32,18 @@ def compose(*overrides: str) -> dict:
 CPU = ("grpo.use_vllm=false", "grpo.bf16=false", "grpo.use_cpu=true")
 
 
+@pytest.fixture
+def gpu_machine(monkeypatch):
+    """The machine the GPU recipes are written for, to read their trainer arguments here
+    (``grpo_kwargs`` runs every check a launch runs). The only doubles are the machine probes
+    (rlsr.config.machine): this CPU box has neither CUDA nor vllm installed."""
+    import rlsr.config.machine as M
+
+    real = M.module_available
+    monkeypatch.setattr(M, "module_available", lambda name: name == "vllm" or real(name))
+    monkeypatch.setattr(M, "cuda_available", lambda: True)
+
+
 def test_hotpot_recipe_has_the_paper_settings():
     v = compose("recipe=hotpot")
     g = v["grpo"]
@@ -213,7 +225,7 @@ def test_recipes_carry_the_released_settings_where_the_paper_text_is_silent():
 FALLBACKS = (39 + 2 + 64) + (98 + 2 + 64) + 1
 
 
-def test_vllm_max_model_length_defaults_to_prompt_plus_completion():
+def test_vllm_max_model_length_defaults_to_prompt_plus_completion(gpu_machine):
     """Regression: without it vLLM reserves the model's full context (Llama-3.1-8B: 131,072
     tokens, ~16 GiB of KV cache per sequence), more than the colocated engine is given. Issue 27
     item 2: the paper recipes evaluate held-out questions on that engine (eval.every=20), whose
@@ -236,7 +248,7 @@ def test_vllm_max_model_length_defaults_to_prompt_plus_completion():
     assert "vllm_max_model_length" not in grpo_kwargs(no_vllm, world_size=4)
 
 
-def test_an_engine_too_short_for_held_out_answers_is_refused_with_the_numbers():
+def test_an_engine_too_short_for_held_out_answers_is_refused_with_the_numbers(gpu_machine):
     """Issue 27 item 2: a grpo.vllm_max_model_length that holds the rollouts but not a held-out
     answer (+ fallbacks) after a prompt of data.max_prompt_length stops the run at start, with
     the length it needs; the engine would otherwise cut those answers silently."""
@@ -488,7 +500,7 @@ def test_auto_attention_takes_flash_attn_when_it_imports_on_a_gpu(tmp_path, monk
     monkeypatch.delitem(sys.modules, "flash_attn", raising=False)
 
 
-def test_trl_defaults_are_read_from_trl_not_restated():
+def test_trl_defaults_are_read_from_trl_not_restated(gpu_machine):
     """Issue 37 item 1: a recipe without grpo.max_completion_length trains with TRL's default
     (GRPOConfig: 512 in TRL 1.16), so the held-out budget, the vLLM context and Slurm's
     --max-model-len follow that value, not a copy (256) written in rlsr."""

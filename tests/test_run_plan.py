@@ -99,3 +99,94 @@ def test_the_engine_and_the_run_plan_read_one_world_size():
     assert [engine_from_env({name: "4"}).name for name in names] == ["ddp"] * 4
     assert [plan_reader({name: "4"}) for name in names] == [4] * 4
     assert engine_from_env({}).name == "single" and plan_reader({}) == 1
+
+
+# --------------------------------------------------------------------------- one plan per launch
+# (issue 37, "Also"): no path of a launch plans a second time, and none gets arguments from a
+# half-checked plan.
+
+
+@pytest.fixture
+def plan_count(monkeypatch):
+    """How many times the settings are planned (``rlsr.config.plan_settings`` through
+    ``plan_run``, the one function every caller plans with)."""
+    import rlsr.run_plan
+
+    calls = []
+    real = rlsr.run_plan.plan_settings
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rlsr.run_plan, "plan_settings", counted)
+    return calls
+
+
+def test_the_toys_arm_plans_its_launch_once(tmp_path, plan_count):
+    """rlsr.toy.arms.train_arm validated its settings (one plan) and then built the trainer
+    without that plan (a second). The build stops at the missing warm-up model, after planning."""
+    from rlsr.toy.arms import train_arm
+    from rlsr.toy.task import write_dataset_folder
+
+    data = write_dataset_folder(tmp_path / "data", "easy", seed=0, n_train=20, n_heldout=10)
+    with pytest.raises(ConfigError) as err:
+        train_arm(tmp_path / "no-warmup", data, "rlsr", tmp_path / "run")
+    assert err.value.field == "model.name_or_path"
+    assert len(plan_count) == 1
+
+
+def test_trainer_kwargs_takes_the_launchs_plan_not_settings():
+    """trainer_kwargs(settings) used to plan again (and could disagree with the launch's plan)."""
+    from rlsr.training import trainer_kwargs
+
+    cfg = from_dict(compose("recipe=tiny"))
+    with pytest.raises(TypeError, match="plan_run"):
+        trainer_kwargs(cfg)
+    plan = plan_run(cfg, world_size=1)
+    assert trainer_kwargs(plan)["gradient_accumulation_steps"] == plan.pool.accumulation
+
+
+def test_grpo_kwargs_refuses_what_the_launch_refuses(plan_count):
+    """grpo_kwargs built its own SettingsPlan without the checks and returned arguments for
+    settings train.py refuses; now it is trainer_kwargs(plan_run(cfg)): the same ConfigError."""
+    from rlsr.training import grpo_kwargs
+
+    bad = from_dict(compose("recipe=tiny", "pool_log.every=-1"))
+    with pytest.raises(ConfigError) as launch:
+        plan_run(bad, world_size=1)
+    with pytest.raises(ConfigError) as err:
+        grpo_kwargs(bad, world_size=1)
+    assert (err.value.field, str(err.value)) == (launch.value.field, str(launch.value))
+    plan_count.clear()
+    grpo_kwargs(from_dict(compose("recipe=tiny")), world_size=1)
+    assert len(plan_count) == 1
+
+
+def test_a_build_refuses_a_plan_of_other_settings(tmp_path):
+    cfg = from_dict(compose("recipe=tiny", f"output_dir={tmp_path / 'run'}"))
+    other = plan_run(from_dict(compose("recipe=tiny")), world_size=1)
+    with pytest.raises(ValueError, match="other settings"):
+        build_trainer(cfg, plan=other)
+
+
+def test_slurm_server_length_is_the_trainers_rule_or_none_with_the_reason(capsys):
+    """slurm/resolve_config.py sized the vLLM server as prompt + completion when the settings did
+    not resolve (a rule the trainer never uses); now it leaves max_model_len empty (vLLM's
+    default) and prints why: train.py refuses that run with the same message."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "slurm" / "resolve_config.py"
+    spec = importlib.util.spec_from_file_location("resolve_config", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    resolved = module.resolve(["recipe=hotpot", "eval.max_new_tokens=-5"])
+    assert resolved["max_model_len"] == ""
+    said = capsys.readouterr().err
+    assert "eval.max_new_tokens" in said and "train.py will refuse" in said
+    settings = from_dict(compose("recipe=hotpot", "grpo.vllm_mode=server"))
+    from rlsr.config import vllm_context_length
+
+    expected = vllm_context_length(settings, resolve_heldout(settings))
+    assert module.resolve(["recipe=hotpot"])["max_model_len"] == str(expected)

@@ -1,8 +1,8 @@
 """Train one RL arm (RLVR / RLCR / RLSR) of the toy reproduction from the warm-up checkpoint.
 
 The configuration is the real Hydra tree (``recipes/config.yaml`` + ``recipe=toy method=...``),
-composed and validated by ``rlsr.config`` and built by ``rlsr.training.build_trainer`` exactly as
-``train.py`` does (the word-level tokenizer loads through ``rlsr.tokenization.load_tokenizer``).
+composed, planned once (``rlsr.run_plan.plan_run``) and built by ``rlsr.training.build_trainer``
+exactly as ``train.py`` does (the word-level tokenizer loads through ``rlsr.tokenization.load_tokenizer``).
 Unlike ``train.py`` it runs in-process, so tests can pass callbacks and a pool hook.
 """
 
@@ -12,14 +12,16 @@ import time
 from pathlib import Path
 
 from rlsr.config.compose import RECIPES_DIR, compose_config
-from rlsr.training import build_trainer, validate
+from rlsr.run_plan import RunPlan, plan_run
+from rlsr.training import build_trainer
 
-__all__ = ["RECIPES_DIR", "compose_settings", "train_arm"]
+__all__ = ["RECIPES_DIR", "compose_plan", "train_arm"]
 
 
-def compose_settings(overrides: list[str], recipes_dir: str | Path = RECIPES_DIR):
-    """Validated ``rlsr.config.TrainSettings`` of ``train.py <overrides>`` (Hydra compose)."""
-    return validate(compose_config(overrides, recipes_dir))
+def compose_plan(overrides: list[str], recipes_dir: str | Path = RECIPES_DIR) -> RunPlan:
+    """The run plan of ``train.py <overrides>`` (Hydra compose, then ``plan_run`` once, as
+    ``train.py`` does; its ``settings`` are the checked ``rlsr.config.TrainSettings``)."""
+    return plan_run(compose_config(overrides, recipes_dir))
 
 
 def train_arm(
@@ -49,9 +51,10 @@ def train_arm(
         "resume=never",
         *extra_overrides,
     ]
-    cfg = compose_settings(overrides)
+    plan = compose_plan(overrides)
+    cfg = plan.settings
     torch.set_num_threads(1)  # several threads under CPU contention slow GRPO ~10x
-    trainer = build_trainer(cfg, callbacks=callbacks, pool_hook=pool_hook)
+    trainer = build_trainer(cfg, callbacks=callbacks, pool_hook=pool_hook, plan=plan)
     tokenizer = trainer.processing_class
     start = time.perf_counter()
     trainer.train()
