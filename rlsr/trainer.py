@@ -22,8 +22,9 @@ subtracts group means over ``view(-1, G)`` and slices out this process's rows. W
 2. gather ``(correct, confidence [NaN = missing], format_ok)`` from every process, process-ordered;
 3. compute the method's reward columns on the whole pool (identical on every rank);
 4. log pool statistics (``rlsr/*``) from the gathered arrays, so all ranks agree;
-5. with a ``pool_log`` (``rlsr.pool_log``), on its steps: gather the texts, answers, prompt ids
-   and verifier statuses too, and once TRL has computed the advantages
+5. for the pool's observers (``pool_hook`` on every pool, ``pool_log`` on its steps): gather the
+   texts, golds, answers, prompt ids and verifier statuses too, once for both (``_gather_rows``),
+   and, for the ``pool_log`` (``rlsr.pool_log``), once TRL has computed the advantages
    (``_generate_and_score_completions``, which returns this process's slice), gather those and
    write one row per completion of the pool from the main process.
 
@@ -188,8 +189,10 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
         parse_spec: ``rlsr.parsing.FormatSpec`` of the response format (default: the method's,
             ``Method.parse_spec``; FULL_FORMAT without a method that says otherwise).
         pool_hook: optional ``f(pool: dict)`` called on every rank after each pooled reward
-            computation with the gathered arrays (for tests and debugging). When set, it must be
-            set on all ranks: completion texts and golds are gathered for it (a collective).
+            computation with the gathered arrays and the gathered rows (``texts``, ``golds``,
+            ``answers``, ``prompt_ids``, ``status``: the same single gather the ``pool_log``
+            reads on its steps) (for tests and debugging). When set, it must be set on all
+            ranks: the rows are gathered for it (a collective).
         pool_log: optional ``rlsr.pool_log.PoolLogWriter`` (``pool_log.every > 0``): writes the
             pools of its steps to ``output_dir/pools/step-N.jsonl`` with TRL's advantages. Set on
             all ranks (the rows are gathered); only the main process writes.
@@ -342,42 +345,48 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
             if not math.isnan(value):
                 self._metrics[mode][name].append(value)
 
-        if self.pool_hook is not None:
-            golds = row_verification_inputs(inputs, self.verifier_name)["golds"]
-            self.pool_hook(
-                {
-                    "mode": mode,
-                    "global_step": self.state.global_step,
-                    "process_index": self.accelerator.process_index,
-                    "num_processes": self.accelerator.num_processes,
-                    "correct": correct,
-                    "confidence": confidence,
-                    "format_ok": format_ok,
-                    "rewards": columns.astype(np.float32),
-                    "texts": gather_object(texts),
-                    "golds": gather_object(golds),
-                    "timeouts": total_timeouts,
-                    "errors": total_errors,
-                    "unjudged": total_unjudged,
-                }
-            )
         rewards = columns.astype(np.float32)
         step = self.state.global_step
-        if self.pool_log is not None and mode == "train" and self.pool_log.due(step):
-            verification = row_verification_inputs(inputs, self.verifier_name)
-            self._pending_pool = {  # gathered on every rank (collectives), written by the main one
-                "step": step,
-                "prompt_ids": gather_object([x.get("id") for x in inputs]),
-                "golds": gather_object(verification["golds"]),
-                "texts": gather_object(texts),
-                "answers": gather_object(answers),
-                "status": gather_object(status),
+        log_due = self.pool_log is not None and mode == "train" and self.pool_log.due(step)
+        if self.pool_hook is not None or log_due:
+            pool = {
+                "mode": mode,
+                "global_step": step,
+                "process_index": self.accelerator.process_index,
+                "num_processes": self.accelerator.num_processes,
                 "correct": correct,
                 "confidence": confidence,
                 "format_ok": format_ok,
-                "columns": rewards,
+                "rewards": columns.astype(np.float32),  # the hook's own copy
+                "timeouts": total_timeouts,
+                "errors": total_errors,
+                "unjudged": total_unjudged,
+                **self._gather_rows(inputs, texts, answers, status),
             }
+            if self.pool_hook is not None:
+                self.pool_hook(dict(pool))
+            if log_due:  # written by the main process once TRL has the advantages
+                self._pending_pool = {
+                    "step": step,
+                    **{k: pool[k] for k in ("prompt_ids", "golds", "texts", "answers", "status")},
+                    "correct": correct,
+                    "confidence": confidence,
+                    "format_ok": format_ok,
+                    "columns": rewards,
+                }
         return torch.as_tensor(rewards, dtype=torch.float32, device=device)
+
+    def _gather_rows(self, inputs, texts, answers, status) -> dict[str, list]:
+        """The pool's per-completion strings, process-ordered as the gathered rewards: prompt ids,
+        golds, completion texts, parsed answers and verifier statuses, in ONE collective
+        (``gather_object`` of this process's row tuples), shared by every pool observer of the
+        step (``pool_hook``, ``pool_log``). Called on every rank."""
+        golds = row_verification_inputs(inputs, self.verifier_name)["golds"]
+        ids = [x.get("id") for x in inputs]
+        local = list(zip(ids, golds, texts, answers, status, strict=True))
+        rows = gather_object(local)
+        names = ("prompt_ids", "golds", "texts", "answers", "status")
+        return {name: [row[i] for row in rows] for i, name in enumerate(names)}
 
     def _check_verdicts(self, inputs, status, problems, mode, counts, pool_size) -> None:
         """Stop the run when more of this pool's rollouts than the verifier's

@@ -300,3 +300,41 @@ def test_logged_pools_recompute_from_their_own_verdicts_with_the_method_and_trls
     for summary in pool_summary_rows([tmp_path]):
         assert summary["aurc"] == pytest.approx(logs[summary["step"] + 1]["rlsr/aurc"])
         assert summary["accuracy"] == pytest.approx(logs[summary["step"] + 1]["rlsr/accuracy"])
+
+
+def test_a_logged_step_gathers_its_rows_once_for_both_observers(tmp_path, monkeypatch):
+    """Issue 37 ("one pool observer that gathers once"): with a ``pool_hook`` and the pool log on,
+    the trainer gathered the texts and golds for the hook and again (with ids, answers and
+    statuses) for the log: 2 + 5 ``gather_object`` calls per logged step. Now one gather of the
+    rows feeds both; counted on ``rlsr.trainer.gather_object`` over one real optimizer step of
+    recipe=tiny-format, single process (accelerate's gather_object returns its input there, so
+    the count is of the trainer's calls, the same on any number of processes)."""
+    import torch
+    from test_trainer_support import TEST_THREADS, tiny_settings
+
+    import rlsr.trainer
+    from rlsr.run_plan import plan_run
+    from rlsr.training import build_trainer
+
+    torch.set_num_threads(TEST_THREADS)
+    gathers = []
+    real = rlsr.trainer.gather_object
+
+    def counted(obj):
+        gathers.append(len(obj))
+        return real(obj)
+
+    monkeypatch.setattr(rlsr.trainer, "gather_object", counted)
+    settings = tiny_settings(tmp_path, max_steps=1, save_steps=1000)
+    settings.pool_log.every = 1
+    pools = []
+    trainer = build_trainer(settings, pool_hook=pools.append, plan=plan_run(settings))
+    trainer.train()
+    assert pool_steps(tmp_path) == [0] and len(pools) == 1  # one pooled reward computation
+    assert len(gathers) == 1  # before: 7
+    rows = read_pool(pool_path(tmp_path, 0))
+    pool = pools[0]
+    assert gathers == [len(rows)] == [len(pool["texts"])]
+    assert [r["completion"] for r in rows] == pool["texts"]  # both observers read one gather
+    assert [r["gold"] for r in rows] == [list(g) for g in pool["golds"]]
+    assert [r["prompt_id"] for r in rows] == pool["prompt_ids"]
