@@ -55,7 +55,7 @@ from rlsr.prompts import (
 from rlsr.verifiers import VERIFIERS as VERIFIER_CLASSES
 from rlsr.verifiers import PluginVerifier, is_plugin_name, load_plugin
 from rlsr.verifiers.plugin import plugin_source
-from rlsr.verifiers.pool import EXECUTION_OPTIONS
+from rlsr.verifiers.workers import EXECUTION_OPTIONS
 
 __all__ = [
     "TASKS_PATH_ENV",

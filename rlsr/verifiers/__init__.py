@@ -1,14 +1,14 @@
 """Correctness verifiers, one module each, and their registry.
 
 - ``exact_match``: SQuAD-normalised exact match (HotPotQA);
-- ``math``: math-verify in a pool of worker processes with a per-item time limit (Big-Math,
+- ``math``: math-verify in worker processes with a per-item time limit (Big-Math,
   MATH-500, GSM8K);
 - ``mcq``: multiple choice with the answer-letter fallbacks of paper Sec. C.6.1 (MedQA,
   CommonsenseQA, GPQA);
 - ``llm_judge``: the LLM-judge interface with the paper's judge prompt (TriviaQA, SimpleQA);
-- ``plugin``: a user's ``"package.module:function"`` in the same kind of worker pool
+- ``plugin``: a user's ``"package.module:function"`` in the same worker processes
   (docs/tasks.md);
-- ``pool``: the worker pool with the per-item time limit that math and plugins share;
+- ``workers``: the worker processes with the per-item time limit that math and plugins share;
 - ``base``: ``VerificationResult``, the per-item status codes and the shared input checks.
 
 Every verifier has ``verify_batch(predictions, golds, *, questions=None, options=None)

@@ -1,6 +1,6 @@
-"""Math verifier (Big-Math, MATH-500, GSM8K): math-verify in a pool of worker processes.
+"""Math verifier (Big-Math, MATH-500, GSM8K): math-verify in worker processes.
 
-The pool applies a per-item time limit, so one pathological LaTeX string costs at most its limit
+The workers apply a per-item time limit, so one pathological LaTeX string costs at most its limit
 and never stalls or crashes a training step: a timeout, a crash or a parse failure counts as
 incorrect and is counted in ``VerificationResult.timeouts`` / ``.errors``
 (docs/parsing_verifiers.md).
@@ -24,7 +24,7 @@ from rlsr.verifiers.base import (
     _check_lengths,
     _gold_list,
 )
-from rlsr.verifiers.pool import ItemTimeout, WorkerPool, serve_chunks, time_limit
+from rlsr.verifiers.workers import ItemTimeout, VerifierWorkers, serve_chunks, time_limit
 
 logger = logging.getLogger(__name__)
 
@@ -137,9 +137,9 @@ def _math_worker_main(conn, test_hooks: bool) -> None:
     serve_chunks(conn, status_of)
 
 
-class MathVerifier(WorkerPool):
-    """math-verify over a pool of worker processes with a per-item time limit
-    (``rlsr.verifiers.pool``).
+class MathVerifier(VerifierWorkers):
+    """math-verify in worker processes with a per-item time limit
+    (``rlsr.verifiers.workers``).
 
     ``timeout_s``: time limit per item (parse prediction + golds + compare), enforced inside the
     worker by SIGALRM. A worker that does not report within ``timeout_s + grace_s`` (stuck in C
@@ -198,7 +198,7 @@ class MathVerifier(WorkerPool):
         if self.num_workers == 0:
             results = {k: _math_item(p, g, self.timeout_s) for k, p, g in keyed}
         else:
-            results = self._run_pool(keyed)
+            results = self._run_workers(keyed)
         for k, indices in enumerate(tasks.values()):
             for i in indices:
                 status[i] = results[k]

@@ -10,7 +10,7 @@ The contract (docs/tasks.md, "Verifier plugins")::
 texts; ``options``: ``{letter: text}`` per item for multiple-choice tasks, else None. It returns
 one value per item: True (correct), False (wrong) or None (could not judge).
 
-``PluginVerifier`` runs it in a pool of worker processes (``rlsr.verifiers.pool``, as the math
+``PluginVerifier`` runs it in worker processes (``rlsr.verifiers.workers``, as the math
 verifier), **one item per call**, each under ``timeout_s``: a call that sleeps past the limit
 counts as ``timeout``, one that raises (also ``sys.exit`` / ``os._exit``) or returns anything but
 a one-element list of bool / None counts as ``error``, None counts as ``unjudged``; each is
@@ -51,7 +51,7 @@ from rlsr.verifiers.base import (
     VerificationResult,
     _check_lengths,
 )
-from rlsr.verifiers.pool import ItemTimeout, WorkerPool, serve_chunks, time_limit
+from rlsr.verifiers.workers import ItemTimeout, VerifierWorkers, serve_chunks, time_limit
 
 __all__ = [
     "PluginVerifier",
@@ -195,7 +195,7 @@ def _plugin_worker_main(conn, spec: str, sys_path: list[str]) -> None:
         )
 
 
-class PluginVerifier(WorkerPool):
+class PluginVerifier(VerifierWorkers):
     """A ``"package.module:function"`` verifier run in worker processes, one item per call, each
     under ``timeout_s`` (module docstring). The function is imported here first, so a plugin that
     does not import fails at construction, before any model loads. ``num_workers=0`` calls it in
@@ -266,7 +266,7 @@ class PluginVerifier(WorkerPool):
                     for k, p, g, q, o in keyed
                 }
         else:
-            results = self._run_pool(keyed, problems)
+            results = self._run_workers(keyed, problems)
         for key, item_status in results.items():
             if isinstance(item_status, tuple):
                 item_status, problems[key] = item_status

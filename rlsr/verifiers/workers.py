@@ -1,9 +1,10 @@
-"""A pool of worker processes that verifies items under a per-item time limit.
+"""Worker processes that verify items under a per-item time limit (a verifier's "workers";
+"pool" in rlsr is the optimizer step's pool of rollouts, ``rlsr.config.pool``).
 
 Shared by the math verifier (``rlsr.verifiers.math``) and verifier plugins
 (``rlsr.verifiers.plugin``). A worker runs ``target(conn, *args)``: it sends ``("ready", pid)``
 once, then for each chunk ``[(key, *item)]`` it receives with a time limit, one
-``(key, status)`` message per item. The pool
+``(key, status)`` message per item. ``VerifierWorkers``
 
 * sends chunks of ``chunk_size`` items to idle workers;
 * counts an item whose worker does not report within ``timeout_s + grace_s`` (stuck in C code
@@ -29,9 +30,9 @@ from multiprocessing.connection import wait as wait_for_connections
 
 from rlsr.verifiers.base import ERROR, TIMEOUT
 
-__all__ = ["EXECUTION_OPTIONS", "ItemTimeout", "time_limit", "WorkerPool", "serve_chunks"]
+__all__ = ["EXECUTION_OPTIONS", "ItemTimeout", "time_limit", "VerifierWorkers", "serve_chunks"]
 
-# Options of a pool verifier that say how items are run, never what a verdict is: a resumed run
+# Options of a verifier with workers that say how items are run, never what a verdict is: a resumed run
 # may change them (rlsr.data.tasks.version_records leaves them out of what a resume compares).
 EXECUTION_OPTIONS = (
     "num_workers",
@@ -132,8 +133,8 @@ class _Worker:
             self.conn.close()
 
 
-class WorkerPool:
-    """Base of the process-pool verifiers: worker lifecycle and the chunked, time-limited
+class VerifierWorkers:
+    """Base of the verifiers that run in worker processes: worker lifecycle and the chunked, time-limited
     dispatch (module docstring). A subclass sets ``name``, ``preload`` (modules the forkserver
     imports once) and ``startup_hint`` (what to check when workers die at start-up), and
     implements ``_worker_target()`` / ``_worker_args()``.
@@ -142,7 +143,7 @@ class WorkerPool:
     verifier as a context manager. Start method: 'forkserver' (safe with torch's threads loaded).
     """
 
-    name = "pool"
+    name = "workers"
     preload: tuple[str, ...] = ()
     startup_hint = ""
 
@@ -218,7 +219,7 @@ class WorkerPool:
             pass
 
     # -- dispatch --
-    def _run_pool(self, keyed: list, problems: dict | None = None) -> dict[int, str]:
+    def _run_workers(self, keyed: list, problems: dict | None = None) -> dict[int, str]:
         """``{key: status}`` for items ``[(key, *item)]``, verified by the workers; ``problems``
         (when given) gets ``{key: what went wrong}`` for items without a verdict."""
         problems = {} if problems is None else problems
