@@ -191,7 +191,7 @@ def vllm_context_length(cfg: TrainSettings, heldout: ResolvedHeldOut | None) -> 
     colocated engine, or TRL's server, whose ``--max-model-len`` slurm/resolve_config.py takes
     from here),
     ``data.max_prompt_length +`` the larger of the completion length and what a held-out answer
-    needs beyond its prompt (``ResolvedHeldOut.engine_tokens``: the answer plus the two Sec. C.3
+    needs beyond its prompt (``ResolvedHeldOut.answer_tokens``: the answer plus the two Sec. C.3
     fallbacks), so a held-out prompt as long as a training prompt is never cut by the engine.
 
     Without it vLLM reserves the model's whole context (131,072 tokens for Llama-3.1-8B, ~16 GiB
@@ -207,7 +207,7 @@ def vllm_context_length(cfg: TrainSettings, heldout: ResolvedHeldOut | None) -> 
         return None
     beyond = int(completion)
     if heldout is not None and heldout.backend in ENGINE_BACKENDS:  # colocated or TRL's server
-        beyond = max(beyond, heldout.engine_tokens)
+        beyond = max(beyond, heldout.answer_tokens)
     return int(prompt) + beyond
 
 

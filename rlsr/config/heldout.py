@@ -40,7 +40,7 @@ __all__ = [
     "HELDOUT_BACKENDS",
     "HeldOutSettings",
     "ResolvedHeldOut",
-    "heldout_engine_tokens",
+    "heldout_answer_tokens",
     "heldout_protocol",
     "protocol_layer",
     "resolve_heldout",
@@ -124,7 +124,7 @@ class HeldOutSettings:
                 setattr(self, name, default)
 
 
-def heldout_engine_tokens(
+def heldout_answer_tokens(
     max_new_tokens: int, fallbacks: bool, fallback_max_new_tokens: int, response_format: str
 ) -> int:
     """Tokens one held-out answer may need on the engine beyond its prompt: the answer; with the
@@ -165,8 +165,8 @@ class ResolvedHeldOut:
     # how each answer is generated and scored: eval.* > method.evaluate > the run's defaults
     protocol: EvalProtocol
     settings: HeldOutSettings
-    # tokens an answer may need beyond its prompt on the engine (``heldout_engine_tokens``)
-    engine_tokens: int = 0
+    # tokens an answer may need beyond its prompt on the engine (``heldout_answer_tokens``)
+    answer_tokens: int = 0
 
     @property
     def system_prompt(self) -> str | None:
@@ -261,13 +261,13 @@ def resolve_heldout(cfg, trainer_section: str = "grpo") -> ResolvedHeldOut | Non
     verifiers = _verifiers(e, names)
     section = getattr(cfg, trainer_section)
     backend = _backend(e.backend, section)
-    engine_tokens = heldout_engine_tokens(
+    answer_tokens = heldout_answer_tokens(
         protocol.max_new_tokens, protocol.fallbacks, protocol.fallback_max_new_tokens,
         protocol.response_format,
     )  # fmt: skip
     if backend in ENGINE_BACKENDS:
         _check_engine_room(section.get("vllm_max_model_length"), cfg.data.max_prompt_length,
-                           engine_tokens, protocol)  # fmt: skip
+                           answer_tokens, protocol)  # fmt: skip
     jobs = tuple(
         (name if e.split is None else f"{name}@{e.split}", name, e.split or get_spec(name).split)
         for name in names
@@ -283,7 +283,7 @@ def resolve_heldout(cfg, trainer_section: str = "grpo") -> ResolvedHeldOut | Non
         backend=backend,
         protocol=protocol,
         settings=e,
-        engine_tokens=engine_tokens,
+        answer_tokens=answer_tokens,
     )
 
 
@@ -421,24 +421,24 @@ def _backend(requested: str, section: dict) -> str:
 
 
 def _check_engine_room(
-    length: int | None, prompt: int | None, engine_tokens: int, protocol: EvalProtocol
+    length: int | None, prompt: int | None, answer_tokens: int, protocol: EvalProtocol
 ) -> None:
     """A set ``grpo.vllm_max_model_length`` must hold a prompt of ``data.max_prompt_length``
-    tokens plus what a held-out answer needs beyond it (``heldout_engine_tokens``): no held-out
+    tokens plus what a held-out answer needs beyond it (``heldout_answer_tokens``): no held-out
     answer is cut by the engine's context (issue 27 item 2)."""
     if length is None or prompt is None:
         return
     max_new, fallback_tokens = protocol.max_new_tokens, protocol.fallback_max_new_tokens
     check(
-        length >= prompt + engine_tokens,
+        length >= prompt + answer_tokens,
         "grpo.vllm_max_model_length",
         f"{length} tokens cannot hold a held-out answer after a prompt of "
-        f"data.max_prompt_length={prompt} tokens: it needs {prompt} + {engine_tokens} "
+        f"data.max_prompt_length={prompt} tokens: it needs {prompt} + {answer_tokens} "
         f"(eval.max_new_tokens {max_new}"
         + (f" + two Sec. C.3 fallbacks of eval.fallback_max_new_tokens "
-           f"{fallback_tokens} with their suffixes" if engine_tokens > max_new + 1
+           f"{fallback_tokens} with their suffixes" if answer_tokens > max_new + 1
            else "")
-        + f" + 1) = {prompt + engine_tokens}; raise it to {prompt + engine_tokens} or remove "
+        + f" + 1) = {prompt + answer_tokens}; raise it to {prompt + answer_tokens} or remove "
         "it (the default sizes the engine for both), or set eval.backend=transformers.",
     )  # fmt: skip
 

@@ -292,12 +292,12 @@ class HeldOutEvaluator(TrainerCallback):
 
     def _check_context(self, limit: int, engine: str, setting: str) -> None:
         """vllm, vllm_server: refuse now (before step 1) held-out prompts that the engine cannot
-        answer in full: prompt + ``ResolvedHeldOut.engine_tokens`` (the answer and its Sec. C.3
+        answer in full: prompt + ``ResolvedHeldOut.answer_tokens`` (the answer and its Sec. C.3
         fallbacks) must fit the engine's ``max_model_len`` (``limit``). Held-out prompts are not
         filtered by ``data.max_prompt_length`` (the evaluation must see every question ``rlsr
         evaluate`` sees); the default engine length covers one that long
         (``rlsr.config.vllm_context_length``). ``setting``: the fix, ``{need}`` filled in."""
-        reserve = self.resolved.engine_tokens
+        reserve = self.resolved.answer_tokens
         for job, _, _ in self.resolved.jobs:
             lengths = [
                 len(encode_prompt(self.tokenizer, render_chat(self.tokenizer, row["prompt"])))
