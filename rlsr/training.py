@@ -91,7 +91,9 @@ __all__ = [
 
 def validate(cfg: TrainSettings, *, world_size: int | None = None) -> TrainSettings:
     """Check ``cfg`` without loading any model or dataset (``rlsr.run_plan.plan_run``: the
-    method's checks, then every section's). Raises ``ConfigError``; returns ``cfg``.
+    method's checks, then every section's). Raises ``ConfigError``; returns ``cfg``. For the
+    checks alone: a launch keeps ``plan_run``'s plan and passes it to ``run_training`` /
+    ``build_trainer`` (which plan again only when given none).
 
     ``world_size`` defaults to ``$WORLD_SIZE`` (set by ``accelerate launch``/torchrun), else 1.
     """

@@ -79,14 +79,15 @@ def test_pooled_ranking_uses_the_current_policys_answer_logprob(tmp_path):
     import torch
     from test_trainer_support import TEST_THREADS, format_warm_model, tiny_settings
 
-    from rlsr.training import build_trainer, validate
+    from rlsr.run_plan import plan_run
+    from rlsr.training import build_trainer
 
     torch.set_num_threads(TEST_THREADS)
     settings = tiny_settings(tmp_path, max_steps=2, save_steps=1, warmup_steps=0)
     settings.method.confidence = "logprob"
-    validate(settings, world_size=1)
     pools, prompts_seen = [], []
-    trainer = build_trainer(settings, pool_hook=pools.append)
+    plan = plan_run(settings, world_size=1)
+    trainer = build_trainer(settings, pool_hook=pools.append, plan=plan)
     original = trainer._calculate_rewards
 
     def spy(inputs, prompts, completions, completion_ids_list):

@@ -64,9 +64,8 @@ def test_plain_aurc_variant_trains_and_rewards_only_errors(tmp_path):
     settings.grpo.update(max_steps=1, save_steps=1000, max_completion_length=40,
                          report_to="none", disable_tqdm=True, per_device_train_batch_size=32,
                          gradient_accumulation_steps=2)  # fmt: skip
-    validate(settings)
     pools = []
-    trainer = build_trainer(settings, pool_hook=pools.append)
+    trainer = build_trainer(settings, pool_hook=pools.append)  # planned once, there
     trainer.train()
     pool = pools[0]
     ok = np.asarray(pool["correct"], dtype=bool)

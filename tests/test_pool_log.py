@@ -230,7 +230,7 @@ def test_logged_pools_recompute_from_their_own_verdicts_with_the_method_and_trls
     from rlsr.methods import compute_reward_columns, reward_columns
     from rlsr.parsing import parse_response
     from rlsr.pool_log import pool_summary_rows
-    from rlsr.training import build_trainer, validate
+    from rlsr.training import build_trainer
     from rlsr.verifiers import get_verifier
 
     torch.set_num_threads(TEST_THREADS)
@@ -241,8 +241,7 @@ def test_logged_pools_recompute_from_their_own_verdicts_with_the_method_and_trls
     settings.method = m
     settings.pool_log.every = 1
     settings.pool_log.max_chars = MAX_CHARS
-    validate(settings)
-    trainer = build_trainer(settings)
+    trainer = build_trainer(settings)  # planned once, there
     trainer.train()
 
     G = settings.grpo["num_generations"]

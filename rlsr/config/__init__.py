@@ -94,7 +94,6 @@ __all__ = [
     "is_number",
     "PoolPlan",
     "resolve_pool",
-    "default_vllm_max_model_length",
     "world_size_from_env",
     "resolve_attn_implementation",
     "resolve_model_path",
@@ -209,12 +208,6 @@ def vllm_context_length(cfg: TrainSettings, heldout: ResolvedHeldOut | None) -> 
     if heldout is not None and heldout.backend in ENGINE_BACKENDS:  # colocated or TRL's server
         beyond = max(beyond, heldout.answer_tokens)
     return int(prompt) + beyond
-
-
-def default_vllm_max_model_length(cfg: TrainSettings) -> int | None:
-    """``vllm_context_length`` with the held-out plan resolved here (for a caller that has no
-    ``SettingsPlan``, e.g. ``slurm/resolve_config.py``)."""
-    return vllm_context_length(cfg, resolve_heldout(cfg))
 
 
 def resolve_resume(resume: str, output_dir: str) -> str | None:
