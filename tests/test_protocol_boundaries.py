@@ -127,6 +127,10 @@ def test_a_named_layer_is_checked_and_an_unknown_one_is_refused(tmp_path):
     bad = compose_config(_overrides("hotpot", "rlsr", tmp_path, "+eval.layers.paper.top_p=2.0"))
     with pytest.raises(ConfigError, match=r"eval\.layers\.paper\.top_p"):
         heldout_protocol(bad, "grpo", "paper")
+    # a layer does not hide a bad value of the run's own (the paper layer sets max_new_tokens)
+    hidden = compose_config(_overrides("hotpot", "rlsr", tmp_path, "eval.max_new_tokens=-5"))
+    with pytest.raises(ConfigError, match=r"^eval\.max_new_tokens: must be >= 1"):
+        heldout_protocol(hidden, "grpo", "paper")
     # Slurm without the paper layer: the held-out protocol itself, and no --protocol-layer
     flags = RESOLVE.resolve(_overrides("tiny", "rlsr", tmp_path))["evaluate_args"]
     assert "--protocol-layer" not in flags

@@ -221,6 +221,8 @@ def heldout_protocol(cfg, trainer_section: str = "grpo", layer: str | None = Non
     ``EvalProtocol``'s default. ``layer``: a named layer (``eval.layers.<layer>``, e.g. ``paper``)
     whose fields win over all of these: an evaluation that deliberately differs, declared in the
     recipe, not a second default. Raises ``ConfigError`` naming the key that set a bad value."""
+    if layer is not None:  # the run's own values are checked too: a layer may hide a bad one
+        heldout_protocol(cfg, trainer_section)
     e = cfg.eval
     section = getattr(cfg, trainer_section)
     named = [] if layer is None else [(f"eval.layers.{layer}", protocol_layer(cfg, layer))]
