@@ -245,7 +245,7 @@ def serve_settings(args, threshold: ServedThreshold) -> ServeSettings:
         model_name=args.served_model_name or args.model,
         system_prompt=system_prompt,
         abstain_message=args.abstain_message,
-        temperature=threshold.temperature,
+        calibration_temperature=threshold.temperature,
         rule=threshold.rule,
         **decoding_settings(served_protocol(args, prov)),
     )

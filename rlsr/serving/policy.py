@@ -62,8 +62,8 @@ def request_hash(question: str) -> str:
 
 # The protocol's declared defaults, read once (no second copy of 4096 / 0.0 / 1.0 / 64 here)
 _DECLARED = EvalProtocol()
-# ServeSettings' name of a decoding field where it differs from the protocol's: `temperature`
-# here is the plain+temperature rule's calibration temperature, decoding's is `sampling_temperature`
+# ServeSettings' name of a decoding field where it differs from the protocol's: decoding's
+# temperature is `sampling_temperature` beside the rule's `calibration_temperature`
 SERVE_NAMES = {"temperature": "sampling_temperature"}
 
 
@@ -78,16 +78,18 @@ def decoding_settings(protocol: EvalProtocol) -> dict:
 class ServeSettings:
     """Everything a request's answer depends on besides the engine.
 
-    ``tau`` and ``temperature`` (the ``plain+temperature`` rule's calibration temperature, else
-    None) define the decision; ``system_prompt`` (simple / long) and the decoding fields must be
-    those of the evaluation the threshold was chosen on, or the threshold means something else.
+    ``tau`` and ``calibration_temperature`` (the ``plain+temperature`` rule's fitted T that
+    rescales a confidence before it meets tau, else None) define the decision; ``system_prompt``
+    (simple / long) and the decoding fields (``sampling_temperature`` is decoding's temperature)
+    must be those of the evaluation the threshold was chosen on, or the threshold means something
+    else.
     """
 
     tau: float
     model_name: str
     system_prompt: str
     abstain_message: str = DEFAULT_ABSTAIN_MESSAGE
-    temperature: float | None = None
+    calibration_temperature: float | None = None
     rule: str | None = None  # None: --tau given by hand
     # decoding (``decoding_settings``), defaults the protocol's declared ones
     max_new_tokens: int = _DECLARED.max_new_tokens
@@ -104,9 +106,8 @@ class ServeSettings:
                 f"system prompt {self.system_prompt!r}: choose one of {system_prompt_names()} (a "
                 "task's own prompt is known once its task is loaded: --tasks-dir DIR)."
             )
-        if self.temperature is not None and not (
-            self.temperature > 0 and math.isfinite(self.temperature)
-        ):
-            raise ValueError(f"temperature must be a finite number > 0; got {self.temperature!r}.")
+        t = self.calibration_temperature
+        if t is not None and not (t > 0 and math.isfinite(t)):
+            raise ValueError(f"calibration temperature must be a finite number > 0; got {t!r}.")
         if self.max_new_tokens < 1 or self.fallback_max_new_tokens < 1:
             raise ValueError("max_new_tokens and fallback_max_new_tokens must be >= 1.")

@@ -65,7 +65,7 @@ async def answer_or_abstain(engine: Engine, question: str, settings: ServeSettin
             add(item, context, more.text)
             prompt_tokens += more.prompt_tokens
             completion_tokens += more.completion_tokens
-    score = selection_score(item["confidence"], settings.temperature)
+    score = selection_score(item["confidence"], settings.calibration_temperature)
     item.update(
         score=score,
         decision=decide(score, settings.tau, item["answer"]),
