@@ -12,6 +12,7 @@ connection, HTTP/1.1 keep-alive, raw control of status, headers and body.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -20,6 +21,21 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from rlsr.evaluation.endpoint import request_key
 from rlsr.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX
+
+
+@contextlib.contextmanager
+def local_http_server(handler: type[BaseHTTPRequestHandler]):
+    """``handler`` served on 127.0.0.1 (a free port) by a ``ThreadingHTTPServer`` in a daemon
+    thread, one daemon thread per connection; yields the base URL; shut down on exit."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
 
 FULL = "<think>t</think><answer>{a}</answer><analysis>x</analysis><confidence>{c}</confidence>"
 

@@ -427,21 +427,23 @@ def _sft_settings(out: Path):
 
 def test_held_out_sft_step_equals_rlsr_evaluate_with_the_methods_flags(tmp_path):
     """Drift test (issue 30): step 2's held-out samples of method=sft with non-default consistency
-    settings are byte-identical to `rlsr evaluate` on checkpoint-2 with the flags of the method's
-    evaluation needs (``to_flags(method.evaluate)``, what slurm/sweep.py passes) and the eval.*
-    values the run set (--limit, --bootstrap). Catches a held-out evaluation that reads only
-    some of the method's settings (it used to read --max-new-tokens, --response-format and
-    --scorers and drop --consistency-k / --consistency-temperature)."""
-    from rlsr.eval_protocol import to_flags
+    settings are byte-identical to `rlsr evaluate` on checkpoint-2 with the flags of the run's
+    protocol (``protocol_flags(heldout_protocol(cfg))``: the method's evaluation needs, the trained
+    system prompt and the eval.* values the run set; what train.py prints and slurm/sweep.py
+    passes, issue 37) and --limit. Catches a held-out evaluation that reads only some of the
+    method's settings (it used to read --max-new-tokens, --response-format and --scorers and drop
+    --consistency-k / --consistency-temperature)."""
+    from rlsr.config import heldout_protocol
+    from rlsr.eval_protocol import protocol_flags
     from rlsr.evaluation.samples_io import read_samples
 
     out = tmp_path / "run"
     _train(_sft_settings(out))
-    flags = to_flags(_sft_settings(out).method.evaluate)
+    flags = protocol_flags(heldout_protocol(_sft_settings(out), "sft"))
     assert "--consistency-k" in flags and "--consistency-temperature" in flags
     args = ["evaluate", "--model", str(tiny_warm_model_path()), "--adapter",
             str(out / "checkpoint-2"), "--datasets", "tiny", "--output-dir", str(tmp_path / "cli"),
-            "--limit", "6", "--bootstrap", "0", "--no-progress", *flags]  # fmt: skip
+            "--limit", "6", "--no-progress", *flags]  # fmt: skip
     assert rlsr_main(args) == 0
     ours = step_dir(out, 2) / "tiny" / "samples.jsonl"
     cli = tmp_path / "cli" / "tiny" / "samples.jsonl"

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import SimpleNamespace
 
 import pytest
 import requests
+from endpoint_standin import local_http_server
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
@@ -47,13 +48,9 @@ def sleeping_server():
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", hits
-    release.set()
-    server.shutdown()
-    server.server_close()
+    with local_http_server(Handler) as url:
+        yield url, hits
+        release.set()
 
 
 def _session(retries: int) -> requests.Session:

@@ -29,10 +29,11 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from endpoint_standin import local_http_server
 
 ROOT = Path(__file__).resolve().parents[1]
 DDP_TIMEOUT = 80  # s: the evaluation's bound is 0.8 x 80 - 60 = 4 s
@@ -141,13 +142,9 @@ def sleeping_server():
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", hits
-    release.set()
-    server.shutdown()
-    server.server_close()
+    with local_http_server(Handler) as url:
+        yield url, hits
+        release.set()
 
 
 @pytest.mark.slow

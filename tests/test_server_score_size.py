@@ -17,12 +17,12 @@ same sizes on the real server with the tiny model.
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import SimpleNamespace
 
 import pytest
 import requests
+from endpoint_standin import local_http_server
 
 from rlsr.evaluation.server_backend import (
     SCORE_POSITIONS_PER_REQUEST,
@@ -89,12 +89,8 @@ def vllm_standin():
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", sizes
-    server.shutdown()
-    server.server_close()
+    with local_http_server(Handler) as url:
+        yield url, sizes
 
 
 class _IdTokenizer:
