@@ -397,3 +397,13 @@ def test_serve_decodes_with_the_certified_protocol_and_refuses_another_unless_fo
     old["decoding"] = {"max_new_tokens": 32}
     older = threshold.ServedThreshold(tau=0.5, rule="plain", provenance=old)
     assert serve_settings(_serve_args(), older).max_new_tokens == 32
+    assert serve_settings(_serve_args("--max-new-tokens", "32"), older).max_new_tokens == 32
+    with pytest.raises(ValueError, match=r"--max-new-tokens 64 \(certified: 32\)"):
+        serve_settings(_serve_args("--max-new-tokens", "64"), older)
+    # what a file does not record was not certified (samples deployed without metrics.json):
+    # the flags apply, as before
+    bare = dict(old)
+    bare.pop("decoding")
+    unrecorded = threshold.ServedThreshold(tau=0.5, rule="plain", provenance=bare)
+    assert serve_settings(_serve_args("--max-new-tokens", "48"), unrecorded).max_new_tokens == 48
+    assert serve_settings(_serve_args(), unrecorded).max_new_tokens == 4096  # the declared

@@ -255,15 +255,15 @@ def served_protocol(args, provenance) -> EvalProtocol:
     """The protocol ``rlsr serve`` decodes with: the one the threshold was certified under
     (``deployment.json``'s ``provenance.protocol``; an older file's ``decoding``; the declared
     defaults for what neither records) with the decoding flags given. A flag whose value differs
-    from the certified one is refused unless ``--force`` (then it warns): the threshold was
-    chosen on answers decoded that way. With ``--tau`` nothing was certified."""
+    from a recorded one is refused unless ``--force`` (then it warns): the threshold was chosen
+    on answers decoded that way. What the file does not record (samples deployed without their
+    metrics.json), and everything with ``--tau``, was not certified: the flags apply."""
     certified = dict(provenance.get("decoding") or {})
     certified.update(provenance.get("protocol") or {})
     certified = {k: v for k, v in certified.items() if k in PROTOCOL_FIELDS}
-    declared = EvalProtocol().values()
     given = {k: getattr(args, k) for k in DECODING_FIELDS if getattr(args, k, None) is not None}
-    changed = [f"{flag_of(k)} {v!r} (certified: {certified.get(k, declared[k])!r})"
-               for k, v in given.items() if v != certified.get(k, declared[k])]  # fmt: skip
+    changed = [f"{flag_of(k)} {v!r} (certified: {certified[k]!r})"
+               for k, v in given.items() if k in certified and v != certified[k]]  # fmt: skip
     if changed and provenance and not args.force:
         raise ValueError(
             f"--threshold {args.threshold}: " + "; ".join(changed) + " differs from the protocol "
