@@ -35,7 +35,8 @@ def resolve(
     with the reason on stderr: train.py refuses that run with the same message, and any length
     made up here (prompt + completion, say) would be a second rule no trainer follows.
     ``evaluate_args``: ``evaluate_flags`` with the named protocol layer ``layer`` (default
-    ``paper``, when the recipe declares it; None: the held-out protocol itself).
+    ``paper``, when the recipe declares it; None: the held-out protocol itself); None, with the
+    reason on stderr, when the run's protocol does not resolve (left out of the printed lines).
     """
     from hydra import compose, initialize_config_dir
 
@@ -60,11 +61,17 @@ def resolve(
                 "refuse this run with that message.",
                 file=sys.stderr,
             )
+    try:
+        evaluate_args = evaluate_flags(cfg, layer)
+    except ConfigError as err:  # never a guessed protocol: the sweep refuses to plan without one
+        print(f"resolve_config: evaluate_args left out: the run's protocol does not resolve "
+              f"({err}); train.py will refuse this run with that message.", file=sys.stderr)  # fmt: skip
+        evaluate_args = None
     return {
         "model": str(cfg.model.name_or_path),
         "output_dir": str(output_dir),
         "max_model_len": "" if length is None else str(int(length)),
-        "evaluate_args": evaluate_flags(cfg, layer),
+        "evaluate_args": evaluate_args,
     }
 
 
@@ -123,6 +130,8 @@ def main(argv: list[str]) -> int:
         )
         return 2
     for key, value in values.items():
+        if value is None:  # not resolved: the reason is on stderr
+            continue
         print(f"{key}={shlex.join(value) if isinstance(value, list) else value}")
     return 0
 

@@ -201,6 +201,11 @@ def plan(args: argparse.Namespace) -> list[Job]:
                     raise SystemExit(
                         f"sweep: the config does not compose with {overrides}: {err}"
                     ) from None
+                if resolved["evaluate_args"] is None and not args.no_eval:
+                    raise SystemExit(
+                        f"sweep: the evaluation protocol of {overrides} does not resolve (the "
+                        "reason is above); fix the setting or pass --no-eval."
+                    )
                 output_dir = resolved["output_dir"]
                 name = f"rlsr-{recipe}-{method}-s{seed}"
                 train_sbatch = [

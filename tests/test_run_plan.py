@@ -185,6 +185,8 @@ def test_slurm_server_length_is_the_trainers_rule_or_none_with_the_reason(capsys
     assert resolved["max_model_len"] == ""
     said = capsys.readouterr().err
     assert "eval.max_new_tokens" in said and "train.py will refuse" in said
+    # no evaluation flags are guessed either: left out, with the reason (the sweep then refuses)
+    assert resolved["evaluate_args"] is None and "evaluate_args left out" in said
     settings = from_dict(compose("recipe=hotpot", "grpo.vllm_mode=server"))
     from rlsr.config import vllm_context_length
 

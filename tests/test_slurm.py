@@ -771,6 +771,18 @@ def test_sweep_evaluates_each_method_the_way_it_was_trained():
     assert (rlsr.system_prompt, rlsr.max_new_tokens, logprob.max_new_tokens) == ("long", 4096, 4096)
 
 
+def test_sweep_refuses_to_plan_an_evaluation_whose_protocol_does_not_resolve():
+    """A bad protocol value (hidden under the paper layer's max_new_tokens before) stops the
+    sweep at planning with the field named, instead of submitting evaluations with guessed flags."""
+    proc = subprocess.run(
+        [PYTHON, str(SLURM / "sweep.py"), "--recipes", "hotpot", "--methods", "rlsr", "--seeds",
+         "0", "--dry-run", "--", "eval.max_new_tokens=-5"],
+        env=base_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "eval.max_new_tokens" in proc.stderr and "does not resolve" in proc.stderr
+
+
 def test_sweep_rejects_overrides_it_owns():
     proc = subprocess.run(
         [PYTHON, str(SLURM / "sweep.py"), "--dry-run", "--", "seed=3"],
