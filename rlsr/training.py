@@ -479,7 +479,8 @@ def check_versions(cfg, heldout: ResolvedHeldOut | None) -> None:
     once, and recorded from now on."""
     out = Path(cfg.output_dir)
     now = run_versions(cfg, heldout)
-    earlier = bool(checkpoint_folders(out) or step_folders(out) or pool_steps(out))
+    checkpoints = checkpoint_folders(out)
+    earlier = bool(checkpoints or step_folders(out) or pool_steps(out))
     path = out / VERSIONS_FILE
     main = int(os.environ.get("RANK", "0")) == 0
     if earlier and path.is_file():
@@ -487,10 +488,9 @@ def check_versions(cfg, heldout: ResolvedHeldOut | None) -> None:
         diffs = version_differences(was.get("train") or {}, now["train"])
         diffs += version_differences(was.get("eval") or {}, now["eval"])
         if diffs:
-            newest = checkpoint_folders(out)
             again = (f"; to continue from a checkpoint with the new version on purpose, "
-                     f"resume={newest[-1][1]} output_dir=NEW"
-                     if newest else "")  # fmt: skip
+                     f"resume={checkpoints[-1][1]} output_dir=NEW"
+                     if checkpoints else "")  # fmt: skip
             raise ConfigError(
                 "output_dir",
                 f"{out} holds a run made with another version of its data or verifier "

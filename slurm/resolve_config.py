@@ -38,13 +38,11 @@ def resolve(
     ``paper``, when the recipe declares it; None: the held-out protocol itself); None, with the
     reason on stderr, when the run's protocol does not resolve (left out of the printed lines).
     """
-    from hydra import compose, initialize_config_dir
-
     from rlsr.config import ConfigError
+    from rlsr.config.compose import compose_tree
     from rlsr.config.trl_defaults import grpo_get
 
-    with initialize_config_dir(config_dir=str(root / "recipes"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=list(overrides))
+    cfg = compose_tree(overrides, root / "recipes")
     output_dir = Path(str(cfg.output_dir))
     if not output_dir.is_absolute():
         output_dir = root / output_dir

@@ -12,14 +12,19 @@ from omegaconf import OmegaConf
 
 from rlsr.config import TrainSettings, from_dict
 
-__all__ = ["RECIPES_DIR", "compose_config"]
+__all__ = ["RECIPES_DIR", "compose_config", "compose_tree"]
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
+
+
+def compose_tree(overrides: list[str], recipes_dir: str | Path = RECIPES_DIR):
+    """The composed Hydra tree (an OmegaConf ``DictConfig``) of ``train.py <overrides>``, for a
+    caller that reads keys before they are typed (slurm/resolve_config.py)."""
+    with initialize_config_dir(config_dir=str(Path(recipes_dir).resolve()), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
 
 
 def compose_config(overrides: list[str], recipes_dir: str | Path = RECIPES_DIR) -> TrainSettings:
     """``TrainSettings`` of ``train.py <overrides>`` (interpolations resolved, not validated:
     ``rlsr.training.validate`` checks them against the machine)."""
-    with initialize_config_dir(config_dir=str(Path(recipes_dir).resolve()), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=list(overrides))
-    return from_dict(OmegaConf.to_container(cfg, resolve=True))
+    return from_dict(OmegaConf.to_container(compose_tree(overrides, recipes_dir), resolve=True))

@@ -75,7 +75,8 @@ def create_app(
     ``max_request_bytes``: a chat body larger than this is answered 413 before it is parsed
     (None: no bound); ``max_message_chars``: a message longer than this is answered 400 before it
     is rendered (None: no bound). Errors are counted by the middleware (``on_chat_error``), so
-    every 4xx / 5xx of the chat route is counted once whatever answered it. ``certified_coverage``: the threshold's validation coverage, exported beside the realised
+    every 4xx / 5xx of the chat route is counted once whatever answered it.
+    ``certified_coverage``: the threshold's validation coverage, exported beside the realised
     answer rate on ``/metrics`` (``rlsr.serving.metrics``).
     """
     from contextlib import asynccontextmanager  # fastapi: optional dependency (serve extra)

@@ -55,18 +55,10 @@ def operator_options(args, environ=os.environ) -> dict:
         keys.append(environ[API_KEY_ENV])
     if any(not k.strip() for k in keys):
         raise ValueError(f"--api-key / ${API_KEY_ENV}: an API key must not be empty.")
-    if args.max_queued_requests < 0:
-        raise ValueError(
-            f"--max-queued-requests {args.max_queued_requests}: give N >= 1, or 0 for no bound."
-        )
-    if args.max_request_bytes < 0:
-        raise ValueError(
-            f"--max-request-bytes {args.max_request_bytes}: give N >= 1, or 0 for no bound."
-        )
-    if args.max_message_chars < 0:
-        raise ValueError(
-            f"--max-message-chars {args.max_message_chars}: give N >= 1, or 0 for no bound."
-        )
+    for bound in ("max_queued_requests", "max_request_bytes", "max_message_chars"):
+        if getattr(args, bound) < 0:
+            flag = "--" + bound.replace("_", "-")
+            raise ValueError(f"{flag} {getattr(args, bound)}: give N >= 1, or 0 for no bound.")
     cors_only = (args.allowed_methods, args.allowed_headers, args.allow_credentials)
     if args.allowed_origins is None and any(cors_only):
         raise ValueError(
