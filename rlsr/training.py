@@ -39,6 +39,7 @@ from rlsr.config import (
     ConfigError,
     ResolvedHeldOut,
     TrainSettings,
+    declared_layers,
     heldout_protocol,
     resolve_attn_implementation,
     resolve_heldout,
@@ -612,7 +613,7 @@ def _layer_lines(cfg) -> list[str]:
     section = get_entry(cfg.method.name).args_section
     base = heldout_protocol(cfg, section).values()
     lines = []
-    for name in sorted(cfg.eval.layers or {}):
+    for name in sorted(declared_layers(cfg)):
         layered_values = heldout_protocol(cfg, section, name).values()
         changed = {k: v for k, v in layered_values.items() if v != base[k]}
         text = " ".join(to_flags(changed)) or "nothing (same as held-out)"

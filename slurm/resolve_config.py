@@ -83,7 +83,7 @@ def evaluate_flags(cfg, layer: str | None = PAPER_LAYER) -> list[str]:
     replaced ``evaluate_args`` is refused with the mapping to write instead."""
     from omegaconf import OmegaConf
 
-    from rlsr.config import from_dict, heldout_protocol
+    from rlsr.config import declared_layers, from_dict, heldout_protocol
     from rlsr.data import load_env_tasks, load_tasks
     from rlsr.eval_protocol import protocol_flags
     from rlsr.methods import get_entry
@@ -93,7 +93,7 @@ def evaluate_flags(cfg, layer: str | None = PAPER_LAYER) -> list[str]:
     load_tasks(OmegaConf.to_container(tasks_dir) if OmegaConf.is_config(tasks_dir) else tasks_dir)
     settings = from_dict(OmegaConf.to_container(cfg, resolve=True))
     settings.method.validate()
-    if layer == PAPER_LAYER and PAPER_LAYER not in (settings.eval.layers or {}):
+    if layer == PAPER_LAYER and PAPER_LAYER not in declared_layers(settings):
         layer = None  # a recipe without the paper's tables: its held-out protocol
     section = get_entry(settings.method.name).args_section
     flags = protocol_flags(heldout_protocol(settings, section, layer))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rlsr.config import ConfigError, heldout_protocol, resolve_heldout
+from rlsr.config import ConfigError, heldout_protocol, plan_settings, resolve_heldout
 from rlsr.config.compose import compose_config
 from rlsr.eval_protocol import protocol_from_args
 from rlsr.evaluation import cli as evaluate_cli
@@ -127,6 +127,9 @@ def test_a_named_layer_is_checked_and_an_unknown_one_is_refused(tmp_path):
     bad = compose_config(_overrides("hotpot", "rlsr", tmp_path, "+eval.layers.paper.top_p=2.0"))
     with pytest.raises(ConfigError, match=r"eval\.layers\.paper\.top_p"):
         heldout_protocol(bad, "grpo", "paper")
+    # a layers value that is not a mapping is named, not a TypeError from deep inside
+    with pytest.raises(ConfigError, match=r"^eval\.layers: must be a mapping"):
+        plan_settings(compose_config(_overrides("tiny", "rlsr", tmp_path, "eval.layers=5")))
     # a layer does not hide a bad value of the run's own (the paper layer sets max_new_tokens)
     hidden = compose_config(_overrides("hotpot", "rlsr", tmp_path, "eval.max_new_tokens=-5"))
     with pytest.raises(ConfigError, match=r"^eval\.max_new_tokens: must be >= 1"):

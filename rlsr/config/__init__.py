@@ -51,6 +51,7 @@ from rlsr.config.heldout import (
     HELDOUT_BACKENDS,
     HeldOutSettings,
     ResolvedHeldOut,
+    declared_layers,
     heldout_protocol,
     protocol_layer,
     resolve_heldout,
@@ -99,6 +100,7 @@ __all__ = [
     "resolve_model_path",
     "resolve_resume",
     "resolve_heldout",
+    "declared_layers",
     "heldout_protocol",
     "protocol_layer",
     "ResolvedHeldOut",
@@ -322,7 +324,7 @@ def plan_settings(
     else:
         check_sft(cfg.sft)
     heldout = resolve_heldout(cfg, trainer_section)
-    for layer in cfg.eval.layers or {}:  # a named layer must give a valid protocol too
+    for layer in declared_layers(cfg):  # a named layer must give a valid protocol too
         heldout_protocol(cfg, trainer_section, layer)
     cfg.pool_log.validate()
     length = vllm_context_length(cfg, heldout) if pool is not None else None

@@ -41,6 +41,7 @@ __all__ = [
     "HeldOutSettings",
     "ResolvedHeldOut",
     "heldout_answer_tokens",
+    "declared_layers",
     "heldout_protocol",
     "protocol_layer",
     "resolve_heldout",
@@ -190,15 +191,22 @@ class ResolvedHeldOut:
         return self.protocol.response_format
 
 
-def protocol_layer(cfg, layer: str) -> dict:
-    """The named protocol layer ``eval.layers.<layer>``, checked (a mapping of protocol fields).
-    Raises ``ConfigError`` naming ``eval.layers`` and the layers the recipe declares."""
-    layers = cfg.eval.layers or {}
+def declared_layers(cfg) -> dict:
+    """``eval.layers``, the recipe's named protocol layers ({} when none); ``ConfigError`` when
+    it is not a mapping ``{name: {protocol field: value}}``."""
+    layers = cfg.eval.layers if cfg.eval.layers is not None else {}
     check(
         isinstance(layers, dict),
         "eval.layers",
         f"must be a mapping {{name: {{protocol field: value}}}}; got {layers!r}.",
     )
+    return layers
+
+
+def protocol_layer(cfg, layer: str) -> dict:
+    """The named protocol layer ``eval.layers.<layer>``, checked (a mapping of protocol fields).
+    Raises ``ConfigError`` naming ``eval.layers`` and the layers the recipe declares."""
+    layers = declared_layers(cfg)
     if layer not in layers:
         known = ", ".join(sorted(layers)) or "none"
         raise ConfigError(
