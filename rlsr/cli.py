@@ -10,18 +10,25 @@ from rlsr.data import cli as data_cli
 from rlsr.data import load_env_tasks, load_tasks
 from rlsr.data.loading import DatasetUnavailableError
 from rlsr.evaluation import cli as evaluation_cli
+from rlsr.evaluation import compare_cli
 from rlsr.serving import cli as serving_cli
 from rlsr.verifiers.base import VerifierFailure
 
 # Each ``register`` takes the argparse sub-parsers object and adds its sub-command(s) with
 # ``set_defaults(func=...)``.
-_SUBCOMMANDS = (data_cli.register, evaluation_cli.register, serving_cli.register)
+_SUBCOMMANDS = (
+    data_cli.register,
+    evaluation_cli.register,
+    compare_cli.register,
+    serving_cli.register,
+)
 
 
 DESCRIPTION = (
     "Evaluate language models for selective prediction (answer only when likely right): "
     "generate answers with confidences on the paper's datasets, verify them, and score AURC, "
-    "ECE and accuracy at coverage; compare runs in paper-style tables; pick a risk-controlled "
+    "ECE and accuracy at coverage; compare runs in paper-style tables, and methods across "
+    "training seeds with confidence intervals; pick a risk-controlled "
     "confidence threshold; list and download the datasets. Training runs through "
     "`accelerate launch train.py` (docs/training.md)."
 )

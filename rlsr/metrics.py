@@ -74,6 +74,7 @@ __all__ = [
     "dcs_from_log_likelihoods",
     "BootstrapCI",
     "bootstrap_ci",
+    "bootstrap_mean_ci",
     "MeanStd",
     "mean_std_over_seeds",
 ]
@@ -278,6 +279,34 @@ def bootstrap_ci(
     if values.size == 0:
         return BootstrapCI(estimate, math.nan, math.nan)
     low, high = np.percentile(values, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+    return BootstrapCI(estimate, float(low), float(high))
+
+
+def bootstrap_mean_ci(
+    values, n_resamples: int = 10_000, alpha: float = 0.05, seed: int = 0
+) -> BootstrapCI:
+    """Percentile bootstrap CI of the mean of ``values``: one number per training seed (a
+    metric of one method), or per shared seed the paired difference of two methods
+    (``rlsr compare``; a statistics helper, not a paper definition).
+
+    With k values x_1..x_k: draws ``n_resamples`` index vectors of size k with replacement
+    (numpy ``default_rng(seed).integers(0, k, (n_resamples, k))``, so the same seed gives the
+    same bounds), takes each resample's mean, and returns the (alpha/2, 1 - alpha/2)
+    percentiles of those means (numpy's linear interpolation) beside the plain mean. Fewer than
+    2 values have no spread to resample: the bounds are NaN, not a zero-width interval.
+    """
+    arr = scores_array(list(values), "values")
+    if int(n_resamples) < 1:
+        raise ValueError(f"n_resamples must be >= 1; got {n_resamples}.")
+    if not (0.0 < alpha < 1.0):
+        raise ValueError(f"alpha must be in (0, 1); got {alpha}.")
+    k = arr.shape[0]
+    estimate = float(np.mean(arr))
+    if k < 2:
+        return BootstrapCI(estimate, math.nan, math.nan)
+    idx = np.random.default_rng(seed).integers(0, k, size=(int(n_resamples), k))
+    means = arr[idx].mean(axis=1)
+    low, high = np.percentile(means, [100 * alpha / 2, 100 * (1 - alpha / 2)])
     return BootstrapCI(estimate, float(low), float(high))
 
 

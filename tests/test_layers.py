@@ -59,6 +59,7 @@ LAYERS: dict[str, int] = {
     "rlsr.cli": 5,
     "rlsr.data.cli": 5,
     "rlsr.evaluation.cli": 5,
+    "rlsr.evaluation.compare_cli": 5,  # rlsr compare's command line
     "rlsr.serving.cli": 5,
     "rlsr.toy": 5,
 }

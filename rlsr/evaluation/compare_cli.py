@@ -1,0 +1,97 @@
+"""``rlsr compare``: the command line of ``rlsr.evaluation.compare``."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from rlsr.evaluation.compare import (
+    COMPARE_JSON,
+    COMPARE_MD,
+    COMPARE_PNG,
+    Bootstrap,
+    compare_runs,
+    write_comparison,
+)
+from rlsr.evaluation.compare_runs import EVALUATE, HELD_OUT
+
+__all__ = ["register", "run_compare"]
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "compare",
+        help="compare methods across training seeds: mean and 95%% CI over seeds, paired "
+        "differences",
+        usage="rlsr compare RUN_OR_FOLDER... --output-dir DIR [options]",
+        description="Group training runs by the method and seed their config.yaml records and "
+        "compare them per held-out dataset at the first and last evaluated step: AURC, ranking "
+        "gain (error rate - AURC), ECE and accuracy per seed, mean and 95%% bootstrap CI over "
+        "seeds, and per pair of methods the paired difference on shared seeds. Every value is "
+        f"recomputed from samples.jsonl. Writes DIR/{COMPARE_JSON}, DIR/{COMPARE_MD} and "
+        f"DIR/{COMPARE_PNG} (ranking gain against step).",
+        epilog="example after slurm/sweep.py: rlsr compare runs --output-dir comparisons/heldout "
+        "(held-out histories) or rlsr compare evals --output-dir comparisons/paper (the sweep's "
+        "evaluations). Details: docs/evaluation.md, 'Compare methods across seeds'.",
+    )
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="RUN_OR_FOLDER",
+        help="train.py output dirs (their eval/step-N history), `rlsr evaluate` folders of "
+        "their adapters, or folders holding either (a sweep's runs/ or evals/)",
+    )
+    parser.add_argument("--output-dir", required=True, metavar="DIR", help="where the files go")
+    parser.add_argument(
+        "--use",
+        choices=(HELD_OUT, EVALUATE),
+        help=f"which evaluations: {HELD_OUT} = train.py's eval/step-N history, {EVALUATE} = "
+        "`rlsr evaluate` folders of the runs' adapters (default: whichever the folders hold)",
+    )
+    parser.add_argument(
+        "--reference",
+        metavar="METHOD",
+        help="differences REFERENCE - each other method (default: every pair A - B by name)",
+    )
+    parser.add_argument(
+        "--bootstrap-resamples",
+        type=int,
+        default=Bootstrap.n_resamples,
+        metavar="N",
+        help="resamples of the CI over seeds (default %(default)s)",
+    )
+    parser.add_argument(
+        "--bootstrap-seed",
+        type=int,
+        default=Bootstrap.seed,
+        metavar="S",
+        help="seed of the CI's resampling (default %(default)s)",
+    )
+    parser.set_defaults(func=run_compare)
+
+
+def _fixed(value: float) -> str:
+    return f"{round(value, 4) + 0.0:.4f}"  # float noise of a zero prints 0.0000
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    if args.bootstrap_resamples < 1:
+        raise ValueError(f"--bootstrap-resamples must be >= 1; got {args.bootstrap_resamples}.")
+    boot = Bootstrap(n_resamples=args.bootstrap_resamples, seed=args.bootstrap_seed)
+    result = compare_runs(args.paths, use=args.use, reference=args.reference, bootstrap=boot)
+    for note in result["notes"]:
+        print(f"rlsr compare: note: {note}", file=sys.stderr)
+    written = write_comparison(result, args.output_dir)
+    for dataset, block in result["datasets"].items():
+        print(f"{dataset} at step {block['last_step']} (mean [95% CI] over seeds):")
+        for method, entry in block["methods"].items():
+            mean, ci = entry["mean"]["ranking_gain"], entry["ci95"]["ranking_gain"]
+            interval = "n/a" if math.isnan(ci[0]) else f"{_fixed(ci[0])}, {_fixed(ci[1])}"
+            n = len(entry["seeds"])
+            print(
+                f"  {method}: {n} seed{'s' if n != 1 else ''}, ranking gain {_fixed(mean)} "
+                f"[{interval}], AURC {_fixed(entry['mean']['aurc'])}"
+            )
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 0
