@@ -49,7 +49,7 @@ def _records(answers, *, golds=None) -> list[dict]:
 
 
 def _write_evaluation(out: Path, answers, run_record: dict, dataset: str = DATASET, golds=None):
-    """``out/<dataset>/samples.jsonl`` + metrics.json (the package's writers) and ``out/run.json``."""
+    """``out/<dataset>/samples.jsonl``, metrics.json (the package's writers), ``out/run.json``."""
     folder = out / dataset
     folder.mkdir(parents=True, exist_ok=True)
     records = _records(answers, golds=golds)

@@ -80,3 +80,13 @@ def test_train_py_recipe_tiny_ends_with_a_summary_whose_commands_run(tmp_path, m
     metrics = json.loads((out / "evaluate" / DATASET / "metrics.json").read_text())
     assert metrics["scorers"][metrics["primary_scorer"]]["aurc"] == pytest.approx(last["aurc"])
     assert (out / "report_curves.png").is_file() and (out / "report_pools.csv").is_file()
+
+    # `rlsr compare` reads both real layouts of this run: its held-out history (steps 0-4) and
+    # the final adapter's evaluate folder (step 4: checkpoint-4's trainer_state.json); method
+    # and seed from its config.yaml; values recomputed from samples.jsonl equal the history's.
+    for use, first in (("held-out", 0), ("evaluate", 4)):
+        compared = tmp_path / f"compare-{use}"
+        assert rlsr_main(["compare", str(out), "--use", use, "--output-dir", str(compared)]) == 0
+        block = json.loads((compared / "compare.json").read_text())["datasets"][DATASET]
+        assert (block["first_step"], block["last_step"]) == (first, 4)
+        assert block["methods"]["rlsr"]["seeds"]["42"]["aurc"] == pytest.approx(last["aurc"])

@@ -29,7 +29,6 @@ import numpy as np
 from rlsr import metrics as M
 from rlsr.evaluation.compare_runs import CONFIG_FILE, Evaluation, Run, check_comparable, find_runs
 from rlsr.evaluation.samples_io import json_safe
-from rlsr.evaluation.summary import scorer_arrays
 
 __all__ = [
     "COMPARE_JSON",
@@ -72,8 +71,9 @@ class Bootstrap:
 
 def evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:
     """AURC, ranking gain, ECE and accuracy of one evaluation, from its samples.jsonl
-    (``rlsr.metrics``; the confidence of its primary scorer, missing = 0.0)."""
-    conf, ok, _ = scorer_arrays(evaluation.records, evaluation.scorer)
+    (``rlsr.metrics``; the confidence of its primary scorer, missing = 0.0, read by
+    ``rlsr.evaluation.summary.scorer_arrays`` as for metrics.json)."""
+    conf, ok = evaluation.confidence, evaluation.correct
     aurc = M.aurc(conf, ok)
     accuracy = float(np.mean(ok))
     return {
@@ -164,7 +164,7 @@ def _dataset_block(
         entry["first"].update(
             _summary({r.seed: values[(method, r.seed)][first] for r in mine}, boot)
         )
-        entry["n_questions"] = len(mine[0].at(dataset, last).records)
+        entry["n_questions"] = len(mine[0].at(dataset, last).correct)
         entry["runs"] = {str(r.seed): str(r.path) for r in mine}
         entry["curve"] = _curve(mine, dataset)
         block["methods"][method] = entry

@@ -27,7 +27,7 @@ def register(subparsers) -> None:
         usage="rlsr compare RUN_OR_FOLDER... --output-dir DIR [options]",
         description="Group training runs by the method and seed their config.yaml records and "
         "compare them per held-out dataset at the first and last evaluated step: AURC, ranking "
-        "gain (error rate - AURC), ECE and accuracy per seed, mean and 95%% bootstrap CI over "
+        "gain (error rate - AURC), ECE and accuracy per seed, mean and 95% bootstrap CI over "
         "seeds, and per pair of methods the paired difference on shared seeds. Every value is "
         f"recomputed from samples.jsonl. Writes DIR/{COMPARE_JSON}, DIR/{COMPARE_MD} and "
         f"DIR/{COMPARE_PNG} (ranking gain against step).",

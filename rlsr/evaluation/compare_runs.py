@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from rlsr.eval_protocol import SAMPLE_FIELDS
@@ -40,6 +41,7 @@ from rlsr.evaluation.layout import (
     step_folders,
 )
 from rlsr.evaluation.samples_io import read_samples
+from rlsr.evaluation.summary import scorer_arrays
 
 __all__ = [
     "CONFIG_FILE",
@@ -63,23 +65,23 @@ _EXTRA_PROTOCOL_FIELDS = ("protocol_layer", "judge_model", "judge_max_answer_cha
 class Evaluation:
     """One dataset evaluated at one step of one training run."""
 
-    folder: Path  # .../<dataset>/ holding samples.jsonl and metrics.json
+    folder: Path  # .../<dataset>/ holding samples.jsonl and metrics.json (read once, not kept)
     step: int
     dataset: str
     protocol: dict  # SAMPLE_FIELDS (and _EXTRA_PROTOCOL_FIELDS) recorded in its run.json
     versions: dict | None  # the dataset's version record (rlsr.data.version_records), if any
-    records: list[dict]  # samples.jsonl
-    scorer: str  # metrics.json's primary scorer: the confidence every metric ranks by
+    confidence: np.ndarray  # per sample, the primary scorer's (metrics.json), missing = 0.0
+    correct: np.ndarray  # per sample
+    questions: str  # _questions_digest of the samples: which questions these are
 
-    @property
-    def questions(self) -> str:
-        """SHA-256 of the (id, question, gold answers) of every sample, in id order: the
-        held-out questions themselves, which a changed data file or split changes."""
-        rows = sorted(
-            (str(r.get("id")), r.get("question"), r.get("golds", r.get("gold")))
-            for r in self.records
-        )
-        return hashlib.sha256(json.dumps(rows, default=str).encode()).hexdigest()
+
+def _questions_digest(records: list[dict]) -> str:
+    """SHA-256 of the (id, question, gold answers) of every sample, in id order: the held-out
+    questions themselves, which a changed data file or split changes."""
+    rows = sorted(
+        (str(r.get("id")), r.get("question"), r.get("golds", r.get("gold"))) for r in records
+    )
+    return hashlib.sha256(json.dumps(rows, default=str).encode()).hexdigest()
 
 
 @dataclass
@@ -187,6 +189,7 @@ def _evaluations(out: Path, step: int) -> list[Evaluation]:
                 "sample per question."
             )
         name = folder.name
+        confidence, correct, _ = scorer_arrays(records, metrics.get("primary_scorer", "verbalized"))
         found.append(
             Evaluation(
                 folder=folder,
@@ -194,8 +197,10 @@ def _evaluations(out: Path, step: int) -> list[Evaluation]:
                 dataset=name,
                 protocol=_protocol(run),
                 versions=versions.get(name) or versions.get(name.split("@")[0]),
-                records=records,
-                scorer=metrics.get("primary_scorer", "verbalized"),
+                # the confidence every metric of metrics.json ranks by (summary.scorer_arrays)
+                confidence=confidence,
+                correct=correct,
+                questions=_questions_digest(records),
             )
         )
     return found
@@ -294,10 +299,16 @@ def _add_evaluations(runs: dict[Path, Run], folder: Path, named: bool, notes: li
     found = _evaluate_run(folder)
     if found is None:
         record = _read_json(folder / RUN_FILE)
+        if named and folder.parent.name == EVAL_DIR and (folder.parents[1] / CONFIG_FILE).is_file():
+            raise ValueError(
+                f"{folder}: one step of the held-out history of {folder.parents[1]}; give that "
+                "run folder (all its steps)."
+            )
         if named:
             raise ValueError(_not_a_run(folder, record))
         notes.append(
-            f"left out {folder}: it evaluated no train.py run (model {record.get('model')!r}, adapter {record.get('adapter')!r})"
+            f"left out {folder}: it evaluated no train.py run (model "
+            f"{record.get('model')!r}, adapter {record.get('adapter')!r})"
         )
         return
     run, evaluations = found
