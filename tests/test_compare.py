@@ -181,7 +181,8 @@ def test_bootstrap_mean_ci_matches_the_exact_bootstrap_distribution():
 
 def test_bootstrap_mean_ci_is_seeded_and_undefined_for_one_value():
     """The same seed gives the same bounds (compare.json is reproducible); one value gives NaN
-    bounds, not a zero-width interval that would read as certainty; equal values give [v, v]."""
+    bounds, not a zero-width interval that would read as certainty; equal values give [v, v];
+    2 or 3 values give their range (the documented reading of a CI over few seeds)."""
     values = [0.21, 0.53, 0.12, 0.47, 0.38, 0.05, 0.66]
     assert M.bootstrap_mean_ci(values, seed=7) == M.bootstrap_mean_ci(values, seed=7)
     # 100 resamples of 7 distinct values: another seed moves the percentiles
@@ -189,6 +190,9 @@ def test_bootstrap_mean_ci_is_seeded_and_undefined_for_one_value():
     one = M.bootstrap_mean_ci([0.3])
     assert one.estimate == 0.3 and math.isnan(one.low) and math.isnan(one.high)
     assert M.bootstrap_mean_ci([0.25, 0.25, 0.25])[1:] == (0.25, 0.25)
+    # 2 or 3 seeds: the interval is their range, as docs/evaluation.md says (P = 1/4, 1/27)
+    assert M.bootstrap_mean_ci([0.1, 0.4, 0.2])[1:] == pytest.approx((0.1, 0.4), abs=1e-12)
+    assert M.bootstrap_mean_ci([0.3, 0.1])[1:] == pytest.approx((0.1, 0.3), abs=1e-12)
 
 
 # --------------------------------------------------------------------------- numbers

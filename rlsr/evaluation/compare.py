@@ -214,7 +214,7 @@ def compare_runs(
             notes.append(
                 f"{method} has {len(seeds)} seed{'s' if len(seeds) != 1 else ''} "
                 f"({', '.join(map(str, seeds))}), fewer than {MIN_SEEDS}: its CI is "
-                + ("not defined" if len(seeds) == 1 else "a rough range")
+                + ("not defined" if len(seeds) == 1 else "the range of its 2 seeds")
                 + "; train more seeds."
             )
         differing = _config_differences([r for r in runs if r.method == method])

@@ -65,12 +65,15 @@ _EXTRA_PROTOCOL_FIELDS = ("protocol_layer", "judge_model", "judge_max_answer_cha
 class Evaluation:
     """One dataset evaluated at one step of one training run."""
 
-    folder: Path  # .../<dataset>/ holding samples.jsonl and metrics.json (read once, not kept)
+    folder: Path  # .../<dataset>/ holding samples.jsonl and metrics.json
     step: int
     dataset: str
     protocol: dict  # SAMPLE_FIELDS (and _EXTRA_PROTOCOL_FIELDS) recorded in its run.json
-    versions: dict | None  # the dataset's version record (rlsr.data.version_records), if any
-    confidence: np.ndarray  # per sample, the primary scorer's (metrics.json), missing = 0.0
+    versions: dict | None  # _version_of the dataset in its run.json, None if unrecorded
+    # per sample (samples.jsonl is read once; only these are kept): the confidence of the
+    # primary scorer (metrics.json's, missing = 0.0, as summary.scorer_arrays reads it for
+    # metrics.json) and the verdict
+    confidence: np.ndarray
     correct: np.ndarray  # per sample
     questions: str  # _questions_digest of the samples: which questions these are
 
@@ -94,7 +97,6 @@ class Run:
     config: dict
     kind: str  # HELD_OUT (its eval/step-N history) or EVALUATE (rlsr evaluate folders of it)
     evaluations: list[Evaluation] = field(default_factory=list)
-    sources: list[Path] = field(default_factory=list)  # the folders its evaluations came from
 
     def steps(self, dataset: str) -> list[int]:
         return sorted(e.step for e in self.evaluations if e.dataset == dataset)
@@ -157,10 +159,26 @@ def _protocol(run: dict) -> dict:
     return out
 
 
+def _version_of(run: dict, folder_name: str) -> dict | None:
+    """What decides the verdicts of one dataset, as its run.json records it: the version record
+    (``rlsr.data.version_records``: verifier, its options, plugin file, data files) and, for an
+    `rlsr evaluate` of a user task, the task file's hash (a hub task's revision is in it).
+    None when neither is recorded (an older run.json)."""
+    name = folder_name.split("@")[0]  # a <dataset>@<split> folder
+    versions = run.get("versions") or {}
+    record = versions.get(folder_name) or versions.get(name)
+    task = (run.get("tasks") or {}).get(name)
+    if task:
+        record = {
+            **(record or {}),
+            "task_file": task.get("definition_sha256") or task.get("sha256"),
+        }
+    return record
+
+
 def _evaluations(out: Path, step: int) -> list[Evaluation]:
     """Every dataset of one evaluation folder (``rlsr evaluate`` layout) with samples."""
     run = _read_json(out / RUN_FILE) if (out / RUN_FILE).is_file() else {}
-    versions = run.get("versions") or {}
     found = []
     for samples in sorted(out.glob(f"*/{SAMPLES_FILE}")):
         folder = samples.parent
@@ -181,13 +199,14 @@ def _evaluations(out: Path, step: int) -> list[Evaluation]:
                 f"{SAMPLES_FILE} holds {len(records)}: an evaluation is still writing it or was "
                 "cut off; rerun the same `rlsr evaluate` command to finish it."
             )
-        ids = [str(r.get("id")) for r in records]
-        if len(set(ids)) != len(ids):
-            dup = next(i for i in ids if ids.count(i) > 1)
-            raise ValueError(
-                f"{samples}: question id {dup!r} appears twice; one evaluation folder holds one "
-                "sample per question."
-            )
+        seen: set[str] = set()
+        for record in records:
+            if str(record.get("id")) in seen:
+                raise ValueError(
+                    f"{samples}: question id {record.get('id')!r} appears twice; one evaluation "
+                    "folder holds one sample per question."
+                )
+            seen.add(str(record.get("id")))
         name = folder.name
         confidence, correct, _ = scorer_arrays(records, metrics.get("primary_scorer", "verbalized"))
         found.append(
@@ -196,8 +215,7 @@ def _evaluations(out: Path, step: int) -> list[Evaluation]:
                 step=step,
                 dataset=name,
                 protocol=_protocol(run),
-                versions=versions.get(name) or versions.get(name.split("@")[0]),
-                # the confidence every metric of metrics.json ranks by (summary.scorer_arrays)
+                versions=_version_of(run, name),
                 confidence=confidence,
                 correct=correct,
                 questions=_questions_digest(records),
@@ -207,12 +225,14 @@ def _evaluations(out: Path, step: int) -> list[Evaluation]:
 
 
 def _final_step(run_dir: Path) -> int:
-    """The step of the final adapter train.py saved in ``run_dir``: ``max_steps`` of its newest
-    checkpoint's trainer_state.json (HF Trainer saves a checkpoint at the last step)."""
+    """The step of the final adapter train.py saved in ``run_dir``: the ``max_steps`` its newest
+    checkpoint's trainer_state.json records (the step ``train()`` runs to; train.py saves the
+    final adapter after it returns, and HF Trainer checkpoints that last step too)."""
     for _, folder in reversed(checkpoint_folders(run_dir)):
         state = folder / "trainer_state.json"
-        if state.is_file():
-            return int(_read_json(state)["max_steps"])
+        max_steps = _read_json(state).get("max_steps") if state.is_file() else None
+        if isinstance(max_steps, int) and max_steps > 0:
+            return max_steps
     raise ValueError(
         f"{run_dir}: no {CHECKPOINT_PREFIX}N/trainer_state.json, so the step of its final "
         f"adapter is unknown; evaluate a {CHECKPOINT_PREFIX}N folder of the run instead."
@@ -242,7 +262,7 @@ def _history_run(run_dir: Path) -> Run:
     """A train.py output dir with its held-out history (no evaluation when it has none)."""
     config = _read_config(run_dir)
     method, seed = _method_and_seed(config, run_dir)
-    run = Run(run_dir, method, seed, config, HELD_OUT, sources=[run_dir])
+    run = Run(run_dir, method, seed, config, HELD_OUT)
     for step, folder in step_folders(run_dir):
         if not (folder / FAILED_FILE).is_file():
             run.evaluations += _evaluations(folder, step)
@@ -321,7 +341,6 @@ def _add_evaluations(runs: dict[Path, Run], folder: Path, named: bool, notes: li
                 f"{other.parent} and {e.folder.parent}; pass one of them."
             )
         held.evaluations.append(e)
-    held.sources.append(folder)
 
 
 def find_runs(paths: list[str], use: str | None = None) -> tuple[list[Run], list[str]]:
