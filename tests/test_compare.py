@@ -321,17 +321,24 @@ def test_runs_are_grouped_by_recorded_method_label_and_seed(tmp_path, capsys):
 
 def test_fewer_than_three_seeds_is_said_not_refused(tmp_path, capsys):
     """A method with one or two seeds is compared, and the output says so (stderr, compare.md,
-    compare.json's notes); one seed's CI is null (n/a), never a zero-width interval."""
+    compare.json's notes); one seed's CI is null (n/a), never a zero-width interval. A training
+    setting that differs between the runs of one method is named too."""
     root = tmp_path / "runs"
     last = _answers(CONF, _correct("1111011000"))
     make_run(root, "a", method="rlsr", seed=1, steps={0: FLAT, 4: last})
     make_run(root, "b", method="rlcr", seed=1, steps={0: FLAT, 4: last})
-    make_run(root, "c", method="rlcr", seed=2, steps={0: FLAT, 4: last})
+    make_run(root, "c", method="rlcr", seed=2, steps={0: FLAT, 4: last},
+             config={"grpo": {"learning_rate": 0.01}})  # fmt: skip
     out = tmp_path / "cmp"
     code, _, err = _compare(capsys, root, "--output-dir", out)
     assert code == 0
     assert "rlsr has 1 seed (1), fewer than 3" in err
     assert "rlcr has 2 seeds (1, 2), fewer than 3" in err
+    # a setting that differs between one method's runs is named (seed, output_dir are not)
+    assert (
+        "the runs of rlcr differ in their recorded config (config.yaml) beyond the seed: "
+        "grpo.learning_rate" in err
+    )
     result = json.loads((out / COMPARE_JSON).read_text())
     assert any("rlsr has 1 seed" in n for n in result["notes"])
     assert result["datasets"][DATASET]["methods"]["rlsr"]["ci95"]["aurc"] == [None, None]
@@ -429,6 +436,8 @@ def _two_runs(root: Path, **second) -> tuple[Path, Path]:
         ("questions", {"golds": {3: "mauve"}},
          ["data version of tiny-missing differs: its questions", "eval.limit"]),
         ("seed twice", {"method": "rlsr"}, ["method 'rlsr' has seed 1 twice", "method.label"]),
+        ("no common step", {"steps": {2: FLAT, 6: FLAT}},
+         ["no step of tiny-missing was evaluated by every run", "[0, 4]", "[2, 6]"]),
     ],
 )  # fmt: skip
 def test_refusals_name_the_field_and_the_runs_and_write_nothing(
