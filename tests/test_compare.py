@@ -309,12 +309,14 @@ def test_runs_are_grouped_by_recorded_method_label_and_seed(tmp_path, capsys):
     make_run(root, "rlsr-seed1", method="rlcr", seed=5, steps={0: FLAT, 4: last})
     make_run(root, "rlsr-seed2", method="rlcr", seed=5, label="rlcr-std", steps={0: FLAT, 4: last})
     make_run(root, "x", method="rlsr", seed=1, steps={0: FLAT, 4: last})
+    make_run(root, "y", method="rlsr", seed=2, steps={0: FLAT, 4: last})
     out = tmp_path / "cmp"
     code, _, err = _compare(capsys, root, "--output-dir", out)
     assert code == 0, err
     result = json.loads((out / COMPARE_JSON).read_text())
     methods = result["datasets"][DATASET]["methods"]
     assert sorted(methods) == ["rlcr", "rlcr-std", "rlsr"]
+    assert list(methods["rlsr"]["seeds"]) == ["1", "2"]
     assert list(methods["rlcr"]["seeds"]) == ["5"]
     assert methods["rlcr"]["runs"]["5"].endswith("rlsr-seed1")
 
@@ -354,6 +356,7 @@ def test_compared_at_the_last_step_every_run_reached(tmp_path, capsys):
     last = _answers(CONF, _correct("1111011000"))
     make_run(root, "a", method="rlsr", seed=1, steps={0: FLAT, 4: last, 8: FLAT})
     b = make_run(root, "b", method="rlcr", seed=1, steps={0: FLAT, 4: last})
+    make_run(root, "c", method="rlcr", seed=2, steps={0: FLAT, 4: last})  # a second seed
     failed = step_dir(b, 8)
     failed.mkdir()
     (failed / "failed.json").write_text(json.dumps({"step": 8, "error": "judge down"}))
@@ -377,7 +380,7 @@ def test_rlsr_evaluate_folders_of_checkpoints_and_final_adapters(tmp_path, capsy
     runs, evals = tmp_path / "runs", tmp_path / "evals"
     last = _answers(CONF, _correct("1111011000"))
     mid = _answers(CONF, _correct("1010101010"))
-    for name, method, seed in (("r1", "rlsr", 1), ("r2", "rlcr", 1)):
+    for name, method, seed in (("r1", "rlsr", 1), ("r2", "rlcr", 1), ("r2b", "rlcr", 2)):
         run = make_run(runs, name, method=method, seed=seed, steps={})
         ckpt = checkpoint_dir(run, 10)
         ckpt.mkdir()
@@ -508,3 +511,19 @@ def test_output_appears_complete_or_not_at_all(sweep, tmp_path, capsys, monkeypa
     monkeypatch.undo()
     assert _compare(capsys, sweep, "--output-dir", out)[0] == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)
+
+
+def test_runs_of_one_seed_each_are_refused_naming_each_run(tmp_path, capsys):
+    """When no method has a second seed there is nothing to compare across seeds: one line
+    naming each run's method, seed and folder, exit 2, no output file. Catches a table of
+    single runs presented with the look of a seed comparison."""
+    root = tmp_path / "runs"
+    last = _answers(CONF, _correct("1111011000"))
+    make_run(root, "a", method="rlsr", seed=1, steps={0: FLAT, 4: last})
+    make_run(root, "b", method="rlcr", seed=1, steps={0: FLAT, 4: last})
+    out = tmp_path / "cmp"
+    code, _, err = _compare(capsys, root, "--output-dir", out)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "every method has one seed" in err
+    assert "rlsr: seed 1" in err and "rlcr: seed 1" in err and str(root / "a") in err
+    assert not out.exists() or not any(out.iterdir())

@@ -228,6 +228,15 @@ def compare_runs(
     for dataset in runs[0].datasets():
         datasets[dataset], more = _dataset_block(runs, dataset, methods, pairs, bootstrap)
         notes += more
+    # after the other checks, so a refusal of mixed runs is not hidden behind this one
+    seed_counts = {m: sum(r.method == m for r in runs) for m in methods}
+    if max(seed_counts.values()) < 2:
+        raise ValueError(
+            "every method has one seed ("
+            + ", ".join(f"{r.method}: seed {r.seed} in {r.path}" for r in runs)
+            + "): a comparison across seeds needs at least 2 per method (3 for a CI worth the "
+            "name); train the same recipe with more seeds (seed=N) and pass those runs too."
+        )
     return {
         "schema_version": SCHEMA_VERSION,
         "evaluations": runs[0].kind,
