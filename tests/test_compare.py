@@ -405,6 +405,7 @@ def test_rlsr_evaluate_folders_of_checkpoints_and_final_adapters(tmp_path, capsy
     )
     # held-out histories beside evaluate folders are two evaluations: refused unless --use says
     make_run(runs, "r3", method="rlvr", seed=1, steps={0: FLAT})
+    make_run(runs, "r4", method="rlvr", seed=2, steps={0: FLAT})
     code, _, err = _compare(capsys, tmp_path, "--output-dir", tmp_path / "both")
     assert code == 2 and "--use held-out or --use evaluate" in _one_error_line(err)
     assert not (tmp_path / "both").exists()
@@ -412,7 +413,7 @@ def test_rlsr_evaluate_folders_of_checkpoints_and_final_adapters(tmp_path, capsy
     assert code == 0, err
     assert json.loads((out / COMPARE_JSON).read_text())["methods"] == ["rlcr", "rlsr"]
     code, _, err = _compare(capsys, tmp_path, "--use", "held-out", "--output-dir", out)
-    assert code == 0 and "left out 2 run(s) without held-out history" in err
+    assert code == 0 and "left out 3 run(s) without held-out history" in err
     assert json.loads((out / COMPARE_JSON).read_text())["methods"] == ["rlvr"]
 
 
