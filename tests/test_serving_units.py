@@ -442,3 +442,25 @@ def test_serve_names_every_missing_package_in_one_message_before_reading_anythin
     assert main([*argv, "--upstream", "http://127.0.0.1:9/v1"]) == 2
     err = capsys.readouterr().err
     assert "needs openai" in err and "pip install 'rlsr[serve]'" in err and "vllm" not in err
+
+
+def test_serve_refuses_another_system_prompt_than_certified_unless_forced(tmp_path, capsys):
+    """The system prompt shapes the answer as much as a decoding flag: a --system-prompt other
+    than the one the threshold's samples were rendered with (provenance.system_prompt) is refused
+    with the decoding flags' message and --force escape (a mere warning would serve a threshold
+    that does not hold); the certified prompt itself, or none given, is served."""
+    from rlsr.serving.cli import serve_settings
+
+    served = _certified(tmp_path)  # certified with the "simple" prompt
+    assert serve_settings(_serve_args(), served).system_prompt == "simple"
+    assert (
+        serve_settings(_serve_args("--system-prompt", "simple"), served).system_prompt == "simple"
+    )
+    with pytest.raises(ValueError, match=r"--system-prompt 'long' \(certified: 'simple'\) differs "
+                       r"from the protocol the threshold was certified under.*--force"):  # fmt: skip
+        serve_settings(_serve_args("--system-prompt", "long"), served)
+    forced = serve_settings(_serve_args("--system-prompt", "long", "--force"), served)
+    assert forced.system_prompt == "long"
+    assert (
+        "warning: --force: --system-prompt 'long' (certified: 'simple')" in capsys.readouterr().err
+    )

@@ -111,8 +111,8 @@ def register(subparsers) -> None:
     sv.add_argument(
         "--force",
         action="store_true",
-        help="serve a threshold computed for another model or adapter, or with decoding flags "
-        "that differ from its certified protocol",
+        help="serve a threshold computed for another model or adapter, or with a system prompt "
+        "or decoding flags that differ from its certified protocol",
     )
     sv.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
     sv.add_argument("--port", type=int, default=8000, help="(default: %(default)s)")
@@ -138,7 +138,7 @@ def register(subparsers) -> None:
     sv.add_argument(
         "--system-prompt",
         help="training system prompt: simple, long or a task's (default: the one the threshold's "
-        "samples used)",
+        "samples used; another one is refused unless --force)",
     )
     g = sv.add_argument_group(
         "decoding (default: the protocol the threshold was certified under; a value that differs "
@@ -226,13 +226,6 @@ def serve_settings(args, threshold: ServedThreshold) -> ServeSettings:
             + ("" if args.tau is not None else "; the threshold file does not record it")
             + "."
         )
-    if prov.get("system_prompt") and system_prompt != prov["system_prompt"]:
-        print(
-            f"rlsr serve: warning: --system-prompt {system_prompt} differs from the "
-            f"threshold's evaluation ({prov['system_prompt']}): the threshold may not hold.",
-            file=sys.stderr,
-        )
-
     return ServeSettings(
         tau=threshold.tau,
         model_name=args.served_model_name or args.model,
@@ -247,16 +240,22 @@ def serve_settings(args, threshold: ServedThreshold) -> ServeSettings:
 def served_protocol(args, provenance) -> EvalProtocol:
     """The protocol ``rlsr serve`` decodes with: the one the threshold was certified under
     (``deployment.json``'s ``provenance.protocol``; an older file's ``decoding``; the declared
-    defaults for what neither records) with the decoding flags given. A flag whose value differs
-    from a recorded one is refused unless ``--force`` (then it warns): the threshold was chosen
-    on answers decoded that way. What the file does not record (samples deployed without their
-    metrics.json), and everything with ``--tau``, was not certified: the flags apply."""
+    defaults for what neither records) with the decoding flags given. A flag that shapes the
+    answer (``--system-prompt`` or a decoding flag) whose value differs from a recorded one is
+    refused unless ``--force`` (then it warns): the threshold was chosen on answers made that
+    way. What the file does not record (samples deployed without their metrics.json), and
+    everything with ``--tau``, was not certified: the flags apply."""
     certified = dict(provenance.get("decoding") or {})
     certified.update(provenance.get("protocol") or {})
     certified = {k: v for k, v in certified.items() if k in PROTOCOL_FIELDS}
     given = {k: getattr(args, k) for k in DECODING_FIELDS if getattr(args, k, None) is not None}
     changed = [f"{flag_of(k)} {v!r} (certified: {certified[k]!r})"
                for k, v in given.items() if k in certified and v != certified[k]]  # fmt: skip
+    # The system prompt the samples were rendered with (a name: provenance.system_prompt), not
+    # the protocol's unset default: it shapes the answer as much as any decoding field.
+    rendered = provenance.get("system_prompt")
+    if args.system_prompt is not None and rendered and args.system_prompt != rendered:
+        changed.insert(0, f"--system-prompt {args.system_prompt!r} (certified: {rendered!r})")
     if changed and provenance and not args.force:
         raise ValueError(
             f"--threshold {args.threshold}: " + "; ".join(changed) + " differs from the protocol "
