@@ -62,6 +62,7 @@ from rlsr.evaluation.history import read_history
 from rlsr.evaluation.in_training import HeldOutEvaluator
 from rlsr.evaluation.layout import (
     EVAL_DIR,
+    FINAL_WEIGHT_FILES,
     STEP_PREFIX,
     VERSIONS_FILE,
     checkpoint_folders,
@@ -632,8 +633,7 @@ def run_summary(
     done = f"{steps} optimizer steps" if steps is not None else "training finished"
     took = f" in {seconds:.0f} s" if seconds is not None else ""
     lines = [f"[rlsr] {done}{took}. Run folder: {out}"]
-    final = [name for name in ("adapter_model.safetensors", "model.safetensors")
-             if (out / name).is_file()]  # fmt: skip
+    final = [name for name in FINAL_WEIGHT_FILES if (out / name).is_file()]
     lines.append(f"  adapter      {out / final[0] if final else 'none saved'}")
     ckpts = checkpoint_folders(out)
     lines.append(
@@ -673,7 +673,7 @@ def run_summary(
     report = shlex.quote(str(out / "report"))
     rlsr = shlex.quote(rlsr_program())
     if history:
-        lines.append(f"  {rlsr} report --curves {shlex.quote(str(out))} --output {report}")
+        lines.append(f"  {rlsr} report --curves {shlex.quote(str(out))} --output-dir {report}")
     if pools:
-        lines.append(f"  {rlsr} report --pools {shlex.quote(str(out))} --output {report}")
+        lines.append(f"  {rlsr} report --pools {shlex.quote(str(out))} --output-dir {report}")
     return "\n".join(lines)

@@ -324,15 +324,15 @@ def test_deployment_and_dcs_on_mcq(tiny_model_dir, tmp_path):
                 str(out / "medqa@validation"),
                 "--test",
                 str(out / "medqa"),
-                "--target",
+                "--deployment-target",
                 "0.5",
-                "--output",
+                "--output-dir",
                 str(tmp_path / "dep"),
             ]
         )
         == 0
     )
-    again = json.loads((tmp_path / "dep.json").read_text())
+    again = json.loads((tmp_path / "dep" / "deployment.json").read_text())
     assert again["rows"] == deployment["rows"]
     # provenance for `rlsr serve`: what the threshold was computed from, and what it promises
     prov = deployment["provenance"]
@@ -370,21 +370,21 @@ def test_report_over_two_evaluation_dirs(evaluated, tiny_model_dir, tmp_path):
                 str(second),
                 "--label",
                 f"BASE={base}",
-                "--output",
+                "--output-dir",
                 str(prefix),
             ]
         )
         == 0
     )
-    md = (tmp_path / "report.md").read_text()
+    md = (prefix / "report.md").read_text()
     assert "| rlsr |" in md and "| BASE |" in md and "±" in md  # two seeds -> mean ± std
-    assert (tmp_path / "report_risk_coverage.png").stat().st_size > 1000
+    assert (prefix / "report_risk_coverage.png").stat().st_size > 1000
     # Tab. 2 (controlled gap over the 6 shared questions) and Fig. 3 (densities) on real samples.
     assert "| tiny | rlsr |" in md.split("## Controlled confidence gap")[1]
-    assert (tmp_path / "report_confidence_density.png").stat().st_size > 1000
+    assert (prefix / "report_confidence_density.png").stat().st_size > 1000
     import csv
 
-    rows = list(csv.DictReader(open(tmp_path / "report.csv")))
+    rows = list(csv.DictReader(open(prefix / "report.csv")))
     aurcs = [json.loads((d / "tiny" / "metrics.json").read_text())["scorers"]["verbalized"]["aurc"]
              for d in (evaluated, second)]  # fmt: skip
     row = next(

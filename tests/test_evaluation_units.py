@@ -191,6 +191,116 @@ def test_deployment_infeasible_row_reports_top_accuracy():
     assert "model†" in deployment.deployment_markdown({"model": rows})
 
 
+def _evaluation_folder(root, name="rlsr-seed0"):
+    """An `rlsr evaluate --deployment-target` folder written by hand: run.json and 20 samples of
+    medqa@validation and of medqa (test); confidence (i % 10) / 10, every fourth answer wrong,
+    so both top answers (confidence 0.9) are right: the plain rule reaches 95 % on 2 answers, the
+    Clopper-Pearson rule does not."""
+    out = root / name
+    for job in ("medqa@validation", "medqa"):
+        (out / job).mkdir(parents=True)
+        records = [{"id": f"{job}-{i}", "dataset": job, "correct": i % 4 != 0,
+                    "scores": {"verbalized": (i % 10) / 10}} for i in range(20)]  # fmt: skip
+        append_samples(out / job / "samples.jsonl", records)
+    (out / "run.json").write_text(json.dumps({"model": "m", "adapter": None}))
+    return out
+
+
+def test_deploy_report_and_serve_report_write_into_output_dir_created_with_parents(
+    tmp_path, capsys
+):
+    """One output convention: `--output-dir DIR` (missing parents created) with fixed names
+    inside: DIR/deployment.json + .md, DIR/report.md ..., DIR/serve_report.json + .md; the old
+    spellings (deploy --output PREFIX / --target, report --output, serve-report --output) still
+    write where they did, each with one note line on stderr naming the new spelling (a missing
+    folder under --output was a raw [Errno 2]); a file given as --output-dir is refused before
+    anything is read."""
+    from rlsr.cli import main
+
+    evals = _evaluation_folder(tmp_path)
+    common = ["deploy", "--validation", str(evals / "medqa@validation"), "--test",
+              str(evals / "medqa")]  # fmt: skip
+    new = tmp_path / "a" / "b"
+    assert main([*common, "--deployment-target", "0.7", "--output-dir", str(new)]) == 0
+    assert sorted(p.name for p in new.iterdir()) == ["deployment.json", "deployment.md"]
+    assert capsys.readouterr().err == ""
+    old = tmp_path / "c" / "d" / "dep"
+    assert main([*common, "--target", "0.7", "--output", str(old)]) == 0
+    notes = capsys.readouterr().err.splitlines()
+    assert notes == [
+        "rlsr deploy: note: --target is deprecated; use --deployment-target.",
+        "rlsr deploy: note: --output is deprecated; use --output-dir DIR (writes "
+        "DIR/deployment.json and .md).",
+    ]
+    assert json.loads(old.with_suffix(".json").read_text())["rows"] == json.loads(
+        (new / "deployment.json").read_text())["rows"]  # fmt: skip
+    (tmp_path / "file").write_text("")
+    assert (
+        main([*common, "--deployment-target", "0.7", "--output-dir", str(tmp_path / "file")]) == 2
+    )
+    assert (
+        capsys.readouterr().err
+        == f"rlsr: error: --output-dir {tmp_path / 'file'} is a file; give a folder.\n"
+    )
+
+    run = tmp_path / "run-seed0" / "tiny"
+    run.mkdir(parents=True)
+    metrics = {"n": 2, "accuracy": 0.5, "primary_scorer": "verbalized", "scorers": {"verbalized":
+               {"aurc": 0.4, "ece": 0.1, "acc@10": 1.0, "acc@25": 0.5, "acc@50": 0.5}}}  # fmt: skip
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    assert main(["report", str(run.parent), "--output-dir", str(tmp_path / "r" / "s")]) == 0
+    assert {"report.md", "report.csv"} <= {p.name for p in (tmp_path / "r" / "s").iterdir()}
+    assert main(["report", str(run.parent), "--output", str(tmp_path / "old")]) == 0
+    assert (tmp_path / "old.md").is_file()
+    assert (
+        "rlsr report: note: --output is deprecated; use --output-dir DIR" in capsys.readouterr().err
+    )
+
+    log = tmp_path / "decisions.jsonl"
+    log.write_text("".join(json.dumps({"decision": d, "tau": 0.5}) + "\n"
+                           for d in ("answered", "abstained")))  # fmt: skip
+    served = tmp_path / "e" / "f"
+    assert main(["serve-report", str(log), "--tau", "0.5", "--output-dir", str(served)]) == 0
+    assert sorted(p.name for p in served.iterdir()) == ["serve_report.json", "serve_report.md"]
+    assert json.loads((served / "serve_report.json").read_text())["answered"] == 1
+    assert main(["serve-report", str(log), "--output", str(tmp_path / "g" / "s.json")]) == 0
+    assert json.loads((tmp_path / "g" / "s.json").read_text())["n"] == 2
+    assert "rlsr serve-report: note: --output is deprecated" in capsys.readouterr().err
+
+
+def test_deployment_table_prints_its_legend_and_names_the_run_as_evaluate_does(tmp_path, capsys):
+    """Wherever the deployment table is printed or written (rlsr deploy's stdout and .md,
+    rlsr evaluate --deployment-target's), a dagger row comes with its legend right under the
+    table (what the dagger means, what the row shows instead); the Method column is the
+    evaluation folder's name (the folder of the samples' run.json) in both commands, not
+    `model` in one and the folder in the other."""
+    import argparse
+
+    from rlsr.cli import main
+    from rlsr.evaluation import cli as evaluation_cli
+
+    evals = _evaluation_folder(tmp_path)
+    argv = ["deploy", "--validation", str(evals / "medqa@validation"), "--test",
+            str(evals / "medqa"), "--deployment-target", "0.95", "--output-dir", str(tmp_path / "d")]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    table, legend = printed.strip().split("\n\n")
+    assert legend == deployment.INFEASIBLE_LEGEND and legend.startswith("† the rule reached no")
+    assert "| rlsr-seed0 | plain |" in table and "| rlsr-seed0† | clopper_pearson |" in table
+    assert (tmp_path / "d" / "deployment.md").read_text().strip() == printed.strip()
+    assert json.loads((tmp_path / "d" / "deployment.json").read_text())["method"] == "rlsr-seed0"
+    # rlsr evaluate --deployment-target on the same folder: the same table, the same name
+    args = argparse.Namespace(deployment_splits="validation,test", deployment_dataset="medqa",
+                              deployment_target=0.95, deployment_delta=0.1, output_dir=str(evals))  # fmt: skip
+    jobs = [("medqa@validation", "medqa", "validation"), ("medqa", "medqa", "test")]
+    evaluation_cli._deploy_from_dirs(evals, args, jobs)
+    assert capsys.readouterr().out.strip() == printed.strip()
+    assert (evals / "deployment.md").read_text().strip() == printed.strip()
+    # a table without a dagger row needs no legend
+    feasible = deployment.deployment_rows([0.9] * 30, [True] * 30, [0.9], [True], 0.5)
+    assert "†" not in deployment.deployment_markdown({"m": feasible})
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -346,7 +456,7 @@ def test_cli_input_errors_are_one_line_not_tracebacks(capsys, tmp_path):
     assert main(["evaluate", "--model", str(tmp_path), "--datasets", "nope",
                  "--output-dir", str(tmp_path / "ev")]) == 2  # fmt: skip
     assert capsys.readouterr().err.startswith("rlsr: error: unknown dataset 'nope'")
-    assert main(["report", str(tmp_path / "missing"), "--output", str(tmp_path / "rep")]) == 2
+    assert main(["report", str(tmp_path / "missing"), "--output-dir", str(tmp_path / "rep")]) == 2
     assert "rlsr: error:" in capsys.readouterr().err
     assert main(["evaluate", "--model", "/no/such/model", "--datasets", "tiny",
                  "--output-dir", str(tmp_path / "ev")]) == 2  # fmt: skip

@@ -140,9 +140,9 @@ def test_report_curves_draws_two_runs_and_names_the_best_checkpoint(run, tmp_pat
     other = tmp_path / "seed7"
     _train(_settings(other, seed=7))
     assert rlsr_main(["report", "--curves", str(out), str(other),
-                      "--output", str(tmp_path / "cmp")]) == 0  # fmt: skip
+                      "--output-dir", str(tmp_path / "cmp")]) == 0  # fmt: skip
     text = capsys.readouterr().out
-    png, table = tmp_path / "cmp_curves.png", tmp_path / "cmp_curves.csv"
+    png, table = tmp_path / "cmp" / "report_curves.png", tmp_path / "cmp" / "report_curves.csv"
     assert png.stat().st_size > 10_000
     lines = table.read_text().splitlines()
     assert lines[0].startswith("run,dataset,step,n,aurc,accuracy,ece")

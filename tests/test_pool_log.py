@@ -118,16 +118,16 @@ def test_rlsr_report_pools_prints_a_line_per_step_and_writes_the_csv(tmp_path, c
     writer = PoolLogWriter(run, every=1)
     writer.write(0, _rows(0, [True, False, False, False], [0.2, 0.9, 0.5, 0.5]))
     writer.write(1, _rows(1, [True, True, False, False], [0.9, 0.8, 0.1, 0.2]))
-    assert rlsr_main(["report", "--pools", str(run), "--output", str(tmp_path / "r")]) == 0
+    assert rlsr_main(["report", "--pools", str(run), "--output-dir", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
     lines = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert [int(x[0]) for x in lines] == [0, 1]
     # AURC: step 0 ranks its one right answer last (R_k = 1, 1, 1, 3/4), step 1 both first
     # (R_k = 0, 0, 1/3, 1/2).
     assert [float(x[4]) for x in lines] == [round(3.75 / 4, 4), round((1 / 3 + 1 / 2) / 4, 4)]
-    table = (tmp_path / "r_pools.csv").read_text().splitlines()
+    table = (tmp_path / "r" / "report_pools.csv").read_text().splitlines()
     assert len(table) == 3 and "right_0.9-1.0" in table[0]
-    assert rlsr_main(["report", "--pools", str(tmp_path), "--output", str(tmp_path / "x")]) == 2
+    assert rlsr_main(["report", "--pools", str(tmp_path), "--output-dir", str(tmp_path / "x")]) == 2
     assert "pool_log.every > 0" in capsys.readouterr().err
 
 

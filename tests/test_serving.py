@@ -347,10 +347,10 @@ def test_serve_cli_end_to_end_with_decision_log_and_serve_report(
     assert {r["tau"] for r in records} == {0.5}
     assert records[0]["request_hash"] == records[2]["request_hash"] != records[1]["request_hash"]
     assert main(["serve-report", str(log), "--threshold", str(path), "--rule", "plain",
-                 "--output", str(tmp_path / "s.json")]) == 0  # fmt: skip
+                 "--output-dir", str(tmp_path / "s")]) == 0  # fmt: skip
     text = capsys.readouterr().out
     assert "| 4 | 3 | 75.0% |" in text and "| 50.0% | 45.0% |" in text
-    summary = json.loads((tmp_path / "s.json").read_text())
+    summary = json.loads((tmp_path / "s" / "serve_report.json").read_text())
     assert (summary["n"], summary["answered"], summary["drift"]) == (4, 3, False)
 
 

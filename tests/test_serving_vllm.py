@@ -144,13 +144,13 @@ def threshold_file(tmp_path_factory, adapter) -> Path:
         (folder / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = root / "deployment"
     argv = ["deploy", "--validation", str(root / "tiny@validation"), "--test",
-            str(root / "tiny@test"), "--target", "0.9", "--output", str(out)]  # fmt: skip
+            str(root / "tiny@test"), "--deployment-target", "0.9", "--output-dir", str(out)]  # fmt: skip
     assert main(argv) == 0
-    record = json.loads(out.with_suffix(".json").read_text())
+    record = json.loads((out / "deployment.json").read_text())
     # recorded as the model itself: the alias resolved to its folder (one identity per model)
     assert record["provenance"]["model"] == model_identity("tiny-warm")
     assert record["provenance"]["adapter"]["path"] == str(adapter.resolve())
-    return out.with_suffix(".json")
+    return out / "deployment.json"
 
 
 @pytest.fixture(scope="module")

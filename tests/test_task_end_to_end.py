@@ -182,17 +182,17 @@ def test_rlsr_evaluate_records_the_task_and_its_file_hash(user, evaluated):
 
 
 def test_rlsr_report_tabulates_the_task(user, evaluated, capsys):
-    assert rlsr_main(["report", str(evaluated), "--output", str(user["root"] / "report"),
+    assert rlsr_main(["report", str(evaluated), "--output-dir", str(user["root"] / "report"),
                       "--tasks-dir", str(user["tasks"])]) == 0  # fmt: skip
     table = capsys.readouterr().out
     assert "| colors | evals |" in table and "| colors@train | evals |" in table
-    assert "| colors | evals |" in (user["root"] / "report.md").read_text()
+    assert "| colors | evals |" in (user["root"] / "report" / "report.md").read_text()
 
 
 def test_deploy_and_serve_answer_with_the_tasks_prompt(user, evaluated, trained, tiny_model_dir):
-    deployment = user["root"] / "deployment"
+    deployment = user["root"] / "deployment"  # --output-dir's deployment.json, less .json
     rlsr(user, "deploy", "--validation", str(evaluated / "colors@train"), "--test",
-         str(evaluated / "colors"), "--target", "0.05", "--output", str(deployment),
+         str(evaluated / "colors"), "--deployment-target", "0.05", "--output-dir", str(user["root"]),
          "--tasks-dir", str(user["tasks"]))  # fmt: skip
     record = json.loads(deployment.with_suffix(".json").read_text())
     prov = record["provenance"]
@@ -238,8 +238,8 @@ def test_serve_refuses_a_threshold_of_another_version_of_the_task(
     deployment = user["root"] / "deployment.json"
     if not deployment.is_file():
         rlsr(user, "deploy", "--validation", str(evaluated / "colors@train"), "--test",
-             str(evaluated / "colors"), "--target", "0.05", "--output",
-             str(deployment.with_suffix("")), "--tasks-dir", str(user["tasks"]))  # fmt: skip
+             str(evaluated / "colors"), "--deployment-target", "0.05", "--output-dir",
+             str(deployment.parent), "--tasks-dir", str(user["tasks"]))  # fmt: skip
     edited = tmp_path / "tasks"
     shutil.copytree(user["tasks"], edited)
     (edited / "colors.yaml").write_text(TASK.replace("seed: 0", "seed: 1"))  # other eval split

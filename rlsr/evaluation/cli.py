@@ -28,6 +28,7 @@ from rlsr.evaluation.audit import audit_deployment, audit_markdown
 from rlsr.evaluation.curves import write_curves
 from rlsr.evaluation.deployment import (
     deployment_markdown,
+    deployment_method_name,
     deployment_provenance,
     deployment_record,
     deployment_rows,
@@ -65,6 +66,7 @@ from rlsr.evaluation.layout import (
     read_run_file,
     remove_unused,
 )
+from rlsr.evaluation.outputs import REPORT_PREFIX, deprecated_flag, output_prefix
 from rlsr.evaluation.provenance import adapter_fingerprint
 from rlsr.evaluation.report import build_report
 from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
@@ -308,9 +310,9 @@ def register(subparsers) -> None:
         "report",
         help="paper-style tables and curves over evaluation dirs; --curves: held-out metrics "
         "against the step of training runs; --pools: their training pools per step",
-        epilog="example: rlsr report --curves runs/hotpot-rlsr runs/hotpot-rlcr --output "
-        "reports/hotpot (PNG + CSV of held-out AURC, accuracy and ECE per step; the best step "
-        "by AURC and its checkpoint).",
+        epilog="example: rlsr report --curves runs/hotpot-rlsr runs/hotpot-rlcr --output-dir "
+        f"reports/hotpot (reports/hotpot/{REPORT_PREFIX}_curves.png + .csv: held-out AURC, "
+        "accuracy and ECE per step; the best and the final step by AURC and their weights).",
     )
     rp.add_argument(
         "dirs",
@@ -322,22 +324,25 @@ def register(subparsers) -> None:
         "--curves",
         action="store_true",
         help="the dirs are training runs with eval.every > 0: draw their held-out metrics "
-        "against the step (PREFIX_curves.png, PREFIX_curves.csv)",
+        f"against the step (DIR/{REPORT_PREFIX}_curves.png, DIR/{REPORT_PREFIX}_curves.csv)",
     )
     rp.add_argument(
         "--pools",
         action="store_true",
         help="the dirs are training runs with pool_log.every > 0: per step of their pools/ "
         "files, accuracy, format rate, AURC and the confidence histogram of right and wrong "
-        "answers (PREFIX_pools.csv)",
+        f"answers (DIR/{REPORT_PREFIX}_pools.csv)",
     )
     rp.add_argument("--label", action="append", default=[], metavar="NAME=DIR1,DIR2")
     rp.add_argument(
-        "--output",
-        required=True,
-        help="prefix: writes PREFIX.md, PREFIX.csv, PREFIX_risk_coverage.png, "
-        "PREFIX_confidence_density.png",
+        "--output-dir",
+        metavar="DIR",
+        help=f"folder, created as needed: writes DIR/{REPORT_PREFIX}.md, {REPORT_PREFIX}.csv, "
+        f"{REPORT_PREFIX}_risk_coverage.png, {REPORT_PREFIX}_confidence_density.png",
     )
+    deprecated_flag(rp, "--output", dest="output_prefix", metavar="PREFIX",
+                    instead=f"--output-dir DIR (writes DIR/{REPORT_PREFIX}.md, DIR/"
+                    f"{REPORT_PREFIX}_curves.png, ...)")  # fmt: skip
     rp.add_argument(
         "--family", choices=("hotpot", "bigmath"), help="ID/OOD split by training domain"
     )
@@ -361,14 +366,31 @@ def register(subparsers) -> None:
     dp.add_argument(
         "--test", required=True, help=f"{SAMPLES_FILE} (or its folder) of the test split"
     )
-    dp.add_argument("--target", type=float, required=True, help="target accuracy, e.g. 0.75")
+    target = dp.add_mutually_exclusive_group(required=True)  # --target: the old spelling
+    target.add_argument(
+        "--deployment-target",
+        type=float,
+        metavar="ACC",
+        help="target accuracy, e.g. 0.75 (as rlsr evaluate's)",
+    )
+    deprecated_flag(target, "--target", instead="--deployment-target", dest="deployment_target",
+                    type=float)  # fmt: skip
     dp.add_argument("--scorer", default="verbalized")
     dp.add_argument("--delta", type=float, default=0.1)
-    dp.add_argument("--method-name", default="model")
     dp.add_argument(
-        "--output",
-        help="write OUTPUT.json (the threshold file `rlsr serve --threshold` reads) and OUTPUT.md",
+        "--method-name",
+        metavar="NAME",
+        help=f"the table's Method (default: the evaluation folder holding the validation "
+        f"samples' {RUN_FILE}, as rlsr evaluate --deployment-target names it)",
     )
+    dp.add_argument(
+        "--output-dir",
+        metavar="DIR",
+        help=f"folder, created as needed: writes DIR/{DEPLOYMENT_FILE} (the threshold file "
+        f"`rlsr serve --threshold` reads) and DIR/{Path(DEPLOYMENT_FILE).with_suffix('.md')}",
+    )
+    deprecated_flag(dp, "--output", dest="output_prefix", metavar="PREFIX",
+                    instead=f"--output-dir DIR (writes DIR/{DEPLOYMENT_FILE} and .md)")  # fmt: skip
     dp.add_argument(
         "--model",
         metavar="PATH",
@@ -782,7 +804,10 @@ def _deploy_files(val_path, test_path, target, scorer, delta, *, model=None, ada
 
 
 def _write_deployment(prefix: Path, method: str, rows: list[dict], provenance: dict) -> None:
+    """PREFIX.json (``deployment_record``) and PREFIX.md (the table and its legend); the
+    folder is created as needed."""
     record = deployment_record(method, rows, provenance)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
     prefix.with_suffix(".json").write_text(json.dumps(json_safe(record), indent=2) + "\n")
     prefix.with_suffix(".md").write_text(deployment_markdown({method: rows}))
 
@@ -795,26 +820,27 @@ def _deploy_from_dirs(out: Path, args, jobs) -> None:
         out / folder[args.deployment_dataset, test_split],
         args.deployment_target, "verbalized", args.deployment_delta,
     )  # fmt: skip
-    _write_deployment(out / DEPLOYMENT_FILE, Path(args.output_dir).name, rows, provenance)
+    _write_deployment(out / DEPLOYMENT_FILE, deployment_method_name(provenance), rows, provenance)
     print((out / DEPLOYMENT_FILE).with_suffix(".md").read_text())
 
 
 def run_report(args) -> int:
+    if (args.pools or args.curves) and not args.dirs:
+        example = "runs/tiny-rlsr-tiny-seed42" if args.pools else "runs/hotpot-rlsr"
+        flag = "--pools" if args.pools else "--curves"
+        raise ValueError(f"{flag} needs training output dirs, e.g. {example}.")
+    if not (args.pools or args.curves or args.dirs or args.label):
+        raise ValueError("give evaluation directories or --label NAME=DIR1,DIR2.")
+    prefix = output_prefix(args, REPORT_PREFIX, required=True)  # DIR/report, or old --output
     if args.pools:
-        if not args.dirs:
-            raise ValueError("--pools needs training output dirs, e.g. runs/tiny-rlsr-tiny-seed42.")
-        print(write_pool_summary(args.dirs, args.output)["text"])
+        print(write_pool_summary(args.dirs, prefix)["text"])
         return 0
     if args.curves:
-        if not args.dirs:
-            raise ValueError("--curves needs training output dirs, e.g. runs/hotpot-rlsr.")
-        print(write_curves(args.dirs, args.output)["text"])
+        print(write_curves(args.dirs, prefix)["text"])
         return 0
     dirs = list(args.dirs)
-    if not dirs and not args.label:
-        raise ValueError("give evaluation directories or --label NAME=DIR1,DIR2.")
     gap_methods = [m.strip() for m in (args.gap_methods or "").split(",") if m.strip()]
-    paths = build_report(dirs, args.output, labels=args.label, family=args.family,
+    paths = build_report(dirs, prefix, labels=args.label, family=args.family,
                          id_sets=args.id_sets, ood_sets=args.ood_sets,
                          gap_methods=gap_methods or None)  # fmt: skip
     print(paths["markdown"].read_text())
@@ -822,12 +848,18 @@ def run_report(args) -> int:
 
 
 def run_deploy(args) -> int:
+    target = args.deployment_target
+    if not 0 < target <= 1:
+        raise ValueError(f"--deployment-target must be in (0, 1], e.g. 0.75; got {target}.")
+    # DIR/deployment.json (--output-dir DIR), the old --output PREFIX, or None (print only)
+    prefix = output_prefix(args, DEPLOYMENT_FILE, required=False)
     adapter = resolve_adapter(args.adapter)
     rows, provenance = _deploy_files(
-        args.validation, args.test, args.target, args.scorer, args.delta,
+        args.validation, args.test, target, args.scorer, args.delta,
         model=args.model, adapter=None if adapter is None else str(adapter),
     )  # fmt: skip
-    if args.output:
-        _write_deployment(Path(args.output), args.method_name, rows, provenance)
-    print(deployment_markdown({args.method_name: rows}))
+    method = args.method_name or deployment_method_name(provenance)
+    if prefix is not None:
+        _write_deployment(Path(prefix), method, rows, provenance)
+    print(deployment_markdown({method: rows}))
     return 0

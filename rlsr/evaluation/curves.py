@@ -4,23 +4,36 @@ Reads what the in-training evaluator wrote (``RUN_DIR/eval/step-N/<dataset>/metr
 ``rlsr.evaluation.history.read_history``) and draws, per dataset, held-out AURC, accuracy
 and ECE against the step for every run in one PNG (one row of panels per dataset), with the
 best step by AURC marked; the same numbers go to a CSV. For each run and dataset it names the
-best step and the checkpoint that holds it (``RUN_DIR/checkpoint-N``, when one was saved at that
-step).
+best step and the final (last evaluated) step, each with its AURC and the weights that hold it:
+``RUN_DIR/checkpoint-N`` when one was saved at that step, and the final adapter in ``RUN_DIR``
+(what ``train.py``'s summary evaluates next) when training ended at that step. Every panel's
+y-axis spans at least ``MIN_Y_SPAN`` (``y_limits``), so a one-question change does not fill it.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
 
 from rlsr.evaluation.history import TRACKED_METRICS, read_history
-from rlsr.evaluation.layout import EVAL_DIR, METRICS_FILE, STEP_PREFIX, checkpoint_dir
+from rlsr.evaluation.layout import (
+    EVAL_DIR,
+    FINAL_WEIGHT_FILES,
+    METRICS_FILE,
+    STEP_PREFIX,
+    checkpoint_dir,
+    checkpoint_folders,
+)
 
-__all__ = ["CURVE_METRICS", "best_steps", "curve_rows", "write_curves"]
+__all__ = ["CURVE_METRICS", "MIN_Y_SPAN", "best_steps", "curve_rows", "y_limits", "write_curves"]
 
 CURVE_METRICS = ("aurc", "accuracy", "ece")
+# The smallest y-range of a panel (the metrics are fractions in [0, 1]): on 100 held-out
+# questions one answer moves accuracy by 0.01, a twentieth of the axis rather than all of it.
+MIN_Y_SPAN = 0.2
 
 
 def _label(run: Path, runs: Sequence[Path]) -> str:
@@ -46,17 +59,42 @@ def curve_rows(run_dirs: Sequence[str | Path]) -> list[dict]:
     return rows
 
 
+def _ended_at(run_dir: str | Path) -> int | None:
+    """The optimizer step training ended at, as the newest checkpoint's ``trainer_state.json``
+    records it (its ``global_step`` once it reached ``max_steps``); None when no checkpoint says."""
+    folders = checkpoint_folders(run_dir)
+    state_path = folders[-1][1] / "trainer_state.json" if folders else None
+    if state_path is None or not state_path.is_file():
+        return None
+    state = json.loads(state_path.read_text())
+    step, end = int(state.get("global_step", 0)), int(state.get("max_steps", 0) or 0)
+    return step if end and step >= end else None
+
+
+def _final_adapter(run_dir: str | Path, step: int) -> str | None:
+    """``RUN_DIR`` when it holds the final adapter (or model) and training ended at ``step``."""
+    saved = any((Path(run_dir) / name).is_file() for name in FINAL_WEIGHT_FILES)
+    return str(run_dir) if saved and _ended_at(run_dir) == step else None
+
+
 def best_steps(rows: list[dict]) -> list[dict]:
     """Per (run, dataset): the step with the lowest AURC (the earliest on a tie) and the
-    checkpoint folder of that step, or None when none was saved there."""
+    checkpoint folder of that step (None when none was saved there); and the final (last
+    evaluated) step, its AURC, its checkpoint and ``final_adapter`` (``RUN_DIR`` when its final
+    adapter is that step's weights: training ended there, else None)."""
     best: dict[tuple[str, str], dict] = {}
+    final: dict[tuple[str, str], dict] = {}
     for row in rows:
         key = (row["run"], row["dataset"])
         if key not in best or row["aurc"] < best[key]["aurc"]:
             best[key] = row
+        if key not in final or row["step"] > final[key]["step"]:
+            final[key] = row
     out = []
     for (run, dataset), row in best.items():
+        last = final[run, dataset]
         checkpoint = checkpoint_dir(row["run_dir"], row["step"])
+        last_checkpoint = checkpoint_dir(last["run_dir"], last["step"])
         out.append(
             {
                 "run": run,
@@ -64,12 +102,37 @@ def best_steps(rows: list[dict]) -> list[dict]:
                 "step": row["step"],
                 "aurc": row["aurc"],
                 "checkpoint": str(checkpoint) if checkpoint.is_dir() else None,
+                "final_step": last["step"],
+                "final_aurc": last["aurc"],
+                "final_checkpoint": str(last_checkpoint) if last_checkpoint.is_dir() else None,
+                "final_adapter": _final_adapter(last["run_dir"], last["step"]),
             }
         )
     return out
 
 
-def _plot(rows: list[dict], best: list[dict], path: Path) -> None:
+def y_limits(values: Sequence[float], min_span: float = MIN_Y_SPAN) -> tuple[float, float]:
+    """The y-range of a panel of fractions: the values' range padded by 5 % of it, widened
+    around its middle to at least ``min_span``, then moved inside [0, 1] (NaNs ignored; no
+    value at all: (0, 1))."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return 0.0, 1.0
+    lo, hi = min(finite), max(finite)
+    pad = 0.05 * (hi - lo)
+    lo, hi = lo - pad, hi + pad
+    if hi - lo < min_span:
+        middle = (lo + hi) / 2
+        lo, hi = middle - min_span / 2, middle + min_span / 2
+    if lo < 0.0:
+        lo, hi = 0.0, min(1.0, hi - lo)
+    if hi > 1.0:
+        lo, hi = max(0.0, lo - (hi - 1.0)), 1.0
+    return lo, hi
+
+
+def _figure(rows: list[dict], best: list[dict]):
+    """The curves' figure (not saved): one row of panels per dataset, one column per metric."""
     import matplotlib  # heavy optional dependency: only when curves are drawn
 
     matplotlib.use("Agg", force=True)
@@ -85,6 +148,7 @@ def _plot(rows: list[dict], best: list[dict], path: Path) -> None:
     for i, dataset in enumerate(datasets):
         for j, metric in enumerate(CURVE_METRICS):
             ax = axes[i][j]
+            ax.set_ylim(*y_limits([r[metric] for r in rows if r["dataset"] == dataset]))
             for k, run in enumerate(runs):
                 pts = sorted(
                     (r["step"], r[metric])
@@ -108,8 +172,28 @@ def _plot(rows: list[dict], best: list[dict], path: Path) -> None:
             if i == 0 and j == 0:
                 ax.legend(fontsize=8)
     fig.tight_layout()
+    return fig
+
+
+def _plot(rows: list[dict], best: list[dict], path: Path) -> None:
+    import matplotlib.pyplot as plt  # heavy optional dependency (_figure selects Agg)
+
+    fig = _figure(rows, best)
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _weights(checkpoint: str | None, final_adapter: str | None) -> str:
+    """Where a step's weights are, for the printed lines."""
+    if checkpoint and final_adapter:
+        return f"{checkpoint} (= the final adapter in {final_adapter})"
+    if final_adapter:
+        return f"the final adapter in {final_adapter}"
+    return checkpoint or "no checkpoint was saved at that step (grpo.save_steps)"
+
+
+def _aurc(value: float) -> str:
+    return "nan" if math.isnan(value) else f"{value:.4f}"
 
 
 def write_curves(run_dirs: Sequence[str | Path], output: str | Path) -> dict:
@@ -130,8 +214,14 @@ def write_curves(run_dirs: Sequence[str | Path], output: str | Path) -> dict:
     _plot(rows, best, png)
     lines = []
     for b in best:
-        where = b["checkpoint"] or "no checkpoint was saved at that step (grpo.save_steps)"
-        aurc = "nan" if math.isnan(b["aurc"]) else f"{b['aurc']:.4f}"
-        lines.append(f"{b['run']} {b['dataset']}: best AURC {aurc} at step {b['step']}: {where}")
+        at_best = b["final_adapter"] if b["step"] == b["final_step"] else None
+        lines.append(
+            f"{b['run']} {b['dataset']}: best  AURC {_aurc(b['aurc'])} at step {b['step']}: "
+            f"{_weights(b['checkpoint'], at_best)}"
+        )
+        lines.append(
+            f"{b['run']} {b['dataset']}: final AURC {_aurc(b['final_aurc'])} at step "
+            f"{b['final_step']}: {_weights(b['final_checkpoint'], b['final_adapter'])}"
+        )
     lines += [f"curves: {png}", f"table: {csv_path}"]
     return {"png": png, "csv": csv_path, "best": best, "text": "\n".join(lines)}

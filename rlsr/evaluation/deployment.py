@@ -41,6 +41,8 @@ __all__ = [
     "DEPLOYMENT_SCHEMA_VERSION",
     "deployment_rows",
     "deployment_markdown",
+    "deployment_method_name",
+    "INFEASIBLE_LEGEND",
     "guarantee",
     "deployment_record",
     "split_job_name",
@@ -110,8 +112,28 @@ def _pct(x) -> str:
     return "–" if x is None else f"{100 * x:.1f}%"
 
 
+# Printed right under every deployment table that has a dagger row (rlsr deploy, rlsr evaluate
+# --deployment-target, their .md files): what the row shows instead of a threshold.
+INFEASIBLE_LEGEND = (
+    "† the rule reached no threshold: no τ gave the target accuracy on the validation split. "
+    "The row shows instead τ = the highest validation confidence and, under Val. Acc., the "
+    "accuracy of the answers at that confidence; serving it would abstain on every question."
+)
+
+
+def deployment_method_name(provenance: Mapping) -> str:
+    """The Method of a deployment table: the name of the evaluation folder whose ``run.json``
+    describes the validation samples (``provenance["run_record"]``: ``rlsr evaluate``'s
+    ``--output-dir``, the name ``rlsr report`` groups runs by), else ``"model"`` (samples
+    without their run.json). ``rlsr evaluate --deployment-target`` and ``rlsr deploy`` name a
+    run alike."""
+    record = provenance.get("run_record")
+    return Path(record).parent.name if record else "model"
+
+
 def deployment_markdown(rows_by_method: dict[str, list[dict]]) -> str:
-    """Markdown in the layout of paper Tab. 3 (dagger = target not reached on validation)."""
+    """Markdown in the layout of paper Tab. 3; a dagger row (target not reached on validation)
+    gets ``INFEASIBLE_LEGEND`` under the table."""
     lines = [
         "| Method | Rule | τ | Val. Cov. | Val. Acc. | Test Cov. | Test Acc. |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -123,6 +145,8 @@ def deployment_markdown(rows_by_method: dict[str, list[dict]]) -> str:
                 f"| {name} | {r['rule']} | {r['tau']:.3g} | {_pct(r['val_coverage'])} | "
                 f"{_pct(r['val_accuracy'])} | {_pct(r['test_coverage'])} | {_pct(r['test_accuracy'])} |"
             )
+    if any(not r["feasible"] for rows in rows_by_method.values() for r in rows):
+        lines += ["", INFEASIBLE_LEGEND]
     return "\n".join(lines) + "\n"
 
 

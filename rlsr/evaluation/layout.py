@@ -21,8 +21,9 @@ The held-out evaluation during training writes the same layout per optimizer ste
 
 ``rlsr evaluate`` also writes ``OUT/summary.json`` (what each dataset ran), with
 ``--deployment-target`` ``OUT/deployment.json`` and ``.md`` (the file ``rlsr serve --threshold``
-reads; ``rlsr deploy --output`` names its own), with ``--audit-deployment`` ``OUT/audit.json``
-and ``.md``.
+reads; ``rlsr deploy --output-dir DIR`` writes the same names in DIR), with
+``--audit-deployment`` ``OUT/audit.json`` and ``.md``. The other commands' output folders:
+``rlsr.evaluation.outputs``.
 
 Writers (``rlsr.evaluation.runner``, ``.cli``, ``.in_training``) and readers (``.history``,
 ``.deployment``, ``.report``, ``rlsr serve --threshold-from``) take the names and rules from here.
@@ -57,6 +58,7 @@ __all__ = [
     "PARTIAL_SUFFIX",
     "STEP_PREFIX",
     "CHECKPOINT_PREFIX",
+    "FINAL_WEIGHT_FILES",
     "CONFIG_FIELDS",
     "step_dir",
     "partial_dir",
@@ -91,6 +93,9 @@ STEP_PREFIX = "step-"  # eval/step-N/ and pools/step-N.jsonl
 # `rlsr serve`, `rlsr report` and the Slurm scripts; tests/test_layout.py checks it against
 # transformers' source, so a rename there fails a test.
 CHECKPOINT_PREFIX = "checkpoint-"
+# What train.py saves in OUTPUT_DIR at the end (a LoRA adapter, or the full model): the final
+# weights that the run summary's `rlsr evaluate` reads.
+FINAL_WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors")
 
 # run.json fields that decide what a sample is: a rerun into the same --output-dir must agree on
 # each (else samples of two configurations would mix in one samples.jsonl). Execution details

@@ -8,6 +8,7 @@ import math
 import os
 import socket
 import sys
+from pathlib import Path
 
 from rlsr.config import resolve_model_path
 from rlsr.eval_protocol import (
@@ -19,6 +20,7 @@ from rlsr.eval_protocol import (
     flag_of,
 )
 from rlsr.evaluation.layout import DEPLOYMENT_FILE
+from rlsr.evaluation.outputs import SERVE_REPORT_FILE, deprecated_flag, output_prefix
 from rlsr.evaluation.provenance import adapter_fingerprint
 from rlsr.generation.backends import resolve_adapter
 from rlsr.serving.app import create_app
@@ -188,13 +190,20 @@ def register(subparsers) -> None:
     rp = subparsers.add_parser(
         "serve-report",
         help="realised coverage of a decision log next to the threshold's validation coverage",
-        usage=f"rlsr serve-report LOG --threshold {DEPLOYMENT_FILE} [--rule R] [--output F.json]",
+        usage=f"rlsr serve-report LOG --threshold {DEPLOYMENT_FILE} [--rule R] [--output-dir DIR]",
     )
     rp.add_argument("log", help="decision log written by rlsr serve --decision-log")
     rp.add_argument("--threshold", metavar="FILE", help=f"the {DEPLOYMENT_FILE} that was served")
     rp.add_argument("--rule", default=DEFAULT_RULE)
     rp.add_argument("--tau", type=float, help="only decisions at this tau (default: the rule's)")
-    rp.add_argument("--output", metavar="FILE", help="also write the summary as JSON")
+    rp.add_argument(
+        "--output-dir",
+        metavar="DIR",
+        help=f"also write the summary to DIR/{SERVE_REPORT_FILE} and DIR/"
+        f"{SERVE_REPORT_FILE.removesuffix('.json')}.md (folder created as needed)",
+    )
+    deprecated_flag(rp, "--output", dest="output_prefix", metavar="FILE",
+                    instead=f"--output-dir DIR (writes DIR/{SERVE_REPORT_FILE} and .md)")  # fmt: skip
     rp.set_defaults(func=run_serve_report)
 
 
@@ -376,6 +385,8 @@ def run_serve(args) -> int:
 
 
 def run_serve_report(args) -> int:
+    # DIR/serve_report.json + .md (--output-dir DIR), or the old --output FILE (the JSON only)
+    path = output_prefix(args, SERVE_REPORT_FILE, required=False)
     records = read_decision_log(args.log)
     row, tau = None, args.tau
     if args.threshold is not None:
@@ -383,9 +394,12 @@ def run_serve_report(args) -> int:
         row = threshold.row
         tau = threshold.tau if tau is None else tau
     summary = summarise_decisions(records, tau=tau, row=row)
-    if args.output:
-        with open(args.output, "w") as fh:
-            json.dump(summary, fh, indent=2)
-            fh.write("\n")
-    print(summary_markdown(summary), end="")
+    text = summary_markdown(summary)
+    if path is not None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(summary, indent=2) + "\n")
+        if args.output_dir is not None:
+            path.with_suffix(".md").write_text(text)
+    print(text, end="")
     return 0

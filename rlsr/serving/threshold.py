@@ -64,7 +64,7 @@ def load_threshold(path: str | os.PathLike, rule: str = DEFAULT_RULE) -> ServedT
     if not isinstance(provenance, Mapping):
         raise ValueError(
             f"--threshold {p} records no provenance (written by an older rlsr deploy); rerun "
-            "rlsr deploy --output to recompute it."
+            "rlsr deploy --output-dir DIR to recompute it."
         )
     scorer = provenance.get("scorer", SERVED_SCORER)
     if scorer != SERVED_SCORER:
@@ -80,7 +80,7 @@ def load_threshold(path: str | os.PathLike, rule: str = DEFAULT_RULE) -> ServedT
         raise ValueError(
             f"--threshold {p}: the {rule} rule reached no threshold for target "
             f"{row.get('target')} (serving it would abstain on everything); pick another "
-            "--rule or rerun rlsr deploy with a lower --target."
+            "--rule or rerun rlsr deploy with a lower --deployment-target."
         )
     return ServedThreshold(
         tau=float(row["tau"]), rule=rule, temperature=row.get("temperature"),

@@ -518,7 +518,7 @@ def run(args) -> int:
                 tiers_seen[name].append(confidence_by_tier(samples, p_correct))
         report_out = run / "report"
         _launch(
-            ["rlsr", "report", *[str(eval_dirs[r]) for r in rows], "--output", str(report_out),
+            ["rlsr", "report", *[str(eval_dirs[r]) for r in rows], "--output-dir", str(report_out),
              *[x for r in rows for x in ("--label", f"{r.upper()}={eval_dirs[r]}")]],
             run / "report.log",
         )  # fmt: skip

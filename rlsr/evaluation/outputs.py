@@ -1,0 +1,71 @@
+"""Where the commands write: one convention for ``rlsr evaluate``, ``deploy``, ``report`` and
+``serve-report``.
+
+Each command writes into the folder ``--output-dir DIR`` (created with its parents), under fixed
+file names: ``evaluate`` its run layout (``rlsr.evaluation.layout``), ``deploy``
+``DIR/deployment.json`` and ``.md``, ``report`` ``DIR/report.md``, ``report.csv``,
+``report_*.png`` (``--curves``: ``report_curves.png`` / ``.csv``; ``--pools``:
+``report_pools.csv``), ``serve-report`` ``DIR/serve_report.json`` and ``.md``. The target
+accuracy is ``--deployment-target`` in ``evaluate`` and ``deploy``.
+
+The old spellings keep working with a one-line note on stderr naming the new one
+(``deprecated_flag``): ``deploy --output PREFIX`` (PREFIX.json, PREFIX.md), ``report --output
+PREFIX`` (PREFIX.md, PREFIX_curves.png, ...), ``serve-report --output FILE``, ``deploy --target``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+__all__ = [
+    "REPORT_PREFIX",
+    "SERVE_REPORT_FILE",
+    "output_prefix",
+    "deprecated_flag",
+]
+
+# ``rlsr report --output-dir DIR`` writes DIR/report.md, DIR/report_curves.png, ...
+REPORT_PREFIX = "report"
+# ``rlsr serve-report --output-dir DIR`` writes DIR/serve_report.json and .md
+SERVE_REPORT_FILE = "serve_report.json"
+
+
+def output_prefix(args, name: str, *, required: bool) -> Path | str | None:
+    """Where a command writes, from its parsed flags: ``DIR/name`` for ``--output-dir DIR`` (a
+    file there is refused now; the writer creates the folder with its parents once its inputs
+    are read, so a failed command leaves no empty output), the old ``--output PREFIX`` as given
+    (``args.output_prefix``), else None, or a one-line ``ValueError`` when ``required``."""
+    if args.output_dir is not None and args.output_prefix is not None:
+        raise ValueError("give --output-dir DIR only (--output is its old spelling).")
+    if args.output_dir is not None:
+        folder = Path(args.output_dir).expanduser()
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"--output-dir {args.output_dir} is a file; give a folder.")
+        return folder / name
+    if args.output_prefix is None and required:
+        raise ValueError("--output-dir DIR is required: the folder to write into.")
+    return args.output_prefix
+
+
+class _Deprecated(argparse.Action):
+    """Stores the value like the new flag and says once on stderr what to write instead."""
+
+    def __init__(self, option_strings, dest, *, instead: str, **kwargs):
+        self.instead = instead
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        command = parser.prog.split()[-1] if parser.prog else "rlsr"
+        print(f"rlsr {command}: note: {option_string} is deprecated; use {self.instead}.",
+              file=sys.stderr)  # fmt: skip
+        setattr(namespace, self.dest, values)
+
+
+def deprecated_flag(parser, flag: str, *, instead: str, dest: str, **kwargs) -> None:
+    """Add the old spelling ``flag`` to ``parser``, hidden from ``--help``: its value lands in
+    ``dest`` and its use prints ``rlsr CMD: note: FLAG is deprecated; use INSTEAD.``."""
+    parser.add_argument(
+        flag, dest=dest, action=_Deprecated, instead=instead, help=argparse.SUPPRESS, **kwargs
+    )
