@@ -511,3 +511,67 @@ def test_unjudged_samples_count_wrong_and_are_counted_apart():
         " (4 of 16 unjudged, 1 verifier failure, counted wrong; accuracy on the 11 judged 0.364)"
     )
     assert no_verdict_note(compute_metrics(records[:11], n_resamples=0)) == ""
+
+
+class _Scripted:
+    """A backend that answers the gold for the questions in ``right`` and "no" otherwise,
+    always at confidence 0.9 (no model)."""
+
+    eval_batch_size = 3
+    tokenizer = None
+
+    def __init__(self, golds: dict[str, str], right: set[str]):
+        self.golds, self.right = golds, right
+
+    def render(self, messages):
+        return messages[-1]["content"]
+
+    def generate(self, prompts, sampling):
+        from rlsr.generation.backends import Generation
+
+        out = []
+        for p in prompts:
+            answer = self.golds[p] if p in self.right else "no"
+            text = (f"<think>t</think><answer>{answer}</answer><analysis>a</analysis>"
+                    "<confidence>0.9</confidence>")  # fmt: skip
+            out.append([Generation(text=text, token_ids=[1], finish_reason="stop")])
+        return out
+
+
+def test_progress_bar_shows_the_running_accuracy_of_the_file(tmp_path, monkeypatch):
+    """The progress bar's acc is the accuracy of every sample written so far (resumed ones
+    included), ending at the accuracy metrics.json reports; showing the last group's (here 0.0
+    after a first group at 1.0) disagreed with the summary line printed after it."""
+    from rlsr.data import load_examples
+    from rlsr.evaluation import runner
+    from rlsr.verifiers import get_verifier
+
+    shown = []
+
+    class Bar:
+        def update(self, n):
+            pass
+
+        def set_postfix(self, **kw):
+            shown.append(kw["acc"])
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(runner, "_progress", lambda *a, **k: Bar())
+    examples = load_examples("tiny", limit=6)
+    prompts = [m[-1]["content"] for m in examples["prompt"]]
+    backend = _Scripted(dict(zip(prompts, examples["answer"], strict=True)), set(prompts[:3]))
+    settings = runner.EvalSettings(batch_size=3, fallbacks=False, bootstrap=0, plot=False)
+    kw = dict(verifier=get_verifier("exact_match"), verifier_name="exact_match",
+              settings=settings, dataset_name="tiny")  # fmt: skip
+    metrics = runner.evaluate_dataset(backend, examples, tmp_path / "run", **kw)
+    assert shown == ["1.000", "0.500"] and metrics["accuracy"] == 0.5
+    # resumed: the 6 saved samples count; the 2 new ones (both right) join them
+    more = load_examples("tiny", limit=8)
+    backend.golds.update({m[-1]["content"]: a for m, a in zip(more["prompt"], more["answer"],
+                                                               strict=True)})  # fmt: skip
+    backend.right |= {m[-1]["content"] for m in more["prompt"][6:]}
+    shown.clear()
+    metrics = runner.evaluate_dataset(backend, more, tmp_path / "run", **kw)
+    assert shown == ["0.625"] and metrics["accuracy"] == 0.625

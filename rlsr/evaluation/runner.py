@@ -267,6 +267,9 @@ def evaluate_dataset(
     window = settings.batch_size or getattr(backend, "eval_batch_size", 8)
     groups = iter(range(len(todo) + 1))
     n_new = 0
+    # The bar's accuracy: every sample of the file so far (resumed ones too), so it ends at the
+    # accuracy metrics.json reports, not at the last group's.
+    tally = {"right": sum(bool(r.get("correct")) for r in written), "seen": len(written)}
 
     def write(rows: list[dict], inputs: dict, items: list[dict]) -> None:
         """Verify, score and append one group of samples: ``rows`` (dataset rows),
@@ -283,9 +286,11 @@ def evaluate_dataset(
         records = [_record(r, it, dataset_name) for r, it in zip(rows, items, strict=True)]
         append_samples(samples_path, records)
         n_new += len(rows)
+        tally["right"] += sum(bool(it["correct"]) for it in items)
+        tally["seen"] += len(items)
         if bar is not None:
             bar.update(len(rows))
-            bar.set_postfix(acc=f"{sum(it['correct'] for it in items) / len(items):.2f}")
+            bar.set_postfix(acc=f"{tally['right'] / tally['seen']:.3f}")
 
     started = time.perf_counter()
     stream = _stream_of(backend, settings)
