@@ -133,6 +133,15 @@ class Method:
         confidence block is optional and not read (``OPTIONAL_CONFIDENCE_FORMAT``)."""
         return OPTIONAL_CONFIDENCE_FORMAT if self.confidence_source == "logprob" else FULL_FORMAT
 
+    def credited_correct(self, correct, format_ok) -> np.ndarray:
+        """The correctness the reward credits: the verifier's verdict, and with
+        ``settings.correct_requires_format`` (default) only where the format check passed
+        (``correct & format_ok``). The pool files record it beside the raw verdict."""
+        correct = np.asarray(correct, dtype=bool)
+        if self.settings.correct_requires_format:
+            return correct & np.asarray(format_ok, dtype=bool)
+        return correct
+
     def rewards(self, correct, confidence, format_ok) -> np.ndarray:
         """Unweighted reward columns ``(n, n_columns)`` of one pooled batch (order of ``columns``).
 
@@ -144,10 +153,8 @@ class Method:
         """
         if self.entry.rewards is None:
             raise ValueError(f"method {self.name!r} is supervised; it has no reward columns.")
-        correct = np.asarray(correct, dtype=bool)
+        correct = self.credited_correct(correct, format_ok)
         format_ok = np.asarray(format_ok, dtype=bool)
-        if self.settings.correct_requires_format:
-            correct = correct & format_ok
         confidence = np.asarray(confidence, dtype=np.float64)
         out = np.asarray(self.entry.rewards(correct, confidence, format_ok, self.settings))
         if out.shape != (correct.shape[0], len(self.entry.columns)):

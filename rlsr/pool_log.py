@@ -7,11 +7,17 @@ logs its ``rlsr/*`` statistics at step N + 1. Pools with ``N % every == 0`` are 
 object per completion of the whole pooled B x G batch, in TRL's global row order (process order;
 each prompt's G completions are consecutive, so ``group = index // G``)::
 
-    step, index, group, prompt_id, gold, completion (first max_chars characters),
-    completion_chars (its full length), answer, confidence (null: none parsed), correct
-    (the verifier's verdict), status (the verifier's per-item code), format_ok,
-    rewards {column: value} (the unweighted columns TRL combines, as float32 values TRL got),
-    reward (sum of weight x column, TRL's combination), advantage (what TRL trained on)
+    step, next_heldout_step (the first held-out step after this pool, eval/step-K, where the
+    update it feeds first shows; null: none), index, group, prompt_id, gold, completion (first
+    max_chars characters), completion_chars (its full length), answer, confidence (null: none
+    parsed), correct (the verifier's verdict), status (the verifier's per-item code), format_ok,
+    credited_correct (the correctness the reward credits: correct & format_ok under
+    method.correct_requires_format, else correct), rewards {column: value} (the unweighted
+    columns TRL combines, as float32 values TRL got), reward (sum of weight x column, TRL's
+    combination), advantage (what TRL trained on)
+
+So with held-out steps 0, 20, 40, pools step-0 ... step-19 say next_heldout_step 20: their
+updates (steps 1 ... 20) are what held-out step 20 evaluates.
 
 Written by the main process only (``RLSRTrainer``): to ``step-N.jsonl.tmp``, then
 ``os.replace`` onto ``step-N.jsonl``, so a killed job never leaves a half-written step. When a
@@ -30,7 +36,7 @@ import csv
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +97,8 @@ def pool_rows(
     correct: np.ndarray,
     status: Sequence[str],
     format_ok: np.ndarray,
+    credited_correct: np.ndarray,
+    next_heldout_step: int | None,
     columns: np.ndarray,
     names: Sequence[str],
     weights: Sequence[float],
@@ -99,6 +107,8 @@ def pool_rows(
 ) -> list[dict]:
     """The rows of one pool (module docstring), from the gathered arrays in TRL's row order.
 
+    ``credited_correct``: the correctness the reward credited (``Method.credited_correct``);
+    ``next_heldout_step``: ``PoolLogWriter.next_heldout`` of ``step``;
     ``columns`` are the unweighted reward columns ``(n, len(names))`` as TRL received them;
     ``reward`` is ``sum_k weights[k] * columns[:, k]`` (TRL's ``sum_then_normalize`` total);
     ``advantages`` are TRL's, gathered in the same order.
@@ -108,7 +118,8 @@ def pool_rows(
     lengths = {
         "prompt_ids": len(prompt_ids), "golds": len(golds), "answers": len(answers),
         "confidence": len(confidence), "correct": len(correct), "status": len(status),
-        "format_ok": len(format_ok), "columns": cols.shape[0], "advantages": len(advantages),
+        "format_ok": len(format_ok), "credited_correct": len(credited_correct),
+        "columns": cols.shape[0], "advantages": len(advantages),
     }  # fmt: skip
     wrong = {k: v for k, v in lengths.items() if v != n}
     if wrong or cols.shape[1:] != (len(names),) or len(weights) != len(names):
@@ -123,6 +134,7 @@ def pool_rows(
         rows.append(
             {
                 "step": int(step),
+                "next_heldout_step": None if next_heldout_step is None else int(next_heldout_step),
                 "index": i,
                 "group": i // num_generations,
                 "prompt_id": prompt_ids[i],
@@ -134,6 +146,7 @@ def pool_rows(
                 "correct": bool(correct[i]),
                 "status": status[i],
                 "format_ok": bool(format_ok[i]),
+                "credited_correct": bool(credited_correct[i]),
                 "rewards": {name: float(cols[i, k]) for k, name in enumerate(names)},
                 "reward": float(total[i]),
                 "advantage": float(advantages[i]),
@@ -145,15 +158,33 @@ def pool_rows(
 class PoolLogWriter:
     """Writes ``OUTPUT_DIR/pools/step-N.jsonl`` for the steps ``N % every == 0`` (module
     docstring). The trainer calls ``begin(step)`` once, at the first pool of its process, and
-    ``write(step, rows)`` per logged pool, on the main process only."""
+    ``write(step, rows)`` per logged pool, on the main process only. ``heldout_due``: the held-out
+    evaluator's own schedule (``HeldOutEvaluator.due(step, max_steps)``), set by the run's
+    assembly when the run evaluates held-out data; ``next_heldout`` reads it."""
 
-    def __init__(self, output_dir: str | os.PathLike, every: int, max_chars: int | None = None):
+    def __init__(
+        self,
+        output_dir: str | os.PathLike,
+        every: int,
+        max_chars: int | None = None,
+        heldout_due: Callable[[int, int], bool] | None = None,
+    ):
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive integer (steps); got {every!r}.")
         self.folder = Path(output_dir) / POOLS_DIR
         self.output_dir = Path(output_dir)
         self.every = every
         self.max_chars = max_chars
+        self.heldout_due = heldout_due
+
+    def next_heldout(self, step: int, max_steps: int | None) -> int | None:
+        """The first held-out step K > ``step`` (up to ``max_steps``) that ``heldout_due``
+        evaluates: the pool of ``step`` trains optimizer step ``step + 1``, whose update that
+        evaluation is the first to see. None without held-out evaluation or when none is left."""
+        if self.heldout_due is None or not max_steps or max_steps < 1:
+            return None
+        due = (k for k in range(step + 1, max_steps + 1) if self.heldout_due(k, max_steps))
+        return next(due, None)
 
     def due(self, step: int) -> bool:
         """Whether the pool generated at ``step`` (optimizer steps done) is written."""
@@ -196,7 +227,10 @@ def read_pool(path: str | os.PathLike) -> list[dict]:
 
 
 def summarise_pool(rows: Sequence[dict], bins: int = HISTOGRAM_BINS) -> dict:
-    """One pool's summary: n, accuracy (verifier verdicts), format rate, confidence parsed rate,
+    """One pool's summary: the held-out step after it (``next_heldout_step``, None in files
+    written before rows carried it), n, accuracy (verifier verdicts), the accuracy the reward
+    credited (``credited_accuracy``: mean ``credited_correct``; None in older files), format rate,
+    confidence parsed rate,
     mean confidence (missing = 0), AURC (``rlsr.metrics.aurc``, missing confidence ranked as 0, as
     the trainer's ``rlsr/aurc``), mean reward and advantage, and the confidence histogram of right
     and wrong answers: ``hist_right`` / ``hist_wrong`` count the parsed confidences in ``bins``
@@ -213,10 +247,13 @@ def summarise_pool(rows: Sequence[dict], bins: int = HISTOGRAM_BINS) -> dict:
     index = np.minimum(np.floor(np.where(parsed, raw, 0.0) * bins), bins - 1).astype(int)
     hist_right = np.bincount(index[parsed & correct], minlength=bins)
     hist_wrong = np.bincount(index[parsed & ~correct], minlength=bins)
+    credited = [r["credited_correct"] for r in rows if "credited_correct" in r]
     return {
         "step": int(rows[0]["step"]),
+        "next_heldout_step": rows[0].get("next_heldout_step"),
         "n": len(rows),
         "accuracy": float(correct.mean()),
+        "credited_accuracy": float(np.mean(credited)) if len(credited) == len(rows) else None,
         "format_rate": float(np.mean([bool(r["format_ok"]) for r in rows])),
         "confidence_parsed_rate": float(parsed.mean()),
         "mean_confidence": float(conf.mean()),
@@ -262,7 +299,8 @@ def write_pool_summary(run_dirs: Sequence[str | os.PathLike], output: str | os.P
     csv_path = prefix.with_name(prefix.name + "_pools.csv")
     edges = np.linspace(0.0, 1.0, HISTOGRAM_BINS + 1)
     labels = [f"{a:.1f}-{b:.1f}" for a, b in zip(edges[:-1], edges[1:], strict=True)]
-    scalars = ["run", "step", "n", "accuracy", "format_rate", "confidence_parsed_rate",
+    scalars = ["run", "step", "next_heldout_step", "n", "accuracy", "credited_accuracy",
+               "format_rate", "confidence_parsed_rate",
                "mean_confidence", "aurc", "mean_reward", "mean_abs_advantage",
                "missing_right", "missing_wrong"]  # fmt: skip
     fields = scalars + [f"right_{x}" for x in labels] + [f"wrong_{x}" for x in labels]
@@ -276,12 +314,21 @@ def write_pool_summary(run_dirs: Sequence[str | os.PathLike], output: str | os.P
             writer.writerow(flat)
     lines = []
     for run in dict.fromkeys(r["run"] for r in rows):
-        lines.append(f"{run}/{POOLS_DIR}: confidence 0 -> 1 in {HISTOGRAM_BINS} bins")
-        lines.append("  step     n    acc  format    AURC  right answers  wrong answers")
+        lines.append(
+            f"{run}/{POOLS_DIR}: pool step-N trains optimizer step N+1; next-eval: the held-out "
+            "step (eval/step-K) that first sees its update; acc: the verifier's verdicts, "
+            "credited: the reward's (correct & format_ok under method.correct_requires_format); "
+            f"confidence 0 -> 1 in {HISTOGRAM_BINS} bins"
+        )
+        lines.append(
+            "  step next-eval     n    acc credited  format    AURC  right answers  wrong answers"
+        )
         for r in (r for r in rows if r["run"] == run):
+            nxt = "-" if r["next_heldout_step"] is None else str(r["next_heldout_step"])
+            cred = "-" if r["credited_accuracy"] is None else f"{r['credited_accuracy']:.3f}"
             lines.append(
-                f"  {r['step']:>4} {r['n']:>5} {r['accuracy']:6.3f} {r['format_rate']:7.3f} "
-                f"{r['aurc']:7.4f}  |{_bar(r['hist_right'], r['n'])}|   "
+                f"  {r['step']:>4} {nxt:>9} {r['n']:>5} {r['accuracy']:6.3f} {cred:>8} "
+                f"{r['format_rate']:7.3f} {r['aurc']:7.4f}  |{_bar(r['hist_right'], r['n'])}|   "
                 f"|{_bar(r['hist_wrong'], r['n'])}|"
             )
     lines.append(f"table: {csv_path}")

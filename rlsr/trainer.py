@@ -372,6 +372,8 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
                     "correct": correct,
                     "confidence": confidence,
                     "format_ok": format_ok,
+                    "credited_correct": self.method.credited_correct(correct, format_ok),
+                    "next_heldout_step": self.pool_log.next_heldout(step, self.state.max_steps),
                     "columns": rewards,
                 }
         return torch.as_tensor(rewards, dtype=torch.float32, device=device)

@@ -426,6 +426,9 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None, pl
                 flush=True,
             )
         trainer.heldout_evaluator = evaluator
+        pool_log = getattr(trainer, "pool_log", None)  # a GRPO run's pool files (pool_log.every)
+        if pool_log is not None:  # each pool names the held-out step its update first shows at
+            pool_log.heldout_due = evaluator.due
     return trainer
 
 

@@ -315,6 +315,10 @@ def test_kill_9_and_resume_keeps_one_evaluation_per_step(tmp_path):
     assert pool_steps(out) == list(range(6))
     assert not list((out / "pools").glob("*.tmp"))
     assert all(len(read_pool(pool_path(out, s))) == 32 for s in range(6))
+    # each pool names the held-out step that first sees its update (evaluated at 2, 4, 6)
+    assert [read_pool(pool_path(out, s))[0]["next_heldout_step"] for s in range(6)] == [
+        2, 2, 4, 4, 6, 6,
+    ]  # fmt: skip
 
 
 def _wandb_history(run_file: Path) -> list[dict]:

@@ -8,6 +8,7 @@ out here. The kill -9 / resume case is in tests/test_trainer_resume.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from rlsr.pool_log import (
 )
 
 
-def _rows(step: int, correct, confidence, format_ok=None, G: int = 2) -> list[dict]:
+def _rows(step: int, correct, confidence, format_ok=None, G: int = 2, next_heldout=None):
     n = len(correct)
     format_ok = [True] * n if format_ok is None else format_ok
     return pool_rows(
@@ -39,6 +40,8 @@ def _rows(step: int, correct, confidence, format_ok=None, G: int = 2) -> list[di
         correct=np.array(correct),
         status=["correct" if c else "incorrect" for c in correct],
         format_ok=np.array(format_ok),
+        credited_correct=np.array(correct) & np.array(format_ok),
+        next_heldout_step=next_heldout,
         columns=np.stack([np.ones(n), np.arange(n, dtype=float)], axis=1),
         names=["format_reward", "lifted_aurc_reward"],
         weights=[0.5, 0.25],
@@ -65,12 +68,34 @@ def test_rows_truncate_text_keep_its_length_and_combine_the_columns_with_the_wei
     json.dumps(rows)  # JSON-ready (NaN became null)
 
 
+def test_rows_carry_the_credited_correctness_and_the_held_out_step_they_precede():
+    """A row holds the correctness its reward credited beside the verifier's verdict (a right
+    answer without the format is credited wrong under correct_requires_format), so a row
+    recomputes its own reward; and the held-out step after its pool: pools 0 ... 19 of a run
+    evaluated at 0, 20, 40 precede step 20 (their updates are steps 1 ... 20), the evaluator's
+    own schedule deciding (a last step that is no multiple counts only with at_end)."""
+    rows = _rows(3, [True, True, False], [0.9, 0.8, 0.1], [True, False, True], next_heldout=20)
+    assert [r["correct"] for r in rows] == [True, True, False]
+    assert [r["credited_correct"] for r in rows] == [True, False, False]
+    assert {r["next_heldout_step"] for r in rows} == {20}
+
+    def every_20(at_end):
+        return lambda k, max_steps: k % 20 == 0 or (at_end and k == max_steps)
+
+    writer = PoolLogWriter("unused", every=1, heldout_due=every_20(True))
+    assert [writer.next_heldout(s, 40) for s in (0, 19, 20, 39)] == [20, 20, 40, 40]
+    assert writer.next_heldout(40, 45) == 45
+    assert PoolLogWriter("u", 1, heldout_due=every_20(False)).next_heldout(40, 45) is None
+    assert PoolLogWriter("u", 1).next_heldout(0, 40) is None  # no held-out evaluation
+
+
 def test_rows_refuse_inputs_of_different_lengths():
     with pytest.raises(ValueError, match="advantages"):
         pool_rows(
             step=0, num_generations=1, prompt_ids=["a"], golds=["x"], texts=["t"], answers=["x"],
             confidence=np.array([0.5]), correct=np.array([True]), status=["correct"],
-            format_ok=np.array([True]), columns=np.ones((1, 1)), names=["r"], weights=[1.0],
+            format_ok=np.array([True]), credited_correct=np.array([True]), next_heldout_step=None,
+            columns=np.ones((1, 1)), names=["r"], weights=[1.0],
             advantages=np.zeros(2), max_chars=None,
         )  # fmt: skip
 
@@ -116,17 +141,22 @@ def test_rlsr_report_pools_prints_a_line_per_step_and_writes_the_csv(tmp_path, c
 
     run = tmp_path / "run"
     writer = PoolLogWriter(run, every=1)
-    writer.write(0, _rows(0, [True, False, False, False], [0.2, 0.9, 0.5, 0.5]))
-    writer.write(1, _rows(1, [True, True, False, False], [0.9, 0.8, 0.1, 0.2]))
+    writer.write(0, _rows(0, [True, False, False, False], [0.2, 0.9, 0.5, 0.5], next_heldout=2))
+    writer.write(1, _rows(1, [True, True, False, False], [0.9, 0.8, 0.1, 0.2],
+                          [False, True, True, True], next_heldout=2))  # fmt: skip
     assert rlsr_main(["report", "--pools", str(run), "--output-dir", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
     lines = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert [int(x[0]) for x in lines] == [0, 1]
+    assert [x[1] for x in lines] == ["2", "2"]  # the held-out step after each pool
+    # accuracy (verdicts) and credited accuracy (step 1's first right answer lacks the format)
+    assert [(x[3], x[4]) for x in lines] == [("0.250", "0.250"), ("0.500", "0.250")]
     # AURC: step 0 ranks its one right answer last (R_k = 1, 1, 1, 3/4), step 1 both first
     # (R_k = 0, 0, 1/3, 1/2).
-    assert [float(x[4]) for x in lines] == [round(3.75 / 4, 4), round((1 / 3 + 1 / 2) / 4, 4)]
+    assert [float(x[6]) for x in lines] == [round(3.75 / 4, 4), round((1 / 3 + 1 / 2) / 4, 4)]
     table = (tmp_path / "r" / "report_pools.csv").read_text().splitlines()
     assert len(table) == 3 and "right_0.9-1.0" in table[0]
+    assert table[0].startswith("run,step,next_heldout_step,n,accuracy,credited_accuracy,")
     assert rlsr_main(["report", "--pools", str(tmp_path), "--output-dir", str(tmp_path / "x")]) == 2
     assert "pool_log.every > 0" in capsys.readouterr().err
 
@@ -272,6 +302,14 @@ def test_logged_pools_recompute_from_their_own_verdicts_with_the_method_and_trls
         expected = compute_reward_columns(m, correct, confidence, format_ok)
         logged = np.array([[r["rewards"][k] for k in names] for r in rows])
         np.testing.assert_allclose(logged, expected, rtol=1e-6, atol=1e-6)
+        # the credited correctness alone recomputes the rewards: no format rule to re-apply
+        credited = np.array([r["credited_correct"] for r in rows])
+        assert m.correct_requires_format and (credited == (correct & format_ok)).all()
+        as_credited = dataclasses.replace(m, correct_requires_format=False)
+        np.testing.assert_allclose(
+            compute_reward_columns(as_credited, credited, confidence, format_ok), logged,
+            rtol=1e-6, atol=1e-6,
+        )  # fmt: skip
         reward = np.array([r["reward"] for r in rows])
         np.testing.assert_allclose(reward, logged @ weights, rtol=1e-12, atol=1e-12)
         advantage = np.array([r["advantage"] for r in rows])
