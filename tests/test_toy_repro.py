@@ -194,6 +194,53 @@ def test_summary_table_aggregates_over_seeds():
     assert lines[-1].startswith("Total wall time: 400 s; load average at end: 1.0, 2.0, 3.0 on ")
 
 
+def test_summary_plot_draws_every_row_as_its_own_step_curve_titled_with_the_toy_task(tmp_path):
+    """risk_coverage.png: each row is a step curve over coverage 0..1 (tie groups entered
+    together) in its own line style and marker, labelled with its AURC under the row's own
+    scorer; rows that do not rank (one confidence) are flat lines across all coverages, not a
+    dot at coverage 1, and say so; the title names the toy task, not the carrier dataset
+    tiny@test. Eight rows, two of them constant at the same error rate."""
+    rng = np.random.default_rng(0)
+    ok = rng.random(40) < 0.6
+    curves = {f"arm{i}": (np.round(rng.random(40), 1), ok) for i in range(6)}
+    curves["flat-a"] = (np.full(40, 0.5), ok)
+    curves["flat-b"] = (np.zeros(40), ok)
+    fig = repro.overlay_figure(curves, "toy task missing: held-out risk-coverage, seed 0")
+    ax = fig.axes[0]
+    lines = ax.get_lines()
+    assert len(lines) == 8
+    assert len({(ln.get_linestyle(), ln.get_marker()) for ln in lines}) == 8
+    for line, (_conf, right) in zip(lines, curves.values(), strict=True):
+        x, y = line.get_data()
+        assert x[0] == 0.0 and x[-1] == 1.0 and y[-1] == pytest.approx(1 - right.mean())
+    flat = [ln.get_label() for ln in lines if "no ranking" in ln.get_label()]
+    assert len(flat) == 2 and all(label.startswith("FLAT-") for label in flat)
+    aurc = repro.aurc(curves["arm0"][0], ok)
+    assert lines[0].get_label() == f"ARM0 (AURC {aurc:.3f})"
+    assert "toy task missing" in ax.get_title() and "tiny@test" not in ax.get_title()
+    # plot_overlay reads each row's samples with its own scorer (sft-sc: consistency)
+    run = tmp_path / "missing-seed0" / "eval"
+    for row, key in (("base", "verbalized"), ("sft-sc", "consistency")):
+        (run / row / "tiny@test").mkdir(parents=True)
+        records = [{"correct": bool(k), "confidence": None, "scores": {key: float(c)}}
+                   for c, k in zip(curves["arm0"][0], ok, strict=True)]  # fmt: skip
+        (run / row / "tiny@test" / "samples.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in records)
+        )
+    repro.plot_overlay(tmp_path, "missing", [0], {"base": "verbalized", "sft-sc": "consistency"})
+    assert (tmp_path / "risk_coverage.png").stat().st_size > 10_000
+
+
+def test_sft_arm_says_it_has_no_train_pool_instead_of_nan():
+    """The end-of-training line of an SFT arm says it has no train pool (it logs no
+    rlsr/aurc: `last train-pool AURC nan` read as a failed measurement); a GRPO arm gets its
+    last train-pool AURC."""
+    logged = {"n": 0, "aurc": float("nan")}
+    assert "no train pool" in repro.train_note(repro.ARMS["sft-sc"], logged)
+    assert "nan" not in repro.train_note(repro.ARMS["sft-sc"], logged)
+    assert repro.train_note(repro.ARMS["rlsr"], {"aurc": 0.25}) == "last train-pool AURC 0.250"
+
+
 @pytest.mark.parametrize(
     "flag",
     [

@@ -28,6 +28,8 @@ from rlsr.config import heldout_protocol
 from rlsr.config.compose import compose_config
 from rlsr.eval_protocol import EvalProtocol, protocol_flags
 from rlsr.evaluation.layout import METRICS_FILE, PLOT_FILE, SAMPLES_FILE, SUMMARY_FILE
+from rlsr.evaluation.plots import curve_steps
+from rlsr.evaluation.summary import scorer_arrays
 from rlsr.methods import get_entry
 from rlsr.metrics import aurc, risk_coverage_curve
 from rlsr.toy.task import VARIANT_TIERS, make_split, write_dataset_folder
@@ -150,10 +152,17 @@ def train_arm(
     start = time.perf_counter()
     _launch(["train.py", *overrides], out.with_suffix(".train.log"), on_line)
     seconds = time.perf_counter() - start
-    progress.end_live(
-        f"{name}: {args.steps} steps in {seconds:.0f} s (last train-pool AURC {logged['aurc']:.3f})"
-    )
+    progress.end_live(f"{name}: {args.steps} steps in {seconds:.0f} s ({train_note(arm, logged)})")
     return seconds
+
+
+def train_note(arm: Arm, logged: dict) -> str:
+    """What the end-of-training line says about the arm's training pools: the last logged
+    train-pool AURC of a GRPO arm; an SFT arm trains on gold answers and has no pool (its
+    ranking shows in the held-out evaluation only), so it gets no ``nan``."""
+    if arm.sft:
+        return "SFT trains on gold answers: no train pool, no train-pool AURC"
+    return f"last train-pool AURC {logged['aurc']:.3f}"
 
 
 def evaluate(model_dir: Path, data_dir: Path, out: Path, eval_args=()) -> dict:
@@ -619,33 +628,59 @@ def write_summary(
             indent=2,
         )
     )
-    plot_overlay(root, seeds, rows)
+    by_row = {"base": Arm("base", ""), **{arm.name: arm for arm in arms_for(args)}}
+    plot_overlay(root, args.variant, seeds, {r: by_row[r].scorer for r in rows})
 
 
-def plot_overlay(root: Path, seeds, rows) -> None:
-    """Risk-coverage curves of every row (first seed) in one PNG: ``root/risk_coverage.png``."""
+# Line styles and markers of the summary plot, cycled at different lengths (4 and 8): the first
+# 8 rows get 8 distinct pairs, so rows with equal curves (e.g. several constant confidences at
+# one error rate) stay distinguishable where their lines lie on each other.
+_LINESTYLES = ("-", "--", "-.", ":")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def overlay_figure(curves: dict[str, tuple[np.ndarray, np.ndarray]], title: str):
+    """The summary plot (not saved): per row ``curves[name] = (confidence, correct)`` its
+    risk-coverage step curve (``rlsr.evaluation.plots.curve_steps``: each tie group's risk over
+    the coverage it adds, from coverage 0), in its own colour, line style and markers, labelled
+    with the row's AURC; a row whose confidence is one value (it does not rank) is a flat line
+    at its error rate across all coverages, marked so in the legend."""
     import matplotlib  # heavy optional dependency: only when the summary is plotted
 
-    matplotlib.use("Agg")
+    matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5, 4))
-    for seed in seeds[:1]:
-        run = next(iter(root.glob(f"*-seed{seed}")))
-        for r in rows:
-            path = run / "eval" / r / "tiny@test" / SAMPLES_FILE
-            recs = [json.loads(x) for x in path.open()]
-            conf = np.array([x["confidence"] if x["confidence"] is not None else 0.0 for x in recs])
-            ok = np.array([x["correct"] for x in recs], dtype=bool)
-            curve = risk_coverage_curve(conf, ok)
-            # Constant confidence gives a single point (coverage 1): draw markers so it shows.
-            ax.plot(
-                curve.coverage, curve.risk, marker="o", markersize=4, alpha=0.8, label=r.upper()
-            )
-    ax.set_xlabel("coverage")
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for i, (name, (conf, ok)) in enumerate(curves.items()):
+        curve = risk_coverage_curve(conf, ok)
+        x, y = curve_steps(curve)
+        flat = " (one confidence: no ranking)" if len(curve.coverage) == 1 else ""
+        ax.step(
+            x, y, where="pre", color=f"C{i % 10}", linestyle=_LINESTYLES[i % len(_LINESTYLES)],
+            marker=_MARKERS[i % len(_MARKERS)], markersize=5, alpha=0.85,
+            label=f"{name.upper()} (AURC {aurc(conf, ok):.3f}){flat}",
+        )  # fmt: skip
+    ax.set(xlim=(0, 1.02), ylim=(-0.02, 1.02), title=title, xlabel="coverage")
     ax.set_ylabel("risk (error rate of the most confident)")
-    ax.set_title(f"held-out risk-coverage, seed {seeds[0]}")
-    ax.legend()
+    ax.legend(fontsize=7)
     fig.tight_layout()
+    return fig
+
+
+def plot_overlay(root: Path, variant: str, seeds, scorers: dict[str, str]) -> None:
+    """Risk-coverage curves of every row (first seed) in one PNG, ``root/risk_coverage.png``:
+    ``overlay_figure`` of each row's held-out samples ranked by its scorer (``scorers[row]``,
+    the one its table row reports), titled with the toy task."""
+    import matplotlib.pyplot as plt  # heavy optional dependency (overlay_figure selects Agg)
+
+    seed = seeds[0]
+    run = next(iter(root.glob(f"*-seed{seed}")))
+    curves = {}
+    for row, scorer in scorers.items():
+        records = [json.loads(x) for x in (run / "eval" / row / "tiny@test" / SAMPLES_FILE).open()]
+        conf, ok, _ = scorer_arrays(records, scorer)
+        curves[row] = (conf, ok)
+    title = f"toy task {variant}: held-out risk-coverage, seed {seed}"
+    fig = overlay_figure(curves, title)
     fig.savefig(root / PLOT_FILE, dpi=120)
     plt.close(fig)
