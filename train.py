@@ -113,7 +113,7 @@ def vllm_server_failure(err: BaseException, grpo: dict, output_dir: str) -> str 
         from requests.exceptions import RequestException
     except ImportError:  # no requests: TRL's client cannot have raised
         return None
-    from rlsr.evaluation.layout import checkpoint_folders
+    from rlsr.run_layout import checkpoint_folders
 
     url = grpo.get("vllm_server_base_url") or (
         f"http://{grpo.get('vllm_server_host', '0.0.0.0')}:{grpo.get('vllm_server_port', 8000)}"

@@ -128,9 +128,9 @@ class _Windowed:
 
 
 def _evaluate(backend, examples, settings) -> _Round:
-    from rlsr.evaluation.layout import SAMPLES_FILE
     from rlsr.evaluation.runner import evaluate_dataset, summarise
     from rlsr.evaluation.samples_io import read_samples
+    from rlsr.run_layout import SAMPLES_FILE
     from rlsr.verifiers import get_verifier
 
     counting = _Counting(backend) if hasattr(backend, "stream") else None

@@ -42,8 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from rlsr import metrics as M
-from rlsr.evaluation.layout import STEP_PREFIX
 from rlsr.rewards import confidence_for_ranking
+from rlsr.run_layout import STEP_PREFIX
 
 __all__ = [
     "POOLS_DIR",

@@ -53,10 +53,10 @@ from trl import GRPOTrainer
 from rlsr import metrics as M
 from rlsr import rewards as R
 from rlsr.data import row_verification_inputs
-from rlsr.evaluation.layout import checkpoint_folders
 from rlsr.logprob import answer_logprob_confidences
 from rlsr.parsing import FULL_FORMAT, parse_response
 from rlsr.pool_log import PoolLogWriter, pool_rows
+from rlsr.run_layout import checkpoint_folders
 from rlsr.tokenization import render_chat_prompt
 from rlsr.verifiers import get_verifier
 from rlsr.verifiers.base import (

@@ -60,7 +60,10 @@ from rlsr.engines import engine_from_env
 from rlsr.eval_protocol import protocol_flags, to_flags
 from rlsr.evaluation.history import read_history
 from rlsr.evaluation.in_training import HeldOutEvaluator
-from rlsr.evaluation.layout import (
+from rlsr.methods import get_entry
+from rlsr.metrics import ranking_gain_from_aurc
+from rlsr.pool_log import POOLS_DIR, PoolLogWriter, pool_path, pool_steps
+from rlsr.run_layout import (
     EVAL_DIR,
     FINAL_WEIGHT_FILES,
     STEP_PREFIX,
@@ -68,9 +71,6 @@ from rlsr.evaluation.layout import (
     checkpoint_folders,
     step_folders,
 )
-from rlsr.methods import get_entry
-from rlsr.metrics import ranking_gain_from_aurc
-from rlsr.pool_log import POOLS_DIR, PoolLogWriter, pool_path, pool_steps
 from rlsr.run_plan import RunPlan, plan_run
 from rlsr.tokenization import load_tokenizer, model_context_length, prompt_token_counter
 

@@ -441,9 +441,9 @@ def check_midstream_failure(trainer, out: Path, fault: str | None = None) -> dic
 
     from rlsr.data import load_examples
     from rlsr.evaluation import in_training
-    from rlsr.evaluation.layout import FAILED_FILE, step_dir
     from rlsr.generation import backends
     from rlsr.generation.backends import encode_prompt, engine_requests, render_chat
+    from rlsr.run_layout import FAILED_FILE, step_dir
 
     generation, evaluator = trainer.vllm_generation, trainer.heldout_evaluator
     llm, step = generation.llm, trainer.state.global_step
@@ -796,8 +796,8 @@ def explain_divergences(model_dir: Path, pairs: list[tuple[dict, dict]], device:
 
 
 def _compare_backends(out: Path, plan: dict, cpu: bool, model_dir: Path, dtype: str) -> dict:
-    from rlsr.evaluation.layout import METRICS_FILE, SAMPLES_FILE
     from rlsr.evaluation.samples_io import read_samples
+    from rlsr.run_layout import METRICS_FILE, SAMPLES_FILE
 
     rows: dict[str, dict] = {}
     engine_log: list[str] = []

@@ -23,9 +23,9 @@ from rlsr.data import version_records
 from rlsr.eval_protocol import EvalProtocol
 from rlsr.evaluation import compare as compare_module
 from rlsr.evaluation.compare import COMPARE_JSON, COMPARE_MD, COMPARE_PNG
-from rlsr.evaluation.layout import METRICS_FILE, RUN_FILE, SAMPLES_FILE, checkpoint_dir, step_dir
 from rlsr.evaluation.samples_io import append_samples
 from rlsr.evaluation.summary import compute_metrics
+from rlsr.run_layout import METRICS_FILE, RUN_FILE, SAMPLES_FILE, checkpoint_dir, step_dir
 
 DATASET = "tiny-missing"
 OUTPUTS = (COMPARE_JSON, COMPARE_MD, COMPARE_PNG)

@@ -41,9 +41,9 @@ LAYERS: dict[str, int] = {
     "rlsr.config.heldout": 2,  # the held-out plan (eval.*): resolve_heldout
     "rlsr.eval_protocol": 2,  # the evaluation protocol, declared once (EvalProtocol)
     "rlsr.pool_log": 2,  # the pool files: written by the trainer, read by rlsr report --pools
-    # the output layout's names (file names, step- / checkpoint- folders, run.json comparison), one
-    # place for every writer and reader: the trainer and the pool files below evaluation use it
-    "rlsr.evaluation.layout": 2,
+    # the run folder's names (file names, step- / checkpoint- folders, run.json comparison), one
+    # place for every writer and reader from the trainer and the pool files up to serving
+    "rlsr.run_layout": 2,
     # 3 trainer and the method registry
     "rlsr.trainer": 3,
     "rlsr.weight_sync": 3,

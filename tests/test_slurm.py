@@ -558,8 +558,8 @@ def test_evaluate_array_index_maps_to_checkpoint_and_dataset(tmp_path):
 
 
 def test_evaluate_reads_the_checkpoint_prefix_from_rlsr_and_says_which_python_cannot(tmp_path):
-    """evaluate.slurm labels checkpoint-N folders with the prefix rlsr.evaluation.layout declares
-    (``python -m rlsr.evaluation.layout CHECKPOINT_PREFIX``), not a copy in the shell; a python
+    """evaluate.slurm labels checkpoint-N folders with the prefix rlsr.run_layout declares
+    (``python -m rlsr.run_layout CHECKPOINT_PREFIX``), not a copy in the shell; a python
     that cannot import rlsr stops the job before any pair, naming RLSR_PYTHON."""
     python = tmp_path / "python"
     python.write_text("#!/bin/sh\necho 'No module named rlsr' >&2\nexit 1\n")

@@ -37,8 +37,8 @@ from rlsr.cli import main as rlsr_main
 from rlsr.data import load_task_file, task_names, unregister_task
 from rlsr.data.loading import FIXTURES_DIR
 from rlsr.evaluation.history import read_history
-from rlsr.evaluation.layout import step_dir
 from rlsr.prompts import FORMAT_INSTRUCTIONS
+from rlsr.run_layout import step_dir
 from rlsr.tokenization import load_tokenizer
 from rlsr.training import build_trainer, validate
 

@@ -1,8 +1,9 @@
 """Evaluation of selective prediction: ``rlsr evaluate`` / ``rlsr report`` / ``rlsr deploy``.
 
 Modules: ``runner`` (per-dataset loop with fallbacks and resume; its backends and fallback
-steps are ``rlsr.generation``'s, shared with ``rlsr serve``), ``layout`` (output files, step
-folders, run.json), ``judge`` (LLM judge), ``scorers`` (verbalized, log-prob, self-consistency), ``dcs``,
-``summary`` (metrics.json schema), ``report``, ``plots``, ``deployment``. docs/evaluation.md.
-Submodules are imported lazily so ``import rlsr.evaluation`` stays cheap.
+steps are ``rlsr.generation``'s, shared with ``rlsr serve``; the output files, step folders and
+run.json are ``rlsr.run_layout``'s), ``judge`` (LLM judge), ``scorers`` (verbalized, log-prob,
+self-consistency), ``dcs``, ``summary`` (metrics.json schema), ``report``, ``plots``,
+``deployment``. docs/evaluation.md. Submodules are imported lazily so ``import rlsr.evaluation``
+stays cheap.
 """

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from rlsr.evaluation.layout import DEPLOYMENT_FILE
+from rlsr.run_layout import DEPLOYMENT_FILE
 from rlsr.serving.decision_log import summarise_decisions
 from rlsr.serving.policy import ANSWERED
 from rlsr.thresholds import clopper_pearson_interval

@@ -47,7 +47,16 @@ from rlsr.evaluation.judge import (
     check_judge_server,
     openai_judge_fn,
 )
-from rlsr.evaluation.layout import (
+from rlsr.evaluation.outputs import REPORT_PREFIX, deprecated_flag, output_prefix
+from rlsr.evaluation.provenance import adapter_fingerprint
+from rlsr.evaluation.report import build_report
+from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
+from rlsr.evaluation.samples_io import json_safe, read_samples
+from rlsr.evaluation.summary import no_verdict_note, scorer_arrays
+from rlsr.generation.backends import load_chat_tokenizer, make_backend, resolve_adapter
+from rlsr.generation.openai_api import RLSR_SERVE
+from rlsr.pool_log import write_pool_summary
+from rlsr.run_layout import (
     AUDIT_FILE,
     CHECKPOINT_PREFIX,
     CONFIG_FIELDS,
@@ -66,15 +75,6 @@ from rlsr.evaluation.layout import (
     read_run_file,
     remove_unused,
 )
-from rlsr.evaluation.outputs import REPORT_PREFIX, deprecated_flag, output_prefix
-from rlsr.evaluation.provenance import adapter_fingerprint
-from rlsr.evaluation.report import build_report
-from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
-from rlsr.evaluation.samples_io import json_safe, read_samples
-from rlsr.evaluation.summary import no_verdict_note, scorer_arrays
-from rlsr.generation.backends import load_chat_tokenizer, make_backend, resolve_adapter
-from rlsr.generation.openai_api import RLSR_SERVE
-from rlsr.pool_log import write_pool_summary
 from rlsr.tokenization import model_context_length, prompt_token_counter
 from rlsr.verifiers import VERIFIERS, is_plugin_name
 from rlsr.verifiers.llm_judge import (
@@ -511,7 +511,7 @@ def _build_judge(args, backend_kwargs):
     return RecordingJudge(fn)
 
 
-# --- what an output dir holds (names and rules: rlsr.evaluation.layout) -----------------------
+# --- what an output dir holds (names and rules: rlsr.run_layout) -----------------------
 
 
 def no_verdict_counts_of(metrics: dict) -> dict:

@@ -4,7 +4,7 @@ every evaluation of them (step, dataset, the folder holding ``samples.jsonl``).
 Inputs, each found by what it holds (never by its name):
 
 * a train.py output dir (``config.yaml``): its held-out history, ``eval/step-N/<dataset>/``
-  (``rlsr.evaluation.layout``); a ``step-N/failed.json`` step is left out;
+  (``rlsr.run_layout``); a ``step-N/failed.json`` step is left out;
 * an ``rlsr evaluate`` folder (``run.json`` and ``<dataset>/samples.jsonl``): the evaluation of
   the adapter (or model) that its run.json names; the training run is that folder
   (``config.yaml``) or, for ``checkpoint-N``, the folder above it, and the step is N (the final
@@ -28,7 +28,9 @@ import numpy as np
 import yaml
 
 from rlsr.eval_protocol import SAMPLE_FIELDS
-from rlsr.evaluation.layout import (
+from rlsr.evaluation.samples_io import read_samples
+from rlsr.evaluation.summary import scorer_arrays
+from rlsr.run_layout import (
     CHECKPOINT_PREFIX,
     EVAL_DIR,
     FAILED_FILE,
@@ -40,8 +42,6 @@ from rlsr.evaluation.layout import (
     checkpoint_step,
     step_folders,
 )
-from rlsr.evaluation.samples_io import read_samples
-from rlsr.evaluation.summary import scorer_arrays
 
 __all__ = [
     "CONFIG_FILE",

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rlsr.evaluation.history import TRACKED_METRICS, read_history
-from rlsr.evaluation.layout import (
+from rlsr.run_layout import (
     EVAL_DIR,
     FINAL_WEIGHT_FILES,
     METRICS_FILE,

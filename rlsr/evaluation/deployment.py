@@ -32,9 +32,9 @@ from rlsr import metrics as M
 from rlsr.config import resolve_model_path
 from rlsr.data import REGISTRY, task_records
 from rlsr.eval_protocol import DECODING_FIELDS, PROTOCOL_FIELDS
-from rlsr.evaluation.layout import METRICS_FILE, RUN_FILE
 from rlsr.evaluation.provenance import adapter_fingerprint
 from rlsr.prompts import system_prompt_name
+from rlsr.run_layout import METRICS_FILE, RUN_FILE
 
 __all__ = [
     "RULES",

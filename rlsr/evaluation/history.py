@@ -2,7 +2,7 @@
 
 ``OUTPUT_DIR/eval/step-N/<dataset>/metrics.json`` per evaluated step (the ``rlsr evaluate``
 layout), ``step-N/failed.json`` for a failed one, and ``eval/history.jsonl`` (one line per step and
-dataset, rebuilt from the folders); the names and folder rules are ``rlsr.evaluation.layout``'s.
+dataset, rebuilt from the folders); the names and folder rules are ``rlsr.run_layout``'s.
 Written by ``rlsr.evaluation.in_training``; drawn by ``rlsr.evaluation.curves``.
 """
 
@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from rlsr.evaluation.layout import EVAL_DIR, FAILED_FILE, HISTORY_FILE, METRICS_FILE, step_folders
+from rlsr.run_layout import EVAL_DIR, FAILED_FILE, HISTORY_FILE, METRICS_FILE, step_folders
 
 __all__ = [
     "TRACKED_METRICS",

@@ -72,15 +72,6 @@ from rlsr.config.heldout import ResolvedHeldOut
 from rlsr.data import build_verifier, load_examples, version_records
 from rlsr.evaluation.history import tracker_scalars, write_history
 from rlsr.evaluation.judge import DEFAULT_JUDGE_MODEL, RecordingJudge, openai_judge_fn
-from rlsr.evaluation.layout import (
-    FAILED_FILE,
-    PLOT_FILE,
-    RUN_FILE,
-    SAMPLES_FILE,
-    checkpoint_dir,
-    partial_dir,
-    step_dir,
-)
 from rlsr.evaluation.runner import EvalSettings, evaluate_dataset, summarise
 from rlsr.evaluation.samples_io import append_samples, read_samples
 from rlsr.evaluation.server_backend import ServerBackend, server_eval_bound
@@ -93,6 +84,15 @@ from rlsr.generation.backends import (
     generation_eos_ids,
     load_chat_tokenizer,
     render_chat,
+)
+from rlsr.run_layout import (
+    FAILED_FILE,
+    PLOT_FILE,
+    RUN_FILE,
+    SAMPLES_FILE,
+    checkpoint_dir,
+    partial_dir,
+    step_dir,
 )
 from rlsr.verifiers import get_verifier
 from rlsr.weight_sync import out_of_place_named_params

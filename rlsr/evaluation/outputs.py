@@ -2,7 +2,7 @@
 ``serve-report``.
 
 Each command writes into the folder ``--output-dir DIR`` (created with its parents), under fixed
-file names: ``evaluate`` its run layout (``rlsr.evaluation.layout``), ``deploy``
+file names: ``evaluate`` its run layout (``rlsr.run_layout``), ``deploy``
 ``DIR/deployment.json`` and ``.md``, ``report`` ``DIR/report.md``, ``report.csv``,
 ``report_*.png`` (``--curves``: ``report_curves.png`` / ``.csv``; ``--pools``:
 ``report_pools.csv``), ``serve-report`` ``DIR/serve_report.json`` and ``.md``. The target

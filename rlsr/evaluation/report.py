@@ -39,7 +39,6 @@ from rlsr.evaluation.gap import (
     align_runs,
     controlled_confidence_gap,
 )
-from rlsr.evaluation.layout import METRICS_FILE, SAMPLES_FILE
 from rlsr.evaluation.plots import (
     COVERAGE_GRID,
     curve_on_grid,
@@ -48,6 +47,7 @@ from rlsr.evaluation.plots import (
 )
 from rlsr.evaluation.samples_io import read_samples
 from rlsr.evaluation.summary import scorer_arrays
+from rlsr.run_layout import METRICS_FILE, SAMPLES_FILE
 
 __all__ = [
     "TABLE_METRICS",

@@ -31,7 +31,6 @@ from pathlib import Path
 from rlsr.data.loading import verification_inputs
 from rlsr.eval_protocol import EvalProtocol
 from rlsr.evaluation.dcs import score_dcs
-from rlsr.evaluation.layout import METRICS_FILE, PLOT_FILE, REQUESTS_FILE, SAMPLES_FILE
 from rlsr.evaluation.plots import plot_dataset_risk_coverage
 from rlsr.evaluation.samples_io import append_samples, json_safe, read_samples
 from rlsr.evaluation.scorers import self_consistency
@@ -46,6 +45,7 @@ from rlsr.generation.fallbacks import (
     response_item,
 )
 from rlsr.logprob import answer_span, logprob_confidence
+from rlsr.run_layout import METRICS_FILE, PLOT_FILE, REQUESTS_FILE, SAMPLES_FILE
 from rlsr.verifiers import extract_choice_letter, normalize_answer
 from rlsr.verifiers.base import NO_VERDICT, VerifierFailure, failure_message, over_budget
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from rlsr import metrics as M
-from rlsr.evaluation.layout import SAMPLES_FILE
+from rlsr.run_layout import SAMPLES_FILE
 from rlsr.verifiers.base import ERROR, INVALID, NO_VERDICT, TIMEOUT, UNJUDGED
 
 __all__ = [

@@ -34,8 +34,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from rlsr.evaluation.layout import CHECKPOINT_PREFIX, checkpoint_folders
 from rlsr.logprob import continuation_logprobs, left_pad
+from rlsr.run_layout import CHECKPOINT_PREFIX, checkpoint_folders
 from rlsr.tokenization import load_tokenizer, render_chat_prompt
 
 __all__ = [

@@ -19,10 +19,10 @@ from rlsr.eval_protocol import (
     add_protocol_flags,
     flag_of,
 )
-from rlsr.evaluation.layout import DEPLOYMENT_FILE
 from rlsr.evaluation.outputs import SERVE_REPORT_FILE, deprecated_flag, output_prefix
 from rlsr.evaluation.provenance import adapter_fingerprint
 from rlsr.generation.backends import resolve_adapter
+from rlsr.run_layout import DEPLOYMENT_FILE
 from rlsr.serving.app import create_app
 from rlsr.serving.decision_log import (
     DecisionLog,

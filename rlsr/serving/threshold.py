@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rlsr.data import task_record_problem
 from rlsr.evaluation.deployment import RULES, model_identity
-from rlsr.evaluation.layout import DEPLOYMENT_FILE
+from rlsr.run_layout import DEPLOYMENT_FILE
 
 __all__ = [
     "DEFAULT_RULE",

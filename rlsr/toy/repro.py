@@ -27,11 +27,11 @@ import numpy as np
 from rlsr.config import heldout_protocol
 from rlsr.config.compose import compose_config
 from rlsr.eval_protocol import EvalProtocol, protocol_flags
-from rlsr.evaluation.layout import METRICS_FILE, PLOT_FILE, SAMPLES_FILE, SUMMARY_FILE
 from rlsr.evaluation.plots import curve_steps
 from rlsr.evaluation.summary import scorer_arrays
 from rlsr.methods import get_entry
 from rlsr.metrics import aurc, risk_coverage_curve
+from rlsr.run_layout import METRICS_FILE, PLOT_FILE, SAMPLES_FILE, SUMMARY_FILE
 from rlsr.toy.task import VARIANT_TIERS, make_split, write_dataset_folder
 from rlsr.toy.warmup import WarmupGateError, ensure_warmup, warmup_config
 

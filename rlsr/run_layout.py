@@ -1,4 +1,6 @@
-"""What an evaluation output folder holds, in one place: file names, step folders, run.json.
+"""What a run folder and an evaluation output folder hold, in one place: file names, step
+folders, run.json. It names files for every floor (the trainer, the pool files, evaluation,
+serving), so it sits low: it imports only ``rlsr.data`` and ``rlsr.eval_protocol``.
 
 ``rlsr evaluate --output-dir OUT``::
 
@@ -25,8 +27,9 @@ reads; ``rlsr deploy --output-dir DIR`` writes the same names in DIR), with
 ``--audit-deployment`` ``OUT/audit.json`` and ``.md``. The other commands' output folders:
 ``rlsr.evaluation.outputs``.
 
-Writers (``rlsr.evaluation.runner``, ``.cli``, ``.in_training``) and readers (``.history``,
-``.deployment``, ``.report``, ``rlsr serve --threshold-from``) take the names and rules from here.
+Writers (``rlsr.evaluation.runner``, ``.cli``, ``.in_training``, ``rlsr.trainer``,
+``rlsr.pool_log``) and readers (``rlsr.evaluation.history``, ``.deployment``, ``.report``,
+``rlsr serve --threshold-from``) take the names and rules from here.
 """
 
 from __future__ import annotations
@@ -263,13 +266,13 @@ def remove_unused(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rlsr.evaluation.layout NAME...``: print each named constant, one a line, so
+    """``python -m rlsr.run_layout NAME...``: print each named constant, one a line, so
     the Slurm scripts read the names from here instead of spelling them."""
     names = sys.argv[1:] if argv is None else argv
     unknown = [n for n in names if n not in __all__ or not isinstance(globals()[n], str)]
     if not names or unknown:
         known = ", ".join(n for n in __all__ if isinstance(globals()[n], str))
-        print(f"usage: python -m rlsr.evaluation.layout NAME...; NAME is one of {known}"
+        print(f"usage: python -m rlsr.run_layout NAME...; NAME is one of {known}"
               + (f" (not {', '.join(unknown)})" if unknown else ""), file=sys.stderr)  # fmt: skip
         return 2
     for name in names:
