@@ -63,6 +63,14 @@ LAYERS: dict[str, int] = {
     "rlsr.serving.cli": 5,
     "rlsr.toy": 5,
 }
+# Inside the run assembly/evaluation floor the three packages are tied one way: generation <-
+# evaluation <- serving (serving applies what evaluation certified; both generate through
+# generation). (importer package, package it may not import)
+ONE_WAY: tuple[tuple[str, str], ...] = (
+    ("rlsr.generation", "rlsr.evaluation"),
+    ("rlsr.generation", "rlsr.serving"),
+    ("rlsr.evaluation", "rlsr.serving"),
+)
 LAYER_NAMES = (
     "primitives",
     "equations",
@@ -134,6 +142,10 @@ def layer_of(module: str) -> int | None:
     return None if best is None else best[1]
 
 
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
 def find_cycles(edges) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan)."""
     graph: dict[str, set[str]] = {}
@@ -189,6 +201,9 @@ def problems(sources: dict[str, str]) -> list[str]:
             found.append(
                 f"{a}:{line}: imports {b}, a higher layer ({LAYER_NAMES[la]} -> {LAYER_NAMES[lb]})"
             )
+        for low, high in ONE_WAY:
+            if _within(a, low) and _within(b, high):
+                found.append(f"{a}:{line}: imports {b}; {high} builds on {low}, not the reverse")
     found += [f"import cycle: {' <-> '.join(c)}" for c in find_cycles(edges)]
     return found
 
@@ -215,6 +230,19 @@ def test_the_old_config_trainer_cycle_is_caught():
     assert any("function-local import of rlsr.trainer" in p for p in found), found
     assert any("rlsr.config:" in p and "higher layer" in p for p in found), found
     assert any(p.startswith("import cycle:") and "rlsr.config" in p for p in found), found
+
+
+def test_an_evaluation_import_of_serving_is_caught():
+    """Reintroduce the two-way tie the package had: the deployment audit imports serving's
+    policy while serving imports evaluation. The one-way rule must name the audit's import."""
+    sources = read_sources()
+    sources["rlsr.evaluation.audit"] = (
+        "from rlsr.serving.policy import ServeSettings\n" + sources["rlsr.evaluation.audit"]
+    )
+    found = problems(sources)
+    assert any(
+        p.startswith("rlsr.evaluation.audit:1: imports rlsr.serving.policy;") for p in found
+    ), found
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ import shutil
 import pytest
 
 from rlsr.evaluation import deployment, provenance
+from rlsr.evaluation.decisions import summarise_decisions
 from rlsr.serving import decision_log, policy, protocol, threshold
 from rlsr.thresholds import clopper_pearson_interval
 
@@ -138,12 +139,12 @@ def test_summarise_decisions_counts_and_flags_drift():
         {"decision": "abstained", "tau": 0.5}
     ] * 70
     recs = recs + [{"decision": "answered", "tau": 0.9}] * 5
-    s = decision_log.summarise_decisions(recs, tau=0.5, row={"val_coverage": 0.6})
+    s = summarise_decisions(recs, tau=0.5, row={"val_coverage": 0.6})
     assert (s["n"], s["answered"], s["abstained"], s["other_tau"]) == (100, 30, 70, 5)
     assert s["coverage"] == 0.3
     assert s["coverage_interval"][0] < 0.3 < s["coverage_interval"][1] < 0.6
     assert s["drift"] is True
-    same = decision_log.summarise_decisions(recs, tau=0.5, row={"val_coverage": 0.32})
+    same = summarise_decisions(recs, tau=0.5, row={"val_coverage": 0.32})
     assert same["drift"] is False
     assert "DRIFT" in decision_log.summary_markdown(s)
     assert "No drift" in decision_log.summary_markdown(same)

@@ -8,7 +8,7 @@ clopper_pearson_interval``):
 
 * served answer rate = answered / n, next to the certified (validation) coverage; they agree when
   the certified coverage lies inside the interval (``rlsr serve-report``'s drift rule,
-  ``rlsr.serving.decision_log.summarise_decisions``);
+  ``rlsr.evaluation.decisions.summarise_decisions``);
 * risk among answered = wrong answered / answered, next to the certified risk: for the
   ``clopper_pearson`` rule the bound it guarantees, 1 - target (agree: the interval's lower end
   is <= the bound, i.e. these samples do not show the risk above it); for the ``plain`` rules,
@@ -22,9 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from rlsr.evaluation.decisions import ANSWERED, summarise_decisions
 from rlsr.run_layout import DEPLOYMENT_FILE
-from rlsr.serving.decision_log import summarise_decisions
-from rlsr.serving.policy import ANSWERED
 from rlsr.thresholds import clopper_pearson_interval
 
 __all__ = ["audit_deployment", "audit_markdown"]

@@ -6,6 +6,7 @@ confidence threshold and abstains below it (docs/serving.md).
 * ``protocol``: OpenAI request validation and response / error bodies (pure);
 * ``engine``: the generation engines (in-process vLLM ``AsyncLLM``, or an upstream server);
 * ``respond``: one request end to end (render, generate, Sec. C.3 fallbacks, decide);
-* ``decision_log``: the JSONL decision log and ``rlsr serve-report``'s summary of it;
+* ``decision_log``: the JSONL decision log and ``rlsr serve-report``'s table of it (the
+  decisions and their realised coverage are ``rlsr.evaluation.decisions``');
 * ``app``: the FastAPI application; ``cli``: ``rlsr serve`` and ``rlsr serve-report``.
 """

@@ -17,11 +17,12 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 
+from rlsr.evaluation.decisions import ANSWERED
 from rlsr.serving.decision_log import DecisionLog, decision_record
 from rlsr.serving.engine import Engine, EngineRejected, EngineUnavailable
 from rlsr.serving.metrics import ServeMetrics
 from rlsr.serving.operator import Occupancy, OperatorMiddleware, request_id_of
-from rlsr.serving.policy import ANSWERED, ServeSettings, request_hash
+from rlsr.serving.policy import ServeSettings, request_hash
 from rlsr.serving.protocol import (
     RequestError,
     ServedDecoding,

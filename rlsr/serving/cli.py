@@ -19,17 +19,13 @@ from rlsr.eval_protocol import (
     add_protocol_flags,
     flag_of,
 )
+from rlsr.evaluation.decisions import summarise_decisions
 from rlsr.evaluation.outputs import SERVE_REPORT_FILE, deprecated_flag, output_prefix
 from rlsr.evaluation.provenance import adapter_fingerprint
 from rlsr.generation.backends import resolve_adapter
 from rlsr.run_layout import DEPLOYMENT_FILE
 from rlsr.serving.app import create_app
-from rlsr.serving.decision_log import (
-    DecisionLog,
-    read_decision_log,
-    summarise_decisions,
-    summary_markdown,
-)
+from rlsr.serving.decision_log import DecisionLog, read_decision_log, summary_markdown
 from rlsr.serving.engine import UpstreamEngine, VLLMEngine
 from rlsr.serving.policy import DEFAULT_ABSTAIN_MESSAGE, ServeSettings, decoding_settings
 from rlsr.serving.threshold import (

@@ -3,9 +3,10 @@
 One JSON object per answered-or-abstained request, appended as one line and flushed:
 ``{"time", "request_id", "request_hash", "confidence", "score", "tau", "rule", "decision"}``
 (``request_id``: the ``X-Request-Id`` of the answer, rlsr.serving.operator); the question is
-stored only as its sha256 (``policy.request_hash``). The summary puts the realised coverage
-(share answered) with its exact 95% interval (``rlsr.thresholds.clopper_pearson_interval``) next
-to the validation (and test) coverage of the threshold, so drift after deployment is visible.
+stored only as its sha256 (``policy.request_hash``). The summary
+(``rlsr.evaluation.decisions.summarise_decisions``, shown by ``summary_markdown``) puts the
+realised coverage (share answered) with its exact 95% interval next to the validation (and test)
+coverage of the threshold, so drift after deployment is visible.
 """
 
 from __future__ import annotations
@@ -13,17 +14,13 @@ from __future__ import annotations
 import datetime
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-
-from rlsr.serving.policy import ANSWERED
-from rlsr.thresholds import clopper_pearson_interval
 
 __all__ = [
     "DecisionLog",
     "decision_record",
     "read_decision_log",
-    "summarise_decisions",
     "summary_markdown",
 ]
 
@@ -85,43 +82,6 @@ def read_decision_log(path: str | os.PathLike) -> list[dict]:
         if not isinstance(record, dict) or "decision" not in record:
             raise ValueError(f"decision log {p}, line {i}: no 'decision' field.")
         out.append(record)
-    return out
-
-
-def summarise_decisions(
-    records: Sequence[Mapping], *, tau: float | None = None, row: Mapping | None = None,
-    level: float = 0.95,
-) -> dict:  # fmt: skip
-    """Realised coverage of the logged decisions taken at ``tau`` (all if None).
-
-    ``coverage`` = answered / n with its exact ``level`` interval; ``validation_coverage`` and
-    ``test_coverage`` come from the threshold ``row``; ``drift`` is True when the validation
-    coverage lies outside the interval (the question mix or the model's confidence has moved).
-    """
-    other = [r for r in records if tau is not None and r.get("tau") != tau]
-    kept = [r for r in records if tau is None or r.get("tau") == tau]
-    n = len(kept)
-    answered = sum(1 for r in kept if r["decision"] == ANSWERED)
-    out: dict = {
-        "n": n,
-        "answered": answered,
-        "abstained": n - answered,
-        "other_tau": len(other),
-        "tau": tau,
-        "coverage": answered / n if n else None,
-        "coverage_interval": list(clopper_pearson_interval(answered, n, level)) if n else None,
-        "level": level,
-        "first": kept[0].get("time") if kept else None,
-        "last": kept[-1].get("time") if kept else None,
-        "validation_coverage": None if row is None else row.get("val_coverage"),
-        "test_coverage": None if row is None else row.get("test_coverage"),
-    }
-    val = out["validation_coverage"]
-    out["drift"] = (
-        None
-        if val is None or not n
-        else not (out["coverage_interval"][0] <= val <= out["coverage_interval"][1])
-    )
     return out
 
 

@@ -22,11 +22,10 @@ from dataclasses import dataclass
 
 from rlsr.calibration import apply_temperature
 from rlsr.eval_protocol import DECODING_FIELDS, EvalProtocol
+from rlsr.evaluation.decisions import ABSTAINED, ANSWERED
 from rlsr.prompts import system_prompt_names
 
 __all__ = [
-    "ANSWERED",
-    "ABSTAINED",
     "DEFAULT_ABSTAIN_MESSAGE",
     "ServeSettings",
     "selection_score",
@@ -34,8 +33,6 @@ __all__ = [
     "request_hash",
 ]
 
-ANSWERED = "answered"
-ABSTAINED = "abstained"
 DEFAULT_ABSTAIN_MESSAGE = "I am not confident enough to answer this question."
 
 
