@@ -1,4 +1,4 @@
-"""The server-mode held-out evaluation is bounded in time (rlsr.evaluation.server_backend): the
+"""The server-mode held-out evaluation is bounded in time (rlsr.generation.server_backend): the
 other processes wait for the main process in a collective under ``grpo.ddp_timeout``, so a server
 that stops answering must fail the evaluation (recorded; training goes on) instead of hanging.
 
@@ -22,13 +22,13 @@ from endpoint_standin import local_http_server
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from rlsr.evaluation.server_backend import (
+from rlsr.generation.backends import Sampling
+from rlsr.generation.server_backend import (
     ServerBackend,
     _retry_bound,
     attempt_timeout,
     server_eval_bound,
 )
-from rlsr.generation.backends import Sampling
 
 SLEEP_S = 60.0  # how long the stand-in takes to answer: far beyond the bounds below
 

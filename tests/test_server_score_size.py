@@ -24,12 +24,12 @@ import pytest
 import requests
 from endpoint_standin import local_http_server
 
-from rlsr.evaluation.server_backend import (
+from rlsr.generation.openai_api import score_body
+from rlsr.generation.server_backend import (
     SCORE_POSITIONS_PER_REQUEST,
     ServerBackend,
     score_chunks,
 )
-from rlsr.generation.openai_api import score_body
 
 # hotpot's held-out window is 256 prompts per runner call (ServerBackend.eval_batch_size), each a
 # long-prompt question (data.max_prompt_length 3,072) + its response: ~3,000 positions. A quarter

@@ -400,9 +400,9 @@ def test_scoring_through_the_server_moves_a_bounded_size_per_response(tmp_path):
     at a hotpot window's size on a stand-in."""
     import requests
 
-    from rlsr.evaluation.server_backend import ServerBackend
     from rlsr.generation.backends import encode_prompt, load_chat_tokenizer
     from rlsr.generation.openai_api import score_body
+    from rlsr.generation.server_backend import ServerBackend
 
     port = next(p for p in range(18800, 18900) if _port_free(p))
     server = _start_server(tmp_path, port, "--dtype", "float32", "--max-model-len", "2048")

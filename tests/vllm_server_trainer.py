@@ -70,7 +70,7 @@ def _install_doubles() -> None:
         return output
 
     from rlsr.evaluation.in_training import HeldOutEvaluator
-    from rlsr.evaluation.server_backend import ServerBackend
+    from rlsr.generation.server_backend import ServerBackend
 
     real_backend_generate = ServerBackend.generate
     real_evaluate_step = HeldOutEvaluator.evaluate_step

@@ -28,7 +28,7 @@ The policy it evaluates:
 * ``vllm_server``: TRL's vLLM server (``grpo.vllm_mode=server``, slurm/train.slurm on several
   nodes), with the weights synced first in the same way (every process takes part in TRL's
   sync, which gathers ZeRO-3/FSDP shards); then the main process alone sends the held-out
-  requests (``rlsr.evaluation.server_backend.ServerBackend``: the requests ``rlsr evaluate
+  requests (``rlsr.generation.server_backend.ServerBackend``: the requests ``rlsr evaluate
   --backend vllm`` makes of its engine) and writes the samples, while the other processes wait
   (for at most ``grpo.ddp_timeout`` seconds, the collectives' timeout: the requests are bounded to
   ``0.8 * ddp_timeout - 60`` s in all, each with a timeout, so a hung server fails the
@@ -74,7 +74,6 @@ from rlsr.evaluation.history import tracker_scalars, write_history
 from rlsr.evaluation.judge import DEFAULT_JUDGE_MODEL, RecordingJudge, openai_judge_fn
 from rlsr.evaluation.runner import EvalSettings, evaluate_dataset, summarise
 from rlsr.evaluation.samples_io import append_samples, read_samples
-from rlsr.evaluation.server_backend import ServerBackend, server_eval_bound
 from rlsr.generation.backends import (
     TransformersBackend,
     VLLMBackend,
@@ -85,6 +84,7 @@ from rlsr.generation.backends import (
     load_chat_tokenizer,
     render_chat,
 )
+from rlsr.generation.server_backend import ServerBackend, server_eval_bound
 from rlsr.run_layout import (
     FAILED_FILE,
     PLOT_FILE,

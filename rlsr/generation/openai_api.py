@@ -1,5 +1,5 @@
 """The OpenAI-compatible wire format, shared by every client of an HTTP model server: TRL's vLLM
-server in training (``rlsr.evaluation.server_backend``) and ``rlsr evaluate --backend
+server in training (``rlsr.generation.server_backend``) and ``rlsr evaluate --backend
 openai-completions|openai-chat`` (``rlsr.evaluation.endpoint``).
 
 Request bodies are built from a ``Sampling`` with ``VLLMBackend``'s values
