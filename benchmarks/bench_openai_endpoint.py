@@ -34,8 +34,8 @@ from pathlib import Path
 import httpx
 import openai
 
-from rlsr.evaluation.endpoint import EndpointBackend, EndpointSettings
 from rlsr.generation.backends import Sampling
+from rlsr.generation.endpoint import EndpointBackend, EndpointSettings
 from rlsr.tiny_models import tiny_model_path
 
 HOST = "127.0.0.1"

@@ -9,7 +9,7 @@ serving), so it sits low: it imports only ``rlsr.data`` and ``rlsr.eval_protocol
     OUT/<dataset>/samples.jsonl      one line per sample (appended, fsynced)
     OUT/<dataset>/metrics.json       rebuilt from samples.jsonl at the end of every run
     OUT/<dataset>/risk_coverage.png
-    OUT/<dataset>/requests.jsonl     an HTTP endpoint's finished requests (rlsr.evaluation.endpoint)
+    OUT/<dataset>/requests.jsonl     an HTTP endpoint's finished requests (rlsr.generation.endpoint)
 
 The held-out evaluation during training writes the same layout per optimizer step::
 

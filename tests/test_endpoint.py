@@ -26,10 +26,10 @@ import pytest
 from endpoint_standin import StandIn
 
 from rlsr.cli import main as rlsr_main
-from rlsr.evaluation import endpoint
 from rlsr.evaluation.deployment import deployment_record
-from rlsr.evaluation.endpoint import chat_prompt_text, split_chat_prompt
 from rlsr.evaluation.samples_io import read_samples
+from rlsr.generation import endpoint
+from rlsr.generation.endpoint import chat_prompt_text, split_chat_prompt
 from rlsr.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX
 from rlsr.serving.app import create_app
 from rlsr.serving.engine import UpstreamEngine

@@ -33,12 +33,6 @@ from rlsr.evaluation.deployment import (
     deployment_record,
     deployment_rows,
 )
-from rlsr.evaluation.endpoint import (
-    ENDPOINT_BACKENDS,
-    EndpointBackend,
-    EndpointError,
-    EndpointSettings,
-)
 from rlsr.evaluation.judge import (
     DEFAULT_JUDGE_MODEL,
     JudgeUnavailableError,
@@ -54,6 +48,12 @@ from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
 from rlsr.evaluation.samples_io import json_safe, read_samples
 from rlsr.evaluation.summary import no_verdict_note, scorer_arrays
 from rlsr.generation.backends import load_chat_tokenizer, make_backend, resolve_adapter
+from rlsr.generation.endpoint import (
+    ENDPOINT_BACKENDS,
+    EndpointBackend,
+    EndpointError,
+    EndpointSettings,
+)
 from rlsr.generation.openai_api import RLSR_SERVE
 from rlsr.pool_log import write_pool_summary
 from rlsr.run_layout import (

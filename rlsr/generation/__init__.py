@@ -5,6 +5,8 @@
   teacher-forced ``score``), ``Sampling``, chat rendering and prompt encoding, LoRA adapter
   resolution, the vLLM engine and sampling arguments ``rlsr serve``'s engines reuse;
 * ``openai_api``: the OpenAI-compatible wire format every HTTP client of a model server shares;
+* ``endpoint``: any OpenAI-compatible endpoint as a backend (a hosted API, ``vllm serve``,
+  ``rlsr serve``): ``rlsr evaluate --backend openai-completions|openai-chat``;
 * ``server_backend``: TRL's vLLM server as the held-out evaluation's backend in server mode;
 * ``fallbacks``: the Sec. C.3 fallback steps (the record of a response, the context to continue
   when the answer or the confidence is missing, how a continuation is read).

@@ -102,7 +102,7 @@ class Generation:
     finish_reason: str  # "stop" (EOS) or "length" (hit max_new_tokens)
     logprobs: list[float] | None = field(default=None)
     # what a deciding server (``rlsr serve``) decided on this text: its ``rlsr`` extension
-    # fields (``rlsr.evaluation.endpoint``); None from every model the backend runs itself
+    # fields (``rlsr.generation.endpoint``); None from every model the backend runs itself
     served: dict | None = field(default=None)
 
     def to_dict(self) -> dict:

@@ -1,6 +1,6 @@
 """The OpenAI-compatible wire format, shared by every client of an HTTP model server: TRL's vLLM
 server in training (``rlsr.generation.server_backend``) and ``rlsr evaluate --backend
-openai-completions|openai-chat`` (``rlsr.evaluation.endpoint``).
+openai-completions|openai-chat`` (``rlsr.generation.endpoint``).
 
 Request bodies are built from a ``Sampling`` with ``VLLMBackend``'s values
 (``vllm_sampling_kwargs``), and choices are read back into the ``Generation`` the offline engine

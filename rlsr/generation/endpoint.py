@@ -397,7 +397,7 @@ def chat_prompt_text(messages: list[dict]) -> str:
 def split_chat_prompt(text: str) -> tuple[list[dict], str]:
     """``(messages, continuation)`` of ``chat_prompt_text(messages) + continuation``."""
     if not text.startswith(_CHAT_PREFIX):
-        raise ValueError("not a chat prompt text (rlsr.evaluation.endpoint.chat_prompt_text)")
+        raise ValueError("not a chat prompt text (rlsr.generation.endpoint.chat_prompt_text)")
     end = text.index("\x00", len(_CHAT_PREFIX))
     return json.loads(text[len(_CHAT_PREFIX) : end]), text[end + 1 :]
 
