@@ -56,10 +56,10 @@ from rlsr.data import (
     version_records,
 )
 from rlsr.data.loading import DatasetUnavailableError, download_command
-from rlsr.engines import engine_from_env
 from rlsr.eval_protocol import protocol_flags, to_flags
 from rlsr.evaluation.history import read_history
 from rlsr.evaluation.in_training import HeldOutEvaluator
+from rlsr.launch import engine_from_env
 from rlsr.methods import get_entry
 from rlsr.metrics import ranking_gain_from_aurc
 from rlsr.pool_log import POOLS_DIR, PoolLogWriter, pool_path, pool_steps

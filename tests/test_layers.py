@@ -24,7 +24,7 @@ LAYERS: dict[str, int] = {
     "rlsr.prompts": 0,
     "rlsr.tokenization": 0,
     "rlsr.metric_inputs": 0,
-    "rlsr.engines": 0,
+    "rlsr.launch": 0,
     # 1 equations
     "rlsr.rewards": 1,
     "rlsr.calibration": 1,

@@ -93,7 +93,7 @@ def test_the_engine_and_the_run_plan_read_one_world_size():
     """Issue 37 item 6: an MPI launch states its size only in its own variable; the engine
     (DDP vs single) and the run plan's process count read it with the same reader."""
     from rlsr.config.pool import world_size_from_env as plan_reader
-    from rlsr.engines import engine_from_env
+    from rlsr.launch import engine_from_env
 
     names = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
     assert [engine_from_env({name: "4"}).name for name in names] == ["ddp"] * 4

@@ -15,7 +15,6 @@ from rlsr.config.server_eval import check_server_eval_fits
 from rlsr.config.trl_defaults import grpo_get
 from rlsr.data import VERIFIERS as VERIFIER_NAMES
 from rlsr.data import get_spec, resolve_datasets
-from rlsr.engines import engine_from_env
 from rlsr.eval_protocol import (
     PROTOCOL_FIELDS,
     EvalProtocol,
@@ -24,6 +23,7 @@ from rlsr.eval_protocol import (
     layered,
     protocol_keys,
 )
+from rlsr.launch import engine_from_env
 from rlsr.prompts import (
     ANSWER_FALLBACK_SUFFIX,
     CONFIDENCE_FALLBACK_SUFFIX,

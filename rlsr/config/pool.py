@@ -10,7 +10,7 @@ from rlsr.config.checks import ConfigError
 from rlsr.config.checks import check as _check
 from rlsr.config.checks import is_int as _is_int
 from rlsr.config.trl_defaults import grpo_get
-from rlsr.engines import WORLD_SIZE_VARIABLES, world_size_from_env
+from rlsr.launch import WORLD_SIZE_VARIABLES, world_size_from_env
 
 __all__ = ["WORLD_SIZE_VARIABLES", "PoolPlan", "resolve_pool", "world_size_from_env"]
 

@@ -11,7 +11,7 @@ from rlsr.config.checks import ConfigError, closest_hint, is_number
 from rlsr.config.checks import check as _check
 from rlsr.config.checks import is_int as _is_int
 from rlsr.config.trl_defaults import grpo_get, sft_default
-from rlsr.engines import engine_from_env, engine_problems
+from rlsr.launch import engine_from_env, engine_problems
 
 VLLM_MODES = ("colocate", "server")
 # GRPOConfig fields rlsr sets itself from other sections; a value in grpo.* would be ignored.

@@ -1,4 +1,4 @@
-"""Which engine a launch uses (rlsr.engines) and the combinations rlsr rejects at config time.
+"""Which engine a launch uses (rlsr.launch) and the combinations rlsr rejects at config time.
 
 The expected engines are written out by hand from the YAML files' documented meaning; the
 launcher test runs the real ``accelerate launch --config_file recipes/accelerate/X.yaml`` and
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rlsr.config import ConfigError
-from rlsr.engines import (
+from rlsr.launch import (
     LaunchEngine,
     engine_from_accelerate_config,
     engine_from_env,
@@ -72,7 +72,7 @@ def test_deepspeed_json_file_sets_the_stage(tmp_path):
 
 PROBE = """
 import dataclasses, json, sys
-from rlsr.engines import engine_from_env
+from rlsr.launch import engine_from_env
 print("ENGINE " + json.dumps(dataclasses.asdict(engine_from_env())), flush=True)
 """
 
