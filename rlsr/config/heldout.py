@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 # eval.backend: auto = the vLLM engine the rollouts use (colocated: vllm; TRL's server:
-# vllm_server, rlsr.evaluation.server_backend), else transformers.
+# vllm_server, rlsr.generation.server_backend), else transformers.
 HELDOUT_BACKENDS = ("auto", "transformers", "vllm", "vllm_server")
 # Held-out backends that answer on a vLLM engine: its context must hold prompt + answer.
 ENGINE_BACKENDS = ("vllm", "vllm_server")

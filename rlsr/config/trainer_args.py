@@ -211,6 +211,6 @@ def check_sft(g: dict) -> None:
 
 def check_engine(g: dict, lora: bool) -> None:
     """The launch's engine (DDP / FSDP / DeepSpeed, from accelerate's environment variables,
-    ``rlsr.engines``) against the grpo settings: the first problem becomes a ConfigError."""
+    ``rlsr.launch``) against the grpo settings: the first problem becomes a ConfigError."""
     for field_name, message in engine_problems(engine_from_env(), g, lora=lora):
         raise ConfigError(field_name, message)
