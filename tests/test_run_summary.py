@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from test_trainer_support import TEST_THREADS
 
 from rlsr.cli import main as rlsr_main
@@ -85,12 +86,23 @@ def test_train_py_recipe_tiny_ends_with_a_summary_whose_commands_run(tmp_path, m
     # `rlsr compare` reads both real layouts of this run: its held-out history (steps 0-4) and
     # the final adapter's evaluate folder (step 4: checkpoint-4's trainer_state.json); method
     # and seed from its config.yaml; values recomputed from samples.jsonl equal the history's.
+    # compare refuses one seed per method, so a second seed is this run's copy recorded as seed
+    # 7 (its config.yaml and its evaluate folder's run.json pointing at the copy).
+    twin = tmp_path / "twin"
+    shutil.copytree(out, twin)
+    config = yaml.safe_load((twin / "config.yaml").read_text())
+    config.update(seed=7, output_dir=str(twin))
+    (twin / "config.yaml").write_text(yaml.safe_dump(config))
+    for run_file in twin.rglob("run.json"):
+        run_file.write_text(run_file.read_text().replace(str(out), str(twin)))
     for use, first in (("held-out", 0), ("evaluate", 4)):
         compared = tmp_path / f"compare-{use}"
-        assert rlsr_main(["compare", str(out), "--use", use, "--output-dir", str(compared)]) == 0
+        argv = ["compare", str(out), str(twin), "--use", use, "--output-dir", str(compared)]
+        assert rlsr_main(argv) == 0
         block = json.loads((compared / "compare.json").read_text())["datasets"][DATASET]
         assert (block["first_step"], block["last_step"]) == (first, 4)
-        assert block["methods"]["rlsr"]["seeds"]["42"]["aurc"] == pytest.approx(last["aurc"])
+        seeds = block["methods"]["rlsr"]["seeds"]
+        assert seeds["42"]["aurc"] == pytest.approx(last["aurc"]) == seeds["7"]["aurc"]
 
 
 # --- the summary's commands and `rlsr report --curves` on a run folder written by hand (fast) ---

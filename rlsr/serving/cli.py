@@ -341,9 +341,6 @@ def serve_install_hint(missing: list[str]) -> str:
 
 
 def run_serve(args) -> int:
-    missing = missing_serve_packages(upstream=args.upstream is not None)
-    if missing:  # before anything is read or started: every missing piece in one message
-        raise ValueError(serve_install_hint(missing))
     _validate(args)
     operator = operator_options(args)
     if args.upstream is not None and args.adapter is not None:
@@ -356,6 +353,9 @@ def run_serve(args) -> int:
     threshold = _threshold(args)
     settings = serve_settings(args, threshold)
     print(f"rlsr serve: {promise(threshold)}", flush=True)
+    missing = missing_serve_packages(upstream=args.upstream is not None)
+    if missing:  # after the cheap checks, before any engine: every missing piece in one message
+        raise ValueError(serve_install_hint(missing))
     import uvicorn  # optional dependency (serve extra), present: missing_serve_packages said so
 
     try:
