@@ -1,53 +1,47 @@
-"""The method registry: every training method declared once (in the spirit of open-r1's rewards).
+"""The reward methods: each one a reward function plus one registry entry (as open-r1's rewards).
 
-An entry (``MethodEntry``) states everything that differs between methods:
+An entry (``MethodEntry``) holds what a method needs and nothing else:
 
-==================  ==============================================================================
-name                the ``method.name`` of the recipes (``method=rlsr``)
-columns             reward columns and the ``MethodSettings`` field holding each column's weight
-                    (empty for a supervised method)
-rewards             ``f(correct, confidence, format_ok, settings) -> (n, len(columns))`` array,
-                    unweighted, over one whole pooled batch (equations from ``rlsr.rewards``);
-                    None for a supervised method
-trainer             the trainer class ``rlsr.training`` builds (``RLSRTrainer`` for the GRPO
-                    methods, which receives the bound method, verifier and pool hook;
-                    ``SFTAnswerTrainer`` for sft)
-validate            ``f(settings)`` raising ``ConfigError`` naming the field of a bad value
-needs_confidence    whether the reward reads the confidence
-summary             one line for docs and error messages
-args_class          the trainer's config class (``GRPOConfig`` / ``SFTConfig``) ...
-args_section        ... and the config section holding its fields (``grpo`` / ``sft``)
-train_examples      ``f(dataset) -> dataset``: the loaded rows (``rlsr.data`` contract) turned
-                    into what the trainer trains on; None = the rows as loaded (GRPO prompts)
-confidence_sources  values ``method.confidence`` may take (``logprob``: the answer's
-                    length-normalised log-probability ranks the pool, paper Sec. D.4)
-validate_trainer    ``f(settings, trainer_section)`` raising ``ConfigError`` for trainer settings
-                    under which the method's reward stops meaning what it says (None: no check)
-==================  ==============================================================================
+========  ========================================================================================
+name      the ``method.name`` of the recipes (``method=rlsr``)
+columns   the reward columns' names, in order (TRL logs ``rewards/<name>/mean``)
+reward    ``f(correct, confidence, format_ok, settings) -> (n, len(columns))`` array, unweighted,
+          over one whole pooled batch (equations from ``rlsr.rewards``); the function's docstring
+          is the method's one-line description
+weights   per column, the ``MethodSettings`` field holding its weight (``format_weight``, ...)
+validate  ``f(settings, grpo)`` raising ``ConfigError`` naming the field of a bad value
+          (``settings``: ``MethodSettings``; ``grpo``: the trainer section, for a method whose
+          reward only means what it says under some trainer settings)
+========  ========================================================================================
 
 Columns and weights (weights from ``recipes/method/<name>.yaml``; 0.5 / 0.5 by default, as in
 the authors' released configs; the paper text writes R_method + R_format):
 
-=======  =====================================================================
-rlsr     format_reward (w_f), lifted_aurc_reward (w_m)
-rlcr     format_reward (w_f), correctness_reward (w_m), brier_reward (w_m)
-rlvr     format_reward (w_f), correctness_reward (w_m)
+=============  ============================================================================
+rlsr           format_reward (w_f), lifted_aurc_reward (w_m)
+rlcr           format_reward (w_f), correctness_reward (w_m), brier_reward (w_m)
+rlvr           format_reward (w_f), correctness_reward (w_m)
 rlsr_marginal  format_reward (w_f), marginal_aurc_reward (w_m): ours, not the paper's
-sft      none: supervised fine-tuning on (question, answer) pairs (paper Sec. D.3)
-=======  =====================================================================
+=============  ============================================================================
 
 Adding a method = one reward function + one ``register(MethodEntry(...))`` below (+ its
-``recipes/method/<name>.yaml``); ``tests/test_methods.py`` checks what an entry must provide.
+``recipes/method/<name>.yaml``), or, outside the package, the same two in a module of your own
+named by ``method.plugin: package.module:NAME`` (``load_method``; docs/methods.md).
+``tests/test_methods.py`` checks what an entry must provide.
+
+``method=sft`` (SFT-Answer-Only, paper Sec. D.3) trains on fixed answers, not on a reward: it is
+no registry entry. ``args_section`` sends it to its own trainer (``rlsr.sft_trainer``, from the
+``sft`` section); ``check_method`` runs its checks. This module imports no trainer.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from trl import GRPOConfig, SFTConfig
 
 from rlsr import rewards as R
 from rlsr.config import (
@@ -59,57 +53,49 @@ from rlsr.config import (
     is_number,
 )
 from rlsr.parsing import FULL_FORMAT, OPTIONAL_CONFIDENCE_FORMAT, FormatSpec
-from rlsr.sft_trainer import SFTAnswerTrainer, sft_examples
-from rlsr.trainer import RLSRTrainer
+from rlsr.plugins import load_named
 
 __all__ = [
     "MethodEntry",
     "Method",
     "REGISTRY",
+    "SFT",
     "register",
+    "check_entry",
+    "load_method",
     "method_names",
     "get_entry",
     "resolve",
+    "args_section",
     "validate_method",
     "check_method",
+    "check_plain_reward",
     "reward_columns",
     "compute_reward_columns",
 ]
 
 RewardFn = Callable[[np.ndarray, np.ndarray, np.ndarray, MethodSettings], np.ndarray]
+ValidateFn = Callable[[MethodSettings, Mapping], None]
 _WEIGHT_FIELDS = {f.name for f in dataclasses.fields(MethodSettings)}
+# method=sft: the supervised baseline (module docstring), trained from the `sft` section.
+SFT = "sft"
 
 
 @dataclass(frozen=True)
 class MethodEntry:
-    """One training method (see the module docstring for each field)."""
+    """One reward method (see the module docstring for each field)."""
 
     name: str
-    columns: tuple[tuple[str, str], ...]
-    rewards: RewardFn | None
-    trainer: type
-    validate: Callable[[MethodSettings], None]
-    needs_confidence: bool
-    summary: str
-    args_class: type = GRPOConfig
-    args_section: str = "grpo"
-    train_examples: Callable | None = None
-    confidence_sources: tuple[str, ...] = ("verbalized",)
-    validate_trainer: Callable[[MethodSettings, dict], None] | None = None
-
-    @property
-    def rewarded(self) -> bool:
-        """True for a reward-driven (GRPO) method, False for a supervised one."""
-        return bool(self.columns)
-
-    def weighted_columns(self, settings: MethodSettings) -> list[tuple[str, float]]:
-        """``[(column name, reward weight), ...]``; each weight read from ``settings``."""
-        return [(column, float(getattr(settings, weight))) for column, weight in self.columns]
+    columns: tuple[str, ...]
+    reward: RewardFn
+    weights: tuple[str, ...]
+    validate: ValidateFn
 
 
 @dataclass(frozen=True)
 class Method:
-    """A registry entry bound to its settings: what ``RLSRTrainer`` receives as ``method``."""
+    """A registry entry bound to its settings: what ``RLSRTrainer`` receives as ``method``, and
+    calls on each pool (``method(pool)``)."""
 
     entry: MethodEntry
     settings: MethodSettings
@@ -120,7 +106,9 @@ class Method:
 
     @property
     def columns(self) -> list[tuple[str, float]]:
-        return self.entry.weighted_columns(self.settings)
+        """``[(column name, reward weight), ...]``; each weight read from ``settings``."""
+        weights = [float(getattr(self.settings, w)) for w in self.entry.weights]
+        return list(zip(self.entry.columns, weights, strict=True))
 
     @property
     def confidence_source(self) -> str:
@@ -151,12 +139,10 @@ class Method:
         check counts as wrong: correct & format_ok, as RLCR's reference ``accuracy_reward``
         (damanimehul/RLCR ``reward_fns.py``), which the RLSR authors' code also calls.
         """
-        if self.entry.rewards is None:
-            raise ValueError(f"method {self.name!r} is supervised; it has no reward columns.")
         correct = self.credited_correct(correct, format_ok)
         format_ok = np.asarray(format_ok, dtype=bool)
         confidence = np.asarray(confidence, dtype=np.float64)
-        out = np.asarray(self.entry.rewards(correct, confidence, format_ok, self.settings))
+        out = np.asarray(self.entry.reward(correct, confidence, format_ok, self.settings))
         if out.shape != (correct.shape[0], len(self.entry.columns)):
             raise ValueError(
                 f"method {self.name!r}: its reward function returned shape {out.shape}; expected "
@@ -164,123 +150,174 @@ class Method:
             )
         return out
 
+    def __call__(self, pool) -> np.ndarray:
+        """The reward columns of ``pool`` (``rlsr.pool.Pool``: the whole optimizer step's)."""
+        return self.rewards(pool.correct, pool.confidence, pool.format_ok)
+
 
 REGISTRY: dict[str, MethodEntry] = {}
 
 
-def register(entry: MethodEntry) -> MethodEntry:
-    """Add ``entry`` to the registry after checking that it provides every part."""
+def _takes(function: Callable, n: int) -> bool:
+    """Whether ``function`` can be called with ``n`` positional arguments (True when Python
+    cannot tell, e.g. for some built-ins)."""
+    try:
+        inspect.signature(function).bind(*([None] * n))
+    except TypeError:
+        return False
+    except ValueError:
+        return True
+    return True
+
+
+def check_entry(entry: MethodEntry) -> MethodEntry:
+    """``ValueError`` naming the part of ``entry`` that is missing or wrong; else ``entry``."""
     where = f"method entry {getattr(entry, 'name', entry)!r}"
     if not isinstance(entry, MethodEntry):
         raise TypeError(f"{where}: register a MethodEntry; got {type(entry).__name__}.")
     if not isinstance(entry.name, str) or not entry.name.isidentifier():
         raise ValueError(f"{where}: name must be an identifier such as 'rlsr'.")
-    if entry.name in REGISTRY:
-        raise ValueError(f"{where}: a method of that name is already registered.")
-    if (entry.rewards is None) != (not entry.columns):
+    if entry.name == SFT:
+        raise ValueError(f"{where}: {SFT!r} is the supervised baseline (rlsr.sft_trainer).")
+    columns, weights = entry.columns, entry.weights
+    if (
+        not isinstance(columns, tuple)
+        or not columns
+        or not all(isinstance(c, str) for c in columns)
+    ):
+        raise ValueError(f"{where}: columns must be a tuple of at least one column name.")
+    if len(set(columns)) != len(columns):
+        raise ValueError(f"{where}: column names must be distinct.")
+    if not isinstance(weights, tuple) or len(weights) != len(columns):
         raise ValueError(
-            f"{where}: a reward-driven method lists its columns and a rewards function; a "
-            "supervised one neither (columns=(), rewards=None)."
+            f"{where}: weights must be a tuple of one MethodSettings field per column "
+            f"({len(columns)}); got {weights!r}."
         )
-    for pair in entry.columns:
-        if not (
-            isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(p, str) for p in pair)
-        ):
+    for column, weight in zip(columns, weights, strict=True):
+        if weight not in _WEIGHT_FIELDS:
             raise ValueError(
-                f"{where}: columns entries are (column name, weight field); got {pair!r}."
-            )
-        if pair[1] not in _WEIGHT_FIELDS:
-            raise ValueError(
-                f"{where}: weight field {pair[1]!r} of column {pair[0]!r} is not a MethodSettings "
+                f"{where}: weight field {weight!r} of column {column!r} is not a MethodSettings "
                 f"field ({sorted(_WEIGHT_FIELDS)}); add it to rlsr.config.MethodSettings."
             )
-    if len({c for c, _ in entry.columns}) != len(entry.columns):
-        raise ValueError(f"{where}: column names must be distinct.")
-    for part in ("rewards", "validate", "train_examples", "validate_trainer"):
+    for part, args in (("reward", "correct, confidence, format_ok, settings"),
+                       ("validate", "settings, grpo")):  # fmt: skip
         value = getattr(entry, part)
-        if not callable(value) and not (part != "validate" and value is None):
+        if not callable(value):
             raise ValueError(f"{where}: {part} must be a function; got {value!r}.")
-    if entry.args_section not in ("grpo", "sft") or not isinstance(entry.args_class, type):
+        if not _takes(value, args.count(",") + 1):
+            raise ValueError(
+                f"{where}: {part} {getattr(value, '__name__', value)}{inspect.signature(value)} "
+                f"cannot be called as {part}({args})."
+            )
+    return entry
+
+
+def register(entry: MethodEntry) -> MethodEntry:
+    """Add ``entry`` to the registry after checking that it provides every part."""
+    check_entry(entry)
+    if entry.name in REGISTRY:
         raise ValueError(
-            f"{where}: args_section must be 'grpo' or 'sft' (a section of rlsr.config) and "
-            f"args_class its trainer config class; got {entry.args_section!r}, {entry.args_class!r}."
+            f"method entry {entry.name!r}: a method of that name is already registered."
         )
-    if not entry.confidence_sources or not set(entry.confidence_sources) <= set(CONFIDENCE_SOURCES):
-        raise ValueError(
-            f"{where}: confidence_sources must be a non-empty subset of {CONFIDENCE_SOURCES}."
-        )
-    if not isinstance(entry.trainer, type):
-        raise ValueError(f"{where}: trainer must be a trainer class; got {entry.trainer!r}.")
-    if not isinstance(entry.needs_confidence, bool):
-        raise ValueError(f"{where}: needs_confidence must be True or False.")
-    if not isinstance(entry.summary, str) or not entry.summary:
-        raise ValueError(f"{where}: summary must be a one-line description.")
     REGISTRY[entry.name] = entry
     return entry
 
 
+def load_method(spec: str) -> MethodEntry:
+    """The ``MethodEntry`` that ``method.plugin`` names (``"package.module:NAME"``, imported as a
+    verifier plugin is: ``rlsr.plugins.load_named``), checked as ``register`` checks one.
+    ``ConfigError`` on ``method.plugin`` naming the module and what is wrong."""
+    try:
+        entry = load_named(spec, kind="method plugin", example="my_method:METHOD",
+                           thing="MethodEntry", accept=lambda v: isinstance(v, MethodEntry))  # fmt: skip
+        check_entry(entry)
+    except (ValueError, TypeError) as err:
+        raise ConfigError("method.plugin", f"{err} (docs/methods.md)") from None
+    if entry.name in REGISTRY or entry.name == SFT:
+        raise ConfigError(
+            "method.plugin",
+            f"{spec!r} declares name {entry.name!r}, a built-in method of rlsr; give the entry a "
+            "name of its own.",
+        )
+    return entry
+
+
 def method_names() -> tuple[str, ...]:
-    return tuple(REGISTRY)
+    """The built-in methods: the registry's and ``sft``."""
+    return (*REGISTRY, SFT)
 
 
-def get_entry(name: str) -> MethodEntry:
-    """The registered entry called ``name``; ``ConfigError`` on ``method.name`` otherwise."""
+def get_entry(name: str, plugin: str | None = None) -> MethodEntry:
+    """The entry of method ``name``: ``plugin``'s (``method.plugin``; its ``name`` must be
+    ``name``), else the registered one; ``ConfigError`` naming the field otherwise."""
+    if plugin is not None:
+        entry = load_method(plugin)
+        if entry.name != name:
+            raise ConfigError(
+                "method.name",
+                f"method.plugin {plugin!r} declares the method {entry.name!r}, not {name!r}; set "
+                f"method.name={entry.name}.",
+            )
+        return entry
     entry = REGISTRY.get(name) if isinstance(name, str) else None
     if entry is None:
         raise ConfigError(
             "method.name",
             f"unknown method {name!r}; choose one of {method_names()} (e.g. method=rlsr)."
-            f"{closest_hint(str(name), REGISTRY)}",
+            f"{closest_hint(str(name), method_names())}",
         )
     return entry
 
 
+def args_section(settings: MethodSettings) -> str:
+    """The section holding the method's trainer arguments: ``sft`` for the supervised
+    baseline (its own trainer, ``rlsr.sft_trainer``), ``grpo`` for every reward method."""
+    return "sft" if settings.name == SFT else "grpo"
+
+
 def resolve(settings: MethodSettings) -> Method:
-    """The registry entry of ``settings.name`` bound to ``settings``."""
-    return Method(get_entry(settings.name), settings)
+    """The entry of ``settings.name`` (``settings.plugin``'s when set) bound to ``settings``."""
+    if args_section(settings) == "sft":
+        raise ValueError(f"method {SFT!r} is supervised; it has no reward columns.")
+    return Method(get_entry(settings.name, getattr(settings, "plugin", None)), settings)
 
 
-def validate_method(settings: MethodSettings) -> None:
-    """Run the entry's own config checks (the shared weight checks are in ``rlsr.config``)."""
-    entry = get_entry(settings.name)
-    if settings.confidence not in entry.confidence_sources:
-        raise ConfigError(
-            "method.confidence",
-            f"method {entry.name!r} takes {list(entry.confidence_sources)}, not "
-            f"{settings.confidence!r}; the log-probability selector ranks RLSR's pool "
-            "(method=rlsr method.confidence=logprob).",
-        )
-    entry.validate(settings)
+def validate_method(settings: MethodSettings, grpo: Mapping | None = None) -> None:
+    """Run the method's own checks (the shared weight checks are in ``rlsr.config``):
+    ``sft``'s, else its entry's ``validate(settings, grpo)``; ``grpo``: the trainer section
+    (None: TRL's defaults)."""
+    if args_section(settings) == "sft":
+        check_plain_reward(settings, {})
+        return
+    resolve(settings).entry.validate(settings, {} if grpo is None else grpo)
 
 
-def check_method(cfg: TrainSettings) -> Method:
-    """Every check that depends on which method ``cfg`` trains, in one place: the entry's own
-    (``validate_method``), its trainer section's (``validate_trainer``), a section the method does
-    not read, and the pool log (a method without a reward pool has nothing to write: said, then
-    turned off). The section checks every method shares are ``rlsr.config``'s. Returns the
-    entry bound to ``cfg.method``."""
-    validate_method(cfg.method)
-    entry = get_entry(cfg.method.name)
-    section = entry.args_section
-    if entry.validate_trainer is not None:
-        entry.validate_trainer(cfg.method, getattr(cfg, section))
-    if section == "grpo" and cfg.sft:  # a GRPO method: `sft` would be ignored
+def check_method(cfg: TrainSettings) -> Method | None:
+    """Every check that depends on which method ``cfg`` trains, in one place: the method's own
+    (``validate_method``), a section the method does not read, and the pool log (a method
+    without a reward pool has nothing to write: said, then turned off). The section checks every
+    method shares are ``rlsr.config``'s. Returns the entry bound to ``cfg.method``; None for
+    ``sft``, which has no reward method."""
+    validate_method(cfg.method, cfg.grpo)
+    if args_section(cfg.method) == "sft":
+        if cfg.pool_log.every:
+            # recipe=tiny turns the pool log on for every method; one trained on fixed answers
+            # (method=sft) has no reward pool, so the setting does not apply to it: said, then off.
+            print(
+                f"[rlsr] pool_log.every={cfg.pool_log.every} does not apply to "
+                f"method={cfg.method.name}: it trains on fixed answers and has no reward pool to "
+                "write; no pools/ files.",
+                flush=True,
+            )
+            cfg.pool_log.every = 0
+        return None
+    if cfg.sft:  # a GRPO method: `sft` would be ignored
         raise ConfigError(
             f"sft.{next(iter(cfg.sft))}",
             f"the sft section is read by method=sft only; method={cfg.method.name} takes its "
-            f"trainer settings from {section}.*.",
+            "trainer settings from grpo.*.",
         )
-    if not entry.rewarded and cfg.pool_log.every:
-        # recipe=tiny turns the pool log on for every method; one trained on fixed answers
-        # (method=sft) has no reward pool, so the setting does not apply to it: said, then off.
-        print(
-            f"[rlsr] pool_log.every={cfg.pool_log.every} does not apply to "
-            f"method={cfg.method.name}: it trains on fixed answers and has no reward pool to "
-            "write; no pools/ files.",
-            flush=True,
-        )
-        cfg.pool_log.every = 0
-    return Method(entry, cfg.method)
+    return resolve(cfg.method)
 
 
 def reward_columns(settings: MethodSettings) -> list[tuple[str, float]]:
@@ -299,6 +336,15 @@ def compute_reward_columns(settings: MethodSettings, correct, confidence, format
 def _check(condition: bool, field_name: str, message: str) -> None:
     if not condition:
         raise ConfigError(field_name, message)
+
+
+def _verbalized_confidence(m: MethodSettings) -> None:
+    _check(
+        m.confidence == CONFIDENCE_SOURCES[0],
+        "method.confidence",
+        f"method {m.name!r} takes {[CONFIDENCE_SOURCES[0]]}, not {m.confidence!r}; the "
+        "log-probability selector ranks RLSR's pool (method=rlsr method.confidence=logprob).",
+    )
 
 
 def _validate_lifted_aurc(m: MethodSettings) -> None:
@@ -320,12 +366,19 @@ def _validate_lifted_aurc(m: MethodSettings) -> None:
     )
 
 
-def _proper_under_grpo_scaling(m: MethodSettings, grpo: dict) -> None:
-    """Marginal credit orders completions by p only if every completion's reward is compared on
-    one scale: TRL's per-group std normalisation (scale_rewards=group) divides each prompt's
-    rewards by that group's own std, which rescales the incentive differently per prompt and
-    breaks the order (docs/training.md, "What each reward teaches"). ``batch`` (one std for the
-    whole batch) and ``none`` keep it."""
+def _check_rlsr(m: MethodSettings, grpo: Mapping) -> None:
+    """The lifted-AURC options; either confidence source ranks the pool (paper Sec. D.4)."""
+    _validate_lifted_aurc(m)
+
+
+def _check_marginal(m: MethodSettings, grpo: Mapping) -> None:
+    """The lifted-AURC options, the verbalized confidence, and a GRPO scaling under which
+    marginal credit still orders completions by p: TRL's per-group std normalisation
+    (scale_rewards=group) divides each prompt's rewards by that group's own std, which rescales
+    the incentive differently per prompt and breaks the order (docs/training.md, "What each
+    reward teaches"). ``batch`` (one std for the whole batch) and ``none`` keep it."""
+    _verbalized_confidence(m)
+    _validate_lifted_aurc(m)
     value = grpo.get("scale_rewards", "group")
     _check(
         value in ("none", "batch", False),
@@ -337,7 +390,11 @@ def _proper_under_grpo_scaling(m: MethodSettings, grpo: dict) -> None:
     )
 
 
-def _no_lifted_aurc_options(m: MethodSettings) -> None:
+def check_plain_reward(m: MethodSettings, grpo: Mapping) -> None:
+    """The checks of a method that does not rank the pool by lifted AURC (rlcr, rlvr, sft, and a
+    plugin's natural ``validate``): the verbalized confidence, and the lifted-AURC options left
+    at their defaults."""
+    _verbalized_confidence(m)
     _check(
         m.max_coverage == 1.0 and m.weight_cap is None and m.correct_scale == 1.0,
         "method.max_coverage",
@@ -362,17 +419,20 @@ def _format_and_ranked(ranked, correct, confidence, format_ok, s: MethodSettings
 
 
 def rlsr_rewards(correct, confidence, format_ok, s: MethodSettings) -> np.ndarray:
-    """[format, lifted AURC over the pool] (RLSR paper Sec. 2.2, ``rlsr.rewards``)."""
+    """[format, lifted AURC ranked over the whole pooled batch] (RLSR paper Sec. 2.2,
+    ``rlsr.rewards``)."""
     return _format_and_ranked(R.lifted_aurc_rewards, correct, confidence, format_ok, s)
 
 
 def rlsr_marginal_rewards(correct, confidence, format_ok, s: MethodSettings) -> np.ndarray:
-    """[format, marginal credit for the pooled lifted AURC] (ours; ``rlsr.rewards``)."""
+    """[format, each completion's marginal credit for the pooled lifted AURC] (ours, not the
+    paper's; ``rlsr.rewards``; recipes/method/rlsr-marginal.yaml)."""
     return _format_and_ranked(R.marginal_aurc_rewards, correct, confidence, format_ok, s)
 
 
 def rlcr_rewards(correct, confidence, format_ok, s: MethodSettings) -> np.ndarray:
-    """[format, correctness, Brier] (RLCR, Damani et al.; ``rlsr.rewards``)."""
+    """[format, correctness, Brier score of the confidence] (RLCR baseline, Damani et al.;
+    ``rlsr.rewards``)."""
     return np.stack(
         [
             R.format_reward(format_ok),
@@ -384,75 +444,47 @@ def rlcr_rewards(correct, confidence, format_ok, s: MethodSettings) -> np.ndarra
 
 
 def rlvr_rewards(correct, confidence, format_ok, s: MethodSettings) -> np.ndarray:
-    """[format, correctness] (RLVR)."""
+    """[format, correctness] (RLVR baseline)."""
     return np.stack([R.format_reward(format_ok), R.correctness_reward(correct)], axis=1)
 
 
 # --------------------------------------------------------------------------- the methods
 
+FORMAT_AND_METHOD = ("format_weight", "method_weight")
+
 register(
     MethodEntry(
         name="rlsr",
-        columns=(("format_reward", "format_weight"), ("lifted_aurc_reward", "method_weight")),
-        rewards=rlsr_rewards,
-        trainer=RLSRTrainer,
-        validate=_validate_lifted_aurc,
-        needs_confidence=True,
-        summary="format + lifted AURC ranked over the whole pooled batch (paper Sec. 2.2)",
-        confidence_sources=CONFIDENCE_SOURCES,
+        columns=("format_reward", "lifted_aurc_reward"),
+        reward=rlsr_rewards,
+        weights=FORMAT_AND_METHOD,
+        validate=_check_rlsr,
     )
 )
 register(
     MethodEntry(
         name="rlsr_marginal",
-        columns=(("format_reward", "format_weight"), ("marginal_aurc_reward", "method_weight")),
-        rewards=rlsr_marginal_rewards,
-        trainer=RLSRTrainer,
-        validate=_validate_lifted_aurc,
-        needs_confidence=True,
-        summary="format + each completion's marginal credit for the pooled lifted AURC (ours, "
-        "not the paper's; recipes/method/rlsr-marginal.yaml)",
-        validate_trainer=_proper_under_grpo_scaling,
+        columns=("format_reward", "marginal_aurc_reward"),
+        reward=rlsr_marginal_rewards,
+        weights=FORMAT_AND_METHOD,
+        validate=_check_marginal,
     )
 )
 register(
     MethodEntry(
         name="rlcr",
-        columns=(
-            ("format_reward", "format_weight"),
-            ("correctness_reward", "method_weight"),
-            ("brier_reward", "method_weight"),
-        ),
-        rewards=rlcr_rewards,
-        trainer=RLSRTrainer,
-        validate=_no_lifted_aurc_options,
-        needs_confidence=True,
-        summary="format + correctness + Brier score of the confidence (RLCR baseline)",
+        columns=("format_reward", "correctness_reward", "brier_reward"),
+        reward=rlcr_rewards,
+        weights=("format_weight", "method_weight", "method_weight"),
+        validate=check_plain_reward,
     )
 )
 register(
     MethodEntry(
         name="rlvr",
-        columns=(("format_reward", "format_weight"), ("correctness_reward", "method_weight")),
-        rewards=rlvr_rewards,
-        trainer=RLSRTrainer,
-        validate=_no_lifted_aurc_options,
-        needs_confidence=False,
-        summary="format + correctness (RLVR baseline)",
-    )
-)
-register(
-    MethodEntry(
-        name="sft",
-        columns=(),
-        rewards=None,
-        trainer=SFTAnswerTrainer,
-        validate=_no_lifted_aurc_options,
-        needs_confidence=False,
-        summary="SFT-Answer-Only: supervised fine-tuning on (question, answer) pairs, no chain of "
-        "thought, no confidence (paper Sec. D.3); evaluate with the consistency scorer",
-        args_class=SFTConfig,
-        args_section="sft",
-        train_examples=sft_examples,
+        columns=("format_reward", "correctness_reward"),
+        reward=rlvr_rewards,
+        weights=FORMAT_AND_METHOD,
+        validate=check_plain_reward,
     )
 )

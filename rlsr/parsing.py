@@ -21,6 +21,8 @@ Rules (``docs/parsing_verifiers.md`` has the user-facing version):
   Values in [0, 1] are probabilities; values in (1, 100] and any value with ``%`` are percentages
   (RLCR's evaluation convention: ``85`` -> 0.85). Everything else -> ``None``.
 
+``completion_text`` reads the text of a TRL completion (a string or conversational messages).
+
 Everything is linear-time: one left-to-right scan with a regex that is a literal alternation of
 the spec's tag names (no nested quantifiers, so no backtracking), and the confidence regex runs
 on at most ``MAX_CONFIDENCE_CHARS`` characters.
@@ -31,6 +33,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "FormatSpec",
@@ -43,6 +46,7 @@ __all__ = [
     "parse_response",
     "parse_confidence",
     "extract_tag",
+    "completion_text",
 ]
 
 MAX_CONFIDENCE_CHARS = 64
@@ -335,3 +339,20 @@ def parse_plain_response(text: str) -> ParsedResponse:
         confidence_text=None,
         answer_start=start,
     )
+
+
+def completion_text(completion: Any) -> str:
+    """Text of a completion: a plain string, or the assistant message(s) of a conversational one."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        completion = [completion]
+    parts: list[str] = []
+    for message in completion:
+        if message.get("role", "assistant") != "assistant":
+            continue
+        content = message.get("content", "")
+        if isinstance(content, list):  # content blocks
+            content = "".join(b.get("text", "") for b in content if isinstance(b, dict))
+        parts.append(content or "")
+    return "".join(parts)

@@ -42,12 +42,14 @@ from pathlib import Path
 import numpy as np
 
 from rlsr import metrics as M
+from rlsr.pool import ROW_FIELDS, Pool, PoolObserver
 from rlsr.rewards import confidence_for_ranking
 from rlsr.run_layout import STEP_PREFIX
 
 __all__ = [
     "POOLS_DIR",
     "HISTOGRAM_BINS",
+    "PoolLogObserver",
     "PoolLogWriter",
     "pool_path",
     "pool_rows",
@@ -218,6 +220,51 @@ class PoolLogWriter:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
         return path
+
+
+class PoolLogObserver(PoolObserver):
+    """The pool files as a pool observer (``rlsr.pool.PoolObserver``): on a process's first
+    training pool the main process removes what a killed attempt left (``writer.begin``); the
+    training pools of the writer's steps are kept with their rows and written by the main process
+    once TRL has computed their advantages. ``method``: the bound method (``rlsr.methods.Method``)
+    whose columns, weights and credited correctness the rows record."""
+
+    def __init__(self, writer: PoolLogWriter, method):
+        self.writer = writer
+        self.method = method
+        self._begun = False
+
+    def needs_rows(self, pool: Pool) -> bool:
+        return pool.mode == "train" and self.writer.due(pool.global_step)
+
+    needs_advantages = needs_rows
+
+    def observe(self, pool: Pool) -> None:
+        if pool.mode == "train" and not self._begun:
+            self._begun = True  # first training pool of this process: the step it starts at
+            if pool.process_index == 0:
+                self.writer.begin(pool.global_step)
+
+    def observe_advantages(self, pool: Pool, advantages: np.ndarray) -> None:
+        if pool.process_index != 0:  # the main process writes
+            return
+        columns = self.method.columns
+        rows = pool_rows(
+            step=pool.global_step,
+            num_generations=pool.num_generations,
+            **{name: pool.rows[name] for name in ROW_FIELDS},
+            confidence=pool.confidence,
+            correct=pool.correct,
+            format_ok=pool.format_ok,
+            credited_correct=self.method.credited_correct(pool.correct, pool.format_ok),
+            next_heldout_step=self.writer.next_heldout(pool.global_step, pool.max_steps),
+            columns=np.asarray(pool.rewards, dtype=np.float32),
+            names=[name for name, _ in columns],
+            weights=[w for _, w in columns],
+            advantages=advantages,
+            max_chars=self.writer.max_chars,
+        )
+        self.writer.write(rows[0]["step"], rows)
 
 
 def read_pool(path: str | os.PathLike) -> list[dict]:

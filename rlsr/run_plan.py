@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlsr.config import PoolPlan, ResolvedHeldOut, SettingsPlan, TrainSettings, plan_settings
-from rlsr.methods import Method, MethodEntry, check_method
+from rlsr.methods import Method, args_section, check_method
 
 __all__ = ["RunPlan", "plan_run"]
 
@@ -25,17 +25,14 @@ class RunPlan:
     Parameters:
         settings (`TrainSettings`): the checked settings (``pool_log.every`` already 0 for a
             method without a reward pool).
-        method (`Method`): the registry entry bound to ``settings.method``.
+        method (`Method` or `None`): the registry entry bound to ``settings.method``; None for
+            ``method=sft``, which trains on fixed answers (no reward method).
         checked (`SettingsPlan`): world size, trainer section, pool, held-out plan, vLLM context.
     """
 
     settings: TrainSettings
-    method: Method
+    method: Method | None
     checked: SettingsPlan
-
-    @property
-    def entry(self) -> MethodEntry:
-        return self.method.entry
 
     @property
     def section(self) -> str:
@@ -62,5 +59,5 @@ def plan_run(cfg: TrainSettings, *, world_size: int | None = None) -> RunPlan:
     ``ConfigError`` naming the field and the fix. ``world_size`` defaults to ``$WORLD_SIZE``
     (set by ``accelerate launch``/torchrun), else 1."""
     method = check_method(cfg)
-    checked = plan_settings(cfg, world_size=world_size, trainer_section=method.entry.args_section)
+    checked = plan_settings(cfg, world_size=world_size, trainer_section=args_section(cfg.method))
     return RunPlan(cfg, method, checked)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from trl import SFTTrainer
 
-from rlsr.trainer import RunCheckpoints
+from rlsr.run_checkpoints import RunCheckpoints
 
 __all__ = ["SFTAnswerTrainer", "sft_example", "sft_examples"]
 

@@ -6,43 +6,37 @@ the whole effective batch at once: ``steps_per_generation = gradient_accumulatio
 lifted-AURC reward of a completion depends on its confidence *rank within that whole pool*, so
 it cannot be computed per process or per micro-batch.
 
-The reward hook overridden is ``GRPOTrainer._calculate_rewards`` (the LoRA weight sync to vLLM
-is ``rlsr.weight_sync``: out-of-place merged tensors, the base is never written). TRL 1.16 calls
-it from
-``_generate_and_score_completions`` with the process's LOCAL prompts/completions and expects the
-GLOBAL ``(N_global, n_reward_funcs)`` tensor back, rows in process order (its own implementation
-ends with ``accelerate.utils.gather``); it then weights the columns with ``reward_weights``,
-subtracts group means over ``view(-1, G)`` and slices out this process's rows. We therefore:
+The hook overridden is ``GRPOTrainer._calculate_rewards`` (the LoRA weight sync to vLLM is
+``rlsr.weight_sync``). TRL 1.16 calls it from ``_generate_and_score_completions`` with the
+process's LOCAL prompts/completions and expects the GLOBAL ``(N_global, n_reward_funcs)`` tensor
+back, rows in process order (its own implementation ends with ``accelerate.utils.gather``); it
+then weights the columns with ``reward_weights``, subtracts group means over ``view(-1, G)`` and
+slices out this process's rows. ``_calculate_rewards`` therefore:
 
-1. parse (``rlsr.parsing``) and verify (``rlsr.verifiers``) the local completions; with the
-   log-probability selector (``method.confidence=logprob``, paper Sec. D.4) the confidence is the
-   answer's length-normalised log-probability under the current policy (``rlsr.logprob``: one
-   extra no-grad forward of prompt + response up to the answer; TRL's own log-probs at this point
-   are temperature-scaled or absent, see ``_logprob_confidences``) instead of the tag;
-2. gather ``(correct, confidence [NaN = missing], format_ok)`` from every process, process-ordered;
-3. compute the method's reward columns on the whole pool (identical on every rank);
-4. log pool statistics (``rlsr/*``) from the gathered arrays, so all ranks agree;
-5. for the pool's observers (``pool_hook`` on every pool, ``pool_log`` on its steps): gather the
-   texts, golds, answers, prompt ids and verifier statuses too, once for both (``_gather_rows``),
-   and, for the ``pool_log`` (``rlsr.pool_log``), once TRL has computed the advantages
-   (``_generate_and_score_completions``, which returns this process's slice), gather those and
-   write one row per completion of the pool from the main process.
-
-The reward columns, their ``reward_weights`` and the function computing them come from the
-method's registry entry (``rlsr.methods``), passed in as ``method``; this module knows no method.
-Runs are assembled (dataset, model, resume, export) by ``rlsr.training``.
+1. scores this process's completions (``_score_local``): parse (``rlsr.parsing``), verify
+   (``rlsr.verifiers``), and read the confidence: the tag, or with ``method.confidence=logprob``
+   (paper Sec. D.4) the answer's length-normalised log-probability under the current policy
+   (``_logprob_confidences``);
+2. gathers the pool (``rlsr.pool.Pool``: correct, confidence [NaN = missing], format_ok and the
+   verifier's no-verdict counts, process-ordered), whose verdict budget
+   (``rlsr.verifiers.budget``) may stop the run;
+3. calls the method on it: ``method(pool)`` (``rlsr.methods``; this module knows no method),
+   identical on every rank, and logs the pool's ``rlsr/*`` statistics;
+4. hands the pool to its observers (``rlsr.pool.PoolObserver``: the ``pool_hook``, the pool
+   files of ``rlsr.pool_log``), gathering the per-completion strings once when one needs them;
+   ``_generate_and_score_completions`` then gathers TRL's advantages for those that need them.
 
 GRPOTrainer receives one placeholder reward function per column so its bookkeeping (names in
 ``rewards/<name>/mean`` logs, weight count checks) stays consistent; the placeholders are never
-called.
+called. Runs are assembled (dataset, model, resume, export) by ``rlsr.training``.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -50,83 +44,34 @@ import torch
 from accelerate.utils import gather, gather_object
 from trl import GRPOTrainer
 
-from rlsr import metrics as M
-from rlsr import rewards as R
 from rlsr.data import row_verification_inputs
 from rlsr.logprob import answer_logprob_confidences
-from rlsr.parsing import FULL_FORMAT, parse_response
-from rlsr.pool_log import PoolLogWriter, pool_rows
+from rlsr.parsing import FULL_FORMAT, completion_text, parse_response
+from rlsr.pool import ROW_FIELDS, Pool, PoolObserver
+from rlsr.run_checkpoints import RunCheckpoints
 from rlsr.run_layout import checkpoint_folders
 from rlsr.tokenization import render_chat_prompt
 from rlsr.verifiers import get_verifier
-from rlsr.verifiers.base import (
-    CORRECT,
-    ERROR,
-    INCORRECT,
-    INVALID,
-    MISSING,
-    NO_VERDICT,
-    TIMEOUT,
-    UNJUDGED,
-    VerifierFailure,
-    failure_message,
-    over_budget,
-)
+from rlsr.verifiers.base import CORRECT, INCORRECT, MISSING
+from rlsr.verifiers.budget import check_pool_verdicts, first_without_verdict, no_verdict_counts
 from rlsr.weight_sync import install_out_of_place_lora_sync
 
-__all__ = ["RLSRTrainer", "RunCheckpoints", "completion_text", "pool_statistics"]
+__all__ = ["RLSRTrainer", "RunCheckpoints", "completion_text"]
 
 logger = logging.getLogger(__name__)
 
 
-# --------------------------------------------------------------------------- pure pieces
+@dataclass
+class LocalScores:
+    """This process's completions, scored (``RLSRTrainer._score_local``)."""
 
-
-def completion_text(completion: Any) -> str:
-    """Text of a completion: a plain string, or the assistant message(s) of a conversational one."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, dict):
-        completion = [completion]
-    parts: list[str] = []
-    for message in completion:
-        if message.get("role", "assistant") != "assistant":
-            continue
-        content = message.get("content", "")
-        if isinstance(content, list):  # content blocks
-            content = "".join(b.get("text", "") for b in content if isinstance(b, dict))
-        parts.append(content or "")
-    return "".join(parts)
-
-
-def pool_statistics(
-    correct: np.ndarray,
-    confidence: np.ndarray,
-    format_ok: np.ndarray,
-    timeouts: int,
-    errors: int = 0,
-    unjudged: int = 0,
-) -> dict[str, float]:
-    """``rlsr/*`` log values for one pool. Missing confidences count as 0 (as in the ranking).
-    ``timeouts`` / ``errors`` / ``unjudged``: items without a verdict (time limit; a crash, a
-    raise or a wrong return value of a plugin; the verifier could not judge, a plugin's None),
-    each scored and rewarded as wrong (docs/training.md)."""
-    ok = np.asarray(correct, dtype=bool)
-    conf = R.confidence_for_ranking(confidence)
-    n = int(ok.shape[0])
-    return {
-        "rlsr/pool_size": float(n),
-        "rlsr/aurc": M.aurc(conf, ok),
-        "rlsr/ece": M.ece(conf, ok),
-        "rlsr/accuracy": float(ok.mean()),
-        "rlsr/mean_confidence": float(conf.mean()),
-        "rlsr/confidence_gap": M.confidence_gap(conf, ok),
-        "rlsr/format_rate": float(np.asarray(format_ok, dtype=bool).mean()),
-        "rlsr/confidence_parsed_rate": float(np.mean(~np.isnan(np.asarray(confidence, float)))),
-        "rlsr/verifier_timeouts": float(timeouts),
-        "rlsr/verifier_errors": float(errors),
-        "rlsr/verifier_unjudged": float(unjudged),
-    }
+    values: np.ndarray  # (n_local, 3) float64: correct, confidence (NaN: missing), format_ok
+    ids: list  # prompt ids
+    golds: list
+    texts: list[str]
+    answers: list[str | None]
+    status: list[str]  # the verifier's per-item codes
+    problems: dict[int, str]  # what went wrong on an item without a verdict
 
 
 def _placeholder(name: str) -> Callable:
@@ -142,60 +87,19 @@ def _placeholder(name: str) -> Callable:
 # --------------------------------------------------------------------------- trainer
 
 
-class RunCheckpoints:
-    """Trainer mixin every rlsr trainer (GRPO and SFT methods) shares, so that all write the same
-    output layout and resume the same way:
-
-    - save: HF Trainer's, with ``training_args.json`` instead of the pickled ``training_args.bin``
-      (loading a pickle runs code, nothing reads that file back: resume uses
-      ``trainer_state.json``; the JSON masks token fields such as ``hub_token``);
-    - resume: the optimizer state of a multi-process CPU run loads (see
-      ``_load_optimizer_and_scheduler``)."""
-
-    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
-        super()._save(output_dir, state_dict=state_dict)
-        folder = Path(output_dir if output_dir is not None else self.args.output_dir)
-        (folder / "training_args.bin").unlink(missing_ok=True)
-        (folder / "training_args.json").write_text(self.args.to_json_string())
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        """HF Trainer's load, with the optimizer state mapped to ``cpu`` instead of ``cpu:0``.
-
-        transformers 5.17 loads ``optimizer.pt`` with ``map_location=args.device`` when more than
-        one process trains; for gloo processes on the CPU accelerate's device is
-        ``torch.device("cpu", 0)``, which torch 2.13's ``torch.load`` rejects ("don't know how to
-        restore data location ... (tagged with cpu:0)"), so a multi-process CPU run could not
-        resume (found by tests/test_multinode.py). Same device, spelled the way torch.load knows.
-        """
-        device = self.args.device
-        if checkpoint is None or device.type != "cpu" or device.index is None:
-            return super()._load_optimizer_and_scheduler(checkpoint)
-        cached = self.args.__dict__  # TrainingArguments.device reads the cached _setup_devices
-        cached["_setup_devices"] = torch.device("cpu")
-        try:
-            return super()._load_optimizer_and_scheduler(checkpoint)
-        finally:
-            cached["_setup_devices"] = device
-
-
 class RLSRTrainer(RunCheckpoints, GRPOTrainer):
     """GRPOTrainer whose rewards are ranked over the whole pooled batch (see module docstring).
 
     Args (beyond GRPOTrainer's, which are passed through; do not pass ``reward_funcs``):
         method: ``rlsr.methods.Method`` (``rlsr.methods.resolve(settings)``): a registry entry
-            bound to its ``MethodSettings``; gives ``columns`` ([(name, weight)]) and
-            ``rewards(correct, confidence, format_ok)``.
+            bound to its ``MethodSettings``; gives ``columns`` ([(name, weight)]) and, called on
+            a pool, its unweighted reward columns.
         verifier: verifier name for ``rlsr.verifiers.get_verifier`` or a verifier object.
         parse_spec: ``rlsr.parsing.FormatSpec`` of the response format (default: the method's,
             ``Method.parse_spec``; FULL_FORMAT without a method that says otherwise).
-        pool_hook: optional ``f(pool: dict)`` called on every rank after each pooled reward
-            computation with the gathered arrays and the gathered rows (``texts``, ``golds``,
-            ``answers``, ``prompt_ids``, ``status``: the same single gather the ``pool_log``
-            reads on its steps) (for tests and debugging). When set, it must be set on all
-            ranks: the rows are gathered for it (a collective).
-        pool_log: optional ``rlsr.pool_log.PoolLogWriter`` (``pool_log.every > 0``): writes the
-            pools of its steps to ``output_dir/pools/step-N.jsonl`` with TRL's advantages. Set on
-            all ranks (the rows are gathered); only the main process writes.
+        observers: ``rlsr.pool.PoolObserver`` objects handed every pool (``rlsr.pool.
+            HookObserver`` for a ``pool_hook``, ``rlsr.pool_log.PoolLogObserver`` for the pool
+            files). Give the same observers on every rank: what they need is gathered.
     """
 
     def __init__(
@@ -204,8 +108,7 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
         method,
         verifier: str | Any = "exact_match",
         parse_spec=None,
-        pool_hook: Callable[[dict], None] | None = None,
-        pool_log: PoolLogWriter | None = None,
+        observers: Sequence[PoolObserver] = (),
         **kwargs,
     ):
         if kwargs.get("reward_funcs") is not None:
@@ -234,10 +137,9 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
         self.confidence_source = getattr(self.method, "confidence_source", "verbalized")
         self._verifier_spec = verifier
         self._verifier = None if isinstance(verifier, str) else verifier
-        self.pool_hook = pool_hook
-        self.pool_log = pool_log
-        self._pool_log_begun = False  # stale files of a killed attempt removed (main process)
-        self._pending_pool: dict | None = None  # this generation's rows, waiting for advantages
+        self.observers = list(observers)
+        self._awaiting: list[PoolObserver] = []  # observers of this generation's advantages
+        self._observed: Pool | None = None
 
     # -- verifier lifetime: created on first use, closed when training ends
     @property
@@ -266,19 +168,30 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
             self.close_verifier()
 
     # -- the pooled reward
-    def _score_local(self, inputs, prompts, completions):
-        """(n_local, 3) float64 [correct, confidence (NaN missing), format_ok], texts, the
-        verification result, parsed answers and the verifier's per-item status codes."""
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        """The pool's unweighted reward columns, ``(N_global, n_columns)`` in process order."""
+        local = self._score_local(inputs, prompts, completions)
+        pool = self._gather_pool(local)
+        self._check_verdicts(local, pool)
+        pool.rewards = self.method(pool)
+        for name, value in pool.statistics().items():
+            if not math.isnan(value):
+                self._metrics[pool.mode][name].append(value)
+        self._observe(pool, local)
+        rewards = pool.rewards.astype(np.float32)
+        return torch.as_tensor(rewards, dtype=torch.float32, device=self.accelerator.device)
+
+    def _score_local(self, inputs, prompts, completions) -> LocalScores:
+        """Parse, verify and read the confidence of this process's completions."""
         texts = [completion_text(c) for c in completions]
         parsed = [parse_response(t, self.parse_spec) for t in texts]
-        result = self.verifier.verify_batch(
-            [p.answer for p in parsed], **row_verification_inputs(inputs, self.verifier_name)
-        )
+        row_inputs = row_verification_inputs(inputs, self.verifier_name)
+        result = self.verifier.verify_batch([p.answer for p in parsed], **row_inputs)
         if self.confidence_source == "logprob":
             confidences = self._logprob_confidences(prompts, texts, parsed)
         else:
             confidences = [p.confidence for p in parsed]
-        local = np.stack(
+        values = np.stack(
             [
                 np.asarray(result.correct, dtype=np.float64),
                 np.array([np.nan if c is None else c for c in confidences], dtype=np.float64),
@@ -292,7 +205,11 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
                 MISSING if p.answer is None else CORRECT if ok else INCORRECT
                 for p, ok in zip(parsed, result.correct, strict=True)
             ]
-        return local, texts, result, [p.answer for p in parsed], status
+        ids = [x.get("id") for x in inputs]
+        answers = [p.answer for p in parsed]
+        return LocalScores(
+            values, ids, row_inputs["golds"], texts, answers, status, result.problems
+        )
 
     def _logprob_confidences(self, prompts, texts, parsed) -> list[float | None]:
         """The log-prob selector score of each local completion (``rlsr.logprob``), from one
@@ -316,139 +233,71 @@ class RLSRTrainer(RunCheckpoints, GRPOTrainer):
             batch_size=self.args.per_device_train_batch_size,
         )
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+    def _gather_pool(self, local: LocalScores) -> Pool:
+        """Every process's ``local`` values, gathered in process order (the row order of TRL's
+        own gather of rewards), and the verifier's no-verdict counts summed over processes."""
         device = self.accelerator.device
-        mode = "train" if self.model.training else "eval"
-        local, texts, result, answers, status = self._score_local(inputs, prompts, completions)
-
-        # Process-ordered gather: the same row order TRL uses for its own gather of rewards.
-        pooled = gather(torch.as_tensor(local, dtype=torch.float64, device=device)).cpu().numpy()
-        kinds = [sum(s == TIMEOUT for s in status), sum(s == ERROR for s in status),
-                 sum(s in (UNJUDGED, INVALID) for s in status)]  # fmt: skip
-        total_timeouts, total_errors, total_unjudged = (
-            int(v) for v in gather(torch.tensor([kinds], device=device)).sum(dim=0).tolist()
+        values = torch.as_tensor(local.values, dtype=torch.float64, device=device)
+        pooled = gather(values).cpu().numpy()
+        counts = gather(torch.tensor([no_verdict_counts(local.status)], device=device))
+        timeouts, errors, unjudged = (int(v) for v in counts.sum(dim=0).tolist())
+        return Pool(
+            mode="train" if self.model.training else "eval",
+            global_step=self.state.global_step,
+            max_steps=self.state.max_steps,
+            num_generations=self.num_generations,
+            process_index=self.accelerator.process_index,
+            num_processes=self.accelerator.num_processes,
+            correct=pooled[:, 0] > 0.5,
+            confidence=pooled[:, 1],
+            format_ok=pooled[:, 2] > 0.5,
+            timeouts=timeouts,
+            errors=errors,
+            unjudged=unjudged,
         )
-        correct = pooled[:, 0] > 0.5
-        confidence = pooled[:, 1]
-        format_ok = pooled[:, 2] > 0.5
-        self._check_verdicts(
-            inputs, status, result.problems, mode,
-            {TIMEOUT: total_timeouts, ERROR: total_errors, UNJUDGED: total_unjudged},
-            len(correct),
+
+    def _check_verdicts(self, local: LocalScores, pool: Pool) -> None:
+        """The verifier's verdict budget for this pool (``rlsr.verifiers.budget``)."""
+        check_pool_verdicts(
+            pool.no_verdict, pool.size,
+            first_without_verdict(local.ids, local.status, local.problems),
+            verifier=self.verifier_name,
+            limit=getattr(self.verifier, "max_failed_fraction", None),
+            step=pool.global_step + 1,  # the optimizer step this pool is for
+            mode=pool.mode, gather=gather_object, log=logger,
+            newest_checkpoint=lambda: next(
+                (folder for _, folder in reversed(checkpoint_folders(self.args.output_dir))), None
+            ),
         )  # fmt: skip
 
-        columns = self.method.rewards(correct, confidence, format_ok)
-        statistics = pool_statistics(
-            correct, confidence, format_ok, total_timeouts, total_errors, total_unjudged
-        )
-        for name, value in statistics.items():
-            if not math.isnan(value):
-                self._metrics[mode][name].append(value)
+    def _observe(self, pool: Pool, local: LocalScores) -> None:
+        """Hand ``pool`` to the observers, its rows gathered once when one needs them, and keep
+        it for those that need TRL's advantages (``_generate_and_score_completions``)."""
+        if any(observer.needs_rows(pool) for observer in self.observers):
+            pool.rows = self._gather_rows(local)
+        for observer in self.observers:
+            observer.observe(pool)
+        self._awaiting = [o for o in self.observers if o.needs_advantages(pool)]
+        self._observed = pool
 
-        rewards = columns.astype(np.float32)
-        step = self.state.global_step
-        log_due = self.pool_log is not None and mode == "train" and self.pool_log.due(step)
-        if self.pool_hook is not None or log_due:
-            pool = {
-                "mode": mode,
-                "global_step": step,
-                "process_index": self.accelerator.process_index,
-                "num_processes": self.accelerator.num_processes,
-                "correct": correct,
-                "confidence": confidence,
-                "format_ok": format_ok,
-                "rewards": columns.astype(np.float32),  # the hook's own copy
-                "timeouts": total_timeouts,
-                "errors": total_errors,
-                "unjudged": total_unjudged,
-                **self._gather_rows(inputs, texts, answers, status),
-            }
-            if self.pool_hook is not None:
-                self.pool_hook(dict(pool))
-            if log_due:  # written by the main process once TRL has the advantages
-                self._pending_pool = {
-                    "step": step,
-                    **{k: pool[k] for k in ("prompt_ids", "golds", "texts", "answers", "status")},
-                    "correct": correct,
-                    "confidence": confidence,
-                    "format_ok": format_ok,
-                    "credited_correct": self.method.credited_correct(correct, format_ok),
-                    "next_heldout_step": self.pool_log.next_heldout(step, self.state.max_steps),
-                    "columns": rewards,
-                }
-        return torch.as_tensor(rewards, dtype=torch.float32, device=device)
-
-    def _gather_rows(self, inputs, texts, answers, status) -> dict[str, list]:
-        """The pool's per-completion strings, process-ordered as the gathered rewards: prompt ids,
-        golds, completion texts, parsed answers and verifier statuses, in ONE collective
-        (``gather_object`` of this process's row tuples), shared by every pool observer of the
-        step (``pool_hook``, ``pool_log``). Called on every rank."""
-        golds = row_verification_inputs(inputs, self.verifier_name)["golds"]
-        ids = [x.get("id") for x in inputs]
-        local = list(zip(ids, golds, texts, answers, status, strict=True))
-        rows = gather_object(local)
-        names = ("prompt_ids", "golds", "texts", "answers", "status")
-        return {name: [row[i] for row in rows] for i, name in enumerate(names)}
-
-    def _check_verdicts(self, inputs, status, problems, mode, counts, pool_size) -> None:
-        """Stop the run when more of this pool's rollouts than the verifier's
-        ``max_failed_fraction`` got no verdict (``counts``: gathered, so every process decides
-        the same; docs/training.md): ``VerifierFailure`` naming the verifier, the step and the
-        first failing rollout's prompt id and problem. Under the limit, one warning line."""
-        failed = sum(counts.values())
-        if not failed:
-            return
-        local = next(((x.get("id"), st, problems.get(i)) for i, (x, st) in
-                      enumerate(zip(inputs, status, strict=False)) if st in NO_VERDICT), None)  # fmt: skip
-        step = self.state.global_step + 1  # the optimizer step this pool is for
-        limit = getattr(self.verifier, "max_failed_fraction", None)
-        if not over_budget(failed, pool_size, limit):
-            if local is not None:
-                logger.warning(
-                    "step %d: verifier %s gave no verdict on %d of %d rollouts (first on this "
-                    "process: prompt id %r, %s: %s); rewarded as wrong", step,
-                    self.verifier_name, failed, pool_size, *local,
-                )  # fmt: skip
-            return
-        first = next((f for f in gather_object([local]) if f is not None), None)
-        newest = checkpoint_folders(self.args.output_dir)
-        saved = (
-            f"checkpoints saved so far are kept (newest: {newest[-1][1]})"
-            if newest else "no checkpoint was saved yet"
-        )  # fmt: skip
-        raise VerifierFailure(failure_message(
-            self.verifier_name, counts, pool_size, limit,
-            f"the {mode} pool of optimizer step {step}", first,
-            f"The run stopped before this step's update; {saved}. Fix the verifier, then rerun "
-            "the same command: it resumes from the newest checkpoint (a plugin's file changed "
-            "since a checkpoint was saved is refused: docs/tasks.md); or set the verifier "
-            "option max_failed_fraction in the task file.",
-        ))  # fmt: skip
+    def _gather_rows(self, local: LocalScores) -> dict[str, list]:
+        """The pool's per-completion strings (``rlsr.pool.ROW_FIELDS``: prompt ids, golds,
+        completion texts, parsed answers, verifier statuses), process-ordered as the gathered
+        rewards, in ONE collective (``gather_object`` of this process's row tuples) shared by
+        every observer of the pool. Called on every rank."""
+        rows = zip(local.ids, local.golds, local.texts, local.answers, local.status, strict=True)
+        gathered = gather_object(list(rows))
+        return {name: [row[i] for row in gathered] for i, name in enumerate(ROW_FIELDS)}
 
     def _generate_and_score_completions(self, inputs):
-        """TRL's, then (``pool_log``) the pool's rows written with the advantages TRL computed.
-
-        TRL returns this process's slice of the advantages (``process_index * n_local`` onwards),
-        so gathering them gives the pool's, in the order of the gathered rewards."""
-        mode = "train" if self.model.training else "eval"
-        if self.pool_log is not None and mode == "train" and not self._pool_log_begun:
-            self._pool_log_begun = True  # first pool of this process: the step it starts at
-            if self.accelerator.is_main_process:
-                self.pool_log.begin(self.state.global_step)
-        self._pending_pool = None
+        """TRL's, then TRL's advantages to the observers of this pool that need them: TRL
+        returns this process's slice (``process_index * n_local`` onwards), so gathering it
+        gives the pool's, in the order of the gathered rewards."""
+        self._awaiting, self._observed = [], None
         output = super()._generate_and_score_completions(inputs)
-        pool, self._pending_pool = self._pending_pool, None
-        if pool is not None:
+        if self._awaiting:
             advantages = gather(output["advantages"].detach()).float().cpu().numpy()
-            if self.accelerator.is_main_process:
-                rows = pool_rows(
-                    step=pool.pop("step"),
-                    num_generations=self.num_generations,
-                    names=[name for name, _ in self.columns],
-                    weights=[w for _, w in self.columns],
-                    advantages=advantages,
-                    max_chars=self.pool_log.max_chars,
-                    **pool,
-                )
-                self.pool_log.write(rows[0]["step"], rows)
+            for observer in self._awaiting:
+                observer.observe_advantages(self._observed, advantages)
+        self._awaiting, self._observed = [], None
         return output

@@ -4,15 +4,15 @@
 
 1. ``rlsr.run_plan.plan_run``, once per launch (``train.py``; ``launch_plan`` when a caller
    passes none): every config section (``rlsr.config.plan_settings``) plus the method's own
-   checks from its registry entry (``rlsr.methods``), before anything is loaded; the plan is
+   checks (``rlsr.methods``), before anything is loaded; the plan is
    passed down, never derived again;
 2. ``load_train_dataset``: the recipe's dataset (``rlsr.data``), over-long prompts dropped;
-3. ``build_trainer``: the trainer config of the method's entry (``GRPOConfig`` from the ``grpo``
-   section for rlsr / rlcr / rlvr, ``SFTConfig`` from ``sft`` for sft; ``trainer_kwargs``: reward
-   weights from the method's columns, model init kwargs), tokenizer, LoRA config, the entry's
-   ``train_examples`` (SFT: prompt/completion pairs), and the trainer class of the entry
-   (``rlsr.trainer.RLSRTrainer``, which also gets the method, verifier and pool hook;
-   ``rlsr.sft_trainer.SFTAnswerTrainer``);
+3. ``build_trainer``: the trainer of the method's section (``TRAINERS``): for a reward method
+   ``GRPOConfig`` from the ``grpo`` section and ``rlsr.trainer.RLSRTrainer``, which also gets the
+   method, the verifier and the pool observers (``pool_hook``, the pool files); for method=sft
+   ``SFTConfig`` from ``sft``, its prompt/completion pairs and
+   ``rlsr.sft_trainer.SFTAnswerTrainer`` (``trainer_kwargs``: reward weights from the method's
+   columns, model init kwargs); tokenizer, LoRA config;
 4. resume from the newest checkpoint (``resume=auto``), or stop when it is already final;
 5. save the final adapter/model to ``output_dir``.
 
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from peft import LoraConfig
+from trl import GRPOConfig, SFTConfig
 
 from rlsr.config import (
     ENGINE_BACKENDS,
@@ -60,9 +61,10 @@ from rlsr.eval_protocol import protocol_flags, to_flags
 from rlsr.evaluation.history import read_history
 from rlsr.evaluation.in_training import HeldOutEvaluator
 from rlsr.launch import engine_from_env
-from rlsr.methods import get_entry
+from rlsr.methods import args_section
 from rlsr.metrics import ranking_gain_from_aurc
-from rlsr.pool_log import POOLS_DIR, PoolLogWriter, pool_path, pool_steps
+from rlsr.pool import HookObserver
+from rlsr.pool_log import POOLS_DIR, PoolLogObserver, PoolLogWriter, pool_path, pool_steps
 from rlsr.run_layout import (
     EVAL_DIR,
     FINAL_WEIGHT_FILES,
@@ -72,9 +74,19 @@ from rlsr.run_layout import (
     step_folders,
 )
 from rlsr.run_plan import RunPlan, plan_run
+from rlsr.sft_trainer import SFTAnswerTrainer, sft_examples
 from rlsr.tokenization import load_tokenizer, model_context_length, prompt_token_counter
+from rlsr.trainer import RLSRTrainer
 
 logger = logging.getLogger(__name__)
+
+# Per trainer section (rlsr.methods.args_section): the trainer class, its TRL config class, and
+# what turns the loaded rows into what it trains on (None: the rows, GRPO prompts, as loaded).
+# A reward method trains with RLSRTrainer; method=sft, the supervised baseline, with its own.
+TRAINERS = {
+    "grpo": (RLSRTrainer, GRPOConfig, None),
+    "sft": (SFTAnswerTrainer, SFTConfig, sft_examples),
+}
 
 __all__ = [
     "validate",
@@ -104,7 +116,7 @@ def validate(cfg: TrainSettings, *, world_size: int | None = None) -> TrainSetti
 
 def trainer_section(cfg: TrainSettings) -> dict[str, Any]:
     """The config section holding the method's trainer arguments (``grpo`` or ``sft``)."""
-    return getattr(cfg, get_entry(cfg.method.name).args_section)
+    return getattr(cfg, args_section(cfg.method))
 
 
 def grpo_kwargs(cfg: TrainSettings, *, world_size: int | None = None) -> dict[str, Any]:
@@ -113,7 +125,7 @@ def grpo_kwargs(cfg: TrainSettings, *, world_size: int | None = None) -> dict[st
     refused here too (``ConfigError``), never turned into arguments by a second, unchecked plan.
     ``world_size`` plans for another machine's process count (e.g. a 4-GPU recipe read here)."""
     plan = plan_run(cfg, world_size=world_size)
-    if not plan.entry.rewarded:
+    if plan.method is None:
         raise ValueError(f"grpo_kwargs: method={plan.method.name} trains with {plan.section}.*;"
                          " use trainer_kwargs(plan_run(cfg)).")  # fmt: skip
     return trainer_kwargs(plan)
@@ -135,7 +147,7 @@ def trainer_kwargs(plan: RunPlan) -> dict[str, Any]:
             f"trainer_kwargs takes the launch's run plan (rlsr.run_plan.plan_run(settings)), not "
             f"{type(plan).__name__}."
         )
-    cfg, entry = plan.settings, plan.entry
+    cfg = plan.settings
     kwargs = dict(getattr(cfg, plan.section))
     if plan.pool is not None:
         kwargs["gradient_accumulation_steps"] = plan.pool.accumulation
@@ -144,7 +156,7 @@ def trainer_kwargs(plan: RunPlan) -> dict[str, Any]:
             kwargs["vllm_max_model_length"] = length
     kwargs["output_dir"] = cfg.output_dir
     kwargs["seed"] = cfg.seed
-    if entry.rewarded:
+    if plan.method is not None:
         kwargs["reward_weights"] = [w for _, w in plan.method.columns]
     kwargs["model_init_kwargs"] = {
         "dtype": cfg.model.dtype,
@@ -309,19 +321,20 @@ def _load_task_heldout(heldout: ResolvedHeldOut | None, tokenizer=None, model_pa
 
 
 def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None, plan=None):
-    """Create the trainer of the method's registry entry (``RLSRTrainer`` for the GRPO methods,
-    ``SFTAnswerTrainer`` for sft) for settings ``cfg`` (``rlsr.config.TrainSettings``) and their
+    """Create the trainer of the method's section (``TRAINERS``: ``RLSRTrainer`` for a reward
+    method, ``SFTAnswerTrainer`` for sft) for settings ``cfg`` (``rlsr.config.TrainSettings``) and their
     run plan (``rlsr.run_plan.plan_run(cfg)``; ``launch_plan``: made here only when not given).
     ``train_dataset`` (rows of the ``rlsr.data`` contract) replaces the recipe's dataset."""
     plan = launch_plan(cfg, plan)
-    method, entry = plan.method, plan.entry
-    if pool_hook is not None and not entry.rewarded:
-        raise ValueError(f"pool_hook: method {entry.name!r} has no reward pool to report.")
+    method = plan.method
+    if pool_hook is not None and method is None:
+        raise ValueError(f"pool_hook: method {cfg.method.name!r} has no reward pool to report.")
+    trainer_class, args_class, train_examples = TRAINERS[plan.section]
     kwargs = trainer_kwargs(plan)
     try:
-        args = entry.args_class(**kwargs)
+        args = args_class(**kwargs)
     except (ValueError, TypeError) as err:
-        raise ConfigError(entry.args_section, str(err)) from None
+        raise ConfigError(plan.section, str(err)) from None
     pool = plan.pool
     if pool is not None:
         # The pool was planned for $WORLD_SIZE; the launcher's real process count (accelerate's
@@ -370,8 +383,8 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None, pl
         train_dataset = load_train_dataset(
             cfg, tokenizer, _train_room(cfg, args, tokenizer, model_path)
         )
-    if entry.train_examples is not None:
-        train_dataset = entry.train_examples(train_dataset)
+    if train_examples is not None:
+        train_dataset = train_examples(train_dataset)
 
     peft_config = None
     if cfg.model.lora.enabled:
@@ -383,25 +396,21 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None, pl
             target_modules=tm if isinstance(tm, str) else list(tm),
             task_type="CAUSAL_LM",
         )
-    extra = {}
-    if entry.rewarded:
-        pool_log = None
+    extra, pool_log = {}, None
+    if method is not None:
+        observers = [] if pool_hook is None else [HookObserver(pool_hook)]
         if cfg.pool_log.every:
             pool_log = PoolLogWriter(cfg.output_dir, cfg.pool_log.every, cfg.pool_log.max_chars)
+            observers.append(PoolLogObserver(pool_log, method))
             if args.process_index == 0:
                 print(
                     f"[rlsr] pool log every {cfg.pool_log.every} steps -> "
                     f"{Path(cfg.output_dir) / POOLS_DIR}",
                     flush=True,
                 )
-        extra = dict(
-            method=method,
-            verifier=_training_verifier(cfg),
-            pool_hook=pool_hook,
-            pool_log=pool_log,
-        )
+        extra = dict(method=method, verifier=_training_verifier(cfg), observers=observers)
     _load_task_heldout(plan.heldout, tokenizer, model_path, args)  # data errors: before the model
-    trainer = entry.trainer(
+    trainer = trainer_class(
         model=model_path,
         args=args,
         train_dataset=train_dataset,
@@ -426,8 +435,9 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None, pl
                 flush=True,
             )
         trainer.heldout_evaluator = evaluator
-        pool_log = getattr(trainer, "pool_log", None)  # a GRPO run's pool files (pool_log.every)
-        if pool_log is not None:  # each pool names the held-out step its update first shows at
+        if (
+            pool_log is not None
+        ):  # a GRPO run's pool files (pool_log.every)  # each pool names the held-out step its update first shows at
             pool_log.heldout_due = evaluator.due
     return trainer
 
@@ -607,14 +617,14 @@ def _evaluate_command(cfg, output_dir: Path, heldout: ResolvedHeldOut | None) ->
     args += _tasks_flags(cfg.tasks_dir)
     if heldout is not None:
         return shlex.join(args + protocol_flags(heldout.protocol) + _engine_flags(heldout))
-    protocol = heldout_protocol(cfg, get_entry(cfg.method.name).args_section)
+    protocol = heldout_protocol(cfg, args_section(cfg.method))
     return shlex.join(args + protocol_flags(protocol))
 
 
 def _layer_lines(cfg) -> list[str]:
     """One line per named protocol layer (``eval.layers``): what a later evaluation changes on
     top of the run's protocol, as ``rlsr evaluate`` flags, and the flag that records its name."""
-    section = get_entry(cfg.method.name).args_section
+    section = args_section(cfg.method)
     base = heldout_protocol(cfg, section).values()
     lines = []
     for name in sorted(declared_layers(cfg)):
@@ -669,7 +679,7 @@ def run_summary(
     lines.append("next:")
     if final:
         if plan is None:  # a caller without the launch's plan (a finished run read back)
-            heldout = resolve_heldout(cfg, get_entry(cfg.method.name).args_section)
+            heldout = resolve_heldout(cfg, args_section(cfg.method))
         else:
             heldout = plan.heldout
         lines.append(f"  {_evaluate_command(cfg, out, heldout)}")

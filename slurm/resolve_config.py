@@ -86,7 +86,7 @@ def evaluate_flags(cfg, layer: str | None = PAPER_LAYER) -> list[str]:
     from rlsr.config import declared_layers, from_dict, heldout_protocol
     from rlsr.data import load_env_tasks, load_tasks
     from rlsr.eval_protocol import protocol_flags
-    from rlsr.methods import get_entry
+    from rlsr.methods import args_section
 
     load_env_tasks()  # before the settings are read: a task's prompt name is then valid
     tasks_dir = cfg.get("tasks_dir")
@@ -95,7 +95,7 @@ def evaluate_flags(cfg, layer: str | None = PAPER_LAYER) -> list[str]:
     settings.method.validate()
     if layer == PAPER_LAYER and PAPER_LAYER not in declared_layers(settings):
         layer = None  # a recipe without the paper's tables: its held-out protocol
-    section = get_entry(settings.method.name).args_section
+    section = args_section(settings.method)
     flags = protocol_flags(heldout_protocol(settings, section, layer))
     return flags + (["--protocol-layer", layer] if layer else [])
 

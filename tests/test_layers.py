@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "rlsr.tokenization": 0,
     "rlsr.metric_inputs": 0,
     "rlsr.launch": 0,
+    "rlsr.plugins": 0,  # "package.module:name" imported safely (verifier and method plugins)
     # 1 equations
     "rlsr.rewards": 1,
     "rlsr.calibration": 1,
@@ -44,6 +45,7 @@ LAYERS: dict[str, int] = {
     "rlsr.config": 2,
     "rlsr.config.heldout": 2,  # the held-out plan (eval.*): resolve_heldout
     "rlsr.eval_protocol": 2,  # the evaluation protocol, declared once (EvalProtocol)
+    "rlsr.pool": 2,  # one optimizer step's pool, its statistics and its observers
     "rlsr.pool_log": 2,  # the pool files: written by the trainer, read by rlsr report --pools
     # the run folder's names (file names, step- / checkpoint- folders, run.json comparison), one
     # place for every writer and reader from the trainer and the pool files up to serving
@@ -53,6 +55,7 @@ LAYERS: dict[str, int] = {
     "rlsr.weight_sync": 3,
     "rlsr.methods": 3,
     "rlsr.sft_trainer": 3,
+    "rlsr.run_checkpoints": 3,  # the output layout and resume every trainer shares
     "rlsr.run_plan": 3,  # the launch's plan: settings + method + pool + held-out, made once
     # 4 run assembly, evaluation
     "rlsr.training": 4,

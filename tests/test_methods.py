@@ -1,5 +1,5 @@
-"""The method registry (rlsr/methods.py): what every entry must provide, and that a new method
-is one entry plus its reward function."""
+"""The method registry (rlsr/methods.py): what every entry must provide, that a new method
+is one entry plus its reward function, and the supervised baseline's own entry point."""
 
 from __future__ import annotations
 
@@ -9,13 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from transformers import Trainer
 
 from rlsr import methods
 from rlsr import rewards as R
 from rlsr.config import ConfigError, MethodSettings
-from rlsr.methods import MethodEntry, get_entry, register, resolve
-from rlsr.trainer import RLSRTrainer
+from rlsr.methods import MethodEntry, args_section, get_entry, register, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS_FIELDS = {f.name for f in dataclasses.fields(MethodSettings)}
@@ -36,12 +34,10 @@ def _fake_rewards(correct, confidence, format_ok, settings):
 def _fake(**changes) -> MethodEntry:
     parts = dict(
         name="fakevr",
-        columns=(("format_reward", "format_weight"), ("double_correctness", "method_weight")),
-        rewards=_fake_rewards,
-        trainer=RLSRTrainer,
-        validate=lambda settings: None,
-        needs_confidence=False,
-        summary="format + 2 x correctness (a test method)",
+        columns=("format_reward", "double_correctness"),
+        reward=_fake_rewards,
+        weights=("format_weight", "method_weight"),
+        validate=lambda settings, grpo: None,
     )
     return MethodEntry(**{**parts, **changes})
 
@@ -57,7 +53,11 @@ def test_the_paper_methods_are_registered():
     assert set(methods.method_names()) >= {"rlsr", "rlcr", "rlvr", "sft"}
 
 
-REWARDED = sorted(n for n, e in methods.REGISTRY.items() if e.rewarded)
+REWARDED = sorted(methods.REGISTRY)
+# The methods whose reward reads the confidence (the others' columns ignore it).
+READS_CONFIDENCE = {"rlsr", "rlsr_marginal", "rlcr"}
+# The recipes' trainer section (recipes/config.yaml): what a method's checks see in a launch.
+GRPO = {"scale_rewards": "none"}
 
 
 def test_every_recipe_method_file_names_a_registered_method():
@@ -66,19 +66,27 @@ def test_every_recipe_method_file_names_a_registered_method():
     for path in (ROOT / "recipes" / "method").glob("*.yaml"):
         values = yaml.safe_load(path.read_text())
         name = values.get("name") or values.get("method", {}).get("name")  # @package _global_
-        assert name in methods.REGISTRY, path
+        assert name in methods.method_names(), path
 
 
-def test_the_supervised_entry_declares_its_trainer_config_and_data():
-    from trl import SFTConfig, SFTTrainer
+def test_the_supervised_baseline_has_its_own_trainer_config_and_data():
+    from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
 
-    entry = get_entry("sft")
-    assert not entry.rewarded and entry.columns == () and entry.rewards is None
-    assert issubclass(entry.trainer, SFTTrainer) and entry.args_class is SFTConfig
-    assert entry.args_section == "sft" and callable(entry.train_examples)
-    entry.validate(MethodSettings("sft"))
+    from rlsr.training import TRAINERS
+
+    assert "sft" not in methods.REGISTRY and "sft" in methods.method_names()
+    assert args_section(MethodSettings("sft")) == "sft"
+    assert {args_section(MethodSettings(n)) for n in REWARDED} == {"grpo"}
+    trainer, config, examples = TRAINERS["sft"]
+    assert issubclass(trainer, SFTTrainer) and config is SFTConfig and callable(examples)
+    trainer, config, examples = TRAINERS["grpo"]
+    assert issubclass(trainer, GRPOTrainer) and config is GRPOConfig and examples is None
+    methods.validate_method(MethodSettings("sft"))
     with pytest.raises(ValueError, match="supervised"):
-        resolve(MethodSettings("sft")).rewards(*_pool())
+        resolve(MethodSettings("sft"))
+    with pytest.raises(ConfigError) as info:
+        methods.validate_method(MethodSettings("sft", weight_cap=2.0))
+    assert info.value.field == "method.max_coverage"
     with pytest.raises(ConfigError) as info:
         methods.validate_method(MethodSettings("sft", confidence="logprob"))
     assert info.value.field == "method.confidence"
@@ -87,22 +95,22 @@ def test_the_supervised_entry_declares_its_trainer_config_and_data():
 @pytest.mark.parametrize("name", REWARDED)
 def test_every_entry_provides_every_part(name):
     entry = get_entry(name)
-    assert entry.name == name and entry.summary
-    assert entry.columns and all(w in SETTINGS_FIELDS for _, w in entry.columns)
-    assert issubclass(entry.trainer, Trainer)
-    assert isinstance(entry.needs_confidence, bool)
-    entry.validate(MethodSettings(name))  # the recipe defaults pass its own checks
+    assert entry.name == name and entry.reward.__doc__  # its docstring describes the method
+    assert entry.columns and len(entry.weights) == len(entry.columns)
+    assert all(w in SETTINGS_FIELDS for w in entry.weights)
+    entry.validate(MethodSettings(name), GRPO)  # the recipe defaults pass its own checks
     # weights are read from the settings, column by column
     settings = MethodSettings(name, format_weight=0.25, method_weight=0.75)
-    expected = [(c, 0.25 if w == "format_weight" else 0.75) for c, w in entry.columns]
+    pairs = zip(entry.columns, entry.weights, strict=True)
+    expected = [(c, 0.25 if w == "format_weight" else 0.75) for c, w in pairs]
     assert resolve(settings).columns == expected
     # one unweighted value per completion and column
     correct, confidence, format_ok = _pool()
     out = resolve(settings).rewards(correct, confidence, format_ok)
     assert out.shape == (40, len(entry.columns)) and np.isfinite(out).all()
-    # needs_confidence says whether the reward reads the confidence
+    # READS_CONFIDENCE says whether the reward reads the confidence
     changed = resolve(settings).rewards(correct, np.roll(confidence, 1), format_ok)
-    assert entry.needs_confidence == (not np.array_equal(out, changed))
+    assert (name in READS_CONFIDENCE) == (not np.array_equal(out, changed))
 
 
 def test_the_methods_columns_are_the_papers_equations():
@@ -142,29 +150,24 @@ def test_unknown_method_is_a_config_error_with_the_closest_name():
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"trainer": None}, "trainer must be a trainer class"),
-        ({"rewards": None}, "a supervised one neither"),
-        ({"rewards": "yes"}, "rewards must be a function"),
+        ({"reward": None}, "reward must be a function"),
+        ({"reward": "yes"}, "reward must be a function"),
+        ({"reward": lambda c, conf, f: c}, r"reward <lambda>\(c, conf, f\) cannot be called"),
         ({"validate": "yes"}, "validate must be a function"),
-        ({"columns": ()}, "a supervised one neither"),
-        ({"rewards": None, "columns": ()}, None),
-        ({"args_section": "ppo"}, "args_section must be 'grpo' or 'sft'"),
-        ({"confidence_sources": ("entropy",)}, "confidence_sources"),
-        ({"train_examples": "rows"}, "train_examples must be a function"),
-        (
-            {"columns": (("format_reward", "fmt_weight"),)},
-            "'fmt_weight' .* is not a MethodSettings",
-        ),
-        ({"columns": (("a", "format_weight"), ("a", "method_weight"))}, "distinct"),
-        ({"needs_confidence": None}, "needs_confidence"),
-        ({"summary": ""}, "summary"),
+        ({"validate": lambda s: None}, r"validate <lambda>\(s\) cannot be called"),
+        ({"columns": ()}, "at least one column"),
+        ({"weights": ("format_weight",)}, "one MethodSettings field per column"),
+        ({"weights": ("fmt_weight", "method_weight")}, "'fmt_weight' .* is not a MethodSettings"),
+        ({"columns": ("a", "a")}, "distinct"),
         ({"name": "rlsr"}, "already registered"),
+        ({"name": "sft"}, "supervised baseline"),
         ({"name": "my method"}, "name must be an identifier"),
+        ({}, None),
     ],
 )
 def test_an_incomplete_entry_is_refused_naming_the_missing_part(registry, changes, message):
     before = dict(registry)
-    if message is None:  # a complete supervised entry is accepted
+    if message is None:  # a complete entry is accepted
         register(_fake(**changes))
         assert set(registry) - set(before) == {"fakevr"}
         return
@@ -174,19 +177,17 @@ def test_an_incomplete_entry_is_refused_naming_the_missing_part(registry, change
 
 
 def test_an_entry_without_a_part_cannot_be_built():
-    with pytest.raises(TypeError, match="trainer"):
+    with pytest.raises(TypeError, match="reward"):
         MethodEntry(
             name="x",
-            columns=(("format_reward", "format_weight"),),
-            rewards=_fake_rewards,
-            validate=lambda s: None,
-            needs_confidence=False,
-            summary="x",
+            columns=("format_reward",),
+            weights=("format_weight",),
+            validate=lambda s, grpo: None,
         )
 
 
 def test_a_reward_function_of_the_wrong_shape_is_caught(registry):
-    register(_fake(rewards=lambda c, conf, f, s: np.zeros((len(c), 3))))
+    register(_fake(reward=lambda c, conf, f, s: np.zeros((len(c), 3))))
     with pytest.raises(ValueError, match="expected .*one column per declared column"):
         resolve(MethodSettings("fakevr")).rewards(*_pool())
 
@@ -199,7 +200,7 @@ def test_adding_a_method_is_one_entry_and_its_reward_function(registry, tmp_path
     from rlsr.training import grpo_kwargs, validate
 
     calls = []
-    register(_fake(validate=lambda s: calls.append(s.name)))
+    register(_fake(validate=lambda s, grpo: calls.append(s.name)))
     settings = tiny_settings(tmp_path)
     settings.method = MethodSettings("fakevr", format_weight=0.2, method_weight=0.8)
     validate(settings, world_size=1)

@@ -18,7 +18,7 @@ from rlsr.config import ConfigError, heldout_protocol, plan_settings, resolve_he
 from rlsr.config.compose import compose_config
 from rlsr.eval_protocol import protocol_from_args
 from rlsr.evaluation import cli as evaluate_cli
-from rlsr.methods import get_entry
+from rlsr.methods import args_section
 from rlsr.toy import repro
 from rlsr.training import _evaluate_command, run_summary
 
@@ -59,7 +59,7 @@ def _overrides(recipe: str, method: str, tmp_path, *extra: str) -> list[str]:
 def _four_translations(overrides: list[str], tmp_path):
     """(run protocol, held-out step's, printed command's, Slurm's with its layer, that layer)."""
     settings = compose_config(overrides)
-    section = get_entry(settings.method.name).args_section
+    section = args_section(settings.method)
     run = heldout_protocol(settings, section)
     held = settings.eval  # switched on (a recipe without held-out steps: its training dataset)
     held = dataclasses.replace(held, every=1, datasets=held.datasets or [settings.data.dataset])
@@ -90,7 +90,7 @@ def test_every_evaluation_of_a_run_is_its_protocol_or_a_named_layer_of_it(recipe
         assert changed <= {"max_new_tokens"}, (recipe, method, changed)
         if recipe == "toy":
             settings = compose_config(_overrides("toy", method, tmp_path))
-            toy = heldout_protocol(settings, get_entry(settings.method.name).args_section, "toy")
+            toy = heldout_protocol(settings, args_section(settings.method), "toy")
             assert repro.toy_protocol(method) == toy
             assert _parsed(list(repro.toy_evaluate_args(method)))[0] == toy
             assert (toy.fallbacks, toy.bootstrap) == (False, 0)

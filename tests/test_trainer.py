@@ -11,7 +11,8 @@ import pytest
 from rlsr import rewards as R
 from rlsr.config import ConfigError, MethodSettings
 from rlsr.methods import compute_reward_columns, resolve, reward_columns
-from rlsr.trainer import completion_text, pool_statistics
+from rlsr.pool import pool_statistics
+from rlsr.trainer import completion_text
 
 
 def _grpo_advantages(columns: np.ndarray, weights, G: int) -> np.ndarray:

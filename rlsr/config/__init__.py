@@ -5,7 +5,7 @@ Schema (top-level keys of ``recipes/config.yaml``)::
     model:  {name_or_path, dtype, attn_implementation, trust_remote_code, lora: {enabled, r, alpha,
              dropout, target_modules}}
     data:   {dataset, path, split, system_prompt, limit, max_prompt_length, verifier}
-    method: {name: rlsr|rlcr|rlvr|sft, format_weight, method_weight, correct_requires_format,
+    method: {name: rlsr|rlcr|rlvr|sft, plugin, format_weight, method_weight, correct_requires_format,
              correct_scale, weight_cap, max_coverage, label, confidence: verbalized|logprob,
              evaluate: {<evaluation protocol field>: value}}
     grpo:   any field of trl.GRPOConfig (num_generations, per_device_train_batch_size, ...)
@@ -29,8 +29,8 @@ gradient accumulation is then derived from the real world size at start-up.
 
 ``check_settings(cfg)`` checks every section without touching a model or a dataset and raises
 ``ConfigError`` whose message names the offending field and the fix; the method's own checks
-live in its registry entry (``rlsr.methods``), which also names the section holding its
-trainer's arguments (``grpo`` or ``sft``), and ``rlsr.training.validate`` runs both (``train.py``
+live in ``rlsr.methods`` (a reward method's registry entry; ``sft``'s own), which also names
+the section holding its trainer's arguments (``grpo`` or ``sft``: ``args_section``), and ``rlsr.training.validate`` runs both (``train.py``
 prints the message and exits with status 2). This module sits below the method registry and the
 trainer: it knows nothing about individual methods.
 """
@@ -301,8 +301,8 @@ def plan_settings(
     entry's (``rlsr.methods.check_method``; ``rlsr.run_plan.plan_run`` runs both). Raises
     ``ConfigError`` naming the field and the fix.
 
-    ``trainer_section`` is the section holding the method's trainer arguments (its registry
-    entry's ``args_section``: ``grpo`` or ``sft``); only that one is checked (and used).
+    ``trainer_section`` is the section holding the method's trainer arguments
+    (``rlsr.methods.args_section``: ``grpo`` or ``sft``); only that one is checked (and used).
     ``world_size`` defaults to ``$WORLD_SIZE`` (set by ``accelerate launch``/torchrun), else 1.
     """
     ws = world_size_from_env() if world_size is None else world_size

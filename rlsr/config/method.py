@@ -28,6 +28,9 @@ class MethodSettings:
     weight_cap: float | None = None
     max_coverage: float = 1.0
     label: str | None = None  # a variant's name in the default output_dir (None: name)
+    # A reward method from outside rlsr: "package.module:NAME" of a rlsr.methods.MethodEntry
+    # whose name is `name` (docs/methods.md); None: `name` is one of rlsr's methods.
+    plugin: str | None = None
     # verbalized: the <confidence> tag; logprob: the answer's length-normalised log-probability
     # (rlsr.logprob; paper Sec. D.4, Tab. 7). Only methods that rank by confidence accept logprob.
     confidence: str = "verbalized"

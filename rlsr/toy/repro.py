@@ -29,7 +29,7 @@ from rlsr.config.compose import compose_config
 from rlsr.eval_protocol import EvalProtocol, protocol_flags
 from rlsr.evaluation.plots import curve_steps
 from rlsr.evaluation.summary import scorer_arrays
-from rlsr.methods import get_entry
+from rlsr.methods import args_section
 from rlsr.metrics import aurc, risk_coverage_curve
 from rlsr.run_layout import METRICS_FILE, PLOT_FILE, SAMPLES_FILE, SUMMARY_FILE
 from rlsr.toy.task import VARIANT_TIERS, make_split, write_dataset_folder
@@ -317,7 +317,7 @@ def toy_protocol(method: str) -> EvalProtocol:
     bootstrap, one batch). ``""`` (BASE, not trained): the recipe's default method."""
     overrides = ["recipe=toy", "model.name_or_path=BASE", "data.path=DATA"]
     settings = compose_config(overrides + ([f"method={method}"] if method else []))
-    return heldout_protocol(settings, get_entry(settings.method.name).args_section, TOY_LAYER)
+    return heldout_protocol(settings, args_section(settings.method), TOY_LAYER)
 
 
 def toy_evaluate_args(method: str) -> tuple[str, ...]:

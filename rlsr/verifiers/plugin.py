@@ -29,17 +29,16 @@ of one step's pool) get no verdict, the run stops naming the plugin and the firs
 from __future__ import annotations
 
 import hashlib
-import importlib
 import importlib.util
 import logging
 import os
-import re
 import sys
 from collections.abc import Callable
 from contextlib import contextmanager
 
 import numpy as np
 
+from rlsr.plugins import load_named
 from rlsr.verifiers.base import (
     CORRECT,
     ERROR,
@@ -63,8 +62,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_PLUGIN = re.compile(r"([A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*):([A-Za-z_]\w*)\Z")
-
 
 def is_plugin_name(name: str | None) -> bool:
     """True for ``"package.module:function"`` (a verifier plugin), False for a built-in name."""
@@ -74,33 +71,8 @@ def is_plugin_name(name: str | None) -> bool:
 def load_plugin(spec: str) -> Callable:
     """Import ``"package.module:function"`` and return the function. ``ValueError`` names the
     module, the reason and ``sys.path`` when it does not import, and what the module defines when
-    the function is not there."""
-    match = _PLUGIN.match(spec.strip()) if isinstance(spec, str) else None
-    if match is None:
-        raise ValueError(
-            f"verifier plugin {spec!r}: expected 'package.module:function' (a dotted module "
-            "name, a colon, a function name), e.g. 'my_checks:verify'."
-        )
-    module_name, function_name = match.groups()
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as err:  # noqa: BLE001 - any import failure is the user's to fix
-        raise ValueError(
-            f"verifier plugin {spec!r}: module {module_name!r} does not import "
-            f"({type(err).__name__}: {err}). sys.path is {sys.path}; put the folder holding "
-            f"{module_name.split('.')[0]!r} on PYTHONPATH (or pip install it) and run again."
-        ) from None
-    function = getattr(module, function_name, None)
-    if not callable(function):
-        defined = sorted(
-            n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
-        )
-        raise ValueError(
-            f"verifier plugin {spec!r}: module {module_name!r} "
-            f"({getattr(module, '__file__', '?')}) has no function {function_name!r}; it defines "
-            f"{defined}."
-        )
-    return function
+    the function is not there (``rlsr.plugins.load_named``)."""
+    return load_named(spec, kind="verifier plugin", example="my_checks:verify")
 
 
 class _PluginExit(BaseException):
