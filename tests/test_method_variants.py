@@ -94,3 +94,45 @@ def test_marginal_variant_composes_and_refuses_group_std_normalisation():
     assert "best response" in str(info.value) and "'none'" in str(info.value)
     # the released reward keeps accepting it (its incentive is a threshold either way)
     validate(from_dict(compose("recipe=hotpot", "grpo.scale_rewards=group", *CPU)), world_size=4)
+
+
+EXAMPLE = ROOT / "examples" / "my_method"
+
+
+@pytest.mark.timeout(300)
+def test_the_example_plugin_method_trains_from_its_recipe_file(tmp_path, monkeypatch):
+    """docs/methods.md's worked example: examples/my_method/method/brier_only.yaml, found on
+    Hydra's search path as ``train.py --config-dir examples/my_method method=brier_only`` finds
+    it, names its MethodEntry with method.plugin; two optimizer steps of recipe=tiny-format train
+    with its columns, and every pool's Brier column equals ``rlsr.rewards.brier_reward``
+    recomputed on that pool, as do the pool files'. A plugin that is not loaded (a built-in's
+    columns), or a column computed on anything but the whole pool, fails."""
+    import torch
+    from test_trainer_support import TEST_THREADS, format_warm_model
+
+    from rlsr.pool_log import pool_path, pool_steps, read_pool
+    from rlsr.training import build_trainer
+
+    torch.set_num_threads(TEST_THREADS)
+    monkeypatch.syspath_prepend(str(EXAMPLE))  # the docs' PYTHONPATH=examples/my_method
+    values = compose(f"hydra.searchpath=[file://{EXAMPLE}]", "recipe=tiny-format",
+                     "method=brier_only", f"output_dir={tmp_path}")  # fmt: skip
+    assert values["method"]["plugin"] == "brier_method:METHOD"
+    settings = from_dict(values)
+    settings.model.name_or_path = str(format_warm_model())
+    settings.grpo.update(max_steps=2, save_steps=1000, max_completion_length=40,
+                         report_to="none", disable_tqdm=True, per_device_train_batch_size=8)  # fmt: skip
+    settings.eval.every, settings.pool_log.every = 0, 1
+    pools = []
+    trainer = build_trainer(settings, pool_hook=pools.append)
+    trainer.train()
+    assert len(pools) == 2 and pool_steps(tmp_path) == [0, 1]
+    assert [name for name, _ in trainer.columns] == ["format_reward", "brier_reward"]
+    for pool, step in zip(pools, (0, 1), strict=True):
+        scored = pool["correct"] & pool["format_ok"]
+        brier = R.brier_reward(scored, pool["confidence"], pool["format_ok"])
+        assert len(set(brier.tolist())) > 1  # confidences differ, so the check can fail
+        np.testing.assert_allclose(pool["rewards"][:, 1], brier, rtol=1e-6)
+        logged = [row["rewards"]["brier_reward"] for row in read_pool(pool_path(tmp_path, step))]
+        np.testing.assert_allclose(logged, brier, rtol=1e-6)
+    assert "rewards/brier_reward/mean" in trainer.state.log_history[0]

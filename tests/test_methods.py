@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -234,3 +235,76 @@ def test_no_module_branches_on_a_method_name():
         if pattern.search(line)
     ]
     assert hits == []
+
+
+# --------------------------------------------------------------------------- method plugins
+
+EXAMPLE = ROOT / "examples" / "my_method"
+
+
+def test_a_plugin_method_is_its_modules_entry_with_its_columns_and_reward(monkeypatch):
+    """``method.plugin`` names a MethodEntry in a user's module (examples/my_method): resolved,
+    it has that entry's columns and weights, and its reward is the entry's function applied to
+    the format-gated verdict, as for a built-in method. A plugin read from the registry instead
+    (no import), or its reward given the raw verdict, fails."""
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    settings = MethodSettings("brier_only", plugin="brier_method:METHOD", method_weight=0.7)
+    method = resolve(settings)
+    assert method.columns == [("format_reward", 0.5), ("brier_reward", 0.7)]
+    assert "brier_only" not in methods.REGISTRY  # loading does not change the registry
+    correct, confidence, format_ok = _pool()
+    scored = correct & format_ok
+    expected = np.c_[format_ok.astype(float), R.brier_reward(scored, confidence, format_ok)]
+    np.testing.assert_array_equal(method.rewards(correct, confidence, format_ok), expected)
+    methods.validate_method(settings)
+    with pytest.raises(ConfigError) as info:
+        methods.validate_method(dataclasses.replace(settings, weight_cap=2.0))
+    assert info.value.field == "method.max_coverage"
+
+
+@pytest.mark.parametrize(
+    ("spec", "module", "field", "message"),
+    [
+        ("brier_method", None, "method.plugin", "expected 'package.module:MethodEntry'"),
+        ("no_such_rlsr_method:METHOD", None, "method.plugin",
+         r"module 'no_such_rlsr_method' does not import \(ModuleNotFoundError.*PYTHONPATH"),
+        ("brier_method:brier_only", None, "method.plugin",
+         r"has no MethodEntry 'brier_only'; it defines \['METHOD'\]"),
+        ("bad_rlsr_method:METHOD", "two_args", "method.plugin",
+         r"reward two_args\(correct, confidence\) cannot be called as reward\(correct, "
+         r"confidence, format_ok, settings\)"),
+        ("bad_rlsr_method:METHOD", "no_columns", "method.plugin", "at least one column"),
+        ("bad_rlsr_method:METHOD", "builtin_name", "method.plugin", "a built-in method of rlsr"),
+        ("bad_rlsr_method:OTHER", "other_name", "method.name",
+         "declares the method 'other', not 'brier_only'; set method.name=other"),
+    ],
+)  # fmt: skip
+def test_a_bad_plugin_is_a_config_error_naming_the_field(
+    tmp_path, monkeypatch, spec, module, field, message
+):
+    """Each way a method plugin can be wrong (no colon, a module that does not import, a name
+    that is no MethodEntry, a reward of the wrong signature, an incomplete entry, a built-in's
+    name, an entry of another name than method.name) is one ConfigError naming the field and the
+    fix, before anything loads; a deep traceback or a plugin that silently replaces a built-in
+    method fails."""
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    bodies = {
+        "two_args": "def two_args(correct, confidence):\n    return correct\n"
+        "METHOD = MethodEntry('mine', ('a',), two_args, ('method_weight',), check_plain_reward)\n",
+        "no_columns": "METHOD = MethodEntry('mine', (), len, (), check_plain_reward)\n",
+        "builtin_name": "from brier_method import METHOD as B\n"
+        "METHOD = MethodEntry('rlvr', B.columns, B.reward, B.weights, B.validate)\n",
+        "other_name": "from brier_method import METHOD as B\n"
+        "OTHER = MethodEntry('other', B.columns, B.reward, B.weights, B.validate)\n",
+    }
+    if module is not None:
+        (tmp_path / "bad_rlsr_method.py").write_text(
+            "from rlsr.methods import MethodEntry, check_plain_reward\n" + bodies[module]
+        )
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.delitem(sys.modules, "bad_rlsr_method", raising=False)
+    name = "other" if field == "method.plugin" and module == "other_name" else "brier_only"
+    with pytest.raises(ConfigError) as info:
+        methods.validate_method(MethodSettings(name, plugin=spec))
+    assert info.value.field == field
+    assert re.search(message, str(info.value)), str(info.value)
