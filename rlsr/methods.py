@@ -229,7 +229,8 @@ def load_method(spec: str) -> MethodEntry:
     ``ConfigError`` on ``method.plugin`` naming the module and what is wrong."""
     try:
         entry = load_named(spec, kind="method plugin", example="my_method:METHOD",
-                           thing="MethodEntry", accept=lambda v: isinstance(v, MethodEntry))  # fmt: skip
+                           thing="MethodEntry",
+                           accept=lambda value: isinstance(value, MethodEntry))  # fmt: skip
         check_entry(entry)
     except (ValueError, TypeError) as err:
         raise ConfigError("method.plugin", f"{err} (docs/methods.md)") from None
@@ -279,7 +280,7 @@ def resolve(settings: MethodSettings) -> Method:
     """The entry of ``settings.name`` (``settings.plugin``'s when set) bound to ``settings``."""
     if args_section(settings) == "sft":
         raise ValueError(f"method {SFT!r} is supervised; it has no reward columns.")
-    return Method(get_entry(settings.name, getattr(settings, "plugin", None)), settings)
+    return Method(get_entry(settings.name, settings.plugin), settings)
 
 
 def validate_method(settings: MethodSettings, grpo: Mapping | None = None) -> None:

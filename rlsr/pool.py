@@ -66,8 +66,8 @@ class Pool:
                                self.timeouts, self.errors, self.unjudged)  # fmt: skip
 
     def as_dict(self) -> dict:
-        """The ``pool_hook`` view: every field but ``max_steps`` / ``num_generations``, the rows flattened in, the
-        rewards as their own float32 copy."""
+        """The ``pool_hook`` view: every field but ``max_steps`` / ``num_generations``, the rows
+        flattened in, the rewards as their own float32 copy."""
         view = {
             "mode": self.mode,
             "global_step": self.global_step,

@@ -19,8 +19,8 @@ each prompt's G completions are consecutive, so ``group = index // G``)::
 So with held-out steps 0, 20, 40, pools step-0 ... step-19 say next_heldout_step 20: their
 updates (steps 1 ... 20) are what held-out step 20 evaluates.
 
-Written by the main process only (``PoolLogObserver``, an observer of ``RLSRTrainer``'s pools): to ``step-N.jsonl.tmp``, then
-``os.replace`` onto ``step-N.jsonl``, so a killed job never leaves a half-written step. When a
+Written by the main process only (``PoolLogObserver``, an observer of ``RLSRTrainer``'s pools):
+to ``step-N.jsonl.tmp``, then ``os.replace`` onto ``step-N.jsonl``, so a killed job never leaves a half-written step. When a
 process starts training at step S (a fresh run: 0; a resumed one: its checkpoint's step), the
 files of steps >= S and stale temporary files are removed first: they belong to the attempt
 that was killed, and the steps it re-runs are written again, so each step is on disk once.

@@ -1,4 +1,5 @@
-"""The output layout and resume every rlsr trainer shares (``RLSRTrainer``, ``SFTAnswerTrainer``)."""
+"""The output layout and resume every rlsr trainer shares (``RLSRTrainer``,
+``SFTAnswerTrainer``)."""
 
 from __future__ import annotations
 

@@ -322,8 +322,8 @@ def _load_task_heldout(heldout: ResolvedHeldOut | None, tokenizer=None, model_pa
 
 def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None, plan=None):
     """Create the trainer of the method's section (``TRAINERS``: ``RLSRTrainer`` for a reward
-    method, ``SFTAnswerTrainer`` for sft) for settings ``cfg`` (``rlsr.config.TrainSettings``) and their
-    run plan (``rlsr.run_plan.plan_run(cfg)``; ``launch_plan``: made here only when not given).
+    method, ``SFTAnswerTrainer`` for sft) for settings ``cfg`` (``rlsr.config.TrainSettings``)
+    and their run plan (``rlsr.run_plan.plan_run(cfg)``; ``launch_plan``: made here only when not given).
     ``train_dataset`` (rows of the ``rlsr.data`` contract) replaces the recipe's dataset."""
     plan = launch_plan(cfg, plan)
     method = plan.method

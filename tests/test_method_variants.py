@@ -121,7 +121,8 @@ def test_the_example_plugin_method_trains_from_its_recipe_file(tmp_path, monkeyp
     settings = from_dict(values)
     settings.model.name_or_path = str(format_warm_model())
     settings.grpo.update(max_steps=2, save_steps=1000, max_completion_length=40,
-                         report_to="none", disable_tqdm=True, per_device_train_batch_size=8)  # fmt: skip
+                         report_to="none", disable_tqdm=True,
+                         per_device_train_batch_size=8)  # fmt: skip
     settings.eval.every, settings.pool_log.every = 0, 1
     pools = []
     trainer = build_trainer(settings, pool_hook=pools.append)

@@ -5,8 +5,8 @@ Schema (top-level keys of ``recipes/config.yaml``)::
     model:  {name_or_path, dtype, attn_implementation, trust_remote_code, lora: {enabled, r, alpha,
              dropout, target_modules}}
     data:   {dataset, path, split, system_prompt, limit, max_prompt_length, verifier}
-    method: {name: rlsr|rlcr|rlvr|sft, plugin, format_weight, method_weight, correct_requires_format,
-             correct_scale, weight_cap, max_coverage, label, confidence: verbalized|logprob,
+    method: {name: rlsr|rlcr|rlvr|sft, plugin, format_weight, method_weight,
+             correct_requires_format, correct_scale, weight_cap, max_coverage, label, confidence: verbalized|logprob,
              evaluate: {<evaluation protocol field>: value}}
     grpo:   any field of trl.GRPOConfig (num_generations, per_device_train_batch_size, ...)
     sft:    any field of trl.SFTConfig (method=sft only; recipes/method/sft.yaml)
@@ -30,9 +30,10 @@ gradient accumulation is then derived from the real world size at start-up.
 ``check_settings(cfg)`` checks every section without touching a model or a dataset and raises
 ``ConfigError`` whose message names the offending field and the fix; the method's own checks
 live in ``rlsr.methods`` (a reward method's registry entry; ``sft``'s own), which also names
-the section holding its trainer's arguments (``grpo`` or ``sft``: ``args_section``), and ``rlsr.training.validate`` runs both (``train.py``
-prints the message and exits with status 2). This module sits below the method registry and the
-trainer: it knows nothing about individual methods.
+the section holding its trainer's arguments (``grpo`` or ``sft``: ``args_section``), and
+``rlsr.training.validate`` runs both (``train.py`` prints the message and exits with status
+2). This module sits below the method registry and the trainer: it knows nothing about
+individual methods.
 """
 
 from __future__ import annotations

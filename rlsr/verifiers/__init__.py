@@ -9,6 +9,8 @@
 - ``plugin``: a user's ``"package.module:function"`` in the same worker processes
   (docs/tasks.md);
 - ``workers``: the worker processes with the per-item time limit that math and plugins share;
+- ``budget``: how many of a training pool's rollouts may go without a verdict before the run
+  stops (``check_pool_verdicts``);
 - ``base``: ``VerificationResult``, the per-item status codes and the shared input checks.
 
 Every verifier has ``verify_batch(predictions, golds, *, questions=None, options=None)

@@ -17,7 +17,7 @@ a one-element list of bool / None counts as ``error``, None counts as ``unjudged
 scored as incorrect, with what went wrong in ``VerificationResult.problems``. When more than
 ``max_failed_fraction`` (default 5 %) of a run's items (``rlsr evaluate``: of a dataset; training:
 of one step's pool) get no verdict, the run stops naming the plugin and the first failing item
-(``rlsr.evaluation.runner``, ``rlsr.trainer``). What must hold:
+(``rlsr.evaluation.runner``, ``rlsr.verifiers.budget``). What must hold:
 
 * the module imports by its dotted name in a fresh process: it is on ``sys.path`` (installed, in
   the working directory, or on ``PYTHONPATH``); the ``sys.path`` of the process that builds the
