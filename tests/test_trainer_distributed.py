@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ports import free_port
 
 PER_DEVICE, POOL, PROCS, G, STEPS = 4, 16, 2, 4, 2
 
@@ -105,11 +106,11 @@ def _greedy_mixed_dataset(folder: Path) -> list[str]:
     return [r["answer"] for r in chosen]
 
 
-def _launch(out: Path, procs: int, mode: str, port: int) -> list[dict]:
+def _launch(out: Path, procs: int, mode: str) -> list[dict]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(procs),
-        "--master_port", str(port), __file__, str(out), mode,
+        "--master_port", str(free_port()), __file__, str(out), mode,
     ]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=580)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
@@ -126,8 +127,8 @@ def test_pool_size_gives_the_same_pool_and_rewards_on_one_and_two_processes(tmp_
     accumulation is derived: 16 = 4 x 1 x 4 = 4 x 2 x 2, and the same prompts in the same order
     give, with top-1 decoding, the same completions and identical rewards."""
     golds = _greedy_mixed_dataset(tmp_path / "data")
-    one = _launch(tmp_path / "one", 1, "greedy", port=29518)[0]
-    two = _launch(tmp_path / "two", 2, "greedy", port=29519)
+    one = _launch(tmp_path / "one", 1, "greedy")[0]
+    two = _launch(tmp_path / "two", 2, "greedy")
     assert two[0] == two[1]
     assert (one["accumulation"], two[0]["accumulation"]) == (4, 2)
     assert one["pool_sizes"] == two[0]["pool_sizes"] == [float(POOL)]
@@ -149,7 +150,7 @@ def test_two_processes_rank_the_whole_pool_exactly(tmp_path):
     from rlsr.verifiers import get_verifier
 
     format_warm_model()  # build the cached fixture once, before two ranks race for it
-    ranks = _launch(tmp_path, PROCS, "sampled", port=29517)
+    ranks = _launch(tmp_path, PROCS, "sampled")
     assert ranks[0] == ranks[1], "ranks disagree on the pooled data or rewards"
     assert ranks[0]["accumulation"] == POOL // (PER_DEVICE * PROCS)
     pools = ranks[0]["pools"]
@@ -212,7 +213,7 @@ def test_held_out_evaluation_is_sharded_across_processes_and_joined_once(tmp_pat
     metrics once; no per-rank folder is left behind (rlsr.evaluation.in_training)."""
     from rlsr.data import load_examples
 
-    _launch(tmp_path / "two", 2, "heldout", port=29521)
+    _launch(tmp_path / "two", 2, "heldout")
     folder = tmp_path / "two" / "run" / "eval" / "step-1" / "tiny"
     metrics = json.loads((folder / "metrics.json").read_text())
     assert metrics["in_training"]["processes"] == 2

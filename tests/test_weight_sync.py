@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from ports import free_port
 
 N_SYNCS = 1000
 ALPHA, R = 32, 1
@@ -327,7 +328,7 @@ def _zero3_child(out: str) -> None:
     import os
 
     if "RANK" not in os.environ:  # a single process without a launcher
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533", RANK="0",
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0",
                           WORLD_SIZE="1", LOCAL_RANK="0")  # fmt: skip
     import deepspeed
     from peft import LoraConfig, get_peft_model
@@ -425,7 +426,7 @@ def test_zero3_sync(tmp_path, world_size):
         cmd = [sys.executable, __file__, "zero3", str(out)]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-               "--master_port", "29534", __file__, "zero3", str(out)]  # fmt: skip
+               "--master_port", str(free_port()), __file__, "zero3", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     for rank in range(world_size):
