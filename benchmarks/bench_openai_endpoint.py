@@ -35,7 +35,8 @@ import httpx
 import openai
 
 from rlsr.generation.backends import Sampling
-from rlsr.generation.endpoint import EndpointBackend, EndpointSettings
+from rlsr.generation.endpoint import EndpointBackend
+from rlsr.generation.http_client import EndpointSettings
 from rlsr.tiny_models import tiny_model_path
 
 HOST = "127.0.0.1"

@@ -9,8 +9,7 @@ import sys
 from rlsr.data import cli as data_cli
 from rlsr.data import load_env_tasks, load_tasks
 from rlsr.data.loading import DatasetUnavailableError
-from rlsr.evaluation import cli as evaluation_cli
-from rlsr.evaluation import compare_cli
+from rlsr.evaluation import compare_cli, deploy_cli, evaluate_cli, report_cli
 from rlsr.serving import cli as serving_cli
 from rlsr.verifiers.base import VerifierFailure
 
@@ -18,7 +17,9 @@ from rlsr.verifiers.base import VerifierFailure
 # ``set_defaults(func=...)``.
 _SUBCOMMANDS = (
     data_cli.register,
-    evaluation_cli.register,
+    evaluate_cli.register,
+    report_cli.register,
+    deploy_cli.register,
     compare_cli.register,
     serving_cli.register,
 )

@@ -19,7 +19,7 @@ import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from rlsr.generation.endpoint import request_key
+from rlsr.generation.http_client import request_key
 from rlsr.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX
 
 

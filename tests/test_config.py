@@ -542,7 +542,7 @@ def test_the_judge_settings_have_one_value_each():
     import yaml
 
     from rlsr.config import HeldOutSettings
-    from rlsr.evaluation import cli as evaluate_cli
+    from rlsr.evaluation import evaluate_cli
     from rlsr.evaluation.judge import openai_judge_fn
     from rlsr.verifiers import llm_judge
 

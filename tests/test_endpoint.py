@@ -28,7 +28,7 @@ from endpoint_standin import StandIn
 from rlsr.cli import main as rlsr_main
 from rlsr.evaluation.deployment import deployment_record
 from rlsr.evaluation.samples_io import read_samples
-from rlsr.generation import endpoint
+from rlsr.generation import http_client
 from rlsr.generation.endpoint import chat_prompt_text, split_chat_prompt
 from rlsr.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX
 from rlsr.serving.app import create_app
@@ -442,13 +442,13 @@ def test_retry_after_is_waited_out_and_backoff_doubles_without_it(
     """The waits the client asks for (asyncio.sleep recorded, not timed): a 429's Retry-After
     (seconds here; an HTTP date is parsed too), else exponential backoff from --retry-backoff."""
     waits: list[float] = []
-    real_sleep = endpoint.asyncio.sleep
+    real_sleep = http_client.asyncio.sleep
 
     async def recording_sleep(delay, *args, **kwargs):
         waits.append(delay)
         await real_sleep(0)
 
-    monkeypatch.setattr(endpoint.asyncio, "sleep", recording_sleep)
+    monkeypatch.setattr(http_client.asyncio, "sleep", recording_sleep)
     with StandIn(tokenizer, api_key=KEY, fault=lambda n, p: "429" if n < 2 else None,
                  retry_after="7") as server:  # fmt: skip
         argv = _argv(server, tmp_path / "a", tiny_model_dir, "--concurrency", "1", limit=1)
@@ -464,8 +464,8 @@ def test_retry_after_is_waited_out_and_backoff_doubles_without_it(
     date = email.utils.format_datetime(
         datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=30), usegmt=True
     )
-    assert 25 <= endpoint._retry_after({"retry-after": date}) <= 30
-    assert endpoint._retry_after({"retry-after": "soon"}) is None
+    assert 25 <= http_client._retry_after({"retry-after": date}) <= 30
+    assert http_client._retry_after({"retry-after": "soon"}) is None
 
 
 def test_a_damaged_journal_names_the_file_and_line(tmp_path):
@@ -473,13 +473,13 @@ def test_a_damaged_journal_names_the_file_and_line(tmp_path):
     good = json.dumps({"key": "k", "attempts": 1, "response": {"choices": []}})
     path.write_text(good + "\n" + "{broken\n" + good + "\n")
     with pytest.raises(ValueError, match=r"requests.jsonl, line 2: not a journal entry"):
-        endpoint.RequestJournal(path)
+        http_client.RequestJournal(path)
     path.write_text(good + "\n" + '{"key": "cut by a ki')  # a kill mid-line: dropped, kept
-    journal = endpoint.RequestJournal(path)
+    journal = http_client.RequestJournal(path)
     assert len(journal) == 1 and journal.get("k") == {"choices": []}
     journal.put("k2", {"choices": [], "usage": {"prompt_tokens": 3}}, attempts=2)
     journal.close()
-    again = endpoint.RequestJournal(path)
+    again = http_client.RequestJournal(path)
     assert len(again) == 2 and again.attempts == 3 and again.prompt_tokens == 3
     again.close()
 

@@ -23,7 +23,7 @@ from rlsr.eval_protocol import (
     protocol_from_args,
     to_flags,
 )
-from rlsr.evaluation import cli as evaluate_cli
+from rlsr.evaluation import evaluate_cli
 from rlsr.evaluation.runner import EvalSettings
 
 ROOT = Path(__file__).resolve().parents[1]

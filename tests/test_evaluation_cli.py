@@ -184,7 +184,7 @@ def test_run_json_records_the_system_prompt_the_samples_were_rendered_with(monke
     field holds."""
     from types import SimpleNamespace
 
-    from rlsr.evaluation.cli import _run_config
+    from rlsr.evaluation.evaluate_setup import run_config
     from rlsr.evaluation.runner import EvalSettings
 
     monkeypatch.setattr(sys, "argv", ["rlsr", "evaluate"])
@@ -192,6 +192,6 @@ def test_run_json_records_the_system_prompt_the_samples_were_rendered_with(monke
                            backend="transformers")  # fmt: skip
     settings = EvalSettings(progress=False, plot=False)
     assert settings.system_prompt is None  # the flag was not given
-    run = _run_config(args, settings, None, "long", {"tiny": "exact_match"}, {})
+    run = run_config(args, settings, None, "long", {"tiny": "exact_match"}, {})
     assert run["system_prompt"] == "long"
     assert run["max_new_tokens"] == settings.max_new_tokens  # protocol fields still recorded

@@ -277,7 +277,7 @@ def test_deployment_table_prints_its_legend_and_names_the_run_as_evaluate_does(t
     import argparse
 
     from rlsr.cli import main
-    from rlsr.evaluation import cli as evaluation_cli
+    from rlsr.evaluation import evaluate_cli
 
     evals = _evaluation_folder(tmp_path)
     argv = ["deploy", "--validation", str(evals / "medqa@validation"), "--test",
@@ -293,7 +293,7 @@ def test_deployment_table_prints_its_legend_and_names_the_run_as_evaluate_does(t
     args = argparse.Namespace(deployment_splits="validation,test", deployment_dataset="medqa",
                               deployment_target=0.95, deployment_delta=0.1, output_dir=str(evals))  # fmt: skip
     jobs = [("medqa@validation", "medqa", "validation"), ("medqa", "medqa", "test")]
-    evaluation_cli._deploy_from_dirs(evals, args, jobs)
+    evaluate_cli._deploy_from_dirs(evals, args, jobs)
     assert capsys.readouterr().out.strip() == printed.strip()
     assert (evals / "deployment.md").read_text().strip() == printed.strip()
     # a table without a dagger row needs no legend

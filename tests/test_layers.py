@@ -65,8 +65,12 @@ LAYERS: dict[str, int] = {
     # 5 command lines and applications
     "rlsr.cli": 5,
     "rlsr.data.cli": 5,
-    "rlsr.evaluation.cli": 5,
-    "rlsr.evaluation.compare_cli": 5,  # rlsr compare's command line
+    # one module per command of rlsr evaluation (evaluate_setup: what evaluate's flags resolve to)
+    "rlsr.evaluation.evaluate_cli": 5,
+    "rlsr.evaluation.evaluate_setup": 5,
+    "rlsr.evaluation.report_cli": 5,
+    "rlsr.evaluation.deploy_cli": 5,
+    "rlsr.evaluation.compare_cli": 5,
     "rlsr.serving.cli": 5,
     "rlsr.toy": 5,
 }

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from rlsr.eval_protocol import protocol_from_args
-from rlsr.evaluation import cli as evaluate_cli
+from rlsr.evaluation import evaluate_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SLURM = ROOT / "slurm"

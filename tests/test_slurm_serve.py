@@ -13,7 +13,7 @@ import subprocess
 import pytest
 from test_slurm import SLURM, base_env, dry_run, find_shellcheck, flag, run_script
 
-from rlsr.evaluation import cli as evaluate_cli
+from rlsr.evaluation import evaluate_cli
 
 SCRIPT = "serve_evaluate.slurm"
 ARGS = ["--model", "/models/llama-405b", "--served-model-name", "llama-405b", "--datasets",

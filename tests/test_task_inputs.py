@@ -30,7 +30,7 @@ from rlsr.data import (
 )
 from rlsr.data import tasks as tasks_module
 from rlsr.data.tasks import TASKS_PATH_ENV
-from rlsr.evaluation import cli as evaluation_cli
+from rlsr.evaluation import evaluate_cli
 from rlsr.tokenization import load_tokenizer, model_context_length, prompt_token_counter
 from rlsr.training import build_trainer, validate
 
@@ -325,7 +325,7 @@ def test_too_long_skip_skips_and_counts(tmp_path):
 
 
 def test_evaluate_refuses_a_too_long_prompt_before_loading_weights(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(evaluation_cli, "make_backend", lambda *a, **k: pytest.fail("model loaded"))
+    monkeypatch.setattr(evaluate_cli, "make_backend", lambda *a, **k: pytest.fail("model loaded"))
     long_task(tmp_path)
     unregister_task("quiz")
     code = main(["evaluate", "--model", "tiny", "--datasets", "quiz", "--max-new-tokens", "64",

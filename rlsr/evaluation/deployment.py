@@ -33,8 +33,10 @@ from rlsr.config import resolve_model_path
 from rlsr.data import REGISTRY, task_records
 from rlsr.eval_protocol import DECODING_FIELDS, PROTOCOL_FIELDS
 from rlsr.evaluation.provenance import adapter_fingerprint
+from rlsr.evaluation.samples_io import json_safe, read_samples
+from rlsr.evaluation.summary import scorer_arrays
 from rlsr.prompts import system_prompt_name
-from rlsr.run_layout import METRICS_FILE, RUN_FILE
+from rlsr.run_layout import METRICS_FILE, RUN_FILE, SAMPLES_FILE
 
 __all__ = [
     "RULES",
@@ -52,6 +54,8 @@ __all__ = [
     "evaluation_decoding",
     "evaluation_protocol",
     "deployment_provenance",
+    "deployment_from_samples",
+    "write_deployment",
 ]
 
 RULES = ("plain", "clopper_pearson", "plain+temperature")
@@ -348,3 +352,35 @@ def deployment_provenance(
         "delta": delta,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
+
+
+def _samples_of(path: str | Path) -> Path:
+    p = Path(path)
+    return p / SAMPLES_FILE if p.is_dir() else p
+
+
+def deployment_from_samples(
+    val_path, test_path, target, scorer, delta, *, model=None, adapter=None
+):
+    """(rows, provenance) of a deployment from the validation / test samples (a samples.jsonl
+    or its folder): what ``rlsr deploy`` and ``rlsr evaluate --deployment-target`` write."""
+    val, test = read_samples(_samples_of(val_path)), read_samples(_samples_of(test_path))
+    if not val or not test:
+        raise ValueError(f"no samples in {val_path} or {test_path}.")
+    vc, vo, _ = scorer_arrays(val, scorer)
+    tc, to, _ = scorer_arrays(test, scorer)
+    rows = deployment_rows(vc, vo, tc, to, target, delta=delta)
+    provenance = deployment_provenance(
+        _samples_of(val_path), val, test, scorer=scorer, target=target, delta=delta,
+        model=model, adapter=adapter,
+    )  # fmt: skip
+    return rows, provenance
+
+
+def write_deployment(prefix: Path, method: str, rows: list[dict], provenance: dict) -> None:
+    """PREFIX.json (``deployment_record``) and PREFIX.md (the table and its legend); the
+    folder is created as needed."""
+    record = deployment_record(method, rows, provenance)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    prefix.with_suffix(".json").write_text(json.dumps(json_safe(record), indent=2) + "\n")
+    prefix.with_suffix(".md").write_text(deployment_markdown({method: rows}))

@@ -7,6 +7,8 @@
 * ``openai_api``: the OpenAI-compatible wire format every HTTP client of a model server shares;
 * ``endpoint``: any OpenAI-compatible endpoint as a backend (a hosted API, ``vllm serve``,
   ``rlsr serve``): ``rlsr evaluate --backend openai-completions|openai-chat``;
+* ``http_client``: the endpoint's HTTP side: bounded, retrying requests and their journal
+  (``requests.jsonl``);
 * ``server_backend``: TRL's vLLM server as the held-out evaluation's backend in server mode;
 * ``fallbacks``: the Sec. C.3 fallback steps (the record of a response, the context to continue
   when the answer or the confidence is missing, how a continuation is read).

@@ -1,11 +1,15 @@
-"""``rlsr evaluate``, ``rlsr report`` and ``rlsr deploy`` (docs/evaluation.md)."""
+"""``rlsr evaluate``: generate, verify and score a model on datasets (docs/evaluation.md).
+
+``register`` adds the command and its flags; ``run_evaluate`` checks the flags
+(``rlsr.evaluation.evaluate_setup``), loads datasets, model and judge, and only then writes into
+``--output-dir`` (``rlsr.evaluation.runner`` per dataset; the deployment of
+``--deployment-target`` and the audit of ``--audit-deployment`` after the last one)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -13,25 +17,23 @@ import datasets
 import transformers
 
 from rlsr.config import resolve_model_path
-from rlsr.data import (
-    PromptRoom,
-    build_verifier,
-    datasets_system_prompt,
-    get_spec,
-    load_examples,
-    resolve_datasets,
-    task_records,
-    version_records,
-)
-from rlsr.eval_protocol import add_protocol_flags, protocol_from_args
+from rlsr.data import build_verifier, get_spec, load_examples, resolve_datasets
+from rlsr.eval_protocol import add_protocol_flags
 from rlsr.evaluation.audit import audit_deployment, audit_markdown
-from rlsr.evaluation.curves import write_curves
 from rlsr.evaluation.deployment import (
-    deployment_markdown,
+    deployment_from_samples,
     deployment_method_name,
-    deployment_provenance,
-    deployment_record,
-    deployment_rows,
+    write_deployment,
+)
+from rlsr.evaluation.evaluate_setup import (
+    evaluation_jobs,
+    judge_kind,
+    name_value_pairs,
+    no_verdict_counts_of,
+    prompt_room,
+    resolved_system_prompt,
+    run_config,
+    validate_flags,
 )
 from rlsr.evaluation.judge import (
     DEFAULT_JUDGE_MODEL,
@@ -41,33 +43,23 @@ from rlsr.evaluation.judge import (
     check_judge_server,
     openai_judge_fn,
 )
-from rlsr.evaluation.outputs import REPORT_PREFIX, deprecated_flag, output_prefix
 from rlsr.evaluation.provenance import adapter_fingerprint
-from rlsr.evaluation.report import build_report
 from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
 from rlsr.evaluation.samples_io import json_safe, read_samples
-from rlsr.evaluation.summary import no_verdict_note, scorer_arrays
-from rlsr.generation.backends import load_chat_tokenizer, make_backend, resolve_adapter
-from rlsr.generation.endpoint import (
-    ENDPOINT_BACKENDS,
-    EndpointBackend,
-    EndpointError,
-    EndpointSettings,
-)
+from rlsr.evaluation.summary import no_verdict_note
+from rlsr.generation.backends import make_backend, resolve_adapter
+from rlsr.generation.endpoint import ENDPOINT_BACKENDS, EndpointBackend
+from rlsr.generation.http_client import EndpointError, EndpointSettings
 from rlsr.generation.openai_api import RLSR_SERVE
-from rlsr.pool_log import write_pool_summary
 from rlsr.run_layout import (
     AUDIT_FILE,
     CHECKPOINT_PREFIX,
-    CONFIG_FIELDS,
     DEPLOYMENT_FILE,
-    EVAL_DIR,
     METRICS_FILE,
     PLOT_FILE,
     REQUESTS_FILE,
     RUN_FILE,
     SAMPLES_FILE,
-    STEP_PREFIX,
     SUMMARY_FILE,
     config_differences,
     datasets_with_samples,
@@ -75,7 +67,6 @@ from rlsr.run_layout import (
     read_run_file,
     remove_unused,
 )
-from rlsr.tokenization import model_context_length, prompt_token_counter
 from rlsr.verifiers import VERIFIERS, is_plugin_name
 from rlsr.verifiers.llm_judge import (
     JUDGE_MAX_ANSWER_CHARS,
@@ -83,7 +74,9 @@ from rlsr.verifiers.llm_judge import (
     JUDGE_TIMEOUT_S,
 )
 
-__all__ = ["register", "run_evaluate", "run_report", "run_deploy"]
+__all__ = ["register", "run_evaluate"]
+
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd command
 
 
 class _DefaultsShown(argparse.HelpFormatter):
@@ -100,7 +93,6 @@ class _DefaultsShown(argparse.HelpFormatter):
 
 
 def register(subparsers) -> None:
-
     ev = subparsers.add_parser(
         "evaluate",
         help="generate, verify and score a model (+ LoRA adapter) on datasets",
@@ -306,202 +298,10 @@ def register(subparsers) -> None:
     d.add_argument("--deployment-delta", type=float, default=0.1)
     ev.set_defaults(func=run_evaluate)
 
-    rp = subparsers.add_parser(
-        "report",
-        help="paper-style tables and curves over evaluation dirs; --curves: held-out metrics "
-        "against the step of training runs; --pools: their training pools per step",
-        epilog="example: rlsr report --curves runs/hotpot-rlsr runs/hotpot-rlcr --output-dir "
-        f"reports/hotpot (reports/hotpot/{REPORT_PREFIX}_curves.png + .csv: held-out AURC, "
-        "accuracy and ECE per step; the best and the final step by AURC and their weights).",
-    )
-    rp.add_argument(
-        "dirs",
-        nargs="*",
-        help="evaluation output dirs (grouped by basename minus -seedN); with --curves: "
-        f"training output dirs (their {EVAL_DIR}/{STEP_PREFIX}N/ folders)",
-    )
-    rp.add_argument(
-        "--curves",
-        action="store_true",
-        help="the dirs are training runs with eval.every > 0: draw their held-out metrics "
-        f"against the step (DIR/{REPORT_PREFIX}_curves.png, DIR/{REPORT_PREFIX}_curves.csv)",
-    )
-    rp.add_argument(
-        "--pools",
-        action="store_true",
-        help="the dirs are training runs with pool_log.every > 0: per step of their pools/ "
-        "files, accuracy, format rate, AURC and the confidence histogram of right and wrong "
-        f"answers (DIR/{REPORT_PREFIX}_pools.csv)",
-    )
-    rp.add_argument("--label", action="append", default=[], metavar="NAME=DIR1,DIR2")
-    rp.add_argument(
-        "--output-dir",
-        metavar="DIR",
-        help=f"folder, created as needed: writes DIR/{REPORT_PREFIX}.md, {REPORT_PREFIX}.csv, "
-        f"{REPORT_PREFIX}_risk_coverage.png, {REPORT_PREFIX}_confidence_density.png",
-    )
-    deprecated_flag(rp, "--output", dest="output_prefix", metavar="PREFIX",
-                    instead=f"--output-dir DIR (writes DIR/{REPORT_PREFIX}.md, DIR/"
-                    f"{REPORT_PREFIX}_curves.png, ...)")  # fmt: skip
-    rp.add_argument(
-        "--family", choices=("hotpot", "bigmath"), help="ID/OOD split by training domain"
-    )
-    rp.add_argument("--id", dest="id_sets", help="ID datasets (names or group)")
-    rp.add_argument("--ood", dest="ood_sets", help="OOD datasets (names or group)")
-    rp.add_argument(
-        "--gap-methods",
-        metavar="NAMES",
-        help="comma list: the methods Tab. 2 restricts to common questions (default: all)",
-    )
-    rp.set_defaults(func=run_report)
-
-    dp = subparsers.add_parser(
-        "deploy", help="risk-controlled threshold from validation/test samples"
-    )
-    dp.add_argument(
-        "--validation",
-        required=True,
-        help=f"{SAMPLES_FILE} (or its folder) of the validation split",
-    )
-    dp.add_argument(
-        "--test", required=True, help=f"{SAMPLES_FILE} (or its folder) of the test split"
-    )
-    target = dp.add_mutually_exclusive_group(required=True)  # --target: the old spelling
-    target.add_argument(
-        "--deployment-target",
-        type=float,
-        metavar="ACC",
-        help="target accuracy, e.g. 0.75 (as rlsr evaluate's)",
-    )
-    deprecated_flag(target, "--target", instead="--deployment-target", dest="deployment_target",
-                    type=float)  # fmt: skip
-    dp.add_argument("--scorer", default="verbalized")
-    dp.add_argument("--delta", type=float, default=0.1)
-    dp.add_argument(
-        "--method-name",
-        metavar="NAME",
-        help=f"the table's Method (default: the evaluation folder holding the validation "
-        f"samples' {RUN_FILE}, as rlsr evaluate --deployment-target names it)",
-    )
-    dp.add_argument(
-        "--output-dir",
-        metavar="DIR",
-        help=f"folder, created as needed: writes DIR/{DEPLOYMENT_FILE} (the threshold file "
-        f"`rlsr serve --threshold` reads) and DIR/{Path(DEPLOYMENT_FILE).with_suffix('.md')}",
-    )
-    deprecated_flag(dp, "--output", dest="output_prefix", metavar="PREFIX",
-                    instead=f"--output-dir DIR (writes DIR/{DEPLOYMENT_FILE} and .md)")  # fmt: skip
-    dp.add_argument(
-        "--model",
-        metavar="PATH",
-        help=f"base model the samples came from (default: the evaluation's {RUN_FILE})",
-    )
-    dp.add_argument(
-        "--adapter",
-        metavar="PATH",
-        help=f"LoRA adapter the samples came from (default: the evaluation's {RUN_FILE})",
-    )
-    dp.set_defaults(func=run_deploy)
-
-
-def _pairs(items: list[str], flag: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key or not value:
-            raise ValueError(f"{flag} {item!r}: expected NAME=VALUE.")
-        out[key] = value
-    return out
-
-
-def _system_prompt(args) -> str | None:
-    if args.system_prompt:
-        return args.system_prompt
-    return datasets_system_prompt(args.datasets)
-
-
-def _looks_like_path(name: str) -> bool:
-    return name.startswith(("/", "./", "../", "~")) or os.sep + os.sep in name
-
-
-_POSITIVE_INTS = ("limit", "judge_batch_size")  # the protocol's own are checked by EvalProtocol
-
-
-def _validate(args) -> EvalSettings:
-    """Option checks that need no file or model: each a one-line ValueError naming the flag.
-    Returns the run's ``EvalSettings`` (the protocol's flags, checked by ``EvalProtocol``)."""
-    settings = protocol_from_args(args, EvalSettings, progress=not args.no_progress)
-    if args.data_parallel_size > 1:  # refused before anything loads
-        raise ValueError(
-            f"--data-parallel-size {args.data_parallel_size}: vLLM's offline LLM does not support "
-            "data parallelism in one process (0.31 and 0.32 refuse it). Shard instead: one "
-            "`rlsr evaluate` per GPU, e.g. the Slurm array of slurm/evaluate.slurm (one "
-            "checkpoint x dataset per task, docs/slurm.md), or --tensor-parallel-size N for one "
-            "model over N GPUs."
-        )
-    endpoint = args.backend in ENDPOINT_BACKENDS
-    if endpoint and not args.base_url:
-        raise ValueError(f"--backend {args.backend} needs --base-url, e.g. "
-                         "http://localhost:8000/v1.")  # fmt: skip
-    if not endpoint and (args.base_url or args.audit_deployment):
-        flag = "--base-url" if args.base_url else "--audit-deployment"
-        raise ValueError(f"{flag} needs --backend openai-chat or openai-completions.")
-    if args.audit_deployment and not Path(args.audit_deployment).is_file():
-        raise ValueError(f"--audit-deployment {args.audit_deployment}: no such file; give the "
-                         f"{DEPLOYMENT_FILE} that `rlsr serve --threshold` serves.")  # fmt: skip
-    if endpoint and args.adapter:
-        raise ValueError("--adapter: an endpoint serves its own weights; give the served LoRA's "
-                         "name as --model (vllm serve --lora-modules NAME=PATH).")  # fmt: skip
-    if not endpoint and _looks_like_path(args.model) and not Path(args.model).expanduser().is_dir():
-        raise ValueError(f"--model {args.model}: no such folder; give a model folder or a hub id.")
-    if Path(args.output_dir).exists() and not Path(args.output_dir).is_dir():
-        raise ValueError(f"--output-dir {args.output_dir} is a file; give a folder.")
-    for dest in _POSITIVE_INTS:
-        value = getattr(args, dest)
-        if value is not None and value < 1:
-            raise ValueError(f"--{dest.replace('_', '-')} must be >= 1; got {value}.")
-    if args.judge_max_retries < 0 or args.judge_timeout <= 0:
-        raise ValueError("--judge-max-retries must be >= 0, --judge-timeout > 0.")
-    if args.deployment_target is not None and not 0 < args.deployment_target <= 1:
-        raise ValueError("--deployment-target must be in (0, 1], e.g. 0.75.")
-    if args.deployment_target is not None and len(args.deployment_splits.split(",")) != 2:
-        raise ValueError("--deployment-splits needs two splits, e.g. validation,test.")
-    if args.judge_base_url and args.judge_backend not in (None, "openai"):
-        raise ValueError("--judge-base-url needs --judge-backend openai (or leave it unset).")
-    return settings
-
-
-def _jobs(args, names: list[str]) -> list[tuple[str, str, str]]:
-    """(output folder, dataset, split), each (dataset, split) once. Folders: the dataset's name,
-    or name@split with --split; the deployment splits add name@split unless already evaluated:
-    `--datasets medqa --deployment-target 0.75` evaluates medqa's test split once (as `medqa`)."""
-    folders: dict[tuple[str, str], str] = {}
-    for name in names:
-        split = args.split or get_spec(name).split
-        folders.setdefault((name, split), name if args.split is None else f"{name}@{split}")
-    if args.deployment_target is not None:
-        for split in args.deployment_splits.split(","):
-            folders.setdefault((args.deployment_dataset, split),
-                               f"{args.deployment_dataset}@{split}")  # fmt: skip
-    return [(folder, name, split) for (name, split), folder in folders.items()]
-
-
-def _judge_kind(args) -> str:
-    kind = args.judge_backend or ("openai" if args.judge_base_url else args.backend)
-    if kind in ENDPOINT_BACKENDS:
-        raise ValueError(
-            f"an LLM-judge dataset with --backend {args.backend} needs --judge-base-url (the "
-            "judge's OpenAI-compatible server) or --judge-backend transformers|vllm."
-        )
-    if kind == "openai" and not args.judge_base_url:
-        raise ValueError("--judge-backend openai needs --judge-base-url.")
-    return kind
-
 
 def _build_judge(args, backend_kwargs):
-
     model = args.judge_model or DEFAULT_JUDGE_MODEL
-    kind = _judge_kind(args)
+    kind = judge_kind(args)
     if kind == "openai":
         fn = openai_judge_fn(args.judge_base_url, model, timeout_s=args.judge_timeout,
                              max_retries=args.judge_max_retries)  # fmt: skip
@@ -511,96 +311,21 @@ def _build_judge(args, backend_kwargs):
     return RecordingJudge(fn)
 
 
-# --- what an output dir holds (names and rules: rlsr.run_layout) -----------------------
-
-
-def no_verdict_counts_of(metrics: dict) -> dict:
-    """The no-verdict counts of metrics.json (``no_verdict_counts``) for summary.json."""
-    keys = ("unjudged", "unjudged_rate", "verifier_failures", "accuracy_judged")
-    return {k: metrics[k] for k in keys if k in metrics}
-
-
-def _run_config(
-    args, settings, fingerprint, system_prompt, verifier_names, columns, paths=None
-) -> dict:
-    """The run.json of this invocation (JSON types, so it compares equal to one read back)."""
-    model = Path(args.model).expanduser()
-    judged = "llm_judge" in verifier_names.values()
-    # the protocol's sample-deciding fields first: the keys after them are what this run
-    # resolved (system_prompt: the prompt the samples were rendered with, not the unset flag)
-    config = {
-        **{k: getattr(settings, k) for k in CONFIG_FIELDS if hasattr(settings, k)},
-        "model": str(model.resolve()) if model.is_dir() else args.model,
-        "adapter": fingerprint["path"] if fingerprint else None,
-        "adapter_sha256": fingerprint["sha256"] if fingerprint else None,
-        "adapter_files": fingerprint["files"] if fingerprint else None,
-        "system_prompt": system_prompt,
-        "columns": columns,
-        "verifiers": verifier_names,
-        "tasks": task_records(verifier_names),
-        # what decides each dataset's verdicts (data files, plugin file, verifier options): a
-        # rerun into this folder with another version is refused (docs/tasks.md, "Resuming")
-        "versions": version_records(verifier_names, paths),
-        "judge_model": (args.judge_model or DEFAULT_JUDGE_MODEL) if judged else None,
-        "judge_max_answer_chars": args.judge_max_answer_chars if judged else None,
-        "backend": args.backend,
-        # which evaluation of the run this is: a recipe's named layer (eval.layers), else none
-        "protocol_layer": getattr(args, "protocol_layer", None),
-        "argv": sys.argv[1:],  # holds no key: the key is only ever read from the environment
-    }
-    return json.loads(json.dumps(config))
-
-
-def _prompt_room(args, settings, names: list[str]) -> PromptRoom | None:
-    """What a user task's prompts must fit (``rlsr.data.PromptRoom``): the tokenizer and the
-    model's context (``--max-model-len`` with vLLM, else its config.json), read before any
-    weights load. None for an OpenAI-compatible endpoint (its server knows its context), when no
-    task is evaluated or when the context is unknown (then the backend's own check applies: vLLM
-    refuses an over-long request with the numbers)."""
-    if args.backend not in ("transformers", "vllm"):  # an endpoint's model is not here
-        return None
-    if not any(get_spec(name).task is not None for name in names):
-        return None
-    model_path = resolve_model_path(args.model)
-    if args.backend == "vllm" and args.max_model_len is not None:
-        context = (args.max_model_len, "--max-model-len")
-        fix = "raise --max-model-len"
-    else:
-        context = model_context_length(model_path)
-        fix = "use a model with a longer context"
-        if args.backend == "vllm":
-            fix = "raise --max-model-len up to the model's context or " + fix
-    if context is None:
-        return None
-    try:
-        tokenizer = load_chat_tokenizer(model_path, trust_remote_code=args.trust_remote_code)
-    except (OSError, ValueError):  # the backend reports an unloadable model itself
-        return None
-    return PromptRoom(
-        count=prompt_token_counter(tokenizer),
-        context=context[0],
-        budget=settings.max_new_tokens,
-        context_name=context[1],
-        budget_name="--max-new-tokens",
-        fix=f"lower --max-new-tokens, {fix}",
-    )
-
-
 def _saved(out: Path, jobs) -> int:
     return sum(len(read_samples(out / job / SAMPLES_FILE)) for job, _, _ in jobs)
 
 
 def run_evaluate(args) -> int:
     """Check everything, load datasets, model and judge; only then write into --output-dir."""
-    settings = _validate(args)
+    settings = validate_flags(args)
     if args.no_progress:  # also the bars of dataset formatting and weight loading (log files)
         datasets.disable_progress_bars()
         transformers.utils.logging.disable_progress_bar()
     out = Path(args.output_dir)
     names = resolve_datasets(args.datasets)
-    paths = _pairs(args.data_path, "--data-path")
-    verifier_override = _pairs(args.verifier, "--verifier")
-    columns = _pairs(args.columns, "--columns")
+    paths = name_value_pairs(args.data_path, "--data-path")
+    verifier_override = name_value_pairs(args.verifier, "--verifier")
+    columns = name_value_pairs(args.columns, "--columns")
     for name, vname in verifier_override.items():
         if vname not in VERIFIERS and not is_plugin_name(vname):
             raise ValueError(f"--verifier {name}={vname}: unknown verifier; choose one of "
@@ -656,10 +381,10 @@ def _evaluate(args, settings, out, names, paths, verifier_override, columns, end
         settings = _endpoint_settings(endpoint, settings)
     adapter = resolve_adapter(args.adapter)
     fingerprint = adapter_fingerprint(adapter) if adapter else None
-    jobs = _jobs(args, names)
+    jobs = evaluation_jobs(args, names)
     verifier_names = {n: verifier_override.get(n, get_spec(n).verifier) for _, n, _ in jobs}
-    system_prompt = _system_prompt(args)
-    config = _run_config(args, settings, fingerprint, system_prompt, verifier_names, columns,
+    system_prompt = resolved_system_prompt(args)
+    config = run_config(args, settings, fingerprint, system_prompt, verifier_names, columns,
                          paths)  # fmt: skip
     if endpoint is not None:
         config["endpoint"] = endpoint.record()
@@ -679,7 +404,7 @@ def _evaluate(args, settings, out, names, paths, verifier_override, columns, end
                 f"old results to {out.name}.old-<time>."
             )
     judged = "llm_judge" in verifier_names.values()
-    room = _prompt_room(args, settings, [name for _, name, _ in jobs])
+    room = prompt_room(args, settings, [name for _, name, _ in jobs])
     # Load every dataset before the model so a missing one fails in seconds, not after loading.
     examples = {
         job: load_examples(name, path=paths.get(name), split=split, limit=args.limit,
@@ -687,7 +412,7 @@ def _evaluate(args, settings, out, names, paths, verifier_override, columns, end
                            room=room)
         for job, name, split in jobs
     }  # fmt: skip
-    if judged and _judge_kind(args) == "openai":  # fail fast, before loading the model
+    if judged and judge_kind(args) == "openai":  # fail fast, before loading the model
         check_judge_server(args.judge_base_url, args.judge_model or DEFAULT_JUDGE_MODEL,
                            timeout_s=min(args.judge_timeout, 10.0))  # fmt: skip
     backend_kwargs = dict(
@@ -780,86 +505,13 @@ def _audit(out: Path, args, jobs) -> None:
     print(text)
 
 
-INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd command
-
-
-def _samples_of(path: str | Path) -> Path:
-    p = Path(path)
-    return p / SAMPLES_FILE if p.is_dir() else p
-
-
-def _deploy_files(val_path, test_path, target, scorer, delta, *, model=None, adapter=None):
-    """(rows, provenance) of a deployment from the validation / test samples."""
-    val, test = read_samples(_samples_of(val_path)), read_samples(_samples_of(test_path))
-    if not val or not test:
-        raise ValueError(f"no samples in {val_path} or {test_path}.")
-    vc, vo, _ = scorer_arrays(val, scorer)
-    tc, to, _ = scorer_arrays(test, scorer)
-    rows = deployment_rows(vc, vo, tc, to, target, delta=delta)
-    provenance = deployment_provenance(
-        _samples_of(val_path), val, test, scorer=scorer, target=target, delta=delta,
-        model=model, adapter=adapter,
-    )  # fmt: skip
-    return rows, provenance
-
-
-def _write_deployment(prefix: Path, method: str, rows: list[dict], provenance: dict) -> None:
-    """PREFIX.json (``deployment_record``) and PREFIX.md (the table and its legend); the
-    folder is created as needed."""
-    record = deployment_record(method, rows, provenance)
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    prefix.with_suffix(".json").write_text(json.dumps(json_safe(record), indent=2) + "\n")
-    prefix.with_suffix(".md").write_text(deployment_markdown({method: rows}))
-
-
 def _deploy_from_dirs(out: Path, args, jobs) -> None:
     folder = {(name, split): job for job, name, split in jobs}
     val_split, test_split = args.deployment_splits.split(",")[:2]
-    rows, provenance = _deploy_files(
+    rows, provenance = deployment_from_samples(
         out / folder[args.deployment_dataset, val_split],
         out / folder[args.deployment_dataset, test_split],
         args.deployment_target, "verbalized", args.deployment_delta,
     )  # fmt: skip
-    _write_deployment(out / DEPLOYMENT_FILE, deployment_method_name(provenance), rows, provenance)
+    write_deployment(out / DEPLOYMENT_FILE, deployment_method_name(provenance), rows, provenance)
     print((out / DEPLOYMENT_FILE).with_suffix(".md").read_text())
-
-
-def run_report(args) -> int:
-    if (args.pools or args.curves) and not args.dirs:
-        example = "runs/tiny-rlsr-tiny-seed42" if args.pools else "runs/hotpot-rlsr"
-        flag = "--pools" if args.pools else "--curves"
-        raise ValueError(f"{flag} needs training output dirs, e.g. {example}.")
-    if not (args.pools or args.curves or args.dirs or args.label):
-        raise ValueError("give evaluation directories or --label NAME=DIR1,DIR2.")
-    prefix = output_prefix(args, REPORT_PREFIX, required=True)  # DIR/report, or old --output
-    if args.pools:
-        print(write_pool_summary(args.dirs, prefix)["text"])
-        return 0
-    if args.curves:
-        print(write_curves(args.dirs, prefix)["text"])
-        return 0
-    dirs = list(args.dirs)
-    gap_methods = [m.strip() for m in (args.gap_methods or "").split(",") if m.strip()]
-    paths = build_report(dirs, prefix, labels=args.label, family=args.family,
-                         id_sets=args.id_sets, ood_sets=args.ood_sets,
-                         gap_methods=gap_methods or None)  # fmt: skip
-    print(paths["markdown"].read_text())
-    return 0
-
-
-def run_deploy(args) -> int:
-    target = args.deployment_target
-    if not 0 < target <= 1:
-        raise ValueError(f"--deployment-target must be in (0, 1], e.g. 0.75; got {target}.")
-    # DIR/deployment.json (--output-dir DIR), the old --output PREFIX, or None (print only)
-    prefix = output_prefix(args, DEPLOYMENT_FILE, required=False)
-    adapter = resolve_adapter(args.adapter)
-    rows, provenance = _deploy_files(
-        args.validation, args.test, target, args.scorer, args.delta,
-        model=args.model, adapter=None if adapter is None else str(adapter),
-    )  # fmt: skip
-    method = args.method_name or deployment_method_name(provenance)
-    if prefix is not None:
-        _write_deployment(Path(prefix), method, rows, provenance)
-    print(deployment_markdown({method: rows}))
-    return 0

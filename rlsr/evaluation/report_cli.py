@@ -1,0 +1,87 @@
+"""``rlsr report``: paper-style tables and curves over evaluation folders; ``--curves`` the
+held-out metrics of training runs against the step, ``--pools`` their training pools per step
+(docs/evaluation.md)."""
+
+from __future__ import annotations
+
+from rlsr.evaluation.curves import write_curves
+from rlsr.evaluation.outputs import REPORT_PREFIX, deprecated_flag, output_prefix
+from rlsr.evaluation.report import build_report
+from rlsr.pool_log import write_pool_summary
+from rlsr.run_layout import EVAL_DIR, STEP_PREFIX
+
+__all__ = ["register", "run_report"]
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="paper-style tables and curves over evaluation dirs; --curves: held-out metrics "
+        "against the step of training runs; --pools: their training pools per step",
+        epilog="example: rlsr report --curves runs/hotpot-rlsr runs/hotpot-rlcr --output-dir "
+        f"reports/hotpot (reports/hotpot/{REPORT_PREFIX}_curves.png + .csv: held-out AURC, "
+        "accuracy and ECE per step; the best and the final step by AURC and their weights).",
+    )
+    parser.add_argument(
+        "dirs",
+        nargs="*",
+        help="evaluation output dirs (grouped by basename minus -seedN); with --curves: "
+        f"training output dirs (their {EVAL_DIR}/{STEP_PREFIX}N/ folders)",
+    )
+    parser.add_argument(
+        "--curves",
+        action="store_true",
+        help="the dirs are training runs with eval.every > 0: draw their held-out metrics "
+        f"against the step (DIR/{REPORT_PREFIX}_curves.png, DIR/{REPORT_PREFIX}_curves.csv)",
+    )
+    parser.add_argument(
+        "--pools",
+        action="store_true",
+        help="the dirs are training runs with pool_log.every > 0: per step of their pools/ "
+        "files, accuracy, format rate, AURC and the confidence histogram of right and wrong "
+        f"answers (DIR/{REPORT_PREFIX}_pools.csv)",
+    )
+    parser.add_argument("--label", action="append", default=[], metavar="NAME=DIR1,DIR2")
+    parser.add_argument(
+        "--output-dir",
+        metavar="DIR",
+        help=f"folder, created as needed: writes DIR/{REPORT_PREFIX}.md, {REPORT_PREFIX}.csv, "
+        f"{REPORT_PREFIX}_risk_coverage.png, {REPORT_PREFIX}_confidence_density.png",
+    )
+    deprecated_flag(parser, "--output", dest="output_prefix", metavar="PREFIX",
+                    instead=f"--output-dir DIR (writes DIR/{REPORT_PREFIX}.md, DIR/"
+                    f"{REPORT_PREFIX}_curves.png, ...)")  # fmt: skip
+    parser.add_argument(
+        "--family", choices=("hotpot", "bigmath"), help="ID/OOD split by training domain"
+    )
+    parser.add_argument("--id", dest="id_sets", help="ID datasets (names or group)")
+    parser.add_argument("--ood", dest="ood_sets", help="OOD datasets (names or group)")
+    parser.add_argument(
+        "--gap-methods",
+        metavar="NAMES",
+        help="comma list: the methods Tab. 2 restricts to common questions (default: all)",
+    )
+    parser.set_defaults(func=run_report)
+
+
+def run_report(args) -> int:
+    if (args.pools or args.curves) and not args.dirs:
+        example = "runs/tiny-rlsr-tiny-seed42" if args.pools else "runs/hotpot-rlsr"
+        flag = "--pools" if args.pools else "--curves"
+        raise ValueError(f"{flag} needs training output dirs, e.g. {example}.")
+    if not (args.pools or args.curves or args.dirs or args.label):
+        raise ValueError("give evaluation directories or --label NAME=DIR1,DIR2.")
+    prefix = output_prefix(args, REPORT_PREFIX, required=True)  # DIR/report, or old --output
+    if args.pools:
+        print(write_pool_summary(args.dirs, prefix)["text"])
+        return 0
+    if args.curves:
+        print(write_curves(args.dirs, prefix)["text"])
+        return 0
+    dirs = list(args.dirs)
+    gap_methods = [m.strip() for m in (args.gap_methods or "").split(",") if m.strip()]
+    paths = build_report(dirs, prefix, labels=args.label, family=args.family,
+                         id_sets=args.id_sets, ood_sets=args.ood_sets,
+                         gap_methods=gap_methods or None)  # fmt: skip
+    print(paths["markdown"].read_text())
+    return 0
