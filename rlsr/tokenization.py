@@ -96,15 +96,14 @@ def render_chat_prompt(tokenizer, prompt) -> str:
 _CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 
 
-def model_context_length(path) -> tuple[int, str] | None:
-    """The model's context in tokens and where it was read (``max_position_embeddings in
-    PATH/config.json``), from the ``config.json`` of a local model folder or of a hub model in
-    the local cache (nothing is downloaded, no remote code runs); None when unknown."""
+def _model_config(path) -> tuple[dict, Path] | None:
+    """The ``config.json`` of a local model folder or of a hub model in the local cache (nothing
+    is downloaded, no remote code runs) and its path; None when there is none."""
     config = Path(str(path)).expanduser() / "config.json"
     if not config.is_file():
         try:
             cached = try_to_load_from_cache(str(path), "config.json")
-        except Exception:  # noqa: BLE001 - not a repo id: the length is unknown
+        except Exception:  # noqa: BLE001 - not a repo id: there is no config
             cached = None
         if not isinstance(cached, str):
             return None
@@ -113,7 +112,38 @@ def model_context_length(path) -> tuple[int, str] | None:
         values = json.loads(config.read_text())
     except (OSError, ValueError):
         return None
-    for section in (values, values.get("text_config") or {}):
+    return (values, config) if isinstance(values, dict) else None
+
+
+# RoPE types whose ``max_position_embeddings`` already holds the extended context (vLLM 0.32,
+# ``_get_and_verify_max_len``); another type with a ``factor`` (linear, dynamic) stretches it.
+_ROPE_IN_PLACE = ("default", "su", "longrope", "llama3", "yarn", "deepseek_yarn",
+                  "deepseek_llama_scaling")  # fmt: skip
+
+
+def _rope_stretched(section: dict) -> bool:
+    for key in ("rope_scaling", "rope_parameters"):
+        rope = section.get(key)
+        if isinstance(rope, dict):
+            kind = rope.get("rope_type", rope.get("type", "default"))
+            if kind not in _ROPE_IN_PLACE and rope.get("factor") not in (None, 1, 1.0):
+                return True
+    return False
+
+
+def model_context_length(path) -> tuple[int, str] | None:
+    """The model's context in tokens and where it was read (``max_position_embeddings in
+    PATH/config.json``), from the ``config.json`` of a local model folder or of a hub model in
+    the local cache (nothing is downloaded, no remote code runs); None when unknown, or when
+    RoPE scaling (linear, dynamic) stretches the positions past what the config names."""
+    found = _model_config(path)
+    if found is None:
+        return None
+    values, config = found
+    sections = (values, values.get("text_config") or {})
+    if any(_rope_stretched(section) for section in sections):
+        return None
+    for section in sections:
         for key in _CONTEXT_KEYS:
             value = section.get(key)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:

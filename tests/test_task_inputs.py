@@ -334,8 +334,37 @@ def test_evaluate_refuses_a_too_long_prompt_before_loading_weights(tmp_path, cap
     assert (
         code == 2
         and "row 1: the prompt is" in err
-        and "with 64 new tokens (--max-new-tokens)" in err
+        and " new tokens (--max-new-tokens 64 + " in err
+        and "use a model with a longer context (the prompt alone fills this one)" in err
     )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_task_under_the_default_budget_gets_the_budget_that_fits(tmp_path, capsys, monkeypatch):
+    """The paper's 4,096 new tokens on the tiny model's 2,048 positions: every row of a task of
+    short questions is refused before weights with the largest --max-new-tokens that fits them
+    all (the budget check's own fix, as for a built-in dataset); with that budget the run gets
+    to the model loader, with one more token it is refused again."""
+
+    class Loaded(Exception):
+        pass
+
+    def loader(*args, **kwargs):
+        raise Loaded
+
+    monkeypatch.setattr(evaluation_cli, "make_backend", loader)
+    rows = [{"question": "Sky?", "answer": "blue"}, {"question": "Grass?", "answer": "green"}]
+    task(tmp_path, jsonl(tmp_path / "q.jsonl", rows))
+    argv = ["evaluate", "--model", "tiny", "--datasets", "quiz", "--tasks-dir", str(tmp_path),
+            "--output-dir", str(tmp_path / "out")]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "row 0: the prompt is" in err and "(1 more rows too)" in err
+    fits = int(re.search(r"pass --max-new-tokens <= (\d+)", err).group(1))
+    assert main([*argv, "--max-new-tokens", str(fits + 1)]) == 2
+    assert ": the prompt is" in capsys.readouterr().err
+    with pytest.raises(Loaded):
+        main([*argv, "--max-new-tokens", str(fits)])
     assert not (tmp_path / "out").exists()
 
 

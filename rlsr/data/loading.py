@@ -66,15 +66,16 @@ class PromptRoom:
 
     ``context_name`` / ``budget_name`` say where each number comes from (``--max-model-len``,
     ``max_position_embeddings in MODEL/config.json``, ``--max-new-tokens``,
-    ``grpo.max_completion_length``) and ``fix`` how to make room; all three go into the refusal.
-    A task with ``too_long: skip`` skips such rows instead (counted in a warning)."""
+    ``grpo.max_completion_length``) and ``fix`` how to make room (or a function of the too-long
+    rows' prompt tokens that says it); all three go into the refusal. A task with ``too_long:
+    skip`` skips such rows instead (counted in a warning)."""
 
     count: Callable[[list[dict]], int]
     context: int
     budget: int
     context_name: str
     budget_name: str
-    fix: str
+    fix: str | Callable[[list[int]], str]
 
 
 def download_command(name: str, out_dir: str = "DIR") -> str:
@@ -343,6 +344,7 @@ def _fitting(spec, split, source, out, room: PromptRoom, limit):
     if not too_long:
         return kept
     number, tokens = too_long[0]
+    fix = room.fix if isinstance(room.fix, str) else room.fix([t for _, t in too_long])
     more = f" ({len(too_long) - 1} more rows too)" if len(too_long) > 1 else ""
     problem = (
         f"task {spec.name}: {source}, row {number}: the prompt is {tokens} tokens; with "
@@ -352,7 +354,7 @@ def _fitting(spec, split, source, out, room: PromptRoom, limit):
     if spec.task.too_long != "skip":
         raise ValueError(
             f"{problem}. The model would answer a cut prompt, or not at all. Fix: shorten the "
-            f"question, {room.fix}, or set too_long: skip in {_task_file(spec)} to skip such "
+            f"question, {fix}, or set too_long: skip in {_task_file(spec)} to skip such "
             "rows (counted)."
         )
     warnings.warn(
@@ -361,7 +363,7 @@ def _fitting(spec, split, source, out, room: PromptRoom, limit):
         stacklevel=4,
     )
     if not kept:
-        raise ValueError(f"{problem}: every row of split {split!r} is too long; {room.fix}.")
+        raise ValueError(f"{problem}: every row of split {split!r} is too long; {fix}.")
     return kept
 
 

@@ -20,6 +20,7 @@ from rlsr.config import resolve_model_path
 from rlsr.data import build_verifier, get_spec, load_examples, resolve_datasets
 from rlsr.eval_protocol import add_protocol_flags
 from rlsr.evaluation.audit import audit_deployment, audit_markdown
+from rlsr.evaluation.budget import generation_budget
 from rlsr.evaluation.deployment import (
     deployment_from_samples,
     deployment_method_name,
@@ -30,7 +31,6 @@ from rlsr.evaluation.evaluate_setup import (
     judge_kind,
     name_value_pairs,
     no_verdict_counts_of,
-    prompt_room,
     resolved_system_prompt,
     run_config,
     validate_flags,
@@ -404,7 +404,10 @@ def _evaluate(args, settings, out, names, paths, verifier_override, columns, end
                 f"old results to {out.name}.old-<time>."
             )
     judged = "llm_judge" in verifier_names.values()
-    room = prompt_room(args, settings, [name for _, name, _ in jobs])
+    # the generation budget against the model's context: a task's rows as they load, then the
+    # longest prompt of every dataset (rlsr.evaluation.budget), all before any weights load
+    budget = generation_budget(args, settings, endpoint)
+    room = budget.room if budget is not None else None
     # Load every dataset before the model so a missing one fails in seconds, not after loading.
     examples = {
         job: load_examples(name, path=paths.get(name), split=split, limit=args.limit,
@@ -412,6 +415,8 @@ def _evaluate(args, settings, out, names, paths, verifier_override, columns, end
                            room=room)
         for job, name, split in jobs
     }  # fmt: skip
+    if budget is not None:
+        budget.check({job: examples[job]["prompt"] for job, _, _ in jobs})
     if judged and judge_kind(args) == "openai":  # fail fast, before loading the model
         check_judge_server(args.judge_base_url, args.judge_model or DEFAULT_JUDGE_MODEL,
                            timeout_s=min(args.judge_timeout, 10.0))  # fmt: skip

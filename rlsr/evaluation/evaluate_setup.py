@@ -10,9 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from rlsr.config import resolve_model_path
 from rlsr.data import (
-    PromptRoom,
     datasets_system_prompt,
     get_spec,
     task_records,
@@ -21,10 +19,8 @@ from rlsr.data import (
 from rlsr.eval_protocol import protocol_from_args
 from rlsr.evaluation.judge import DEFAULT_JUDGE_MODEL
 from rlsr.evaluation.runner import EvalSettings
-from rlsr.generation.backends import load_chat_tokenizer
 from rlsr.generation.endpoint import ENDPOINT_BACKENDS
 from rlsr.run_layout import CONFIG_FIELDS, DEPLOYMENT_FILE
-from rlsr.tokenization import model_context_length, prompt_token_counter
 
 __all__ = [
     "name_value_pairs",
@@ -34,7 +30,6 @@ __all__ = [
     "judge_kind",
     "no_verdict_counts_of",
     "run_config",
-    "prompt_room",
 ]
 
 
@@ -170,38 +165,3 @@ def run_config(
         "argv": sys.argv[1:],  # holds no key: the key is only ever read from the environment
     }
     return json.loads(json.dumps(config))
-
-
-def prompt_room(args, settings, names: list[str]) -> PromptRoom | None:
-    """What a user task's prompts must fit (``rlsr.data.PromptRoom``): the tokenizer and the
-    model's context (``--max-model-len`` with vLLM, else its config.json), read before any
-    weights load. None for an OpenAI-compatible endpoint (its server knows its context), when no
-    task is evaluated or when the context is unknown (then the backend's own check applies: vLLM
-    refuses an over-long request with the numbers)."""
-    if args.backend not in ("transformers", "vllm"):  # an endpoint's model is not here
-        return None
-    if not any(get_spec(name).task is not None for name in names):
-        return None
-    model_path = resolve_model_path(args.model)
-    if args.backend == "vllm" and args.max_model_len is not None:
-        context = (args.max_model_len, "--max-model-len")
-        fix = "raise --max-model-len"
-    else:
-        context = model_context_length(model_path)
-        fix = "use a model with a longer context"
-        if args.backend == "vllm":
-            fix = "raise --max-model-len up to the model's context or " + fix
-    if context is None:
-        return None
-    try:
-        tokenizer = load_chat_tokenizer(model_path, trust_remote_code=args.trust_remote_code)
-    except (OSError, ValueError):  # the backend reports an unloadable model itself
-        return None
-    return PromptRoom(
-        count=prompt_token_counter(tokenizer),
-        context=context[0],
-        budget=settings.max_new_tokens,
-        context_name=context[1],
-        budget_name="--max-new-tokens",
-        fix=f"lower --max-new-tokens, {fix}",
-    )

@@ -501,8 +501,10 @@ class VLLMBackend:
             raise ValueError(
                 f"a request of {prompt_tokens} prompt tokens + {max_tokens} new tokens exceeds "
                 f"the engine's maximum context length {limit} (max_model_len); vLLM would cut "
-                "the answer short. rlsr evaluate: raise --max-model-len; held-out evaluation in "
-                "training: raise grpo.vllm_max_model_length or use eval.backend=transformers."
+                "the answer short. rlsr evaluate: lower --max-new-tokens (or "
+                "--fallback-max-new-tokens), or raise --max-model-len where the model's positions "
+                "allow it; held-out evaluation in training: raise grpo.vllm_max_model_length or "
+                "use eval.backend=transformers."
             )
 
     @contextlib.contextmanager

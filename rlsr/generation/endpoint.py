@@ -20,6 +20,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from rlsr.config import resolve_model_path
 from rlsr.data.formatting import USER_PROMPT_TEMPLATE
 from rlsr.generation.backends import (
     Generation,
@@ -115,7 +116,9 @@ class EndpointBackend:
         self.tokenizer = None
         self.eos_ids: set[int] = set()
         if settings.kind == "completions" and self.kind != RLSR_SERVE:
-            path = tokenizer_path or settings.model
+            # the served name stays as given (the server knows the model by it); a shipped alias
+            # (tiny-warm, ...) renders with the tokenizer of the folder it names
+            path = resolve_model_path(tokenizer_path or settings.model)
             try:
                 self.tokenizer = load_chat_tokenizer(path)
             except (OSError, ValueError) as err:
