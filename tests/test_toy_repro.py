@@ -11,9 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rlsr.data import load_examples
+from rlsr.evaluation.budget import answer_reserve, budget_refusal, evaluation_context
+from rlsr.tokenization import prompt_token_counter
 from rlsr.toy import repro
-from rlsr.toy.task import VARIANTS
-from rlsr.toy.warmup import VARIANT_WARMUP, WarmupConfig, warmup_config
+from rlsr.toy.task import VARIANTS, write_dataset_folder
+from rlsr.toy.tokenizer import build_toy_tokenizer
+from rlsr.toy.warmup import VARIANT_WARMUP, WarmupConfig, build_model, warmup_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,6 +53,28 @@ def test_default_table_has_every_arm_with_what_makes_it_that_arm():
     }  # fmt: skip
     assert _plan([repro.ARMS["rlsr-marginal"]]) == [("rlsr-marginal", "rlsr-marginal", ())]
     assert "rlsr-marginal" not in repro.DEFAULT_ARMS  # the default demo keeps its time budget
+
+
+def test_every_arm_is_evaluated_within_the_toy_models_context(tmp_path):
+    """`rlsr evaluate` refuses a budget the model's positions cannot hold (rlsr.evaluation.
+    budget), so each arm's evaluation protocol (the SFT arm's 64 tokens included) plus the
+    longest held-out prompt must fit the toy model's declared positions. Catches a toy model
+    declared shorter than what the toy asks of it (the table would stop at the SFT arm)."""
+    tokenizer = build_toy_tokenizer()
+    positions = build_model(tokenizer, WarmupConfig()).config.max_position_embeddings
+    context = evaluation_context("transformers", "BASE", (positions, "config.json"))
+    data = write_dataset_folder(tmp_path, n_train=1, n_heldout=200)
+    count = prompt_token_counter(tokenizer)
+    for name, arm in repro.ARMS.items():
+        protocol = repro.toy_protocol(arm.method)
+        prompts = load_examples(
+            "tiny", path=data, split="test", system_prompt=protocol.system_prompt
+        )
+        longest = max(count(p) for p in prompts["prompt"])
+        refusal = budget_refusal(
+            context, longest, protocol.max_new_tokens, answer_reserve(protocol)
+        )
+        assert refusal is None, (name, refusal)
 
 
 def test_arm_evaluation_flags_come_from_the_method_files():

@@ -88,8 +88,9 @@ WARMUP_BANDS: dict[str, dict[str, tuple[float, float]]] = {
 MAX_EXTENSIONS = 2
 # Bump when the training procedure or the saved tokenizer changes, so old caches are not reused
 # (2: the chat template renders assistant turns, for the SFT arm; 3: the quality gate; 4: the
-# gate also checks that BASE's confidence does not already rank).
-_VERSION = 4
+# gate also checks that BASE's confidence does not already rank; 5: the model declares 128
+# positions instead of 64, so the SFT arm's evaluation fits; weights and logits unchanged).
+_VERSION = 5
 
 
 class WarmupGateError(RuntimeError):
@@ -157,7 +158,10 @@ def build_model(tokenizer: PreTrainedTokenizerFast, cfg: WarmupConfig) -> Qwen2F
         num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_kv_heads,
-        max_position_embeddings=64,
+        # the declared context: a held-out prompt (<= 9 tokens) + the SFT arm's 64-token
+        # evaluation must fit, or `rlsr evaluate` refuses the budget. Default RoPE, so the
+        # weights and logits are those of any other length.
+        max_position_embeddings=128,
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
