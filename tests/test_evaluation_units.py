@@ -206,6 +206,28 @@ def _evaluation_folder(root, name="rlsr-seed0"):
     return out
 
 
+def test_deploy_takes_the_risk_level_as_evaluate_spells_it(tmp_path, capsys):
+    """`rlsr deploy --deployment-delta` (rlsr evaluate's name) sets the Clopper-Pearson risk
+    level recorded in deployment.json; the old `--delta` gives the same file with one note line
+    naming the new spelling. Catches the flag parsed but not passed on (the file would keep the
+    default 0.1)."""
+    from rlsr.cli import main
+
+    evals = _evaluation_folder(tmp_path)
+    common = ["deploy", "--validation", str(evals / "medqa@validation"), "--test",
+              str(evals / "medqa"), "--deployment-target", "0.7"]  # fmt: skip
+    files = {}
+    for flag in ("--deployment-delta", "--delta"):
+        out = tmp_path / flag.strip("-")
+        assert main([*common, flag, "0.3", "--output-dir", str(out)]) == 0
+        files[flag] = json.loads((out / "deployment.json").read_text())
+    assert capsys.readouterr().err.splitlines() == [
+        "rlsr deploy: note: --delta is deprecated; use --deployment-delta."
+    ]
+    assert files["--deployment-delta"]["provenance"]["delta"] == 0.3
+    assert files["--deployment-delta"]["rows"] == files["--delta"]["rows"]
+
+
 def test_deploy_report_and_serve_report_write_into_output_dir_created_with_parents(
     tmp_path, capsys
 ):

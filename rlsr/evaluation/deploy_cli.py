@@ -41,7 +41,15 @@ def register(subparsers) -> None:
     deprecated_flag(target, "--target", instead="--deployment-target", dest="deployment_target",
                     type=float)  # fmt: skip
     parser.add_argument("--scorer", default="verbalized")
-    parser.add_argument("--delta", type=float, default=0.1)
+    parser.add_argument(
+        "--deployment-delta",
+        type=float,
+        default=0.1,
+        metavar="DELTA",
+        help="risk level of the Clopper-Pearson rule (as rlsr evaluate's)",
+    )
+    deprecated_flag(parser, "--delta", instead="--deployment-delta", dest="deployment_delta",
+                    type=float)  # fmt: skip
     parser.add_argument(
         "--method-name",
         metavar="NAME",
@@ -77,7 +85,7 @@ def run_deploy(args) -> int:
     prefix = output_prefix(args, DEPLOYMENT_FILE, required=False)
     adapter = resolve_adapter(args.adapter)
     rows, provenance = deployment_from_samples(
-        args.validation, args.test, target, args.scorer, args.delta,
+        args.validation, args.test, target, args.scorer, args.deployment_delta,
         model=args.model, adapter=None if adapter is None else str(adapter),
     )  # fmt: skip
     method = args.method_name or deployment_method_name(provenance)

@@ -6,11 +6,13 @@ file names: ``evaluate`` its run layout (``rlsr.run_layout``), ``deploy``
 ``DIR/deployment.json`` and ``.md``, ``report`` ``DIR/report.md``, ``report.csv``,
 ``report_*.png`` (``--curves``: ``report_curves.png`` / ``.csv``; ``--pools``:
 ``report_pools.csv``), ``serve-report`` ``DIR/serve_report.json`` and ``.md``. The target
-accuracy is ``--deployment-target`` in ``evaluate`` and ``deploy``.
+accuracy is ``--deployment-target`` and its risk level ``--deployment-delta`` in ``evaluate`` and
+``deploy``.
 
 The old spellings keep working with a one-line note on stderr naming the new one
 (``deprecated_flag``): ``deploy --output PREFIX`` (PREFIX.json, PREFIX.md), ``report --output
-PREFIX`` (PREFIX.md, PREFIX_curves.png, ...), ``serve-report --output FILE``, ``deploy --target``.
+PREFIX`` (PREFIX.md, PREFIX_curves.png, ...), ``serve-report --output FILE``, ``deploy --target``,
+``deploy --delta``.
 """
 
 from __future__ import annotations
