@@ -18,9 +18,20 @@ from endpoint_standin import StandIn
 
 from rlsr.cli import main
 from rlsr.config import resolve_model_path
+from rlsr.data import load_examples
+from rlsr.evaluation import budget as budget_module
 from rlsr.evaluation import cli as evaluation_cli
-from rlsr.evaluation.budget import ModelContext, budget_fix, budget_refusal, evaluation_context
+from rlsr.evaluation.budget import (
+    GenerationBudget,
+    ModelContext,
+    budget_fix,
+    budget_refusal,
+    evaluation_context,
+    token_bound,
+)
+from rlsr.generation.backends import encode_prompts, render_chat
 from rlsr.tokenization import load_tokenizer, model_context_length
+from rlsr.toy.tokenizer import build_toy_tokenizer
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -105,6 +116,27 @@ def test_without_a_tokenizer_only_a_budget_with_no_room_left_is_refused():
     assert budget_refusal(context, None, 1000, 1) is None
     message = budget_refusal(context, None, 4096, 1, "tiny")
     assert message.startswith("tiny: --max-new-tokens 4096 + 1 for a log-prob position leaves no")
+
+
+def test_the_byte_bound_holds_and_spares_the_tokenizer_where_it_suffices(monkeypatch):
+    """`token_bound` (UTF-8 bytes + 1) is at least the real token count for the shipped tiny
+    tokenizer (BPE) and the toy's (word-level) on the bundled dataset's prompts and on text of
+    multi-byte characters; a dataset that fits by the bound is not tokenised, one that does not
+    is counted exactly. Catches a bound below the truth (a real overflow let through)."""
+    tiny = load_tokenizer(resolve_model_path("tiny-warm"))
+    prompts = list(load_examples("tiny", limit=50)["prompt"])
+    odd = [[{"role": "user", "content": "Zürich, 東京, ﬁve, 🙂 ㍻ " * 20}]]
+    for tokenizer in (tiny, build_toy_tokenizer()):
+        texts = [render_chat(tokenizer, m) for m in prompts + odd]
+        for text, ids in zip(texts, encode_prompts(tokenizer, texts), strict=True):
+            assert len(ids) <= token_bound(text)
+    roomy = GenerationBudget(ModelContext(100_000, "c", "s"), 100, 1, tiny)
+    monkeypatch.setattr(budget_module, "encode_prompts", lambda *a: pytest.fail("tokenised"))
+    roomy.check({"tiny": prompts})
+    monkeypatch.undo()
+    tight = GenerationBudget(ModelContext(300, "c", "s"), 100, 1, tiny)
+    longest = max(len(ids) for ids in encode_prompts(tiny, [render_chat(tiny, m) for m in prompts]))
+    assert tight.longest({"tiny": prompts}) == (longest, "tiny")
 
 
 def test_each_backend_reads_its_context_from_its_source():

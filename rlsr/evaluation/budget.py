@@ -43,6 +43,7 @@ __all__ = [
     "answer_reserve",
     "budget_fix",
     "budget_refusal",
+    "token_bound",
     "GenerationBudget",
     "generation_budget",
 ]
@@ -179,13 +180,19 @@ class GenerationBudget:
 
     def longest(self, prompts: Mapping[str, Sequence[list[dict]]]) -> tuple[int, str] | None:
         """The most prompt tokens among ``prompts`` (dataset -> its conversations), rendered and
-        tokenised as the backends do (``render_chat``, ``encode_prompts``), and its dataset."""
+        tokenised as the backends do (``render_chat``, ``encode_prompts``), and its dataset;
+        None without a tokenizer, or when every prompt fits even at one token per UTF-8 byte
+        (``token_bound``: then nothing is tokenised)."""
         if self.tokenizer is None:
             return None
+        texts = {name: [render_chat(self.tokenizer, m) for m in rows]
+                 for name, rows in prompts.items()}  # fmt: skip
+        bound = max((token_bound(t) for rows in texts.values() for t in rows), default=0)
+        if bound + self.budget + self.reserve <= self.context.tokens:
+            return None
         best = None
-        for name, rows in prompts.items():
-            texts = [render_chat(self.tokenizer, messages) for messages in rows]
-            counts = [len(ids) for ids in encode_prompts(self.tokenizer, texts)]
+        for name, rows in texts.items():
+            counts = [len(ids) for ids in encode_prompts(self.tokenizer, rows)]
             if counts and (best is None or max(counts) > best[0]):
                 best = (max(counts), name)
         return best
@@ -193,10 +200,22 @@ class GenerationBudget:
     def check(self, prompts: Mapping[str, Sequence[list[dict]]]) -> None:
         """``ValueError`` (``budget_refusal``) when the longest prompt of ``prompts`` (dataset
         -> its conversations) does not fit with the budget; it names the dataset holding it."""
-        longest, where = self.longest(prompts) or (None, "")
-        message = budget_refusal(self.context, longest, self.budget, self.reserve, where)
+        if self.tokenizer is None:
+            message = budget_refusal(self.context, None, self.budget, self.reserve)
+        else:
+            longest, where = self.longest(prompts) or (0, "")
+            message = budget_refusal(self.context, longest, self.budget, self.reserve, where)
         if message is not None:
             raise ValueError(message)
+
+
+def token_bound(text: str) -> int:
+    """An upper bound on the tokens of rendered prompt ``text``: its UTF-8 bytes + 1. A
+    byte-level BPE (Qwen, GPT-2, Llama 3) or a byte-fallback SentencePiece (Llama 2, Mistral)
+    token covers at least one byte, a word-level one (the toy's) at least one character, and a
+    special token many; the 1 is SentencePiece's prefix space. Lets a prompt that fits this way
+    go untokenised (tokenising a large dataset twice costs seconds to minutes)."""
+    return len(text.encode("utf-8")) + 1
 
 
 def generation_budget(args, settings, endpoint: EndpointBackend | None) -> GenerationBudget | None:
