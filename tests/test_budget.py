@@ -20,7 +20,7 @@ from rlsr.cli import main
 from rlsr.config import resolve_model_path
 from rlsr.data import load_examples
 from rlsr.evaluation import budget as budget_module
-from rlsr.evaluation import cli as evaluation_cli
+from rlsr.evaluation import evaluate_cli
 from rlsr.evaluation.budget import (
     GenerationBudget,
     ModelContext,
@@ -47,7 +47,7 @@ def no_weights(monkeypatch):
     def refuse(*args, **kwargs):
         raise ModelLoaded
 
-    monkeypatch.setattr(evaluation_cli, "make_backend", refuse)
+    monkeypatch.setattr(evaluate_cli, "make_backend", refuse)
 
 
 def _error(capsys) -> str:

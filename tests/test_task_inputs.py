@@ -352,7 +352,7 @@ def test_a_task_under_the_default_budget_gets_the_budget_that_fits(tmp_path, cap
     def loader(*args, **kwargs):
         raise Loaded
 
-    monkeypatch.setattr(evaluation_cli, "make_backend", loader)
+    monkeypatch.setattr(evaluate_cli, "make_backend", loader)
     rows = [{"question": "Sky?", "answer": "blue"}, {"question": "Grass?", "answer": "green"}]
     task(tmp_path, jsonl(tmp_path / "q.jsonl", rows))
     argv = ["evaluate", "--model", "tiny", "--datasets", "quiz", "--tasks-dir", str(tmp_path),
