@@ -61,13 +61,15 @@ _rlsr_expand_item() {
 }
 
 # Slurm nodelist ("gpu[001-003],cpu7") -> host names, one a line, in allocation order.
-# Uses `scontrol show hostnames` when available (set RLSR_NO_SCONTROL=1 to force the pure-bash
-# parser, which the tests use).
+# Uses `scontrol show hostnames` when it answers (set RLSR_NO_SCONTROL=1 to force the pure-bash
+# parser, which the tests use); a scontrol without a controller or slurm.conf (a login node's
+# view, a dry run on a laptop) falls back to the parser instead of failing.
 rlsr_expand_nodelist() {
-    local list=$1
+    local list=$1 hosts
     [[ -n $list ]] || rlsr_die "empty node list (is SLURM_JOB_NODELIST set?)"
-    if [[ -z ${RLSR_NO_SCONTROL:-} ]] && command -v scontrol >/dev/null 2>&1; then
-        scontrol show hostnames "$list"
+    if [[ -z ${RLSR_NO_SCONTROL:-} ]] && command -v scontrol >/dev/null 2>&1 &&
+        hosts=$(scontrol show hostnames "$list" 2>/dev/null) && [[ -n $hosts ]]; then
+        printf '%s\n' "$hosts"
         return
     fi
     # Split on commas that are not inside brackets.
@@ -89,24 +91,46 @@ rlsr_expand_nodelist() {
     return 0
 }
 
-# GPUs on each node: RLSR_GPUS_PER_NODE, else what Slurm allocated, else what the node shows.
+# GPUs on each node: RLSR_GPUS_PER_NODE, else what Slurm allocated, else what the node shows;
+# 0 when nothing names a GPU (sbatch --gpus-per-node=0, a CPU partition): a CPU node.
 rlsr_gpus_per_node() {
     local n=${RLSR_GPUS_PER_NODE:-${SLURM_GPUS_ON_NODE:-}}
     if [[ -z $n && -n ${SLURM_GPUS_PER_NODE:-} ]]; then
         n=${SLURM_GPUS_PER_NODE##*:} # "h100:4" -> "4"
     fi
-    if [[ -z $n && -n ${CUDA_VISIBLE_DEVICES:-} ]]; then
+    if [[ -z $n && -n ${CUDA_VISIBLE_DEVICES:-} && ${CUDA_VISIBLE_DEVICES} != NoDevFiles ]]; then
         local -a ids
         IFS=',' read -r -a ids <<<"$CUDA_VISIBLE_DEVICES"
         n=${#ids[@]}
     fi
     if [[ -z $n ]] && command -v nvidia-smi >/dev/null 2>&1; then
-        n=$(nvidia-smi -L | grep -c '^GPU')
+        n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
     fi
-    [[ $n =~ ^[1-9][0-9]*$ ]] ||
+    n=${n:-0}
+    [[ $n =~ ^(0|[1-9][0-9]*)$ ]] ||
         rlsr_die "cannot tell how many GPUs each node has (got '${n}'); request them with" \
-            "'sbatch --gpus-per-node=N' or set RLSR_GPUS_PER_NODE=N"
+            "'sbatch --gpus-per-node=N' (0: a CPU node) or set RLSR_GPUS_PER_NODE=N"
     echo "$n"
+}
+
+# Sources RLSR_SETUP (module loads, conda, a venv) if set; a missing file is named with the fix.
+rlsr_source_setup() {
+    [[ -n ${RLSR_SETUP:-} ]] || return 0
+    [[ -f $RLSR_SETUP ]] ||
+        rlsr_die "RLSR_SETUP=$RLSR_SETUP does not exist on $(hostname -s); point it at a script" \
+            "that activates rlsr's environment on every node (e.g. one line: source /path/to/rlsr/.venv/bin/activate)"
+    set +u # module and conda scripts read unset variables
+    # shellcheck disable=SC1090
+    source "$RLSR_SETUP"
+    set -u
+}
+
+# Fails with the fix when PYTHON cannot import rlsr (a node without the environment).
+rlsr_check_python() {
+    local python=$1
+    "$python" -c 'import rlsr' >/dev/null 2>&1 ||
+        rlsr_die "'$python' on $(hostname -s) cannot import rlsr; set RLSR_SETUP to a script that" \
+            "activates rlsr's environment (RLSR_SETUP=${RLSR_SETUP:-unset}), or RLSR_PYTHON to its python"
 }
 
 # A port derived from the job id, so that jobs sharing a node do not collide and a requeued job

@@ -14,12 +14,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=slurm/lib.sh
 source "$here/lib.sh"
 
-if [[ -n ${RLSR_SETUP:-} ]]; then
-    set +u # module and conda scripts read unset variables
-    # shellcheck disable=SC1090
-    source "$RLSR_SETUP"
-    set -u
-fi
+rlsr_source_setup
 
 rank_nodes=""
 gpu_select=""

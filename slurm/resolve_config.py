@@ -5,6 +5,7 @@
     model=Qwen/Qwen2.5-7B
     output_dir=/abs/path/runs/hotpot-rlsr-qwen2.5-7b-seed0
     max_model_len=4878
+    gpu_settings=grpo.use_cpu=false grpo.bf16=true
 
 Composes recipes/config.yaml exactly as train.py does (Hydra compose API, no model loading,
 about a second), so the vLLM server serves the model the trainer trains and evaluation
@@ -27,7 +28,8 @@ def resolve(
     overrides: list[str], root: Path = ROOT, layer: str | None = PAPER_LAYER
 ) -> dict[str, str]:
     """Return ``{"model": model.name_or_path, "output_dir": absolute output_dir,
-    "max_model_len": vLLM context, "evaluate_args": the run's evaluation flags}``.
+    "max_model_len": vLLM context, "gpu_settings": the settings that need a GPU,
+    "evaluate_args": the run's evaluation flags}``.
 
     ``max_model_len`` is the vLLM server's ``--max-model-len``: ``grpo.vllm_max_model_length``
     if set, else ``server_context_length`` (the trainer's rule), else empty (vLLM's own
@@ -69,8 +71,22 @@ def resolve(
         "model": str(cfg.model.name_or_path),
         "output_dir": str(output_dir),
         "max_model_len": "" if length is None else str(int(length)),
+        "gpu_settings": gpu_settings(grpo),
         "evaluate_args": evaluate_args,
     }
+
+
+def gpu_settings(grpo) -> list[str]:
+    """The training settings of section ``grpo`` that ask for a GPU, as ``field=value``
+    overrides: ``grpo.use_cpu`` false (TRL's default) and mixed precision (``grpo.bf16`` /
+    ``grpo.fp16`` true). A CPU recipe states ``use_cpu: true, bf16: false``
+    (recipes/recipe/tiny.yaml); train.slurm and slurm/sweep.py refuse any other on CPU nodes,
+    naming these fields. vLLM is not among them: the Slurm scripts set grpo.use_vllm themselves."""
+    found = []
+    if not grpo.get("use_cpu", False):
+        found.append("grpo.use_cpu=false")
+    found += [f"grpo.{key}=true" for key in ("bf16", "fp16") if grpo.get(key, False)]
+    return found
 
 
 def evaluate_flags(cfg, layer: str | None = PAPER_LAYER) -> list[str]:

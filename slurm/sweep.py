@@ -11,15 +11,21 @@ Every training run writes to the output_dir its config resolves to (made absolut
 explicitly, so a requeued job resumes there); its evaluation array runs slurm/evaluate.slurm on
 the final adapter in that folder, one task per dataset group (default <recipe>-id, <recipe>-ood).
 ``--dry-run`` prints every job, its dependency and its exact sbatch command, and submits nothing.
-Otherwise it prints one line per job with the Slurm job id. Run it from anywhere; sbatch runs in
-the repository root (logs/ is created there).
+Otherwise it asks sbatch whether the cluster takes the jobs (``--test-only``: partition, account,
+GPUs) before submitting any, prints one line per job with the Slurm job id and records the jobs in
+logs/sweep-<first job id>.json; ``--status RECORD`` then reports each job's state, and for a failed
+training run the reason and the tail of its log. ``--gpus-per-node 0`` trains on CPU nodes
+(``--eval-gpus-per-node 0``: evaluates there). Run it from anywhere; sbatch runs in the
+repository root (logs/ is created there).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -28,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "slurm"))
 
+import sweep_status  # noqa: E402
 from needs_judge import load_registry  # noqa: E402  (sibling scripts, not a package)
 from resolve_config import resolve  # noqa: E402
 
@@ -75,7 +82,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--nodes", type=int, default=1, help="nodes per training run (>1: the last one serves vLLM)"
     )
-    parser.add_argument("--gpus-per-node", type=int, default=4)
+    parser.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=4,
+        help="GPUs per training node (0: CPU nodes, a CPU recipe such as tiny)",
+    )
     parser.add_argument(
         "--time",
         default=None,
@@ -98,7 +110,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="dataset names or groups, one array task each (default <recipe>-id,<recipe>-ood)",
     )
     parser.add_argument(
-        "--eval-gpus-per-node", type=int, default=2, help="evaluated model + LLM judge"
+        "--eval-gpus-per-node",
+        type=int,
+        default=2,
+        help="evaluated model + LLM judge (0: CPU nodes, transformers generation, no judge)",
+    )
+    parser.add_argument(
+        "--eval-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra `rlsr evaluate` flag for every evaluation, e.g. --eval-arg=--limit=100 "
+        "(repeatable)",
     )
     parser.add_argument("--eval-time", default=None, help="evaluation time limit per array task")
     parser.add_argument("--evals-dir", default="evals")
@@ -121,17 +144,34 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-eval", action="store_true", help="submit training jobs only")
     parser.add_argument("--dry-run", action="store_true", help="print the jobs, submit nothing")
     parser.add_argument(
+        "--status",
+        metavar="RECORD",
+        default=None,
+        help="report the jobs of a submitted sweep (its logs/sweep-<id>.json): state, and for a "
+        "failed run why, with the tail of its log; exits 1 when a job failed",
+    )
+    parser.add_argument(
         "overrides", nargs="*", help="extra Hydra overrides for every run (after --)"
     )
     args = parser.parse_args(argv)
+    if args.status is not None:
+        return args
     for method in args.methods:
         if method not in METHODS:
             parser.error(f"--methods: unknown method {method!r}; choose from {', '.join(METHODS)}")
     for seed in args.seeds:
         if not seed.lstrip("-").isdigit():
             parser.error(f"--seeds: {seed!r} is not an integer")
-    if args.nodes < 1 or args.gpus_per_node < 1 or args.eval_gpus_per_node < 1:
-        parser.error("--nodes, --gpus-per-node and --eval-gpus-per-node must be at least 1")
+    if args.nodes < 1:
+        parser.error("--nodes must be at least 1")
+    if args.gpus_per_node < 0 or args.eval_gpus_per_node < 0:
+        parser.error("--gpus-per-node and --eval-gpus-per-node must be 0 (CPU nodes) or more")
+    setup = os.environ.get("RLSR_SETUP")
+    if setup and not Path(setup).is_file():
+        parser.error(
+            f"RLSR_SETUP={setup} does not exist; point it at a script that activates rlsr's "
+            "environment on every node (e.g. one line: source /path/to/rlsr/.venv/bin/activate)"
+        )
     for override in args.overrides:
         key = override.split("=", 1)[0].lstrip("+~")
         if key in {"recipe", "method", "seed", "output_dir"}:
@@ -206,6 +246,12 @@ def plan(args: argparse.Namespace) -> list[Job]:
                         f"sweep: the evaluation protocol of {overrides} does not resolve (the "
                         "reason is above); fix the setting or pass --no-eval."
                     )
+                if args.gpus_per_node == 0 and resolved["gpu_settings"]:
+                    raise SystemExit(
+                        f"sweep: recipe={recipe} method={method} asks for a GPU "
+                        f"({' '.join(resolved['gpu_settings'])}) but --gpus-per-node is 0; pass "
+                        "-- grpo.use_cpu=true grpo.bf16=false to train on CPUs, or request GPUs"
+                    )
                 output_dir = resolved["output_dir"]
                 name = f"rlsr-{recipe}-{method}-s{seed}"
                 train_sbatch = [
@@ -231,6 +277,9 @@ def plan(args: argparse.Namespace) -> list[Job]:
                     *common,
                     f"--gpus-per-node={args.eval_gpus_per_node}",
                     f"--array=0-{len(eval_datasets) - 1}",
+                    # a failed training run cancels its evaluation instead of leaving it
+                    # pending forever (DependencyNeverSatisfied)
+                    "--kill-on-invalid-dep=yes",
                 ]
                 if args.eval_time:
                     eval_sbatch.append(f"--time={args.eval_time}")
@@ -251,8 +300,8 @@ def plan(args: argparse.Namespace) -> list[Job]:
                             str((ROOT / args.evals_dir).resolve()),
                             # how a model of this method is evaluated (method.evaluate)
                             *(
-                                ["--", *resolved["evaluate_args"]]
-                                if resolved["evaluate_args"]
+                                ["--", *resolved["evaluate_args"], *args.eval_arg]
+                                if resolved["evaluate_args"] or args.eval_arg
                                 else []
                             ),
                         ],
@@ -263,21 +312,82 @@ def plan(args: argparse.Namespace) -> list[Job]:
     return jobs
 
 
-def submit(job: Job, dependency_id: str | None) -> str:
+def submitted_note(jobs: list[Job]) -> str:
+    """Which jobs are already in the queue (after a failure midway), with the command that
+    cancels them."""
+    done = [job for job in jobs if job.job_id is not None]
+    if not done:
+        return "  nothing was submitted."
+    ids = " ".join(job.job_id for job in done)
+    listing = ", ".join(f"{job.kind} {job.name} {job.job_id}" for job in done)
+    return f"  already submitted: {listing}\n  cancel them with: scancel {ids}"
+
+
+def preflight(jobs: list[Job]) -> None:
+    """Asks sbatch (``--test-only``, submits nothing) whether the cluster takes the first job of
+    each kind, so a partition, account or GPU request it refuses stops the sweep before anything
+    is in the queue."""
+    if shutil.which("sbatch") is None:
+        raise SystemExit(
+            "sweep: sbatch is not on PATH: run the sweep on a Slurm login node (where sbatch "
+            "is), or pass --dry-run to print the commands"
+        )
+    for kind in ("train", "evaluate"):
+        job = next((j for j in jobs if j.kind == kind), None)
+        if job is None:
+            continue
+        cmd = job.command(None)
+        cmd.insert(1, "--test-only")
+        result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            reason = " ".join(result.stderr.split())
+            raise SystemExit(
+                f"sweep: the cluster refuses the {kind} jobs (sbatch --test-only, nothing "
+                f"submitted): {reason}\n  check --partition / --account / --qos / "
+                f"--{'eval-' if kind == 'evaluate' else ''}gpus-per-node (sinfo lists the "
+                f"partitions); command: {shlex.join(cmd)}"
+            )
+
+
+def submit(job: Job, dependency_id: str | None, jobs: list[Job]) -> str:
     cmd = job.command(dependency_id)
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise SystemExit(
             f"sweep: sbatch failed ({result.returncode}) for {job.name}: {result.stderr.strip()}\n"
-            f"  command: {shlex.join(cmd)}"
+            f"  command: {shlex.join(cmd)}\n{submitted_note(jobs)}"
         )
     return result.stdout.strip().split(";")[0]  # --parsable prints "id" or "id;cluster"
 
 
+def write_record(path: Path, jobs: list[Job]) -> None:
+    """The submitted jobs (kind, name, id, the training job waited for, output folder, log),
+    rewritten after every submission so a sweep stopped midway still lists what it submitted."""
+    rows = [
+        {
+            "kind": job.kind,
+            "name": job.name,
+            "job_id": job.job_id,
+            "after": jobs[job.after].job_id if job.after is not None else None,
+            "log": f"logs/{job.name}-%j.out",  # the scripts' #SBATCH --output
+            **job.notes,
+        }
+        for job in jobs
+        if job.job_id is not None
+    ]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"root": str(ROOT), "jobs": rows}, indent=2) + "\n")
+    tmp.replace(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.status is not None:
+        return sweep_status.report(Path(args.status))
     jobs = plan(args)
+    record = None
     if not args.dry_run:
+        preflight(jobs)
         (ROOT / "logs").mkdir(exist_ok=True)
     for index, job in enumerate(jobs, start=1):
         after = jobs[job.after] if job.after is not None else None
@@ -287,7 +397,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"job {index}: kind={job.kind} name={job.name} depends={depends}")
             print(f"  sbatch: {shlex.join(job.command(dependency))}")
             continue
-        job.job_id = submit(job, after.job_id if after is not None else None)
+        job.job_id = submit(job, after.job_id if after is not None else None, jobs)
+        record = record or ROOT / "logs" / f"sweep-{job.job_id}.json"
+        write_record(record, jobs)
         depends = f" (afterok:{after.job_id} {after.name})" if after is not None else ""
         print(f"{job.kind} {job.name} {job.job_id}{depends}", flush=True)
     n_train = sum(job.kind == "train" for job in jobs)
@@ -295,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{verb} {len(jobs)} jobs: {n_train} training runs, {len(jobs) - n_train} evaluation arrays"
     )
+    if record is not None:
+        print(f"record: {record} (report: slurm/sweep.py --status {record})")
     return 0
 
 
