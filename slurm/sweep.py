@@ -126,6 +126,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--eval-time", default=None, help="evaluation time limit per array task")
     parser.add_argument("--evals-dir", default="evals")
     parser.add_argument(
+        "--runs-dir",
+        default=None,
+        metavar="DIR",
+        help="put each run's folder (its config's output_dir name) in DIR instead of where the "
+        "config puts it (runs/)",
+    )
+    parser.add_argument(
         "--protocol-layer",
         default="paper",
         metavar="NAME",
@@ -253,6 +260,8 @@ def plan(args: argparse.Namespace) -> list[Job]:
                         "-- grpo.use_cpu=true grpo.bf16=false to train on CPUs, or request GPUs"
                     )
                 output_dir = resolved["output_dir"]
+                if args.runs_dir:
+                    output_dir = str(Path(args.runs_dir).resolve() / Path(output_dir).name)
                 name = f"rlsr-{recipe}-{method}-s{seed}"
                 train_sbatch = [
                     *common,

@@ -179,18 +179,43 @@ def test_expand_nodelist_rejects_garbage():
         ({"SLURM_GPUS_PER_NODE": "h100:4"}, "4"),
         ({"RLSR_GPUS_PER_NODE": "2", "SLURM_GPUS_ON_NODE": "8"}, "2"),
         ({"CUDA_VISIBLE_DEVICES": "3,5,7"}, "3"),
+        ({"SLURM_GPUS_PER_NODE": "0"}, "0"),  # sbatch --gpus-per-node=0
+        ({}, "0"),  # nothing requested, no nvidia-smi on PATH: a CPU node
     ],
 )
 def test_gpus_per_node_sources(env, expected):
-    proc = lib("rlsr_gpus_per_node", **env)
+    """Each source of the GPU count is read, in order, and a node that names no GPU is a CPU
+    node (0). Catches a script that refuses CPU nodes or ignores a source."""
+    proc = lib("rlsr_gpus_per_node", PATH="/usr/bin:/bin", **env)  # no nvidia-smi here
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == expected
 
 
-def test_gpus_per_node_unknown_is_a_clear_error():
-    proc = lib("rlsr_gpus_per_node", PATH="/usr/bin:/bin")  # no nvidia-smi here
+def test_gpus_per_node_garbage_is_a_clear_error():
+    """A GPU count that is not a number is refused naming the two ways to set it."""
+    proc = lib("rlsr_gpus_per_node", RLSR_GPUS_PER_NODE="four")
     assert proc.returncode != 0
     assert "RLSR_GPUS_PER_NODE" in proc.stderr and "--gpus-per-node" in proc.stderr
+
+
+def test_expand_nodelist_without_a_controller_falls_back_to_the_parser(tmp_path):
+    """A scontrol that cannot reach a controller (slurm-wlm installed, no slurm.conf: a login
+    node's view, a laptop) must not break the dry run: the pure-bash parser takes over. Catches
+    'evaluate.slurm runs on one node; got 0 ()'."""
+    fake = tmp_path / "scontrol"
+    fake.write_text(
+        "#!/usr/bin/env bash\necho 'scontrol: fatal: Could not establish a configuration source' >&2\n"
+        "exit 1\n"
+    )
+    fake.chmod(0o755)
+    env_with_scontrol = base_env(PATH=f"{tmp_path}:/usr/bin:/bin")
+    env_with_scontrol.pop("RLSR_NO_SCONTROL")
+    proc = subprocess.run(
+        ["bash", "-c", f"set -euo pipefail; source {SLURM / 'lib.sh'}; rlsr_expand_nodelist 'n[1-2]'"],
+        env=env_with_scontrol, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["n1", "n2"]
 
 
 def test_job_ports_are_distinct_per_job_and_below_the_ephemeral_range():
@@ -437,6 +462,66 @@ def test_train_without_vllm_every_node_trains():
     assert overrides(plan["nodes"][0]["argv"])["grpo.use_vllm"] == "false"
 
 
+def test_train_on_cpu_nodes_runs_accelerate_cpu_without_vllm():
+    """--gpus-per-node=0 (SLURM_GPUS_PER_NODE=0) with a CPU recipe: one `accelerate launch --cpu
+    --mixed_precision no` process per node, every node trains, no vLLM, and the plan line says
+    device=cpu. Catches the CPU node refused for want of GPUs, 0 processes launched, or a vLLM
+    colocated on a node without GPUs."""
+    plan = dry_run(
+        "train.slurm",
+        ["recipe=tiny", "seed=1"],
+        SLURM_JOB_ID="9",
+        SLURM_JOB_NODELIST="c[1-2]",
+        SLURM_GPUS_PER_NODE="0",
+    )
+    assert (plan["plan"]["device"], plan["plan"]["gpus_per_node"]) == ("cpu", "0")
+    assert (plan["plan"]["num_processes"], plan["plan"]["vllm"]) == ("2", "none")
+    assert [n["node"] for n in plan["nodes"]] == ["c1", "c2"]
+    argv = plan["nodes"][0]["argv"]
+    assert "--cpu" in argv and flag(argv, "--mixed_precision") == "no"
+    assert flag(argv, "--num_processes") == "2" and flag(argv, "--num_machines") == "2"
+    assert overrides(argv)["grpo.use_vllm"] == "false"
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["recipe=hotpot"], {}, "asks for a GPU (grpo.use_cpu=false grpo.bf16=true)"),
+        (["recipe=tiny"], {"RLSR_USE_VLLM": "1"}, "RLSR_USE_VLLM=1 needs GPUs"),
+    ],
+)
+def test_train_on_cpu_nodes_refuses_gpu_settings(args, env, message):
+    """A GPU recipe (grpo.use_cpu false, bf16) or vLLM on a CPU node is refused before anything
+    starts, naming the field to change and --gpus-per-node. Catches a 7B bf16 run started on
+    CPUs, or vLLM started on a node without GPUs."""
+    proc = run_script(
+        "train.slurm",
+        args,
+        base_env(RLSR_DRY_RUN="1", SLURM_JOB_ID="9", SLURM_JOB_NODELIST="c1",
+                 SLURM_GPUS_PER_NODE="0", **env),  # fmt: skip
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert message in proc.stderr and "--gpus-per-node" in proc.stderr
+
+
+def test_scripts_name_a_missing_setup_or_a_python_without_rlsr(tmp_path):
+    """RLSR_SETUP pointing nowhere, or a python that cannot import rlsr, stops train.slurm and
+    evaluate.slurm with one line naming RLSR_SETUP, instead of a bash 'No such file' or a
+    traceback deep in a step."""
+    common = dict(SLURM_JOB_ID="9", SLURM_JOB_NODELIST="c1", SLURM_GPUS_PER_NODE="0")
+    eval_args = ["--checkpoints", str(tmp_path), "--datasets", "tiny"]
+    for name, args in (("train.slurm", ["recipe=tiny"]), ("evaluate.slurm", eval_args)):
+        missing = run_script(name, args, base_env(RLSR_SETUP=str(tmp_path / "nope.sh"), **common),
+                             check=False)  # fmt: skip
+        assert missing.returncode != 0
+        assert f"RLSR_SETUP={tmp_path / 'nope.sh'} does not exist" in missing.stderr
+        no_rlsr = run_script(name, args, base_env(**{**common, "RLSR_PYTHON": "/bin/false"}),
+                             check=False)  # fmt: skip
+        assert no_rlsr.returncode != 0
+        assert "cannot import rlsr" in no_rlsr.stderr and "RLSR_SETUP" in no_rlsr.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "env", "message"),
     [
@@ -591,6 +676,26 @@ def test_needs_judge_fast_path_agrees_with_the_package():
     assert "trivia" in expected and "hotpot-id" not in expected
 
 
+def test_evaluate_on_a_cpu_node_uses_transformers_and_refuses_gpu_only_parts(tmp_path):
+    """--gpus-per-node=0: the evaluation runs `rlsr evaluate --backend transformers` (plan line
+    device=cpu backend=transformers); an explicit --backend vllm or a judge (vLLM on a GPU) is
+    refused naming --gpus-per-node. Catches vLLM started on a node without GPUs."""
+    cpu = dict(SLURM_JOB_ID="5", SLURM_JOB_NODELIST="c1", SLURM_GPUS_PER_NODE="0")
+    args = ["--checkpoints", str(tmp_path), "--datasets", "tiny", "--judge", "never"]
+    plan = dry_run("evaluate.slurm", args, **cpu)
+    assert (plan["plan"]["device"], plan["plan"]["backend"]) == ("cpu", "transformers")
+    (node,) = plan["nodes"]
+    assert flag(node["argv"], "--backend") == "transformers"
+    for extra, message in (
+        (["--backend", "vllm"], "--backend vllm needs a GPU"),
+        (["--judge", "always"], "need the LLM judge"),
+    ):
+        proc = run_script("evaluate.slurm", [*args, *extra],
+                          base_env(RLSR_DRY_RUN="1", **cpu), check=False)  # fmt: skip
+        assert proc.returncode != 0
+        assert message in proc.stderr and "--gpus-per-node" in proc.stderr
+
+
 def test_evaluate_judge_server_on_the_node():
     plan = dry_run(
         "evaluate.slurm",
@@ -724,6 +829,7 @@ def test_sweep_submits_with_real_job_ids(tmp_path):
     sbatch = fake / "sbatch"
     sbatch.write_text(
         "#!/usr/bin/env bash\n"
+        '[[ $1 == --test-only ]] && { echo "sbatch: Job 1 to start at now" >&2; exit 0; }\n'
         f"n=$(( $(wc -l < {log} 2>/dev/null || echo 0) + 1 ))\n"
         f'printf "%s\\n" "$*" >> {log}\n'
         'echo "$((1000 + n));cluster0"\n'
@@ -744,6 +850,86 @@ def test_sweep_submits_with_real_job_ids(tmp_path):
     assert "--dependency=afterok:1001" in calls[1] and "--dependency" not in calls[0]
     assert "--array=0-0" in calls[1]
     assert (ROOT / "logs").is_dir()
+    record = json.loads((ROOT / "logs" / "sweep-1001.json").read_text())
+    assert [(j["kind"], j["job_id"], j["after"]) for j in record["jobs"]] == [
+        ("train", "1001", None), ("evaluate", "1002", "1001"),
+        ("train", "1003", None), ("evaluate", "1004", "1003"),
+    ]  # fmt: skip
+    (ROOT / "logs" / "sweep-1001.json").unlink()
+
+
+def fake_sbatch(tmp_path: Path, body: str) -> dict[str, str]:
+    """An environment whose PATH starts with an sbatch test double running ``body``."""
+    fake = tmp_path / "bin"
+    fake.mkdir(exist_ok=True)
+    (fake / "sbatch").write_text("#!/usr/bin/env bash\n" + body)
+    (fake / "sbatch").chmod(0o755)
+    return base_env(PATH=f"{fake}:{os.environ['PATH']}")
+
+
+def sweep_proc(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, str(SLURM / "sweep.py"), *args], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+TINY_SWEEP = ["--recipes", "tiny", "--methods", "rlsr,rlvr", "--seeds", "3", "--eval-datasets",
+              "tiny"]  # fmt: skip
+
+
+def test_sweep_on_cpu_nodes_asks_for_no_gpus_and_refuses_gpu_recipes():
+    """--gpus-per-node 0 / --eval-gpus-per-node 0 reach sbatch as --gpus-per-node=0 (which
+    overrides the scripts' #SBATCH GPU default: no gres request), evaluations are cancelled
+    when their training run fails (--kill-on-invalid-dep=yes), --eval-arg reaches `rlsr
+    evaluate`; a GPU recipe on CPU nodes is refused at planning, naming the fields."""
+    out = run_sweep([*TINY_SWEEP, "--gpus-per-node", "0", "--eval-gpus-per-node", "0",
+                     "--eval-arg=--limit=4", "--dry-run"]).stdout.splitlines()  # fmt: skip
+    train, evaluate = (shlex.split(c[len("  sbatch: ") :]) for c in out[1:4:2])
+    assert "--gpus-per-node=0" in train and "--gpus-per-node=0" in evaluate
+    assert "--kill-on-invalid-dep=yes" in evaluate
+    assert evaluate[-1] == "--limit=4"
+    proc = sweep_proc(["--recipes", "hotpot", "--methods", "rlsr", "--seeds", "0",
+                       "--gpus-per-node", "0", "--dry-run"], base_env())  # fmt: skip
+    assert proc.returncode != 0
+    assert "asks for a GPU (grpo.use_cpu=false grpo.bf16=true)" in proc.stderr
+
+
+def test_sweep_bad_cluster_input_stops_before_submitting(tmp_path):
+    """A partition the cluster does not have (sbatch --test-only refuses), sbatch missing, or
+    RLSR_SETUP pointing nowhere: one message naming the fix, and no job submitted."""
+    log = tmp_path / "submitted.log"
+    env = fake_sbatch(tmp_path, (
+        '[[ $1 == --test-only ]] && { echo "sbatch: error: invalid partition specified: nope" >&2;'
+        " exit 1; }\n"
+        f'echo "$*" >> {log}; echo 7\n'
+    ))  # fmt: skip
+    proc = sweep_proc([*TINY_SWEEP, "--partition", "nope"], env)
+    assert proc.returncode != 0 and not log.exists()
+    assert "invalid partition specified: nope" in proc.stderr and "--partition" in proc.stderr
+    no_sbatch = base_env(PATH=str(Path(PYTHON).parent))
+    proc = sweep_proc(TINY_SWEEP, no_sbatch)
+    assert proc.returncode != 0 and "sbatch is not on PATH" in proc.stderr
+    proc = sweep_proc(TINY_SWEEP, {**env, "RLSR_SETUP": str(tmp_path / "nope.sh")})
+    assert proc.returncode == 2 and f"RLSR_SETUP={tmp_path / 'nope.sh'} does not exist" in proc.stderr
+
+
+def test_sweep_failing_midway_says_which_jobs_were_submitted(tmp_path):
+    """sbatch refusing the third job: the sweep stops, names the jobs already in the queue and
+    the scancel that removes them, and the record lists exactly those."""
+    counter = tmp_path / "n"
+    env = fake_sbatch(tmp_path, (
+        '[[ $1 == --test-only ]] && exit 0\n'
+        f'n=$(( $(cat {counter} 2>/dev/null || echo 0) + 1 )); echo $n > {counter}\n'
+        '((n < 3)) || { echo "sbatch: error: QOSMaxSubmitJobPerUserLimit" >&2; exit 1; }\n'
+        'echo $((500 + n))\n'
+    ))  # fmt: skip
+    proc = sweep_proc(TINY_SWEEP, env)
+    assert proc.returncode != 0
+    assert "QOSMaxSubmitJobPerUserLimit" in proc.stderr
+    assert "already submitted: train rlsr-tiny-rlsr-s3 501, evaluate rlsr-tiny-rlsr-s3-eval 502" in proc.stderr
+    assert "scancel 501 502" in proc.stderr
+    record = ROOT / "logs" / "sweep-501.json"
+    assert [j["job_id"] for j in json.loads(record.read_text())["jobs"]] == ["501", "502"]
+    record.unlink()
 
 
 def test_sweep_evaluates_each_method_the_way_it_was_trained():
