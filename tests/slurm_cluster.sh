@@ -58,6 +58,7 @@ start() {
     host=$(hostname -s)
     ctld_port=$(free_port)
     slurmd_port=$(free_port)
+    first_job_id=$(($(date +%s) % 50000000 + 1000))
     cat >"$dir/slurm.conf" <<EOF
 # One-node test cluster written by tests/slurm_cluster.sh
 ClusterName=rlsrtest
@@ -87,6 +88,9 @@ ReturnToService=2
 JobRequeue=1
 KillWait=5
 MinJobAge=300
+# job ids differ from one start to the next, so logs/<name>-<id>.out of an earlier start are not
+# appended to (the scripts open their logs with --open-mode=append)
+FirstJobId=$first_job_id
 InactiveLimit=0
 SlurmctldTimeout=30
 SlurmdTimeout=30

@@ -497,8 +497,13 @@ def test_train_on_cpu_nodes_refuses_gpu_settings(args, env, message):
     proc = run_script(
         "train.slurm",
         args,
-        base_env(RLSR_DRY_RUN="1", SLURM_JOB_ID="9", SLURM_JOB_NODELIST="c1",
-                 SLURM_GPUS_PER_NODE="0", **env),  # fmt: skip
+        base_env(
+            RLSR_DRY_RUN="1",
+            SLURM_JOB_ID="9",
+            SLURM_JOB_NODELIST="c1",
+            SLURM_GPUS_PER_NODE="0",
+            **env,
+        ),  # fmt: skip
         check=False,
     )
     assert proc.returncode != 0
@@ -909,7 +914,9 @@ def test_sweep_bad_cluster_input_stops_before_submitting(tmp_path):
     proc = sweep_proc(TINY_SWEEP, no_sbatch)
     assert proc.returncode != 0 and "sbatch is not on PATH" in proc.stderr
     proc = sweep_proc(TINY_SWEEP, {**env, "RLSR_SETUP": str(tmp_path / "nope.sh")})
-    assert proc.returncode == 2 and f"RLSR_SETUP={tmp_path / 'nope.sh'} does not exist" in proc.stderr
+    assert (
+        proc.returncode == 2 and f"RLSR_SETUP={tmp_path / 'nope.sh'} does not exist" in proc.stderr
+    )
 
 
 def test_sweep_failing_midway_says_which_jobs_were_submitted(tmp_path):
@@ -925,7 +932,10 @@ def test_sweep_failing_midway_says_which_jobs_were_submitted(tmp_path):
     proc = sweep_proc(TINY_SWEEP, env)
     assert proc.returncode != 0
     assert "QOSMaxSubmitJobPerUserLimit" in proc.stderr
-    assert "already submitted: train rlsr-tiny-rlsr-s3 501, evaluate rlsr-tiny-rlsr-s3-eval 502" in proc.stderr
+    assert (
+        "already submitted: train rlsr-tiny-rlsr-s3 501, evaluate rlsr-tiny-rlsr-s3-eval 502"
+        in proc.stderr
+    )
     assert "scancel 501 502" in proc.stderr
     record = ROOT / "logs" / "sweep-501.json"
     assert [j["job_id"] for j in json.loads(record.read_text())["jobs"]] == ["501", "502"]
