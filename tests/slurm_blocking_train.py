@@ -11,8 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-import rlsr.training
 from transformers import TrainerCallback
+
+import rlsr.training
 
 ROOT = Path(__file__).resolve().parent.parent
 

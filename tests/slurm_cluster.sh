@@ -87,7 +87,8 @@ MpiDefault=none
 ReturnToService=2
 JobRequeue=1
 KillWait=5
-MinJobAge=300
+# finished jobs stay in scontrol for an hour (sweep.py --status reads them there; no sacct)
+MinJobAge=3600
 # job ids differ from one start to the next, so logs/<name>-<id>.out of an earlier start are not
 # appended to (the scripts open their logs with --open-mode=append)
 FirstJobId=$first_job_id
