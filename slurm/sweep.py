@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "slurm"))
 
 import sweep_status  # noqa: E402
-from needs_judge import load_registry  # noqa: E402  (sibling scripts, not a package)
+from needs_judge import items_needing_judge, load_registry  # noqa: E402  (sibling scripts, not a package)
 from resolve_config import resolve  # noqa: E402
 
 # The method files of recipes/method/ (rlsr, rlcr, rlvr, sft and the named variants).
@@ -233,6 +233,12 @@ def plan(args: argparse.Namespace) -> list[Job]:
         eval_datasets = args.eval_datasets or (
             None if args.no_eval else default_eval_datasets(recipe)
         )
+        judged = items_needing_judge(eval_datasets) if eval_datasets and not args.no_eval else []
+        if args.eval_gpus_per_node == 0 and judged:
+            raise SystemExit(
+                f"sweep: {', '.join(judged)} need the LLM judge, which vLLM serves on a GPU, but "
+                "--eval-gpus-per-node is 0; pass --eval-datasets without them, or --no-eval"
+            )
         for method in args.methods:
             for seed in args.seeds:
                 overrides = [

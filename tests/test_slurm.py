@@ -885,7 +885,8 @@ def test_sweep_on_cpu_nodes_asks_for_no_gpus_and_refuses_gpu_recipes():
     """--gpus-per-node 0 / --eval-gpus-per-node 0 reach sbatch as --gpus-per-node=0 (which
     overrides the scripts' #SBATCH GPU default: no gres request), evaluations are cancelled
     when their training run fails (--kill-on-invalid-dep=yes), --eval-arg reaches `rlsr
-    evaluate`; a GPU recipe on CPU nodes is refused at planning, naming the fields."""
+    evaluate`; a GPU recipe on CPU nodes, or a judged dataset evaluated on them, is refused at
+    planning, naming the fields."""
     out = run_sweep([*TINY_SWEEP, "--gpus-per-node", "0", "--eval-gpus-per-node", "0",
                      "--eval-arg=--limit=4", "--dry-run"]).stdout.splitlines()  # fmt: skip
     train, evaluate = (shlex.split(c[len("  sbatch: ") :]) for c in out[1:4:2])
@@ -896,6 +897,11 @@ def test_sweep_on_cpu_nodes_asks_for_no_gpus_and_refuses_gpu_recipes():
                        "--gpus-per-node", "0", "--dry-run"], base_env())  # fmt: skip
     assert proc.returncode != 0
     assert "asks for a GPU (grpo.use_cpu=false grpo.bf16=true)" in proc.stderr
+    proc = sweep_proc(["--recipes", "tiny", "--methods", "rlsr", "--seeds", "0",
+                       "--eval-datasets", "tiny,trivia", "--gpus-per-node", "0",
+                       "--eval-gpus-per-node", "0", "--dry-run"], base_env())  # fmt: skip
+    assert proc.returncode != 0
+    assert "trivia need the LLM judge" in proc.stderr and "--eval-gpus-per-node" in proc.stderr
 
 
 def test_sweep_bad_cluster_input_stops_before_submitting(tmp_path):

@@ -143,7 +143,8 @@ def submitted(slurm_env):
     logs = [ROOT / "logs" / f"rlsr-test-preempt-{preempt_id}.out"]
     for _, record in (failing, main):
         for job in json.loads(record.read_text())["jobs"]:
-            logs += (ROOT / "logs").glob(f"{job['name']}-*.out")
+            # %j of a one-task array is the array's id: every log is <name>-<job id>.out
+            logs.append(ROOT / "logs" / f"{job['name']}-{job['job_id']}.out")
         logs.append(record)
     for path in logs:
         path.unlink(missing_ok=True)
