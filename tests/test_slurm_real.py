@@ -265,7 +265,10 @@ def test_evaluate_array_over_checkpoints_resumes_after_a_cancelled_task(slurm_en
     _run(["scancel", f"{array_id}_1"], slurm_env)
     wait_until_done([array_id], slurm_env)
     states = {r["ArrayTaskId"]: r["JobState"] for r in job_rows(array_id, slurm_env)}
-    assert states == {"0": "COMPLETED", "1": "CANCELLED", "2": "COMPLETED"}, states
+    # a task cancelled while pending is never split off the array: scontrol lists no row for it
+    assert (states["0"], states["2"], states.get("1", "CANCELLED")) == (
+        "COMPLETED", "COMPLETED", "CANCELLED"
+    ), states  # fmt: skip
     results = [out / run.name / "checkpoint-2", out / run.name / "checkpoint-4", out / run.name]
     assert not (results[1] / "tiny-missing" / "metrics.json").exists()
     rerun = _run([*common, "--array=1", *args], slurm_env).stdout.strip()
