@@ -138,14 +138,17 @@ def submitted(slurm_env):
     main = sweep(["--recipes", "tiny", "--methods", "rlsr,rlcr", "--seeds", "0,1", *cpu,
                   "--runs-dir", str(work / "runs"), "--evals-dir", str(work / "evals"), "--",
                   *TRAIN_OVERRIDES], slurm_env)  # fmt: skip
-    yield {"work": work, "preempt": (preempt_id, preempt_dir, preempt_env), "failing": failing,
-           "main": main}  # fmt: skip
+    info = {"work": work, "preempt": (preempt_id, preempt_dir, preempt_env), "failing": failing,
+            "main": main, "extra_logs": []}  # fmt: skip
+    yield info
     logs = [ROOT / "logs" / f"rlsr-test-preempt-{preempt_id}.out"]
     for _, record in (failing, main):
         for job in json.loads(record.read_text())["jobs"]:
             # %j of a one-task array is the array's id: every log is <name>-<job id>.out
             logs.append(ROOT / "logs" / f"{job['name']}-{job['job_id']}.out")
         logs.append(record)
+    for pattern in info["extra_logs"]:  # names only these tests use
+        logs += (ROOT / "logs").glob(pattern)
     for path in logs:
         path.unlink(missing_ok=True)
     shutil.rmtree(work, ignore_errors=True)
@@ -262,6 +265,7 @@ def test_evaluate_array_over_checkpoints_resumes_after_a_cancelled_task(slurm_en
             "--datasets", "tiny-missing", "--output-dir", str(out), "--", f"--limit={EVAL_LIMIT}"]  # fmt: skip
     common = ["sbatch", "--parsable", "--gpus-per-node=0", "--job-name=rlsr-test-array"]
     array_id = _run([*common, "--array=0-2", *args], slurm_env).stdout.strip()
+    submitted["extra_logs"].append("rlsr-test-array-*.out")
     _run(["scancel", f"{array_id}_1"], slurm_env)
     wait_until_done([array_id], slurm_env)
     states = {r["ArrayTaskId"]: r["JobState"] for r in job_rows(array_id, slurm_env)}
@@ -277,5 +281,3 @@ def test_evaluate_array_over_checkpoints_resumes_after_a_cancelled_task(slurm_en
     for folder in results:
         samples = (folder / "tiny-missing" / "samples.jsonl").read_text().splitlines()
         assert len(samples) == EVAL_LIMIT, folder
-    for log in (ROOT / "logs").glob("rlsr-test-array-*.out"):
-        log.unlink()
