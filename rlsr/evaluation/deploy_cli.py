@@ -12,7 +12,7 @@ from rlsr.evaluation.deployment import (
     deployment_method_name,
     write_deployment,
 )
-from rlsr.evaluation.outputs import deprecated_flag, output_prefix
+from rlsr.evaluation.outputs import add_output_dir, deprecated_flag, output_prefix
 from rlsr.generation.backends import resolve_adapter
 from rlsr.run_layout import DEPLOYMENT_FILE, RUN_FILE, SAMPLES_FILE
 
@@ -56,14 +56,11 @@ def register(subparsers) -> None:
         help=f"the table's Method (default: the evaluation folder holding the validation "
         f"samples' {RUN_FILE}, as rlsr evaluate --deployment-target names it)",
     )
-    parser.add_argument(
-        "--output-dir",
-        metavar="DIR",
-        help=f"folder, created as needed: writes DIR/{DEPLOYMENT_FILE} (the threshold file "
-        f"`rlsr serve --threshold` reads) and DIR/{Path(DEPLOYMENT_FILE).with_suffix('.md')}",
+    add_output_dir(
+        parser,
+        f"DIR/{DEPLOYMENT_FILE} and .md",
+        detail=f" ({DEPLOYMENT_FILE}: the threshold file `rlsr serve --threshold` reads)",
     )
-    deprecated_flag(parser, "--output", dest="output_prefix", metavar="PREFIX",
-                    instead=f"--output-dir DIR (writes DIR/{DEPLOYMENT_FILE} and .md)")  # fmt: skip
     parser.add_argument(
         "--model",
         metavar="PATH",

@@ -71,3 +71,15 @@ def deprecated_flag(parser, flag: str, *, instead: str, dest: str, **kwargs) -> 
     parser.add_argument(
         flag, dest=dest, action=_Deprecated, instead=instead, help=argparse.SUPPRESS, **kwargs
     )
+
+
+def add_output_dir(parser, writes: str, *, detail: str = "", old_metavar: str = "PREFIX") -> None:
+    """The output convention of every command that writes files: ``--output-dir DIR``, a folder
+    created as needed, holding ``writes`` (e.g. ``DIR/deployment.json and .md``; ``detail``
+    adds to the help only); the old ``--output`` spelling kept hidden (``dest="output_prefix"``)
+    with its deprecation note."""
+    parser.add_argument(
+        "--output-dir", metavar="DIR", help=f"folder, created as needed: writes {writes}{detail}"
+    )
+    deprecated_flag(parser, "--output", dest="output_prefix", metavar=old_metavar,
+                    instead=f"--output-dir DIR (writes {writes})")  # fmt: skip

@@ -5,7 +5,7 @@ held-out metrics of training runs against the step, ``--pools`` their training p
 from __future__ import annotations
 
 from rlsr.evaluation.curves import write_curves
-from rlsr.evaluation.outputs import REPORT_PREFIX, deprecated_flag, output_prefix
+from rlsr.evaluation.outputs import REPORT_PREFIX, add_output_dir, output_prefix
 from rlsr.evaluation.report import build_report
 from rlsr.pool_log import write_pool_summary
 from rlsr.run_layout import EVAL_DIR, STEP_PREFIX
@@ -42,15 +42,13 @@ def register(subparsers) -> None:
         f"answers (DIR/{REPORT_PREFIX}_pools.csv)",
     )
     parser.add_argument("--label", action="append", default=[], metavar="NAME=DIR1,DIR2")
-    parser.add_argument(
-        "--output-dir",
-        metavar="DIR",
-        help=f"folder, created as needed: writes DIR/{REPORT_PREFIX}.md, {REPORT_PREFIX}.csv, "
-        f"{REPORT_PREFIX}_risk_coverage.png, {REPORT_PREFIX}_confidence_density.png",
+    add_output_dir(
+        parser,
+        f"DIR/{REPORT_PREFIX}.md, DIR/{REPORT_PREFIX}_curves.png, ...",
+        detail=f" (tables: {REPORT_PREFIX}.md, .csv, {REPORT_PREFIX}_risk_coverage.png, "
+        f"{REPORT_PREFIX}_confidence_density.png; --curves: {REPORT_PREFIX}_curves.png and "
+        f".csv; --pools: {REPORT_PREFIX}_pools.csv)",
     )
-    deprecated_flag(parser, "--output", dest="output_prefix", metavar="PREFIX",
-                    instead=f"--output-dir DIR (writes DIR/{REPORT_PREFIX}.md, DIR/"
-                    f"{REPORT_PREFIX}_curves.png, ...)")  # fmt: skip
     parser.add_argument(
         "--family", choices=("hotpot", "bigmath"), help="ID/OOD split by training domain"
     )

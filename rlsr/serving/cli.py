@@ -20,7 +20,11 @@ from rlsr.eval_protocol import (
     flag_of,
 )
 from rlsr.evaluation.decisions import summarise_decisions
-from rlsr.evaluation.outputs import SERVE_REPORT_FILE, deprecated_flag, output_prefix
+from rlsr.evaluation.outputs import (
+    SERVE_REPORT_FILE,
+    add_output_dir,
+    output_prefix,
+)
 from rlsr.evaluation.provenance import adapter_fingerprint
 from rlsr.generation.backends import resolve_adapter
 from rlsr.run_layout import DEPLOYMENT_FILE
@@ -192,14 +196,7 @@ def register(subparsers) -> None:
     rp.add_argument("--threshold", metavar="FILE", help=f"the {DEPLOYMENT_FILE} that was served")
     rp.add_argument("--rule", default=DEFAULT_RULE)
     rp.add_argument("--tau", type=float, help="only decisions at this tau (default: the rule's)")
-    rp.add_argument(
-        "--output-dir",
-        metavar="DIR",
-        help=f"also write the summary to DIR/{SERVE_REPORT_FILE} and DIR/"
-        f"{SERVE_REPORT_FILE.removesuffix('.json')}.md (folder created as needed)",
-    )
-    deprecated_flag(rp, "--output", dest="output_prefix", metavar="FILE",
-                    instead=f"--output-dir DIR (writes DIR/{SERVE_REPORT_FILE} and .md)")  # fmt: skip
+    add_output_dir(rp, f"DIR/{SERVE_REPORT_FILE} and .md", old_metavar="FILE")
     rp.set_defaults(func=run_serve_report)
 
 
