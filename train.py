@@ -6,9 +6,10 @@ SFTTrainer). Hydra entry point.
     accelerate launch --config_file recipes/accelerate/ddp.yaml train.py recipe=hotpot method=rlsr
     accelerate launch ... train.py recipe=bigmath method=rlcr model=llama3.1-8b grpo.learning_rate=1e-5
 
-The configuration tree lives in recipes/ (docs/training.md). The configuration is validated
-before any model or dataset is loaded; a bad value prints one line naming the field and the fix
-and exits with status 2.
+The configuration tree lives in recipes/ (docs/training.md). The configuration is composed and
+checked with light modules only (Hydra, omegaconf, rlsr.config, the method registry), before
+torch, transformers or TRL are imported and before any model or dataset is loaded; a bad value
+prints one line naming the field and the fix and exits with status 2 (within ~1-2 s).
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ import time
 from pathlib import Path
 
 import hydra
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from rlsr.config import ConfigError, describe_hydra_error, force_add_overrides, from_dict
+from rlsr.run_layout import checkpoint_folders
+from rlsr.run_plan import RunPlan, plan_run
+from rlsr.verifiers.base import VerifierFailure
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 logger = logging.getLogger("rlsr.train")
@@ -44,28 +52,28 @@ def save_resolved_config(cfg: DictConfig, output_dir: str) -> Path:
     return path
 
 
-@hydra.main(version_base="1.3", config_path="recipes", config_name="config")
-def main(cfg: DictConfig) -> int:
-    from omegaconf.errors import OmegaConfBaseException
-
-    from rlsr.config import ConfigError, describe_hydra_error, from_dict
-    from rlsr.run_plan import plan_run
-    from rlsr.training import run_summary, run_training
-    from rlsr.verifiers.base import VerifierFailure
-
+def checked_plan(cfg: DictConfig) -> RunPlan:
+    """The run plan of the composed config, or one ``config error:`` line and exit 2."""
     try:
-        plan = plan_run(from_dict(OmegaConf.to_container(cfg, resolve=True)))
-        settings = plan.settings
+        return plan_run(from_dict(OmegaConf.to_container(cfg, resolve=True)))
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
-        sys.exit(CONFIG_ERROR_EXIT)
     except OmegaConfBaseException as err:  # e.g. a mandatory value (???) left unset
         print(f"config error: {describe_hydra_error(err)}", file=sys.stderr)
-        sys.exit(CONFIG_ERROR_EXIT)
+    sys.exit(CONFIG_ERROR_EXIT)
 
+
+@hydra.main(version_base="1.3", config_path="recipes", config_name="config")
+def main(cfg: DictConfig) -> int:
+    plan = checked_plan(cfg)
+    settings = plan.settings
     if _is_main_process():
         path = save_resolved_config(cfg, settings.output_dir)
         print(f"[rlsr] resolved config: {path}", flush=True)
+
+    # The trainer imports torch, transformers and TRL (5-10 s): only once the config is valid,
+    # so a typo is answered before that (benchmarks/bench_config_errors.py).
+    from rlsr.training import run_summary, run_training
 
     try:
         trainer = run_training(settings, plan=plan)
@@ -113,7 +121,6 @@ def vllm_server_failure(err: BaseException, grpo: dict, output_dir: str) -> str 
         from requests.exceptions import RequestException
     except ImportError:  # no requests: TRL's client cannot have raised
         return None
-    from rlsr.run_layout import checkpoint_folders
 
     url = grpo.get("vllm_server_base_url") or (
         f"http://{grpo.get('vllm_server_host', '0.0.0.0')}:{grpo.get('vllm_server_port', 8000)}"
@@ -168,11 +175,6 @@ def cli() -> None:
     ``config error: ...`` and exits 2 instead of a multi-line report; other errors keep their
     traceback. A user who set ``HYDRA_FULL_ERROR`` gets Hydra's full output as before.
     """
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from rlsr.config import describe_hydra_error, force_add_overrides
-
     recipes = Path(__file__).resolve().parent / "recipes"
     groups = [d.name for d in recipes.iterdir() if d.is_dir()]
     sys.argv = [sys.argv[0], *force_add_overrides(sys.argv[1:], groups)]

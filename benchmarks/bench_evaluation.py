@@ -22,7 +22,7 @@ def main() -> None:
     parser.add_argument("--batch-sizes", default="1,8,32")
     args = parser.parse_args()
 
-    from rlsr.data import load_examples
+    from rlsr.data.loading import load_examples
     from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
     from rlsr.generation.backends import TransformersBackend
     from rlsr.tiny_models import tiny_model_path

@@ -205,7 +205,7 @@ def main() -> None:
 
     import torch
 
-    from rlsr.data import load_examples
+    from rlsr.data.loading import load_examples
     from rlsr.evaluation.runner import EvalSettings
     from rlsr.generation.backends import TransformersBackend, VLLMBackend, encode_prompts
     from rlsr.tiny_models import tiny_model_path, tiny_warm_model_path

@@ -122,7 +122,7 @@ def main() -> None:
     if not (0 < args.n <= 5000 and 0 < args.concurrency <= 256 and 0 < args.serial <= 1000):
         raise SystemExit("bounded load test: --n <= 5000, --concurrency <= 256, --serial <= 1000")
 
-    from rlsr.data import load_examples
+    from rlsr.data.loading import load_examples
 
     questions = [str(q) for q in load_examples("tiny")["question"]]
     port = _free_port()

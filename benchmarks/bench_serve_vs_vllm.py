@@ -129,8 +129,8 @@ def main() -> None:
     if not (0 < args.n <= 2000 and 0 < args.concurrency <= 256 and 0 < args.rounds <= 10):
         raise SystemExit("bounded load test: --n <= 2000, --concurrency <= 256, --rounds <= 10")
 
-    from rlsr.data import load_examples
     from rlsr.data.formatting import build_prompt
+    from rlsr.data.loading import load_examples
     from rlsr.tiny_models import tiny_warm_model_path
 
     model = str(tiny_warm_model_path())

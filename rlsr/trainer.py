@@ -44,7 +44,7 @@ import torch
 from accelerate.utils import gather, gather_object
 from trl import GRPOTrainer
 
-from rlsr.data import row_verification_inputs
+from rlsr.data.loading import row_verification_inputs
 from rlsr.logprob import answer_logprob_confidences
 from rlsr.parsing import FULL_FORMAT, completion_text, parse_response
 from rlsr.pool import ROW_FIELDS, Pool, PoolObserver

@@ -48,15 +48,14 @@ from rlsr.config import (
     resolve_resume,
     training_verifier,
 )
-from rlsr.data import (
+from rlsr.data import get_spec, version_differences, version_records
+from rlsr.data.loading import (
+    DatasetUnavailableError,
     PromptRoom,
     build_verifier,
-    get_spec,
+    download_command,
     load_examples,
-    version_differences,
-    version_records,
 )
-from rlsr.data.loading import DatasetUnavailableError, download_command
 from rlsr.eval_protocol import protocol_flags, to_flags
 from rlsr.evaluation.history import read_history
 from rlsr.evaluation.in_training import HeldOutEvaluator

@@ -366,7 +366,7 @@ def check_woken_generation(trainer, model_dir: Path, device: str) -> dict:
     import torch
     import vllm
 
-    from rlsr.data import load_examples
+    from rlsr.data.loading import load_examples
     from rlsr.evaluation.in_training import inference_copy
     from rlsr.generation.backends import encode_prompt, load_chat_tokenizer, render_chat
 
@@ -439,7 +439,7 @@ def check_midstream_failure(trainer, out: Path, fault: str | None = None) -> dic
     evaluator's abort), as a regression would: the check must fail."""
     import signal
 
-    from rlsr.data import load_examples
+    from rlsr.data.loading import load_examples
     from rlsr.evaluation import in_training
     from rlsr.generation import backends
     from rlsr.generation.backends import encode_prompt, engine_requests, render_chat

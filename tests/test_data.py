@@ -18,13 +18,10 @@ import pytest
 from rlsr.data import (
     GROUPS,
     REGISTRY,
-    DatasetUnavailableError,
     datasets_system_prompt,
     get_spec,
     group_system_prompt,
-    load_examples,
     resolve_datasets,
-    verification_inputs,
 )
 from rlsr.data.formatting import (
     FORMATTERS,
@@ -33,7 +30,12 @@ from rlsr.data.formatting import (
     parse_rendered_options,
     render_hotpot_problem,
 )
-from rlsr.data.loading import FIXTURES_DIR
+from rlsr.data.loading import (
+    FIXTURES_DIR,
+    DatasetUnavailableError,
+    load_examples,
+    verification_inputs,
+)
 from rlsr.data.tiny import TINY_MISSING_SIZES, TINY_SIZES, generate_tiny, write_tiny
 from rlsr.prompts import LONG_SYSTEM_PROMPT, SIMPLE_SYSTEM_PROMPT, SYSTEM_PROMPTS
 

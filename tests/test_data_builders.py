@@ -13,7 +13,6 @@ from pathlib import Path
 import datasets
 import pytest
 
-from rlsr.data import load_examples
 from rlsr.data.builders import (
     build_bigmath_digits,
     build_hotpot_modified,
@@ -23,6 +22,7 @@ from rlsr.data.builders import (
     remove_paragraphs,
 )
 from rlsr.data.formatting import count_hotpot_paragraphs
+from rlsr.data.loading import load_examples
 
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["HF_HUB_OFFLINE"] = "1"

@@ -192,7 +192,7 @@ def test_fallbacks_are_recorded_for_responses_without_tags(evaluated):
 
 
 def test_adapter_changes_outputs_and_resume_after_crash(tiny_model_dir, run_dir, tmp_path):
-    from rlsr.data import load_examples
+    from rlsr.data.loading import load_examples
     from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
     from rlsr.generation.backends import TransformersBackend, resolve_adapter
     from rlsr.verifiers import get_verifier
@@ -253,7 +253,7 @@ def test_llm_judge_path_with_tiny_judge(tiny_model_dir, tmp_path):
             assert isinstance(r["judge_output"], str)
     assert metrics["unjudged"] == sum(r["verify_status"] == "unjudged" for r in records)
     # The judge saw question + gold + the quoted extracted answer only, never the response.
-    from rlsr.data import load_examples
+    from rlsr.data.loading import load_examples
     from rlsr.evaluation.judge import RecordingJudge, backend_judge_fn
     from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
     from rlsr.generation.backends import TransformersBackend

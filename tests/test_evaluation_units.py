@@ -564,7 +564,7 @@ def test_progress_bar_shows_the_running_accuracy_of_the_file(tmp_path, monkeypat
     """The progress bar's acc is the accuracy of every sample written so far (resumed ones
     included), ending at the accuracy metrics.json reports; showing the last group's (here 0.0
     after a first group at 1.0) disagreed with the summary line printed after it."""
-    from rlsr.data import load_examples
+    from rlsr.data.loading import load_examples
     from rlsr.evaluation import runner
     from rlsr.verifiers import get_verifier
 

@@ -256,7 +256,7 @@ def test_logged_pools_recompute_from_their_own_verdicts_with_the_method_and_trls
     from test_trainer import ONE_STEP_POOL
     from test_trainer_support import TEST_THREADS, tiny_settings
 
-    from rlsr.data import load_examples
+    from rlsr.data.loading import load_examples
     from rlsr.methods import compute_reward_columns, reward_columns
     from rlsr.parsing import parse_response
     from rlsr.pool_log import pool_summary_rows

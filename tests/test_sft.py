@@ -41,7 +41,7 @@ def _adapter(path: Path):
 
 
 def _sft_example_rows():
-    from rlsr.data import load_examples
+    from rlsr.data.loading import load_examples
     from rlsr.sft_trainer import sft_examples
 
     rows = load_examples("tiny", split="train", limit=3, system_prompt="none")

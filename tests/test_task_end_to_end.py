@@ -143,7 +143,7 @@ def test_the_summarys_evaluate_command_names_the_task_and_runs_as_printed(user, 
 
 
 def _task_rows(split: str) -> list[dict]:
-    from rlsr.data import load_examples
+    from rlsr.data.loading import load_examples
 
     return load_examples("colors", split=split).to_list()
 

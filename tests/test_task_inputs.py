@@ -20,15 +20,9 @@ from test_config import compose
 
 from rlsr.cli import main
 from rlsr.config import ConfigError, from_dict, resolve_model_path
-from rlsr.data import (
-    PromptRoom,
-    TaskError,
-    load_examples,
-    load_tasks,
-    task_names,
-    unregister_task,
-)
+from rlsr.data import TaskError, load_tasks, task_names, unregister_task
 from rlsr.data import tasks as tasks_module
+from rlsr.data.loading import PromptRoom, load_examples
 from rlsr.data.tasks import TASKS_PATH_ENV
 from rlsr.evaluation import evaluate_cli
 from rlsr.tokenization import load_tokenizer, model_context_length, prompt_token_counter

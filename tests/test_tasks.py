@@ -28,17 +28,15 @@ from rlsr.data import (
     Task,
     TaskError,
     get_spec,
-    load_examples,
     load_task_file,
     load_tasks,
     register_task,
     resolve_datasets,
     task_names,
     unregister_task,
-    verification_inputs,
 )
 from rlsr.data import tasks as tasks_module
-from rlsr.data.loading import FIXTURES_DIR, task_split_rows
+from rlsr.data.loading import FIXTURES_DIR, load_examples, task_split_rows, verification_inputs
 from rlsr.prompts import FORMAT_INSTRUCTIONS, SIMPLE_SYSTEM_PROMPT, get_system_prompt
 from rlsr.training import build_trainer, validate
 

@@ -127,7 +127,7 @@ def test_bad_arguments_name_the_field():
 
 
 def test_dataset_folder_loads_through_rlsr_data(tmp_path):
-    from rlsr.data import load_examples
+    from rlsr.data.loading import load_examples
 
     write_dataset_folder(tmp_path, "distractor", seed=2, n_train=20, n_heldout=10)
     train = load_examples("tiny", path=str(tmp_path), split="train")

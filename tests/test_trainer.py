@@ -299,7 +299,7 @@ def test_one_step_rewards_and_advantages_trl_received_equal_an_independent_recom
     import torch
     from test_trainer_support import TEST_THREADS, tiny_settings
 
-    from rlsr.data import load_examples
+    from rlsr.data.loading import load_examples
     from rlsr.parsing import parse_response
     from rlsr.training import build_trainer, validate
     from rlsr.verifiers import get_verifier

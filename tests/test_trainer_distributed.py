@@ -89,7 +89,7 @@ def _greedy_mixed_dataset(folder: Path) -> list[str]:
     (test_tiny_model.py: every greedy decision wins by >= 1e-3 in logit). Returns the golds."""
     from test_trainer_support import format_warm_model
 
-    from rlsr.data import load_examples
+    from rlsr.data.loading import load_examples
     from rlsr.parsing import parse_response
     from tools.tiny_models import greedy_completions
 
@@ -211,7 +211,7 @@ def test_held_out_evaluation_is_sharded_across_processes_and_joined_once(tmp_pat
     """Two processes: each answers its own contiguous half of the held-out questions (shard
     sizes recorded in metrics.json), rank 0 joins them in dataset order and computes the
     metrics once; no per-rank folder is left behind (rlsr.evaluation.in_training)."""
-    from rlsr.data import load_examples
+    from rlsr.data.loading import load_examples
 
     _launch(tmp_path / "two", 2, "heldout")
     folder = tmp_path / "two" / "run" / "eval" / "step-1" / "tiny"

@@ -168,7 +168,7 @@ def _stream_child(out_dir: str, crash_at: int) -> None:
     """``rlsr evaluate``'s runner on vLLM with the default (streaming) settings; with
     ``crash_at`` >= 0 the process dies (``os._exit``, nothing flushed: like SIGKILL) just before
     the ``crash_at``-th group of finished samples is written."""
-    from rlsr.data import load_examples
+    from rlsr.data.loading import load_examples
     from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
     from rlsr.generation.backends import VLLMBackend
     from rlsr.tiny_models import tiny_warm_model_path
@@ -198,7 +198,7 @@ def test_vllm_streams_samples_as_they_finish_and_a_kill_loses_none(tmp_path):
     waves): a process killed before its third write leaves the first two groups on disk,
     complete. The rerun adds exactly the missing ids, and the final file equals
     the transformers backend's, line for line, in dataset order."""
-    from rlsr.data import load_examples
+    from rlsr.data.loading import load_examples
     from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
     from rlsr.evaluation.samples_io import read_samples
     from rlsr.generation.backends import TransformersBackend

@@ -40,7 +40,7 @@ import textwrap
 from pathlib import Path
 
 from rlsr import prompts
-from rlsr.data import load_examples
+from rlsr.data.loading import load_examples
 from rlsr.data.tiny import COLORS as TINY_COLORS
 from rlsr.data.tiny import OBJECTS as TINY_OBJECTS
 from rlsr.logprob import left_pad

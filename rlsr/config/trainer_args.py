@@ -4,13 +4,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from rlsr.config import machine
 from rlsr.config.checks import ConfigError, closest_hint, is_number
 from rlsr.config.checks import check as _check
 from rlsr.config.checks import is_int as _is_int
-from rlsr.config.trl_defaults import grpo_get, sft_default
+from rlsr.config.trl_defaults import config_field_names, grpo_get, sft_default
 from rlsr.launch import engine_from_env, engine_problems
 
 VLLM_MODES = ("colocate", "server")
@@ -36,9 +34,7 @@ def _check_batch_sizes(g: dict, section: str) -> None:
 def check_grpo(g: dict) -> None:
     """The ``grpo`` section's own fields (the pool they make is ``rlsr.config.pool.resolve_pool``'s,
     run once by ``rlsr.config.plan_settings``)."""
-    from trl import GRPOConfig
-
-    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    fields = config_field_names("GRPOConfig")
     for key in g:
         _check(
             key in fields,
@@ -183,9 +179,7 @@ def check_vllm_length(g: dict, prompt: int | None) -> None:
 
 def check_sft(g: dict) -> None:
     """The ``sft`` section (method=sft): trl.SFTConfig fields, minus the ones rlsr fills in."""
-    from trl import SFTConfig
-
-    fields = {f.name for f in dataclasses.fields(SFTConfig)}
+    fields = config_field_names("SFTConfig")
     for key in g:
         _check(
             key in fields,

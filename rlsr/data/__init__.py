@@ -1,25 +1,14 @@
-"""Dataset registry and loaders: the paper's benchmarks, UtilityBench, the bundled ``tiny`` and
-the user's own tasks (``register_task(Task(...))``, task files: docs/tasks.md).
+"""Dataset registry and task declarations: the paper's benchmarks, UtilityBench, the bundled
+``tiny`` and the user's own tasks (``register_task(Task(...))``, task files: docs/tasks.md).
 
-``get_spec(name)``, ``REGISTRY``, ``GROUPS``, ``resolve_datasets("a,b" | group)``,
-``load_examples(name, *, path, split, limit, system_prompt, data_dir, columns)``. See
-docs/datasets.md.
+``get_spec(name)``, ``REGISTRY``, ``GROUPS``, ``resolve_datasets("a,b" | group)``. See
+docs/datasets.md. This package's top imports no ``datasets``/``torch``, so the config check
+(``rlsr.config``) reads the registry in a fraction of a second; the row readers
+(``load_examples(name, *, path, split, limit, system_prompt, data_dir, columns)``,
+``verification_inputs``, ...) live in ``rlsr.data.loading``, which imports ``datasets``.
 """
 
 from rlsr.data.formatting import USER_PROMPT_TEMPLATE, build_prompt
-from rlsr.data.loading import (
-    DATA_DIR_ENV,
-    DatasetUnavailableError,
-    PromptRoom,
-    VerificationInputs,
-    build_verifier,
-    download_command,
-    download_dataset,
-    load_examples,
-    load_raw,
-    row_verification_inputs,
-    verification_inputs,
-)
 from rlsr.data.registry import (
     BUILTIN_DATASETS,
     GROUP_SYSTEM_PROMPTS,
@@ -66,27 +55,16 @@ __all__ = [
     "version_records",
     "version_differences",
     "unregister_task",
-    "DATA_DIR_ENV",
     "DatasetSpec",
-    "DatasetUnavailableError",
     "GROUPS",
     "GROUP_SYSTEM_PROMPTS",
     "REGISTRY",
     "USER_PROMPT_TEMPLATE",
     "VERIFIERS",
-    "VerificationInputs",
     "build_prompt",
-    "build_verifier",
-    "download_command",
-    "download_dataset",
     "get_spec",
     "datasets_system_prompt",
     "group_system_prompt",
     "groups_of",
-    "PromptRoom",
-    "load_examples",
-    "load_raw",
     "resolve_datasets",
-    "verification_inputs",
-    "row_verification_inputs",
 ]

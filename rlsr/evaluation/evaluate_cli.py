@@ -17,7 +17,8 @@ import datasets
 import transformers
 
 from rlsr.config import resolve_model_path
-from rlsr.data import build_verifier, get_spec, load_examples, resolve_datasets
+from rlsr.data import get_spec, resolve_datasets
+from rlsr.data.loading import build_verifier, load_examples
 from rlsr.eval_protocol import add_protocol_flags
 from rlsr.evaluation.audit import audit_deployment, audit_markdown
 from rlsr.evaluation.budget import generation_budget

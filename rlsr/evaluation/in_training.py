@@ -69,7 +69,8 @@ from transformers import AutoModelForCausalLM, TrainerCallback
 
 from rlsr.config.checks import ConfigError
 from rlsr.config.heldout import ResolvedHeldOut
-from rlsr.data import build_verifier, load_examples, version_records
+from rlsr.data import version_records
+from rlsr.data.loading import build_verifier, load_examples
 from rlsr.evaluation.history import tracker_scalars, write_history
 from rlsr.evaluation.judge import DEFAULT_JUDGE_MODEL, RecordingJudge, openai_judge_fn
 from rlsr.evaluation.runner import EvalSettings, evaluate_dataset, summarise
