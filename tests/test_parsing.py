@@ -1,9 +1,9 @@
-"""Tests for rlsr.parsing: format rule, confidence grammar, last-block rule, robustness, linear time."""
+"""Tests for rlsr.parsing: format rule, confidence grammar, last-block rule, robustness on
+pathological megabyte inputs (their parse time: benchmarks/bench_parsing.py)."""
 
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -296,7 +296,7 @@ def test_generated_well_formed_responses(think, answer, analysis, conf, gaps):
     _check_invariants(parsed, FULL_FORMAT)
 
 
-# --- linear time on pathological megabyte inputs ---------------------------------------------------
+# --- pathological megabyte inputs ---------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -315,11 +315,13 @@ def test_generated_well_formed_responses(think, answer, analysis, conf, gaps):
     ],
     ids=lambda t: repr(t[:20]),
 )
-def test_megabyte_pathological_inputs_are_fast(text):
-    start = time.perf_counter()
+@pytest.mark.timeout(120)  # a hang guard: a backtracking parse runs for hours on these
+def test_megabyte_pathological_inputs_are_parsed(text):
+    """Megabyte inputs built to make a backtracking regex or a quadratic scan blow up (repeated
+    open tags, a million digits, unicode digits) parse to a result that satisfies every
+    invariant. How fast they parse is measured in benchmarks/bench_parsing.py (~10 ms each)."""
     for spec in (FULL_FORMAT, ANSWER_CONFIDENCE_FORMAT):
         _check_invariants(parse_response(text, spec), spec)
-    assert time.perf_counter() - start < 2.0  # generous: linear scans take ~10 ms here
 
 
 @given(text=_ADVERSARIAL)

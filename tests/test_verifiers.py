@@ -4,7 +4,6 @@ multiple choice (paper Sec. C.6.1 fallbacks), the LLM-judge interface and the re
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -147,11 +146,13 @@ def test_math_equal_runs_in_a_non_main_thread():
     assert box == {"ok": True}
 
 
+@pytest.mark.timeout(300)  # a hang guard: an unhonoured limit never returns on these items
 def test_serial_time_limit_on_a_genuinely_slow_input():
+    """In-process verification (num_workers=0) honours timeout_s: the slow item is cut off by
+    the time limit and reported as a timeout (a limit not armed would finish or hang on it), and
+    the next item is still verified."""
     verifier = MathVerifier(num_workers=0, timeout_s=0.5)
-    start = time.perf_counter()
     result = verifier.verify_batch([SLOW_LATEX, "1/2"], ["1", "0.5"])
-    assert time.perf_counter() - start < 10
     assert result.status == ("timeout", "correct")
     assert (result.timeouts, result.errors) == (1, 0)
 
@@ -189,27 +190,26 @@ def test_pool_matches_serial(pool):
     assert pooled.correct.dtype == np.bool_
 
 
+@pytest.mark.timeout(300)  # a hang guard: an unhonoured limit never returns on these items
 def test_pool_times_out_slow_item_and_keeps_going(pool):
     preds = ["1/2", SLOW_LATEX, "2", "3", "4"]
-    start = time.perf_counter()
     result = pool.verify_batch(preds, ["0.5", "1", "2", "3", "5"])
-    assert time.perf_counter() - start < 10
     assert result.status == ("correct", "timeout", "correct", "correct", "incorrect")
     assert result.timeouts == 1
 
 
+@pytest.mark.timeout(300)  # a hang guard: an unhonoured limit never returns on these items
 def test_pool_kills_hung_worker_and_recovers_from_crash(pool):
     restarts = pool.restarts
     preds = ["1", _HOOK_HANG, "2", "3", _HOOK_CRASH, "4", "5", "6"]
-    start = time.perf_counter()
     result = pool.verify_batch(preds, ["1", "1", "2", "3", "3", "4", "5", "6"])
-    elapsed = time.perf_counter() - start
     assert result.status == (
         "correct", "timeout", "correct", "correct", "error", "correct", "correct", "correct"
     )  # fmt: skip
     assert (result.timeouts, result.errors) == (1, 1)
+    # the hung worker (SIGALRM blocked: it never answers) was killed and replaced, as was the
+    # crashed one; the hung item is a timeout, not a wait for a verdict that never comes
     assert pool.restarts == restarts + 2
-    assert elapsed < 15  # the hung item costs ~timeout_s + grace_s, not forever
     # The restarted pool serves the next call normally.
     assert pool.verify_batch(["7"], ["7"]).status == ("correct",)
 
@@ -227,11 +227,21 @@ def test_pool_restarts_a_worker_that_died_while_idle_without_blaming_an_item(poo
     assert pool.restarts == restarts + len(pool._workers)
 
 
-def test_pool_duplicates_are_verified_once_but_counted_per_item(pool):
+@pytest.mark.timeout(300)  # a hang guard: an unhonoured limit never returns on these items
+def test_pool_duplicates_are_verified_once_but_counted_per_item(pool, monkeypatch):
+    """Repeated (prediction, gold) pairs go to the workers once: the slow item costs one
+    timeout, not three in a row; each repeat still gets the verdict (three timeouts counted)."""
+    sent = []
+    run_workers = pool._run_workers
+
+    def recording(keyed, *args, **kwargs):
+        sent.extend(keyed)
+        return run_workers(keyed, *args, **kwargs)
+
+    monkeypatch.setattr(pool, "_run_workers", recording)
     preds = [SLOW_LATEX] * 3 + ["1/2"] * 40
-    start = time.perf_counter()
     result = pool.verify_batch(preds, ["1"] * 3 + ["0.5"] * 40)
-    assert time.perf_counter() - start < 6  # one timeout, not three in a row per worker
+    assert sorted(pred for _, pred, _ in sent) == ["1/2", SLOW_LATEX]
     assert result.timeouts == 3 and int(result.correct.sum()) == 40
 
 
