@@ -127,10 +127,8 @@ def test_sigint_mid_run_prints_one_line_and_exits_130(tiny_model_dir, tmp_path):
                             text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     try:
-        deadline = time.monotonic() + 180
         while not (samples.exists() and samples.read_text().count("\n") >= 1):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no sample written within 180 s"
+            assert proc.poll() is None, proc.communicate()  # ended before writing a sample
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)

@@ -145,15 +145,28 @@ def test_healthy_server_gives_verdicts_and_sends_the_key(monkeypatch):
         openai_judge_fn("localhost:8000", "m")
 
 
-def test_refused_connection_fails_the_health_check_and_the_call():
+def test_refused_connection_fails_the_health_check_and_the_call(monkeypatch):
+    """A judge that refuses connections fails the health check and the call, each after the
+    tries it was given (max_retries=1: two connection attempts each, counted where the openai
+    client sends each attempt), never retrying without end; each attempt carries timeout_s."""
+    from openai._base_client import SyncHttpxClientWrapper  # the client's HTTP session class
+
+    attempts = []
+    send = SyncHttpxClientWrapper.send
+
+    def counted(self, request, *args, **kwargs):
+        attempts.append((request.url.path, request.extensions.get("timeout", {}).get("connect")))
+        return send(self, request, *args, **kwargs)
+
+    monkeypatch.setattr(SyncHttpxClientWrapper, "send", counted)
     url = _refused_url()
-    started = time.monotonic()
     with pytest.raises(JudgeUnavailableError, match=f"judge server {url} is not answering"):
         check_judge_server(url, "judge", timeout_s=2, max_retries=1)
+    assert attempts == [("/v1/models", 2)] * 2
     fn = openai_judge_fn(url, "judge", timeout_s=2, max_retries=1)
     with pytest.raises(JudgeUnavailableError, match=f"judge server {url} failed: cannot connect"):
         _verify(fn, ["Paris"])
-    assert time.monotonic() - started < 60  # bounded: two short tries each
+    assert attempts[2:] == [("/v1/chat/completions", 2)] * 2
 
 
 def test_http_500_is_retried_then_fails_without_a_verdict():

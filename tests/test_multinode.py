@@ -156,10 +156,8 @@ def test_two_nodes_from_train_slurm_pool_both_and_resume_after_requeue(tmp_path)
     # --- first allocation: killed (SIGTERM to the batch script, as Slurm does) after step 1
     first = _train_slurm(env, args, tmp_path / "job-0.log")
     try:
-        deadline = time.time() + 400
         while not (out_dir / "checkpoint-1" / "trainer_state.json").is_file():
             assert first.poll() is None, (tmp_path / "job-0.log").read_text()[-6000:]
-            assert time.time() < deadline, "no checkpoint-1 after 400 s"
             time.sleep(0.2)
         os.killpg(first.pid, signal.SIGTERM)
         first.wait(timeout=120)

@@ -3,7 +3,9 @@ other processes wait for the main process in a collective under ``grpo.ddp_timeo
 that stops answering must fail the evaluation (recorded; training goes on) instead of hanging.
 
 The server here is a stand-in at the HTTP boundary: a tiny local server that accepts the
-connection and never answers in time. The real vLLM server cannot be made to hang
+connection and never answers (it holds every request until the test ends), so a call that
+returns did so because the client gave up on its own deadline; the session records the timeout
+each attempt was sent with. The real vLLM server cannot be made to hang
 deterministically, and TRL's ``VLLMClient`` cannot be built without vLLM installed, so the
 client is a ``requests.Session`` mounted with urllib3's ``Retry`` as TRL mounts it (fewer
 retries, no backoff, to keep the test short; ``_retry_bound`` reads whatever is mounted).
@@ -30,18 +32,21 @@ from rlsr.generation.server_backend import (
     server_eval_bound,
 )
 
-SLEEP_S = 60.0  # how long the stand-in takes to answer: far beyond the bounds below
+# Hang guard for the tests below: a client that ignored its deadline would wait on the silent
+# stand-in until this fires (the tests assert the deadline, not how long they took).
+HANG_GUARD_S = 120
 
 
 @pytest.fixture
-def sleeping_server():
+def silent_server():
+    """``(url, hits)``: a server that records each request's path and never answers it."""
     release = threading.Event()
     hits = []
 
     class Handler(BaseHTTPRequestHandler):
         def _sleep(self):
             hits.append(self.path)
-            release.wait(SLEEP_S)
+            release.wait()  # until the test ends: no answer the client could wait for
 
         do_GET = do_POST = _sleep
 
@@ -53,9 +58,21 @@ def sleeping_server():
         release.set()
 
 
-def _session(retries: int) -> requests.Session:
+class _RecordingSession(requests.Session):
+    """``requests.Session`` that records the timeout each request is sent with."""
+
+    def __init__(self):
+        super().__init__()
+        self.timeouts = []
+
+    def request(self, method, url, *args, **kwargs):
+        self.timeouts.append(kwargs.get("timeout"))
+        return super().request(method, url, *args, **kwargs)
+
+
+def _session(retries: int) -> _RecordingSession:
     """A session mounted as TRL's VLLMClient mounts its own (read timeouts retried)."""
-    session = requests.Session()
+    session = _RecordingSession()
     retry = Retry(total=retries, connect=retries, read=retries, backoff_factor=0,
                   allowed_methods=["POST", "GET"])  # fmt: skip
     session.mount("http://", HTTPAdapter(max_retries=retry))
@@ -70,28 +87,32 @@ class _Tokenizer:
         return {"input_ids": [ord(c) % 50 for c in text]}
 
 
-def test_a_server_that_sleeps_fails_the_evaluation_within_its_bound(sleeping_server):
-    url, hits = sleeping_server
-    client = SimpleNamespace(base_url=url, model="m", session=_session(retries=1))
+@pytest.mark.timeout(HANG_GUARD_S)
+def test_a_server_that_never_answers_fails_the_evaluation_within_its_bound(silent_server):
+    """With a deadline 4 s away and one retry, each attempt is sent with a timeout of at most
+    half the remaining time, both attempts reach the server, and the call ends in a
+    TimeoutError although the server never answered: a client sent without a timeout (or
+    with the whole bound per attempt) would wait on the silent stand-in."""
+    url, hits = silent_server
+    session = _session(retries=1)
+    client = SimpleNamespace(base_url=url, model="m", session=session)
     bound_s = 4.0
-    started = time.monotonic()
-    backend = ServerBackend(client, _Tokenizer(), set(), deadline=started + bound_s)
+    backend = ServerBackend(client, _Tokenizer(), set(), deadline=time.monotonic() + bound_s)
     with pytest.raises(TimeoutError, match="within 2 s per attempt|time bound is spent"):
         backend.generate(["a question"], Sampling(max_new_tokens=8))
-    elapsed = time.monotonic() - started
-    # both attempts (1 retry) reached the server and timed out; the stand-in would have
-    # answered only after SLEEP_S: the evaluation did not wait for it
+    # both attempts (1 retry) reached the server and timed out: the evaluation did not wait
     assert hits == ["/v1/models", "/v1/models"]
-    assert elapsed < SLEEP_S / 2, elapsed
+    (timeout,) = session.timeouts  # urllib3 retries inside the one request, same timeout
+    assert 0 < timeout <= bound_s / 2
     # past the deadline nothing more is sent: the next request fails before any attempt
     with pytest.raises(TimeoutError, match="time bound is spent"):
         backend._call("POST", "/v1/completions", {})
     assert len(hits) == 2
 
 
-def test_without_a_deadline_requests_are_unbounded_as_before(sleeping_server, monkeypatch):
+def test_without_a_deadline_requests_are_unbounded_as_before(silent_server, monkeypatch):
     """``rlsr evaluate`` against a server (no collective waiting): no timeout is passed."""
-    url, _ = sleeping_server
+    url, _ = silent_server
     seen = {}
 
     class Session:
@@ -125,16 +146,18 @@ def test_a_ddp_timeout_that_leaves_no_time_is_refused():
         server_eval_bound(60)
 
 
-def test_the_context_check_at_start_is_bounded_too(sleeping_server):
+@pytest.mark.timeout(HANG_GUARD_S)
+def test_the_context_check_at_start_is_bounded_too(silent_server):
     """The evaluator asks the server's context length when it binds (before step 1) while the
     other processes wait for it in a collective: a server that does not answer stops the run
     there with one ConfigError naming the field, within the bound, instead of hanging."""
     from rlsr.config import ConfigError
     from rlsr.evaluation.in_training import HeldOutEvaluator
 
-    url, hits = sleeping_server
+    url, hits = silent_server
     ddp_timeout = 80.0  # the bound: 0.8 x 80 - 60 = 4 s
-    client = SimpleNamespace(base_url=url, model="m", session=_session(retries=1))
+    session = _session(retries=1)
+    client = SimpleNamespace(base_url=url, model="m", session=session)
     trainer = SimpleNamespace(
         accelerator=SimpleNamespace(is_main_process=True, num_processes=1),
         args=SimpleNamespace(ddp_timeout=ddp_timeout),
@@ -150,12 +173,11 @@ def test_the_context_check_at_start_is_bounded_too(sleeping_server):
         except Exception as err:  # noqa: BLE001 - the outcome is what is checked
             outcome.append(err)
 
-    started = time.monotonic()
     thread = threading.Thread(target=check, daemon=True)
     thread.start()
-    thread.join(timeout=SLEEP_S / 2)
-    assert not thread.is_alive(), "the context check at start waited for the server unbounded"
-    assert time.monotonic() - started < server_eval_bound(ddp_timeout) + 5
+    thread.join()  # returns only if the check gave up on its own: the server never answers
+    (timeout,) = session.timeouts  # one request; urllib3 retries it with the same timeout
+    assert 0 < timeout <= server_eval_bound(ddp_timeout) / 2
     (err,) = outcome
     assert isinstance(err, ConfigError) and err.field == "eval.backend", err
     assert "TimeoutError" in str(err) and "GET /v1/models" in str(err)

@@ -100,9 +100,8 @@ def running(app):
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
+    while not server.started:  # a hang here is the module's pytest-timeout guard
+        assert thread.is_alive(), "uvicorn stopped before it started (its log is above)"
         time.sleep(0.02)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
@@ -323,13 +322,11 @@ def test_serve_cli_end_to_end_with_decision_log_and_serve_report(
                             env={**os.environ})  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
+        while True:  # until it answers or dies; a hang is the pytest-timeout guard's
             assert proc.poll() is None, proc.communicate()
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(url + "/health", timeout=5).status_code == 200:
                     break
-            assert time.monotonic() < deadline, "rlsr serve did not come up"
             time.sleep(0.3)
         answers = [_ask(url, q)[0].model_extra["rlsr"]["decision"] for q in
                    ("sure", "unsure", "sure", "tagless")]  # fmt: skip

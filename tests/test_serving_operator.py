@@ -177,9 +177,8 @@ def test_queue_bound_answers_429_with_retry_after_then_recovers(upstream, tiny_m
         ]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 60
         while upstream.waiting < 2:  # both accepted and waiting on the engine
-            assert time.monotonic() < deadline, "the held requests never reached the upstream"
+            assert all(t.is_alive() for t in threads), f"a held request returned: {held}"
             time.sleep(0.02)
         for _ in range(3):
             busy = _chat(url)
@@ -329,7 +328,8 @@ def test_a_client_that_goes_away_aborts_its_engine_request(upstream, tiny_model_
     are waiting on the (held) upstream, so the abort is what is tested, not a race."""
     import socket
 
-    # the engine's own timeout (600 s) is far past the test's deadlines: only an abort frees them
+    # the engine's own timeout (600 s) is past the module's hang guard (pytest-timeout, 300 s):
+    # only an abort frees the held requests before the guard fails the test
     app = _app(upstream, tiny_model_dir, engine_timeout=600, max_queued_requests=64)
     body = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "q?"}]}).encode()
     raw = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: rlsr\r\n"
@@ -343,14 +343,13 @@ def test_a_client_that_goes_away_aborts_its_engine_request(upstream, tiny_model_
             sock = socket.create_connection((host, int(port)), timeout=30)
             sock.sendall(raw)
             clients.append(sock)
-        deadline = time.monotonic() + 60
+        # until the events happen; a request that never arrives or is never aborted hangs
+        # here until the module's pytest-timeout guard fails the test
         while upstream.waiting < 20:
-            assert time.monotonic() < deadline, f"only {upstream.waiting} requests reached it"
             time.sleep(0.02)
         for sock in clients:
             sock.close()
         while upstream.waiting:  # each abandoned request aborted upstream
-            assert time.monotonic() < deadline, f"{upstream.waiting} abandoned requests still held"
             time.sleep(0.02)
         assert upstream.aborted - aborted == 20
         upstream.let_go()

@@ -239,6 +239,7 @@ def test_select_gpus():
     assert proc.returncode != 0 and "asked for 5 GPUs" in proc.stderr
 
 
+@pytest.mark.timeout(120)  # hang guard: the waits are on events, not the clock
 def test_wait_for_http_ready_dead_and_timeout(tmp_path):
     (tmp_path / "health").write_text("ok")
     with socket.socket() as sock:
@@ -251,11 +252,11 @@ def test_wait_for_http_ready_dead_and_timeout(tmp_path):
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.time() + 10
-        while time.time() < deadline:
+        while True:  # until it listens; it dying first fails here
             with socket.socket() as probe:
                 if probe.connect_ex(("127.0.0.1", port)) == 0:
                     break
+            assert server.poll() is None, "python -m http.server exited before listening"
             time.sleep(0.05)
         ok = lib(f"rlsr_wait_for_http http://127.0.0.1:{port}/health 5 {server.pid}")
         assert ok.returncode == 0, ok.stderr
@@ -1106,9 +1107,13 @@ def test_train_run_path_waits_for_vllm_then_trains_then_stops_it(tmp_path):
     assert not (tmp_path / "scontrol.log").exists()
 
 
+@pytest.mark.timeout(300)  # hang guard: the waits below are on events, not on the clock
 def test_train_usr1_requeues_and_stops_the_steps(tmp_path):
+    """SIGUSR1 (Slurm's --signal=B:USR1@300) makes train.slurm requeue the job and stop its
+    training step: the double's step sleeps forever, so only the script's kill ends it."""
     env = fake_cluster(tmp_path)
-    env.update(SLURM_JOB_ID=free_job_id(), SLURM_JOB_NODELIST="n1", RLSR_TEST_TRAIN_SECONDS="60")
+    env.update(SLURM_JOB_ID=free_job_id(), SLURM_JOB_NODELIST="n1",
+               RLSR_TEST_TRAIN_SECONDS="infinity")  # fmt: skip
     proc = subprocess.Popen(
         ["bash", str(SLURM / "train.slurm"), *TRAIN_ARGS],
         env=env,
@@ -1118,10 +1123,8 @@ def test_train_usr1_requeues_and_stops_the_steps(tmp_path):
         start_new_session=True,
     )
     try:
-        deadline = time.time() + 30
         while not (tmp_path / "started.n1").exists():
-            assert time.time() < deadline, "the training step never started"
-            assert proc.poll() is None, proc.communicate()
+            assert proc.poll() is None, proc.communicate()  # ended before the step started
             time.sleep(0.05)
         proc.send_signal(signal.SIGUSR1)  # what --signal=B:USR1@300 does
         _, err = proc.communicate(timeout=20)
@@ -1131,16 +1134,15 @@ def test_train_usr1_requeues_and_stops_the_steps(tmp_path):
     assert proc.returncode == 0, err
     assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", env["SLURM_JOB_ID"]]
     assert "requeueing job" in err
-    # The training step (the double's "sleep 60") was stopped, not left running.
-    deadline = time.time() + 5
-    while True:
-        listing = subprocess.run(
+    # The training step (the double's "sleep infinity", which never ends by itself) was
+    # stopped: wait until it is gone (left running, it hangs here until the guard above).
+    while (
+        "sleep infinity"
+        in subprocess.run(
             ["pgrep", "-a", "-s", str(proc.pid)], capture_output=True, text=True
-        )
-        if "sleep 60" not in listing.stdout or time.time() > deadline:
-            break
+        ).stdout
+    ):
         time.sleep(0.1)
-    assert "sleep 60" not in listing.stdout
 
 
 def test_trainer_overrides_compose_into_the_hydra_config():
@@ -1180,6 +1182,7 @@ dist.destroy_process_group()
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # hang guard: the waits are on events, not the clock
 def test_two_training_nodes_rendezvous_with_the_planned_accelerate_commands(tmp_path):
     """Runs the dry run's per-node trainer step (node_exec.sh + the real accelerate launch, c10d)
     for two "machines" on this host, with a gloo all-reduce probe in place of train.py."""
@@ -1213,13 +1216,11 @@ def test_two_training_nodes_rendezvous_with_the_planned_accelerate_commands(tmp_
     # On separate hosts only the first node hosts the c10d store; here both would claim
     # 127.0.0.1, so start the second node once the first one's store listens.
     procs = [start("n1")]
-    deadline = time.time() + 120
-    while True:
+    while True:  # until its store listens; the first node ending first fails here
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", main_port)) == 0:
                 break
         assert procs[0].poll() is None, procs[0].communicate()[0]
-        assert time.time() < deadline, "the first node never opened its rendezvous port"
         time.sleep(0.2)
     procs.append(start("n2"))
     outputs = []

@@ -147,15 +147,14 @@ def test_readme_your_own_task_runs_as_printed(tmp_path):
     assert "You name capitals." in upstream.calls[-1]["prompt_text"]  # the task's prompt
 
 
-def _wait_healthy(proc: subprocess.Popen, port: int, timeout: float = 120) -> None:
-    """Poll ``/health`` until it answers 200; fail with the server's output if it exits first."""
-    deadline = time.monotonic() + timeout
+def _wait_healthy(proc: subprocess.Popen, port: int) -> None:
+    """Poll ``/health`` until it answers 200; fail with the server's output if it exits first
+    (no clock: a hang is the module's pytest-timeout guard's)."""
     while True:
         assert proc.poll() is None, proc.communicate()
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
                 return
-        assert time.monotonic() < deadline, "rlsr serve did not come up"
         time.sleep(0.3)
 
 

@@ -212,13 +212,11 @@ def test_deploy_and_serve_answer_with_the_tasks_prompt(user, evaluated, trained,
                                 stderr=subprocess.PIPE, text=True)  # fmt: skip
         try:
             url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 120
-            while True:
+            while True:  # until it answers or dies; a hang is the pytest-timeout guard's
                 assert proc.poll() is None, proc.communicate()
                 with contextlib.suppress(httpx.HTTPError):
                     if httpx.get(url + "/health", timeout=5).status_code == 200:
                         break
-                assert time.monotonic() < deadline, "rlsr serve did not come up"
                 time.sleep(0.3)
             client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
             reply = client.chat.completions.create(
