@@ -226,11 +226,12 @@ FALLBACKS = (39 + 2 + 64) + (98 + 2 + 64) + 1
 
 
 def test_vllm_max_model_length_defaults_to_prompt_plus_completion(gpu_machine):
-    """Regression: without it vLLM reserves the model's full context (Llama-3.1-8B: 131,072
-    tokens, ~16 GiB of KV cache per sequence), more than the colocated engine is given. Issue 27
-    item 2: the paper recipes evaluate held-out questions on that engine (eval.every=20), whose
-    answers (1,536 / 4,096 new tokens) and fallbacks need more than the completion length, so
-    the engine is sized for both; without held-out evaluation it stays prompt + completion."""
+    """grpo.vllm_max_model_length defaults to what the run needs: without it vLLM reserves the
+    model's full context (Llama-3.1-8B: 131,072 tokens, ~16 GiB of KV cache per sequence), more
+    than the colocated engine is given. The paper recipes evaluate held-out questions on that
+    engine (eval.every=20), whose answers (1,536 / 4,096 new tokens) and fallbacks need more
+    than the completion length, so the engine is sized for both; without held-out evaluation it
+    stays prompt + completion."""
     for recipe, model, expected in [
         ("hotpot", "qwen2.5-7b", 3072 + 1536 + FALLBACKS),
         ("bigmath", "llama3.1-8b", 1024 + 4096 + FALLBACKS),
@@ -249,7 +250,7 @@ def test_vllm_max_model_length_defaults_to_prompt_plus_completion(gpu_machine):
 
 
 def test_an_engine_too_short_for_held_out_answers_is_refused_with_the_numbers(gpu_machine):
-    """Issue 27 item 2: a grpo.vllm_max_model_length that holds the rollouts but not a held-out
+    """A grpo.vllm_max_model_length that holds the rollouts but not a held-out
     answer (+ fallbacks) after a prompt of data.max_prompt_length stops the run at start, with
     the length it needs; the engine would otherwise cut those answers silently."""
     need = 3072 + 1536 + FALLBACKS
@@ -268,7 +269,7 @@ def test_an_engine_too_short_for_held_out_answers_is_refused_with_the_numbers(gp
 def test_held_out_refusal_under_zero3_names_a_fix_that_fits_the_vllm_mode(monkeypatch):
     """Under ZeRO-3 the transformers held-out evaluation is refused; with the colocated engine
     off the fix is grpo.use_vllm=true; in server mode (slurm/train.slurm on several nodes) it is
-    eval.backend=vllm_server, what auto picks there (issue 27 item 8), which is not refused."""
+    eval.backend=vllm_server, what auto picks there, which is not refused."""
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
     for overrides, fix, not_fix in [
@@ -501,9 +502,9 @@ def test_auto_attention_takes_flash_attn_when_it_imports_on_a_gpu(tmp_path, monk
 
 
 def test_trl_defaults_are_read_from_trl_not_restated(gpu_machine):
-    """Issue 37 item 1: a recipe without grpo.max_completion_length trains with TRL's default
-    (GRPOConfig: 512 in TRL 1.16), so the held-out budget, the vLLM context and Slurm's
-    --max-model-len follow that value, not a copy (256) written in rlsr."""
+    """A recipe without grpo.max_completion_length trains with TRL's default (GRPOConfig: 512
+    in TRL 1.16), so the held-out budget, the vLLM context and Slurm's --max-model-len follow
+    that value; catches a copy of the default written in rlsr (which goes stale on upgrade)."""
     import dataclasses
 
     from trl import GRPOConfig
@@ -531,11 +532,10 @@ def test_trl_defaults_are_read_from_trl_not_restated(gpu_machine):
 
 
 def test_the_judge_settings_have_one_value_each():
-    """Issue 37 finding 4: the judge timeout was 120 s in `rlsr evaluate`, 60 s in the held-out
-    evaluation (HeldOutSettings and recipes/config.yaml) and 'none' in docs/training.md; the answer
-    cut was spelled three times. Now rlsr.verifiers.llm_judge declares each once and every reader
-    (the CLI's flags, the recipe's null keys, the dataclass, the verifier, the judge client) gets
-    that value."""
+    """rlsr.verifiers.llm_judge declares the judge timeout and the answer cut once, and every
+    reader (the CLI's flags, the recipe's null keys, the dataclass, the verifier, the judge
+    client) gets that value. Catches a second spelling of either (e.g. one timeout in `rlsr
+    evaluate`, another in the held-out evaluation's HeldOutSettings or recipes/config.yaml)."""
     import argparse
     import inspect
 

@@ -125,7 +125,7 @@ def test_the_evaluate_command_a_run_prints_reproduces_its_held_out_protocol(tmp_
 def test_the_printed_command_runs_the_engine_the_held_out_evaluation_used(tmp_path):
     """vllm / vllm_server held-out evaluations answer from merged weights (TRL syncs them into
     the engine): the printed command asks rlsr evaluate for the same (--backend vllm
-    --merge-adapter), not LoRA kernels on the unmerged adapter (issue 38 item 9)."""
+    --merge-adapter), not LoRA kernels on the unmerged adapter."""
     import shlex
 
     from hydra import compose, initialize_config_dir

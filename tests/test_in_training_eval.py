@@ -380,8 +380,8 @@ def test_wandb_offline_run_gets_held_out_scalars_and_images(tmp_path, monkeypatc
 
     wandb.finish()  # what the end of a training process does (atexit); flushes the last rows
     # finish() returns before wandb-core has written the run file's last block (it closes the
-    # stream after an unawaited inform_finish); a read right away missed the step-3 image once
-    # (issue 30). teardown() waits for the service process to exit, as a process's exit does.
+    # stream after an unawaited inform_finish), so a read right away can miss the step-3 image;
+    # teardown() waits for the service process to exit, as a process's exit does.
     wandb.teardown()
     (run_file,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
     rows = _wandb_history(run_file)
@@ -430,13 +430,13 @@ def _sft_settings(out: Path):
 
 
 def test_held_out_sft_step_equals_rlsr_evaluate_with_the_methods_flags(tmp_path):
-    """Drift test (issue 30): step 2's held-out samples of method=sft with non-default consistency
+    """Drift test: step 2's held-out samples of method=sft with non-default consistency
     settings are byte-identical to `rlsr evaluate` on checkpoint-2 with the flags of the run's
     protocol (``protocol_flags(heldout_protocol(cfg))``: the method's evaluation needs, the trained
     system prompt and the eval.* values the run set; what train.py prints and slurm/sweep.py
-    passes, issue 37) and --limit. Catches a held-out evaluation that reads only some of the
-    method's settings (it used to read --max-new-tokens, --response-format and --scorers and drop
-    --consistency-k / --consistency-temperature)."""
+    passes) and --limit. Catches a held-out evaluation that reads only some of the method's
+    settings (e.g. --max-new-tokens, --response-format and --scorers, but not --consistency-k /
+    --consistency-temperature)."""
     from rlsr.config import heldout_protocol
     from rlsr.eval_protocol import protocol_flags
     from rlsr.evaluation.samples_io import read_samples

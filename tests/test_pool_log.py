@@ -1,4 +1,4 @@
-"""Every training pool on disk (``pool_log.*``, rlsr.pool_log; issue 31 item 4).
+"""Every training pool on disk (``pool_log.*``, rlsr.pool_log).
 
 The writer, reader and settings on hand-made pools; then a real tiny training with the pool log
 on, whose every logged reward is recomputed from the logged verdicts and confidences with the
@@ -340,10 +340,9 @@ def test_logged_pools_recompute_from_their_own_verdicts_with_the_method_and_trls
 
 
 def test_a_logged_step_gathers_its_rows_once_for_both_observers(tmp_path, monkeypatch):
-    """Issue 37 ("one pool observer that gathers once"): with a ``pool_hook`` and the pool log on,
-    the trainer gathered the texts and golds for the hook and again (with ids, answers and
-    statuses) for the log: 2 + 5 ``gather_object`` calls per logged step. Now one gather of the
-    rows feeds both; counted on ``rlsr.trainer.gather_object`` over one real optimizer step of
+    """With a ``pool_hook`` and the pool log on, one gather of the rows feeds both observers.
+    Catches a trainer that gathers the texts and golds for the hook and again (with ids,
+    answers and statuses) for the log: 2 + 5 ``gather_object`` calls per logged step. Counted on ``rlsr.trainer.gather_object`` over one real optimizer step of
     recipe=tiny-format, single process (accelerate's gather_object returns its input there, so
     the count is of the trainer's calls, the same on any number of processes)."""
     import torch

@@ -1,4 +1,4 @@
-"""One resolved protocol crosses every boundary (issue 37 finding 2). The held-out steps,
+"""One resolved protocol crosses every boundary. The held-out steps,
 train.py's printed `rlsr evaluate` command, slurm/resolve_config.py's evaluation flags and the
 toy's all come from ``rlsr.config.heldout_protocol``; an evaluation that deliberately differs
 (the paper tables' 4,096 tokens, the toy's short answers) is a named layer of the recipe

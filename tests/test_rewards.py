@@ -347,11 +347,12 @@ def _placements(others_conf):
 
 
 def test_weight_cap_counterexample_a_tie_no_longer_beats_the_strict_order():
-    """Issue 31's counterexample. Others right with p = confidence = 0.7, 0.8, 0.9; the completion
-    right with p = 0.95; lambda = 1; weight_cap = 1.5. Exact over the 16 verdicts, capping after
-    the tie average (our code before 2026-12-03) paid 0.358 strictly above everyone and 0.692
-    tied with the 0.9 completion. With the cap per position before the tie average, the tie is
-    the mean of the two strict placements it stands for (0.358 and 0.317), 0.3375."""
+    """The weight cap is applied per position before the tie average. Others right with
+    p = confidence = 0.7, 0.8, 0.9; the completion right with p = 0.95; lambda = 1;
+    weight_cap = 1.5. Exact over the 16 verdicts, the tie is the mean of the two strict
+    placements it stands for (0.358 and 0.317), 0.3375. Catches capping after the tie average,
+    which pays 0.358 strictly above everyone and 0.692 tied with the 0.9 completion (a tie
+    beating the strict order)."""
     p_all = [0.95, 0.9, 0.8, 0.7]
     others = [0.9, 0.8, 0.7]
     above = _expected_credit(marginal_aurc_rewards, p_all, [1.0, *others], 1.0, 1.5)

@@ -1,4 +1,4 @@
-"""The run plan is derived once per launch (issue 30): ``rlsr.run_plan.plan_run`` checks the
+"""The run plan is derived once per launch: ``rlsr.run_plan.plan_run`` checks the
 settings and derives the pool, the held-out plan and the vLLM context; the trainer's arguments,
 the trainer, the held-out evaluator and the end-of-run summary read that plan instead of deriving
 their own copies. Counted with ``sys.setprofile`` on the functions' code objects, so a second
@@ -90,8 +90,8 @@ def test_the_process_count_is_read_as_accelerate_reads_it(monkeypatch):
 
 
 def test_the_engine_and_the_run_plan_read_one_world_size():
-    """Issue 37 item 6: an MPI launch states its size only in its own variable; the engine
-    (DDP vs single) and the run plan's process count read it with the same reader."""
+    """An MPI launch states its size only in its own variable; the engine (DDP vs single) and
+    the run plan's process count read it with the same reader, so they cannot disagree."""
     from rlsr.config.pool import world_size_from_env as plan_reader
     from rlsr.launch import engine_from_env
 
@@ -102,8 +102,7 @@ def test_the_engine_and_the_run_plan_read_one_world_size():
 
 
 # --------------------------------------------------------------------------- one plan per launch
-# (issue 37, "Also"): no path of a launch plans a second time, and none gets arguments from a
-# half-checked plan.
+# No path of a launch plans a second time, and none gets arguments from a half-checked plan.
 
 
 @pytest.fixture

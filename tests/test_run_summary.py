@@ -1,4 +1,4 @@
-"""README command 1, ``train.py recipe=tiny``, ends with the run's summary (issue 31 item 5):
+"""README command 1, ``train.py recipe=tiny``, ends with the run's summary:
 where the adapter, checkpoints, held-out metrics and pool files are, the held-out AURC at the
 first and last evaluated step, and next commands that run as printed."""
 

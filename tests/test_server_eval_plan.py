@@ -1,5 +1,5 @@
 """A server-mode held-out evaluation that cannot fit its time bound is refused when the run is
-planned (rlsr.config.server_eval; issue 38 item 7), before any model loads: its worst case
+planned (rlsr.config.server_eval), before any model loads: its worst case
 (questions x samples per question x eval.max_new_tokens new tokens) at the assumed or declared
 server rate must fit 0.8 x grpo.ddp_timeout - 60 s, the time the other processes wait. The
 shipped recipes, with the server mode slurm/train.slurm sets on several nodes, are not refused."""

@@ -1,4 +1,4 @@
-"""Scoring through TRL's vLLM server moves a bounded amount per response (issue 38 item 8).
+"""Scoring through TRL's vLLM server moves a bounded amount per response.
 
 The log-prob scorer reads the last few positions of each prompt, but vLLM's ``prompt_logprobs``
 (the only teacher forcing its server offers) answers one JSON entry per prompt position, with the

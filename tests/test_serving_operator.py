@@ -1,4 +1,4 @@
-"""``rlsr serve`` for operators (issue 29 items 1, 3, 6, 7): API keys denied by default on every
+"""``rlsr serve`` for operators: API keys denied by default on every
 route of the app, Prometheus ``/metrics`` read back with prometheus_client's own parser, a bound
 on queued chat requests answered 429 + Retry-After, request ids in a header and in the decision
 log, CORS only when asked.
@@ -363,9 +363,9 @@ def test_a_client_that_goes_away_aborts_its_engine_request(upstream, tiny_model_
 def test_hostile_bodies_are_400_or_415_counted_and_health_takes_head(
     upstream, tiny_model_dir, tmp_path
 ):
-    """Issue 38 items 2, 3, 4, 6. Each of these answered 500 (nesting, a surrogate parameter name,
-    an integer of 5,000 digits) or 200 (text/plain) or 405 (HEAD /health, POST /health without a
-    key) before: every bad body is a client error with a UTF-8 body, every error of the chat route
+    """Bodies that a careless server answers 500 (nesting, a surrogate parameter name, an
+    integer of 5,000 digits), 200 (text/plain) or 405 (HEAD /health, POST /health without a key):
+    every bad body is a client error with a UTF-8 body, every error of the chat route
     is counted on /metrics whatever answered it (the router's 405, the middleware's 401, the size
     bounds, a 500 from an exception that escapes the handler: errors counted == errors sent), a
     non-JSON content type is refused before any compute (vllm serve's
@@ -438,10 +438,10 @@ def test_hostile_bodies_are_400_or_415_counted_and_health_takes_head(
 def test_a_body_past_the_size_bound_is_413_before_parsing_and_health_still_answers(
     upstream, tiny_model_dir
 ):
-    """Issue 38 item 1 (the size bound): a 50 MB user message, or a 50 MB `metadata`, was parsed,
-    rendered and tokenised (109 s, +1.65 GB, /health frozen meanwhile) before a 400. Past
-    --max-request-bytes (default 8 MiB) it is 413 from Content-Length before anything is read,
-    and a chunked body (no Content-Length) is cut as soon as it passes the bound."""
+    """The request size bound: past --max-request-bytes (default 8 MiB) a body is 413 from
+    Content-Length before anything is read, and a chunked body (no Content-Length) is cut as
+    soon as it passes the bound. Catches a 50 MB user message or `metadata` parsed, rendered and
+    tokenised (~109 s and +1.65 GB on a 2-core machine, /health frozen meanwhile) before a 400."""
     from rlsr.serving.cli import DEFAULT_MAX_REQUEST_BYTES
 
     big = "word " * (10 * 1024 * 1024)  # 50 MiB
@@ -502,10 +502,10 @@ class HoldingTokenizer:
 
 
 def test_rendering_and_tokenising_run_off_the_event_loop(upstream, tiny_model_dir):
-    """Issue 38 item 1: a 50 MB message took 109 s to render and tokenise on the event loop, and
-    /health timed out meanwhile. Here the render and the encoding of one request are held in the
-    tokenizer's thread until the test has seen /health, /metrics and /v1/models answer; on the
-    event loop they would block those answers (the test then fails on its httpx timeout)."""
+    """Rendering and tokenising run off the event loop (on it, a 50 MB message blocks /health
+    for minutes). Here the render and the encoding of one request are held in the tokenizer's
+    thread until the test has seen /health, /metrics and /v1/models answer; on the event loop
+    they would block those answers (the test then fails on its httpx timeout)."""
     engine = UpstreamEngine(upstream.url, "up-model", str(tiny_model_dir), timeout=30)
     tokenizer = engine.tokenizer = HoldingTokenizer(engine.tokenizer)
     app = create_app(engine, SETTINGS, api_keys=KEYS[:1])
@@ -536,7 +536,7 @@ def test_rendering_and_tokenising_run_off_the_event_loop(upstream, tiny_model_di
 
 
 def test_a_message_past_its_bound_is_400_before_it_is_rendered(upstream, tiny_model_dir):
-    """Issue 38 item 1 (per message): a message longer than --max-message-chars is refused
+    """The per-message bound: a message longer than --max-message-chars is refused
     (400, message_too_long, naming the message) before the tokenizer sees it; one at the bound
     is answered; a system message is bounded too (it is parsed, though replaced)."""
     engine = UpstreamEngine(upstream.url, "up-model", str(tiny_model_dir), timeout=30)

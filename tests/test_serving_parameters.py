@@ -1,6 +1,6 @@
-"""``rlsr serve``: every Chat Completions parameter honoured or refused, never silently ignored
-(issue 29 item 0); streaming that respects abstention (item 2); the generation's own finish_reason; usage over every engine call; a fallback
-whose context does not fit; a lone surrogate; ``GET /v1/models/{id}``.
+"""``rlsr serve``: every Chat Completions parameter honoured or refused, never silently ignored;
+streaming that respects abstention; the generation's own finish_reason; usage over every engine
+call; a fallback whose context does not fit; a lone surrogate; ``GET /v1/models/{id}``.
 
 Real: the FastAPI app under uvicorn, the ``openai`` client and httpx, the tiny model's tokenizer
 and chat template, the parser and the Sec. C.3 fallbacks. The upstream ``vllm serve`` is a TEST

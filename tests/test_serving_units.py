@@ -295,8 +295,9 @@ def test_load_threshold_picks_the_rule_and_refuses_what_cannot_be_served(tmp_pat
 
 
 def test_an_alias_and_its_resolved_folder_are_one_model():
-    """Issue 37 finding 5: a threshold computed with ``--model tiny-warm`` was refused when served
-    with the folder the alias resolves to (and the reverse): two names, one model."""
+    """A threshold computed with ``--model tiny-warm`` is accepted when served with the folder
+    the alias resolves to (and the reverse): two names, one model. Catches a provenance check
+    that compares the names as written."""
     from rlsr.config import resolve_model_path
     from rlsr.evaluation.deployment import model_identity
     from rlsr.serving.threshold import provenance_mismatches
@@ -326,10 +327,10 @@ def _serve_args(*flags: str):
 
 
 def test_serves_decoding_flags_are_the_protocols_declaration():
-    """Issue 37 finding 3: serve's decoding flags were hand-declared (no --top-p or
-    --temperature), so a decoding field recorded in run.json could not reach serve. Now every
-    DECODING_FIELDS field is a serve flag with rlsr evaluate's spelling and help, unset by
-    default (= the certified value), and reaches ServeSettings."""
+    """Every DECODING_FIELDS field is a serve flag with rlsr evaluate's spelling and help, unset
+    by default (= the certified value), and reaches ServeSettings. Catches hand-declared serve
+    flags that miss a field (e.g. no --top-p or --temperature), so that a decoding field
+    recorded in run.json cannot reach serve."""
     import dataclasses
 
     from rlsr.eval_protocol import DECODING_FIELDS, EvalProtocol, flag_of

@@ -365,7 +365,7 @@ def test_train_three_nodes_with_a_vllm_node():
     # because --max-model-len was only passed when RLSR_VLLM_MAX_MODEL_LEN was set. The default is
     # the recipe's max prompt + max completion length (hotpot: 3072 + 1536), as in colocate mode,
     # + what a held-out answer needs beyond the completion length (the two Sec. C.3 fallbacks + 1:
-    # hotpot evaluates held-out questions through the server, issue 27 item 8).
+    # hotpot evaluates held-out questions through the server).
     assert flag(server, "--max-model-len") == str(3072 + 1536 + (39 + 2 + 64) + (98 + 2 + 64) + 1)
     assert plan["wait"] == f"http://gpu003:{vllm_port}/health timeout=1800s"
 
@@ -434,8 +434,8 @@ def test_server_max_model_len_follows_the_recipe_and_overrides():
             next(n for n in plan["nodes"] if n["role"] == "vllm")["argv"], "--max-model-len"
         )
 
-    # The paper recipes evaluate held-out questions through the server (eval.every=20, issue 27
-    # item 8): its context holds a prompt + the answer + the two Sec. C.3 fallbacks (suffix bytes
+    # The paper recipes evaluate held-out questions through the server (eval.every=20): its
+    # context holds a prompt + the answer + the two Sec. C.3 fallbacks (suffix bytes
     # + 2 + 64 tokens each) + 1, as the colocated engine's does (tests/test_config.py).
     fallbacks = (39 + 2 + 64) + (98 + 2 + 64) + 1
     assert server_len(["recipe=bigmath", "model=llama3.1-8b"]) == str(1024 + 4096 + fallbacks)

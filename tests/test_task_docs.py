@@ -1,4 +1,4 @@
-"""Every command of README "Your own task" and of docs/tasks.md, run by a test (issue 28 item 6).
+"""Every command of README "Your own task" and of docs/tasks.md, run by a test.
 
 The README's task file is the flow mapping its text gives, written to ``tasks/caps.yaml``; its
 commands are read from its bash block and run in a temporary folder, as printed, with these
@@ -113,7 +113,7 @@ def test_readme_your_own_task_runs_as_printed(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     deployment = json.loads((tmp_path / "evals" / "caps" / "deployment.json").read_text())
     assert deployment["provenance"]["task"]["name"] == "caps"
-    # tau is chosen and checked on rows the adapter never trained on (issue 36)
+    # tau is chosen and checked on rows the adapter never trained on
     trained = (tmp_path / "caps" / "train.csv").read_text().splitlines()[1:]
     for split in ("validation", "test"):
         assert not set(trained) & set((tmp_path / "caps" / f"{split}.csv").read_text().splitlines())

@@ -1,4 +1,4 @@
-"""A task defined only in a temporary folder, used as a new user would (issue 28, "Done when"):
+"""A task defined only in a temporary folder, used as a new user would:
 a CSV with columns ``prompt`` / ``solution``, a verifier plugin in a temporary module (found
 through PYTHONPATH), a custom system prompt text. ``train.py`` at recipe=tiny size with held-out
 evaluation on the task's eval split, ``rlsr evaluate``, ``rlsr deploy``, ``rlsr serve`` answering
@@ -100,7 +100,7 @@ def rlsr(user, *argv, check=True) -> subprocess.CompletedProcess:
 def trained(user) -> Path:
     """train.py at recipe=tiny size on the task, held-out evaluation on the task's eval split:
     data.dataset named on the command line and eval.datasets not, so the held-out evaluation
-    follows the data, not the recipe's held-out set tiny-missing (issue 36 item 9)."""
+    follows the data, not the recipe's held-out set tiny-missing."""
     out = user["root"] / "run"
     argv = [sys.executable, str(REPO / "train.py"), "recipe=tiny", f"output_dir={out}",
             f"tasks_dir={user['tasks']}", "data.dataset=colors", "grpo.max_steps=2",

