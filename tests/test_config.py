@@ -174,9 +174,10 @@ def test_pool_divisibility_counts_processes_and_accumulation():
 
 
 def test_pool_size_is_kept_whatever_the_world_size():
-    """Regression: the recipes fixed gradient_accumulation_steps, so hotpot's pool was 1536 on
-    4 GPUs, 3072 on 8 and 1152 on 3 (Slurm server mode on N-1 nodes). pool_size is the intent;
-    the accumulation is derived from the real world size."""
+    """pool_size is the intent; the accumulation is derived from the real world size, so
+    hotpot's pool is 1536 on any number of processes. Catches a recipe that fixes
+    gradient_accumulation_steps (pool 3072 on 8 GPUs, 1152 on 3 in Slurm server mode on N-1
+    nodes)."""
     v = compose("recipe=hotpot")
     for world, accum in [(1, 512), (2, 256), (4, 128), (8, 64), (16, 32)]:
         plan = resolve_pool(v["grpo"], v["pool_size"], world)
@@ -419,8 +420,9 @@ def test_hydra_composition_errors_become_one_line(overrides, expected):
 
 
 def test_force_added_typo_and_wrong_method_option_reach_validation():
-    """Regression: `grpo.learnig_rate=1` / `grpo.top_p=0.9` / `method=rlcr method.max_coverage=0.5`
-    died in Hydra's struct check; with ++ they reach validation (closest match / real field)."""
+    """`grpo.learnig_rate=1` / `grpo.top_p=0.9` / `method=rlcr method.max_coverage=0.5`, force-added
+    (++), reach validation (closest match / real field) instead of dying in Hydra's struct
+    check."""
     with pytest.raises(ConfigError, match="Did you mean 'learning_rate'"):
         validate(from_dict(compose("recipe=tiny", "++grpo.learnig_rate=1")), world_size=1)
     settings = validate(from_dict(compose("recipe=tiny", "++grpo.top_p=0.9")), world_size=1)
@@ -449,8 +451,9 @@ def test_train_py_reports_hydra_and_typo_errors_in_one_line(tmp_path, override, 
 
 
 def test_toy_recipe_demands_its_model_folder():
-    """Regression: `recipe=toy` without model.name_or_path silently trained the tiny-warm model
-    (a `???` in a recipe does not replace the value an earlier default set)."""
+    """`recipe=toy` without model.name_or_path is refused naming the field. Catches the toy
+    silently training the tiny-warm model (a `???` in a recipe does not replace the value an
+    earlier default set)."""
     with pytest.raises(ConfigError) as info:
         from_dict(compose("recipe=toy"))
     assert info.value.field == "model.name_or_path" and "required" in str(info.value)

@@ -486,8 +486,8 @@ def test_cli_lists_registry_and_shows_example(capsys):
 def test_cli_list_says_what_is_available_here_and_how_to_get_the_rest(
     capsys, monkeypatch, tmp_path
 ):
-    """Regression: the table did not say which datasets load offline, and the hint mixed
-    train.py's `data_dir=` syntax into the CLI's."""
+    """The datasets table says which datasets load offline, and its hint uses the CLI's
+    syntax (catches train.py's `data_dir=` syntax mixed into the CLI's)."""
     from rlsr.cli import main
 
     monkeypatch.delenv("RLSR_DATA_DIR", raising=False)
@@ -534,7 +534,7 @@ def test_cli_download_offline_raises_clear_error(tmp_path, capsys):
 def test_datasets_cli_reports_unknown_and_unreachable_datasets_without_traceback(
     capsys, monkeypatch
 ):
-    """Regression: `rlsr datasets show hotpot_modified` offline ended in a traceback. The hub is
+    """`rlsr datasets show hotpot_modified` offline ends in one line, not a traceback. The hub is
     put in offline mode (unreachable here anyway; offline mode fails at once, not after retries)."""
     import huggingface_hub.constants
 

@@ -112,8 +112,9 @@ def assert_summary_matches(metrics: dict, records: list[dict]) -> None:
 
 
 def test_metrics_json_summary_matches_brute_force(evaluated, tmp_path):
-    """Regression: metrics.json was only compared with the compute_metrics that wrote it, so a
-    summary filing the 25 % value under acc@10 passed. Checked on the run's own samples and on
+    """metrics.json equals a brute-force recomputation, not only the compute_metrics that wrote
+    it (which would pass a summary filing the 25 % value under acc@10). Checked on the run's own
+    samples and on
     the same samples with chosen confidences (ties, a missing one) and correctness, written
     through the same summarise() that `rlsr evaluate` calls."""
     d = evaluated / "tiny"
@@ -434,10 +435,11 @@ def test_model_alias_tiny_resolves_to_the_local_tiny_model(tiny_model_dir, run_d
 def test_output_dir_of_another_configuration_is_refused_unless_overwrite(
     tiny_model_dir, run_dir, tmp_path, capsys
 ):
-    """Regression: a run with an adapter into a dir holding base-model results exited 0, mixed
-    both runs' samples in one samples.jsonl and relabelled run.json; a failing run overwrote
-    run.json. Now another configuration is refused (one line naming the fields), --overwrite
-    moves the old results aside when the run starts, and the same configuration resumes."""
+    """Another configuration into a folder holding results is refused (one line naming the
+    fields), --overwrite moves the old results aside when the run starts, and the same
+    configuration resumes. Catches a run with an adapter into a folder of base-model results
+    that exits 0, mixes both runs' samples in one samples.jsonl and relabels run.json, and a
+    failing run that overwrites run.json."""
     out = tmp_path / "ev"
     base = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "tiny", "--output-dir",
             str(out), "--limit", "2", *FAST]  # fmt: skip

@@ -55,8 +55,9 @@ def _one_error_line(capsys) -> str:
 def test_user_input_errors_exit_2_with_one_line_and_write_nothing(
     extra, message, tiny_model_dir, tmp_path, capsys
 ):
-    """Regression: `--model /nonexistent` and `--limit 0` exited 1 without the `rlsr: error:`
-    prefix; a bad --verifier failed only after the model loaded, leaving an output dir behind."""
+    """`--model /nonexistent`, `--limit 0` and a bad --verifier each exit 2 with one
+    `rlsr: error:` line before any model loads, leaving no output folder (catches a bad flag
+    found only after the model loaded)."""
     out = tmp_path / "ev"
     argv = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "tiny",
             "--output-dir", str(out), *FAST]  # fmt: skip
@@ -71,7 +72,8 @@ def test_user_input_errors_exit_2_with_one_line_and_write_nothing(
 
 
 def test_malformed_jsonl_names_file_and_line(tiny_model_dir, tmp_path, capsys):
-    """Regression: an 82-line traceback ending in DatasetGenerationError."""
+    """A malformed JSONL line is one error naming the file and line (not an 82-line traceback
+    ending in DatasetGenerationError)."""
     data = tmp_path / "data.jsonl"
     data.write_text('{"id": "a", "question": "q1", "answer": "x"}\n'
                     '{"id": "b", "question": "q2" "answer": "y"}\n')  # fmt: skip
@@ -87,8 +89,8 @@ def test_malformed_jsonl_names_file_and_line(tiny_model_dir, tmp_path, capsys):
 
 
 def test_columns_flag_maps_other_column_names(tiny_model_dir, tmp_path, capsys):
-    """Regression: the missing-column message suggested `--columns problem=<col>`, which
-    `rlsr evaluate` rejected as an unrecognized argument."""
+    """`--columns` maps other column names, as the missing-column message suggests (catches a
+    suggestion `rlsr evaluate` rejects as an unrecognized argument)."""
     data = tmp_path / "data.jsonl"
     rows = [{"key": f"k{i}", "query": f"Facts: the cup is red. What color is the cup? ({i})",
              "gold": "red"} for i in range(2)]  # fmt: skip
@@ -111,7 +113,8 @@ def test_columns_flag_maps_other_column_names(tiny_model_dir, tmp_path, capsys):
 
 
 def test_sigint_mid_run_prints_one_line_and_exits_130(tiny_model_dir, tmp_path):
-    """Regression: Ctrl-C printed an ~85-line KeyboardInterrupt traceback."""
+    """Ctrl-C mid-run prints one line and exits 130 (not an ~85-line KeyboardInterrupt
+    traceback)."""
     out = tmp_path / "ev"
     argv = [sys.executable, "-m", "rlsr.cli", "evaluate", "--model", str(tiny_model_dir),
             "--datasets", "tiny", "--output-dir", str(out), "--batch-size", "1",
@@ -163,8 +166,9 @@ def test_rlsr_help_says_what_the_tool_does(capsys):
 
 
 def test_data_parallel_above_one_is_refused_before_anything_loads(tmp_path, capsys):
-    """vLLM's offline LLM refuses data_parallel_size > 1 in one process (0.31, 0.32); the flag
-    used to reach it after the model had loaded. Now one line, naming the way to shard."""
+    """vLLM's offline LLM refuses data_parallel_size > 1 in one process (0.31, 0.32): the flag
+    is refused in one line naming the way to shard, before any model loads (catches the flag
+    reaching vLLM after the model has loaded)."""
     out = tmp_path / "ev"
     argv = ["evaluate", "--model", str(tmp_path / "no-model-needed"), "--datasets", "tiny",
             "--output-dir", str(out), "--backend", "vllm", "--data-parallel-size", "2"]  # fmt: skip

@@ -206,8 +206,9 @@ def _argv(model_dir, out, url, *extra):
 
 
 def test_evaluate_fails_fast_on_an_unreachable_judge(tiny_model_dir, tmp_path, capsys):
-    """Regression: every sample was stored as verify_status "invalid" (accuracy 0, exit 0), and
-    a rerun with a working judge skipped them."""
+    """An unreachable judge stops `rlsr evaluate` before it starts, in one line, writing
+    nothing. Catches every sample stored as verify_status "invalid" (accuracy 0, exit 0),
+    which a rerun with a working judge would then skip."""
     url, out = _refused_url(), tmp_path / "ev"
     assert rlsr_main(_argv(tiny_model_dir, out, url)) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -445,9 +445,9 @@ def test_plot_grid_curve_matches_all_orderings(n):
 
 
 def test_plotted_risk_steps_cover_zero_to_one_even_for_one_tie_group(tmp_path):
-    """Regression: with every confidence missing (one tie group) the risk-coverage PNG was empty:
-    the raw points drawn with where="post" give the only point no width. The drawn step now
-    spans (0, 1] at each group's risk and agrees with curve_on_grid."""
+    """The drawn risk-coverage step spans (0, 1] at each group's risk and agrees with
+    curve_on_grid, also with every confidence missing (one tie group), where the raw points
+    drawn with where="post" give the only point no width (an empty PNG)."""
     import matplotlib.image
 
     from rlsr import metrics as M
@@ -472,7 +472,8 @@ def test_plotted_risk_steps_cover_zero_to_one_even_for_one_tie_group(tmp_path):
 
 
 def test_cli_input_errors_are_one_line_not_tracebacks(capsys, tmp_path):
-    """Regression: unknown datasets, a missing adapter or report dir printed Python tracebacks."""
+    """Unknown datasets, a missing adapter or report folder are one-line errors, not Python
+    tracebacks."""
     from rlsr.cli import main
 
     assert main(["evaluate", "--model", str(tmp_path), "--datasets", "nope",

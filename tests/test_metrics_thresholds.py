@@ -99,8 +99,8 @@ def test_bad_threshold_arguments(kwargs, match):
 
 
 def test_guarded_threshold_with_target_zero_accepts_everything():
-    # Regression: with max_risk = 1 the binomial-cdf duality rejected an all-wrong top group
-    # (cdf(m; m, 1) = 1 > delta) although its Clopper-Pearson bound, 1, is within the budget.
+    # With max_risk = 1 an all-wrong top group is accepted: its Clopper-Pearson bound, 1, is
+    # within the budget (the binomial-cdf duality alone would reject it: cdf(m; m, 1) = 1 > delta).
     conf, correct = [0.9, 0.8, 0.7], [0, 0, 1]
     guarded = metrics.select_threshold(conf, correct, 0.0, method="clopper_pearson", min_selected=1)
     plain = metrics.select_threshold(conf, correct, 0.0)
@@ -109,8 +109,8 @@ def test_guarded_threshold_with_target_zero_accepts_everything():
 
 
 def test_guarded_threshold_on_a_small_clean_validation_set():
-    # Regression: with n below the power-based start (64 for 75% at delta 0.1) the default start
-    # was n + 1, so 50 all-correct samples were declared infeasible (abstain everywhere).
+    # With n below the power-based start (64 for 75% at delta 0.1), 50 all-correct samples are
+    # feasible; a default start of n + 1 would declare them infeasible (abstain everywhere).
     sel = metrics.select_threshold([0.5] * 50, [1] * 50, 0.75, method="clopper_pearson")
     assert sel.feasible and sel.n_selected == 50 and sel.risk_upper_bound <= 0.25
     # The fallback start is where zero errors first certify: (0.75)^m <= 0.1 from m = 9 on.

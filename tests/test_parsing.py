@@ -341,8 +341,8 @@ def test_scan_agrees_with_rfind_extraction(text):
 @pytest.mark.parametrize(
     ("text", "answer", "confidence"),
     [
-        # Regression: a doubled or stray closer used to pair with the already-closed opening, so
-        # the answer became 'x</answer>' and the confidence '0.8</confidence>' (unparseable).
+        # A doubled or stray closer does not pair with the already-closed opening (which would
+        # make the answer 'x</answer>' and the confidence '0.8</confidence>', unparseable).
         ("<answer>x</answer></answer><confidence>0.8</confidence>", "x", 0.8),
         ("<answer><answer>x</answer></answer><confidence>0.8</confidence>", "x", 0.8),
         ("<answer>x</answer>junk</answer><confidence>0.8</confidence></confidence>", "x", 0.8),

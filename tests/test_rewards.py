@@ -190,8 +190,8 @@ def test_brier_correctness_format():
         (lambda: lifted_aurc_rewards([2], [0.5]), "correct"),
         (lambda: lifted_aurc_rewards([1], [0.5], max_coverage=0.0), "max_coverage"),
         (lambda: lifted_aurc_rewards([1], [0.5], weight_cap=-1), "weight_cap"),
-        # Regression: these used to be accepted silently (c > 1 as 1, NaN giving NaN rewards,
-        # and an unparsed percentage 85 giving a Brier reward of 1 - 84^2).
+        # Refused, not accepted silently (c > 1 read as 1, NaN giving NaN rewards, an unparsed
+        # percentage 85 giving a Brier reward of 1 - 84^2).
         (lambda: lifted_aurc_rewards([1], [0.5], max_coverage=1.5), "max_coverage"),
         (lambda: lifted_aurc_rewards([1], [0.5], weight_cap=float("nan")), "weight_cap"),
         (lambda: lifted_aurc_rewards([1], [0.5], correct_scale=float("nan")), "correct_scale"),

@@ -136,7 +136,8 @@ def test_the_toys_arm_plans_its_launch_once(tmp_path, plan_count):
 
 
 def test_trainer_kwargs_takes_the_launchs_plan_not_settings():
-    """trainer_kwargs(settings) used to plan again (and could disagree with the launch's plan)."""
+    """trainer_kwargs takes the launch's plan and refuses bare settings (planning again could
+    disagree with the launch's plan)."""
     from rlsr.training import trainer_kwargs
 
     cfg = from_dict(compose("recipe=tiny"))

@@ -361,8 +361,8 @@ def test_train_three_nodes_with_a_vllm_node():
     assert json.loads(flag(server, "--weight-transfer-config")) == {"backend": "nccl"}
     assert flag(server, "--logprobs-mode") == "processed_logprobs"
     assert flag(server, "--max-logprobs") == "-1"
-    # Regression: the server reserved the model's whole context (131,072 tokens for Llama-3.1-8B)
-    # because --max-model-len was only passed when RLSR_VLLM_MAX_MODEL_LEN was set. The default is
+    # --max-model-len is always passed (without it the server reserves the model's whole
+    # context: 131,072 tokens for Llama-3.1-8B). The default is
     # the recipe's max prompt + max completion length (hotpot: 3072 + 1536), as in colocate mode,
     # + what a held-out answer needs beyond the completion length (the two Sec. C.3 fallbacks + 1:
     # hotpot evaluates held-out questions through the server).
@@ -1245,9 +1245,9 @@ def test_two_training_nodes_rendezvous_with_the_planned_accelerate_commands(tmp_
 
 
 def test_evaluate_one_gpu_budgets_memory_between_judge_and_model():
-    """Regression: on one GPU the judge took 0.3 and the evaluated model kept rlsr evaluate's
-    0.9; vLLM refuses to start when free memory < utilisation x total. The model now gets
-    1 - 0.3 - 0.05, the plan says so, and a value passed after `--` is kept."""
+    """On one GPU the judge takes 0.3 and the evaluated model 1 - 0.3 - 0.05, the plan says so,
+    and a value passed after `--` is kept. Catches the model keeping rlsr evaluate's 0.9 beside
+    the judge: vLLM refuses to start when free memory < utilisation x total."""
     args = ["--checkpoints", "runs/x", "--model", "/m/base", "--datasets", "hotpot-ood"]
     env = {**EVAL_ENV, "SLURM_GPUS_ON_NODE": "1"}
     plan = dry_run("evaluate.slurm", args, **env)

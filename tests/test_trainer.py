@@ -242,7 +242,7 @@ def test_brute_force_reference_agrees_with_the_library_on_ties_caps_and_missing_
 
 
 def test_weight_cap_binds_on_correct_answers():
-    """Regression guard: a cap applied to wrong answers only would leave the most confident right
+    """A cap applied to wrong answers only would leave the most confident right
     answer at H_n. Every alpha above the cap is clipped, whatever the verdict."""
     n = 10
     confidence = np.linspace(0.05, 0.95, n)
@@ -414,9 +414,10 @@ def test_checkpoint_is_final_uses_grpo_max_steps_else_the_stored_one(tmp_path):
 
 
 def test_rerun_of_a_finished_run_trains_nothing_and_keeps_the_final_adapter(tmp_path):
-    """Regression: HF Trainer resumed from the last checkpoint trains one step past max_steps
-    (it checks the limit only after a step), so rerunning / requeueing a finished job wrote a
-    checkpoint-7 and a new final adapter. run_training must stop before loading the model."""
+    """Rerunning / requeueing a finished job stops before loading the model and keeps the final
+    adapter. HF Trainer resumed from the last checkpoint trains one step past max_steps (it
+    checks the limit only after a step): catches a rerun that writes a checkpoint-7 and a new
+    final adapter."""
     from test_trainer_support import tiny_settings
 
     from rlsr.training import run_training
@@ -436,8 +437,8 @@ def test_rerun_of_a_finished_run_trains_nothing_and_keeps_the_final_adapter(tmp_
 
 
 def test_offline_dataset_and_missing_model_are_one_line_config_errors(tmp_path, monkeypatch):
-    """Regression: on a machine without hub access train.py died in a traceback from datasets /
-    transformers. Both now raise ConfigError naming the field and the download command. The hub
+    """On a machine without hub access, a dataset or model that is not on disk is a ConfigError
+    naming the field and the download command, not a traceback from datasets / transformers. The hub
     is switched to offline mode (no network here; an unreachable hub behaves the same, slower)."""
     import datasets.config
     import huggingface_hub.constants

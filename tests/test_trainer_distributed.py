@@ -122,10 +122,10 @@ def _launch(out: Path, procs: int, mode: str) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_pool_size_gives_the_same_pool_and_rewards_on_one_and_two_processes(tmp_path):
-    """Regression: the recipes fixed gradient_accumulation_steps, so the pool (and every rank
-    weight alpha = H_n - H_{n-r}) changed with the number of GPUs. With pool_size the
-    accumulation is derived: 16 = 4 x 1 x 4 = 4 x 2 x 2, and the same prompts in the same order
-    give, with top-1 decoding, the same completions and identical rewards."""
+    """With pool_size the accumulation is derived: 16 = 4 x 1 x 4 = 4 x 2 x 2, and the same
+    prompts in the same order give, with top-1 decoding, the same completions and identical
+    rewards on one and two processes. Catches a fixed gradient_accumulation_steps, under which
+    the pool (and every rank weight alpha = H_n - H_{n-r}) changes with the number of GPUs."""
     golds = _greedy_mixed_dataset(tmp_path / "data")
     one = _launch(tmp_path / "one", 1, "greedy")[0]
     two = _launch(tmp_path / "two", 2, "greedy")

@@ -215,8 +215,9 @@ def test_pool_kills_hung_worker_and_recovers_from_crash(pool):
 
 
 def test_pool_restarts_a_worker_that_died_while_idle_without_blaming_an_item(pool):
-    # Regression: a worker killed between batches (e.g. by the OOM killer) still looked ready,
-    # got the next chunk, and its first item was reported as an "error" (reward: incorrect).
+    # A worker killed between batches (e.g. by the OOM killer) is restarted before it gets a
+    # chunk; sent one, it would look ready and its first item would be reported as an "error"
+    # (reward: incorrect).
     pool.verify_batch(["1"], ["1"])  # make sure every worker is up
     restarts = pool.restarts
     for worker in pool._workers:
