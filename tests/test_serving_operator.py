@@ -189,7 +189,7 @@ def test_queue_bound_answers_429_with_retry_after_then_recovers(upstream, tiny_m
         assert httpx.get(url + "/health").status_code == 200  # not counted against the bound
         upstream.let_go()
         for t in threads:
-            t.join(60)
+            t.join()  # each request has its client's 60 s timeout; the module's guard above it
         assert [r.status_code for r in held] == [200, 200]
         assert _chat(url).status_code == 200  # the bound is free again
 
@@ -530,7 +530,7 @@ def test_rendering_and_tokenising_run_off_the_event_loop(upstream, tiny_model_di
         finally:
             while not tokenizer.held.empty():  # a failure above must not leave the server held
                 tokenizer.held.get()[1].set()
-            asking.join(60)
+            asking.join()  # the request has its client's timeout
     assert [r.status_code for r in result] == [200]
     assert tokenizer.seen == ["render", "encode"]
 
