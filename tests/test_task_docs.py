@@ -174,7 +174,7 @@ def _serve_readme_on_vllm(argv, curl, rlsr, tmp_path, env) -> None:
                             cwd=tmp_path, env={**env, **VLLM_CPU_ENV}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        _wait_healthy(proc, port, timeout=600)
+        _wait_healthy(proc, port)
         reply = subprocess.run(shlex.split(curl.replace("localhost:8000", f"localhost:{port}")),
                                capture_output=True, text=True, timeout=300)  # fmt: skip
         health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=30)
