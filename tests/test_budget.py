@@ -18,7 +18,7 @@ from endpoint_standin import StandIn
 
 from rlsr.cli import main
 from rlsr.config import resolve_model_path
-from rlsr.data import load_examples
+from rlsr.data.loading import load_examples
 from rlsr.evaluation import budget as budget_module
 from rlsr.evaluation import evaluate_cli
 from rlsr.evaluation.budget import (

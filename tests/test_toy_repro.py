@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlsr.data import load_examples
+from rlsr.data.loading import load_examples
 from rlsr.evaluation.budget import answer_reserve, budget_refusal, evaluation_context
 from rlsr.tokenization import prompt_token_counter
 from rlsr.toy import repro

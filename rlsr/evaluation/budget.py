@@ -31,7 +31,7 @@ from pathlib import Path
 
 from rlsr.config import resolve_model_path
 from rlsr.config.heldout import heldout_answer_tokens
-from rlsr.data import PromptRoom
+from rlsr.data.loading import PromptRoom
 from rlsr.generation.backends import encode_prompts, load_chat_tokenizer, render_chat
 from rlsr.generation.endpoint import ENDPOINT_BACKENDS, EndpointBackend
 from rlsr.generation.openai_api import RLSR_SERVE
