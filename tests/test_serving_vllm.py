@@ -301,10 +301,11 @@ def _metric(url: str, headers: dict, name: str) -> float:
 
 
 def test_in_process_engine_keys_streaming_metrics_and_cancellation(tmp_path, monkeypatch, adapter):
-    """Issue 29 on the real in-process engine: the key from $RLSR_API_KEY (401 without it,
-    /health open), streamed chunks joining to the non-streamed message, and clients that close
-    their sockets while vLLM generates for them: their requests are aborted in the engine (its
-    unfinished requests go back to 0), counted as cancelled, and the next request is answered."""
+    """The operator features on the real in-process engine: the key from $RLSR_API_KEY (401
+    without it, /health open), streamed chunks joining to the non-streamed message, and clients
+    that close their sockets while vLLM generates for them: their requests are aborted in the
+    engine (its unfinished requests go back to 0), counted as cancelled, and the next request is
+    answered."""
     key = "sk-vllm-test"
     monkeypatch.setenv("RLSR_API_KEY", key)
     port = _free_port()
@@ -370,12 +371,12 @@ def _descendants(pid: int) -> list[int]:
 
 
 def test_engine_core_killed_gives_503_to_health_and_to_requests_in_flight(tmp_path, adapter):
-    """Issue 29 item 4: /health is 200 while the engine serves and 503 once its engine core is
+    """/health is 200 while the engine serves and 503 once its engine core is
     dead; requests in flight at that moment get an error body (503), not a hang, and so does the
     next one. The engine core runs in its own process here (VLLM_ENABLE_V1_MULTIPROCESSING=1, as
-    on a GPU server), so it can be killed. Issue 38 item 5: the engine gauge reads 0 once the core
-    is dead (vLLM keeps the dead requests' states, so it stayed at its last value), and every
-    error answered is counted."""
+    on a GPU server), so it can be killed. The engine gauge reads 0 once the core is dead (vLLM
+    keeps the dead requests' states, so a gauge read from them would stay at its last value), and
+    every error answered is counted."""
     import signal
     import threading
 

@@ -234,7 +234,7 @@ def test_server_mode_errors_are_one_line_cpu_start_and_server_death(tmp_path):
                                f"server at http://127.0.0.1:{port}, but TRL pushes weights")  # fmt: skip
         assert "grpo.vllm_mode=colocate" in line
 
-        # Held-out answers the server's context cannot hold (issue 27 items 2 and 8): refused
+        # Held-out answers the server's context cannot hold: refused
         # when the evaluator binds, before step 1, with the numbers and the server setting.
         long = _train([*server_args, "grpo.max_steps=1", "eval.max_new_tokens=400",
                        f"output_dir={tmp_path / 'long'}"], tmp_path, TRAINER)  # fmt: skip
@@ -269,7 +269,7 @@ def _comparable(metrics: dict) -> dict:
 
 
 def test_held_out_evaluation_through_the_server_equals_rlsr_evaluate_on_the_same_weights(tmp_path):
-    """Issue 27 item 8: in server mode the held-out evaluation goes through TRL's vLLM server
+    """In server mode the held-out evaluation goes through TRL's vLLM server
     (eval.backend=auto -> vllm_server) after a weight sync, and equals `rlsr evaluate --backend
     vllm` on the same weights; the rollouts of the next step are unaffected.
 
@@ -392,7 +392,7 @@ def test_two_training_processes_evaluate_once_through_the_server_and_share_the_m
 
 
 def test_scoring_through_the_server_moves_a_bounded_size_per_response(tmp_path):
-    """Issue 38 item 8, measured on the real server: ``prompt_logprobs`` answers one JSON entry
+    """Measured on the real server: ``prompt_logprobs`` answers one JSON entry
     per prompt position. ``ServerBackend.score`` asks for 0 alternatives (the prompt token's own
     entry, the one read) and sends at most ``score_positions`` positions per request: the same
     log-probs as the one-request ``prompt_logprobs: 1`` body it replaced, in responses of about
