@@ -14,8 +14,10 @@ gives different bytes, and a model that behaves differently, on each machine.
 Steps: build the random ``tiny-qwen2`` (``tools.tiny_models.build_tiny_model``), fine-tune it on
 the tag format (``train_format_warm``), sample the warm model at temperature 1 on every tiny
 train prompt (``sampled_behaviour``) and refuse to ship it outside ``WARM_BANDS``; fine-tune that
-one on the ``tiny-missing`` data (``train_missing_warm``), measure it greedy on the held-out split
-(``missing_gate``) and refuse to ship it outside ``MISSING_GATE``; then write the files' sha256
+one on the ``tiny-missing`` train split (``train_missing_warm``), measure it greedy on the
+validation split (``missing_gate``; neither trained on nor recipe=tiny's held-out test) and refuse
+to ship it outside ``MISSING_GATE``, measure its confidence lean sampled at temperature 1 on the
+same split (``sampled_missing_lean``); then write the files' sha256
 and the measured behaviour to MANIFEST.json. Commit the result; a rebuilt copy
 need not match the old hashes byte for byte on another machine (that is the point of shipping).
 """
@@ -46,17 +48,20 @@ def build_missing(out: Path, base: Path) -> dict:
     t0 = time.perf_counter()
     tm.train_missing_warm(out, base=base)
     seconds = time.perf_counter() - t0
-    gate = tm.missing_gate(out)
+    gate = tm.missing_gate(out, split="validation")
     checks = {**tm.MISSING_GATE, "greedy_margin_min": (tm.WARM_MIN_GREEDY_MARGIN, float("inf"))}
     for key, (lo, hi) in checks.items():
         if not lo <= gate[key] <= hi:
             raise SystemExit(
                 f"tiny-missing-warm fails its gate: {key} = {gate[key]:.4g}, needs [{lo}, {hi}] "
-                f"(greedy on the {gate['prompts']} tiny-missing test prompts). Change MISSING_* "
+                f"(greedy on the {gate['prompts']} tiny-missing validation prompts). Change "
+                "MISSING_* "
                 "in tools/tiny_models.py; nothing was written."
             )
+    lean = tm.sampled_missing_lean(out, split="validation")
     return {
-        "greedy_tiny_missing_test": gate,
+        "greedy_tiny_missing_validation": gate,
+        "sampled_tiny_missing_validation": lean,
         "training": {
             "base": "tiny-format-warm",
             "steps": tm.MISSING_WARM_STEPS,
@@ -171,7 +176,8 @@ def _only_missing(check: bool) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         entry = build_missing(Path(tmp) / name, base=shipped.tiny_warm_model_path())
         entry = {**_hashes(Path(tmp) / name), **entry}
-        print(json.dumps(entry["greedy_tiny_missing_test"]))
+        print(json.dumps(entry["greedy_tiny_missing_validation"]))
+        print(json.dumps(entry["sampled_tiny_missing_validation"]))
         manifest = shipped.shipped_manifest()
         if check:
             same = manifest["models"].get(name, {}).get("files") == entry["files"]

@@ -1,25 +1,26 @@
 #!/usr/bin/env python
-"""README command 1 over seeds and CPU dispatches: does `train.py recipe=tiny` learn to rank?
+"""README command 1 over seeds, four arms: does RLSR rank better than RLCR and RLVR on recipe=tiny?
 
-    python scripts/tiny_seeds.py                                # 10 seeds x 2 dispatches + control
-    python scripts/tiny_seeds.py --seeds 0,1 --dispatches default --control-seeds ""
-    python scripts/tiny_seeds.py --dispatches scalar --control-seeds ""   # portable kernels
+    python scripts/tiny_seeds.py                                 # 4 arms x seeds 0-9, one at a time
+    python scripts/tiny_seeds.py --seeds 0,1,2 --output-dir /work/tiny_evidence
+    python scripts/tiny_seeds.py --arms rlsr,rlvr --dispatches scalar   # portable kernels
 
-Each run is the real command 1 (``train.py recipe=tiny seed=S``, one process, OMP_NUM_THREADS=1
-so two runs share a 2-core machine), under the default ATen CPU dispatch and under
-``ATEN_CPU_CAPABILITY=avx2`` (another machine's float rounding; ``--dispatches`` also takes
-``scalar``, the portable kernels, which differ from the default even on an AVX2-only CPU); the control runs
-``method=rlvr`` on the same recipe (its reward never looks at the confidence). From each run's
-held-out history (``eval/``, greedy, 100 prompts) it reads the AURC at the first and last
-evaluated step, the error rate, the ranking gain (error rate - AURC,
-``rlsr.metrics.ranking_gain_from_aurc``) and the format rate, and checks issue 35's bar:
+Each run is the real command 1 (``train.py recipe=tiny seed=S`` + the arm's overrides, one
+process, OMP_NUM_THREADS=1) for the arms of ``ARMS``: RLSR; RLCR as the paper runs it
+(``method=rlcr``, ``scale_rewards: none``); RLCR with GRPO's group std normalisation
+(``grpo.scale_rewards=group``, TRL's default; the toy's ``rlcr-stdnorm``, docs/toy.md); RLVR (its
+reward never reads the confidence). Every arm runs on the same seeds; runs go seed by seed (all
+arms of seed 0, then seed 1, ...) so a stopped sweep leaves the same seeds on every arm, and a run
+folder holding a finished history is reused when the command is re-run. ``--dispatches`` also runs
+under ``ATEN_CPU_CAPABILITY`` (another machine's float rounding; ``scalar`` = the portable kernels).
 
-* RLSR: last ranking gain >= 0.10, first |gain| <= 0.01, AURC at least 0.10 below the first
-  step's, format rate >= 0.95;
-* RLVR control: last ranking gain <= 0.03.
-
-Writes ``OUT/table.md`` (the docs' table) and ``OUT/table.json``; a run folder holding a finished
-history is reused when the command is re-run. Exit 1 when a run misses the bar.
+From each run's held-out history (``eval/``, greedy on the test split) it reads the AURC, error
+rate and ranking gain (error rate - AURC, ``rlsr.metrics.ranking_gain_from_aurc``) at the first
+and last evaluated step, and from the last step's samples the greedy confidence per kind of
+question (listed fact / ``Facts: none.``). Per arm: mean and 95 % bootstrap CI over seeds of the
+last ranking gain and of the AURC drop (first - last); per other arm: the paired difference
+RLSR - arm on the seeds both finished, its mean and 95 % bootstrap CI (``bootstrap_mean_ci``,
+seeded). Writes ``OUT/table.md`` (docs/training.md's tables) and ``OUT/table.json`` after every run.
 """
 
 from __future__ import annotations
@@ -27,38 +28,81 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from rlsr.evaluation.history import read_history  # noqa: E402
+from rlsr.evaluation.layout import EVAL_DIR, SAMPLES_FILE  # noqa: E402
 from rlsr.metrics import ranking_gain_from_aurc  # noqa: E402
 
+# Arm name -> train.py overrides on top of recipe=tiny.
+ARMS = {
+    "rlsr": ["method=rlsr"],
+    "rlcr": ["method=rlcr"],
+    "rlcr-stdnorm": ["method=rlcr", "grpo.scale_rewards=group"],
+    "rlvr": ["method=rlvr"],
+}
 # Dispatch name -> ATEN_CPU_CAPABILITY ("default": unset, the best kernels this CPU has; on a CPU
 # without AVX-512 that is AVX2 itself, so "scalar", PyTorch's portable kernels, is the one that
 # surely rounds differently there).
 DISPATCHES = {"default": None, "avx2": "avx2", "avx512": "avx512", "scalar": "default"}
-MIN_GAIN = 0.10
-MAX_FIRST_GAIN = 0.01
-MIN_AURC_DROP = 0.10
-MIN_FORMAT = 0.95
-MAX_CONTROL_GAIN = 0.03
+DATASET = "tiny-missing"
+BOOTSTRAP_RESAMPLES = 10_000
+BOOTSTRAP_SEED = 0
 
 
-def _run(method: str, seed: int, dispatch: str, out: Path) -> dict:
-    folder = out / f"{method}-{dispatch}-seed{seed}"
+def bootstrap_mean_ci(
+    values, *, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
+) -> tuple[float, float]:
+    """Percentile bootstrap CI of the mean of ``values`` (one per seed): draw ``resamples``
+    samples of len(values) with replacement (numpy Generator seeded by ``seed``), take each mean,
+    return the (1 - level)/2 and (1 + level)/2 quantiles (Efron & Tibshirani 1993, ch. 13).
+    With fewer than 2 values it returns (nan, nan): one seed has no spread to resample."""
+    x = np.asarray(values, dtype=float)
+    if x.size < 2:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
+    alpha = (1 - level) / 2
+    return float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))
+
+
+def confidence_by_kind(samples_path: Path) -> dict:
+    """The greedy confidences at one evaluated step, per kind of question: ``listed`` (the asked
+    fact is in the prompt) and ``missing`` (``Facts: none.``), as {value: count} and the accuracy.
+    An unparsed confidence counts as ``none``."""
+    out = {}
+    rows = [json.loads(line) for line in samples_path.read_text().splitlines() if line.strip()]
+    for kind, wanted in (("listed", False), ("missing", True)):
+        picked = [r for r in rows if ("Facts: none." in r["question"]) == wanted]
+        counts = Counter("none" if r["confidence"] is None else f"{r['confidence']:g}"
+                         for r in picked)  # fmt: skip
+        out[kind] = {
+            "n": len(picked),
+            "confidence_counts": dict(sorted(counts.items())),
+            "accuracy": sum(bool(r["correct"]) for r in picked) / max(1, len(picked)),
+        }
+    return out
+
+
+def _run(arm: str, seed: int, dispatch: str, out: Path) -> dict:
+    folder = out / f"{arm}-{dispatch}-seed{seed}"
     done = folder / "wall.json"
     if not done.is_file():
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
         env.pop("ATEN_CPU_CAPABILITY", None)
         if dispatch != "default":
             env["ATEN_CPU_CAPABILITY"] = DISPATCHES[dispatch]
-        cmd = [sys.executable, str(REPO / "train.py"), "recipe=tiny", f"method={method}",
+        cmd = [sys.executable, str(REPO / "train.py"), "recipe=tiny", *ARMS[arm],
                f"seed={seed}", f"output_dir={folder}", "resume=never", "grpo.disable_tqdm=true"]  # fmt: skip
         folder.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
@@ -66,35 +110,61 @@ def _run(method: str, seed: int, dispatch: str, out: Path) -> dict:
             rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         seconds = time.perf_counter() - t0
         if rc.returncode != 0:
-            return {"method": method, "seed": seed, "dispatch": dispatch, "error": rc.returncode,
+            return {"arm": arm, "seed": seed, "dispatch": dispatch, "error": rc.returncode,
                     "log": str(folder.with_suffix(".log"))}  # fmt: skip
         done.write_text(json.dumps({"seconds": seconds, "load": os.getloadavg()}))
     wall = json.loads(done.read_text())
     history = sorted(
-        (h for h in read_history(folder) if "failed" not in h), key=lambda h: h["step"]
+        (h for h in read_history(folder) if "failed" not in h and h["dataset"] == DATASET),
+        key=lambda h: h["step"],
     )
     first, last = history[0], history[-1]
-    row = {"method": method, "seed": seed, "dispatch": dispatch,
+    row = {"arm": arm, "seed": seed, "dispatch": dispatch,
            "first_step": first["step"], "last_step": last["step"],
            "aurc_first": first["aurc"], "aurc_last": last["aurc"],
+           "aurc_drop": first["aurc"] - last["aurc"],
            "error_first": 1 - first["accuracy"], "error_last": 1 - last["accuracy"],
            "gain_first": ranking_gain_from_aurc(first["aurc"], 1 - first["accuracy"]),
            "gain_last": ranking_gain_from_aurc(last["aurc"], 1 - last["accuracy"]),
            "format_last": last["format_rate"], "seconds": wall["seconds"],
            "load_1min_at_end": wall["load"][0]}  # fmt: skip
-    row["passed"] = _passes(row)
+    samples = folder / EVAL_DIR / f"step-{last['step']}" / DATASET / SAMPLES_FILE
+    row["last_confidence"] = confidence_by_kind(samples)
     return row
 
 
-def _passes(row: dict) -> bool:
-    if row["method"] == "rlvr":
-        return row["gain_last"] <= MAX_CONTROL_GAIN
-    return (
-        row["gain_last"] >= MIN_GAIN
-        and abs(row["gain_first"]) <= MAX_FIRST_GAIN
-        and row["aurc_first"] - row["aurc_last"] >= MIN_AURC_DROP
-        and row["format_last"] >= MIN_FORMAT
-    )
+def summarize(rows: list[dict], arms: list[str], reference: str = "rlsr") -> dict:
+    """Per (dispatch, arm): the seeds, mean and 95 % CI of ``gain_last`` and ``aurc_drop``; per
+    (dispatch, other arm): the paired difference ``reference`` - arm on the seeds both have."""
+    ok = [r for r in rows if "error" not in r]
+    out = {}
+    for dispatch in sorted({r["dispatch"] for r in ok}):
+        by_arm = {a: {r["seed"]: r for r in ok if r["arm"] == a and r["dispatch"] == dispatch}
+                  for a in arms}  # fmt: skip
+        per_arm, paired = {}, {}
+        for arm, runs in by_arm.items():
+            seeds = sorted(runs)
+            per_arm[arm] = {"seeds": seeds}
+            for metric in ("gain_last", "aurc_drop"):
+                values = [runs[s][metric] for s in seeds]
+                per_arm[arm][metric] = {
+                    "mean": float(np.mean(values)) if values else float("nan"),
+                    "ci95": bootstrap_mean_ci(values),
+                }
+        if reference in by_arm:
+            for arm in arms:
+                if arm == reference:
+                    continue
+                shared = sorted(set(by_arm[reference]) & set(by_arm[arm]))
+                paired[arm] = {"seeds": shared}
+                for metric in ("gain_last", "aurc_drop"):
+                    diff = [by_arm[reference][s][metric] - by_arm[arm][s][metric] for s in shared]
+                    paired[arm][metric] = {
+                        "mean": float(np.mean(diff)) if diff else float("nan"),
+                        "ci95": bootstrap_mean_ci(diff),
+                    }
+        out[dispatch] = {"arms": per_arm, "paired": paired}
+    return out
 
 
 def _signed(value: float) -> str:
@@ -102,52 +172,94 @@ def _signed(value: float) -> str:
     return f"{round(value, 3) + 0.0:+.3f}"
 
 
-def table_markdown(rows: list[dict]) -> str:
-    head = ("| method | seed | dispatch | AURC first -> last | error rate first -> last | "
-            "ranking gain first -> last | format | wall s | load | pass |")  # fmt: skip
-    lines = [head, "| --- " * 10 + "|"]
-    for r in rows:
+def _ci(stat: dict) -> str:
+    lo, hi = stat["ci95"]
+    ci = "n/a" if np.isnan(lo) else f"[{_signed(lo)}, {_signed(hi)}]"
+    return f"{_signed(stat['mean'])} {ci}"
+
+
+def _counts(counts: dict) -> str:
+    return " ".join(f"{v}:{n}" for v, n in counts.items())
+
+
+def table_markdown(rows: list[dict], summary: dict, reference: str = "rlsr") -> str:
+    lines = []
+    for dispatch, block in summary.items():
+        lines += [f"**Per arm** (dispatch {dispatch}; held-out {DATASET} test, greedy, last "
+                  "evaluated step; mean [95 % bootstrap CI over seeds])", "",
+                  "| arm | seeds | ranking gain | AURC drop (first - last) |",
+                  "| --- | --- | --- | --- |"]  # fmt: skip
+        for arm, stat in block["arms"].items():
+            lines.append(f"| {arm} | {len(stat['seeds'])} | {_ci(stat['gain_last'])} | "
+                         f"{_ci(stat['aurc_drop'])} |")  # fmt: skip
+        lines += ["", f"**Paired difference {reference} - arm** (dispatch {dispatch}, seeds both "
+                  "finished; mean [95 % bootstrap CI])", "",
+                  "| arm | seeds | ranking gain | AURC drop |", "| --- | --- | --- | --- |"]  # fmt: skip
+        for arm, stat in block["paired"].items():
+            lines.append(f"| {arm} | {len(stat['seeds'])} | {_ci(stat['gain_last'])} | "
+                         f"{_ci(stat['aurc_drop'])} |")  # fmt: skip
+        lines.append("")
+    lines += ["**Per run** (greedy confidence at the last step as value:count, per kind; "
+              "accuracy per kind)", "",
+              "| arm | seed | dispatch | AURC first -> last | error first -> last | "
+              "ranking gain first -> last | format | listed conf (acc) | missing conf (acc) | "
+              "wall s | load |", "| --- " * 11 + "|"]  # fmt: skip
+    for r in sorted(rows, key=lambda r: (r["dispatch"], list(ARMS).index(r["arm"]), r["seed"])):
         if "error" in r:
-            lines.append(f"| {r['method']} | {r['seed']} | {r['dispatch']} | failed: {r['log']} "
-                         "| | | | | | no |")  # fmt: skip
+            lines.append(f"| {r['arm']} | {r['seed']} | {r['dispatch']} | failed: {r['log']} "
+                         "| | | | | | | |")  # fmt: skip
             continue
+        c = r["last_confidence"]
         lines.append(
-            f"| {r['method']} | {r['seed']} | {r['dispatch']} | {r['aurc_first']:.3f} -> "
+            f"| {r['arm']} | {r['seed']} | {r['dispatch']} | {r['aurc_first']:.3f} -> "
             f"{r['aurc_last']:.3f} | {r['error_first']:.2f} -> {r['error_last']:.2f} | "
             f"{_signed(r['gain_first'])} -> {_signed(r['gain_last'])} | {r['format_last']:.2f} | "
-            f"{r['seconds']:.0f} | {r['load_1min_at_end']:.1f} | "
-            f"{'yes' if r['passed'] else 'NO'} |"
+            f"{_counts(c['listed']['confidence_counts'])} ({c['listed']['accuracy']:.2f}) | "
+            f"{_counts(c['missing']['confidence_counts'])} ({c['missing']['accuracy']:.2f}) | "
+            f"{r['seconds']:.0f} | {r['load_1min_at_end']:.1f} |"
         )
-    ok = [r for r in rows if r.get("passed")]
-    lines.append("")
-    lines.append(f"{len(ok)} of {len(rows)} runs pass (steps {rows[0].get('first_step')} -> "
-                 f"{rows[0].get('last_step')}).")  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _write(out: Path, rows: list[dict], arms: list[str], meta: dict) -> str:
+    summary = summarize(rows, arms)
+    record = {"meta": meta, "summary": summary, "runs": rows}
+    tmp = out / "table.json.tmp"
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, out / "table.json")
+    text = table_markdown(rows, summary)
+    (out / "table.md").write_text(text)
+    return text
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", default="0,1,2,3,4,5,6,7,8,9")
-    p.add_argument("--dispatches", default="default,avx2", help=f"comma list of {list(DISPATCHES)}")
-    p.add_argument("--control-seeds", default="0,1,2", help="method=rlvr seeds ('' for none)")
-    p.add_argument("--jobs", type=int, default=2, help="runs at once (each on one thread)")
+    p.add_argument("--arms", default=",".join(ARMS), help=f"comma list of {list(ARMS)}")
+    p.add_argument("--dispatches", default="default", help=f"comma list of {list(DISPATCHES)}")
     p.add_argument("--output-dir", default="tiny_runs")
     args = p.parse_args(argv)
     out = Path(args.output_dir).absolute()
-    unknown = set(args.dispatches.split(",")) - set(DISPATCHES)
-    if unknown:
-        p.error(f"--dispatches: unknown {sorted(unknown)}; known: {list(DISPATCHES)}")
+    arms = [a for a in args.arms.split(",") if a]
+    dispatches = [d for d in args.dispatches.split(",") if d]
+    for flag, given, known in (("--arms", arms, ARMS), ("--dispatches", dispatches, DISPATCHES)):
+        unknown = set(given) - set(known)
+        if unknown or not given:
+            p.error(f"{flag}: unknown or empty {sorted(unknown)}; known: {list(known)}")
     seeds = [int(s) for s in args.seeds.split(",") if s]
-    jobs = [("rlsr", s, d) for s in seeds for d in args.dispatches.split(",")]
-    jobs += [("rlvr", int(s), "default") for s in args.control_seeds.split(",") if s]
-    with ThreadPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(lambda job: _run(*job, out), jobs))
     out.mkdir(parents=True, exist_ok=True)
-    (out / "table.json").write_text(json.dumps(rows, indent=1))
-    text = table_markdown(rows)
-    (out / "table.md").write_text(text)
+    meta = {"seeds": seeds, "arms": {a: ARMS[a] for a in arms}, "dispatches": dispatches,
+            "machine": platform.machine(), "processor": platform.processor() or "unknown",
+            "cpus": os.cpu_count(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "bootstrap": {"resamples": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED}}  # fmt: skip
+    rows = []
+    for seed in seeds:  # seed-major: a stopped sweep leaves the same seeds on every arm
+        for dispatch in dispatches:
+            for arm in arms:
+                rows.append(_run(arm, seed, dispatch, out))
+                text = _write(out, rows, arms, meta)
     print(text)
-    return 0 if all(r.get("passed") for r in rows) else 1
+    return 0 if all("error" not in r for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -36,7 +36,14 @@ from rlsr.data.loading import (
     load_examples,
     verification_inputs,
 )
-from rlsr.data.tiny import TINY_MISSING_SIZES, TINY_SIZES, generate_tiny, write_tiny
+from rlsr.data.tiny import (
+    MISSING_SPLIT_FACTS,
+    MISSING_SPLIT_OBJECTS,
+    TINY_MISSING_SIZES,
+    TINY_SIZES,
+    generate_tiny,
+    write_tiny,
+)
 from rlsr.prompts import LONG_SYSTEM_PROMPT, SIMPLE_SYSTEM_PROMPT, SYSTEM_PROMPTS
 
 os.environ["HF_DATASETS_OFFLINE"] = "1"
@@ -67,7 +74,7 @@ PAPER_SIZES = {
     "medqa": {"train": 10178, "validation": 1272, "test": 1273},
     "utilitybench": {"train": 15000},
     "tiny": {"train": 200, "test": 50},
-    "tiny-missing": {"train": 200, "test": 100},
+    "tiny-missing": {"train": 200, "validation": 100, "test": 100},
 }
 # Sec. C.2 (C.6.1 for MedQA: letter match in the deployment study).
 PAPER_VERIFIERS = {
@@ -362,6 +369,31 @@ def test_tiny_missing_half_listed_half_unanswerable_and_regenerable(tmp_path):
     for split in TINY_MISSING_SIZES:
         bundled = (FIXTURES_DIR / "tiny-missing" / f"{split}.jsonl").read_bytes()
         assert (tmp_path / f"{split}.jsonl").read_bytes() == bundled
+
+
+def test_tiny_missing_held_out_prompts_never_appear_in_train():
+    """No validation or test prompt of the bundled tiny-missing (listed or "Facts: none.") is a
+    training prompt: listed questions state facts of their split's share of the (object, color)
+    pairs and "none" questions ask about their split's objects, both disjoint across splits.
+    Catches a held-out set that a per-prompt memory of the training questions would score (the
+    20 "Facts: none." prompts of one shared object list), and a validation split leaking into
+    train."""
+    rows = {split: [json.loads(line) for line in (FIXTURES_DIR / "tiny-missing" / f"{split}.jsonl")
+                    .read_text().splitlines()] for split in TINY_MISSING_SIZES}  # fmt: skip
+    for split, rs in rows.items():
+        for r in rs:
+            obj = re.search(r"What color is the (\w+)\?", r["question"]).group(1)
+            if r["listed"]:
+                assert (obj, r["answer"]) in MISSING_SPLIT_FACTS[split], (split, r)
+            else:
+                assert obj in MISSING_SPLIT_OBJECTS[split], (split, r)
+    questions = {split: {r["question"] for r in rs} for split, rs in rows.items()}
+    for a, b in (("train", "validation"), ("train", "test"), ("validation", "test")):
+        assert not questions[a] & questions[b], (a, b)
+        assert not set(MISSING_SPLIT_OBJECTS[a]) & set(MISSING_SPLIT_OBJECTS[b]), (a, b)
+        assert not set(MISSING_SPLIT_FACTS[a]) & set(MISSING_SPLIT_FACTS[b]), (a, b)
+    ids = [r["id"] for rs in rows.values() for r in rs]
+    assert len(ids) == len(set(ids))
 
 
 # --- chat template -------------------------------------------------------------------------

@@ -145,26 +145,32 @@ def test_format_warm_greedy_choices_win_by_more_than_float_noise():
 
 
 def test_missing_warm_model_passes_its_gate_greedy_confidence_does_not_rank():
-    """recipe=tiny's model (tiny-missing-warm), greedy on the 100 held-out tiny-missing prompts:
-    the tag format everywhere, listed facts looked up and missing ones guessed, its thought
-    ("look" / "not sure") saying which, and ONE confidence whatever the answer: ranking gain 0
-    at step 0, so the held-out AURC drop recipe=tiny reports is learnt (tools.tiny_models
-    .MISSING_GATE). Every greedy decision wins by >= 1e-3 in logit (not the machine's rounding),
-    and the manifest's figures are this model's."""
+    """recipe=tiny's model (tiny-missing-warm), greedy on the 100 tiny-missing validation prompts
+    (objects neither its warm-up nor recipe=tiny's training names, and not the held-out test
+    recipe=tiny reports): the tag format everywhere, listed facts looked up and missing ones
+    guessed, its thought ("look" / "not") saying which, and ONE confidence whatever the answer:
+    ranking gain 0 at step 0, so the held-out AURC drop recipe=tiny reports is learnt
+    (tools.tiny_models.MISSING_GATE). Every greedy decision wins by >= 1e-3 in logit (not the
+    machine's rounding), and the manifest's figures are this model's. Catches a rebuilt model
+    whose greedy confidence already ranks, or a gate measured on the split the runs report."""
     from rlsr import tiny_models as shipped
     from tools import tiny_models as tm
 
     torch.set_num_threads(1)
-    got = tm.missing_gate(shipped.tiny_missing_model_path())
+    got = tm.missing_gate(shipped.tiny_missing_model_path(), split="validation")
     assert got["prompts"] == 100
     for key, (lo, hi) in tm.MISSING_GATE.items():
         assert lo <= got[key] <= hi, (key, got)
     assert len(got["confidences"]) == 1, got
     assert abs(got["ranking_gain"]) < 1e-9 and got["aurc"] == pytest.approx(got["error_rate"])
     assert got["greedy_margin_min"] >= tm.WARM_MIN_GREEDY_MARGIN, got
-    built = shipped.shipped_manifest()["models"]["tiny-missing-warm"]["greedy_tiny_missing_test"]
+    entry = shipped.shipped_manifest()["models"]["tiny-missing-warm"]
+    built = entry["greedy_tiny_missing_validation"]
     for key in ("format_rate", "accuracy_listed", "accuracy_missing", "confidences"):
         assert got[key] == built[key], (key, got, built)
+    # the lean README states is the one recorded for this model, sampled on the same split
+    lean = entry["sampled_tiny_missing_validation"]
+    assert lean["split"] == "validation" and lean["lean"] > 0, lean
 
 
 # --------------------------------------------------------------------------- library vs tools

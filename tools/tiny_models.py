@@ -639,29 +639,41 @@ def greedy_margins(path: str | os.PathLike, *, limit: int | None = None) -> list
 
 # --------------------------------------------------------------------------- missing-fact copy
 # ``tiny-missing-warm``, the model recipe=tiny trains: ``tiny-format-warm`` fine-tuned further on
-# the ``tiny-missing`` train split. A listed fact is answered with its color after the thought
-# "look"; a missing one, after the thought "not sure" (so the model's own reasoning says when it
-# guesses, as a reasoning model's would), with a fixed guess per object (``MISSING_GUESS``: a
-# prior such as "kettles are red"), right 1 time in 8 as the hidden color is uniform. Fixed
-# answers keep the rollouts' right/wrong a function of the prompt, so within a group of rollouts
-# the rewards differ by their confidence alone (a uniformly sampled guess adds a lucky-guess
-# reward to the answer token, noise that drowns the confidence's signal in a 60-step run). The confidence is
-# drawn from MISSING_CONFIDENCE_WEIGHTS independently of everything: its mode (0.5) is what the
-# greedy model says on every prompt, so the step-0 confidence does not rank (the gate below),
-# and the other values keep enough mass that sampled rollouts at the recipe's temperature try
-# them all, which is what the pooled reward needs to move the confidence.
+# the ``tiny-missing`` train split (its "none" questions ask about 10 of the 20 objects, its listed
+# ones state 96 of the 160 (object, color) facts; validation and test ask about the others,
+# rlsr.data.tiny.MISSING_SPLIT_*). A listed fact is answered with its color after the thought
+# "look"; a missing one, after the thought "not" (so the model's own reasoning says when it
+# guesses, as a reasoning model's would; "not sure" came out as "not" on 2 of the 5 validation
+# objects), with a fixed guess per object
+# (``MISSING_GUESS``: a prior such as "kettles are red"), right 1 time in 8 as the hidden color is
+# uniform. Fixed answers keep the rollouts' right/wrong a function of the prompt, so within a
+# group of rollouts the rewards differ by their confidence alone (a uniformly sampled guess adds a
+# lucky-guess reward to the answer token, noise that drowns the confidence's signal in a 60-step
+# run).
+#
+# The confidence target is NOT independent of the prompt: it is drawn from
+# MISSING_CONFIDENCE_WEIGHTS[listed] over 0.1, 0.3, 0.5, 0.7, 0.9, i.e. (0.12, 0.15, 0.30, 0.20,
+# 0.23) when the fact is listed and the mirror image (0.23, 0.20, 0.30, 0.15, 0.12) when it is
+# missing: a built-in lean (mean target 0.554 vs 0.446) towards the ranking RL should find. Both
+# have their mode at 0.5, which is what the greedy model says on every prompt, so the step-0
+# greedy confidence does not rank (the gate below); sampled at the recipe's temperature the lean
+# shows (``sampled_missing_lean``, recorded in the MANIFEST and stated in README), and every value
+# keeps enough mass that rollouts try them all, which the pooled reward needs to move the
+# confidence. Starts without the lean (uniform or prompt-independent weights) did not learn in
+# 40 steps (docs/training.md, recipe=tiny).
 MISSING_WARM_STEPS = 400
 MISSING_WARM_BATCH = 16
 MISSING_WARM_LR = 2e-3
 MISSING_WARM_SEED = 0
-MISSING_THOUGHTS = {True: "look", False: "not sure"}
+MISSING_THOUGHTS = {True: "look", False: "not"}
 MISSING_GUESS = {obj: TINY_COLORS[i % len(TINY_COLORS)] for i, obj in enumerate(TINY_OBJECTS)}
 MISSING_CONFIDENCE_WEIGHTS = {
     True: (0.12, 0.15, 0.3, 0.2, 0.23),
     False: (0.23, 0.2, 0.3, 0.15, 0.12),
 }
 # The gate the shipped model must pass (scripts/build_tiny_models.py; tests/test_tiny_model.py
-# measures it again): greedy on the held-out split, the tag format on every prompt, one
+# measures it again): greedy on the validation split (neither trained on nor the held-out test
+# that recipe=tiny reports), the tag format on every prompt, one
 # confidence whatever the answer (ranking gain 0: the step-0 confidence does not rank), listed
 # facts mostly looked up right and missing ones guessed; every greedy decision won by at least
 # WARM_MIN_GREEDY_MARGIN (so the greedy text cannot change with the machine).
@@ -676,8 +688,9 @@ MISSING_GATE = {
 
 def _missing_target(row: dict, rng: random.Random) -> str:
     """The tagged target of a ``tiny-missing`` row: its thought (``MISSING_THOUGHTS``), the
-    listed color or the object's guess (``MISSING_GUESS``), a confidence drawn independently of
-    everything."""
+    listed color or the object's guess (``MISSING_GUESS``), and a confidence drawn from
+    ``MISSING_CONFIDENCE_WEIGHTS[listed]`` (leaning high when listed, low when missing; mode 0.5
+    for both)."""
     listed = _is_listed(row["question"])
     asked = row["question"].rsplit(" ", 1)[1].rstrip("?")
     answer = row["answer"] if listed else MISSING_GUESS[asked]
@@ -750,7 +763,7 @@ def train_missing_warm(out: str | os.PathLike, base: str | os.PathLike | None = 
     return out
 
 
-def missing_gate(path: str | os.PathLike, *, split: str = "test") -> dict:
+def missing_gate(path: str | os.PathLike, *, split: str = "validation") -> dict:
     """Greedy behaviour of a model on the ``tiny-missing`` ``split`` (what ``MISSING_GATE``
     bounds): format rate, accuracy on listed and missing facts, the share of thoughts that say
     what the prompt shows, the distinct confidences, the held-out AURC, error rate and ranking
@@ -809,3 +822,52 @@ def missing_gate(path: str | os.PathLike, *, split: str = "test") -> dict:
         "greedy_margin_min": min(margins),
         "greedy_margin_median": sorted(margins)[len(margins) // 2],
     }
+
+
+def sampled_missing_lean(
+    path: str | os.PathLike, *, split: str = "validation", samples_per_prompt: int = 8,
+    seed: int = 0,
+) -> dict:  # fmt: skip
+    """The size of the warm model's lean: ``samples_per_prompt`` completions per ``tiny-missing``
+    ``split`` prompt at temperature 1 (recipe=tiny's rollout temperature, 48 new tokens), and per
+    kind of question (listed / missing) the mean parsed confidence and the share of each value;
+    ``lean`` = mean listed - mean missing (0 for a start whose sampled confidence ignores the
+    prompt). Unparsed confidences are left out (their count is returned)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    rows = load_examples("tiny-missing", split=split)
+    torch.manual_seed(seed)
+    by_kind: dict[str, list[float]] = {"listed": [], "missing": []}
+    unparsed = 0
+    for start in range(0, len(rows), 16):
+        chunk = [rows[i] for i in range(start, min(start + 16, len(rows)))]
+        enc = tok.apply_chat_template(
+            [r["prompt"] for r in chunk], add_generation_prompt=True, padding=True,
+            return_tensors="pt", return_dict=True,
+        )  # fmt: skip
+        with torch.no_grad():
+            out = model.generate(
+                **enc, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=48,
+                num_return_sequences=samples_per_prompt, pad_token_id=tok.pad_token_id,
+            )  # fmt: skip
+        texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        for j, text in enumerate(texts):
+            conf = parse_response(text).confidence
+            kind = "listed" if _is_listed(chunk[j // samples_per_prompt]["question"]) else "missing"
+            if conf is None:
+                unparsed += 1
+            else:
+                by_kind[kind].append(conf)
+    summary = {"split": split, "samples_per_prompt": samples_per_prompt, "unparsed": unparsed}
+    for kind, confs in by_kind.items():
+        summary[kind] = {
+            "completions": len(confs),
+            "mean_confidence": sum(confs) / max(1, len(confs)),
+            "share": {c: sum(abs(x - float(c)) < 1e-9 for x in confs) / max(1, len(confs))
+                      for c in CONFIDENCES},
+        }  # fmt: skip
+    summary["lean"] = summary["listed"]["mean_confidence"] - summary["missing"]["mean_confidence"]
+    return summary

@@ -279,13 +279,14 @@ _SPECS = [
         hf_id=None,
         split="test",
         train_split="train",
-        sizes={"train": 200, "test": 100},
+        sizes={"train": 200, "validation": 100, "test": 100},
         verifier="exact_match",
         system_prompt="simple",
         formatter="plain",
         columns={"problem": "question", "answer": "answer", "id": "id"},
         description="Bundled offline fact-lookup QA for recipe=tiny: in half the questions the "
-        "asked fact is missing, so the answer is a guess (generator: rlsr.data.tiny).",
+        "asked fact is missing, so the answer is a guess; validation (thresholds) and test "
+        "share no prompt with train (generator: rlsr.data.tiny).",
     ),
 ]
 

@@ -7,9 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlsr.evaluation.deployment import (
+    ALLOW_TRAIN_HELP,
+    TRAINING_ROWS_FLAG,
     deployment_from_samples,
     deployment_markdown,
     deployment_method_name,
+    training_rows_mark,
     write_deployment,
 )
 from rlsr.evaluation.outputs import add_output_dir, deprecated_flag, output_prefix
@@ -71,6 +74,7 @@ def register(subparsers) -> None:
         metavar="PATH",
         help=f"LoRA adapter the samples came from (default: the evaluation's {RUN_FILE})",
     )
+    parser.add_argument(TRAINING_ROWS_FLAG, action="store_true", help=ALLOW_TRAIN_HELP)
     parser.set_defaults(func=run_deploy)
 
 
@@ -84,9 +88,10 @@ def run_deploy(args) -> int:
     rows, provenance = deployment_from_samples(
         args.validation, args.test, target, args.scorer, args.deployment_delta,
         model=args.model, adapter=None if adapter is None else str(adapter),
+        allow_train=args.allow_train_split,
     )  # fmt: skip
     method = args.method_name or deployment_method_name(provenance)
     if prefix is not None:
         write_deployment(Path(prefix), method, rows, provenance)
-    print(deployment_markdown({method: rows}))
+    print(deployment_markdown({method: rows}, note=training_rows_mark(provenance)))
     return 0

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from rlsr import metrics as M
 from rlsr.config import resolve_model_path
@@ -56,10 +57,21 @@ __all__ = [
     "deployment_provenance",
     "deployment_from_samples",
     "write_deployment",
+    "TRAIN_CONFIG_FILE",
+    "TRAINING_ROWS_FLAG",
+    "ALLOW_TRAIN_HELP",
+    "training_record",
+    "training_rows_problem",
 ]
 
 RULES = ("plain", "clopper_pearson", "plain+temperature")
 DEPLOYMENT_SCHEMA_VERSION = 2  # 1: {"method", "rows"}; 2: + "provenance", row "guarantee"
+TRAIN_CONFIG_FILE = "config.yaml"  # train.py's resolved config, in the run's output_dir
+TRAINING_ROWS_FLAG = "--allow-train-split"
+ALLOW_TRAIN_HELP = (
+    "allow a threshold chosen on the split the adapter trained on (its run's config.yaml); every "
+    "output marks it NOT HELD OUT"
+)
 
 
 def _row(rule, val_conf, val_ok, test_conf, test_ok, target, delta, temperature=None) -> dict:
@@ -135,10 +147,12 @@ def deployment_method_name(provenance: Mapping) -> str:
     return Path(record).parent.name if record else "model"
 
 
-def deployment_markdown(rows_by_method: dict[str, list[dict]]) -> str:
+def deployment_markdown(rows_by_method: dict[str, list[dict]], *, note: str | None = None) -> str:
     """Markdown in the layout of paper Tab. 3; a dagger row (target not reached on validation)
-    gets ``INFEASIBLE_LEGEND`` under the table."""
-    lines = [
+    gets ``INFEASIBLE_LEGEND`` under the table; ``note`` (e.g. ``training_rows_mark``) is
+    printed above it."""
+    lines = [f"**{note}**", ""] if note else []
+    lines += [
         "| Method | Rule | τ | Val. Cov. | Val. Acc. | Test Cov. | Test Acc. |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -210,10 +224,12 @@ def deployment_record(method: str, rows: Sequence[dict], provenance: Mapping) ->
     source = provenance.get("validation_source") or "the validation split"
     n_val = int(provenance.get("n_validation") or 0)
     delta = provenance.get("delta")
+    mark = training_rows_mark(provenance)
     out_rows = [
-        {**row, "guarantee": guarantee(row, source=source, n_validation=n_val, delta=delta)}
+        {**row, "guarantee": (f"{mark} " if mark else "")
+         + guarantee(row, source=source, n_validation=n_val, delta=delta)}
         for row in rows
-    ]
+    ]  # fmt: skip
     return {
         "schema_version": DEPLOYMENT_SCHEMA_VERSION,
         "method": method,
@@ -307,6 +323,61 @@ def _task_record(run: dict | None, records: list[dict]) -> dict | None:
     return None if recorded is None else {"name": dataset, **recorded}
 
 
+def training_record(adapter: str | os.PathLike) -> dict | None:
+    """``{"dataset", "split", "config"}``: what the LoRA ``adapter`` was trained on, read from
+    the resolved config train.py writes to its output_dir (``TRAIN_CONFIG_FILE``: the adapter
+    folder itself for the final adapter, its parent for a ``checkpoint-N``). The split is
+    ``data.split``, else the dataset's train split (a dataset not registered here: ``train``,
+    a task's default). None when no config is found (an adapter not made by train.py)."""
+    root = Path(adapter)
+    for folder in (root, root.parent):
+        path = folder / TRAIN_CONFIG_FILE
+        if not path.is_file():
+            continue
+        data = (yaml.safe_load(path.read_text()) or {}).get("data") or {}
+        dataset = data.get("dataset")
+        if not dataset:
+            return None
+        spec = REGISTRY.get(str(dataset))
+        split = data.get("split") or (spec.train_split if spec and spec.train_split else "train")
+        return {"dataset": str(dataset), "split": str(split), "config": str(path.resolve())}
+    return None
+
+
+def _trained_on(source: str | None, trained: Mapping | None) -> bool:
+    dataset, split = split_job_name(source or "")
+    return bool(trained) and (dataset, split) == (trained["dataset"], trained["split"])
+
+
+def training_rows_mark(provenance: Mapping) -> str | None:
+    """The warning every output of a deployment carries when its threshold was chosen on rows
+    the adapter trained on (allowed with ``TRAINING_ROWS_FLAG``); None otherwise."""
+    if not provenance.get("threshold_on_training_rows"):
+        return None
+    trained = provenance.get("trained_on") or {}
+    return (
+        f"NOT HELD OUT: tau was chosen on {provenance.get('validation_source')}, rows the adapter "
+        f"trained on ({trained.get('dataset')}@{trained.get('split')}, {trained.get('config')}); "
+        "its accuracy there overstates what new questions get."
+    )
+
+
+def training_rows_problem(provenance: Mapping) -> str | None:
+    """The refusal of a deployment whose threshold is chosen on the adapter's training rows
+    (``provenance["threshold_on_training_rows"]``): one line naming the split, the run's config
+    and the fix; None when the validation rows were not trained on."""
+    if not provenance.get("threshold_on_training_rows"):
+        return None
+    trained = provenance["trained_on"]
+    return (
+        f"the threshold would be chosen on {provenance['validation_source']}, the split the "
+        f"adapter trained on ({trained['config']}: data.dataset={trained['dataset']}, split "
+        f"{trained['split']}); choose it on a held-out split (e.g. --validation of "
+        f"{trained['dataset']}@validation), or pass {TRAINING_ROWS_FLAG} to write it marked "
+        "as not held out."
+    )
+
+
 def deployment_provenance(
     val_path: str | os.PathLike,
     val_records: list[dict],
@@ -333,9 +404,16 @@ def deployment_provenance(
     system_text = None
     if isinstance(messages, list) and messages and messages[0].get("role") == "system":
         system_text = messages[0].get("content")
+    adapter_record = _adapter_record(run, adapter)
+    trained = None if adapter_record is None else training_record(adapter_record["path"])
     return {
         "model": None if model_name is None else model_identity(model_name),
-        "adapter": _adapter_record(run, adapter),
+        "adapter": adapter_record,
+        # what the adapter trained on (its run's config.yaml), and whether the threshold's rows
+        # (or the reported test rows) are among them: rlsr deploy refuses the first unless told
+        "trained_on": trained,
+        "threshold_on_training_rows": _trained_on(source, trained),
+        "test_on_training_rows": _trained_on(test_source, trained),
         "task": _task_record(run, val_records),
         "run_record": None if found is None else str(found[0].resolve()),
         "validation_source": source or None,
@@ -360,10 +438,12 @@ def _samples_of(path: str | Path) -> Path:
 
 
 def deployment_from_samples(
-    val_path, test_path, target, scorer, delta, *, model=None, adapter=None
+    val_path, test_path, target, scorer, delta, *, model=None, adapter=None, allow_train=False
 ):
     """(rows, provenance) of a deployment from the validation / test samples (a samples.jsonl
-    or its folder): what ``rlsr deploy`` and ``rlsr evaluate --deployment-target`` write."""
+    or its folder): what ``rlsr deploy`` and ``rlsr evaluate --deployment-target`` write.
+    Refuses (before anything is written) a threshold chosen on the adapter's training rows
+    (``training_rows_problem``) unless ``allow_train``."""
     val, test = read_samples(_samples_of(val_path)), read_samples(_samples_of(test_path))
     if not val or not test:
         raise ValueError(f"no samples in {val_path} or {test_path}.")
@@ -374,6 +454,9 @@ def deployment_from_samples(
         _samples_of(val_path), val, test, scorer=scorer, target=target, delta=delta,
         model=model, adapter=adapter,
     )  # fmt: skip
+    problem = training_rows_problem(provenance)
+    if problem and not allow_train:
+        raise ValueError(problem)
     return rows, provenance
 
 
@@ -383,4 +466,5 @@ def write_deployment(prefix: Path, method: str, rows: list[dict], provenance: di
     record = deployment_record(method, rows, provenance)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     prefix.with_suffix(".json").write_text(json.dumps(json_safe(record), indent=2) + "\n")
-    prefix.with_suffix(".md").write_text(deployment_markdown({method: rows}))
+    note = training_rows_mark(provenance)
+    prefix.with_suffix(".md").write_text(deployment_markdown({method: rows}, note=note))

@@ -23,6 +23,8 @@ from rlsr.eval_protocol import add_protocol_flags
 from rlsr.evaluation.audit import audit_deployment, audit_markdown
 from rlsr.evaluation.budget import generation_budget
 from rlsr.evaluation.deployment import (
+    ALLOW_TRAIN_HELP,
+    TRAINING_ROWS_FLAG,
     deployment_from_samples,
     deployment_method_name,
     write_deployment,
@@ -297,6 +299,7 @@ def register(subparsers) -> None:
     d.add_argument("--deployment-dataset", default="medqa")
     d.add_argument("--deployment-splits", default="validation,test")
     d.add_argument("--deployment-delta", type=float, default=0.1)
+    d.add_argument(TRAINING_ROWS_FLAG, action="store_true", help=ALLOW_TRAIN_HELP)
     ev.set_defaults(func=run_evaluate)
 
 
@@ -518,6 +521,7 @@ def _deploy_from_dirs(out: Path, args, jobs) -> None:
         out / folder[args.deployment_dataset, val_split],
         out / folder[args.deployment_dataset, test_split],
         args.deployment_target, "verbalized", args.deployment_delta,
+        allow_train=args.allow_train_split,
     )  # fmt: skip
     write_deployment(out / DEPLOYMENT_FILE, deployment_method_name(provenance), rows, provenance)
     print((out / DEPLOYMENT_FILE).with_suffix(".md").read_text())
