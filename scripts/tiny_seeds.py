@@ -94,9 +94,13 @@ def confidence_by_kind(samples_path: Path) -> dict:
     return out
 
 
-def _run(arm: str, seed: int, dispatch: str, out: Path) -> dict:
+def _run(arm: str, seed: int, dispatch: str, out: Path, *, train: bool = True) -> dict | None:
+    """The row of one run, training it first unless its folder holds a finished one (None when
+    it does not and ``train`` is off)."""
     folder = out / f"{arm}-{dispatch}-seed{seed}"
     done = folder / "wall.json"
+    if not done.is_file() and not train:
+        return None
     if not done.is_file():
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
         env.pop("ATEN_CPU_CAPABILITY", None)
@@ -173,9 +177,11 @@ def _signed(value: float) -> str:
 
 
 def _ci(stat: dict) -> str:
+    """``mean [lo, hi]``; without runs "–", with one seed the mean alone (no CI)."""
     lo, hi = stat["ci95"]
-    ci = "n/a" if np.isnan(lo) else f"[{_signed(lo)}, {_signed(hi)}]"
-    return f"{_signed(stat['mean'])} {ci}"
+    if np.isnan(stat["mean"]):
+        return "–"
+    return _signed(stat["mean"]) + ("" if np.isnan(lo) else f" [{_signed(lo)}, {_signed(hi)}]")
 
 
 def _counts(counts: dict) -> str:
@@ -238,6 +244,9 @@ def main(argv=None) -> int:
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma list of {list(ARMS)}")
     p.add_argument("--dispatches", default="default", help=f"comma list of {list(DISPATCHES)}")
     p.add_argument("--output-dir", default="tiny_runs")
+    p.add_argument(
+        "--table-only", action="store_true", help="tabulate the finished runs; train none"
+    )
     args = p.parse_args(argv)
     out = Path(args.output_dir).absolute()
     arms = [a for a in args.arms.split(",") if a]
@@ -252,13 +261,15 @@ def main(argv=None) -> int:
             "machine": platform.machine(), "processor": platform.processor() or "unknown",
             "cpus": os.cpu_count(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "bootstrap": {"resamples": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED}}  # fmt: skip
-    rows = []
+    rows, text = [], ""
     for seed in seeds:  # seed-major: a stopped sweep leaves the same seeds on every arm
         for dispatch in dispatches:
             for arm in arms:
-                rows.append(_run(arm, seed, dispatch, out))
-                text = _write(out, rows, arms, meta)
-    print(text)
+                row = _run(arm, seed, dispatch, out, train=not args.table_only)
+                if row is not None:
+                    rows.append(row)
+                    text = _write(out, rows, arms, meta)
+    print(text or f"no finished run in {out}")
     return 0 if all("error" not in r for r in rows) else 1
 
 
