@@ -372,9 +372,9 @@ def training_rows_problem(provenance: Mapping) -> str | None:
     return (
         f"the threshold would be chosen on {provenance['validation_source']}, the split the "
         f"adapter trained on ({trained['config']}: data.dataset={trained['dataset']}, split "
-        f"{trained['split']}); choose it on a held-out split (e.g. --validation of "
-        f"{trained['dataset']}@validation), or pass {TRAINING_ROWS_FLAG} to write it marked "
-        "as not held out."
+        f"{trained['split']}); choose it on a held-out split (deploy --validation of another "
+        "split's samples; evaluate --deployment-splits validation,test), or pass "
+        f"{TRAINING_ROWS_FLAG} to write it marked as not held out."
     )
 
 
