@@ -41,8 +41,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from rlsr.evaluation.history import read_history  # noqa: E402
-from rlsr.evaluation.layout import EVAL_DIR, SAMPLES_FILE  # noqa: E402
 from rlsr.metrics import ranking_gain_from_aurc  # noqa: E402
+from rlsr.run_layout import EVAL_DIR, SAMPLES_FILE  # noqa: E402
 
 # Arm name -> train.py overrides on top of recipe=tiny.
 ARMS = {

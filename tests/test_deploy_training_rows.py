@@ -9,7 +9,7 @@ import json
 import pytest
 
 from rlsr.cli import main
-from rlsr.data import load_examples
+from rlsr.data.loading import load_examples
 from rlsr.evaluation.deployment import training_record
 from rlsr.serving.threshold import load_threshold, promise
 
