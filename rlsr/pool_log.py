@@ -44,7 +44,7 @@ import numpy as np
 from rlsr import metrics as M
 from rlsr.pool import ROW_FIELDS, Pool, PoolObserver
 from rlsr.rewards import confidence_for_ranking
-from rlsr.run_layout import STEP_PREFIX
+from rlsr.run_layout import EVAL_DIR, STEP_PREFIX
 
 __all__ = [
     "POOLS_DIR",
@@ -362,8 +362,9 @@ def write_pool_summary(run_dirs: Sequence[str | os.PathLike], output: str | os.P
     lines = []
     for run in dict.fromkeys(r["run"] for r in rows):
         lines.append(
-            f"{run}/{POOLS_DIR}: pool step-N trains optimizer step N+1; next-eval: the held-out "
-            "step (eval/step-K) that first sees its update; acc: the verifier's verdicts, "
+            f"{run}/{POOLS_DIR}: pool {STEP_PREFIX}N trains optimizer step N+1; next-eval: the "
+            f"held-out step ({EVAL_DIR}/{STEP_PREFIX}K) that first sees its update; acc: the "
+            "verifier's verdicts, "
             "credited: the reward's (correct & format_ok under method.correct_requires_format); "
             f"confidence 0 -> 1 in {HISTOGRAM_BINS} bins"
         )

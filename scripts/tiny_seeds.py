@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 
 from rlsr.evaluation.history import read_history  # noqa: E402
 from rlsr.metrics import ranking_gain_from_aurc  # noqa: E402
-from rlsr.run_layout import EVAL_DIR, SAMPLES_FILE  # noqa: E402
+from rlsr.run_layout import EVAL_DIR, SAMPLES_FILE, STEP_PREFIX  # noqa: E402
 
 # Arm name -> train.py overrides on top of recipe=tiny.
 ARMS = {
@@ -132,7 +132,7 @@ def _run(arm: str, seed: int, dispatch: str, out: Path, *, train: bool = True) -
            "gain_last": ranking_gain_from_aurc(last["aurc"], 1 - last["accuracy"]),
            "format_last": last["format_rate"], "seconds": wall["seconds"],
            "load_1min_at_end": wall["load"][0]}  # fmt: skip
-    samples = folder / EVAL_DIR / f"step-{last['step']}" / DATASET / SAMPLES_FILE
+    samples = folder / EVAL_DIR / f"{STEP_PREFIX}{last['step']}" / DATASET / SAMPLES_FILE
     row["last_confidence"] = confidence_by_kind(samples)
     return row
 

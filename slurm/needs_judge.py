@@ -39,12 +39,13 @@ def load_registry() -> ModuleType:
 
 def items_needing_judge(items: list[str]) -> list[str]:
     """The items (dataset names or ``rlsr.data.GROUPS`` keys) with an ``llm_judge`` dataset.
-    User tasks (docs/tasks.md) are known to the package, which reads ``$RLSR_TASKS_PATH``."""
+    User tasks (docs/tasks.md) are known to the package, which reads ``$RLSR_TASKS_PATH``, or
+    registered in this process (slurm/sweep.py's ``--tasks-dir``)."""
     registry = load_registry()
     try:
         return _needing(registry, items)
     except ValueError:
-        if not os.environ.get("RLSR_TASKS_PATH"):
+        if not os.environ.get("RLSR_TASKS_PATH") and "rlsr.data" not in sys.modules:
             raise
         import rlsr.data
 

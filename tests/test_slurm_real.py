@@ -203,9 +203,10 @@ def test_preempted_run_requeues_resumes_and_matches_the_uninterrupted_run(slurm_
 def test_sweep_trains_then_evaluates_each_run_after_its_training(slurm_env, submitted):
     """`slurm/sweep.py --gpus-per-node 0 --eval-gpus-per-node 0` on CPU nodes: every training
     job completes with its adapter, every evaluation array task starts only after its own
-    training job ended (afterok) and writes its samples, and --status reports all of them
-    completed. Catches a sweep refused on CPU nodes, evaluations that start before (or without)
-    their adapter, and a dependency wired to the wrong job."""
+    training job ended (afterok) and writes its samples, --status reports all of them
+    completed, and `rlsr compare` over the sweep's evaluations groups them by recorded method and
+    seed. Catches a sweep refused on CPU nodes, evaluations that start before (or without) their
+    adapter, a dependency wired to the wrong job, and sweep outputs compare cannot read."""
     jobs, record = submitted["main"]
     wait_until_done([j[2] for j in jobs], slurm_env)
     trained = {}
@@ -225,7 +226,15 @@ def test_sweep_trains_then_evaluates_each_run_after_its_training(slurm_env, subm
         assert (submitted["work"] / "runs" / run / "adapter_model.safetensors").is_file()
         samples = submitted["work"] / "evals" / run / "tiny-missing" / "samples.jsonl"
         assert len(samples.read_text().splitlines()) == EVAL_LIMIT, run
-    # `rlsr compare` over the sweep folder belongs here once it exists.
+    # `rlsr compare` over the sweep's evaluations (what docs/slurm.md tells a user to run after a
+    # sweep): grouped by the method and seed each run recorded, two seeds per method.
+    compared = submitted["work"] / "compare"
+    done = _run([sys.executable, "-m", "rlsr.cli", "compare", str(submitted["work"] / "evals"),
+                 "--use", "evaluate", "--output-dir", str(compared)], slurm_env)  # fmt: skip
+    result = json.loads((compared / "compare.json").read_text())
+    methods = result["datasets"]["tiny-missing"]["methods"]
+    assert sorted(methods) == ["rlcr", "rlsr"], done.stdout
+    assert all(sorted(methods[m]["seeds"]) == ["0", "1"] for m in methods), methods
     status = _run([sys.executable, "slurm/sweep.py", "--status", str(record)], slurm_env)
     assert status.stdout.count(": COMPLETED") == len(jobs), status.stdout
 

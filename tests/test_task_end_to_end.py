@@ -191,11 +191,20 @@ def test_rlsr_report_tabulates_the_task(user, evaluated, capsys):
 
 def test_deploy_and_serve_answer_with_the_tasks_prompt(user, evaluated, trained, tiny_model_dir):
     deployment = user["root"] / "deployment"  # --output-dir's deployment.json, less .json
+    # The task has train and eval splits only: tau is chosen on the rows the adapter trained
+    # on, which deploy refuses unless told, and then marks in every output.
+    refused = rlsr(user, "deploy", "--validation", str(evaluated / "colors@train"), "--test",
+                   str(evaluated / "colors"), "--deployment-target", "0.05", "--output-dir",
+                   str(user["root"]), "--tasks-dir", str(user["tasks"]), check=False)  # fmt: skip
+    assert refused.returncode == 2 and "--allow-train-split" in refused.stderr, refused.stderr
+    assert not deployment.with_suffix(".json").exists()
     rlsr(user, "deploy", "--validation", str(evaluated / "colors@train"), "--test",
          str(evaluated / "colors"), "--deployment-target", "0.05", "--output-dir", str(user["root"]),
-         "--tasks-dir", str(user["tasks"]))  # fmt: skip
+         "--tasks-dir", str(user["tasks"]), "--allow-train-split")  # fmt: skip
+    assert "NOT HELD OUT" in deployment.with_suffix(".md").read_text()
     record = json.loads(deployment.with_suffix(".json").read_text())
     prov = record["provenance"]
+    assert prov["threshold_on_training_rows"] is True
     assert prov["system_prompt"] == "colors"
     assert prov["task"]["name"] == "colors" and len(prov["task"]["sha256"]) == 64
     assert prov["validation_source"] == "colors@train" and prov["test_source"] == "colors@eval"
@@ -237,7 +246,8 @@ def test_serve_refuses_a_threshold_of_another_version_of_the_task(
     if not deployment.is_file():
         rlsr(user, "deploy", "--validation", str(evaluated / "colors@train"), "--test",
              str(evaluated / "colors"), "--deployment-target", "0.05", "--output-dir",
-             str(deployment.parent), "--tasks-dir", str(user["tasks"]))  # fmt: skip
+             str(deployment.parent), "--tasks-dir", str(user["tasks"]),
+             "--allow-train-split")  # fmt: skip
     edited = tmp_path / "tasks"
     shutil.copytree(user["tasks"], edited)
     (edited / "colors.yaml").write_text(TASK.replace("seed: 0", "seed: 1"))  # other eval split

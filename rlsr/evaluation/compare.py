@@ -29,6 +29,7 @@ import numpy as np
 from rlsr import metrics as M
 from rlsr.evaluation.compare_runs import CONFIG_FILE, Evaluation, Run, check_comparable, find_runs
 from rlsr.evaluation.samples_io import json_safe
+from rlsr.run_layout import SAMPLES_FILE
 
 __all__ = [
     "COMPARE_JSON",
@@ -241,7 +242,7 @@ def compare_runs(
         "schema_version": SCHEMA_VERSION,
         "evaluations": runs[0].kind,
         "statistics": {
-            "metrics": "recomputed from each evaluation's samples.jsonl with rlsr.metrics "
+            "metrics": f"recomputed from each evaluation's {SAMPLES_FILE} with rlsr.metrics "
             "(aurc, ece; ranking_gain = error rate - AURC, ranking_gain_from_aurc; accuracy = "
             "mean correctness), the primary scorer's confidence, missing = 0.0",
             "ci95": "percentile bootstrap of the mean over seeds (rlsr.metrics.bootstrap_mean_ci)"
@@ -284,7 +285,7 @@ def render_markdown(result: dict) -> str:
         "# rlsr compare",
         "",
         f"Methods: {', '.join(result['methods'])}. Every value is recomputed from the "
-        "evaluation's samples.jsonl (rlsr.metrics). Cells: mean over seeds [95 % CI: "
+        f"evaluation's {SAMPLES_FILE} (rlsr.metrics). Cells: mean over seeds [95 % CI: "
         f"percentile bootstrap of the mean over seeds, {stats['n_resamples']} resamples, seed "
         f"{stats['seed']}]; [n/a]: one seed has no interval. Ranking gain = error rate − AURC "
         '(0: the confidence does not rank). docs/evaluation.md, "Compare methods across seeds".',

@@ -15,6 +15,7 @@ from rlsr.evaluation.compare import (
     write_comparison,
 )
 from rlsr.evaluation.compare_runs import EVALUATE, HELD_OUT
+from rlsr.run_layout import EVAL_DIR, SAMPLES_FILE, STEP_PREFIX
 
 __all__ = ["register", "run_compare"]
 
@@ -29,7 +30,7 @@ def register(subparsers) -> None:
         "compare them per held-out dataset at the first and last evaluated step: AURC, ranking "
         "gain (error rate - AURC), ECE and accuracy per seed, mean and 95% bootstrap CI over "
         "seeds, and per pair of methods the paired difference on shared seeds. Every value is "
-        f"recomputed from samples.jsonl. Writes DIR/{COMPARE_JSON}, DIR/{COMPARE_MD} and "
+        f"recomputed from {SAMPLES_FILE}. Writes DIR/{COMPARE_JSON}, DIR/{COMPARE_MD} and "
         f"DIR/{COMPARE_PNG} (ranking gain against step).",
         epilog="example after slurm/sweep.py: rlsr compare runs --output-dir comparisons/heldout "
         "(held-out histories) or rlsr compare evals --output-dir comparisons/paper (the sweep's "
@@ -39,14 +40,16 @@ def register(subparsers) -> None:
         "paths",
         nargs="+",
         metavar="RUN_OR_FOLDER",
-        help="train.py output dirs (their eval/step-N history), `rlsr evaluate` folders of "
+        help=f"train.py output dirs (their {EVAL_DIR}/{STEP_PREFIX}N history), `rlsr evaluate` "
+        "folders of "
         "their adapters, or folders holding either (a sweep's runs/ or evals/)",
     )
     parser.add_argument("--output-dir", required=True, metavar="DIR", help="where the files go")
     parser.add_argument(
         "--use",
         choices=(HELD_OUT, EVALUATE),
-        help=f"which evaluations: {HELD_OUT} = train.py's eval/step-N history, {EVALUATE} = "
+        help=f"which evaluations: {HELD_OUT} = train.py's {EVAL_DIR}/{STEP_PREFIX}N history, "
+        f"{EVALUATE} = "
         "`rlsr evaluate` folders of the runs' adapters (default: whichever the folders hold)",
     )
     parser.add_argument(

@@ -38,6 +38,7 @@ from rlsr.run_layout import (
     PARTIAL_SUFFIX,
     RUN_FILE,
     SAMPLES_FILE,
+    STEP_PREFIX,
     checkpoint_folders,
     checkpoint_step,
     step_folders,
@@ -252,7 +253,7 @@ def _training_run_of(path: Path) -> tuple[Path, int] | None:
 
 def _no_history(run_dir: Path) -> str:
     return (
-        f"{run_dir}: no held-out history (no {EVAL_DIR}/step-N/<dataset>/{SAMPLES_FILE}): the "
+        f"{run_dir}: no held-out history (no {EVAL_DIR}/{STEP_PREFIX}N/<dataset>/{SAMPLES_FILE}): the "
         "run trained with eval.every=0 or has not reached its first evaluation; train with "
         "eval.every=N, or compare `rlsr evaluate` folders of its checkpoints."
     )
