@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from ports import free_port as _free_port  # one OS-given port helper for the suite
 from test_trainer_support import TEST_THREADS, tiny_settings
 
 from rlsr.cli import main as rlsr_main
@@ -155,12 +155,6 @@ def test_report_curves_draws_two_runs_and_names_the_best_checkpoint(run, tmp_pat
         assert best["aurc"] == min(r["aurc"] for r in read_history(run_dir))
         assert best["checkpoint"] == (None if step == 0 else str(run_dir / f"checkpoint-{step}"))
         assert f"at step {step}" in text
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_failed_evaluation_is_recorded_and_training_goes_on(tmp_path, capsys):

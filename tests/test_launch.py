@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ports import free_port as _free_port  # one OS-given port helper for the suite
 
 from rlsr.config import ConfigError
 from rlsr.launch import (
@@ -75,12 +75,6 @@ import dataclasses, json, sys
 from rlsr.launch import engine_from_env
 print("ENGINE " + json.dumps(dataclasses.asdict(engine_from_env())), flush=True)
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.mark.slow

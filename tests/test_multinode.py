@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from ports import free_port as _free_port  # one OS-given port helper for the suite
 
 ROOT = Path(__file__).resolve().parents[1]
 PER_DEVICE, ACCUM, NODES, G, STEPS = 4, 2, 2, 4, 3
@@ -80,12 +80,6 @@ def _worker() -> None:
     rlsr.training.run_training = lambda settings, **kw: run_training(settings, pool_hook=hook, **kw)
     sys.argv[0] = str(ROOT / "train.py")
     runpy.run_path(sys.argv[0], run_name="__main__")  # train.py exactly as `python train.py`
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _train_slurm(env: dict, args: list[str], log: Path) -> subprocess.Popen:

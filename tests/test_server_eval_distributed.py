@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -34,6 +33,7 @@ from pathlib import Path
 
 import pytest
 from endpoint_standin import local_http_server
+from ports import free_port as _free_port  # one OS-given port helper for the suite
 
 ROOT = Path(__file__).resolve().parents[1]
 DDP_TIMEOUT = 80  # s: the evaluation's bound is 0.8 x 80 - 60 = 4 s
@@ -115,12 +115,6 @@ def _worker(out_dir: str, url: str) -> None:
     record = {"global_step": trainer.state.global_step, "returned": returned,
               "timeouts": session.timeouts, "syncs": syncs}  # fmt: skip
     (out / f"rank{rank}.json").write_text(json.dumps(record))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from ports import free_port as _free_port  # one OS-given port helper for the suite
 
 from rlsr.evaluation import deployment
 from rlsr.evaluation.deployment import model_identity
@@ -109,12 +110,6 @@ def running(app):
     finally:
         server.should_exit = True
         thread.join(30)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ports import free_port as _free_port  # one OS-given port helper for the suite
 
 if importlib.util.find_spec("vllm") is None:
     pytest.skip(
@@ -56,12 +57,6 @@ QUESTIONS = [
     "Facts: the fan is red; the hat is white; the clock is yellow. What color is the clock?",
 ]
 MAX_NEW = 48
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

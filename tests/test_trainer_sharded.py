@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ports import free_port as _free_port  # one OS-given port helper for the suite
 
 ROOT = Path(__file__).resolve().parents[1]
 PER_DEVICE, ACCUM, PROCS, G, STEPS = 4, 2, 2, 4, 2
@@ -122,12 +122,6 @@ def _worker(out_dir: str, stop_at: int, resume: str) -> None:
             }
         )
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _launch(engine: str, out_dir: Path, *, stop_at: int = 0, resume: str = "never") -> list[dict]:
