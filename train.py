@@ -26,9 +26,9 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rlsr.config import ConfigError, describe_hydra_error, force_add_overrides, from_dict
+from rlsr.config import ConfigError, describe_hydra_error, force_add_overrides
 from rlsr.run_layout import checkpoint_folders
-from rlsr.run_plan import RunPlan, plan_run
+from rlsr.run_plan import RunPlan, plan_from_config
 from rlsr.verifiers.base import VerifierFailure
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -53,13 +53,18 @@ def save_resolved_config(cfg: DictConfig, output_dir: str) -> Path:
 
 
 def checked_plan(cfg: DictConfig) -> RunPlan:
-    """The run plan of the composed config, or one ``config error:`` line and exit 2."""
+    """The run plan of the composed config (``rlsr.run_plan.plan_from_config``; its notes
+    printed), or one ``config error:`` line and exit 2."""
     try:
-        return plan_run(from_dict(OmegaConf.to_container(cfg, resolve=True)))
+        plan = plan_from_config(cfg)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
     except OmegaConfBaseException as err:  # e.g. a mandatory value (???) left unset
         print(f"config error: {describe_hydra_error(err)}", file=sys.stderr)
+    else:
+        for note in plan.notes:
+            print(note, flush=True)
+        return plan
     sys.exit(CONFIG_ERROR_EXIT)
 
 

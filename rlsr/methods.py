@@ -52,6 +52,7 @@ from rlsr.config import (
     closest_hint,
     is_number,
 )
+from rlsr.config.checks import check as _check
 from rlsr.parsing import FULL_FORMAT, OPTIONAL_CONFIDENCE_FORMAT, FormatSpec
 from rlsr.plugins import load_named
 
@@ -295,22 +296,12 @@ def validate_method(settings: MethodSettings, grpo: Mapping | None = None) -> No
 
 def check_method(cfg: TrainSettings) -> Method | None:
     """Every check that depends on which method ``cfg`` trains, in one place: the method's own
-    (``validate_method``), a section the method does not read, and the pool log (a method
-    without a reward pool has nothing to write: said, then turned off). The section checks every
-    method shares are ``rlsr.config``'s. Returns the entry bound to ``cfg.method``; None for
-    ``sft``, which has no reward method."""
+    (``validate_method``) and a section the method does not read. The section checks every
+    method shares are ``rlsr.config``'s. Reads ``cfg`` only (the pool log of a method without a
+    reward pool is the run plan's to turn off: ``rlsr.run_plan``). Returns the entry bound to
+    ``cfg.method``; None for ``sft``, which has no reward method."""
     validate_method(cfg.method, cfg.grpo)
     if args_section(cfg.method) == "sft":
-        if cfg.pool_log.every:
-            # recipe=tiny turns the pool log on for every method; one trained on fixed answers
-            # (method=sft) has no reward pool, so the setting does not apply to it: said, then off.
-            print(
-                f"[rlsr] pool_log.every={cfg.pool_log.every} does not apply to "
-                f"method={cfg.method.name}: it trains on fixed answers and has no reward pool to "
-                "write; no pools/ files.",
-                flush=True,
-            )
-            cfg.pool_log.every = 0
         return None
     if cfg.sft:  # a GRPO method: `sft` would be ignored
         raise ConfigError(
@@ -332,11 +323,6 @@ def compute_reward_columns(settings: MethodSettings, correct, confidence, format
 
 
 # --------------------------------------------------------------------------- config checks
-
-
-def _check(condition: bool, field_name: str, message: str) -> None:
-    if not condition:
-        raise ConfigError(field_name, message)
 
 
 def _verbalized_confidence(m: MethodSettings) -> None:

@@ -1,21 +1,55 @@
 """The run plan: what one launch will do, decided once before anything loads, then passed down.
 
-``plan_run(cfg)`` checks the settings (the method's checks, ``rlsr.methods.check_method``; every
-section's, ``rlsr.config.plan_settings``) and derives, once: the method bound to its settings,
-one optimizer step's pool and its gradient accumulation, the held-out evaluation plan and the
-vLLM context. ``rlsr.training`` builds the trainer's arguments, the trainer and the held-out
-evaluator from it, and ``train.py``'s end-of-run summary reads it, so no part of a launch
-derives any of these a second time (and none can disagree with another).
+``plan_from_config(config)`` is the one door: the composed Hydra config (``train.py``'s, the
+toy's, ``slurm/resolve_config.py``'s, the GPU acceptance script's) becomes typed settings
+(``rlsr.config.from_dict``), then ``plan_run``:
+
+1. load: the tasks the settings name (``rlsr.config.register_tasks``), so their datasets and
+   prompts resolve; idempotent, and the only write of planning (to the dataset registry);
+2. check, reading the settings only: the method's checks (``rlsr.methods.check_method``),
+   every section's (``rlsr.config.plan_settings``; each settings dataclass's ``validate``);
+3. derive, once: the method bound to its settings, one optimizer step's pool and its gradient
+   accumulation, the held-out evaluation plan, the evaluation protocol and each named layer's,
+   the vLLM context, and the pool log the run writes (off for a method without a reward pool:
+   planned here, the settings are never changed).
+
+``rlsr.training`` builds the trainer's arguments, the trainer and the held-out evaluator from
+it, ``train.py``'s end-of-run summary reads it, and ``slurm/resolve_config.py`` prints its
+fields for the Slurm scripts, so no part of a launch derives any of these a second time (and
+none can disagree with another).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rlsr.config import PoolPlan, ResolvedHeldOut, SettingsPlan, TrainSettings, plan_settings
+from omegaconf import OmegaConf
+
+from rlsr.config import (
+    PoolLogSettings,
+    PoolPlan,
+    ResolvedHeldOut,
+    SettingsPlan,
+    TrainSettings,
+    from_dict,
+    heldout_protocol,
+    plan_settings,
+    register_tasks,
+)
+from rlsr.eval_protocol import EvalProtocol, protocol_flags
 from rlsr.methods import Method, args_section, check_method
 
-__all__ = ["RunPlan", "plan_run"]
+__all__ = ["RunPlan", "VLLM_MODES", "gpu_settings", "plan_from_config", "plan_run"]
+
+# The vLLM engine a launcher gives the trainer (slurm/train.slurm: a server on a node of its
+# own, an engine colocated in each training process, or none), as the grpo settings it sets.
+VLLM_MODES: dict[str, dict] = {
+    "server": {"use_vllm": True, "vllm_mode": "server"},
+    "colocate": {"use_vllm": True, "vllm_mode": "colocate"},
+    "none": {"use_vllm": False},
+}
 
 
 @dataclass(frozen=True)
@@ -23,16 +57,22 @@ class RunPlan:
     """One launch's plan (``plan_run``).
 
     Parameters:
-        settings (`TrainSettings`): the checked settings (``pool_log.every`` already 0 for a
-            method without a reward pool).
+        settings (`TrainSettings`): the checked settings, as given (planning never changes them).
         method (`Method` or `None`): the registry entry bound to ``settings.method``; None for
             ``method=sft``, which trains on fixed answers (no reward method).
-        checked (`SettingsPlan`): world size, trainer section, pool, held-out plan, vLLM context.
+        checked (`SettingsPlan`): world size, trainer section, pool, held-out plan, protocols,
+            vLLM context.
+        pool_log (`PoolLogSettings`): the pool files the run writes: ``settings.pool_log``, with
+            ``every`` 0 for a method without a reward pool.
+        notes (`tuple[str, ...]`): what the plan decided that the settings did not say (a
+            setting that does not apply), one line each; ``train.py`` prints them.
     """
 
     settings: TrainSettings
     method: Method | None
     checked: SettingsPlan
+    pool_log: PoolLogSettings
+    notes: tuple[str, ...] = ()
 
     @property
     def section(self) -> str:
@@ -53,11 +93,108 @@ class RunPlan:
         """The held-out evaluation during training; None when ``eval.every`` is 0."""
         return self.checked.heldout
 
+    @property
+    def output_dir(self) -> str:
+        return self.settings.output_dir
 
-def plan_run(cfg: TrainSettings, *, world_size: int | None = None) -> RunPlan:
-    """Check ``cfg`` without loading any model or dataset and derive the run plan once. Raises
-    ``ConfigError`` naming the field and the fix. ``world_size`` defaults to ``$WORLD_SIZE``
-    (set by ``accelerate launch``/torchrun), else 1."""
+    @property
+    def vllm_max_model_length(self) -> int | None:
+        """The vLLM engine's context per sequence (a server started for this run is sized by
+        it): ``grpo.vllm_max_model_length`` when set, else the one rlsr sets
+        (``rlsr.config.vllm_context_length``); None when the prompt limit is unset (vLLM's
+        default)."""
+        stated = self.settings.grpo.get("vllm_max_model_length")
+        return self.checked.vllm_max_model_length if stated is None else stated
+
+    @property
+    def gpu_settings(self) -> list[str]:
+        """The training settings that ask for a GPU (``gpu_settings``)."""
+        return gpu_settings(self.settings.grpo)
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        """The named protocol layers the recipe declares (``eval.layers``)."""
+        return tuple(name for name in self.checked.protocols if name is not None)
+
+    def protocol(self, layer: str | None = None) -> EvalProtocol:
+        """The run's evaluation protocol (``rlsr.config.heldout_protocol``, planned once), with
+        the named layer ``layer`` on top; a layer the recipe does not declare raises
+        ``ConfigError`` naming the declared ones."""
+        if layer in self.checked.protocols:
+            return self.checked.protocols[layer]
+        return heldout_protocol(self.settings, self.section, layer)  # raises: not declared
+
+    def evaluate_flags(self, layer: str | None = None) -> list[str]:
+        """The ``rlsr evaluate`` flags of ``protocol(layer)``, plus ``--protocol-layer NAME``
+        so run.json records which evaluation it is."""
+        flags = protocol_flags(self.protocol(layer))
+        return flags + (["--protocol-layer", layer] if layer else [])
+
+
+def gpu_settings(grpo: Mapping) -> list[str]:
+    """The training settings of section ``grpo`` that ask for a GPU, as ``field=value``
+    overrides: ``grpo.use_cpu`` false (TRL's default) and mixed precision (``grpo.bf16`` /
+    ``grpo.fp16`` true). A CPU recipe states ``use_cpu: true, bf16: false``
+    (recipes/recipe/tiny.yaml); train.slurm and slurm/sweep.py refuse any other on CPU nodes,
+    naming these fields. vLLM is not among them: the Slurm scripts set grpo.use_vllm themselves."""
+    found = []
+    if not grpo.get("use_cpu", False):
+        found.append("grpo.use_cpu=false")
+    found += [f"grpo.{key}=true" for key in ("bf16", "fp16") if grpo.get(key, False)]
+    return found
+
+
+def _pool_log(cfg: TrainSettings, method: Method | None) -> tuple[PoolLogSettings, tuple[str, ...]]:
+    """The pool files the run writes, and the note when a setting does not apply: recipe=tiny
+    turns the pool log on for every method; one trained on fixed answers (method=sft) has no
+    reward pool, so it writes none (said, not silent)."""
+    if method is not None or not cfg.pool_log.every:
+        return cfg.pool_log, ()
+    note = (
+        f"[rlsr] pool_log.every={cfg.pool_log.every} does not apply to "
+        f"method={cfg.method.name}: it trains on fixed answers and has no reward pool to "
+        "write; no pools/ files."
+    )
+    return dataclasses.replace(cfg.pool_log, every=0), (note,)
+
+
+def plan_run(cfg: TrainSettings, *, world_size: int | None = None, here: bool = True) -> RunPlan:
+    """Load the tasks ``cfg`` names, check ``cfg`` without loading any model or dataset and
+    derive the run plan once (module docstring). Raises ``ConfigError`` naming the field and
+    the fix. ``world_size`` defaults to ``$WORLD_SIZE`` (set by ``accelerate launch``/torchrun),
+    else 1. ``here=False``: the launch runs on another machine (``rlsr.config.plan_settings``)."""
+    register_tasks(cfg)
     method = check_method(cfg)
-    checked = plan_settings(cfg, world_size=world_size, trainer_section=args_section(cfg.method))
-    return RunPlan(cfg, method, checked)
+    section = args_section(cfg.method)
+    checked = plan_settings(cfg, world_size=world_size, trainer_section=section, here=here)
+    pool_log, notes = _pool_log(cfg, method)
+    return RunPlan(cfg, method, checked, pool_log, notes)
+
+
+def plan_from_config(
+    config,
+    *,
+    world_size: int | None = None,
+    vllm_mode: str | None = None,
+    here: bool = True,
+) -> RunPlan:
+    """The run plan of a composed config: ``config`` is the Hydra tree (``DictConfig``, as
+    ``train.py`` receives it or ``rlsr.config.compose.compose_tree`` returns it) or its plain
+    mapping; interpolations are resolved and ``hydra`` bookkeeping dropped. ``vllm_mode``
+    (``VLLM_MODES``): plan the launch with the vLLM engine a launcher gives it (train.slurm's
+    ``grpo.use_vllm`` / ``grpo.vllm_mode`` overrides); None: as configured. ``world_size`` /
+    ``here``: as ``plan_run``'s. Raises ``ConfigError`` naming the field and the fix (an
+    ``omegaconf`` error for an interpolation that does not resolve)."""
+    values = (
+        OmegaConf.to_container(config, resolve=True)
+        if OmegaConf.is_config(config)
+        else dict(config)
+    )
+    values.pop("hydra", None)
+    if vllm_mode is not None:
+        if vllm_mode not in VLLM_MODES:
+            raise ValueError(f"vllm_mode must be one of {sorted(VLLM_MODES)}; got {vllm_mode!r}.")
+        grpo = values.get("grpo")
+        if grpo is None or isinstance(grpo, dict):  # else from_dict names the bad section
+            values["grpo"] = {**(grpo or {}), **VLLM_MODES[vllm_mode]}
+    return plan_run(from_dict(values), world_size=world_size, here=here)

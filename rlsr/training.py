@@ -2,10 +2,10 @@
 
 ``run_training(cfg, plan=plan)`` is what ``train.py`` calls with its settings and their run plan:
 
-1. ``rlsr.run_plan.plan_run``, once per launch (``train.py``; ``launch_plan`` when a caller
-   passes none): every config section (``rlsr.config.plan_settings``) plus the method's own
-   checks (``rlsr.methods``), before anything is loaded; the plan is
-   passed down, never derived again;
+1. ``rlsr.run_plan.plan_from_config``, once per launch (``train.py``; ``launch_plan`` plans
+   ``plan_run(cfg)`` when a caller passes none): every config section
+   (``rlsr.config.plan_settings``) plus the method's own checks (``rlsr.methods``), before
+   anything is loaded; the plan is passed down, never derived again;
 2. ``load_train_dataset``: the recipe's dataset (``rlsr.data``), over-long prompts dropped;
 3. ``build_trainer``: the trainer of the method's section (``TRAINERS``): for a reward method
    ``GRPOConfig`` from the ``grpo`` section and ``rlsr.trainer.RLSRTrainer``, which also gets the
@@ -398,12 +398,12 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None, pl
     extra, pool_log = {}, None
     if method is not None:
         observers = [] if pool_hook is None else [HookObserver(pool_hook)]
-        if cfg.pool_log.every:
-            pool_log = PoolLogWriter(cfg.output_dir, cfg.pool_log.every, cfg.pool_log.max_chars)
+        if plan.pool_log.every:
+            pool_log = PoolLogWriter(cfg.output_dir, plan.pool_log.every, plan.pool_log.max_chars)
             observers.append(PoolLogObserver(pool_log, method))
             if args.process_index == 0:
                 print(
-                    f"[rlsr] pool log every {cfg.pool_log.every} steps -> "
+                    f"[rlsr] pool log every {plan.pool_log.every} steps -> "
                     f"{Path(cfg.output_dir) / POOLS_DIR}",
                     flush=True,
                 )

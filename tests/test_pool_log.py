@@ -180,11 +180,18 @@ def test_pool_log_settings_are_checked_before_anything_loads(tmp_path, capsys):
         validate(settings)
     assert info.value.field == "pool_log.max_chars" and "null" in str(info.value)
     settings.pool_log.max_chars = None
-    # recipe=tiny (pool_log.every=1) with method=sft: the setting does not apply; said, then off
+    # recipe=tiny (pool_log.every=1) with method=sft: the setting does not apply; the plan
+    # turns it off (the settings stay as given) and train.py says so
+    import sys
+
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
     from rlsr.config import from_dict
+    from rlsr.run_plan import plan_run
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from train import checked_plan
 
     recipes = Path(__file__).resolve().parents[1] / "recipes"
     with initialize_config_dir(config_dir=str(recipes), version_base="1.3"):
@@ -193,7 +200,11 @@ def test_pool_log_settings_are_checked_before_anything_loads(tmp_path, capsys):
     values.pop("hydra", None)
     sft = from_dict(values)
     assert sft.pool_log.every == 1
-    assert validate(sft).pool_log.every == 0
+    plan = plan_run(sft)
+    assert plan.pool_log.every == 0 and sft.pool_log.every == 1  # planned, never mutated
+    assert validate(sft).pool_log.every == 1
+    assert "does not apply to method=sft" in " ".join(plan.notes)
+    assert checked_plan(cfg).pool_log.every == 0
     assert "does not apply to method=sft" in capsys.readouterr().out
 
 

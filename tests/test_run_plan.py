@@ -55,7 +55,9 @@ def test_the_plan_is_what_the_trainer_is_built_from():
     assert plan.method.name == "rlsr" and plan.settings is cfg
     sft = plan_run(from_dict(compose("recipe=tiny", "method=sft")), world_size=1)
     assert sft.pool is None and sft.section == "sft"
-    assert sft.settings.pool_log.every == 0  # no reward pool to write: said, then off
+    # no reward pool to write: planned off and said; the settings are never changed
+    assert sft.pool_log.every == 0 and sft.settings.pool_log.every == 1
+    assert "does not apply to method=sft" in " ".join(sft.notes)
 
 
 def test_a_launch_whose_process_count_differs_from_the_plan_is_refused(tmp_path):

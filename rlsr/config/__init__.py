@@ -72,6 +72,7 @@ from rlsr.config.trainer_args import (
 )
 from rlsr.config.trl_defaults import grpo_get
 from rlsr.data import TaskError, load_env_tasks, load_tasks
+from rlsr.eval_protocol import EvalProtocol
 from rlsr.prompts import NO_SYSTEM_PROMPT
 
 __all__ = [
@@ -128,6 +129,31 @@ class TrainSettings:
     output_dir: str = "runs/default"
     seed: int = 42
     resume: str = "auto"
+
+    def validate(self, *, here: bool = True) -> None:
+        """Check the top-level fields (each section checks its own: ``plan_settings``); raises
+        ``ConfigError`` naming the field and the fix. ``here=False``: for a launch on another
+        machine (a ``resume`` checkpoint path is not looked for on this one)."""
+        _check(
+            isinstance(self.output_dir, str) and self.output_dir.strip() != "",
+            "output_dir",
+            "must be a folder path, e.g. output_dir=runs/hotpot-rlsr.",
+        )
+        _check(_is_int(self.seed), "seed", f"must be an integer; got {self.seed!r}.")
+        resume = self.resume
+        _check(
+            isinstance(resume, str) and resume != "",
+            "resume",
+            "choose 'auto' (newest checkpoint in output_dir, if any), 'never', or a checkpoint "
+            "path.",
+        )
+        if here and resume not in ("auto", "never"):
+            _check(
+                (Path(resume) / "trainer_state.json").is_file(),
+                "resume",
+                f"{resume!r} is not a checkpoint folder (no trainer_state.json); use resume=auto, "
+                "resume=never or the path of a checkpoint-<step> folder.",
+            )
 
 
 # --------------------------------------------------------------------------- building
@@ -233,31 +259,12 @@ def resolve_resume(resume: str, output_dir: str) -> str | None:
 # --------------------------------------------------------------------------- validation
 
 
-def _validate_top(cfg: TrainSettings) -> None:
-    _check(
-        isinstance(cfg.output_dir, str) and cfg.output_dir.strip() != "",
-        "output_dir",
-        "must be a folder path, e.g. output_dir=runs/hotpot-rlsr.",
-    )
-    _check(_is_int(cfg.seed), "seed", f"must be an integer; got {cfg.seed!r}.")
-    resume = cfg.resume
-    _check(
-        isinstance(resume, str) and resume != "",
-        "resume",
-        "choose 'auto' (newest checkpoint in output_dir, if any), 'never', or a checkpoint path.",
-    )
-    if resume not in ("auto", "never"):
-        _check(
-            (Path(resume) / "trainer_state.json").is_file(),
-            "resume",
-            f"{resume!r} is not a checkpoint folder (no trainer_state.json); use resume=auto, "
-            "resume=never or the path of a checkpoint-<step> folder.",
-        )
-
-
 def register_tasks(cfg: TrainSettings) -> list[str]:
-    """Register the tasks of ``$RLSR_TASKS_PATH`` and ``tasks_dir`` (docs/tasks.md); a task file
-    that is wrong raises ``ConfigError`` on ``tasks_dir`` naming the file, the key and the fix."""
+    """Load the tasks of ``$RLSR_TASKS_PATH`` and ``tasks_dir`` (docs/tasks.md) into the dataset
+    registry, so ``data.dataset`` / ``eval.datasets`` and a task's prompt name resolve: the load
+    step before planning (``rlsr.run_plan.plan_run``), not a check. Idempotent (a task already
+    registered from the same file is kept). A task file that is wrong raises ``ConfigError`` on
+    ``tasks_dir`` naming the file, the key and the fix."""
     value = cfg.tasks_dir
     _check(
         value is None
@@ -284,7 +291,10 @@ class SettingsPlan:
             (GRPO methods; None for sft).
         heldout (`ResolvedHeldOut` or `None`): the held-out evaluation (None: eval.every=0).
         vllm_max_model_length (`int` or `None`): the vLLM context rlsr sets when
-            ``grpo.use_vllm`` and ``grpo.vllm_max_model_length`` is unset (``vllm_context_length``).
+            ``grpo.use_vllm`` and ``grpo.vllm_max_model_length`` is unset (``vllm_context_length``;
+            for sft, whose trainer has no engine, the size of a server started beside it).
+        protocols (`dict`): the run's evaluation protocol (key None, ``heldout_protocol``) and
+            each named layer's (``eval.layers``), by layer name.
     """
 
     world_size: int
@@ -292,49 +302,61 @@ class SettingsPlan:
     pool: PoolPlan | None
     heldout: ResolvedHeldOut | None
     vllm_max_model_length: int | None
+    protocols: dict[str | None, EvalProtocol] = field(default_factory=dict)
 
 
 def plan_settings(
-    cfg: TrainSettings, *, world_size: int | None = None, trainer_section: str = "grpo"
+    cfg: TrainSettings,
+    *,
+    world_size: int | None = None,
+    trainer_section: str = "grpo",
+    here: bool = True,
 ) -> SettingsPlan:
     """Check every section of ``cfg`` without loading any model or dataset, and derive the pool,
-    the held-out plan and the vLLM context once. The method's own checks are its registry
-    entry's (``rlsr.methods.check_method``; ``rlsr.run_plan.plan_run`` runs both). Raises
-    ``ConfigError`` naming the field and the fix.
+    the held-out plan, the evaluation protocols and the vLLM context once. Reads ``cfg`` only
+    (the tasks it names are loaded before: ``register_tasks``). The method's own checks are its
+    registry entry's (``rlsr.methods.check_method``; ``rlsr.run_plan.plan_run`` runs both).
+    Raises ``ConfigError`` naming the field and the fix.
 
     ``trainer_section`` is the section holding the method's trainer arguments
     (``rlsr.methods.args_section``: ``grpo`` or ``sft``); only that one is checked (and used).
     ``world_size`` defaults to ``$WORLD_SIZE`` (set by ``accelerate launch``/torchrun), else 1.
+    ``here=False`` plans a launch on another machine (a Slurm job planned on the login node):
+    what this machine offers (a GPU, vLLM, flash-attn, accelerate's engine, the files named by
+    ``data.path`` / ``eval.data_path`` / ``resume``) is not asked; that launch checks it.
     """
     ws = world_size_from_env() if world_size is None else world_size
-    register_tasks(cfg)
-    _validate_top(cfg)
+    cfg.validate(here=here)
     cfg.method.validate()
-    cfg.model.validate()
-    training_verifier(cfg.data)
+    cfg.model.validate(here=here)
+    cfg.data.validate(here=here)
     if trainer_section not in TRAINER_SECTIONS:
         raise ValueError(
             f"trainer_section must be one of {TRAINER_SECTIONS}; got {trainer_section!r}."
         )
     pool = None
     if trainer_section == TRAINER_SECTIONS[0]:
-        check_grpo(cfg.grpo)
+        check_grpo(cfg.grpo, here=here)
         pool = resolve_pool(cfg.grpo, cfg.pool_size, ws)
         check_vllm_length(cfg.grpo, cfg.data.max_prompt_length)
-        check_engine(cfg.grpo, cfg.model.lora.enabled)
+        if here:
+            check_engine(cfg.grpo, cfg.model.lora.enabled)
     else:
-        check_sft(cfg.sft)
-    heldout = resolve_heldout(cfg, trainer_section)
+        check_sft(cfg.sft, here=here)
+    heldout = resolve_heldout(cfg, trainer_section, here=here)
+    protocols = {None: heldout_protocol(cfg, trainer_section)}
     for layer in declared_layers(cfg):  # a named layer must give a valid protocol too
-        heldout_protocol(cfg, trainer_section, layer)
+        protocols[layer] = heldout_protocol(cfg, trainer_section, layer)
     cfg.pool_log.validate()
-    length = vllm_context_length(cfg, heldout) if pool is not None else None
-    return SettingsPlan(ws, trainer_section, pool, heldout, length)
+    length = vllm_context_length(cfg, heldout)  # sft: of a server started beside it (train.slurm)
+    return SettingsPlan(ws, trainer_section, pool, heldout, length, protocols)
 
 
 def check_settings(
     cfg: TrainSettings, *, world_size: int | None = None, trainer_section: str = "grpo"
 ) -> TrainSettings:
-    """``plan_settings`` for a caller that only wants the checks; returns ``cfg``."""
+    """``register_tasks`` then ``plan_settings``, for a caller that only wants the checks;
+    returns ``cfg``."""
+    register_tasks(cfg)
     plan_settings(cfg, world_size=world_size, trainer_section=trainer_section)
     return cfg

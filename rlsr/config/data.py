@@ -24,9 +24,15 @@ class DataSettings:
     max_prompt_length: int | None = None  # prompts longer than this (tokens) are dropped
     verifier: str | None = None  # default: the spec's verifier
 
+    def validate(self, *, here: bool = True) -> None:
+        """Check this section (``training_verifier``); raises ``ConfigError`` naming the field
+        and the fix. ``here=False``: for a launch on another machine (``data.path`` unchecked)."""
+        training_verifier(self, here=here)
 
-def training_verifier(d: DataSettings) -> str:
-    """Validate the data section; returns the verifier the trainer will use."""
+
+def training_verifier(d: DataSettings, *, here: bool = True) -> str:
+    """Validate the data section; returns the verifier the trainer will use. ``here=False``:
+    the run starts on another machine, so ``data.path`` is not looked for on this one."""
     try:
         spec = get_spec(d.dataset)
     except (KeyError, ValueError) as err:
@@ -57,7 +63,7 @@ def training_verifier(d: DataSettings) -> str:
         + (f" (this dataset supports {list(spec.alt_verifiers)})." if spec.alt_verifiers else "."),
     )
     _check(
-        d.path is None or Path(d.path).exists(),
+        not here or d.path is None or Path(d.path).exists(),
         "data.path",
         f"{d.path!r} does not exist; point it at a local copy of the dataset or set it to null.",
     )

@@ -251,11 +251,15 @@ def heldout_protocol(cfg, trainer_section: str = "grpo", layer: str | None = Non
         raise ConfigError(field_name, err.message) from None
 
 
-def resolve_heldout(cfg, trainer_section: str = "grpo") -> ResolvedHeldOut | None:
+def resolve_heldout(
+    cfg, trainer_section: str = "grpo", *, here: bool = True
+) -> ResolvedHeldOut | None:
     """Check ``cfg.eval`` against the rest of ``cfg`` and fill in its defaults; None when off
     (``eval.every == 0``). Raises ``ConfigError`` naming the ``eval.*`` field and the fix, so a
     setting that cannot work stops the run before training starts, not at its first evaluation.
-    ``cfg`` is a ``rlsr.config.TrainSettings`` (not imported: this module sits below it)."""
+    ``cfg`` is a ``rlsr.config.TrainSettings`` (not imported: this module sits below it).
+    ``here=False``: the run starts on another machine, so ``eval.data_path`` is not looked for
+    and the launch's engine (accelerate's environment) not read on this one."""
     e = cfg.eval
     check(
         is_int(e.every) and e.every >= 0,
@@ -266,11 +270,11 @@ def resolve_heldout(cfg, trainer_section: str = "grpo") -> ResolvedHeldOut | Non
         return None
     check(isinstance(e.at_end, bool), "eval.at_end", "must be true or false.")
     check(isinstance(e.at_start, bool), "eval.at_start", "must be true or false.")
-    names = _datasets(e, cfg.data.dataset)
+    names = _datasets(e, cfg.data.dataset, here=here)
     protocol = heldout_protocol(cfg, trainer_section)
     verifiers = _verifiers(e, names)
     section = getattr(cfg, trainer_section)
-    backend = _backend(e.backend, section)
+    backend = _backend(e.backend, section, here=here)
     answer_tokens = heldout_answer_tokens(
         protocol.max_new_tokens, protocol.fallbacks, protocol.fallback_max_new_tokens,
         protocol.response_format,
@@ -297,7 +301,7 @@ def resolve_heldout(cfg, trainer_section: str = "grpo") -> ResolvedHeldOut | Non
     )
 
 
-def _datasets(e: HeldOutSettings, training_dataset: str) -> list[str]:
+def _datasets(e: HeldOutSettings, training_dataset: str, *, here: bool = True) -> list[str]:
     """``eval.datasets`` resolved to dataset names (a task trained on, with an evaluation split
     of its own, when none are named), ``eval.data_path`` and ``eval.limit`` checked."""
     datasets = e.datasets
@@ -330,7 +334,7 @@ def _datasets(e: HeldOutSettings, training_dataset: str) -> list[str]:
             f"{name!r} is not among eval.datasets {names}.",
         )
         check(
-            Path(e.data_path[name]).exists(),
+            not here or Path(e.data_path[name]).exists(),
             f"eval.data_path.{name}",
             f"{e.data_path[name]!r} does not exist; point it at a local copy of the dataset.",
         )
@@ -379,7 +383,7 @@ def _verifiers(e: HeldOutSettings, names: list[str]) -> dict[str, str]:
     return verifiers
 
 
-def _backend(requested: str, section: dict) -> str:
+def _backend(requested: str, section: dict, *, here: bool = True) -> str:
     """``eval.backend`` resolved against the trainer's rollout engine (``auto``: the engine the
     rollouts use, else transformers) and checked against it and the launch's engine."""
     colocated = bool(section.get("use_vllm")) and grpo_get(section, "vllm_mode") == "colocate"
@@ -412,7 +416,7 @@ def _backend(requested: str, section: dict) -> str:
             "(grpo.vllm_tensor_parallel_size > 1), whose ranks must generate together; use "
             "eval.backend=transformers.",
         )
-    elif backend == "transformers":
+    elif backend == "transformers" and here:
         engine = engine_from_env()
         fix = (
             "set eval.backend=vllm_server (or auto: the held-out questions go to the vLLM server "

@@ -29,6 +29,33 @@ class LoraSettings:
     dropout: float = 0.0
     target_modules: Any = "all-linear"
 
+    def validate(self) -> None:
+        """Check this section (``model.lora``); raises ``ConfigError`` naming the field."""
+        _check(isinstance(self.enabled, bool), "model.lora.enabled", "must be true or false.")
+        if self.enabled:
+            _check(
+                _is_int(self.r) and self.r >= 1,
+                "model.lora.r",
+                f"LoRA rank must be an integer >= 1; got {self.r!r} (paper: 1).",
+            )
+            _check(
+                is_number(self.alpha) and self.alpha > 0,
+                "model.lora.alpha",
+                f"must be > 0; got {self.alpha!r} (paper: 32).",
+            )
+            _check(
+                is_number(self.dropout) and 0.0 <= self.dropout < 1.0,
+                "model.lora.dropout",
+                f"must be in [0, 1); got {self.dropout!r} (paper: 0).",
+            )
+            tm = self.target_modules
+            _check(
+                (isinstance(tm, str) and tm != "")
+                or (isinstance(tm, list | tuple) and tm and all(isinstance(t, str) for t in tm)),
+                "model.lora.target_modules",
+                f"must be 'all-linear' or a list of module names; got {tm!r}.",
+            )
+
 
 @dataclass
 class ModelSettings:
@@ -39,8 +66,9 @@ class ModelSettings:
     trust_remote_code: bool = False
     lora: LoraSettings = field(default_factory=LoraSettings)
 
-    def validate(self) -> None:
-        """Check this section; raises ``ConfigError`` naming the field and the fix."""
+    def validate(self, *, here: bool = True) -> None:
+        """Check this section; raises ``ConfigError`` naming the field and the fix.
+        ``here=False``: for a launch on another machine (flash-attn not looked for here)."""
         _check(
             isinstance(self.name_or_path, str) and self.name_or_path != "",
             "model.name_or_path",
@@ -56,7 +84,7 @@ class ModelSettings:
             "model.attn_implementation",
             f"got {self.attn_implementation!r}; choose one of {ATTN_IMPLEMENTATIONS}.",
         )
-        if self.attn_implementation == "flash_attention_2":
+        if here and self.attn_implementation == "flash_attention_2":
             _check(
                 machine.module_available("flash_attn"),
                 "model.attn_implementation",
@@ -68,31 +96,7 @@ class ModelSettings:
             "model.trust_remote_code",
             "must be true or false.",
         )
-        lora = self.lora
-        _check(isinstance(lora.enabled, bool), "model.lora.enabled", "must be true or false.")
-        if lora.enabled:
-            _check(
-                _is_int(lora.r) and lora.r >= 1,
-                "model.lora.r",
-                f"LoRA rank must be an integer >= 1; got {lora.r!r} (paper: 1).",
-            )
-            _check(
-                is_number(lora.alpha) and lora.alpha > 0,
-                "model.lora.alpha",
-                f"must be > 0; got {lora.alpha!r} (paper: 32).",
-            )
-            _check(
-                is_number(lora.dropout) and 0.0 <= lora.dropout < 1.0,
-                "model.lora.dropout",
-                f"must be in [0, 1); got {lora.dropout!r} (paper: 0).",
-            )
-            tm = lora.target_modules
-            _check(
-                (isinstance(tm, str) and tm != "")
-                or (isinstance(tm, list | tuple) and tm and all(isinstance(t, str) for t in tm)),
-                "model.lora.target_modules",
-                f"must be 'all-linear' or a list of module names; got {tm!r}.",
-            )
+        self.lora.validate()
 
 
 def resolve_model_path(name_or_path: str) -> str:

@@ -31,9 +31,10 @@ def _check_batch_sizes(g: dict, section: str) -> None:
         )
 
 
-def check_grpo(g: dict) -> None:
+def check_grpo(g: dict, *, here: bool = True) -> None:
     """The ``grpo`` section's own fields (the pool they make is ``rlsr.config.pool.resolve_pool``'s,
-    run once by ``rlsr.config.plan_settings``)."""
+    run once by ``rlsr.config.plan_settings``). ``here=False``: the run starts on another
+    machine, so what this one offers (vLLM installed, a GPU: ``check_precision``) is not asked."""
     fields = config_field_names("GRPOConfig")
     for key in g:
         if key not in fields:  # the hint only for a wrong key: difflib over ~190 names per key
@@ -86,12 +87,13 @@ def check_grpo(g: dict) -> None:
             "(a separate `trl vllm-serve`/`vllm serve`; see docs/training.md).",
         )
         _check(
-            machine.module_available("vllm"),
+            not here or machine.module_available("vllm"),
             "grpo.use_vllm",
             "vLLM rollouts requested but vllm is not installed; `pip install rlsr[vllm]` "
             "(GPU), or set grpo.use_vllm=false to generate with transformers.",
         )
-    check_precision(g, "grpo")
+    if here:
+        check_precision(g, "grpo")
 
 
 def check_precision(g: dict, section: str) -> None:
@@ -177,8 +179,9 @@ def check_vllm_length(g: dict, prompt: int | None) -> None:
         )
 
 
-def check_sft(g: dict) -> None:
-    """The ``sft`` section (method=sft): trl.SFTConfig fields, minus the ones rlsr fills in."""
+def check_sft(g: dict, *, here: bool = True) -> None:
+    """The ``sft`` section (method=sft): trl.SFTConfig fields, minus the ones rlsr fills in.
+    ``here=False``: as ``check_grpo``'s (no GPU asked for on this machine)."""
     fields = config_field_names("SFTConfig")
     for key in g:
         if key not in fields:
@@ -199,7 +202,8 @@ def check_sft(g: dict) -> None:
         "sft.max_length",
         f"must be a positive integer (tokens) or null (no truncation); got {max_length!r}.",
     )
-    check_precision(g, "sft")
+    if here:
+        check_precision(g, "sft")
 
 
 def check_engine(g: dict, lora: bool) -> None:
