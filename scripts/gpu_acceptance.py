@@ -257,13 +257,10 @@ def _patch_vllm_cpu_weight_sync() -> None:
 
 
 def train_settings(model_dir: Path, out_dir: Path, plan: dict, cpu: bool):
-    """The run plan (``rlsr.run_plan.plan_run``, once, as train.py) of the Hydra tree
+    """The run plan (``rlsr.run_plan.plan_from_config``, once, as train.py) of the Hydra tree
     (recipe=hotpot, method=rlsr) with the acceptance plan's overrides."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from rlsr.config import from_dict
-    from rlsr.run_plan import plan_run
+    from rlsr.config.compose import compose_tree
+    from rlsr.run_plan import plan_from_config
 
     overrides = [
         "recipe=hotpot", "method=rlsr", f"model.name_or_path={model_dir}",
@@ -289,11 +286,7 @@ def train_settings(model_dir: Path, out_dir: Path, plan: dict, cpu: bool):
         overrides += ["grpo.vllm_gpu_memory_utilization=0.35"]
     # "++": set a key whether or not the config lists it (train.py does the same for the CLI).
     overrides = [o if "." not in o.split("=", 1)[0] else "++" + o for o in overrides]
-    with initialize_config_dir(config_dir=str(ROOT / "recipes"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
-    values = OmegaConf.to_container(cfg, resolve=True)
-    values.pop("hydra", None)
-    return plan_run(from_dict(values))
+    return plan_from_config(compose_tree(overrides, ROOT / "recipes"))
 
 
 def _is_base(name: str) -> bool:

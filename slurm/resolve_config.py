@@ -8,9 +8,13 @@
     gpu_settings=grpo.use_cpu=false grpo.bf16=true
 
 Composes recipes/config.yaml exactly as train.py does (Hydra compose API, no model loading,
-about a second), so the vLLM server serves the model the trainer trains and evaluation
-finds the folder the trainer writes, and the server's context holds the held-out answers
-that the trainer sends it (eval.backend=auto in server mode: ``rlsr.config.vllm_context_length``).
+about a second) and prints fields of its run plan (``rlsr.run_plan.plan_from_config``, the
+function train.py plans with), so the vLLM server serves the model the trainer trains,
+evaluation finds the folder the trainer writes, and the server's context holds the held-out
+answers that the trainer sends it. The plan is the launch's: the vLLM engine of a leading
+``--vllm-mode=MODE`` (server, colocate or none; default server, the engine ``max_model_len``
+sizes), ``$WORLD_SIZE`` processes (train.slurm sets it), and none of this machine's checks (a
+login node has no GPU; the job's train.py checks its own).
 """
 
 from __future__ import annotations
@@ -25,118 +29,81 @@ PAPER_LAYER = "paper"
 
 
 def resolve(
-    overrides: list[str], root: Path = ROOT, layer: str | None = PAPER_LAYER
+    overrides: list[str],
+    root: Path = ROOT,
+    layer: str | None = PAPER_LAYER,
+    *,
+    vllm_mode: str = "server",
+    world_size: int | None = None,
 ) -> dict[str, str]:
     """Return ``{"model": model.name_or_path, "output_dir": absolute output_dir,
     "max_model_len": vLLM context, "gpu_settings": the settings that need a GPU,
-    "evaluate_args": the run's evaluation flags}``.
+    "evaluate_args": the run's evaluation flags}``, read from the run plan of ``overrides``
+    launched with ``vllm_mode`` on ``world_size`` processes (default ``$WORLD_SIZE``, else 1).
 
-    ``max_model_len`` is the vLLM server's ``--max-model-len``: ``grpo.vllm_max_model_length``
-    if set, else ``server_context_length`` (the trainer's rule), else empty (vLLM's own
-    default). Settings that do not resolve (the trainer's rule cannot apply) also give empty,
-    with the reason on stderr: train.py refuses that run with the same message, and any length
-    made up here (prompt + completion, say) would be a second rule no trainer follows.
-    ``evaluate_args``: ``evaluate_flags`` with the named protocol layer ``layer`` (default
-    ``paper``, when the recipe declares it; None: the held-out protocol itself); None, with the
-    reason on stderr, when the run's protocol does not resolve (left out of the printed lines).
+    ``max_model_len`` is the vLLM server's ``--max-model-len``: the plan's
+    ``vllm_max_model_length`` (``grpo.vllm_max_model_length`` if set, else the trainer's rule),
+    else empty (vLLM's own default). ``evaluate_args``: the plan's ``evaluate_flags`` with the
+    named protocol layer ``layer`` (default ``paper``, when the recipe declares it; None: the
+    held-out protocol itself). Settings that do not plan give neither (``max_model_len`` empty,
+    ``evaluate_args`` None), with the reason on stderr: train.py refuses that run with the same
+    message, and any value made up here would be a second rule no trainer follows.
     """
     from rlsr.config import ConfigError
     from rlsr.config.compose import compose_tree
-    from rlsr.config.trl_defaults import grpo_get
+    from rlsr.run_plan import gpu_settings, plan_from_config
 
     cfg = compose_tree(overrides, root / "recipes")
     output_dir = Path(str(cfg.output_dir))
     if not output_dir.is_absolute():
         output_dir = root / output_dir
-    grpo = cfg.get("grpo") or {}
-    length = grpo.get("vllm_max_model_length")
-    prompt, completion = cfg.data.get("max_prompt_length"), grpo_get(grpo, "max_completion_length")
-    if length is None and prompt is not None and completion is not None:
-        try:
-            length = server_context_length(cfg)
-        except (ConfigError, KeyError, ValueError) as err:
+    try:
+        plan = plan_from_config(cfg, world_size=world_size, vllm_mode=vllm_mode, here=False)
+    except (ConfigError, KeyError, ValueError) as err:
+        stated = (cfg.get("grpo") or {}).get("vllm_max_model_length")  # the user's own value
+        if stated is None:
             print(
                 f"resolve_config: max_model_len left empty (vLLM's default): the settings do not "
                 f"resolve, so the trainer's rule cannot size the server ({err}); train.py will "
                 "refuse this run with that message.",
                 file=sys.stderr,
             )
-    try:
-        evaluate_args = evaluate_flags(cfg, layer)
-    except ConfigError as err:  # never a guessed protocol: the sweep refuses to plan without one
-        print(f"resolve_config: evaluate_args left out: the run's protocol does not resolve "
-              f"({err}); train.py will refuse this run with that message.", file=sys.stderr)  # fmt: skip
-        evaluate_args = None
+        print(f"resolve_config: evaluate_args left out: the settings do not resolve ({err}); "
+              "train.py will refuse this run with that message.", file=sys.stderr)  # fmt: skip
+        return {
+            "model": str(cfg.model.name_or_path),
+            "output_dir": str(output_dir),
+            "max_model_len": "" if stated is None else str(int(stated)),
+            "gpu_settings": gpu_settings(cfg.get("grpo") or {}),
+            "evaluate_args": None,
+        }
+    if layer == PAPER_LAYER and PAPER_LAYER not in plan.layers:
+        layer = None  # a recipe without the paper's tables: its held-out protocol
+    length = plan.vllm_max_model_length
     return {
-        "model": str(cfg.model.name_or_path),
+        "model": str(plan.settings.model.name_or_path),
         "output_dir": str(output_dir),
         "max_model_len": "" if length is None else str(int(length)),
-        "gpu_settings": gpu_settings(grpo),
-        "evaluate_args": evaluate_args,
+        "gpu_settings": plan.gpu_settings,
+        "evaluate_args": plan.evaluate_flags(layer),
     }
 
 
-def gpu_settings(grpo) -> list[str]:
-    """The training settings of section ``grpo`` that ask for a GPU, as ``field=value``
-    overrides: ``grpo.use_cpu`` false (TRL's default) and mixed precision (``grpo.bf16`` /
-    ``grpo.fp16`` true). A CPU recipe states ``use_cpu: true, bf16: false``
-    (recipes/recipe/tiny.yaml); train.slurm and slurm/sweep.py refuse any other on CPU nodes,
-    naming these fields. vLLM is not among them: the Slurm scripts set grpo.use_vllm themselves."""
-    found = []
-    if not grpo.get("use_cpu", False):
-        found.append("grpo.use_cpu=false")
-    found += [f"grpo.{key}=true" for key in ("bf16", "fp16") if grpo.get(key, False)]
-    return found
-
-
-def evaluate_flags(cfg, layer: str | None = PAPER_LAYER) -> list[str]:
-    """The ``rlsr evaluate`` flags of the run's protocol (``rlsr.config.heldout_protocol``, the
-    function the held-out steps and train.py's printed command use) with the recipe's named
-    layer ``layer`` on top (``eval.layers.<layer>``; the default ``paper`` only when the recipe
-    declares it), plus ``--protocol-layer NAME`` so run.json records which evaluation it is.
-    The tasks of ``$RLSR_TASKS_PATH`` and ``tasks_dir`` are registered first, as train.py does,
-    so a task's own prompt name is a valid ``system_prompt``. A method file that still holds the
-    replaced ``evaluate_args`` is refused with the mapping to write instead."""
-    from omegaconf import OmegaConf
-
-    from rlsr.config import declared_layers, from_dict, heldout_protocol
-    from rlsr.data import load_env_tasks, load_tasks
-    from rlsr.eval_protocol import protocol_flags
-    from rlsr.methods import args_section
-
-    load_env_tasks()  # before the settings are read: a task's prompt name is then valid
-    tasks_dir = cfg.get("tasks_dir")
-    load_tasks(OmegaConf.to_container(tasks_dir) if OmegaConf.is_config(tasks_dir) else tasks_dir)
-    settings = from_dict(OmegaConf.to_container(cfg, resolve=True))
-    settings.method.validate()
-    if layer == PAPER_LAYER and PAPER_LAYER not in declared_layers(settings):
-        layer = None  # a recipe without the paper's tables: its held-out protocol
-    section = args_section(settings.method)
-    flags = protocol_flags(heldout_protocol(settings, section, layer))
-    return flags + (["--protocol-layer", layer] if layer else [])
-
-
-def server_context_length(cfg) -> int | None:
-    """The trainer's rule for the vLLM context (``rlsr.config.vllm_context_length``) with the
-    server mode that train.slurm sets: data.max_prompt_length + the larger of
-    grpo.max_completion_length and what a held-out answer with its Sec. C.3 fallbacks needs
-    when the held-out evaluation runs (it then goes through the server, eval.backend=auto ->
-    vllm_server). Raises ``ConfigError`` (or the ``KeyError``/``ValueError`` of a malformed
-    section) when the settings do not resolve: train.py refuses them with the same message."""
-    from omegaconf import OmegaConf
-
-    from rlsr.config import from_dict, register_tasks, resolve_heldout, vllm_context_length
-
-    values = OmegaConf.to_container(cfg, resolve=True)
-    values["grpo"] = {**(values.get("grpo") or {}), "use_vllm": True, "vllm_mode": "server"}
-    settings = from_dict(values)
-    register_tasks(settings)
-    return vllm_context_length(settings, resolve_heldout(settings))
+VLLM_MODE_FLAG = "--vllm-mode="
 
 
 def main(argv: list[str]) -> int:
+    from rlsr.run_plan import VLLM_MODES
+
+    mode = "server"
+    if argv and argv[0].startswith(VLLM_MODE_FLAG):  # the engine a launcher gives the run
+        mode, argv = argv[0][len(VLLM_MODE_FLAG) :], argv[1:]
+        if mode not in VLLM_MODES:
+            print(f"resolve_config: {VLLM_MODE_FLAG}{mode}: choose one of {', '.join(VLLM_MODES)}",
+                  file=sys.stderr)  # fmt: skip
+            return 2
     try:
-        values = resolve(argv)
+        values = resolve(argv, vllm_mode=mode)
     except Exception as err:  # Hydra raises several types; the caller only needs the message.
         print(
             f"resolve_config: cannot compose recipes/config.yaml with {argv}: {err}",

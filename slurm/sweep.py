@@ -218,6 +218,20 @@ def default_eval_datasets(recipe: str) -> list[str]:
     return groups
 
 
+def launch_shape(nodes: int, gpus_per_node: int) -> tuple[str, int]:
+    """The vLLM engine and the training processes slurm/train.slurm gives a run of ``nodes``
+    nodes with ``gpus_per_node`` GPUs (its allocation section): on GPUs a vLLM server on the last
+    node when there are several (``RLSR_USE_VLLM=0``: no vLLM), else one colocated in each
+    process; one process per CPU node. Each run is planned for that launch."""
+    if gpus_per_node == 0:
+        return "none", nodes
+    if os.environ.get("RLSR_USE_VLLM", "1") == "0":
+        return "none", gpus_per_node * nodes
+    if nodes > 1:
+        return "server", gpus_per_node * (nodes - 1)
+    return "colocate", gpus_per_node
+
+
 def plan(args: argparse.Namespace) -> list[Job]:
     """Every job of the sweep, each evaluation right after the training run it waits for."""
     common: list[str] = []
@@ -249,7 +263,8 @@ def plan(args: argparse.Namespace) -> list[Job]:
                 ]
                 try:
                     layer = None if args.protocol_layer == "none" else args.protocol_layer
-                    resolved = resolve(overrides, layer=layer)
+                    mode, processes = launch_shape(args.nodes, args.gpus_per_node)
+                    resolved = resolve(overrides, layer=layer, vllm_mode=mode, world_size=processes)
                 except Exception as err:  # Hydra raises several types
                     raise SystemExit(
                         f"sweep: the config does not compose with {overrides}: {err}"

@@ -1,7 +1,7 @@
 """Train one RL arm (RLVR / RLCR / RLSR) of the toy reproduction from the warm-up checkpoint.
 
 The configuration is the real Hydra tree (``recipes/config.yaml`` + ``recipe=toy method=...``),
-composed, planned once (``rlsr.run_plan.plan_run``) and built by ``rlsr.training.build_trainer``
+composed, planned once (``rlsr.run_plan.plan_from_config``) and built by ``rlsr.training.build_trainer``
 exactly as ``train.py`` does (the word-level tokenizer loads through ``rlsr.tokenization.load_tokenizer``).
 Unlike ``train.py`` it runs in-process, so tests can pass callbacks and a pool hook.
 """
@@ -11,17 +11,20 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from rlsr.config.compose import RECIPES_DIR, compose_config
-from rlsr.run_plan import RunPlan, plan_run
+from rlsr.config.compose import RECIPES_DIR, compose_tree
+from rlsr.run_plan import RunPlan, plan_from_config
 from rlsr.training import build_trainer
 
 __all__ = ["RECIPES_DIR", "compose_plan", "train_arm"]
 
 
-def compose_plan(overrides: list[str], recipes_dir: str | Path = RECIPES_DIR) -> RunPlan:
-    """The run plan of ``train.py <overrides>`` (Hydra compose, then ``plan_run`` once, as
-    ``train.py`` does; its ``settings`` are the checked ``rlsr.config.TrainSettings``)."""
-    return plan_run(compose_config(overrides, recipes_dir))
+def compose_plan(
+    overrides: list[str], recipes_dir: str | Path = RECIPES_DIR, *, here: bool = True
+) -> RunPlan:
+    """The run plan of ``train.py <overrides>`` (Hydra compose, then ``plan_from_config`` once,
+    as ``train.py`` does; its ``settings`` are the checked ``rlsr.config.TrainSettings``).
+    ``here=False``: a plan read for its fields, not launched here (``plan_run``)."""
+    return plan_from_config(compose_tree(overrides, recipes_dir), here=here)
 
 
 def train_arm(

@@ -24,14 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-from rlsr.config import heldout_protocol
-from rlsr.config.compose import compose_config
-from rlsr.eval_protocol import EvalProtocol, protocol_flags
+from rlsr.config.compose import compose_tree
+from rlsr.eval_protocol import EvalProtocol
 from rlsr.evaluation.plots import curve_steps
 from rlsr.evaluation.summary import scorer_arrays
-from rlsr.methods import args_section
 from rlsr.metrics import aurc, risk_coverage_curve
 from rlsr.run_layout import METRICS_FILE, PLOT_FILE, SAMPLES_FILE, SUMMARY_FILE
+from rlsr.run_plan import plan_from_config
 from rlsr.toy.task import VARIANT_TIERS, make_split, write_dataset_folder
 from rlsr.toy.warmup import WarmupGateError, ensure_warmup, warmup_config
 
@@ -309,20 +308,26 @@ TOY_LAYER = "toy"
 
 
 @functools.cache
-def toy_protocol(method: str) -> EvalProtocol:
-    """How the toy evaluates METHOD's models: the run's protocol of ``train.py recipe=toy
-    method=METHOD`` (``rlsr.config.heldout_protocol``, the one the held-out steps, train.py's
-    printed command and Slurm's evaluations use: greedy, the trained 12-token budget, a method
-    file's ``method.evaluate``) with the recipe's ``toy`` layer on top (no fallbacks, no
-    bootstrap, one batch). ``""`` (BASE, not trained): the recipe's default method."""
+def _toy_plan(method: str):
+    """The run plan of ``train.py recipe=toy method=METHOD`` (``rlsr.run_plan.plan_from_config``),
+    read for its fields: the warm-up model and the data folder are placeholders here."""
     overrides = ["recipe=toy", "model.name_or_path=BASE", "data.path=DATA"]
-    settings = compose_config(overrides + ([f"method={method}"] if method else []))
-    return heldout_protocol(settings, args_section(settings.method), TOY_LAYER)
+    tree = compose_tree(overrides + ([f"method={method}"] if method else []))
+    return plan_from_config(tree, world_size=1, here=False)
+
+
+def toy_protocol(method: str) -> EvalProtocol:
+    """How the toy evaluates METHOD's models: the run plan's protocol of ``train.py recipe=toy
+    method=METHOD`` (``RunPlan.protocol``, the one the held-out steps, train.py's printed
+    command and Slurm's evaluations use: greedy, the trained 12-token budget, a method file's
+    ``method.evaluate``) with the recipe's ``toy`` layer on top (no fallbacks, no bootstrap, one
+    batch). ``""`` (BASE, not trained): the recipe's default method."""
+    return _toy_plan(method).protocol(TOY_LAYER)
 
 
 def toy_evaluate_args(method: str) -> tuple[str, ...]:
     """The ``rlsr evaluate`` flags of ``toy_protocol(method)`` and the layer's name (run.json)."""
-    return (*protocol_flags(toy_protocol(method)), "--protocol-layer", TOY_LAYER)
+    return tuple(_toy_plan(method).evaluate_flags(TOY_LAYER))
 
 
 @dataclass(frozen=True)
