@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Count the rlsr modules the config walks through from train.py's main to the trainer's
+arguments: the modules whose functions run from the start of train.py's ``main`` (the composed
+config in hand: planning, saving the resolved config, ``run_training``'s resume and version
+checks, ``build_trainer``) until ``rlsr.training.trainer_kwargs`` has returned the trainer's
+arguments, where the walk is stopped (before any model or tokenizer loads).
+
+    python scripts/trace_config_walk.py                     # recipe=tiny method=rlsr
+    python scripts/trace_config_walk.py --root ../other-checkout recipe=hotpot method=rlcr
+
+Every module is imported before the trace starts, so only code that runs on the walk counts
+(not import-time code). ``--root``: the checkout whose train.py and rlsr are traced (default
+this one), so two versions are measured with one script. Prints one line per module (with the
+number of calls into it) and two counts: every module whose code runs, and the modules the
+config itself enters (a function called with the composed ``DictConfig`` or the typed
+``TrainSettings`` as an argument, marked ``*``); no model or dataset loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
+    parser.add_argument("overrides", nargs="*", default=["recipe=tiny", "method=rlsr"])
+    args = parser.parse_args(argv)
+    root = args.root.resolve()
+    sys.path.insert(0, str(root))
+    package = root / "rlsr"
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import DictConfig
+
+    import rlsr.training  # noqa: F401  (imported before the trace: import-time code is not the walk)
+    import train
+    from rlsr.config import TrainSettings
+
+    out = Path(tempfile.mkdtemp(prefix="trace-config-walk-"))
+    overrides = [*args.overrides, f"output_dir={out / 'run'}"]
+    with initialize_config_dir(config_dir=str(root / "recipes"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides)
+
+    class Built(Exception):
+        """The trainer's arguments are built: the walk ends here."""
+
+    real = rlsr.training.trainer_kwargs
+
+    def trainer_kwargs(plan):
+        raise Built(real(plan))
+
+    rlsr.training.trainer_kwargs = trainer_kwargs
+    calls: Counter[str] = Counter()
+    with_config: set[str] = set()
+    config_types = (DictConfig, TrainSettings)
+
+    def profile(frame, event, arg):
+        if event == "call":
+            path = Path(frame.f_code.co_filename)
+            if path.is_relative_to(package):
+                module = ".".join(path.relative_to(root).with_suffix("").parts)
+                module = module.removesuffix(".__init__")
+                calls[module] += 1
+                code = frame.f_code
+                names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+                if any(isinstance(frame.f_locals.get(n), config_types) for n in names):
+                    with_config.add(module)
+
+    sys.setprofile(profile)
+    try:
+        train.main.__wrapped__(cfg)  # train.py's main without Hydra's command line
+        raise SystemExit("trace_config_walk: the trainer's arguments were never built")
+    except Built as built:
+        kwargs = built.args[0]
+    finally:
+        sys.setprofile(None)
+        shutil.rmtree(out, ignore_errors=True)
+    assert kwargs["output_dir"] == str(out / "run")
+    for module, n in sorted(calls.items()):
+        mark = "*" if module in with_config else " "
+        print(f"{mark} {module:<32} {n:>6} calls")
+    print(f"{len(calls)} rlsr modules run on the walk from train.py's main to the trainer's "
+          f"arguments; the config enters {len(with_config)} of them (*)")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
