@@ -23,6 +23,7 @@ the next commands.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -603,11 +604,22 @@ def _tasks_flags(tasks_dir) -> list[str]:
     return [arg for entry in entries for arg in ("--tasks-dir", str(Path(entry).absolute()))]
 
 
-def _evaluate_command(cfg, output_dir: Path, heldout: ResolvedHeldOut | None) -> str:
+def _protocols(cfg, plan: RunPlan | None):
+    """``(protocol, layers)``: the run's evaluation protocol by layer name (None: the run's own)
+    and the named layers; the plan's (planned once), else derived from ``cfg`` (a finished run
+    read back without its launch's plan)."""
+    if plan is not None:
+        return plan.protocol, plan.layers
+    return functools.partial(heldout_protocol, cfg, args_section(cfg.method)), declared_layers(cfg)
+
+
+def _evaluate_command(
+    cfg, output_dir: Path, heldout: ResolvedHeldOut | None, plan: RunPlan | None = None
+) -> str:
     """The ``rlsr evaluate`` command for the final adapter on the held-out datasets (else the
     training dataset), with the flags of the run's protocol (``heldout_protocol``: the held-out
-    evaluation's own, also when it is off), so it reproduces the last held-out step's numbers
-    when that step is the last one."""
+    evaluation's own, also when it is off; ``plan``'s when given), so it reproduces the last
+    held-out step's numbers when that step is the last one."""
     # the datasets the held-out evaluation resolved (a recipe's choice, a task's eval split), never
     # the raw eval.datasets (empty when they follow data.dataset)
     datasets = heldout.datasets if heldout is not None else [cfg.data.dataset]
@@ -616,18 +628,19 @@ def _evaluate_command(cfg, output_dir: Path, heldout: ResolvedHeldOut | None) ->
     args += _tasks_flags(cfg.tasks_dir)
     if heldout is not None:
         return shlex.join(args + protocol_flags(heldout.protocol) + _engine_flags(heldout))
-    protocol = heldout_protocol(cfg, args_section(cfg.method))
+    protocol = _protocols(cfg, plan)[0](None)
     return shlex.join(args + protocol_flags(protocol))
 
 
-def _layer_lines(cfg) -> list[str]:
+def _layer_lines(cfg, plan: RunPlan | None = None) -> list[str]:
     """One line per named protocol layer (``eval.layers``): what a later evaluation changes on
-    top of the run's protocol, as ``rlsr evaluate`` flags, and the flag that records its name."""
-    section = args_section(cfg.method)
-    base = heldout_protocol(cfg, section).values()
+    top of the run's protocol, as ``rlsr evaluate`` flags, and the flag that records its name
+    (from ``plan`` when given)."""
+    protocol, layers = _protocols(cfg, plan)
+    base = protocol(None).values()
     lines = []
-    for name in sorted(declared_layers(cfg)):
-        layered_values = heldout_protocol(cfg, section, name).values()
+    for name in sorted(layers):
+        layered_values = protocol(name).values()
         changed = {k: v for k, v in layered_values.items() if v != base[k]}
         text = " ".join(to_flags(changed)) or "nothing (same as held-out)"
         lines.append(f"  layer {name:<7}{text}  (rlsr evaluate ... --protocol-layer {name})")
@@ -674,14 +687,14 @@ def run_summary(
         )
     else:
         lines.append("  pools        none (pool_log.every=0)")
-    lines += _layer_lines(cfg)
+    lines += _layer_lines(cfg, plan)
     lines.append("next:")
     if final:
         if plan is None:  # a caller without the launch's plan (a finished run read back)
             heldout = resolve_heldout(cfg, args_section(cfg.method))
         else:
             heldout = plan.heldout
-        lines.append(f"  {_evaluate_command(cfg, out, heldout)}")
+        lines.append(f"  {_evaluate_command(cfg, out, heldout, plan)}")
     report = shlex.quote(str(out / "report"))
     rlsr = shlex.quote(rlsr_program())
     if history:
