@@ -446,6 +446,39 @@ def test_server_max_model_len_follows_the_recipe_and_overrides():
     assert server_len(["recipe=hotpot", "++grpo.vllm_max_model_length=9000"]) == "9000"
 
 
+# hotpot's pool_size=1536 with 3 per device: 128 accumulation steps on 4 processes, 512 on one
+FOUR_PROCESS_ONLY = ["recipe=hotpot", "++grpo.gradient_accumulation_steps=128"]
+
+
+def test_the_server_is_sized_from_the_plan_of_the_jobs_process_count():
+    """train.slurm plans the run for the processes it launches (WORLD_SIZE=NUM_PROCESSES), as
+    train.py will: a config valid for 2 nodes x 4 GPUs (one serving vLLM: 4 trainers) gets its
+    server's context. Catches resolve_config planning for one process, which refuses this config
+    and would leave the server at vLLM's default context."""
+    env = dict(SLURM_JOB_ID="5", SLURM_JOB_NODELIST="g[1-2]", SLURM_JOB_NUM_NODES="2")
+    plan = dry_run("train.slurm", FOUR_PROCESS_ONLY, SLURM_GPUS_ON_NODE="4", **env)
+    server = next(n for n in plan["nodes"] if n["role"] == "vllm")["argv"]
+    fallbacks = (39 + 2 + 64) + (98 + 2 + 64) + 1  # as test_server_max_model_len_follows...
+    assert flag(server, "--max-model-len") == str(3072 + 1536 + fallbacks)
+
+
+def test_the_sweep_plans_each_run_for_the_launch_train_slurm_gives_it():
+    """slurm/sweep.py plans every run with the vLLM engine and process count train.slurm will
+    give it (launch_shape): the four-process config plans on one node of 4 GPUs and is refused,
+    naming the field, on 2 GPUs, where train.py would refuse it."""
+    sys.path.insert(0, str(SLURM))
+    from sweep import launch_shape
+
+    assert launch_shape(1, 4) == ("colocate", 4) and launch_shape(3, 4) == ("server", 8)
+    assert launch_shape(2, 0) == ("none", 2)
+    args = ["--recipes", "hotpot", "--methods", "rlsr", "--seeds", "0", "--dry-run"]
+    four = sweep_proc([*args, "--gpus-per-node", "4", "--", *FOUR_PROCESS_ONLY[1:]], base_env())
+    assert four.returncode == 0, four.stderr
+    assert "--system-prompt long --protocol-layer paper" in four.stdout
+    two = sweep_proc([*args, "--gpus-per-node", "2", "--", *FOUR_PROCESS_ONLY[1:]], base_env())
+    assert two.returncode != 0 and "grpo.gradient_accumulation_steps" in two.stderr
+
+
 def test_train_without_vllm_every_node_trains():
     plan = dry_run(
         "train.slurm",
