@@ -117,6 +117,30 @@ def _sites(tree: ast.Module):
             yield line, f"{node.value!r}->{node.value + 1!r}", (node, "value", node.value + 1)
 
 
+def mutation_keys(source: str) -> list[str]:
+    """A name for each site that survives edits elsewhere in the module: the enclosing
+    function, the whole expression the site sits in and the mutation, numbered when repeated.
+    ``--compare`` matches mutants of two versions of a changed module by it."""
+    tree = ast.parse(source)
+    parent, scope = {}, {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parent[id(child)] = node
+            named = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            scope[id(child)] = (
+                f"{scope.get(id(node), '')}.{node.name}" if named else scope.get(id(node), "")
+            )
+    keys, seen = [], {}
+    for _, what, (node, _, _) in _sites(tree):
+        top = node
+        while isinstance(parent.get(id(top)), ast.expr):
+            top = parent[id(top)]
+        key = f"{scope.get(id(node), '')}|{ast.unparse(top)}|{what}"
+        seen[key] = seen.get(key, 0) + 1
+        keys.append(f"{key}|{seen[key]}")
+    return keys
+
+
 def mutant_source(source: str, index: int) -> str:
     """``source`` with its ``index``-th mutation site (walk order) applied, unparsed."""
     tree = ast.parse(source)
@@ -171,6 +195,7 @@ def check_module(tree, module, python, timeout, limit, seed):
     path = tree / module
     original = path.read_text()
     sites = mutation_sites(original)
+    keys = mutation_keys(original)
     tests = DEFAULT_TESTS.get(module) or covering_tests(tree, module)
     chosen = list(range(len(sites)))
     if limit and limit < len(chosen):
@@ -192,6 +217,7 @@ def check_module(tree, module, python, timeout, limit, seed):
             results.append(
                 {
                     "id": index,
+                    "key": keys[index],
                     "line": line,
                     "mutation": what,
                     "verdict": verdict,
@@ -228,15 +254,13 @@ def compare(before: Path, after: Path) -> int:
             print(f"{module}: not checked in {after}")
             lost += 1
             continue
-        if entry["sites"] != new[module]["sites"]:
-            print(f"{module}: the module changed ({entry['sites']} vs {new[module]['sites']} sites); "
-                  "mutants are not comparable")  # fmt: skip
-            continue
-        after_verdict = {m["id"]: m["verdict"] for m in new[module]["mutants"]}
+        # the same file gives the same numbering; a changed one is matched by each site's key
+        field = "id" if entry["sites"] == new[module]["sites"] else "key"
+        after_verdict = {m.get(field): m["verdict"] for m in new[module]["mutants"]}
         for m in entry["mutants"]:
-            if m["verdict"] == "killed" and after_verdict.get(m["id"]) != "killed":
+            if m["verdict"] == "killed" and after_verdict.get(m.get(field)) != "killed":
                 print(f"{module}:{m['line']} #{m['id']} {m['mutation']}: killed before, "
-                      f"{after_verdict.get(m['id'], 'not run')} after")  # fmt: skip
+                      f"{after_verdict.get(m.get(field), 'not run')} after")  # fmt: skip
                 lost += 1
     print(f"{lost} mutant(s) killed before and not after")
     return 1 if lost else 0

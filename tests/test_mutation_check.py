@@ -91,3 +91,26 @@ def test_compare_reports_a_mutant_killed_before_and_not_after(tmp_path, capsys):
     assert mutation_check.main(["--compare", str(before), str(after)]) == 1
     assert "m.py:3 #0 Lt->LtE: killed before, survived after" in capsys.readouterr().out
     assert mutation_check.main(["--compare", str(before), str(better)]) == 0
+
+
+def test_keys_match_the_same_mutant_across_an_edit_elsewhere():
+    """A site's key names the same mutant after lines are added above it (its id shifts), and
+    --compare matches a changed module by keys, so a kill lost there is still reported."""
+    edited = SOURCE.replace("def f(x, y):", "def g():\n    return 1 + 1\n\n\ndef f(x, y):")
+    old_keys = mutation_check.mutation_keys(SOURCE)
+    new_keys = mutation_check.mutation_keys(edited)
+    assert len(set(old_keys)) == len(old_keys)
+    assert set(old_keys) < set(new_keys)
+    assert [k for k in new_keys if k.startswith(".g|")] == [
+        ".g|1 + 1|Add->Sub|1",
+        ".g|1 + 1|1->2|1",
+        ".g|1 + 1|1->2|2",
+    ]
+    old_index = old_keys.index(".f|x < y and (not x == 0)|Lt->LtE|1")
+    new_index = new_keys.index(".f|x < y and (not x == 0)|Lt->LtE|1")
+    assert old_index != new_index
+    assert (
+        _behaviour(mutation_check.mutant_source(SOURCE, old_index))
+        == _behaviour(mutation_check.mutant_source(edited, new_index))
+        != _behaviour(SOURCE)
+    )
