@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rlsr.config import ConfigError, describe_hydra_error, force_add_overrides
+from rlsr.config.renamed import renamed_overrides
 from rlsr.run_layout import checkpoint_folders
 from rlsr.run_plan import RunPlan, plan_from_config
 from rlsr.verifiers.base import VerifierFailure
@@ -175,14 +176,16 @@ def cli() -> None:
     """Run ``main`` with one-line errors for problems Hydra finds while composing the config.
 
     Plain ``key=value`` overrides become ``++key=value`` so unknown keys reach our validation
-    (closest-match suggestions, GRPOConfig fields the recipes do not list). Hydra is told to
+    (closest-match suggestions, GRPOConfig fields the recipes do not list); a renamed key is
+    spelled the new way first (``rlsr.config.renamed``). Hydra is told to
     re-raise (``HYDRA_FULL_ERROR``) so an unknown recipe/method or a malformed override prints
     ``config error: ...`` and exits 2 instead of a multi-line report; other errors keep their
     traceback. A user who set ``HYDRA_FULL_ERROR`` gets Hydra's full output as before.
     """
     recipes = Path(__file__).resolve().parent / "recipes"
     groups = [d.name for d in recipes.iterdir() if d.is_dir()]
-    sys.argv = [sys.argv[0], *force_add_overrides(sys.argv[1:], groups)]
+    overrides = renamed_overrides(sys.argv[1:])  # a renamed key, with one line each
+    sys.argv = [sys.argv[0], *force_add_overrides(overrides, groups)]
     user_wants_full_error = bool(os.environ.get("HYDRA_FULL_ERROR"))
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:

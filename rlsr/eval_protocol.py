@@ -7,7 +7,7 @@
 * ``rlsr.evaluation.runner.EvalSettings`` (a subclass adding a run's progress bars and plot);
 * the held-out evaluation's ``eval.*`` keys (``protocol_keys``: every field, unset = null) and a
   method's evaluation needs, ``method.evaluate`` (a mapping of these fields, checked by
-  ``check_mapping``), resolved by ``layered``: the first layer that sets a field wins;
+  ``check_mapping``), resolved by ``protocol_from_sources``: the first source that sets a field wins;
 * the flags Slurm's evaluation jobs and the toy reproduction pass to ``rlsr evaluate``
   (``to_flags`` of a method's mapping).
 
@@ -41,7 +41,7 @@ __all__ = [
     "DECODING_FIELDS",
     "check_scorers",
     "check_mapping",
-    "layered",
+    "protocol_from_sources",
     "to_flags",
     "flag_of",
     "add_protocol_flags",
@@ -310,7 +310,7 @@ def check_scorers(names: Sequence[str] | None, response_format: str = "tags") ->
     return names if "verbalized" in names else (*names, "verbalized")
 
 
-# --------------------------------------------------------------------------- mappings and layers
+# --------------------------------------------------------------------------- mappings and sources
 
 
 def check_mapping(values: Mapping | None, where: str) -> dict[str, Any]:
@@ -342,19 +342,21 @@ def check_mapping(values: Mapping | None, where: str) -> dict[str, Any]:
     return out
 
 
-def layered(
-    layers: Iterable[tuple[str, Mapping[str, Any]]], cls: type[EvalProtocol] = EvalProtocol, **extra
+def protocol_from_sources(
+    sources: Iterable[tuple[str, Mapping[str, Any]]],
+    cls: type[EvalProtocol] = EvalProtocol,
+    **extra,
 ) -> EvalProtocol:
-    """The protocol whose each field comes from the FIRST layer that sets it (a value that is not
-    None), else its declared default; ``layers``: ``(name, {field: value})`` from the most to the
+    """The protocol whose each field comes from the FIRST source that sets it (a value that is not
+    None), else its declared default; ``sources``: ``(name, {field: value})`` from the most to the
     least specific. The held-out evaluation's rule, written once here: ``eval.X`` >
     ``method.evaluate.X`` > the run's own default (``max_new_tokens``: the trained completion
     length; ``system_prompt``: the training data's) > ``EvalProtocol``'s default.
 
-    A bad value raises ``ProtocolError`` named after the layer that set it (``eval.top_p``)."""
+    A bad value raises ``ProtocolError`` named after the source that set it (``eval.top_p``)."""
     chosen: dict[str, Any] = {}
     source: dict[str, str] = {}
-    for name, values in layers:
+    for name, values in sources:
         for key, value in (values or {}).items():
             if key in _FIELDS and key not in chosen and value is not None:
                 chosen[key], source[key] = value, name
@@ -427,7 +429,7 @@ def protocol_from_args(args: argparse.Namespace, cls: type[EvalProtocol] = EvalP
 def protocol_keys(cls):
     """Class decorator (before ``@dataclass``): add every protocol field to ``cls`` as an optional
     setting whose None means "not set here" (``eval.*``: then ``method.evaluate``'s, else the
-    default; ``layered``). The field keeps the protocol's help in its metadata."""
+    default; ``protocol_from_sources``). The field keeps the protocol's help in its metadata."""
     annotations = dict(cls.__dict__.get("__annotations__", {}))
     for name, f in _FIELDS.items():
         if name in annotations:

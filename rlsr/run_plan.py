@@ -9,7 +9,7 @@ toy's, ``slurm/resolve_config.py``'s, the GPU acceptance script's) becomes typed
 2. check, reading the settings only: the method's checks (``rlsr.methods.check_method``),
    every section's (``rlsr.config.plan_settings``; each settings dataclass's ``validate``);
 3. derive, once: the method bound to its settings, one optimizer step's pool and its gradient
-   accumulation, the held-out evaluation plan, the evaluation protocol and each named layer's,
+   accumulation, the held-out evaluation plan, the evaluation protocol and each named variant's,
    the vLLM context, and the pool log the run writes (off for a method without a reward pool:
    planned here, the settings are never changed).
 
@@ -112,23 +112,23 @@ class RunPlan:
         return gpu_settings(self.settings.grpo)
 
     @property
-    def layers(self) -> tuple[str, ...]:
-        """The named protocol layers the recipe declares (``eval.layers``)."""
+    def variants(self) -> tuple[str, ...]:
+        """The named protocol variants the recipe declares (``eval.variants``)."""
         return tuple(name for name in self.checked.protocols if name is not None)
 
-    def protocol(self, layer: str | None = None) -> EvalProtocol:
+    def protocol(self, variant: str | None = None) -> EvalProtocol:
         """The run's evaluation protocol (``rlsr.config.heldout_protocol``, planned once), with
-        the named layer ``layer`` on top; a layer the recipe does not declare raises
+        the named variant ``variant`` on top; a variant the recipe does not declare raises
         ``ConfigError`` naming the declared ones."""
-        if layer in self.checked.protocols:
-            return self.checked.protocols[layer]
-        return heldout_protocol(self.settings, self.section, layer)  # raises: not declared
+        if variant in self.checked.protocols:
+            return self.checked.protocols[variant]
+        return heldout_protocol(self.settings, self.section, variant)  # raises: not declared
 
-    def evaluate_flags(self, layer: str | None = None) -> list[str]:
-        """The ``rlsr evaluate`` flags of ``protocol(layer)``, plus ``--protocol-layer NAME``
+    def evaluate_flags(self, variant: str | None = None) -> list[str]:
+        """The ``rlsr evaluate`` flags of ``protocol(variant)``, plus ``--protocol-variant NAME``
         so run.json records which evaluation it is."""
-        flags = protocol_flags(self.protocol(layer))
-        return flags + (["--protocol-layer", layer] if layer else [])
+        flags = protocol_flags(self.protocol(variant))
+        return flags + (["--protocol-variant", variant] if variant else [])
 
 
 def gpu_settings(grpo: Mapping) -> list[str]:

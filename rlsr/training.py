@@ -41,7 +41,7 @@ from rlsr.config import (
     ConfigError,
     ResolvedHeldOut,
     TrainSettings,
-    declared_layers,
+    declared_variants,
     heldout_protocol,
     resolve_attn_implementation,
     resolve_heldout,
@@ -605,12 +605,14 @@ def _tasks_flags(tasks_dir) -> list[str]:
 
 
 def _protocols(cfg, plan: RunPlan | None):
-    """``(protocol, layers)``: the run's evaluation protocol by layer name (None: the run's own)
-    and the named layers; the plan's (planned once), else derived from ``cfg`` (a finished run
+    """``(protocol, variants)``: the run's evaluation protocol by variant name (None: the run's own)
+    and the named variants; the plan's (planned once), else derived from ``cfg`` (a finished run
     read back without its launch's plan)."""
     if plan is not None:
-        return plan.protocol, plan.layers
-    return functools.partial(heldout_protocol, cfg, args_section(cfg.method)), declared_layers(cfg)
+        return plan.protocol, plan.variants
+    return functools.partial(heldout_protocol, cfg, args_section(cfg.method)), declared_variants(
+        cfg
+    )
 
 
 def _evaluate_command(
@@ -632,18 +634,18 @@ def _evaluate_command(
     return shlex.join(args + protocol_flags(protocol))
 
 
-def _layer_lines(cfg, plan: RunPlan | None = None) -> list[str]:
-    """One line per named protocol layer (``eval.layers``): what a later evaluation changes on
+def _variant_lines(cfg, plan: RunPlan | None = None) -> list[str]:
+    """One line per named protocol variant (``eval.variants``): what a later evaluation changes on
     top of the run's protocol, as ``rlsr evaluate`` flags, and the flag that records its name
     (from ``plan`` when given)."""
-    protocol, layers = _protocols(cfg, plan)
+    protocol, variants = _protocols(cfg, plan)
     base = protocol(None).values()
     lines = []
-    for name in sorted(layers):
-        layered_values = protocol(name).values()
-        changed = {k: v for k, v in layered_values.items() if v != base[k]}
+    for name in sorted(variants):
+        variant_values = protocol(name).values()
+        changed = {k: v for k, v in variant_values.items() if v != base[k]}
         text = " ".join(to_flags(changed)) or "nothing (same as held-out)"
-        lines.append(f"  layer {name:<7}{text}  (rlsr evaluate ... --protocol-layer {name})")
+        lines.append(f"  variant {name:<7}{text}  (rlsr evaluate ... --protocol-variant {name})")
     return lines
 
 
@@ -687,7 +689,7 @@ def run_summary(
         )
     else:
         lines.append("  pools        none (pool_log.every=0)")
-    lines += _layer_lines(cfg, plan)
+    lines += _variant_lines(cfg, plan)
     lines.append("next:")
     if final:
         if plan is None:  # a caller without the launch's plan (a finished run read back)

@@ -24,14 +24,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# the recipes' layer of the paper's tables (eval.layers.paper: greedy, 4,096 new tokens)
-PAPER_LAYER = "paper"
+# the recipes' variant of the paper's tables (eval.variants.paper: greedy, 4,096 new tokens)
+PAPER_VARIANT = "paper"
 
 
 def resolve(
     overrides: list[str],
     root: Path = ROOT,
-    layer: str | None = PAPER_LAYER,
+    variant: str | None = PAPER_VARIANT,
     *,
     vllm_mode: str = "server",
     world_size: int | None = None,
@@ -44,7 +44,7 @@ def resolve(
     ``max_model_len`` is the vLLM server's ``--max-model-len``: the plan's
     ``vllm_max_model_length`` (``grpo.vllm_max_model_length`` if set, else the trainer's rule),
     else empty (vLLM's own default). ``evaluate_args``: the plan's ``evaluate_flags`` with the
-    named protocol layer ``layer`` (default ``paper``, when the recipe declares it; None: the
+    named protocol variant ``variant`` (default ``paper``, when the recipe declares it; None: the
     held-out protocol itself). Settings that do not plan give neither (``max_model_len`` empty,
     ``evaluate_args`` None), with the reason on stderr: train.py refuses that run with the same
     message, and any value made up here would be a second rule no trainer follows.
@@ -77,15 +77,15 @@ def resolve(
             "gpu_settings": gpu_settings(cfg.get("grpo") or {}),
             "evaluate_args": None,
         }
-    if layer == PAPER_LAYER and PAPER_LAYER not in plan.layers:
-        layer = None  # a recipe without the paper's tables: its held-out protocol
+    if variant == PAPER_VARIANT and PAPER_VARIANT not in plan.variants:
+        variant = None  # a recipe without the paper's tables: its held-out protocol
     length = plan.vllm_max_model_length
     return {
         "model": str(plan.settings.model.name_or_path),
         "output_dir": str(output_dir),
         "max_model_len": "" if length is None else str(int(length)),
         "gpu_settings": plan.gpu_settings,
-        "evaluate_args": plan.evaluate_flags(layer),
+        "evaluate_args": plan.evaluate_flags(variant),
     }
 
 

@@ -31,6 +31,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlsr.evaluation.outputs import deprecated_flag
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "slurm"))
 
@@ -133,13 +135,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "config puts it (runs/)",
     )
     parser.add_argument(
-        "--protocol-layer",
+        "--protocol-variant",
         default="paper",
         metavar="NAME",
-        help="the recipe's named protocol layer the evaluations use (eval.layers; default paper: "
-        "the paper tables' 4,096-token budget, where the recipe declares it; none: the held-out "
-        "protocol itself)",
+        help="the recipe's named protocol variant the evaluations use (eval.variants; default "
+        "paper: the paper tables' 4,096-token budget, where the recipe declares it; none: the "
+        "held-out protocol itself)",
     )
+    deprecated_flag(parser, "--protocol-layer", instead="--protocol-variant", dest="protocol_variant")  # old spelling  # fmt: skip
     parser.add_argument(
         "--tasks-dir",
         action="append",
@@ -262,9 +265,11 @@ def plan(args: argparse.Namespace) -> list[Job]:
                     *args.overrides,
                 ]
                 try:
-                    layer = None if args.protocol_layer == "none" else args.protocol_layer
+                    variant = None if args.protocol_variant == "none" else args.protocol_variant
                     mode, processes = launch_shape(args.nodes, args.gpus_per_node)
-                    resolved = resolve(overrides, layer=layer, vllm_mode=mode, world_size=processes)
+                    resolved = resolve(
+                        overrides, variant=variant, vllm_mode=mode, world_size=processes
+                    )
                 except Exception as err:  # Hydra raises several types
                     raise SystemExit(
                         f"sweep: the config does not compose with {overrides}: {err}"

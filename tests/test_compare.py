@@ -389,7 +389,7 @@ def test_rlsr_evaluate_folders_of_checkpoints_and_final_adapters(tmp_path, capsy
                                          (run, evals / name, last)):  # fmt: skip
             record = {"model": "tiny-missing-warm", "adapter": str(adapter),
                       **{k: v for k, v in _settings().items() if k != "progress"},
-                      "system_prompt": "simple", "protocol_layer": None,
+                      "system_prompt": "simple", "protocol_variant": None,
                       "versions": version_records({DATASET: "exact_match"})}  # fmt: skip
             _write_evaluation(folder, answers, record)
     out = tmp_path / "cmp"

@@ -18,9 +18,9 @@ from rlsr.eval_protocol import (
     ProtocolError,
     check_mapping,
     flag_of,
-    layered,
     protocol_flags,
     protocol_from_args,
+    protocol_from_sources,
     to_flags,
 )
 from rlsr.evaluation import evaluate_cli
@@ -45,7 +45,9 @@ def test_every_protocol_field_is_an_evaluate_flag_with_the_declared_default_and_
         assert action.default == f.default and action.help == f.metadata["help"], f.name
     assert EvalSettings().values() == EvalProtocol().values()  # no second copy of the defaults
     held = HeldOutSettings()
-    assert all(getattr(held, name) is None for name in PROTOCOL_FIELDS)  # unset: layered
+    assert all(
+        getattr(held, name) is None for name in PROTOCOL_FIELDS
+    )  # unset: protocol_from_sources
 
 
 def test_a_methods_mapping_and_its_flags_give_the_same_protocol():
@@ -56,20 +58,22 @@ def test_a_methods_mapping_and_its_flags_give_the_same_protocol():
         declared = yaml.safe_load(text)
         needs = check_mapping(declared.get("method", declared)["evaluate"], "method.evaluate")
         args = _parser().parse_args([*COMMON, *to_flags(needs)])
-        assert protocol_from_args(args) == layered([("method.evaluate", needs)]), method
+        assert protocol_from_args(args) == protocol_from_sources([("method.evaluate", needs)]), (
+            method
+        )
     odd = {"fallbacks": False, "dcs": True, "scorers": ["logprob"], "top_p": 0.5, "seed": 3}
     args = _parser().parse_args([*COMMON, *to_flags(odd)])
-    assert protocol_from_args(args) == layered([("m", odd)])
-    p = layered([("m", odd)])
+    assert protocol_from_args(args) == protocol_from_sources([("m", odd)])
+    p = protocol_from_sources([("m", odd)])
     assert protocol_from_args(_parser().parse_args([*COMMON, *protocol_flags(p)])) == p
 
 
 def test_layers_take_the_first_value_set_and_errors_name_that_layer():
-    p = layered([("eval", {"consistency_k": None, "top_p": 0.9}),
+    p = protocol_from_sources([("eval", {"consistency_k": None, "top_p": 0.9}),
                  ("method.evaluate", {"consistency_k": 3, "top_p": 0.5})])  # fmt: skip
     assert (p.consistency_k, p.top_p, p.consistency_temperature) == (3, 0.9, 0.7)
     with pytest.raises(ProtocolError) as err:
-        layered([("eval", {}), ("method.evaluate", {"consistency_k": 0})])
+        protocol_from_sources([("eval", {}), ("method.evaluate", {"consistency_k": 0})])
     assert err.value.field == "method.evaluate.consistency_k" and "must be >= 1" in str(err.value)
 
 

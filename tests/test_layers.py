@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "rlsr.metric_inputs": 0,
     "rlsr.launch": 0,
     "rlsr.plugins": 0,  # "package.module:name" imported safely (verifier and method plugins)
+    "rlsr.deprecation": 0,  # the one-line note of an old spelling that still reads
     # 1 equations
     "rlsr.rewards": 1,
     "rlsr.calibration": 1,

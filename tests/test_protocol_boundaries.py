@@ -1,8 +1,8 @@
 """One resolved protocol crosses every boundary. The held-out steps,
 train.py's printed `rlsr evaluate` command, slurm/resolve_config.py's evaluation flags and the
 toy's all come from ``rlsr.config.heldout_protocol``; an evaluation that deliberately differs
-(the paper tables' 4,096 tokens, the toy's short answers) is a named layer of the recipe
-(``eval.layers``), not a second default. Configuration only: Hydra compose, no model loads."""
+(the paper tables' 4,096 tokens, the toy's short answers) is a named variant of the recipe
+(``eval.variants``), not a second default. Configuration only: Hydra compose, no model loads."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def _overrides(recipe: str, method: str, tmp_path, *extra: str) -> list[str]:
 
 
 def _four_translations(overrides: list[str], tmp_path):
-    """(run protocol, held-out step's, printed command's, Slurm's with its layer, that layer)."""
+    """(run protocol, held-out step's, printed command's, Slurm's with its variant, that variant)."""
     settings = compose_config(overrides)
     section = args_section(settings.method)
     run = heldout_protocol(settings, section)
@@ -68,25 +68,25 @@ def _four_translations(overrides: list[str], tmp_path):
     printed = _parsed(shlex.split(_evaluate_command(settings, tmp_path, None))[2:])[0]
     slurm_flags = RESOLVE.resolve(overrides)["evaluate_args"]
     slurm, args = _parsed(slurm_flags)
-    layer = args.protocol_layer
-    assert layer == ("paper" if "paper" in settings.eval.layers else None)
-    return run, heldout, printed, slurm, heldout_protocol(settings, section, layer)
+    variant = args.protocol_variant
+    assert variant == ("paper" if "paper" in settings.eval.variants else None)
+    return run, heldout, printed, slurm, heldout_protocol(settings, section, variant)
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_every_evaluation_of_a_run_is_its_protocol_or_a_named_layer_of_it(recipe, tmp_path):
+def test_every_evaluation_of_a_run_is_its_protocol_or_a_named_variant_of_it(recipe, tmp_path):
     """For every recipe x method: the held-out step, the printed command and Slurm's evaluation
-    give the run's protocol (Slurm: with the recipe's `paper` layer, exactly that layer's fields
-    changed); the toy's is the run's protocol with its `toy` layer. On the code before, Slurm
+    give the run's protocol (Slurm: with the recipe's `paper` variant, exactly that variant's fields
+    changed); the toy's is the run's protocol with its `toy` variant. On the code before, Slurm
     passed only method.evaluate (4,096 tokens by accident of the default, each dataset's own
     prompt) and the toy hard-coded its flags."""
     for method in METHODS:
-        run, heldout, printed, slurm, layered_run = _four_translations(
+        run, heldout, printed, slurm, variant_run = _four_translations(
             _overrides(recipe, method, tmp_path), tmp_path
         )
         assert heldout == run and printed == run, (recipe, method)
-        assert slurm == layered_run, (recipe, method)
-        changed = {k for k, v in layered_run.values().items() if v != run.values()[k]}
+        assert slurm == variant_run, (recipe, method)
+        changed = {k for k, v in variant_run.values().items() if v != run.values()[k]}
         assert changed <= {"max_new_tokens"}, (recipe, method, changed)
         if recipe == "toy":
             settings = compose_config(_overrides("toy", method, tmp_path))
@@ -97,9 +97,9 @@ def test_every_evaluation_of_a_run_is_its_protocol_or_a_named_layer_of_it(recipe
             assert toy.max_new_tokens == (64 if method == "sft" else 12)  # the method's budget
 
 
-def test_the_paper_layer_is_the_only_difference_of_slurms_evaluation(tmp_path):
+def test_the_paper_variant_is_the_only_difference_of_slurms_evaluation(tmp_path):
     """recipe=hotpot method=rlsr: held-out and printed command use the trained 1,536 tokens and
-    the training data's prompt `long`; Slurm's evaluation the same prompt and the paper layer's
+    the training data's prompt `long`; Slurm's evaluation the same prompt and the paper variant's
     4,096 tokens (before: each dataset's own prompt)."""
     run, heldout, printed, slurm, _ = _four_translations(
         _overrides("hotpot", "rlsr", tmp_path), tmp_path
@@ -120,26 +120,28 @@ def test_a_system_prompt_is_stated_once_and_every_evaluation_follows_it(tmp_path
     assert {p.system_prompt for p in default} == {"none"}  # sft.yaml's data.system_prompt
 
 
-def test_a_named_layer_is_checked_and_an_unknown_one_is_refused(tmp_path):
+def test_a_named_variant_is_checked_and_an_unknown_one_is_refused(tmp_path):
     settings = compose_config(_overrides("hotpot", "rlsr", tmp_path))
-    with pytest.raises(ConfigError, match=r"eval\.layers.*no layer 'papr'.*declares: paper"):
+    with pytest.raises(ConfigError, match=r"eval\.variants.*no variant 'papr'.*declares: paper"):
         heldout_protocol(settings, "grpo", "papr")
-    bad = compose_config(_overrides("hotpot", "rlsr", tmp_path, "+eval.layers.paper.top_p=2.0"))
-    with pytest.raises(ConfigError, match=r"eval\.layers\.paper\.top_p"):
+    bad = compose_config(_overrides("hotpot", "rlsr", tmp_path, "+eval.variants.paper.top_p=2.0"))
+    with pytest.raises(ConfigError, match=r"eval\.variants\.paper\.top_p"):
         heldout_protocol(bad, "grpo", "paper")
-    # a layers value that is not a mapping is named, not a TypeError from deep inside
-    with pytest.raises(ConfigError, match=r"^eval\.layers: must be a mapping"):
-        plan_settings(compose_config(_overrides("tiny", "rlsr", tmp_path, "eval.layers=5")))
-    # a layer does not hide a bad value of the run's own (the paper layer sets max_new_tokens)
+    # a variants value that is not a mapping is named, not a TypeError from deep inside
+    with pytest.raises(ConfigError, match=r"^eval\.variants: must be a mapping"):
+        plan_settings(compose_config(_overrides("tiny", "rlsr", tmp_path, "eval.variants=5")))
+    # a variant does not hide a bad value of the run's own (the paper variant sets max_new_tokens)
     hidden = compose_config(_overrides("hotpot", "rlsr", tmp_path, "eval.max_new_tokens=-5"))
     with pytest.raises(ConfigError, match=r"^eval\.max_new_tokens: must be >= 1"):
         heldout_protocol(hidden, "grpo", "paper")
-    # Slurm without the paper layer: the held-out protocol itself, and no --protocol-layer
+    # Slurm without the paper variant: the held-out protocol itself, and no --protocol-variant
     flags = RESOLVE.resolve(_overrides("tiny", "rlsr", tmp_path))["evaluate_args"]
-    assert "--protocol-layer" not in flags
+    assert "--protocol-variant" not in flags
 
 
-def test_the_run_summary_prints_each_named_layer(tmp_path):
+def test_the_run_summary_prints_each_named_variant(tmp_path):
     settings = compose_config(_overrides("hotpot", "rlsr", tmp_path))
     text = run_summary(settings)
-    assert "layer paper  --max-new-tokens 4096  (rlsr evaluate ... --protocol-layer paper)" in text
+    assert (
+        "variant paper  --max-new-tokens 4096  (rlsr evaluate ... --protocol-variant paper)" in text
+    )

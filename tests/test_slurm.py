@@ -474,7 +474,7 @@ def test_the_sweep_plans_each_run_for_the_launch_train_slurm_gives_it():
     args = ["--recipes", "hotpot", "--methods", "rlsr", "--seeds", "0", "--dry-run"]
     four = sweep_proc([*args, "--gpus-per-node", "4", "--", *FOUR_PROCESS_ONLY[1:]], base_env())
     assert four.returncode == 0, four.stderr
-    assert "--system-prompt long --protocol-layer paper" in four.stdout
+    assert "--system-prompt long --protocol-variant paper" in four.stdout
     two = sweep_proc([*args, "--gpus-per-node", "2", "--", *FOUR_PROCESS_ONLY[1:]], base_env())
     assert two.returncode != 0 and "grpo.gradient_accumulation_steps" in two.stderr
 
@@ -997,18 +997,18 @@ def test_sweep_evaluates_each_method_the_way_it_was_trained():
     common = ["evaluate", "--model", "m", "--datasets", "hotpot-id", "--output-dir", "o"]
     # exits 2 on an unknown flag or bad value
     parsed = [parser.parse_args([*common, *flags]) for flags in extra]
-    assert {a.protocol_layer for a in parsed} == {"paper"}
+    assert {a.protocol_variant for a in parsed} == {"paper"}
     sft, logprob, rlsr = (protocol_from_args(a) for a in parsed)
     assert (sft.system_prompt, sft.response_format, sft.scorers, sft.consistency_k) == (
         "none", "plain", ("consistency",), 8
     )  # fmt: skip
     assert logprob.scorers == ("logprob", "verbalized") and rlsr.scorers == ("verbalized",)
-    # every job: the run's protocol (the trained prompt `long` of hotpot) + the paper layer
+    # every job: the run's protocol (the trained prompt `long` of hotpot) + the paper variant
     assert (rlsr.system_prompt, rlsr.max_new_tokens, logprob.max_new_tokens) == ("long", 4096, 4096)
 
 
 def test_sweep_refuses_to_plan_an_evaluation_whose_protocol_does_not_resolve():
-    """A bad protocol value (hidden under the paper layer's max_new_tokens before) stops the
+    """A bad protocol value (hidden under the paper variant's max_new_tokens before) stops the
     sweep at planning with the field named, instead of submitting evaluations with guessed flags."""
     proc = subprocess.run(
         [PYTHON, str(SLURM / "sweep.py"), "--recipes", "hotpot", "--methods", "rlsr", "--seeds",

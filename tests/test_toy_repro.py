@@ -79,21 +79,21 @@ def test_every_arm_is_evaluated_within_the_toy_models_context(tmp_path):
 
 def test_arm_evaluation_flags_come_from_the_method_files():
     """Each arm is evaluated with the run's protocol of `recipe=toy method=M` plus the recipe's
-    `toy` layer (no fallbacks, no bootstrap, one batch): its method file's settings (Tab. 6:
+    `toy` variant (no fallbacks, no bootstrap, one batch): its method file's settings (Tab. 6:
     plain answers scored by K = 8 samples at T = 0.7, 64 tokens; Tab. 7: the log-prob scorer),
     the trained 12-token budget otherwise; catches a method file read at the wrong nesting level
     or a budget restated."""
     args = {name: arm.eval_args for name, arm in repro.ARMS.items()}
-    layer = ("--bootstrap", "0", "--protocol-layer", "toy")
+    variant = ("--bootstrap", "0", "--protocol-variant", "toy")
     assert args.pop("sft-sc") == (
         "--max-new-tokens", "64", "--batch-size", "250", "--no-fallbacks",
-        "--response-format", "plain", "--system-prompt", "none", *layer,
+        "--response-format", "plain", "--system-prompt", "none", *variant,
     )  # fmt: skip
     tagged = ("--max-new-tokens", "12", "--batch-size", "250", "--no-fallbacks")
     assert args.pop("rlsr-logprob") == (
-        *tagged, "--scorers", "logprob,verbalized", "--system-prompt", "simple", *layer,
+        *tagged, "--scorers", "logprob,verbalized", "--system-prompt", "simple", *variant,
     )  # fmt: skip
-    assert set(args.values()) == {(*tagged, "--system-prompt", "simple", *layer)}
+    assert set(args.values()) == {(*tagged, "--system-prompt", "simple", *variant)}
     base = repro.Arm("base", "")
     assert base.eval_args == repro.ARMS["rlsr"].eval_args and base.scorer == "verbalized"
 

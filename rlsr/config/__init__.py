@@ -52,9 +52,9 @@ from rlsr.config.heldout import (
     HELDOUT_BACKENDS,
     HeldOutSettings,
     ResolvedHeldOut,
-    declared_layers,
+    declared_variants,
     heldout_protocol,
-    protocol_layer,
+    protocol_variant,
     resolve_heldout,
 )
 from rlsr.config.hydra_args import describe_hydra_error, force_add_overrides
@@ -63,6 +63,7 @@ from rlsr.config.method import CONFIDENCE_SOURCES, MethodSettings
 from rlsr.config.model import LoraSettings, ModelSettings, resolve_model_path
 from rlsr.config.pool import PoolPlan, resolve_pool, world_size_from_env
 from rlsr.config.pool_log import PoolLogSettings
+from rlsr.config.renamed import fold_renamed
 from rlsr.config.trainer_args import (
     TRAINER_SECTIONS,
     check_engine,
@@ -102,9 +103,9 @@ __all__ = [
     "resolve_model_path",
     "resolve_resume",
     "resolve_heldout",
-    "declared_layers",
+    "declared_variants",
     "heldout_protocol",
-    "protocol_layer",
+    "protocol_variant",
     "ResolvedHeldOut",
     "register_tasks",
     "training_verifier",
@@ -195,9 +196,11 @@ def _build(cls, values: dict | None, prefix: str):
 def from_dict(values: dict) -> TrainSettings:
     """Build ``TrainSettings`` from a plain dict (e.g. ``OmegaConf.to_container(cfg, resolve=True)``).
 
-    Keys that are not part of the schema raise ``ConfigError`` naming the key. Top-level keys
+    Keys that are not part of the schema raise ``ConfigError`` naming the key; a renamed key
+    reads under its new name with one ``deprecated:`` line (``rlsr.config.renamed``). Top-level keys
     starting with ``_`` or named ``recipe_name`` are bookkeeping of the recipes and are ignored.
     """
+    values = fold_renamed(values)  # a recipe file's renamed keys, with one line each
     values = {k: v for k, v in dict(values).items() if not k.startswith("_") and k != "recipe_name"}
     settings = _build(TrainSettings, values, "")
     for section, cls in (("grpo", "GRPOConfig"), ("sft", "SFTConfig")):
@@ -294,7 +297,7 @@ class SettingsPlan:
             ``grpo.use_vllm`` and ``grpo.vllm_max_model_length`` is unset (``vllm_context_length``;
             for sft, whose trainer has no engine, the size of a server started beside it).
         protocols (`dict`): the run's evaluation protocol (key None, ``heldout_protocol``) and
-            each named layer's (``eval.layers``), by layer name.
+            each named variant's (``eval.variants``), by variant name.
     """
 
     world_size: int
@@ -345,8 +348,8 @@ def plan_settings(
         check_sft(cfg.sft, here=here)
     heldout = resolve_heldout(cfg, trainer_section, here=here)
     protocols = {None: heldout_protocol(cfg, trainer_section)}
-    for layer in declared_layers(cfg):  # a named layer must give a valid protocol too
-        protocols[layer] = heldout_protocol(cfg, trainer_section, layer)
+    for variant in declared_variants(cfg):  # a named variant must give a valid protocol too
+        protocols[variant] = heldout_protocol(cfg, trainer_section, variant)
     cfg.pool_log.validate()
     length = vllm_context_length(cfg, heldout)  # sft: of a server started beside it (train.slurm)
     return SettingsPlan(ws, trainer_section, pool, heldout, length, protocols)

@@ -11,6 +11,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from rlsr.config import TrainSettings, from_dict
+from rlsr.config.renamed import renamed_overrides
 
 __all__ = ["RECIPES_DIR", "compose_config", "compose_tree"]
 
@@ -19,9 +20,10 @@ RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
 
 def compose_tree(overrides: list[str], recipes_dir: str | Path = RECIPES_DIR):
     """The composed Hydra tree (an OmegaConf ``DictConfig``) of ``train.py <overrides>``, for a
-    caller that reads keys before they are typed (slurm/resolve_config.py)."""
+    caller that reads keys before they are typed (slurm/resolve_config.py). A renamed key in
+    ``overrides`` is spelled the new way first (``rlsr.config.renamed``)."""
     with initialize_config_dir(config_dir=str(Path(recipes_dir).resolve()), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+        return compose(config_name="config", overrides=renamed_overrides(overrides))
 
 
 def compose_config(overrides: list[str], recipes_dir: str | Path = RECIPES_DIR) -> TrainSettings:

@@ -20,7 +20,7 @@ from rlsr.eval_protocol import (
     EvalProtocol,
     ProtocolError,
     check_mapping,
-    layered,
+    protocol_from_sources,
     protocol_keys,
 )
 from rlsr.launch import engine_from_env
@@ -41,9 +41,9 @@ __all__ = [
     "HeldOutSettings",
     "ResolvedHeldOut",
     "heldout_answer_tokens",
-    "declared_layers",
+    "declared_variants",
     "heldout_protocol",
-    "protocol_layer",
+    "protocol_variant",
     "resolve_heldout",
 ]
 
@@ -67,7 +67,7 @@ class HeldOutSettings:
     consistency_temperature, system_prompt, dcs, bootstrap, keep_token_ids) is a key here, null
     by default: unset, it comes from ``method.evaluate``, else the run's default
     (``max_new_tokens``: the trainer's ``max_completion_length``; ``system_prompt``: the training
-    data's), else the protocol's (``rlsr.eval_protocol.layered``; docs/training.md, "Watch a
+    data's), else the protocol's (``rlsr.eval_protocol.protocol_from_sources``; docs/training.md, "Watch a
     run")."""
 
     # Optimizer steps between evaluations (steps N, 2N, ...); 0: no held-out evaluation.
@@ -109,13 +109,13 @@ class HeldOutSettings:
     # together, for the plan-time check that a held-out evaluation fits the time the other
     # processes wait (grpo.ddp_timeout); null: rlsr.config.server_eval's assumed 20,000.
     server_tokens_per_s: float | None = None
-    # Named protocol layers: {name: {protocol field: value}}. An evaluation that deliberately
-    # differs from the held-out protocol names its layer, which sets those fields on top of
-    # everything else (``heldout_protocol(cfg, layer=NAME)``): ``paper`` (recipes/config.yaml) is
+    # Named protocol variants: {name: {protocol field: value}}. An evaluation that deliberately
+    # differs from the held-out protocol names its variant, which sets those fields on top of
+    # everything else (``heldout_protocol(cfg, variant=NAME)``): ``paper`` (recipes/config.yaml) is
     # the paper tables' 4,096-token budget that slurm/sweep.py evaluates with; ``toy`` the toy
-    # table's short greedy answers. Printed in the run summary; `rlsr evaluate --protocol-layer`
+    # table's short greedy answers. Printed in the run summary; `rlsr evaluate --protocol-variant`
     # records the name in run.json.
-    layers: dict[str, dict] = field(default_factory=dict)
+    variants: dict[str, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name, default in (("judge_timeout", JUDGE_TIMEOUT_S),
@@ -191,50 +191,54 @@ class ResolvedHeldOut:
         return self.protocol.response_format
 
 
-def declared_layers(cfg) -> dict:
-    """``eval.layers``, the recipe's named protocol layers ({} when none); ``ConfigError`` when
+def declared_variants(cfg) -> dict:
+    """``eval.variants``, the recipe's named protocol variants ({} when none); ``ConfigError`` when
     it is not a mapping ``{name: {protocol field: value}}``."""
-    layers = cfg.eval.layers if cfg.eval.layers is not None else {}
+    variants = cfg.eval.variants if cfg.eval.variants is not None else {}
     check(
-        isinstance(layers, dict),
-        "eval.layers",
-        f"must be a mapping {{name: {{protocol field: value}}}}; got {layers!r}.",
+        isinstance(variants, dict),
+        "eval.variants",
+        f"must be a mapping {{name: {{protocol field: value}}}}; got {variants!r}.",
     )
-    return layers
+    return variants
 
 
-def protocol_layer(cfg, layer: str) -> dict:
-    """The named protocol layer ``eval.layers.<layer>``, checked (a mapping of protocol fields).
-    Raises ``ConfigError`` naming ``eval.layers`` and the layers the recipe declares."""
-    layers = declared_layers(cfg)
-    if layer not in layers:
-        known = ", ".join(sorted(layers)) or "none"
+def protocol_variant(cfg, variant: str) -> dict:
+    """The named protocol variant ``eval.variants.<variant>``, checked (a mapping of protocol fields).
+    Raises ``ConfigError`` naming ``eval.variants`` and the variants the recipe declares."""
+    variants = declared_variants(cfg)
+    if variant not in variants:
+        known = ", ".join(sorted(variants)) or "none"
         raise ConfigError(
-            "eval.layers",
-            f"has no layer {layer!r} (this recipe declares: {known}); add "
-            f"eval.layers.{layer}={{max_new_tokens: ...}} or name a declared layer.",
+            "eval.variants",
+            f"has no variant {variant!r} (this recipe declares: {known}); add "
+            f"eval.variants.{variant}={{max_new_tokens: ...}} or name a declared variant.",
         )
     try:
-        return check_mapping(layers[layer], f"eval.layers.{layer}")
+        return check_mapping(variants[variant], f"eval.variants.{variant}")
     except ProtocolError as err:
         raise ConfigError(err.field, err.message) from None
 
 
-def heldout_protocol(cfg, trainer_section: str = "grpo", layer: str | None = None) -> EvalProtocol:
+def heldout_protocol(
+    cfg, trainer_section: str = "grpo", variant: str | None = None
+) -> EvalProtocol:
     """The run's evaluation protocol, the one source of every evaluation of a run (the held-out
     steps, train.py's printed ``rlsr evaluate`` command, slurm/resolve_config.py's flags, the
     toy's): each field from ``eval.<field>`` when set, else ``method.evaluate.<field>``, else the
     run's default (``max_new_tokens``: the trainer's ``max_completion_length``, what the policy
     is trained to; ``system_prompt``: the training data's, paper Sec. C.5), else
-    ``EvalProtocol``'s default. ``layer``: a named layer (``eval.layers.<layer>``, e.g. ``paper``)
+    ``EvalProtocol``'s default. ``variant``: a named variant (``eval.variants.<variant>``, e.g. ``paper``)
     whose fields win over all of these: an evaluation that deliberately differs, declared in the
     recipe, not a second default. Raises ``ConfigError`` naming the key that set a bad value."""
-    if layer is not None:  # the run's own values are checked too: a layer may hide a bad one
+    if variant is not None:  # the run's own values are checked too: a variant may hide a bad one
         heldout_protocol(cfg, trainer_section)
     e = cfg.eval
     section = getattr(cfg, trainer_section)
-    named = [] if layer is None else [(f"eval.layers.{layer}", protocol_layer(cfg, layer))]
-    layers = [
+    named = (
+        [] if variant is None else [(f"eval.variants.{variant}", protocol_variant(cfg, variant))]
+    )
+    sources = [
         *named,
         ("eval", {name: getattr(e, name) for name in PROTOCOL_FIELDS}),
         ("method.evaluate", cfg.method.evaluate or {}),
@@ -244,7 +248,7 @@ def heldout_protocol(cfg, trainer_section: str = "grpo", layer: str | None = Non
     ]  # fmt: skip
     try:
         check_mapping(cfg.method.evaluate, "method.evaluate")
-        return layered(layers)
+        return protocol_from_sources(sources)
     except ProtocolError as err:
         field_name = err.field.replace(f"{trainer_section}.max_new_tokens",
                                        f"{trainer_section}.max_completion_length")  # fmt: skip

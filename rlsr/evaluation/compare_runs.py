@@ -41,6 +41,7 @@ from rlsr.run_layout import (
     STEP_PREFIX,
     checkpoint_folders,
     checkpoint_step,
+    renamed_run_fields,
     step_folders,
 )
 
@@ -59,7 +60,7 @@ HELD_OUT, EVALUATE = "held-out", "evaluate"  # the two kinds of evaluation compa
 _MAX_DEPTH = 6  # how deep a folder of runs is searched
 # run.json fields compared besides the protocol's sample-deciding ones (an `rlsr evaluate` run
 # with an LLM judge records which judge gave the verdicts)
-_EXTRA_PROTOCOL_FIELDS = ("protocol_layer", "judge_model", "judge_max_answer_chars")
+_EXTRA_PROTOCOL_FIELDS = ("protocol_variant", "judge_model", "judge_max_answer_chars")
 
 
 @dataclass
@@ -180,6 +181,7 @@ def _version_of(run: dict, folder_name: str) -> dict | None:
 def _evaluations(out: Path, step: int) -> list[Evaluation]:
     """Every dataset of one evaluation folder (``rlsr evaluate`` layout) with samples."""
     run = _read_json(out / RUN_FILE) if (out / RUN_FILE).is_file() else {}
+    run = renamed_run_fields(run)  # a folder an older rlsr wrote
     found = []
     for samples in sorted(out.glob(f"*/{SAMPLES_FILE}")):
         folder = samples.parent

@@ -46,6 +46,7 @@ from rlsr.evaluation.judge import (
     check_judge_server,
     openai_judge_fn,
 )
+from rlsr.evaluation.outputs import deprecated_flag
 from rlsr.evaluation.provenance import adapter_fingerprint
 from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
 from rlsr.evaluation.samples_io import json_safe, read_samples
@@ -181,11 +182,12 @@ def register(subparsers) -> None:
          "consistency_temperature", "dcs", "bootstrap"],
     )  # fmt: skip
     ev.add_argument(
-        "--protocol-layer",
+        "--protocol-variant",
         metavar="NAME",
-        help="the recipe's named protocol layer these flags come from (eval.layers: paper, toy), "
-        f"recorded in {RUN_FILE}; a label, it changes no setting",
+        help="the recipe's named protocol variant these flags come from (eval.variants: paper, "
+        f"toy), recorded in {RUN_FILE}; a label, it changes no setting",
     )
+    deprecated_flag(ev, "--protocol-layer", instead="--protocol-variant", dest="protocol_variant")  # old spelling  # fmt: skip
     ev.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
     ev.add_argument(
         "--trust-remote-code", action="store_true", help="run the model repo's own code (off)"

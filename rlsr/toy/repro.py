@@ -303,8 +303,8 @@ def mean_std(values: list[float]) -> str:
 # ----------------------------------------------------------------------------- main
 
 
-# The toy table's layer of the run's protocol (recipes/recipe/toy.yaml eval.layers.toy)
-TOY_LAYER = "toy"
+# The toy table's variant of the run's protocol (recipes/recipe/toy.yaml eval.variants.toy)
+TOY_VARIANT = "toy"
 
 
 @functools.cache
@@ -320,14 +320,14 @@ def toy_protocol(method: str) -> EvalProtocol:
     """How the toy evaluates METHOD's models: the run plan's protocol of ``train.py recipe=toy
     method=METHOD`` (``RunPlan.protocol``, the one the held-out steps, train.py's printed
     command and Slurm's evaluations use: greedy, the trained 12-token budget, a method file's
-    ``method.evaluate``) with the recipe's ``toy`` layer on top (no fallbacks, no bootstrap, one
+    ``method.evaluate``) with the recipe's ``toy`` variant on top (no fallbacks, no bootstrap, one
     batch). ``""`` (BASE, not trained): the recipe's default method."""
-    return _toy_plan(method).protocol(TOY_LAYER)
+    return _toy_plan(method).protocol(TOY_VARIANT)
 
 
 def toy_evaluate_args(method: str) -> tuple[str, ...]:
-    """The ``rlsr evaluate`` flags of ``toy_protocol(method)`` and the layer's name (run.json)."""
-    return tuple(_toy_plan(method).evaluate_flags(TOY_LAYER))
+    """The ``rlsr evaluate`` flags of ``toy_protocol(method)`` and the variant's name (run.json)."""
+    return tuple(_toy_plan(method).evaluate_flags(TOY_VARIANT))
 
 
 @dataclass(frozen=True)
