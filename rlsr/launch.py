@@ -1,9 +1,9 @@
-"""Which distributed engine a launch uses (DDP, FSDP2, DeepSpeed ZeRO-2/3) and what it rules out.
+"""The distributed launch a process is part of (DDP, FSDP2, DeepSpeed ZeRO-2/3), what it rules out.
 
 ``accelerate launch --config_file recipes/accelerate/X.yaml`` does not hand the YAML file to the
 training script: it exports the settings as environment variables (accelerate 1.15,
 ``accelerate/utils/launch.py``), and accelerate's state objects read them back when the trainer
-starts. ``engine_from_env`` reads the same variables, so ``train.py`` knows the engine *before*
+starts. ``launch_from_env`` reads the same variables, so ``train.py`` knows the launch *before*
 any model is loaded:
 
 ================================  =============================================================
@@ -15,11 +15,14 @@ any model is loaded:
 ``WORLD_SIZE`` > 1, neither       DDP (``distributed_type: MULTI_GPU``, or torchrun)
 ================================  =============================================================
 
-``engine_from_accelerate_config`` reads a config file the same way (for checks before a launch
-and for tests that compare the two). ``engine_problems`` lists the combinations that the pinned
+``launch_from_accelerate_config`` reads a config file the same way (for checks before a launch
+and for tests that compare the two). ``launch_problems`` lists the combinations that the pinned
 stack (TRL 1.16, transformers 5.17, accelerate 1.15, PEFT 0.21) refuses or silently changes, each
 as ``(field, message)``; ``rlsr.config`` raises them as ``ConfigError``. docs/training.md
-("Engines") gives the evidence for each rule.
+("Distributed launch") gives the evidence for each rule.
+
+Its names from when it was called an "engine" (old spelling: the word is the generation engine's)
+still import, each with a DeprecationWarning naming the new one (``_OLD_NAMES``).
 
 No rlsr imports here: this module sits beside the primitives.
 """
@@ -29,6 +32,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,17 +41,17 @@ from typing import Any
 import yaml
 
 __all__ = [
-    "LaunchEngine",
-    "engine_from_env",
-    "engine_from_accelerate_config",
-    "engine_problems",
+    "Launch",
+    "launch_from_env",
+    "launch_from_accelerate_config",
+    "launch_problems",
     "deepspeed_available",
 ]
 
 
 @dataclass(frozen=True)
-class LaunchEngine:
-    """The engine of one launch.
+class Launch:
+    """The distributed launch this process is part of.
 
     name: ``single`` (one process), ``ddp``, ``fsdp`` or ``deepspeed``.
     fsdp_version: 1 or 2 for FSDP, else None.
@@ -103,8 +107,8 @@ def _zero_stage_of_json(path: str | None) -> tuple[int | None, bool]:
     return _int_or_none(zero.get("stage")), _flag(gather)
 
 
-def engine_from_env(env: Mapping[str, str] | None = None) -> LaunchEngine:
-    """The engine that ``accelerate launch`` (or torchrun) set up for this process."""
+def launch_from_env(env: Mapping[str, str] | None = None) -> Launch:
+    """The launch that ``accelerate launch`` (or torchrun) set up for this process."""
     env = os.environ if env is None else env
     if _flag(env.get("ACCELERATE_USE_DEEPSPEED", "false")):
         stage = _int_or_none(env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE"))
@@ -114,16 +118,16 @@ def engine_from_env(env: Mapping[str, str] | None = None) -> LaunchEngine:
             file_stage, file_save16 = _zero_stage_of_json(config_file)
             stage = file_stage if file_stage is not None else stage
             save16 = file_save16 or save16
-        return LaunchEngine("deepspeed", zero_stage=stage, zero3_save_16bit_model=save16)
+        return Launch("deepspeed", zero_stage=stage, zero3_save_16bit_model=save16)
     if _flag(env.get("ACCELERATE_USE_FSDP", "false")):
-        return LaunchEngine(
+        return Launch(
             "fsdp",
             fsdp_version=_int_or_none(env.get("FSDP_VERSION", "1")) or 1,
             # accelerate's own default when the variable is missing
             state_dict_type=env.get("FSDP_STATE_DICT_TYPE", "SHARDED_STATE_DICT"),
             activation_checkpointing=_flag(env.get("FSDP_ACTIVATION_CHECKPOINTING", "false")),
         )
-    return LaunchEngine("ddp" if world_size_from_env(env) > 1 else "single")
+    return Launch("ddp" if world_size_from_env(env) > 1 else "single")
 
 
 # Processes of this launch, read as accelerate reads them: torchrun and the GPU launchers of
@@ -135,7 +139,7 @@ WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_C
 def world_size_from_env(env: Mapping[str, str] | None = None) -> int:
     """Number of processes of this launch: the first of ``WORLD_SIZE_VARIABLES`` that is set
     (torchrun / accelerate, else an MPI launcher's); else 1. The one reader of the launch size:
-    the run plan and ``engine_from_env`` both ask it."""
+    the run plan and ``launch_from_env`` both ask it."""
     env = os.environ if env is None else env
     for name in WORLD_SIZE_VARIABLES:
         value = env.get(name)
@@ -147,14 +151,14 @@ def world_size_from_env(env: Mapping[str, str] | None = None) -> int:
     return 1
 
 
-def engine_from_accelerate_config(path: str | os.PathLike) -> LaunchEngine:
-    """The engine an accelerate config file (``recipes/accelerate/*.yaml``) selects."""
+def launch_from_accelerate_config(path: str | os.PathLike) -> Launch:
+    """The launch an accelerate config file (``recipes/accelerate/*.yaml``) selects."""
     data = yaml.safe_load(Path(path).read_text()) or {}
     kind = str(data.get("distributed_type", "NO")).upper()
     source = str(path)
     if kind == "FSDP":
         fsdp = data.get("fsdp_config") or {}
-        return LaunchEngine(
+        return Launch(
             "fsdp",
             fsdp_version=_int_or_none(fsdp.get("fsdp_version", 1)) or 1,
             state_dict_type=str(fsdp.get("fsdp_state_dict_type", "SHARDED_STATE_DICT")),
@@ -169,13 +173,9 @@ def engine_from_accelerate_config(path: str | os.PathLike) -> LaunchEngine:
             file_stage, file_save16 = _zero_stage_of_json(ds["deepspeed_config_file"])
             stage = file_stage if file_stage is not None else stage
             save16 = file_save16 or save16
-        return LaunchEngine(
-            "deepspeed", zero_stage=stage, zero3_save_16bit_model=save16, source=source
-        )
+        return Launch("deepspeed", zero_stage=stage, zero3_save_16bit_model=save16, source=source)
     processes = _int_or_none(data.get("num_processes", 1)) or 1
-    return LaunchEngine(
-        "ddp" if processes > 1 or kind.startswith("MULTI") else "single", source=source
-    )
+    return Launch("ddp" if processes > 1 or kind.startswith("MULTI") else "single", source=source)
 
 
 def deepspeed_available() -> bool:
@@ -185,38 +185,38 @@ def deepspeed_available() -> bool:
         return False
 
 
-def engine_problems(
-    engine: LaunchEngine,
+def launch_problems(
+    launch: Launch,
     grpo: Mapping[str, Any],
     *,
     deepspeed_installed: bool | None = None,
     lora: bool = True,
 ) -> list[tuple[str, str]]:
-    """``(field, message)`` for each setting that cannot work with ``engine``; empty when fine.
+    """``(field, message)`` for each setting that cannot work with ``launch``; empty when fine.
 
     ``grpo`` is the ``grpo`` section (GRPOConfig fields; missing keys take GRPOConfig's defaults:
     ``use_cpu=False``, ``gradient_checkpointing=True``); ``lora``: whether the model trains a
     LoRA adapter (``model.lora.enabled``).
     """
     problems: list[tuple[str, str]] = []
-    if engine.name not in ("fsdp", "deepspeed"):
+    if launch.name not in ("fsdp", "deepspeed"):
         return problems
     where = (
-        f"the accelerate config ({engine.source})"
-        if engine.source != "environment"
+        f"the accelerate config ({launch.source})"
+        if launch.source != "environment"
         else ("the accelerate config of this launch")
     )
     if grpo.get("use_cpu", False):
         problems.append(
             (
                 "grpo.use_cpu",
-                f"{engine.label} from {where} needs GPU processes: accelerate 1.15 turns "
+                f"{launch.label} from {where} needs GPU processes: accelerate 1.15 turns "
                 "FSDP/DeepSpeed on only for GPU process groups, and with use_cpu=true it silently "
                 "trains plain DDP instead. Use recipes/accelerate/ddp.yaml (or torchrun) on CPU, "
                 "or drop grpo.use_cpu on GPUs.",
             )
         )
-    if engine.name == "fsdp":
+    if launch.name == "fsdp":
         if lora and grpo.get("use_vllm", False):
             # TRL 1.16 syncs LoRA weights to vLLM under FSDP by merging into the base in place
             # and unmerging; accelerate 1.15 upcasts only trainable parameters, so the frozen
@@ -233,17 +233,17 @@ def engine_problems(
                     "(model.lora.enabled=false).",
                 )
             )
-        if engine.state_dict_type != "FULL_STATE_DICT":
+        if launch.state_dict_type != "FULL_STATE_DICT":
             problems.append(
                 (
                     "fsdp_config.fsdp_state_dict_type",
-                    f"{engine.state_dict_type} in {where}: with it transformers 5.17's save_model "
+                    f"{launch.state_dict_type} in {where}: with it transformers 5.17's save_model "
                     "writes no adapter/model files (only DCP shards in checkpoints), so the final "
                     "adapter that `rlsr evaluate` loads is missing. Set fsdp_state_dict_type: "
                     "FULL_STATE_DICT (recipes/accelerate/fsdp.yaml).",
                 )
             )
-        if engine.activation_checkpointing and grpo.get("gradient_checkpointing", True):
+        if launch.activation_checkpointing and grpo.get("gradient_checkpointing", True):
             problems.append(
                 (
                     "grpo.gradient_checkpointing",
@@ -253,18 +253,18 @@ def engine_problems(
                     "fsdp_activation_checkpointing: false.",
                 )
             )
-    if engine.name == "deepspeed":
+    if launch.name == "deepspeed":
         installed = deepspeed_available() if deepspeed_installed is None else deepspeed_installed
         if not installed:
             problems.append(
                 (
                     "deepspeed",
-                    f"{where} selects {engine.label} but deepspeed is not installed; "
+                    f"{where} selects {launch.label} but deepspeed is not installed; "
                     "`pip install 'rlsr[deepspeed]'` or launch with "
                     "--config_file recipes/accelerate/ddp.yaml.",
                 )
             )
-        if engine.zero_stage == 3 and not engine.zero3_save_16bit_model:
+        if launch.zero_stage == 3 and not launch.zero3_save_16bit_model:
             problems.append(
                 (
                     "deepspeed_config.zero3_save_16bit_model",
@@ -275,3 +275,24 @@ def engine_problems(
                 )
             )
     return problems
+
+
+# old name -> new name; each still imports (module __getattr__ below), with a DeprecationWarning
+_OLD_NAMES = {
+    "LaunchEngine": "Launch",  # old spelling
+    "engine_from_env": "launch_from_env",  # old spelling
+    "engine_from_accelerate_config": "launch_from_accelerate_config",  # old spelling
+    "engine_problems": "launch_problems",  # old spelling
+}
+
+
+def __getattr__(name: str):
+    if name not in _OLD_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    new = _OLD_NAMES[name]
+    warnings.warn(
+        f"rlsr.launch.{name} is deprecated: use rlsr.launch.{new} (the same object).",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return globals()[new]

@@ -60,7 +60,7 @@ from rlsr.data.loading import (
 from rlsr.eval_protocol import protocol_flags, to_flags
 from rlsr.evaluation.history import read_history
 from rlsr.evaluation.in_training import HeldOutEvaluator
-from rlsr.launch import engine_from_env
+from rlsr.launch import launch_from_env
 from rlsr.methods import args_section
 from rlsr.metrics import ranking_gain_from_aurc
 from rlsr.pool import HookObserver
@@ -361,7 +361,7 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None, pl
             print(f"[rlsr] {pool.describe()}", flush=True)
         if getattr(args, "use_vllm", False):
             print(f"[rlsr] vllm_max_model_length: {args.vllm_max_model_length}", flush=True)
-        print(f"[rlsr] engine: {engine_from_env().label} ({args.world_size} processes)", flush=True)
+        print(f"[rlsr] launch: {launch_from_env().label} ({args.world_size} processes)", flush=True)
 
     model_path = resolve_model_path(cfg.model.name_or_path)
     try:

@@ -1,6 +1,6 @@
-"""Which engine a launch uses (rlsr.launch) and the combinations rlsr rejects at config time.
+"""The distributed launch of a process (rlsr.launch) and the combinations rlsr rejects at config time.
 
-The expected engines are written out by hand from the YAML files' documented meaning; the
+The expected launches are written out by hand from the YAML files' documented meaning; the
 launcher test runs the real ``accelerate launch --config_file recipes/accelerate/X.yaml`` and
 reads what it exported, so a renamed or missing accelerate variable fails here. The train.py test
 shows the rejection of FSDP on CPU happens before any model loads (exit 2, one line).
@@ -19,10 +19,10 @@ from ports import free_port as _free_port  # one OS-given port helper for the su
 
 from rlsr.config import ConfigError
 from rlsr.launch import (
-    LaunchEngine,
-    engine_from_accelerate_config,
-    engine_from_env,
-    engine_problems,
+    Launch,
+    launch_from_accelerate_config,
+    launch_from_env,
+    launch_problems,
 )
 from rlsr.training import validate
 
@@ -37,22 +37,22 @@ EXPECTED = {
 }
 
 
-def _fields(engine: LaunchEngine) -> dict:
-    return {k: getattr(engine, k) for k in LaunchEngine.__dataclass_fields__ if k != "source"}
+def _fields(launch: Launch) -> dict:
+    return {k: getattr(launch, k) for k in Launch.__dataclass_fields__ if k != "source"}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_recipe_configs_select_the_documented_engine(name):
-    engine = engine_from_accelerate_config(CONFIGS / f"{name}.yaml")
-    expected = {**_fields(LaunchEngine("x")), **EXPECTED[name]}
-    assert _fields(engine) == expected
+def test_recipe_configs_select_the_documented_launch(name):
+    launch = launch_from_accelerate_config(CONFIGS / f"{name}.yaml")
+    expected = {**_fields(Launch("x")), **EXPECTED[name]}
+    assert _fields(launch) == expected
 
 
 def test_env_without_accelerate_variables():
-    assert engine_from_env({}).name == "single"
-    assert engine_from_env({"WORLD_SIZE": "2"}).name == "ddp"  # torchrun
+    assert launch_from_env({}).name == "single"
+    assert launch_from_env({"WORLD_SIZE": "2"}).name == "ddp"  # torchrun
     # accelerate's own default state dict type for FSDP when the variable is missing
-    assert engine_from_env({"ACCELERATE_USE_FSDP": "true"}).state_dict_type == "SHARDED_STATE_DICT"
+    assert launch_from_env({"ACCELERATE_USE_FSDP": "true"}).state_dict_type == "SHARDED_STATE_DICT"
 
 
 def test_deepspeed_json_file_sets_the_stage(tmp_path):
@@ -66,20 +66,20 @@ def test_deepspeed_json_file_sets_the_stage(tmp_path):
         "ACCELERATE_USE_DEEPSPEED": "true",
         "ACCELERATE_DEEPSPEED_CONFIG_FILE": str(ds),
     }
-    engine = engine_from_env(env)
-    assert (engine.zero_stage, engine.zero3_save_16bit_model) == (3, True)
+    launch = launch_from_env(env)
+    assert (launch.zero_stage, launch.zero3_save_16bit_model) == (3, True)
 
 
 PROBE = """
 import dataclasses, json, sys
-from rlsr.launch import engine_from_env
-print("ENGINE " + json.dumps(dataclasses.asdict(engine_from_env())), flush=True)
+from rlsr.launch import launch_from_env
+print("LAUNCH " + json.dumps(dataclasses.asdict(launch_from_env())), flush=True)
 """
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_real_launcher_exports_what_engine_from_env_reads(tmp_path, name):
+def test_real_launcher_exports_what_launch_from_env_reads(tmp_path, name):
     if name.startswith("zero"):
         pytest.importorskip("deepspeed", reason="accelerate's DeepSpeed launcher needs deepspeed")
     probe = tmp_path / "probe.py"
@@ -97,10 +97,10 @@ def test_real_launcher_exports_what_engine_from_env_reads(tmp_path, name):
     ]  # fmt: skip
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("ENGINE "))
-    found = json.loads(line[len("ENGINE ") :])
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("LAUNCH "))
+    found = json.loads(line[len("LAUNCH ") :])
     found.pop("source")
-    expected = _fields(engine_from_accelerate_config(CONFIGS / f"{name}.yaml"))
+    expected = _fields(launch_from_accelerate_config(CONFIGS / f"{name}.yaml"))
     if name == "ddp":  # one process of a MULTI_GPU launch: nothing sharded, DDP with itself
         expected["name"] = "single"
     assert found == expected
@@ -108,75 +108,75 @@ def test_real_launcher_exports_what_engine_from_env_reads(tmp_path, name):
 
 # --- the rules (each message names the field and the fix) -----------------------------------
 
-FSDP2 = LaunchEngine("fsdp", fsdp_version=2, state_dict_type="FULL_STATE_DICT")
-ZERO3 = LaunchEngine("deepspeed", zero_stage=3, zero3_save_16bit_model=True)
-ZERO2 = LaunchEngine("deepspeed", zero_stage=2)
+FSDP2 = Launch("fsdp", fsdp_version=2, state_dict_type="FULL_STATE_DICT")
+ZERO3 = Launch("deepspeed", zero_stage=3, zero3_save_16bit_model=True)
+ZERO2 = Launch("deepspeed", zero_stage=2)
 GPU_GRPO = {"use_cpu": False, "gradient_checkpointing": True, "use_vllm": True}
 # FSDP with LoRA trains with transformers generation (vLLM + LoRA is refused under FSDP, below)
 FSDP_GRPO = {**GPU_GRPO, "use_vllm": False}
 
 
-@pytest.mark.parametrize("engine", [ZERO2, ZERO3, LaunchEngine("ddp")])
-def test_recipe_settings_pass_on_gpus(engine):
-    assert engine_problems(engine, GPU_GRPO, deepspeed_installed=True) == []
+@pytest.mark.parametrize("launch", [ZERO2, ZERO3, Launch("ddp")])
+def test_recipe_settings_pass_on_gpus(launch):
+    assert launch_problems(launch, GPU_GRPO, deepspeed_installed=True) == []
 
 
 def test_fsdp_passes_without_vllm_or_without_lora():
-    assert engine_problems(FSDP2, FSDP_GRPO) == []
-    assert engine_problems(FSDP2, GPU_GRPO, lora=False) == []  # full fine-tune: no merge
+    assert launch_problems(FSDP2, FSDP_GRPO) == []
+    assert launch_problems(FSDP2, GPU_GRPO, lora=False) == []  # full fine-tune: no merge
 
 
-def test_fsdp_lora_with_vllm_is_refused_naming_the_engines_that_keep_the_base():
+def test_fsdp_lora_with_vllm_is_refused_naming_the_launches_that_keep_the_base():
     """TRL 1.16 syncs LoRA to vLLM under FSDP by merging into the base in place and unmerging;
     accelerate 1.15 upcasts only trainable parameters, so a bf16 base drifts at every sync.
     rlsr's out-of-place sync covers DDP and ZeRO only: the combination stops before loading."""
-    [(field, message)] = engine_problems(FSDP2, GPU_GRPO)
+    [(field, message)] = launch_problems(FSDP2, GPU_GRPO)
     assert field == "grpo.use_vllm" and "drifts" in message
     for fix in ("ddp.yaml", "zero2.yaml", "zero3.yaml", "grpo.use_vllm=false"):
         assert fix in message
 
 
-@pytest.mark.parametrize("engine", [FSDP2, ZERO2, ZERO3])
-def test_sharding_on_cpu_is_rejected(engine):
-    grpo = FSDP_GRPO if engine is FSDP2 else GPU_GRPO
-    [(field, message)] = engine_problems(
-        engine, {**grpo, "use_cpu": True}, deepspeed_installed=True
+@pytest.mark.parametrize("launch", [FSDP2, ZERO2, ZERO3])
+def test_sharding_on_cpu_is_rejected(launch):
+    grpo = FSDP_GRPO if launch is FSDP2 else GPU_GRPO
+    [(field, message)] = launch_problems(
+        launch, {**grpo, "use_cpu": True}, deepspeed_installed=True
     )
     assert field == "grpo.use_cpu" and "silently" in message and "ddp.yaml" in message
 
 
 def test_ddp_on_cpu_is_fine():
-    assert engine_problems(LaunchEngine("ddp"), {"use_cpu": True}) == []
+    assert launch_problems(Launch("ddp"), {"use_cpu": True}) == []
 
 
 def test_fsdp_sharded_state_dict_is_rejected():
-    engine = LaunchEngine("fsdp", fsdp_version=2, state_dict_type="SHARDED_STATE_DICT")
-    [(field, message)] = engine_problems(engine, FSDP_GRPO)
+    launch = Launch("fsdp", fsdp_version=2, state_dict_type="SHARDED_STATE_DICT")
+    [(field, message)] = launch_problems(launch, FSDP_GRPO)
     assert field == "fsdp_config.fsdp_state_dict_type" and "FULL_STATE_DICT" in message
 
 
 def test_fsdp_activation_checkpointing_twice_is_rejected():
-    engine = LaunchEngine(
+    launch = Launch(
         "fsdp", fsdp_version=2, state_dict_type="FULL_STATE_DICT", activation_checkpointing=True
     )
-    [(field, message)] = engine_problems(engine, FSDP_GRPO)
+    [(field, message)] = launch_problems(launch, FSDP_GRPO)
     assert field == "grpo.gradient_checkpointing" and "gradient_checkpointing=false" in message
-    assert engine_problems(engine, {**FSDP_GRPO, "gradient_checkpointing": False}) == []
+    assert launch_problems(launch, {**FSDP_GRPO, "gradient_checkpointing": False}) == []
 
 
 def test_deepspeed_missing_and_zero3_without_16bit_save():
-    [(field, message)] = engine_problems(ZERO2, GPU_GRPO, deepspeed_installed=False)
+    [(field, message)] = launch_problems(ZERO2, GPU_GRPO, deepspeed_installed=False)
     assert field == "deepspeed" and "rlsr[deepspeed]" in message
-    no_save = LaunchEngine("deepspeed", zero_stage=3, zero3_save_16bit_model=False)
-    [(field, message)] = engine_problems(no_save, GPU_GRPO, deepspeed_installed=True)
+    no_save = Launch("deepspeed", zero_stage=3, zero3_save_16bit_model=False)
+    [(field, message)] = launch_problems(no_save, GPU_GRPO, deepspeed_installed=True)
     assert field == "deepspeed_config.zero3_save_16bit_model"
 
 
 def test_validate_reads_the_launch_environment(monkeypatch):
-    """rlsr.config.validate applies the rules to the engine of this process's environment."""
+    """rlsr.config.validate applies the rules to the launch of this process's environment."""
     from test_trainer_support import tiny_settings
 
-    settings = tiny_settings("/tmp/rlsr-engine-check")  # recipe=tiny: use_cpu=true
+    settings = tiny_settings("/tmp/rlsr-launch-check")  # recipe=tiny: use_cpu=true
     validate(settings)  # no accelerate variables: one process, fine
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     monkeypatch.setenv("FSDP_VERSION", "2")

@@ -180,7 +180,7 @@ def test_two_nodes_from_train_slurm_pool_both_and_resume_after_requeue(tmp_path)
             os.killpg(second.pid, signal.SIGKILL)
     log_second = (tmp_path / "job-1.log").read_text()
     assert second.returncode == 0, log_second[-6000:]
-    assert "[rlsr] engine: DDP (2 processes)" in log_second  # both nodes form one run
+    assert "[rlsr] launch: DDP (2 processes)" in log_second  # both nodes form one run
     assert f"[rlsr] resuming from {out_dir / f'checkpoint-{last}'}" in log_second
 
     # Both nodes, one process each, are ranks of one run: the pool spans both.

@@ -1,7 +1,8 @@
 """Old spellings keep reading, with one ``deprecated:`` line: the config key ``eval.layers`` (now
 ``eval.variants``) in a recipe file and as an override (Hydra's compose and train.py), the flag
 ``--protocol-layer`` (now ``--protocol-variant``) of ``rlsr evaluate`` and ``slurm/sweep.py``, and
-run.json's ``protocol_layer`` (now ``protocol_variant``) in a run folder an older rlsr wrote.
+run.json's ``protocol_layer`` (now ``protocol_variant``) in a run folder an older rlsr wrote, and
+the distributed launch's names from when it was an "engine" (``rlsr.launch.engine_from_env``).
 
 Real Hydra compose on the shipped recipes, the real parsers and ``rlsr compare``; no model loads.
 """
@@ -9,6 +10,7 @@ Real Hydra compose on the shipped recipes, the real parsers and ``rlsr compare``
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -17,7 +19,7 @@ from pathlib import Path
 import pytest
 from test_compare import CONF, _answers, _compare, _correct, _settings, _write_evaluation
 
-from rlsr import deprecation
+from rlsr import deprecation, launch
 from rlsr.config import heldout_protocol
 from rlsr.config.compose import RECIPES_DIR, compose_config
 from rlsr.config.renamed import fold_renamed, renamed_overrides
@@ -186,3 +188,19 @@ def test_an_old_run_folder_compares_with_a_new_one_under_the_same_variant(tmp_pa
     _evaluate_folder(tmp_path, "b", "rlcr", {"protocol_variant": None})
     code, _, err = _compare(capsys, tmp_path / "evals", "--output-dir", tmp_path / "cmp2")
     assert code == 2 and "protocol_variant" in err and "'paper'" in err, err
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [("LaunchEngine", "Launch"), ("engine_from_env", "launch_from_env"),
+     ("engine_from_accelerate_config", "launch_from_accelerate_config"),
+     ("engine_problems", "launch_problems")],
+)  # fmt: skip
+def test_the_launchs_old_names_still_import_with_a_warning(old, new):
+    """Code written when the distributed launch was an "engine" (``from rlsr.launch import
+    engine_from_env``) gets the same object with one DeprecationWarning naming the new name; an
+    unknown name is still an AttributeError."""
+    with pytest.warns(DeprecationWarning, match=re.escape(f"rlsr.launch.{new}")):
+        assert getattr(launch, old) is getattr(launch, new)
+    with pytest.raises(AttributeError):
+        launch.engine_of_nothing  # noqa: B018

@@ -91,16 +91,16 @@ def test_the_process_count_is_read_as_accelerate_reads_it(monkeypatch):
     assert world_size_from_env() == 2
 
 
-def test_the_engine_and_the_run_plan_read_one_world_size():
-    """An MPI launch states its size only in its own variable; the engine (DDP vs single) and
+def test_the_launch_and_the_run_plan_read_one_world_size():
+    """An MPI launch states its size only in its own variable; the launch (DDP vs single) and
     the run plan's process count read it with the same reader, so they cannot disagree."""
     from rlsr.config.pool import world_size_from_env as plan_reader
-    from rlsr.launch import engine_from_env
+    from rlsr.launch import launch_from_env
 
     names = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
-    assert [engine_from_env({name: "4"}).name for name in names] == ["ddp"] * 4
+    assert [launch_from_env({name: "4"}).name for name in names] == ["ddp"] * 4
     assert [plan_reader({name: "4"}) for name in names] == [4] * 4
-    assert engine_from_env({}).name == "single" and plan_reader({}) == 1
+    assert launch_from_env({}).name == "single" and plan_reader({}) == 1
 
 
 # --------------------------------------------------------------------------- one plan per launch

@@ -66,8 +66,8 @@ from rlsr.config.pool_log import PoolLogSettings
 from rlsr.config.renamed import fold_renamed
 from rlsr.config.trainer_args import (
     TRAINER_SECTIONS,
-    check_engine,
     check_grpo,
+    check_launch,
     check_sft,
     check_vllm_length,
 )
@@ -325,7 +325,7 @@ def plan_settings(
     (``rlsr.methods.args_section``: ``grpo`` or ``sft``); only that one is checked (and used).
     ``world_size`` defaults to ``$WORLD_SIZE`` (set by ``accelerate launch``/torchrun), else 1.
     ``here=False`` plans a launch on another machine (a Slurm job planned on the login node):
-    what this machine offers (a GPU, vLLM, flash-attn, accelerate's engine, the files named by
+    what this machine offers (a GPU, vLLM, flash-attn, accelerate's distributed launch, the files named by
     ``data.path`` / ``eval.data_path`` / ``resume``) is not asked; that launch checks it.
     """
     ws = world_size_from_env() if world_size is None else world_size
@@ -343,7 +343,7 @@ def plan_settings(
         pool = resolve_pool(cfg.grpo, cfg.pool_size, ws)
         check_vllm_length(cfg.grpo, cfg.data.max_prompt_length)
         if here:
-            check_engine(cfg.grpo, cfg.model.lora.enabled)
+            check_launch(cfg.grpo, cfg.model.lora.enabled)
     else:
         check_sft(cfg.sft, here=here)
     heldout = resolve_heldout(cfg, trainer_section, here=here)

@@ -23,7 +23,7 @@ from rlsr.eval_protocol import (
     protocol_from_sources,
     protocol_keys,
 )
-from rlsr.launch import engine_from_env
+from rlsr.launch import launch_from_env
 from rlsr.prompts import (
     ANSWER_FALLBACK_SUFFIX,
     CONFIDENCE_FALLBACK_SUFFIX,
@@ -263,7 +263,7 @@ def resolve_heldout(
     setting that cannot work stops the run before training starts, not at its first evaluation.
     ``cfg`` is a ``rlsr.config.TrainSettings`` (not imported: this module sits below it).
     ``here=False``: the run starts on another machine, so ``eval.data_path`` is not looked for
-    and the launch's engine (accelerate's environment) not read on this one."""
+    and the distributed launch (accelerate's environment) not read on this one."""
     e = cfg.eval
     check(
         is_int(e.every) and e.every >= 0,
@@ -389,7 +389,7 @@ def _verifiers(e: HeldOutSettings, names: list[str]) -> dict[str, str]:
 
 def _backend(requested: str, section: dict, *, here: bool = True) -> str:
     """``eval.backend`` resolved against the trainer's rollout engine (``auto``: the engine the
-    rollouts use, else transformers) and checked against it and the launch's engine."""
+    rollouts use, else transformers) and checked against it and the distributed launch."""
     colocated = bool(section.get("use_vllm")) and grpo_get(section, "vllm_mode") == "colocate"
     check(
         requested in HELDOUT_BACKENDS,
@@ -421,7 +421,7 @@ def _backend(requested: str, section: dict, *, here: bool = True) -> str:
             "eval.backend=transformers.",
         )
     elif backend == "transformers" and here:
-        engine = engine_from_env()
+        launch = launch_from_env()
         fix = (
             "set eval.backend=vllm_server (or auto: the held-out questions go to the vLLM server "
             "of grpo.vllm_mode=server after a weight sync)"
@@ -430,9 +430,9 @@ def _backend(requested: str, section: dict, *, here: bool = True) -> str:
             "eval.every=0 and evaluate checkpoints with `rlsr evaluate`"
         )  # fmt: skip
         check(
-            not (engine.name == "fsdp" or (engine.name == "deepspeed" and engine.zero_stage == 3)),
+            not (launch.name == "fsdp" or (launch.name == "deepspeed" and launch.zero_stage == 3)),
             "eval.backend",
-            f"transformers evaluation copies the whole policy per process, and {engine.label} "
+            f"transformers evaluation copies the whole policy per process, and {launch.label} "
             f"shards it; {fix}.",
         )
     return backend

@@ -1,6 +1,6 @@
 """The trainer sections: ``grpo`` (any ``trl.GRPOConfig`` field) and ``sft`` (any
 ``trl.SFTConfig`` field, method=sft), checked against TRL's own fields, this machine
-(precision, vLLM, Liger) and the launch's engine (DDP / FSDP / DeepSpeed)."""
+(precision, vLLM, Liger) and the distributed launch (DDP / FSDP / DeepSpeed)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from rlsr.config.checks import ConfigError, closest_hint, is_number
 from rlsr.config.checks import check as _check
 from rlsr.config.checks import is_int as _is_int
 from rlsr.config.trl_defaults import config_field_names, grpo_get, sft_default
-from rlsr.launch import engine_from_env, engine_problems
+from rlsr.launch import launch_from_env, launch_problems
 
 VLLM_MODES = ("colocate", "server")
 # GRPOConfig fields rlsr sets itself from other sections; a value in grpo.* would be ignored.
@@ -206,8 +206,8 @@ def check_sft(g: dict, *, here: bool = True) -> None:
         check_precision(g, "sft")
 
 
-def check_engine(g: dict, lora: bool) -> None:
-    """The launch's engine (DDP / FSDP / DeepSpeed, from accelerate's environment variables,
+def check_launch(g: dict, lora: bool) -> None:
+    """The distributed launch (DDP / FSDP / DeepSpeed, from accelerate's environment variables,
     ``rlsr.launch``) against the grpo settings: the first problem becomes a ConfigError."""
-    for field_name, message in engine_problems(engine_from_env(), g, lora=lora):
+    for field_name, message in launch_problems(launch_from_env(), g, lora=lora):
         raise ConfigError(field_name, message)
