@@ -27,7 +27,7 @@ reads; ``rlsr deploy --output-dir DIR`` writes the same names in DIR), with
 ``--audit-deployment`` ``OUT/audit.json`` and ``.md``. The other commands' output folders:
 ``rlsr.evaluation.outputs``.
 
-Writers (``rlsr.evaluation.runner``, ``.cli``, ``.in_training``, ``rlsr.trainer``,
+Writers (``rlsr.evaluation.runner``, ``.cli``, ``.heldout``, ``rlsr.trainer``,
 ``rlsr.pool_log``) and readers (``rlsr.evaluation.history``, ``.deployment``, ``.report``,
 ``rlsr serve --threshold-from``) take the names and rules from here.
 """

@@ -58,8 +58,8 @@ from rlsr.data.loading import (
     load_examples,
 )
 from rlsr.eval_protocol import protocol_flags, to_flags
+from rlsr.evaluation.heldout import HeldOutEvaluator
 from rlsr.evaluation.history import read_history
-from rlsr.evaluation.in_training import HeldOutEvaluator
 from rlsr.launch import launch_from_env
 from rlsr.methods import args_section
 from rlsr.metrics import ranking_gain_from_aurc
@@ -589,7 +589,7 @@ def _engine_flags(heldout: ResolvedHeldOut) -> list[str]:
     merges in the training dtype (``model.dtype``, bfloat16) inside the engine, ``rlsr evaluate
     --merge-adapter`` merges in float32 and casts once, so bfloat16 answers may differ in the
     last bit of a weight (identical on a CPU, where both are float32). ``transformers``: the
-    defaults (as tests/test_in_training_eval checks)."""
+    defaults (as tests/test_heldout_eval checks)."""
     if heldout.backend in ("vllm", "vllm_server"):
         return ["--backend", "vllm", "--merge-adapter"]
     return []

@@ -346,7 +346,7 @@ def _scramble_engine_state(trainer) -> None:
 
 def check_woken_generation(trainer, model_dir: Path, device: str) -> dict:
     """After the last wake-up (the final sync): greedy continuations of the colocated engine,
-    token for token, against an inference copy of the policy (``rlsr.evaluation.in_training.
+    token for token, against an inference copy of the policy (``rlsr.evaluation.heldout.
     inference_copy``: what the held-out evaluation's transformers path runs). The copy
     teacher-forces the engine's own ids; at the first position where its argmax differs, the
     gap to the engine's token must be a near-tie (``woken_near_tie``). A woken engine that
@@ -360,7 +360,7 @@ def check_woken_generation(trainer, model_dir: Path, device: str) -> dict:
     import vllm
 
     from rlsr.data.loading import load_examples
-    from rlsr.evaluation.in_training import inference_copy
+    from rlsr.evaluation.heldout import inference_copy
     from rlsr.generation.backends import encode_prompt, load_chat_tokenizer, render_chat
 
     generation = trainer.vllm_generation
@@ -433,7 +433,7 @@ def check_midstream_failure(trainer, out: Path, fault: str | None = None) -> dic
     import signal
 
     from rlsr.data.loading import load_examples
-    from rlsr.evaluation import in_training
+    from rlsr.evaluation import heldout as heldout_eval
     from rlsr.generation import backends
     from rlsr.generation.backends import encode_prompt, engine_requests, render_chat
     from rlsr.run_layout import FAILED_FILE, step_dir
@@ -442,7 +442,7 @@ def check_midstream_failure(trainer, out: Path, fault: str | None = None) -> dic
     llm, step = generation.llm, trainer.state.global_step
     struck: dict = {}
     real_step, real_close = backends.VLLMStream.step, backends.VLLMStream.close
-    real_abort, real_dir = in_training.abort_engine_requests, evaluator.output_dir
+    real_abort, real_dir = heldout_eval.abort_engine_requests, evaluator.output_dir
 
     def failing_step(stream):
         done = real_step(stream)
@@ -459,7 +459,7 @@ def check_midstream_failure(trainer, out: Path, fault: str | None = None) -> dic
     backends.VLLMStream.step = failing_step
     if fault == "midstream-leak":
         backends.VLLMStream.close = lambda stream: []
-        in_training.abort_engine_requests = lambda llm, ids: []
+        heldout_eval.abort_engine_requests = lambda llm, ids: []
     evaluator.output_dir = out / "midstream"
     shutil.rmtree(evaluator.output_dir, ignore_errors=True)
     previous = signal.signal(signal.SIGALRM, timeout)
@@ -486,7 +486,7 @@ def check_midstream_failure(trainer, out: Path, fault: str | None = None) -> dic
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
         backends.VLLMStream.step, backends.VLLMStream.close = real_step, real_close
-        in_training.abort_engine_requests, evaluator.output_dir = real_abort, real_dir
+        heldout_eval.abort_engine_requests, evaluator.output_dir = real_abort, real_dir
         if engine_requests(llm):  # free the engine for the checks after this one
             backends.abort_engine_requests(llm, engine_requests(llm))
     result["midstream_failure_contained"] = (

@@ -89,6 +89,7 @@ DEPRECATED: dict[str, str] = {
     "rlsr.evaluation.layout": "rlsr.run_layout",
     "rlsr.evaluation.backends": "rlsr.generation.backends",
     "rlsr.engines": "rlsr.launch",
+    "rlsr.evaluation.in_training": "rlsr.evaluation.heldout",
 }
 LAYER_NAMES = (
     "primitives",
@@ -297,10 +298,11 @@ def test_the_old_layout_command_still_prints_the_names(monkeypatch, capsys):
 
 # A use of an old path: an import, ``python -m``, or a quoted dotted name (monkeypatch targets);
 # a mention in prose is not a use
-_OLD = r"rlsr\.(evaluation\.(layout|backends)|engines)\b"
+_OLD = r"rlsr\.(evaluation\.(layout|backends|in_training)|engines)\b"
 _OLD_IMPORT = re.compile(
     rf"(from|import|-m) {_OLD}|[\"']{_OLD}"
-    r"|from rlsr\.evaluation import .*\b(layout|backends)\b|from rlsr import .*\bengines\b"
+    r"|from rlsr\.evaluation import .*\b(layout|backends|in_training)\b"
+    r"|from rlsr import .*\bengines\b"
 )
 
 

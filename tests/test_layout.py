@@ -109,7 +109,7 @@ def spelled_layout_names(root: Path) -> list[str]:
 
 def test_output_names_are_spelled_only_in_the_layout_module():
     """Before the layout module, ``run.json`` was spelled in three modules (evaluate's CLI, the
-    in-training history, deployment), each with its own copy: a rename in one would have
+    held-out history, deployment), each with its own copy: a rename in one would have
     silently split writers from readers. Later ``checkpoint-N`` was spelled in six places and
     ``step-`` in three, outside rlsr/ too (scripts, benchmarks, the Slurm scripts)."""
     found = spelled_layout_names(REPO)

@@ -54,7 +54,7 @@ def _worker(out_dir: str, url: str) -> None:
 
     from rlsr.config import from_dict
     from rlsr.config.heldout import resolve_heldout
-    from rlsr.evaluation.in_training import HeldOutEvaluator
+    from rlsr.evaluation.heldout import HeldOutEvaluator
     from rlsr.tiny_models import tiny_warm_model_path
 
     rank = int(os.environ["RANK"])

@@ -210,7 +210,7 @@ def test_two_processes_rank_the_whole_pool_exactly(tmp_path):
 def test_held_out_evaluation_is_sharded_across_processes_and_joined_once(tmp_path):
     """Two processes: each answers its own contiguous half of the held-out questions (shard
     sizes recorded in metrics.json), rank 0 joins them in dataset order and computes the
-    metrics once; no per-rank folder is left behind (rlsr.evaluation.in_training)."""
+    metrics once; no per-rank folder is left behind (rlsr.evaluation.heldout)."""
     from rlsr.data.loading import load_examples
 
     _launch(tmp_path / "two", 2, "heldout")

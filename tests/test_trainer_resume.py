@@ -12,7 +12,7 @@ All three write every pool (``pool_log.every=1``: pools/step-0 ... step-3, the p
 generated after N optimizer steps). Before C starts, B's folder gets what a ``kill -9`` in the
 middle of a pool write leaves (the temporary file of step 2, half written) and a step-3 file of
 a killed attempt that had gone further (planted: an in-process run cannot be SIGKILLed; the real
-SIGKILL of ``train.py recipe=tiny-format`` is tests/test_in_training_eval.py's kill -9 test). C must
+SIGKILL of ``train.py recipe=tiny-format`` is tests/test_heldout_eval.py's kill -9 test). C must
 end with each step's pool on disk once, equal row by row to A's.
 
 C must log steps 3 and 4 only, see the same rollouts as A (same data order and same sampling:

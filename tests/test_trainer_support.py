@@ -61,7 +61,7 @@ def tiny_settings(output_dir: str | os.PathLike, **grpo_overrides):
         {"max_completion_length": 40, "report_to": "none", "disable_tqdm": True,
          "per_device_train_batch_size": 8, **grpo_overrides}
     )  # fmt: skip
-    # The recipe's held-out evaluation is tested in tests/test_in_training_eval.py; the other
+    # The recipe's held-out evaluation is tested in tests/test_heldout_eval.py; the other
     # trainer tests train without it.
     settings.eval.every = 0
     # Likewise the recipe's pool log (tests/test_pool_log.py, tests/test_trainer_resume.py).

@@ -509,7 +509,7 @@ def _cut_short_repeats(evaluator) -> int:
 
 
 def _abort_child(out_dir: str) -> None:
-    """The held-out evaluator (rlsr.evaluation.in_training) on a real vLLM engine, ended by each
+    """The held-out evaluator (rlsr.evaluation.heldout) on a real vLLM engine, ended by each
     of ABORT_SCENARIOS, without and with (a stand-in for) sleep mode; after each, TRL's next
     rollout call (``llm.generate`` of one prompt) must return exactly one output. Writes
     abort.json: {mode: {scenario: {outcome, outputs, unfinished_after_eval, ...}}}.
@@ -525,13 +525,13 @@ def _abort_child(out_dir: str) -> None:
 
     from rlsr.config import ConfigError, resolve_heldout
     from rlsr.evaluation import runner
-    from rlsr.evaluation.in_training import HeldOutEvaluator
+    from rlsr.evaluation.heldout import HeldOutEvaluator
     from rlsr.tiny_models import tiny_warm_model_path
 
     runner._JUDGE_FLUSH_SECONDS = 0.0  # the first finished samples go to the judge at once
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_in_training_eval import _free_port
+    from test_heldout_eval import _free_port
     from test_trainer_support import tiny_settings
 
     model = str(tiny_warm_model_path())

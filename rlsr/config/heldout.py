@@ -1,6 +1,6 @@
 """The held-out plan: evaluation during training (``eval.*``, ``HeldOutSettings``) resolved
 against the rest of the run's settings (``resolve_heldout`` -> ``ResolvedHeldOut``): which
-datasets, which backend, which answer budget and scorers. ``rlsr.evaluation.in_training`` runs
+datasets, which backend, which answer budget and scorers. ``rlsr.evaluation.heldout`` runs
 it; ``rlsr.config.check_settings`` calls ``resolve_heldout`` so a held-out setting that cannot
 work stops the run before training starts.
 """
@@ -57,7 +57,7 @@ ENGINE_BACKENDS = ("vllm", "vllm_server")
 @dataclass
 @protocol_keys
 class HeldOutSettings:
-    """Held-out evaluation during training (``rlsr.evaluation.in_training``): the current policy
+    """Held-out evaluation during training (``rlsr.evaluation.heldout``): the current policy
     answers held-out questions with the code of ``rlsr evaluate`` (prompts, Sec. C.3 fallbacks,
     verifiers, metrics) every ``every`` optimizer steps, into ``output_dir/eval/step-N/<dataset>``.
 

@@ -1,6 +1,6 @@
 """``rlsr report --curves``: held-out metrics against the optimizer step, for one or more runs.
 
-Reads what the in-training evaluator wrote (``RUN_DIR/eval/step-N/<dataset>/metrics.json``,
+Reads what the held-out evaluator wrote (``RUN_DIR/eval/step-N/<dataset>/metrics.json``,
 ``rlsr.evaluation.history.read_history``) and draws, per dataset, held-out AURC, accuracy
 and ECE against the step for every run in one PNG (one row of panels per dataset), with the
 best step by AURC marked; the same numbers go to a CSV. For each run and dataset it names the

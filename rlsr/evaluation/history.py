@@ -1,9 +1,9 @@
-"""What the in-training evaluator writes, read back (no model, no trainer: ``rlsr report`` imports it).
+"""What the held-out evaluator writes, read back (no model, no trainer: ``rlsr report`` imports it).
 
 ``OUTPUT_DIR/eval/step-N/<dataset>/metrics.json`` per evaluated step (the ``rlsr evaluate``
 layout), ``step-N/failed.json`` for a failed one, and ``eval/history.jsonl`` (one line per step and
 dataset, rebuilt from the folders); the names and folder rules are ``rlsr.run_layout``'s.
-Written by ``rlsr.evaluation.in_training``; drawn by ``rlsr.evaluation.curves``.
+Written by ``rlsr.evaluation.heldout``; drawn by ``rlsr.evaluation.curves``.
 """
 
 from __future__ import annotations

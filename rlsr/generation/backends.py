@@ -239,8 +239,8 @@ class TransformersBackend:
 
     @classmethod
     def from_model(cls, model, tokenizer, *, batch_size: int | None = None) -> TransformersBackend:
-        """A backend on a model already in memory (the in-training evaluator's inference copy of
-        the policy, ``rlsr.evaluation.in_training``); ``tokenizer`` as ``load_chat_tokenizer``
+        """A backend on a model already in memory (the held-out evaluator's inference copy of
+        the policy, ``rlsr.evaluation.heldout``); ``tokenizer`` as ``load_chat_tokenizer``
         returns it. Generation and scoring are this class's, so a copy with the weights of a
         checkpoint answers exactly as ``rlsr evaluate`` on that checkpoint does."""
         backend = cls.__new__(cls)
@@ -468,7 +468,7 @@ class VLLMBackend:
     @classmethod
     def from_engine(cls, llm, tokenizer, eos_ids: set[int]) -> VLLMBackend:  # pragma: no cover
         """A backend on a running ``vllm.LLM`` (TRL's colocated rollout engine, its weights
-        already synced; ``rlsr.evaluation.in_training``): no LoRA request, the engine's weights
+        already synced; ``rlsr.evaluation.heldout``): no LoRA request, the engine's weights
         are the policy's."""
         import vllm
 
