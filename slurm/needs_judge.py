@@ -57,8 +57,7 @@ def _needing(registry, items: list[str]) -> list[str]:
         item
         for item in items
         if any(
-            registry.get_spec(name).verifier == "llm_judge"
-            for name in registry.resolve_datasets(item)
+            registry.get_spec(name).verifier == "llm_judge" for name in registry.resolve_tasks(item)
         )
     ]
 

@@ -18,10 +18,10 @@ import pytest
 from rlsr.data import (
     GROUPS,
     REGISTRY,
-    datasets_system_prompt,
     get_spec,
     group_system_prompt,
-    resolve_datasets,
+    resolve_tasks,
+    tasks_system_prompt,
 )
 from rlsr.data.formatting import (
     FORMATTERS,
@@ -122,12 +122,12 @@ def test_system_prompts_follow_paper():
 def test_a_list_of_groups_keeps_the_training_prompt():
     """Sec. C.5: `hotpot-id,hotpot-ood` is one HotPotQA-trained model's evaluation, so every
     dataset (math500 and gpqa included, whose own prompt is "simple") gets the long prompt."""
-    assert datasets_system_prompt("hotpot-id,hotpot-ood") == "long"
-    assert datasets_system_prompt(["bigmath-id", "trivia"]) == "simple"
-    assert datasets_system_prompt("hotpot-ood") == "long"
-    assert datasets_system_prompt("math500,gsm8k") is None
+    assert tasks_system_prompt("hotpot-id,hotpot-ood") == "long"
+    assert tasks_system_prompt(["bigmath-id", "trivia"]) == "simple"
+    assert tasks_system_prompt("hotpot-ood") == "long"
+    assert tasks_system_prompt("math500,gsm8k") is None
     with pytest.raises(ValueError, match="different training domains.*--system-prompt"):
-        datasets_system_prompt("hotpot-id,bigmath-ood")
+        tasks_system_prompt("hotpot-id,bigmath-ood")
 
 
 def test_groups_match_section_4_1_and_table_1():
@@ -154,19 +154,19 @@ def test_groups_match_section_4_1_and_table_1():
     assert get_spec("gsm8k").groups == ("hotpot-ood", "bigmath-id")
 
 
-def test_resolve_datasets():
-    assert resolve_datasets("hotpot-id") == ["hotpot_modified", "hotpot_vanilla"]
-    assert resolve_datasets("gsm8k, math500,gsm8k") == ["gsm8k", "math500"]
-    assert resolve_datasets(["bigmath-id", "tiny"]) == [
+def test_resolve_tasks():
+    assert resolve_tasks("hotpot-id") == ["hotpot_modified", "hotpot_vanilla"]
+    assert resolve_tasks("gsm8k, math500,gsm8k") == ["gsm8k", "math500"]
+    assert resolve_tasks(["bigmath-id", "tiny"]) == [
         "bigmath_digits",
         "math500",
         "gsm8k",
         "tiny",
     ]
     with pytest.raises(ValueError, match="unknown dataset 'mmlu'"):
-        resolve_datasets("gsm8k,mmlu")
+        resolve_tasks("gsm8k,mmlu")
     with pytest.raises(ValueError, match="no dataset"):
-        resolve_datasets(" , ")
+        resolve_tasks(" , ")
 
 
 # --- loading: every dataset from its upstream-schema fixture --------------------------------

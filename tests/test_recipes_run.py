@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from rlsr.config import from_dict
-from rlsr.data import resolve_datasets
+from rlsr.data import resolve_tasks
 from rlsr.data.loading import FIXTURES_DIR
 from rlsr.tiny_models import tiny_model_path
 from rlsr.training import validate
@@ -74,9 +74,7 @@ def _overrides(recipe: str, model: str, method: str, out: Path) -> list[str]:
         f"output_dir={out}",
         # the recipe's held-out ID sets from the same fixtures (2 questions each)
         "eval.data_path={"
-        + ",".join(
-            f"{n}:{FIXTURES_DIR / 'upstream' / n}" for n in resolve_datasets(ID_SETS[recipe])
-        )
+        + ",".join(f"{n}:{FIXTURES_DIR / 'upstream' / n}" for n in resolve_tasks(ID_SETS[recipe]))
         + "}",
         *SCALE,
         *DEVICE,
@@ -150,7 +148,7 @@ def test_real_recipe_trains_one_step(tmp_path, recipe, model, method):
     assert (out / "adapter_model.safetensors").is_file() and (out / "adapter_config.json").is_file()
     # the recipe's held-out evaluation ran at step 0 and at the last step, on every ID set
     history = [json.loads(x) for x in (out / "eval" / "history.jsonl").read_text().splitlines()]
-    sets = resolve_datasets(ID_SETS[recipe])
+    sets = resolve_tasks(ID_SETS[recipe])
     assert [(h["step"], h["dataset"]) for h in history] == [
         (step, name) for step in (0, 1) for name in sorted(sets)
     ], history

@@ -2,7 +2,8 @@
 ``eval.variants``) in a recipe file and as an override (Hydra's compose and train.py), the flag
 ``--protocol-layer`` (now ``--protocol-variant``) of ``rlsr evaluate`` and ``slurm/sweep.py``, and
 run.json's ``protocol_layer`` (now ``protocol_variant``) in a run folder an older rlsr wrote, and
-the distributed launch's names from when it was an "engine" (``rlsr.launch.engine_from_env``).
+the names from when the distributed launch was an "engine" (``rlsr.launch.engine_from_env``) and
+a registered task a "dataset" (``rlsr.data.DatasetSpec``).
 
 Real Hydra compose on the shipped recipes, the real parsers and ``rlsr compare``; no model loads.
 """
@@ -19,11 +20,11 @@ from pathlib import Path
 import pytest
 from test_compare import CONF, _answers, _compare, _correct, _settings, _write_evaluation
 
-from rlsr import deprecation, launch
+from rlsr import data, deprecation, launch
 from rlsr.config import heldout_protocol
 from rlsr.config.compose import RECIPES_DIR, compose_config
 from rlsr.config.renamed import fold_renamed, renamed_overrides
-from rlsr.data import version_records
+from rlsr.data import registry, version_records
 from rlsr.evaluation import evaluate_cli
 from rlsr.run_layout import checkpoint_dir
 
@@ -204,3 +205,19 @@ def test_the_launchs_old_names_still_import_with_a_warning(old, new):
         assert getattr(launch, old) is getattr(launch, new)
     with pytest.raises(AttributeError):
         launch.engine_of_nothing  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [("DatasetSpec", "TaskSpec"), ("BUILTIN_DATASETS", "BUILTIN_TASKS"),
+     ("resolve_datasets", "resolve_tasks"), ("datasets_system_prompt", "tasks_system_prompt")],
+)  # fmt: skip
+def test_the_registrys_old_names_still_import_with_a_warning(old, new):
+    """A registered entry is a task (``TaskSpec``, ``resolve_tasks``); code that imports the names
+    from when it was a "dataset", from ``rlsr.data`` or ``rlsr.data.registry``, gets the same
+    object with one DeprecationWarning naming the new name. An unknown name stays an error."""
+    for module in (data, registry):
+        with pytest.warns(DeprecationWarning, match=re.escape(f"{module.__name__}.{new}")):
+            assert getattr(module, old) is getattr(registry, new)
+        with pytest.raises(AttributeError):
+            module.resolve_nothing  # noqa: B018

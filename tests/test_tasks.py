@@ -31,7 +31,7 @@ from rlsr.data import (
     load_task_file,
     load_tasks,
     register_task,
-    resolve_datasets,
+    resolve_tasks,
     task_names,
     unregister_task,
 )
@@ -106,7 +106,7 @@ def caps_dir(tmp_path) -> Path:
 def test_task_file_registers_a_dataset_with_seeded_fraction_splits(caps_dir):
     assert load_tasks(caps_dir) == ["caps"]
     spec = get_spec("caps")
-    assert REGISTRY["caps"] is spec and resolve_datasets("caps") == ["caps"]
+    assert REGISTRY["caps"] is spec and resolve_tasks("caps") == ["caps"]
     assert (spec.split, spec.train_split, spec.verifier, spec.system_prompt) == (
         "eval",
         "train",

@@ -14,7 +14,7 @@ from rlsr.config.checks import ConfigError, check, is_int, is_number
 from rlsr.config.server_eval import check_server_eval_fits
 from rlsr.config.trl_defaults import grpo_get
 from rlsr.data import VERIFIERS as VERIFIER_NAMES
-from rlsr.data import get_spec, resolve_datasets
+from rlsr.data import get_spec, resolve_tasks
 from rlsr.eval_protocol import (
     PROTOCOL_FIELDS,
     EvalProtocol,
@@ -328,7 +328,7 @@ def _datasets(e: HeldOutSettings, training_dataset: str, *, here: bool = True) -
         "them), give the task an evaluation split (docs/tasks.md), or set eval.every=0.",
     )
     try:
-        names = resolve_datasets(list(datasets))
+        names = resolve_tasks(list(datasets))
     except (KeyError, ValueError) as err:
         raise ConfigError("eval.datasets", str(err).strip("'\"")) from None
     for name in e.data_path or {}:

@@ -1,7 +1,7 @@
-"""Dataset registry and task declarations: the paper's benchmarks, UtilityBench, the bundled
+"""The task registry: the paper's benchmarks, UtilityBench, the bundled
 ``tiny`` and the user's own tasks (``register_task(Task(...))``, task files: docs/tasks.md).
 
-``get_spec(name)``, ``REGISTRY``, ``GROUPS``, ``resolve_datasets("a,b" | group)``. See
+``get_spec(name)``, ``REGISTRY``, ``GROUPS``, ``resolve_tasks("a,b" | group)``. See
 docs/datasets.md. This package's top imports no ``datasets``/``torch``, so the config check
 (``rlsr.config``) reads the registry in a fraction of a second; the row readers
 (``load_examples(name, *, path, split, limit, system_prompt, data_dir, columns)``,
@@ -13,18 +13,20 @@ import warnings
 
 from rlsr.data.formatting import USER_PROMPT_TEMPLATE, build_prompt
 from rlsr.data.registry import (
-    BUILTIN_DATASETS,
+    BUILTIN_TASKS,
     GROUP_SYSTEM_PROMPTS,
     GROUPS,
+    OLD_NAMES,
     REGISTRY,
     VERIFIERS,
-    DatasetSpec,
     TaskSource,
-    datasets_system_prompt,
+    TaskSpec,
     get_spec,
     group_system_prompt,
     groups_of,
-    resolve_datasets,
+    renamed,
+    resolve_tasks,
+    tasks_system_prompt,
 )
 from rlsr.data.tasks import (
     TASKS_PATH_ENV,
@@ -43,7 +45,7 @@ from rlsr.data.tasks import (
 )
 
 __all__ = [
-    "BUILTIN_DATASETS",
+    "BUILTIN_TASKS",
     "TASKS_PATH_ENV",
     "Task",
     "TaskError",
@@ -58,7 +60,7 @@ __all__ = [
     "version_records",
     "version_differences",
     "unregister_task",
-    "DatasetSpec",
+    "TaskSpec",
     "GROUPS",
     "GROUP_SYSTEM_PROMPTS",
     "REGISTRY",
@@ -66,10 +68,10 @@ __all__ = [
     "VERIFIERS",
     "build_prompt",
     "get_spec",
-    "datasets_system_prompt",
+    "tasks_system_prompt",
     "group_system_prompt",
     "groups_of",
-    "resolve_datasets",
+    "resolve_tasks",
 ]
 
 # The row readers moved to rlsr.data.loading (it imports ``datasets``, which this package's top
@@ -83,6 +85,8 @@ _MOVED_TO_LOADING = frozenset({
 
 
 def __getattr__(name: str):
+    if name in OLD_NAMES:  # a registered entry is a task now (TaskSpec, resolve_tasks, ...)
+        return renamed(name)
     if name not in _MOVED_TO_LOADING:
         raise AttributeError(f"module 'rlsr.data' has no attribute {name!r}")
     warnings.warn(

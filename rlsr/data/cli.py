@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from rlsr.data.loading import DATA_DIR_ENV, download_dataset, load_examples
-from rlsr.data.registry import GROUPS, REGISTRY, resolve_datasets
+from rlsr.data.registry import GROUPS, REGISTRY, resolve_tasks
 
 __all__ = ["register", "format_table", "available_here"]
 
@@ -89,7 +89,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _download(args: argparse.Namespace) -> int:
-    for name in resolve_datasets(args.names):
+    for name in resolve_tasks(args.names):
         if REGISTRY[name].hf_id is None:
             print(f"{name}: bundled, skipped")
             continue

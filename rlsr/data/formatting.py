@@ -1,6 +1,6 @@
 """Row adapters: one upstream row -> the fields of the example contract, plus the chat prompt.
 
-Each adapter reads the upstream schema (column names from ``DatasetSpec.columns``, overridable)
+Each adapter reads the upstream schema (column names from ``TaskSpec.columns``, overridable)
 and returns ``problem`` (the text shown to the model), ``question`` (what the LLM judge sees),
 ``answer`` (canonical gold string), ``answers`` (accepted golds) and, where they apply,
 ``options`` / ``answer_letter`` (MCQ) and ``answerable`` / ``cost`` (UtilityBench).

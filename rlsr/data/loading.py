@@ -28,7 +28,7 @@ import numpy as np
 from datasets.exceptions import DatasetGenerationError
 
 from rlsr.data.formatting import FORMATTERS, build_prompt, render_mcq_problem
-from rlsr.data.registry import DatasetSpec, get_spec
+from rlsr.data.registry import TaskSpec, get_spec
 from rlsr.data.task_rows import EmptyCell, duplicate_ids, read_rows_as_written, task_row_fields
 from rlsr.prompts import NO_SYSTEM_PROMPT, system_prompt_names
 from rlsr.verifiers import get_verifier, is_plugin_name
@@ -86,7 +86,7 @@ def download_command(name: str, out_dir: str = "DIR") -> str:
     )
 
 
-def _python_download_command(spec: DatasetSpec, split: str, out_dir: str = "DIR") -> str:
+def _python_download_command(spec: TaskSpec, split: str, out_dir: str = "DIR") -> str:
     args = [repr(spec.hf_id)] + ([repr(spec.hf_config)] if spec.hf_config else [])
     args.append(f"split={split!r}")
     if spec.revision:
@@ -164,7 +164,7 @@ def _load_local(path: Path, split: str) -> datasets.Dataset:
     )
 
 
-def _load_hub(spec: DatasetSpec, split: str) -> datasets.Dataset:
+def _load_hub(spec: TaskSpec, split: str) -> datasets.Dataset:
     try:
         return datasets.load_dataset(
             spec.hf_id, spec.hf_config, split=split, revision=spec.revision
@@ -212,7 +212,7 @@ def task_split_rows(n: int, fraction: float, seed: int, split: str) -> list[int]
     return sorted(int(i) for i in rows)
 
 
-def _load_task_split(spec: DatasetSpec, split: str) -> datasets.Dataset:
+def _load_task_split(spec: TaskSpec, split: str) -> datasets.Dataset:
     """``split`` of a user task's local data: the file or folder as in ``_load_local``, or, with
     ``eval_fraction``, the ``train`` / ``eval`` part of a single file (``task_split_rows``)."""
     task = spec.task
@@ -228,11 +228,11 @@ def _load_task_split(spec: DatasetSpec, split: str) -> datasets.Dataset:
     return whole.select(task_split_rows(len(whole), task.eval_fraction, task.split_seed, split))
 
 
-def _task_where(spec: DatasetSpec) -> str:
+def _task_where(spec: TaskSpec) -> str:
     return str(spec.task.data_path or spec.hf_id) if spec.task else str(spec.hf_id)
 
 
-def _task_file(spec: DatasetSpec) -> str:
+def _task_file(spec: TaskSpec) -> str:
     return spec.task.file if spec.task and spec.task.file else "the task"
 
 
@@ -255,7 +255,7 @@ def _rows_as_written(path: Path, split: str) -> tuple[list[dict], str]:
 
 
 def _task_rows(
-    spec: DatasetSpec, split: str, path, data_dir
+    spec: TaskSpec, split: str, path, data_dir
 ) -> tuple[list[dict], list[int], list[str], str]:
     """A task's ``split``: its rows, each row's index in its file, the columns and the source."""
     task = spec.task
@@ -428,7 +428,7 @@ def _load_task_examples(spec, split, path, data_dir, limit, system_prompt, mappi
 
 
 def _contract_row(
-    example_id: str, problem: str, fields: Mapping[str, Any], spec: DatasetSpec, system_prompt: str
+    example_id: str, problem: str, fields: Mapping[str, Any], spec: TaskSpec, system_prompt: str
 ) -> dict[str, Any]:
     """One example in the contract's columns (id, prompt, question, answer, answers, verifier,
     and options / answer_letter for multiple choice), from a row's formatted ``fields``: the one
@@ -447,7 +447,7 @@ def _contract_row(
     return example
 
 
-def _example_builder(spec: DatasetSpec, split: str, columns: Mapping[str, str], system_prompt: str):
+def _example_builder(spec: TaskSpec, split: str, columns: Mapping[str, str], system_prompt: str):
     formatter = FORMATTERS[spec.formatter]
 
     def build(row: dict[str, Any], index: int) -> dict[str, Any]:
@@ -466,7 +466,7 @@ def _example_builder(spec: DatasetSpec, split: str, columns: Mapping[str, str], 
 
 
 def _features(
-    spec: DatasetSpec, has_gold_removed: bool, with_options: bool = False
+    spec: TaskSpec, has_gold_removed: bool, with_options: bool = False
 ) -> datasets.Features:
     """Explicit types, so batches that happen to hold only empty lists still agree."""
     string = datasets.Value("string")

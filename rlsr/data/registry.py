@@ -1,4 +1,5 @@
-"""The dataset registry: one ``DatasetSpec`` per dataset of the RLSR paper (seeds/003).
+"""The task registry: one ``TaskSpec`` per task, a dataset of the RLSR paper (seeds/003) with
+its verifier and prompt.
 
 Sources are the copies the RLCR authors published (paper Sec. C.4.1, C.5.1; STACK.md), whose
 schemas we read from the ``damanimehul/RLCR`` repository (``data/*/dataset_info.json`` and
@@ -8,21 +9,22 @@ in-domain (ID) / out-of-domain (OOD) groups Sec. 4.1 and Tab. 8-11.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 __all__ = [
-    "DatasetSpec",
+    "TaskSpec",
     "TaskSource",
     "REGISTRY",
-    "BUILTIN_DATASETS",
+    "BUILTIN_TASKS",
     "GROUPS",
     "GROUP_SYSTEM_PROMPTS",
     "VERIFIERS",
     "get_spec",
-    "resolve_datasets",
+    "resolve_tasks",
     "group_system_prompt",
     "groups_of",
 ]
@@ -39,7 +41,7 @@ class TaskSource:
     and ``deployment.json``; ``data_path``: the task's local data (absolute); ``eval_fraction`` /
     ``split_seed``: a single file split into ``train`` / ``eval`` by a seeded permutation;
     ``prompt_text``: the task's own system prompt text (registered under the task's name);
-    ``has_eval``: the task names an evaluation split (``DatasetSpec.split``) apart from training;
+    ``has_eval``: the task names an evaluation split (``TaskSpec.split``) apart from training;
     ``skip_empty``: rows with an empty question or answer are skipped (counted) instead of
     refused; ``too_long``: ``refuse`` or ``skip`` a row whose prompt cannot fit the model's
     context with the generation budget (``rlsr.data.prompt_room``); ``definition_sha256``: the
@@ -61,7 +63,7 @@ class TaskSource:
 
 
 @dataclass(frozen=True)
-class DatasetSpec:
+class TaskSpec:
     """Everything needed to load, prompt and verify one dataset.
 
     ``split`` is the default (evaluation) split; ``train_split`` is set for the training sets.
@@ -100,10 +102,10 @@ class DatasetSpec:
         return groups_of(self.name)
 
 
-def _spec(**kw) -> DatasetSpec:
+def _spec(**kw) -> TaskSpec:
     kw["sizes"] = MappingProxyType(dict(kw["sizes"]))
     kw["columns"] = MappingProxyType(dict(kw.get("columns", {})))
-    spec = DatasetSpec(**kw)
+    spec = TaskSpec(**kw)
     if spec.verifier not in VERIFIERS:
         raise ValueError(f"{spec.name}: verifier {spec.verifier!r} not in {VERIFIERS}")
     return spec
@@ -290,28 +292,28 @@ _SPECS = [
     ),
 ]
 
-_ENTRIES: dict[str, DatasetSpec] = {s.name: s for s in _SPECS}
-REGISTRY: Mapping[str, DatasetSpec] = MappingProxyType(_ENTRIES)
+_ENTRIES: dict[str, TaskSpec] = {s.name: s for s in _SPECS}
+REGISTRY: Mapping[str, TaskSpec] = MappingProxyType(_ENTRIES)
 """Every dataset by name: the built-ins above, then the user tasks registered in this process
 (``rlsr.data.tasks``). A read-only view; tasks enter through ``rlsr.data.register_task``."""
 
-BUILTIN_DATASETS: frozenset[str] = frozenset(_ENTRIES)
+BUILTIN_TASKS: frozenset[str] = frozenset(_ENTRIES)
 
 # Called, in order, when a name is not registered (``rlsr.data.tasks`` installs the loader of
 # $RLSR_TASKS_PATH here), so every lookup by name sees the tasks of that path.
 LOOKUP_HOOKS: list[Callable[[], None]] = []
 
 
-def add_spec(spec: DatasetSpec) -> None:
+def add_spec(spec: TaskSpec) -> None:
     """Register a user task's spec (``rlsr.data.tasks.register_task`` checks it first)."""
-    if spec.name in BUILTIN_DATASETS or spec.name in GROUPS:
+    if spec.name in BUILTIN_TASKS or spec.name in GROUPS:
         raise ValueError(f"{spec.name!r} is a built-in dataset or group; rename the task.")
     _ENTRIES[spec.name] = spec
 
 
 def remove_spec(name: str) -> None:
     """Unregister the user task ``name`` (built-ins cannot be removed)."""
-    if name in BUILTIN_DATASETS:
+    if name in BUILTIN_TASKS:
         raise ValueError(f"{name!r} is a built-in dataset; only tasks can be removed.")
     _ENTRIES.pop(name, None)
 
@@ -335,8 +337,8 @@ GROUP_SYSTEM_PROMPTS: Mapping[str, str] = MappingProxyType(
 )
 
 
-def get_spec(name: str) -> DatasetSpec:
-    """Return the ``DatasetSpec`` registered as ``name`` (a built-in or a user task)."""
+def get_spec(name: str) -> TaskSpec:
+    """Return the ``TaskSpec`` registered as ``name`` (a built-in or a user task)."""
     if name not in REGISTRY:
         for hook in LOOKUP_HOOKS:
             hook()
@@ -355,7 +357,7 @@ def groups_of(name: str) -> tuple[str, ...]:
     return tuple(g for g, members in GROUPS.items() if name in members)
 
 
-def resolve_datasets(names: str | list[str] | tuple[str, ...]) -> list[str]:
+def resolve_tasks(names: str | list[str] | tuple[str, ...]) -> list[str]:
     """Expand ``"a,b"``, a group name, or a list mixing both, into dataset names (deduplicated,
     order kept). Unknown names raise ``ValueError`` listing what exists."""
     if isinstance(names, str):
@@ -386,7 +388,7 @@ def group_system_prompt(group: str) -> str:
         raise ValueError(f"unknown group {group!r}; choose one of {sorted(GROUPS)}.") from None
 
 
-def datasets_system_prompt(names: str | list[str] | tuple[str, ...]) -> str | None:
+def tasks_system_prompt(names: str | list[str] | tuple[str, ...]) -> str | None:
     """The training system prompt implied by the groups named in ``names`` (Sec. C.5).
 
     ``"hotpot-id,hotpot-ood"`` -> ``"long"``: every group named belongs to one training domain,
@@ -404,3 +406,31 @@ def datasets_system_prompt(names: str | list[str] | tuple[str, ...]) -> str | No
             "evaluate them in separate runs or choose one with --system-prompt simple|long."
         )
     return prompts.pop() if prompts else None
+
+
+# old name -> new name (a registered entry is a task; "dataset" is its rows): each still imports,
+# from here and from rlsr.data, with a DeprecationWarning naming the new one
+OLD_NAMES = {
+    "DatasetSpec": "TaskSpec",  # old spelling
+    "BUILTIN_DATASETS": "BUILTIN_TASKS",  # old spelling
+    "resolve_datasets": "resolve_tasks",  # old spelling
+    "datasets_system_prompt": "tasks_system_prompt",  # old spelling
+}
+
+
+def renamed(name: str, module: str = "rlsr.data"):
+    """The object an old name (``OLD_NAMES``) now has, with one DeprecationWarning naming the new
+    name; ``AttributeError`` for any other name."""
+    if name not in OLD_NAMES:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    new = OLD_NAMES[name]
+    warnings.warn(
+        f"{module}.{name} is deprecated: use {module}.{new} (the same object).",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return globals()[new]
+
+
+def __getattr__(name: str):
+    return renamed(name, "rlsr.data.registry")

@@ -33,13 +33,13 @@ from typing import Any
 import yaml
 
 from rlsr.data.registry import (
-    BUILTIN_DATASETS,
+    BUILTIN_TASKS,
     GROUPS,
     LOOKUP_HOOKS,
     REGISTRY,
     VERIFIERS,
-    DatasetSpec,
     TaskSource,
+    TaskSpec,
     add_spec,
     remove_spec,
 )
@@ -196,8 +196,8 @@ def _check_task(task: Task, where: str) -> None:
     name = task.name
     if not isinstance(name, str) or not _NAME.match(name):
         _fail(where, "name", f"{name!r} must be letters, digits, '_', '.' or '-' (e.g. caps).")
-    if name in BUILTIN_DATASETS or name in GROUPS:
-        kind = "a built-in dataset" if name in BUILTIN_DATASETS else "a dataset group"
+    if name in BUILTIN_TASKS or name in GROUPS:
+        kind = "a built-in dataset" if name in BUILTIN_TASKS else "a dataset group"
         _fail(where, "name", f"{name!r} is {kind} of rlsr; give the task another name.")
     if name in SYSTEM_PROMPTS or name == NO_SYSTEM_PROMPT:
         _fail(where, "name", f"{name!r} is a built-in system prompt's name; choose another.")
@@ -288,13 +288,13 @@ def _prompt_text(task: Task) -> str | None:
     return f"{text.rstrip()}\n\n{FORMAT_INSTRUCTIONS}"  # append_format: true (checked)
 
 
-def _spec(task: Task, where: str, file: str | None, sha256: str) -> DatasetSpec:
+def _spec(task: Task, where: str, file: str | None, sha256: str) -> TaskSpec:
     fraction = task.eval_fraction
     has_eval = fraction is not None or task.eval_split is not None
     train = "train" if fraction is not None else task.train_split
     evaluation = "eval" if fraction is not None else (task.eval_split or train)
     text = _prompt_text(task)
-    return DatasetSpec(
+    return TaskSpec(
         name=task.name,
         hf_id=task.hub,
         hf_config=task.hub_config,
@@ -338,7 +338,7 @@ def _definition_sha256(task: Task) -> str:
 
 def register_task(
     task: Task, *, file: str | os.PathLike | None = None, sha256: str | None = None
-) -> DatasetSpec:
+) -> TaskSpec:
     """Check ``task`` and register it as a dataset (and its own prompt, if any); returns its spec.
 
     ``file`` / ``sha256``: the task file it came from and that file's SHA-256 (``load_task_file``
@@ -571,7 +571,7 @@ def parse_task(values: Any, *, where: str = "task", base_dir: str | os.PathLike 
     )
 
 
-def load_task_file(path: str | os.PathLike) -> DatasetSpec:
+def load_task_file(path: str | os.PathLike) -> TaskSpec:
     """Read, check and register the task file ``path``; returns its spec."""
     path = Path(path).expanduser().resolve()
     if not path.is_file():

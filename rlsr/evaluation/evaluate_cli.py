@@ -17,7 +17,7 @@ import datasets
 import transformers
 
 from rlsr.config import resolve_model_path
-from rlsr.data import get_spec, resolve_datasets
+from rlsr.data import get_spec, resolve_tasks
 from rlsr.data.loading import build_verifier, load_examples
 from rlsr.eval_protocol import add_protocol_flags
 from rlsr.evaluation.audit import audit_deployment, audit_markdown
@@ -328,7 +328,7 @@ def run_evaluate(args) -> int:
         datasets.disable_progress_bars()
         transformers.utils.logging.disable_progress_bar()
     out = Path(args.output_dir)
-    names = resolve_datasets(args.datasets)
+    names = resolve_tasks(args.datasets)
     paths = name_value_pairs(args.data_path, "--data-path")
     verifier_override = name_value_pairs(args.verifier, "--verifier")
     columns = name_value_pairs(args.columns, "--columns")

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 from rlsr.data import (
-    datasets_system_prompt,
     get_spec,
     task_records,
+    tasks_system_prompt,
     version_records,
 )
 from rlsr.eval_protocol import protocol_from_args
@@ -49,7 +49,7 @@ def resolved_system_prompt(args) -> str | None:
     """``--system-prompt``, else the training prompt of the ``--datasets`` group (Sec. C.5)."""
     if args.system_prompt:
         return args.system_prompt
-    return datasets_system_prompt(args.datasets)
+    return tasks_system_prompt(args.datasets)
 
 
 def _looks_like_path(name: str) -> bool:

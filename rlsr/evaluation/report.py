@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from rlsr import metrics as M
-from rlsr.data import GROUPS, resolve_datasets
+from rlsr.data import GROUPS, resolve_tasks
 from rlsr.evaluation.gap import (
     ControlledGap,
     QuestionKey,
@@ -155,8 +155,8 @@ def split_id_ood(datasets: Sequence[str], family: str | None = None, id_sets=Non
     else the family whose ID group holds the most of ``datasets``; none -> ([all], [])."""
 
     if id_sets or ood_sets:
-        ids = resolve_datasets(id_sets) if id_sets else []
-        oods = resolve_datasets(ood_sets) if ood_sets else []
+        ids = resolve_tasks(id_sets) if id_sets else []
+        oods = resolve_tasks(ood_sets) if ood_sets else []
     else:
         if family is None:
             overlap = {
