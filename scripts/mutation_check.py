@@ -11,9 +11,11 @@ number changed by one), writes it over the module in ``--tree`` and runs that mo
 unit-test files (``DEFAULT_TESTS``; for another module, every test file of ``--tree`` that imports
 it) from ``--tree``, so an older checkout is judged by its own tests. A mutant is *killed* when
 those tests fail, *survives* when they pass, and *times out* when they run past ``--timeout``
-(counted apart). The original file is restored after every mutant, also on Ctrl-C. Mutants are numbered by their place in the module, so two trees with the
-same module file get the same mutants and their killed sets can be compared
-(``--compare A.json B.json``: every mutant A kills, does B kill?).
+(counted apart). The original file is restored after every mutant, also on Ctrl-C or a kill.
+Run one check per tree at a time: a second one would mutate modules the first one's tests
+import. Mutants are numbered by their place in the module, so two trees with the same module file
+get the same mutants; a module that changed is matched by each site's key (``mutation_keys``).
+``--compare A.json B.json``: every mutant A kills, does B kill?
 
 Docstrings, ``__all__`` and ``if __name__ == "__main__"`` blocks are not mutated. Output:
 ``--out`` JSON with each mutant's id, line, operator and verdict; a summary per module on stdout.
@@ -29,6 +31,7 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -277,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("mutation.json"))
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
     args = parser.parse_args(argv)
+    # a kill (SIGTERM) unwinds like Ctrl-C, so the module under mutation is restored
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     if args.compare:
         return compare(*args.compare)
     tree = args.tree.resolve()
