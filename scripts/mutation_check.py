@@ -194,14 +194,18 @@ def run_tests(tree: Path, tests: list[str], python: str, timeout: float) -> str:
     return "survived" if done.returncode == 0 else "killed"
 
 
-def check_module(tree, module, python, timeout, limit, seed):
+def check_module(tree, module, python, timeout, limit, seed, match=None):
     path = tree / module
     original = path.read_text()
     sites = mutation_sites(original)
     keys = mutation_keys(original)
     tests = DEFAULT_TESTS.get(module) or covering_tests(tree, module)
     chosen = list(range(len(sites)))
-    if limit and limit < len(chosen):
+    if match is not None:  # the mutants another run made of this module: by id, else by key
+        same_file = match["sites"] == len(sites)
+        wanted = {m["id"] if same_file else m.get("key") for m in match["mutants"]}
+        chosen = [i for i in chosen if (i if same_file else keys[i]) in wanted]
+    elif limit and limit < len(chosen):
         chosen = sorted(random.Random(seed).sample(chosen, limit))
     print(f"{module}: {len(sites)} sites, tests {tests}", flush=True)
     results = []
@@ -279,15 +283,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="which mutants --limit samples")
     parser.add_argument("--out", type=Path, default=Path("mutation.json"))
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
+    parser.add_argument(
+        "--match",
+        type=Path,
+        metavar="BEFORE",
+        help="run only the mutants BEFORE.json ran (same ids; keys where the module changed)",
+    )
     args = parser.parse_args(argv)
     # a kill (SIGTERM) unwinds like Ctrl-C, so the module under mutation is restored
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     if args.compare:
         return compare(*args.compare)
     tree = args.tree.resolve()
+    before = {e["module"]: e for e in json.loads(args.match.read_text())} if args.match else {}
     report = []
     for module in args.modules:
-        report.append(check_module(tree, module, args.python, args.timeout, args.limit, args.seed))
+        if args.match and module not in before:
+            continue
+        report.append(
+            check_module(
+                tree, module, args.python, args.timeout, args.limit, args.seed, before.get(module)
+            )  # fmt: skip
+        )
         args.out.write_text(json.dumps(report, indent=1))  # what is done survives a stop
     print(summarize(report))
     return 0
