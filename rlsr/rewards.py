@@ -12,8 +12,10 @@ Definitions follow the RLSR paper (seeds/003, Sec. 2.2 and C.4.2) and ``shared/D
 Missing confidences. A completion whose confidence could not be parsed (NaN here) is ranked
 as confidence 0.0, i.e. tied with explicit zeros at the bottom of the pool
 (``confidence_for_ranking``). It is never ranked above a parsed confidence, so omitting the
-confidence tag cannot buy a small penalty for a confident error; the format reward already
-charges it for the missing tag.
+confidence tag cannot buy a mid-pool rank. The bottom rank is still the cheapest place for a
+wrong answer (lifted-AURC penalty 1/n there, up to H_n at the top), so a broken format pays
+less than a confident error unless format_weight >= method_weight * (H_n - 1/n); at the
+released 0.5 / 0.5 it does not for any pool of 3 or more (docs/training.md, "recipe=tiny").
 """
 
 from __future__ import annotations
