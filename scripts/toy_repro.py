@@ -13,8 +13,10 @@ Per seed: generate the task (rlsr.toy.task), warm up BASE from scratch (rlsr.toy
 by config hash), train every arm of ``rlsr.toy.repro.ARMS`` (RLVR, RLCR, RLCR with std
 normalisation, RLSR, plain-AURC RLSR, log-prob RLSR, SFT + self-consistency) from the same BASE
 with identical budgets through the real ``train.py recipe=toy method=...``, evaluate BASE and every arm on the held-out split with the
-real ``rlsr evaluate`` (greedy), then ``rlsr report`` and a summary over seeds (mean +- std,
-oracle and calibrated-ranking AURC) with overlaid risk-coverage curves. Both load the word-level tokenizer through
+real ``rlsr evaluate`` (greedy), then ``rlsr report`` and a summary over seeds (per row mean and
+95 % bootstrap CI of held-out AURC, ranking gain and AURC drop, and the paired difference RLSR -
+each arm on the same seeds, ``rlsr.toy.comparison``; mean +- std of every metric; oracle and
+calibrated-ranking AURC) with overlaid risk-coverage curves. Both load the word-level tokenizer through
 rlsr.tokenization.load_tokenizer (docs/toy.md). Outputs go to ``--output-dir`` (default toy_runs/, gitignored).
 The orchestration lives in ``rlsr.toy.repro``; this file is its command line.
 """

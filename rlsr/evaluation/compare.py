@@ -40,6 +40,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "Bootstrap",
     "evaluation_metrics",
+    "paired_differences",
+    "seed_summary",
     "compare_runs",
     "render_markdown",
     "write_comparison",
@@ -85,10 +87,16 @@ def evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:
     }
 
 
-def _summary(per_seed: dict[int, dict[str, float]], boot: Bootstrap) -> dict:
-    """``{"seeds": {seed: {metric: v}}, "mean": {metric: v}, "ci95": {metric: [lo, hi]}}``."""
+def seed_summary(
+    per_seed: dict[int, dict[str, float]], boot: Bootstrap = Bootstrap(), keys=None
+) -> dict:
+    """``{"seeds": {seed: {metric: v}}, "mean": {metric: v}, "ci95": {metric: [lo, hi]}}`` of one
+    method (or one paired difference) over seeds: per metric in ``keys`` (default: the keys of
+    ``METRICS``), the mean of the seeds' values and its percentile bootstrap CI
+    (``rlsr.metrics.bootstrap_mean_ci`` with ``boot``'s settings; NaN bounds for one seed)."""
+    keys = [k for k, _, _ in METRICS] if keys is None else list(keys)
     out = {"seeds": {str(s): per_seed[s] for s in sorted(per_seed)}, "mean": {}, "ci95": {}}
-    for key, _, _ in METRICS:
+    for key in keys:
         est = M.bootstrap_mean_ci(
             [per_seed[s][key] for s in sorted(per_seed)],
             n_resamples=boot.n_resamples,
@@ -98,6 +106,16 @@ def _summary(per_seed: dict[int, dict[str, float]], boot: Bootstrap) -> dict:
         out["mean"][key] = est.estimate
         out["ci95"][key] = [est.low, est.high]
     return out
+
+
+def paired_differences(
+    a: dict[int, dict[str, float]], b: dict[int, dict[str, float]], keys=None
+) -> dict[int, dict[str, float]]:
+    """Per seed that both ``a`` and ``b`` hold, ``a[seed][k] - b[seed][k]`` for every metric k
+    in ``keys`` (default: the keys of ``METRICS``): the per-seed values whose ``seed_summary``
+    is the paired difference A - B."""
+    keys = [k for k, _, _ in METRICS] if keys is None else list(keys)
+    return {s: {k: a[s][k] - b[s][k] for k in keys} for s in sorted(set(a) & set(b))}
 
 
 def _flatten(config: dict, prefix: str = "") -> dict[str, object]:
@@ -160,10 +178,10 @@ def _dataset_block(
     for method in methods:
         mine = [r for r in runs if r.method == method]
         entry = {"step": last}
-        entry.update(_summary({r.seed: values[(method, r.seed)][last] for r in mine}, boot))
+        entry.update(seed_summary({r.seed: values[(method, r.seed)][last] for r in mine}, boot))
         entry["first"] = {"step": first}
         entry["first"].update(
-            _summary({r.seed: values[(method, r.seed)][first] for r in mine}, boot)
+            seed_summary({r.seed: values[(method, r.seed)][first] for r in mine}, boot)
         )
         entry["n_questions"] = len(mine[0].at(dataset, last).correct)
         entry["runs"] = {str(r.seed): str(r.path) for r in mine}
@@ -178,11 +196,11 @@ def _dataset_block(
             block["pairs"].append(pair)
             continue
         for label, step in (("last", last), ("first", first)):
-            diffs = {
-                s: {k: values[(a, s)][step][k] - values[(b, s)][step][k] for k, _, _ in METRICS}
-                for s in shared_seeds
-            }
-            pair[label] = {"step": step, **_summary(diffs, boot)}
+            diffs = paired_differences(
+                {s: values[(a, s)][step] for s in shared_seeds},
+                {s: values[(b, s)][step] for s in shared_seeds},
+            )
+            pair[label] = {"step": step, **seed_summary(diffs, boot)}
         block["pairs"].append(pair)
     return block, notes
 

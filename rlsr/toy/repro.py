@@ -3,7 +3,8 @@
 Per seed: generate the task (``rlsr.toy.task``), warm up BASE from scratch (``rlsr.toy.warmup``,
 cached by config hash), train every arm from the same BASE with identical budgets through the
 real ``train.py recipe=toy method=...``, evaluate BASE and every arm on the held-out split with
-the real ``rlsr evaluate`` (greedy), then ``rlsr report`` and a summary over seeds (mean ± std,
+the real ``rlsr evaluate`` (greedy), then ``rlsr report`` and a summary over seeds (mean and
+95 % CI per row, paired RLSR - each arm: ``rlsr.toy.comparison``; mean ± std of every metric,
 oracle AURC) with overlaid risk-coverage curves (docs/toy.md).
 
 The pure parts (arm list, each arm's overrides, stage count, metric rows, the summary table) are
@@ -27,10 +28,12 @@ import numpy as np
 from rlsr.config.compose import compose_tree
 from rlsr.eval_protocol import EvalProtocol
 from rlsr.evaluation.plots import curve_steps
+from rlsr.evaluation.samples_io import json_safe
 from rlsr.evaluation.summary import scorer_arrays
 from rlsr.metrics import aurc, risk_coverage_curve
 from rlsr.run_layout import METRICS_FILE, PLOT_FILE, SAMPLES_FILE, SUMMARY_FILE
 from rlsr.run_plan import plan_from_config
+from rlsr.toy.comparison import comparison, comparison_markdown
 from rlsr.toy.task import VARIANT_TIERS, make_split, write_dataset_folder
 from rlsr.toy.warmup import WarmupGateError, ensure_warmup, warmup_config
 
@@ -550,19 +553,36 @@ def run(args) -> int:
 
 
 def summary_markdown(
-    args, seeds, rows, results, oracle, timings, total, load=None, calibrated=None, tiers=None
+    args,
+    seeds,
+    rows,
+    results,
+    oracle,
+    timings,
+    total,
+    load=None,
+    calibrated=None,
+    tiers=None,
+    comp=None,
 ) -> str:
-    """The summary table (mean ± std over seeds per row and metric), oracle and calibrated-ranking
-    AURC, per-seed AURC and timings. ``results[row][metric]`` holds one value per seed; ``load``:
-    the load average to report (default ``os.getloadavg()``); ``tiers``: on a tier variant,
-    ``(two-level AURC per seed, confidence_by_tier per row and seed)``."""
+    """The summary: the comparison over seeds (``rlsr.toy.comparison``: mean and 95 % CI of
+    AURC, ranking gain and AURC drop per row, paired RLSR - each arm), then the table of every
+    metric (mean ± std over seeds), oracle and calibrated-ranking AURC, per-seed AURC and
+    timings. ``results[row][metric]`` holds one value per seed; ``load``: the load average to
+    report (default ``os.getloadavg()``); ``tiers``: on a tier variant, ``(two-level AURC per
+    seed, confidence_by_tier per row and seed)``; ``comp``: the comparison if already computed
+    (``rlsr.toy.comparison.comparison`` of the same results)."""
     load = os.getloadavg() if load is None else load
+    comp = comparison(seeds, rows, results) if comp is None else comp
     lines = [
         f"# Toy reproduction ({args.variant}, seeds {','.join(map(str, seeds))}, "
         f"{args.steps} steps x {args.prompts_per_step} prompts x {args.generations}, "
         f"lr {args.learning_rate})",
         "",
-        "Held-out split, greedy decoding, mean ± std over seeds (std 0 for one seed).",
+        "Held-out split, greedy decoding.",
+        "",
+        *comparison_markdown(comp),
+        "Every metric, mean ± std over seeds (std 0 for one seed):",
         "",
         "| row | " + " | ".join(METRICS) + " |",
         "| --- |" + " --- |" * len(METRICS),
@@ -612,9 +632,10 @@ def write_summary(
     root, args, seeds, rows, results, oracle, timings, total, calibrated, tiers=None
 ) -> None:
     """``root/summary.md``, ``summary.json`` and ``risk_coverage.png``."""
+    comp = comparison(seeds, rows, results)
     (root / SUMMARY_FILE).with_suffix(".md").write_text(
         summary_markdown(
-            args, seeds, rows, results, oracle, timings, total, None, calibrated, tiers
+            args, seeds, rows, results, oracle, timings, total, None, calibrated, tiers, comp
         )
     )
     (root / SUMMARY_FILE).write_text(
@@ -623,6 +644,7 @@ def write_summary(
                 "args": vars(args),
                 "seeds": seeds,
                 "results": results,
+                "comparison": json_safe(comp),
                 "oracle_aurc": oracle,
                 "calibrated_aurc": calibrated,
                 "two_level_aurc": tiers[0] if tiers else None,
