@@ -6,9 +6,10 @@ Per row (BASE and every arm) and seed, from the held-out evaluation the summary 
 BASE's own is 0). Over seeds: the mean and 95 % percentile bootstrap CI of each, and per arm the
 paired difference RLSR - arm on the seeds both hold, with its CI. The statistics are those of
 ``rlsr compare`` (``rlsr.evaluation.compare.seed_summary`` / ``paired_differences``, same
-bootstrap settings): the toy's evaluation folders cannot go to ``rlsr compare`` itself, because
-every seed generates its own held-out questions (``rlsr compare`` refuses to pool runs evaluated
-on different questions) and BASE is the warm-up model, not a ``train.py`` run (docs/toy.md).
+bootstrap settings). The toy's evaluation folders cannot go to ``rlsr compare`` itself: every
+seed generates its own held-out questions (``rlsr compare`` refuses to pool runs evaluated on
+different questions), BASE is the warm-up model, not a ``train.py`` run, and an arm saves no
+``checkpoint-N`` (``rlsr compare`` refuses an evaluated run whose step it cannot read).
 """
 
 from __future__ import annotations
