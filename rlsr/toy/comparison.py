@@ -27,6 +27,7 @@ KEYS = (
     ("ranking_gain", "ranking gain", "higher"),
     ("aurc_drop", "AURC drop", "higher"),
 )
+FLOAT_NOISE = 1e-9  # |difference| below this is float rounding, not a difference
 REFERENCE = "rlsr"  # the row every other arm is compared with
 BASE = "base"
 BOOTSTRAP = Bootstrap()  # rlsr compare's settings: 10,000 resamples, seed 0, 95 %
@@ -95,9 +96,13 @@ def comparison(seeds, rows, results, boot: Bootstrap = BOOTSTRAP, reference=REFE
 
 def verdict(ci: list[float], better: str) -> str:
     """What a paired difference RLSR - arm says, read from its CI alone: "no difference" when
-    the CI covers 0 (or is undefined: one seed), else which one is better by this metric."""
+    the CI covers 0 (or is undefined: one seed), else which one is better by this metric. A
+    bound within ``FLOAT_NOISE`` of 0 counts as 0 (two equal AURCs computed in another order
+    can differ by 1e-17)."""
     low, high = ci
-    if any(v is None or math.isnan(v) for v in (low, high)) or low <= 0.0 <= high:
+    if any(v is None or math.isnan(v) for v in (low, high)):
+        return "no difference"
+    if low <= FLOAT_NOISE and high >= -FLOAT_NOISE:
         return "no difference"
     rlsr_better = (low > 0.0) == (better == "higher")
     return "RLSR better" if rlsr_better else "RLSR worse"
