@@ -144,7 +144,7 @@ def comparison_markdown(comp: dict) -> list[str]:
             "Paired difference RLSR − arm on the seeds both hold, mean [95 % CI]; the verdict "
             'reads the CI only ("no difference": it covers 0).',
             "",
-            f"| RLSR − arm | seeds | {heads} | ranking gain | AURC drop |",
+            f"| RLSR − arm | seeds | {heads} | verdict, ranking gain | verdict, AURC drop |",
             "| --- | --- |" + " --- |" * (len(KEYS) + 2),
         ]
         for pair in comp["pairs"]:
