@@ -4,12 +4,16 @@
     python scripts/tiny_seeds.py                                 # 4 arms x seeds 0-9, one at a time
     python scripts/tiny_seeds.py --seeds 0,1,2 --output-dir /work/tiny_evidence
     python scripts/tiny_seeds.py --arms rlsr,rlvr --dispatches scalar   # portable kernels
+    python scripts/tiny_seeds.py --recipe tiny-hedged --output-dir hedged_runs   # the tier task
 
-Each run is the real command 1 (``train.py recipe=tiny seed=S`` + the arm's overrides, one
-process, OMP_NUM_THREADS=1) for the arms of ``ARMS``: RLSR; RLCR as the paper runs it
-(``method=rlcr``, ``scale_rewards: none``); RLCR with GRPO's group std normalisation
-(``grpo.scale_rewards=group``, TRL's default; the toy's ``rlcr-stdnorm``, docs/toy.md); RLVR (its
-reward never reads the confidence). Every arm runs on the same seeds; runs go seed by seed (all
+Each run is the real command 1 (``train.py recipe=R seed=S`` + the arm's overrides, one
+process, OMP_NUM_THREADS=1; ``--recipe``: ``tiny``, README command 1, or ``tiny-hedged``, where
+calibration and ranking want different confidences) for the arms of ``ARMS``: RLSR; RLCR as the
+paper runs it (``method=rlcr``, ``scale_rewards: none``); RLCR with GRPO's group std
+normalisation (``grpo.scale_rewards=group``, TRL's default; the toy's ``rlcr-stdnorm``,
+docs/toy.md; recorded as ``method.label=rlcr-stdnorm`` so ``rlsr compare`` keeps it apart from
+RLCR); RLVR (its reward never reads the confidence). An output folder holds one recipe's runs:
+a finished run of another recipe there is refused. Every arm runs on the same seeds; runs go seed by seed (all
 arms of seed 0, then seed 1, ...) so a stopped sweep leaves the same seeds on every arm, and a run
 folder holding a finished history is reused when the command is re-run. ``--dispatches`` also runs
 under ``ATEN_CPU_CAPABILITY`` (another machine's float rounding; ``scalar`` = the portable kernels).
@@ -17,7 +21,7 @@ under ``ATEN_CPU_CAPABILITY`` (another machine's float rounding; ``scalar`` = th
 From each run's held-out history (``eval/``, greedy on the test split) it reads the AURC, error
 rate and ranking gain (error rate - AURC, ``rlsr.metrics.ranking_gain_from_aurc``) at the first
 and last evaluated step, and from the last step's samples the greedy confidence per kind of
-question (listed fact / ``Facts: none.``). Per arm: mean and 95 % bootstrap CI over seeds of the
+question (``RECIPES``: listed fact / ``Facts: none.`` for tiny, the four tiers for tiny-hedged). Per arm: mean and 95 % bootstrap CI over seeds of the
 last ranking gain and of the AURC drop (first - last); per other arm: the paired difference
 RLSR - arm on the seeds both finished, its mean and 95 % bootstrap CI (``bootstrap_mean_ci``,
 seeded). Writes ``OUT/table.md`` (docs/training.md's tables) and ``OUT/table.json`` after every run.
@@ -40,22 +44,36 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from rlsr.data.tiny import hedged_tier  # noqa: E402
 from rlsr.evaluation.history import read_history  # noqa: E402
 from rlsr.metrics import ranking_gain_from_aurc  # noqa: E402
 from rlsr.run_layout import EVAL_DIR, SAMPLES_FILE, STEP_PREFIX  # noqa: E402
 
-# Arm name -> train.py overrides on top of recipe=tiny.
+# Arm name -> train.py overrides on top of the recipe (--recipe).
 ARMS = {
     "rlsr": ["method=rlsr"],
     "rlcr": ["method=rlcr"],
-    "rlcr-stdnorm": ["method=rlcr", "grpo.scale_rewards=group"],
+    "rlcr-stdnorm": ["method=rlcr", "grpo.scale_rewards=group", "method.label=rlcr-stdnorm"],
     "rlvr": ["method=rlvr"],
 }
 # Dispatch name -> ATEN_CPU_CAPABILITY ("default": unset, the best kernels this CPU has; on a CPU
 # without AVX-512 that is AVX2 itself, so "scalar", PyTorch's portable kernels, is the one that
 # surely rounds differently there).
 DISPATCHES = {"default": None, "avx2": "avx2", "avx512": "avx512", "scalar": "default"}
-DATASET = "tiny-missing"
+
+
+def _listed_or_missing(question: str) -> str:
+    return "missing" if "Facts: none." in question else "listed"
+
+
+# --recipe -> the held-out dataset it evaluates and the kind of each of its questions (the
+# confidence columns of the per-run table, in this order).
+RECIPES = {
+    "tiny": {"dataset": "tiny-missing", "kind_of": _listed_or_missing,
+             "kinds": ("listed", "missing")},
+    "tiny-hedged": {"dataset": "tiny-hedged", "kind_of": hedged_tier,
+                    "kinds": ("sure", "plausible", "uncertain", "none")},
+}  # fmt: skip
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
 
@@ -76,14 +94,16 @@ def bootstrap_mean_ci(
     return float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))
 
 
-def confidence_by_kind(samples_path: Path) -> dict:
-    """The greedy confidences at one evaluated step, per kind of question: ``listed`` (the asked
-    fact is in the prompt) and ``missing`` (``Facts: none.``), as {value: count} and the accuracy.
-    An unparsed confidence counts as ``none``."""
+def confidence_by_kind(samples_path: Path, recipe: str = "tiny") -> dict:
+    """The greedy confidences at one evaluated step, per kind of question of ``recipe``
+    (``RECIPES``; tiny: ``listed``, the asked fact is in the prompt, and ``missing``,
+    ``Facts: none.``), as {value: count} and the accuracy. An unparsed confidence counts as
+    ``none``."""
     out = {}
     rows = [json.loads(line) for line in samples_path.read_text().splitlines() if line.strip()]
-    for kind, wanted in (("listed", False), ("missing", True)):
-        picked = [r for r in rows if ("Facts: none." in r["question"]) == wanted]
+    kind_of = RECIPES[recipe]["kind_of"]
+    for kind in RECIPES[recipe]["kinds"]:
+        picked = [r for r in rows if kind_of(r["question"]) == kind]
         counts = Counter("none" if r["confidence"] is None else f"{r['confidence']:g}"
                          for r in picked)  # fmt: skip
         out[kind] = {
@@ -94,19 +114,39 @@ def confidence_by_kind(samples_path: Path) -> dict:
     return out
 
 
-def _run(arm: str, seed: int, dispatch: str, out: Path, *, train: bool = True) -> dict | None:
+def _recorded_recipe(folder: Path) -> str | None:
+    """``recipe_name`` of the run's resolved ``config.yaml`` (None when it has none)."""
+    path = folder / "config.yaml"
+    if not path.is_file():
+        return None
+    for line in path.read_text().splitlines():
+        if line.startswith("recipe_name:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def _run(
+    arm: str, seed: int, dispatch: str, out: Path, *, train: bool = True, recipe: str = "tiny"
+) -> dict | None:
     """The row of one run, training it first unless its folder holds a finished one (None when
-    it does not and ``train`` is off)."""
+    it does not and ``train`` is off). A finished run of another recipe raises ``SystemExit``."""
     folder = out / f"{arm}-{dispatch}-seed{seed}"
     done = folder / "wall.json"
+    dataset = RECIPES[recipe]["dataset"]
     if not done.is_file() and not train:
         return None
+    recorded = _recorded_recipe(folder) if done.is_file() else None
+    if recorded is not None and recorded != recipe:
+        raise SystemExit(
+            f"--recipe {recipe}: {folder} holds a finished recipe={recorded} run; give another "
+            "--output-dir (one folder per recipe)."
+        )
     if not done.is_file():
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
         env.pop("ATEN_CPU_CAPABILITY", None)
         if dispatch != "default":
             env["ATEN_CPU_CAPABILITY"] = DISPATCHES[dispatch]
-        cmd = [sys.executable, str(REPO / "train.py"), "recipe=tiny", *ARMS[arm],
+        cmd = [sys.executable, str(REPO / "train.py"), f"recipe={recipe}", *ARMS[arm],
                f"seed={seed}", f"output_dir={folder}", "resume=never", "grpo.disable_tqdm=true"]  # fmt: skip
         folder.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
@@ -119,7 +159,7 @@ def _run(arm: str, seed: int, dispatch: str, out: Path, *, train: bool = True) -
         done.write_text(json.dumps({"seconds": seconds, "load": os.getloadavg()}))
     wall = json.loads(done.read_text())
     history = sorted(
-        (h for h in read_history(folder) if "failed" not in h and h["dataset"] == DATASET),
+        (h for h in read_history(folder) if "failed" not in h and h["dataset"] == dataset),
         key=lambda h: h["step"],
     )
     first, last = history[0], history[-1]
@@ -132,8 +172,8 @@ def _run(arm: str, seed: int, dispatch: str, out: Path, *, train: bool = True) -
            "gain_last": ranking_gain_from_aurc(last["aurc"], 1 - last["accuracy"]),
            "format_last": last["format_rate"], "seconds": wall["seconds"],
            "load_1min_at_end": wall["load"][0]}  # fmt: skip
-    samples = folder / EVAL_DIR / f"{STEP_PREFIX}{last['step']}" / DATASET / SAMPLES_FILE
-    row["last_confidence"] = confidence_by_kind(samples)
+    samples = folder / EVAL_DIR / f"{STEP_PREFIX}{last['step']}" / dataset / SAMPLES_FILE
+    row["last_confidence"] = confidence_by_kind(samples, recipe)
     return row
 
 
@@ -188,10 +228,13 @@ def _counts(counts: dict) -> str:
     return " ".join(f"{v}:{n}" for v, n in counts.items())
 
 
-def table_markdown(rows: list[dict], summary: dict, reference: str = "rlsr") -> str:
+def table_markdown(
+    rows: list[dict], summary: dict, reference: str = "rlsr", recipe: str = "tiny"
+) -> str:
+    dataset, kinds = RECIPES[recipe]["dataset"], RECIPES[recipe]["kinds"]
     lines = []
     for dispatch, block in summary.items():
-        lines += [f"**Per arm** (dispatch {dispatch}; held-out {DATASET} test, greedy, last "
+        lines += [f"**Per arm** (dispatch {dispatch}; held-out {dataset} test, greedy, last "
                   "evaluated step; mean [95 % bootstrap CI over seeds])", "",
                   "| arm | seeds | ranking gain | AURC drop (first - last) |",
                   "| --- | --- | --- | --- |"]  # fmt: skip
@@ -208,32 +251,34 @@ def table_markdown(rows: list[dict], summary: dict, reference: str = "rlsr") -> 
     lines += ["**Per run** (greedy confidence at the last step as value:count, per kind; "
               "accuracy per kind)", "",
               "| arm | seed | dispatch | AURC first -> last | error first -> last | "
-              "ranking gain first -> last | format | listed conf (acc) | missing conf (acc) | "
-              "wall s | load |", "| --- " * 11 + "|"]  # fmt: skip
+              "ranking gain first -> last | format | "
+              + "".join(f"{k} conf (acc) | " for k in kinds) + "wall s | load |",
+              "| --- " * (9 + len(kinds)) + "|"]  # fmt: skip
     for r in sorted(rows, key=lambda r: (r["dispatch"], list(ARMS).index(r["arm"]), r["seed"])):
         if "error" in r:
             lines.append(f"| {r['arm']} | {r['seed']} | {r['dispatch']} | failed: {r['log']} "
-                         "| | | | | | | |")  # fmt: skip
+                         + "| " * (6 + len(kinds)) + "|")  # fmt: skip
             continue
         c = r["last_confidence"]
         lines.append(
             f"| {r['arm']} | {r['seed']} | {r['dispatch']} | {r['aurc_first']:.3f} -> "
             f"{r['aurc_last']:.3f} | {r['error_first']:.2f} -> {r['error_last']:.2f} | "
             f"{_signed(r['gain_first'])} -> {_signed(r['gain_last'])} | {r['format_last']:.2f} | "
-            f"{_counts(c['listed']['confidence_counts'])} ({c['listed']['accuracy']:.2f}) | "
-            f"{_counts(c['missing']['confidence_counts'])} ({c['missing']['accuracy']:.2f}) | "
-            f"{r['seconds']:.0f} | {r['load_1min_at_end']:.1f} |"
-        )
+            + "".join(f"{_counts(c[k]['confidence_counts'])} ({c[k]['accuracy']:.2f}) | "
+                      for k in kinds)
+            + f"{r['seconds']:.0f} | {r['load_1min_at_end']:.1f} |"
+        )  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
 def _write(out: Path, rows: list[dict], arms: list[str], meta: dict) -> str:
     summary = summarize(rows, arms)
+    recipe = meta.get("recipe", "tiny")
     record = {"meta": meta, "summary": summary, "runs": rows}
     tmp = out / "table.json.tmp"
     tmp.write_text(json.dumps(record, indent=1))
     os.replace(tmp, out / "table.json")
-    text = table_markdown(rows, summary)
+    text = table_markdown(rows, summary, recipe=recipe)
     (out / "table.md").write_text(text)
     return text
 
@@ -243,12 +288,24 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", default="0,1,2,3,4,5,6,7,8,9")
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma list of {list(ARMS)}")
     p.add_argument("--dispatches", default="default", help=f"comma list of {list(DISPATCHES)}")
-    p.add_argument("--output-dir", default="tiny_runs")
+    p.add_argument(
+        "--recipe",
+        default="tiny",
+        choices=sorted(RECIPES),
+        help="tiny (README command 1) or tiny-hedged (calibration vs ranking)",
+    )
+    p.add_argument(
+        "--output-dir",
+        default=None,
+        help="default: tiny_runs (recipe tiny), tiny-hedged_runs (tiny-hedged)",
+    )
     p.add_argument(
         "--table-only", action="store_true", help="tabulate the finished runs; train none"
     )
     args = p.parse_args(argv)
-    out = Path(args.output_dir).absolute()
+    out = Path(
+        args.output_dir or ("tiny_runs" if args.recipe == "tiny" else f"{args.recipe}_runs")
+    ).absolute()
     arms = [a for a in args.arms.split(",") if a]
     dispatches = [d for d in args.dispatches.split(",") if d]
     for flag, given, known in (("--arms", arms, ARMS), ("--dispatches", dispatches, DISPATCHES)):
@@ -257,7 +314,8 @@ def main(argv=None) -> int:
             p.error(f"{flag}: unknown or empty {sorted(unknown)}; known: {list(known)}")
     seeds = [int(s) for s in args.seeds.split(",") if s]
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"seeds": seeds, "arms": {a: ARMS[a] for a in arms}, "dispatches": dispatches,
+    meta = {"recipe": args.recipe, "seeds": seeds, "arms": {a: ARMS[a] for a in arms},
+            "dispatches": dispatches,
             "machine": platform.machine(), "processor": platform.processor() or "unknown",
             "cpus": os.cpu_count(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "bootstrap": {"resamples": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED}}  # fmt: skip
@@ -265,7 +323,7 @@ def main(argv=None) -> int:
     for seed in seeds:  # seed-major: a stopped sweep leaves the same seeds on every arm
         for dispatch in dispatches:
             for arm in arms:
-                row = _run(arm, seed, dispatch, out, train=not args.table_only)
+                row = _run(arm, seed, dispatch, out, train=not args.table_only, recipe=args.recipe)
                 if row is not None:
                     rows.append(row)
                     text = _write(out, rows, arms, meta)

@@ -54,3 +54,36 @@ def test_paired_difference_uses_only_the_seeds_both_arms_finished(seeds_script):
     assert pair["seeds"] == [0, 1]
     assert pair["gain_last"]["mean"] == pytest.approx(0.05)  # (0.0 + 0.1) / 2
     assert pair["aurc_drop"]["mean"] == pytest.approx(0.05)  # (0.1 + 0.0) / 2
+
+
+def test_confidence_columns_follow_the_recipes_kinds(seeds_script, tmp_path):
+    """--recipe tiny-hedged splits the last step's greedy confidences by the four tiers the
+    prompts name (recipe tiny: listed / missing), with each tier's accuracy. Catches a hedged
+    sweep whose table lumps every stated tier together as "listed"."""
+    import json
+
+    rows = [("Facts, sure: the ball is red. What color is the ball?", 0.9, True),
+            ("Facts, plausible: the cup is red. What color is the cup?", 0.9, False),
+            ("Facts, plausible: the cup is blue. What color is the cup?", 0.7, True),
+            ("Facts, uncertain: the hat is red. What color is the hat?", None, False),
+            ("Facts: none. What color is the box?", 0.1, False)]  # fmt: skip
+    path = tmp_path / "samples.jsonl"
+    path.write_text("".join(json.dumps({"question": q, "confidence": c, "correct": ok}) + "\n"
+                            for q, c, ok in rows))  # fmt: skip
+    got = seeds_script.confidence_by_kind(path, "tiny-hedged")
+    assert list(got) == ["sure", "plausible", "uncertain", "none"]
+    assert got["plausible"] == {"n": 2, "confidence_counts": {"0.7": 1, "0.9": 1}, "accuracy": 0.5}
+    assert got["uncertain"]["confidence_counts"] == {"none": 1}
+    tiny = seeds_script.confidence_by_kind(path, "tiny")
+    assert tiny["listed"]["n"] == 4 and tiny["missing"]["n"] == 1
+
+
+def test_a_finished_run_of_another_recipe_is_refused(seeds_script, tmp_path):
+    """A sweep folder holds one recipe's runs: a finished recipe=tiny run met by
+    --recipe tiny-hedged is refused with the fix, not tabulated as a hedged run."""
+    folder = tmp_path / "rlsr-default-seed0"
+    folder.mkdir()
+    (folder / "wall.json").write_text('{"seconds": 1, "load": [0, 0, 0]}')
+    (folder / "config.yaml").write_text("seed: 0\nrecipe_name: tiny\n")
+    with pytest.raises(SystemExit, match="holds a finished recipe=tiny run; give another"):
+        seeds_script._run("rlsr", 0, "default", tmp_path, train=False, recipe="tiny-hedged")

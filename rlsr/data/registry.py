@@ -290,6 +290,22 @@ _SPECS = [
         "asked fact is missing, so the answer is a guess; validation (thresholds) and test "
         "share no prompt with train (generator: rlsr.data.tiny).",
     ),
+    _spec(
+        name="tiny-hedged",
+        hf_id=None,
+        split="test",
+        train_split="train",
+        sizes={"train": 200, "validation": 80, "test": 80},
+        verifier="exact_match",
+        system_prompt="simple",
+        formatter="plain",
+        columns={"problem": "question", "answer": "answer", "id": "id"},
+        description="Bundled offline fact-lookup QA for recipe=tiny-hedged: four tiers named in "
+        "the prompt (sure / plausible / uncertain / none) whose stated color is right 1 / 0.7 / "
+        "0.3 of the time (none: a guess), where calibration and the lifted-AURC reward want "
+        "different confidences; validation and test share no prompt with train "
+        "(generator: rlsr.data.tiny).",
+    ),
 ]
 
 _ENTRIES: dict[str, TaskSpec] = {s.name: s for s in _SPECS}
