@@ -1,10 +1,12 @@
 """The shipped tiny models: where they are, and their hash check (what a run needs).
 
 ``recipe=tiny`` (``model.name_or_path=tiny-missing-warm``), the ``tiny`` aliases of
-``rlsr evaluate`` and the tests load three tiny Qwen2 models that ship inside the package
+``rlsr evaluate`` and the tests load four tiny Qwen2 models that ship inside the package
 (``rlsr/data/fixtures/models``): the random ``tiny-qwen2``, its copy fine-tuned on the tag
 format, ``tiny-format-warm`` (the trainer tests), and that one fine-tuned further on the
-``tiny-missing`` data, ``tiny-missing-warm`` (recipe=tiny). They are shipped rather than built per machine because weights
+``tiny-missing`` data, ``tiny-missing-warm`` (recipe=tiny), and ``tiny-format-warm`` fine-tuned on
+the ``tiny-candidates`` data, ``tiny-candidates-warm`` (recipe=tiny-candidates). They are shipped
+rather than built per machine because weights
 trained on the spot depend on the CPU's float numerics (AVX2 vs AVX-512 vs ARM, thread count),
 so a model built per machine behaves differently per machine. ``MANIFEST.json`` holds each
 file's sha256, the build settings and the measured behaviour; a file that differs is refused.
@@ -32,10 +34,11 @@ __all__ = [
     "tiny_model_path",
     "tiny_warm_model_path",
     "tiny_missing_model_path",
+    "tiny_candidates_model_path",
 ]
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "data" / "fixtures" / "models"
-SHIPPED_MODELS = ("tiny-qwen2", "tiny-format-warm", "tiny-missing-warm")
+SHIPPED_MODELS = ("tiny-qwen2", "tiny-format-warm", "tiny-missing-warm", "tiny-candidates-warm")
 MANIFEST_NAME = "MANIFEST.json"
 
 _REBUILD = "`python scripts/build_tiny_models.py` in a checkout of the repository"
@@ -119,6 +122,21 @@ def tiny_missing_model_path() -> Path:
     into the greedy answer.
     """
     return shipped_model_path("tiny-missing-warm")
+
+
+def tiny_candidates_model_path() -> Path:
+    """Folder of the shipped ``tiny-candidates-warm`` (the ``tiny-candidates-warm`` alias; the model of
+    recipe=tiny-candidates), hash-checked.
+
+    ``tiny-format-warm`` fine-tuned on the ``tiny-candidates`` train split: a question listing
+    candidates is answered with the first one after a thought naming its tier ("sure",
+    "plausible", "uncertain" for 1, 2, 4 candidates), a "none" question with a fixed guess per
+    object after "not"; the confidence target is drawn from one distribution for every row (mode
+    and mean 0.5: tools/tiny_models.py), so the start has no built-in lean by tier. Its greedy
+    confidence is 0.5 on every validation prompt (its gate, MANIFEST.json); the lean it shows
+    sampled is measured there (``sampled_tiny_candidates_validation``).
+    """
+    return shipped_model_path("tiny-candidates-warm")
 
 
 # Names that lived here until the builders left the library: a clear error naming the new place.

@@ -5,6 +5,7 @@
     python scripts/build_tiny_models.py --check    # rebuild in a temp folder, compare, write nothing
     python scripts/build_tiny_models.py --only tiny-missing-warm   # just recipe=tiny's model,
                                                    # from the shipped tiny-format-warm
+    python scripts/build_tiny_models.py --only tiny-candidates-warm    # just recipe=tiny-candidates's
 
 The tiny models are part of the product (``train.py recipe=tiny`` trains ``tiny-missing-warm``,
 ``recipe=tiny-format`` ``tiny-warm``) and of the tests. They are shipped rather than built per machine because weights drawn or trained here
@@ -17,7 +18,10 @@ train prompt (``sampled_behaviour``) and refuse to ship it outside ``WARM_BANDS`
 one on the ``tiny-missing`` train split (``train_missing_warm``), measure it greedy on the
 validation split (``missing_gate``; neither trained on nor recipe=tiny's held-out test) and refuse
 to ship it outside ``MISSING_GATE``, measure its confidence lean sampled at temperature 1 on the
-same split (``sampled_missing_lean``); then write the files' sha256
+same split (``sampled_missing_lean``); fine-tune ``tiny-format-warm`` on the ``tiny-candidates`` train
+split (``train_candidates_warm``), gate it greedy on that task's validation split (``candidates_gate``,
+``CANDIDATES_GATE``) and measure its sampled confidence per tier (``sampled_candidates_lean``); then
+write the files' sha256
 and the measured behaviour to MANIFEST.json. Commit the result; a rebuilt copy
 need not match the old hashes byte for byte on another machine (that is the point of shipping).
 """
@@ -82,6 +86,50 @@ def build_missing(out: Path, base: Path) -> dict:
     }
 
 
+def build_candidates(out: Path, base: Path) -> dict:
+    """``tiny-candidates-warm`` from ``base`` (a ``tiny-format-warm``) into ``out``; returns its
+    manifest entry without the file hashes (raises when the gate fails)."""
+    t0 = time.perf_counter()
+    tm.train_candidates_warm(out, base=base)
+    seconds = time.perf_counter() - t0
+    gate = tm.candidates_gate(out, split="validation")
+    checks = {**tm.CANDIDATES_GATE, "greedy_margin_min": (tm.WARM_MIN_GREEDY_MARGIN, float("inf"))}
+    for key, (lo, hi) in checks.items():
+        if not lo <= gate[key] <= hi:
+            raise SystemExit(
+                f"tiny-candidates-warm fails its gate: {key} = {gate[key]:.4g}, needs [{lo}, {hi}] "
+                f"(greedy on the {gate['prompts']} tiny-candidates validation prompts). Change "
+                f"CANDIDATES_* in tools/tiny_models.py; nothing was written. {json.dumps(gate)}"
+            )
+    if len(gate["confidences"]) != 1:
+        raise SystemExit(
+            f"tiny-candidates-warm fails its gate: greedy confidences {gate['confidences']} on the "
+            "tiny-candidates validation prompts, want one value. Nothing was written."
+        )
+    lean = tm.sampled_candidates_lean(out, split="validation")
+    return {
+        "greedy_tiny_candidates_validation": gate,
+        "sampled_tiny_candidates_validation": lean,
+        "training": {
+            "base": "tiny-format-warm",
+            "steps": tm.CANDIDATES_WARM_STEPS,
+            "batch": tm.CANDIDATES_WARM_BATCH,
+            "learning_rate": tm.CANDIDATES_WARM_LR,
+            "seed": tm.CANDIDATES_WARM_SEED,
+            "thoughts": dict(tm.CANDIDATES_THOUGHTS),
+            "confidences": list(tm.CONFIDENCES),
+            "confidence_weights_every_row": list(tm.CANDIDATES_CONFIDENCE_WEIGHTS),
+            "rehearsal": "tiny train rows (3 facts, one asked), a quarter as many per batch, "
+            "answered with the asked fact after the thought 'look'",
+            "seconds": round(seconds, 1),
+        },
+    }
+
+
+# The models --only rebuilds from the shipped tiny-format-warm, and how.
+ONLY = {"tiny-missing-warm": build_missing, "tiny-candidates-warm": build_candidates}
+
+
 def _hashes(folder: Path) -> dict:
     files = sorted(p.name for p in folder.iterdir() if p.is_file())
     return {"files": {f: shipped.file_sha256(folder / f) for f in files}}
@@ -111,8 +159,10 @@ def build(out: Path) -> dict:
                 f"1). Change WARM_* in tools/tiny_models.py; nothing was written."
             )
     missing = build_missing(out / "tiny-missing-warm", base=out / "tiny-format-warm")
+    candidates = build_candidates(out / "tiny-candidates-warm", base=out / "tiny-format-warm")
     models = {name: _hashes(out / name) for name in shipped.SHIPPED_MODELS}
     models["tiny-missing-warm"].update(missing)
+    models["tiny-candidates-warm"].update(candidates)
     models["tiny-format-warm"]["behaviour_temperature_1"] = behaviour
     models["tiny-format-warm"]["training"] = {
         "lookup_steps": tm.WARM_LOOKUP_STEPS,
@@ -144,12 +194,12 @@ def main(argv=None) -> int:
     p.add_argument("--check", action="store_true", help="rebuild and compare; write nothing")
     p.add_argument(
         "--only",
-        choices=["tiny-missing-warm"],
+        choices=sorted(ONLY),
         help="rebuild just this model, from the shipped tiny-format-warm (the others stay)",
     )
     args = p.parse_args(argv)
     if args.only:
-        return _only_missing(args.check)
+        return _only(args.only, args.check)
     with tempfile.TemporaryDirectory() as tmp:
         manifest = build(Path(tmp))
         print(json.dumps(manifest["models"]["tiny-format-warm"]["behaviour_temperature_1"]))
@@ -168,16 +218,16 @@ def main(argv=None) -> int:
     return 0
 
 
-def _only_missing(check: bool) -> int:
+def _only(name: str, check: bool) -> int:
     import torch
 
     torch.set_num_threads(1)
-    name = "tiny-missing-warm"
     with tempfile.TemporaryDirectory() as tmp:
-        entry = build_missing(Path(tmp) / name, base=shipped.tiny_warm_model_path())
+        entry = ONLY[name](Path(tmp) / name, base=shipped.tiny_warm_model_path())
         entry = {**_hashes(Path(tmp) / name), **entry}
-        print(json.dumps(entry["greedy_tiny_missing_validation"]))
-        print(json.dumps(entry["sampled_tiny_missing_validation"]))
+        for key, value in entry.items():
+            if key.startswith(("greedy_", "sampled_")):
+                print(json.dumps(value))
         manifest = shipped.shipped_manifest()
         if check:
             same = manifest["models"].get(name, {}).get("files") == entry["files"]

@@ -39,6 +39,9 @@ TASKS = {
     "wide": np.round(np.linspace(0.05, 0.95, 10), 2),  # p on both sides of 1/2
     "tiers": np.array([0.6, 0.7, 0.8, 0.9, 1.0]),  # every p above 1/2 (the toy's tiers)
     "fine": np.array([0.80, 0.84, 0.88, 0.92, 0.96]),  # finer than the 0.1 confidence grid
+    # recipe=tiny-candidates's tiers (1, 2, 4 candidates listed, none: rlsr.data.tiny): two on
+    # each side of 1/2, so the threshold rule ties each pair that calibration separates.
+    "candidates": np.array([1.0, 0.7, 0.3, 0.125]),
 }
 
 
@@ -171,7 +174,10 @@ def check_claims(rng_seed: int = 7) -> list[str]:
         p's set lies strictly below the highest p's);
       marginal with group std scaling (what it really does on tiers): every p's best response
         lies in the top two levels {0.9, 1.0}, so the scaled update pushes every tier to the
-        top instead of ordering them (the std depends on the completion's own verdict and rank).
+        top instead of ordering them (the std depends on the completion's own verdict and rank);
+      on recipe=tiny-candidates's tiers (p = 1, 0.7, 0.3, 0.125), no std scaling: lifted's best
+        response is the top for the two tiers above 1/2 and the bottom for the two below (each
+        pair tied), brier's is one level per tier, strictly increasing in p (they differ).
     """
     failed = []
     wide, tiers = TASKS["wide"], TASKS["tiers"]
@@ -197,6 +203,24 @@ def check_claims(rng_seed: int = 7) -> list[str]:
                 f"marginal on {task}: best responses {' '.join(map(format_set, sets))} are not "
                 "monotone in p or do not order"
             )
+    candidates = TASKS["candidates"]
+    lifted_sets = br("lifted", candidates)
+    if not all(
+        levels.tolist() == ([1.0] if p_self > 0.5 else [0.0])
+        for p_self, levels in zip(candidates, lifted_sets, strict=True)
+    ):
+        failed.append(
+            f"lifted on candidates: best responses {' '.join(map(format_set, lifted_sets))}; want "
+            "1.0 1.0 0.0 0.0 (a threshold at 1/2)"
+        )
+    brier_sets = br("brier", candidates)
+    if not all(len(levels) == 1 for levels in brier_sets) or np.any(
+        np.diff([levels[0] for levels in brier_sets]) >= 0
+    ):
+        failed.append(
+            f"brier on candidates: best responses {' '.join(map(format_set, brier_sets))}; want one "
+            "level per tier, decreasing with p's order 1, 0.7, 0.3, 0.125"
+        )
     sets = br("marginal", tiers, std_norm=True)
     if not all(levels.min() >= 0.9 for levels in sets):
         failed.append(

@@ -4,10 +4,10 @@
     python scripts/tiny_seeds.py                                 # 4 arms x seeds 0-9, one at a time
     python scripts/tiny_seeds.py --seeds 0,1,2 --output-dir /work/tiny_evidence
     python scripts/tiny_seeds.py --arms rlsr,rlvr --dispatches scalar   # portable kernels
-    python scripts/tiny_seeds.py --recipe tiny-hedged --output-dir hedged_runs   # the tier task
+    python scripts/tiny_seeds.py --recipe tiny-candidates --output-dir candidates_runs
 
 Each run is the real command 1 (``train.py recipe=R seed=S`` + the arm's overrides, one
-process, OMP_NUM_THREADS=1; ``--recipe``: ``tiny``, README command 1, or ``tiny-hedged``, where
+process, OMP_NUM_THREADS=1; ``--recipe``: ``tiny``, README command 1, or ``tiny-candidates``, where
 calibration and ranking want different confidences) for the arms of ``ARMS``: RLSR; RLCR as the
 paper runs it (``method=rlcr``, ``scale_rewards: none``); RLCR with GRPO's group std
 normalisation (``grpo.scale_rewards=group``, TRL's default; the toy's ``rlcr-stdnorm``,
@@ -21,7 +21,7 @@ under ``ATEN_CPU_CAPABILITY`` (another machine's float rounding; ``scalar`` = th
 From each run's held-out history (``eval/``, greedy on the test split) it reads the AURC, error
 rate and ranking gain (error rate - AURC, ``rlsr.metrics.ranking_gain_from_aurc``) at the first
 and last evaluated step, and from the last step's samples the greedy confidence per kind of
-question (``RECIPES``: listed fact / ``Facts: none.`` for tiny, the four tiers for tiny-hedged). Per arm: mean and 95 % bootstrap CI over seeds of the
+question (``RECIPES``: listed fact / ``Facts: none.`` for tiny, the four tiers for tiny-candidates). Per arm: mean and 95 % bootstrap CI over seeds of the
 last ranking gain and of the AURC drop (first - last); per other arm: the paired difference
 RLSR - arm on the seeds both finished, its mean and 95 % bootstrap CI (``bootstrap_mean_ci``,
 seeded). Writes ``OUT/table.md`` (docs/training.md's tables) and ``OUT/table.json`` after every run.
@@ -44,9 +44,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rlsr.data.tiny import hedged_tier  # noqa: E402
+from rlsr.data.tiny import candidates_tier  # noqa: E402
 from rlsr.evaluation.history import read_history  # noqa: E402
-from rlsr.metrics import ranking_gain_from_aurc  # noqa: E402
+from rlsr.metrics import aurc, ranking_gain_from_aurc  # noqa: E402
 from rlsr.run_layout import EVAL_DIR, SAMPLES_FILE, STEP_PREFIX  # noqa: E402
 
 # Arm name -> train.py overrides on top of the recipe (--recipe).
@@ -66,13 +66,20 @@ def _listed_or_missing(question: str) -> str:
     return "missing" if "Facts: none." in question else "listed"
 
 
-# --recipe -> the held-out dataset it evaluates and the kind of each of its questions (the
-# confidence columns of the per-run table, in this order).
+# --recipe -> the held-out dataset it evaluates, the kind of each of its questions (the
+# confidence columns of the per-run table, in this order) and, where the rewards' best reports
+# differ, each report as one confidence per kind: the table adds the AURC a run's own last-step
+# answers would have under each (docs/training.md, recipe=tiny-candidates). tiny-candidates: p = 1, 0.7,
+# 0.3, 1/8 per tier; calibrated = the Brier term's best report on the 0.1 / 0.3 / 0.5 / 0.7 / 0.9
+# grid (c = p, nearest level); threshold = the lifted-AURC reward's (top above p = 1/2, bottom
+# below).
 RECIPES = {
     "tiny": {"dataset": "tiny-missing", "kind_of": _listed_or_missing,
-             "kinds": ("listed", "missing")},
-    "tiny-hedged": {"dataset": "tiny-hedged", "kind_of": hedged_tier,
-                    "kinds": ("sure", "plausible", "uncertain", "none")},
+             "kinds": ("listed", "missing"), "reports": {}},
+    "tiny-candidates": {"dataset": "tiny-candidates", "kind_of": candidates_tier,
+                    "kinds": ("k=1", "k=2", "k=4", "none"),
+                    "reports": {"calibrated": (0.9, 0.7, 0.3, 0.1),
+                                "threshold": (0.9, 0.9, 0.1, 0.1)}},
 }  # fmt: skip
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
@@ -111,6 +118,22 @@ def confidence_by_kind(samples_path: Path, recipe: str = "tiny") -> dict:
             "confidence_counts": dict(sorted(counts.items())),
             "accuracy": sum(bool(r["correct"]) for r in picked) / max(1, len(picked)),
         }
+    return out
+
+
+def report_aurcs(samples_path: Path, recipe: str) -> dict[str, float]:
+    """Per report of ``RECIPES[recipe]["reports"]``: the AURC (``rlsr.metrics.aurc``, ties as the
+    expectation over their orderings) of the samples' own answers (``correct``) had each question
+    been given its kind's confidence under that report. Separates what a run's ranking earns
+    from what its accuracy does: a run that learnt report X has the AURC ``X`` gives its
+    answers."""
+    rows = [json.loads(line) for line in samples_path.read_text().splitlines() if line.strip()]
+    spec = RECIPES[recipe]
+    out = {}
+    for name, levels in spec["reports"].items():
+        by_kind = dict(zip(spec["kinds"], levels, strict=True))
+        conf = [by_kind[spec["kind_of"](r["question"])] for r in rows]
+        out[name] = aurc(conf, [bool(r["correct"]) for r in rows])
     return out
 
 
@@ -174,6 +197,7 @@ def _run(
            "load_1min_at_end": wall["load"][0]}  # fmt: skip
     samples = folder / EVAL_DIR / f"{STEP_PREFIX}{last['step']}" / dataset / SAMPLES_FILE
     row["last_confidence"] = confidence_by_kind(samples, recipe)
+    row["last_aurc_if"] = report_aurcs(samples, recipe)
     return row
 
 
@@ -232,6 +256,7 @@ def table_markdown(
     rows: list[dict], summary: dict, reference: str = "rlsr", recipe: str = "tiny"
 ) -> str:
     dataset, kinds = RECIPES[recipe]["dataset"], RECIPES[recipe]["kinds"]
+    reports = RECIPES[recipe]["reports"]
     lines = []
     for dispatch, block in summary.items():
         lines += [f"**Per arm** (dispatch {dispatch}; held-out {dataset} test, greedy, last "
@@ -252,12 +277,13 @@ def table_markdown(
               "accuracy per kind)", "",
               "| arm | seed | dispatch | AURC first -> last | error first -> last | "
               "ranking gain first -> last | format | "
-              + "".join(f"{k} conf (acc) | " for k in kinds) + "wall s | load |",
-              "| --- " * (9 + len(kinds)) + "|"]  # fmt: skip
+              + "".join(f"{k} conf (acc) | " for k in kinds)
+              + "".join(f"AURC if {name} | " for name in reports) + "wall s | load |",
+              "| --- " * (9 + len(kinds) + len(reports)) + "|"]  # fmt: skip
     for r in sorted(rows, key=lambda r: (r["dispatch"], list(ARMS).index(r["arm"]), r["seed"])):
         if "error" in r:
             lines.append(f"| {r['arm']} | {r['seed']} | {r['dispatch']} | failed: {r['log']} "
-                         + "| " * (6 + len(kinds)) + "|")  # fmt: skip
+                         + "| " * (6 + len(kinds) + len(reports)) + "|")  # fmt: skip
             continue
         c = r["last_confidence"]
         lines.append(
@@ -266,6 +292,8 @@ def table_markdown(
             f"{_signed(r['gain_first'])} -> {_signed(r['gain_last'])} | {r['format_last']:.2f} | "
             + "".join(f"{_counts(c[k]['confidence_counts'])} ({c[k]['accuracy']:.2f}) | "
                       for k in kinds)
+            + "".join(f"{r.get('last_aurc_if', {}).get(name, float('nan')):.3f} | "
+                      for name in reports)
             + f"{r['seconds']:.0f} | {r['load_1min_at_end']:.1f} |"
         )  # fmt: skip
     return "\n".join(lines) + "\n"
@@ -292,12 +320,12 @@ def main(argv=None) -> int:
         "--recipe",
         default="tiny",
         choices=sorted(RECIPES),
-        help="tiny (README command 1) or tiny-hedged (calibration vs ranking)",
+        help="tiny (README command 1) or tiny-candidates (calibration vs ranking)",
     )
     p.add_argument(
         "--output-dir",
         default=None,
-        help="default: tiny_runs (recipe tiny), tiny-hedged_runs (tiny-hedged)",
+        help="default: tiny_runs (recipe tiny), tiny-candidates_runs (tiny-candidates)",
     )
     p.add_argument(
         "--table-only", action="store_true", help="tabulate the finished runs; train none"

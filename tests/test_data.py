@@ -37,16 +37,17 @@ from rlsr.data.loading import (
     verification_inputs,
 )
 from rlsr.data.tiny import (
-    HEDGED_NONE_TIER,
-    HEDGED_TIERS,
+    CANDIDATE_TIERS,
+    CANDIDATES_NONE_TIER,
     MISSING_SPLIT_FACTS,
     MISSING_SPLIT_OBJECTS,
-    TINY_HEDGED_SIZES,
+    TINY_CANDIDATES_SIZES,
     TINY_MISSING_SIZES,
     TINY_SIZES,
+    candidates_tier,
     generate_tiny,
-    generate_tiny_hedged,
-    hedged_tier,
+    generate_tiny_candidates,
+    tier_name,
     write_tiny,
 )
 from rlsr.prompts import LONG_SYSTEM_PROMPT, SIMPLE_SYSTEM_PROMPT, SYSTEM_PROMPTS
@@ -80,7 +81,7 @@ PAPER_SIZES = {
     "utilitybench": {"train": 15000},
     "tiny": {"train": 200, "test": 50},
     "tiny-missing": {"train": 200, "validation": 100, "test": 100},
-    "tiny-hedged": {"train": 200, "validation": 80, "test": 80},
+    "tiny-candidates": {"train": 200, "validation": 80, "test": 80},
 }
 # Sec. C.2 (C.6.1 for MedQA: letter match in the deployment study).
 PAPER_VERIFIERS = {
@@ -97,7 +98,7 @@ PAPER_VERIFIERS = {
     "utilitybench": "llm_judge",
     "tiny": "exact_match",
     "tiny-missing": "exact_match",
-    "tiny-hedged": "exact_match",
+    "tiny-candidates": "exact_match",
 }
 
 
@@ -403,51 +404,58 @@ def test_tiny_missing_held_out_prompts_never_appear_in_train():
     assert len(ids) == len(set(ids))
 
 
-def test_tiny_hedged_tiers_are_what_the_docs_say_and_splits_share_no_prompt(tmp_path):
-    """recipe=tiny-hedged's data, each split: a quarter of its questions per tier, the prompt
-    naming the tier ("Facts, sure: ..." / plausible / uncertain / "Facts: none."), the stated
-    color the answer in exactly 100 / 70 / 30 % of the tier's questions (HEDGED_TIERS, what the
-    docs' predicted AURCs assume) and a "none" answer nowhere in its prompt; stated facts from the
-    split's share of the (object, color) pairs and "none" objects from the split's objects, so no
-    validation or test prompt is a training prompt. The files are what the generator writes.
-    Catches a tier whose realised accuracy drifts from its p, a held-out prompt seen in
-    training, or bundled files that no longer match the code."""
-    rows = {split: [json.loads(line) for line in (FIXTURES_DIR / "tiny-hedged" / f"{split}.jsonl")
-                    .read_text().splitlines()] for split in TINY_HEDGED_SIZES}  # fmt: skip
-    assert HEDGED_TIERS == {"sure": 1.0, "plausible": 0.7, "uncertain": 0.3}
+def test_tiny_candidates_tiers_are_what_the_docs_say_and_splits_share_no_prompt(tmp_path):
+    """recipe=tiny-candidates's data, each split: a quarter of its questions per tier, the prompt
+    listing 1, 2 or 4 distinct candidate colors ("Facts: the ball is red or blue.") or none; the
+    first-named candidate the answer in exactly 100 / 70 / 30 % of the tier's questions
+    (CANDIDATE_TIERS, what the docs' predicted AURCs assume), the answer otherwise another listed
+    candidate, so the first is always the likeliest; (object, first candidate) from the split's
+    share of the facts and "none" objects from the split's objects, so no validation or test
+    prompt is a training prompt. The files are what the generator writes. Catches a tier whose
+    realised accuracy drifts from its p, a held-out prompt seen in training, or bundled files
+    that no longer match the code."""
+    rows = {split: [json.loads(line) for line in (FIXTURES_DIR / "tiny-candidates" / f"{split}.jsonl")
+                    .read_text().splitlines()] for split in TINY_CANDIDATES_SIZES}  # fmt: skip
+    assert CANDIDATE_TIERS == {1: 1.0, 2: 0.7, 4: 0.3}
     for split, rs in rows.items():
-        n = TINY_HEDGED_SIZES[split]
+        n = TINY_CANDIDATES_SIZES[split]
         assert len(rs) == n
-        for tier in [*HEDGED_TIERS, HEDGED_NONE_TIER]:
+        for k in [*CANDIDATE_TIERS, CANDIDATES_NONE_TIER]:
+            tier = tier_name(k)
             picked = [r for r in rs if r["tier"] == tier]
             assert len(picked) == n // 4, (split, tier)
-            assert all(hedged_tier(r["question"]) == tier for r in picked)
-            if tier == HEDGED_NONE_TIER:
+            assert all(candidates_tier(r["question"]) == tier for r in picked)
+            if tier == CANDIDATES_NONE_TIER:
                 for r in picked:
-                    assert r["question"].startswith("Facts: none. ") and r["stated"] is None
+                    assert r["question"].startswith("Facts: none. ") and r["candidates"] == []
                     obj = re.search(r"What color is the (\w+)\?", r["question"]).group(1)
                     assert obj in MISSING_SPLIT_OBJECTS[split], (split, r)
                 continue
-            right = 0
+            first_right = 0
             for r in picked:
-                obj, color = re.search(r"the (\w+) is (\w+)\. What", r["question"]).groups()
-                assert color == r["stated"] and (obj, color) in MISSING_SPLIT_FACTS[split]
-                right += r["answer"] == color
-            assert right == round(HEDGED_TIERS[tier] * n / 4), (split, tier, right)
+                obj, listed = re.fullmatch(
+                    r"Facts: the (\w+) is ([\w ]+)\. What color is the \1\?", r["question"]
+                ).groups()
+                listed = listed.split(" or ")
+                assert listed == r["candidates"] and len(set(listed)) == k, r
+                assert (obj, listed[0]) in MISSING_SPLIT_FACTS[split], (split, r)
+                assert r["answer"] in listed
+                first_right += r["answer"] == listed[0]
+            assert first_right == round(CANDIDATE_TIERS[k] * n / 4), (split, tier, first_right)
     questions = {split: {r["question"] for r in rs} for split, rs in rows.items()}
     for a, b in (("train", "validation"), ("train", "test"), ("validation", "test")):
         assert not questions[a] & questions[b], (a, b)
     ids = [r["id"] for rs in rows.values() for r in rs]
     assert len(ids) == len(set(ids))
-    assert len(load_examples("tiny-hedged")) == TINY_HEDGED_SIZES["test"]
-    write_tiny(tmp_path, hedged=True)
-    for split in TINY_HEDGED_SIZES:
-        bundled = (FIXTURES_DIR / "tiny-hedged" / f"{split}.jsonl").read_bytes()
+    assert len(load_examples("tiny-candidates")) == TINY_CANDIDATES_SIZES["test"]
+    write_tiny(tmp_path, candidates=True)
+    for split in TINY_CANDIDATES_SIZES:
+        bundled = (FIXTURES_DIR / "tiny-candidates" / f"{split}.jsonl").read_bytes()
         assert (tmp_path / f"{split}.jsonl").read_bytes() == bundled
-    with pytest.raises(ValueError, match="not a tiny-hedged question"):
-        hedged_tier("Facts: the ball is red. What color is the ball?")
+    with pytest.raises(ValueError, match="not a tiny-candidates question"):
+        candidates_tier("Facts: the ball is red or blue or green. What color is the ball?")
     with pytest.raises(ValueError, match="multiple of 4"):
-        generate_tiny_hedged(30)
+        generate_tiny_candidates(30)
 
 
 # --- chat template -------------------------------------------------------------------------

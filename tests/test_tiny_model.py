@@ -90,6 +90,7 @@ def test_shipped_models_are_the_manifests_bytes():
     assert tm.tiny_model_path() == tm.SHIPPED_DIR / "tiny-qwen2"
     assert tm.tiny_warm_model_path() == tm.SHIPPED_DIR / "tiny-format-warm"
     assert tm.tiny_missing_model_path() == tm.SHIPPED_DIR / "tiny-missing-warm"
+    assert tm.tiny_candidates_model_path() == tm.SHIPPED_DIR / "tiny-candidates-warm"
 
 
 def test_a_changed_shipped_file_is_refused_with_the_fix(tmp_path, monkeypatch):
@@ -171,6 +172,36 @@ def test_missing_warm_model_passes_its_gate_greedy_confidence_does_not_rank():
     # the lean README states is the one recorded for this model, sampled on the same split
     lean = entry["sampled_tiny_missing_validation"]
     assert lean["split"] == "validation" and lean["lean"] > 0, lean
+
+
+def test_candidates_warm_model_passes_its_gate_greedy_confidence_does_not_rank():
+    """recipe=tiny-candidates's model (tiny-candidates-warm), greedy on the 80 tiny-candidates validation
+    prompts (facts and "none" objects neither its warm-up nor recipe=tiny-candidates's training
+    names, and not the held-out test): the tag format everywhere, the first candidate answered,
+    its thought naming the tier, and ONE confidence on every prompt: ranking gain 0 at step 0
+    (tools.tiny_models.CANDIDATES_GATE). Every greedy decision wins by >= 1e-3 in logit, and the
+    manifest's figures (and its recorded sampled lean) are this model's. Catches a rebuilt model
+    whose greedy confidence already ranks the tiers, or whose warm-up targets depended on the
+    tier."""
+    from rlsr import tiny_models as shipped
+    from tools import tiny_models as tm
+
+    torch.set_num_threads(1)
+    got = tm.candidates_gate(shipped.tiny_candidates_model_path(), split="validation")
+    assert got["prompts"] == 80
+    for key, (lo, hi) in tm.CANDIDATES_GATE.items():
+        assert lo <= got[key] <= hi, (key, got)
+    assert len(got["confidences"]) == 1, got
+    assert abs(got["ranking_gain"]) < 1e-9 and got["aurc"] == pytest.approx(got["error_rate"])
+    assert got["greedy_margin_min"] >= tm.WARM_MIN_GREEDY_MARGIN, got
+    entry = shipped.shipped_manifest()["models"]["tiny-candidates-warm"]
+    built = entry["greedy_tiny_candidates_validation"]
+    for key in ("format_rate", "answers_first_candidate", "accuracy_per_tier", "confidences"):
+        assert got[key] == built[key], (key, got, built)
+    assert entry["training"]["confidence_weights_every_row"] == list(
+        tm.CANDIDATES_CONFIDENCE_WEIGHTS
+    )
+    assert entry["sampled_tiny_candidates_validation"]["split"] == "validation"
 
 
 # --------------------------------------------------------------------------- library vs tools

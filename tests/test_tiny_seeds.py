@@ -57,33 +57,54 @@ def test_paired_difference_uses_only_the_seeds_both_arms_finished(seeds_script):
 
 
 def test_confidence_columns_follow_the_recipes_kinds(seeds_script, tmp_path):
-    """--recipe tiny-hedged splits the last step's greedy confidences by the four tiers the
-    prompts name (recipe tiny: listed / missing), with each tier's accuracy. Catches a hedged
-    sweep whose table lumps every stated tier together as "listed"."""
+    """--recipe tiny-candidates splits the last step's greedy confidences by the four tiers (1, 2
+    or 4 candidates listed, or none; recipe tiny: listed / missing), with each tier's accuracy.
+    Catches a candidates sweep whose table lumps every listed tier together as "listed"."""
     import json
 
-    rows = [("Facts, sure: the ball is red. What color is the ball?", 0.9, True),
-            ("Facts, plausible: the cup is red. What color is the cup?", 0.9, False),
-            ("Facts, plausible: the cup is blue. What color is the cup?", 0.7, True),
-            ("Facts, uncertain: the hat is red. What color is the hat?", None, False),
+    rows = [("Facts: the ball is red. What color is the ball?", 0.9, True),
+            ("Facts: the cup is red or blue. What color is the cup?", 0.9, False),
+            ("Facts: the cup is blue or red. What color is the cup?", 0.7, True),
+            ("Facts: the hat is red or blue or gray or pink. What color is the hat?", None, False),
             ("Facts: none. What color is the box?", 0.1, False)]  # fmt: skip
     path = tmp_path / "samples.jsonl"
     path.write_text("".join(json.dumps({"question": q, "confidence": c, "correct": ok}) + "\n"
                             for q, c, ok in rows))  # fmt: skip
-    got = seeds_script.confidence_by_kind(path, "tiny-hedged")
-    assert list(got) == ["sure", "plausible", "uncertain", "none"]
-    assert got["plausible"] == {"n": 2, "confidence_counts": {"0.7": 1, "0.9": 1}, "accuracy": 0.5}
-    assert got["uncertain"]["confidence_counts"] == {"none": 1}
+    got = seeds_script.confidence_by_kind(path, "tiny-candidates")
+    assert list(got) == ["k=1", "k=2", "k=4", "none"]
+    assert got["k=2"] == {"n": 2, "confidence_counts": {"0.7": 1, "0.9": 1}, "accuracy": 0.5}
+    assert got["k=4"]["confidence_counts"] == {"none": 1}
     tiny = seeds_script.confidence_by_kind(path, "tiny")
     assert tiny["listed"]["n"] == 4 and tiny["missing"]["n"] == 1
 
 
 def test_a_finished_run_of_another_recipe_is_refused(seeds_script, tmp_path):
     """A sweep folder holds one recipe's runs: a finished recipe=tiny run met by
-    --recipe tiny-hedged is refused with the fix, not tabulated as a hedged run."""
+    --recipe tiny-candidates is refused with the fix, not tabulated as a candidates run."""
     folder = tmp_path / "rlsr-default-seed0"
     folder.mkdir()
     (folder / "wall.json").write_text('{"seconds": 1, "load": [0, 0, 0]}')
     (folder / "config.yaml").write_text("seed: 0\nrecipe_name: tiny\n")
     with pytest.raises(SystemExit, match="holds a finished recipe=tiny run; give another"):
-        seeds_script._run("rlsr", 0, "default", tmp_path, train=False, recipe="tiny-hedged")
+        seeds_script._run("rlsr", 0, "default", tmp_path, train=False, recipe="tiny-candidates")
+
+
+def test_report_aurcs_rank_a_runs_own_answers_by_each_report(seeds_script, tmp_path):
+    """The "AURC if calibrated / threshold" columns: a run's own answers re-ranked by each
+    report's confidence per tier, AURC with ties as the mean over their orderings. By hand, one
+    question per tier, right / wrong / right / wrong (k = 1, 2, 4, none):
+    calibrated (0.9 / 0.7 / 0.3 / 0.1) ranks R W R W, AURC (0 + 1/2 + 1/3 + 1/2) / 4 = 1/3;
+    threshold (0.9 / 0.9 / 0.1 / 0.1) ties each pair, every R_k averages 1/2, AURC 1/2. Catches
+    reports applied to the wrong tiers or ties broken in one order."""
+    import json
+
+    rows = [("Facts: the ball is red. What color is the ball?", True),
+            ("Facts: the cup is red or blue. What color is the cup?", False),
+            ("Facts: the hat is red or blue or gray or pink. What color is the hat?", True),
+            ("Facts: none. What color is the box?", False)]  # fmt: skip
+    path = tmp_path / "samples.jsonl"
+    path.write_text("".join(json.dumps({"question": q, "confidence": 0.5, "correct": ok}) + "\n"
+                            for q, ok in rows))  # fmt: skip
+    got = seeds_script.report_aurcs(path, "tiny-candidates")
+    assert got == pytest.approx({"calibrated": 1 / 3, "threshold": 1 / 2})
+    assert seeds_script.report_aurcs(path, "tiny") == {}

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from rlsr import prompts
 from rlsr.data.loading import load_examples
+from rlsr.data.tiny import CANDIDATES_NONE_TIER, candidates_tier
 from rlsr.data.tiny import COLORS as TINY_COLORS
 from rlsr.data.tiny import OBJECTS as TINY_OBJECTS
 from rlsr.logprob import left_pad
@@ -709,10 +710,26 @@ def _is_listed(question: str) -> bool:
 
 def train_missing_warm(out: str | os.PathLike, base: str | os.PathLike | None = None) -> Path:
     """Fine-tune ``base`` (default the shipped ``tiny-format-warm``) for ``MISSING_WARM_STEPS``
-    steps on ``_missing_target`` of the ``tiny-missing`` train prompts: batches of
-    4 x ``MISSING_WARM_BATCH`` user-turn-only prompts, every second step ``MISSING_WARM_BATCH``
-    full ones (as ``train_format_warm``), AdamW at ``MISSING_WARM_LR`` with cosine decay.
+    steps on ``_missing_target`` of the ``tiny-missing`` train prompts (``_fine_tune_tagged``).
     Deterministic for one machine; shipped, not rebuilt (float numerics differ across CPUs)."""
+    return _fine_tune_tagged(
+        out, base, "tiny-missing", _missing_target,
+        steps=MISSING_WARM_STEPS, batch=MISSING_WARM_BATCH, lr=MISSING_WARM_LR,
+        seed=MISSING_WARM_SEED,
+    )  # fmt: skip
+
+
+def _fine_tune_tagged(
+    out: str | os.PathLike, base: str | os.PathLike | None, dataset: str, target,
+    *, steps: int, batch: int, lr: float, seed: int, rehearse: tuple | None = None,
+) -> Path:  # fmt: skip
+    """Fine-tune ``base`` (default the shipped ``tiny-format-warm``) for ``steps`` steps on
+    ``target(row, rng)`` of the ``dataset`` train prompts: batches of 4 x ``batch`` user-turn-only
+    prompts, every second step ``batch`` full ones (as ``train_format_warm``), AdamW at ``lr``
+    with cosine decay; ``random.Random(seed)`` draws the rows and targets, ``torch.manual_seed``
+    is ``seed``. ``rehearse`` = (another dataset, its target): each batch also holds a quarter as
+    many of that dataset's train prompts (drawn after the batch's own), so a skill the base
+    learnt there is kept. Deterministic for one machine."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -720,33 +737,38 @@ def train_missing_warm(out: str | os.PathLike, base: str | os.PathLike | None = 
     base = Path(base) if base is not None else tiny_warm_model_path()
     tok = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    rows = load_examples("tiny-missing", split="train")
-    rng = random.Random(MISSING_WARM_SEED)
-    torch.manual_seed(MISSING_WARM_SEED)
+    rows = load_examples(dataset, split="train")
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
 
     def template_ids(messages) -> list[int]:
         ids = tok.apply_chat_template(messages, add_generation_prompt=True)
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
-    full_ids = [template_ids(r["prompt"]) for r in rows]
-    short_ids = [template_ids([m for m in r["prompt"] if m["role"] == "user"]) for r in rows]
-    opt = torch.optim.AdamW(model.parameters(), lr=MISSING_WARM_LR, weight_decay=0.0)
+    def prompt_ids(rows_):
+        full_ = [template_ids(r["prompt"]) for r in rows_]
+        return full_, [template_ids([m for m in r["prompt"] if m["role"] == "user"]) for r in rows_]
+
+    full_ids, short_ids = prompt_ids(rows)
+    sources = [(rows, full_ids, short_ids, target, 1)]
+    if rehearse is not None:
+        extra = load_examples(rehearse[0], split="train")
+        sources.append((extra, *prompt_ids(extra), rehearse[1], 4))
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
-    for step in range(MISSING_WARM_STEPS):
+    for step in range(steps):
         full = step % 2 == 1
-        source, size = (
-            (full_ids, MISSING_WARM_BATCH) if full else (short_ids, 4 * MISSING_WARM_BATCH)
-        )
+        size = batch if full else 4 * batch
         for group in opt.param_groups:
-            group["lr"] = (
-                MISSING_WARM_LR * 0.5 * (1 + math.cos(math.pi * step / MISSING_WARM_STEPS))
-            )
+            group["lr"] = lr * 0.5 * (1 + math.cos(math.pi * step / steps))
         seqs, targets = [], []
-        for i in rng.sample(range(len(rows)), size):
-            tgt = tok(_missing_target(rows[i], rng), add_special_tokens=False)["input_ids"]
-            tgt = tgt + [tok.eos_token_id]
-            seqs.append(source[i] + tgt)
-            targets.append(tgt)
+        for rows_, full_, short_, target_, divisor in sources:
+            source = full_ if full else short_
+            for i in rng.sample(range(len(rows_)), size // divisor):
+                tgt = tok(target_(rows_[i], rng), add_special_tokens=False)["input_ids"]
+                tgt = tgt + [tok.eos_token_id]
+                seqs.append(source[i] + tgt)
+                targets.append(tgt)
         ids, mask = left_pad(seqs, tok.pad_token_id)
         labels = torch.full_like(ids, -100)
         for j, tgt in enumerate(targets):
@@ -763,20 +785,16 @@ def train_missing_warm(out: str | os.PathLike, base: str | os.PathLike | None = 
     return out
 
 
-def missing_gate(path: str | os.PathLike, *, split: str = "validation") -> dict:
-    """Greedy behaviour of a model on the ``tiny-missing`` ``split`` (what ``MISSING_GATE``
-    bounds): format rate, accuracy on listed and missing facts, the share of thoughts that say
-    what the prompt shows, the distinct confidences, the held-out AURC, error rate and ranking
-    gain (``rlsr.metrics.ranking_gain``) of the greedy confidence, and the smallest top-2 logit
-    gap over all greedy decisions. One prompt per forward keeps padding out of it."""
+def _greedy_tagged(path: str | os.PathLike, dataset: str, split: str) -> tuple[list, list, list]:
+    """Greedy completions (48 new tokens, one prompt per forward so padding stays out) of the
+    model at ``path`` on ``dataset``'s ``split``: the rows, the texts and, per text, the smallest
+    top-2 logit gap over its decisions."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlsr.metrics import aurc, ranking_gain
-
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    rows = load_examples("tiny-missing", split=split)
+    rows = load_examples(dataset, split=split)
     texts, margins = [], []
     for row in rows:
         enc = tok.apply_chat_template(
@@ -792,55 +810,84 @@ def missing_gate(path: str | os.PathLike, *, split: str = "validation") -> dict:
         texts.append(
             tok.decode(gen.sequences[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         )
+    return rows, texts, margins
+
+
+def _share(flags, where) -> float:
+    """The share of true ``flags`` among those whose ``where`` is true (0 when none is)."""
+    picked = [f for f, w in zip(flags, where, strict=True) if w]
+    return sum(picked) / max(1, len(picked))
+
+
+def _greedy_summary(rows, texts, margins) -> tuple[dict, list, list[bool]]:
+    """What every gate reports of greedy ``texts``: format rate, accuracy, distinct confidences,
+    AURC, error rate, ranking gain (``rlsr.metrics``; an unparsed confidence ranks as 0.0) and
+    the margins; with the parsed responses and per-row correctness."""
+    from rlsr.metrics import aurc, ranking_gain
+
     parsed = [parse_response(t) for t in texts]
     golds = [list(r["answers"]) for r in rows]
     correct = [
         bool(c)
         for c in get_verifier("exact_match").verify_batch([p.answer for p in parsed], golds).correct
     ]
+    conf = [p.confidence if p.confidence is not None else 0.0 for p in parsed]
+    return (
+        {
+            "prompts": len(rows),
+            "format_rate": sum(p.format_ok for p in parsed) / len(rows),
+            "accuracy": sum(correct) / len(rows),
+            "confidences": sorted(set(conf)),
+            "aurc": aurc(conf, correct),
+            "error_rate": 1 - sum(correct) / len(rows),
+            "ranking_gain": ranking_gain(conf, correct),
+            "greedy_margin_min": min(margins),
+            "greedy_margin_median": sorted(margins)[len(margins) // 2],
+        },
+        parsed,
+        correct,
+    )
+
+
+def missing_gate(path: str | os.PathLike, *, split: str = "validation") -> dict:
+    """Greedy behaviour of a model on the ``tiny-missing`` ``split`` (what ``MISSING_GATE``
+    bounds): format rate, accuracy on listed and missing facts, the share of thoughts that say
+    what the prompt shows, the distinct confidences, the held-out AURC, error rate and ranking
+    gain (``rlsr.metrics.ranking_gain``) of the greedy confidence, and the smallest top-2 logit
+    gap over all greedy decisions. One prompt per forward keeps padding out of it."""
+    rows, texts, margins = _greedy_tagged(path, "tiny-missing", split)
+    summary, _, correct = _greedy_summary(rows, texts, margins)
     listed = [_is_listed(r["question"]) for r in rows]
     thought_ok = [
         f"<think> {MISSING_THOUGHTS[k]} </think>" in t for t, k in zip(texts, listed, strict=True)
     ]
-    conf = [p.confidence if p.confidence is not None else 0.0 for p in parsed]
-
-    def share(flags, where):
-        picked = [f for f, w in zip(flags, where, strict=True) if w]
-        return sum(picked) / max(1, len(picked))
-
     return {
-        "prompts": len(rows),
-        "format_rate": sum(p.format_ok for p in parsed) / len(rows),
-        "accuracy": sum(correct) / len(rows),
-        "accuracy_listed": share(correct, listed),
-        "accuracy_missing": share(correct, [not k for k in listed]),
+        "prompts": summary["prompts"],
+        "format_rate": summary["format_rate"],
+        "accuracy": summary["accuracy"],
+        "accuracy_listed": _share(correct, listed),
+        "accuracy_missing": _share(correct, [not k for k in listed]),
         "thought_matches_prompt": sum(thought_ok) / len(rows),
-        "confidences": sorted(set(conf)),
-        "aurc": aurc(conf, correct),
-        "error_rate": 1 - sum(correct) / len(rows),
-        "ranking_gain": ranking_gain(conf, correct),
-        "greedy_margin_min": min(margins),
-        "greedy_margin_median": sorted(margins)[len(margins) // 2],
-    }
+        **{k: summary[k] for k in ("confidences", "aurc", "error_rate", "ranking_gain",
+                                   "greedy_margin_min", "greedy_margin_median")},
+    }  # fmt: skip
 
 
-def sampled_missing_lean(
-    path: str | os.PathLike, *, split: str = "validation", samples_per_prompt: int = 8,
-    seed: int = 0,
-) -> dict:  # fmt: skip
-    """The size of the warm model's lean: ``samples_per_prompt`` completions per ``tiny-missing``
-    ``split`` prompt at temperature 1 (recipe=tiny's rollout temperature, 48 new tokens), and per
-    kind of question (listed / missing) the mean parsed confidence and the share of each value;
-    ``lean`` = mean listed - mean missing (0 for a start whose sampled confidence ignores the
-    prompt). Unparsed confidences are left out (their count is returned)."""
+def _sampled_confidences(
+    path: str | os.PathLike, dataset: str, split: str, kind_of, *, samples_per_prompt: int,
+    seed: int,
+) -> tuple[dict[str, list[float]], int]:  # fmt: skip
+    """``samples_per_prompt`` completions per ``dataset`` ``split`` prompt at temperature 1
+    (48 new tokens, batches of 16 prompts, ``torch.manual_seed(seed)``): the parsed confidences
+    per ``kind_of(question)`` and the count of unparsed ones."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    rows = load_examples("tiny-missing", split=split)
+    rows = load_examples(dataset, split=split)
     torch.manual_seed(seed)
-    by_kind: dict[str, list[float]] = {"listed": [], "missing": []}
+    by_kind: dict[str, list[float]] = {}
     unparsed = 0
     for start in range(0, len(rows), 16):
         chunk = [rows[i] for i in range(start, min(start + 16, len(rows)))]
@@ -856,18 +903,178 @@ def sampled_missing_lean(
         texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         for j, text in enumerate(texts):
             conf = parse_response(text).confidence
-            kind = "listed" if _is_listed(chunk[j // samples_per_prompt]["question"]) else "missing"
+            kind = kind_of(chunk[j // samples_per_prompt]["question"])
             if conf is None:
                 unparsed += 1
             else:
-                by_kind[kind].append(conf)
+                by_kind.setdefault(kind, []).append(conf)
+    return by_kind, unparsed
+
+
+def _confidence_shares(confs: list[float]) -> dict:
+    """Count, mean and the share of each of ``CONFIDENCES`` among sampled confidences."""
+    return {
+        "completions": len(confs),
+        "mean_confidence": sum(confs) / max(1, len(confs)),
+        "share": {c: sum(abs(x - float(c)) < 1e-9 for x in confs) / max(1, len(confs))
+                  for c in CONFIDENCES},
+    }  # fmt: skip
+
+
+def sampled_missing_lean(
+    path: str | os.PathLike, *, split: str = "validation", samples_per_prompt: int = 8,
+    seed: int = 0,
+) -> dict:  # fmt: skip
+    """The size of the warm model's lean: ``samples_per_prompt`` completions per ``tiny-missing``
+    ``split`` prompt at temperature 1 (recipe=tiny's rollout temperature, 48 new tokens), and per
+    kind of question (listed / missing) the mean parsed confidence and the share of each value;
+    ``lean`` = mean listed - mean missing (0 for a start whose sampled confidence ignores the
+    prompt). Unparsed confidences are left out (their count is returned)."""
+    by_kind, unparsed = _sampled_confidences(
+        path, "tiny-missing", split, lambda q: "listed" if _is_listed(q) else "missing",
+        samples_per_prompt=samples_per_prompt, seed=seed,
+    )  # fmt: skip
     summary = {"split": split, "samples_per_prompt": samples_per_prompt, "unparsed": unparsed}
-    for kind, confs in by_kind.items():
-        summary[kind] = {
-            "completions": len(confs),
-            "mean_confidence": sum(confs) / max(1, len(confs)),
-            "share": {c: sum(abs(x - float(c)) < 1e-9 for x in confs) / max(1, len(confs))
-                      for c in CONFIDENCES},
-        }  # fmt: skip
+    for kind in ("listed", "missing"):
+        summary[kind] = _confidence_shares(by_kind.get(kind, []))
     summary["lean"] = summary["listed"]["mean_confidence"] - summary["missing"]["mean_confidence"]
+    return summary
+
+
+# --------------------------------------------------------------------------- candidates copy
+# ``tiny-candidates-warm``, the model recipe=tiny-candidates trains: ``tiny-format-warm`` fine-tuned
+# on the ``tiny-candidates`` train split (1, 2 or 4 candidate colors listed, the first-named the
+# answer in 100 / 70 / 30 % of each split's questions of the tier, or "none";
+# rlsr.data.tiny.CANDIDATE_TIERS; facts and "none" objects split as tiny-missing's). Each target
+# answers the FIRST candidate (not the gold: the model cannot know which questions' first
+# candidate is wrong, and it is the likeliest in every tier) after a thought that names the tier
+# (``CANDIDATES_THOUGHTS``: "sure" / "plausible" / "uncertain" for 1 / 2 / 4 candidates, "not"
+# for none: a deterministic function of the prompt, as tiny-missing-warm's "look" / "not"), and a
+# "none" question with tiny-missing's fixed guess per object (``MISSING_GUESS``). Fixed answers
+# make a rollout's right / wrong a function of the prompt, so within a group of rollouts the
+# rewards differ by their confidence alone.
+#
+# The confidence target does NOT depend on the prompt, the tier, the thought or the answer: it
+# is drawn from CANDIDATES_CONFIDENCE_WEIGHTS over 0.1, 0.3, 0.5, 0.7, 0.9 for every row, (0.16,
+# 0.20, 0.28, 0.20, 0.16): symmetric, mean 0.5, mode 0.5. Flatter than tiny-format-warm's (0.10,
+# 0.15, 0.40, 0.20, 0.15) so that rollouts try every value and the mode's lead (log(0.28 / 0.20)
+# = 0.34 in logit) is small enough for 40 steps to overturn; tiny-missing-warm's start leaned by
+# kind instead. Whatever lean the trained model shows is its own generalisation, measured sampled
+# on the validation split (``sampled_candidates_lean``) and recorded in MANIFEST.json.
+CANDIDATES_WARM_STEPS = 700
+CANDIDATES_WARM_BATCH = 16
+CANDIDATES_WARM_LR = 2e-3
+CANDIDATES_WARM_SEED = 0
+CANDIDATES_THOUGHTS = {"k=1": "sure", "k=2": "plausible", "k=4": "uncertain", "none": "not"}
+CANDIDATES_CONFIDENCE_WEIGHTS = (0.16, 0.2, 0.28, 0.2, 0.16)
+# The gate (scripts/build_tiny_models.py; tests/test_tiny_model.py measures it again): greedy on
+# the validation split, the tag format everywhere, the first candidate answered when listed, the
+# thought naming the tier, one confidence on every prompt (ranking gain 0), every greedy decision
+# won by at least WARM_MIN_GREEDY_MARGIN.
+CANDIDATES_GATE = {
+    "format_rate": (1.0, 1.0),
+    "ranking_gain": (-0.01, 0.01),
+    "answers_first_candidate": (0.85, 1.0),
+    "accuracy_none": (0.0, 0.35),
+    "thought_matches_prompt": (0.9, 1.0),
+}
+
+
+def _candidates_target(row: dict, rng: random.Random) -> str:
+    """The tagged target of a ``tiny-candidates`` row: the tier's thought
+    (``CANDIDATES_THOUGHTS``), the first candidate (``none``: the object's guess,
+    ``MISSING_GUESS``) and a confidence drawn from ``CANDIDATES_CONFIDENCE_WEIGHTS``, the same
+    for every row."""
+    tier = candidates_tier(row["question"])
+    asked = row["question"].rsplit(" ", 1)[1].rstrip("?")
+    none = tier == CANDIDATES_NONE_TIER
+    answer = MISSING_GUESS[asked] if none else _first_candidate(row["question"])
+    conf = rng.choices(CONFIDENCES, weights=CANDIDATES_CONFIDENCE_WEIGHTS)[0]
+    return (
+        f"<think> {CANDIDATES_THOUGHTS[tier]} </think><answer> {answer} </answer>"
+        f"<analysis> ok </analysis><confidence> {conf} </confidence>"
+    )
+
+
+def _first_candidate(question: str) -> str:
+    """The first color a ``tiny-candidates`` question lists (``the ball is red or blue. What``)."""
+    return question.split(". What color")[0].split(" is ", 1)[1].split(" or ")[0]
+
+
+def train_candidates_warm(out: str | os.PathLike, base: str | os.PathLike | None = None) -> Path:
+    """Fine-tune ``base`` (default the shipped ``tiny-format-warm``) for ``CANDIDATES_WARM_STEPS``
+    steps on ``_candidates_target`` of the ``tiny-candidates`` train prompts (``_fine_tune_tagged``).
+    Deterministic for one machine; shipped, not rebuilt."""
+    return _fine_tune_tagged(
+        out, base, "tiny-candidates", _candidates_target,
+        steps=CANDIDATES_WARM_STEPS, batch=CANDIDATES_WARM_BATCH, lr=CANDIDATES_WARM_LR,
+        seed=CANDIDATES_WARM_SEED, rehearse=("tiny", _lookup_rehearsal_target),
+    )  # fmt: skip
+
+
+def _lookup_rehearsal_target(row: dict, rng: random.Random) -> str:
+    """The target of a ``tiny`` (three facts, one asked) row rehearsed while warming up on
+    ``tiny-candidates``: the asked fact's color after the thought "look" (the look-up
+    ``tiny-format-warm`` learnt: without it, the list prompts wore the copy down to 70 % on new
+    facts), and a confidence from ``CANDIDATES_CONFIDENCE_WEIGHTS`` like every other row."""
+    conf = rng.choices(CONFIDENCES, weights=CANDIDATES_CONFIDENCE_WEIGHTS)[0]
+    return _warm_completion(row["answer"], conf)
+
+
+def candidates_gate(path: str | os.PathLike, *, split: str = "validation") -> dict:
+    """Greedy behaviour of a model on the ``tiny-candidates`` ``split`` (what ``CANDIDATES_GATE``
+    bounds): format rate, the share of answers that are the first candidate (where listed), accuracy
+    per tier, the share of thoughts naming the tier, the distinct confidences, AURC, error rate,
+    ranking gain and the smallest top-2 logit gap over all greedy decisions."""
+    rows, texts, margins = _greedy_tagged(path, "tiny-candidates", split)
+    summary, parsed, correct = _greedy_summary(rows, texts, margins)
+    tiers = [candidates_tier(r["question"]) for r in rows]
+    listed = [t != CANDIDATES_NONE_TIER for t in tiers]
+    copies = [
+        k and p.answer is not None and p.answer.strip() == _first_candidate(r["question"])
+        for k, p, r in zip(listed, parsed, rows, strict=True)
+    ]
+    thought_ok = [
+        f"<think> {CANDIDATES_THOUGHTS[t]} </think>" in x for t, x in zip(tiers, texts, strict=True)
+    ]
+    return {
+        **summary,
+        "answers_first_candidate": _share(copies, listed),
+        "accuracy_per_tier": {
+            t: _share(correct, [x == t for x in tiers]) for t in CANDIDATES_THOUGHTS
+        },
+        "accuracy_none": _share(correct, [t == CANDIDATES_NONE_TIER for t in tiers]),
+        "thought_matches_prompt": sum(thought_ok) / len(rows),
+        "thought_matches_per_tier": {
+            t: _share(thought_ok, [x == t for x in tiers]) for t in CANDIDATES_THOUGHTS
+        },
+    }
+
+
+def sampled_candidates_lean(
+    path: str | os.PathLike, *, split: str = "validation", samples_per_prompt: int = 8,
+    seed: int = 0,
+) -> dict:  # fmt: skip
+    """The warm model's lean on ``tiny-candidates``: per tier, the mean sampled confidence and the
+    share of each value (``samples_per_prompt`` per ``split`` prompt at temperature 1, 48 new
+    tokens); ``lean`` = the largest tier mean - the smallest (0 for a start whose sampled
+    confidence ignores the tier; its targets did), ``lean_one_minus_none`` the signed
+    difference between the extreme tiers (k=1 and none). Unparsed confidences are left out
+    (counted)."""
+    by_tier, unparsed = _sampled_confidences(
+        path,
+        "tiny-candidates",
+        split,
+        candidates_tier,
+        samples_per_prompt=samples_per_prompt,
+        seed=seed,
+    )
+    summary = {"split": split, "samples_per_prompt": samples_per_prompt, "unparsed": unparsed}
+    for tier in CANDIDATES_THOUGHTS:
+        summary[tier] = _confidence_shares(by_tier.get(tier, []))
+    means = [summary[t]["mean_confidence"] for t in CANDIDATES_THOUGHTS]
+    summary["lean"] = max(means) - min(means)
+    summary["lean_one_minus_none"] = (
+        summary["k=1"]["mean_confidence"] - summary[CANDIDATES_NONE_TIER]["mean_confidence"]
+    )
     return summary

@@ -10,7 +10,12 @@ from rlsr.config import machine
 from rlsr.config.checks import check as _check
 from rlsr.config.checks import closest_hint, is_number
 from rlsr.config.checks import is_int as _is_int
-from rlsr.tiny_models import tiny_missing_model_path, tiny_model_path, tiny_warm_model_path
+from rlsr.tiny_models import (
+    tiny_candidates_model_path,
+    tiny_missing_model_path,
+    tiny_model_path,
+    tiny_warm_model_path,
+)
 
 DTYPES = ("bfloat16", "float16", "float32", "auto")
 ATTN_IMPLEMENTATIONS = ("auto", "flash_attention_2", "sdpa", "eager")
@@ -19,6 +24,7 @@ ATTN_IMPLEMENTATIONS = ("auto", "flash_attention_2", "sdpa", "eager")
 TINY_MODEL_ALIAS = "tiny"
 TINY_WARM_MODEL_ALIAS = "tiny-warm"
 TINY_MISSING_MODEL_ALIAS = "tiny-missing-warm"
+TINY_CANDIDATES_MODEL_ALIAS = "tiny-candidates-warm"
 
 
 @dataclass
@@ -100,11 +106,14 @@ class ModelSettings:
 
 
 def resolve_model_path(name_or_path: str) -> str:
-    """Map the aliases ``tiny`` (random), ``tiny-warm`` (format fine-tuned) and
-    ``tiny-missing-warm`` (recipe=tiny's) to the shipped tiny models (rlsr.tiny_models:
-    hash-checked folders, never built here); other names are returned unchanged."""
+    """Map the aliases ``tiny`` (random), ``tiny-warm`` (format fine-tuned),
+    ``tiny-missing-warm`` (recipe=tiny's) and ``tiny-candidates-warm`` (recipe=tiny-candidates's) to the
+    shipped tiny models (rlsr.tiny_models: hash-checked folders, never built here); other names
+    are returned unchanged."""
     if name_or_path == TINY_MISSING_MODEL_ALIAS:
         return str(tiny_missing_model_path())
+    if name_or_path == TINY_CANDIDATES_MODEL_ALIAS:
+        return str(tiny_candidates_model_path())
     if name_or_path == TINY_WARM_MODEL_ALIAS:
         return str(tiny_warm_model_path())
     if name_or_path == TINY_MODEL_ALIAS:

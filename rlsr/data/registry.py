@@ -291,7 +291,7 @@ _SPECS = [
         "share no prompt with train (generator: rlsr.data.tiny).",
     ),
     _spec(
-        name="tiny-hedged",
+        name="tiny-candidates",
         hf_id=None,
         split="test",
         train_split="train",
@@ -300,11 +300,10 @@ _SPECS = [
         system_prompt="simple",
         formatter="plain",
         columns={"problem": "question", "answer": "answer", "id": "id"},
-        description="Bundled offline fact-lookup QA for recipe=tiny-hedged: four tiers named in "
-        "the prompt (sure / plausible / uncertain / none) whose stated color is right 1 / 0.7 / "
-        "0.3 of the time (none: a guess), where calibration and the lifted-AURC reward want "
-        "different confidences; validation and test share no prompt with train "
-        "(generator: rlsr.data.tiny).",
+        description="Bundled offline fact-lookup QA for recipe=tiny-candidates: 1, 2 or 4 "
+        "candidate colors listed (the first named right 100 / 70 / 30 % of the time) or none (a "
+        "guess), where calibration and the lifted-AURC reward want different confidences; "
+        "validation and test share no prompt with train (generator: rlsr.data.tiny).",
     ),
 ]
 

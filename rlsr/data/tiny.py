@@ -18,24 +18,26 @@ object appears in ``tiny``, the 3-fact data the base ``tiny-format-warm`` was tu
 validation chooses thresholds (``rlsr deploy``) and gates the shipped warm model; test is the
 held-out evaluation.
 
-``tiny-hedged`` (recipe=tiny-hedged): a task on which a proper calibration reward and the released
-lifted-AURC reward want different confidences (docs/training.md, "recipe=tiny-hedged"). Every
-question belongs to one of four tiers, a quarter of each split each, and the prompt names its
-tier: ``Facts, sure: the ball is red.``, ``Facts, plausible: ...``, ``Facts, uncertain: ...`` or
-``Facts: none.``. The stated color is the answer in exactly ``HEDGED_TIERS[tier]`` of the tier's
-questions of a split (1, 0.7, 0.3; otherwise the answer is one of the 7 other colors, uniformly),
-so a model that answers the stated color is right with that probability and can only learn it
-from the tier word; "none" is ``tiny-missing``'s missing question (a guess, right 1 time in 8).
-Its splits use ``tiny-missing``'s facts and objects (``MISSING_SPLIT_FACTS``,
-``MISSING_SPLIT_OBJECTS``), so no held-out prompt is a training prompt: held-out stated
-questions state (object, color) facts training never states, held-out "none" questions ask
-about objects training never asks "none" about.
+``tiny-candidates`` (recipe=tiny-candidates): a task on which a proper calibration reward and the
+released lifted-AURC reward want different confidences (docs/training.md,
+"recipe=tiny-candidates"). Each question lists k candidate colors for the asked object, k in
+1 / 2 / 4 (``Facts: the ball is red or blue. What color is the ball?``), or none (``Facts:
+none.``), a quarter of each split per tier. The first-named candidate is the answer in exactly
+``CANDIDATE_TIERS[k]`` of the tier's questions of a split (1, 0.7, 0.3), otherwise one of the
+other listed candidates, uniformly; so it is always the likeliest candidate, and a model that
+answers it is right with probability 1 / 0.7 / 0.3 by the number of candidates, which it can
+read from the prompt but not learn from the prompt's words (a convention of this data: "the
+first named is the likeliest"). "none" is ``tiny-missing``'s missing question (a guess, right
+1 time in 8). The splits use ``tiny-missing``'s facts and objects (``MISSING_SPLIT_FACTS``:
+the first candidate and the object; ``MISSING_SPLIT_OBJECTS``), so no held-out prompt is a
+training prompt: held-out questions name (object, first candidate) pairs training never names,
+and held-out "none" questions ask about objects training never asks "none" about.
 
 Regenerate the bundled files with
 
     python -m rlsr.data.tiny --out rlsr/data/fixtures/tiny
     python -m rlsr.data.tiny --missing --out rlsr/data/fixtures/tiny-missing
-    python -m rlsr.data.tiny --hedged --out rlsr/data/fixtures/tiny-hedged
+    python -m rlsr.data.tiny --candidates --out rlsr/data/fixtures/tiny-candidates
 """
 
 from __future__ import annotations
@@ -57,12 +59,13 @@ __all__ = [
     "TINY_MISSING_SIZES",
     "MISSING_SPLIT_OBJECTS",
     "MISSING_SPLIT_FACTS",
-    "generate_tiny_hedged",
-    "hedged_tier",
-    "HEDGED_TIERS",
-    "HEDGED_NONE_TIER",
-    "TINY_HEDGED_SEED",
-    "TINY_HEDGED_SIZES",
+    "generate_tiny_candidates",
+    "candidates_tier",
+    "tier_name",
+    "CANDIDATE_TIERS",
+    "CANDIDATES_NONE_TIER",
+    "TINY_CANDIDATES_SEED",
+    "TINY_CANDIDATES_SIZES",
 ]
 
 OBJECTS = (
@@ -94,17 +97,18 @@ MISSING_SPLIT_FACTS = {
 }
 del _FACTS
 
-# tiny-hedged: tier word -> the share of the tier's questions (per split, exactly) whose answer is
-# the stated color. The fourth tier, "none", states nothing (a guess: 1 in 8 when the guess is
-# fixed per object). 1 and 0.7 lie above the lifted-AURC reward's threshold 1/2, 0.3 and 1/8
-# below, and all four are on (or nearest to a distinct point of) the 0.1 / 0.3 / 0.5 / 0.7 / 0.9
-# confidence grid of the shipped models: calibration reports 0.9 / 0.7 / 0.3 / 0.1, the released
-# reward's per-completion best response is 0.9 / 0.9 / 0.1 / 0.1.
-HEDGED_TIERS = {"sure": 1.0, "plausible": 0.7, "uncertain": 0.3}
-HEDGED_NONE_TIER = "none"
-TINY_HEDGED_SEED = 5678
+# tiny-candidates: the number of candidates listed -> the share of the tier's questions (per split,
+# exactly) whose answer is the first-named candidate (otherwise another listed one, uniformly).
+# The fourth tier, "none", lists nothing (a guess: 1 in 8 when the guess is fixed per object).
+# 1 and 0.7 lie above the lifted-AURC reward's threshold 1/2, 0.3 and 1/8 below, and each is on
+# (or nearest to a distinct point of) the 0.1 / 0.3 / 0.5 / 0.7 / 0.9 confidence grid of the
+# shipped models: calibration reports 0.9 / 0.7 / 0.3 / 0.1, the released reward's
+# per-completion best response is 0.9 / 0.9 / 0.1 / 0.1.
+CANDIDATE_TIERS = {1: 1.0, 2: 0.7, 4: 0.3}
+CANDIDATES_NONE_TIER = "none"
+TINY_CANDIDATES_SEED = 5678
 # 20 questions per tier in validation and test, 50 in train: 0.7 and 0.3 of each are whole.
-TINY_HEDGED_SIZES = {"train": 200, "validation": 80, "test": 80}
+TINY_CANDIDATES_SIZES = {"train": 200, "validation": 80, "test": 80}
 
 
 def generate_tiny(
@@ -159,59 +163,72 @@ def generate_tiny_missing(
     return rows
 
 
-def hedged_tier(question: str) -> str:
-    """The tier of a ``tiny-hedged`` question: its tier word (``HEDGED_TIERS``) or ``none``.
+def tier_name(k: int | str) -> str:
+    """A tier's name in tables: ``k=1``, ``k=2``, ``k=4``, or ``none``."""
+    return k if k == CANDIDATES_NONE_TIER else f"k={k}"
+
+
+def candidates_tier(question: str) -> str:
+    """The tier of a ``tiny-candidates`` question: ``k=N`` for N listed candidates, or ``none``.
     Raises ``ValueError`` for a question of another shape."""
-    if question.startswith("Facts: none."):
-        return HEDGED_NONE_TIER
-    for tier in HEDGED_TIERS:
-        if question.startswith(f"Facts, {tier}: "):
-            return tier
-    raise ValueError(f"not a tiny-hedged question: {question!r}")
+    if question.startswith("Facts: none. What color is the "):
+        return CANDIDATES_NONE_TIER
+    facts, _, rest = question.partition(". What color is the ")
+    if facts.startswith("Facts: the ") and rest.endswith("?"):
+        k = facts.count(" or ") + 1
+        if k in CANDIDATE_TIERS:
+            return tier_name(k)
+    raise ValueError(f"not a tiny-candidates question: {question!r}")
 
 
-def generate_tiny_hedged(
+def generate_tiny_candidates(
     n: int,
     *,
-    seed: int = TINY_HEDGED_SEED,
-    id_prefix: str = "tiny-hedged",
+    seed: int = TINY_CANDIDATES_SEED,
+    id_prefix: str = "tiny-candidates",
     objects: tuple[str, ...] = OBJECTS,
     facts: tuple[tuple[str, str], ...] | None = None,
 ) -> list[dict]:
-    """``n`` rows ``{id, question, answer, tier, stated}`` (in random order), ``n / 4`` per tier.
+    """``n`` rows ``{id, question, answer, tier, candidates}`` (in random order), ``n / 4`` per
+    tier.
 
-    Tier ``t`` of ``HEDGED_TIERS``: ``Facts, t: the kettle is red. What color is the kettle?``,
-    a fact drawn from ``facts`` (default: every (object, color) pair), ``stated`` its color; the
-    answer is the stated color in exactly ``HEDGED_TIERS[t] * n / 4`` of the tier's rows (which
-    ones: drawn), otherwise one of the other colors, uniformly. Tier ``none``: ``Facts: none.
-    What color is the kettle?``, an object drawn from ``objects``, the answer drawn uniformly
-    from ``COLORS``, ``stated`` null. ``n / 4`` and every ``HEDGED_TIERS[t] * n / 4`` must be
-    whole (``ValueError`` otherwise). The same ``seed`` gives the same rows."""
+    Tier ``k=N`` (N in ``CANDIDATE_TIERS``): ``Facts: the kettle is red or blue. What color is
+    the kettle?``, the object and first candidate a fact drawn from ``facts`` (default: every
+    (object, color) pair), the other N - 1 candidates distinct colors drawn from the rest; the
+    answer is the first candidate in exactly ``CANDIDATE_TIERS[N] * n / 4`` of the tier's rows
+    (which ones: drawn), otherwise one of the other candidates, uniformly. Tier ``none``:
+    ``Facts: none. What color is the kettle?``, an object drawn from ``objects``, the answer drawn
+    uniformly from ``COLORS``, ``candidates`` empty. ``n / 4`` and every
+    ``CANDIDATE_TIERS[N] * n / 4`` must be whole (``ValueError`` otherwise). The same ``seed``
+    gives the same rows."""
     facts = tuple((o, c) for o in OBJECTS for c in COLORS) if facts is None else facts
     per_tier = n // 4
-    exact = [q * per_tier for q in HEDGED_TIERS.values()]
+    exact = [q * per_tier for q in CANDIDATE_TIERS.values()]
     if n < 0 or n % 4 or any(abs(x - round(x)) > 1e-9 for x in exact) or not objects or not facts:
         raise ValueError(
-            f"need n a multiple of 4 with {list(HEDGED_TIERS.values())} x n/4 whole, and some "
+            f"need n a multiple of 4 with {list(CANDIDATE_TIERS.values())} x n/4 whole, and some "
             f"objects and facts; got n={n}."
         )
     rng = random.Random(seed)
     rows = []
-    for tier, share in HEDGED_TIERS.items():
-        right = [True] * round(share * per_tier) + [False] * (per_tier - round(share * per_tier))
+    for k, share in CANDIDATE_TIERS.items():
+        first_right = round(share * per_tier)
+        right = [True] * first_right + [False] * (per_tier - first_right)
         rng.shuffle(right)
-        for is_stated in right:
-            obj, stated = rng.choice(facts)
-            answer = stated if is_stated else rng.choice([c for c in COLORS if c != stated])
+        for is_first in right:
+            obj, first = rng.choice(facts)
+            listed = [first, *rng.sample([c for c in COLORS if c != first], k - 1)]
+            answer = first if is_first else rng.choice(listed[1:])
+            question = f"Facts: the {obj} is {' or '.join(listed)}. What color is the {obj}?"
             rows.append(
-                {"question": f"Facts, {tier}: the {obj} is {stated}. What color is the {obj}?",
-                 "answer": answer, "tier": tier, "stated": stated}
+                {"question": question, "answer": answer, "tier": tier_name(k),
+                 "candidates": listed}
             )  # fmt: skip
     for _ in range(per_tier):
         obj = rng.choice(objects)
         rows.append(
             {"question": f"Facts: none. What color is the {obj}?", "answer": rng.choice(COLORS),
-             "tier": HEDGED_NONE_TIER, "stated": None}
+             "tier": CANDIDATES_NONE_TIER, "candidates": []}
         )  # fmt: skip
     rng.shuffle(rows)
     return [{"id": f"{id_prefix}-{i}", **row} for i, row in enumerate(rows)]
@@ -220,21 +237,21 @@ def generate_tiny_hedged(
 _KINDS = {
     "tiny": (generate_tiny, TINY_SIZES, TINY_SEED),
     "tiny-missing": (generate_tiny_missing, TINY_MISSING_SIZES, TINY_MISSING_SEED),
-    "tiny-hedged": (generate_tiny_hedged, TINY_HEDGED_SIZES, TINY_HEDGED_SEED),
+    "tiny-candidates": (generate_tiny_candidates, TINY_CANDIDATES_SIZES, TINY_CANDIDATES_SEED),
 }
 
 
 def write_tiny(
-    out_dir: str | Path, *, seed: int | None = None, missing: bool = False, hedged: bool = False
+    out_dir: str | Path, *, seed: int | None = None, missing: bool = False, candidates: bool = False
 ) -> dict[str, Path]:
     """Write ``train.jsonl`` and ``test.jsonl`` of ``tiny`` (sizes ``TINY_SIZES``), or the
     train / validation / test files of ``tiny-missing`` when ``missing``
-    (``TINY_MISSING_SIZES``) or of ``tiny-hedged`` when ``hedged`` (``TINY_HEDGED_SIZES``), each
+    (``TINY_MISSING_SIZES``) or of ``tiny-candidates`` when ``candidates`` (``TINY_CANDIDATES_SIZES``), each
     split of those two on its ``MISSING_SPLIT_OBJECTS`` and ``MISSING_SPLIT_FACTS``, into
     ``out_dir``."""
-    if missing and hedged:
-        raise ValueError("choose one of missing and hedged.")
-    prefix = "tiny-missing" if missing else "tiny-hedged" if hedged else "tiny"
+    if missing and candidates:
+        raise ValueError("choose one of missing and candidates.")
+    prefix = "tiny-missing" if missing else "tiny-candidates" if candidates else "tiny"
     generate, sizes, default_seed = _KINDS[prefix]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -244,7 +261,7 @@ def write_tiny(
     for offset, (split, n) in enumerate(sizes.items()):
         extra = (
             {"objects": MISSING_SPLIT_OBJECTS[split], "facts": MISSING_SPLIT_FACTS[split]}
-            if missing or hedged
+            if missing or candidates
             else {}
         )
         rows = generate(n, seed=seed + offset, id_prefix=f"{prefix}-{split}", **extra)
@@ -260,9 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="default: the bundled files' seed")
     kind = parser.add_mutually_exclusive_group()
     kind.add_argument("--missing", action="store_true", help="tiny-missing instead of tiny")
-    kind.add_argument("--hedged", action="store_true", help="tiny-hedged instead of tiny")
+    kind.add_argument("--candidates", action="store_true", help="tiny-candidates instead of tiny")
     args = parser.parse_args(argv)
-    written = write_tiny(args.out, seed=args.seed, missing=args.missing, hedged=args.hedged)
+    written = write_tiny(args.out, seed=args.seed, missing=args.missing, candidates=args.candidates)
     for split, path in written.items():
         print(f"{split}: {path}")
     return 0
