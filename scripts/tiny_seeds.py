@@ -44,6 +44,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from rlsr.data.loading import FIXTURES_DIR  # noqa: E402
 from rlsr.data.tiny import candidates_tier  # noqa: E402
 from rlsr.evaluation.history import read_history  # noqa: E402
 from rlsr.metrics import aurc, ranking_gain_from_aurc  # noqa: E402
@@ -118,6 +119,29 @@ def confidence_by_kind(samples_path: Path, recipe: str = "tiny") -> dict:
             "confidence_counts": dict(sorted(counts.items())),
             "accuracy": sum(bool(r["correct"]) for r in picked) / max(1, len(picked)),
         }
+    return out
+
+
+def sampled_means(pools: Path, recipe: str, window: int = 10) -> dict[str, list[float | None]]:
+    """Per kind of training prompt (``RECIPES``), the mean parsed confidence of the rollouts in
+    the run's first and last ``window`` optimizer steps (``pools/step-N.jsonl``; a prompt's kind
+    from its bundled train question, by ``prompt_id``): whether the sampled confidence moved at
+    all, where the greedy one did not. None for a kind without a rollout in the window."""
+    spec = RECIPES[recipe]
+    train = FIXTURES_DIR / spec["dataset"] / "train.jsonl"
+    kind_of_id = {row["id"]: spec["kind_of"](row["question"])
+                  for row in map(json.loads, train.read_text().splitlines())}  # fmt: skip
+    steps = sorted(int(f.stem.split("-")[1]) for f in pools.glob("step-*.jsonl"))
+    out: dict[str, list[float | None]] = {kind: [] for kind in spec["kinds"]}
+    for chosen in (steps[:window], steps[-window:]):
+        confs: dict[str, list[float]] = {kind: [] for kind in spec["kinds"]}
+        for step in chosen:
+            for line in (pools / f"step-{step}.jsonl").read_text().splitlines():
+                row = json.loads(line)
+                if row.get("confidence") is not None:
+                    confs[kind_of_id[row["prompt_id"]]].append(row["confidence"])
+        for kind, values in confs.items():
+            out[kind].append(sum(values) / len(values) if values else None)
     return out
 
 
@@ -198,6 +222,7 @@ def _run(
     samples = folder / EVAL_DIR / f"{STEP_PREFIX}{last['step']}" / dataset / SAMPLES_FILE
     row["last_confidence"] = confidence_by_kind(samples, recipe)
     row["last_aurc_if"] = report_aurcs(samples, recipe)
+    row["sampled_confidence_first_last"] = sampled_means(folder / "pools", recipe)
     return row
 
 
@@ -296,6 +321,17 @@ def table_markdown(
                       for name in reports)
             + f"{r['seconds']:.0f} | {r['load_1min_at_end']:.1f} |"
         )  # fmt: skip
+    sampled = [r for r in rows if "sampled_confidence_first_last" in r]
+    if sampled:
+        lines += ["", "**Sampled confidence per run** (mean parsed confidence of the training "
+                  "rollouts per kind, first 10 -> last 10 optimizer steps, from pools/)", "",
+                  "| arm | seed | " + " | ".join(kinds) + " |",
+                  "| --- " * (2 + len(kinds)) + "|"]  # fmt: skip
+        for r in sorted(sampled, key=lambda r: (list(ARMS).index(r["arm"]), r["seed"])):
+            means = r["sampled_confidence_first_last"]
+            cells = [" -> ".join("–" if m is None else f"{m:.3f}" for m in means[k])
+                     for k in kinds]  # fmt: skip
+            lines.append(f"| {r['arm']} | {r['seed']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

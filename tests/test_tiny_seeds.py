@@ -108,3 +108,28 @@ def test_report_aurcs_rank_a_runs_own_answers_by_each_report(seeds_script, tmp_p
     got = seeds_script.report_aurcs(path, "tiny-candidates")
     assert got == pytest.approx({"calibrated": 1 / 3, "threshold": 1 / 2})
     assert seeds_script.report_aurcs(path, "tiny") == {}
+
+
+def test_sampled_means_split_rollouts_by_their_prompts_tier(seeds_script, tmp_path):
+    """The sampled-confidence table: each rollout of pools/step-N.jsonl counts for the tier of
+    its prompt (found by prompt_id in the bundled train split, not by what the model wrote), in
+    the first and the last window of steps; an unparsed confidence is left out and a tier
+    without rollouts in a window is None. Catches rollouts binned by their own thought."""
+    import json
+
+    from rlsr.data.loading import FIXTURES_DIR
+
+    train = [json.loads(line) for line in
+             (FIXTURES_DIR / "tiny-candidates" / "train.jsonl").read_text().splitlines()]  # fmt: skip
+    one = next(r["id"] for r in train if r["tier"] == "k=1")
+    none = next(r["id"] for r in train if r["tier"] == "none")
+    pools = tmp_path / "pools"
+    pools.mkdir()
+    steps = {0: [(one, 0.5), (one, 0.7), (none, None)], 1: [(none, 0.3)], 2: [(one, 0.9)]}
+    for step, rollouts in steps.items():
+        (pools / f"step-{step}.jsonl").write_text("".join(
+            json.dumps({"prompt_id": pid, "confidence": c, "completion": "<think> not </think>"})
+            + "\n" for pid, c in rollouts))  # fmt: skip
+    got = seeds_script.sampled_means(pools, "tiny-candidates", window=2)
+    assert got["k=1"] == pytest.approx([0.6, 0.9]) and got["none"] == pytest.approx([0.3, 0.3])
+    assert got["k=2"] == [None, None]
