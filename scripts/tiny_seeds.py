@@ -48,6 +48,7 @@ from rlsr.data.loading import FIXTURES_DIR  # noqa: E402
 from rlsr.data.tiny import candidates_tier  # noqa: E402
 from rlsr.evaluation.history import read_history  # noqa: E402
 from rlsr.metrics import aurc, ranking_gain_from_aurc  # noqa: E402
+from rlsr.pool_log import pool_path, pool_steps  # noqa: E402
 from rlsr.run_layout import EVAL_DIR, SAMPLES_FILE, STEP_PREFIX  # noqa: E402
 
 # Arm name -> train.py overrides on top of the recipe (--recipe).
@@ -131,12 +132,12 @@ def sampled_means(pools: Path, recipe: str, window: int = 10) -> dict[str, list[
     train = FIXTURES_DIR / spec["dataset"] / "train.jsonl"
     kind_of_id = {row["id"]: spec["kind_of"](row["question"])
                   for row in map(json.loads, train.read_text().splitlines())}  # fmt: skip
-    steps = sorted(int(f.stem.split("-")[1]) for f in pools.glob("step-*.jsonl"))
+    steps = sorted(pool_steps(pools.parent))
     out: dict[str, list[float | None]] = {kind: [] for kind in spec["kinds"]}
     for chosen in (steps[:window], steps[-window:]):
         confs: dict[str, list[float]] = {kind: [] for kind in spec["kinds"]}
         for step in chosen:
-            for line in (pools / f"step-{step}.jsonl").read_text().splitlines():
+            for line in pool_path(pools.parent, step).read_text().splitlines():
                 row = json.loads(line)
                 if row.get("confidence") is not None:
                     confs[kind_of_id[row["prompt_id"]]].append(row["confidence"])
