@@ -32,13 +32,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from rlsr.deprecation import renamed_attribute
 
 __all__ = [
     "Launch",
@@ -287,12 +288,4 @@ _OLD_NAMES = {
 
 
 def __getattr__(name: str):
-    if name not in _OLD_NAMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    new = _OLD_NAMES[name]
-    warnings.warn(
-        f"rlsr.launch.{name} is deprecated: use rlsr.launch.{new} (the same object).",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return globals()[new]
+    return renamed_attribute(globals(), _OLD_NAMES, __name__, name, stacklevel=3)

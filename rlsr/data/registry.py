@@ -9,11 +9,12 @@ in-domain (ID) / out-of-domain (OOD) groups Sec. 4.1 and Tab. 8-11.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
+
+from rlsr.deprecation import renamed_attribute
 
 __all__ = [
     "TaskSpec",
@@ -436,15 +437,7 @@ OLD_NAMES = {
 def renamed(name: str, module: str = "rlsr.data"):
     """The object an old name (``OLD_NAMES``) now has, with one DeprecationWarning naming the new
     name; ``AttributeError`` for any other name."""
-    if name not in OLD_NAMES:
-        raise AttributeError(f"module {module!r} has no attribute {name!r}")
-    new = OLD_NAMES[name]
-    warnings.warn(
-        f"{module}.{name} is deprecated: use {module}.{new} (the same object).",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return globals()[new]
+    return renamed_attribute(globals(), OLD_NAMES, module, name, stacklevel=4)
 
 
 def __getattr__(name: str):
