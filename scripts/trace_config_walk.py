@@ -11,14 +11,18 @@ arguments, where the walk is stopped (before any model or tokenizer loads).
 Every module is imported before the trace starts, so only code that runs on the walk counts
 (not import-time code). ``--root``: the checkout whose train.py and rlsr are traced (default
 this one), so two versions are measured with one script. Prints one line per module (with the
-number of calls into it) and two counts: every module whose code runs, and the modules the
-config itself enters (a function called with the composed ``DictConfig`` or the typed
-``TrainSettings`` as an argument, marked ``*``); no model or dataset loads.
+number of calls into it) and three counts: every module whose code runs; the modules the config
+itself enters (a function called with the composed ``DictConfig`` or the typed ``TrainSettings``
+as an argument, marked ``*``); and the modules that receive the config or any of its settings
+sections (an argument, ``self`` included, that is a ``DictConfig``, a ``TrainSettings`` or any
+other dataclass instance defined in ``rlsr.config``, such as ``ModelSettings``, ``PoolPlan`` or
+``ResolvedHeldOut``; marked ``*`` or ``+``). No model or dataset loads.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import sys
 import tempfile
@@ -58,7 +62,20 @@ def main(argv: list[str] | None = None) -> int:
     rlsr.training.trainer_kwargs = trainer_kwargs
     calls: Counter[str] = Counter()
     with_config: set[str] = set()
+    with_settings: set[str] = set()
     config_types = (DictConfig, TrainSettings)
+
+    def is_settings(value) -> bool:
+        """The config, or a dataclass instance of rlsr.config (a settings section, a plan)."""
+        if isinstance(value, config_types):
+            return True
+        kind = type(value)
+        owner = getattr(kind, "__module__", "")
+        return (
+            dataclasses.is_dataclass(value)
+            and not isinstance(value, type)
+            and (owner == "rlsr.config" or owner.startswith("rlsr.config."))
+        )
 
     def profile(frame, event, arg):
         if event == "call":
@@ -69,8 +86,11 @@ def main(argv: list[str] | None = None) -> int:
                 calls[module] += 1
                 code = frame.f_code
                 names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
-                if any(isinstance(frame.f_locals.get(n), config_types) for n in names):
+                values = [frame.f_locals.get(n) for n in names]
+                if any(isinstance(v, config_types) for v in values):
                     with_config.add(module)
+                if any(is_settings(v) for v in values):
+                    with_settings.add(module)
 
     sys.setprofile(profile)
     try:
@@ -83,10 +103,11 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out, ignore_errors=True)
     assert kwargs["output_dir"] == str(out / "run")
     for module, n in sorted(calls.items()):
-        mark = "*" if module in with_config else " "
+        mark = "*" if module in with_config else "+" if module in with_settings else " "
         print(f"{mark} {module:<32} {n:>6} calls")
     print(f"{len(calls)} rlsr modules run on the walk from train.py's main to the trainer's "
-          f"arguments; the config enters {len(with_config)} of them (*)")  # fmt: skip
+          f"arguments; the config enters {len(with_config)} of them (*); "
+          f"{len(with_settings)} receive the config or one of its settings sections (* or +)")  # fmt: skip
     return 0
 
 
