@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlsr.checks import closest_hint, is_int, is_number
 from rlsr.prompts import NO_SYSTEM_PROMPT, system_prompt_names
 
 __all__ = [
@@ -68,25 +67,17 @@ class ProtocolError(ValueError):
 # --------------------------------------------------------------------------- accepted values
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _int_at_least(low: int, *, optional: bool = False) -> tuple[Callable[[Any], bool], str]:
     text = f">= {low} (an integer{' or null' if optional else ''})"
-    return (lambda v: (optional and v is None) or (_is_int(v) and v >= low)), text
+    return (lambda v: (optional and v is None) or (is_int(v) and v >= low)), text
 
 
 def _number(test: Callable[[float], bool], text: str) -> tuple[Callable[[Any], bool], str]:
-    return (lambda v: _is_number(v) and test(v)), text
+    return (lambda v: is_number(v) and test(v)), text
 
 
 _BOOL = (lambda v: isinstance(v, bool), "true or false")
-_INT = (_is_int, "an integer")
+_INT = (is_int, "an integer")
 
 
 def _system_prompt_ok(value) -> bool:
@@ -327,8 +318,7 @@ def check_mapping(values: Mapping | None, where: str) -> dict[str, Any]:
     out = dict(values)
     for key in out:
         if key not in _FIELDS:
-            match = difflib.get_close_matches(str(key), PROTOCOL_FIELDS, n=1)
-            hint = f" Did you mean {match[0]!r}?" if match else ""
+            hint = closest_hint(str(key), PROTOCOL_FIELDS)
             raise ProtocolError(
                 f"{where}.{key}",
                 f"not an evaluation setting.{hint} Known: {', '.join(PROTOCOL_FIELDS)}.",

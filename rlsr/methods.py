@@ -44,15 +44,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlsr import rewards as R
-from rlsr.config import (
-    CONFIDENCE_SOURCES,
-    ConfigError,
-    MethodSettings,
-    TrainSettings,
-    closest_hint,
-    is_number,
-)
-from rlsr.config.checks import check as _check
+from rlsr.checks import ConfigError, closest_hint, is_number
+from rlsr.checks import check as _check
+from rlsr.config import CONFIDENCE_SOURCES, MethodSettings, TrainSettings
 from rlsr.parsing import FULL_FORMAT, OPTIONAL_CONFIDENCE_FORMAT, FormatSpec
 from rlsr.plugins import load_named
 

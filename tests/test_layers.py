@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "rlsr.launch": 0,
     "rlsr.plugins": 0,  # "package.module:name" imported safely (verifier and method plugins)
     "rlsr.deprecation": 0,  # the one-line note of an old spelling that still reads
+    "rlsr.checks": 0,  # ConfigError, check, is_int / is_number: every settings check's words
     # 1 equations
     "rlsr.rewards": 1,
     "rlsr.calibration": 1,

@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlsr.config.checks import ConfigError, closest_hint, is_number
-from rlsr.config.checks import check as _check
-from rlsr.config.checks import is_int as _is_int
+from rlsr.checks import ConfigError, closest_hint, is_number
+from rlsr.checks import check as _check
+from rlsr.checks import is_int as _is_int
 from rlsr.config.data import DataSettings, training_verifier
 from rlsr.config.heldout import (
     ENGINE_BACKENDS,

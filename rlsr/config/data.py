@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlsr.config.checks import ConfigError
-from rlsr.config.checks import check as _check
-from rlsr.config.checks import is_int as _is_int
+from rlsr.checks import ConfigError
+from rlsr.checks import check as _check
+from rlsr.checks import is_int as _is_int
 from rlsr.data import get_spec
 from rlsr.prompts import NO_SYSTEM_PROMPT, system_prompt_names
 from rlsr.verifiers import is_plugin_name

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlsr.config.checks import ConfigError, check, is_int, is_number
+from rlsr.checks import ConfigError, check, is_int, is_number
 from rlsr.config.server_eval import check_server_eval_fits
 from rlsr.config.trl_defaults import grpo_get
 from rlsr.data import VERIFIERS as VERIFIER_NAMES

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlsr.config.checks import ConfigError, is_number
-from rlsr.config.checks import check as _check
+from rlsr.checks import ConfigError, is_number
+from rlsr.checks import check as _check
 from rlsr.eval_protocol import ProtocolError, check_mapping, evaluate_mapping_of
 
 # Where RLSR's pooled ranking reads each completion's confidence (method.confidence).

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlsr.checks import check as _check
+from rlsr.checks import closest_hint, is_number
+from rlsr.checks import is_int as _is_int
 from rlsr.config import machine
-from rlsr.config.checks import check as _check
-from rlsr.config.checks import closest_hint, is_number
-from rlsr.config.checks import is_int as _is_int
 from rlsr.tiny_models import (
     tiny_candidates_model_path,
     tiny_missing_model_path,

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlsr.config.checks import ConfigError
-from rlsr.config.checks import check as _check
-from rlsr.config.checks import is_int as _is_int
+from rlsr.checks import ConfigError
+from rlsr.checks import check as _check
+from rlsr.checks import is_int as _is_int
 from rlsr.config.trl_defaults import grpo_get
 from rlsr.launch import WORLD_SIZE_VARIABLES, world_size_from_env
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rlsr.config.checks import check as _check
-from rlsr.config.checks import is_int as _is_int
+from rlsr.checks import check as _check
+from rlsr.checks import is_int as _is_int
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rlsr.config.checks import ConfigError
+from rlsr.checks import ConfigError
 
 __all__ = [
     "ASSUMED_SERVER_TOKENS_PER_S",

@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
+from rlsr.checks import ConfigError, closest_hint, is_number
+from rlsr.checks import check as _check
+from rlsr.checks import is_int as _is_int
 from rlsr.config import machine
-from rlsr.config.checks import ConfigError, closest_hint, is_number
-from rlsr.config.checks import check as _check
-from rlsr.config.checks import is_int as _is_int
 from rlsr.config.trl_defaults import config_field_names, grpo_get, sft_default
 from rlsr.launch import launch_from_env, launch_problems
 

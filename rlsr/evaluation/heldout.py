@@ -67,7 +67,7 @@ import torch
 from accelerate.utils import is_peft_model
 from transformers import AutoModelForCausalLM, TrainerCallback
 
-from rlsr.config.checks import ConfigError
+from rlsr.checks import ConfigError
 from rlsr.config.heldout import ResolvedHeldOut
 from rlsr.data import version_records
 from rlsr.data.loading import build_verifier, load_examples

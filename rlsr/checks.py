@@ -1,6 +1,8 @@
-"""What every settings section checks with: ``ConfigError`` (names the dotted field and the fix),
-``check`` and the number predicates. The bottom of the config package: it imports nothing of
-rlsr, so every section module can use it."""
+"""What every settings check is written with: ``ConfigError`` (names the dotted field and the
+fix), ``check``, the number predicates and the closest-name hint. Used by every section of
+``rlsr.config`` and by the evaluation protocol (``rlsr.eval_protocol``, which the config imports,
+so these cannot live inside the config package); it imports nothing, so it sits with the
+primitives."""
 
 from __future__ import annotations
 
