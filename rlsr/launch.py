@@ -21,6 +21,12 @@ stack (TRL 1.16, transformers 5.17, accelerate 1.15, PEFT 0.21) refuses or silen
 as ``(field, message)``; ``rlsr.config`` raises them as ``ConfigError``. docs/training.md
 ("Distributed launch") gives the evidence for each rule.
 
+What the machine offers the run is probed here too, so a config check can ask it without loading
+anything: CUDA (``cuda_available``), an importable optional package (``module_available``: vllm,
+flash-attn, deepspeed) and the attention implementation ``auto`` resolves to
+(``resolve_attn_implementation``). Tests that plan a GPU launch on a CPU machine replace these
+probes only.
+
 Its names from when it was called an "engine" (old spelling: the word is the generation engine's)
 still import, each with a DeprecationWarning naming the new one (``_OLD_NAMES``).
 
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -47,6 +54,12 @@ __all__ = [
     "launch_from_accelerate_config",
     "launch_problems",
     "deepspeed_available",
+    "WORLD_SIZE_VARIABLES",
+    "world_size_from_env",
+    "module_available",
+    "cuda_available",
+    "flash_attn_loads",
+    "resolve_attn_implementation",
 ]
 
 
@@ -179,11 +192,56 @@ def launch_from_accelerate_config(path: str | os.PathLike) -> Launch:
     return Launch("ddp" if processes > 1 or kind.startswith("MULTI") else "single", source=source)
 
 
-def deepspeed_available() -> bool:
+# --------------------------------------------------------------------------- the machine
+
+
+def module_available(name: str) -> bool:
+    """True when the package ``name`` is installed (found without importing it)."""
     try:
-        return importlib.util.find_spec("deepspeed") is not None
+        return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
+
+
+def cuda_available() -> bool:
+    import torch  # heavy: only when a check asks whether a GPU is in use
+
+    return torch.cuda.is_available()
+
+
+def flash_attn_loads() -> bool:
+    """True when ``flash_attn`` is installed *and* imports. The ``flash`` extra builds from source
+    against the installed torch; a build for another torch is found by ``find_spec`` but fails
+    to import (undefined symbol), and the model load would then crash. Logs one line then."""
+    if not module_available("flash_attn"):
+        return False
+    try:
+        import flash_attn  # noqa: F401  (heavy optional dependency: only to check it loads)
+    except Exception as err:  # ImportError, OSError (undefined symbol), RuntimeError
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        logging.getLogger("rlsr").warning(
+            "[rlsr] flash_attn is installed but does not import (%s); using sdpa. Rebuild it "
+            "for this torch (pip install flash-attn --no-build-isolation) to use FlashAttention-2.",
+            first,
+        )
+        return False
+    return True
+
+
+def resolve_attn_implementation(requested: str, *, on_gpu: bool | None = None) -> str:
+    """``auto`` -> ``flash_attention_2`` when a GPU is present and flash-attn is installed and
+    imports (``flash_attn_loads``), else ``sdpa``."""
+    if requested != "auto":
+        return requested
+    gpu = cuda_available() if on_gpu is None else on_gpu
+    return "flash_attention_2" if gpu and flash_attn_loads() else "sdpa"
+
+
+def deepspeed_available() -> bool:
+    return module_available("deepspeed")
+
+
+# --------------------------------------------------------------------------- what a launch rules out
 
 
 def launch_problems(

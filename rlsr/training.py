@@ -43,7 +43,6 @@ from rlsr.config import (
     TrainSettings,
     declared_variants,
     heldout_protocol,
-    resolve_attn_implementation,
     resolve_heldout,
     resolve_model_path,
     resolve_resume,
@@ -60,7 +59,7 @@ from rlsr.data.loading import (
 from rlsr.eval_protocol import protocol_flags, to_flags
 from rlsr.evaluation.heldout import HeldOutEvaluator
 from rlsr.evaluation.history import read_history
-from rlsr.launch import launch_from_env
+from rlsr.launch import launch_from_env, resolve_attn_implementation
 from rlsr.methods import args_section
 from rlsr.metrics import ranking_gain_from_aurc
 from rlsr.pool import HookObserver

@@ -35,7 +35,7 @@ def gpu_node(monkeypatch):
     """The recipes are planned as on a GPU node with vLLM installed: this machine has neither, so
     the two machine probes are the doubles (as tests/test_config.py pretends vllm is installed);
     every check of the plan itself is real."""
-    import rlsr.config.machine as M
+    import rlsr.launch as M
 
     real = M.module_available
     monkeypatch.setattr(M, "module_available", lambda name: name == "vllm" or real(name))

@@ -58,7 +58,6 @@ from rlsr.config.heldout import (
     resolve_heldout,
 )
 from rlsr.config.hydra_args import describe_hydra_error, force_add_overrides
-from rlsr.config.machine import resolve_attn_implementation
 from rlsr.config.method import CONFIDENCE_SOURCES, MethodSettings
 from rlsr.config.model import LoraSettings, ModelSettings, resolve_model_path
 from rlsr.config.pool import PoolPlan, resolve_pool, world_size_from_env
@@ -99,7 +98,6 @@ __all__ = [
     "PoolPlan",
     "resolve_pool",
     "world_size_from_env",
-    "resolve_attn_implementation",
     "resolve_model_path",
     "resolve_resume",
     "resolve_heldout",

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlsr import launch
 from rlsr.checks import check as _check
 from rlsr.checks import closest_hint, is_number
 from rlsr.checks import is_int as _is_int
-from rlsr.config import machine
 from rlsr.tiny_models import (
     tiny_candidates_model_path,
     tiny_missing_model_path,
@@ -92,7 +92,7 @@ class ModelSettings:
         )
         if here and self.attn_implementation == "flash_attention_2":
             _check(
-                machine.module_available("flash_attn"),
+                launch.module_available("flash_attn"),
                 "model.attn_implementation",
                 "flash_attention_2 requested but flash-attn is not installed; `pip install rlsr[flash]` "
                 "(needs CUDA + nvcc) or set model.attn_implementation=auto (falls back to sdpa).",

@@ -4,12 +4,11 @@
 
 from __future__ import annotations
 
+from rlsr import launch  # the machine's probes, looked up here so a test can stand in for them
 from rlsr.checks import ConfigError, closest_hint, is_number
 from rlsr.checks import check as _check
 from rlsr.checks import is_int as _is_int
-from rlsr.config import machine
 from rlsr.config.trl_defaults import config_field_names, grpo_get, sft_default
-from rlsr.launch import launch_from_env, launch_problems
 
 VLLM_MODES = ("colocate", "server")
 # GRPOConfig fields rlsr sets itself from other sections; a value in grpo.* would be ignored.
@@ -87,7 +86,7 @@ def check_grpo(g: dict, *, here: bool = True) -> None:
             "(a separate `trl vllm-serve`/`vllm serve`; see docs/training.md).",
         )
         _check(
-            not here or machine.module_available("vllm"),
+            not here or launch.module_available("vllm"),
             "grpo.use_vllm",
             "vLLM rollouts requested but vllm is not installed; `pip install rlsr[vllm]` "
             "(GPU), or set grpo.use_vllm=false to generate with transformers.",
@@ -98,7 +97,7 @@ def check_grpo(g: dict, *, here: bool = True) -> None:
 
 def check_precision(g: dict, section: str) -> None:
     use_cpu = bool(g.get("use_cpu", False))
-    on_gpu = not use_cpu and machine.cuda_available()
+    on_gpu = not use_cpu and launch.cuda_available()
     bf16 = g.get("bf16", True) and not g.get("fp16", False)
     _check(
         not (bf16 and not on_gpu),
@@ -209,5 +208,5 @@ def check_sft(g: dict, *, here: bool = True) -> None:
 def check_launch(g: dict, lora: bool) -> None:
     """The distributed launch (DDP / FSDP / DeepSpeed, from accelerate's environment variables,
     ``rlsr.launch``) against the grpo settings: the first problem becomes a ConfigError."""
-    for field_name, message in launch_problems(launch_from_env(), g, lora=lora):
+    for field_name, message in launch.launch_problems(launch.launch_from_env(), g, lora=lora):
         raise ConfigError(field_name, message)
