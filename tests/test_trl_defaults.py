@@ -1,4 +1,4 @@
-"""TRL's fields and defaults read from TRL's source (rlsr/config/trl_defaults.py) equal the
+"""TRL's fields and defaults read from TRL's source (rlsr/config/trainer_args.py) equal the
 imported dataclasses', and checking a config imports no torch, transformers, TRL or datasets.
 
 A reader that missed a base class, an override or a default would make the config check accept a
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from trl import GRPOConfig, SFTConfig
 
-from rlsr.config import trl_defaults as T
+from rlsr.config import trainer_args as T
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASSES = {"GRPOConfig": GRPOConfig, "SFTConfig": SFTConfig}

@@ -69,8 +69,8 @@ from rlsr.config.trainer_args import (
     check_launch,
     check_sft,
     check_vllm_length,
+    grpo_get,
 )
-from rlsr.config.trl_defaults import grpo_get
 from rlsr.data import TaskError, load_env_tasks, load_tasks
 from rlsr.eval_protocol import EvalProtocol
 from rlsr.prompts import NO_SYSTEM_PROMPT

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rlsr.checks import ConfigError, check, is_int, is_number
 from rlsr.config.server_eval import check_server_eval_fits
-from rlsr.config.trl_defaults import grpo_get
+from rlsr.config.trainer_args import grpo_get
 from rlsr.data import VERIFIERS as VERIFIER_NAMES
 from rlsr.data import get_spec, resolve_tasks
 from rlsr.eval_protocol import (

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from rlsr.checks import ConfigError
 from rlsr.checks import check as _check
 from rlsr.checks import is_int as _is_int
-from rlsr.config.trl_defaults import grpo_get
+from rlsr.config.trainer_args import grpo_get
 from rlsr.launch import WORLD_SIZE_VARIABLES, world_size_from_env
 
 __all__ = ["WORLD_SIZE_VARIABLES", "PoolPlan", "resolve_pool", "world_size_from_env"]
