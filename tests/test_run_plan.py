@@ -80,7 +80,7 @@ def test_a_launch_whose_process_count_differs_from_the_plan_is_refused(tmp_path)
 def test_the_process_count_is_read_as_accelerate_reads_it(monkeypatch):
     """An MPI launch states its size only in its own variable before accelerate sets WORLD_SIZE;
     planning for 1 process there would refuse (or mis-size) the run."""
-    from rlsr.config.pool import WORLD_SIZE_VARIABLES, world_size_from_env
+    from rlsr.launch import WORLD_SIZE_VARIABLES, world_size_from_env
 
     for name in WORLD_SIZE_VARIABLES:
         monkeypatch.delenv(name, raising=False)
@@ -94,7 +94,7 @@ def test_the_process_count_is_read_as_accelerate_reads_it(monkeypatch):
 def test_the_launch_and_the_run_plan_read_one_world_size():
     """An MPI launch states its size only in its own variable; the launch (DDP vs single) and
     the run plan's process count read it with the same reader, so they cannot disagree."""
-    from rlsr.config.pool import world_size_from_env as plan_reader
+    from rlsr.config import world_size_from_env as plan_reader
     from rlsr.launch import launch_from_env
 
     names = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")

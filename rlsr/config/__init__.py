@@ -58,11 +58,17 @@ from rlsr.config.heldout import (
     resolve_heldout,
 )
 from rlsr.config.hydra_args import describe_hydra_error, force_add_overrides
-from rlsr.config.method import CONFIDENCE_SOURCES, MethodSettings
-from rlsr.config.model import LoraSettings, ModelSettings, resolve_model_path
-from rlsr.config.pool import PoolPlan, resolve_pool, world_size_from_env
-from rlsr.config.pool_log import PoolLogSettings
 from rlsr.config.renamed import fold_renamed
+from rlsr.config.sections import (
+    CONFIDENCE_SOURCES,
+    LoraSettings,
+    MethodSettings,
+    ModelSettings,
+    PoolLogSettings,
+    PoolPlan,
+    resolve_model_path,
+    resolve_pool,
+)
 from rlsr.config.trainer_args import (
     TRAINER_SECTIONS,
     check_grpo,
@@ -73,6 +79,7 @@ from rlsr.config.trainer_args import (
 )
 from rlsr.data import TaskError, load_env_tasks, load_tasks
 from rlsr.eval_protocol import EvalProtocol
+from rlsr.launch import world_size_from_env
 from rlsr.prompts import NO_SYSTEM_PROMPT
 
 __all__ = [

@@ -203,9 +203,10 @@ def _check_batch_sizes(g: dict, section: str) -> None:
 
 
 def check_grpo(g: dict, *, here: bool = True) -> None:
-    """The ``grpo`` section's own fields (the pool they make is ``rlsr.config.pool.resolve_pool``'s,
-    run once by ``rlsr.config.plan_settings``). ``here=False``: the run starts on another
-    machine, so what this one offers (vLLM installed, a GPU: ``check_precision``) is not asked."""
+    """The ``grpo`` section's own fields (the pool they make is
+    ``rlsr.config.sections.resolve_pool``'s, run once by ``rlsr.config.plan_settings``).
+    ``here=False``: the run starts on another machine, so what this one offers (vLLM installed, a
+    GPU: ``check_precision``) is not asked."""
     fields = config_field_names("GRPOConfig")
     for key in g:
         if key not in fields:  # the hint only for a wrong key: difflib over ~190 names per key

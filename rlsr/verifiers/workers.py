@@ -1,5 +1,5 @@
 """Worker processes that verify items under a per-item time limit (a verifier's "workers";
-"pool" in rlsr is the optimizer step's pool of rollouts, ``rlsr.config.pool``).
+"pool" in rlsr is the optimizer step's pool of rollouts, ``rlsr.config.sections.resolve_pool``).
 
 Shared by the math verifier (``rlsr.verifiers.math``) and verifier plugins
 (``rlsr.verifiers.plugin``). A worker runs ``target(conn, *args)``: it sends ``("ready", pid)``

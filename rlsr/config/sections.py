@@ -1,0 +1,364 @@
+"""The small settings sections of ``train.py``'s config, each a dataclass that checks its own
+fields where they are declared (``validate``, through ``rlsr.checks.check``):
+
+* ``model``: which weights, in which dtype and attention implementation, and the LoRA adapter
+  trained on them (paper: r = 1, alpha = 32, all linear layers); ``resolve_model_path`` maps the
+  ``tiny`` aliases to the shipped tiny models;
+* ``method``: which method (``rlsr.methods`` holds each one's own checks), its reward weights,
+  where the confidence comes from, and how a model trained this way is evaluated;
+* ``pool_size``: one pool = one optimizer step. ``resolve_pool`` derives the pool of B x G
+  completions ranked together and the gradient accumulation that gives it from ``pool_size`` and
+  ``grpo.*`` (RLSR paper Sec. 3: every completion of one optimizer step across all processes is
+  ranked together);
+* ``pool_log``: every training pool on disk (``rlsr.pool_log`` writes them).
+
+The larger sections have modules of their own: ``data`` (``data.py``), ``eval``
+(``heldout.py``), ``grpo`` / ``sft`` (``trainer_args.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlsr import launch  # the machine's probes, looked up here so a test can stand in for them
+from rlsr.checks import ConfigError, closest_hint, is_number
+from rlsr.checks import check as _check
+from rlsr.checks import is_int as _is_int
+from rlsr.config.trainer_args import grpo_get
+from rlsr.eval_protocol import ProtocolError, check_mapping, evaluate_mapping_of
+from rlsr.tiny_models import (
+    tiny_candidates_model_path,
+    tiny_missing_model_path,
+    tiny_model_path,
+    tiny_warm_model_path,
+)
+
+# --------------------------------------------------------------------------- model
+
+
+DTYPES = ("bfloat16", "float16", "float32", "auto")
+ATTN_IMPLEMENTATIONS = ("auto", "flash_attention_2", "sdpa", "eager")
+
+
+TINY_MODEL_ALIAS = "tiny"
+TINY_WARM_MODEL_ALIAS = "tiny-warm"
+TINY_MISSING_MODEL_ALIAS = "tiny-missing-warm"
+TINY_CANDIDATES_MODEL_ALIAS = "tiny-candidates-warm"
+
+
+@dataclass
+class LoraSettings:
+    enabled: bool = True
+    r: int = 1
+    alpha: float = 32
+    dropout: float = 0.0
+    target_modules: Any = "all-linear"
+
+    def validate(self) -> None:
+        """Check this section (``model.lora``); raises ``ConfigError`` naming the field."""
+        _check(isinstance(self.enabled, bool), "model.lora.enabled", "must be true or false.")
+        if self.enabled:
+            _check(
+                _is_int(self.r) and self.r >= 1,
+                "model.lora.r",
+                f"LoRA rank must be an integer >= 1; got {self.r!r} (paper: 1).",
+            )
+            _check(
+                is_number(self.alpha) and self.alpha > 0,
+                "model.lora.alpha",
+                f"must be > 0; got {self.alpha!r} (paper: 32).",
+            )
+            _check(
+                is_number(self.dropout) and 0.0 <= self.dropout < 1.0,
+                "model.lora.dropout",
+                f"must be in [0, 1); got {self.dropout!r} (paper: 0).",
+            )
+            tm = self.target_modules
+            _check(
+                (isinstance(tm, str) and tm != "")
+                or (isinstance(tm, list | tuple) and tm and all(isinstance(t, str) for t in tm)),
+                "model.lora.target_modules",
+                f"must be 'all-linear' or a list of module names; got {tm!r}.",
+            )
+
+
+@dataclass
+class ModelSettings:
+    name_or_path: str = "Qwen/Qwen2.5-7B"
+    short_name: str | None = None  # used in the default output_dir only
+    dtype: str = "bfloat16"
+    attn_implementation: str = "auto"
+    trust_remote_code: bool = False
+    lora: LoraSettings = field(default_factory=LoraSettings)
+
+    def validate(self, *, here: bool = True) -> None:
+        """Check this section; raises ``ConfigError`` naming the field and the fix.
+        ``here=False``: for a launch on another machine (flash-attn not looked for here)."""
+        _check(
+            isinstance(self.name_or_path, str) and self.name_or_path != "",
+            "model.name_or_path",
+            "set a hub id or local folder, e.g. model.name_or_path=Qwen/Qwen2.5-7B (or 'tiny').",
+        )
+        _check(
+            self.dtype in DTYPES,
+            "model.dtype",
+            f"got {self.dtype!r}; choose one of {DTYPES}.{closest_hint(str(self.dtype), DTYPES)}",
+        )
+        _check(
+            self.attn_implementation in ATTN_IMPLEMENTATIONS,
+            "model.attn_implementation",
+            f"got {self.attn_implementation!r}; choose one of {ATTN_IMPLEMENTATIONS}.",
+        )
+        if here and self.attn_implementation == "flash_attention_2":
+            _check(
+                launch.module_available("flash_attn"),
+                "model.attn_implementation",
+                "flash_attention_2 requested but flash-attn is not installed; `pip install rlsr[flash]` "
+                "(needs CUDA + nvcc) or set model.attn_implementation=auto (falls back to sdpa).",
+            )
+        _check(
+            isinstance(self.trust_remote_code, bool),
+            "model.trust_remote_code",
+            "must be true or false.",
+        )
+        self.lora.validate()
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """Map the aliases ``tiny`` (random), ``tiny-warm`` (format fine-tuned),
+    ``tiny-missing-warm`` (recipe=tiny's) and ``tiny-candidates-warm`` (recipe=tiny-candidates's) to the
+    shipped tiny models (rlsr.tiny_models: hash-checked folders, never built here); other names
+    are returned unchanged."""
+    if name_or_path == TINY_MISSING_MODEL_ALIAS:
+        return str(tiny_missing_model_path())
+    if name_or_path == TINY_CANDIDATES_MODEL_ALIAS:
+        return str(tiny_candidates_model_path())
+    if name_or_path == TINY_WARM_MODEL_ALIAS:
+        return str(tiny_warm_model_path())
+    if name_or_path == TINY_MODEL_ALIAS:
+        return str(tiny_model_path())
+    return name_or_path
+
+
+# --------------------------------------------------------------------------- method
+
+
+# Where RLSR's pooled ranking reads each completion's confidence (method.confidence).
+CONFIDENCE_SOURCES = ("verbalized", "logprob")
+
+
+@dataclass
+class MethodSettings:
+    name: str = "rlsr"
+    # Reward weights: the authors' released configs (sun-umn/RLSR) use 0.5 / 0.5; the paper text
+    # writes R_total = R_method + R_format (1 / 1). docs/training.md, "Paper text vs released code".
+    format_weight: float = 0.5
+    method_weight: float = 0.5
+    # A completion whose format check fails counts as wrong in the reward (RLCR's reference
+    # accuracy_reward, which the RLSR authors' code also uses); false: the verifier alone decides.
+    correct_requires_format: bool = True
+    correct_scale: float = 1.0
+    weight_cap: float | None = None
+    max_coverage: float = 1.0
+    label: str | None = None  # a variant's name in the default output_dir (None: name)
+    # A reward method from outside rlsr: "package.module:NAME" of a rlsr.methods.MethodEntry
+    # whose name is `name` (docs/methods.md); None: `name` is one of rlsr's methods.
+    plugin: str | None = None
+    # verbalized: the <confidence> tag; logprob: the answer's length-normalised log-probability
+    # (rlsr.logprob; paper Sec. D.4, Tab. 7). Only methods that rank by confidence accept logprob.
+    confidence: str = "verbalized"
+    # How a model trained this way is evaluated: a mapping of evaluation protocol fields
+    # (rlsr.eval_protocol.EvalProtocol, e.g. method=sft: {response_format: plain, scorers:
+    # [consistency], ...}). The held-out evaluation uses them unless eval.<field> is set;
+    # slurm/sweep.py and the toy pass them to `rlsr evaluate` as flags (to_flags).
+    evaluate: dict[str, Any] = field(default_factory=dict)
+    # Replaced by ``evaluate``; set, it is refused with the mapping to write instead.
+    evaluate_args: list[str] | None = None
+
+    def validate(self) -> None:
+        """Checks shared by every method; each method's own are in its ``rlsr.methods`` entry."""
+        _check(
+            isinstance(self.name, str) and self.name != "",
+            "method.name",
+            f"must name a method, e.g. method=rlsr; got {self.name!r}.",
+        )
+        for name in ("format_weight", "method_weight"):
+            value = getattr(self, name)
+            _check(
+                is_number(value) and value >= 0,
+                f"method.{name}",
+                f"must be a number >= 0; got {value!r} (the authors' released configs: 0.5).",
+            )
+        _check(
+            isinstance(self.correct_requires_format, bool),
+            "method.correct_requires_format",
+            f"must be true or false; got {self.correct_requires_format!r}.",
+        )
+        _check(
+            self.confidence in CONFIDENCE_SOURCES,
+            "method.confidence",
+            f"got {self.confidence!r}; choose one of {CONFIDENCE_SOURCES}.",
+        )
+        _check(
+            not self.evaluate_args,
+            "method.evaluate_args",
+            "replaced by method.evaluate, a mapping of evaluation settings; write "
+            f"{evaluate_mapping_of(self.evaluate_args)} instead (docs/evaluation.md).",
+        )
+        try:
+            check_mapping(self.evaluate, "method.evaluate")
+        except ProtocolError as err:
+            raise ConfigError(err.field, err.message) from None
+        _check(
+            self.format_weight + self.method_weight > 0,
+            "method.method_weight",
+            "format_weight and method_weight are both 0, so every reward is 0; set method_weight=0.5.",
+        )
+
+
+# --------------------------------------------------------------------------- pool
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """How one optimizer step's pool is laid out: ``pool = per_device x world_size x accumulation``
+    completions = ``pool / G`` prompts x G, generated at once and ranked together."""
+
+    pool: int
+    per_device: int
+    world_size: int
+    accumulation: int
+    num_generations: int
+
+    def describe(self) -> str:
+        return (
+            f"pool {self.pool} completions per optimizer step = {self.pool // self.num_generations}"
+            f" prompts x {self.num_generations} = {self.per_device} per device x "
+            f"{self.world_size} processes x {self.accumulation} accumulation steps"
+        )
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def resolve_pool(grpo: dict, pool: int | None, world_size: int) -> PoolPlan:
+    """The pool of one optimizer step and the gradient accumulation that gives it.
+
+    ``pool`` (top-level ``pool_size``) set: accumulation = pool / (per_device x world_size),
+    an error listing the per-device sizes that divide when it does not. ``pool`` None: the pool
+    is per_device x world_size x ``grpo.gradient_accumulation_steps``. Either way TRL must
+    generate exactly one optimizer step per generation (``steps_per_generation`` =
+    accumulation, ``generation_batch_size`` = pool) and the pool must hold whole groups of G.
+    ``num_iterations > 1`` (several optimizer passes over one pool) keeps the invariant.
+    """
+    G = grpo_get(grpo, "num_generations")
+    per_device = grpo_get(grpo, "per_device_train_batch_size")
+    accum = grpo.get("gradient_accumulation_steps")
+    if pool is not None:
+        _check(
+            _is_int(pool) and pool >= 1,
+            "pool_size",
+            f"must be a positive integer (completions per optimizer step) or null; got {pool!r}.",
+        )
+        _check(
+            pool % G == 0,
+            "pool_size",
+            f"{pool} is not divisible by grpo.num_generations={G}; every prompt needs all its G "
+            f"completions in one pool (paper: 1536 = 48 prompts x 32).",
+        )
+        if pool % world_size != 0:
+            raise ConfigError(
+                "pool_size",
+                f"{pool} completions cannot be split over {world_size} processes; use a process "
+                f"count that divides {pool} or change pool_size.",
+            )
+        if pool % (per_device * world_size) != 0:
+            valid = _divisors(pool // world_size)
+            raise ConfigError(
+                "grpo.per_device_train_batch_size",
+                f"{per_device} x {world_size} processes does not divide pool_size={pool}; "
+                f"valid per-device sizes for {world_size} processes: {valid}.",
+            )
+        derived = pool // (per_device * world_size)
+        _check(
+            accum is None or accum == derived,
+            "grpo.gradient_accumulation_steps",
+            f"is derived from pool_size={pool} ({pool} / ({per_device} x {world_size} processes) "
+            f"= {derived}) but set to {accum!r}; remove it, or set pool_size=null to use it.",
+        )
+        accum = derived
+    else:
+        accum = 1 if accum is None else accum
+        pool = per_device * world_size * accum
+        _check(
+            pool % G == 0,
+            "grpo.per_device_train_batch_size",
+            f"the pool per_device_train_batch_size x processes x gradient_accumulation_steps = "
+            f"{per_device} x {world_size} x {accum} = {pool} is not divisible by "
+            f"grpo.num_generations={G}; every prompt needs all its G completions in one pool. "
+            f"Set pool_size (e.g. pool_size={G * max(1, pool // G)}) or change "
+            f"per_device_train_batch_size / gradient_accumulation_steps.",
+        )
+    steps = grpo.get("steps_per_generation")
+    _check(
+        steps is None or steps == accum,
+        "grpo.steps_per_generation",
+        f"={steps!r} with {accum} gradient accumulation steps would make one generation span "
+        f"several optimizer steps or one step hold several separately ranked pools (RLSR ranks one "
+        f"optimizer step's completions together); remove it (TRL then uses "
+        f"gradient_accumulation_steps) and set pool_size instead.",
+    )
+    gbs = grpo.get("generation_batch_size")
+    _check(
+        gbs is None or gbs == pool,
+        "grpo.generation_batch_size",
+        f"={gbs!r} differs from the optimizer step's {pool} completions (per device x processes x "
+        f"accumulation), so pools and optimizer steps would not coincide; remove it and set "
+        f"pool_size={gbs!r} instead.",
+    )
+    return PoolPlan(pool, per_device, world_size, accum, G)
+
+
+# --------------------------------------------------------------------------- pool_log
+
+
+@dataclass
+class PoolLogSettings:
+    """Every training pool on disk (``rlsr.pool_log``; docs/training.md, "Every pool on disk"):
+    one JSONL row per completion of the pooled B x G batch, into
+    ``output_dir/pools/step-N.jsonl``, written by the main process only.
+
+    Parameters:
+        every (`int`, defaults to `0`):
+            Write the pool generated after N optimizer steps when ``N % every == 0`` (so the first
+            pool, step 0, always); 0: off. ``recipe=tiny`` sets 1; on big runs take e.g. 10.
+        max_chars (`int` or `None`, defaults to `2000`):
+            Keep the first ``max_chars`` characters of each completion text (the row keeps the
+            full length in ``completion_chars``); null: the whole text.
+    """
+
+    every: int = field(
+        default=0,
+        metadata={"help": "Optimizer steps between written pools (N % every == 0); 0: off."},
+    )
+    max_chars: int | None = field(
+        default=2000,
+        metadata={"help": "Characters of each completion kept in the file; null: all."},
+    )
+
+    def validate(self) -> None:
+        """Check this section; raises ``ConfigError`` naming the field and the fix."""
+        _check(
+            _is_int(self.every) and self.every >= 0,
+            "pool_log.every",
+            f"must be an integer >= 0 (optimizer steps between written pools; 0: off); got "
+            f"{self.every!r}.",
+        )
+        _check(
+            self.max_chars is None or (_is_int(self.max_chars) and self.max_chars >= 0),
+            "pool_log.max_chars",
+            f"must be an integer >= 0 (characters of each completion kept) or null (all); got "
+            f"{self.max_chars!r}.",
+        )
