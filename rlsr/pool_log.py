@@ -25,7 +25,9 @@ process starts training at step S (a fresh run: 0; a resumed one: its checkpoint
 files of steps >= S and stale temporary files are removed first: they belong to the attempt
 that was killed, and the steps it re-runs are written again, so each step is on disk once.
 
-Read back by ``rlsr report --pools`` (``write_pool_summary``). This module imports neither torch
+The files' names and where they are (``pool_path``, ``pool_steps``) are the run folder's, so
+they live with its other names in ``rlsr.run_layout``. Read back by ``rlsr report --pools``
+(``write_pool_summary``). This module imports neither torch
 nor TRL; the AURC is ``rlsr.metrics.aurc`` with a missing confidence ranked as 0, as the
 trainer's ``rlsr/aurc``.
 """
@@ -44,42 +46,22 @@ import numpy as np
 from rlsr import metrics as M
 from rlsr.pool import ROW_FIELDS, Pool, PoolObserver
 from rlsr.rewards import confidence_for_ranking
-from rlsr.run_layout import EVAL_DIR, STEP_PREFIX
+from rlsr.run_layout import EVAL_DIR, POOL_SUFFIX, POOLS_DIR, STEP_PREFIX, pool_path, pool_steps
 
 __all__ = [
-    "POOLS_DIR",
     "HISTOGRAM_BINS",
     "PoolLogObserver",
     "PoolLogWriter",
-    "pool_path",
     "pool_rows",
-    "pool_steps",
     "read_pool",
     "summarise_pool",
     "pool_summary_rows",
     "write_pool_summary",
 ]
 
-POOLS_DIR = "pools"
-_SUFFIX, _TMP = ".jsonl", ".tmp"
+_TMP = ".tmp"  # step-N.jsonl.tmp: a pool file being written, renamed onto step-N.jsonl
 # Confidence histogram of ``summarise_pool``: 10 equal-width bins on [0, 1] (the last one closed).
 HISTOGRAM_BINS = 10
-
-
-def pool_path(output_dir: str | os.PathLike, step: int) -> Path:
-    """``OUTPUT_DIR/pools/step-N.jsonl``."""
-    return Path(output_dir) / POOLS_DIR / f"{STEP_PREFIX}{step}{_SUFFIX}"
-
-
-def pool_steps(output_dir: str | os.PathLike) -> list[int]:
-    """The steps with a pool file under ``OUTPUT_DIR/pools``, ascending."""
-    root = Path(output_dir) / POOLS_DIR
-    steps = []
-    for path in root.glob(f"{STEP_PREFIX}*{_SUFFIX}") if root.is_dir() else []:
-        number = path.name.removeprefix(STEP_PREFIX).removesuffix(_SUFFIX)
-        if number.isdigit():
-            steps.append(int(number))
-    return sorted(steps)
 
 
 def _json_float(value) -> float | None:
@@ -198,7 +180,7 @@ class PoolLogWriter:
         removed = []
         if not self.folder.is_dir():
             return removed
-        for path in self.folder.glob(f"{STEP_PREFIX}*{_SUFFIX}{_TMP}"):
+        for path in self.folder.glob(f"{STEP_PREFIX}*{POOL_SUFFIX}{_TMP}"):
             path.unlink(missing_ok=True)
             removed.append(path)
         for old in pool_steps(self.output_dir):
@@ -322,7 +304,7 @@ def pool_summary_rows(run_dirs: Sequence[str | os.PathLike]) -> list[dict]:
         steps = pool_steps(run)
         if not steps:
             raise ValueError(
-                f"{run}: no pool files ({run}/{POOLS_DIR}/{STEP_PREFIX}N{_SUFFIX}); train with "
+                f"{run}: no pool files ({run}/{POOLS_DIR}/{STEP_PREFIX}N{POOL_SUFFIX}); train with "
                 "pool_log.every > 0 (docs/training.md, 'Every pool on disk')."
             )
         for step in steps:

@@ -62,6 +62,8 @@ __all__ = [
     "PARTIAL_SUFFIX",
     "STEP_PREFIX",
     "CHECKPOINT_PREFIX",
+    "POOLS_DIR",
+    "POOL_SUFFIX",
     "FINAL_WEIGHT_FILES",
     "CONFIG_FIELDS",
     "step_dir",
@@ -71,6 +73,8 @@ __all__ = [
     "checkpoint_dir",
     "checkpoint_step",
     "checkpoint_folders",
+    "pool_path",
+    "pool_steps",
     "read_run_file",
     "RENAMED_RUN_FIELDS",
     "renamed_run_fields",
@@ -99,6 +103,8 @@ STEP_PREFIX = "step-"  # eval/step-N/ and pools/step-N.jsonl
 # `rlsr serve`, `rlsr report` and the Slurm scripts; tests/test_layout.py checks it against
 # transformers' source, so a rename there fails a test.
 CHECKPOINT_PREFIX = "checkpoint-"
+POOLS_DIR = "pools"  # RUN_DIR/pools/step-N.jsonl: one optimizer step's pool (rlsr.pool_log)
+POOL_SUFFIX = ".jsonl"
 # What train.py saves in OUTPUT_DIR at the end (a LoRA adapter, or the full model): the final
 # weights that the run summary's `rlsr evaluate` reads.
 FINAL_WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors")
@@ -175,6 +181,25 @@ def checkpoint_folders(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
     """``(N, OUTPUT_DIR/checkpoint-N)`` of every checkpoint folder, by step (the folders
     ``transformers.trainer_utils.get_last_checkpoint`` chooses from)."""
     return _numbered_folders(Path(output_dir), CHECKPOINT_PREFIX)
+
+
+# --------------------------------------------------------------------------- pool files
+
+
+def pool_path(output_dir: str | os.PathLike, step: int) -> Path:
+    """``OUTPUT_DIR/pools/step-N.jsonl``."""
+    return Path(output_dir) / POOLS_DIR / f"{STEP_PREFIX}{step}{POOL_SUFFIX}"
+
+
+def pool_steps(output_dir: str | os.PathLike) -> list[int]:
+    """The steps with a pool file under ``OUTPUT_DIR/pools``, ascending."""
+    root = Path(output_dir) / POOLS_DIR
+    steps = []
+    for path in root.glob(f"{STEP_PREFIX}*{POOL_SUFFIX}") if root.is_dir() else []:
+        number = path.name.removeprefix(STEP_PREFIX).removesuffix(POOL_SUFFIX)
+        if number.isdigit():
+            steps.append(int(number))
+    return sorted(steps)
 
 
 # --------------------------------------------------------------------------- run.json

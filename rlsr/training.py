@@ -63,13 +63,16 @@ from rlsr.launch import launch_from_env, resolve_attn_implementation
 from rlsr.methods import args_section
 from rlsr.metrics import ranking_gain_from_aurc
 from rlsr.pool import HookObserver
-from rlsr.pool_log import POOLS_DIR, PoolLogObserver, PoolLogWriter, pool_path, pool_steps
+from rlsr.pool_log import PoolLogObserver, PoolLogWriter
 from rlsr.run_layout import (
     EVAL_DIR,
     FINAL_WEIGHT_FILES,
+    POOLS_DIR,
     STEP_PREFIX,
     VERSIONS_FILE,
     checkpoint_folders,
+    pool_path,
+    pool_steps,
     step_folders,
 )
 from rlsr.run_plan import RunPlan, plan_run

@@ -48,8 +48,7 @@ from rlsr.data.loading import FIXTURES_DIR  # noqa: E402
 from rlsr.data.tiny import candidates_tier  # noqa: E402
 from rlsr.evaluation.history import read_history  # noqa: E402
 from rlsr.metrics import aurc, ranking_gain_from_aurc  # noqa: E402
-from rlsr.pool_log import pool_path, pool_steps  # noqa: E402
-from rlsr.run_layout import EVAL_DIR, SAMPLES_FILE, STEP_PREFIX  # noqa: E402
+from rlsr.run_layout import EVAL_DIR, SAMPLES_FILE, STEP_PREFIX, pool_path, pool_steps  # noqa: E402
 
 # Arm name -> train.py overrides on top of the recipe (--recipe).
 ARMS = {

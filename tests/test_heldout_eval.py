@@ -27,8 +27,8 @@ from rlsr.config import ConfigError
 from rlsr.config.heldout import resolve_heldout
 from rlsr.evaluation.curves import write_curves
 from rlsr.evaluation.history import read_history
-from rlsr.pool_log import pool_path, pool_steps, read_pool
-from rlsr.run_layout import step_dir
+from rlsr.pool_log import read_pool
+from rlsr.run_layout import pool_path, pool_steps, step_dir
 from rlsr.tiny_models import tiny_warm_model_path
 from rlsr.training import build_trainer, run_training, validate
 

@@ -110,7 +110,8 @@ def test_the_example_plugin_method_trains_from_its_recipe_file(tmp_path, monkeyp
     import torch
     from test_trainer_support import TEST_THREADS, format_warm_model
 
-    from rlsr.pool_log import pool_path, pool_steps, read_pool
+    from rlsr.pool_log import read_pool
+    from rlsr.run_layout import pool_path, pool_steps
     from rlsr.training import build_trainer
 
     torch.set_num_threads(TEST_THREADS)

@@ -16,14 +16,8 @@ import numpy as np
 import pytest
 
 from rlsr.config import ConfigError, MethodSettings
-from rlsr.pool_log import (
-    PoolLogWriter,
-    pool_path,
-    pool_rows,
-    pool_steps,
-    read_pool,
-    summarise_pool,
-)
+from rlsr.pool_log import PoolLogWriter, pool_rows, read_pool, summarise_pool
+from rlsr.run_layout import pool_path, pool_steps
 
 
 def _rows(step: int, correct, confidence, format_ok=None, G: int = 2, next_heldout=None):

@@ -18,7 +18,8 @@ from test_trainer_support import TEST_THREADS
 
 from rlsr.cli import main as rlsr_main
 from rlsr.evaluation.history import read_history
-from rlsr.pool_log import pool_path, pool_steps, read_pool
+from rlsr.pool_log import read_pool
+from rlsr.run_layout import pool_path, pool_steps
 from rlsr.training import rlsr_program, run_summary
 
 REPO = Path(__file__).resolve().parents[1]

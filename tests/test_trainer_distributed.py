@@ -185,7 +185,8 @@ def test_two_processes_rank_the_whole_pool_exactly(tmp_path):
     )
 
     # The pool files: each step once, rows in the gathered order, advantages from both ranks.
-    from rlsr.pool_log import pool_path, pool_steps, read_pool
+    from rlsr.pool_log import read_pool
+    from rlsr.run_layout import pool_path, pool_steps
 
     run = tmp_path / "run"
     assert pool_steps(run) == [pool["step"] for pool in pools] == list(range(STEPS))

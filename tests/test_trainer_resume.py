@@ -85,7 +85,8 @@ def test_stopped_run_resumes_at_next_step_and_matches_uninterrupted(tmp_path):
     assert (checkpoint / "rng_state.pth").is_file()
     assert not (checkpoint / "adapter_model.bin").exists()
 
-    from rlsr.pool_log import pool_path, pool_steps, read_pool
+    from rlsr.pool_log import read_pool
+    from rlsr.run_layout import pool_path, pool_steps
 
     assert pool_steps(tmp_path / "b") == [0, 1]  # B stopped before generating step 2's pool
     half = pool_path(tmp_path / "b", STOP_AT).with_suffix(".jsonl.tmp")
