@@ -49,7 +49,7 @@ LAYERS: dict[str, int] = {
     "rlsr.eval_protocol": 2,  # the evaluation protocol, declared once (EvalProtocol)
     "rlsr.pool": 2,  # one optimizer step's pool, its statistics and its observers
     "rlsr.pool_log": 2,  # the pool files: written by the trainer, read by rlsr report --pools
-    # the run folder's names (file names, step- / checkpoint- folders, run.json comparison), one
+    # the run folder's names (file names, step- / checkpoint- folders, pool files, run.json), one
     # place for every writer and reader from the trainer and the pool files up to serving
     "rlsr.run_layout": 2,
     # 3 trainer and the method registry
