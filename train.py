@@ -22,12 +22,13 @@ import time
 from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rlsr.config import ConfigError, describe_hydra_error, force_add_overrides
-from rlsr.config.renamed import renamed_overrides
+from rlsr.config.renamed import fold_composed, renamed_overrides
 from rlsr.run_layout import checkpoint_folders
 from rlsr.run_plan import RunPlan, plan_from_config
 from rlsr.verifiers.base import VerifierFailure
@@ -71,6 +72,12 @@ def checked_plan(cfg: DictConfig) -> RunPlan:
 
 @hydra.main(version_base="1.3", config_path="recipes", config_name="config")
 def main(cfg: DictConfig) -> int:
+    # an old key in a recipe file, under its new one; the command line (HydraConfig's) still wins
+    try:
+        cfg = fold_composed(cfg, HydraConfig.get().overrides.task)
+    except ConfigError as err:  # two spellings of one field that cannot be ordered
+        print(f"config error: {err}", file=sys.stderr)
+        sys.exit(CONFIG_ERROR_EXIT)
     plan = checked_plan(cfg)
     settings = plan.settings
     if _is_main_process():

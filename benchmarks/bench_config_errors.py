@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REFUSALS = {
     "typo (grpo.learning_rat=1)": ["recipe=tiny", "grpo.learning_rat=1"],
     "unknown recipe (recipe=nope)": ["recipe=nope"],
-    "bad eval.variants (eval.variants=5)": ["recipe=tiny", "eval.variants=5"],
+    "bad heldout.variants (heldout.variants=5)": ["recipe=tiny", "heldout.variants=5"],
 }
 BASELINES = {
     "python -c pass": "pass",

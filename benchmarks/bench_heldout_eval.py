@@ -1,7 +1,7 @@
 """What a held-out evaluation during training costs, relative to one training step (recipe=tiny).
 
 Trains ``recipe=tiny`` (the shipped format-warm model, LoRA, pool 32) for ``--steps`` optimizer
-steps with ``eval.every`` and ``eval.at_start``, and prints the mean wall time of one optimizer step
+steps with ``heldout.every`` and ``heldout.at_start``, and prints the mean wall time of one optimizer step
 (TRL's ``step_time``), of one held-out evaluation (the 50 questions of the bundled test split,
 greedy, ``eval/step-N/tiny/metrics.json``'s ``in_training.seconds``) and their ratio, measured in
 the same run.
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
         out = Path(tmp) / "run"
         extra = {"use_vllm": True, "vllm_mode": "colocate"} if args.backend == "vllm" else {}
         settings = tiny_settings(out, max_steps=args.steps, save_steps=1000, **extra)
-        settings.eval.every, settings.eval.at_start = args.every, True
+        settings.heldout.every, settings.heldout.at_start = args.every, True
         started = time.perf_counter()
         trainer = run_training(validate(settings))
         total = time.perf_counter() - started

@@ -5,7 +5,7 @@
 
 * ``rlsr evaluate``'s flags (``add_protocol_flags``: flag name, default, type and help);
 * ``rlsr.evaluation.runner.EvalSettings`` (a subclass adding a run's progress bars and plot);
-* the held-out evaluation's ``eval.*`` keys (``protocol_keys``: every field, unset = null) and a
+* the held-out evaluation's ``heldout.*`` keys (``protocol_keys``: every field, unset = null) and a
   method's evaluation needs, ``method.evaluate`` (a mapping of these fields, checked by
   ``check_mapping``), resolved by ``protocol_from_sources``: the first source that sets a field wins;
 * the flags Slurm's evaluation jobs and the toy reproduction pass to ``rlsr evaluate``
@@ -16,7 +16,7 @@ scorers, prompt, bootstrap) and the two settings both entry points share (batch 
 a run's input and output (datasets, model, output folder, progress bars, the judge) do not.
 
 A bad value raises ``ProtocolError(field, message)``; each view names the field its own way
-(``--max-new-tokens must be >= 1 ...``, ``eval.max_new_tokens: must be >= 1 ...``).
+(``--max-new-tokens must be >= 1 ...``, ``heldout.max_new_tokens: must be >= 1 ...``).
 """
 
 from __future__ import annotations
@@ -339,18 +339,18 @@ def protocol_from_sources(
 ) -> EvalProtocol:
     """The protocol whose each field comes from the FIRST source that sets it (a value that is not
     None), else its declared default; ``sources``: ``(name, {field: value})`` from the most to the
-    least specific. The held-out evaluation's rule, written once here: ``eval.X`` >
+    least specific. The held-out evaluation's rule, written once here: ``heldout.X`` >
     ``method.evaluate.X`` > the run's own default (``max_new_tokens``: the trained completion
     length; ``system_prompt``: the training data's) > ``EvalProtocol``'s default.
 
-    A bad value raises ``ProtocolError`` named after the source that set it (``eval.top_p``)."""
+    A bad value raises ``ProtocolError`` named after the source that set it (``heldout.top_p``)."""
     chosen: dict[str, Any] = {}
     source: dict[str, str] = {}
     for name, values in sources:
         for key, value in (values or {}).items():
             if key in _FIELDS and key not in chosen and value is not None:
                 chosen[key], source[key] = value, name
-    if isinstance(chosen.get("scorers"), str):  # eval.scorers=logprob,verbalized
+    if isinstance(chosen.get("scorers"), str):  # heldout.scorers=logprob,verbalized
         chosen["scorers"] = _comma_list(chosen["scorers"])
     elif isinstance(chosen.get("scorers"), list):
         chosen["scorers"] = tuple(chosen["scorers"])
@@ -418,7 +418,7 @@ def protocol_from_args(args: argparse.Namespace, cls: type[EvalProtocol] = EvalP
 
 def protocol_keys(cls):
     """Class decorator (before ``@dataclass``): add every protocol field to ``cls`` as an optional
-    setting whose None means "not set here" (``eval.*``: then ``method.evaluate``'s, else the
+    setting whose None means "not set here" (``heldout.*``: then ``method.evaluate``'s, else the
     default; ``protocol_from_sources``). The field keeps the protocol's help in its metadata."""
     annotations = dict(cls.__dict__.get("__annotations__", {}))
     for name, f in _FIELDS.items():

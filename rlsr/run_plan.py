@@ -90,7 +90,7 @@ class RunPlan:
 
     @property
     def heldout(self) -> ResolvedHeldOut | None:
-        """The held-out evaluation during training; None when ``eval.every`` is 0."""
+        """The held-out evaluation during training; None when ``heldout.every`` is 0."""
         return self.checked.heldout
 
     @property
@@ -113,7 +113,7 @@ class RunPlan:
 
     @property
     def variants(self) -> tuple[str, ...]:
-        """The named protocol variants the recipe declares (``eval.variants``)."""
+        """The named protocol variants the recipe declares (``heldout.variants``)."""
         return tuple(name for name in self.checked.protocols if name is not None)
 
     def protocol(self, variant: str | None = None) -> EvalProtocol:

@@ -299,7 +299,7 @@ def _train_room(cfg, args, tokenizer, model_path):
 def _load_task_heldout(heldout: ResolvedHeldOut | None, tokenizer=None, model_path=None, args=None):
     """Load the held-out splits of user tasks once before the model, so a missing column, an
     empty split, duplicate ids or a prompt that cannot fit the model's context with
-    ``eval.max_new_tokens`` is a ``ConfigError`` now, not after the model loaded."""
+    ``heldout.max_new_tokens`` is a ``ConfigError`` now, not after the model loaded."""
     if heldout is None:
         return
     room = None
@@ -307,7 +307,7 @@ def _load_task_heldout(heldout: ResolvedHeldOut | None, tokenizer=None, model_pa
         engine = None
         if heldout.backend in ENGINE_BACKENDS and getattr(args, "use_vllm", False):
             engine = args.vllm_max_model_length
-        room = _prompt_room(tokenizer, model_path, heldout.max_new_tokens, "eval.max_new_tokens",
+        room = _prompt_room(tokenizer, model_path, heldout.max_new_tokens, "heldout.max_new_tokens",
                             engine)  # fmt: skip
     e = heldout.settings
     for _, name, split in heldout.jobs:
@@ -319,7 +319,7 @@ def _load_task_heldout(heldout: ResolvedHeldOut | None, tokenizer=None, model_pa
                 system_prompt=heldout.system_prompt, room=room,
             )  # fmt: skip
         except (ValueError, OSError) as err:
-            raise ConfigError("eval.datasets", str(err)) from None
+            raise ConfigError("heldout.datasets", str(err)) from None
 
 
 def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None, plan=None):
@@ -422,7 +422,7 @@ def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None, pl
         **extra,
     )
     heldout = plan.heldout
-    if heldout is not None:  # eval.every > 0: datasets load now, so a missing one stops us here
+    if heldout is not None:  # heldout.every > 0: datasets load now, so a missing one stops us here
         evaluator = HeldOutEvaluator(
             heldout,
             model_path=model_path,
@@ -625,7 +625,7 @@ def _evaluate_command(
     evaluation's own, also when it is off; ``plan``'s when given), so it reproduces the last
     held-out step's numbers when that step is the last one."""
     # the datasets the held-out evaluation resolved (a recipe's choice, a task's eval split), never
-    # the raw eval.datasets (empty when they follow data.dataset)
+    # the raw heldout.datasets (empty when they follow data.dataset)
     datasets = heldout.datasets if heldout is not None else [cfg.data.dataset]
     args = [rlsr_program(), "evaluate", "--model", cfg.model.name_or_path, "--adapter", str(output_dir),
             "--datasets", ",".join(datasets), "--output-dir", str(output_dir / "evaluate")]  # fmt: skip
@@ -637,7 +637,7 @@ def _evaluate_command(
 
 
 def _variant_lines(cfg, plan: RunPlan | None = None) -> list[str]:
-    """One line per named protocol variant (``eval.variants``): what a later evaluation changes on
+    """One line per named protocol variant (``heldout.variants``): what a later evaluation changes on
     top of the run's protocol, as ``rlsr evaluate`` flags, and the flag that records its name
     (from ``plan`` when given)."""
     protocol, variants = _protocols(cfg, plan)
@@ -682,7 +682,7 @@ def run_summary(
                 f"    failed evaluations at steps {failed} ({out / EVAL_DIR}/{STEP_PREFIX}N)"
             )
     else:
-        lines.append("  held-out     none (eval.every=0)")
+        lines.append("  held-out     none (heldout.every=0)")
     pools = pool_steps(out)
     if pools:
         lines.append(

@@ -276,8 +276,8 @@ def train_settings(model_dir: Path, out_dir: Path, plan: dict, cpu: bool):
         "grpo.disable_tqdm=true",
         # held-out evaluation on the colocated engine at the last step (woken from sleep mode,
         # synced first): the recipe's hotpot-id is not on this machine, the bundled questions are
-        "eval.datasets=[tiny]", f"eval.every={plan['steps']}", "eval.at_start=false",
-        f"eval.limit={plan['heldout_limit']}", "eval.bootstrap=0",
+        "heldout.datasets=[tiny]", f"heldout.every={plan['steps']}", "heldout.at_start=false",
+        f"heldout.limit={plan['heldout_limit']}", "heldout.bootstrap=0",
     ]  # fmt: skip
     if cpu:
         overrides += ["grpo.use_cpu=true", "grpo.bf16=false", "grpo.gradient_checkpointing=false",

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# the recipes' variant of the paper's tables (eval.variants.paper: greedy, 4,096 new tokens)
+# the recipes' variant of the paper's tables (heldout.variants.paper: greedy, 4,096 new tokens)
 PAPER_VARIANT = "paper"
 
 

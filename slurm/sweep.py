@@ -138,7 +138,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--protocol-variant",
         default="paper",
         metavar="NAME",
-        help="the recipe's named protocol variant the evaluations use (eval.variants; default "
+        help="the recipe's named protocol variant the evaluations use (heldout.variants; default "
         "paper: the paper tables' 4,096-token budget, where the recipe declares it; none: the "
         "held-out protocol itself)",
     )

@@ -438,7 +438,7 @@ def _two_runs(root: Path, **second) -> tuple[Path, Path]:
         ("verifier", {"verifier": "numeric"},
          ["data version of tiny-missing differs: versions.tiny-missing", "numeric"]),
         ("questions", {"golds": {3: "mauve"}},
-         ["data version of tiny-missing differs: its questions", "eval.limit"]),
+         ["data version of tiny-missing differs: its questions", "heldout.limit"]),
         ("seed twice", {"method": "rlsr"}, ["method 'rlsr' has seed 1 twice", "method.label"]),
         ("no common step", {"steps": {2: FLAT, 6: FLAT}},
          ["no step of tiny-missing was evaluated by every run", "[0, 4]", "[2, 6]"]),
@@ -462,7 +462,7 @@ def test_refusals_name_the_field_and_the_runs_and_write_nothing(
 
 def test_refusals_of_empty_and_historyless_folders(tmp_path, capsys):
     """An empty folder, a folder of unrelated files, and a train.py run without held-out
-    history (eval.every=0) are each one line naming the folder and the fix; a missing path too."""
+    history (heldout.every=0) are each one line naming the folder and the fix; a missing path too."""
     empty = tmp_path / "empty"
     empty.mkdir()
     stray = tmp_path / "stray"
@@ -481,7 +481,7 @@ def test_refusals_of_empty_and_historyless_folders(tmp_path, capsys):
         line = _one_error_line(err)
         assert code == 2 and needle in line and str(path) in line, line  # runs/ -> runs/no-eval
         assert not (tmp_path / "cmp").exists()
-    assert "eval.every=N" in _one_error_line(
+    assert "heldout.every=N" in _one_error_line(
         _compare(capsys, no_history, "--output-dir", tmp_path / "cmp")[2]
     )
 

@@ -230,7 +230,7 @@ def test_vllm_max_model_length_defaults_to_prompt_plus_completion(gpu_machine):
     """grpo.vllm_max_model_length defaults to what the run needs: without it vLLM reserves the
     model's full context (Llama-3.1-8B: 131,072 tokens, ~16 GiB of KV cache per sequence), more
     than the colocated engine is given. The paper recipes evaluate held-out questions on that
-    engine (eval.every=20), whose answers (1,536 / 4,096 new tokens) and fallbacks need more
+    engine (heldout.every=20), whose answers (1,536 / 4,096 new tokens) and fallbacks need more
     than the completion length, so the engine is sized for both; without held-out evaluation it
     stays prompt + completion."""
     for recipe, model, expected in [
@@ -239,7 +239,7 @@ def test_vllm_max_model_length_defaults_to_prompt_plus_completion(gpu_machine):
     ]:
         settings = from_dict(compose(f"recipe={recipe}", f"model={model}"))
         assert grpo_kwargs(settings, world_size=4)["vllm_max_model_length"] == expected
-        plain = from_dict(compose(f"recipe={recipe}", f"model={model}", "eval.every=0"))
+        plain = from_dict(compose(f"recipe={recipe}", f"model={model}", "heldout.every=0"))
         completion = plain.grpo["max_completion_length"]
         assert grpo_kwargs(plain, world_size=4)["vllm_max_model_length"] == (
             plain.data.max_prompt_length + completion
@@ -259,36 +259,38 @@ def test_an_engine_too_short_for_held_out_answers_is_refused_with_the_numbers(gp
     with pytest.raises(ConfigError) as err:
         resolve_heldout(too_short)  # check_settings' held-out resolution (validate needs vLLM)
     assert err.value.field == "grpo.vllm_max_model_length"
-    assert f"raise it to {need}" in str(err.value) and "eval.backend=transformers" in str(err.value)
+    assert f"raise it to {need}" in str(err.value) and "heldout.backend=transformers" in str(
+        err.value
+    )
     enough = from_dict(compose("recipe=hotpot", f"+grpo.vllm_max_model_length={need}"))
     assert grpo_kwargs(enough, world_size=4)["vllm_max_model_length"] == need
     no_heldout = from_dict(compose("recipe=hotpot", "+grpo.vllm_max_model_length=4608",
-                                   "eval.every=0"))  # fmt: skip
+                                   "heldout.every=0"))  # fmt: skip
     assert grpo_kwargs(no_heldout, world_size=4)["vllm_max_model_length"] == 4608
 
 
 def test_held_out_refusal_under_zero3_names_a_fix_that_fits_the_vllm_mode(monkeypatch):
     """Under ZeRO-3 the transformers held-out evaluation is refused; with the colocated engine
     off the fix is grpo.use_vllm=true; in server mode (slurm/train.slurm on several nodes) it is
-    eval.backend=vllm_server, what auto picks there, which is not refused."""
+    heldout.backend=vllm_server, what auto picks there, which is not refused."""
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
     for overrides, fix, not_fix in [
         (["grpo.use_vllm=false"], "set grpo.use_vllm=true", "vllm_server"),
-        (["grpo.vllm_mode=server", "eval.backend=transformers"], "eval.backend=vllm_server",
+        (["grpo.vllm_mode=server", "heldout.backend=transformers"], "heldout.backend=vllm_server",
          "set grpo.use_vllm=true"),
     ]:  # fmt: skip
         settings = from_dict(compose("recipe=hotpot", *overrides))
         with pytest.raises(ConfigError) as err:
             resolve_heldout(settings)
-        assert err.value.field == "eval.backend" and "ZeRO-3" in str(err.value)
+        assert err.value.field == "heldout.backend" and "ZeRO-3" in str(err.value)
         assert fix in str(err.value) and not_fix not in str(err.value)
     server = resolve_heldout(from_dict(compose("recipe=hotpot", "grpo.vllm_mode=server")))
     assert server.backend == "vllm_server"
 
 
 def test_held_out_backend_vllm_server_needs_server_mode_and_sizes_the_server():
-    """eval.backend=auto picks vllm_server in grpo.vllm_mode=server, vllm in colocate mode;
+    """heldout.backend=auto picks vllm_server in grpo.vllm_mode=server, vllm in colocate mode;
     vllm_server elsewhere is refused naming the mode. The server's context (what
     slurm/resolve_config.py gives `vllm serve --max-model-len`) holds a held-out answer after a
     prompt of data.max_prompt_length, as the colocated engine's does; a grpo.vllm_max_model_length
@@ -302,8 +304,8 @@ def test_held_out_backend_vllm_server_needs_server_mode_and_sizes_the_server():
     assert server.backend == "vllm_server"
     assert vllm_context_length(settings, server) == 3072 + 1536 + FALLBACKS
     with pytest.raises(ConfigError) as err:
-        resolve_heldout(from_dict(compose("recipe=hotpot", "eval.backend=vllm_server")))
-    assert err.value.field == "eval.backend" and "grpo.vllm_mode=server" in str(err.value)
+        resolve_heldout(from_dict(compose("recipe=hotpot", "heldout.backend=vllm_server")))
+    assert err.value.field == "heldout.backend" and "grpo.vllm_mode=server" in str(err.value)
     need = 3072 + 1536 + FALLBACKS
     with pytest.raises(ConfigError) as err:
         resolve_heldout(from_dict(compose("recipe=hotpot", "grpo.vllm_mode=server",
@@ -518,7 +520,7 @@ def test_trl_defaults_are_read_from_trl_not_restated(gpu_machine):
     assert "max_completion_length" not in values["grpo"]
     settings = from_dict(values)
     assert resolve_heldout(settings).protocol.max_new_tokens == completion
-    plain = from_dict(compose("recipe=hotpot", "~grpo.max_completion_length", "eval.every=0"))
+    plain = from_dict(compose("recipe=hotpot", "~grpo.max_completion_length", "heldout.every=0"))
     expected = plain.data.max_prompt_length + completion
     assert grpo_kwargs(plain, world_size=4)["vllm_max_model_length"] == expected
     spec = importlib.util.spec_from_file_location(
@@ -526,7 +528,7 @@ def test_trl_defaults_are_read_from_trl_not_restated(gpu_machine):
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    resolved = module.resolve(["recipe=hotpot", "~grpo.max_completion_length", "eval.every=0"])
+    resolved = module.resolve(["recipe=hotpot", "~grpo.max_completion_length", "heldout.every=0"])
     assert resolved["max_model_len"] == str(expected)
     # the pool reads TRL's group size and per-device batch the same way
     pool = resolve_pool({}, None, world_size=1)
@@ -559,8 +561,8 @@ def test_the_judge_settings_have_one_value_each():
     args = parser.parse_args(
         ["evaluate", "--model", "m", "--datasets", "tiny", "--output-dir", "o"]
     )
-    recipe = yaml.safe_load((ROOT / "recipes" / "config.yaml").read_text())["eval"]
-    from_recipe = from_dict({"eval": {k: recipe[k] for k in declared}}).eval
+    recipe = yaml.safe_load((ROOT / "recipes" / "config.yaml").read_text())["heldout"]
+    from_recipe = from_dict({"heldout": {k: recipe[k] for k in declared}}).heldout
     for name, value in declared.items():
         assert getattr(args, name) == value, name
         assert getattr(HeldOutSettings(), name) == value, name
@@ -570,4 +572,4 @@ def test_the_judge_settings_have_one_value_each():
     assert signature["max_retries"].default == declared["judge_max_retries"]
     verifier = llm_judge.LLMJudgeVerifier(lambda prompts: ["YES"] * len(prompts))
     assert verifier.max_answer_chars == declared["judge_max_answer_chars"]
-    assert from_dict({"eval": {"judge_timeout": 5}}).eval.judge_timeout == 5
+    assert from_dict({"heldout": {"judge_timeout": 5}}).heldout.judge_timeout == 5

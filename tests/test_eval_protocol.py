@@ -1,5 +1,5 @@
 """The evaluation protocol declared once (rlsr/eval_protocol.py): `rlsr evaluate`'s flags, the
-runner's EvalSettings, the held-out `eval.*` keys and a method's `method.evaluate` all come from
+runner's EvalSettings, the held-out `heldout.*` keys and a method's `method.evaluate` all come from
 EvalProtocol's fields. Pure configuration: no model, no dataset."""
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def test_a_bad_flag_value_names_the_flag():
 def test_the_evaluate_command_a_run_prints_reproduces_its_held_out_protocol(tmp_path):
     """The `rlsr evaluate` command at the end of a run (training._evaluate_command) carries the
     held-out protocol's flags: parsed by the real parser it gives the same EvalProtocol (here
-    method=sft with a non-default K and an eval.* value)."""
+    method=sft with a non-default K and an heldout.* value)."""
     import shlex
 
     from hydra import compose, initialize_config_dir
@@ -112,7 +112,7 @@ def test_the_evaluate_command_a_run_prints_reproduces_its_held_out_protocol(tmp_
     with initialize_config_dir(config_dir=str(ROOT / "recipes"), version_base="1.3"):
         cfg = compose(
             config_name="config",
-            overrides=["recipe=tiny", "method=sft", f"output_dir={tmp_path}", "eval.top_p=0.5"],
+            overrides=["recipe=tiny", "method=sft", f"output_dir={tmp_path}", "heldout.top_p=0.5"],
         )
     values = OmegaConf.to_container(cfg, resolve=True)
     values.pop("hydra", None)

@@ -42,9 +42,9 @@ def _settings(out: Path, seed: int = 42, **eval_overrides):
     bundled test split (50 questions), greedy, every 3 steps and step 0."""
     s = tiny_settings(out, max_steps=STEPS, save_steps=EVERY)
     s.seed = seed
-    s.eval.every, s.eval.at_start = EVERY, True
+    s.heldout.every, s.heldout.at_start = EVERY, True
     for key, value in eval_overrides.items():
-        setattr(s.eval, key, value)
+        setattr(s.heldout, key, value)
     return s
 
 
@@ -100,7 +100,7 @@ def test_evaluating_does_not_change_what_is_trained(run, tmp_path):
     seeds torch's global generator, as `rlsr evaluate` does, inside a saved and restored state)."""
     out, _ = run
     plain = _settings(tmp_path / "plain")
-    plain.eval.every = 0
+    plain.heldout.every = 0
     _train(plain)
     name = "adapter_model.safetensors"
     assert (tmp_path / "plain" / name).read_bytes() == (out / name).read_bytes()
@@ -166,7 +166,7 @@ def test_a_failed_evaluation_is_recorded_and_training_goes_on(tmp_path, capsys):
         judge_base_url=f"http://127.0.0.1:{_free_port()}/v1", judge_timeout=2.0,
         judge_max_retries=0,
     )  # fmt: skip
-    settings.eval.at_start = False
+    settings.heldout.at_start = False
     _train(settings)
     text = capsys.readouterr().out
     assert text.count("held-out evaluation of step") == 2 and "training continues" in text
@@ -180,21 +180,21 @@ def test_a_failed_evaluation_is_recorded_and_training_goes_on(tmp_path, capsys):
 @pytest.mark.parametrize(
     "overrides, field",
     [
-        ({"datasets": ["no_such_set"]}, "eval.datasets"),
-        ({"datasets": [], "datasets_for": {}}, "eval.datasets"),  # nothing named or to follow
-        ({"datasets_for": {"tiny": "tiny"}}, "eval.datasets_for"),
-        ({"datasets": ["trivia"]}, "eval.judge_base_url"),  # judge-verified, no judge configured
-        ({"verifiers": {"tiny": "llm_judge"}}, "eval.judge_base_url"),
-        ({"backend": "vllm"}, "eval.backend"),  # no colocated engine to evaluate on
-        ({"every": -1}, "eval.every"),
-        ({"data_path": {"gsm8k": "/tmp"}}, "eval.data_path.gsm8k"),
-        ({"limit": 0}, "eval.limit"),
+        ({"datasets": ["no_such_set"]}, "heldout.datasets"),
+        ({"datasets": [], "datasets_for": {}}, "heldout.datasets"),  # nothing named or to follow
+        ({"datasets_for": {"tiny": "tiny"}}, "heldout.datasets_for"),
+        ({"datasets": ["trivia"]}, "heldout.judge_base_url"),  # judge-verified, no judge configured
+        ({"verifiers": {"tiny": "llm_judge"}}, "heldout.judge_base_url"),
+        ({"backend": "vllm"}, "heldout.backend"),  # no colocated engine to evaluate on
+        ({"every": -1}, "heldout.every"),
+        ({"data_path": {"gsm8k": "/tmp"}}, "heldout.data_path.gsm8k"),
+        ({"limit": 0}, "heldout.limit"),
     ],
 )
 def test_settings_that_cannot_work_are_refused_before_training(tmp_path, overrides, field):
     settings = _settings(tmp_path / "run", datasets=["tiny"])
     for key, value in overrides.items():
-        setattr(settings.eval, key, value)
+        setattr(settings.heldout, key, value)
     with pytest.raises(ConfigError) as err:
         validate(settings)
     assert err.value.field == field
@@ -203,12 +203,12 @@ def test_settings_that_cannot_work_are_refused_before_training(tmp_path, overrid
 
 def test_a_dataset_that_cannot_be_loaded_stops_the_build(tmp_path):
     """gsm8k is registered but not on this offline machine: the trainer build (before any step)
-    says so, naming eval.datasets and the fix."""
+    says so, naming heldout.datasets and the fix."""
     settings = _settings(tmp_path / "run", datasets=["gsm8k"])
-    settings.eval.data_path = {"gsm8k": str(tmp_path)}  # exists, holds no such dataset
+    settings.heldout.data_path = {"gsm8k": str(tmp_path)}  # exists, holds no such dataset
     with pytest.raises(ConfigError) as err:
         build_trainer(settings)
-    assert err.value.field == "eval.datasets" and "eval.data_path.gsm8k" in str(err.value)
+    assert err.value.field == "heldout.datasets" and "heldout.data_path.gsm8k" in str(err.value)
 
 
 def test_resolved_defaults_follow_the_training_settings(tmp_path):
@@ -218,30 +218,30 @@ def test_resolved_defaults_follow_the_training_settings(tmp_path):
     assert resolved.max_new_tokens == settings.grpo["max_completion_length"]
     assert resolved.backend == "transformers" and resolved.scorers == ("verbalized",)
     assert resolved.system_prompt == "simple"  # the training dataset's (Sec. C.5)
-    settings.eval.split = "train"
+    settings.heldout.split = "train"
     assert resolve_heldout(settings).jobs == (("tiny@train", "tiny", "train"),)
     settings.method.evaluate = {"scorers": ["logprob", "verbalized"]}
     assert resolve_heldout(settings).scorers == ("logprob", "verbalized")
-    # eval.X > method.evaluate.X > the run's default > the protocol's default, field by field
+    # heldout.X > method.evaluate.X > the run's default > the protocol's default, field by field
     settings.method.evaluate = {"max_new_tokens": 64, "consistency_k": 3}  # as method=sft does
     resolved = resolve_heldout(settings)
     assert resolved.max_new_tokens == 64 and resolved.protocol.consistency_k == 3
     assert resolved.protocol.consistency_temperature == 0.7  # the protocol's default
-    settings.eval.max_new_tokens = 12
+    settings.heldout.max_new_tokens = 12
     assert resolve_heldout(settings).max_new_tokens == 12
     assert resolve_heldout(settings).protocol.consistency_k == 3
-    settings.eval.every = 0
+    settings.heldout.every = 0
     assert resolve_heldout(settings) is None
 
 
 @pytest.mark.parametrize(
     "eval_overrides, method_evaluate, field",
     [
-        ({"top_p": 2.0}, {}, "eval.top_p"),
+        ({"top_p": 2.0}, {}, "heldout.top_p"),
         ({}, {"consistency_k": 0}, "method.evaluate.consistency_k"),
-        ({"consistency_k": 0}, {"consistency_k": 4}, "eval.consistency_k"),
+        ({"consistency_k": 0}, {"consistency_k": 4}, "heldout.consistency_k"),
         ({}, {"consistency_k": 4, "bogus": 1}, "method.evaluate.bogus"),
-        ({"response_format": "plain", "scorers": ["verbalized"]}, {}, "eval.scorers"),
+        ({"response_format": "plain", "scorers": ["verbalized"]}, {}, "heldout.scorers"),
     ],
 )
 def test_protocol_errors_name_the_key_that_set_the_value(
@@ -256,7 +256,7 @@ def test_protocol_errors_name_the_key_that_set_the_value(
 
 def _train_py(out: Path, extra=()) -> list[str]:
     return [sys.executable, str(REPO / "train.py"), "recipe=tiny-format", f"output_dir={out}",
-            "eval.every=2", "grpo.save_steps=2", "eval.at_start=true", "grpo.disable_tqdm=true",
+            "heldout.every=2", "grpo.save_steps=2", "heldout.at_start=true", "grpo.disable_tqdm=true",
             *extra]  # fmt: skip
 
 
@@ -412,8 +412,8 @@ def _sft_settings(out: Path):
             "recipe=tiny-format", "method=sft", f"output_dir={out}", "sft.max_steps=2",
             "sft.save_steps=2", "sft.warmup_steps=0", "sft.per_device_train_batch_size=4",
             "sft.gradient_accumulation_steps=1", "sft.disable_tqdm=true",
-            "eval.every=2", "eval.at_start=false", "eval.datasets=[tiny]", "eval.limit=6",
-            "eval.bootstrap=0", "pool_log.every=0",
+            "heldout.every=2", "heldout.at_start=false", "heldout.datasets=[tiny]", "heldout.limit=6",
+            "heldout.bootstrap=0", "pool_log.every=0",
         ])  # fmt: skip
     values = OmegaConf.to_container(cfg, resolve=True)
     values.pop("hydra", None)
@@ -427,7 +427,7 @@ def test_held_out_sft_step_equals_rlsr_evaluate_with_the_methods_flags(tmp_path)
     """Drift test: step 2's held-out samples of method=sft with non-default consistency
     settings are byte-identical to `rlsr evaluate` on checkpoint-2 with the flags of the run's
     protocol (``protocol_flags(heldout_protocol(cfg))``: the method's evaluation needs, the trained
-    system prompt and the eval.* values the run set; what train.py prints and slurm/sweep.py
+    system prompt and the heldout.* values the run set; what train.py prints and slurm/sweep.py
     passes) and --limit. Catches a held-out evaluation that reads only some of the method's
     settings (e.g. --max-new-tokens, --response-format and --scorers, but not --consistency-k /
     --consistency-temperature)."""

@@ -45,7 +45,7 @@ LAYERS: dict[str, int] = {
     "rlsr.data": 2,
     "rlsr.tiny_models": 2,
     "rlsr.config": 2,
-    "rlsr.config.heldout": 2,  # the held-out plan (eval.*): resolve_heldout
+    "rlsr.config.heldout": 2,  # the held-out plan (heldout.*): resolve_heldout
     "rlsr.eval_protocol": 2,  # the evaluation protocol, declared once (EvalProtocol)
     "rlsr.pool": 2,  # one optimizer step's pool, its statistics and its observers
     "rlsr.pool_log": 2,  # the pool files: written by the trainer, read by rlsr report --pools

@@ -124,7 +124,7 @@ def test_the_example_plugin_method_trains_from_its_recipe_file(tmp_path, monkeyp
     settings.grpo.update(max_steps=2, save_steps=1000, max_completion_length=40,
                          report_to="none", disable_tqdm=True,
                          per_device_train_batch_size=8)  # fmt: skip
-    settings.eval.every, settings.pool_log.every = 0, 1
+    settings.heldout.every, settings.pool_log.every = 0, 1
     pools = []
     trainer = build_trainer(settings, pool_hook=pools.append)
     trainer.train()

@@ -2,7 +2,7 @@
 train.py's printed `rlsr evaluate` command, slurm/resolve_config.py's evaluation flags and the
 toy's all come from ``rlsr.config.heldout_protocol``; an evaluation that deliberately differs
 (the paper tables' 4,096 tokens, the toy's short answers) is a named variant of the recipe
-(``eval.variants``), not a second default. Configuration only: Hydra compose, no model loads."""
+(``heldout.variants``), not a second default. Configuration only: Hydra compose, no model loads."""
 
 from __future__ import annotations
 
@@ -61,15 +61,15 @@ def _four_translations(overrides: list[str], tmp_path):
     settings = compose_config(overrides)
     section = args_section(settings.method)
     run = heldout_protocol(settings, section)
-    held = settings.eval  # switched on (a recipe without held-out steps: its training dataset)
+    held = settings.heldout  # switched on (a recipe without held-out steps: its training dataset)
     held = dataclasses.replace(held, every=1, datasets=held.datasets or [settings.data.dataset])
-    on = dataclasses.replace(settings, eval=held)
+    on = dataclasses.replace(settings, heldout=held)
     heldout = resolve_heldout(on, section).protocol
     printed = _parsed(shlex.split(_evaluate_command(settings, tmp_path, None))[2:])[0]
     slurm_flags = RESOLVE.resolve(overrides)["evaluate_args"]
     slurm, args = _parsed(slurm_flags)
     variant = args.protocol_variant
-    assert variant == ("paper" if "paper" in settings.eval.variants else None)
+    assert variant == ("paper" if "paper" in settings.heldout.variants else None)
     return run, heldout, printed, slurm, heldout_protocol(settings, section, variant)
 
 
@@ -122,17 +122,19 @@ def test_a_system_prompt_is_stated_once_and_every_evaluation_follows_it(tmp_path
 
 def test_a_named_variant_is_checked_and_an_unknown_one_is_refused(tmp_path):
     settings = compose_config(_overrides("hotpot", "rlsr", tmp_path))
-    with pytest.raises(ConfigError, match=r"eval\.variants.*no variant 'papr'.*declares: paper"):
+    with pytest.raises(ConfigError, match=r"heldout\.variants.*no variant 'papr'.*declares: paper"):
         heldout_protocol(settings, "grpo", "papr")
-    bad = compose_config(_overrides("hotpot", "rlsr", tmp_path, "+eval.variants.paper.top_p=2.0"))
-    with pytest.raises(ConfigError, match=r"eval\.variants\.paper\.top_p"):
+    bad = compose_config(
+        _overrides("hotpot", "rlsr", tmp_path, "+heldout.variants.paper.top_p=2.0")
+    )
+    with pytest.raises(ConfigError, match=r"heldout\.variants\.paper\.top_p"):
         heldout_protocol(bad, "grpo", "paper")
     # a variants value that is not a mapping is named, not a TypeError from deep inside
-    with pytest.raises(ConfigError, match=r"^eval\.variants: must be a mapping"):
-        plan_settings(compose_config(_overrides("tiny", "rlsr", tmp_path, "eval.variants=5")))
+    with pytest.raises(ConfigError, match=r"^heldout\.variants: must be a mapping"):
+        plan_settings(compose_config(_overrides("tiny", "rlsr", tmp_path, "heldout.variants=5")))
     # a variant does not hide a bad value of the run's own (the paper variant sets max_new_tokens)
-    hidden = compose_config(_overrides("hotpot", "rlsr", tmp_path, "eval.max_new_tokens=-5"))
-    with pytest.raises(ConfigError, match=r"^eval\.max_new_tokens: must be >= 1"):
+    hidden = compose_config(_overrides("hotpot", "rlsr", tmp_path, "heldout.max_new_tokens=-5"))
+    with pytest.raises(ConfigError, match=r"^heldout\.max_new_tokens: must be >= 1"):
         heldout_protocol(hidden, "grpo", "paper")
     # Slurm without the paper variant: the held-out protocol itself, and no --protocol-variant
     flags = RESOLVE.resolve(_overrides("tiny", "rlsr", tmp_path))["evaluate_args"]

@@ -39,10 +39,10 @@ from tools.tiny_models import tiny_llama_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = {"hotpot": "hotpot_modified", "bigmath": "bigmath_digits"}
-ID_SETS = {"hotpot": "hotpot-id", "bigmath": "bigmath-id"}  # their eval.datasets
+ID_SETS = {"hotpot": "hotpot-id", "bigmath": "bigmath-id"}  # their heldout.datasets
 MODELS = {"qwen2.5-7b": tiny_model_path, "llama3.1-8b": tiny_llama_model_path}
 METHODS = sorted(p.stem for p in (ROOT / "recipes" / "method").glob("*.yaml"))  # method=...
-SCALE = ("pool_size=6", "grpo.num_generations=3", "grpo.max_completion_length=8", "eval.limit=2")
+SCALE = ("pool_size=6", "grpo.num_generations=3", "grpo.max_completion_length=8", "heldout.limit=2")
 SCALE_RUN = ("grpo.max_steps=1", "grpo.logging_steps=1", "grpo.disable_tqdm=true")
 DEVICE = ("grpo.use_vllm=false", "grpo.use_cpu=true", "grpo.bf16=false")
 
@@ -73,7 +73,7 @@ def _overrides(recipe: str, model: str, method: str, out: Path) -> list[str]:
         f"data.path={FIXTURES_DIR / 'upstream' / RECIPES[recipe]}",
         f"output_dir={out}",
         # the recipe's held-out ID sets from the same fixtures (2 questions each)
-        "eval.data_path={"
+        "heldout.data_path={"
         + ",".join(f"{n}:{FIXTURES_DIR / 'upstream' / n}" for n in resolve_tasks(ID_SETS[recipe]))
         + "}",
         *SCALE,

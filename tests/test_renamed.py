@@ -1,5 +1,7 @@
-"""Old spellings keep reading, with one ``deprecated:`` line: the config key ``eval.layers`` (now
-``eval.variants``) in a recipe file and as an override (Hydra's compose and train.py), the flag
+"""Old spellings keep reading, with one ``deprecated:`` line: the config section ``eval`` (now
+``heldout``) and its key ``eval.layers`` (now ``heldout.variants``) in a recipe file and as an
+override (Hydra's compose and train.py), a recipe file's old key ordered exactly between the
+shipped files and the command line, the flag
 ``--protocol-layer`` (now ``--protocol-variant``) of ``rlsr evaluate`` and ``slurm/sweep.py``, and
 run.json's ``protocol_layer`` (now ``protocol_variant``) in a run folder an older rlsr wrote, and
 the names from when the distributed launch was an "engine" (``rlsr.launch.engine_from_env``) and
@@ -21,15 +23,16 @@ import pytest
 from test_compare import CONF, _answers, _compare, _correct, _settings, _write_evaluation
 
 from rlsr import data, deprecation, launch
-from rlsr.config import heldout_protocol
-from rlsr.config.compose import RECIPES_DIR, compose_config
+from rlsr.config import ConfigError, heldout_protocol
+from rlsr.config.compose import RECIPES_DIR, compose_config, compose_tree
 from rlsr.config.renamed import fold_renamed, renamed_overrides
 from rlsr.data import registry, version_records
 from rlsr.evaluation import evaluate_cli
 from rlsr.run_layout import checkpoint_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-OLD_KEY_LINE = "deprecated: eval.layers is now eval.variants ("
+OLD_KEY_LINE = "deprecated: eval.layers is now heldout.variants ("
+OLD_SECTION_LINE = "deprecated: eval is now heldout ("
 
 
 @pytest.fixture(autouse=True)
@@ -43,53 +46,135 @@ def _lines(err: str, start: str) -> list[str]:
 
 
 def test_old_overrides_are_spelled_the_new_way_in_every_hydra_form(capsys):
-    """``eval.layers`` and a key under it become ``eval.variants`` with Hydra's prefixes kept and
-    the value untouched; other keys (also one that only starts alike) are left as they are. One
-    line for all of them. Catches an override left under the old key (Hydra refuses it) or a
-    rewritten value."""
+    """``eval.layers`` and a key under it become ``heldout.variants``, any other ``eval.*`` key
+    ``heldout.*`` (the longest old key decides), with Hydra's prefixes kept and the value
+    untouched; keys that only start alike are left as they are. One line per old key. Catches an
+    override left under the old key (Hydra refuses it), one renamed by the shorter old key
+    (``heldout.layers``) or a rewritten value."""
     old = ["eval.layers.paper.top_p=0.5", "+eval.layers.x.seed=1", "++eval.layers={}",
-           "~eval.layers", "eval.layersx=1", "eval.every=2", "data.path=eval.layers=a"]  # fmt: skip
+           "~eval.layers", "eval.layersx=1", "eval.every=2", "~eval", "evaluate.x=1",
+           "data.path=eval.layers=a"]  # fmt: skip
     assert renamed_overrides(old) == [
-        "eval.variants.paper.top_p=0.5", "+eval.variants.x.seed=1", "++eval.variants={}",
-        "~eval.variants", "eval.layersx=1", "eval.every=2", "data.path=eval.layers=a",
+        "heldout.variants.paper.top_p=0.5", "+heldout.variants.x.seed=1",
+        "++heldout.variants={}", "~heldout.variants", "heldout.layersx=1", "heldout.every=2",
+        "~heldout", "evaluate.x=1", "data.path=eval.layers=a",
     ]  # fmt: skip
-    assert len(_lines(capsys.readouterr().err, OLD_KEY_LINE)) == 1
+    err = capsys.readouterr().err
+    assert len(_lines(err, OLD_KEY_LINE)) == 1 and len(_lines(err, OLD_SECTION_LINE)) == 1
+    assert len(_lines(err, "deprecated:")) == 2
 
 
-def test_a_folded_old_key_yields_to_the_new_one_field_by_field(capsys):
-    """A recipe file's ``eval.layers`` moves under ``eval.variants``: into the shipped ``{}``
-    whole, and where both set the same variant's field the new spelling wins while the old one's
-    other fields stay. The caller's tree is not changed. Catches an old key dropped, a new value
-    overwritten by the old file, or a tree changed in place."""
-    tree = {"eval": {"every": 2, "variants": {"paper": {"top_p": 0.5}}, "layers": {
+SHIPPED = {"every": 0, "limit": 200, "variants": {"paper": {"top_p": 0.5}}}  # new-spelled files
+
+
+def test_an_old_section_beats_the_files_and_loses_to_the_command_line(capsys):
+    """The fold's rule, leaf by leaf: an old-spelled value from a file beats the new-spelled one
+    of any file (the shipped defaults fill every field), an override on the command line beats
+    both (re-applied as Hydra applies it: a mapping merges, ``~`` deletes), and what neither
+    spelling sets stays. The caller's tree is not changed. Catches the shipped default winning
+    over the user's old file, the old file winning over the command line, or a merge that drops
+    the new spelling's other fields."""
+    tree = {"heldout": {**SHIPPED, "every": 7},  # 7: the command line's heldout.every=7
+            "eval": {"every": 2, "limit": 5, "layers": {"paper": {"top_p": 0.9, "seed": 3},
+                                                        "mine": {"max_new_tokens": 7}}}}  # fmt: skip
+    folded = fold_renamed(tree, ["recipe=old", "++heldout.every=7"])
+    assert folded == {"heldout": {"every": 7, "limit": 5, "variants": {
         "paper": {"top_p": 0.9, "seed": 3}, "mine": {"max_new_tokens": 7}}}}  # fmt: skip
-    folded = fold_renamed(tree)
-    assert folded["eval"] == {"every": 2, "variants": {
-        "paper": {"top_p": 0.5, "seed": 3}, "mine": {"max_new_tokens": 7}}}  # fmt: skip
-    assert "layers" in tree["eval"] and tree["eval"]["variants"] == {"paper": {"top_p": 0.5}}
-    assert fold_renamed({"eval": {"variants": {}, "layers": {"a": {}}}})["eval"] == {
-        "variants": {"a": {}}
-    }
-    assert len(_lines(capsys.readouterr().err, OLD_KEY_LINE)) == 1
-    assert fold_renamed({"eval": {"every": 1}}) == {"eval": {"every": 1}}  # nothing to fold
+    assert "eval" in tree and tree["heldout"]["variants"] == {"paper": {"top_p": 0.5}}
+    err = capsys.readouterr().err
+    assert len(_lines(err, OLD_KEY_LINE)) == 1 and len(_lines(err, OLD_SECTION_LINE)) == 1
+
+    old = {"eval": {"variants": {"paper": {"seed": 3}}, "limit": 5}}
+    cli = ["heldout.variants.paper={top_p: 0.1}", "~heldout.limit"]  # as Hydra left them
+    tree = {"heldout": {**SHIPPED, "variants": {"paper": {"top_p": 0.1}}}, **old}
+    tree["heldout"].pop("limit")
+    assert fold_renamed(tree, cli)["heldout"] == {
+        "every": 0, "variants": {"paper": {"top_p": 0.1, "seed": 3}}}  # fmt: skip
+    assert fold_renamed({"heldout": {"every": 1}}, []) == {"heldout": {"every": 1}}  # nothing
+
+
+def test_a_fold_that_cannot_order_two_spellings_refuses(capsys):
+    """Without the command line (``from_dict`` on a tree composed elsewhere) a field that both
+    spellings set to different values is refused naming both, while a field only one sets, or
+    both to the same value, folds; two old spellings of one field that differ are refused too.
+    Catches a guess (either value kept silently)."""
+    with pytest.raises(ConfigError, match=r"^heldout\.every: set both as eval\.every: 2 .*"
+                                          r"heldout\.every: 0.*command line is not known"):  # fmt: skip
+        fold_renamed({"heldout": SHIPPED, "eval": {"every": 2}})
+    assert fold_renamed({"heldout": SHIPPED, "eval": {"every": 0, "split": "test"}}) == {
+        "heldout": {**SHIPPED, "split": "test"}}  # fmt: skip
+    assert fold_renamed({"eval": {"every": 2}}) == {"heldout": {"every": 2}}  # an old run's file
+    with pytest.raises(ConfigError, match=r"^heldout\.variants\.a\.seed: set twice in old "
+                                          r"spellings \(eval\.variants\.a\.seed: 1, "
+                                          r"eval\.layers\.a\.seed: 2\)"):  # fmt: skip
+        fold_renamed({"eval": {"variants": {"a": {"seed": 1}}, "layers": {"a": {"seed": 2}}}}, [])
+
+
+def _old_recipe(tmp_path: Path, old_section: str) -> Path:
+    """A copy of recipes/ with recipe ``old``: recipe=tiny with ``old_section`` (lines of YAML)
+    in place of its ``heldout:`` header, as a user's recipe file written before the rename."""
+    recipes = tmp_path / "recipes"
+    shutil.copytree(RECIPES_DIR, recipes)
+    text = (recipes / "recipe" / "tiny.yaml").read_text()
+    assert text.count("\nheldout:\n") == 1
+    text = text.replace("\nheldout:\n", "\n" + old_section).replace(
+        "recipe_name: tiny", "recipe_name: old"
+    )
+    (recipes / "recipe" / "old.yaml").write_text(text)
+    return recipes
 
 
 def test_an_old_recipe_file_composes_with_its_variants_and_one_line(tmp_path, capsys):
     """A user's recipe file with an ``eval: layers:`` section (Hydra's real compose on a copy of
-    recipes/) gives the same variant as ``eval.variants`` would, and says so once. Catches an
+    recipes/) gives the same variant as ``heldout.variants`` would, and says so once. Catches an
     old section refused as an unknown key or silently dropped."""
-    recipes = tmp_path / "recipes"
-    shutil.copytree(RECIPES_DIR, recipes)
-    text = (recipes / "recipe" / "tiny.yaml").read_text()
-    assert text.count("\neval:\n") == 1
-    old_section = "\neval:\n  layers:\n    mine: {max_new_tokens: 7, top_p: 0.5}\n"
-    text = text.replace("\neval:\n", old_section).replace("recipe_name: tiny", "recipe_name: old")
-    (recipes / "recipe" / "old.yaml").write_text(text)
+    old_section = "eval:\n  layers:\n    mine: {max_new_tokens: 7, top_p: 0.5}\nheldout:\n"
+    recipes = _old_recipe(tmp_path, old_section)
     settings = compose_config(["recipe=old", f"output_dir={tmp_path / 'run'}"], recipes)
-    assert settings.eval.variants == {"mine": {"max_new_tokens": 7, "top_p": 0.5}}
+    assert settings.heldout.variants == {"mine": {"max_new_tokens": 7, "top_p": 0.5}}
     protocol = heldout_protocol(settings, "grpo", "mine")
     assert (protocol.max_new_tokens, protocol.top_p) == (7, 0.5)
     assert len(_lines(capsys.readouterr().err, OLD_KEY_LINE)) == 1
+
+
+def test_an_old_eval_section_in_a_file_is_ordered_between_the_defaults_and_the_command_line(
+    tmp_path, capsys
+):
+    """Hydra's real compose of a user's recipe written with ``eval:`` (every: 3, at_start: false,
+    limit: 9) on top of recipes/config.yaml's ``heldout:`` defaults: alone, the file's values
+    win over the shipped defaults (limit 200) and over recipe=tiny's own new-spelled
+    ``heldout:`` lines (every 20, at_start true, limit null); ``heldout.every=5`` or ``eval.every=5`` on the command line wins over the
+    file for that field only; one line each. Catches the shipped default beating the user's old
+    value (a "new wins" fold) or the old file beating the command line."""
+    recipes = _old_recipe(tmp_path, "eval:\n  every: 3\n  at_start: false\n  limit: 9\nheldout:\n")
+    out = f"output_dir={tmp_path / 'run'}"
+    held = compose_config(["recipe=old", out], recipes).heldout
+    assert (held.every, held.at_start, held.limit) == (3, False, 9)
+    assert held.datasets_for == {"tiny-missing": ["tiny-missing"]}  # the file's new spelling
+    assert len(_lines(capsys.readouterr().err, OLD_SECTION_LINE)) == 1
+    for cli in ("heldout.every=5", "++heldout.every=5", "eval.every=5"):
+        held = compose_config(["recipe=old", out, cli], recipes).heldout
+        assert (held.every, held.at_start, held.limit) == (5, False, 9), cli
+    tree = compose_tree(["recipe=old", out, "~heldout.at_start"], recipes)
+    assert "at_start" not in tree.heldout and "eval" not in tree  # deleted on the command line
+    new = compose_config(["recipe=tiny", out, "heldout.every=3"], recipes).heldout
+    assert (new.every, new.at_start, new.limit) == (
+        3,
+        True,
+        None,
+    )  # the new spelling: no fold, no line
+    assert _lines(capsys.readouterr().err, "deprecated:") == []
+
+
+def test_both_spellings_in_one_file_take_the_old_ones_value(tmp_path, capsys):
+    """A file that writes a field both ways (``eval: {split: a}`` and ``heldout: {split: b}``):
+    the files cannot be told apart from the shipped ones, so the documented rule holds (the old
+    spelling wins over every file's new one) and the line says to write one. Catches an order
+    that depends on where in the file the keys stand."""
+    recipes = _old_recipe(tmp_path, "eval:\n  split: a\nheldout:\n  split: b\n")
+    held = compose_config(["recipe=old", f"output_dir={tmp_path}"], recipes).heldout
+    assert held.split == "a"
+    assert len(_lines(capsys.readouterr().err, OLD_SECTION_LINE)) == 1
 
 
 def test_an_old_override_changes_the_shipped_variant(tmp_path, capsys):
@@ -101,8 +186,8 @@ def test_an_old_override_changes_the_shipped_variant(tmp_path, capsys):
         "recipe=hotpot", f"output_dir={tmp_path}", "eval.layers.paper.max_new_tokens=2048",
         "+eval.layers.short.max_new_tokens=64",
     ])  # fmt: skip
-    assert settings.eval.variants == {"paper": {"max_new_tokens": 2048},
-                                      "short": {"max_new_tokens": 64}}  # fmt: skip
+    assert settings.heldout.variants == {"paper": {"max_new_tokens": 2048},
+                                         "short": {"max_new_tokens": 64}}  # fmt: skip
     assert heldout_protocol(settings, "grpo", "paper").max_new_tokens == 2048
     assert len(_lines(capsys.readouterr().err, OLD_KEY_LINE)) == 1
 
@@ -118,7 +203,28 @@ def test_train_py_reads_an_old_override_and_names_the_new_key(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     assert len(_lines(proc.stderr, OLD_KEY_LINE)) == 1, proc.stderr
-    assert "config error: eval.variants: must be a mapping" in proc.stderr
+    assert "config error: heldout.variants: must be a mapping" in proc.stderr
+
+
+def test_train_py_orders_an_old_file_between_the_defaults_and_its_command_line(tmp_path):
+    """train.py with a user's recipe folder (``--config-dir``) whose recipe writes ``eval:
+    {every: -1}``: the old value beats recipe=tiny's ``every: 20`` (refused as -1) and loses to
+    ``heldout.every=-2`` on train.py's own command line (refused as -2, read back from Hydra's
+    record of the overrides). Catches train.py planning the unfolded tree (the shipped 20 would
+    pass) or folding without its command line."""
+    (tmp_path / "mine" / "recipe").mkdir(parents=True)
+    text = (RECIPES_DIR / "recipe" / "tiny.yaml").read_text()
+    text = text.replace("\nheldout:\n", "\neval:\n  every: -1\nheldout:\n")
+    (tmp_path / "mine" / "recipe" / "old.yaml").write_text(text)
+    base = [sys.executable, str(ROOT / "train.py"), "--config-dir", str(tmp_path / "mine"),
+            "recipe=old", f"output_dir={tmp_path / 'run'}"]  # fmt: skip
+    for extra, got in (([], "-1"), (["heldout.every=-2"], "-2")):
+        proc = subprocess.run([*base, *extra], capture_output=True, text=True, timeout=120,
+                              cwd=tmp_path)  # fmt: skip
+        assert proc.returncode == 2, proc.stderr
+        assert "config error: heldout.every: must be an integer >= 0" in proc.stderr
+        assert f"got {got}." in proc.stderr, proc.stderr
+        assert len(_lines(proc.stderr, OLD_SECTION_LINE)) == 1, proc.stderr
 
 
 def test_the_old_protocol_flag_of_rlsr_evaluate_still_records_the_variant(capsys):

@@ -43,7 +43,7 @@ def test_a_launch_derives_its_pool_and_held_out_plan_once(tmp_path):
         plan = plan_run(cfg, world_size=1)
         trainer = build_trainer(cfg, plan=plan)
         run_summary(cfg, plan=plan)
-    assert plan.heldout is not None and trainer.heldout_evaluator is not None  # eval.every > 0
+    assert plan.heldout is not None and trainer.heldout_evaluator is not None  # heldout.every > 0
     assert trainer.args.gradient_accumulation_steps == plan.pool.accumulation
     assert counts == {"resolve_pool": 1, "resolve_heldout": 1}
 
@@ -183,10 +183,10 @@ def test_slurm_server_length_is_the_trainers_rule_or_none_with_the_reason(capsys
     spec = importlib.util.spec_from_file_location("resolve_config", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    resolved = module.resolve(["recipe=hotpot", "eval.max_new_tokens=-5"])
+    resolved = module.resolve(["recipe=hotpot", "heldout.max_new_tokens=-5"])
     assert resolved["max_model_len"] == ""
     said = capsys.readouterr().err
-    assert "eval.max_new_tokens" in said and "train.py will refuse" in said
+    assert "heldout.max_new_tokens" in said and "train.py will refuse" in said
     # no evaluation flags are guessed either: left out, with the reason (the sweep then refuses)
     assert resolved["evaluate_args"] is None and "evaluate_args left out" in said
     settings = from_dict(compose("recipe=hotpot", "grpo.vllm_mode=server"))

@@ -179,6 +179,6 @@ def test_the_context_check_at_start_is_bounded_too(silent_server):
     (timeout,) = session.timeouts  # one request; urllib3 retries it with the same timeout
     assert 0 < timeout <= server_eval_bound(ddp_timeout) / 2
     (err,) = outcome
-    assert isinstance(err, ConfigError) and err.field == "eval.backend", err
+    assert isinstance(err, ConfigError) and err.field == "heldout.backend", err
     assert "TimeoutError" in str(err) and "GET /v1/models" in str(err)
     assert hits == ["/v1/models", "/v1/models"]  # two attempts (1 retry), then nothing more

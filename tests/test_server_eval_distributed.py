@@ -60,7 +60,7 @@ def _worker(out_dir: str, url: str) -> None:
     rank = int(os.environ["RANK"])
     out = Path(out_dir)
     cfg = from_dict(compose("recipe=tiny-format", "grpo.use_vllm=true", "grpo.vllm_mode=server",
-                            "eval.every=1", "eval.at_start=false", "eval.limit=4",
+                            "heldout.every=1", "heldout.at_start=false", "heldout.limit=4",
                             f"+grpo.ddp_timeout={DDP_TIMEOUT}"))  # fmt: skip
     resolved = resolve_heldout(cfg)
     assert resolved.backend == "vllm_server"

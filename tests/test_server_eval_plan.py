@@ -1,6 +1,6 @@
 """A server-mode held-out evaluation that cannot fit its time bound is refused when the run is
 planned (rlsr.config.server_eval), before any model loads: its worst case
-(questions x samples per question x eval.max_new_tokens new tokens) at the assumed or declared
+(questions x samples per question x heldout.max_new_tokens new tokens) at the assumed or declared
 server rate must fit 0.8 x grpo.ddp_timeout - 60 s, the time the other processes wait. The
 shipped recipes, with the server mode slurm/train.slurm sets on several nodes, are not refused."""
 
@@ -49,7 +49,7 @@ def _plan(*overrides: str):
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_shipped_recipes_in_server_mode_are_not_refused(recipe, method):
-    plan = _plan(f"recipe={recipe}", f"method={method}", "eval.every=20", *SERVER)
+    plan = _plan(f"recipe={recipe}", f"method={method}", "heldout.every=20", *SERVER)
     if plan.section == "grpo":  # method=sft trains without rollouts: no vLLM server
         assert plan.heldout.backend == "vllm_server"
 
@@ -64,32 +64,39 @@ def test_the_bigmath_recipe_fits_with_its_numbers():
     assert tokens == 2_457_600
     assert tokens / ASSUMED_SERVER_TOKENS_PER_S < server_eval_bound(1800) == 1380.0
     with pytest.raises(ConfigError, match="2,457,600 new tokens"):
-        _plan("recipe=bigmath", *SERVER, "eval.server_tokens_per_s=1780")
+        _plan("recipe=bigmath", *SERVER, "heldout.server_tokens_per_s=1780")
 
 
 def test_all_questions_with_consistency_is_refused_with_the_numbers():
-    """The issue's case: eval.limit=null and the consistency scorer (K=8) on bigmath-id (1,000 +
+    """The issue's case: heldout.limit=null and the consistency scorer (K=8) on bigmath-id (1,000 +
     500 + 1,319 registered test questions): 2,819 x 9 x 4,096 = 103,919,616 tokens, 5,196 s at
     20,000 tokens/s > 1,380 s."""
     with pytest.raises(ConfigError) as err:
-        _plan("recipe=bigmath", *SERVER, "eval.limit=null", "eval.scorers=[verbalized,consistency]")
+        _plan(
+            "recipe=bigmath",
+            *SERVER,
+            "heldout.limit=null",
+            "heldout.scorers=[verbalized,consistency]",
+        )
     text = str(err.value)
-    assert err.value.field == "eval.limit"
+    assert err.value.field == "heldout.limit"
     for part in ("2,819 questions (bigmath_digits 1000, math500 500, gsm8k 1319)",
-                 "x 9 sample(s) per question (1 answer + eval.consistency_k 8)",
-                 "x eval.max_new_tokens 4,096 = 103,919,616 new tokens",
+                 "x 9 sample(s) per question (1 answer + heldout.consistency_k 8)",
+                 "x heldout.max_new_tokens 4,096 = 103,919,616 new tokens",
                  "at 20,000 tokens/s", "5,196 s > 1,380 s", "grpo.ddp_timeout 1,800 s",
-                 "eval.limit", "eval.max_new_tokens", "raise grpo.ddp_timeout to at least 6,570",
-                 "eval.server_tokens_per_s"):  # fmt: skip
+                 "heldout.limit", "heldout.max_new_tokens", "raise grpo.ddp_timeout to at least 6,570",
+                 "heldout.server_tokens_per_s"):  # fmt: skip
         assert part in text, (part, text)
     # each named fix is accepted
-    _plan("recipe=bigmath", *SERVER, "eval.limit=null", "eval.scorers=[verbalized,consistency]",
+    _plan("recipe=bigmath", *SERVER, "heldout.limit=null", "heldout.scorers=[verbalized,consistency]",
           "+grpo.ddp_timeout=6570")  # fmt: skip
-    _plan("recipe=bigmath", *SERVER, "eval.limit=200", "eval.scorers=[verbalized,consistency]")
-    _plan("recipe=bigmath", *SERVER, "eval.limit=null", "eval.scorers=[verbalized,consistency]",
-          "eval.server_tokens_per_s=80000")  # fmt: skip
+    _plan(
+        "recipe=bigmath", *SERVER, "heldout.limit=200", "heldout.scorers=[verbalized,consistency]"
+    )
+    _plan("recipe=bigmath", *SERVER, "heldout.limit=null", "heldout.scorers=[verbalized,consistency]",
+          "heldout.server_tokens_per_s=80000")  # fmt: skip
     # the colocated engine and the transformers backend have no such bound (no collective wait)
-    _plan("recipe=bigmath", "eval.limit=null", "eval.scorers=[verbalized,consistency]")
+    _plan("recipe=bigmath", "heldout.limit=null", "heldout.scorers=[verbalized,consistency]")
 
 
 def test_a_ddp_timeout_that_leaves_no_time_is_refused_at_plan_time():
@@ -100,12 +107,12 @@ def test_a_ddp_timeout_that_leaves_no_time_is_refused_at_plan_time():
 
 def test_a_bad_declared_rate_is_refused():
     with pytest.raises(ConfigError) as err:
-        _plan("recipe=hotpot", *SERVER, "eval.server_tokens_per_s=0")
-    assert err.value.field == "eval.server_tokens_per_s"
+        _plan("recipe=hotpot", *SERVER, "heldout.server_tokens_per_s=0")
+    assert err.value.field == "heldout.server_tokens_per_s"
 
 
 def test_sizes_that_cannot_be_counted_are_accepted():
-    """eval.limit=null and a local copy (eval.data_path): its size is unknown without loading it,
+    """heldout.limit=null and a local copy (heldout.data_path): its size is unknown without loading it,
     so the check counts only what it can (towards accepting)."""
     check_server_eval_fits({}, 9, 4096, 1800, None)
     with pytest.raises(ConfigError, match="1,000 questions"):

@@ -434,7 +434,7 @@ def test_server_max_model_len_follows_the_recipe_and_overrides():
             next(n for n in plan["nodes"] if n["role"] == "vllm")["argv"], "--max-model-len"
         )
 
-    # The paper recipes evaluate held-out questions through the server (eval.every=20): its
+    # The paper recipes evaluate held-out questions through the server (heldout.every=20): its
     # context holds a prompt + the answer + the two Sec. C.3 fallbacks (suffix bytes
     # + 2 + 64 tokens each) + 1, as the colocated engine's does (tests/test_config.py).
     fallbacks = (39 + 2 + 64) + (98 + 2 + 64) + 1
@@ -442,7 +442,7 @@ def test_server_max_model_len_follows_the_recipe_and_overrides():
     assert server_len(["recipe=hotpot", "grpo.max_completion_length=512"]) == str(
         3072 + 512 + fallbacks
     )
-    assert server_len(["recipe=hotpot", "eval.every=0"]) == str(3072 + 1536)
+    assert server_len(["recipe=hotpot", "heldout.every=0"]) == str(3072 + 1536)
     assert server_len(["recipe=hotpot", "++grpo.vllm_max_model_length=9000"]) == "9000"
 
 
@@ -1012,11 +1012,11 @@ def test_sweep_refuses_to_plan_an_evaluation_whose_protocol_does_not_resolve():
     sweep at planning with the field named, instead of submitting evaluations with guessed flags."""
     proc = subprocess.run(
         [PYTHON, str(SLURM / "sweep.py"), "--recipes", "hotpot", "--methods", "rlsr", "--seeds",
-         "0", "--dry-run", "--", "eval.max_new_tokens=-5"],
+         "0", "--dry-run", "--", "heldout.max_new_tokens=-5"],
         env=base_env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode != 0
-    assert "eval.max_new_tokens" in proc.stderr and "does not resolve" in proc.stderr
+    assert "heldout.max_new_tokens" in proc.stderr and "does not resolve" in proc.stderr
 
 
 def test_sweep_rejects_overrides_it_owns():

@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
 
 # recipe=tiny cut to 4 optimizer steps of 8 completions, a checkpoint every 2, no held-out eval.
 TRAIN_OVERRIDES = ["grpo.max_steps=4", "grpo.save_steps=2", "grpo.per_device_train_batch_size=8",
-                   "grpo.gradient_accumulation_steps=1", "eval.every=0", "eval.at_start=false"]  # fmt: skip
+                   "grpo.gradient_accumulation_steps=1", "heldout.every=0", "heldout.at_start=false"]  # fmt: skip
 EVAL_LIMIT = 8
 JOB_TIMEOUT = 600
 

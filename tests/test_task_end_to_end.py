@@ -99,13 +99,13 @@ def rlsr(user, *argv, check=True) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def trained(user) -> Path:
     """train.py at recipe=tiny size on the task, held-out evaluation on the task's eval split:
-    data.dataset named on the command line and eval.datasets not, so the held-out evaluation
+    data.dataset named on the command line and heldout.datasets not, so the held-out evaluation
     follows the data, not the recipe's held-out set tiny-missing."""
     out = user["root"] / "run"
     argv = [sys.executable, str(REPO / "train.py"), "recipe=tiny", f"output_dir={out}",
             f"tasks_dir={user['tasks']}", "data.dataset=colors", "grpo.max_steps=2",
-            "grpo.save_steps=2", "eval.every=2", "eval.at_start=false",
-            "eval.limit=6", "pool_log.every=0", "grpo.disable_tqdm=true"]  # fmt: skip
+            "grpo.save_steps=2", "heldout.every=2", "heldout.at_start=false",
+            "heldout.limit=6", "pool_log.every=0", "grpo.disable_tqdm=true"]  # fmt: skip
     done = subprocess.run(argv, cwd=REPO, env=user["env"], capture_output=True, text=True,
                           timeout=900)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -129,7 +129,7 @@ def test_train_py_on_the_task_with_held_out_evaluation_on_its_eval_split(trained
 
 def test_the_summarys_evaluate_command_names_the_task_and_runs_as_printed(user, trained):
     # Before: `--datasets tiny-missing` without --tasks-dir (and `--datasets ''` with
-    # eval.datasets=[]), so `--datasets colors` failed "unknown dataset".
+    # heldout.datasets=[]), so `--datasets colors` failed "unknown dataset".
     stdout = (user["root"] / "train.stdout").read_text()
     line = next(x for x in stdout.splitlines() if " evaluate " in x and "--adapter" in x)
     argv = shlex.split(line)

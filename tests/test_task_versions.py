@@ -150,8 +150,8 @@ def test_training_does_not_resume_on_another_version(task, tmp_path, capsys):
     run = tmp_path / "run"
     settings = tiny_settings(run, max_steps=1, save_steps=1)
     settings.data.dataset = "vt"
-    settings.eval.every, settings.eval.datasets, settings.eval.limit = 1, ["vt"], 4
-    settings.eval.max_new_tokens = 40
+    settings.heldout.every, settings.heldout.datasets, settings.heldout.limit = 1, ["vt"], 4
+    settings.heldout.max_new_tokens = 40
     validate(settings)
     run_training(settings)
     assert (run / "checkpoint-1").is_dir() and (run / "eval" / "step-1").is_dir()

@@ -412,9 +412,9 @@ def test_rlsr_datasets_lists_a_task_with_its_file_and_data(caps_dir, capsys):
 
 def test_train_config_tasks_dir_registers_before_validation(caps_dir):
     cfg = validate(from_dict(compose("recipe=tiny", f"tasks_dir={caps_dir}", "data.dataset=caps",
-                                     "eval.every=1", "eval.datasets=[]")), world_size=1)  # fmt: skip
+                                     "heldout.every=1", "heldout.datasets=[]")), world_size=1)  # fmt: skip
     assert get_spec("caps").task is not None
-    held = resolve_heldout(cfg)  # no eval.datasets: the task's own eval split
+    held = resolve_heldout(cfg)  # no heldout.datasets: the task's own eval split
     assert held.jobs == (("caps", "caps", "eval"),) and held.system_prompt == "simple"
     unregister_task("caps")
     write_task(caps_dir, CAPS_TASK.replace("eval_fraction: 0.3", "eval_fraction: 2"))
@@ -426,19 +426,19 @@ def test_train_config_tasks_dir_registers_before_validation(caps_dir):
 def test_a_recipe_trained_on_a_task_evaluates_the_task_and_prints_a_runnable_command(
     caps_dir, tmp_path
 ):
-    """A recipe's held-out datasets belong to the dataset it trains on (eval.datasets_for);
-    naming eval.datasets still wins. Catches `train.py recipe=tiny data.dataset=caps` evaluating
-    held-out on the recipe's own data (its eval.datasets winning) and printing `--datasets tiny`
-    without `--tasks-dir` (or `--datasets ''` with eval.datasets=[])."""
+    """A recipe's held-out datasets belong to the dataset it trains on (heldout.datasets_for);
+    naming heldout.datasets still wins. Catches `train.py recipe=tiny data.dataset=caps` evaluating
+    held-out on the recipe's own data (its heldout.datasets winning) and printing `--datasets tiny`
+    without `--tasks-dir` (or `--datasets ''` with heldout.datasets=[])."""
     import shlex
 
     from rlsr.cli import build_parser
     from rlsr.training import _evaluate_command
 
-    base = ("recipe=tiny", f"tasks_dir={caps_dir}", f"output_dir={tmp_path}", "eval.every=1")
+    base = ("recipe=tiny", f"tasks_dir={caps_dir}", f"output_dir={tmp_path}", "heldout.every=1")
     own = resolve_heldout(validate(from_dict(compose("recipe=tiny")), world_size=1))
     assert own.datasets == ["tiny-missing"]  # the recipe's choice for its own data
-    for extra in ((), ("eval.datasets=[]",)):
+    for extra in ((), ("heldout.datasets=[]",)):
         cfg = validate(from_dict(compose(*base, "data.dataset=caps", *extra)), world_size=1)
         held = resolve_heldout(cfg)
         assert held.jobs == (("caps", "caps", "eval"),), extra
@@ -446,7 +446,7 @@ def test_a_recipe_trained_on_a_task_evaluates_the_task_and_prints_a_runnable_com
         args = build_parser().parse_args(argv[1:])  # parses as printed
         assert args.datasets == "caps" and args.tasks_dir == [str(Path(caps_dir).absolute())]
     named = validate(
-        from_dict(compose(*base, "data.dataset=caps", "eval.datasets=[tiny]")), world_size=1
+        from_dict(compose(*base, "data.dataset=caps", "heldout.datasets=[tiny]")), world_size=1
     )
     assert resolve_heldout(named).datasets == ["tiny"]  # named: wins
     unregister_task("caps")
@@ -539,18 +539,18 @@ def test_a_hub_task_reads_its_local_copy_offline(tmp_path, monkeypatch):
 
 def test_train_stops_on_a_tasks_data_errors_with_config_errors(caps_dir, tmp_path):
     """build_trainer loads the train split and the task's held-out split before the model."""
-    overrides = ["recipe=tiny", f"tasks_dir={caps_dir}", "data.dataset=caps", "eval.datasets=[]",
+    overrides = ["recipe=tiny", f"tasks_dir={caps_dir}", "data.dataset=caps", "heldout.datasets=[]",
                  f"output_dir={tmp_path / 'run'}"]  # fmt: skip
     write_task(caps_dir, CAPS_TASK.replace("question: prompt", "question: text"))
-    settings = validate(from_dict(compose(*overrides, "eval.every=0")), world_size=1)
+    settings = validate(from_dict(compose(*overrides, "heldout.every=0")), world_size=1)
     with pytest.raises(ConfigError, match=r"^data.dataset: task caps: no column 'text'"):
         build_trainer(settings)
     unregister_task("caps")
     write_jsonl(caps_dir / "caps.jsonl", CAPS[:1])  # round(0.3 x 1) = 0 rows held out
     write_task(caps_dir, CAPS_TASK)
-    settings = validate(from_dict(compose(*overrides, "eval.every=1")), world_size=1)
+    settings = validate(from_dict(compose(*overrides, "heldout.every=1")), world_size=1)
     with pytest.raises(
-        ConfigError, match=r"^eval.datasets: task caps: .* split 'eval' has no rows"
+        ConfigError, match=r"^heldout.datasets: task caps: .* split 'eval' has no rows"
     ):
         build_trainer(settings)
 

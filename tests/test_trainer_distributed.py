@@ -68,7 +68,7 @@ def _worker(out_dir: str, mode: str = "sampled") -> None:
     if mode == "sampled":  # every pool on disk, from rank 0
         settings.pool_log.every = 1
     if mode == "heldout":  # held-out evaluation at steps 0 and 1, 20 questions sharded 10 + 10
-        settings.eval.every, settings.eval.limit = 1, 20
+        settings.heldout.every, settings.heldout.limit = 1, 20
     trainer = run_training(settings, pool_hook=hook)
     pool_sizes = [h["rlsr/pool_size"] for h in trainer.state.log_history if "rlsr/pool_size" in h]
     Path(out_dir, f"rank{rank}.json").write_text(

@@ -63,7 +63,7 @@ def tiny_settings(output_dir: str | os.PathLike, **grpo_overrides):
     )  # fmt: skip
     # The recipe's held-out evaluation is tested in tests/test_heldout_eval.py; the other
     # trainer tests train without it.
-    settings.eval.every = 0
+    settings.heldout.every = 0
     # Likewise the recipe's pool log (tests/test_pool_log.py, tests/test_trainer_resume.py).
     settings.pool_log.every = 0
     return settings

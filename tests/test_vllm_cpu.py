@@ -418,7 +418,7 @@ def _heldout_child(out_dir: str) -> None:
     from rlsr.training import build_trainer
 
     settings = _colocate_settings(out_dir, save_steps=2)
-    settings.eval.every, settings.eval.limit = 2, 20
+    settings.heldout.every, settings.heldout.limit = 2, 20
     trainer = build_trainer(settings)  # planned once, there
     generation, syncs = trainer.vllm_generation, []
     real_sync = generation.sync_weights
@@ -436,7 +436,7 @@ def _heldout_child(out_dir: str) -> None:
 
 
 def test_held_out_evaluation_on_the_colocated_engine_matches_rlsr_evaluate(tmp_path):
-    """eval.backend auto with grpo.use_vllm colocate: the held-out questions of step 2 are
+    """heldout.backend auto with grpo.use_vllm colocate: the held-out questions of step 2 are
     answered by TRL's own engine, synced to step 2's weights first (TRL itself would only sync
     at the next generation), and the samples equal `rlsr evaluate --backend transformers` on
     checkpoint-2 token for token (float32 on a CPU)."""
@@ -547,9 +547,9 @@ def _abort_child(out_dir: str) -> None:
 
     llm.llm_engine.abort_request = counting_abort
     settings = tiny_settings(out_dir, use_vllm=True, vllm_mode="colocate")
-    settings.eval.every, settings.eval.limit, settings.eval.bootstrap = 1, 8, 0
-    settings.eval.fallback_max_new_tokens = 8
-    settings.eval.judge_timeout, settings.eval.judge_max_retries = 2.0, 0
+    settings.heldout.every, settings.heldout.limit, settings.heldout.bootstrap = 1, 8, 0
+    settings.heldout.fallback_max_new_tokens = 8
+    settings.heldout.judge_timeout, settings.heldout.judge_max_retries = 2.0, 0
 
     def probe() -> dict:
         """TRL's next rollout call: one prompt, after TRL's wake-up when sleep mode is on."""
@@ -595,10 +595,10 @@ def _abort_child(out_dir: str) -> None:
         )  # fmt: skip
         for k, scenario in enumerate(ABORT_SCENARIOS):
             s = settings
-            s.eval.verifiers, s.eval.judge_base_url = {}, None
+            s.heldout.verifiers, s.heldout.judge_base_url = {}, None
             if scenario == "judge_down":  # the evaluator's own judge, on a closed port
-                s.eval.verifiers = {"tiny": "llm_judge"}
-                s.eval.judge_base_url = f"http://127.0.0.1:{_free_port()}/v1"
+                s.heldout.verifiers = {"tiny": "llm_judge"}
+                s.heldout.judge_base_url = f"http://127.0.0.1:{_free_port()}/v1"
             evaluator = HeldOutEvaluator(
                 resolve_heldout(s), model_path=model, output_dir=Path(out_dir) / mode
             ).bind(trainer)
@@ -656,7 +656,7 @@ def test_every_exit_of_a_held_out_evaluation_leaves_the_engine_without_its_reque
     # Item 2: a held-out prompt too long for the engine is refused when the evaluator binds, with
     # the numbers and the setting that fixes it; one that fits alone but not with its answer is
     # refused when sent (vLLM would accept it and stop the answer at its context limit).
-    assert report["bind_refusal"].startswith("eval.datasets: 1 of 8 held-out prompts of tiny")
+    assert report["bind_refusal"].startswith("heldout.datasets: 1 of 8 held-out prompts of tiny")
     assert "grpo.vllm_max_model_length=" in report["bind_refusal"]
     for mode in ("no_sleep", "sleep"):
         cases = report[mode]

@@ -69,7 +69,7 @@ CPU_ENV = {
 TRAIN_ARGS = ["recipe=tiny-format", "grpo.save_steps=1", "grpo.logging_steps=1",
               "grpo.report_to=none", "grpo.disable_tqdm=true", "grpo.max_completion_length=24",
               "grpo.warmup_steps=0"]  # fmt: skip
-# 640: the held-out evaluation goes through the server (eval.backend=auto in server mode), and a
+# 640: the held-out evaluation goes through the server (heldout.backend=auto in server mode), and a
 # tiny test prompt (up to 239 tokens) + 24 new tokens + the two Sec. C.3 fallbacks (64 tokens
 # each) + 1 needs up to 533; the evaluator refuses a shorter server at start.
 SERVER_FLAGS = ["--enforce-eager", "--max-model-len", "640"]
@@ -150,7 +150,7 @@ def test_train_slurm_server_mode_health_wait_and_rollouts_through_the_server(tmp
     assert rec["sync"] and all(n > 0 for n in rec["sync"]) and not any(rec["lora_in_names"])
     # Every rollout came from the server: 2 optimizer steps = 2 TRL generation calls of 8 prompts
     # x 4 completions. The recipe's held-out evaluation (step 0 and the last step) went through
-    # the server too (eval.backend=auto -> vllm_server): the other /v1/completions requests.
+    # the server too (heldout.backend=auto -> vllm_server): the other /v1/completions requests.
     assert rec["rollouts"] == [[8, 32], [8, 32]], rec
     for step in (0, 2):
         record = json.loads((run_dir / "eval" / f"step-{step}" / "run.json").read_text())
@@ -209,7 +209,7 @@ def test_server_mode_errors_are_one_line_cpu_start_and_server_death(tmp_path):
 
     1. Without the NCCL double, on a CPU: TRL's NotImplementedError from init_communicator
        becomes one line naming grpo.vllm_mode and the alternatives (exit 1, no traceback).
-       With it, held-out answers (eval.max_new_tokens=400) that the server's --max-model-len
+       With it, held-out answers (heldout.max_new_tokens=400) that the server's --max-model-len
        cannot hold: one line with the numbers before step 1.
     2. With it, the server is SIGKILLed when step 1 ends: step 2's requests fail after TRL's
        retries and train.py prints one line naming the server URL, the refused connection,
@@ -236,7 +236,7 @@ def test_server_mode_errors_are_one_line_cpu_start_and_server_death(tmp_path):
 
         # Held-out answers the server's context cannot hold: refused
         # when the evaluator binds, before step 1, with the numbers and the server setting.
-        long = _train([*server_args, "grpo.max_steps=1", "eval.max_new_tokens=400",
+        long = _train([*server_args, "grpo.max_steps=1", "heldout.max_new_tokens=400",
                        f"output_dir={tmp_path / 'long'}"], tmp_path, TRAINER)  # fmt: skip
         assert long.returncode != 0 and "Traceback" not in long.stderr, long.stderr[-6000:]
         line = _last_line(long.stderr)
@@ -270,11 +270,11 @@ def _comparable(metrics: dict) -> dict:
 
 def test_held_out_evaluation_through_the_server_equals_rlsr_evaluate_on_the_same_weights(tmp_path):
     """In server mode the held-out evaluation goes through TRL's vLLM server
-    (eval.backend=auto -> vllm_server) after a weight sync, and equals `rlsr evaluate --backend
+    (heldout.backend=auto -> vllm_server) after a weight sync, and equals `rlsr evaluate --backend
     vllm` on the same weights; the rollouts of the next step are unaffected.
 
     On a CPU the NCCL weight push is the double of tests/vllm_server_trainer.py, so the server
-    keeps its initial weights: the comparison is at step 0 (eval.at_start), where the policy's
+    keeps its initial weights: the comparison is at step 0 (heldout.at_start), where the policy's
     weights are the served ones (LoRA's B = 0), against `rlsr evaluate` on the base model. After
     step 1 they differ (the trained adapter never reaches the server here; on GPUs it does, and
     step N then equals `rlsr evaluate` on checkpoint-N, which this machine cannot show). The
@@ -291,9 +291,9 @@ def test_held_out_evaluation_through_the_server_equals_rlsr_evaluate_on_the_same
         trained = _train(
             ["grpo.use_vllm=true", "grpo.vllm_mode=server", "grpo.vllm_server_host=127.0.0.1",
              f"grpo.vllm_server_port={port}", f"model.name_or_path={_model()}",
-             "grpo.max_steps=1", "eval.every=1", "eval.at_start=true",
-             "eval.scorers=[verbalized,logprob]", "eval.fallback_max_new_tokens=6",
-             "eval.bootstrap=0", f"output_dir={run_dir}"],
+             "grpo.max_steps=1", "heldout.every=1", "heldout.at_start=true",
+             "heldout.scorers=[verbalized,logprob]", "heldout.fallback_max_new_tokens=6",
+             "heldout.bootstrap=0", f"output_dir={run_dir}"],
             tmp_path, TRAINER,
         )  # fmt: skip
     finally:
@@ -363,8 +363,8 @@ def test_two_training_processes_evaluate_once_through_the_server_and_share_the_m
              "--master_port", str(master), str(TRAINER), *TRAIN_ARGS, "grpo.use_vllm=true",
              "grpo.vllm_mode=server", "grpo.vllm_server_host=127.0.0.1",
              f"grpo.vllm_server_port={port}", f"model.name_or_path={_model()}",
-             "grpo.gradient_accumulation_steps=1", "grpo.max_steps=1", "eval.every=1",
-             "eval.at_start=false", "eval.limit=20", "eval.bootstrap=0",
+             "grpo.gradient_accumulation_steps=1", "grpo.max_steps=1", "heldout.every=1",
+             "heldout.at_start=false", "heldout.limit=20", "heldout.bootstrap=0",
              f"output_dir={run_dir}"],
             env={**os.environ, **CPU_ENV, "PYTHONPATH": str(ROOT), "RLSR_TEST_DIR": str(tmp_path)},
             capture_output=True, text=True, timeout=800, cwd=ROOT,

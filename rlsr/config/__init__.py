@@ -10,7 +10,7 @@ Schema (top-level keys of ``recipes/config.yaml``)::
              evaluate: {<evaluation protocol field>: value}}
     grpo:   any field of trl.GRPOConfig (num_generations, per_device_train_batch_size, ...)
     sft:    any field of trl.SFTConfig (method=sft only; recipes/method/sft.yaml)
-    eval:   {every, at_end, at_start, datasets, split, limit, data_path, verifiers, backend,
+    heldout: {every, at_end, at_start, datasets, split, limit, data_path, verifiers, backend,
              judge_base_url, judge_model, judge_timeout, judge_max_retries,
              judge_max_answer_chars, server_tokens_per_s, and every field of
              rlsr.eval_protocol.EvalProtocol
@@ -127,10 +127,10 @@ class TrainSettings:
     grpo: dict[str, Any] = field(default_factory=dict)
     pool_size: int | None = None
     sft: dict[str, Any] = field(default_factory=dict)  # trl.SFTConfig fields (method=sft)
-    eval: HeldOutSettings = field(default_factory=HeldOutSettings)
+    heldout: HeldOutSettings = field(default_factory=HeldOutSettings)
     pool_log: PoolLogSettings = field(default_factory=PoolLogSettings)
     # Task files (docs/tasks.md): a folder of *.yaml files, one file, or a list of them; their
-    # tasks are registered as datasets before data.dataset / eval.datasets are looked up.
+    # tasks are registered as datasets before data.dataset / heldout.datasets are looked up.
     tasks_dir: Any = None
     output_dir: str = "runs/default"
     seed: int = 42
@@ -169,7 +169,7 @@ _NESTED = {
     ("TrainSettings", "model"): ModelSettings,
     ("TrainSettings", "data"): DataSettings,
     ("TrainSettings", "method"): MethodSettings,
-    ("TrainSettings", "eval"): HeldOutSettings,
+    ("TrainSettings", "heldout"): HeldOutSettings,
     ("TrainSettings", "pool_log"): PoolLogSettings,
     ("ModelSettings", "lora"): LoraSettings,
 }
@@ -269,7 +269,7 @@ def resolve_resume(resume: str, output_dir: str) -> str | None:
 
 def register_tasks(cfg: TrainSettings) -> list[str]:
     """Load the tasks of ``$RLSR_TASKS_PATH`` and ``tasks_dir`` (docs/tasks.md) into the dataset
-    registry, so ``data.dataset`` / ``eval.datasets`` and a task's prompt name resolve: the load
+    registry, so ``data.dataset`` / ``heldout.datasets`` and a task's prompt name resolve: the load
     step before planning (``rlsr.run_plan.plan_run``), not a check. Idempotent (a task already
     registered from the same file is kept). A task file that is wrong raises ``ConfigError`` on
     ``tasks_dir`` naming the file, the key and the fix."""
@@ -297,12 +297,12 @@ class SettingsPlan:
         trainer_section (`str`): the section holding the trainer's arguments (``grpo``/``sft``).
         pool (`PoolPlan` or `None`): one optimizer step's pool and its gradient accumulation
             (GRPO methods; None for sft).
-        heldout (`ResolvedHeldOut` or `None`): the held-out evaluation (None: eval.every=0).
+        heldout (`ResolvedHeldOut` or `None`): the held-out evaluation (None: heldout.every=0).
         vllm_max_model_length (`int` or `None`): the vLLM context rlsr sets when
             ``grpo.use_vllm`` and ``grpo.vllm_max_model_length`` is unset (``vllm_context_length``;
             for sft, whose trainer has no engine, the size of a server started beside it).
         protocols (`dict`): the run's evaluation protocol (key None, ``heldout_protocol``) and
-            each named variant's (``eval.variants``), by variant name.
+            each named variant's (``heldout.variants``), by variant name.
     """
 
     world_size: int
@@ -331,13 +331,14 @@ def plan_settings(
     ``world_size`` defaults to ``$WORLD_SIZE`` (set by ``accelerate launch``/torchrun), else 1.
     ``here=False`` plans a launch on another machine (a Slurm job planned on the login node):
     what this machine offers (a GPU, vLLM, flash-attn, accelerate's distributed launch, the files named by
-    ``data.path`` / ``eval.data_path`` / ``resume``) is not asked; that launch checks it.
+    ``data.path`` / ``heldout.data_path`` / ``resume``) is not asked; that launch checks it.
     """
     ws = world_size_from_env() if world_size is None else world_size
     cfg.validate(here=here)
     cfg.method.validate()
     cfg.model.validate(here=here)
     cfg.data.validate(here=here)
+    cfg.heldout.validate()
     if trainer_section not in TRAINER_SECTIONS:
         raise ValueError(
             f"trainer_section must be one of {TRAINER_SECTIONS}; got {trainer_section!r}."

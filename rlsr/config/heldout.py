@@ -1,4 +1,4 @@
-"""The held-out plan: evaluation during training (``eval.*``, ``HeldOutSettings``) resolved
+"""The held-out plan: evaluation during training (``heldout.*``, ``HeldOutSettings``) resolved
 against the rest of the run's settings (``resolve_heldout`` -> ``ResolvedHeldOut``): which
 datasets, which backend, which answer budget and scorers. ``rlsr.evaluation.heldout`` runs
 it; ``rlsr.config.check_settings`` calls ``resolve_heldout`` so a held-out setting that cannot
@@ -47,7 +47,7 @@ __all__ = [
     "resolve_heldout",
 ]
 
-# eval.backend: auto = the vLLM engine the rollouts use (colocated: vllm; TRL's server:
+# heldout.backend: auto = the vLLM engine the rollouts use (colocated: vllm; TRL's server:
 # vllm_server, rlsr.generation.server_backend), else transformers.
 HELDOUT_BACKENDS = ("auto", "transformers", "vllm", "vllm_server")
 # Held-out backends that answer on a vLLM engine: its context must hold prompt + answer.
@@ -78,10 +78,10 @@ class HeldOutSettings:
     at_start: bool = False
     # Dataset names or groups, as `rlsr evaluate --datasets` (`rlsr datasets` lists them).
     # Empty: the recipe's choice for the dataset trained on (``datasets_for``), else a task's own
-    # evaluation split; naming datasets here (eval.datasets=[...]) always wins.
+    # evaluation split; naming datasets here (heldout.datasets=[...]) always wins.
     datasets: list[str] = field(default_factory=list)
     # A recipe's held-out datasets per training dataset (data.dataset -> names or groups), used
-    # while eval.datasets is empty: `recipe=hotpot` evaluates hotpot-id when it trains on
+    # while heldout.datasets is empty: `recipe=hotpot` evaluates hotpot-id when it trains on
     # hotpot_modified, and a task given as data.dataset=TASK is evaluated on the task, not on the
     # recipe's own data.
     datasets_for: dict[str, list[str]] = field(default_factory=dict)
@@ -105,7 +105,7 @@ class HeldOutSettings:
     judge_timeout: float | None = JUDGE_TIMEOUT_S
     judge_max_retries: int | None = JUDGE_MAX_RETRIES
     judge_max_answer_chars: int | None = JUDGE_MAX_ANSWER_CHARS
-    # eval.backend=vllm_server: new tokens per second the vLLM server generates, all requests
+    # heldout.backend=vllm_server: new tokens per second the vLLM server generates, all requests
     # together, for the plan-time check that a held-out evaluation fits the time the other
     # processes wait (grpo.ddp_timeout); null: rlsr.config.server_eval's assumed 20,000.
     server_tokens_per_s: float | None = None
@@ -123,6 +123,55 @@ class HeldOutSettings:
                               ("judge_max_answer_chars", JUDGE_MAX_ANSWER_CHARS)):  # fmt: skip
             if getattr(self, name) is None:
                 setattr(self, name, default)
+
+    def validate(self) -> None:
+        """Check the fields that stand on their own (``resolve_heldout`` checks them against the
+        rest of the run: the datasets, the trainer's engine, the launch); raises ``ConfigError``
+        naming the field and the fix. With ``every`` 0 the others are unused and not checked."""
+        check(
+            is_int(self.every) and self.every >= 0,
+            "heldout.every",
+            "must be an integer >= 0 (optimizer steps between evaluations; 0: off); got "
+            f"{self.every!r}.",
+        )
+        if self.every == 0:
+            return
+        check(isinstance(self.at_end, bool), "heldout.at_end", "must be true or false.")
+        check(isinstance(self.at_start, bool), "heldout.at_start", "must be true or false.")
+        check(
+            isinstance(self.datasets_for, dict)
+            and all(isinstance(v, list | tuple) for v in self.datasets_for.values()),
+            "heldout.datasets_for",
+            "must map a training dataset to a list of held-out datasets; got "
+            f"{self.datasets_for!r}.",
+        )
+        check(
+            self.limit is None or (is_int(self.limit) and self.limit >= 1),
+            "heldout.limit",
+            f"must be a positive integer or null; got {self.limit!r}.",
+        )
+        for name, vname in (self.verifiers or {}).items():
+            check(
+                vname in VERIFIER_NAMES or is_plugin_name(vname),
+                f"heldout.verifiers.{name}",
+                f"unknown verifier {vname!r}; choose one of {VERIFIER_NAMES} or a plugin "
+                "'package.module:function'.",
+            )
+        check(
+            is_int(self.judge_max_retries) and self.judge_max_retries >= 0,
+            "heldout.judge_max_retries",
+            f"must be an integer >= 0; got {self.judge_max_retries!r}.",
+        )
+        check(
+            is_number(self.judge_timeout) and self.judge_timeout > 0,
+            "heldout.judge_timeout",
+            f"must be > 0 seconds; got {self.judge_timeout!r}.",
+        )
+        check(
+            self.backend in HELDOUT_BACKENDS,
+            "heldout.backend",
+            f"got {self.backend!r}; choose one of {HELDOUT_BACKENDS}.",
+        )
 
 
 def heldout_answer_tokens(
@@ -153,9 +202,9 @@ def _task_with_eval(name: str) -> bool:
 
 @dataclass(frozen=True)
 class ResolvedHeldOut:
-    """``eval.*`` with every default filled in (``resolve_heldout``): what the in-training
+    """``heldout.*`` with every default filled in (``resolve_heldout``): what the in-training
     evaluator runs. ``jobs``: ``(folder, dataset, split)`` as ``rlsr evaluate`` names its output
-    folders (the dataset's name; ``name@split`` when ``eval.split`` is set)."""
+    folders (the dataset's name; ``name@split`` when ``heldout.split`` is set)."""
 
     every: int
     at_end: bool
@@ -163,7 +212,7 @@ class ResolvedHeldOut:
     jobs: tuple[tuple[str, str, str], ...]
     verifiers: dict[str, str]
     backend: str
-    # how each answer is generated and scored: eval.* > method.evaluate > the run's defaults
+    # how each answer is generated and scored: heldout.* > method.evaluate > the run's defaults
     protocol: EvalProtocol
     settings: HeldOutSettings
     # tokens an answer may need beyond its prompt on the engine (``heldout_answer_tokens``)
@@ -192,30 +241,30 @@ class ResolvedHeldOut:
 
 
 def declared_variants(cfg) -> dict:
-    """``eval.variants``, the recipe's named protocol variants ({} when none); ``ConfigError`` when
+    """``heldout.variants``, the recipe's named protocol variants ({} when none); ``ConfigError`` when
     it is not a mapping ``{name: {protocol field: value}}``."""
-    variants = cfg.eval.variants if cfg.eval.variants is not None else {}
+    variants = cfg.heldout.variants if cfg.heldout.variants is not None else {}
     check(
         isinstance(variants, dict),
-        "eval.variants",
+        "heldout.variants",
         f"must be a mapping {{name: {{protocol field: value}}}}; got {variants!r}.",
     )
     return variants
 
 
 def protocol_variant(cfg, variant: str) -> dict:
-    """The named protocol variant ``eval.variants.<variant>``, checked (a mapping of protocol fields).
-    Raises ``ConfigError`` naming ``eval.variants`` and the variants the recipe declares."""
+    """The named protocol variant ``heldout.variants.<variant>``, checked (a mapping of protocol fields).
+    Raises ``ConfigError`` naming ``heldout.variants`` and the variants the recipe declares."""
     variants = declared_variants(cfg)
     if variant not in variants:
         known = ", ".join(sorted(variants)) or "none"
         raise ConfigError(
-            "eval.variants",
+            "heldout.variants",
             f"has no variant {variant!r} (this recipe declares: {known}); add "
-            f"eval.variants.{variant}={{max_new_tokens: ...}} or name a declared variant.",
+            f"heldout.variants.{variant}={{max_new_tokens: ...}} or name a declared variant.",
         )
     try:
-        return check_mapping(variants[variant], f"eval.variants.{variant}")
+        return check_mapping(variants[variant], f"heldout.variants.{variant}")
     except ProtocolError as err:
         raise ConfigError(err.field, err.message) from None
 
@@ -225,22 +274,22 @@ def heldout_protocol(
 ) -> EvalProtocol:
     """The run's evaluation protocol, the one source of every evaluation of a run (the held-out
     steps, train.py's printed ``rlsr evaluate`` command, slurm/resolve_config.py's flags, the
-    toy's): each field from ``eval.<field>`` when set, else ``method.evaluate.<field>``, else the
+    toy's): each field from ``heldout.<field>`` when set, else ``method.evaluate.<field>``, else the
     run's default (``max_new_tokens``: the trainer's ``max_completion_length``, what the policy
     is trained to; ``system_prompt``: the training data's, paper Sec. C.5), else
-    ``EvalProtocol``'s default. ``variant``: a named variant (``eval.variants.<variant>``, e.g. ``paper``)
+    ``EvalProtocol``'s default. ``variant``: a named variant (``heldout.variants.<variant>``, e.g. ``paper``)
     whose fields win over all of these: an evaluation that deliberately differs, declared in the
     recipe, not a second default. Raises ``ConfigError`` naming the key that set a bad value."""
     if variant is not None:  # the run's own values are checked too: a variant may hide a bad one
         heldout_protocol(cfg, trainer_section)
-    e = cfg.eval
+    e = cfg.heldout
     section = getattr(cfg, trainer_section)
     named = (
-        [] if variant is None else [(f"eval.variants.{variant}", protocol_variant(cfg, variant))]
+        [] if variant is None else [(f"heldout.variants.{variant}", protocol_variant(cfg, variant))]
     )
     sources = [
         *named,
-        ("eval", {name: getattr(e, name) for name in PROTOCOL_FIELDS}),
+        ("heldout", {name: getattr(e, name) for name in PROTOCOL_FIELDS}),
         ("method.evaluate", cfg.method.evaluate or {}),
         (trainer_section, {"max_new_tokens": grpo_get(section, "max_completion_length")}),
         ("data", {"system_prompt": cfg.data.system_prompt
@@ -258,22 +307,17 @@ def heldout_protocol(
 def resolve_heldout(
     cfg, trainer_section: str = "grpo", *, here: bool = True
 ) -> ResolvedHeldOut | None:
-    """Check ``cfg.eval`` against the rest of ``cfg`` and fill in its defaults; None when off
-    (``eval.every == 0``). Raises ``ConfigError`` naming the ``eval.*`` field and the fix, so a
+    """Check ``cfg.heldout`` (``HeldOutSettings.validate``, then against the rest of ``cfg``)
+    and fill in its defaults; None when off
+    (``heldout.every == 0``). Raises ``ConfigError`` naming the ``heldout.*`` field and the fix, so a
     setting that cannot work stops the run before training starts, not at its first evaluation.
     ``cfg`` is a ``rlsr.config.TrainSettings`` (not imported: this module sits below it).
-    ``here=False``: the run starts on another machine, so ``eval.data_path`` is not looked for
+    ``here=False``: the run starts on another machine, so ``heldout.data_path`` is not looked for
     and the distributed launch (accelerate's environment) not read on this one."""
-    e = cfg.eval
-    check(
-        is_int(e.every) and e.every >= 0,
-        "eval.every",
-        f"must be an integer >= 0 (optimizer steps between evaluations; 0: off); got {e.every!r}.",
-    )
+    e = cfg.heldout
+    e.validate()  # its own fields (plan_settings calls it too, with the other sections')
     if e.every == 0:
         return None
-    check(isinstance(e.at_end, bool), "eval.at_end", "must be true or false.")
-    check(isinstance(e.at_start, bool), "eval.at_start", "must be true or false.")
     names = _datasets(e, cfg.data.dataset, here=here)
     protocol = heldout_protocol(cfg, trainer_section)
     verifiers = _verifiers(e, names)
@@ -306,15 +350,9 @@ def resolve_heldout(
 
 
 def _datasets(e: HeldOutSettings, training_dataset: str, *, here: bool = True) -> list[str]:
-    """``eval.datasets`` resolved to dataset names (a task trained on, with an evaluation split
-    of its own, when none are named), ``eval.data_path`` and ``eval.limit`` checked."""
+    """``heldout.datasets`` resolved to dataset names (a task trained on, with an evaluation split
+    of its own, when none are named), ``heldout.data_path`` and ``heldout.limit`` checked."""
     datasets = e.datasets
-    check(
-        isinstance(e.datasets_for, dict)
-        and all(isinstance(v, list | tuple) for v in e.datasets_for.values()),
-        "eval.datasets_for",
-        f"must map a training dataset to a list of held-out datasets; got {e.datasets_for!r}.",
-    )
     if isinstance(datasets, list | tuple) and not datasets:
         if training_dataset in e.datasets_for:  # the recipe's choice for what it trains on
             datasets = list(e.datasets_for[training_dataset])
@@ -322,116 +360,90 @@ def _datasets(e: HeldOutSettings, training_dataset: str, *, here: bool = True) -
             datasets = [training_dataset]  # a task trained on is evaluated on its eval split
     check(
         isinstance(datasets, list | tuple) and len(datasets) > 0,
-        "eval.datasets",
-        f"eval.every > 0 needs datasets to evaluate and none is set for data.dataset="
-        f"{training_dataset!r}: name them, e.g. eval.datasets=[tiny] (`rlsr datasets` lists "
-        "them), give the task an evaluation split (docs/tasks.md), or set eval.every=0.",
+        "heldout.datasets",
+        f"heldout.every > 0 needs datasets to evaluate and none is set for data.dataset="
+        f"{training_dataset!r}: name them, e.g. heldout.datasets=[tiny] (`rlsr datasets` lists "
+        "them), give the task an evaluation split (docs/tasks.md), or set heldout.every=0.",
     )
     try:
         names = resolve_tasks(list(datasets))
     except (KeyError, ValueError) as err:
-        raise ConfigError("eval.datasets", str(err).strip("'\"")) from None
+        raise ConfigError("heldout.datasets", str(err).strip("'\"")) from None
     for name in e.data_path or {}:
         check(
             name in names,
-            f"eval.data_path.{name}",
-            f"{name!r} is not among eval.datasets {names}.",
+            f"heldout.data_path.{name}",
+            f"{name!r} is not among heldout.datasets {names}.",
         )
         check(
             not here or Path(e.data_path[name]).exists(),
-            f"eval.data_path.{name}",
+            f"heldout.data_path.{name}",
             f"{e.data_path[name]!r} does not exist; point it at a local copy of the dataset.",
         )
-    check(
-        e.limit is None or (is_int(e.limit) and e.limit >= 1),
-        "eval.limit",
-        f"must be a positive integer or null; got {e.limit!r}.",
-    )
     return names
 
 
 def _verifiers(e: HeldOutSettings, names: list[str]) -> dict[str, str]:
-    """``{dataset: verifier}``: ``eval.verifiers`` over each dataset's own; the LLM judge's
+    """``{dataset: verifier}``: ``heldout.verifiers`` over each dataset's own; the LLM judge's
     server settings checked when a dataset needs it."""
-    for name, vname in (e.verifiers or {}).items():
+    for name in e.verifiers or {}:
         check(
             name in names,
-            f"eval.verifiers.{name}",
-            f"{name!r} is not among eval.datasets {names}.",
-        )
-        check(
-            vname in VERIFIER_NAMES or is_plugin_name(vname),
-            f"eval.verifiers.{name}",
-            f"unknown verifier {vname!r}; choose one of {VERIFIER_NAMES} or a plugin "
-            "'package.module:function'.",
+            f"heldout.verifiers.{name}",
+            f"{name!r} is not among heldout.datasets {names}.",
         )
     verifiers = {name: (e.verifiers or {}).get(name, get_spec(name).verifier) for name in names}
     judged = [n for n, v in verifiers.items() if v == "llm_judge"]
     check(
         not judged or bool(e.judge_base_url),
-        "eval.judge_base_url",
+        "heldout.judge_base_url",
         f"{', '.join(judged)} {'is' if len(judged) == 1 else 'are'} verified by an LLM judge; "
-        "set eval.judge_base_url=http://HOST:PORT/v1 (an OpenAI-compatible server, e.g. "
+        "set heldout.judge_base_url=http://HOST:PORT/v1 (an OpenAI-compatible server, e.g. "
         "`vllm serve meta-llama/Llama-3.1-8B-Instruct`) or evaluate other datasets.",
-    )
-    check(
-        is_int(e.judge_max_retries) and e.judge_max_retries >= 0,
-        "eval.judge_max_retries",
-        f"must be an integer >= 0; got {e.judge_max_retries!r}.",
-    )
-    check(
-        is_number(e.judge_timeout) and e.judge_timeout > 0,
-        "eval.judge_timeout",
-        f"must be > 0 seconds; got {e.judge_timeout!r}.",
     )
     return verifiers
 
 
 def _backend(requested: str, section: dict, *, here: bool = True) -> str:
-    """``eval.backend`` resolved against the trainer's rollout engine (``auto``: the engine the
+    """``heldout.backend`` resolved against the trainer's rollout engine (``auto``: the engine the
     rollouts use, else transformers) and checked against it and the distributed launch."""
     colocated = bool(section.get("use_vllm")) and grpo_get(section, "vllm_mode") == "colocate"
-    check(
-        requested in HELDOUT_BACKENDS,
-        "eval.backend",
-        f"got {requested!r}; choose one of {HELDOUT_BACKENDS}.",
-    )
     server = bool(section.get("use_vllm")) and section.get("vllm_mode") == "server"
     auto = "vllm" if colocated else "vllm_server" if server else "transformers"
     backend = requested if requested != "auto" else auto
     check(
         backend != "vllm_server" or server,
-        "eval.backend",
+        "heldout.backend",
         "vllm_server evaluates through TRL's vLLM server; it needs grpo.use_vllm=true with "
-        "grpo.vllm_mode=server. Use eval.backend=auto.",
+        "grpo.vllm_mode=server. Use heldout.backend=auto.",
     )
     if backend == "vllm":
         check(
             colocated,
-            "eval.backend",
+            "heldout.backend",
             "vllm evaluates on the training processes' own colocated engine; it needs "
-            "grpo.use_vllm=true with grpo.vllm_mode=colocate. Use eval.backend=transformers "
+            "grpo.use_vllm=true with grpo.vllm_mode=colocate. Use heldout.backend=transformers "
             "(or auto).",
         )
         check(
             section.get("vllm_tensor_parallel_size", 1) == 1,
-            "eval.backend",
+            "heldout.backend",
             "the colocated engine is split over a tensor-parallel group "
             "(grpo.vllm_tensor_parallel_size > 1), whose ranks must generate together; use "
-            "eval.backend=transformers.",
+            "heldout.backend=transformers.",
         )
     elif backend == "transformers" and here:
         launch = launch_from_env()
         fix = (
-            "set eval.backend=vllm_server (or auto: the held-out questions go to the vLLM server "
+            "set heldout.backend=vllm_server (or auto: the held-out questions go to the vLLM server "
             "of grpo.vllm_mode=server after a weight sync)"
             if server else
             "set grpo.use_vllm=true (the colocated engine gets the gathered weights) or "
-            "eval.every=0 and evaluate checkpoints with `rlsr evaluate`"
+            "heldout.every=0 and evaluate checkpoints with `rlsr evaluate`"
         )  # fmt: skip
         check(
             not (launch.name == "fsdp" or (launch.name == "deepspeed" and launch.zero_stage == 3)),
-            "eval.backend",
+            "heldout.backend",
             f"transformers evaluation copies the whole policy per process, and {launch.label} "
             f"shards it; {fix}.",
         )
@@ -452,19 +464,19 @@ def _check_engine_room(
         "grpo.vllm_max_model_length",
         f"{length} tokens cannot hold a held-out answer after a prompt of "
         f"data.max_prompt_length={prompt} tokens: it needs {prompt} + {answer_tokens} "
-        f"(eval.max_new_tokens {max_new}"
-        + (f" + two Sec. C.3 fallbacks of eval.fallback_max_new_tokens "
+        f"(heldout.max_new_tokens {max_new}"
+        + (f" + two Sec. C.3 fallbacks of heldout.fallback_max_new_tokens "
            f"{fallback_tokens} with their suffixes" if answer_tokens > max_new + 1
            else "")
         + f" + 1) = {prompt + answer_tokens}; raise it to {prompt + answer_tokens} or remove "
-        "it (the default sizes the engine for both), or set eval.backend=transformers.",
+        "it (the default sizes the engine for both), or set heldout.backend=transformers.",
     )  # fmt: skip
 
 
 def _countable_items(e: HeldOutSettings, jobs) -> dict[str, int]:
-    """Questions per held-out job that can be counted without loading anything: ``eval.limit``,
+    """Questions per held-out job that can be counted without loading anything: ``heldout.limit``,
     or fewer when the dataset's registered size of that split is smaller; a job whose count is
-    unknown (``eval.limit`` null and no registered size, or a local copy in ``eval.data_path``)
+    unknown (``heldout.limit`` null and no registered size, or a local copy in ``heldout.data_path``)
     is left out, so the time check errs towards accepting."""
     items = {}
     for folder, name, split in jobs:
@@ -476,12 +488,12 @@ def _countable_items(e: HeldOutSettings, jobs) -> dict[str, int]:
 
 
 def _check_server_time(e, jobs, protocol: EvalProtocol, section, trainer_section: str) -> None:
-    """eval.backend=vllm_server: the worst case of one evaluation must fit the time the other
+    """heldout.backend=vllm_server: the worst case of one evaluation must fit the time the other
     processes wait (``rlsr.config.server_eval.check_server_eval_fits``)."""
     rate = e.server_tokens_per_s
     check(
         rate is None or (is_number(rate) and rate > 0),
-        "eval.server_tokens_per_s",
+        "heldout.server_tokens_per_s",
         f"must be a number of tokens per second > 0, or null (the assumed rate); got {rate!r}.",
     )
     timeout = grpo_get(section, "ddp_timeout")
@@ -494,5 +506,5 @@ def _check_server_time(e, jobs, protocol: EvalProtocol, section, trainer_section
     check_server_eval_fits(
         _countable_items(e, jobs), 1 + k, protocol.max_new_tokens, timeout, rate,
         section=trainer_section,
-        samples_note=f" (1 answer + eval.consistency_k {k})" if k else "",
+        samples_note=f" (1 answer + heldout.consistency_k {k})" if k else "",
     )  # fmt: skip

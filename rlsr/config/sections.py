@@ -12,7 +12,7 @@ fields where they are declared (``validate``, through ``rlsr.checks.check``):
   ranked together);
 * ``pool_log``: every training pool on disk (``rlsr.pool_log`` writes them).
 
-The larger sections have modules of their own: ``data`` (``data.py``), ``eval``
+The larger sections have modules of their own: ``data`` (``data.py``), ``heldout``
 (``heldout.py``), ``grpo`` / ``sft`` (``trainer_args.py``).
 """
 
@@ -170,7 +170,7 @@ class MethodSettings:
     confidence: str = "verbalized"
     # How a model trained this way is evaluated: a mapping of evaluation protocol fields
     # (rlsr.eval_protocol.EvalProtocol, e.g. method=sft: {response_format: plain, scorers:
-    # [consistency], ...}). The held-out evaluation uses them unless eval.<field> is set;
+    # [consistency], ...}). The held-out evaluation uses them unless heldout.<field> is set;
     # slurm/sweep.py and the toy pass them to `rlsr evaluate` as flags (to_flags).
     evaluate: dict[str, Any] = field(default_factory=dict)
     # Replaced by ``evaluate``; set, it is refused with the mapping to write instead.

@@ -29,13 +29,13 @@ __all__ = [
 EVAL_SHARE_OF_DDP_TIMEOUT = 0.8
 EVAL_RESERVE_S = 60.0
 
-# The generation rate assumed at plan time when eval.server_tokens_per_s is null: new tokens per
+# The generation rate assumed at plan time when heldout.server_tokens_per_s is null: new tokens per
 # second of the whole vLLM server, all requests together. Chosen high on purpose (the check
 # refuses only what cannot fit even at this rate): train.slurm starts one server with
 # --data-parallel-size 1 and --tensor-parallel-size RLSR_VLLM_TP (1 by default), and we expect one
 # GPU decoding a 7-8B model at full batch to generate fewer new tokens per second than this (an
 # assumption, not measured: no GPU here). A faster server is declared with
-# eval.server_tokens_per_s.
+# heldout.server_tokens_per_s.
 ASSUMED_SERVER_TOKENS_PER_S = 20_000.0
 
 
@@ -81,7 +81,7 @@ def check_server_eval_fits(
     try:
         bound = server_eval_bound(ddp_timeout_s)
     except ValueError as err:
-        raise ConfigError(timeout_field, f"{err} (eval.backend=vllm_server).") from None
+        raise ConfigError(timeout_field, f"{err} (heldout.backend=vllm_server).") from None
     rate = ASSUMED_SERVER_TOKENS_PER_S if tokens_per_s is None else float(tokens_per_s)
     total_items = sum(items.values())
     tokens = server_eval_tokens(total_items, samples_per_item, max_new_tokens)
@@ -90,21 +90,21 @@ def check_server_eval_fits(
         return
     per_dataset = ", ".join(f"{name} {n}" for name, n in items.items())
     rate_note = (
-        "eval.server_tokens_per_s" if tokens_per_s is not None
+        "heldout.server_tokens_per_s" if tokens_per_s is not None
         else "the assumed rate of one vLLM server; declare a measured one with "
-        "eval.server_tokens_per_s"
+        "heldout.server_tokens_per_s"
     )  # fmt: skip
     # the ddp_timeout that would hold it: 0.8 x T - 60 >= seconds
     need_timeout = (seconds + EVAL_RESERVE_S) / EVAL_SHARE_OF_DDP_TIMEOUT
     raise ConfigError(
-        "eval.limit",
-        f"the held-out evaluation through the vLLM server (eval.backend=vllm_server) cannot fit "
+        "heldout.limit",
+        f"the held-out evaluation through the vLLM server (heldout.backend=vllm_server) cannot fit "
         f"its time bound: {total_items:,} questions ({per_dataset}) x {samples_per_item} "
-        f"sample(s) per question{samples_note} x eval.max_new_tokens {max_new_tokens:,} = "
+        f"sample(s) per question{samples_note} x heldout.max_new_tokens {max_new_tokens:,} = "
         f"{tokens:,} new tokens at most; at {rate:,.0f} tokens/s ({rate_note}) that is "
         f"{seconds:,.0f} s > {bound:,.0f} s, the bound of {EVAL_SHARE_OF_DDP_TIMEOUT} x "
         f"{timeout_field} {ddp_timeout_s:,.0f} s - {EVAL_RESERVE_S:.0f} s (the other processes "
-        f"wait that long for the main one). Lower eval.limit or eval.max_new_tokens (or "
-        f"eval.consistency_k), raise {timeout_field} to at least {need_timeout:,.0f}, or set "
-        "eval.every=0 and evaluate the checkpoints with `rlsr evaluate`.",
+        f"wait that long for the main one). Lower heldout.limit or heldout.max_new_tokens (or "
+        f"heldout.consistency_k), raise {timeout_field} to at least {need_timeout:,.0f}, or set "
+        "heldout.every=0 and evaluate the checkpoints with `rlsr evaluate`.",
     )

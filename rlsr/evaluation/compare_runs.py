@@ -256,8 +256,8 @@ def _training_run_of(path: Path) -> tuple[Path, int] | None:
 def _no_history(run_dir: Path) -> str:
     return (
         f"{run_dir}: no held-out history (no {EVAL_DIR}/{STEP_PREFIX}N/<dataset>/{SAMPLES_FILE}): the "
-        "run trained with eval.every=0 or has not reached its first evaluation; train with "
-        "eval.every=N, or compare `rlsr evaluate` folders of its checkpoints."
+        "run trained with heldout.every=0 or has not reached its first evaluation; train with "
+        "heldout.every=N, or compare `rlsr evaluate` folders of its checkpoints."
     )
 
 
@@ -510,5 +510,5 @@ def check_comparable(runs: list[Run]) -> None:
                 f"data version of {dataset} differs: its questions (id, question, gold answers "
                 f"in {SAMPLES_FILE}) are not the same in {_listed(where_a)} and "
                 f"{_listed(where_b)}; compare runs evaluated on one version of the data, with "
-                "the same eval.limit."
+                "the same heldout.limit."
             )

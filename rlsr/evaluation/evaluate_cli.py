@@ -184,7 +184,7 @@ def register(subparsers) -> None:
     ev.add_argument(
         "--protocol-variant",
         metavar="NAME",
-        help="the recipe's named protocol variant these flags come from (eval.variants: paper, "
+        help="the recipe's named protocol variant these flags come from (heldout.variants: paper, "
         f"toy), recorded in {RUN_FILE}; a label, it changes no setting",
     )
     deprecated_flag(ev, "--protocol-layer", instead="--protocol-variant", dest="protocol_variant")  # old spelling  # fmt: skip

@@ -160,7 +160,7 @@ def run_config(
         "judge_model": (args.judge_model or DEFAULT_JUDGE_MODEL) if judged else None,
         "judge_max_answer_chars": args.judge_max_answer_chars if judged else None,
         "backend": args.backend,
-        # which evaluation of the run this is: a recipe's named variant (eval.variants), else none
+        # which evaluation of the run this is: a recipe's named variant (heldout.variants), else none
         "protocol_variant": getattr(args, "protocol_variant", None),
         "argv": sys.argv[1:],  # holds no key: the key is only ever read from the environment
     }

@@ -1,8 +1,8 @@
 """Held-out evaluation during training: the current policy, ``rlsr evaluate``'s code, every N steps.
 
-``HeldOutEvaluator`` is a ``transformers.TrainerCallback``. At every ``eval.every``-th optimizer
-step (and the last one, ``eval.at_end``; step 0 with ``eval.at_start``), after the optimizer step and before that step's
-checkpoint is written, it evaluates the policy on the held-out questions of ``eval.datasets``
+``HeldOutEvaluator`` is a ``transformers.TrainerCallback``. At every ``heldout.every``-th optimizer
+step (and the last one, ``heldout.at_end``; step 0 with ``heldout.at_start``), after the optimizer step and before that step's
+checkpoint is written, it evaluates the policy on the held-out questions of ``heldout.datasets``
 with ``rlsr.evaluation.runner.evaluate_dataset`` (the function behind ``rlsr evaluate``: prompts,
 Sec. C.3 fallbacks, verifiers, metrics) and writes::
 
@@ -104,7 +104,7 @@ __all__ = ["HeldOutEvaluator", "eval_settings", "inference_copy", "preserved_rng
 
 
 def eval_settings(resolved: ResolvedHeldOut) -> EvalSettings:
-    """The ``EvalSettings`` of the held-out protocol (``resolved.protocol``: eval.* >
+    """The ``EvalSettings`` of the held-out protocol (``resolved.protocol``: heldout.* >
     method.evaluate > the run's defaults), as ``rlsr evaluate`` builds them from the same flags
     (no progress bars: the training log is not a terminal)."""
     return EvalSettings(**resolved.protocol.values(), progress=False)
@@ -233,11 +233,11 @@ class HeldOutEvaluator(TrainerCallback):
                 )  # fmt: skip
             except Exception as err:  # noqa: BLE001 - any load failure: one line naming the field
                 raise ConfigError(
-                    "eval.datasets",
+                    "heldout.datasets",
                     f"cannot load {name!r} split {split!r} for the held-out evaluation "
-                    f"({' '.join(str(err).split())[:300]}); set eval.data_path.{name}=PATH, "
-                    "remove it from eval.datasets, or train without held-out evaluation "
-                    "(eval.every=0).",
+                    f"({' '.join(str(err).split())[:300]}); set heldout.data_path.{name}=PATH, "
+                    "remove it from heldout.datasets, or train without held-out evaluation "
+                    "(heldout.every=0).",
                 ) from None
         self.tokenizer = load_chat_tokenizer(self.model_path, self.trust_remote_code)
         if self.resolved.backend in ("vllm", "vllm_server"):
@@ -265,10 +265,10 @@ class HeldOutEvaluator(TrainerCallback):
         limit, error = _broadcast(acc, (limit, error))
         if error is not None:
             raise ConfigError(
-                "eval.backend",
+                "heldout.backend",
                 f"the held-out evaluation goes through TRL's vLLM server (vllm_server), which did "
                 f"not tell its context length (GET /v1/models): {error}. Check the server, or "
-                "set eval.every=0.",
+                "set heldout.every=0.",
             )
         return limit
 
@@ -308,14 +308,14 @@ class HeldOutEvaluator(TrainerCallback):
             if over:
                 need = max(over) + reserve
                 raise ConfigError(
-                    "eval.datasets",
+                    "heldout.datasets",
                     f"{len(over)} of {len(lengths)} held-out prompts of {job} are too long for "
                     f"{engine}: the longest has {max(over)} tokens, and an "
-                    f"answer needs {reserve} more (eval.max_new_tokens "
+                    f"answer needs {reserve} more (heldout.max_new_tokens "
                     f"{self.resolved.max_new_tokens}, the Sec. C.3 fallbacks, a log-prob "
                     f"position): {need} > its max_model_len {limit}. Set "
-                    f"{setting.format(need=need)}, or eval.backend=transformers, or a lower "
-                    "eval.max_new_tokens.",
+                    f"{setting.format(need=need)}, or heldout.backend=transformers, or a lower "
+                    "heldout.max_new_tokens.",
                 )
 
     def _verifier(self, name: str):

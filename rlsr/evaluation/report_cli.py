@@ -31,7 +31,7 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--curves",
         action="store_true",
-        help="the dirs are training runs with eval.every > 0: draw their held-out metrics "
+        help="the dirs are training runs with heldout.every > 0: draw their held-out metrics "
         f"against the step (DIR/{REPORT_PREFIX}_curves.png, DIR/{REPORT_PREFIX}_curves.csv)",
     )
     parser.add_argument(

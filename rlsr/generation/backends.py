@@ -504,7 +504,7 @@ class VLLMBackend:
                 "the answer short. rlsr evaluate: lower --max-new-tokens (or "
                 "--fallback-max-new-tokens), or raise --max-model-len where the model's positions "
                 "allow it; held-out evaluation in training: raise grpo.vllm_max_model_length or "
-                "use eval.backend=transformers."
+                "use heldout.backend=transformers."
             )
 
     @contextlib.contextmanager

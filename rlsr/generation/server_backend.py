@@ -113,7 +113,7 @@ def attempt_timeout(remaining_s: float, attempts: int, backoff_s: float) -> floa
             f"the held-out evaluation's time bound is spent: {remaining_s:.0f} s left, which "
             f"cannot hold {attempts} attempt(s) of a request and {backoff_s:.0f} s of retry "
             "backoff (the bound is derived from grpo.ddp_timeout, the time the other processes "
-            "wait; raise grpo.ddp_timeout or lower eval.limit)"
+            "wait; raise grpo.ddp_timeout or lower heldout.limit)"
         )
     return per_attempt
 
@@ -123,7 +123,7 @@ class ServerBackend:
     slurm/train.slurm starts it) through a TRL ``VLLMClient`` (``base_url``, ``model``,
     ``session``). Same interface and same outputs as ``VLLMBackend`` on the same weights."""
 
-    # Prompts per runner call when eval.batch_size is not set: as VLLMBackend, the server
+    # Prompts per runner call when heldout.batch_size is not set: as VLLMBackend, the server
     # schedules them itself (continuous batching); one HTTP request per call.
     eval_batch_size = 256
     # Prompt positions per scoring request (SCORE_POSITIONS_PER_REQUEST).
@@ -158,7 +158,7 @@ class ServerBackend:
                 f"a request of {prompt_tokens} prompt tokens + {max_tokens} new tokens exceeds "
                 f"the vLLM server's maximum context length {limit} (its --max-model-len); "
                 "start the server with a larger --max-model-len (slurm/train.slurm: "
-                "RLSR_VLLM_MAX_MODEL_LEN) or lower eval.max_new_tokens."
+                "RLSR_VLLM_MAX_MODEL_LEN) or lower heldout.max_new_tokens."
             )
 
     def _call(self, method: str, path: str, body: dict | None = None) -> dict:

@@ -306,7 +306,7 @@ def mean_std(values: list[float]) -> str:
 # ----------------------------------------------------------------------------- main
 
 
-# The toy table's variant of the run's protocol (recipes/recipe/toy.yaml eval.variants.toy)
+# The toy table's variant of the run's protocol (recipes/recipe/toy.yaml heldout.variants.toy)
 TOY_VARIANT = "toy"
 
 

@@ -20,7 +20,7 @@ from rlsr.verifiers.base import (
 _FIRST_WORD = re.compile(r"[A-Za-z]+")
 
 # The judge's settings, declared once: `rlsr evaluate --judge-*`, the held-out evaluation's
-# `eval.judge_*` (null in recipes/config.yaml = these) and the verifier read them from here.
+# `heldout.judge_*` (null in recipes/config.yaml = these) and the verifier read them from here.
 JUDGE_TIMEOUT_S = 120.0
 """Seconds per judge request (a judge server under load answers slowly; a timeout is retried)."""
 JUDGE_MAX_RETRIES = 4
