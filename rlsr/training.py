@@ -194,11 +194,11 @@ def load_train_dataset(cfg, tokenizer=None, room=None):
     ``room``: a user task's prompts must fit the model's context with the completion budget
     (``rlsr.data.PromptRoom``; ``_prompt_room``).
     """
-    spec = get_spec(cfg.data.dataset)
+    spec = get_spec(cfg.data.task)
     split = cfg.data.split or spec.train_split or spec.split
     try:
         dataset = load_examples(
-            cfg.data.dataset,
+            cfg.data.task,
             path=cfg.data.path,
             split=split,
             limit=cfg.data.limit,
@@ -208,21 +208,21 @@ def load_train_dataset(cfg, tokenizer=None, room=None):
     except ValueError as err:  # a user task's data: missing column, empty split, duplicate ids
         if spec.task is None:
             raise
-        raise ConfigError("data.dataset", str(err)) from None
+        raise ConfigError("data.task", str(err)) from None
     except DatasetUnavailableError:
         raise ConfigError(
-            "data.dataset",
-            f"{cfg.data.dataset!r} (split {split!r}) is not on this machine and the Hugging Face "
+            "data.task",
+            f"{cfg.data.task!r} (split {split!r}) is not on this machine and the Hugging Face "
             f"hub ({spec.hf_id}) is unreachable; on a connected machine run "
-            f"`{download_command(cfg.data.dataset)}`, copy DIR here and set "
-            f"data.path=DIR/{cfg.data.dataset} (or export RLSR_DATA_DIR=DIR).",
+            f"`{download_command(cfg.data.task)}`, copy DIR here and set "
+            f"data.path=DIR/{cfg.data.task} (or export RLSR_DATA_DIR=DIR).",
         ) from None
     if cfg.data.path and spec.task is None:  # said, not silent: issue 28
         logger.warning(
             "data.path=%s is read as the built-in dataset %r: its columns, system prompt, "
             "verifier and held-out sets. For data of your own, write a task file "
-            "(docs/tasks.md) and train with data.dataset=<its name>.",
-            cfg.data.path, cfg.data.dataset,
+            "(docs/tasks.md) and train with data.task=<its name>.",
+            cfg.data.path, cfg.data.task,
         )  # fmt: skip
     limit = cfg.data.max_prompt_length
     if limit is not None and tokenizer is not None:
@@ -258,9 +258,9 @@ def _training_verifier(cfg):
     task's built now with its options (``verifier: {name: ..., timeout_s: ...}``), so a plugin that
     does not import stops the run before the model loads (docs/tasks.md)."""
     name = training_verifier(cfg.data)
-    if get_spec(cfg.data.dataset).task is None:
+    if get_spec(cfg.data.task).task is None:
         return name
-    return build_verifier(cfg.data.dataset, name)
+    return build_verifier(cfg.data.task, name)
 
 
 def _prompt_room(tokenizer, model_path, budget, budget_name, engine_length=None):
@@ -319,7 +319,7 @@ def _load_task_heldout(heldout: ResolvedHeldOut | None, tokenizer=None, model_pa
                 system_prompt=heldout.system_prompt, room=room,
             )  # fmt: skip
         except (ValueError, OSError) as err:
-            raise ConfigError("heldout.datasets", str(err)) from None
+            raise ConfigError("heldout.tasks", str(err)) from None
 
 
 def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None, plan=None):
@@ -482,8 +482,8 @@ def export_final_from_checkpoint(checkpoint: str | os.PathLike, output_dir: str 
 def run_versions(cfg, heldout: ResolvedHeldOut | None) -> dict:
     """What decides the verdicts of a training run (``rlsr.data.version_records``): the
     training dataset with its verifier, and every held-out dataset with its own."""
-    paths = {cfg.data.dataset: cfg.data.path} if cfg.data.path else None
-    train = version_records({cfg.data.dataset: training_verifier(cfg.data)}, paths)
+    paths = {cfg.data.task: cfg.data.path} if cfg.data.path else None
+    train = version_records({cfg.data.task: training_verifier(cfg.data)}, paths)
     held = {} if heldout is None else version_records(heldout.verifiers, heldout.settings.data_path)
     return {"train": train, "eval": held}
 
@@ -625,8 +625,8 @@ def _evaluate_command(
     evaluation's own, also when it is off; ``plan``'s when given), so it reproduces the last
     held-out step's numbers when that step is the last one."""
     # the datasets the held-out evaluation resolved (a recipe's choice, a task's eval split), never
-    # the raw heldout.datasets (empty when they follow data.dataset)
-    datasets = heldout.datasets if heldout is not None else [cfg.data.dataset]
+    # the raw heldout.tasks (empty when they follow data.task)
+    datasets = heldout.datasets if heldout is not None else [cfg.data.task]
     args = [rlsr_program(), "evaluate", "--model", cfg.model.name_or_path, "--adapter", str(output_dir),
             "--datasets", ",".join(datasets), "--output-dir", str(output_dir / "evaluate")]  # fmt: skip
     args += _tasks_flags(cfg.tasks_dir)

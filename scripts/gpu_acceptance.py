@@ -264,7 +264,7 @@ def train_settings(model_dir: Path, out_dir: Path, plan: dict, cpu: bool):
 
     overrides = [
         "recipe=hotpot", "method=rlsr", f"model.name_or_path={model_dir}",
-        f"model.dtype={plan['dtype']}", "model.attn_implementation=sdpa", "data.dataset=tiny",
+        f"model.dtype={plan['dtype']}", "model.attn_implementation=sdpa", "data.task=tiny",
         "data.system_prompt=simple", f"data.max_prompt_length={plan['prompt']}",
         f"output_dir={out_dir}", "resume=never",
         f"pool_size={plan['per_device'] * plan['accumulation']}",  # accumulation is derived
@@ -276,7 +276,7 @@ def train_settings(model_dir: Path, out_dir: Path, plan: dict, cpu: bool):
         "grpo.disable_tqdm=true",
         # held-out evaluation on the colocated engine at the last step (woken from sleep mode,
         # synced first): the recipe's hotpot-id is not on this machine, the bundled questions are
-        "heldout.datasets=[tiny]", f"heldout.every={plan['steps']}", "heldout.at_start=false",
+        "heldout.tasks=[tiny]", f"heldout.every={plan['steps']}", "heldout.at_start=false",
         f"heldout.limit={plan['heldout_limit']}", "heldout.bootstrap=0",
     ]  # fmt: skip
     if cpu:

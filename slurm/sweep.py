@@ -5,7 +5,7 @@ evaluation job array that starts only if training succeeded (``--dependency=afte
     slurm/sweep.py --recipes hotpot,bigmath --methods rlsr,rlcr,rlvr --seeds 0,1,2 \\
         --partition gpu --account myproj --dry-run
     slurm/sweep.py --recipes hotpot --seeds 0 -- grpo.save_steps=10     # extra Hydra overrides
-    slurm/sweep.py --recipes tiny --tasks-dir tasks --eval-datasets caps -- data.dataset=caps
+    slurm/sweep.py --recipes tiny --tasks-dir tasks --eval-datasets caps -- data.task=caps
 
 Every training run writes to the output_dir its config resolves to (made absolute and passed
 explicitly, so a requeued job resumes there); its evaluation array runs slurm/evaluate.slurm on
@@ -149,7 +149,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=[],
         metavar="DIR",
         help="folder of task files (or one file; repeatable): your own datasets, by name in "
-        "data.dataset and --eval-datasets; every job gets it as $RLSR_TASKS_PATH (docs/tasks.md)",
+        "data.task and --eval-datasets; every job gets it as $RLSR_TASKS_PATH (docs/tasks.md)",
     )
     parser.add_argument("--no-eval", action="store_true", help="submit training jobs only")
     parser.add_argument("--dry-run", action="store_true", help="print the jobs, submit nothing")

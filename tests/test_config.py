@@ -48,7 +48,7 @@ def test_hotpot_recipe_has_the_paper_settings():
     v = compose("recipe=hotpot")
     g = v["grpo"]
     assert v["model"]["name_or_path"] == "Qwen/Qwen2.5-7B"
-    assert v["data"] == {**v["data"], "dataset": "hotpot_modified", "system_prompt": "long"}
+    assert v["data"] == {**v["data"], "task": "hotpot_modified", "system_prompt": "long"}
     assert v["data"]["max_prompt_length"] == 3072 and g["max_completion_length"] == 1536
     assert g["learning_rate"] == 1e-5 and g["lr_scheduler_type"] == "constant_with_warmup"
     assert g["warmup_steps"] == 0.05 and g["num_train_epochs"] == 1
@@ -81,7 +81,7 @@ def test_bigmath_recipe_and_model_and_method_choices():
     v = compose("recipe=bigmath", "model=llama3.1-8b", "method=rlcr")
     g = v["grpo"]
     assert v["model"]["name_or_path"] == "meta-llama/Llama-3.1-8B"
-    assert v["data"]["dataset"] == "bigmath_digits" and v["data"]["system_prompt"] == "simple"
+    assert v["data"]["task"] == "bigmath_digits" and v["data"]["system_prompt"] == "simple"
     assert (v["data"]["max_prompt_length"], g["max_completion_length"]) == (1024, 4096)
     assert (g["learning_rate"], g["lr_scheduler_type"], g["warmup_steps"]) == (5e-5, "linear", 0.2)
     assert g["num_train_epochs"] == 0.5
@@ -118,7 +118,7 @@ def test_tiny_recipe_is_valid_on_cpu():
         (["pool_size=0"], 1, "pool_size", "positive integer"),
         (["method.correct_requires_format=maybe"], 1, "method.correct_requires_format", "true"),
         (["grpo.num_generations=1"], 1, "grpo.num_generations", "at least 2"),
-        (["data.dataset=hotpotqa"], 1, "data.dataset", "hotpotqa"),
+        (["data.task=hotpotqa"], 1, "data.task", "hotpotqa"),
         (["method=rlsr", "method.name=ppo"], 1, "method.name", "rlsr"),
         pytest.param(
             ["grpo.use_vllm=true"],

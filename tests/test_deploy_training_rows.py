@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from rlsr import deprecation
 from rlsr.cli import main
 from rlsr.data.loading import load_examples
 from rlsr.evaluation.deployment import training_record
@@ -36,11 +37,11 @@ def _samples(folder, split: str, n: int = 40):
 
 @pytest.fixture
 def run(tmp_path):
-    """A train.py output dir: its resolved config (data.dataset=tiny-missing, split null = the
+    """A train.py output dir: its resolved config (data.task=tiny-missing, split null = the
     dataset's train split) and a checkpoint holding a LoRA adapter config."""
     out = tmp_path / "run"
     (out / "checkpoint-40").mkdir(parents=True)
-    (out / "config.yaml").write_text(f"data:\n  dataset: {DATASET}\n  split: null\nseed: 42\n")
+    (out / "config.yaml").write_text(f"data:\n  task: {DATASET}\n  split: null\nseed: 42\n")
     (out / "checkpoint-40" / "adapter_config.json").write_text('{"r": 1}')
     return out
 
@@ -53,15 +54,24 @@ def _deploy(tmp_path, run, val_split: str, *extra: str) -> tuple[int, str]:
     return main(argv)
 
 
-def test_training_record_reads_the_runs_config_beside_the_adapter(run):
+def test_training_record_reads_the_runs_config_beside_the_adapter(run, capsys, monkeypatch):
     """The final adapter sits in output_dir, a checkpoint one level below: both find the run's
-    config.yaml; the split defaults to the dataset's train split. Catches a reader that looks
-    only in the adapter folder (every checkpoint would pass unchecked)."""
+    config.yaml; the split defaults to the dataset's train split; a config.yaml an older rlsr
+    wrote (``data.dataset``, now ``data.task``) reads the same, with one ``deprecated:`` line.
+    Catches a reader that looks only in the adapter folder (every checkpoint would pass
+    unchecked) or that misses an older run's training task (its threshold check skipped)."""
+    monkeypatch.setattr(deprecation, "_SAID", set())
     got = training_record(run / "checkpoint-40")
     assert (got["dataset"], got["split"]) == (DATASET, "train")
     assert training_record(run) == got
     (run / "config.yaml").write_text(f"data:\n  dataset: {DATASET}\n  split: validation\n")
     assert training_record(run / "checkpoint-40")["split"] == "validation"
+    assert training_record(run / "checkpoint-40")["dataset"] == DATASET
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("deprecated:")]
+    assert lines == [
+        "deprecated: data.dataset is now data.task (a run folder's config.yaml written by an "
+        "older rlsr; it still reads)."
+    ]
     assert training_record(run.parent) is None  # no config.yaml: not a train.py run
 
 

@@ -180,10 +180,10 @@ def test_a_failed_evaluation_is_recorded_and_training_goes_on(tmp_path, capsys):
 @pytest.mark.parametrize(
     "overrides, field",
     [
-        ({"datasets": ["no_such_set"]}, "heldout.datasets"),
-        ({"datasets": [], "datasets_for": {}}, "heldout.datasets"),  # nothing named or to follow
-        ({"datasets_for": {"tiny": "tiny"}}, "heldout.datasets_for"),
-        ({"datasets": ["trivia"]}, "heldout.judge_base_url"),  # judge-verified, no judge configured
+        ({"tasks": ["no_such_set"]}, "heldout.tasks"),
+        ({"tasks": [], "tasks_for": {}}, "heldout.tasks"),  # nothing named or to follow
+        ({"tasks_for": {"tiny": "tiny"}}, "heldout.tasks_for"),
+        ({"tasks": ["trivia"]}, "heldout.judge_base_url"),  # judge-verified, no judge configured
         ({"verifiers": {"tiny": "llm_judge"}}, "heldout.judge_base_url"),
         ({"backend": "vllm"}, "heldout.backend"),  # no colocated engine to evaluate on
         ({"every": -1}, "heldout.every"),
@@ -192,7 +192,7 @@ def test_a_failed_evaluation_is_recorded_and_training_goes_on(tmp_path, capsys):
     ],
 )
 def test_settings_that_cannot_work_are_refused_before_training(tmp_path, overrides, field):
-    settings = _settings(tmp_path / "run", datasets=["tiny"])
+    settings = _settings(tmp_path / "run", tasks=["tiny"])
     for key, value in overrides.items():
         setattr(settings.heldout, key, value)
     with pytest.raises(ConfigError) as err:
@@ -203,12 +203,12 @@ def test_settings_that_cannot_work_are_refused_before_training(tmp_path, overrid
 
 def test_a_dataset_that_cannot_be_loaded_stops_the_build(tmp_path):
     """gsm8k is registered but not on this offline machine: the trainer build (before any step)
-    says so, naming heldout.datasets and the fix."""
-    settings = _settings(tmp_path / "run", datasets=["gsm8k"])
+    says so, naming heldout.tasks and the fix."""
+    settings = _settings(tmp_path / "run", tasks=["gsm8k"])
     settings.heldout.data_path = {"gsm8k": str(tmp_path)}  # exists, holds no such dataset
     with pytest.raises(ConfigError) as err:
         build_trainer(settings)
-    assert err.value.field == "heldout.datasets" and "heldout.data_path.gsm8k" in str(err.value)
+    assert err.value.field == "heldout.tasks" and "heldout.data_path.gsm8k" in str(err.value)
 
 
 def test_resolved_defaults_follow_the_training_settings(tmp_path):
@@ -412,7 +412,7 @@ def _sft_settings(out: Path):
             "recipe=tiny-format", "method=sft", f"output_dir={out}", "sft.max_steps=2",
             "sft.save_steps=2", "sft.warmup_steps=0", "sft.per_device_train_batch_size=4",
             "sft.gradient_accumulation_steps=1", "sft.disable_tqdm=true",
-            "heldout.every=2", "heldout.at_start=false", "heldout.datasets=[tiny]", "heldout.limit=6",
+            "heldout.every=2", "heldout.at_start=false", "heldout.tasks=[tiny]", "heldout.limit=6",
             "heldout.bootstrap=0", "pool_log.every=0",
         ])  # fmt: skip
     values = OmegaConf.to_container(cfg, resolve=True)

@@ -62,7 +62,7 @@ def _four_translations(overrides: list[str], tmp_path):
     section = args_section(settings.method)
     run = heldout_protocol(settings, section)
     held = settings.heldout  # switched on (a recipe without held-out steps: its training dataset)
-    held = dataclasses.replace(held, every=1, datasets=held.datasets or [settings.data.dataset])
+    held = dataclasses.replace(held, every=1, tasks=held.tasks or [settings.data.task])
     on = dataclasses.replace(settings, heldout=held)
     heldout = resolve_heldout(on, section).protocol
     printed = _parsed(shlex.split(_evaluate_command(settings, tmp_path, None))[2:])[0]

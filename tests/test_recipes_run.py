@@ -39,7 +39,7 @@ from tools.tiny_models import tiny_llama_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = {"hotpot": "hotpot_modified", "bigmath": "bigmath_digits"}
-ID_SETS = {"hotpot": "hotpot-id", "bigmath": "bigmath-id"}  # their heldout.datasets
+ID_SETS = {"hotpot": "hotpot-id", "bigmath": "bigmath-id"}  # their heldout.tasks
 MODELS = {"qwen2.5-7b": tiny_model_path, "llama3.1-8b": tiny_llama_model_path}
 METHODS = sorted(p.stem for p in (ROOT / "recipes" / "method").glob("*.yaml"))  # method=...
 SCALE = ("pool_size=6", "grpo.num_generations=3", "grpo.max_completion_length=8", "heldout.limit=2")

@@ -1,6 +1,7 @@
 """Old spellings keep reading, with one ``deprecated:`` line: the config section ``eval`` (now
-``heldout``) and its key ``eval.layers`` (now ``heldout.variants``) in a recipe file and as an
-override (Hydra's compose and train.py), a recipe file's old key ordered exactly between the
+``heldout``), its keys ``eval.layers`` / ``eval.datasets`` / ``eval.datasets_for`` (now
+``heldout.variants`` / ``heldout.tasks`` / ``heldout.tasks_for``) and ``data.dataset`` (now
+``data.task``) in a recipe file and as an override (Hydra's compose and train.py), a recipe file's old key ordered exactly between the
 shipped files and the command line, the flag
 ``--protocol-layer`` (now ``--protocol-variant``) of ``rlsr evaluate`` and ``slurm/sweep.py``, and
 run.json's ``protocol_layer`` (now ``protocol_variant``) in a run folder an older rlsr wrote, and
@@ -150,7 +151,7 @@ def test_an_old_eval_section_in_a_file_is_ordered_between_the_defaults_and_the_c
     out = f"output_dir={tmp_path / 'run'}"
     held = compose_config(["recipe=old", out], recipes).heldout
     assert (held.every, held.at_start, held.limit) == (3, False, 9)
-    assert held.datasets_for == {"tiny-missing": ["tiny-missing"]}  # the file's new spelling
+    assert held.tasks_for == {"tiny-missing": ["tiny-missing"]}  # the file's new spelling
     assert len(_lines(capsys.readouterr().err, OLD_SECTION_LINE)) == 1
     for cli in ("heldout.every=5", "++heldout.every=5", "eval.every=5"):
         held = compose_config(["recipe=old", out, cli], recipes).heldout
@@ -175,6 +176,40 @@ def test_both_spellings_in_one_file_take_the_old_ones_value(tmp_path, capsys):
     held = compose_config(["recipe=old", f"output_dir={tmp_path}"], recipes).heldout
     assert held.split == "a"
     assert len(_lines(capsys.readouterr().err, OLD_SECTION_LINE)) == 1
+
+
+def test_the_task_keys_old_names_read_in_a_file_and_on_the_command_line(tmp_path, capsys):
+    """A registered entry is a task: ``data.dataset``, ``eval.datasets`` and
+    ``eval.datasets_for`` are now ``data.task``, ``heldout.tasks`` and ``heldout.tasks_for``. A
+    recipe file written the old way throughout (one that interpolates ``${data.dataset}`` too)
+    composes to the same settings, each old key said once; ``data.dataset=tiny`` on the command
+    line wins over the file and reaches the interpolation. Catches an old key refused, dropped
+    or read under a shorter old name (``heldout.datasets``), or an interpolation left pointing at
+    a key that no longer exists."""
+    assert renamed_overrides(["eval.datasets=[a]", "+eval.datasets_for={}", "data.dataset=x",
+                              "data.datasetx=1"]) == [
+        "heldout.tasks=[a]", "+heldout.tasks_for={}", "data.task=x", "data.datasetx=1"]  # fmt: skip
+    recipes = tmp_path / "recipes"
+    shutil.copytree(RECIPES_DIR, recipes)
+    text = (recipes / "recipe" / "tiny.yaml").read_text()
+    for new, old in (("\n  task: tiny-missing", "\n  dataset: tiny-missing"),
+                     ("\nheldout:\n", "\neval:\n  datasets: ['${data.dataset}']\n"),
+                     ("\n  tasks_for:", "\n  datasets_for:"),
+                     ("recipe_name: tiny", "recipe_name: old")):  # fmt: skip
+        assert text.count(new) == 1, new
+        text = text.replace(new, old)
+    (recipes / "recipe" / "old.yaml").write_text(text)
+    out = f"output_dir={tmp_path / 'run'}"
+    settings = compose_config(["recipe=old", out], recipes)
+    assert settings.data.task == "tiny-missing" and settings.heldout.tasks == ["tiny-missing"]
+    assert settings.heldout.tasks_for == {"tiny-missing": ["tiny-missing"]}
+    assert settings.heldout.every == 20  # the rest of the old section
+    err = capsys.readouterr().err
+    for old, new in (("data.dataset", "data.task"), ("eval.datasets", "heldout.tasks"),
+                     ("eval.datasets_for", "heldout.tasks_for"), ("eval", "heldout")):  # fmt: skip
+        assert len(_lines(err, f"deprecated: {old} is now {new} (")) == 1, (old, err)
+    settings = compose_config(["recipe=old", out, "data.dataset=tiny"], recipes)
+    assert settings.data.task == "tiny" and settings.heldout.tasks == ["tiny"]
 
 
 def test_an_old_override_changes_the_shipped_variant(tmp_path, capsys):

@@ -99,11 +99,11 @@ def rlsr(user, *argv, check=True) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def trained(user) -> Path:
     """train.py at recipe=tiny size on the task, held-out evaluation on the task's eval split:
-    data.dataset named on the command line and heldout.datasets not, so the held-out evaluation
+    data.task named on the command line and heldout.tasks not, so the held-out evaluation
     follows the data, not the recipe's held-out set tiny-missing."""
     out = user["root"] / "run"
     argv = [sys.executable, str(REPO / "train.py"), "recipe=tiny", f"output_dir={out}",
-            f"tasks_dir={user['tasks']}", "data.dataset=colors", "grpo.max_steps=2",
+            f"tasks_dir={user['tasks']}", "data.task=colors", "grpo.max_steps=2",
             "grpo.save_steps=2", "heldout.every=2", "heldout.at_start=false",
             "heldout.limit=6", "pool_log.every=0", "grpo.disable_tqdm=true"]  # fmt: skip
     done = subprocess.run(argv, cwd=REPO, env=user["env"], capture_output=True, text=True,
@@ -129,7 +129,7 @@ def test_train_py_on_the_task_with_held_out_evaluation_on_its_eval_split(trained
 
 def test_the_summarys_evaluate_command_names_the_task_and_runs_as_printed(user, trained):
     # Before: `--datasets tiny-missing` without --tasks-dir (and `--datasets ''` with
-    # heldout.datasets=[]), so `--datasets colors` failed "unknown dataset".
+    # heldout.tasks=[]), so `--datasets colors` failed "unknown dataset".
     stdout = (user["root"] / "train.stdout").read_text()
     line = next(x for x in stdout.splitlines() if " evaluate " in x and "--adapter" in x)
     argv = shlex.split(line)
@@ -321,7 +321,7 @@ def test_tiny_as_a_task_file_gives_the_same_pool_rewards_in_one_training_step(ti
     pools = {}
     for name in ("tiny", "tiny_task"):
         settings = tiny_settings(tmp_path / name, max_steps=1, save_steps=1000)
-        settings.data.dataset = name
+        settings.data.task = name
         validate(settings)
         seen = []
         build_trainer(settings, pool_hook=seen.append).train()

@@ -364,10 +364,10 @@ def test_a_task_under_the_default_budget_gets_the_budget_that_fits(tmp_path, cap
 
 def test_training_refuses_a_too_long_prompt_before_the_model(tmp_path):
     long_task(tmp_path)
-    overrides = ["recipe=tiny", f"tasks_dir={tmp_path}", "data.dataset=quiz", "heldout.every=0",
+    overrides = ["recipe=tiny", f"tasks_dir={tmp_path}", "data.task=quiz", "heldout.every=0",
                  f"output_dir={tmp_path / 'run'}"]  # fmt: skip
     settings = validate(from_dict(compose(*overrides)), world_size=1)
-    with pytest.raises(ConfigError, match=r"^data.dataset: task quiz: .*row 1: the prompt is \d+ "
+    with pytest.raises(ConfigError, match=r"^data.task: task quiz: .*row 1: the prompt is \d+ "
                        r"tokens; with \d+ new tokens \(grpo.max_completion_length\)"):  # fmt: skip
         build_trainer(settings)
 

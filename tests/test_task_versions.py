@@ -149,8 +149,8 @@ def test_training_does_not_resume_on_another_version(task, tmp_path, capsys):
     load_task_file(task_file)
     run = tmp_path / "run"
     settings = tiny_settings(run, max_steps=1, save_steps=1)
-    settings.data.dataset = "vt"
-    settings.heldout.every, settings.heldout.datasets, settings.heldout.limit = 1, ["vt"], 4
+    settings.data.task = "vt"
+    settings.heldout.every, settings.heldout.tasks, settings.heldout.limit = 1, ["vt"], 4
     settings.heldout.max_new_tokens = 40
     validate(settings)
     run_training(settings)

@@ -411,25 +411,25 @@ def test_rlsr_datasets_lists_a_task_with_its_file_and_data(caps_dir, capsys):
 
 
 def test_train_config_tasks_dir_registers_before_validation(caps_dir):
-    cfg = validate(from_dict(compose("recipe=tiny", f"tasks_dir={caps_dir}", "data.dataset=caps",
-                                     "heldout.every=1", "heldout.datasets=[]")), world_size=1)  # fmt: skip
+    cfg = validate(from_dict(compose("recipe=tiny", f"tasks_dir={caps_dir}", "data.task=caps",
+                                     "heldout.every=1", "heldout.tasks=[]")), world_size=1)  # fmt: skip
     assert get_spec("caps").task is not None
-    held = resolve_heldout(cfg)  # no heldout.datasets: the task's own eval split
+    held = resolve_heldout(cfg)  # no heldout.tasks: the task's own eval split
     assert held.jobs == (("caps", "caps", "eval"),) and held.system_prompt == "simple"
     unregister_task("caps")
     write_task(caps_dir, CAPS_TASK.replace("eval_fraction: 0.3", "eval_fraction: 2"))
     with pytest.raises(ConfigError, match=r"^tasks_dir: .*caps.yaml: splits.eval_fraction: must"):
         validate(from_dict(compose("recipe=tiny", f"tasks_dir={caps_dir}",
-                                   "data.dataset=caps")), world_size=1)  # fmt: skip
+                                   "data.task=caps")), world_size=1)  # fmt: skip
 
 
 def test_a_recipe_trained_on_a_task_evaluates_the_task_and_prints_a_runnable_command(
     caps_dir, tmp_path
 ):
-    """A recipe's held-out datasets belong to the dataset it trains on (heldout.datasets_for);
-    naming heldout.datasets still wins. Catches `train.py recipe=tiny data.dataset=caps` evaluating
-    held-out on the recipe's own data (its heldout.datasets winning) and printing `--datasets tiny`
-    without `--tasks-dir` (or `--datasets ''` with heldout.datasets=[])."""
+    """A recipe's held-out datasets belong to the dataset it trains on (heldout.tasks_for);
+    naming heldout.tasks still wins. Catches `train.py recipe=tiny data.task=caps` evaluating
+    held-out on the recipe's own data (its heldout.tasks winning) and printing `--datasets tiny`
+    without `--tasks-dir` (or `--datasets ''` with heldout.tasks=[])."""
     import shlex
 
     from rlsr.cli import build_parser
@@ -438,15 +438,15 @@ def test_a_recipe_trained_on_a_task_evaluates_the_task_and_prints_a_runnable_com
     base = ("recipe=tiny", f"tasks_dir={caps_dir}", f"output_dir={tmp_path}", "heldout.every=1")
     own = resolve_heldout(validate(from_dict(compose("recipe=tiny")), world_size=1))
     assert own.datasets == ["tiny-missing"]  # the recipe's choice for its own data
-    for extra in ((), ("heldout.datasets=[]",)):
-        cfg = validate(from_dict(compose(*base, "data.dataset=caps", *extra)), world_size=1)
+    for extra in ((), ("heldout.tasks=[]",)):
+        cfg = validate(from_dict(compose(*base, "data.task=caps", *extra)), world_size=1)
         held = resolve_heldout(cfg)
         assert held.jobs == (("caps", "caps", "eval"),), extra
         argv = shlex.split(_evaluate_command(cfg, tmp_path, held))
         args = build_parser().parse_args(argv[1:])  # parses as printed
         assert args.datasets == "caps" and args.tasks_dir == [str(Path(caps_dir).absolute())]
     named = validate(
-        from_dict(compose(*base, "data.dataset=caps", "heldout.datasets=[tiny]")), world_size=1
+        from_dict(compose(*base, "data.task=caps", "heldout.tasks=[tiny]")), world_size=1
     )
     assert resolve_heldout(named).datasets == ["tiny"]  # named: wins
     unregister_task("caps")
@@ -458,12 +458,12 @@ def test_a_recipe_trained_on_a_task_evaluates_the_task_and_prints_a_runnable_com
 def test_sweep_passes_the_tasks_to_every_job(caps_dir):
     jobs = run_sweep(["--recipes", "tiny", "--methods", "rlsr", "--seeds", "0", "--tasks-dir",
                       str(caps_dir), "--eval-datasets", "caps", "--dry-run", "--",
-                      "data.dataset=caps"]).stdout.splitlines()  # fmt: skip
+                      "data.task=caps"]).stdout.splitlines()  # fmt: skip
     commands = [line for line in jobs if line.startswith("  sbatch: ")]
     assert len(commands) == 2  # train, then evaluate
     for command in commands:
         assert f"--export=ALL,RLSR_TASKS_PATH={caps_dir.resolve()}" in command
-    assert "data.dataset=caps" in commands[0] and "--datasets caps" in commands[1]
+    assert "data.task=caps" in commands[0] and "--datasets caps" in commands[1]
     # A broken task file stops the sweep before anything is submitted.
     write_task(caps_dir, CAPS_TASK.replace("columns:", "colums:"))
     proc = subprocess.run([sys.executable, str(SLURM / "sweep.py"), "--recipes", "tiny",
@@ -539,18 +539,18 @@ def test_a_hub_task_reads_its_local_copy_offline(tmp_path, monkeypatch):
 
 def test_train_stops_on_a_tasks_data_errors_with_config_errors(caps_dir, tmp_path):
     """build_trainer loads the train split and the task's held-out split before the model."""
-    overrides = ["recipe=tiny", f"tasks_dir={caps_dir}", "data.dataset=caps", "heldout.datasets=[]",
+    overrides = ["recipe=tiny", f"tasks_dir={caps_dir}", "data.task=caps", "heldout.tasks=[]",
                  f"output_dir={tmp_path / 'run'}"]  # fmt: skip
     write_task(caps_dir, CAPS_TASK.replace("question: prompt", "question: text"))
     settings = validate(from_dict(compose(*overrides, "heldout.every=0")), world_size=1)
-    with pytest.raises(ConfigError, match=r"^data.dataset: task caps: no column 'text'"):
+    with pytest.raises(ConfigError, match=r"^data.task: task caps: no column 'text'"):
         build_trainer(settings)
     unregister_task("caps")
     write_jsonl(caps_dir / "caps.jsonl", CAPS[:1])  # round(0.3 x 1) = 0 rows held out
     write_task(caps_dir, CAPS_TASK)
     settings = validate(from_dict(compose(*overrides, "heldout.every=1")), world_size=1)
     with pytest.raises(
-        ConfigError, match=r"^heldout.datasets: task caps: .* split 'eval' has no rows"
+        ConfigError, match=r"^heldout.tasks: task caps: .* split 'eval' has no rows"
     ):
         build_trainer(settings)
 
@@ -568,7 +568,7 @@ def test_slurm_resolve_config_accepts_a_tasks_own_prompt_in_method_evaluate(tmp_
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run(
         [sys.executable, str(root / "slurm" / "resolve_config.py"), "recipe=tiny",
-         f"tasks_dir={tmp_path}", "data.dataset=caps", "+method.evaluate.system_prompt=caps"],
+         f"tasks_dir={tmp_path}", "data.task=caps", "+method.evaluate.system_prompt=caps"],
         capture_output=True, text=True, timeout=120, cwd=root,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

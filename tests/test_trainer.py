@@ -451,10 +451,10 @@ def test_offline_dataset_and_missing_model_are_one_line_config_errors(tmp_path, 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.delenv("RLSR_DATA_DIR", raising=False)
     settings = tiny_settings(tmp_path)
-    settings.data.dataset = "gsm8k"
+    settings.data.task = "gsm8k"
     with pytest.raises(ConfigError) as info:
         load_train_dataset(settings)
-    assert info.value.field == "data.dataset"
+    assert info.value.field == "data.task"
     assert "rlsr datasets download gsm8k" in str(info.value) and "data.path=" in str(info.value)
     assert "\n" not in str(info.value)
 

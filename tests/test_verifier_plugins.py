@@ -205,7 +205,7 @@ def one_training_step(plugin_module, tmp_path, function, options=""):
     name = f"tiny_{function}"
     load_task_file(tiny_plugin_task(tmp_path, f"{plugin_module}:{function}", name, options))
     settings = tiny_settings(tmp_path / "run", max_steps=1, save_steps=1000)
-    settings.data.dataset = name
+    settings.data.task = name
     validate(settings)
     pools = []
     trainer = build_trainer(settings, pool_hook=pools.append)

@@ -656,7 +656,7 @@ def test_every_exit_of_a_held_out_evaluation_leaves_the_engine_without_its_reque
     # Item 2: a held-out prompt too long for the engine is refused when the evaluator binds, with
     # the numbers and the setting that fixes it; one that fits alone but not with its answer is
     # refused when sent (vLLM would accept it and stop the answer at its context limit).
-    assert report["bind_refusal"].startswith("heldout.datasets: 1 of 8 held-out prompts of tiny")
+    assert report["bind_refusal"].startswith("heldout.tasks: 1 of 8 held-out prompts of tiny")
     assert "grpo.vllm_max_model_length=" in report["bind_refusal"]
     for mode in ("no_sleep", "sleep"):
         cases = report[mode]

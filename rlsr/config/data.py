@@ -16,7 +16,7 @@ from rlsr.verifiers import is_plugin_name
 
 @dataclass
 class DataSettings:
-    dataset: str = "tiny"
+    task: str = "tiny"
     path: str | None = None
     split: str | None = None  # default: the spec's train split
     system_prompt: str | None = None  # default: the spec's ("simple" | "long")
@@ -34,9 +34,9 @@ def training_verifier(d: DataSettings, *, here: bool = True) -> str:
     """Validate the data section; returns the verifier the trainer will use. ``here=False``:
     the run starts on another machine, so ``data.path`` is not looked for on this one."""
     try:
-        spec = get_spec(d.dataset)
+        spec = get_spec(d.task)
     except (KeyError, ValueError) as err:
-        raise ConfigError("data.dataset", str(err).strip("'\"")) from None
+        raise ConfigError("data.task", str(err).strip("'\"")) from None
     _check(
         d.system_prompt in (None, *system_prompt_names(), NO_SYSTEM_PROMPT),
         "data.system_prompt",

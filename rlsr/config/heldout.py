@@ -76,15 +76,15 @@ class HeldOutSettings:
     at_end: bool = True
     # Also evaluate step 0 (the model before any update: the baseline of the curves).
     at_start: bool = False
-    # Dataset names or groups, as `rlsr evaluate --datasets` (`rlsr datasets` lists them).
-    # Empty: the recipe's choice for the dataset trained on (``datasets_for``), else a task's own
-    # evaluation split; naming datasets here (heldout.datasets=[...]) always wins.
-    datasets: list[str] = field(default_factory=list)
-    # A recipe's held-out datasets per training dataset (data.dataset -> names or groups), used
-    # while heldout.datasets is empty: `recipe=hotpot` evaluates hotpot-id when it trains on
-    # hotpot_modified, and a task given as data.dataset=TASK is evaluated on the task, not on the
+    # Task names or groups, as `rlsr evaluate --datasets` (`rlsr datasets` lists them).
+    # Empty: the recipe's choice for the dataset trained on (``tasks_for``), else a task's own
+    # evaluation split; naming datasets here (heldout.tasks=[...]) always wins.
+    tasks: list[str] = field(default_factory=list)
+    # A recipe's held-out tasks per training task (data.task -> names or groups), used
+    # while heldout.tasks is empty: `recipe=hotpot` evaluates hotpot-id when it trains on
+    # hotpot_modified, and a task given as data.task=TASK is evaluated on the task, not on the
     # recipe's own data.
-    datasets_for: dict[str, list[str]] = field(default_factory=dict)
+    tasks_for: dict[str, list[str]] = field(default_factory=dict)
     # Split of every dataset; null: each dataset's evaluation split (as `rlsr evaluate`).
     split: str | None = None
     # First N questions of each dataset (null: all of them).
@@ -139,11 +139,10 @@ class HeldOutSettings:
         check(isinstance(self.at_end, bool), "heldout.at_end", "must be true or false.")
         check(isinstance(self.at_start, bool), "heldout.at_start", "must be true or false.")
         check(
-            isinstance(self.datasets_for, dict)
-            and all(isinstance(v, list | tuple) for v in self.datasets_for.values()),
-            "heldout.datasets_for",
-            "must map a training dataset to a list of held-out datasets; got "
-            f"{self.datasets_for!r}.",
+            isinstance(self.tasks_for, dict)
+            and all(isinstance(v, list | tuple) for v in self.tasks_for.values()),
+            "heldout.tasks_for",
+            f"must map a training task to a list of held-out tasks; got {self.tasks_for!r}.",
         )
         check(
             self.limit is None or (is_int(self.limit) and self.limit >= 1),
@@ -293,7 +292,7 @@ def heldout_protocol(
         ("method.evaluate", cfg.method.evaluate or {}),
         (trainer_section, {"max_new_tokens": grpo_get(section, "max_completion_length")}),
         ("data", {"system_prompt": cfg.data.system_prompt
-                  or get_spec(cfg.data.dataset).system_prompt}),
+                  or get_spec(cfg.data.task).system_prompt}),
     ]  # fmt: skip
     try:
         check_mapping(cfg.method.evaluate, "method.evaluate")
@@ -318,7 +317,7 @@ def resolve_heldout(
     e.validate()  # its own fields (plan_settings calls it too, with the other sections')
     if e.every == 0:
         return None
-    names = _datasets(e, cfg.data.dataset, here=here)
+    names = _datasets(e, cfg.data.task, here=here)
     protocol = heldout_protocol(cfg, trainer_section)
     verifiers = _verifiers(e, names)
     section = getattr(cfg, trainer_section)
@@ -350,30 +349,30 @@ def resolve_heldout(
 
 
 def _datasets(e: HeldOutSettings, training_dataset: str, *, here: bool = True) -> list[str]:
-    """``heldout.datasets`` resolved to dataset names (a task trained on, with an evaluation split
+    """``heldout.tasks`` resolved to dataset names (a task trained on, with an evaluation split
     of its own, when none are named), ``heldout.data_path`` and ``heldout.limit`` checked."""
-    datasets = e.datasets
+    datasets = e.tasks
     if isinstance(datasets, list | tuple) and not datasets:
-        if training_dataset in e.datasets_for:  # the recipe's choice for what it trains on
-            datasets = list(e.datasets_for[training_dataset])
+        if training_dataset in e.tasks_for:  # the recipe's choice for what it trains on
+            datasets = list(e.tasks_for[training_dataset])
         elif _task_with_eval(training_dataset):
             datasets = [training_dataset]  # a task trained on is evaluated on its eval split
     check(
         isinstance(datasets, list | tuple) and len(datasets) > 0,
-        "heldout.datasets",
-        f"heldout.every > 0 needs datasets to evaluate and none is set for data.dataset="
-        f"{training_dataset!r}: name them, e.g. heldout.datasets=[tiny] (`rlsr datasets` lists "
+        "heldout.tasks",
+        f"heldout.every > 0 needs datasets to evaluate and none is set for data.task="
+        f"{training_dataset!r}: name them, e.g. heldout.tasks=[tiny] (`rlsr datasets` lists "
         "them), give the task an evaluation split (docs/tasks.md), or set heldout.every=0.",
     )
     try:
         names = resolve_tasks(list(datasets))
     except (KeyError, ValueError) as err:
-        raise ConfigError("heldout.datasets", str(err).strip("'\"")) from None
+        raise ConfigError("heldout.tasks", str(err).strip("'\"")) from None
     for name in e.data_path or {}:
         check(
             name in names,
             f"heldout.data_path.{name}",
-            f"{name!r} is not among heldout.datasets {names}.",
+            f"{name!r} is not among heldout.tasks {names}.",
         )
         check(
             not here or Path(e.data_path[name]).exists(),
@@ -390,7 +389,7 @@ def _verifiers(e: HeldOutSettings, names: list[str]) -> dict[str, str]:
         check(
             name in names,
             f"heldout.verifiers.{name}",
-            f"{name!r} is not among heldout.datasets {names}.",
+            f"{name!r} is not among heldout.tasks {names}.",
         )
     verifiers = {name: (e.verifiers or {}).get(name, get_spec(name).verifier) for name in names}
     judged = [n for n, v in verifiers.items() if v == "llm_judge"]

@@ -34,15 +34,26 @@ from omegaconf import DictConfig, OmegaConf
 from rlsr.checks import ConfigError
 from rlsr.deprecation import deprecated
 
-__all__ = ["RENAMED_KEYS", "fold_composed", "fold_renamed", "renamed_key", "renamed_overrides"]
+__all__ = [
+    "RENAMED_KEYS",
+    "RUN_FOLDER_HOW",
+    "fold_composed",
+    "fold_renamed",
+    "renamed_key",
+    "renamed_overrides",
+]
 
 # old dotted key -> new dotted key; a key under an old one moves with it, the longest old key
 # that matches deciding (``eval.layers.paper`` -> ``heldout.variants.paper``).
 RENAMED_KEYS: dict[str, str] = {
     "eval": "heldout",  # the held-out evaluation during training ("eval" named two things)
     "eval.layers": "heldout.variants",  # named protocol variants ("layers": the import floors)
+    "eval.datasets": "heldout.tasks",  # registered entries are tasks; a dataset is rows only
+    "eval.datasets_for": "heldout.tasks_for",
+    "data.dataset": "data.task",
 }
 _HOW = "the old key still reads; write the new one in recipes and overrides"
+RUN_FOLDER_HOW = "a run folder's config.yaml written by an older rlsr; it still reads"
 _INTERPOLATED = re.compile(r"\$\{(oc\.select:)?([A-Za-z_][\w.]*)")
 
 
@@ -84,20 +95,23 @@ def fold_composed(tree: DictConfig, command_line: Sequence[str]) -> DictConfig:
     return folded
 
 
-def fold_renamed(values: dict, command_line: Sequence[str] | None = None) -> dict:
+def fold_renamed(
+    values: dict, command_line: Sequence[str] | None = None, *, how: str = _HOW
+) -> dict:
     """The tree ``values`` (a plain mapping, interpolations resolved or not) with each old key a
     recipe file set moved under its new key, by the module's rule: the command line's overrides
     (``command_line``, spelled the new way) beat the old spelling, which beats the new one from
     any file. ``command_line=None``: not known; a field both spellings set differently is then
     refused (``ConfigError`` naming both). One ``deprecated:`` line per old key found; an
-    ``${old.key}`` interpolation is re-pointed at the new key. ``values`` itself is not changed."""
+    ``${old.key}`` interpolation is re-pointed at the new key. ``how``: the line's advice (a
+    recipe's, or ``RUN_FOLDER_HOW`` for a run's saved config). ``values`` is not changed."""
     values = dict(values)
     laid: dict[str, tuple[object, str]] = {}  # new dotted leaf -> (value, old dotted leaf)
     for root in _old_roots(values):
         *parents, leaf = root.split(".")
         for old_leaf, value in _leaves(_copy_path(values, parents).pop(leaf), root):
             new_leaf, old = renamed_key(old_leaf)
-            deprecated(old, RENAMED_KEYS[old], _HOW)
+            deprecated(old, RENAMED_KEYS[old], how)
             if new_leaf in laid and laid[new_leaf][0] != value:
                 raise ConfigError(
                     new_leaf,

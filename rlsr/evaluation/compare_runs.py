@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from rlsr.config.renamed import RUN_FOLDER_HOW, fold_renamed
 from rlsr.eval_protocol import SAMPLE_FIELDS
 from rlsr.evaluation.samples_io import read_samples
 from rlsr.evaluation.summary import scorer_arrays
@@ -130,7 +131,7 @@ def _read_config(run_dir: Path) -> dict:
         raise ValueError(f"{path} is not valid YAML; it is train.py's resolved config.") from None
     if not isinstance(config, dict):
         raise ValueError(f"{path}: not a mapping; it is train.py's resolved config.")
-    return config
+    return fold_renamed(config, how=RUN_FOLDER_HOW)  # an older run's keys under the new names
 
 
 def _method_and_seed(config: dict, run_dir: Path) -> tuple[str, int]:

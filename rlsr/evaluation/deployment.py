@@ -31,6 +31,7 @@ import yaml
 
 from rlsr import metrics as M
 from rlsr.config import resolve_model_path
+from rlsr.config.renamed import RUN_FOLDER_HOW, fold_renamed
 from rlsr.data import REGISTRY, task_records
 from rlsr.eval_protocol import DECODING_FIELDS, PROTOCOL_FIELDS
 from rlsr.evaluation.provenance import adapter_fingerprint
@@ -334,8 +335,10 @@ def training_record(adapter: str | os.PathLike) -> dict | None:
         path = folder / TRAIN_CONFIG_FILE
         if not path.is_file():
             continue
-        data = (yaml.safe_load(path.read_text()) or {}).get("data") or {}
-        dataset = data.get("dataset")
+        config = yaml.safe_load(path.read_text()) or {}
+        config = fold_renamed(config, how=RUN_FOLDER_HOW)  # an older run's data.dataset too
+        data = config.get("data") or {}
+        dataset = data.get("task")
         if not dataset:
             return None
         spec = REGISTRY.get(str(dataset))
@@ -371,7 +374,7 @@ def training_rows_problem(provenance: Mapping) -> str | None:
     trained = provenance["trained_on"]
     return (
         f"the threshold would be chosen on {provenance['validation_source']}, the split the "
-        f"adapter trained on ({trained['config']}: data.dataset={trained['dataset']}, split "
+        f"adapter trained on ({trained['config']}: data.task={trained['dataset']}, split "
         f"{trained['split']}); choose it on a held-out split (deploy --validation of another "
         "split's samples; evaluate --deployment-splits validation,test), or pass "
         f"{TRAINING_ROWS_FLAG} to write it marked as not held out."

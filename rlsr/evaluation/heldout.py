@@ -2,7 +2,7 @@
 
 ``HeldOutEvaluator`` is a ``transformers.TrainerCallback``. At every ``heldout.every``-th optimizer
 step (and the last one, ``heldout.at_end``; step 0 with ``heldout.at_start``), after the optimizer step and before that step's
-checkpoint is written, it evaluates the policy on the held-out questions of ``heldout.datasets``
+checkpoint is written, it evaluates the policy on the held-out questions of ``heldout.tasks``
 with ``rlsr.evaluation.runner.evaluate_dataset`` (the function behind ``rlsr evaluate``: prompts,
 Sec. C.3 fallbacks, verifiers, metrics) and writes::
 
@@ -233,10 +233,10 @@ class HeldOutEvaluator(TrainerCallback):
                 )  # fmt: skip
             except Exception as err:  # noqa: BLE001 - any load failure: one line naming the field
                 raise ConfigError(
-                    "heldout.datasets",
+                    "heldout.tasks",
                     f"cannot load {name!r} split {split!r} for the held-out evaluation "
                     f"({' '.join(str(err).split())[:300]}); set heldout.data_path.{name}=PATH, "
-                    "remove it from heldout.datasets, or train without held-out evaluation "
+                    "remove it from heldout.tasks, or train without held-out evaluation "
                     "(heldout.every=0).",
                 ) from None
         self.tokenizer = load_chat_tokenizer(self.model_path, self.trust_remote_code)
@@ -308,7 +308,7 @@ class HeldOutEvaluator(TrainerCallback):
             if over:
                 need = max(over) + reserve
                 raise ConfigError(
-                    "heldout.datasets",
+                    "heldout.tasks",
                     f"{len(over)} of {len(lengths)} held-out prompts of {job} are too long for "
                     f"{engine}: the longest has {max(over)} tokens, and an "
                     f"answer needs {reserve} more (heldout.max_new_tokens "
