@@ -212,7 +212,7 @@ class EvalProtocol:
     system_prompt: str | None = setting(
         None,
         "simple, long, none (no system message: method=sft models) or a task's prompt name "
-        "(docs/tasks.md); default: the training domain's prompt when --datasets is a group, else "
+        "(docs/tasks.md); default: the training domain's prompt when --tasks is a group, else "
         "each dataset's own",
         valid=(
             _system_prompt_ok,

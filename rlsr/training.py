@@ -628,7 +628,7 @@ def _evaluate_command(
     # the raw heldout.tasks (empty when they follow data.task)
     datasets = heldout.datasets if heldout is not None else [cfg.data.task]
     args = [rlsr_program(), "evaluate", "--model", cfg.model.name_or_path, "--adapter", str(output_dir),
-            "--datasets", ",".join(datasets), "--output-dir", str(output_dir / "evaluate")]  # fmt: skip
+            "--tasks", ",".join(datasets), "--output-dir", str(output_dir / "evaluate")]  # fmt: skip
     args += _tasks_flags(cfg.tasks_dir)
     if heldout is not None:
         return shlex.join(args + protocol_flags(heldout.protocol) + _engine_flags(heldout))

@@ -797,7 +797,7 @@ def _compare_backends(out: Path, plan: dict, cpu: bool, model_dir: Path, dtype: 
     for backend in ("vllm", "transformers"):
         dest = out / f"eval-{backend}-{dtype}"
         argv = [sys.executable, "-m", "rlsr.cli", "evaluate", "--model", str(model_dir),
-                "--datasets", "tiny", "--split", plan["eval_split"], "--limit",
+                "--tasks", "tiny", "--split", plan["eval_split"], "--limit",
                 str(plan["eval_limit"]), "--max-new-tokens", str(plan["eval_tokens"]),
                 "--dtype", dtype, "--bootstrap", "0", "--no-progress", "--output-dir",
                 str(dest), "--backend", backend, "--keep-token-ids"]  # fmt: skip

@@ -329,7 +329,7 @@ def plan(args: argparse.Namespace) -> list[Job]:
                             output_dir,
                             "--model",
                             resolved["model"],
-                            "--datasets",
+                            "--tasks",
                             ",".join(eval_datasets),
                             "--output-dir",
                             str((ROOT / args.evals_dir).resolve()),

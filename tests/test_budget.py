@@ -179,7 +179,7 @@ def test_a_rope_stretched_model_has_no_known_context(tmp_path):
 
 # --- the CLI, every backend -------------------------------------------------------------------
 
-TINY = ["evaluate", "--model", "tiny-warm", "--datasets", "tiny", "--no-progress"]
+TINY = ["evaluate", "--model", "tiny-warm", "--tasks", "tiny", "--no-progress"]
 
 
 @pytest.mark.parametrize("backend", ["transformers", "vllm"])

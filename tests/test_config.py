@@ -558,9 +558,7 @@ def test_the_judge_settings_have_one_value_each():
     }
     parser = argparse.ArgumentParser()
     evaluate_cli.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(
-        ["evaluate", "--model", "m", "--datasets", "tiny", "--output-dir", "o"]
-    )
+    args = parser.parse_args(["evaluate", "--model", "m", "--tasks", "tiny", "--output-dir", "o"])
     recipe = yaml.safe_load((ROOT / "recipes" / "config.yaml").read_text())["heldout"]
     from_recipe = from_dict({"heldout": {k: recipe[k] for k in declared}}).heldout
     for name, value in declared.items():

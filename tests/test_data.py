@@ -333,7 +333,7 @@ def test_hub_unreachable_error_names_id_and_command(monkeypatch, tmp_path):
         load_examples("hotpot_modified", split="train")
     message = str(info.value)
     assert "'mehuldamani/hotpot_qa'" in message
-    assert "rlsr datasets download hotpot_modified --out DIR" in message
+    assert "rlsr tasks download hotpot_modified --out DIR" in message
     assert "load_dataset('mehuldamani/hotpot_qa', split='train')" in message
     assert "RLSR_DATA_DIR" in message
     with pytest.raises(ValueError, match="unknown dataset"):
@@ -565,14 +565,14 @@ def test_utilitybench_judge_and_verification_inputs():
 def test_cli_lists_registry_and_shows_example(capsys):
     from rlsr.cli import main
 
-    assert main(["datasets"]) == 0
+    assert main(["tasks"]) == 0
     out = capsys.readouterr().out
     for name, spec in REGISTRY.items():
         line = next(line for line in out.splitlines() if line.startswith(name + " "))
         assert spec.verifier in line and (spec.hf_id or "bundled") in line
         assert f"{spec.size:,}" in line
     assert "hotpot-ood: math500, gsm8k, trivia, simpleqa, commonsenseqa, gpqa" in out
-    assert main(["datasets", "show", "gpqa", "--path", str(UPSTREAM / "gpqa")]) == 0
+    assert main(["tasks", "show", "gpqa", "--path", str(UPSTREAM / "gpqa")]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["answer_letter"] == "C" and shown["verifier"] == "llm_judge"
 
@@ -586,7 +586,7 @@ def test_cli_list_says_what_is_available_here_and_how_to_get_the_rest(
 
     monkeypatch.delenv("RLSR_DATA_DIR", raising=False)
     (tmp_path / "trivia").mkdir()
-    assert main(["datasets", "--data-dir", str(tmp_path)]) == 0
+    assert main(["tasks", "--data-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     header = out.splitlines()[0]
     assert header.rstrip().endswith("available here")
@@ -599,9 +599,9 @@ def test_cli_list_says_what_is_available_here_and_how_to_get_the_rest(
     assert available("trivia") == str(tmp_path / "trivia")
     assert available("hotpot_modified") == "no"
     assert "--data-dir DIR" in out and "--data-path NAME=PATH" in out
-    assert "rlsr datasets download NAMES --out DIR" in out and "data_dir=" not in out
-    monkeypatch.setenv("RLSR_DATA_DIR", str(tmp_path))  # `rlsr datasets list` reads it too
-    assert main(["datasets", "list"]) == 0
+    assert "rlsr tasks download NAMES --out DIR" in out and "data_dir=" not in out
+    monkeypatch.setenv("RLSR_DATA_DIR", str(tmp_path))  # `rlsr tasks list` reads it too
+    assert main(["tasks", "list"]) == 0
     assert str(tmp_path / "trivia") in capsys.readouterr().out
 
 
@@ -620,7 +620,7 @@ def test_cli_download_offline_raises_clear_error(tmp_path, capsys):
     from rlsr.cli import main
 
     # The CLI prints the DatasetUnavailableError message (no traceback) and exits 2.
-    assert main(["datasets", "download", "trivia", "--out", str(tmp_path)]) == 2
+    assert main(["tasks", "download", "trivia", "--out", str(tmp_path)]) == 2
     assert "mehuldamani/trivia" in capsys.readouterr().err
     assert not (Path(tmp_path) / "trivia").exists()
 
@@ -628,7 +628,7 @@ def test_cli_download_offline_raises_clear_error(tmp_path, capsys):
 def test_datasets_cli_reports_unknown_and_unreachable_datasets_without_traceback(
     capsys, monkeypatch
 ):
-    """`rlsr datasets show hotpot_modified` offline ends in one line, not a traceback. The hub is
+    """`rlsr tasks show hotpot_modified` offline ends in one line, not a traceback. The hub is
     put in offline mode (unreachable here anyway; offline mode fails at once, not after retries)."""
     import huggingface_hub.constants
 
@@ -637,11 +637,11 @@ def test_datasets_cli_reports_unknown_and_unreachable_datasets_without_traceback
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.delenv("RLSR_DATA_DIR", raising=False)
-    assert main(["datasets", "show", "hotpot_modified"]) == 2
+    assert main(["tasks", "show", "hotpot_modified"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("rlsr: error: could not load dataset 'hotpot_modified'")
-    assert "rlsr datasets download hotpot_modified --out DIR" in err and "Traceback" not in err
-    assert main(["datasets", "show", "nope"]) == 2
+    assert "rlsr tasks download hotpot_modified --out DIR" in err and "Traceback" not in err
+    assert main(["tasks", "show", "nope"]) == 2
     assert capsys.readouterr().err.startswith("rlsr: error: unknown dataset 'nope'")
 
 

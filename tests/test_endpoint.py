@@ -42,7 +42,7 @@ pytestmark = pytest.mark.timeout(300)
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "sk-test-DO-NOT-LEAK-4242"
 FAST = ["--max-new-tokens", "16", "--fallback-max-new-tokens", "8", "--bootstrap", "0",
-        "--no-progress", "--datasets", "tiny"]  # fmt: skip
+        "--no-progress", "--tasks", "tiny"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ from rlsr.evaluation.samples_io import read_samples  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-PROTOCOL = ["--datasets", "tiny", "--limit", "8", "--max-new-tokens", "12",
+PROTOCOL = ["--tasks", "tiny", "--limit", "8", "--max-new-tokens", "12",
             "--fallback-max-new-tokens", "6", "--scorers", "verbalized,logprob",
             "--keep-token-ids", "--bootstrap", "0", "--no-progress"]  # fmt: skip
 SAME = ("id", "response", "num_tokens", "finish_reason", "fallbacks", "fallback_text", "answer",

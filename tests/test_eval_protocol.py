@@ -27,7 +27,7 @@ from rlsr.evaluation import evaluate_cli
 from rlsr.evaluation.runner import EvalSettings
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMON = ["evaluate", "--model", "m", "--datasets", "tiny", "--output-dir", "o"]
+COMMON = ["evaluate", "--model", "m", "--tasks", "tiny", "--output-dir", "o"]
 
 
 def _parser():

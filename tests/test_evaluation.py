@@ -61,7 +61,7 @@ def run_dir(tiny_model_dir, tmp_path_factory) -> Path:
 def evaluated(tiny_model_dir, run_dir, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("eval") / "rlsr-seed0"
     argv = ["evaluate", "--model", str(tiny_model_dir), "--adapter", str(run_dir),
-            "--datasets", "tiny", "--output-dir", str(out), "--limit", "6", "--batch-size", "4",
+            "--tasks", "tiny", "--output-dir", str(out), "--limit", "6", "--batch-size", "4",
             "--scorers", "verbalized,logprob,consistency", "--consistency-k", "2", *FAST]  # fmt: skip
     assert rlsr_main(argv) == 0
     return out
@@ -242,7 +242,7 @@ def test_llm_judge_path_with_tiny_judge(tiny_model_dir, tmp_path):
     from rlsr.verifiers import quote_answer
 
     out = tmp_path / "judged"
-    argv = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "tiny", "--output-dir", str(out),
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--tasks", "tiny", "--output-dir", str(out),
             "--limit", "4", "--verifier", "tiny=llm_judge", "--judge-model", str(tiny_model_dir),
             "--judge-backend", "transformers", *FAST]  # fmt: skip
     assert rlsr_main(argv) == 0
@@ -288,12 +288,12 @@ def _write_medqa(folder: Path, n: int, seed: int) -> None:
 
 
 def test_deployment_and_dcs_on_mcq(tiny_model_dir, tmp_path):
-    """Also a regression: `--datasets medqa --deployment-target` evaluated the test split twice
+    """Also a regression: `--tasks medqa --deployment-target` evaluated the test split twice
     (as `medqa` and `medqa@test`). `medqa` (its default split, test) serves deployment."""
     data = tmp_path / "medqa"
     _write_medqa(data, 5, 0)
     out = tmp_path / "deploy"
-    argv = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "medqa", "--output-dir", str(out),
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--tasks", "medqa", "--output-dir", str(out),
             "--data-path", f"medqa={data}", "--dcs", "--deployment-target", "0.5", *FAST]  # fmt: skip
     assert rlsr_main(argv) == 0
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["medqa", "medqa@validation"]
@@ -356,11 +356,11 @@ def test_deployment_and_dcs_on_mcq(tiny_model_dir, tmp_path):
 
 def test_report_over_two_evaluation_dirs(evaluated, tiny_model_dir, tmp_path):
     second = evaluated.parent / "rlsr-seed1"
-    argv = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "tiny", "--output-dir", str(second),
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--tasks", "tiny", "--output-dir", str(second),
             "--limit", "6", "--temperature", "0.7", "--seed", "1", *FAST]  # fmt: skip
     assert rlsr_main(argv) == 0
     base = evaluated.parent / "base"
-    assert rlsr_main(["evaluate", "--model", str(tiny_model_dir), "--datasets", "tiny",
+    assert rlsr_main(["evaluate", "--model", str(tiny_model_dir), "--tasks", "tiny",
                       "--output-dir", str(base), "--limit", "6", *FAST]) == 0  # fmt: skip
     prefix = tmp_path / "report"
     assert (
@@ -426,7 +426,7 @@ def test_model_alias_tiny_resolves_to_the_local_tiny_model(tiny_model_dir, run_d
     training), so the documented tiny evaluation needs no cache path. Without the alias the name
     went to the hub and failed."""
     out = tmp_path / "alias"
-    argv = ["evaluate", "--model", "tiny", "--adapter", str(run_dir), "--datasets", "tiny",
+    argv = ["evaluate", "--model", "tiny", "--adapter", str(run_dir), "--tasks", "tiny",
             "--output-dir", str(out), "--limit", "2", "--no-fallbacks", *FAST]  # fmt: skip
     assert rlsr_main(argv) == 0
     assert len(read_samples(out / "tiny" / "samples.jsonl")) == 2
@@ -441,7 +441,7 @@ def test_output_dir_of_another_configuration_is_refused_unless_overwrite(
     that exits 0, mixes both runs' samples in one samples.jsonl and relabels run.json, and a
     failing run that overwrites run.json."""
     out = tmp_path / "ev"
-    base = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "tiny", "--output-dir",
+    base = ["evaluate", "--model", str(tiny_model_dir), "--tasks", "tiny", "--output-dir",
             str(out), "--limit", "2", *FAST]  # fmt: skip
     assert rlsr_main(base) == 0
     samples, run_file = out / "tiny" / "samples.jsonl", out / "run.json"

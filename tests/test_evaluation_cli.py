@@ -40,7 +40,7 @@ def _one_error_line(capsys) -> str:
         (["--model", "/nonexistent"], "--model /nonexistent: no such folder"),
         (["--limit", "0"], "--limit must be >= 1; got 0"),
         (["--batch-size", "0"], "--batch-size must be >= 1"),
-        (["--datasets", "nope"], "unknown dataset 'nope'"),
+        (["--tasks", "nope"], "unknown dataset 'nope'"),
         (["--adapter", "/nonexistent"], "--adapter /nonexistent is not a directory"),
         (["--verifier", "tiny=bogus"], "--verifier tiny=bogus: unknown verifier"),
         (["--verifier", "tiny"], "--verifier 'tiny': expected NAME=VALUE"),
@@ -59,7 +59,7 @@ def test_user_input_errors_exit_2_with_one_line_and_write_nothing(
     `rlsr: error:` line before any model loads, leaving no output folder (catches a bad flag
     found only after the model loaded)."""
     out = tmp_path / "ev"
-    argv = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "tiny",
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--tasks", "tiny",
             "--output-dir", str(out), *FAST]  # fmt: skip
     for i in range(0, len(extra), 2):  # replace a flag already present, else append it
         if extra[i] in argv:
@@ -77,7 +77,7 @@ def test_malformed_jsonl_names_file_and_line(tiny_model_dir, tmp_path, capsys):
     data = tmp_path / "data.jsonl"
     data.write_text('{"id": "a", "question": "q1", "answer": "x"}\n'
                     '{"id": "b", "question": "q2" "answer": "y"}\n')  # fmt: skip
-    argv = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "tiny", "--output-dir",
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--tasks", "tiny", "--output-dir",
             str(tmp_path / "ev"), "--data-path", f"tiny={data}", *FAST]  # fmt: skip
     assert rlsr_main(argv) == 2
     line = _one_error_line(capsys)
@@ -96,7 +96,7 @@ def test_columns_flag_maps_other_column_names(tiny_model_dir, tmp_path, capsys):
              "gold": "red"} for i in range(2)]  # fmt: skip
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "ev"
-    argv = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "tiny", "--output-dir",
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--tasks", "tiny", "--output-dir",
             str(out), "--data-path", f"tiny={data}", *FAST]  # fmt: skip
     assert rlsr_main(argv) == 2
     assert "--columns problem=<column>" in _one_error_line(capsys)
@@ -117,7 +117,7 @@ def test_sigint_mid_run_prints_one_line_and_exits_130(tiny_model_dir, tmp_path):
     traceback)."""
     out = tmp_path / "ev"
     argv = [sys.executable, "-m", "rlsr.cli", "evaluate", "--model", str(tiny_model_dir),
-            "--datasets", "tiny", "--output-dir", str(out), "--batch-size", "1",
+            "--tasks", "tiny", "--output-dir", str(out), "--batch-size", "1",
             "--max-new-tokens", "32", "--fallback-max-new-tokens", "4", "--bootstrap", "0",
             "--no-progress"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -170,7 +170,7 @@ def test_data_parallel_above_one_is_refused_before_anything_loads(tmp_path, caps
     is refused in one line naming the way to shard, before any model loads (catches the flag
     reaching vLLM after the model has loaded)."""
     out = tmp_path / "ev"
-    argv = ["evaluate", "--model", str(tmp_path / "no-model-needed"), "--datasets", "tiny",
+    argv = ["evaluate", "--model", str(tmp_path / "no-model-needed"), "--tasks", "tiny",
             "--output-dir", str(out), "--backend", "vllm", "--data-parallel-size", "2"]  # fmt: skip
     assert rlsr_main(argv) != 0
     line = _one_error_line(capsys)
@@ -180,7 +180,7 @@ def test_data_parallel_above_one_is_refused_before_anything_loads(tmp_path, caps
 
 
 def test_run_json_records_the_system_prompt_the_samples_were_rendered_with(monkeypatch):
-    """``--datasets GROUP`` without ``--system-prompt`` renders every question with the group's
+    """``--tasks GROUP`` without ``--system-prompt`` renders every question with the group's
     training prompt (Sec. C.5); run.json (what a rerun into the folder is compared against) must
     record that prompt, not the unset flag (None), which the protocol's own ``system_prompt``
     field holds."""

@@ -198,7 +198,7 @@ def test_health_check_names_a_model_the_server_does_not_serve():
 
 
 def _argv(model_dir, out, url, *extra):
-    return ["evaluate", "--model", str(model_dir), "--datasets", "tiny", "--output-dir", str(out),
+    return ["evaluate", "--model", str(model_dir), "--tasks", "tiny", "--output-dir", str(out),
             "--limit", "4", "--batch-size", "2", "--verifier", "tiny=llm_judge",
             "--judge-model", "judge", "--judge-base-url", url, "--judge-timeout", "2",
             "--judge-max-retries", "1", "--max-new-tokens", "8", "--fallback-max-new-tokens", "4",

@@ -142,7 +142,7 @@ def test_padded_vocabulary_answers_keep_their_token_ids(tmp_path):
     ga = _gpu_acceptance_module()
     model_dir = ga.build_model("tiny-padded", tmp_path / "model", "float32", "cpu")
     out = tmp_path / "eval"
-    assert rlsr_main(["evaluate", "--model", str(model_dir), "--datasets", "tiny", "--limit", "4",
+    assert rlsr_main(["evaluate", "--model", str(model_dir), "--tasks", "tiny", "--limit", "4",
                       "--max-new-tokens", "8", "--bootstrap", "0", "--no-progress",
                       "--backend", "transformers", "--keep-token-ids",
                       "--output-dir", str(out)]) == 0  # fmt: skip

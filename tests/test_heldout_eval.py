@@ -75,7 +75,7 @@ def test_held_out_steps_equal_rlsr_evaluate_on_each_checkpoint(run, tmp_path, ca
     out, _ = run
     assert [h["step"] for h in read_history(out)] == [0, 3, 6]
     for step in (0, 3, 6):
-        args = ["evaluate", "--model", str(tiny_warm_model_path()), "--datasets", "tiny",
+        args = ["evaluate", "--model", str(tiny_warm_model_path()), "--tasks", "tiny",
                 "--output-dir", str(tmp_path / f"cli-{step}"), "--max-new-tokens", "40",
                 "--no-progress"]  # fmt: skip
         if step:
@@ -440,7 +440,7 @@ def test_held_out_sft_step_equals_rlsr_evaluate_with_the_methods_flags(tmp_path)
     flags = protocol_flags(heldout_protocol(_sft_settings(out), "sft"))
     assert "--consistency-k" in flags and "--consistency-temperature" in flags
     args = ["evaluate", "--model", str(tiny_warm_model_path()), "--adapter",
-            str(out / "checkpoint-2"), "--datasets", "tiny", "--output-dir", str(tmp_path / "cli"),
+            str(out / "checkpoint-2"), "--tasks", "tiny", "--output-dir", str(tmp_path / "cli"),
             "--limit", "6", "--no-progress", *flags]  # fmt: skip
     assert rlsr_main(args) == 0
     ours = step_dir(out, 2) / "tiny" / "samples.jsonl"

@@ -193,7 +193,7 @@ def test_evaluate_logprob_scorer_ranks_by_the_same_quantity(tmp_path):
     from rlsr.evaluation.samples_io import read_samples
 
     out = tmp_path / "eval"
-    argv = ["evaluate", "--model", str(format_warm_model()), "--datasets", "tiny",
+    argv = ["evaluate", "--model", str(format_warm_model()), "--tasks", "tiny",
             "--output-dir", str(out), "--limit", "8", "--batch-size", "4", "--scorers", "logprob",
             "--max-new-tokens", "40", "--no-fallbacks", "--bootstrap", "0", "--no-progress"]  # fmt: skip
     assert rlsr_main(argv) == 0

@@ -45,7 +45,7 @@ def _parsed(flags: list[str]):
     """The protocol and the arguments `rlsr evaluate` parses from ``flags``."""
     parser = argparse.ArgumentParser()
     evaluate_cli.register(parser.add_subparsers(dest="command"))
-    common = ["evaluate", "--model", "m", "--datasets", "tiny", "--output-dir", "o"]
+    common = ["evaluate", "--model", "m", "--tasks", "tiny", "--output-dir", "o"]
     args = parser.parse_args([*common, *flags])
     return protocol_from_args(args), args
 

@@ -1,12 +1,14 @@
-"""Old spellings keep reading, with one ``deprecated:`` line: the config section ``eval`` (now
-``heldout``), its keys ``eval.layers`` / ``eval.datasets`` / ``eval.datasets_for`` (now
-``heldout.variants`` / ``heldout.tasks`` / ``heldout.tasks_for``) and ``data.dataset`` (now
-``data.task``) in a recipe file and as an override (Hydra's compose and train.py), a recipe file's old key ordered exactly between the
-shipped files and the command line, the flag
-``--protocol-layer`` (now ``--protocol-variant``) of ``rlsr evaluate`` and ``slurm/sweep.py``, and
-run.json's ``protocol_layer`` (now ``protocol_variant``) in a run folder an older rlsr wrote, and
-the names from when the distributed launch was an "engine" (``rlsr.launch.engine_from_env``) and
-a registered task a "dataset" (``rlsr.data.DatasetSpec``).
+"""Old spellings keep reading, with one ``deprecated:`` line or note: the config section
+``eval`` (now ``heldout``), its keys ``eval.layers`` / ``eval.datasets`` / ``eval.datasets_for``
+(now ``heldout.variants`` / ``heldout.tasks`` / ``heldout.tasks_for``) and ``data.dataset`` (now
+``data.task``) in a recipe file and as an override (Hydra's compose and train.py), a recipe
+file's old key ordered exactly between the shipped files and the command line; the flags
+``--protocol-layer`` (now ``--protocol-variant``) of ``rlsr evaluate`` and ``slurm/sweep.py`` and
+``--datasets`` (now ``--tasks``) of ``rlsr evaluate``, the command ``rlsr datasets`` (now ``rlsr
+tasks``); run.json's ``protocol_layer`` (now ``protocol_variant``) and config.yaml's
+``data.dataset`` in a run folder an older rlsr wrote; and the names from when the distributed
+launch was an "engine" (``rlsr.launch.engine_from_env``) and a registered task a "dataset"
+(``rlsr.data.DatasetSpec``).
 
 Real Hydra compose on the shipped recipes, the real parsers and ``rlsr compare``; no model loads.
 """
@@ -24,6 +26,7 @@ import pytest
 from test_compare import CONF, _answers, _compare, _correct, _settings, _write_evaluation
 
 from rlsr import data, deprecation, launch
+from rlsr.cli import main as cli_main
 from rlsr.config import ConfigError, heldout_protocol
 from rlsr.config.compose import RECIPES_DIR, compose_config, compose_tree
 from rlsr.config.renamed import fold_renamed, renamed_overrides
@@ -267,7 +270,7 @@ def test_the_old_protocol_flag_of_rlsr_evaluate_still_records_the_variant(capsys
     records) with one note naming the new flag."""
     parser = argparse.ArgumentParser()
     evaluate_cli.register(parser.add_subparsers(dest="command"))
-    common = ["evaluate", "--model", "m", "--datasets", "tiny", "--output-dir", "o"]
+    common = ["evaluate", "--model", "m", "--tasks", "tiny", "--output-dir", "o"]
     args = parser.parse_args([*common, "--protocol-layer", "paper"])
     assert args.protocol_variant == "paper"
     err = capsys.readouterr().err
@@ -276,6 +279,37 @@ def test_the_old_protocol_flag_of_rlsr_evaluate_still_records_the_variant(capsys
         == "rlsr evaluate: note: --protocol-layer is deprecated; use --protocol-variant."
     )
     assert parser.parse_args(common).protocol_variant is None
+
+
+def test_the_old_tasks_flag_of_rlsr_evaluate_still_names_the_tasks(capsys):
+    """``rlsr evaluate --datasets tiny`` parses as ``--tasks tiny`` with one note naming the new
+    flag; giving both is refused, giving neither still is. Catches the old flag dropped (every
+    script that passes it would stop) or silently overriding the new one."""
+    parser = argparse.ArgumentParser()
+    evaluate_cli.register(parser.add_subparsers(dest="command"))
+    common = ["evaluate", "--model", "m", "--output-dir", "o"]
+    assert parser.parse_args([*common, "--datasets", "tiny"]).datasets == "tiny"
+    assert capsys.readouterr().err.strip() == (
+        "rlsr evaluate: note: --datasets is deprecated; use --tasks."
+    )
+    assert parser.parse_args([*common, "--tasks", "tiny"]).datasets == "tiny"
+    assert capsys.readouterr().err == ""
+    for extra in (["--tasks", "a", "--datasets", "b"], []):
+        with pytest.raises(SystemExit):
+            parser.parse_args([*common, *extra])
+    assert "--tasks" in capsys.readouterr().err
+
+
+def test_rlsr_datasets_still_runs_rlsr_tasks(capsys):
+    """``rlsr datasets`` (and its ``list`` / ``show``) prints what ``rlsr tasks`` prints, with
+    one note naming the new command. Catches the old command removed or run without saying so."""
+    assert cli_main(["tasks", "show", "tiny"]) == 0
+    new = capsys.readouterr()
+    assert new.err == ""
+    assert cli_main(["datasets", "show", "tiny"]) == 0
+    old = capsys.readouterr()
+    assert old.out == new.out
+    assert old.err.strip() == "rlsr datasets: note: rlsr datasets is deprecated; use rlsr tasks."
 
 
 def test_the_old_protocol_flag_of_the_sweep_still_picks_the_variant(capsys):

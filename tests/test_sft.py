@@ -149,7 +149,7 @@ def test_sft_trains_resumes_and_evaluates_with_consistency_on_plain_answers(tmp_
     # evaluate: plain answers, self-consistency (K = 2 here; paper K = 8 at T = 0.7)
     ev = tmp_path / "eval"
     argv = ["evaluate", "--model", str(tiny_warm_model_path()), "--adapter", str(out),
-            "--datasets", "tiny", "--output-dir", str(ev), "--limit", "6", "--batch-size", "3",
+            "--tasks", "tiny", "--output-dir", str(ev), "--limit", "6", "--batch-size", "3",
             "--system-prompt", "none", "--response-format", "plain",
             "--consistency-k", "2", "--max-new-tokens", "8", "--bootstrap", "0",
             "--no-progress"]  # fmt: skip

@@ -549,7 +549,7 @@ def test_scripts_name_a_missing_setup_or_a_python_without_rlsr(tmp_path):
     evaluate.slurm with one line naming RLSR_SETUP, instead of a bash 'No such file' or a
     traceback deep in a step."""
     common = dict(SLURM_JOB_ID="9", SLURM_JOB_NODELIST="c1", SLURM_GPUS_PER_NODE="0")
-    eval_args = ["--checkpoints", str(tmp_path), "--datasets", "tiny"]
+    eval_args = ["--checkpoints", str(tmp_path), "--tasks", "tiny"]
     for name, args in (("train.slurm", ["recipe=tiny"]), ("evaluate.slurm", eval_args)):
         missing = run_script(name, args, base_env(RLSR_SETUP=str(tmp_path / "nope.sh"), **common),
                              check=False)  # fmt: skip
@@ -651,7 +651,7 @@ def test_evaluate_array_index_maps_to_checkpoint_and_dataset(tmp_path):
     args = [
         "--checkpoints",
         ",".join(map(str, ckpts)),
-        "--datasets",
+        "--tasks",
         ",".join(datasets),
         "--output-dir",
         str(tmp_path / "evals"),
@@ -665,9 +665,7 @@ def test_evaluate_array_index_maps_to_checkpoint_and_dataset(tmp_path):
         for argv in evals:
             assert argv[1] == "evaluate"
             assert flag(argv, "--model") == "/m/base"  # read from adapter_config.json
-        return [
-            (flag(a, "--adapter"), flag(a, "--datasets"), flag(a, "--output-dir")) for a in evals
-        ]
+        return [(flag(a, "--adapter"), flag(a, "--tasks"), flag(a, "--output-dir")) for a in evals]
 
     # Without --array: every pair in turn, checkpoint-major.
     assert pairs(dry_run("evaluate.slurm", args, **EVAL_ENV)) == expected
@@ -690,7 +688,7 @@ def test_evaluate_reads_the_checkpoint_prefix_from_rlsr_and_says_which_python_ca
     python.chmod(0o755)
     proc = run_script(
         "evaluate.slurm",
-        ["--checkpoints", "a", "--model", "m", "--datasets", "tiny"],
+        ["--checkpoints", "a", "--model", "m", "--tasks", "tiny"],
         base_env(RLSR_DRY_RUN="1", **EVAL_ENV, RLSR_PYTHON=str(python)),
         check=False,
     )
@@ -720,7 +718,7 @@ def test_evaluate_on_a_cpu_node_uses_transformers_and_refuses_gpu_only_parts(tmp
     device=cpu backend=transformers); an explicit --backend vllm or a judge (vLLM on a GPU) is
     refused naming --gpus-per-node. Catches vLLM started on a node without GPUs."""
     cpu = dict(SLURM_JOB_ID="5", SLURM_JOB_NODELIST="c1", SLURM_GPUS_PER_NODE="0")
-    args = ["--checkpoints", str(tmp_path), "--datasets", "tiny", "--judge", "never"]
+    args = ["--checkpoints", str(tmp_path), "--tasks", "tiny", "--judge", "never"]
     plan = dry_run("evaluate.slurm", args, **cpu)
     assert (plan["plan"]["device"], plan["plan"]["backend"]) == ("cpu", "transformers")
     (node,) = plan["nodes"]
@@ -738,7 +736,7 @@ def test_evaluate_on_a_cpu_node_uses_transformers_and_refuses_gpu_only_parts(tmp
 def test_evaluate_judge_server_on_the_node():
     plan = dry_run(
         "evaluate.slurm",
-        ["--checkpoints", "runs/x", "--model", "/m/base", "--datasets", "hotpot-ood"],
+        ["--checkpoints", "runs/x", "--model", "/m/base", "--tasks", "hotpot-ood"],
         **EVAL_ENV,
     )
     port = str(JUDGE_BASE + 321 % 5000)
@@ -763,7 +761,7 @@ def test_evaluate_full_model_without_judge_runs_every_pair(tmp_path):
         [
             "--checkpoints",
             str(model),
-            "--datasets",
+            "--tasks",
             "hotpot-id,bigmath-id",
             "--judge",
             "never",
@@ -774,7 +772,7 @@ def test_evaluate_full_model_without_judge_runs_every_pair(tmp_path):
         **EVAL_ENV,
     )
     evals = [n["argv"] for n in plan["nodes"] if n["role"].startswith("evaluate")]
-    assert [flag(a, "--datasets") for a in evals] == ["hotpot-id", "bigmath-id"]
+    assert [flag(a, "--tasks") for a in evals] == ["hotpot-id", "bigmath-id"]
     for argv in evals:
         assert flag(argv, "--model") == str(model) and "--adapter" not in argv
         assert argv[-2:] == ["--limit", "5"] and "--judge-base-url" not in argv
@@ -784,7 +782,7 @@ def test_evaluate_full_model_without_judge_runs_every_pair(tmp_path):
 def test_evaluate_array_out_of_range_names_the_right_array():
     proc = run_script(
         "evaluate.slurm",
-        ["--checkpoints", "a,b", "--model", "m", "--datasets", "tiny"],
+        ["--checkpoints", "a,b", "--model", "m", "--tasks", "tiny"],
         base_env(RLSR_DRY_RUN="1", SLURM_ARRAY_TASK_ID="2", **EVAL_ENV),
         check=False,
     )
@@ -855,7 +853,7 @@ def test_sweep_dry_run_lists_every_job_with_its_dependency():
             out_dir = next(a for a in train["argv"] if a.startswith("output_dir=")).split("=", 1)[1]
             assert flag(argv, "--checkpoints") == out_dir
             recipe = next(a for a in train["argv"] if a.startswith("recipe=")).split("=", 1)[1]
-            assert flag(argv, "--datasets") == f"{recipe}-id,{recipe}-ood"
+            assert flag(argv, "--tasks") == f"{recipe}-id,{recipe}-ood"
             assert "--array=0-1" in argv
             assert flag(argv, "--model") == "Qwen/Qwen2.5-7B"
 
@@ -994,7 +992,7 @@ def test_sweep_evaluates_each_method_the_way_it_was_trained():
     extra = [argv[argv.index("--") + 1 :] if "--" in argv else [] for argv in evals]
     parser = argparse.ArgumentParser()
     evaluate_cli.register(parser.add_subparsers(dest="command"))
-    common = ["evaluate", "--model", "m", "--datasets", "hotpot-id", "--output-dir", "o"]
+    common = ["evaluate", "--model", "m", "--tasks", "hotpot-id", "--output-dir", "o"]
     # exits 2 on an unknown flag or bad value
     parsed = [parser.parse_args([*common, *flags]) for flags in extra]
     assert {a.protocol_variant for a in parsed} == {"paper"}
@@ -1281,7 +1279,7 @@ def test_evaluate_one_gpu_budgets_memory_between_judge_and_model():
     """On one GPU the judge takes 0.3 and the evaluated model 1 - 0.3 - 0.05, the plan says so,
     and a value passed after `--` is kept. Catches the model keeping rlsr evaluate's 0.9 beside
     the judge: vLLM refuses to start when free memory < utilisation x total."""
-    args = ["--checkpoints", "runs/x", "--model", "/m/base", "--datasets", "hotpot-ood"]
+    args = ["--checkpoints", "runs/x", "--model", "/m/base", "--tasks", "hotpot-ood"]
     env = {**EVAL_ENV, "SLURM_GPUS_ON_NODE": "1"}
     plan = dry_run("evaluate.slurm", args, **env)
     judge = next(n for n in plan["nodes"] if n["role"] == "judge")["argv"]

@@ -271,7 +271,7 @@ def test_evaluate_array_over_checkpoints_resumes_after_a_cancelled_task(slurm_en
     out = submitted["work"] / "array-evals"
     checkpoints = [run / "checkpoint-2", run / "checkpoint-4", run]
     args = ["slurm/evaluate.slurm", "--checkpoints", ",".join(map(str, checkpoints)),
-            "--datasets", "tiny-missing", "--output-dir", str(out), "--", f"--limit={EVAL_LIMIT}",
+            "--tasks", "tiny-missing", "--output-dir", str(out), "--", f"--limit={EVAL_LIMIT}",
             # the recipe's held-out protocol (rlsr evaluate's default 4,096 new tokens is refused
             # on the tiny model's 2,048 positions)
             "--max-new-tokens=32", "--system-prompt=simple"]  # fmt: skip

@@ -16,7 +16,7 @@ from test_slurm import SLURM, base_env, dry_run, find_shellcheck, flag, run_scri
 from rlsr.evaluation import evaluate_cli
 
 SCRIPT = "serve_evaluate.slurm"
-ARGS = ["--model", "/models/llama-405b", "--served-model-name", "llama-405b", "--datasets",
+ARGS = ["--model", "/models/llama-405b", "--served-model-name", "llama-405b", "--tasks",
         "hotpot-ood", "--output-dir", "evals/llama", "--", "--limit", "100"]  # fmt: skip
 
 
@@ -67,7 +67,7 @@ def test_three_nodes_form_a_ray_cluster_and_the_evaluation_reaches_the_head():
 
 
 def test_one_node_serves_without_ray_and_settings_reach_the_commands():
-    plan = dry_run(SCRIPT, ["--model", "Qwen/Qwen2.5-72B", "--datasets", "tiny", "--backend",
+    plan = dry_run(SCRIPT, ["--model", "Qwen/Qwen2.5-72B", "--tasks", "tiny", "--backend",
                             "openai-chat"], SLURM_JOB_ID="9", SLURM_JOB_NODELIST="n7",
                    SLURM_GPUS_ON_NODE="4", RLSR_SERVE_PORT="8123", RLSR_CONCURRENCY="8",
                    RLSR_VLLM_MAX_MODEL_LEN="8192")  # fmt: skip
@@ -84,10 +84,10 @@ def test_one_node_serves_without_ray_and_settings_reach_the_commands():
 @pytest.mark.parametrize(
     "args, env, message",
     [
-        (["--datasets", "tiny"], {}, "--model PATH"),
-        (["--model", "m"], {}, "--datasets"),
-        (["--model", "m", "--datasets", "t", "--backend", "vllm"], {}, "openai-completions"),
-        (["--model", "m", "--datasets", "t"], {"RLSR_TP": "16"}, "needs 16 GPUs"),
+        (["--tasks", "tiny"], {}, "--model PATH"),
+        (["--model", "m"], {}, "--tasks"),
+        (["--model", "m", "--tasks", "t", "--backend", "vllm"], {}, "openai-completions"),
+        (["--model", "m", "--tasks", "t"], {"RLSR_TP": "16"}, "needs 16 GPUs"),
     ],
 )
 def test_errors_are_clear(args, env, message):

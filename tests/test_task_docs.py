@@ -10,7 +10,7 @@ runs in the background (the ``&``) on a free port with ``--upstream`` pointing a
 OpenAI-compatible TEST DOUBLE of tests/test_serving.py (vLLM cannot run in this venv), and the
 ``curl`` line is sent to that port. The CSV holds the tiny facts under the README's column names.
 
-docs/tasks.md: its example task file (with a CSV for it), its ``rlsr datasets`` commands, its
+docs/tasks.md: its example task file (with a CSV for it), its ``rlsr tasks`` commands, its
 Python block and its plugin block.
 """
 
@@ -200,7 +200,7 @@ def test_docs_tasks_md_commands_and_code_run(tmp_path, monkeypatch, capsys):
     rows = [json.loads(x) for x in (FIXTURES_DIR / "tiny" / "train.jsonl").open()]
     lines = ["uid,prompt,solution"] + [f'{r["id"]},"{r["question"]}",{r["answer"]}' for r in rows]
     (tmp_path / "tasks" / "caps.csv").write_text("\n".join(lines) + "\n")
-    for command in ("rlsr datasets --tasks-dir tasks", "rlsr datasets show caps --tasks-dir tasks"):
+    for command in ("rlsr tasks --tasks-dir tasks", "rlsr tasks show caps --tasks-dir tasks"):
         assert f"`{command}`" in doc
         assert rlsr_main(shlex.split(command)[1:]) == 0
     out = capsys.readouterr().out

@@ -128,12 +128,12 @@ def test_train_py_on_the_task_with_held_out_evaluation_on_its_eval_split(trained
 
 
 def test_the_summarys_evaluate_command_names_the_task_and_runs_as_printed(user, trained):
-    # Before: `--datasets tiny-missing` without --tasks-dir (and `--datasets ''` with
-    # heldout.tasks=[]), so `--datasets colors` failed "unknown dataset".
+    # Before: `--tasks tiny-missing` without --tasks-dir (and `--tasks ''` with
+    # heldout.tasks=[]), so `--tasks colors` failed "unknown dataset".
     stdout = (user["root"] / "train.stdout").read_text()
     line = next(x for x in stdout.splitlines() if " evaluate " in x and "--adapter" in x)
     argv = shlex.split(line)
-    assert argv[argv.index("--datasets") + 1] == "colors"
+    assert argv[argv.index("--tasks") + 1] == "colors"
     assert argv[argv.index("--tasks-dir") + 1] == str(user["tasks"].absolute())
     done = subprocess.run(argv, cwd=REPO, env=user["env"], capture_output=True, text=True,
                           timeout=600)  # fmt: skip
@@ -153,7 +153,7 @@ def evaluated(user, trained) -> Path:
     """rlsr evaluate on the task's eval split and (for the threshold) part of its train split."""
     out = user["root"] / "evals"
     common = ["evaluate", "--model", str(format_warm_model()), "--adapter", str(trained),
-              "--datasets", "colors", "--tasks-dir", str(user["tasks"]), "--output-dir", str(out),
+              "--tasks", "colors", "--tasks-dir", str(user["tasks"]), "--output-dir", str(out),
               *FAST_EVAL]  # fmt: skip
     rlsr(user, *common, "--limit", "16")
     rlsr(user, *common, "--split", "train", "--limit", "24")
@@ -296,7 +296,7 @@ def test_tiny_as_a_task_file_evaluates_to_the_same_samples_and_metrics(tiny_task
     outs = {}
     for name in ("tiny", "tiny_task"):
         outs[name] = tmp_path / f"ev-{name}"
-        argv = ["evaluate", "--model", str(format_warm_model()), "--datasets", name,
+        argv = ["evaluate", "--model", str(format_warm_model()), "--tasks", name,
                 "--tasks-dir", str(tiny_task), "--limit", "12", "--output-dir",
                 str(outs[name]), "--max-new-tokens", "48", "--bootstrap", "50",
                 "--no-progress"]  # fmt: skip

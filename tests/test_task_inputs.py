@@ -188,7 +188,7 @@ def test_evaluate_refuses_an_empty_answer_before_any_model(tmp_path, capsys):
     rows = [{"question": "Sky?", "answer": "blue"}, {"question": "Snow?", "answer": ""}]
     jsonl(tmp_path / "q.jsonl", rows)
     (tmp_path / "quiz.yaml").write_text("name: quiz\ndata: {path: q.jsonl}\n")
-    code = main(["evaluate", "--model", "no-such-org/no-such-model", "--datasets", "quiz",
+    code = main(["evaluate", "--model", "no-such-org/no-such-model", "--tasks", "quiz",
                  "--tasks-dir", str(tmp_path), "--output-dir", str(tmp_path / "out")])  # fmt: skip
     assert code == 2
     assert "row 1, column 'answer' is empty" in capsys.readouterr().err
@@ -255,7 +255,7 @@ def test_an_empty_tasks_dir_is_refused(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     with pytest.raises(TaskError, match=r"holds no task files \(\*\.yaml / \*\.yml\)"):
         load_tasks(tmp_path / "empty")
-    assert main(["datasets", "--tasks-dir", str(tmp_path / "empty")]) == 2
+    assert main(["tasks", "--tasks-dir", str(tmp_path / "empty")]) == 2
     assert "holds no task files" in capsys.readouterr().err
 
 
@@ -322,7 +322,7 @@ def test_evaluate_refuses_a_too_long_prompt_before_loading_weights(tmp_path, cap
     monkeypatch.setattr(evaluate_cli, "make_backend", lambda *a, **k: pytest.fail("model loaded"))
     long_task(tmp_path)
     unregister_task("quiz")
-    code = main(["evaluate", "--model", "tiny", "--datasets", "quiz", "--max-new-tokens", "64",
+    code = main(["evaluate", "--model", "tiny", "--tasks", "quiz", "--max-new-tokens", "64",
                  "--tasks-dir", str(tmp_path), "--output-dir", str(tmp_path / "out")])  # fmt: skip
     err = capsys.readouterr().err
     assert (
@@ -349,7 +349,7 @@ def test_a_task_under_the_default_budget_gets_the_budget_that_fits(tmp_path, cap
     monkeypatch.setattr(evaluate_cli, "make_backend", loader)
     rows = [{"question": "Sky?", "answer": "blue"}, {"question": "Grass?", "answer": "green"}]
     task(tmp_path, jsonl(tmp_path / "q.jsonl", rows))
-    argv = ["evaluate", "--model", "tiny", "--datasets", "quiz", "--tasks-dir", str(tmp_path),
+    argv = ["evaluate", "--model", "tiny", "--tasks", "quiz", "--tasks-dir", str(tmp_path),
             "--output-dir", str(tmp_path / "out")]  # fmt: skip
     assert main(argv) == 2
     err = capsys.readouterr().err

@@ -58,7 +58,7 @@ def task(tmp_path, monkeypatch, request):
 
 
 def evaluate(task_file: Path, out: Path, limit: int) -> int:
-    return rlsr_main(["evaluate", "--model", str(format_warm_model()), "--datasets", "vt",
+    return rlsr_main(["evaluate", "--model", str(format_warm_model()), "--tasks", "vt",
                       "--tasks-dir", str(task_file), "--limit", str(limit), "--max-new-tokens",
                       "40", "--no-fallbacks", "--bootstrap", "0", "--no-progress",
                       "--output-dir", str(out)])  # fmt: skip

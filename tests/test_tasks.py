@@ -399,14 +399,14 @@ def test_tiny_as_a_task_file_gives_the_same_examples(tmp_path):
 
 
 def test_rlsr_datasets_lists_a_task_with_its_file_and_data(caps_dir, capsys):
-    assert main(["datasets", "--tasks-dir", str(caps_dir)]) == 0
+    assert main(["tasks", "--tasks-dir", str(caps_dir)]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("caps "))
     assert f"task {(caps_dir / 'caps.yaml').resolve()}" in line and "train, eval*" in line
     assert f"yes: {(caps_dir / 'caps.jsonl').resolve()}" in line
     unregister_task("caps")
     # A broken task file is a one-line usage error of any command.
     write_task(caps_dir, CAPS_TASK.replace("columns:", "colums:"))
-    assert main(["datasets", "show", "caps", "--tasks-dir", str(caps_dir)]) == 2
+    assert main(["tasks", "show", "caps", "--tasks-dir", str(caps_dir)]) == 2
     assert "rlsr: error: " in capsys.readouterr().err
 
 
@@ -428,8 +428,8 @@ def test_a_recipe_trained_on_a_task_evaluates_the_task_and_prints_a_runnable_com
 ):
     """A recipe's held-out datasets belong to the dataset it trains on (heldout.tasks_for);
     naming heldout.tasks still wins. Catches `train.py recipe=tiny data.task=caps` evaluating
-    held-out on the recipe's own data (its heldout.tasks winning) and printing `--datasets tiny`
-    without `--tasks-dir` (or `--datasets ''` with heldout.tasks=[])."""
+    held-out on the recipe's own data (its heldout.tasks winning) and printing `--tasks tiny`
+    without `--tasks-dir` (or `--tasks ''` with heldout.tasks=[])."""
     import shlex
 
     from rlsr.cli import build_parser
@@ -463,7 +463,7 @@ def test_sweep_passes_the_tasks_to_every_job(caps_dir):
     assert len(commands) == 2  # train, then evaluate
     for command in commands:
         assert f"--export=ALL,RLSR_TASKS_PATH={caps_dir.resolve()}" in command
-    assert "data.task=caps" in commands[0] and "--datasets caps" in commands[1]
+    assert "data.task=caps" in commands[0] and "--tasks caps" in commands[1]
     # A broken task file stops the sweep before anything is submitted.
     write_task(caps_dir, CAPS_TASK.replace("columns:", "colums:"))
     proc = subprocess.run([sys.executable, str(SLURM / "sweep.py"), "--recipes", "tiny",
@@ -484,7 +484,7 @@ def test_needs_judge_knows_a_tasks_verifier(caps_dir, verifier, judged):
 
 def test_evaluate_refuses_a_rerun_on_another_version_of_the_task(caps_dir, tiny_model_dir, capsys):
     out = caps_dir / "ev"
-    argv = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "caps", "--tasks-dir",
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--tasks", "caps", "--tasks-dir",
             str(caps_dir), "--limit", "2", "--max-new-tokens", "4", "--no-fallbacks",
             "--bootstrap", "0", "--no-progress", "--output-dir", str(out)]  # fmt: skip
     assert main(argv) == 0
@@ -503,7 +503,7 @@ def test_evaluate_takes_a_tasks_prompt_name_and_refuses_an_unknown_one(caps_dir,
     write_task(caps_dir, CAPS_TASK.replace("system_prompt: simple",
                                            f"system_prompt: {{text: {json.dumps(CUSTOM_PROMPT)}}}"))  # fmt: skip
     out = caps_dir / "ev"
-    argv = ["evaluate", "--model", str(tiny_model_dir), "--datasets", "tiny", "--tasks-dir",
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--tasks", "tiny", "--tasks-dir",
             str(caps_dir), "--limit", "1", "--max-new-tokens", "4", "--no-fallbacks",
             "--bootstrap", "0", "--no-progress", "--output-dir", str(out)]  # fmt: skip
     assert main([*argv, "--system-prompt", "caps"]) == 0  # tiny, asked with the task's prompt
@@ -517,7 +517,7 @@ def test_evaluate_takes_a_tasks_prompt_name_and_refuses_an_unknown_one(caps_dir,
 
 
 def test_a_hub_task_reads_its_local_copy_offline(tmp_path, monkeypatch):
-    """data.hub: the hub is unreachable here, so the task reads the copy `rlsr datasets download`
+    """data.hub: the hub is unreachable here, so the task reads the copy `rlsr tasks download`
     leaves under $RLSR_DATA_DIR/<name> (one file per split), as built-in hub datasets do."""
     copy = tmp_path / "data" / "caps_hub"
     copy.mkdir(parents=True)

@@ -268,7 +268,7 @@ def _heldout_aurc(model_dir, data_dir, out_dir) -> tuple[float, float]:
     from rlsr.cli import main as rlsr_main
 
     rc = rlsr_main(
-        ["evaluate", "--model", str(model_dir), "--datasets", "tiny",
+        ["evaluate", "--model", str(model_dir), "--tasks", "tiny",
          "--data-path", f"tiny={data_dir}", "--split", "test", "--output-dir", str(out_dir),
          "--max-new-tokens", "12", "--no-fallbacks", "--bootstrap", "0",
          "--batch-size", "200", "--no-progress"]

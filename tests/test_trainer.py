@@ -455,7 +455,7 @@ def test_offline_dataset_and_missing_model_are_one_line_config_errors(tmp_path, 
     with pytest.raises(ConfigError) as info:
         load_train_dataset(settings)
     assert info.value.field == "data.task"
-    assert "rlsr datasets download gsm8k" in str(info.value) and "data.path=" in str(info.value)
+    assert "rlsr tasks download gsm8k" in str(info.value) and "data.path=" in str(info.value)
     assert "\n" not in str(info.value)
 
     settings = tiny_settings(tmp_path)

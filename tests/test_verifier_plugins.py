@@ -241,7 +241,7 @@ def test_a_step_under_the_limit_trains_and_counts_unjudged_apart(plugin_module, 
 
 
 def evaluate_argv(task: Path, name: str, out: Path, *extra: str) -> list[str]:
-    return ["evaluate", "--model", str(format_warm_model()), "--datasets", name, "--tasks-dir",
+    return ["evaluate", "--model", str(format_warm_model()), "--tasks", name, "--tasks-dir",
             str(task), "--max-new-tokens", "40", "--no-fallbacks", "--bootstrap", "0",
             "--no-progress", "--output-dir", str(out), *extra]  # fmt: skip
 

@@ -71,7 +71,7 @@ def _evaluate(backend: str, model: Path, out: Path, *extra: str) -> list[dict]:
     from rlsr.cli import main as rlsr_main
     from rlsr.evaluation.samples_io import read_samples
 
-    argv = ["evaluate", "--model", str(model), "--datasets", "tiny", "--output-dir", str(out),
+    argv = ["evaluate", "--model", str(model), "--tasks", "tiny", "--output-dir", str(out),
             "--backend", backend, *FAST, *extra]  # fmt: skip
     if backend == "vllm":
         _run_child(["-m", "rlsr.cli", *argv, "--enforce-eager"])

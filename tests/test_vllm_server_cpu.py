@@ -326,7 +326,7 @@ def test_held_out_evaluation_through_the_server_equals_rlsr_evaluate_on_the_same
     cli_out = tmp_path / "cli"
     env = {**os.environ, **CPU_ENV, "PYTHONPATH": str(ROOT), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     cli = subprocess.run(
-        [sys.executable, "-m", "rlsr.cli", "evaluate", "--model", _model(), "--datasets", "tiny",
+        [sys.executable, "-m", "rlsr.cli", "evaluate", "--model", _model(), "--tasks", "tiny",
          "--output-dir", str(cli_out), "--backend", "vllm", "--enforce-eager", "--max-model-len",
          "640", "--max-new-tokens", "24", "--scorers", "verbalized,logprob",
          "--fallback-max-new-tokens", "6", "--bootstrap", "0", "--no-progress"],

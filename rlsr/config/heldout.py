@@ -76,7 +76,7 @@ class HeldOutSettings:
     at_end: bool = True
     # Also evaluate step 0 (the model before any update: the baseline of the curves).
     at_start: bool = False
-    # Task names or groups, as `rlsr evaluate --datasets` (`rlsr datasets` lists them).
+    # Task names or groups, as `rlsr evaluate --tasks` (`rlsr tasks` lists them).
     # Empty: the recipe's choice for the dataset trained on (``tasks_for``), else a task's own
     # evaluation split; naming datasets here (heldout.tasks=[...]) always wins.
     tasks: list[str] = field(default_factory=list)
@@ -361,7 +361,7 @@ def _datasets(e: HeldOutSettings, training_dataset: str, *, here: bool = True) -
         isinstance(datasets, list | tuple) and len(datasets) > 0,
         "heldout.tasks",
         f"heldout.every > 0 needs datasets to evaluate and none is set for data.task="
-        f"{training_dataset!r}: name them, e.g. heldout.tasks=[tiny] (`rlsr datasets` lists "
+        f"{training_dataset!r}: name them, e.g. heldout.tasks=[tiny] (`rlsr tasks` lists "
         "them), give the task an evaluation split (docs/tasks.md), or set heldout.every=0.",
     )
     try:

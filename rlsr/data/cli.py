@@ -1,12 +1,13 @@
-"""``rlsr datasets``: list the registry (with what is available on this machine); ``rlsr
-datasets download NAME --out DIR``; ``rlsr datasets show NAME`` prints the first formatted example
-(reads local copies via --data-dir)."""
+"""``rlsr tasks``: list the registry (with what is available on this machine); ``rlsr tasks
+download NAME --out DIR``; ``rlsr tasks show NAME`` prints the first formatted example (reads
+local copies via --data-dir). ``rlsr datasets``, its old name, still runs it with one note."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from rlsr.data.loading import DATA_DIR_ENV, download_dataset, load_examples
@@ -76,9 +77,9 @@ def format_table(data_dir: str | os.PathLike | None = None) -> str:
         "",
         "Available here = bundled, or a local copy under --data-dir DIR (or $RLSR_DATA_DIR);",
         '"no": loaded from the Hugging Face hub, if reachable. Without hub access: on a machine',
-        "with it run `rlsr datasets download NAMES --out DIR`, copy DIR here and pass",
+        "with it run `rlsr tasks download NAMES --out DIR`, copy DIR here and pass",
         "`--data-dir DIR` (or set RLSR_DATA_DIR=DIR), or give a file or folder with",
-        "`--data-path NAME=PATH` (rlsr evaluate) / `--path PATH` (rlsr datasets show).",
+        "`--data-path NAME=PATH` (rlsr evaluate) / `--path PATH` (rlsr tasks show).",
     ]
     return "\n".join(lines)
 
@@ -121,20 +122,36 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _noting_old_name(func):
+    """``func`` that first says, when the command was called by its old name ``rlsr datasets``
+    (argparse stores the name used), the one line of an old flag."""
+
+    def run(args: argparse.Namespace) -> int:
+        if getattr(args, "command", None) == "datasets":
+            print("rlsr datasets: note: rlsr datasets is deprecated; use rlsr tasks.",
+                  file=sys.stderr)  # fmt: skip
+        return func(args)
+
+    return run
+
+
 def register(subparsers) -> None:
-    """Add ``rlsr datasets [list|download|show]`` to the ``rlsr`` command."""
-    parser = subparsers.add_parser("datasets", help="list, download or inspect the datasets")
-    parser.set_defaults(func=_list)
+    """Add ``rlsr tasks [list|download|show]`` to the ``rlsr`` command (``rlsr datasets``, its
+    old name, still runs it with one note)."""
+    parser = subparsers.add_parser(
+        "tasks", aliases=["datasets"], help="list, download or inspect the tasks"
+    )
+    parser.set_defaults(func=_noting_old_name(_list))
     data_dir_help = "folder with <dataset>/ copies to check (default: $RLSR_DATA_DIR)"
     parser.add_argument("--data-dir", default=None, help=data_dir_help)
     sub = parser.add_subparsers(dest="datasets_command")
     lister = sub.add_parser("list", help="registry table (the default)")
     lister.add_argument("--data-dir", default=argparse.SUPPRESS, help=data_dir_help)
-    lister.set_defaults(func=_list)
+    lister.set_defaults(func=_noting_old_name(_list))
     down = sub.add_parser("download", help="save datasets from the hub for offline use")
     down.add_argument("names", help="dataset names, comma separated, or a group")
     down.add_argument("--out", required=True, help="folder; each dataset goes to OUT/<name>")
-    down.set_defaults(func=_download)
+    down.set_defaults(func=_noting_old_name(_download))
     show = sub.add_parser("show", help="print the first formatted example")
     show.add_argument("name")
     show.add_argument("--path", default=None)
@@ -144,4 +161,4 @@ def register(subparsers) -> None:
         "--system-prompt", default=None, help="simple, long, none or a task's prompt name"
     )
     show.add_argument("--columns", nargs="*", help="FIELD=COLUMN overrides")
-    show.set_defaults(func=_show)
+    show.set_defaults(func=_noting_old_name(_show))

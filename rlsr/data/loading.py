@@ -9,7 +9,7 @@ Source order for ``load_examples(name, ...)``:
 4. the Hugging Face hub (``datasets.load_dataset(hf_id, hf_config, split=, revision=)``).
 
 When the hub cannot be reached, ``DatasetUnavailableError`` names the dataset id and the command
-that saves it on a connected machine (``rlsr datasets download NAME --out DIR``).
+that saves it on a connected machine (``rlsr tasks download NAME --out DIR``).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class PromptRoom:
 def download_command(name: str, out_dir: str = "DIR") -> str:
     """The shell command that saves dataset ``name`` (all splits) for offline use."""
     spec = get_spec(name)
-    return f"rlsr datasets download {name} --out {shlex.quote(out_dir)}" + (
+    return f"rlsr tasks download {name} --out {shlex.quote(out_dir)}" + (
         "" if spec.hf_id else "  # bundled, nothing to download"
     )
 

@@ -417,7 +417,7 @@ def tasks_system_prompt(names: str | list[str] | tuple[str, ...]) -> str | None:
     prompts = {GROUP_SYSTEM_PROMPTS[g] for g in groups}
     if len(prompts) > 1:
         raise ValueError(
-            f"--datasets {names!r} names groups of different training domains "
+            f"--tasks {names!r} names groups of different training domains "
             f"({', '.join(f'{g}: {GROUP_SYSTEM_PROMPTS[g]}' for g in groups)}); "
             "evaluate them in separate runs or choose one with --system-prompt simple|long."
         )

@@ -1,6 +1,6 @@
 """User tasks: a dataset, its columns, verifier and system prompt, declared in one YAML file (or
 one ``Task`` object) and registered beside the built-in datasets, so every command that looks a
-dataset up by name (``train.py data.task=NAME``, ``rlsr evaluate --datasets NAME``, ...) takes
+dataset up by name (``train.py data.task=NAME``, ``rlsr evaluate --tasks NAME``, ...) takes
 it. docs/tasks.md has the schema, the verifier-plugin contract and the errors.
 
 Discovery: ``load_tasks(paths)`` registers every ``*.yaml`` / ``*.yml`` file of a folder, or one

@@ -100,13 +100,12 @@ def register(subparsers) -> None:
     ev = subparsers.add_parser(
         "evaluate",
         help="generate, verify and score a model (+ LoRA adapter) on datasets",
-        usage="rlsr evaluate --model PATH [--adapter RUN] --datasets NAMES --output-dir DIR "
-        "[options]",
+        usage="rlsr evaluate --model PATH [--adapter RUN] --tasks NAMES --output-dir DIR [options]",
         description="Paper protocol by default (Sec. C.5): greedy, 4,096 new tokens, the training "
         f"system prompt, one response per question. Writes DIR/<dataset>/{SAMPLES_FILE}, "
         f"{METRICS_FILE}, {PLOT_FILE}; resumes an interrupted run.",
         epilog="example: rlsr evaluate --model Qwen/Qwen2.5-7B --adapter runs/hotpot-rlsr "
-        "--datasets hotpot-ood --output-dir evals/rlsr-seed0 --backend vllm. "
+        "--tasks hotpot-ood --output-dir evals/rlsr-seed0 --backend vllm. "
         "Details: docs/evaluation.md.",
         formatter_class=_DefaultsShown,
     )
@@ -121,12 +120,14 @@ def register(subparsers) -> None:
         metavar="RUN",
         help=f"LoRA adapter folder, {CHECKPOINT_PREFIX}N, or training output dir",
     )
-    ev.add_argument(
-        "--datasets",
-        required=True,
+    named = ev.add_mutually_exclusive_group(required=True)
+    named.add_argument(
+        "--tasks",
+        dest="datasets",
         metavar="NAMES",
-        help="comma list of names or a group (hotpot-id ...); `rlsr datasets` lists them",
+        help="comma list of task names or a group (hotpot-id ...); `rlsr tasks` lists them",
     )
+    deprecated_flag(named, "--datasets", instead="--tasks", dest="datasets", metavar="NAMES")
     ev.add_argument(
         "--output-dir",
         required=True,

@@ -46,7 +46,7 @@ def name_value_pairs(items: list[str], flag: str) -> dict[str, str]:
 
 
 def resolved_system_prompt(args) -> str | None:
-    """``--system-prompt``, else the training prompt of the ``--datasets`` group (Sec. C.5)."""
+    """``--system-prompt``, else the training prompt of the ``--tasks`` group (Sec. C.5)."""
     if args.system_prompt:
         return args.system_prompt
     return tasks_system_prompt(args.datasets)
@@ -106,7 +106,7 @@ def validate_flags(args) -> EvalSettings:
 def evaluation_jobs(args, names: list[str]) -> list[tuple[str, str, str]]:
     """(output folder, dataset, split), each (dataset, split) once. Folders: the dataset's name,
     or name@split with --split; the deployment splits add name@split unless already evaluated:
-    `--datasets medqa --deployment-target 0.75` evaluates medqa's test split once (as `medqa`)."""
+    `--tasks medqa --deployment-target 0.75` evaluates medqa's test split once (as `medqa`)."""
     folders: dict[tuple[str, str], str] = {}
     for name in names:
         split = args.split or get_spec(name).split

@@ -174,7 +174,7 @@ def evaluate(model_dir: Path, data_dir: Path, out: Path, eval_args=()) -> dict:
     if not metrics_path.is_file():
         _launch(
             [
-                "rlsr", "evaluate", "--model", str(model_dir), "--datasets", "tiny",
+                "rlsr", "evaluate", "--model", str(model_dir), "--tasks", "tiny",
                 "--data-path", f"tiny={data_dir}", "--split", "test", "--output-dir", str(out),
                 "--no-progress", *eval_args,
             ],
