@@ -15,10 +15,12 @@ were rewritten before composing). The rule: **the command line beats an old-spel
 file, which beats a new-spelled value from any file** (the shipped files cannot be told from the
 user's, so a file that writes both spellings of one field gets the old one's value: write one).
 ``fold_renamed`` lays every old-spelled leaf over the new key, then applies again, in order, the
-command line's overrides that touch a path it wrote. That equals composing with the old values
-placed between the files and the command line, because every Hydra 1.3 override is a merge
-(``OmegaConf.update(..., merge=True)``) or a delete, and re-applying one after another merge
-gives what applying it once after that merge gives. Where the command line is not known
+command line's overrides that touch a path it wrote (at, above or below it). That equals
+composing with the old values placed between the files and the command line: every Hydra 1.3
+override is a merge (``OmegaConf.update(..., merge=True)``) or a delete, so at each leaf either
+some override of the sequence decides the value (the same whatever it is applied to) or none
+does, and then the value is the old spelling's where it has one, else the files' (untouched by
+the command line) - on both sides. Where the command line is not known
 (``from_dict`` on a tree composed elsewhere, ``command_line=None``), the two spellings cannot be
 ordered: a field set by both with different values is refused, naming both.
 """
