@@ -8,9 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rlsr.config import ConfigError, from_dict, resolve_heldout, resolve_pool
+from rlsr.rewards import lifted_aurc_rewards
 from rlsr.training import grpo_kwargs, validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,6 +99,33 @@ def test_bigmath_recipe_and_model_and_method_choices():
 def test_tiny_recipe_is_valid_on_cpu():
     validate(from_dict(compose("recipe=tiny")), world_size=1)
     validate(from_dict(compose("recipe=tiny")), world_size=2)
+
+
+@pytest.mark.parametrize("method", ["rlsr", "rlcr", "rlvr"])
+def test_tiny_recipe_makes_a_broken_format_cost_more_than_a_confident_error(method):
+    """recipe=tiny's reward weights, under every reward method: in the recipe's pool (16 per
+    process x 2 accumulation steps), a broken completion (wrong, confidence missing, so ranked at
+    the bottom) must earn less under RLSR's reward than a well-formed wrong answer ranked at the
+    top, i.e. format_weight > method_weight x (H_n - 1/n), recomputed with the real
+    ``lifted_aurc_rewards``. Catches a weight that pays the model to break the format, and a
+    defaults order in which recipes/method/<name>.yaml overrides the recipe's weight."""
+    cfg = compose("recipe=tiny", f"method={method}")
+    n = cfg["grpo"]["per_device_train_batch_size"] * cfg["grpo"]["gradient_accumulation_steps"]
+    fw, mw = cfg["method"]["format_weight"], cfg["method"]["method_weight"]
+    confidence = np.array([1.0, np.nan] + [0.5] * (n - 2))
+    correct = np.array([False, False] + [True] * (n - 2))
+    lifted = lifted_aurc_rewards(correct, confidence)
+    wrong_at_top, broken = fw * 1 + mw * lifted[0], fw * 0 + mw * lifted[1]
+    assert broken < wrong_at_top, (fw, mw, n)
+
+
+def test_recipe_method_weights_yield_to_the_command_line_and_stay_per_recipe():
+    """The recipe's method settings (recipes/recipe_method/tiny.yaml) lose to a command-line
+    ``method.format_weight``, and a recipe without such a file keeps the method's own 0.5.
+    Catches a recipe weight that cannot be overridden, or one that leaks into other recipes."""
+    assert compose("recipe=tiny", "++method.format_weight=0.5")["method"]["format_weight"] == 0.5
+    for recipe in ("hotpot", "bigmath", "tiny-format"):
+        assert compose(f"recipe={recipe}")["method"]["format_weight"] == 0.5
 
 
 @pytest.mark.parametrize(
