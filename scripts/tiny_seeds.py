@@ -23,7 +23,7 @@ rate and ranking gain (error rate - AURC, ``rlsr.metrics.ranking_gain_from_aurc`
 and last evaluated step, and from the last step's samples the greedy confidence per kind of
 question (``RECIPES``: listed fact / ``Facts: none.`` for tiny, the four tiers for tiny-candidates). Per arm: mean and 95 % bootstrap CI over seeds of the
 last ranking gain and of the AURC drop (first - last); per other arm: the paired difference
-RLSR - arm on the seeds both finished, its mean and 95 % bootstrap CI (``bootstrap_mean_ci``,
+RLSR - arm on the seeds both finished, its mean and 95 % bootstrap CI (``rlsr.metrics.bootstrap_mean_ci``,
 seeded). Writes ``OUT/table.md`` (docs/training.md's tables) and ``OUT/table.json`` after every run.
 """
 
@@ -47,7 +47,7 @@ sys.path.insert(0, str(REPO))
 from rlsr.data.loading import FIXTURES_DIR  # noqa: E402
 from rlsr.data.tiny import candidates_tier  # noqa: E402
 from rlsr.evaluation.history import read_history  # noqa: E402
-from rlsr.metrics import aurc, ranking_gain_from_aurc  # noqa: E402
+from rlsr.metrics import aurc, bootstrap_mean_ci, ranking_gain_from_aurc  # noqa: E402
 from rlsr.run_layout import EVAL_DIR, SAMPLES_FILE, STEP_PREFIX, pool_path, pool_steps  # noqa: E402
 
 # Arm name -> train.py overrides on top of the recipe (--recipe).
@@ -86,20 +86,15 @@ BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
 
 
-def bootstrap_mean_ci(
-    values, *, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
-) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean of ``values`` (one per seed): draw ``resamples``
-    samples of len(values) with replacement (numpy Generator seeded by ``seed``), take each mean,
-    return the (1 - level)/2 and (1 + level)/2 quantiles (Efron & Tibshirani 1993, ch. 13).
-    With fewer than 2 values it returns (nan, nan): one seed has no spread to resample."""
-    x = np.asarray(values, dtype=float)
-    if x.size < 2:
+def seed_ci(values) -> tuple[float, float]:
+    """95 % percentile-bootstrap CI of the mean over seeds: ``rlsr.metrics.bootstrap_mean_ci``
+    with this table's settings (``BOOTSTRAP_RESAMPLES`` resamples, seed ``BOOTSTRAP_SEED``, the
+    same as ``rlsr compare``'s); (nan, nan) for fewer than 2 values."""
+    values = list(values)
+    if len(values) < 2:  # an arm with no finished seed yet has no values at all
         return float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
-    alpha = (1 - level) / 2
-    return float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))
+    ci = bootstrap_mean_ci(values, n_resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED)
+    return ci.low, ci.high
 
 
 def confidence_by_kind(samples_path: Path, recipe: str = "tiny") -> dict:
@@ -242,7 +237,7 @@ def summarize(rows: list[dict], arms: list[str], reference: str = "rlsr") -> dic
                 values = [runs[s][metric] for s in seeds]
                 per_arm[arm][metric] = {
                     "mean": float(np.mean(values)) if values else float("nan"),
-                    "ci95": bootstrap_mean_ci(values),
+                    "ci95": seed_ci(values),
                 }
         if reference in by_arm:
             for arm in arms:
@@ -254,7 +249,7 @@ def summarize(rows: list[dict], arms: list[str], reference: str = "rlsr") -> dic
                     diff = [by_arm[reference][s][metric] - by_arm[arm][s][metric] for s in shared]
                     paired[arm][metric] = {
                         "mean": float(np.mean(diff)) if diff else float("nan"),
-                        "ci95": bootstrap_mean_ci(diff),
+                        "ci95": seed_ci(diff),
                     }
         out[dispatch] = {"arms": per_arm, "paired": paired}
     return out
