@@ -600,3 +600,29 @@ def test_the_judge_settings_have_one_value_each():
     verifier = llm_judge.LLMJudgeVerifier(lambda prompts: ["YES"] * len(prompts))
     assert verifier.max_answer_chars == declared["judge_max_answer_chars"]
     assert from_dict({"heldout": {"judge_timeout": 5}}).heldout.judge_timeout == 5
+
+
+def test_compose_tree_can_be_called_from_several_threads_at_once():
+    """``rlsr.config.compose.compose_tree`` from 3 threads released together (the toy's
+    ``--jobs N`` composes each arm's plan in a worker thread): every call returns the recipe's
+    tree. Catches Hydra's process-wide GlobalHydra entered twice at once ("GlobalHydra is already
+    initialized"), which crashed ``scripts/toy_repro.py --jobs 2`` over already trained arms."""
+    import threading
+
+    from rlsr.config.compose import compose_tree
+
+    barrier, results, errors = threading.Barrier(3), [], []
+
+    def worker():
+        barrier.wait()
+        try:
+            results.append(compose_tree(["recipe=tiny", "method=rlcr"])["method"]["name"])
+        except Exception as err:  # noqa: BLE001 (collected; the assertion below names it)
+            errors.append(repr(err))
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and results == ["rlcr"] * 3, errors[:2]

@@ -5,6 +5,7 @@ evaluation protocol, the toy's in-process arms."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -16,6 +17,10 @@ from rlsr.config.renamed import fold_composed, renamed_overrides
 __all__ = ["RECIPES_DIR", "compose_config", "compose_tree"]
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
+# Hydra's compose API keeps one process-wide GlobalHydra: two threads inside
+# initialize_config_dir at once fail ("GlobalHydra is already initialized"); the toy's --jobs N
+# composes from N worker threads.
+_HYDRA_LOCK = threading.Lock()
 
 
 def compose_tree(overrides: list[str], recipes_dir: str | Path = RECIPES_DIR):
@@ -24,7 +29,10 @@ def compose_tree(overrides: list[str], recipes_dir: str | Path = RECIPES_DIR):
     ``overrides`` is spelled the new way first, and one in a recipe file folded under the new key
     with ``overrides`` still winning (``rlsr.config.renamed``)."""
     overrides = renamed_overrides(overrides)
-    with initialize_config_dir(config_dir=str(Path(recipes_dir).resolve()), version_base="1.3"):
+    with (
+        _HYDRA_LOCK,
+        initialize_config_dir(config_dir=str(Path(recipes_dir).resolve()), version_base="1.3"),
+    ):
         return fold_composed(compose(config_name="config", overrides=overrides), overrides)
 
 
