@@ -47,9 +47,13 @@ if [ -n "${RLSR_VENV_CACHE:-}" ]; then
   key="$({ "$PYTHON" -c 'import sys; print(sys.version)'; echo "$venv [$extras]"
            cat scripts/install.sh pyproject.toml; } | sha256sum | cut -c1-16)"
   target="$RLSR_VENV_CACHE/${venv#.}-$key"
+  mkdir -p "$RLSR_VENV_CACHE"
+  # Two installs of the same environment at once (two clones, two CI streams) would build into
+  # one folder together; the second waits for the first and then reuses its build.
+  exec 9>"$target.lock"
+  flock 9
   if [ ! -f "$target/.rlsr-complete" ]; then
     rm -rf "$target"
-    mkdir -p "$RLSR_VENV_CACHE"
     install_into "$target"
     touch "$target/.rlsr-complete"
     echo "built $target"
@@ -63,6 +67,7 @@ if [ -n "${RLSR_VENV_CACHE:-}" ]; then
     exit 1
   fi
   ln -sfn "$target" "$venv"
+  flock -u 9
 else
   install_into "$venv"
 fi

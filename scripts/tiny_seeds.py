@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """README command 1 over seeds, four arms: does RLSR rank better than RLCR and RLVR on recipe=tiny?
 
-    python scripts/tiny_seeds.py                                 # 4 arms x seeds 0-9, one at a time
+    python scripts/tiny_seeds.py                                 # 4 arms x seeds 0-9 and 42, one at a time
     python scripts/tiny_seeds.py --seeds 0,1,2 --output-dir /work/tiny_evidence
     python scripts/tiny_seeds.py --arms rlsr,rlvr --dispatches scalar   # portable kernels
     python scripts/tiny_seeds.py --recipe tiny-candidates --output-dir candidates_runs
@@ -344,7 +344,8 @@ def _write(out: Path, rows: list[dict], arms: list[str], meta: dict) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", default="0,1,2,3,4,5,6,7,8,9")
+    # 0-9 and the recipe's own seed (42, what README command 1 runs)
+    p.add_argument("--seeds", default="0,1,2,3,4,5,6,7,8,9,42")
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma list of {list(ARMS)}")
     p.add_argument("--dispatches", default="default", help=f"comma list of {list(DISPATCHES)}")
     p.add_argument(
