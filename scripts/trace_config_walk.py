@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     package = root / "rlsr"
 
     from hydra import compose, initialize_config_dir
-    from omegaconf import DictConfig
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import DictConfig, open_dict
 
     import rlsr.training  # noqa: F401  (imported before the trace: import-time code is not the walk)
     import train
@@ -49,7 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(tempfile.mkdtemp(prefix="trace-config-walk-"))
     overrides = [*args.overrides, f"output_dir={out / 'run'}"]
     with initialize_config_dir(config_dir=str(root / "recipes"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
+        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    # what @hydra.main does before it calls main: HydraConfig holds the run's command line
+    # (train.py reads it to fold old keys), and main gets the tree without the hydra node
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
 
     class Built(Exception):
         """The trainer's arguments are built: the walk ends here."""

@@ -46,7 +46,6 @@ from typing import Any
 from rlsr.checks import ConfigError, closest_hint, is_number
 from rlsr.checks import check as _check
 from rlsr.checks import is_int as _is_int
-from rlsr.config.data import DataSettings, training_verifier
 from rlsr.config.heldout import (
     ENGINE_BACKENDS,
     HELDOUT_BACKENDS,
@@ -61,6 +60,7 @@ from rlsr.config.hydra_args import describe_hydra_error, force_add_overrides
 from rlsr.config.renamed import fold_renamed
 from rlsr.config.sections import (
     CONFIDENCE_SOURCES,
+    DataSettings,
     LoraSettings,
     MethodSettings,
     ModelSettings,
@@ -68,6 +68,7 @@ from rlsr.config.sections import (
     PoolPlan,
     resolve_model_path,
     resolve_pool,
+    training_verifier,
 )
 from rlsr.config.trainer_args import (
     TRAINER_SECTIONS,

@@ -10,15 +10,18 @@ fields where they are declared (``validate``, through ``rlsr.checks.check``):
   completions ranked together and the gradient accumulation that gives it from ``pool_size`` and
   ``grpo.*`` (RLSR paper Sec. 3: every completion of one optimizer step across all processes is
   ranked together);
-* ``pool_log``: every training pool on disk (``rlsr.pool_log`` writes them).
+* ``pool_log``: every training pool on disk (``rlsr.pool_log`` writes them);
+* ``data``: the training task (a built-in or a task file's), its split, system prompt,
+  prompt-length cap and verifier (``training_verifier``).
 
-The larger sections have modules of their own: ``data`` (``data.py``), ``heldout``
-(``heldout.py``), ``grpo`` / ``sft`` (``trainer_args.py``).
+The larger sections have modules of their own: ``heldout`` (``heldout.py``), ``grpo`` / ``sft``
+(``trainer_args.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rlsr import launch  # the machine's probes, looked up here so a test can stand in for them
@@ -26,13 +29,16 @@ from rlsr.checks import ConfigError, closest_hint, is_number
 from rlsr.checks import check as _check
 from rlsr.checks import is_int as _is_int
 from rlsr.config.trainer_args import grpo_get
+from rlsr.data import get_spec
 from rlsr.eval_protocol import ProtocolError, check_mapping, evaluate_mapping_of
+from rlsr.prompts import NO_SYSTEM_PROMPT, system_prompt_names
 from rlsr.tiny_models import (
     tiny_candidates_model_path,
     tiny_missing_model_path,
     tiny_model_path,
     tiny_warm_model_path,
 )
+from rlsr.verifiers import is_plugin_name
 
 # --------------------------------------------------------------------------- model
 
@@ -362,3 +368,62 @@ class PoolLogSettings:
             f"must be an integer >= 0 (characters of each completion kept) or null (all); got "
             f"{self.max_chars!r}.",
         )
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass
+class DataSettings:
+    task: str = "tiny"
+    path: str | None = None
+    split: str | None = None  # default: the spec's train split
+    system_prompt: str | None = None  # default: the spec's ("simple" | "long")
+    limit: int | None = None
+    max_prompt_length: int | None = None  # prompts longer than this (tokens) are dropped
+    verifier: str | None = None  # default: the spec's verifier
+
+    def validate(self, *, here: bool = True) -> None:
+        """Check this section (``training_verifier``); raises ``ConfigError`` naming the field
+        and the fix. ``here=False``: for a launch on another machine (``data.path`` unchecked)."""
+        training_verifier(self, here=here)
+
+
+def training_verifier(d: DataSettings, *, here: bool = True) -> str:
+    """Validate the data section; returns the verifier the trainer will use. ``here=False``:
+    the run starts on another machine, so ``data.path`` is not looked for on this one."""
+    try:
+        spec = get_spec(d.task)
+    except (KeyError, ValueError) as err:
+        raise ConfigError("data.task", str(err).strip("'\"")) from None
+    _check(
+        d.system_prompt in (None, *system_prompt_names(), NO_SYSTEM_PROMPT),
+        "data.system_prompt",
+        f"got {d.system_prompt!r}; choose 'simple', 'long', 'none' (no system message), a task's "
+        "prompt name or null (the dataset's own).",
+    )
+    _check(
+        d.limit is None or (_is_int(d.limit) and d.limit >= 1),
+        "data.limit",
+        f"must be a positive integer or null; got {d.limit!r}.",
+    )
+    _check(
+        d.max_prompt_length is None or (_is_int(d.max_prompt_length) and d.max_prompt_length >= 1),
+        "data.max_prompt_length",
+        f"must be a positive integer (tokens) or null; got {d.max_prompt_length!r}.",
+    )
+    verifier = d.verifier or spec.verifier
+    _check(
+        verifier in ("exact_match", "math", "mcq") or is_plugin_name(verifier),
+        "data.verifier",
+        f"{verifier!r} cannot score rollouts inside the trainer (the LLM judge needs a second "
+        "model); set data.verifier to exact_match, math, mcq or a plugin "
+        "'package.module:function'"
+        + (f" (this dataset supports {list(spec.alt_verifiers)})." if spec.alt_verifiers else "."),
+    )
+    _check(
+        not here or d.path is None or Path(d.path).exists(),
+        "data.path",
+        f"{d.path!r} does not exist; point it at a local copy of the dataset or set it to null.",
+    )
+    return verifier
