@@ -105,7 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     except Built as built:
         kwargs = built.args[0]
     finally:
+        # leave the process as it was (the test suite runs this in-process)
         sys.setprofile(None)
+        rlsr.training.trainer_kwargs = real
+        HydraConfig.instance().cfg = None
         shutil.rmtree(out, ignore_errors=True)
     assert kwargs["output_dir"] == str(out / "run")
     for module, n in sorted(calls.items()):

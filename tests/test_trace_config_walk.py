@@ -7,16 +7,21 @@ import importlib.util
 import re
 from pathlib import Path
 
+from hydra.core.hydra_config import HydraConfig
+
+import rlsr.training
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "trace_config_walk.py"
 
 
 def test_the_walk_reaches_the_trainers_arguments_and_its_three_counts_nest(capsys):
     """The script runs train.py's main as @hydra.main would (HydraConfig set, so the fold of old
-    keys reads the command line) until the trainer's arguments are built, and prints one line per
-    module plus the three counts, which nest: modules the config enters <= modules that receive
-    it or a section <= modules run, and the config enters rlsr.training. Catches a train.py whose
-    main the script can no longer drive (the count then silently goes stale) and a count read
-    from the wrong set."""
+        keys reads the command line) until the trainer's arguments are built, and prints one line per
+        module plus the three counts, which nest: modules the config enters <= modules that receive
+        it or a section <= modules run, and the config enters rlsr.training. Catches a train.py whose
+        main the script can no longer drive (the count then silently goes stale) and a count read
+        from the wrong set, and a script that leaves train.py's trainer builder patched (the suite
+    runs it in-process, before the trainer tests)."""
     spec = importlib.util.spec_from_file_location("trace_config_walk", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -33,3 +38,6 @@ def test_the_walk_reaches_the_trainers_arguments_and_its_three_counts_nest(capsy
     assert len(listed) == run and sum(mark == "*" for mark, _ in listed) == enters
     assert enters <= receives <= run
     assert ("*", "rlsr.training") in listed
+    # the process is left as it was: later tests build trainers in the same pytest process
+    assert rlsr.training.trainer_kwargs.__module__ == "rlsr.training"
+    assert not HydraConfig.initialized()
