@@ -250,7 +250,14 @@ def test_failed_training_cancels_its_evaluation_and_the_status_says_why(slurm_en
     assert {r["JobState"] for r in job_rows(train[2], slurm_env)} == {"FAILED"}
     eval_rows = job_rows(evaluate[2], slurm_env)
     assert {r["JobState"] for r in eval_rows} == {"CANCELLED"}, eval_rows
-    assert all(r["RunTime"] == "00:00:00" for r in eval_rows)  # never started
+    # never started: cancelled for its dependency with no node ever allocated (RunTime is no
+    # proof: cancelling a pending job can leave RunTime = 00:00:01, seen once in CI)
+    assert all(
+        r["Reason"] == "DependencyNeverSatisfied"
+        and r.get("NodeList") in ("", "(null)")
+        and "BatchHost" not in r
+        for r in eval_rows
+    ), eval_rows
     status = _run([sys.executable, "slurm/sweep.py", "--status", str(record)], slurm_env, False)
     assert status.returncode == 1, status.stderr
     assert f"train {train[1]} {train[2]}: FAILED" in status.stdout
