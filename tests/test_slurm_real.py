@@ -251,7 +251,7 @@ def test_failed_training_cancels_its_evaluation_and_the_status_says_why(slurm_en
     eval_rows = job_rows(evaluate[2], slurm_env)
     assert {r["JobState"] for r in eval_rows} == {"CANCELLED"}, eval_rows
     # never started: cancelled for its dependency with no node ever allocated (RunTime is no
-    # proof: cancelling a pending job can leave RunTime = 00:00:01, seen once in CI)
+    # proof: a job cancelled while pending had a RunTime other than 00:00:00 in one CI run)
     assert all(
         r["Reason"] == "DependencyNeverSatisfied"
         and r.get("NodeList") in ("", "(null)")
