@@ -46,6 +46,21 @@ from tools import tiny_models as tm  # noqa: E402
 SAMPLES_PER_PROMPT = 8
 
 
+def check_gate(gate: dict, bounds: dict, *, model: str, prefix: str) -> None:
+    """Stop (nothing written) unless every figure of ``gate`` lies in its ``bounds`` range and
+    every greedy decision wins by at least ``tm.WARM_MIN_GREEDY_MARGIN``; the message names the
+    figure, its range and the constants of tools/tiny_models.py to change."""
+    checks = {**bounds, "greedy_margin_min": (tm.WARM_MIN_GREEDY_MARGIN, float("inf"))}
+    task = model.removesuffix("-warm")
+    for key, (lo, hi) in checks.items():
+        if not lo <= gate[key] <= hi:
+            raise SystemExit(
+                f"{model} fails its gate: {key} = {gate[key]:.4g}, needs [{lo}, {hi}] (greedy on "
+                f"the {gate['prompts']} {task} validation prompts). Change {prefix}* in "
+                f"tools/tiny_models.py; nothing was written. {json.dumps(gate)}"
+            )
+
+
 def build_missing(out: Path, base: Path) -> dict:
     """``tiny-missing-warm`` from ``base`` (a ``tiny-format-warm``) into ``out``; returns its
     manifest entry without the file hashes (raises when the gate fails)."""
@@ -53,15 +68,7 @@ def build_missing(out: Path, base: Path) -> dict:
     tm.train_missing_warm(out, base=base)
     seconds = time.perf_counter() - t0
     gate = tm.missing_gate(out, split="validation")
-    checks = {**tm.MISSING_GATE, "greedy_margin_min": (tm.WARM_MIN_GREEDY_MARGIN, float("inf"))}
-    for key, (lo, hi) in checks.items():
-        if not lo <= gate[key] <= hi:
-            raise SystemExit(
-                f"tiny-missing-warm fails its gate: {key} = {gate[key]:.4g}, needs [{lo}, {hi}] "
-                f"(greedy on the {gate['prompts']} tiny-missing validation prompts). Change "
-                "MISSING_* "
-                "in tools/tiny_models.py; nothing was written."
-            )
+    check_gate(gate, tm.MISSING_GATE, model="tiny-missing-warm", prefix="MISSING_")
     lean = tm.sampled_missing_lean(out, split="validation")
     return {
         "greedy_tiny_missing_validation": gate,
@@ -93,14 +100,7 @@ def build_candidates(out: Path, base: Path) -> dict:
     tm.train_candidates_warm(out, base=base)
     seconds = time.perf_counter() - t0
     gate = tm.candidates_gate(out, split="validation")
-    checks = {**tm.CANDIDATES_GATE, "greedy_margin_min": (tm.WARM_MIN_GREEDY_MARGIN, float("inf"))}
-    for key, (lo, hi) in checks.items():
-        if not lo <= gate[key] <= hi:
-            raise SystemExit(
-                f"tiny-candidates-warm fails its gate: {key} = {gate[key]:.4g}, needs [{lo}, {hi}] "
-                f"(greedy on the {gate['prompts']} tiny-candidates validation prompts). Change "
-                f"CANDIDATES_* in tools/tiny_models.py; nothing was written. {json.dumps(gate)}"
-            )
+    check_gate(gate, tm.CANDIDATES_GATE, model="tiny-candidates-warm", prefix="CANDIDATES_")
     if len(gate["confidences"]) != 1:
         raise SystemExit(
             f"tiny-candidates-warm fails its gate: greedy confidences {gate['confidences']} on the "
