@@ -4,13 +4,13 @@ Schema (top-level keys of ``recipes/config.yaml``)::
 
     model:  {name_or_path, dtype, attn_implementation, trust_remote_code, lora: {enabled, r, alpha,
              dropout, target_modules}}
-    data:   {dataset, path, split, system_prompt, limit, max_prompt_length, verifier}
+    data:   {task, path, split, system_prompt, limit, max_prompt_length, verifier}
     method: {name: rlsr|rlcr|rlvr|sft, plugin, format_weight, method_weight,
              correct_requires_format, correct_scale, weight_cap, max_coverage, label, confidence: verbalized|logprob,
              evaluate: {<evaluation protocol field>: value}}
     grpo:   any field of trl.GRPOConfig (num_generations, per_device_train_batch_size, ...)
     sft:    any field of trl.SFTConfig (method=sft only; recipes/method/sft.yaml)
-    heldout: {every, at_end, at_start, datasets, split, limit, data_path, verifiers, backend,
+    heldout: {every, at_end, at_start, tasks, tasks_for, variants, split, limit, data_path, verifiers, backend,
              judge_base_url, judge_model, judge_timeout, judge_max_retries,
              judge_max_answer_chars, server_tokens_per_s, and every field of
              rlsr.eval_protocol.EvalProtocol
@@ -18,7 +18,7 @@ Schema (top-level keys of ``recipes/config.yaml``)::
              evaluation during training (``HeldOutSettings``)
     pool_size: completions ranked together per optimizer step (null: from grpo.*)
     pool_log: {every, max_chars}: every training pool on disk (``PoolLogSettings``)
-    tasks_dir: a folder of task files or one file (or a list): your own datasets (docs/tasks.md)
+    tasks_dir: a folder of task files or one file (or a list): your own tasks (docs/tasks.md)
     output_dir, seed, resume: auto|never|<checkpoint path>
 
 One pool = one optimizer step (``resolve_pool``): RLSR ranks the B x G completions of one
