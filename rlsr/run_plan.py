@@ -4,8 +4,8 @@
 toy's, ``slurm/resolve_config.py``'s, the GPU acceptance script's) becomes typed settings
 (``rlsr.config.from_dict``), then ``plan_run``:
 
-1. load: the tasks the settings name (``rlsr.config.register_tasks``), so their datasets and
-   prompts resolve; idempotent, and the only write of planning (to the dataset registry);
+1. load: the tasks the settings name (``rlsr.config.register_tasks``), so their rows and
+   prompts resolve; idempotent, and the only write of planning (to the task registry);
 2. check, reading the settings only: the method's checks (``rlsr.methods.check_method``),
    every section's (``rlsr.config.plan_settings``; each settings dataclass's ``validate``);
 3. derive, once: the method bound to its settings, one optimizer step's pool and its gradient

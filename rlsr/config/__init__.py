@@ -131,7 +131,7 @@ class TrainSettings:
     heldout: HeldOutSettings = field(default_factory=HeldOutSettings)
     pool_log: PoolLogSettings = field(default_factory=PoolLogSettings)
     # Task files (docs/tasks.md): a folder of *.yaml files, one file, or a list of them; their
-    # tasks are registered as datasets before data.task / heldout.tasks are looked up.
+    # tasks are registered before data.task / heldout.tasks are looked up.
     tasks_dir: Any = None
     output_dir: str = "runs/default"
     seed: int = 42
@@ -269,7 +269,7 @@ def resolve_resume(resume: str, output_dir: str) -> str | None:
 
 
 def register_tasks(cfg: TrainSettings) -> list[str]:
-    """Load the tasks of ``$RLSR_TASKS_PATH`` and ``tasks_dir`` (docs/tasks.md) into the dataset
+    """Load the tasks of ``$RLSR_TASKS_PATH`` and ``tasks_dir`` (docs/tasks.md) into the task
     registry, so ``data.task`` / ``heldout.tasks`` and a task's prompt name resolve: the load
     step before planning (``rlsr.run_plan.plan_run``), not a check. Idempotent (a task already
     registered from the same file is kept). A task file that is wrong raises ``ConfigError`` on

@@ -400,7 +400,7 @@ def training_verifier(d: DataSettings, *, here: bool = True) -> str:
         d.system_prompt in (None, *system_prompt_names(), NO_SYSTEM_PROMPT),
         "data.system_prompt",
         f"got {d.system_prompt!r}; choose 'simple', 'long', 'none' (no system message), a task's "
-        "prompt name or null (the dataset's own).",
+        "prompt name or null (the task's own).",
     )
     _check(
         d.limit is None or (_is_int(d.limit) and d.limit >= 1),
@@ -419,7 +419,7 @@ def training_verifier(d: DataSettings, *, here: bool = True) -> str:
         f"{verifier!r} cannot score rollouts inside the trainer (the LLM judge needs a second "
         "model); set data.verifier to exact_match, math, mcq or a plugin "
         "'package.module:function'"
-        + (f" (this dataset supports {list(spec.alt_verifiers)})." if spec.alt_verifiers else "."),
+        + (f" (this task supports {list(spec.alt_verifiers)})." if spec.alt_verifiers else "."),
     )
     _check(
         not here or d.path is None or Path(d.path).exists(),
