@@ -5,11 +5,12 @@ evaluation job array that starts only if training succeeded (``--dependency=afte
     slurm/sweep.py --recipes hotpot,bigmath --methods rlsr,rlcr,rlvr --seeds 0,1,2 \\
         --partition gpu --account myproj --dry-run
     slurm/sweep.py --recipes hotpot --seeds 0 -- grpo.save_steps=10     # extra Hydra overrides
-    slurm/sweep.py --recipes tiny --tasks-dir tasks --eval-datasets caps -- data.task=caps
+    slurm/sweep.py --recipes tiny --tasks-dir tasks --eval-tasks caps -- data.task=caps
 
 Every training run writes to the output_dir its config resolves to (made absolute and passed
 explicitly, so a requeued job resumes there); its evaluation array runs slurm/evaluate.slurm on
-the final adapter in that folder, one task per dataset group (default <recipe>-id, <recipe>-ood).
+the final adapter in that folder, one array task per evaluated task or task group (default
+<recipe>-id, <recipe>-ood).
 ``--dry-run`` prints every job, its dependency and its exact sbatch command, and submits nothing.
 Otherwise it asks sbatch whether the cluster takes the jobs (``--test-only``: partition, account,
 GPUs) before submitting any, prints one line per job with the Slurm job id and records the jobs in
@@ -106,11 +107,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="extra sbatch option for every job, e.g. --sbatch-arg=--constraint=h100 (repeatable)",
     )
     parser.add_argument(
-        "--eval-datasets",
+        "--eval-tasks",
         type=comma_list,
         default=None,
-        help="dataset names or groups, one array task each (default <recipe>-id,<recipe>-ood)",
+        metavar="NAMES",
+        help="the tasks (names or groups) each trained checkpoint is evaluated on, one array task "
+        "each (default <recipe>-id,<recipe>-ood)",
     )
+    deprecated_flag(parser, "--eval-datasets", instead="--eval-tasks", dest="eval_tasks", type=comma_list)  # old spelling  # fmt: skip
     parser.add_argument(
         "--eval-gpus-per-node",
         type=int,
@@ -148,8 +152,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="DIR",
-        help="folder of task files (or one file; repeatable): your own datasets, by name in "
-        "data.task and --eval-datasets; every job gets it as $RLSR_TASKS_PATH (docs/tasks.md)",
+        help="folder of task files (or one file; repeatable): your own tasks, by name in "
+        "data.task and --eval-tasks; every job gets it as $RLSR_TASKS_PATH (docs/tasks.md)",
     )
     parser.add_argument("--no-eval", action="store_true", help="submit training jobs only")
     parser.add_argument("--dry-run", action="store_true", help="print the jobs, submit nothing")
@@ -209,13 +213,13 @@ def check_tasks(dirs: list[str], parser: argparse.ArgumentParser) -> str | None:
     return os.pathsep.join(paths)
 
 
-def default_eval_datasets(recipe: str) -> list[str]:
+def default_eval_tasks(recipe: str) -> list[str]:
     """``<recipe>-id``, ``<recipe>-ood`` when those groups exist (rlsr.data.GROUPS)."""
     known = load_registry().GROUPS
     groups = [f"{recipe}-id", f"{recipe}-ood"]
     if not all(g in known for g in groups):
         raise SystemExit(
-            f"sweep: no dataset groups {groups} for recipe {recipe!r}; pass --eval-datasets NAMES "
+            f"sweep: no task groups {groups} for recipe {recipe!r}; pass --eval-tasks NAMES "
             f"(groups: {', '.join(known)})"
         )
     return groups
@@ -247,14 +251,12 @@ def plan(args: argparse.Namespace) -> list[Job]:
 
     jobs: list[Job] = []
     for recipe in args.recipes:
-        eval_datasets = args.eval_datasets or (
-            None if args.no_eval else default_eval_datasets(recipe)
-        )
-        judged = items_needing_judge(eval_datasets) if eval_datasets and not args.no_eval else []
+        eval_tasks = args.eval_tasks or (None if args.no_eval else default_eval_tasks(recipe))
+        judged = items_needing_judge(eval_tasks) if eval_tasks and not args.no_eval else []
         if args.eval_gpus_per_node == 0 and judged:
             raise SystemExit(
                 f"sweep: {', '.join(judged)} need the LLM judge, which vLLM serves on a GPU, but "
-                "--eval-gpus-per-node is 0; pass --eval-datasets without them, or --no-eval"
+                "--eval-gpus-per-node is 0; pass --eval-tasks without them, or --no-eval"
             )
         for method in args.methods:
             for seed in args.seeds:
@@ -311,7 +313,7 @@ def plan(args: argparse.Namespace) -> list[Job]:
                 eval_sbatch = [
                     *common,
                     f"--gpus-per-node={args.eval_gpus_per_node}",
-                    f"--array=0-{len(eval_datasets) - 1}",
+                    f"--array=0-{len(eval_tasks) - 1}",
                     # a failed training run cancels its evaluation instead of leaving it
                     # pending forever (DependencyNeverSatisfied)
                     "--kill-on-invalid-dep=yes",
@@ -330,7 +332,7 @@ def plan(args: argparse.Namespace) -> list[Job]:
                             "--model",
                             resolved["model"],
                             "--tasks",
-                            ",".join(eval_datasets),
+                            ",".join(eval_tasks),
                             "--output-dir",
                             str((ROOT / args.evals_dir).resolve()),
                             # how a model of this method is evaluated (method.evaluate)
@@ -341,7 +343,8 @@ def plan(args: argparse.Namespace) -> list[Job]:
                             ),
                         ],
                         after=len(jobs) - 1,
-                        notes={"datasets": ",".join(eval_datasets)},
+                        # the record's key keeps its older word: scripts read it (docs/architecture.md)
+                        notes={"datasets": ",".join(eval_tasks)},
                     )
                 )
     return jobs

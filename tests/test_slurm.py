@@ -874,7 +874,7 @@ def test_sweep_submits_with_real_job_ids(tmp_path):
     sbatch.chmod(sbatch.stat().st_mode | stat.S_IEXEC)
     env = base_env(PATH=f"{fake}:{os.environ['PATH']}")
     out = run_sweep(
-        ["--recipes", "tiny", "--methods", "rlsr,rlvr", "--seeds", "3", "--eval-datasets", "tiny"],
+        ["--recipes", "tiny", "--methods", "rlsr,rlvr", "--seeds", "3", "--eval-tasks", "tiny"],
         env,
     ).stdout.splitlines()
     assert out[:4] == [
@@ -909,7 +909,7 @@ def sweep_proc(args: list[str], env: dict[str, str]) -> subprocess.CompletedProc
                           capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
-TINY_SWEEP = ["--recipes", "tiny", "--methods", "rlsr,rlvr", "--seeds", "3", "--eval-datasets",
+TINY_SWEEP = ["--recipes", "tiny", "--methods", "rlsr,rlvr", "--seeds", "3", "--eval-tasks",
               "tiny"]  # fmt: skip
 
 
@@ -930,7 +930,7 @@ def test_sweep_on_cpu_nodes_asks_for_no_gpus_and_refuses_gpu_recipes():
     assert proc.returncode != 0
     assert "asks for a GPU (grpo.use_cpu=false grpo.bf16=true)" in proc.stderr
     proc = sweep_proc(["--recipes", "tiny", "--methods", "rlsr", "--seeds", "0",
-                       "--eval-datasets", "tiny,trivia", "--gpus-per-node", "0",
+                       "--eval-tasks", "tiny,trivia", "--gpus-per-node", "0",
                        "--eval-gpus-per-node", "0", "--dry-run"], base_env())  # fmt: skip
     assert proc.returncode != 0
     assert "trivia need the LLM judge" in proc.stderr and "--eval-gpus-per-node" in proc.stderr
@@ -1015,6 +1015,25 @@ def test_sweep_refuses_to_plan_an_evaluation_whose_protocol_does_not_resolve():
     )  # fmt: skip
     assert proc.returncode != 0
     assert "heldout.max_new_tokens" in proc.stderr and "does not resolve" in proc.stderr
+
+
+def test_sweep_still_reads_eval_datasets_with_a_note():
+    """The old spelling ``--eval-datasets`` plans the same evaluations as ``--eval-tasks`` (its
+    names reach `rlsr evaluate --tasks`, one array task each), prints the one-line deprecation
+    note on stderr, and stays out of --help. Catches a rename that breaks users' sweep commands
+    or drops the note."""
+    old = ["--recipes", "tiny", "--methods", "rlsr", "--seeds", "0", "--dry-run"]
+    proc = sweep_proc([*old, "--eval-datasets", "tiny,trivia"], base_env())
+    new = sweep_proc([*old, "--eval-tasks", "tiny,trivia"], base_env())
+    assert proc.returncode == 0 and new.returncode == 0, proc.stderr + new.stderr
+    assert proc.stdout == new.stdout
+    evaluate = shlex.split(proc.stdout.splitlines()[3][len("  sbatch: ") :])
+    assert flag(evaluate, "--tasks") == "tiny,trivia" and "--array=0-1" in evaluate
+    note = "slurm/sweep.py: note: --eval-datasets is deprecated; use --eval-tasks."
+    assert note in proc.stderr.splitlines()
+    assert "deprecated" not in new.stderr
+    usage = sweep_proc(["--help"], base_env()).stdout
+    assert "--eval-tasks" in usage and "--eval-datasets" not in usage
 
 
 def test_sweep_rejects_overrides_it_owns():

@@ -123,7 +123,7 @@ def submitted(slurm_env):
     """Everything this module runs, submitted at once (the pre-empted run first, so its
     checkpoint comes early): a 2x2 sweep, a pre-empted run, a sweep whose training fails."""
     work = Path(tempfile.mkdtemp(prefix="rlsr-slurm-work-"))
-    cpu = ["--gpus-per-node", "0", "--eval-gpus-per-node", "0", "--eval-datasets", "tiny-missing",
+    cpu = ["--gpus-per-node", "0", "--eval-gpus-per-node", "0", "--eval-tasks", "tiny-missing",
            f"--eval-arg=--limit={EVAL_LIMIT}"]  # fmt: skip
     preempt_dir = work / "preempted"
     preempt_env = {**slurm_env, "RLSR_TRAIN_SCRIPT": str(ROOT / "tests" / "slurm_blocking_train.py"),

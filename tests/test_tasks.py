@@ -457,7 +457,7 @@ def test_a_recipe_trained_on_a_task_evaluates_the_task_and_prints_a_runnable_com
 
 def test_sweep_passes_the_tasks_to_every_job(caps_dir):
     jobs = run_sweep(["--recipes", "tiny", "--methods", "rlsr", "--seeds", "0", "--tasks-dir",
-                      str(caps_dir), "--eval-datasets", "caps", "--dry-run", "--",
+                      str(caps_dir), "--eval-tasks", "caps", "--dry-run", "--",
                       "data.task=caps"]).stdout.splitlines()  # fmt: skip
     commands = [line for line in jobs if line.startswith("  sbatch: ")]
     assert len(commands) == 2  # train, then evaluate
@@ -467,7 +467,7 @@ def test_sweep_passes_the_tasks_to_every_job(caps_dir):
     # A broken task file stops the sweep before anything is submitted.
     write_task(caps_dir, CAPS_TASK.replace("columns:", "colums:"))
     proc = subprocess.run([sys.executable, str(SLURM / "sweep.py"), "--recipes", "tiny",
-                           "--tasks-dir", str(caps_dir), "--eval-datasets", "caps", "--dry-run"],
+                           "--tasks-dir", str(caps_dir), "--eval-tasks", "caps", "--dry-run"],
                           env=base_env(), capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 2 and "colums: unknown key" in proc.stderr
 

@@ -60,14 +60,17 @@ class _Deprecated(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         command = parser.prog.split()[-1] if parser.prog else "rlsr"
-        print(f"rlsr {command}: note: {option_string} is deprecated; use {self.instead}.",
+        if not command.endswith(".py"):  # a script (slurm/sweep.py) names itself
+            command = f"rlsr {command}"
+        print(f"{command}: note: {option_string} is deprecated; use {self.instead}.",
               file=sys.stderr)  # fmt: skip
         setattr(namespace, self.dest, values)
 
 
 def deprecated_flag(parser, flag: str, *, instead: str, dest: str, **kwargs) -> None:
     """Add the old spelling ``flag`` to ``parser``, hidden from ``--help``: its value lands in
-    ``dest`` and its use prints ``rlsr CMD: note: FLAG is deprecated; use INSTEAD.``."""
+    ``dest`` and its use prints ``rlsr CMD: note: FLAG is deprecated; use INSTEAD.`` (a script's
+    parser, ``prog`` ending in ``.py``: ``slurm/sweep.py: note: ...``)."""
     parser.add_argument(
         flag, dest=dest, action=_Deprecated, instead=instead, help=argparse.SUPPRESS, **kwargs
     )
