@@ -620,15 +620,15 @@ def _protocols(cfg, plan: RunPlan | None):
 def _evaluate_command(
     cfg, output_dir: Path, heldout: ResolvedHeldOut | None, plan: RunPlan | None = None
 ) -> str:
-    """The ``rlsr evaluate`` command for the final adapter on the held-out datasets (else the
-    training dataset), with the flags of the run's protocol (``heldout_protocol``: the held-out
+    """The ``rlsr evaluate`` command for the final adapter on the held-out tasks (else the
+    training task), with the flags of the run's protocol (``heldout_protocol``: the held-out
     evaluation's own, also when it is off; ``plan``'s when given), so it reproduces the last
     held-out step's numbers when that step is the last one."""
-    # the datasets the held-out evaluation resolved (a recipe's choice, a task's eval split), never
+    # the tasks the held-out evaluation resolved (a recipe's choice, a task's eval split), never
     # the raw heldout.tasks (empty when they follow data.task)
-    datasets = heldout.datasets if heldout is not None else [cfg.data.task]
+    tasks = heldout.tasks if heldout is not None else [cfg.data.task]
     args = [rlsr_program(), "evaluate", "--model", cfg.model.name_or_path, "--adapter", str(output_dir),
-            "--tasks", ",".join(datasets), "--output-dir", str(output_dir / "evaluate")]  # fmt: skip
+            "--tasks", ",".join(tasks), "--output-dir", str(output_dir / "evaluate")]  # fmt: skip
     args += _tasks_flags(cfg.tasks_dir)
     if heldout is not None:
         return shlex.join(args + protocol_flags(heldout.protocol) + _engine_flags(heldout))

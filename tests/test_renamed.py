@@ -8,7 +8,7 @@ file's old key ordered exactly between the shipped files and the command line; t
 tasks``); run.json's ``protocol_layer`` (now ``protocol_variant``) and config.yaml's
 ``data.dataset`` in a run folder an older rlsr wrote; and the names from when the distributed
 launch was an "engine" (``rlsr.launch.engine_from_env``) and a registered task a "dataset"
-(``rlsr.data.DatasetSpec``).
+(``rlsr.data.DatasetSpec``, ``ResolvedHeldOut.datasets``).
 
 Real Hydra compose on the shipped recipes, the real parsers and ``rlsr compare``; no model loads.
 """
@@ -29,6 +29,7 @@ from rlsr import data, deprecation, launch
 from rlsr.cli import main as cli_main
 from rlsr.config import ConfigError, heldout_protocol
 from rlsr.config.compose import RECIPES_DIR, compose_config, compose_tree
+from rlsr.config.heldout import ResolvedHeldOut
 from rlsr.config.renamed import fold_renamed, renamed_overrides
 from rlsr.data import registry, version_records
 from rlsr.evaluation import evaluate_cli
@@ -288,11 +289,11 @@ def test_the_old_tasks_flag_of_rlsr_evaluate_still_names_the_tasks(capsys):
     parser = argparse.ArgumentParser()
     evaluate_cli.register(parser.add_subparsers(dest="command"))
     common = ["evaluate", "--model", "m", "--output-dir", "o"]
-    assert parser.parse_args([*common, "--datasets", "tiny"]).datasets == "tiny"
+    assert parser.parse_args([*common, "--datasets", "tiny"]).tasks == "tiny"
     assert capsys.readouterr().err.strip() == (
         "rlsr evaluate: note: --datasets is deprecated; use --tasks."
     )
-    assert parser.parse_args([*common, "--tasks", "tiny"]).datasets == "tiny"
+    assert parser.parse_args([*common, "--tasks", "tiny"]).tasks == "tiny"
     assert capsys.readouterr().err == ""
     for extra in (["--tasks", "a", "--datasets", "b"], []):
         with pytest.raises(SystemExit):
@@ -399,6 +400,18 @@ def test_the_registrys_old_names_still_import_with_a_warning(old, new):
             assert getattr(module, old) is getattr(registry, new)
         with pytest.raises(AttributeError):
             module.resolve_nothing  # noqa: B018
+
+
+def test_the_resolved_held_out_plans_old_datasets_name_reads_its_tasks():
+    """``ResolvedHeldOut.tasks`` lists the evaluated tasks of its jobs once each, in order; the old
+    name ``.datasets`` gives the same list with one DeprecationWarning naming ``tasks``. Catches
+    the old name dropped (code reading it breaks) or answering without saying so."""
+    held = ResolvedHeldOut(every=1, at_end=True, at_start=False, verifiers={}, backend="vllm",
+                           jobs=(("b", "b", "eval"), ("a@test", "a", "test"), ("b2", "b", "x")),
+                           protocol=None, settings=None)  # fmt: skip
+    assert held.tasks == ["b", "a"]
+    with pytest.warns(DeprecationWarning, match=re.escape("ResolvedHeldOut.tasks")):
+        assert held.datasets == ["b", "a"]
 
 
 def test_an_older_runs_config_compares_under_the_new_keys(tmp_path, capsys):

@@ -437,18 +437,18 @@ def test_a_recipe_trained_on_a_task_evaluates_the_task_and_prints_a_runnable_com
 
     base = ("recipe=tiny", f"tasks_dir={caps_dir}", f"output_dir={tmp_path}", "heldout.every=1")
     own = resolve_heldout(validate(from_dict(compose("recipe=tiny")), world_size=1))
-    assert own.datasets == ["tiny-missing"]  # the recipe's choice for its own data
+    assert own.tasks == ["tiny-missing"]  # the recipe's choice for its own data
     for extra in ((), ("heldout.tasks=[]",)):
         cfg = validate(from_dict(compose(*base, "data.task=caps", *extra)), world_size=1)
         held = resolve_heldout(cfg)
         assert held.jobs == (("caps", "caps", "eval"),), extra
         argv = shlex.split(_evaluate_command(cfg, tmp_path, held))
         args = build_parser().parse_args(argv[1:])  # parses as printed
-        assert args.datasets == "caps" and args.tasks_dir == [str(Path(caps_dir).absolute())]
+        assert args.tasks == "caps" and args.tasks_dir == [str(Path(caps_dir).absolute())]
     named = validate(
         from_dict(compose(*base, "data.task=caps", "heldout.tasks=[tiny]")), world_size=1
     )
-    assert resolve_heldout(named).datasets == ["tiny"]  # named: wins
+    assert resolve_heldout(named).tasks == ["tiny"]  # named: wins
     unregister_task("caps")
 
 

@@ -7,6 +7,7 @@ work stops the run before training starts.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -202,8 +203,8 @@ def _task_with_eval(name: str) -> bool:
 @dataclass(frozen=True)
 class ResolvedHeldOut:
     """``heldout.*`` with every default filled in (``resolve_heldout``): what the in-training
-    evaluator runs. ``jobs``: ``(folder, dataset, split)`` as ``rlsr evaluate`` names its output
-    folders (the dataset's name; ``name@split`` when ``heldout.split`` is set)."""
+    evaluator runs. ``jobs``: ``(folder, task, split)`` as ``rlsr evaluate`` names its output
+    folders (the task's name; ``name@split`` when ``heldout.split`` is set)."""
 
     every: int
     at_end: bool
@@ -222,9 +223,19 @@ class ResolvedHeldOut:
         return self.protocol.system_prompt
 
     @property
+    def tasks(self) -> list[str]:
+        """The tasks evaluated, by name (groups expanded), in order."""
+        return list(dict.fromkeys(task for _, task, _ in self.jobs))
+
+    @property
     def datasets(self) -> list[str]:
-        """The datasets evaluated, by name (groups expanded), in order."""
-        return list(dict.fromkeys(dataset for _, dataset, _ in self.jobs))
+        """Old name of ``tasks`` (a registered entry is a task): still reads, with a warning."""
+        warnings.warn(
+            "ResolvedHeldOut.datasets is deprecated: use ResolvedHeldOut.tasks (the same list).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.tasks
 
     @property
     def max_new_tokens(self) -> int:

@@ -123,11 +123,10 @@ def register(subparsers) -> None:
     named = ev.add_mutually_exclusive_group(required=True)
     named.add_argument(
         "--tasks",
-        dest="datasets",
         metavar="NAMES",
         help="comma list of task names or a group (hotpot-id ...); `rlsr tasks` lists them",
     )
-    deprecated_flag(named, "--datasets", instead="--tasks", dest="datasets", metavar="NAMES")
+    deprecated_flag(named, "--datasets", instead="--tasks", dest="tasks", metavar="NAMES")
     ev.add_argument(
         "--output-dir",
         required=True,
@@ -329,7 +328,7 @@ def run_evaluate(args) -> int:
         datasets.disable_progress_bars()
         transformers.utils.logging.disable_progress_bar()
     out = Path(args.output_dir)
-    names = resolve_tasks(args.datasets)
+    names = resolve_tasks(args.tasks)
     paths = name_value_pairs(args.data_path, "--data-path")
     verifier_override = name_value_pairs(args.verifier, "--verifier")
     columns = name_value_pairs(args.columns, "--columns")

@@ -49,7 +49,7 @@ def resolved_system_prompt(args) -> str | None:
     """``--system-prompt``, else the training prompt of the ``--tasks`` group (Sec. C.5)."""
     if args.system_prompt:
         return args.system_prompt
-    return tasks_system_prompt(args.datasets)
+    return tasks_system_prompt(args.tasks)
 
 
 def _looks_like_path(name: str) -> bool:
