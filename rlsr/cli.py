@@ -30,13 +30,13 @@ DESCRIPTION = (
     "generate answers with confidences on the paper's datasets, verify them, and score AURC, "
     "ECE and accuracy at coverage; compare runs in paper-style tables, and methods across "
     "training seeds with confidence intervals; pick a risk-controlled "
-    "confidence threshold; list and download the datasets. Training runs through "
+    "confidence threshold; list and download the tasks. Training runs through "
     "`accelerate launch train.py` (docs/training.md)."
 )
 
 
 TASKS_DIR_HELP = (
-    "folder of task files (*.yaml) or one task file, registering your own datasets beside the "
+    "folder of task files (*.yaml) or one task file, registering your own tasks beside the "
     "built-in ones (docs/tasks.md); repeatable; $RLSR_TASKS_PATH is read too"
 )
 

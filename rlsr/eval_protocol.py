@@ -208,12 +208,12 @@ class EvalProtocol:
         type=float,
         metavar="T",
     )
-    # None: the caller's default (rlsr evaluate: the datasets' own; held-out: the training data's)
+    # None: the caller's default (rlsr evaluate: the tasks' own; held-out: the training data's)
     system_prompt: str | None = setting(
         None,
         "simple, long, none (no system message: method=sft models) or a task's prompt name "
         "(docs/tasks.md); default: the training domain's prompt when --tasks is a group, else "
-        "each dataset's own",
+        "each task's own",
         valid=(
             _system_prompt_ok,
             lambda: (
@@ -223,7 +223,7 @@ class EvalProtocol:
         ),
     )
     dcs: bool = setting(
-        False, "DCS with an IDK option on MCQ datasets", valid=_BOOL, action="store_true"
+        False, "DCS with an IDK option on MCQ tasks", valid=_BOOL, action="store_true"
     )
     bootstrap: int = setting(
         1000,

@@ -219,7 +219,7 @@ def load_train_dataset(cfg, tokenizer=None, room=None):
         ) from None
     if cfg.data.path and spec.task is None:  # said, not silent: issue 28
         logger.warning(
-            "data.path=%s is read as the built-in dataset %r: its columns, system prompt, "
+            "data.path=%s is read as the built-in task %r: its columns, system prompt, "
             "verifier and held-out sets. For data of your own, write a task file "
             "(docs/tasks.md) and train with data.task=<its name>.",
             cfg.data.path, cfg.data.task,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Print the dataset items (names or groups) whose datasets are scored by the LLM judge.
+"""Print the items (task names or groups) whose tasks are scored by the LLM judge.
 
     python slurm/needs_judge.py hotpot-id hotpot-ood trivia
     hotpot-ood
@@ -38,7 +38,7 @@ def load_registry() -> ModuleType:
 
 
 def items_needing_judge(items: list[str]) -> list[str]:
-    """The items (dataset names or ``rlsr.data.GROUPS`` keys) with an ``llm_judge`` dataset.
+    """The items (task names or ``rlsr.data.GROUPS`` keys) with an ``llm_judge`` task.
     User tasks (docs/tasks.md) are known to the package, which reads ``$RLSR_TASKS_PATH``, or
     registered in this process (slurm/sweep.py's ``--tasks-dir``)."""
     registry = load_registry()

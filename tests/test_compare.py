@@ -434,7 +434,7 @@ def _two_runs(root: Path, **second) -> tuple[Path, Path]:
          ["evaluation protocol differs on tiny-missing: max_new_tokens is", "64 in", "32 in"]),
         ("temperature", {"protocol": {"temperature": 0.3}}, ["temperature is", "0.0 in", "0.3 in"]),
         ("dataset", {"datasets": ("tiny-format",)},
-         ["held-out datasets differ: ", "['tiny-missing'] in", "['tiny-format'] in"]),
+         ["held-out tasks differ: ", "['tiny-missing'] in", "['tiny-format'] in"]),
         ("verifier", {"verifier": "numeric"},
          ["data version of tiny-missing differs: versions.tiny-missing", "numeric"]),
         ("questions", {"golds": {3: "mauve"}},

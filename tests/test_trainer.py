@@ -482,7 +482,7 @@ def test_data_path_on_a_built_in_dataset_says_how_it_is_read(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="rlsr.training"):
         assert len(load_train_dataset(settings)) > 0
     (record,) = [r for r in caplog.records if "data.path=" in r.getMessage()]
-    assert "built-in dataset 'tiny'" in record.getMessage()
+    assert "built-in task 'tiny'" in record.getMessage()
     assert "docs/tasks.md" in record.getMessage()
     caplog.clear()
     settings.data.path = None

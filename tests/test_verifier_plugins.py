@@ -262,7 +262,7 @@ def test_rlsr_evaluate_stops_on_a_bad_plugin(
     assert rlsr_main(evaluate_argv(task, name, out, "--limit", "4")) == 1
     err = capsys.readouterr().err
     assert f"rlsr: error: verifier {plugin_module}:{function} gave no verdict on" in err
-    assert f"of 4 items of dataset {name}" in err and problem in err
+    assert f"of 4 items of task {name}" in err and problem in err
     assert f"first failing item: id '{name}-test-" in err
     assert not (out / name / "samples.jsonl").exists()  # nothing of the failed group written
 

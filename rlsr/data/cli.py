@@ -68,7 +68,7 @@ def format_table(data_dir: str | os.PathLike | None = None) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append("")
     lines.append(
-        "* = default (evaluation) split. Tasks: your own datasets from task files "
+        "* = default (evaluation) split. Tasks: your own, from task files "
         "(--tasks-dir DIR, $RLSR_TASKS_PATH; docs/tasks.md)."
     )
     lines.append("Groups (paper Sec. 4.1):")

@@ -27,7 +27,7 @@ def register(subparsers) -> None:
         "differences",
         usage="rlsr compare RUN_OR_FOLDER... --output-dir DIR [options]",
         description="Group training runs by the method and seed their config.yaml records and "
-        "compare them per held-out dataset at the first and last evaluated step: AURC, ranking "
+        "compare them per held-out task at the first and last evaluated step: AURC, ranking "
         "gain (error rate - AURC), ECE and accuracy per seed, mean and 95% bootstrap CI over "
         "seeds, and per pair of methods the paired difference on shared seeds. Every value is "
         f"recomputed from {SAMPLES_FILE}. Writes DIR/{COMPARE_JSON}, DIR/{COMPARE_MD} and "

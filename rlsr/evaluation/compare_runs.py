@@ -478,8 +478,8 @@ def check_comparable(runs: list[Run]) -> None:
     if diff:
         a, where_a, b, where_b = diff
         raise ValueError(
-            f"held-out datasets differ: {a} in {_listed(where_a)}, {b} in {_listed(where_b)}; "
-            "compare runs evaluated on the same datasets."
+            f"held-out tasks differ: {a} in {_listed(where_a)}, {b} in {_listed(where_b)}; "
+            "compare runs evaluated on the same tasks."
         )
     for dataset in runs[0].datasets():
         keys = sorted({k for r in runs for e in r.evaluations for k in e.protocol})

@@ -99,7 +99,7 @@ class _DefaultsShown(argparse.HelpFormatter):
 def register(subparsers) -> None:
     ev = subparsers.add_parser(
         "evaluate",
-        help="generate, verify and score a model (+ LoRA adapter) on datasets",
+        help="generate, verify and score a model (+ LoRA adapter) on tasks",
         usage="rlsr evaluate --model PATH [--adapter RUN] --tasks NAMES --output-dir DIR [options]",
         description="Paper protocol by default (Sec. C.5): greedy, 4,096 new tokens, the training "
         f"system prompt, one response per question. Writes DIR/<dataset>/{SAMPLES_FILE}, "
@@ -153,7 +153,7 @@ def register(subparsers) -> None:
         action="append",
         default=[],
         metavar="NAME=PATH",
-        help="read dataset NAME from PATH (file or folder); repeatable",
+        help="read the rows of task NAME from PATH (file or folder); repeatable",
     )
     ev.add_argument(
         "--columns",
@@ -164,7 +164,7 @@ def register(subparsers) -> None:
         help="read contract FIELD (problem, answer, id, ...) from COLUMN of every dataset",
     )
     ev.add_argument(
-        "--split", metavar="NAME", help="dataset split (default: each dataset's evaluation split)"
+        "--split", metavar="NAME", help="dataset split (default: each task's evaluation split)"
     )
     add_protocol_flags(ev, ["system_prompt", "response_format"])
     ev.add_argument(
@@ -172,9 +172,9 @@ def register(subparsers) -> None:
         action="append",
         default=[],
         metavar="NAME=VERIFIER",
-        help="override a dataset's verifier (e.g. trivia=exact_match); repeatable",
+        help="override a task's verifier (e.g. trivia=exact_match); repeatable",
     )
-    ev.add_argument("--limit", type=int, metavar="N", help="first N questions per dataset")
+    ev.add_argument("--limit", type=int, metavar="N", help="first N questions per task")
     add_protocol_flags(
         ev,
         ["batch_size", "max_new_tokens", "temperature", "top_p", "seed",

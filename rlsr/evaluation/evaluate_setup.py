@@ -68,7 +68,7 @@ def validate_flags(args) -> EvalSettings:
             f"--data-parallel-size {args.data_parallel_size}: vLLM's offline LLM does not support "
             "data parallelism in one process (0.31 and 0.32 refuse it). Shard instead: one "
             "`rlsr evaluate` per GPU, e.g. the Slurm array of slurm/evaluate.slurm (one "
-            "checkpoint x dataset per task, docs/slurm.md), or --tensor-parallel-size N for one "
+            "checkpoint x task pair per array task, docs/slurm.md), or --tensor-parallel-size N for one "
             "model over N GPUs."
         )
     endpoint = args.backend in ENDPOINT_BACKENDS
@@ -122,7 +122,7 @@ def judge_kind(args) -> str:
     kind = args.judge_backend or ("openai" if args.judge_base_url else args.backend)
     if kind in ENDPOINT_BACKENDS:
         raise ValueError(
-            f"an LLM-judge dataset with --backend {args.backend} needs --judge-base-url (the "
+            f"an LLM-judge task with --backend {args.backend} needs --judge-base-url (the "
             "judge's OpenAI-compatible server) or --judge-backend transformers|vllm."
         )
     if kind == "openai" and not args.judge_base_url:

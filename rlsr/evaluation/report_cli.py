@@ -52,8 +52,8 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--family", choices=("hotpot", "bigmath"), help="ID/OOD split by training domain"
     )
-    parser.add_argument("--id", dest="id_sets", help="ID datasets (names or group)")
-    parser.add_argument("--ood", dest="ood_sets", help="OOD datasets (names or group)")
+    parser.add_argument("--id", dest="id_sets", help="ID tasks (names or group)")
+    parser.add_argument("--ood", dest="ood_sets", help="OOD tasks (names or group)")
     parser.add_argument(
         "--gap-methods",
         metavar="NAMES",

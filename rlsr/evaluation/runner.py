@@ -204,7 +204,7 @@ class _NoVerdictBudget:
         if over_budget(sum(counts.values()), self.total, self.limit):
             saved = len(read_samples(samples_path))
             raise VerifierFailure(failure_message(
-                self.name, counts, self.total, self.limit, f"dataset {self.dataset}", first,
+                self.name, counts, self.total, self.limit, f"task {self.dataset}", first,
                 f"Stopped before writing these; {saved} samples are saved in "
                 f"{samples_path.parent}. Fix the verifier, then rerun the same command: it "
                 "resumes (a plugin's file changed after samples were saved needs a new "
