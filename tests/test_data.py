@@ -171,9 +171,9 @@ def test_resolve_tasks():
         "gsm8k",
         "tiny",
     ]
-    with pytest.raises(ValueError, match="unknown dataset 'mmlu'"):
+    with pytest.raises(ValueError, match="unknown task 'mmlu'"):
         resolve_tasks("gsm8k,mmlu")
-    with pytest.raises(ValueError, match="no dataset"):
+    with pytest.raises(ValueError, match="no task named"):
         resolve_tasks(" , ")
 
 
@@ -336,7 +336,7 @@ def test_hub_unreachable_error_names_id_and_command(monkeypatch, tmp_path):
     assert "rlsr tasks download hotpot_modified --out DIR" in message
     assert "load_dataset('mehuldamani/hotpot_qa', split='train')" in message
     assert "RLSR_DATA_DIR" in message
-    with pytest.raises(ValueError, match="unknown dataset"):
+    with pytest.raises(ValueError, match="unknown task"):
         load_examples("hotpot")
 
 
@@ -642,7 +642,7 @@ def test_datasets_cli_reports_unknown_and_unreachable_datasets_without_traceback
     assert err.startswith("rlsr: error: could not load dataset 'hotpot_modified'")
     assert "rlsr tasks download hotpot_modified --out DIR" in err and "Traceback" not in err
     assert main(["tasks", "show", "nope"]) == 2
-    assert capsys.readouterr().err.startswith("rlsr: error: unknown dataset 'nope'")
+    assert capsys.readouterr().err.startswith("rlsr: error: unknown task 'nope'")
 
 
 def test_row_readers_keep_their_old_import_path_with_a_deprecation_warning():

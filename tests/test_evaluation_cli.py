@@ -40,7 +40,7 @@ def _one_error_line(capsys) -> str:
         (["--model", "/nonexistent"], "--model /nonexistent: no such folder"),
         (["--limit", "0"], "--limit must be >= 1; got 0"),
         (["--batch-size", "0"], "--batch-size must be >= 1"),
-        (["--tasks", "nope"], "unknown dataset 'nope'"),
+        (["--tasks", "nope"], "unknown task 'nope'"),
         (["--adapter", "/nonexistent"], "--adapter /nonexistent is not a directory"),
         (["--verifier", "tiny=bogus"], "--verifier tiny=bogus: unknown verifier"),
         (["--verifier", "tiny"], "--verifier 'tiny': expected NAME=VALUE"),

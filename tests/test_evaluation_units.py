@@ -479,7 +479,7 @@ def test_cli_input_errors_are_one_line_not_tracebacks(capsys, tmp_path):
 
     assert main(["evaluate", "--model", str(tmp_path), "--tasks", "nope",
                  "--output-dir", str(tmp_path / "ev")]) == 2  # fmt: skip
-    assert capsys.readouterr().err.startswith("rlsr: error: unknown dataset 'nope'")
+    assert capsys.readouterr().err.startswith("rlsr: error: unknown task 'nope'")
     assert main(["report", str(tmp_path / "missing"), "--output-dir", str(tmp_path / "rep")]) == 2
     assert "rlsr: error:" in capsys.readouterr().err
     assert main(["evaluate", "--model", "/no/such/model", "--tasks", "tiny",

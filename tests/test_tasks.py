@@ -302,10 +302,10 @@ def test_duplicate_ids_are_refused(tmp_path):
 
 def test_a_task_cannot_shadow_a_builtin(caps_dir):
     write_task(caps_dir, CAPS_TASK.replace("name: caps", "name: tiny"))
-    with pytest.raises(TaskError, match="name: 'tiny' is a built-in dataset of rlsr"):
+    with pytest.raises(TaskError, match="name: 'tiny' is a built-in task of rlsr"):
         load_tasks(caps_dir)
     write_task(caps_dir, CAPS_TASK.replace("name: caps", "name: hotpot-id"))
-    with pytest.raises(TaskError, match="'hotpot-id' is a dataset group"):
+    with pytest.raises(TaskError, match="'hotpot-id' is a task group"):
         load_tasks(caps_dir)
     assert get_spec("tiny").task is None
 

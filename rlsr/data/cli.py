@@ -149,7 +149,7 @@ def register(subparsers) -> None:
     lister.add_argument("--data-dir", default=argparse.SUPPRESS, help=data_dir_help)
     lister.set_defaults(func=_noting_old_name(_list))
     down = sub.add_parser("download", help="save datasets from the hub for offline use")
-    down.add_argument("names", help="dataset names, comma separated, or a group")
+    down.add_argument("names", help="task names, comma separated, or a group")
     down.add_argument("--out", required=True, help="folder; each dataset goes to OUT/<name>")
     down.set_defaults(func=_noting_old_name(_download))
     show = sub.add_parser("show", help="print the first formatted example")

@@ -323,14 +323,14 @@ LOOKUP_HOOKS: list[Callable[[], None]] = []
 def add_spec(spec: TaskSpec) -> None:
     """Register a user task's spec (``rlsr.data.tasks.register_task`` checks it first)."""
     if spec.name in BUILTIN_TASKS or spec.name in GROUPS:
-        raise ValueError(f"{spec.name!r} is a built-in dataset or group; rename the task.")
+        raise ValueError(f"{spec.name!r} is a built-in task or group; rename the task.")
     _ENTRIES[spec.name] = spec
 
 
 def remove_spec(name: str) -> None:
     """Unregister the user task ``name`` (built-ins cannot be removed)."""
     if name in BUILTIN_TASKS:
-        raise ValueError(f"{name!r} is a built-in dataset; only tasks can be removed.")
+        raise ValueError(f"{name!r} is a built-in task; only user tasks can be removed.")
     _ENTRIES.pop(name, None)
 
 
@@ -362,19 +362,19 @@ def get_spec(name: str) -> TaskSpec:
         return REGISTRY[name]
     except KeyError:
         raise ValueError(
-            f"unknown dataset {name!r}; registered datasets: {', '.join(REGISTRY)} "
+            f"unknown task {name!r}; registered tasks: {', '.join(REGISTRY)} "
             f"(groups: {', '.join(GROUPS)}). For your own data, write a task file and pass "
             "--tasks-dir DIR (tasks_dir=DIR in train.py, or RLSR_TASKS_PATH=DIR); docs/tasks.md."
         ) from None
 
 
 def groups_of(name: str) -> tuple[str, ...]:
-    """Names of the groups that contain dataset ``name``."""
+    """Names of the groups that contain task ``name``."""
     return tuple(g for g, members in GROUPS.items() if name in members)
 
 
 def resolve_tasks(names: str | list[str] | tuple[str, ...]) -> list[str]:
-    """Expand ``"a,b"``, a group name, or a list mixing both, into dataset names (deduplicated,
+    """Expand ``"a,b"``, a group name, or a list mixing both, into task names (deduplicated,
     order kept). Unknown names raise ``ValueError`` listing what exists."""
     if isinstance(names, str):
         items = [p.strip() for p in names.split(",")]
@@ -391,7 +391,7 @@ def resolve_tasks(names: str | list[str] | tuple[str, ...]) -> list[str]:
                 out.append(member)
     if not out:
         raise ValueError(
-            f"no dataset named in {names!r}; give names or a group ({', '.join(GROUPS)})."
+            f"no task named in {names!r}; give names or a group ({', '.join(GROUPS)})."
         )
     return out
 

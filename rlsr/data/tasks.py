@@ -197,7 +197,7 @@ def _check_task(task: Task, where: str) -> None:
     if not isinstance(name, str) or not _NAME.match(name):
         _fail(where, "name", f"{name!r} must be letters, digits, '_', '.' or '-' (e.g. caps).")
     if name in BUILTIN_TASKS or name in GROUPS:
-        kind = "a built-in dataset" if name in BUILTIN_TASKS else "a dataset group"
+        kind = "a built-in task" if name in BUILTIN_TASKS else "a task group"
         _fail(where, "name", f"{name!r} is {kind} of rlsr; give the task another name.")
     if name in SYSTEM_PROMPTS or name == NO_SYSTEM_PROMPT:
         _fail(where, "name", f"{name!r} is a built-in system prompt's name; choose another.")
