@@ -1,6 +1,6 @@
 """The held-out plan: evaluation during training (``heldout.*``, ``HeldOutSettings``) resolved
 against the rest of the run's settings (``resolve_heldout`` -> ``ResolvedHeldOut``): which
-datasets, which backend, which answer budget and scorers. ``rlsr.evaluation.heldout`` runs
+tasks, which backend, which answer budget and scorers. ``rlsr.evaluation.heldout`` runs
 it; ``rlsr.config.check_settings`` calls ``resolve_heldout`` so a held-out setting that cannot
 work stops the run before training starts.
 """
@@ -78,28 +78,28 @@ class HeldOutSettings:
     # Also evaluate step 0 (the model before any update: the baseline of the curves).
     at_start: bool = False
     # Task names or groups, as `rlsr evaluate --tasks` (`rlsr tasks` lists them).
-    # Empty: the recipe's choice for the dataset trained on (``tasks_for``), else a task's own
-    # evaluation split; naming datasets here (heldout.tasks=[...]) always wins.
+    # Empty: the recipe's choice for the task trained on (``tasks_for``), else that task's own
+    # evaluation split; naming tasks here (heldout.tasks=[...]) always wins.
     tasks: list[str] = field(default_factory=list)
     # A recipe's held-out tasks per training task (data.task -> names or groups), used
     # while heldout.tasks is empty: `recipe=hotpot` evaluates hotpot-id when it trains on
     # hotpot_modified, and a task given as data.task=TASK is evaluated on the task, not on the
     # recipe's own data.
     tasks_for: dict[str, list[str]] = field(default_factory=dict)
-    # Split of every dataset; null: each dataset's evaluation split (as `rlsr evaluate`).
+    # Split of every task; null: each task's evaluation split (as `rlsr evaluate`).
     split: str | None = None
-    # First N questions of each dataset (null: all of them).
+    # First N questions of each task (null: all of them).
     limit: int | None = 200
-    # {dataset: local path}, as `rlsr evaluate --data-path NAME=PATH`.
+    # {task: local path of its rows}, as `rlsr evaluate --data-path NAME=PATH`.
     data_path: dict[str, str] = field(default_factory=dict)
-    # {dataset: verifier}, as `rlsr evaluate --verifier NAME=VERIFIER` (default: the dataset's).
+    # {task: verifier}, as `rlsr evaluate --verifier NAME=VERIFIER` (default: the task's).
     verifiers: dict[str, str] = field(default_factory=dict)
     # auto: the vLLM engine of the rollouts, weights synced first (vllm_mode=colocate: vllm;
     # vllm_mode=server: vllm_server, TRL's server), else transformers on a merged inference
     # copy of the policy.
     backend: str = "auto"
-    # The LLM judge of judge-verified datasets: an OpenAI-compatible server (a second model in
-    # the training processes would not fit); required when such a dataset is evaluated.
+    # The LLM judge of judge-verified tasks: an OpenAI-compatible server (a second model in
+    # the training processes would not fit); required when such a task is evaluated.
     judge_base_url: str | None = None
     judge_model: str | None = None  # null: rlsr evaluate's default judge model
     # null (recipes/config.yaml): the judge's one default, rlsr.verifiers.llm_judge's
@@ -328,7 +328,7 @@ def resolve_heldout(
     e.validate()  # its own fields (plan_settings calls it too, with the other sections')
     if e.every == 0:
         return None
-    names = _datasets(e, cfg.data.task, here=here)
+    names = _tasks(e, cfg.data.task, here=here)
     protocol = heldout_protocol(cfg, trainer_section)
     verifiers = _verifiers(e, names)
     section = getattr(cfg, trainer_section)
@@ -359,24 +359,24 @@ def resolve_heldout(
     )
 
 
-def _datasets(e: HeldOutSettings, training_dataset: str, *, here: bool = True) -> list[str]:
-    """``heldout.tasks`` resolved to dataset names (a task trained on, with an evaluation split
+def _tasks(e: HeldOutSettings, training_task: str, *, here: bool = True) -> list[str]:
+    """``heldout.tasks`` resolved to task names (a task trained on, with an evaluation split
     of its own, when none are named), ``heldout.data_path`` and ``heldout.limit`` checked."""
-    datasets = e.tasks
-    if isinstance(datasets, list | tuple) and not datasets:
-        if training_dataset in e.tasks_for:  # the recipe's choice for what it trains on
-            datasets = list(e.tasks_for[training_dataset])
-        elif _task_with_eval(training_dataset):
-            datasets = [training_dataset]  # a task trained on is evaluated on its eval split
+    tasks = e.tasks
+    if isinstance(tasks, list | tuple) and not tasks:
+        if training_task in e.tasks_for:  # the recipe's choice for what it trains on
+            tasks = list(e.tasks_for[training_task])
+        elif _task_with_eval(training_task):
+            tasks = [training_task]  # a task trained on is evaluated on its eval split
     check(
-        isinstance(datasets, list | tuple) and len(datasets) > 0,
+        isinstance(tasks, list | tuple) and len(tasks) > 0,
         "heldout.tasks",
-        f"heldout.every > 0 needs datasets to evaluate and none is set for data.task="
-        f"{training_dataset!r}: name them, e.g. heldout.tasks=[tiny] (`rlsr tasks` lists "
+        f"heldout.every > 0 needs tasks to evaluate and none is set for data.task="
+        f"{training_task!r}: name them, e.g. heldout.tasks=[tiny] (`rlsr tasks` lists "
         "them), give the task an evaluation split (docs/tasks.md), or set heldout.every=0.",
     )
     try:
-        names = resolve_tasks(list(datasets))
+        names = resolve_tasks(list(tasks))
     except (KeyError, ValueError) as err:
         raise ConfigError("heldout.tasks", str(err).strip("'\"")) from None
     for name in e.data_path or {}:
@@ -394,8 +394,8 @@ def _datasets(e: HeldOutSettings, training_dataset: str, *, here: bool = True) -
 
 
 def _verifiers(e: HeldOutSettings, names: list[str]) -> dict[str, str]:
-    """``{dataset: verifier}``: ``heldout.verifiers`` over each dataset's own; the LLM judge's
-    server settings checked when a dataset needs it."""
+    """``{task: verifier}``: ``heldout.verifiers`` over each task's own; the LLM judge's
+    server settings checked when a task needs it."""
     for name in e.verifiers or {}:
         check(
             name in names,
@@ -409,7 +409,7 @@ def _verifiers(e: HeldOutSettings, names: list[str]) -> dict[str, str]:
         "heldout.judge_base_url",
         f"{', '.join(judged)} {'is' if len(judged) == 1 else 'are'} verified by an LLM judge; "
         "set heldout.judge_base_url=http://HOST:PORT/v1 (an OpenAI-compatible server, e.g. "
-        "`vllm serve meta-llama/Llama-3.1-8B-Instruct`) or evaluate other datasets.",
+        "`vllm serve meta-llama/Llama-3.1-8B-Instruct`) or evaluate other tasks.",
     )
     return verifiers
 
