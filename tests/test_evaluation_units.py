@@ -312,7 +312,7 @@ def test_deployment_table_prints_its_legend_and_names_the_run_as_evaluate_does(t
     assert (tmp_path / "d" / "deployment.md").read_text().strip() == printed.strip()
     assert json.loads((tmp_path / "d" / "deployment.json").read_text())["method"] == "rlsr-seed0"
     # rlsr evaluate --deployment-target on the same folder: the same table, the same name
-    args = argparse.Namespace(deployment_splits="validation,test", deployment_dataset="medqa",
+    args = argparse.Namespace(deployment_splits="validation,test", deployment_task="medqa",
                               deployment_target=0.95, deployment_delta=0.1, output_dir=str(evals),
                               allow_train_split=False)  # fmt: skip
     jobs = [("medqa@validation", "medqa", "validation"), ("medqa", "medqa", "test")]

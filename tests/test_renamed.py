@@ -434,3 +434,20 @@ def test_an_older_runs_config_compares_under_the_new_keys(tmp_path, capsys):
     for line in ("data.dataset is now data.task", "eval is now heldout",
                  "eval.datasets is now heldout.tasks"):  # fmt: skip
         assert len(_lines(err, f"deprecated: {line} (a run folder's config.yaml")) == 1, err
+
+
+def test_the_old_deployment_flag_of_rlsr_evaluate_still_names_the_task(capsys):
+    """``rlsr evaluate --deployment-dataset caps`` parses as ``--deployment-task caps`` with one
+    note naming the new flag, and the default (medqa) is unchanged. Catches the old flag dropped
+    (a deployment script that passes it would stop) or landing in another field than the one the
+    deployment's evaluation reads."""
+    parser = argparse.ArgumentParser()
+    evaluate_cli.register(parser.add_subparsers(dest="command"))
+    common = ["evaluate", "--model", "m", "--output-dir", "o", "--tasks", "caps"]
+    assert parser.parse_args([*common, "--deployment-dataset", "caps"]).deployment_task == "caps"
+    assert capsys.readouterr().err.strip() == (
+        "rlsr evaluate: note: --deployment-dataset is deprecated; use --deployment-task."
+    )
+    assert parser.parse_args([*common, "--deployment-task", "caps"]).deployment_task == "caps"
+    assert parser.parse_args(common).deployment_task == "medqa"
+    assert capsys.readouterr().err == ""

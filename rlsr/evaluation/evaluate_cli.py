@@ -298,7 +298,13 @@ def register(subparsers) -> None:
     d.add_argument(
         "--deployment-target", type=float, help="target accuracy; evaluates validation+test splits"
     )
-    d.add_argument("--deployment-dataset", default="medqa")
+    d.add_argument(
+        "--deployment-task",
+        default="medqa",
+        metavar="NAME",
+        help="the task whose splits the deployment evaluates (default: medqa)",
+    )
+    deprecated_flag(d, "--deployment-dataset", instead="--deployment-task", dest="deployment_task")
     d.add_argument("--deployment-splits", default="validation,test")
     d.add_argument("--deployment-delta", type=float, default=0.1)
     d.add_argument(TRAINING_ROWS_FLAG, action="store_true", help=ALLOW_TRAIN_HELP)
@@ -520,8 +526,8 @@ def _deploy_from_dirs(out: Path, args, jobs) -> None:
     folder = {(name, split): job for job, name, split in jobs}
     val_split, test_split = args.deployment_splits.split(",")[:2]
     rows, provenance = deployment_from_samples(
-        out / folder[args.deployment_dataset, val_split],
-        out / folder[args.deployment_dataset, test_split],
+        out / folder[args.deployment_task, val_split],
+        out / folder[args.deployment_task, test_split],
         args.deployment_target, "verbalized", args.deployment_delta,
         allow_train=args.allow_train_split,
     )  # fmt: skip

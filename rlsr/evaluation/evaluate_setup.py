@@ -113,8 +113,8 @@ def evaluation_jobs(args, names: list[str]) -> list[tuple[str, str, str]]:
         folders.setdefault((name, split), name if args.split is None else f"{name}@{split}")
     if args.deployment_target is not None:
         for split in args.deployment_splits.split(","):
-            folders.setdefault((args.deployment_dataset, split),
-                               f"{args.deployment_dataset}@{split}")  # fmt: skip
+            folders.setdefault((args.deployment_task, split),
+                               f"{args.deployment_task}@{split}")  # fmt: skip
     return [(folder, name, split) for (name, split), folder in folders.items()]
 
 
