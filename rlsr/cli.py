@@ -56,6 +56,15 @@ def _add_tasks_dir(parser: argparse.ArgumentParser, top: bool) -> None:
                 _add_tasks_dir(child, top=False)
 
 
+def _offer_current_names(sub: argparse._SubParsersAction) -> None:
+    """List each sub-command under its own name only. An old name kept as an alias (``rlsr
+    datasets``, now ``rlsr tasks``) still runs, with its note, but the help does not offer it:
+    argparse would print ``{tasks,datasets,...}`` and ``tasks (datasets)``."""
+    for choice in sub._choices_actions:
+        choice.metavar = choice.dest
+    sub.metavar = "{" + ",".join(choice.dest for choice in sub._choices_actions) + "}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlsr",
@@ -65,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for register in _SUBCOMMANDS:
         register(sub)
+    _offer_current_names(sub)
     _add_tasks_dir(parser, top=True)
     return parser
 
