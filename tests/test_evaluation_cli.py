@@ -173,7 +173,7 @@ def test_rlsr_help_offers_each_command_by_its_current_name_only(capsys):
         rlsr_main(["--help"])
     text = capsys.readouterr().out
     assert "{tasks,evaluate,report,deploy,compare,serve,serve-report}" in text
-    assert "datasets," not in text and "(datasets)" not in text
+    assert "{tasks,datasets," not in text and "(datasets)" not in text
 
 
 def test_data_parallel_above_one_is_refused_before_anything_loads(tmp_path, capsys):
