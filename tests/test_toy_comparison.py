@@ -105,7 +105,7 @@ def test_a_seed_missing_from_a_row_is_refused_not_misaligned():
         ([0.0, 0.04], "higher", "no difference"),  # touches 0
         ([1e-17, 0.04], "higher", "no difference"),  # float noise of a 0 difference
         ([-0.04, -1e-17], "lower", "no difference"),
-        ([math.nan, math.nan], "higher", "no difference"),  # one seed: no interval
+        ([math.nan, math.nan], "higher", "n/a (one seed)"),  # one seed: no interval
         ([0.01, 0.05], "higher", "RLSR better"),
         ([-0.05, -0.01], "higher", "RLSR worse"),
         ([0.01, 0.05], "lower", "RLSR worse"),
@@ -113,9 +113,10 @@ def test_a_seed_missing_from_a_row_is_refused_not_misaligned():
     ],
 )
 def test_verdict_reads_the_ci_only(ci, better, said):
-    """ "no difference" exactly when the CI of RLSR - arm covers 0 (or is undefined), else the
-    side the metric's direction makes better; catches a sign flip for lower-is-better metrics
-    and a CI that touches 0 (or misses it by float rounding only) read as a difference."""
+    """ "no difference" exactly when the CI of RLSR - arm covers 0, "n/a (one seed)" when it is
+    undefined, else the side the metric's direction makes better; catches a sign flip for
+    lower-is-better metrics, a CI that touches 0 (or misses it by float rounding only) read as a
+    difference, and one seed read as evidence of no difference."""
     assert verdict(ci, better) == said
 
 

@@ -96,12 +96,13 @@ def comparison(seeds, rows, results, boot: Bootstrap = BOOTSTRAP, reference=REFE
 
 def verdict(ci: list[float], better: str) -> str:
     """What a paired difference RLSR - arm says, read from its CI alone: "no difference" when
-    the CI covers 0 (or is undefined: one seed), else which one is better by this metric. A
-    bound within ``FLOAT_NOISE`` of 0 counts as 0 (two equal AURCs computed in another order
-    can differ by 1e-17)."""
+    the CI covers 0, else which one is better by this metric; "n/a (one seed)" when the CI is
+    undefined (one shared seed has no spread: nothing is said either way). A bound within
+    ``FLOAT_NOISE`` of 0 counts as 0 (two equal AURCs computed in another order can differ by
+    1e-17)."""
     low, high = ci
     if any(v is None or math.isnan(v) for v in (low, high)):
-        return "no difference"
+        return "n/a (one seed)"
     if low <= FLOAT_NOISE and high >= -FLOAT_NOISE:
         return "no difference"
     rlsr_better = (low > 0.0) == (better == "higher")
@@ -142,7 +143,7 @@ def comparison_markdown(comp: dict) -> list[str]:
         lines += [
             "",
             "Paired difference RLSR − arm on the seeds both hold, mean [95 % CI]; the verdict "
-            'reads the CI only ("no difference": it covers 0).',
+            'reads the CI only ("no difference": it covers 0; "n/a": one seed, no CI).',
             "",
             f"| RLSR − arm | seeds | {heads} | verdict, ranking gain | verdict, AURC drop |",
             "| --- | --- |" + " --- |" * (len(KEYS) + 2),
