@@ -599,3 +599,24 @@ def test_progress_bar_shows_the_running_accuracy_of_the_file(tmp_path, monkeypat
     shown.clear()
     metrics = runner.evaluate_dataset(backend, more, tmp_path / "run", **kw)
     assert shown == ["0.625"] and metrics["accuracy"] == 0.625
+
+
+def test_deployment_provenance_refuses_a_system_prompt_it_cannot_name(tmp_path):
+    """deployment.json names the system prompt the validation samples were rendered with, so
+    ``rlsr serve`` renders the same one and checks a --system-prompt against it: a shipped
+    prompt's text is named, a text rlsr does not know (a task's own prompt whose task was not
+    loaded) is refused with the --tasks-dir fix. Catches a provenance that records null for it,
+    which left serve without the certified prompt and its mismatch check without a reference."""
+    from rlsr.prompts import get_system_prompt
+
+    def records(text):
+        return [{"prompt": [{"role": "system", "content": text}, {"role": "user", "content": "q"}],
+                 "correct": True, "confidence": 0.9}]  # fmt: skip
+
+    kw = {"scorer": "verbalized", "target": 0.8, "delta": 0.1, "model": "m"}
+    shipped = records(get_system_prompt("simple"))
+    named = deployment.deployment_provenance(tmp_path, shipped, shipped, **kw)
+    assert named["system_prompt"] == "simple"
+    unknown = records("You name capitals.")
+    with pytest.raises(ValueError, match="--tasks-dir DIR"):
+        deployment.deployment_provenance(tmp_path, unknown, unknown, **kw)

@@ -407,6 +407,17 @@ def deployment_provenance(
     system_text = None
     if isinstance(messages, list) and messages and messages[0].get("role") == "system":
         system_text = messages[0].get("content")
+    prompt_name = system_prompt_name(system_text)
+    if system_text is not None and prompt_name is None:
+        # serve renders a prompt by name and checks it against this one: an unnamed prompt
+        # would leave the threshold's prompt unrecorded and that check without a reference
+        task = (run or {}).get("tasks") or {}
+        hint = f" (task {', '.join(task)}'s own)" if isinstance(task, dict) and task else ""
+        raise ValueError(
+            f"the validation samples' system prompt{hint} is none rlsr knows, so "
+            "deployment.json could not name it for rlsr serve; load the task that defines it "
+            "with --tasks-dir DIR (as rlsr evaluate had it)."
+        )
     adapter_record = _adapter_record(run, adapter)
     trained = None if adapter_record is None else training_record(adapter_record["path"])
     return {
@@ -424,7 +435,7 @@ def deployment_provenance(
         "n_validation": len(val_records),
         "n_test": len(test_records),
         "scorer": scorer,
-        "system_prompt": system_prompt_name(system_text),
+        "system_prompt": prompt_name,
         # the whole protocol the validation samples were generated and scored with; "decoding"
         # (its DECODING_FIELDS) kept for readers of older files
         "protocol": evaluation_protocol(val_path),
