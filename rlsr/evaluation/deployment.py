@@ -38,7 +38,7 @@ from rlsr.evaluation.provenance import adapter_fingerprint
 from rlsr.evaluation.samples_io import json_safe, read_samples
 from rlsr.evaluation.summary import scorer_arrays
 from rlsr.prompts import system_prompt_name
-from rlsr.run_layout import METRICS_FILE, RUN_FILE, SAMPLES_FILE
+from rlsr.run_layout import DEPLOYMENT_FILE, METRICS_FILE, RUN_FILE, SAMPLES_FILE
 
 __all__ = [
     "RULES",
@@ -415,7 +415,7 @@ def deployment_provenance(
         hint = f" (task {', '.join(task)}'s own)" if isinstance(task, dict) and task else ""
         raise ValueError(
             f"the validation samples' system prompt{hint} is none rlsr knows, so "
-            "deployment.json could not name it for rlsr serve; load the task that defines it "
+            f"{DEPLOYMENT_FILE} could not name it for rlsr serve; load the task that defines it "
             "with --tasks-dir DIR (as rlsr evaluate had it)."
         )
     adapter_record = _adapter_record(run, adapter)
