@@ -46,19 +46,23 @@ from tools import tiny_models as tm  # noqa: E402
 SAMPLES_PER_PROMPT = 8
 
 
-def check_gate(gate: dict, bounds: dict, *, model: str, prefix: str) -> None:
+def check_gate(gate: dict, bounds: dict, *, model: str, measured: str, prefix: str) -> None:
     """Stop (nothing written) unless every figure of ``gate`` lies in its ``bounds`` range and
     every greedy decision wins by at least ``tm.WARM_MIN_GREEDY_MARGIN``; the message names the
-    figure, its range and the constants of tools/tiny_models.py to change."""
+    model, the figure, its range, how it was ``measured`` and the constants of
+    tools/tiny_models.py to change, then every figure of the gate."""
     checks = {**bounds, "greedy_margin_min": (tm.WARM_MIN_GREEDY_MARGIN, float("inf"))}
-    task = model.removesuffix("-warm")
     for key, (lo, hi) in checks.items():
         if not lo <= gate[key] <= hi:
             raise SystemExit(
-                f"{model} fails its gate: {key} = {gate[key]:.4g}, needs [{lo}, {hi}] (greedy on "
-                f"the {gate['prompts']} {task} validation prompts). Change {prefix}* in "
-                f"tools/tiny_models.py; nothing was written. {json.dumps(gate)}"
+                f"{model} fails its gate: {key} = {gate[key]:.4g}, needs [{lo}, {hi}] "
+                f"({measured}). Change {prefix}* in tools/tiny_models.py; nothing was written. "
+                f"{json.dumps(gate)}"
             )
+
+
+def _greedy_on(gate: dict, model: str) -> str:
+    return f"greedy on the {gate['prompts']} {model.removesuffix('-warm')} validation prompts"
 
 
 def build_missing(out: Path, base: Path) -> dict:
@@ -68,7 +72,8 @@ def build_missing(out: Path, base: Path) -> dict:
     tm.train_missing_warm(out, base=base)
     seconds = time.perf_counter() - t0
     gate = tm.missing_gate(out, split="validation")
-    check_gate(gate, tm.MISSING_GATE, model="tiny-missing-warm", prefix="MISSING_")
+    check_gate(gate, tm.MISSING_GATE, model="tiny-missing-warm",
+               measured=_greedy_on(gate, "tiny-missing-warm"), prefix="MISSING_")  # fmt: skip
     lean = tm.sampled_missing_lean(out, split="validation")
     return {
         "greedy_tiny_missing_validation": gate,
@@ -100,7 +105,8 @@ def build_candidates(out: Path, base: Path) -> dict:
     tm.train_candidates_warm(out, base=base)
     seconds = time.perf_counter() - t0
     gate = tm.candidates_gate(out, split="validation")
-    check_gate(gate, tm.CANDIDATES_GATE, model="tiny-candidates-warm", prefix="CANDIDATES_")
+    check_gate(gate, tm.CANDIDATES_GATE, model="tiny-candidates-warm",
+               measured=_greedy_on(gate, "tiny-candidates-warm"), prefix="CANDIDATES_")  # fmt: skip
     if len(gate["confidences"]) != 1:
         raise SystemExit(
             f"tiny-candidates-warm fails its gate: greedy confidences {gate['confidences']} on the "
@@ -150,14 +156,8 @@ def build(out: Path) -> dict:
     margins = tm.greedy_margins(out / "tiny-format-warm", limit=tm.GREEDY_PROMPTS)
     behaviour["greedy_margin_min"] = min(margins)
     behaviour["greedy_margin_median"] = sorted(margins)[len(margins) // 2]
-    checks = {**tm.WARM_BANDS, "greedy_margin_min": (tm.WARM_MIN_GREEDY_MARGIN, float("inf"))}
-    for key, (lo, hi) in checks.items():
-        if not lo <= behaviour[key] <= hi:
-            raise SystemExit(
-                f"the format-warm model fails its gate: {key} = {behaviour[key]:.4g}, needs "
-                f"[{lo}, {hi}] ({behaviour['completions']} completions sampled at temperature "
-                f"1). Change WARM_* in tools/tiny_models.py; nothing was written."
-            )
+    check_gate(behaviour, tm.WARM_BANDS, model="the format-warm model", prefix="WARM_",
+               measured=f"{behaviour['completions']} completions sampled at temperature 1")  # fmt: skip
     missing = build_missing(out / "tiny-missing-warm", base=out / "tiny-format-warm")
     candidates = build_candidates(out / "tiny-candidates-warm", base=out / "tiny-format-warm")
     models = {name: _hashes(out / name) for name in shipped.SHIPPED_MODELS}
