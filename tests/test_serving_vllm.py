@@ -365,6 +365,14 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
+def _cmdline(pid: int) -> bytes:
+    """The command line of process ``pid`` (b"" once it has exited)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def test_engine_core_killed_gives_503_to_health_and_to_requests_in_flight(tmp_path, adapter):
     """/health is 200 while the engine serves and 503 once its engine core is
     dead; requests in flight at that moment get an error body (503), not a hang, and so does the
@@ -388,9 +396,7 @@ def test_engine_core_killed_gives_503_to_health_and_to_requests_in_flight(tmp_pa
         assert httpx.get(url + "/health", timeout=30).status_code == 200
         cores = _descendants(procs[0].pid)
         assert cores, "no engine-core process under rlsr serve"
-        engine = [
-            pid for pid in cores if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"VLLM::")
-        ]
+        engine = [pid for pid in cores if _cmdline(pid).startswith(b"VLLM::")]
         assert engine, "no VLLM::EngineCore process under rlsr serve"
         body = {"model": "tiny-warm", "messages": [{"role": "user", "content": QUESTIONS[0]}]}
         # one answered request first: vLLM asks the core once (its supported tasks) before it
