@@ -575,8 +575,8 @@ def test_the_judge_settings_have_one_value_each():
 
     import yaml
 
+    from rlsr.cli import evaluate as evaluate_flags
     from rlsr.config import HeldOutSettings
-    from rlsr.evaluation import evaluate_cli
     from rlsr.evaluation.judge import openai_judge_fn
     from rlsr.verifiers import llm_judge
 
@@ -586,7 +586,7 @@ def test_the_judge_settings_have_one_value_each():
         "judge_max_answer_chars": llm_judge.JUDGE_MAX_ANSWER_CHARS,
     }
     parser = argparse.ArgumentParser()
-    evaluate_cli.register(parser.add_subparsers(dest="command"))
+    evaluate_flags.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["evaluate", "--model", "m", "--tasks", "tiny", "--output-dir", "o"])
     recipe = yaml.safe_load((ROOT / "recipes" / "config.yaml").read_text())["heldout"]
     from_recipe = from_dict({"heldout": {k: recipe[k] for k in declared}}).heldout

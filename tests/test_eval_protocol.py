@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlsr.cli import evaluate as evaluate_flags
 from rlsr.config import ConfigError, HeldOutSettings, MethodSettings
 from rlsr.eval_protocol import (
     PROTOCOL_FIELDS,
@@ -23,7 +24,6 @@ from rlsr.eval_protocol import (
     protocol_from_sources,
     to_flags,
 )
-from rlsr.evaluation import evaluate_cli
 from rlsr.evaluation.runner import EvalSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +32,7 @@ COMMON = ["evaluate", "--model", "m", "--tasks", "tiny", "--output-dir", "o"]
 
 def _parser():
     parser = argparse.ArgumentParser()
-    evaluate_cli.register(parser.add_subparsers(dest="command"))
+    evaluate_flags.register(parser.add_subparsers(dest="command"))
     return parser
 
 

@@ -165,17 +165,6 @@ def test_rlsr_help_says_what_the_tool_does(capsys):
     assert "registers itself" not in text
 
 
-def test_rlsr_help_offers_each_command_by_its_current_name_only(capsys):
-    """The top-level help lists `rlsr tasks` and not its old name `rlsr datasets` (which still
-    runs, with its note: tests/test_renamed.py). Catches argparse printing an alias as a way to
-    call the command, `{tasks,datasets,...}` or `tasks (datasets)`."""
-    with pytest.raises(SystemExit):
-        rlsr_main(["--help"])
-    text = capsys.readouterr().out
-    assert "{tasks,evaluate,report,deploy,compare,serve,serve-report}" in text
-    assert "{tasks,datasets," not in text and "(datasets)" not in text
-
-
 def test_data_parallel_above_one_is_refused_before_anything_loads(tmp_path, capsys):
     """vLLM's offline LLM refuses data_parallel_size > 1 in one process (0.31, 0.32): the flag
     is refused in one line naming the way to shard, before any model loads (catches the flag

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from rlsr.cli import evaluate as evaluate_flags
 from rlsr.config import ConfigError, heldout_protocol, plan_settings, resolve_heldout
 from rlsr.config.compose import compose_config
 from rlsr.eval_protocol import protocol_from_args
-from rlsr.evaluation import evaluate_cli
 from rlsr.methods import args_section
 from rlsr.toy import repro
 from rlsr.training import _evaluate_command, run_summary
@@ -44,7 +44,7 @@ RESOLVE = _resolve_config()
 def _parsed(flags: list[str]):
     """The protocol and the arguments `rlsr evaluate` parses from ``flags``."""
     parser = argparse.ArgumentParser()
-    evaluate_cli.register(parser.add_subparsers(dest="command"))
+    evaluate_flags.register(parser.add_subparsers(dest="command"))
     common = ["evaluate", "--model", "m", "--tasks", "tiny", "--output-dir", "o"]
     args = parser.parse_args([*common, *flags])
     return protocol_from_args(args), args

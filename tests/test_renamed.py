@@ -26,13 +26,13 @@ import pytest
 from test_compare import CONF, _answers, _compare, _correct, _settings, _write_evaluation
 
 from rlsr import data, deprecation, launch
+from rlsr.cli import evaluate as evaluate_flags
 from rlsr.cli import main as cli_main
 from rlsr.config import ConfigError, heldout_protocol
 from rlsr.config.compose import RECIPES_DIR, compose_config, compose_tree
 from rlsr.config.heldout import ResolvedHeldOut
 from rlsr.config.renamed import fold_renamed, renamed_overrides
 from rlsr.data import registry, version_records
-from rlsr.evaluation import evaluate_cli
 from rlsr.run_layout import checkpoint_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -270,7 +270,7 @@ def test_the_old_protocol_flag_of_rlsr_evaluate_still_records_the_variant(capsys
     """``rlsr evaluate --protocol-layer paper`` parses into ``protocol_variant`` (what run.json
     records) with one note naming the new flag."""
     parser = argparse.ArgumentParser()
-    evaluate_cli.register(parser.add_subparsers(dest="command"))
+    evaluate_flags.register(parser.add_subparsers(dest="command"))
     common = ["evaluate", "--model", "m", "--tasks", "tiny", "--output-dir", "o"]
     args = parser.parse_args([*common, "--protocol-layer", "paper"])
     assert args.protocol_variant == "paper"
@@ -287,7 +287,7 @@ def test_the_old_tasks_flag_of_rlsr_evaluate_still_names_the_tasks(capsys):
     flag; giving both is refused, giving neither still is. Catches the old flag dropped (every
     script that passes it would stop) or silently overriding the new one."""
     parser = argparse.ArgumentParser()
-    evaluate_cli.register(parser.add_subparsers(dest="command"))
+    evaluate_flags.register(parser.add_subparsers(dest="command"))
     common = ["evaluate", "--model", "m", "--output-dir", "o"]
     assert parser.parse_args([*common, "--datasets", "tiny"]).tasks == "tiny"
     assert capsys.readouterr().err.strip() == (
@@ -442,7 +442,7 @@ def test_the_old_deployment_flag_of_rlsr_evaluate_still_names_the_task(capsys):
     (a deployment script that passes it would stop) or landing in another field than the one the
     deployment's evaluation reads."""
     parser = argparse.ArgumentParser()
-    evaluate_cli.register(parser.add_subparsers(dest="command"))
+    evaluate_flags.register(parser.add_subparsers(dest="command"))
     common = ["evaluate", "--model", "m", "--output-dir", "o", "--tasks", "caps"]
     assert parser.parse_args([*common, "--deployment-dataset", "caps"]).deployment_task == "caps"
     assert capsys.readouterr().err.strip() == (

@@ -20,8 +20,9 @@ import httpx
 import pytest
 from test_serving import running  # uvicorn on a free loopback port, in a thread
 
+from rlsr.cli.serve import register
 from rlsr.serving.app import create_app
-from rlsr.serving.cli import operator_options, register
+from rlsr.serving.cli import operator_options
 from rlsr.serving.decision_log import DecisionLog, read_decision_log
 from rlsr.serving.engine import UpstreamEngine
 from rlsr.serving.policy import ServeSettings
@@ -442,7 +443,7 @@ def test_a_body_past_the_size_bound_is_413_before_parsing_and_health_still_answe
     Content-Length before anything is read, and a chunked body (no Content-Length) is cut as
     soon as it passes the bound. Catches a 50 MB user message or `metadata` parsed, rendered and
     tokenised (~109 s and +1.65 GB on a 2-core machine, /health frozen meanwhile) before a 400."""
-    from rlsr.serving.cli import DEFAULT_MAX_REQUEST_BYTES
+    from rlsr.cli.serve import DEFAULT_MAX_REQUEST_BYTES
 
     big = "word " * (10 * 1024 * 1024)  # 50 MiB
     app = _app(upstream, tiny_model_dir, max_request_bytes=DEFAULT_MAX_REQUEST_BYTES)

@@ -319,10 +319,10 @@ def test_an_alias_and_its_resolved_folder_are_one_model():
 def _serve_args(*flags: str):
     import argparse
 
-    from rlsr.serving import cli as serve_cli
+    from rlsr.cli import serve as serve_flags
 
     parser = argparse.ArgumentParser()
-    serve_cli.register(parser.add_subparsers(dest="command"))
+    serve_flags.register(parser.add_subparsers(dest="command"))
     return parser.parse_args(["serve", "--model", "m", "--threshold", "d.json", *flags])
 
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from rlsr.cli import evaluate as evaluate_flags
 from rlsr.eval_protocol import protocol_from_args
-from rlsr.evaluation import evaluate_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SLURM = ROOT / "slurm"
@@ -991,7 +991,7 @@ def test_sweep_evaluates_each_method_the_way_it_was_trained():
     evals = [shlex.split(c[len("  sbatch: ") :]) for c in out[1:-1:2] if "evaluate.slurm" in c]
     extra = [argv[argv.index("--") + 1 :] if "--" in argv else [] for argv in evals]
     parser = argparse.ArgumentParser()
-    evaluate_cli.register(parser.add_subparsers(dest="command"))
+    evaluate_flags.register(parser.add_subparsers(dest="command"))
     common = ["evaluate", "--model", "m", "--tasks", "hotpot-id", "--output-dir", "o"]
     # exits 2 on an unknown flag or bad value
     parsed = [parser.parse_args([*common, *flags]) for flags in extra]

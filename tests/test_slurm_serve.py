@@ -13,7 +13,7 @@ import subprocess
 import pytest
 from test_slurm import SLURM, base_env, dry_run, find_shellcheck, flag, run_script
 
-from rlsr.evaluation import evaluate_cli
+from rlsr.cli import evaluate as evaluate_flags
 
 SCRIPT = "serve_evaluate.slurm"
 ARGS = ["--model", "/models/llama-405b", "--served-model-name", "llama-405b", "--tasks",
@@ -61,7 +61,7 @@ def test_three_nodes_form_a_ray_cluster_and_the_evaluation_reaches_the_head():
     assert flag(ev, "--model") == "llama-405b" and flag(ev, "--tokenizer") == "/models/llama-405b"
     assert ev[-2:] == ["--limit", "100"]
     parser = argparse.ArgumentParser()
-    evaluate_cli.register(parser.add_subparsers(dest="command"))
+    evaluate_flags.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(ev[1:])  # exits 2 on an unknown flag or a bad value
     assert args.concurrency == 64 and args.output_dir.endswith("/evals/llama")
 

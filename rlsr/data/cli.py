@@ -1,19 +1,18 @@
-"""``rlsr tasks``: list the registry (with what is available on this machine); ``rlsr tasks
-download NAME --out DIR``; ``rlsr tasks show NAME`` prints the first formatted example (reads
-local copies via --data-dir). ``rlsr datasets``, its old name, still runs it with one note."""
+"""What ``rlsr tasks`` does (its flags: ``rlsr.cli.tasks``): list the registry (with what is
+available on this machine); ``rlsr tasks download NAME --out DIR``; ``rlsr tasks show NAME``
+prints the first formatted example (reads local copies via --data-dir)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 from rlsr.data.loading import DATA_DIR_ENV, download_dataset, load_examples
 from rlsr.data.registry import GROUPS, REGISTRY, resolve_tasks
 
-__all__ = ["register", "format_table", "available_here"]
+__all__ = ["run_tasks", "format_table", "available_here"]
 
 
 def available_here(name: str, data_dir: str | os.PathLike | None = None) -> str:
@@ -122,43 +121,7 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _noting_old_name(func):
-    """``func`` that first says, when the command was called by its old name ``rlsr datasets``
-    (argparse stores the name used), the one line of an old flag."""
-
-    def run(args: argparse.Namespace) -> int:
-        if getattr(args, "command", None) == "datasets":
-            print("rlsr datasets: note: rlsr datasets is deprecated; use rlsr tasks.",
-                  file=sys.stderr)  # fmt: skip
-        return func(args)
-
-    return run
-
-
-def register(subparsers) -> None:
-    """Add ``rlsr tasks [list|download|show]`` to the ``rlsr`` command (``rlsr datasets``, its
-    old name, still runs it with one note)."""
-    parser = subparsers.add_parser(
-        "tasks", aliases=["datasets"], help="list, download or inspect the tasks"
-    )
-    parser.set_defaults(func=_noting_old_name(_list))
-    data_dir_help = "folder with <dataset>/ copies to check (default: $RLSR_DATA_DIR)"
-    parser.add_argument("--data-dir", default=None, help=data_dir_help)
-    sub = parser.add_subparsers(dest="datasets_command")
-    lister = sub.add_parser("list", help="registry table (the default)")
-    lister.add_argument("--data-dir", default=argparse.SUPPRESS, help=data_dir_help)
-    lister.set_defaults(func=_noting_old_name(_list))
-    down = sub.add_parser("download", help="save datasets from the hub for offline use")
-    down.add_argument("names", help="task names, comma separated, or a group")
-    down.add_argument("--out", required=True, help="folder; each dataset goes to OUT/<name>")
-    down.set_defaults(func=_noting_old_name(_download))
-    show = sub.add_parser("show", help="print the first formatted example")
-    show.add_argument("name")
-    show.add_argument("--path", default=None)
-    show.add_argument("--split", default=None)
-    show.add_argument("--data-dir", default=None)
-    show.add_argument(
-        "--system-prompt", default=None, help="simple, long, none or a task's prompt name"
-    )
-    show.add_argument("--columns", nargs="*", help="FIELD=COLUMN overrides")
-    show.set_defaults(func=_noting_old_name(_show))
+def run_tasks(args: argparse.Namespace) -> int:
+    """``rlsr tasks [list|download|show]``: the listing unless a sub-command is given."""
+    run = {"download": _download, "show": _show}.get(args.tasks_command, _list)
+    return run(args)

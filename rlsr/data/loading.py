@@ -28,7 +28,7 @@ import numpy as np
 from datasets.exceptions import DatasetGenerationError
 
 from rlsr.data.formatting import FORMATTERS, build_prompt, render_mcq_problem
-from rlsr.data.registry import TaskSpec, get_spec
+from rlsr.data.registry import DatasetUnavailableError, TaskSpec, get_spec
 from rlsr.data.task_rows import EmptyCell, duplicate_ids, read_rows_as_written, task_row_fields
 from rlsr.prompts import NO_SYSTEM_PROMPT, system_prompt_names
 from rlsr.verifiers import get_verifier, is_plugin_name
@@ -53,10 +53,6 @@ DATA_DIR_ENV = "RLSR_DATA_DIR"
 FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
 CONTRACT_COLUMNS = ("id", "prompt", "question", "answer", "answers", "verifier")
 _FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
-
-
-class DatasetUnavailableError(RuntimeError):
-    """The dataset is neither local nor reachable on the hub."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Any
 from rlsr.deprecation import renamed_attribute
 
 __all__ = [
+    "DatasetUnavailableError",
     "TaskSpec",
     "TaskSource",
     "REGISTRY",
@@ -31,6 +32,10 @@ __all__ = [
 ]
 
 VERIFIERS = ("exact_match", "math", "mcq", "llm_judge")
+
+
+class DatasetUnavailableError(RuntimeError):
+    """The dataset is neither local nor reachable on the hub (raised by ``rlsr.data.loading``)."""
 
 
 @dataclass(frozen=True)

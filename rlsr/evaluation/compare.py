@@ -21,13 +21,13 @@ import itertools
 import json
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from rlsr import metrics as M
 from rlsr.evaluation.compare_runs import CONFIG_FILE, Evaluation, Run, check_comparable, find_runs
+from rlsr.evaluation.compare_settings import COMPARE_JSON, COMPARE_MD, COMPARE_PNG, Bootstrap
 from rlsr.evaluation.samples_io import json_safe
 from rlsr.run_layout import SAMPLES_FILE
 
@@ -47,9 +47,6 @@ __all__ = [
     "write_comparison",
 ]
 
-COMPARE_JSON = "compare.json"
-COMPARE_MD = "compare.md"
-COMPARE_PNG = "compare.png"
 SCHEMA_VERSION = 1
 MIN_SEEDS = 3  # fewer seeds per method: said in the output (the CI of 2 seeds is barely one)
 # (key, heading, better): the columns of every table
@@ -61,15 +58,6 @@ METRICS = (
 )
 # training config keys expected to differ between the runs of one method
 _PER_RUN_KEYS = {"seed", "output_dir"}
-
-
-@dataclass(frozen=True)
-class Bootstrap:
-    """The CI over seeds: ``rlsr.metrics.bootstrap_mean_ci`` with these settings."""
-
-    n_resamples: int = 10_000
-    seed: int = 0
-    level: float = 0.95
 
 
 def evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:

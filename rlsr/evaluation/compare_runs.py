@@ -29,6 +29,7 @@ import yaml
 
 from rlsr.config.renamed import RUN_FOLDER_HOW, fold_renamed
 from rlsr.eval_protocol import SAMPLE_FIELDS
+from rlsr.evaluation.compare_settings import EVALUATE, HELD_OUT
 from rlsr.evaluation.samples_io import read_samples
 from rlsr.evaluation.summary import scorer_arrays
 from rlsr.run_layout import (
@@ -57,7 +58,6 @@ __all__ = [
 ]
 
 CONFIG_FILE = "config.yaml"  # train.py's resolved config in its output dir (train.py)
-HELD_OUT, EVALUATE = "held-out", "evaluate"  # the two kinds of evaluation compared (--use)
 _MAX_DEPTH = 6  # how deep a folder of runs is searched
 # run.json fields compared besides the protocol's sample-deciding ones (an `rlsr evaluate` run
 # with an LLM judge records which judge gave the verdicts)

@@ -1,81 +1,24 @@
-"""``rlsr deploy``: a risk-controlled confidence threshold from the validation and test samples
-of an evaluation (Sec. 4.2; ``rlsr.evaluation.deployment``), written as the deployment.json
-``rlsr serve --threshold`` reads (docs/evaluation.md)."""
+"""What ``rlsr deploy`` does (its flags: ``rlsr.cli.deploy``): a risk-controlled confidence
+threshold from the validation and test samples of an evaluation (Sec. 4.2;
+``rlsr.evaluation.deployment``), written as the deployment.json ``rlsr serve --threshold`` reads
+(docs/evaluation.md)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from rlsr.evaluation.deployment import (
-    ALLOW_TRAIN_HELP,
-    TRAINING_ROWS_FLAG,
     deployment_from_samples,
     deployment_markdown,
     deployment_method_name,
     training_rows_mark,
     write_deployment,
 )
-from rlsr.evaluation.outputs import add_output_dir, deprecated_flag, output_prefix
+from rlsr.evaluation.outputs import output_prefix
 from rlsr.generation.backends import resolve_adapter
-from rlsr.run_layout import DEPLOYMENT_FILE, RUN_FILE, SAMPLES_FILE
+from rlsr.run_layout import DEPLOYMENT_FILE
 
-__all__ = ["register", "run_deploy"]
-
-
-def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "deploy", help="risk-controlled threshold from validation/test samples"
-    )
-    parser.add_argument(
-        "--validation",
-        required=True,
-        help=f"{SAMPLES_FILE} (or its folder) of the validation split",
-    )
-    parser.add_argument(
-        "--test", required=True, help=f"{SAMPLES_FILE} (or its folder) of the test split"
-    )
-    target = parser.add_mutually_exclusive_group(required=True)  # --target: the old spelling
-    target.add_argument(
-        "--deployment-target",
-        type=float,
-        metavar="ACC",
-        help="target accuracy, e.g. 0.75 (as rlsr evaluate's)",
-    )
-    deprecated_flag(target, "--target", instead="--deployment-target", dest="deployment_target",
-                    type=float)  # fmt: skip
-    parser.add_argument("--scorer", default="verbalized")
-    parser.add_argument(
-        "--deployment-delta",
-        type=float,
-        default=0.1,
-        metavar="DELTA",
-        help="risk level of the Clopper-Pearson rule (as rlsr evaluate's)",
-    )
-    deprecated_flag(parser, "--delta", instead="--deployment-delta", dest="deployment_delta",
-                    type=float)  # fmt: skip
-    parser.add_argument(
-        "--method-name",
-        metavar="NAME",
-        help=f"the table's Method (default: the evaluation folder holding the validation "
-        f"samples' {RUN_FILE}, as rlsr evaluate --deployment-target names it)",
-    )
-    add_output_dir(
-        parser,
-        f"DIR/{DEPLOYMENT_FILE} and .md",
-        detail=f" ({DEPLOYMENT_FILE}: the threshold file `rlsr serve --threshold` reads)",
-    )
-    parser.add_argument(
-        "--model",
-        metavar="PATH",
-        help=f"base model the samples came from (default: the evaluation's {RUN_FILE})",
-    )
-    parser.add_argument(
-        "--adapter",
-        metavar="PATH",
-        help=f"LoRA adapter the samples came from (default: the evaluation's {RUN_FILE})",
-    )
-    parser.add_argument(TRAINING_ROWS_FLAG, action="store_true", help=ALLOW_TRAIN_HELP)
-    parser.set_defaults(func=run_deploy)
+__all__ = ["run_deploy"]
 
 
 def run_deploy(args) -> int:

@@ -34,6 +34,7 @@ from rlsr.config import resolve_model_path
 from rlsr.config.renamed import RUN_FOLDER_HOW, fold_renamed
 from rlsr.data import REGISTRY, task_records
 from rlsr.eval_protocol import DECODING_FIELDS, PROTOCOL_FIELDS
+from rlsr.evaluation.outputs import TRAINING_ROWS_FLAG
 from rlsr.evaluation.provenance import adapter_fingerprint
 from rlsr.evaluation.samples_io import json_safe, read_samples
 from rlsr.evaluation.summary import scorer_arrays
@@ -59,8 +60,6 @@ __all__ = [
     "deployment_from_samples",
     "write_deployment",
     "TRAIN_CONFIG_FILE",
-    "TRAINING_ROWS_FLAG",
-    "ALLOW_TRAIN_HELP",
     "training_record",
     "training_rows_problem",
 ]
@@ -68,11 +67,6 @@ __all__ = [
 RULES = ("plain", "clopper_pearson", "plain+temperature")
 DEPLOYMENT_SCHEMA_VERSION = 2  # 1: {"method", "rows"}; 2: + "provenance", row "guarantee"
 TRAIN_CONFIG_FILE = "config.yaml"  # train.py's resolved config, in the run's output_dir
-TRAINING_ROWS_FLAG = "--allow-train-split"
-ALLOW_TRAIN_HELP = (
-    "allow a threshold chosen on the split the adapter trained on (its run's config.yaml); every "
-    "output marks it NOT HELD OUT"
-)
 
 
 def _row(rule, val_conf, val_ok, test_conf, test_ok, target, delta, temperature=None) -> dict:

@@ -24,6 +24,8 @@ from pathlib import Path
 __all__ = [
     "REPORT_PREFIX",
     "SERVE_REPORT_FILE",
+    "TRAINING_ROWS_FLAG",
+    "ALLOW_TRAIN_HELP",
     "output_prefix",
     "deprecated_flag",
 ]
@@ -32,6 +34,13 @@ __all__ = [
 REPORT_PREFIX = "report"
 # ``rlsr serve-report --output-dir DIR`` writes DIR/serve_report.json and .md
 SERVE_REPORT_FILE = "serve_report.json"
+# ``rlsr deploy`` and ``rlsr evaluate --deployment-target``: a threshold on the adapter's training
+# split is refused unless this flag is given
+TRAINING_ROWS_FLAG = "--allow-train-split"
+ALLOW_TRAIN_HELP = (
+    "allow a threshold chosen on the split the adapter trained on (its run's config.yaml); every "
+    "output marks it NOT HELD OUT"
+)
 
 
 def output_prefix(args, name: str, *, required: bool) -> Path | str | None:

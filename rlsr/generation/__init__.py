@@ -13,3 +13,9 @@
 * ``fallbacks``: the Sec. C.3 fallback steps (the record of a response, the context to continue
   when the answer or the confidence is missing, how a continuation is read).
 """
+
+__all__ = ["ENDPOINT_BACKENDS"]
+
+# rlsr evaluate's --backend values that generate through an OpenAI-compatible endpoint, and which
+# endpoint of the server each calls (declared here, light, for the command line's choices)
+ENDPOINT_BACKENDS = {"openai-completions": "completions", "openai-chat": "chat"}

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from rlsr.config import resolve_model_path
 from rlsr.data.formatting import USER_PROMPT_TEMPLATE
+from rlsr.generation import ENDPOINT_BACKENDS
 from rlsr.generation.backends import (
     Generation,
     Sampling,
@@ -49,9 +50,6 @@ __all__ = [
     "split_chat_prompt",
     "served_question",
 ]
-
-# --backend values: which endpoint of the server generates.
-ENDPOINT_BACKENDS = {"openai-completions": "completions", "openai-chat": "chat"}
 
 
 _CHAT_PREFIX = "\x00rlsr-chat:"

@@ -10,3 +10,9 @@ confidence threshold and abstains below it (docs/serving.md).
   decisions and their realised coverage are ``rlsr.evaluation.decisions``');
 * ``app``: the FastAPI application; ``cli``: ``rlsr serve`` and ``rlsr serve-report``.
 """
+
+__all__ = ["DEFAULT_ABSTAIN_MESSAGE", "DEFAULT_RULE"]
+
+# The defaults rlsr serve's flags show (declared here, light, so its --help loads no engine)
+DEFAULT_ABSTAIN_MESSAGE = "I am not confident enough to answer this question."
+DEFAULT_RULE = "clopper_pearson"  # the row of deployment.json served

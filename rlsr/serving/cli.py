@@ -1,4 +1,5 @@
-"""``rlsr serve`` and ``rlsr serve-report`` (docs/serving.md)."""
+"""What ``rlsr serve`` and ``rlsr serve-report`` do (their flags: ``rlsr.cli.serve``;
+docs/serving.md)."""
 
 from __future__ import annotations
 
@@ -10,30 +11,27 @@ import socket
 import sys
 from pathlib import Path
 
+from rlsr.cli.serve import API_KEY_ENV
 from rlsr.config import resolve_model_path
 from rlsr.eval_protocol import (
     DECODING_FIELDS,
     PROTOCOL_FIELDS,
     EvalProtocol,
     ProtocolError,
-    add_protocol_flags,
     flag_of,
 )
 from rlsr.evaluation.decisions import summarise_decisions
 from rlsr.evaluation.outputs import (
     SERVE_REPORT_FILE,
-    add_output_dir,
     output_prefix,
 )
 from rlsr.evaluation.provenance import adapter_fingerprint
 from rlsr.generation.backends import resolve_adapter
-from rlsr.run_layout import DEPLOYMENT_FILE
 from rlsr.serving.app import create_app
 from rlsr.serving.decision_log import DecisionLog, read_decision_log, summary_markdown
 from rlsr.serving.engine import UpstreamEngine, VLLMEngine
-from rlsr.serving.policy import DEFAULT_ABSTAIN_MESSAGE, ServeSettings, decoding_settings
+from rlsr.serving.policy import ServeSettings, decoding_settings
 from rlsr.serving.threshold import (
-    DEFAULT_RULE,
     ServedThreshold,
     load_threshold,
     manual_threshold,
@@ -41,14 +39,7 @@ from rlsr.serving.threshold import (
     provenance_mismatches,
 )
 
-__all__ = ["register", "run_serve", "run_serve_report", "serve_settings", "operator_options"]
-
-API_KEY_ENV = "RLSR_API_KEY"
-DEFAULT_MAX_QUEUED = 1024
-DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024  # 8 MiB: ~2M tokens of text, far past any context
-# 1M characters: ~250k tokens of English text, past the context of the models rlsr trains; what a
-# message may cost in rendering and tokenising before the engine can refuse it for its length.
-DEFAULT_MAX_MESSAGE_CHARS = 1_000_000
+__all__ = ["run_serve", "run_serve_report", "serve_settings", "operator_options"]
 
 
 def operator_options(args, environ=os.environ) -> dict:
@@ -84,120 +75,6 @@ def operator_options(args, environ=os.environ) -> dict:
         "max_message_chars": args.max_message_chars or None,
         "cors": cors,
     }
-
-
-def register(subparsers) -> None:
-    sv = subparsers.add_parser(
-        "serve",
-        help="OpenAI-compatible endpoint that answers at or above a certified threshold",
-        usage=f"rlsr serve --model PATH [--adapter PATH] (--threshold {DEPLOYMENT_FILE} | --tau T) "
-        "[--port P] [--upstream URL] [options]",
-        description="Serves /v1/chat/completions, /v1/models and /health. Each question is "
-        "rendered with the training system prompt and format; the completion is parsed (with "
-        "the Sec. C.3 fallbacks); the answer is returned if its confidence >= tau, else the "
-        "abstention message. Each choice carries an `rlsr` field with the confidence, tau, the "
-        "decision and the raw completion.",
-        epilog="example: rlsr serve --model Qwen/Qwen2.5-7B --adapter runs/medqa-rlsr "
-        f"--threshold evals/medqa-rlsr/{DEPLOYMENT_FILE} --port 8000. Details: docs/serving.md.",
-    )
-    sv.add_argument("--model", required=True, metavar="PATH", help="base model (as evaluated)")
-    sv.add_argument("--adapter", metavar="PATH", help="LoRA adapter folder or training run dir")
-    which = sv.add_mutually_exclusive_group(required=True)
-    which.add_argument(
-        "--threshold", metavar="FILE", help=f"{DEPLOYMENT_FILE} written by rlsr deploy"
-    )
-    which.add_argument("--tau", type=float, metavar="T", help="a threshold set by hand")
-    sv.add_argument(
-        "--rule", default=DEFAULT_RULE, help="row of --threshold to serve (default: %(default)s)"
-    )
-    sv.add_argument(
-        "--force",
-        action="store_true",
-        help="serve a threshold computed for another model or adapter, or with a system prompt "
-        "or decoding flags that differ from its certified protocol",
-    )
-    sv.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
-    sv.add_argument("--port", type=int, default=8000, help="(default: %(default)s)")
-    sv.add_argument(
-        "--upstream",
-        metavar="URL",
-        help="existing OpenAI-compatible server (vllm serve) instead of an in-process engine",
-    )
-    sv.add_argument(
-        "--upstream-model",
-        metavar="NAME",
-        help="the upstream's name of the model (default: --model; with vllm serve "
-        "--lora-modules NAME=PATH, that NAME)",
-    )
-    sv.add_argument(
-        "--upstream-timeout", type=float, default=600.0, metavar="S", help="per call, seconds"
-    )
-    sv.add_argument(
-        "--served-model-name", metavar="NAME", help="the `model` clients send (default: --model)"
-    )
-    sv.add_argument("--abstain-message", default=DEFAULT_ABSTAIN_MESSAGE, metavar="TEXT")
-    sv.add_argument("--decision-log", metavar="FILE", help="append one JSON line per decision")
-    sv.add_argument(
-        "--system-prompt",
-        help="training system prompt: simple, long or a task's (default: the one the threshold's "
-        "samples used; another one is refused unless --force)",
-    )
-    g = sv.add_argument_group(
-        "decoding (default: the protocol the threshold was certified under; a value that differs "
-        "from it is refused unless --force)"
-    )
-    add_protocol_flags(g, DECODING_FIELDS, unset=True)  # rlsr evaluate's flags, declared once
-    op = sv.add_argument_group('operator (docs/serving.md, "Operating it")')
-    op.add_argument(
-        "--api-key", action="append", default=[], metavar="KEY",
-        help="require 'Authorization: Bearer KEY' on every route but /health (repeatable; also "
-        f"${API_KEY_ENV}, so the key stays out of the process list); never logged",
-    )  # fmt: skip
-    op.add_argument(
-        "--max-queued-requests", type=int, default=DEFAULT_MAX_QUEUED, metavar="N",
-        help="chat completions accepted at once (waiting or running); one more gets 429 with "
-        "Retry-After (default: %(default)s; 0: no bound)",
-    )  # fmt: skip
-    op.add_argument(
-        "--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES, metavar="N",
-        help="a chat request body larger than N bytes gets 413 before it is parsed (from its "
-        "Content-Length, or while a chunked body is read) (default: %(default)s; 0: no bound)",
-    )  # fmt: skip
-    op.add_argument(
-        "--max-message-chars", type=int, default=DEFAULT_MAX_MESSAGE_CHARS, metavar="N",
-        help="a message longer than N characters gets 400 (message_too_long) before it is "
-        "rendered or tokenised (default: %(default)s; 0: no bound)",
-    )  # fmt: skip
-    op.add_argument(
-        "--allowed-origins", action="append", metavar="ORIGIN",
-        help="CORS: allow this origin (repeatable; '*' for any). Off by default",
-    )  # fmt: skip
-    op.add_argument("--allowed-methods", action="append", metavar="METHOD",
-                    help="CORS: allowed methods (repeatable; default: GET, POST)")  # fmt: skip
-    op.add_argument("--allowed-headers", action="append", metavar="HEADER",
-                    help="CORS: allowed request headers (repeatable; default: "
-                    "Authorization, Content-Type, X-Request-Id)")  # fmt: skip
-    op.add_argument("--allow-credentials", action="store_true", help="CORS: allow credentials")
-    v = sv.add_argument_group("in-process vLLM engine")
-    v.add_argument("--dtype", default="auto")
-    v.add_argument("--max-model-len", type=int)
-    v.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    v.add_argument("--tensor-parallel-size", type=int, default=1)
-    v.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs / compile")
-    v.add_argument("--trust-remote-code", action="store_true")
-    sv.set_defaults(func=run_serve)
-
-    rp = subparsers.add_parser(
-        "serve-report",
-        help="realised coverage of a decision log next to the threshold's validation coverage",
-        usage=f"rlsr serve-report LOG --threshold {DEPLOYMENT_FILE} [--rule R] [--output-dir DIR]",
-    )
-    rp.add_argument("log", help="decision log written by rlsr serve --decision-log")
-    rp.add_argument("--threshold", metavar="FILE", help=f"the {DEPLOYMENT_FILE} that was served")
-    rp.add_argument("--rule", default=DEFAULT_RULE)
-    rp.add_argument("--tau", type=float, help="only decisions at this tau (default: the rule's)")
-    add_output_dir(rp, f"DIR/{SERVE_REPORT_FILE} and .md", old_metavar="FILE")
-    rp.set_defaults(func=run_serve_report)
 
 
 def _threshold(args) -> ServedThreshold:

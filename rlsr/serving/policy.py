@@ -24,6 +24,7 @@ from rlsr.calibration import apply_temperature
 from rlsr.eval_protocol import DECODING_FIELDS, EvalProtocol
 from rlsr.evaluation.decisions import ABSTAINED, ANSWERED
 from rlsr.prompts import system_prompt_names
+from rlsr.serving import DEFAULT_ABSTAIN_MESSAGE
 
 __all__ = [
     "DEFAULT_ABSTAIN_MESSAGE",
@@ -32,8 +33,6 @@ __all__ = [
     "decide",
     "request_hash",
 ]
-
-DEFAULT_ABSTAIN_MESSAGE = "I am not confident enough to answer this question."
 
 
 def selection_score(confidence: float | None, temperature: float | None = None) -> float:

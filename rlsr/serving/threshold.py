@@ -13,6 +13,7 @@ from pathlib import Path
 from rlsr.data import task_record_problem
 from rlsr.evaluation.deployment import RULES, model_identity
 from rlsr.run_layout import DEPLOYMENT_FILE
+from rlsr.serving import DEFAULT_RULE
 
 __all__ = [
     "DEFAULT_RULE",
@@ -24,7 +25,6 @@ __all__ = [
     "promise",
 ]
 
-DEFAULT_RULE = "clopper_pearson"
 SERVED_SCORER = "verbalized"  # the only confidence rlsr serve computes per request
 
 

@@ -1,28 +1,37 @@
-"""The ``rlsr`` command (sub-commands are registered from their own modules)."""
+"""The ``rlsr`` command: one parser built from the light flag modules of this package, and the
+one place that imports what a command runs, only when it runs.
+
+``COMMANDS`` maps each command to the function adding its flags (``rlsr.cli.<command>``: argparse
+only, nothing heavy at module top) and to ``"module:function"``, the code that runs it, imported
+by ``main`` through ``importlib`` after the arguments parsed. So ``rlsr --help``, a command's
+``--help`` and a wrong flag answer without loading torch, transformers, scipy or matplotlib
+(tests/test_cli_startup.py checks; benchmarks/bench_cli_startup.py times it). A new command: its
+flags module here and one line in ``COMMANDS``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
+from collections.abc import Callable
 
-from rlsr.data import cli as data_cli
+from rlsr.cli import compare, deploy, evaluate, report, serve, tasks
 from rlsr.data import load_env_tasks, load_tasks
-from rlsr.data.loading import DatasetUnavailableError
-from rlsr.evaluation import compare_cli, deploy_cli, evaluate_cli, report_cli
-from rlsr.serving import cli as serving_cli
+from rlsr.data.registry import DatasetUnavailableError
 from rlsr.verifiers.base import VerifierFailure
 
-# Each ``register`` takes the argparse sub-parsers object and adds its sub-command(s) with
-# ``set_defaults(func=...)``.
-_SUBCOMMANDS = (
-    data_cli.register,
-    evaluate_cli.register,
-    report_cli.register,
-    deploy_cli.register,
-    compare_cli.register,
-    serving_cli.register,
-)
+# command -> (adds its parser and flags to the sub-parsers, "module:function" that runs it)
+COMMANDS: dict[str, tuple[Callable[..., argparse.ArgumentParser], str]] = {
+    "tasks": (tasks.register, "rlsr.data.cli:run_tasks"),
+    "evaluate": (evaluate.register, "rlsr.evaluation.evaluate_cli:run_evaluate"),
+    "report": (report.register, "rlsr.evaluation.report_cli:run_report"),
+    "deploy": (deploy.register, "rlsr.evaluation.deploy_cli:run_deploy"),
+    "compare": (compare.register, "rlsr.evaluation.compare_cli:run_compare"),
+    "serve": (serve.register, "rlsr.serving.cli:run_serve"),
+    "serve-report": (serve.register_report, "rlsr.serving.cli:run_serve_report"),
+}
 
 
 DESCRIPTION = (
@@ -56,15 +65,6 @@ def _add_tasks_dir(parser: argparse.ArgumentParser, top: bool) -> None:
                 _add_tasks_dir(child, top=False)
 
 
-def _offer_current_names(sub: argparse._SubParsersAction) -> None:
-    """List each sub-command under its own name only. An old name kept as an alias (``rlsr
-    datasets``, now ``rlsr tasks``) still runs, with its note, but the help does not offer it:
-    argparse would print ``{tasks,datasets,...}`` and ``tasks (datasets)``."""
-    for choice in sub._choices_actions:
-        choice.metavar = choice.dest
-    sub.metavar = "{" + ",".join(choice.dest for choice in sub._choices_actions) + "}"
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlsr",
@@ -72,11 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="`rlsr COMMAND --help` for each command's options; docs/evaluation.md.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for register in _SUBCOMMANDS:
-        register(sub)
-    _offer_current_names(sub)
+    for register, target in COMMANDS.values():
+        register(sub).set_defaults(run=target)
     _add_tasks_dir(parser, top=True)
     return parser
+
+
+def run_command(target: str, args: argparse.Namespace) -> int | None:
+    """Import ``target`` ("module:function") and call it on the parsed ``args``: the only place
+    a command's code is imported, so that nothing of it loads before the arguments parse."""
+    module, _, function = target.partition(":")
+    return getattr(importlib.import_module(module), function)(args)
 
 
 USAGE_ERROR_EXIT = 2
@@ -93,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         load_env_tasks()  # $RLSR_TASKS_PATH, then --tasks-dir (docs/tasks.md)
         load_tasks(getattr(args, "tasks_dir", None) or [])
-        result = args.func(args)
+        result = run_command(args.run, args)
     except (ValueError, KeyError, OSError, DatasetUnavailableError) as err:
         if os.environ.get("RLSR_DEBUG"):
             raise
@@ -111,7 +117,3 @@ def main(argv: list[str] | None = None) -> int:
         print("rlsr: interrupted", file=sys.stderr)
         return INTERRUPTED_EXIT
     return int(result or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,71 @@
+"""``rlsr deploy``'s flags (what it does: ``rlsr.evaluation.deploy_cli``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rlsr.evaluation.outputs import (
+    ALLOW_TRAIN_HELP,
+    TRAINING_ROWS_FLAG,
+    add_output_dir,
+    deprecated_flag,
+)
+from rlsr.run_layout import DEPLOYMENT_FILE, RUN_FILE, SAMPLES_FILE
+
+__all__ = ["register"]
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "deploy", help="risk-controlled threshold from validation/test samples"
+    )
+    parser.add_argument(
+        "--validation",
+        required=True,
+        help=f"{SAMPLES_FILE} (or its folder) of the validation split",
+    )
+    parser.add_argument(
+        "--test", required=True, help=f"{SAMPLES_FILE} (or its folder) of the test split"
+    )
+    target = parser.add_mutually_exclusive_group(required=True)  # --target: the old spelling
+    target.add_argument(
+        "--deployment-target",
+        type=float,
+        metavar="ACC",
+        help="target accuracy, e.g. 0.75 (as rlsr evaluate's)",
+    )
+    deprecated_flag(target, "--target", instead="--deployment-target", dest="deployment_target",
+                    type=float)  # fmt: skip
+    parser.add_argument("--scorer", default="verbalized")
+    parser.add_argument(
+        "--deployment-delta",
+        type=float,
+        default=0.1,
+        metavar="DELTA",
+        help="risk level of the Clopper-Pearson rule (as rlsr evaluate's)",
+    )
+    deprecated_flag(parser, "--delta", instead="--deployment-delta", dest="deployment_delta",
+                    type=float)  # fmt: skip
+    parser.add_argument(
+        "--method-name",
+        metavar="NAME",
+        help=f"the table's Method (default: the evaluation folder holding the validation "
+        f"samples' {RUN_FILE}, as rlsr evaluate --deployment-target names it)",
+    )
+    add_output_dir(
+        parser,
+        f"DIR/{DEPLOYMENT_FILE} and .md",
+        detail=f" ({DEPLOYMENT_FILE}: the threshold file `rlsr serve --threshold` reads)",
+    )
+    parser.add_argument(
+        "--model",
+        metavar="PATH",
+        help=f"base model the samples came from (default: the evaluation's {RUN_FILE})",
+    )
+    parser.add_argument(
+        "--adapter",
+        metavar="PATH",
+        help=f"LoRA adapter the samples came from (default: the evaluation's {RUN_FILE})",
+    )
+    parser.add_argument(TRAINING_ROWS_FLAG, action="store_true", help=ALLOW_TRAIN_HELP)
+    return parser

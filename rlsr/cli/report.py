@@ -1,0 +1,59 @@
+"""``rlsr report``'s flags (what it does: ``rlsr.evaluation.report_cli``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rlsr.evaluation.outputs import REPORT_PREFIX, add_output_dir
+from rlsr.run_layout import EVAL_DIR, STEP_PREFIX
+
+__all__ = ["register"]
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "report",
+        help="paper-style tables and curves over evaluation dirs; --curves: held-out metrics "
+        "against the step of training runs; --pools: their training pools per step",
+        epilog="example: rlsr report --curves runs/hotpot-rlsr runs/hotpot-rlcr --output-dir "
+        f"reports/hotpot (reports/hotpot/{REPORT_PREFIX}_curves.png + .csv: held-out AURC, "
+        "accuracy and ECE per step; the best and the final step by AURC and their weights).",
+    )
+    parser.add_argument(
+        "dirs",
+        nargs="*",
+        help="evaluation output dirs (grouped by basename minus -seedN); with --curves: "
+        f"training output dirs (their {EVAL_DIR}/{STEP_PREFIX}N/ folders)",
+    )
+    parser.add_argument(
+        "--curves",
+        action="store_true",
+        help="the dirs are training runs with heldout.every > 0: draw their held-out metrics "
+        f"against the step (DIR/{REPORT_PREFIX}_curves.png, DIR/{REPORT_PREFIX}_curves.csv)",
+    )
+    parser.add_argument(
+        "--pools",
+        action="store_true",
+        help="the dirs are training runs with pool_log.every > 0: per step of their pools/ "
+        "files, accuracy, format rate, AURC and the confidence histogram of right and wrong "
+        f"answers (DIR/{REPORT_PREFIX}_pools.csv)",
+    )
+    parser.add_argument("--label", action="append", default=[], metavar="NAME=DIR1,DIR2")
+    add_output_dir(
+        parser,
+        f"DIR/{REPORT_PREFIX}.md, DIR/{REPORT_PREFIX}_curves.png, ...",
+        detail=f" (tables: {REPORT_PREFIX}.md, .csv, {REPORT_PREFIX}_risk_coverage.png, "
+        f"{REPORT_PREFIX}_confidence_density.png; --curves: {REPORT_PREFIX}_curves.png and "
+        f".csv; --pools: {REPORT_PREFIX}_pools.csv)",
+    )
+    parser.add_argument(
+        "--family", choices=("hotpot", "bigmath"), help="ID/OOD split by training domain"
+    )
+    parser.add_argument("--id", dest="id_sets", help="ID tasks (names or group)")
+    parser.add_argument("--ood", dest="ood_sets", help="OOD tasks (names or group)")
+    parser.add_argument(
+        "--gap-methods",
+        metavar="NAMES",
+        help="comma list: the methods Tab. 2 restricts to common questions (default: all)",
+    )
+    return parser
