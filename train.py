@@ -22,13 +22,11 @@ import time
 from pathlib import Path
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rlsr.config import ConfigError, describe_hydra_error, force_add_overrides
-from rlsr.config.renamed import fold_composed, renamed_overrides
 from rlsr.run_layout import checkpoint_folders
 from rlsr.run_plan import RunPlan, plan_from_config
 from rlsr.verifiers.base import VerifierFailure
@@ -72,12 +70,6 @@ def checked_plan(cfg: DictConfig) -> RunPlan:
 
 @hydra.main(version_base="1.3", config_path="recipes", config_name="config")
 def main(cfg: DictConfig) -> int:
-    # an old key in a recipe file, under its new one; the command line (HydraConfig's) still wins
-    try:
-        cfg = fold_composed(cfg, HydraConfig.get().overrides.task)
-    except ConfigError as err:  # two spellings of one field that cannot be ordered
-        print(f"config error: {err}", file=sys.stderr)
-        sys.exit(CONFIG_ERROR_EXIT)
     plan = checked_plan(cfg)
     settings = plan.settings
     if _is_main_process():
@@ -183,16 +175,14 @@ def cli() -> None:
     """Run ``main`` with one-line errors for problems Hydra finds while composing the config.
 
     Plain ``key=value`` overrides become ``++key=value`` so unknown keys reach our validation
-    (closest-match suggestions, GRPOConfig fields the recipes do not list); a renamed key is
-    spelled the new way first (``rlsr.config.renamed``). Hydra is told to
+    (closest-match suggestions, GRPOConfig fields the recipes do not list). Hydra is told to
     re-raise (``HYDRA_FULL_ERROR``) so an unknown recipe/method or a malformed override prints
     ``config error: ...`` and exits 2 instead of a multi-line report; other errors keep their
     traceback. A user who set ``HYDRA_FULL_ERROR`` gets Hydra's full output as before.
     """
     recipes = Path(__file__).resolve().parent / "recipes"
     groups = [d.name for d in recipes.iterdir() if d.is_dir()]
-    overrides = renamed_overrides(sys.argv[1:])  # a renamed key, with one line each
-    sys.argv = [sys.argv[0], *force_add_overrides(overrides, groups)]
+    sys.argv = [sys.argv[0], *force_add_overrides(sys.argv[1:], groups)]
     user_wants_full_error = bool(os.environ.get("HYDRA_FULL_ERROR"))
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:

@@ -27,9 +27,6 @@ flash-attn, deepspeed) and the attention implementation ``auto`` resolves to
 (``resolve_attn_implementation``). Tests that plan a GPU launch on a CPU machine replace these
 probes only.
 
-Its names from when it was called an "engine" (old spelling: the word is the generation engine's)
-still import, each with a DeprecationWarning naming the new one (``_OLD_NAMES``).
-
 No rlsr imports here: this module sits beside the primitives.
 """
 
@@ -45,8 +42,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from rlsr.deprecation import renamed_attribute
 
 __all__ = [
     "Launch",
@@ -334,16 +329,3 @@ def launch_problems(
                 )
             )
     return problems
-
-
-# old name -> new name; each still imports (module __getattr__ below), with a DeprecationWarning
-_OLD_NAMES = {
-    "LaunchEngine": "Launch",  # old spelling
-    "engine_from_env": "launch_from_env",  # old spelling
-    "engine_from_accelerate_config": "launch_from_accelerate_config",  # old spelling
-    "engine_problems": "launch_problems",  # old spelling
-}
-
-
-def __getattr__(name: str):
-    return renamed_attribute(globals(), _OLD_NAMES, __name__, name, stacklevel=3)

@@ -43,7 +43,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from rlsr.data import version_differences
-from rlsr.deprecation import deprecated
 from rlsr.eval_protocol import SAMPLE_FIELDS
 
 __all__ = [
@@ -76,8 +75,6 @@ __all__ = [
     "pool_path",
     "pool_steps",
     "read_run_file",
-    "RENAMED_RUN_FIELDS",
-    "renamed_run_fields",
     "config_differences",
     "datasets_with_samples",
     "move_aside",
@@ -215,25 +212,6 @@ def read_run_file(out: Path) -> dict | None:
         return json.loads(path.read_text())
     except ValueError:
         raise ValueError(f"{path} is not valid JSON; fix it, or pass --overwrite.") from None
-
-
-# run.json fields that were renamed (old -> new): a folder written before reads as it was
-RENAMED_RUN_FIELDS = {"protocol_layer": "protocol_variant"}  # old spelling
-
-
-def renamed_run_fields(record: dict) -> dict:
-    """``record`` (a run.json read back) with each renamed field under its new name, one
-    ``deprecated:`` line per old field found; where both names are present the new one wins."""
-    old_found = [old for old in RENAMED_RUN_FIELDS if old in record]
-    if not old_found:
-        return record
-    record = dict(record)
-    for old in old_found:
-        new = RENAMED_RUN_FIELDS[old]
-        deprecated(f"run.json's {old}", new, "a run folder written before reads as it was")
-        value = record.pop(old)
-        record.setdefault(new, value)
-    return record
 
 
 def _short(value) -> str:

@@ -32,8 +32,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlsr.evaluation.outputs import deprecated_flag
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "slurm"))
 
@@ -114,7 +112,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="the tasks (names or groups) each trained checkpoint is evaluated on, one array task "
         "each (default <recipe>-id,<recipe>-ood)",
     )
-    deprecated_flag(parser, "--eval-datasets", instead="--eval-tasks", dest="eval_tasks", type=comma_list)  # old spelling  # fmt: skip
     parser.add_argument(
         "--eval-gpus-per-node",
         type=int,
@@ -146,7 +143,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "paper: the paper tables' 4,096-token budget, where the recipe declares it; none: the "
         "held-out protocol itself)",
     )
-    deprecated_flag(parser, "--protocol-layer", instead="--protocol-variant", dest="protocol_variant")  # old spelling  # fmt: skip
     parser.add_argument(
         "--tasks-dir",
         action="append",

@@ -643,18 +643,3 @@ def test_datasets_cli_reports_unknown_and_unreachable_datasets_without_traceback
     assert "rlsr tasks download hotpot_modified --out DIR" in err and "Traceback" not in err
     assert main(["tasks", "show", "nope"]) == 2
     assert capsys.readouterr().err.startswith("rlsr: error: unknown task 'nope'")
-
-
-def test_row_readers_keep_their_old_import_path_with_a_deprecation_warning():
-    """`from rlsr.data import load_examples` (and the other row readers that moved to
-    rlsr.data.loading) still gives the same object, with one DeprecationWarning naming the new
-    path; an unknown name is still an AttributeError. Catches a user's import broken by the move
-    that keeps rlsr.data's top free of `datasets`."""
-    import rlsr.data
-    import rlsr.data.loading
-
-    for name in sorted(rlsr.data._MOVED_TO_LOADING):
-        with pytest.warns(DeprecationWarning, match=f"rlsr.data.loading.{name}"):
-            assert getattr(rlsr.data, name) is getattr(rlsr.data.loading, name)
-    with pytest.raises(AttributeError):
-        rlsr.data.no_such_reader  # noqa: B018

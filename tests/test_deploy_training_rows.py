@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from rlsr import deprecation
 from rlsr.cli import main
 from rlsr.data.loading import load_examples
 from rlsr.evaluation.deployment import training_record
@@ -49,29 +48,22 @@ def run(tmp_path):
 def _deploy(tmp_path, run, val_split: str, *extra: str) -> tuple[int, str]:
     val = _samples(tmp_path / f"val-{val_split}", val_split)
     test = _samples(tmp_path / "test", "test")
-    argv = ["deploy", "--validation", str(val), "--test", str(test), "--target", "0.75",
-            "--adapter", str(run / "checkpoint-40"), "--output", str(tmp_path / "dep"), *extra]  # fmt: skip
+    argv = ["deploy", "--validation", str(val), "--test", str(test), "--deployment-target",
+            "0.75", "--adapter", str(run / "checkpoint-40"), "--output-dir", str(tmp_path / "dep"),
+            *extra]  # fmt: skip
     return main(argv)
 
 
-def test_training_record_reads_the_runs_config_beside_the_adapter(run, capsys, monkeypatch):
+def test_training_record_reads_the_runs_config_beside_the_adapter(run):
     """The final adapter sits in output_dir, a checkpoint one level below: both find the run's
-    config.yaml; the split defaults to the dataset's train split; a config.yaml an older rlsr
-    wrote (``data.dataset``, now ``data.task``) reads the same, with one ``deprecated:`` line.
+    config.yaml; the split defaults to the dataset's train split, ``data.split`` sets it.
     Catches a reader that looks only in the adapter folder (every checkpoint would pass
-    unchecked) or that misses an older run's training task (its threshold check skipped)."""
-    monkeypatch.setattr(deprecation, "_SAID", set())
+    unchecked)."""
     got = training_record(run / "checkpoint-40")
     assert (got["dataset"], got["split"]) == (DATASET, "train")
     assert training_record(run) == got
-    (run / "config.yaml").write_text(f"data:\n  dataset: {DATASET}\n  split: validation\n")
+    (run / "config.yaml").write_text(f"data:\n  task: {DATASET}\n  split: validation\n")
     assert training_record(run / "checkpoint-40")["split"] == "validation"
-    assert training_record(run / "checkpoint-40")["dataset"] == DATASET
-    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("deprecated:")]
-    assert lines == [
-        "deprecated: data.dataset is now data.task (a run folder's config.yaml written by an "
-        "older rlsr; it still reads)."
-    ]
     assert training_record(run.parent) is None  # no config.yaml: not a train.py run
 
 
@@ -85,7 +77,10 @@ def test_deploy_refuses_a_threshold_chosen_on_the_adapters_training_split(tmp_pa
     assert len(err) == 1, err  # one line, no traceback
     err = err[0]
     assert "config.yaml" in err and "--allow-train-split" in err and "tiny-missing@train" in err
-    assert not (tmp_path / "dep.json").exists() and not (tmp_path / "dep.md").exists()
+    assert (
+        not (tmp_path / "dep" / "deployment.json").exists()
+        and not (tmp_path / "dep" / "deployment.md").exists()
+    )
 
 
 def test_allowed_threshold_on_training_rows_is_marked_in_every_output(tmp_path, run, capsys):
@@ -94,12 +89,14 @@ def test_allowed_threshold_on_training_rows_is_marked_in_every_output(tmp_path, 
     Catches a flag that silently turns the check off."""
     assert _deploy(tmp_path, run, "train", "--allow-train-split") == 0
     assert "NOT HELD OUT" in capsys.readouterr().out
-    assert "NOT HELD OUT" in (tmp_path / "dep.md").read_text()
-    record = json.loads((tmp_path / "dep.json").read_text())
+    assert "NOT HELD OUT" in (tmp_path / "dep" / "deployment.md").read_text()
+    record = json.loads((tmp_path / "dep" / "deployment.json").read_text())
     assert record["provenance"]["threshold_on_training_rows"] is True
     assert record["provenance"]["trained_on"]["split"] == "train"
     assert all(row["guarantee"].startswith("NOT HELD OUT") for row in record["rows"])
-    assert "NOT HELD OUT" in promise(load_threshold(tmp_path / "dep.json", "clopper_pearson"))
+    assert "NOT HELD OUT" in promise(
+        load_threshold(tmp_path / "dep" / "deployment.json", "clopper_pearson")
+    )
 
 
 def test_deploy_on_the_held_out_validation_split_is_not_marked(tmp_path, run, capsys):
@@ -107,6 +104,6 @@ def test_deploy_on_the_held_out_validation_split_is_not_marked(tmp_path, run, ca
     unmarked. Catches a check that refuses every deployment of a trained adapter."""
     assert _deploy(tmp_path, run, "validation") == 0
     assert "NOT HELD OUT" not in capsys.readouterr().out
-    record = json.loads((tmp_path / "dep.json").read_text())
+    record = json.loads((tmp_path / "dep" / "deployment.json").read_text())
     assert record["provenance"]["threshold_on_training_rows"] is False
     assert not any("NOT HELD OUT" in row["guarantee"] for row in record["rows"])

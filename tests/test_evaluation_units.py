@@ -208,35 +208,25 @@ def _evaluation_folder(root, name="rlsr-seed0"):
 
 def test_deploy_takes_the_risk_level_as_evaluate_spells_it(tmp_path, capsys):
     """`rlsr deploy --deployment-delta` (rlsr evaluate's name) sets the Clopper-Pearson risk
-    level recorded in deployment.json; the old `--delta` gives the same file with one note line
-    naming the new spelling. Catches the flag parsed but not passed on (the file would keep the
-    default 0.1)."""
+    level recorded in deployment.json. Catches the flag parsed but not passed on (the file would
+    keep the default 0.1)."""
     from rlsr.cli import main
 
     evals = _evaluation_folder(tmp_path)
     common = ["deploy", "--validation", str(evals / "medqa@validation"), "--test",
               str(evals / "medqa"), "--deployment-target", "0.7"]  # fmt: skip
-    files = {}
-    for flag in ("--deployment-delta", "--delta"):
-        out = tmp_path / flag.strip("-")
-        assert main([*common, flag, "0.3", "--output-dir", str(out)]) == 0
-        files[flag] = json.loads((out / "deployment.json").read_text())
-    assert capsys.readouterr().err.splitlines() == [
-        "rlsr deploy: note: --delta is deprecated; use --deployment-delta."
-    ]
-    assert files["--deployment-delta"]["provenance"]["delta"] == 0.3
-    assert files["--deployment-delta"]["rows"] == files["--delta"]["rows"]
+    out = tmp_path / "deployment"
+    assert main([*common, "--deployment-delta", "0.3", "--output-dir", str(out)]) == 0
+    assert capsys.readouterr().err == ""
+    assert json.loads((out / "deployment.json").read_text())["provenance"]["delta"] == 0.3
 
 
 def test_deploy_report_and_serve_report_write_into_output_dir_created_with_parents(
     tmp_path, capsys
 ):
     """One output convention: `--output-dir DIR` (missing parents created) with fixed names
-    inside: DIR/deployment.json + .md, DIR/report.md ..., DIR/serve_report.json + .md; the old
-    spellings (deploy --output PREFIX / --target, report --output, serve-report --output) still
-    write where they did, each with one note line on stderr naming the new spelling (a missing
-    folder under --output was a raw [Errno 2]); a file given as --output-dir is refused before
-    anything is read."""
+    inside: DIR/deployment.json + .md, DIR/report.md ..., DIR/serve_report.json + .md; a file
+    given as --output-dir is refused before anything is read."""
     from rlsr.cli import main
 
     evals = _evaluation_folder(tmp_path)
@@ -246,16 +236,6 @@ def test_deploy_report_and_serve_report_write_into_output_dir_created_with_paren
     assert main([*common, "--deployment-target", "0.7", "--output-dir", str(new)]) == 0
     assert sorted(p.name for p in new.iterdir()) == ["deployment.json", "deployment.md"]
     assert capsys.readouterr().err == ""
-    old = tmp_path / "c" / "d" / "dep"
-    assert main([*common, "--target", "0.7", "--output", str(old)]) == 0
-    notes = capsys.readouterr().err.splitlines()
-    assert notes == [
-        "rlsr deploy: note: --target is deprecated; use --deployment-target.",
-        "rlsr deploy: note: --output is deprecated; use --output-dir DIR (writes "
-        "DIR/deployment.json and .md).",
-    ]
-    assert json.loads(old.with_suffix(".json").read_text())["rows"] == json.loads(
-        (new / "deployment.json").read_text())["rows"]  # fmt: skip
     (tmp_path / "file").write_text("")
     assert (
         main([*common, "--deployment-target", "0.7", "--output-dir", str(tmp_path / "file")]) == 2
@@ -272,11 +252,6 @@ def test_deploy_report_and_serve_report_write_into_output_dir_created_with_paren
     (run / "metrics.json").write_text(json.dumps(metrics))
     assert main(["report", str(run.parent), "--output-dir", str(tmp_path / "r" / "s")]) == 0
     assert {"report.md", "report.csv"} <= {p.name for p in (tmp_path / "r" / "s").iterdir()}
-    assert main(["report", str(run.parent), "--output", str(tmp_path / "old")]) == 0
-    assert (tmp_path / "old.md").is_file()
-    assert (
-        "rlsr report: note: --output is deprecated; use --output-dir DIR" in capsys.readouterr().err
-    )
 
     log = tmp_path / "decisions.jsonl"
     log.write_text("".join(json.dumps({"decision": d, "tau": 0.5}) + "\n"
@@ -285,9 +260,21 @@ def test_deploy_report_and_serve_report_write_into_output_dir_created_with_paren
     assert main(["serve-report", str(log), "--tau", "0.5", "--output-dir", str(served)]) == 0
     assert sorted(p.name for p in served.iterdir()) == ["serve_report.json", "serve_report.md"]
     assert json.loads((served / "serve_report.json").read_text())["answered"] == 1
-    assert main(["serve-report", str(log), "--output", str(tmp_path / "g" / "s.json")]) == 0
-    assert json.loads((tmp_path / "g" / "s.json").read_text())["n"] == 2
-    assert "rlsr serve-report: note: --output is deprecated" in capsys.readouterr().err
+
+
+def test_a_flag_is_never_taken_for_the_longer_flag_it_begins(tmp_path, capsys):
+    """``rlsr deploy --output X`` and ``rlsr report --output X`` are unknown flags (exit 2 before
+    anything is read), not abbreviations of ``--output-dir``: a prefix would otherwise write into
+    folder X where a user meant file X."""
+    from rlsr.cli import main
+
+    for argv in (["deploy", "--validation", "v", "--test", "t", "--deployment-target", "0.7"],
+                 ["report", "d"]):  # fmt: skip
+        with pytest.raises(SystemExit) as stop:
+            main([*argv, "--output", str(tmp_path / "x")])
+        assert stop.value.code == 2
+        assert "unrecognized arguments: --output" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
 
 
 def test_deployment_table_prints_its_legend_and_names_the_run_as_evaluate_does(tmp_path, capsys):

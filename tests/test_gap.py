@@ -156,31 +156,31 @@ def test_report_tab2_and_fig3(tmp_path):
     _write_run(tmp_path, "rlsr-seed1", "hotpot_vanilla", [("q1", 0.3, False)])
     dirs = [str(tmp_path / n) for n in ("rlvr", "rlsr-seed0", "rlsr-seed1")]
     out = tmp_path / "rep"
-    assert rlsr_main(["report", *dirs, "--family", "hotpot", "--output", str(out)]) == 0
-    md = (tmp_path / "rep.md").read_text()
+    assert rlsr_main(["report", *dirs, "--family", "hotpot", "--output-dir", str(out)]) == 0
+    md = (out / "report.md").read_text()
     # All (ID only, pooled): S+ = {hm/q1}, S- = {hm/q2, hv/q1}; shared 4 questions, hm/q4 dropped.
     # rlsr E[c|correct] = (0.9 + 0.7)/2 = 0.8; E[c|incorrect] = mean(0.3, 0.5, 0.1, 0.3) = 0.3.
     assert "| All | rlsr | 1 | 2 | 4 | 1 | 0.800 | 0.300 | 0.500 |" in md
     assert "| All | rlvr | 1 | 2 | 4 | 1 | 1.000 | 0.750 | 0.250 |" in md
     assert "| hotpot_vanilla | rlsr | 0 | 1 | 1 | 0 | – | 0.200 | – |" in md
-    rows = list(csv.DictReader(open(tmp_path / "rep.csv")))
+    rows = list(csv.DictReader(open(out / "report.csv")))
     row = next(r for r in rows if r["metric"] == "controlled_gap" and r["method"] == "rlsr"
                and r["scope"] == "All")  # fmt: skip
     assert float(row["mean"]) == pytest.approx(0.5)
     # Fig. 3: all samples pooled over runs, not the controlled subset.
     # rlsr on hotpot_modified: correct 0.9, 0.5, 0.6, 0.7 -> 0.675; wrong 0.3, 0.8, 0.5 -> 0.533
     assert "| hotpot_modified | rlsr | 4 | 3 | 0.675 | 0.533 | 0.142 |" in md
-    png = tmp_path / "rep_confidence_density.png"
+    png = out / "report_confidence_density.png"
     assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
-    assert "![confidence densities](rep_confidence_density.png)" in md
+    assert "![confidence densities](report_confidence_density.png)" in md
 
     # --gap-methods restricts the methods that must agree: rlsr alone keeps hm/q3 out only
     # where its own runs disagree (q3: wrong in seed0, right in seed1).
-    assert rlsr_main(["report", *dirs, "--gap-methods", "rlsr", "--output", str(out)]) == 0
-    md = (tmp_path / "rep.md").read_text()
+    assert rlsr_main(["report", *dirs, "--gap-methods", "rlsr", "--output-dir", str(out)]) == 0
+    md = (out / "report.md").read_text()
     assert "| hotpot_modified | rlsr | 1 | 1 | 3 | 1 | 0.800 | 0.400 | 0.400 |" in md
     assert "| hotpot_modified | rlvr | 1 |" not in md
-    assert rlsr_main(["report", *dirs, "--gap-methods", "rlsx", "--output", str(out)]) == 2
+    assert rlsr_main(["report", *dirs, "--gap-methods", "rlsx", "--output-dir", str(out)]) == 2
 
 
 def test_report_rejects_a_question_twice_in_one_run(tmp_path):
@@ -207,10 +207,13 @@ def test_tab5_five_seeds_at_t03_aggregate_to_mean_std(tmp_path):
                            aurc=aurc[name, d])  # fmt: skip
             dirs.append(str(tmp_path / name))
     assert report.method_from_dirname(dirs[-1]) == "rlsr-plain-aurc-t0.3"
-    assert rlsr_main(["report", *dirs, "--family", "hotpot", "--output", str(tmp_path / "t5")]) == 0
-    md = (tmp_path / "t5.md").read_text()
+    assert (
+        rlsr_main(["report", *dirs, "--family", "hotpot", "--output-dir", str(tmp_path / "t5")])
+        == 0
+    )
+    md = (tmp_path / "t5" / "report.md").read_text()
     assert "rlsr-t0.3 (5 runs)" in md and "rlsr-plain-aurc-t0.3 (5 runs)" in md
-    rows = list(csv.DictReader(open(tmp_path / "t5.csv")))
+    rows = list(csv.DictReader(open(tmp_path / "t5" / "report.csv")))
     for method in ("rlvr-t0.3", "rlsr-t0.3", "rlsr-plain-aurc-t0.3"):
         line = next(x for x in md.splitlines() if x.startswith(f"| {method} | "))
         for scope, members in (("ID", ids), ("OOD", oods)):

@@ -8,10 +8,6 @@ matplotlib, deepspeed, liger) may still be imported inside a function, with a co
 from __future__ import annotations
 
 import ast
-import importlib
-import re
-import runpy
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,7 +26,6 @@ LAYERS: dict[str, int] = {
     "rlsr.metric_inputs": 0,
     "rlsr.launch": 0,
     "rlsr.plugins": 0,  # "package.module:name" imported safely (verifier and method plugins)
-    "rlsr.deprecation": 0,  # the one-line note of an old spelling that still reads
     "rlsr.checks": 0,  # ConfigError, check, is_int / is_number: every settings check's words
     # 1 equations
     "rlsr.rewards": 1,
@@ -84,14 +79,6 @@ ONE_WAY: tuple[tuple[str, str], ...] = (
     ("rlsr.generation", "rlsr.serving"),
     ("rlsr.evaluation", "rlsr.serving"),
 )
-# Old module paths kept for one release as deprecation modules (old -> new): each warns, hands out
-# the new module's names and takes its layer; nothing of the repository imports them.
-DEPRECATED: dict[str, str] = {
-    "rlsr.evaluation.layout": "rlsr.run_layout",
-    "rlsr.evaluation.backends": "rlsr.generation.backends",
-    "rlsr.engines": "rlsr.launch",
-    "rlsr.evaluation.in_training": "rlsr.evaluation.heldout",
-}
 LAYER_NAMES = (
     "primitives",
     "equations",
@@ -155,7 +142,6 @@ def import_edges(sources: dict[str, str]) -> list[tuple[str, str, int, bool]]:
 
 
 def layer_of(module: str) -> int | None:
-    module = DEPRECATED.get(module, module)
     best = None
     for prefix, layer in LAYERS.items():
         matches = module == prefix or (prefix != "rlsr" and module.startswith(prefix + "."))
@@ -265,65 +251,6 @@ def test_an_evaluation_import_of_serving_is_caught():
     assert any(
         p.startswith("rlsr.evaluation.audit:1: imports rlsr.serving.policy;") for p in found
     ), found
-
-
-@pytest.mark.parametrize(("old", "new"), sorted(DEPRECATED.items()))
-def test_a_deprecated_path_warns_and_hands_out_the_new_modules_names(old, new):
-    """Code written against an old module path keeps working with one DeprecationWarning that
-    names the new path: a removed path (ImportError) or a forwarder that misses a name, or one
-    not declared in ``__all__`` (``WORLD_SIZE_VARIABLES`` of the old rlsr.engines), would fail."""
-    moved = importlib.import_module(new)
-    sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=re.escape(new)):
-        module = importlib.import_module(old)
-    assert module.__all__ == moved.__all__
-    public = {n for n in vars(moved) if not n.startswith("_")}
-    assert {n for n in public if getattr(module, n) is not getattr(moved, n)} == set()
-
-
-def test_the_old_layout_command_still_prints_the_names(monkeypatch, capsys):
-    """``python -m rlsr.evaluation.layout NAME`` (a Slurm script copied from an older rlsr) prints
-    what ``python -m rlsr.run_layout NAME`` prints on stdout, the notice on stderr only: a notice
-    on stdout would end up inside the script's variable."""
-    from rlsr import run_layout
-
-    monkeypatch.setattr(sys, "argv", ["layout", "CHECKPOINT_PREFIX"])
-    sys.modules.pop("rlsr.evaluation.layout", None)
-    with pytest.raises(SystemExit) as stop:
-        runpy.run_module("rlsr.evaluation.layout", run_name="__main__")
-    out, err = capsys.readouterr()
-    assert stop.value.code == 0
-    assert out == run_layout.CHECKPOINT_PREFIX + "\n"
-    assert "python -m rlsr.run_layout" in err
-
-
-# A use of an old path: an import, ``python -m``, or a quoted dotted name (monkeypatch targets);
-# a mention in prose is not a use
-_OLD = r"rlsr\.(evaluation\.(layout|backends|in_training)|engines)\b"
-_OLD_IMPORT = re.compile(
-    rf"(from|import|-m) {_OLD}|[\"']{_OLD}"
-    r"|from rlsr\.evaluation import .*\b(layout|backends|in_training)\b"
-    r"|from rlsr import .*\bengines\b"
-)
-
-
-def test_nothing_in_the_repository_uses_a_deprecated_path():
-    """rlsr's own modules, tests, scripts, Slurm files, benchmarks and docs import the new paths,
-    so deleting the deprecation modules later breaks nothing of ours."""
-    repo = PACKAGE.parent
-    skip = {repo / "tests" / "test_layers.py"}
-    skip |= {PACKAGE.joinpath(*old.split(".")[1:]).with_suffix(".py") for old in DEPRECATED}
-    files = [repo / "train.py", repo / "README.md"]
-    for top in ("rlsr", "tests", "scripts", "slurm", "benchmarks", "tools", "docs"):
-        files += sorted((repo / top).rglob("*"))
-    found = []
-    for path in files:
-        if path in skip or path.suffix not in (".py", ".md", ".sh", ".slurm") or path.is_dir():
-            continue
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if _OLD_IMPORT.search(line):
-                found.append(f"{path.relative_to(repo)}:{number}: {line.strip()}")
-    assert found == []
 
 
 @pytest.mark.parametrize(

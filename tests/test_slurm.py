@@ -1017,23 +1017,16 @@ def test_sweep_refuses_to_plan_an_evaluation_whose_protocol_does_not_resolve():
     assert "heldout.max_new_tokens" in proc.stderr and "does not resolve" in proc.stderr
 
 
-def test_sweep_still_reads_eval_datasets_with_a_note():
-    """The old spelling ``--eval-datasets`` plans the same evaluations as ``--eval-tasks`` (its
-    names reach `rlsr evaluate --tasks`, one array task each), prints the one-line deprecation
-    note on stderr, and stays out of --help. Catches a rename that breaks users' sweep commands
-    or drops the note."""
-    old = ["--recipes", "tiny", "--methods", "rlsr", "--seeds", "0", "--dry-run"]
-    proc = sweep_proc([*old, "--eval-datasets", "tiny,trivia"], base_env())
-    new = sweep_proc([*old, "--eval-tasks", "tiny,trivia"], base_env())
-    assert proc.returncode == 0 and new.returncode == 0, proc.stderr + new.stderr
-    assert proc.stdout == new.stdout
+def test_sweep_eval_tasks_reach_each_evaluation():
+    """``--eval-tasks`` names reach `rlsr evaluate --tasks`, one array task each; a spelling the
+    parser does not declare (``--eval-datasets``) is argparse's unknown-argument error, exit 2."""
+    base = ["--recipes", "tiny", "--methods", "rlsr", "--seeds", "0", "--dry-run"]
+    proc = sweep_proc([*base, "--eval-tasks", "tiny,trivia"], base_env())
+    assert proc.returncode == 0, proc.stderr
     evaluate = shlex.split(proc.stdout.splitlines()[3][len("  sbatch: ") :])
     assert flag(evaluate, "--tasks") == "tiny,trivia" and "--array=0-1" in evaluate
-    note = "slurm/sweep.py: note: --eval-datasets is deprecated; use --eval-tasks."
-    assert note in proc.stderr.splitlines()
-    assert "deprecated" not in new.stderr
-    usage = sweep_proc(["--help"], base_env()).stdout
-    assert "--eval-tasks" in usage and "--eval-datasets" not in usage
+    unknown = sweep_proc([*base, "--eval-datasets", "tiny"], base_env())
+    assert unknown.returncode == 2 and "unrecognized arguments: --eval-datasets" in unknown.stderr
 
 
 def test_sweep_rejects_overrides_it_owns():

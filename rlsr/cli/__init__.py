@@ -68,12 +68,17 @@ def _add_tasks_dir(parser: argparse.ArgumentParser, top: bool) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlsr",
+        allow_abbrev=False,
         description=DESCRIPTION,
         epilog="`rlsr COMMAND --help` for each command's options; docs/evaluation.md.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     for register, target in COMMANDS.values():
-        register(sub).set_defaults(run=target)
+        command = register(sub)
+        command.set_defaults(run=target)
+        # a flag is spelled out in full: a prefix would silently take another flag's place
+        # (`--output` as `--output-dir`) instead of the unknown-flag error
+        command.allow_abbrev = False
     _add_tasks_dir(parser, top=True)
     return parser
 

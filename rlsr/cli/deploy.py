@@ -8,7 +8,6 @@ from rlsr.evaluation.outputs import (
     ALLOW_TRAIN_HELP,
     TRAINING_ROWS_FLAG,
     add_output_dir,
-    deprecated_flag,
 )
 from rlsr.run_layout import DEPLOYMENT_FILE, RUN_FILE, SAMPLES_FILE
 
@@ -27,15 +26,13 @@ def register(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--test", required=True, help=f"{SAMPLES_FILE} (or its folder) of the test split"
     )
-    target = parser.add_mutually_exclusive_group(required=True)  # --target: the old spelling
-    target.add_argument(
+    parser.add_argument(
         "--deployment-target",
+        required=True,
         type=float,
         metavar="ACC",
         help="target accuracy, e.g. 0.75 (as rlsr evaluate's)",
     )
-    deprecated_flag(target, "--target", instead="--deployment-target", dest="deployment_target",
-                    type=float)  # fmt: skip
     parser.add_argument("--scorer", default="verbalized")
     parser.add_argument(
         "--deployment-delta",
@@ -44,8 +41,6 @@ def register(subparsers) -> argparse.ArgumentParser:
         metavar="DELTA",
         help="risk level of the Clopper-Pearson rule (as rlsr evaluate's)",
     )
-    deprecated_flag(parser, "--delta", instead="--deployment-delta", dest="deployment_delta",
-                    type=float)  # fmt: skip
     parser.add_argument(
         "--method-name",
         metavar="NAME",

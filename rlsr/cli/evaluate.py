@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from rlsr.eval_protocol import add_protocol_flags
-from rlsr.evaluation.outputs import ALLOW_TRAIN_HELP, TRAINING_ROWS_FLAG, deprecated_flag
+from rlsr.evaluation.outputs import ALLOW_TRAIN_HELP, TRAINING_ROWS_FLAG
 from rlsr.generation import ENDPOINT_BACKENDS
 from rlsr.run_layout import (
     AUDIT_FILE,
@@ -64,13 +64,12 @@ def register(subparsers) -> argparse.ArgumentParser:
         metavar="RUN",
         help=f"LoRA adapter folder, {CHECKPOINT_PREFIX}N, or training output dir",
     )
-    named = ev.add_mutually_exclusive_group(required=True)
-    named.add_argument(
+    ev.add_argument(
         "--tasks",
+        required=True,
         metavar="NAMES",
         help="comma list of task names or a group (hotpot-id ...); `rlsr tasks` lists them",
     )
-    deprecated_flag(named, "--datasets", instead="--tasks", dest="tasks", metavar="NAMES")
     ev.add_argument(
         "--output-dir",
         required=True,
@@ -131,7 +130,6 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="the recipe's named protocol variant these flags come from (heldout.variants: paper, "
         f"toy), recorded in {RUN_FILE}; a label, it changes no setting",
     )
-    deprecated_flag(ev, "--protocol-layer", instead="--protocol-variant", dest="protocol_variant")  # old spelling  # fmt: skip
     ev.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
     ev.add_argument(
         "--trust-remote-code", action="store_true", help="run the model repo's own code (off)"
@@ -248,7 +246,6 @@ def register(subparsers) -> argparse.ArgumentParser:
         metavar="NAME",
         help="the task whose splits the deployment evaluates (default: medqa)",
     )
-    deprecated_flag(d, "--deployment-dataset", instead="--deployment-task", dest="deployment_task")
     d.add_argument("--deployment-splits", default="validation,test")
     d.add_argument("--deployment-delta", type=float, default=0.1)
     d.add_argument(TRAINING_ROWS_FLAG, action="store_true", help=ALLOW_TRAIN_HELP)

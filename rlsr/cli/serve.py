@@ -131,5 +131,5 @@ def register_report(subparsers) -> argparse.ArgumentParser:
     rp.add_argument("--threshold", metavar="FILE", help=f"the {DEPLOYMENT_FILE} that was served")
     rp.add_argument("--rule", default=DEFAULT_RULE)
     rp.add_argument("--tau", type=float, help="only decisions at this tau (default: the rule's)")
-    add_output_dir(rp, f"DIR/{SERVE_REPORT_FILE} and .md", old_metavar="FILE")
+    add_output_dir(rp, f"DIR/{SERVE_REPORT_FILE} and .md")
     return rp

@@ -57,7 +57,6 @@ from rlsr.config.heldout import (
     resolve_heldout,
 )
 from rlsr.config.hydra_args import describe_hydra_error, force_add_overrides
-from rlsr.config.renamed import fold_renamed
 from rlsr.config.sections import (
     CONFIDENCE_SOURCES,
     DataSettings,
@@ -202,11 +201,10 @@ def _build(cls, values: dict | None, prefix: str):
 def from_dict(values: dict) -> TrainSettings:
     """Build ``TrainSettings`` from a plain dict (e.g. ``OmegaConf.to_container(cfg, resolve=True)``).
 
-    Keys that are not part of the schema raise ``ConfigError`` naming the key; a renamed key
-    reads under its new name with one ``deprecated:`` line (``rlsr.config.renamed``). Top-level keys
-    starting with ``_`` or named ``recipe_name`` are bookkeeping of the recipes and are ignored.
+    Keys that are not part of the schema raise ``ConfigError`` naming the key and the closest
+    field. Top-level keys starting with ``_`` or named ``recipe_name`` are bookkeeping of the
+    recipes and are ignored.
     """
-    values = fold_renamed(values)  # a recipe file's renamed keys, with one line each
     values = {k: v for k, v in dict(values).items() if not k.startswith("_") and k != "recipe_name"}
     settings = _build(TrainSettings, values, "")
     for section, cls in (("grpo", "GRPOConfig"), ("sft", "SFTConfig")):

@@ -12,7 +12,6 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from rlsr.config import TrainSettings, from_dict
-from rlsr.config.renamed import fold_composed, renamed_overrides
 
 __all__ = ["RECIPES_DIR", "compose_config", "compose_tree"]
 
@@ -25,15 +24,12 @@ _HYDRA_LOCK = threading.Lock()
 
 def compose_tree(overrides: list[str], recipes_dir: str | Path = RECIPES_DIR):
     """The composed Hydra tree (an OmegaConf ``DictConfig``) of ``train.py <overrides>``, for a
-    caller that reads keys before they are typed (slurm/resolve_config.py). A renamed key in
-    ``overrides`` is spelled the new way first, and one in a recipe file folded under the new key
-    with ``overrides`` still winning (``rlsr.config.renamed``)."""
-    overrides = renamed_overrides(overrides)
+    caller that reads keys before they are typed (slurm/resolve_config.py)."""
     with (
         _HYDRA_LOCK,
         initialize_config_dir(config_dir=str(Path(recipes_dir).resolve()), version_base="1.3"),
     ):
-        return fold_composed(compose(config_name="config", overrides=overrides), overrides)
+        return compose(config_name="config", overrides=overrides)
 
 
 def compose_config(overrides: list[str], recipes_dir: str | Path = RECIPES_DIR) -> TrainSettings:

@@ -7,7 +7,6 @@ work stops the run before training starts.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -226,16 +225,6 @@ class ResolvedHeldOut:
     def tasks(self) -> list[str]:
         """The tasks evaluated, by name (groups expanded), in order."""
         return list(dict.fromkeys(task for _, task, _ in self.jobs))
-
-    @property
-    def datasets(self) -> list[str]:
-        """Old name of ``tasks`` (a registered entry is a task): still reads, with a warning."""
-        warnings.warn(
-            "ResolvedHeldOut.datasets is deprecated: use ResolvedHeldOut.tasks (the same list).",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.tasks
 
     @property
     def max_new_tokens(self) -> int:

@@ -8,15 +8,11 @@ docs/datasets.md. This package's top imports no ``datasets``/``torch``, so the c
 ``verification_inputs``, ...) live in ``rlsr.data.loading``, which imports ``datasets``.
 """
 
-import importlib
-import warnings
-
 from rlsr.data.formatting import USER_PROMPT_TEMPLATE, build_prompt
 from rlsr.data.registry import (
     BUILTIN_TASKS,
     GROUP_SYSTEM_PROMPTS,
     GROUPS,
-    OLD_NAMES,
     REGISTRY,
     VERIFIERS,
     TaskSource,
@@ -24,7 +20,6 @@ from rlsr.data.registry import (
     get_spec,
     group_system_prompt,
     groups_of,
-    renamed,
     resolve_tasks,
     tasks_system_prompt,
 )
@@ -73,25 +68,3 @@ __all__ = [
     "groups_of",
     "resolve_tasks",
 ]
-
-# The row readers moved to rlsr.data.loading (it imports ``datasets``, which this package's top
-# must not, so a config check stays light). A user's ``from rlsr.data import load_examples``
-# still works: the name is fetched from there on first use, with one DeprecationWarning.
-_MOVED_TO_LOADING = frozenset({
-    "DATA_DIR_ENV", "DatasetUnavailableError", "PromptRoom", "VerificationInputs",
-    "build_verifier", "download_command", "download_dataset", "load_examples", "load_raw",
-    "row_verification_inputs", "verification_inputs",
-})  # fmt: skip
-
-
-def __getattr__(name: str):
-    if name in OLD_NAMES:  # a registered entry is a task now (TaskSpec, resolve_tasks, ...)
-        return renamed(name)
-    if name not in _MOVED_TO_LOADING:
-        raise AttributeError(f"module 'rlsr.data' has no attribute {name!r}")
-    warnings.warn(
-        f"rlsr.data.{name} moved to rlsr.data.loading.{name}; import it from there.",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(importlib.import_module("rlsr.data.loading"), name)

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from rlsr.deprecation import renamed_attribute
-
 __all__ = [
     "DatasetUnavailableError",
     "TaskSpec",
@@ -427,23 +425,3 @@ def tasks_system_prompt(names: str | list[str] | tuple[str, ...]) -> str | None:
             "evaluate them in separate runs or choose one with --system-prompt simple|long."
         )
     return prompts.pop() if prompts else None
-
-
-# old name -> new name (a registered entry is a task; "dataset" is its rows): each still imports,
-# from here and from rlsr.data, with a DeprecationWarning naming the new one
-OLD_NAMES = {
-    "DatasetSpec": "TaskSpec",  # old spelling
-    "BUILTIN_DATASETS": "BUILTIN_TASKS",  # old spelling
-    "resolve_datasets": "resolve_tasks",  # old spelling
-    "datasets_system_prompt": "tasks_system_prompt",  # old spelling
-}
-
-
-def renamed(name: str, module: str = "rlsr.data"):
-    """The object an old name (``OLD_NAMES``) now has, with one DeprecationWarning naming the new
-    name; ``AttributeError`` for any other name."""
-    return renamed_attribute(globals(), OLD_NAMES, module, name, stacklevel=4)
-
-
-def __getattr__(name: str):
-    return renamed(name, "rlsr.data.registry")

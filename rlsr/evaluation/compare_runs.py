@@ -27,7 +27,6 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from rlsr.config.renamed import RUN_FOLDER_HOW, fold_renamed
 from rlsr.eval_protocol import SAMPLE_FIELDS
 from rlsr.evaluation.compare_settings import EVALUATE, HELD_OUT
 from rlsr.evaluation.samples_io import read_samples
@@ -43,7 +42,6 @@ from rlsr.run_layout import (
     STEP_PREFIX,
     checkpoint_folders,
     checkpoint_step,
-    renamed_run_fields,
     step_folders,
 )
 
@@ -131,7 +129,7 @@ def _read_config(run_dir: Path) -> dict:
         raise ValueError(f"{path} is not valid YAML; it is train.py's resolved config.") from None
     if not isinstance(config, dict):
         raise ValueError(f"{path}: not a mapping; it is train.py's resolved config.")
-    return fold_renamed(config, how=RUN_FOLDER_HOW)  # an older run's keys under the new names
+    return config
 
 
 def _method_and_seed(config: dict, run_dir: Path) -> tuple[str, int]:
@@ -182,7 +180,6 @@ def _version_of(run: dict, folder_name: str) -> dict | None:
 def _evaluations(out: Path, step: int) -> list[Evaluation]:
     """Every dataset of one evaluation folder (``rlsr evaluate`` layout) with samples."""
     run = _read_json(out / RUN_FILE) if (out / RUN_FILE).is_file() else {}
-    run = renamed_run_fields(run)  # a folder an older rlsr wrote
     found = []
     for samples in sorted(out.glob(f"*/{SAMPLES_FILE}")):
         folder = samples.parent

@@ -25,7 +25,7 @@ def run_deploy(args) -> int:
     target = args.deployment_target
     if not 0 < target <= 1:
         raise ValueError(f"--deployment-target must be in (0, 1], e.g. 0.75; got {target}.")
-    # DIR/deployment.json (--output-dir DIR), the old --output PREFIX, or None (print only)
+    # DIR/deployment.json (--output-dir DIR), or None (print only)
     prefix = output_prefix(args, DEPLOYMENT_FILE, required=False)
     adapter = resolve_adapter(args.adapter)
     rows, provenance = deployment_from_samples(

@@ -31,7 +31,6 @@ import yaml
 
 from rlsr import metrics as M
 from rlsr.config import resolve_model_path
-from rlsr.config.renamed import RUN_FOLDER_HOW, fold_renamed
 from rlsr.data import REGISTRY, task_records
 from rlsr.eval_protocol import DECODING_FIELDS, PROTOCOL_FIELDS
 from rlsr.evaluation.outputs import TRAINING_ROWS_FLAG
@@ -330,7 +329,6 @@ def training_record(adapter: str | os.PathLike) -> dict | None:
         if not path.is_file():
             continue
         config = yaml.safe_load(path.read_text()) or {}
-        config = fold_renamed(config, how=RUN_FOLDER_HOW)  # an older run's data.dataset too
         data = config.get("data") or {}
         dataset = data.get("task")
         if not dataset:

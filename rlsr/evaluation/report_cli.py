@@ -19,7 +19,7 @@ def run_report(args) -> int:
         raise ValueError(f"{flag} needs training output dirs, e.g. {example}.")
     if not (args.pools or args.curves or args.dirs or args.label):
         raise ValueError("give evaluation directories or --label NAME=DIR1,DIR2.")
-    prefix = output_prefix(args, REPORT_PREFIX, required=True)  # DIR/report, or old --output
+    prefix = output_prefix(args, REPORT_PREFIX, required=True)  # DIR/report
     if args.pools:
         print(write_pool_summary(args.dirs, prefix)["text"])
         return 0
