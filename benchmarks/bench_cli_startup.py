@@ -25,16 +25,22 @@ import time
 from datetime import date
 from pathlib import Path
 
-from rlsr.cli import COMMANDS
-
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = "import torch, transformers"
 BASELINES = {"python -c pass": ["-c", "pass"], f'python -c "{HEAVY}"': ["-c", HEAVY]}
-CASES = {
-    "rlsr --help": (["--help"], 0),
-    **{f"rlsr {name} --help": ([name, "--help"], 0) for name in COMMANDS},
-    "rlsr evaluate --nope (argument error)": (["evaluate", "--nope"], 2),
-}
+
+
+def _cases(env: dict) -> dict[str, tuple[list[str], int]]:
+    """Each case's ``rlsr`` arguments and expected exit; the commands are this checkout's."""
+    names = subprocess.run(
+        [sys.executable, "-c", "from rlsr.cli import COMMANDS; print(*COMMANDS)"],
+        env=env, cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    return {
+        "rlsr --help": (["--help"], 0),
+        **{f"rlsr {name} --help": ([name, "--help"], 0) for name in names},
+        "rlsr evaluate --nope (argument error)": (["evaluate", "--nope"], 2),
+    }
 
 
 def _timed(argv: list[str], env: dict, expect: int | None) -> float:
@@ -54,8 +60,9 @@ def main() -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     checkouts = [("", ROOT)] + ([("before: ", args.before.resolve())] if args.before else [])
     jobs = [(label, argv, None, env) for label, argv in BASELINES.items()]
+    cases = _cases(env)
     for prefix, root in checkouts:
-        for label, (argv, expect) in CASES.items():
+        for label, (argv, expect) in cases.items():
             jobs.append((prefix + label, ["-m", "rlsr.cli", *argv], expect,
                          {**env, "PYTHONPATH": str(root)}))  # fmt: skip
     seconds: dict[str, list[float]] = {label: [] for label, _, _, _ in jobs}
