@@ -43,9 +43,9 @@ def _cases(env: dict) -> dict[str, tuple[list[str], int]]:
     }
 
 
-def _timed(argv: list[str], env: dict, expect: int | None) -> float:
+def _timed(argv: list[str], env: dict, expect: int | None, cwd: Path) -> float:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, *argv], env=env, cwd=ROOT, capture_output=True)
+    proc = subprocess.run([sys.executable, *argv], env=env, cwd=cwd, capture_output=True)
     wall = time.perf_counter() - start
     if expect is not None and proc.returncode != expect:
         sys.exit(f"{argv}: expected exit {expect}, got {proc.returncode}: {proc.stderr[-400:]}")
@@ -59,16 +59,17 @@ def main() -> None:
     args = parser.parse_args()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     checkouts = [("", ROOT)] + ([("before: ", args.before.resolve())] if args.before else [])
-    jobs = [(label, argv, None, env) for label, argv in BASELINES.items()]
+    jobs = [(label, argv, None, env, ROOT) for label, argv in BASELINES.items()]
     cases = _cases(env)
     for prefix, root in checkouts:
         for label, (argv, expect) in cases.items():
+            # run from the checkout: `python -m` puts the working folder first on sys.path
             jobs.append((prefix + label, ["-m", "rlsr.cli", *argv], expect,
-                         {**env, "PYTHONPATH": str(root)}))  # fmt: skip
-    seconds: dict[str, list[float]] = {label: [] for label, _, _, _ in jobs}
+                         {**env, "PYTHONPATH": str(root)}, root))  # fmt: skip
+    seconds: dict[str, list[float]] = {label: [] for label, *_ in jobs}
     for _ in range(args.repeats):  # interleaved, so a burst of load hits every case alike
-        for label, argv, expect, job_env in jobs:
-            seconds[label].append(_timed(argv, job_env, expect))
+        for label, argv, expect, job_env, cwd in jobs:
+            seconds[label].append(_timed(argv, job_env, expect, cwd))
     heavy = statistics.median(seconds[f'python -c "{HEAVY}"'])
     load = os.getloadavg()
     print(f"## `rlsr` start-up: help and argument errors (`benchmarks/bench_cli_startup.py`, "
