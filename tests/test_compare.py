@@ -595,6 +595,10 @@ def test_a_cut_held_out_step_is_refused_with_its_file_and_train_py_fix(tmp_path,
     assert "evaluate checkpoint-40 with `rlsr evaluate`" in line and "--use evaluate" in line
     assert "move eval/step-40 out of the run folder" in line
     assert "rerun the `rlsr evaluate` command" not in line and "rerun the same" not in line
+    # the last fix, as said: the steps before it are compared, the note names the runs at 40
+    (step_dir(runs[0], 40)).rename(tmp_path / "step-40")
+    code, _, err = _compare(capsys, tmp_path / "runs", "--output-dir", tmp_path / "cmp")
+    assert code == 0 and "compared at step 20, the last step every run evaluated; " in err, err
 
 
 @pytest.mark.parametrize("how", ["empty", "short", "no metrics.json", "no dataset folder"])
@@ -620,25 +624,31 @@ def test_a_cut_rlsr_evaluate_folder_is_refused_with_its_rerun(tmp_path, capsys, 
 
 
 @pytest.mark.parametrize(
-    "value, said",
-    [("NaN", "NaN is not a number"), ("1.5", "1.5 is outside [0, 1]"),
-     ('"high"', '"high" is not a number'), ("true", "true is not a number")],
+    "field, value, said",
+    [("confidence", "NaN", "its verbalized confidence NaN is not a number"),
+     ("confidence", "1.5", "its verbalized confidence 1.5 is outside [0, 1]"),
+     ("confidence", '"high"', 'its verbalized confidence "high" is not a number'),
+     ("confidence", "true", "its verbalized confidence true is not a number"),
+     ("correct", "null", "its correct is null, not true or false")],
 )  # fmt: skip
-def test_a_bad_confidence_is_refused_naming_the_file_and_line(tmp_path, capsys, value, said):
+def test_a_bad_sample_is_refused_naming_the_file_and_line(tmp_path, capsys, field, value, said):
     """A confidence that is NaN, outside [0, 1], a word or a boolean (rlsr writes a number in
-    [0, 1] or null) is refused in one line naming samples.jsonl and its line; a boolean is not
-    read as 1.0."""
+    [0, 1] or null), or a verdict that is not true/false, is refused in one line naming
+    samples.jsonl and its line; a boolean is not read as 1.0."""
     runs = _four_runs(tmp_path / "runs")
     samples = step_dir(runs[1], 20) / DATASET / SAMPLES_FILE
     lines = samples.read_text().splitlines()
     record = json.loads(lines[3])
-    lines[3] = json.dumps(record).replace(f'"verbalized": {record["scores"]["verbalized"]}',
-                                          f'"verbalized": {value}')  # fmt: skip
+    if field == "confidence":
+        record["scores"]["verbalized"] = "VALUE"
+    else:
+        record["correct"] = "VALUE"
+    lines[3] = json.dumps(record).replace('"VALUE"', value)  # raw JSON: NaN, true, null
     samples.write_text("\n".join(lines) + "\n")
     code, _, err = _compare(capsys, tmp_path / "runs", "--output-dir", tmp_path / "cmp")
     line = _one_error_line(err)
     assert code == 2 and not (tmp_path / "cmp").exists()
-    assert f"{samples}: line 4 (id 'tiny-missing-test-3'): its verbalized confidence {said}" in line
+    assert f"{samples}: line 4 (id 'tiny-missing-test-3'): {said}" in line
     assert f"copy eval/step-20 of train.py run {runs[1]}" in line
 
 

@@ -240,25 +240,27 @@ def _bad_confidence(value) -> str | None:
 
 
 def _check_records(samples: Path, records: list[dict], scorer: str, fix: str) -> None:
-    """Refuse a sample whose ``scorer`` confidence is not a number in [0, 1] (or null) or whose
-    ``correct`` is not true/false, naming the file and the line: rlsr writes neither."""
+    """Refuse a sample whose ``scorer`` confidence is not a number in [0, 1] (or null), whose
+    ``scores`` is not a mapping or whose ``correct`` is not true/false, naming the file and the
+    line: rlsr writes none of these."""
     for index, record in enumerate(records):
         scores = record.get("scores", {})
-        scores = scores if isinstance(scores, dict) else {scorer: scores}
-        problem = _bad_confidence(scores.get(scorer))
-        if problem is not None:
+        if not isinstance(scores, dict):
+            problem = f"its scores is {json.dumps(scores)}, not a mapping of scorer to confidence"
+        elif (why := _bad_confidence(scores.get(scorer))) is not None:
             problem = (
-                f"its {scorer} confidence {problem} (a confidence is a number in [0, 1], or null "
+                f"its {scorer} confidence {why} (a confidence is a number in [0, 1], or null "
                 "when none was stated)"
             )
         elif not isinstance(record.get("correct"), bool):
             problem = f"its correct is {json.dumps(record.get('correct'))}, not true or false"
-        if problem is not None:
-            line = _line_numbers(samples)[index]
-            raise ValueError(
-                f"{samples}: line {line} (id {record.get('id')!r}): {problem}; correct that "
-                f"line, or {fix}."
-            )
+        else:
+            continue
+        line = _line_numbers(samples)[index]
+        raise ValueError(
+            f"{samples}: line {line} (id {record.get('id')!r}): {problem}; correct that line, "
+            f"or {fix}."
+        )
 
 
 def _evaluations(out: Path, step: int, run_dir: Path | None = None) -> list[Evaluation]:
