@@ -675,8 +675,9 @@ def test_a_run_still_training_is_named_as_such(tmp_path, capsys):
 def test_the_run_summary_evaluate_folder_inside_runs_is_left_out_with_a_note(tmp_path, capsys):
     """README's order: train.py runs in runs/, then the run summary's `rlsr evaluate` into
     RUN/evaluate, then `rlsr compare runs`: the held-out histories are compared and each run's
-    own evaluate folder is left out with a note naming --use evaluate (which compares those)."""
-    root = tmp_path / "runs"
+    own evaluate folder is left out with a note naming --use evaluate (which compares those); a
+    base model's evaluate folder in a folder beside runs/ is left out with a note too."""
+    root = tmp_path / "project" / "runs"
     runs = _four_runs(root)
     for run in runs:
         record = {"model": "tiny-missing-warm", "adapter": str(run.resolve()),
@@ -687,6 +688,11 @@ def test_the_run_summary_evaluate_folder_inside_runs_is_left_out_with_a_note(tmp
     assert code == 0, err
     assert "left out 4 `rlsr evaluate` folder(s) of runs whose held-out history is compared" in err
     assert json.loads((tmp_path / "cmp" / COMPARE_JSON).read_text())["evaluations"] == "held-out"
+    # README's evals/base (the base model's evaluation) beside runs/: left out the same way
+    base = {"model": "tiny-missing-warm", "adapter": None, "datasets": [DATASET]}
+    _write_evaluation(tmp_path / "project" / "evals" / "base", FLAT, base)
+    code, _, err = _compare(capsys, tmp_path / "project", "--output-dir", tmp_path / "cmp2")
+    assert code == 0 and "left out 1 `rlsr evaluate` folder(s) that evaluated no train.py" in err
     code, _, err = _compare(capsys, root, "--use", "evaluate", "--output-dir", tmp_path / "ev")
     assert code == 0, err
     result = json.loads((tmp_path / "ev" / COMPARE_JSON).read_text())

@@ -494,9 +494,10 @@ def _refuse_other_tasks(run_dirs: list[Path]) -> None:
 def find_runs(paths: list[str], use: str | None = None) -> tuple[list[Run], list[str]]:
     """Every training run under ``paths`` with its evaluations (module docstring), and notes on
     what was left out. ``use``: HELD_OUT (train.py's eval/step-N history) or EVALUATE (``rlsr
-    evaluate`` folders); None: whichever is there, and held-out histories when an ``rlsr
+    evaluate`` folders); None: whichever is there, and held-out histories when every ``rlsr
     evaluate`` folder found inside a given folder evaluated a run whose history is there too
-    (the run summary's ``OUTPUT_DIR/evaluate``: left out with a note). Refuses, in this order:
+    (the run summary's ``OUTPUT_DIR/evaluate``) or no train.py run (a base model's): those are
+    left out with a note. Refuses, in this order:
     a path that holds neither; runs that trained on different tasks; both kinds without
     ``use``; a train.py output dir given by name without held-out history; runs whose held-out
     tasks differ; one (method, seed) from two training runs. Notes the runs that have not
@@ -533,13 +534,19 @@ def find_runs(paths: list[str], use: str | None = None) -> tuple[list[Run], list
         # a second evaluation of a run whose held-out history is here: not a reason to ask
         second = [f for f in evaluate_folders if f.resolve() not in given and evaluated[f]
                   and evaluated[f][1].resolve() in with_history]  # fmt: skip
+        unrelated = [f for f in evaluate_folders if f.resolve() not in given and not evaluated[f]]
         if second:
             notes.append(
                 f"left out {len(second)} `rlsr evaluate` folder(s) of runs whose held-out "
                 f"history is compared ({_listed(second)}); --use {EVALUATE} compares those "
                 "instead"
             )
-            evaluate_folders = [f for f in evaluate_folders if f not in second]
+        if unrelated:
+            notes.append(
+                f"left out {len(unrelated)} `rlsr evaluate` folder(s) that evaluated no train.py "
+                f"run here ({_listed(unrelated)})"
+            )
+        evaluate_folders = [f for f in evaluate_folders if f not in second + unrelated]
     _refuse_other_tasks(
         ([] if use == EVALUATE else [run_dirs[key] for key in with_history])
         + [evaluated[f][1] for f in evaluate_folders if evaluated.get(f)]
