@@ -204,7 +204,7 @@ def _fix(out: Path, step: int, run_dir: Path | None, *, rewrite: bool = False) -
         how = (
             "with --overwrite (it starts over in a fresh folder)"
             if rewrite
-            else ("(it evaluates the questions missing and rebuilds metrics.json)")
+            else f"(it evaluates the questions missing and rebuilds {METRICS_FILE})"
         )
         return f"rerun the `rlsr evaluate` command that wrote {out} {how}, or leave it out"
     step_folder = out.relative_to(run_dir)
@@ -478,10 +478,10 @@ def _task(run_dir: Path) -> str | None:
 
 
 def _refuse_other_tasks(run_dirs: list[Path]) -> None:
-    """Refuse runs that trained on different tasks (``data.task``): said before any other
-    difference, since every other one (held-out tasks, a seed twice) follows from it."""
-    pairs = [(d, _task(d)) for d in run_dirs]
-    diff = _first_difference([(d, task) for d, task in pairs if task is not None])
+    """Refuse runs that trained on different tasks (``data.task``; unrecorded: not compared),
+    before any other difference: the others (held-out tasks, one seed twice) follow from it."""
+    tasks = [(d, _task(d)) for d in run_dirs]
+    diff = _first_difference([(d, task) for d, task in tasks if task is not None])
     if diff:
         a, where_a, b, where_b = diff
         raise ValueError(
@@ -497,11 +497,11 @@ def find_runs(paths: list[str], use: str | None = None) -> tuple[list[Run], list
     evaluate`` folders); None: whichever is there, and held-out histories when every ``rlsr
     evaluate`` folder found inside a given folder evaluated a run whose history is there too
     (the run summary's ``OUTPUT_DIR/evaluate``) or no train.py run (a base model's): those are
-    left out with a note. Refuses, in this order:
-    a path that holds neither; runs that trained on different tasks; both kinds without
-    ``use``; a train.py output dir given by name without held-out history; runs whose held-out
-    tasks differ; one (method, seed) from two training runs. Notes the runs that have not
-    finished training and stop the comparison at an earlier step than the others."""
+    left out with a note. Refuses, the real difference first: a path that holds neither; runs
+    that trained on different tasks; both kinds without ``use``; a train.py output dir given by
+    name without held-out history; runs whose held-out tasks differ; one (method, seed) from two
+    training runs. Notes the runs that have not finished training and stop the comparison at an
+    earlier step than the others."""
     run_dirs: dict[Path, Path] = {}  # resolved -> as found: every train.py output dir
     evaluate_folders: list[Path] = []
     named: set[Path] = set()  # train.py runs given by name (not found inside a folder)
