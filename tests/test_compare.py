@@ -634,7 +634,8 @@ def test_a_cut_rlsr_evaluate_folder_is_refused_with_its_rerun(tmp_path, capsys, 
 def test_a_bad_sample_is_refused_naming_the_file_and_line(tmp_path, capsys, field, value, said):
     """A confidence that is NaN, outside [0, 1], a word or a boolean (rlsr writes a number in
     [0, 1] or null), or a verdict that is not true/false, is refused in one line naming
-    samples.jsonl and its line; a boolean is not read as 1.0."""
+    samples.jsonl and its line (counted in the file, blank lines too); a boolean is not read as
+    1.0."""
     runs = _four_runs(tmp_path / "runs")
     samples = step_dir(runs[1], 20) / DATASET / SAMPLES_FILE
     lines = samples.read_text().splitlines()
@@ -644,11 +645,11 @@ def test_a_bad_sample_is_refused_naming_the_file_and_line(tmp_path, capsys, fiel
     else:
         record["correct"] = "VALUE"
     lines[3] = json.dumps(record).replace('"VALUE"', value)  # raw JSON: NaN, true, null
-    samples.write_text("\n".join(lines) + "\n")
+    samples.write_text("\n".join(lines[:1] + [""] + lines[1:]) + "\n")  # a blank line 2
     code, _, err = _compare(capsys, tmp_path / "runs", "--output-dir", tmp_path / "cmp")
     line = _one_error_line(err)
     assert code == 2 and not (tmp_path / "cmp").exists()
-    assert f"{samples}: line 4 (id 'tiny-missing-test-3'): {said}" in line
+    assert f"{samples}: line 5 (id 'tiny-missing-test-3'): {said}" in line
     assert f"copy eval/step-20 of train.py run {runs[1]}" in line
 
 
