@@ -592,7 +592,9 @@ def test_a_cut_held_out_step_is_refused_with_its_file_and_train_py_fix(tmp_path,
     assert code == 2 and not (tmp_path / "cmp").exists()
     assert line.startswith(f"rlsr: error: {samples}"), line
     assert f"copy eval/step-40 of train.py run {runs[0]} again" in line
-    assert "evaluate checkpoint-40 with `rlsr evaluate`" in line and "--use evaluate" in line
+    summary_command = "the run summary's `rlsr evaluate` command with --adapter"
+    assert f"evaluate checkpoint-40 ({summary_command} {checkpoint_dir(runs[0], 40)}:" in line
+    assert "compare those folders with --use evaluate" in line
     assert "move eval/step-40 out of the run folder" in line
     assert "rerun the `rlsr evaluate` command" not in line and "rerun the same" not in line
     # the last fix, as said: the steps before it are compared, the note names the runs at 40

@@ -215,8 +215,9 @@ def _fix(out: Path, step: int, run_dir: Path | None, *, rewrite: bool = False) -
     checkpoint = checkpoint_dir(run_dir, step)
     if checkpoint.is_dir():
         fix += (
-            f", or evaluate {checkpoint.name} with `rlsr evaluate` (the held-out step's numbers) "
-            "for every run and compare those folders with --use evaluate"
+            f", or evaluate {checkpoint.name} (the run summary's `rlsr evaluate` command with "
+            f"--adapter {checkpoint}: the held-out step's numbers) for every run and compare "
+            "those folders with --use evaluate"
         )
     return fix + f", or move {step_folder} out of the run folder to compare the steps before it"
 
