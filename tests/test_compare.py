@@ -559,6 +559,7 @@ def _four_runs(root: Path, **config) -> list[Path]:
 
 
 def _cut_samples(samples: Path, how: str) -> None:
+    """Leave ``samples`` (and its folder) as a copy cut short or a killed evaluation would."""
     lines = samples.read_text().splitlines(keepends=True)
     if how == "empty":
         samples.write_text("")
