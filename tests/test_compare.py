@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -494,7 +495,7 @@ def test_an_unfinished_evaluation_is_refused(tmp_path, capsys):
     append_samples(samples, _records([(0.5, True)] * 11)[10:])
     code, _, err = _compare(capsys, tmp_path / "runs", "--output-dir", tmp_path / "cmp")
     line = _one_error_line(err)
-    assert code == 2 and "summarises n=10 samples but samples.jsonl holds 11" in line
+    assert code == 2 and "samples.jsonl holds 11 samples but its metrics.json counts n=10" in line
 
 
 def test_output_appears_complete_or_not_at_all(sweep, tmp_path, capsys, monkeypatch):
@@ -528,3 +529,193 @@ def test_runs_of_one_seed_each_are_refused_naming_each_run(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1 and "every method has one seed" in err
     assert "rlsr: seed 1" in err and "rlcr: seed 1" in err and str(root / "a") in err
     assert not out.exists() or not any(out.iterdir())
+
+
+# --------------------------------------------------------------------------- no silent fallback
+
+
+def _finish(run: Path, step: int, max_steps: int) -> None:
+    """What train.py leaves in a run folder: checkpoint-N/trainer_state.json (HF Trainer's
+    global_step and max_steps) and, once training ended, the final adapter in the run folder
+    (compare reads only whether the file is there, so its bytes are a placeholder)."""
+    checkpoint = checkpoint_dir(run, step)
+    checkpoint.mkdir()
+    state = {"global_step": step, "max_steps": max_steps}
+    (checkpoint / "trainer_state.json").write_text(json.dumps(state))
+    if step == max_steps:
+        (run / "adapter_model.safetensors").write_bytes(b"placeholder")
+
+
+def _four_runs(root: Path, **config) -> list[Path]:
+    """rlsr and rlcr, seeds 1 and 2, held-out steps 0, 20 and 40, finished at step 40."""
+    last = _answers(CONF, _correct("1111011000"))
+    runs = []
+    for method, seed in itertools.product(("rlsr", "rlcr"), (1, 2)):
+        run = make_run(root, f"{method}-{seed}", method=method, seed=seed,
+                       steps={0: FLAT, 20: last, 40: last}, config=config)  # fmt: skip
+        _finish(run, 40, 40)
+        runs.append(run)
+    return runs
+
+
+def _cut_samples(samples: Path, how: str) -> None:
+    """Leave ``samples`` (and its folder) as a copy cut short or a killed evaluation would."""
+    lines = samples.read_text().splitlines(keepends=True)
+    if how == "empty":
+        samples.write_text("")
+    elif how == "short":
+        samples.write_text("".join(lines[:5]))
+    elif how == "cut mid-line":
+        samples.write_text("".join(lines)[:-30])
+    elif how == "no samples.jsonl":
+        samples.unlink()
+    elif how == "no metrics.json":
+        (samples.parent / METRICS_FILE).unlink()
+    elif how == "no dataset folder":
+        shutil.rmtree(samples.parent)
+
+
+CUTS = ("empty", "short", "cut mid-line", "no samples.jsonl", "no metrics.json")
+
+
+@pytest.mark.parametrize("how", CUTS)
+def test_a_cut_held_out_step_is_refused_with_its_file_and_train_py_fix(tmp_path, capsys, how):
+    """A held-out step folder whose samples.jsonl is empty, short, cut mid-line or missing, or
+    which lacks metrics.json, is refused in one line naming that file, the run and the step,
+    with train.py's fixes (copy the step again, evaluate its checkpoint, or move it out), not
+    `rlsr evaluate`'s rerun; never compared at an earlier step as if the other runs had gone
+    further."""
+    runs = _four_runs(tmp_path / "runs")
+    samples = step_dir(runs[0], 40) / DATASET / SAMPLES_FILE
+    _cut_samples(samples, how)
+    code, _, err = _compare(capsys, tmp_path / "runs", "--output-dir", tmp_path / "cmp")
+    line = _one_error_line(err)
+    assert code == 2 and not (tmp_path / "cmp").exists()
+    assert line.startswith(f"rlsr: error: {samples}"), line
+    assert f"copy eval/step-40 of train.py run {runs[0]} again" in line
+    summary_command = "the run summary's `rlsr evaluate` command with --adapter"
+    assert f"evaluate checkpoint-40 ({summary_command} {checkpoint_dir(runs[0], 40)}:" in line
+    assert "compare those folders with --use evaluate" in line
+    assert "move eval/step-40 out of the run folder" in line
+    assert "rerun the `rlsr evaluate` command" not in line and "rerun the same" not in line
+    # the last fix, as said: the steps before it are compared, the note names the runs at 40
+    (step_dir(runs[0], 40)).rename(tmp_path / "step-40")
+    code, _, err = _compare(capsys, tmp_path / "runs", "--output-dir", tmp_path / "cmp")
+    assert code == 0 and "compared at step 20, the last step every run evaluated; " in err, err
+
+
+@pytest.mark.parametrize("how", ["empty", "short", "no metrics.json", "no dataset folder"])
+def test_a_cut_rlsr_evaluate_folder_is_refused_with_its_rerun(tmp_path, capsys, how):
+    """An `rlsr evaluate` folder whose samples.jsonl is empty or short, which lacks
+    metrics.json, or holds none of the datasets its run.json names (killed before the first
+    answer), is refused in one line naming the file (or folder) and the rerun of that command
+    (it evaluates what is missing), never left out."""
+    runs = _four_runs(tmp_path / "runs")
+    for run in runs:
+        record = {"model": "tiny-missing-warm", "adapter": str(run),
+                  **{k: v for k, v in _settings().items() if k != "progress"},
+                  "system_prompt": "simple", "datasets": [DATASET],
+                  "versions": version_records({DATASET: "exact_match"})}  # fmt: skip
+        _write_evaluation(tmp_path / "evals" / run.name, _answers(CONF, _correct("1" * 10)), record)
+    cut = tmp_path / "evals" / runs[0].name
+    _cut_samples(cut / DATASET / SAMPLES_FILE, how)
+    code, _, err = _compare(capsys, tmp_path / "evals", "--output-dir", tmp_path / "cmp")
+    line = _one_error_line(err)
+    named = cut if how == "no dataset folder" else cut / DATASET / SAMPLES_FILE
+    assert code == 2 and line.startswith(f"rlsr: error: {named}"), line
+    assert f"rerun the `rlsr evaluate` command that wrote {cut}" in line
+
+
+@pytest.mark.parametrize(
+    "field, value, said",
+    [("confidence", "NaN", "its verbalized confidence NaN is not a number"),
+     ("confidence", "1.5", "its verbalized confidence 1.5 is outside [0, 1]"),
+     ("confidence", '"high"', 'its verbalized confidence "high" is not a number'),
+     ("confidence", "true", "its verbalized confidence true is not a number"),
+     ("correct", "null", "its correct is null, not true or false")],
+)  # fmt: skip
+def test_a_bad_sample_is_refused_naming_the_file_and_line(tmp_path, capsys, field, value, said):
+    """A confidence that is NaN, outside [0, 1], a word or a boolean (rlsr writes a number in
+    [0, 1] or null), or a verdict that is not true/false, is refused in one line naming
+    samples.jsonl and its line (counted in the file, blank lines too); a boolean is not read as
+    1.0."""
+    runs = _four_runs(tmp_path / "runs")
+    samples = step_dir(runs[1], 20) / DATASET / SAMPLES_FILE
+    lines = samples.read_text().splitlines()
+    record = json.loads(lines[3])
+    if field == "confidence":
+        record["scores"]["verbalized"] = "VALUE"
+    else:
+        record["correct"] = "VALUE"
+    lines[3] = json.dumps(record).replace('"VALUE"', value)  # raw JSON: NaN, true, null
+    samples.write_text("\n".join(lines[:1] + [""] + lines[1:]) + "\n")  # a blank line 2
+    code, _, err = _compare(capsys, tmp_path / "runs", "--output-dir", tmp_path / "cmp")
+    line = _one_error_line(err)
+    assert code == 2 and not (tmp_path / "cmp").exists()
+    assert f"{samples}: line 5 (id 'tiny-missing-test-3'): {said}" in line
+    assert f"copy eval/step-20 of train.py run {runs[1]}" in line
+
+
+def test_a_run_still_training_is_named_as_such(tmp_path, capsys):
+    """A run that has not finished training (no final adapter; its newest checkpoint at step 20
+    of 40) stops the comparison at its last evaluated step: the note names that run as not
+    finished, with its step, and no finished run is named so."""
+    root = tmp_path / "runs"
+    runs = _four_runs(root)
+    late = make_run(root, "rlsr-3", method="rlsr", seed=3, steps={0: FLAT, 20: FLAT})
+    _finish(late, 20, 40)
+    code, _, err = _compare(capsys, root, "--output-dir", tmp_path / "cmp")
+    assert code == 0, err
+    assert (
+        f"{late} has not finished training (no final adapter; its newest checkpoint, "
+        "checkpoint-20, is at step 20 of 40): it is still training, or it stopped; the "
+        "comparison stops at its last evaluated step, 20." in err
+    )
+    assert not any(f"{run} has not finished" in err for run in runs)
+    block = json.loads((tmp_path / "cmp" / COMPARE_JSON).read_text())["datasets"][DATASET]
+    assert block["last_step"] == 20
+
+
+def test_the_run_summary_evaluate_folder_inside_runs_is_left_out_with_a_note(tmp_path, capsys):
+    """README's order: train.py runs in runs/, then the run summary's `rlsr evaluate` into
+    RUN/evaluate, then `rlsr compare runs`: the held-out histories are compared and each run's
+    own evaluate folder is left out with a note naming --use evaluate (which compares those); a
+    base model's evaluate folder in a folder beside runs/ is left out with a note too."""
+    root = tmp_path / "project" / "runs"
+    runs = _four_runs(root)
+    for run in runs:
+        record = {"model": "tiny-missing-warm", "adapter": str(run.resolve()),
+                  **{k: v for k, v in _settings().items() if k != "progress"},
+                  "system_prompt": "simple", "versions": version_records({DATASET: "exact_match"})}  # fmt: skip
+        _write_evaluation(run / "evaluate", _answers(CONF, _correct("1" * 10)), record)
+    code, _, err = _compare(capsys, root, "--output-dir", tmp_path / "cmp")
+    assert code == 0, err
+    assert "left out 4 `rlsr evaluate` folder(s) of runs whose held-out history is compared" in err
+    assert json.loads((tmp_path / "cmp" / COMPARE_JSON).read_text())["evaluations"] == "held-out"
+    # README's evals/base (the base model's evaluation) beside runs/: left out the same way
+    base = {"model": "tiny-missing-warm", "adapter": None, "datasets": [DATASET]}
+    _write_evaluation(tmp_path / "project" / "evals" / "base", FLAT, base)
+    code, _, err = _compare(capsys, tmp_path / "project", "--output-dir", tmp_path / "cmp2")
+    assert code == 0 and "left out 1 `rlsr evaluate` folder(s) that evaluated no train.py" in err
+    code, _, err = _compare(capsys, root, "--use", "evaluate", "--output-dir", tmp_path / "ev")
+    assert code == 0, err
+    result = json.loads((tmp_path / "ev" / COMPARE_JSON).read_text())
+    assert result["evaluations"] == "evaluate" and result["datasets"][DATASET]["last_step"] == 40
+
+
+def test_a_run_of_another_task_is_named_by_its_task_first(tmp_path, capsys):
+    """Your own task's run (data.task=caps, seed 1) beside the tiny task's runs in runs/: the
+    refusal names the different training task and both runs, not 'seed 1 twice' or the
+    evaluate folders, which follow from it."""
+    root = tmp_path / "runs"
+    _four_runs(root, data={"task": "tiny-missing"})
+    caps = make_run(root, "caps", method="rlsr", seed=1, steps={0: FLAT}, datasets=("caps",),
+                    config={"data": {"task": "caps"}})  # fmt: skip
+    record = {"model": "tiny-missing-warm", "adapter": str(caps / "checkpoint-2")}
+    (caps / "checkpoint-2").mkdir()
+    _write_evaluation(tmp_path / "evals" / "caps", FLAT, record, dataset="caps")
+    for paths in ([root], [root, tmp_path / "evals"]):
+        code, _, err = _compare(capsys, *paths, "--output-dir", tmp_path / "cmp")
+        line = _one_error_line(err)
+        assert code == 2 and "the runs trained on different tasks: data.task is" in line, line
+        assert f"'caps' in {caps}" in line and str(root / "rlcr-1") in line

@@ -50,7 +50,9 @@ def register(subparsers) -> None:
         choices=(HELD_OUT, EVALUATE),
         help=f"which evaluations: {HELD_OUT} = train.py's {EVAL_DIR}/{STEP_PREFIX}N history, "
         f"{EVALUATE} = "
-        "`rlsr evaluate` folders of the runs' adapters (default: whichever the folders hold)",
+        "`rlsr evaluate` folders of the runs' adapters (default: whichever the folders hold; "
+        f"{HELD_OUT} when the `rlsr evaluate` folders found are of runs whose held-out history "
+        "is there, such as the run summary's RUN/evaluate)",
     )
     parser.add_argument(
         "--reference",
