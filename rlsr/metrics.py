@@ -24,18 +24,35 @@ from typing import NamedTuple
 import numpy as np
 
 from rlsr.calibration import (
+    ReliabilityBins,
     TemperatureScaler,
     apply_temperature,
     auroc,
     brier,
     confidence_gap,
     ece,
+    equal_mass_ece,
+    max_calibration_error,
+    reliability_bins,
+    rms_calibration_error,
     temperature_scale,
 )
-from rlsr.metric_inputs import bool_array, check_fraction, check_same_length, scores_array
-from rlsr.ranking import descending_order, harmonic_numbers, tie_averaged_weights
+from rlsr.metric_inputs import bool_array, check_same_length, scores_array
+from rlsr.ranking import (
+    coverage_count,
+    descending_order,
+    harmonic_numbers,
+    tie_averaged_weights,
+)
 from rlsr.rewards import rank_weights
-from rlsr.thresholds import ThresholdOutcome, ThresholdSelection, apply_threshold, select_threshold
+from rlsr.thresholds import (
+    ThresholdOutcome,
+    ThresholdSelection,
+    apply_threshold,
+    coverage_at_risk,
+    risk_at_coverage,
+    select_threshold,
+)
 from rlsr.utility import (
     UtilityAUCResult,
     dcs,
@@ -57,6 +74,11 @@ __all__ = [
     "accuracy_at_coverage",
     "coverage_count",
     "ece",
+    "equal_mass_ece",
+    "max_calibration_error",
+    "rms_calibration_error",
+    "ReliabilityBins",
+    "reliability_bins",
     "brier",
     "auroc",
     "confidence_gap",
@@ -67,6 +89,8 @@ __all__ = [
     "ThresholdOutcome",
     "select_threshold",
     "apply_threshold",
+    "coverage_at_risk",
+    "risk_at_coverage",
     "UtilityAUCResult",
     "utility_auc",
     "utility_auc_details",
@@ -205,16 +229,6 @@ def risk_coverage_curve(confidence, correct) -> RiskCoverageCurve:
         risk=cum_errors[ends - 1] / ends,
         thresholds=conf[order][starts],
     )
-
-
-def coverage_count(coverage: float, n: int) -> int:
-    """m = ceil(c * n), at least 1: the sample count behind Acc@c (DESIGN.md, RLSR Sec. C.5.2).
-
-    Guards float noise (0.1 * 30 = 3.0000000000000004 -> 3) by rounding c * n to 9 decimals
-    before the ceiling; exact for every decimal c and n up to ~10^7 (tested against fractions).
-    """
-    c = check_fraction(coverage, "coverage")
-    return min(n, max(1, math.ceil(round(c * n, 9))))
 
 
 def accuracy_at_coverage(confidence, correct, coverage):
