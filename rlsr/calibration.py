@@ -92,6 +92,26 @@ class ReliabilityBins(NamedTuple):
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(self.count > 0, self.correct_sum / self.count, np.nan)
 
+    def ece(self) -> float:
+        """sum_B |B|/n * |acc_B - conf_B|, computed as sum_B |correct_B - confidence sum_B| / n
+        (empty bins give 0 - 0)."""
+        return float(np.abs(self.correct_sum - self.confidence_sum).sum() / self.n)
+
+    def _filled_gaps(self) -> tuple[np.ndarray, np.ndarray]:
+        """(|B| * (acc_B - conf_B), |B|) of the non-empty bins."""
+        filled = self.count > 0
+        return self.correct_sum[filled] - self.confidence_sum[filled], self.count[filled]
+
+    def mce(self) -> float:
+        """max over non-empty bins of |acc_B - conf_B|."""
+        gap, count = self._filled_gaps()
+        return float(np.max(np.abs(gap) / count))
+
+    def rms(self) -> float:
+        """sqrt(sum_B |B|/n * (acc_B - conf_B)^2)."""
+        gap, count = self._filled_gaps()
+        return float(math.sqrt(np.sum(gap * gap / count) / self.n))
+
 
 def _check_bins(n_bins) -> int:
     if int(n_bins) != n_bins or n_bins < 1:
@@ -116,7 +136,8 @@ def reliability_bins(
     """The bins of ``ece`` (same edges, same left-closed rule): per bin B the count |B|, the
     mean confidence conf_B and the accuracy acc_B; what a reliability diagram draws
     (Guo et al. 2017, "On Calibration of Modern Neural Networks", arXiv:1706.04599, Sec. 2).
-    By construction sum_B |B|/n * |acc_B - conf_B| = ``ece``."""
+    ``ece``, ``max_calibration_error`` and ``rms_calibration_error`` are its ``.ece()``,
+    ``.mce()`` and ``.rms()``, so several of them from one binning cost one binning."""
     conf, ok = _prob_inputs(confidence, correct)
     return _bins(conf, ok, n_bins, binning)
 
@@ -133,9 +154,7 @@ def ece(confidence, correct, n_bins: int = 10, *, binning: str = "equal_width") 
     confidences (tied values share a bin). Empty bins contribute nothing.
     """
     conf, ok = _prob_inputs(confidence, correct)
-    b = _bins(conf, ok, n_bins, binning)
-    # |B| * |acc_B - conf_B| = |correct_sum - conf_sum|; empty bins give 0 - 0.
-    return float(np.abs(b.correct_sum - b.confidence_sum).sum() / conf.shape[0])
+    return _bins(conf, ok, n_bins, binning).ece()
 
 
 def _prob_inputs_or_empty(confidence, correct) -> tuple[np.ndarray, np.ndarray] | None:
@@ -170,9 +189,7 @@ def max_calibration_error(
     inputs = _prob_inputs_or_empty(confidence, correct)
     if inputs is None:
         return math.nan
-    b = _bins(*inputs, n_bins, binning)
-    filled = b.count > 0
-    return float(np.max(np.abs(b.correct_sum[filled] - b.confidence_sum[filled]) / b.count[filled]))
+    return _bins(*inputs, n_bins, binning).mce()
 
 
 def rms_calibration_error(
@@ -185,11 +202,7 @@ def rms_calibration_error(
     inputs = _prob_inputs_or_empty(confidence, correct)
     if inputs is None:
         return math.nan
-    conf, ok = inputs
-    b = _bins(conf, ok, n_bins, binning)
-    filled = b.count > 0
-    gap = b.correct_sum[filled] - b.confidence_sum[filled]  # |B| * (acc_B - conf_B)
-    return float(math.sqrt(np.sum(gap * gap / b.count[filled]) / conf.shape[0]))
+    return _bins(*inputs, n_bins, binning).rms()
 
 
 def brier(confidence, correct) -> float:

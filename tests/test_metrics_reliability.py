@@ -163,3 +163,16 @@ def test_new_metrics_are_nan_on_zero_samples_and_name_bad_input():
         M.coverage_at_risk([0.5], [True], 1.5)
     with pytest.raises(ValueError, match="target_coverage"):
         M.risk_at_coverage([0.5], [True], 0.0)
+
+
+def test_bootstrap_cis_draws_the_resamples_of_bootstrap_ci():
+    """Several metrics bootstrapped at once get exactly the CIs of bootstrap_ci metric by metric
+    (same seed, same resamples), NaN resamples dropped per metric."""
+    rng = np.random.default_rng(5)
+    conf = np.round(rng.random(30), 1)
+    ok = rng.random(30) < conf
+    fns = (M.max_calibration_error, M.auroc, lambda c, o: M.risk_at_coverage(c, o, 0.5))
+    together = M.bootstrap_cis(lambda c, o: [f(c, o) for f in fns], conf, ok, 30, seed=2)
+    assert together == [M.bootstrap_ci(f, conf, ok, 30, seed=2) for f in fns]
+    (all_nan,) = M.bootstrap_cis(lambda c, o: [M.auroc(c, o)], conf, np.ones(30, bool), 5)
+    assert math.isnan(all_nan.estimate) and math.isnan(all_nan.low)

@@ -129,6 +129,6 @@ def test_calibration_rows_are_nan_without_samples_left():
 
     metrics = calibration_metrics((0.1,), (0.5,))
     (row,) = calibration_rows({"m": [Empty()]}, ["d"], metrics, n_resamples=10)
-    assert row.n == 0
+    assert row.n == 0 and len(row.values) == len(metrics.columns) == 6
     assert all(math.isnan(v.estimate) and math.isnan(v.low) for v in row.values)
     assert report._ci_text(row.values[0]) == report._num(math.nan)

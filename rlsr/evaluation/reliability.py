@@ -10,9 +10,8 @@ so this section's ECE is the ECE of the run's ``metrics.json``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 
@@ -23,6 +22,7 @@ __all__ = [
     "DEFAULT_TARGET_RISKS",
     "DEFAULT_TARGET_COVERAGES",
     "CalibrationMetric",
+    "CalibrationMetrics",
     "CalibrationRow",
     "calibration_metrics",
     "calibration_rows",
@@ -39,42 +39,59 @@ DEFAULT_TARGET_COVERAGES = (0.5, 0.8)
 class CalibrationMetric:
     key: str  # the CSV's metric name
     label: str  # the markdown column
-    fn: Callable[[np.ndarray, np.ndarray], float]
+
+
+@dataclass(frozen=True)
+class CalibrationMetrics:
+    """The section's metrics in column order, and ``values``: all of them on one set of samples
+    from one equal-width binning, one equal-mass binning and one sort (``rlsr.metrics``)."""
+
+    target_risks: tuple[float, ...] = DEFAULT_TARGET_RISKS
+    target_coverages: tuple[float, ...] = DEFAULT_TARGET_COVERAGES
+
+    @property
+    def columns(self) -> list[CalibrationMetric]:
+        return [
+            CalibrationMetric("ece", "ECE↓"),
+            CalibrationMetric("ece_equal_mass", "ECE equal-mass↓"),
+            CalibrationMetric("mce", "MCE↓"),
+            CalibrationMetric("rms_calibration_error", "RMS-CE↓"),
+            *[CalibrationMetric(f"coverage_at_risk_{r:g}", f"Cov@risk≤{r:g}↑")
+              for r in self.target_risks],
+            *[CalibrationMetric(f"risk_at_coverage_{c:g}", f"Risk@cov{c:g}↓")
+              for c in self.target_coverages],
+        ]  # fmt: skip
+
+    def values(self, conf: np.ndarray, ok: np.ndarray) -> list[float]:
+        """``M.ece``, ``M.equal_mass_ece``, ``M.max_calibration_error``,
+        ``M.rms_calibration_error``, ``M.coverage_at_risk`` per target risk and
+        ``M.risk_at_coverage`` per target coverage (10 bins), of at least one sample."""
+        width = M.reliability_bins(conf, ok)
+        mass = M.reliability_bins(conf, ok, binning="equal_mass")
+        sets = M.threshold_candidates(conf, ok)
+        return [
+            width.ece(),
+            mass.ece(),
+            width.mce(),
+            width.rms(),
+            *[sets.coverage_at_risk(r) for r in self.target_risks],
+            *[sets.risk_at_coverage(c) for c in self.target_coverages],
+        ]
 
 
 def calibration_metrics(
     target_risks: Sequence[float] = DEFAULT_TARGET_RISKS,
     target_coverages: Sequence[float] = DEFAULT_TARGET_COVERAGES,
-) -> list[CalibrationMetric]:
-    """The section's metrics in column order (``rlsr.metrics``, 10 bins as ``ece``)."""
-    out = [
-        CalibrationMetric("ece", "ECE↓", M.ece),
-        CalibrationMetric("ece_equal_mass", "ECE equal-mass↓", M.equal_mass_ece),
-        CalibrationMetric("mce", "MCE↓", M.max_calibration_error),
-        CalibrationMetric("rms_calibration_error", "RMS-CE↓", M.rms_calibration_error),
-    ]
-    out += [
-        CalibrationMetric(
-            f"coverage_at_risk_{r:g}",
-            f"Cov@risk≤{r:g}↑",
-            partial(M.coverage_at_risk, target_risk=r),
-        )
-        for r in target_risks
-    ]
-    out += [
-        CalibrationMetric(
-            f"risk_at_coverage_{c:g}",
-            f"Risk@cov{c:g}↓",
-            partial(M.risk_at_coverage, target_coverage=c),
-        )
-        for c in target_coverages
-    ]
-    return out
+) -> CalibrationMetrics:
+    """The section's metrics; each target is checked (risks in [0, 1], coverages in (0, 1])."""
+    risks = tuple(check_fraction(r, "target risk", open_left=False) for r in target_risks)
+    coverages = tuple(check_fraction(c, "target coverage") for c in target_coverages)
+    return CalibrationMetrics(risks, coverages)
 
 
 @dataclass(frozen=True)
 class CalibrationRow:
-    """One run on one dataset: ``values[k]`` is the k-th metric's (estimate, low, high)."""
+    """One run on one dataset: ``values[k]`` is the k-th column's (estimate, low, high)."""
 
     dataset: str
     method: str
@@ -83,25 +100,29 @@ class CalibrationRow:
     values: tuple[M.BootstrapCI, ...]
 
 
-def _estimate(metric: CalibrationMetric, conf, ok, n_resamples: int, seed: int) -> M.BootstrapCI:
+def _estimates(
+    metrics: CalibrationMetrics, conf, ok, n_resamples: int, seed: int
+) -> tuple[M.BootstrapCI, ...]:
     if conf.shape[0] == 0:
-        return M.BootstrapCI(math.nan, math.nan, math.nan)
+        return tuple(M.BootstrapCI(math.nan, math.nan, math.nan) for _ in metrics.columns)
     if n_resamples < 1:
-        return M.BootstrapCI(float(metric.fn(conf, ok)), math.nan, math.nan)
-    return M.bootstrap_ci(metric.fn, conf, ok, n_resamples=n_resamples, seed=seed)
+        return tuple(M.BootstrapCI(v, math.nan, math.nan) for v in metrics.values(conf, ok))
+    cis = M.bootstrap_cis(metrics.values, conf, ok, n_resamples=n_resamples, seed=seed)
+    return tuple(cis)
 
 
 def calibration_rows(
     runs: Mapping[str, Sequence],
     datasets: Sequence[str],
-    metrics: Sequence[CalibrationMetric],
+    metrics: CalibrationMetrics,
     *,
     n_resamples: int = 1000,
     seed: int = 0,
 ) -> list[CalibrationRow]:
     """Per dataset, per method, per run with samples: every metric with its 95 % percentile
-    bootstrap CI over the run's samples (``rlsr.metrics.bootstrap_ci``, ``n_resamples``
-    resamples, ``seed``; 0 resamples: no bounds). ``runs[method]`` are ``report.Run``s."""
+    bootstrap CI over the run's samples (``rlsr.metrics.bootstrap_cis``: the resamples of
+    ``bootstrap_ci`` with ``n_resamples`` and ``seed``; 0 resamples: no bounds).
+    ``runs[method]`` are ``report.Run``s."""
     rows = []
     for d in datasets:
         for method, rs in runs.items():
@@ -109,7 +130,7 @@ def calibration_rows(
                 if d not in r.metrics or not r.samples(d):
                     continue
                 conf, ok, _ = r.scores(d)
-                values = tuple(_estimate(m, conf, ok, n_resamples, seed) for m in metrics)
+                values = _estimates(metrics, conf, ok, n_resamples, seed)
                 rows.append(CalibrationRow(d, method, r.path.name, int(conf.shape[0]), values))
     return rows
 

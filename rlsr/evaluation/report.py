@@ -327,7 +327,7 @@ def report_rows(
     return ReportRows(
         runs=runs, datasets=datasets, scopes=scopes, averages=averages, per_dataset=per_dataset,
         gap_methods=names, gap=_gap_rows(runs, names, gap_scopes), panels=panels,
-        density=_density_rows(runs, panels), calibration_metrics=calibration,
+        density=_density_rows(runs, panels), calibration_metrics=calibration.columns,
         calibration=calibration_rows(runs, datasets, calibration, n_resamples=bootstrap),
     )  # fmt: skip
 
