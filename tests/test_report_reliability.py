@@ -85,6 +85,9 @@ def test_report_calibration_section_csv_and_reliability_diagram(tmp_path, capsys
     assert "| hotpot_modified | rlsr | rlsr-seed0 | 10 | 0.115 [" in md
 
     rows_data = report.report_rows(dirs, bootstrap=0)
+    plain = report.render_markdown(rows_data, "a.png", "b.png", "c.png")
+    assert "estimate (no CIs: --bootstrap 0)" in plain
+    assert "| hotpot_modified | rlsr | rlsr-seed0 | 10 | 0.115 | " in plain
     drawn = plot_reliability_diagrams(
         reliability_panels(rows_data.runs, rows_data.datasets), tmp_path / "r.png"
     )

@@ -516,11 +516,17 @@ def _ci_text(value: M.BootstrapCI) -> str:
 
 def _calibration_markdown(rows: ReportRows, figure: str) -> list[str]:
     metrics = rows.calibration_metrics
+    with_ci = any(not math.isnan(v.low) for r in rows.calibration for v in r.values)
+    cells = (
+        "estimate [95 % percentile bootstrap CI over the samples]"
+        if with_ci
+        else "estimate (no CIs: --bootstrap 0)"
+    )
     md = [
         "## Calibration and selective risk (per run)",
         "",
-        "Each run's samples on its own, not averaged over runs: estimate [95 % percentile "
-        "bootstrap CI over the samples]. ECE, MCE, RMS-CE: 10 equal-width bins, those of the ECE "
+        f"Each run's samples on its own, not averaged over runs: {cells}. "
+        "ECE, MCE, RMS-CE: 10 equal-width bins, those of the ECE "
         "above; equal-mass: bin edges at the deciles of the confidences. Cov@risk≤r: the largest "
         "share of samples a confidence threshold keeps with an error rate ≤ r (0 when none "
         "does); Risk@cov c: the error rate of the smallest threshold selection covering ≥ c. A "
