@@ -4,8 +4,9 @@ Modules: ``runner`` (per-dataset loop with fallbacks and resume; its backends an
 steps are ``rlsr.generation``'s, shared with ``rlsr serve``; the output files, step folders and
 run.json are ``rlsr.run_layout``'s), ``judge`` (LLM judge), ``scorers`` (verbalized, log-prob,
 self-consistency), ``dcs``, ``summary`` (metrics.json schema), ``report``, ``plots``,
-``deployment``; the command lines, one module per command: ``evaluate_cli`` (its flags
-resolved by ``evaluate_setup``), ``report_cli``, ``deploy_cli``, ``compare_cli``.
+``reliability`` (the report's calibration section), ``deployment``; the command lines, one
+module per command: ``evaluate_cli`` (its flags resolved by ``evaluate_setup``),
+``report_cli``, ``deploy_cli``, ``compare_cli``.
 docs/evaluation.md. Submodules are imported lazily so ``import rlsr.evaluation``
 stays cheap.
 """

@@ -9,7 +9,10 @@
 * Tab. 2: the controlled confidence gap on the questions every method answers correctly (resp.
   incorrectly), per ID/OOD scope and per dataset (``rlsr.evaluation.gap``);
 * Fig. 3: per dataset, the confidence densities of each method's correct (solid) and incorrect
-  (dotted) answers, Gaussian KDE with bandwidth 0.15, the gap Δc in the legend.
+  (dotted) answers, Gaussian KDE with bandwidth 0.15, the gap Δc in the legend;
+* calibration and selective risk per run (``rlsr.evaluation.reliability``): ECE, equal-mass ECE,
+  MCE, RMS calibration error, coverage at target risks and risk at target coverages with
+  bootstrap CIs, and a reliability diagram per run and dataset.
 
 Confidences are each run's primary scorer (``metrics.json``; verbalized by default), a missing one
 counting as 0.0 as in every metric. Tab. 2 and Fig. 3 need ``<dataset>/samples.jsonl``.
@@ -44,6 +47,16 @@ from rlsr.evaluation.plots import (
     curve_on_grid,
     plot_confidence_densities,
     plot_overlay_grid,
+    plot_reliability_diagrams,
+)
+from rlsr.evaluation.reliability import (
+    DEFAULT_TARGET_COVERAGES,
+    DEFAULT_TARGET_RISKS,
+    CalibrationMetric,
+    CalibrationRow,
+    calibration_metrics,
+    calibration_rows,
+    reliability_panels,
 )
 from rlsr.evaluation.samples_io import read_samples
 from rlsr.evaluation.summary import scorer_arrays
@@ -250,6 +263,8 @@ class ReportRows:
     gap: list[GapRow]
     panels: dict  # Fig. 3 densities: panels[dataset][method] = (confidence, correct)
     density: list[DensityRow]
+    calibration_metrics: list[CalibrationMetric] = field(default_factory=list)
+    calibration: list[CalibrationRow] = field(default_factory=list)  # per run and dataset
 
 
 def _cell(values: list[float], key: str, **where) -> Cell:
@@ -268,8 +283,12 @@ def report_rows(
     id_sets=None,
     ood_sets=None,
     gap_methods: Sequence[str] | None = None,
+    target_risks: Sequence[float] = DEFAULT_TARGET_RISKS,
+    target_coverages: Sequence[float] = DEFAULT_TARGET_COVERAGES,
+    bootstrap: int = 1000,
 ) -> ReportRows:
-    """The report's tables as plain data (``build_report`` renders and writes them)."""
+    """The report's tables as plain data (``build_report`` renders and writes them);
+    ``bootstrap``: resamples of the calibration section's CIs (0: none)."""
     groups = group_runs(dirs, labels)
     runs = {name: [Run.load(p) for p in paths] for name, paths in groups.items()}
     datasets = sorted({d for rs in runs.values() for r in rs for d in r.metrics})
@@ -304,10 +323,12 @@ def report_rows(
     gap_scopes = [(scope, members) for scope, members in scopes if members]
     gap_scopes += [(d, [d]) for d in datasets]
     panels = _density_panels(runs, datasets)
+    calibration = calibration_metrics(target_risks, target_coverages)
     return ReportRows(
         runs=runs, datasets=datasets, scopes=scopes, averages=averages, per_dataset=per_dataset,
         gap_methods=names, gap=_gap_rows(runs, names, gap_scopes), panels=panels,
-        density=_density_rows(runs, panels),
+        density=_density_rows(runs, panels), calibration_metrics=calibration.columns,
+        calibration=calibration_rows(runs, datasets, calibration, n_resamples=bootstrap),
     )  # fmt: skip
 
 
@@ -388,7 +409,9 @@ def _density_rows(runs: dict[str, list[Run]], panels: dict) -> list[DensityRow]:
 
 # --------------------------------------------------------------------------- rendering
 
-CSV_FIELDS = ["method", "scope", "dataset", "metric", "mean", "std", "runs"]
+_CELL_FIELDS = ["method", "scope", "dataset", "metric", "mean", "std", "runs"]
+# run, ci_low, ci_high: the calibration section's rows (one run each); empty on the other rows.
+CSV_FIELDS = [*_CELL_FIELDS, "run", "ci_low", "ci_high"]
 
 
 def _num(value: float) -> str:
@@ -408,8 +431,8 @@ def _text(cell: Cell) -> str:
 
 def csv_rows(rows: ReportRows) -> list[dict]:
     """``OUTPUT.csv``'s rows (``CSV_FIELDS``): Tab. 1 cells, per-dataset cells, Tab. 2, Fig. 3."""
-    out = [{k: getattr(c, k) for k in CSV_FIELDS} for _, cells in rows.averages for c in cells]
-    out += [{k: getattr(c, k) for k in CSV_FIELDS} for r in rows.per_dataset for c in r.cells]
+    out = [{k: getattr(c, k) for k in _CELL_FIELDS} for _, cells in rows.averages for c in cells]
+    out += [{k: getattr(c, k) for k in _CELL_FIELDS} for r in rows.per_dataset for c in r.cells]
     for g in rows.gap:
         values = {
             "controlled_conf_correct": g.mean_correct,
@@ -425,12 +448,26 @@ def csv_rows(rows: ReportRows) -> list[dict]:
     out += [dict(method=r.method, scope="", dataset=r.dataset, metric="confidence_gap_pooled",
                  mean=r.mean_correct - r.mean_incorrect, std=math.nan, runs=r.runs)
             for r in rows.density]  # fmt: skip
-    return out
+    return out + _calibration_csv(rows)
 
 
-def render_markdown(rows: ReportRows, figure: str, density_figure: str) -> str:
-    """``OUTPUT.md``: the tables of ``rows``; ``figure`` and ``density_figure`` are the file
-    names of the risk-coverage and density images it links."""
+def _calibration_csv(rows: ReportRows) -> list[dict]:
+    """One row per run, dataset and calibration metric: ``mean`` the estimate on the run's
+    samples, ``ci_low`` / ``ci_high`` its bootstrap CI, ``run`` the run folder's name."""
+    return [
+        dict(method=r.method, scope="", dataset=r.dataset, metric=m.key, mean=v.estimate,
+             std=math.nan, runs=1, run=r.run, ci_low=v.low, ci_high=v.high)
+        for r in rows.calibration
+        for m, v in zip(rows.calibration_metrics, r.values, strict=True)
+    ]  # fmt: skip
+
+
+def render_markdown(
+    rows: ReportRows, figure: str, density_figure: str, reliability_figure: str = ""
+) -> str:
+    """``OUTPUT.md``: the tables of ``rows``; ``figure``, ``density_figure`` and
+    ``reliability_figure`` are the file names of the risk-coverage, density and reliability
+    images it links."""
     runs, scopes = rows.runs, rows.scopes
     md: list[str] = [
         "# Evaluation report",
@@ -464,7 +501,49 @@ def render_markdown(rows: ReportRows, figure: str, density_figure: str) -> str:
     md += _tab2_markdown(rows)
     if rows.panels:
         md += _fig3_markdown(rows, density_figure)
+    if rows.calibration:
+        md += _calibration_markdown(rows, reliability_figure)
     return "\n".join(md)
+
+
+def _ci_text(value: M.BootstrapCI) -> str:
+    """``estimate [low, high]``; the estimate alone without bounds."""
+    text = _num(value.estimate)
+    if math.isnan(value.low) or math.isnan(value.high):
+        return text
+    return f"{text} [{_num(value.low)}, {_num(value.high)}]"
+
+
+def _calibration_markdown(rows: ReportRows, figure: str) -> list[str]:
+    metrics = rows.calibration_metrics
+    with_ci = any(not math.isnan(v.low) for r in rows.calibration for v in r.values)
+    cells = (
+        "estimate [95 % percentile bootstrap CI over the samples]"
+        if with_ci
+        else "estimate (no CIs: --bootstrap 0)"
+    )
+    md = [
+        "## Calibration and selective risk (per run)",
+        "",
+        f"Each run's samples on its own, not averaged over runs: {cells}. "
+        "ECE, MCE, RMS-CE: 10 equal-width bins, those of the ECE "
+        "above; equal-mass: bin edges at the deciles of the confidences. Cov@risk≤r: the largest "
+        "share of samples a confidence threshold keeps with an error rate ≤ r (0 when none "
+        "does); Risk@cov c: the error rate of the smallest threshold selection covering ≥ c. A "
+        "threshold keeps or drops tied confidences together (docs/metrics.md).",
+        "",
+        "| Dataset | Method | Run | n | " + " | ".join(m.label for m in metrics) + " |",
+        "|" + " --- |" * (4 + len(metrics)),
+    ]
+    for r in rows.calibration:
+        md.append(
+            f"| {r.dataset} | {r.method} | {r.run} | {r.n} | "
+            + " | ".join(_ci_text(v) for v in r.values)
+            + " |"
+        )
+    if figure:
+        md += ["", f"![reliability diagrams]({figure})"]
+    return md + [""]
 
 
 def _tab2_markdown(rows: ReportRows) -> list[str]:
@@ -519,10 +598,13 @@ def build_report(
     id_sets=None,
     ood_sets=None,
     gap_methods: Sequence[str] | None = None,
+    target_risks: Sequence[float] = DEFAULT_TARGET_RISKS,
+    target_coverages: Sequence[float] = DEFAULT_TARGET_COVERAGES,
+    bootstrap: int = 1000,
 ) -> dict[str, Path]:
-    """Write ``OUTPUT.md``, ``OUTPUT.csv``, ``OUTPUT_risk_coverage.png`` and
-    ``OUTPUT_confidence_density.png``; return their paths. The tables are ``report_rows``
-    rendered by ``render_markdown`` and ``csv_rows``.
+    """Write ``OUTPUT.md``, ``OUTPUT.csv``, ``OUTPUT_risk_coverage.png``,
+    ``OUTPUT_confidence_density.png`` and ``OUTPUT_reliability.png``; return their paths. The
+    tables are ``report_rows`` rendered by ``render_markdown`` and ``csv_rows``.
 
     ``gap_methods``: the methods Tab. 2 holds accuracy fixed across (default: all; the paper
     uses RLVR, RLCR and RLSR, without the base model).
@@ -531,7 +613,8 @@ def build_report(
     ``--output report/``) gets ``report.md``, ``report.csv``, ``report_risk_coverage.png`` inside.
     """
     rows = report_rows(dirs, labels=labels, family=family, id_sets=id_sets, ood_sets=ood_sets,
-                       gap_methods=gap_methods)  # fmt: skip
+                       gap_methods=gap_methods, target_risks=target_risks,
+                       target_coverages=target_coverages, bootstrap=bootstrap)  # fmt: skip
     out = Path(output)
     if str(output).endswith(("/", os.sep)) or out.is_dir():
         out = out / "report"
@@ -541,8 +624,11 @@ def build_report(
         "csv": out.with_suffix(".csv"),
         "figure": out.with_name(out.stem + "_risk_coverage.png"),
         "density": out.with_name(out.stem + "_confidence_density.png"),
+        "reliability": out.with_name(out.stem + "_reliability.png"),
     }
-    paths["markdown"].write_text(render_markdown(rows, paths["figure"].name, paths["density"].name))
+    paths["markdown"].write_text(render_markdown(
+        rows, paths["figure"].name, paths["density"].name, paths["reliability"].name
+    ))  # fmt: skip
     with open(paths["csv"], "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
         writer.writeheader()
@@ -550,6 +636,9 @@ def build_report(
     _overlay(rows.runs, rows.datasets, paths["figure"])
     if rows.panels:
         plot_confidence_densities(rows.panels, paths["density"])
+    reliability = reliability_panels(rows.runs, rows.datasets)
+    if reliability:
+        plot_reliability_diagrams(reliability, paths["reliability"])
     return paths
 
 

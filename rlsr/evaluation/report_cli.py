@@ -6,6 +6,11 @@ from __future__ import annotations
 
 from rlsr.evaluation.curves import write_curves
 from rlsr.evaluation.outputs import REPORT_PREFIX, add_output_dir, output_prefix
+from rlsr.evaluation.reliability import (
+    DEFAULT_TARGET_COVERAGES,
+    DEFAULT_TARGET_RISKS,
+    parse_targets,
+)
 from rlsr.evaluation.report import build_report
 from rlsr.pool_log import write_pool_summary
 from rlsr.run_layout import EVAL_DIR, STEP_PREFIX
@@ -46,7 +51,8 @@ def register(subparsers) -> None:
         parser,
         f"DIR/{REPORT_PREFIX}.md, DIR/{REPORT_PREFIX}_curves.png, ...",
         detail=f" (tables: {REPORT_PREFIX}.md, .csv, {REPORT_PREFIX}_risk_coverage.png, "
-        f"{REPORT_PREFIX}_confidence_density.png; --curves: {REPORT_PREFIX}_curves.png and "
+        f"{REPORT_PREFIX}_confidence_density.png, {REPORT_PREFIX}_reliability.png; --curves: "
+        f"{REPORT_PREFIX}_curves.png and "
         f".csv; --pools: {REPORT_PREFIX}_pools.csv)",
     )
     parser.add_argument(
@@ -58,6 +64,27 @@ def register(subparsers) -> None:
         "--gap-methods",
         metavar="NAMES",
         help="comma list: the methods Tab. 2 restricts to common questions (default: all)",
+    )
+    parser.add_argument(
+        "--target-risks",
+        metavar="R1,R2",
+        default=",".join(f"{r:g}" for r in DEFAULT_TARGET_RISKS),
+        help="risks in [0, 1] to report the coverage at (the largest share a confidence "
+        "threshold keeps with at most that error rate; default %(default)s)",
+    )
+    parser.add_argument(
+        "--target-coverages",
+        metavar="C1,C2",
+        default=",".join(f"{c:g}" for c in DEFAULT_TARGET_COVERAGES),
+        help="coverages in (0, 1] to report the risk at (the error rate of the smallest "
+        "threshold selection covering it; default %(default)s)",
+    )
+    parser.add_argument(
+        "--bootstrap",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="bootstrap resamples of the calibration section's 95%% CIs (default 1000; 0 = off)",
     )
     parser.set_defaults(func=run_report)
 
@@ -78,8 +105,13 @@ def run_report(args) -> int:
         return 0
     dirs = list(args.dirs)
     gap_methods = [m.strip() for m in (args.gap_methods or "").split(",") if m.strip()]
+    risks = parse_targets(args.target_risks, "--target-risks", open_left=False)
+    coverages = parse_targets(args.target_coverages, "--target-coverages", open_left=True)
+    if args.bootstrap < 0:
+        raise ValueError(f"--bootstrap must be >= 0 (0 = no CIs); got {args.bootstrap}.")
     paths = build_report(dirs, prefix, labels=args.label, family=args.family,
                          id_sets=args.id_sets, ood_sets=args.ood_sets,
-                         gap_methods=gap_methods or None)  # fmt: skip
+                         gap_methods=gap_methods or None, target_risks=risks,
+                         target_coverages=coverages, bootstrap=args.bootstrap)  # fmt: skip
     print(paths["markdown"].read_text())
     return 0
