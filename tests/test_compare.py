@@ -156,6 +156,18 @@ def _ece_by_definition(conf, ok) -> float:
     return total
 
 
+def _t_interval_by_hand(values, bounds=(0.0, 1.0)) -> list[float]:
+    """mean ± t_{n-1, 0.975} s / √n with the t quantiles of a printed table (n = 2, 3 seeds);
+    equal values v: v - q (v - lo), v + q (hi - v), q = 1 - 0.025^(1/n) (Clopper-Pearson)."""
+    if max(values) - min(values) < 1e-12:
+        q = 1 - 0.025 ** (1 / len(values))
+        v = values[0]
+        return [v - q * (v - bounds[0]), v + q * (bounds[1] - v)]
+    quantile = {1: 12.706204736174707, 2: 4.302652729749464}[len(values) - 1]
+    half = quantile * float(np.std(values, ddof=1)) / math.sqrt(len(values))
+    return [float(np.mean(values)) - half, float(np.mean(values)) + half]
+
+
 def _by_definition(conf, ok) -> dict[str, float]:
     aurc = _aurc_by_definition(conf, ok)
     accuracy = float(np.mean(ok))
@@ -248,9 +260,10 @@ def test_values_equal_a_computation_by_definition_from_the_samples(sweep, tmp_pa
         for key in ("aurc", "ranking_gain", "ece", "accuracy"):
             values = [entry["seeds"][str(s)][key] for s in seeds]
             assert entry["mean"][key] == pytest.approx(np.mean(values), abs=1e-12)
-            ci = M.bootstrap_mean_ci(values, n_resamples=10_000, seed=0)
-            assert entry["ci95"][key] == pytest.approx([ci.low, ci.high], abs=1e-12)
-            assert min(values) - 1e-12 <= ci.low <= ci.high <= max(values) + 1e-12
+            bounds = (-1.0, 1.0) if key == "ranking_gain" else (0.0, 1.0)
+            assert entry["ci95"][key] == pytest.approx(
+                _t_interval_by_hand(values, bounds), abs=1e-12
+            )
     # the samples' metrics.json says the same AURC (one implementation)
     metrics = json.loads((step_dir(sweep / "job0-seed99", 20) / DATASET / METRICS_FILE).read_text())
     assert block["methods"]["rlsr"]["seeds"]["1"]["aurc"] == pytest.approx(
@@ -273,7 +286,8 @@ def test_values_equal_a_computation_by_definition_from_the_samples(sweep, tmp_pa
 def test_paired_differences_use_shared_seeds_only(sweep, tmp_path, capsys):
     """rlcr - rlsr pairs seeds 2 and 3 only (the seeds both methods have): per seed the
     difference of that seed's values, then their mean and CI; not mean(rlcr) - mean(rlsr) over
-    all seeds, which these fixtures make different. --reference flips the pair to rlsr - rlcr."""
+    all seeds, which these fixtures make different (its interval: the t-interval of the per-seed
+    differences). --reference flips the pair to rlsr - rlcr."""
     out = tmp_path / "cmp"
     assert _compare(capsys, sweep, "--output-dir", out)[0] == 0
     pair = json.loads((out / COMPARE_JSON).read_text())["datasets"][DATASET]["pairs"][0]
@@ -290,8 +304,8 @@ def test_paired_differences_use_shared_seeds_only(sweep, tmp_path, capsys):
         [_by_definition(CONF, _correct(LAST[("rlcr", s)]))["aurc"] for s in (2, 3, 4)]
     ) - np.mean([_by_definition(CONF, _correct(LAST[("rlsr", s)]))["aurc"] for s in (1, 2, 3)])
     assert abs(paired - unpaired) > 0.1  # the fixture tells the two apart
-    ci = M.bootstrap_mean_ci([diffs[s]["aurc"] for s in (2, 3)], n_resamples=10_000, seed=0)
-    assert pair["last"]["ci95"]["aurc"] == pytest.approx([ci.low, ci.high], abs=1e-12)
+    by_hand = _t_interval_by_hand([diffs[s]["aurc"] for s in (2, 3)])
+    assert pair["last"]["ci95"]["aurc"] == pytest.approx(by_hand, abs=1e-12)
     assert pair["first"]["step"] == 0
 
     out2 = tmp_path / "cmp2"
