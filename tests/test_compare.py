@@ -542,3 +542,97 @@ def test_runs_of_one_seed_each_are_refused_naming_each_run(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1 and "every method has one seed" in err
     assert "rlsr: seed 1" in err and "rlcr: seed 1" in err and str(root / "a") in err
     assert not out.exists() or not any(out.iterdir())
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+@pytest.mark.parametrize("margin", ["-0.1", "nan", "1", "0"])
+def test_a_margin_that_is_not_a_positive_difference_below_the_range_is_refused(
+    sweep, tmp_path, capsys, margin
+):
+    """--margin negative, NaN, zero or at least the metrics' range (1): one line naming
+    --margin and the fix, exit 2, nothing written."""
+    out = tmp_path / "cmp"
+    code, _, err = _compare(capsys, sweep, "--output-dir", out, "--margin", margin)
+    line = _one_error_line(err)
+    assert code == 2 and f"--margin {float(margin)}" in line and "e.g. --margin 0.02" in line
+    assert not out.exists()
+
+
+def test_pairs_carry_interval_exact_p_holm_and_verdict(sweep, tmp_path, capsys):
+    """compare.json's pair holds per metric the interval, the exact permutation p (2 shared
+    seeds: p >= 0.5), the Holm-adjusted p over all 2 steps' 4 metrics, the test's name and a
+    verdict; compare.md's verdict table prints them; --margin 0.9 makes the pair equivalent
+    where its interval lies inside ±0.9, and --resample-questions widens no interval below the
+    seeds-only one here (question noise adds to it)."""
+    out = tmp_path / "cmp"
+    assert _compare(capsys, sweep, "--output-dir", out)[0] == 0
+    result = json.loads((out / COMPARE_JSON).read_text())
+    assert result["schema_version"] == 2 and result["statistics"]["margin"] is None
+    last = result["datasets"][DATASET]["pairs"][0]["last"]
+    for key in ("aurc", "ranking_gain", "ece", "accuracy"):
+        d = [last["seeds"][s][key] for s in ("2", "3")]
+        nonzero = [v for v in d if abs(v) > 1e-9]
+        expect = 1.0 if len(nonzero) < 2 or abs(sum(nonzero)) < max(map(abs, nonzero)) else 0.5
+        assert last["p_value"][key] == pytest.approx(expect)
+        assert last["p_adjusted"][key] >= last["p_value"][key]
+        assert last["verdict"][key] in ("inconclusive",)
+        assert last["test"][key].startswith("exact paired permutation test")
+    md = (out / COMPARE_MD).read_text()
+    assert "### Tests and verdicts" in md and "| rlcr − rlsr | 20 | AURC | 2 |" in md
+    wide = tmp_path / "wide"
+    assert _compare(capsys, sweep, "--output-dir", wide, "--margin", "0.9")[0] == 0
+    pair = json.loads((wide / COMPARE_JSON).read_text())["datasets"][DATASET]["pairs"][0]
+    for key in ("aurc", "ranking_gain", "ece", "accuracy"):
+        lo, hi = pair["last"]["ci95"][key]
+        inside = -0.9 <= lo and hi <= 0.9
+        assert (pair["last"]["verdict"][key] == "equivalent within ±0.9") == inside
+    hier = tmp_path / "hier"
+    code, _, err = _compare(capsys, sweep, "--output-dir", hier, "--resample-questions",
+                            "--bootstrap-resamples", "300")  # fmt: skip
+    assert code == 0, err
+    both = json.loads((hier / COMPARE_JSON).read_text())
+    assert both["statistics"]["resample_questions"] is True
+    rlcr = both["datasets"][DATASET]["methods"]["rlcr"]
+    assert rlcr["n_clusters"] == 10 and rlcr["ci95"]["aurc"][0] < rlcr["mean"]["aurc"]
+
+
+def test_arms_that_differ_outside_their_method_section_get_a_caveat(tmp_path, capsys):
+    """A setting outside ``method`` that differs between arms (here the learning rate) is named
+    with every arm's value in a note: the verdicts assume it was chosen the same way for each."""
+    root = tmp_path / "runs"
+    last = _answers(CONF, _correct("1111011000"))
+    for seed in (1, 2):
+        make_run(root, f"a{seed}", method="rlsr", seed=seed, steps={0: FLAT, 4: last})
+        make_run(root, f"b{seed}", method="rlcr", seed=seed, steps={0: FLAT, 4: last},
+                 config={"grpo": {"learning_rate": 0.01}})  # fmt: skip
+    out = tmp_path / "cmp"
+    code, _, err = _compare(capsys, root, "--output-dir", out)
+    assert code == 0, err
+    assert (
+        "the arms differ in recorded settings (config.yaml) outside their method section: " in err
+    )
+    assert "grpo.learning_rate (rlcr: 0.01; rlsr: 0.001)" in err
+    assert "chosen for each arm by the same procedure on validation data" in err
+    notes = json.loads((out / COMPARE_JSON).read_text())["notes"]
+    assert any("grpo.learning_rate" in n for n in notes)
+
+
+def test_a_nan_metric_leaves_its_seed_out_with_a_note_naming_the_run():
+    """A seed whose metric is NaN is left out of that metric's mean, interval and test, and the
+    note names the run; the verdict is computed from the other seeds, never from NaN."""
+    per_seed = {1: {"aurc": 0.2}, 2: {"aurc": math.nan}, 3: {"aurc": 0.3}, 4: {"aurc": 0.25}}
+    summary = compare_module.seed_summary(per_seed, keys=["aurc"])
+    assert summary["excluded"] == {"aurc": [2]} and summary["n"] == {"aurc": 3}
+    assert summary["mean"]["aurc"] == pytest.approx(0.25)
+    notes = compare_module._nan_notes("tiny", 20, "rlsr", summary, lambda s: f"runs/s{s}")
+    assert notes == [
+        "tiny step 20: rlsr: aurc is NaN for 1 seed(s) (seed 2: runs/s2); left out, 3 of 4 "
+        "seeds used."
+    ]
+    diffs = {s: {"aurc": v["aurc"] - 0.1} for s, v in per_seed.items()}
+    pair = compare_module.paired_summary(diffs, keys=["aurc"])
+    compare_module.add_verdicts([("a", "b", pair)], [("aurc", "AURC", "lower")], None)
+    assert pair["p_value"]["aurc"] == pytest.approx(0.25)  # 3 positive of 3: 2 / 8
+    assert pair["verdict"]["aurc"] == "inconclusive"
