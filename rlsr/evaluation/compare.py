@@ -141,9 +141,9 @@ def seed_summary(
     "n": {metric: seeds used}, "excluded": {metric: [seeds]}}`` of one method (or, with
     ``difference``, one paired difference) over seeds. Per metric in ``keys`` (default: the keys
     of ``METRICS``): seeds whose value is NaN are left out (listed in ``excluded``); the mean of
-    the rest and its t-interval (``seed_statistics.t_interval``; NaN bounds for one seed), or,
+    the rest and its interval (``seed_statistics.seed_interval``; NaN bounds for one seed), or,
     with ``draws`` (per metric an array resamples x seeds of the values on resampled question
-    clusters, seeds in sorted order), ``seed_statistics.resampled_t_interval``."""
+    clusters, seeds in sorted order), ``seed_statistics.resampled_seed_interval``."""
     keys = [k for k, _, _ in METRICS] if keys is None else list(keys)
     seeds = sorted(per_seed)
     out = {"seeds": {str(s): per_seed[s] for s in seeds}, "mean": {}, "ci95": {}, "n": {}}
@@ -152,10 +152,10 @@ def seed_summary(
         used = [i for i, s in enumerate(seeds) if not math.isnan(per_seed[s][key])]
         values = [per_seed[seeds[i]][key] for i in used]
         bounds = _bounds(key, difference)
-        est = S.t_interval(values, bounds, stats.level)
+        est = S.seed_interval(values, bounds, stats.level)
         if draws is not None and len(used) >= 2:
-            est = S.resampled_t_interval(
-                draws[key][:, used], est.estimate, bounds, stats.seed, stats.level
+            est = S.resampled_seed_interval(
+                draws[key][:, used], values, bounds, stats.seed, stats.level
             )
         out["mean"][key] = est.estimate
         out["ci95"][key] = [est.low, est.high]
@@ -489,7 +489,9 @@ def compare_runs(
             "(aurc, ece; ranking_gain = error rate - AURC, ranking_gain_from_aurc; accuracy = "
             "mean correctness), the primary scorer's confidence, missing = 0.0",
             "ci95": "t-interval of the mean over seeds, mean +- t(n-1, 0.975) s / sqrt(n); "
-            "seeds without spread: the Clopper-Pearson bound over the metric's range; null "
+            "seeds without spread: the Clopper-Pearson bound over the metric's range; where "
+            "some but not all seeds are exactly 0, widened to hold the zero-split interval "
+            "(Clopper-Pearson share of nonzero seeds x t-interval of the nonzero values); null "
             "with one seed"
             + (
                 "; standard error from resampling seeds and question clusters (distinct "
@@ -550,7 +552,7 @@ def render_markdown(result: dict) -> str:
         "",
         f"Methods: {', '.join(result['methods'])}. Every value is recomputed from the "
         f"evaluation's {SAMPLES_FILE} (rlsr.metrics). Cells: mean over seeds [95 % CI: "
-        "t-interval of the mean over seeds"
+        "t-interval of the mean over seeds, widened where some seeds are exactly 0"
         + (
             ", standard error also resampling question clusters"
             if stats["resample_questions"]

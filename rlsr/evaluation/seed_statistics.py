@@ -12,6 +12,7 @@ import math
 from typing import NamedTuple
 
 import numpy as np
+from scipy.stats import beta as beta_dist
 from scipy.stats import t as student_t
 
 __all__ = [
@@ -25,9 +26,13 @@ __all__ = [
     "cluster_draws",
     "no_spread_interval",
     "paired_permutation_test",
+    "resampled_seed_interval",
     "resampled_t_interval",
+    "seed_interval",
+    "seed_intervals",
     "t_interval",
     "t_intervals",
+    "zero_split_intervals",
     "verdict",
 ]
 
@@ -106,6 +111,69 @@ def t_interval(values, bounds: tuple[float, float], level: float = LEVEL) -> Int
     return Interval(float(mean[0]), float(low[0]), float(high[0]))
 
 
+def zero_split_intervals(samples, bounds: tuple[float, float], level: float = LEVEL):
+    """The interval of a mean when some seeds are exactly 0 (a difference of two arms that ended
+    in the same place, a ranking gain of a confidence that does not rank), per row of
+    ``samples`` (rows x n seeds): arrays (low, high), NaN for rows without both zero and nonzero
+    values.
+
+    Write X = 1{X != 0} · X: with q = P(X != 0) and ν = E[X | X != 0], the mean is q ν. With k
+    of the n seeds nonzero (0 < k < n): q lies in the Clopper-Pearson interval of k / n and ν in
+    the t-interval of the k nonzero values cut to ``bounds`` (``t_intervals``; one value or no
+    spread: ``no_spread_interval`` over ``bounds``), each at ``level``; the mean lies between the
+    smallest and largest of the four products of their ends. A t-interval of all n values reads
+    a sample with few nonzero seeds as if their size were typical; this one does not
+    (docs/evaluation.md, "Intervals, tests and verdicts")."""
+    x = np.asarray(samples, dtype=float)
+    rows, n = x.shape
+    nonzero = np.abs(x) > FLOAT_NOISE
+    k = nonzero.sum(axis=1)
+    split = (k > 0) & (k < n)
+    low, high = np.full(rows, math.nan), np.full(rows, math.nan)
+    tail = (1.0 - level) / 2.0
+    lo, hi = bounds
+    for size in np.unique(k[split]):  # rows with the same k share the quantiles
+        at = np.flatnonzero(split & (k == size))
+        values = x[at][nonzero[at]].reshape(at.shape[0], int(size))
+        q_low = float(beta_dist.ppf(tail, size, n - size + 1))
+        q_high = float(beta_dist.ppf(1.0 - tail, size + 1, n - size))
+        nu = values.mean(axis=1)
+        if size >= 2:
+            _, nu_low, nu_high = t_intervals(values, bounds, level)
+            nu_low, nu_high = np.maximum(nu_low, lo), np.minimum(nu_high, hi)  # ν is in bounds
+        else:
+            q_u = 1.0 - tail  # no_spread_interval of one value
+            nu_low, nu_high = nu - q_u * (nu - lo), nu + q_u * (hi - nu)
+        corners = np.stack(
+            [q_low * nu_low, q_low * nu_high, q_high * nu_low, q_high * nu_high], axis=1
+        )
+        low[at], high[at] = corners.min(axis=1), corners.max(axis=1)
+    return low, high
+
+
+def seed_intervals(samples, bounds: tuple[float, float], level: float = LEVEL):
+    """The interval over seeds that ``rlsr compare`` reports, per row of ``samples`` (rows x n
+    seeds, n >= 2): arrays (mean, low, high). The t-interval (``t_intervals``), widened to also
+    hold ``zero_split_intervals`` where some but not all seeds are exactly 0."""
+    mean, low, high = t_intervals(samples, bounds, level)
+    z_low, z_high = zero_split_intervals(samples, bounds, level)
+    split = ~np.isnan(z_low)
+    return (
+        mean,
+        np.where(split, np.minimum(low, z_low), low),
+        np.where(split, np.maximum(high, z_high), high),
+    )
+
+
+def seed_interval(values, bounds: tuple[float, float], level: float = LEVEL) -> Interval:
+    """``seed_intervals`` of one set of seeds; NaN bounds for fewer than 2."""
+    arr = _finite(values)
+    if arr.shape[0] < 2:
+        return t_interval(arr, bounds, level)
+    mean, low, high = seed_intervals(arr[None, :], bounds, level)
+    return Interval(float(mean[0]), float(low[0]), float(high[0]))
+
+
 def cluster_draws(clusters, n_resamples: int, seed: int) -> list[np.ndarray]:
     """Question indices of ``n_resamples`` resamples of question clusters: each resample draws
     as many clusters as there are, with replacement, and takes every question of each drawn
@@ -139,6 +207,22 @@ def resampled_t_interval(
         return no_spread_interval(estimate, n, bounds, level)
     half = float(student_t.ppf((1 + level) / 2, n - 1)) * se
     return Interval(estimate, estimate - half, estimate + half)
+
+
+def resampled_seed_interval(
+    per_draw, values, bounds: tuple[float, float], seed: int, level: float = LEVEL
+) -> Interval:
+    """What ``rlsr compare --resample-questions`` reports: ``resampled_t_interval`` around the
+    mean of ``values`` (the seeds' values on all questions), widened to also hold
+    ``zero_split_intervals`` of ``values`` where some but not all seeds are exactly 0."""
+    arr = _finite(values)
+    out = resampled_t_interval(per_draw, float(arr.mean()), bounds, seed, level)
+    if arr.shape[0] < 2:
+        return out
+    z_low, z_high = zero_split_intervals(arr[None, :], bounds, level)
+    if math.isnan(z_low[0]):
+        return out
+    return Interval(out.estimate, min(out.low, float(z_low[0])), max(out.high, float(z_high[0])))
 
 
 def _subset_sums(values: np.ndarray) -> np.ndarray:

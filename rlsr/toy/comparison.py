@@ -102,7 +102,8 @@ def comparison(seeds, rows, results, stats: Statistics = STATISTICS, reference=R
         "statistics": {
             "metrics": "held-out AURC of the row's scorer; ranking_gain = error rate - AURC; "
             "aurc_drop = BASE's AURC - the row's, same seed",
-            "ci95": "t-interval of the mean over seeds, as rlsr compare; null with one seed",
+            "ci95": "t-interval of the mean over seeds, widened where some seeds are exactly 0 "
+            "(rlsr.evaluation.seed_statistics.seed_interval, as rlsr compare); null with one seed",
             "level": stats.level,
             "pairs": f"paired difference {reference} - arm per shared seed, then its mean, "
             "interval and exact paired permutation test (zeros left out)",
