@@ -158,14 +158,16 @@ def _ece_by_definition(conf, ok) -> float:
 
 def _t_interval_by_hand(values, bounds=(0.0, 1.0)) -> list[float]:
     """mean ± t_{n-1, 0.975} s / √n with the t quantiles of a printed table (n = 2, 3 seeds);
-    equal values v: v - q (v - lo), v + q (hi - v), q = 1 - 0.025^(1/n) (Clopper-Pearson)."""
+    equal values v: v - q (v - lo), v + q (hi - v), q = 1 - 0.025^(1/n) (Clopper-Pearson); cut
+    to the range [lo, hi]."""
     if max(values) - min(values) < 1e-12:
         q = 1 - 0.025 ** (1 / len(values))
         v = values[0]
         return [v - q * (v - bounds[0]), v + q * (bounds[1] - v)]
     quantile = {1: 12.706204736174707, 2: 4.302652729749464}[len(values) - 1]
     half = quantile * float(np.std(values, ddof=1)) / math.sqrt(len(values))
-    return [float(np.mean(values)) - half, float(np.mean(values)) + half]
+    mean = float(np.mean(values))
+    return [max(mean - half, bounds[0]), min(mean + half, bounds[1])]
 
 
 def _by_definition(conf, ok) -> dict[str, float]:
@@ -304,7 +306,7 @@ def test_paired_differences_use_shared_seeds_only(sweep, tmp_path, capsys):
         [_by_definition(CONF, _correct(LAST[("rlcr", s)]))["aurc"] for s in (2, 3, 4)]
     ) - np.mean([_by_definition(CONF, _correct(LAST[("rlsr", s)]))["aurc"] for s in (1, 2, 3)])
     assert abs(paired - unpaired) > 0.1  # the fixture tells the two apart
-    by_hand = _t_interval_by_hand([diffs[s]["aurc"] for s in (2, 3)])
+    by_hand = _t_interval_by_hand([diffs[s]["aurc"] for s in (2, 3)], (-1.0, 1.0))
     assert pair["last"]["ci95"]["aurc"] == pytest.approx(by_hand, abs=1e-12)
     assert pair["first"]["step"] == 0
 

@@ -53,8 +53,8 @@ def test_per_seed_values_are_aurc_error_rate_minus_aurc_and_base_minus_row():
 
 def test_rows_get_the_mean_and_the_t_interval_of_rlsr_compare():
     """Each row's mean and CI are the t-interval of its per-seed values, mean ± t_{3, 0.975} s / 2
-    (t quantile from a printed table; BASE's AURC drop, 0 on every seed, gets the bound of
-    seeds without spread); catches a CI over the wrong values (e.g. AURC where the gain is
+    (t quantile from a printed table, cut to the metric's range; BASE's AURC drop, 0 on every
+    seed, gets the bound of seeds without spread); catches a CI over the wrong values (e.g. AURC where the gain is
     asked) or a statistic other than `rlsr compare`'s."""
     comp = comparison(SEEDS, ROWS, _results())
     assert list(comp["rows"]) == ROWS
@@ -68,7 +68,8 @@ def test_rows_get_the_mean_and_the_t_interval_of_rlsr_compare():
                 expect = [x[0] - q * (x[0] + 1), x[0] + q * (1 - x[0])]
             else:
                 half = 3.182446305284263 * x.std(ddof=1) / 2
-                expect = [x.mean() - half, x.mean() + half]
+                floor = 0.0 if key == "aurc" else -1.0  # cut to the metric's range
+                expect = [max(x.mean() - half, floor), x.mean() + half]
             assert comp["rows"][row]["ci95"][key] == pytest.approx(expect)
     assert comp["statistics"]["level"] == 0.95 and comp["statistics"]["margin"] is None
 

@@ -154,15 +154,14 @@ def zero_split_intervals(samples, bounds: tuple[float, float], level: float = LE
 def seed_intervals(samples, bounds: tuple[float, float], level: float = LEVEL):
     """The interval over seeds that ``rlsr compare`` reports, per row of ``samples`` (rows x n
     seeds, n >= 2): arrays (mean, low, high). The t-interval (``t_intervals``), widened to also
-    hold ``zero_split_intervals`` where some but not all seeds are exactly 0."""
+    hold ``zero_split_intervals`` where some but not all seeds are exactly 0, then cut to
+    ``bounds`` (the mean cannot leave the range its values take)."""
     mean, low, high = t_intervals(samples, bounds, level)
     z_low, z_high = zero_split_intervals(samples, bounds, level)
     split = ~np.isnan(z_low)
-    return (
-        mean,
-        np.where(split, np.minimum(low, z_low), low),
-        np.where(split, np.maximum(high, z_high), high),
-    )
+    low = np.where(split, np.minimum(low, z_low), low)
+    high = np.where(split, np.maximum(high, z_high), high)
+    return mean, np.maximum(low, bounds[0]), np.minimum(high, bounds[1])
 
 
 def seed_interval(values, bounds: tuple[float, float], level: float = LEVEL) -> Interval:
@@ -214,15 +213,17 @@ def resampled_seed_interval(
 ) -> Interval:
     """What ``rlsr compare --resample-questions`` reports: ``resampled_t_interval`` around the
     mean of ``values`` (the seeds' values on all questions), widened to also hold
-    ``zero_split_intervals`` of ``values`` where some but not all seeds are exactly 0."""
+    ``zero_split_intervals`` of ``values`` where some but not all seeds are exactly 0, then cut
+    to ``bounds``."""
     arr = _finite(values)
     out = resampled_t_interval(per_draw, float(arr.mean()), bounds, seed, level)
     if arr.shape[0] < 2:
         return out
+    low, high = out.low, out.high
     z_low, z_high = zero_split_intervals(arr[None, :], bounds, level)
-    if math.isnan(z_low[0]):
-        return out
-    return Interval(out.estimate, min(out.low, float(z_low[0])), max(out.high, float(z_high[0])))
+    if not math.isnan(z_low[0]):
+        low, high = min(low, float(z_low[0])), max(high, float(z_high[0]))
+    return Interval(out.estimate, max(low, bounds[0]), min(high, bounds[1]))
 
 
 def _subset_sums(values: np.ndarray) -> np.ndarray:
