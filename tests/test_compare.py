@@ -262,7 +262,7 @@ def test_values_equal_a_computation_by_definition_from_the_samples(sweep, tmp_pa
         for key in ("aurc", "ranking_gain", "ece", "accuracy"):
             values = [entry["seeds"][str(s)][key] for s in seeds]
             assert entry["mean"][key] == pytest.approx(np.mean(values), abs=1e-12)
-            bounds = (-1.0, 1.0) if key == "ranking_gain" else (0.0, 1.0)
+            bounds = (-1 / math.e, 1 / math.e) if key == "ranking_gain" else (0.0, 1.0)
             assert entry["ci95"][key] == pytest.approx(
                 _t_interval_by_hand(values, bounds), abs=1e-12
             )
@@ -553,7 +553,8 @@ def test_runs_of_one_seed_each_are_refused_naming_each_run(tmp_path, capsys):
 def test_a_margin_that_is_not_a_positive_difference_below_the_range_is_refused(
     sweep, tmp_path, capsys, margin
 ):
-    """--margin negative, NaN, zero or at least the metrics' range (1): one line naming
+    """--margin negative, NaN, zero or at least the metrics' smallest range (2/e, ranking
+    gain's): one line naming
     --margin and the fix, exit 2, nothing written."""
     out = tmp_path / "cmp"
     code, _, err = _compare(capsys, sweep, "--output-dir", out, "--margin", margin)
@@ -565,8 +566,8 @@ def test_a_margin_that_is_not_a_positive_difference_below_the_range_is_refused(
 def test_pairs_carry_interval_exact_p_holm_and_verdict(sweep, tmp_path, capsys):
     """compare.json's pair holds per metric the interval, the exact permutation p (2 shared
     seeds: p >= 0.5), the Holm-adjusted p over all 2 steps' 4 metrics, the test's name and a
-    verdict; compare.md's verdict table prints them; --margin 0.9 makes the pair equivalent
-    where its interval lies inside ±0.9, and --resample-questions widens no interval below the
+    verdict; compare.md's verdict table prints them; --margin 0.7 makes the pair equivalent
+    where its interval lies inside ±0.7, and --resample-questions widens no interval below the
     seeds-only one here (question noise adds to it)."""
     out = tmp_path / "cmp"
     assert _compare(capsys, sweep, "--output-dir", out)[0] == 0
@@ -584,12 +585,12 @@ def test_pairs_carry_interval_exact_p_holm_and_verdict(sweep, tmp_path, capsys):
     md = (out / COMPARE_MD).read_text()
     assert "### Tests and verdicts" in md and "| rlcr − rlsr | 20 | AURC | 2 |" in md
     wide = tmp_path / "wide"
-    assert _compare(capsys, sweep, "--output-dir", wide, "--margin", "0.9")[0] == 0
+    assert _compare(capsys, sweep, "--output-dir", wide, "--margin", "0.7")[0] == 0
     pair = json.loads((wide / COMPARE_JSON).read_text())["datasets"][DATASET]["pairs"][0]
     for key in ("aurc", "ranking_gain", "ece", "accuracy"):
         lo, hi = pair["last"]["ci95"][key]
-        inside = -0.9 <= lo and hi <= 0.9
-        assert (pair["last"]["verdict"][key] == "equivalent within ±0.9") == inside
+        inside = -0.7 <= lo and hi <= 0.7
+        assert (pair["last"]["verdict"][key] == "equivalent within ±0.7") == inside
     hier = tmp_path / "hier"
     code, _, err = _compare(capsys, sweep, "--output-dir", hier, "--resample-questions",
                             "--bootstrap-resamples", "300")  # fmt: skip
@@ -638,3 +639,27 @@ def test_a_nan_metric_leaves_its_seed_out_with_a_note_naming_the_run():
     compare_module.add_verdicts([("a", "b", pair)], [("aurc", "AURC", "lower")], None)
     assert pair["p_value"]["aurc"] == pytest.approx(0.25)  # 3 positive of 3: 2 / 8
     assert pair["verdict"]["aurc"] == "inconclusive"
+
+
+def test_ranking_gain_lies_within_plus_minus_one_over_e():
+    """VALUE_BOUNDS' ranking-gain range [-1/e, 1/e], which the intervals are cut to: every
+    correctness pattern of up to 10 answers in its best and its worst order (distinct
+    confidences) and with one tied confidence stays inside it; the largest gain found is the
+    best order's closed form max (j/n)(H_n - H_j) over n <= 10, j correct."""
+    lo, hi = compare_module.VALUE_BOUNDS["ranking_gain"]
+    assert (lo, hi) == pytest.approx((-1 / math.e, 1 / math.e))
+    top = 0.0
+    for n in range(1, 11):
+        conf = np.linspace(0.9, 0.1, n)
+        for pattern in itertools.product((0, 1), repeat=n):
+            ok = np.array(pattern)
+            for order in (np.sort(ok)[::-1], np.sort(ok), ok):  # best, worst, as drawn
+                error = 1 - ok.mean()
+                gain = M.ranking_gain_from_aurc(M.aurc(conf, order), error)
+                assert lo - 1e-12 <= gain <= hi + 1e-12
+                top = max(top, gain)
+            tied = M.ranking_gain_from_aurc(M.aurc(np.full(n, 0.5), ok), 1 - ok.mean())
+            assert tied == pytest.approx(0.0, abs=1e-12)
+    harmonic = np.concatenate([[0.0], np.cumsum(1 / np.arange(1, 11))])
+    best = max(j / n * (harmonic[n] - harmonic[j]) for n in range(1, 11) for j in range(n + 1))
+    assert top == pytest.approx(best, abs=1e-12) and best < 1 / math.e

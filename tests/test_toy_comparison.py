@@ -63,13 +63,14 @@ def test_rows_get_the_mean_and_the_t_interval_of_rlsr_compare():
         for key in ("aurc", "ranking_gain", "aurc_drop"):
             x = np.array([values[row][s][key] for s in SEEDS])
             assert comp["rows"][row]["mean"][key] == pytest.approx(x.mean())
+            ranges = {"aurc": (0, 1), "ranking_gain": (-1 / math.e, 1 / math.e)}
+            lo, hi = ranges.get(key, (-1, 1))
             if np.ptp(x) < 1e-9:  # no spread (float noise of equal values aside)
-                q = 1 - 0.025 ** (1 / 4)  # Clopper-Pearson over the range [-1, 1]
-                expect = [x[0] - q * (x[0] + 1), x[0] + q * (1 - x[0])]
+                q = 1 - 0.025 ** (1 / 4)  # Clopper-Pearson over the range [lo, hi]
+                expect = [x[0] - q * (x[0] - lo), x[0] + q * (hi - x[0])]
             else:
                 half = 3.182446305284263 * x.std(ddof=1) / 2
-                floor = 0.0 if key == "aurc" else -1.0  # cut to the metric's range
-                expect = [max(x.mean() - half, floor), x.mean() + half]
+                expect = [max(x.mean() - half, lo), min(x.mean() + half, hi)]
             assert comp["rows"][row]["ci95"][key] == pytest.approx(expect)
     assert comp["statistics"]["level"] == 0.95 and comp["statistics"]["margin"] is None
 

@@ -74,7 +74,9 @@ _PER_RUN_KEYS = {"seed", "output_dir"}
 # seeds without spread and the check of --margin use it
 VALUE_BOUNDS = {
     "aurc": (0.0, 1.0),
-    "ranking_gain": (-1.0, 1.0),
+    # error rate - AURC: with j correct of n, the best order gives (j/n)(H_n - H_j) <= (j/n)
+    # ln(n/j) <= 1/e, the worst -(m/n)(H_n - H_m) >= -1/e (m wrong); ties average orders
+    "ranking_gain": (-1.0 / math.e, 1.0 / math.e),
     "ece": (0.0, 1.0),
     "accuracy": (0.0, 1.0),
     "aurc_drop": (-1.0, 1.0),
@@ -104,7 +106,8 @@ def check_margin(margin: float | None, keys) -> None:
     if not (math.isfinite(margin) and 0.0 < margin < width):
         raise ValueError(
             f"--margin {margin}: the margin of equivalence is a positive difference in the "
-            f"metric's units, below {width:g} (the range of the metrics compared); e.g. --margin "
+            f"metric's units, below {width:.3f} (the narrowest range of the metrics compared); "
+            "e.g. --margin "
             "0.02 says 'equivalent' only when the whole interval lies within ±0.02."
         )
 
