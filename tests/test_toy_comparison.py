@@ -53,8 +53,8 @@ def test_per_seed_values_are_aurc_error_rate_minus_aurc_and_base_minus_row():
 
 def test_rows_get_the_mean_and_the_t_interval_of_rlsr_compare():
     """Each row's mean and CI are the t-interval of its per-seed values, mean ± t_{3, 0.975} s / 2
-    (t quantile from a printed table, cut to the metric's range; BASE's AURC drop, 0 on every
-    seed, gets the bound of seeds without spread); catches a CI over the wrong values (e.g. AURC where the gain is
+    (t quantile from a printed table, cut to the metric's range; equal seeds the bound of seeds
+    without spread; BASE's AURC drop, 0 by definition, [0, 0]); catches a CI over the wrong values (e.g. AURC where the gain is
     asked) or a statistic other than `rlsr compare`'s."""
     comp = comparison(SEEDS, ROWS, _results())
     assert list(comp["rows"]) == ROWS
@@ -63,6 +63,9 @@ def test_rows_get_the_mean_and_the_t_interval_of_rlsr_compare():
         for key in ("aurc", "ranking_gain", "aurc_drop"):
             x = np.array([values[row][s][key] for s in SEEDS])
             assert comp["rows"][row]["mean"][key] == pytest.approx(x.mean())
+            if row == "base" and key == "aurc_drop":  # 0 by definition
+                assert comp["rows"][row]["ci95"][key] == [0.0, 0.0]
+                continue
             ranges = {"aurc": (0, 1), "ranking_gain": (-1 / math.e, 1 / math.e)}
             lo, hi = ranges.get(key, (-1, 1))
             if np.ptp(x) < 1e-9:  # no spread (float noise of equal values aside)

@@ -98,6 +98,9 @@ def comparison(seeds, rows, results, stats: Statistics = STATISTICS, reference=R
             )
         names = [(reference.upper(), p["b"].upper(), p) for p in pairs]
         add_verdicts(names, VERDICT_KEYS, stats.margin)
+    rows_out = {row: seed_summary(values[row], stats, keys) for row in rows}
+    if BASE in rows_out:  # BASE's AURC drop is 0 by definition, not an estimate
+        rows_out[BASE]["ci95"]["aurc_drop"] = [0.0, 0.0]
     return {
         "statistics": {
             "metrics": "held-out AURC of the row's scorer; ranking_gain = error rate - AURC; "
@@ -110,7 +113,7 @@ def comparison(seeds, rows, results, stats: Statistics = STATISTICS, reference=R
             "adjustment": "Holm over every (arm, ranking_gain / aurc_drop) test",
             "margin": stats.margin,
         },
-        "rows": {row: seed_summary(values[row], stats, keys) for row in rows},
+        "rows": rows_out,
         "pairs": pairs,
     }
 
