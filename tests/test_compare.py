@@ -603,16 +603,18 @@ def test_pairs_carry_interval_exact_p_holm_and_verdict(sweep, tmp_path, capsys):
 
 def test_arms_that_differ_outside_their_method_section_get_a_caveat(tmp_path, capsys):
     """A setting outside ``method`` that differs between arms (here the learning rate) is named
-    with every arm's value in a note: the verdicts assume it was chosen the same way for each."""
+    with every arm's value in a note: the verdicts assume it was chosen the same way for each.
+    A differing ``resume`` (how a run was continued) is not named."""
     root = tmp_path / "runs"
     last = _answers(CONF, _correct("1111011000"))
     for seed in (1, 2):
         make_run(root, f"a{seed}", method="rlsr", seed=seed, steps={0: FLAT, 4: last})
         make_run(root, f"b{seed}", method="rlcr", seed=seed, steps={0: FLAT, 4: last},
-                 config={"grpo": {"learning_rate": 0.01}})  # fmt: skip
+                 config={"grpo": {"learning_rate": 0.01}, "resume": "never"})  # fmt: skip
     out = tmp_path / "cmp"
     code, _, err = _compare(capsys, root, "--output-dir", out)
     assert code == 0, err
+    assert "resume" not in err  # how a run continued is no choice about the arm
     assert (
         "the arms differ in recorded settings (config.yaml) outside their method section: " in err
     )

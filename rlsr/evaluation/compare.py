@@ -68,6 +68,8 @@ METRICS = (
 )
 # training config keys expected to differ between the runs of one method
 _PER_RUN_KEYS = {"seed", "output_dir"}
+# how a run was continued, not a choice about the arm: left out of the arms' comparison
+_HOW_RUN_KEYS = {"resume"}
 
 
 # the range each metric's value can take: a difference lies in [lo - hi, hi - lo]; the interval of
@@ -385,26 +387,23 @@ def _dataset_block(
 
 
 def _arm_differences(runs: list[Run], methods: list[str]) -> list[str]:
-    """Recorded training-config keys outside each arm's ``method`` section (seed and output_dir
-    left out) on which the arms differ, each with every arm's values: choices the comparison
-    assumes were made the same way for every arm (on validation)."""
+    """Recorded training-config keys outside each arm's ``method`` section (seed, output_dir and
+    resume left out) on which the arms differ, each with every arm's values: choices the
+    comparison assumes were made the same way for every arm (on validation)."""
     flat = {m: [_flatten(r.config) for r in runs if r.method == m] for m in methods}
     keys = sorted(set().union(*(f.keys() for fs in flat.values() for f in fs)) - _PER_RUN_KEYS)
-    missing = object()
+
+    def shown(f: dict, key: str) -> str:
+        return json.dumps(f[key], default=str) if key in f else "unset"
+
     out = []
     for key in keys:
-        if key.startswith("method."):
+        if key.startswith("method.") or key in _HOW_RUN_KEYS:
             continue
-        per_arm = {
-            m: sorted({json.dumps(f.get(key, missing), default=str) for f in fs})
-            for m, fs in flat.items()
-        }
+        per_arm = {m: sorted({shown(f, key) for f in fs}) for m, fs in flat.items()}
         if len({tuple(v) for v in per_arm.values()}) > 1:
-            shown = "; ".join(
-                f"{m}: {', '.join('unset' if 'object at' in v else v for v in vs)}"
-                for m, vs in per_arm.items()
-            )
-            out.append(f"{key} ({shown})")
+            values = "; ".join(f"{m}: {', '.join(vs)}" for m, vs in per_arm.items())
+            out.append(f"{key} ({values})")
     return out
 
 
