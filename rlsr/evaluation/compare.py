@@ -109,8 +109,8 @@ def check_margin(margin: float | None, keys) -> None:
         raise ValueError(
             f"--margin {margin}: the margin of equivalence is a positive difference in the "
             f"metric's units, below {width:.3f} (the narrowest range of the metrics compared); "
-            "e.g. --margin "
-            "0.02 says 'equivalent' only when the whole interval lies within ±0.02."
+            "e.g. --margin 0.02 says 'equivalent' only when the whole interval lies within "
+            "±0.02."
         )
 
 
@@ -119,11 +119,8 @@ def _bounds(key: str, difference: bool) -> tuple[float, float]:
     return (lo - hi, hi - lo) if difference else (lo, hi)
 
 
-def evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:
-    """AURC, ranking gain, ECE and accuracy of one evaluation, from its samples.jsonl
-    (``rlsr.metrics``; the confidence of its primary scorer, missing = 0.0, read by
-    ``rlsr.evaluation.summary.scorer_arrays`` as for metrics.json)."""
-    conf, ok = evaluation.confidence, evaluation.correct
+def _metrics_of(conf: np.ndarray, ok: np.ndarray) -> dict[str, float]:
+    """The four metrics of one set of answers (also of a resample of its questions)."""
     aurc = M.aurc(conf, ok)
     accuracy = float(np.mean(ok))
     return {
@@ -132,6 +129,13 @@ def evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:
         "ece": M.ece(conf, ok),
         "accuracy": accuracy,
     }
+
+
+def evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:
+    """AURC, ranking gain, ECE and accuracy of one evaluation, from its samples.jsonl
+    (``rlsr.metrics``; the confidence of its primary scorer, missing = 0.0, read by
+    ``rlsr.evaluation.summary.scorer_arrays`` as for metrics.json)."""
+    return _metrics_of(evaluation.confidence, evaluation.correct)
 
 
 def seed_summary(
@@ -260,17 +264,6 @@ def _curve(runs: list[Run], dataset: str) -> list[dict]:
             {"step": step, "mean": float(np.mean(gains)), "min": min(gains), "max": max(gains)}
         )
     return points
-
-
-def _metrics_of(conf: np.ndarray, ok: np.ndarray) -> dict[str, float]:
-    aurc = M.aurc(conf, ok)
-    accuracy = float(np.mean(ok))
-    return {
-        "aurc": aurc,
-        "ranking_gain": M.ranking_gain_from_aurc(aurc, 1.0 - accuracy),
-        "ece": M.ece(conf, ok),
-        "accuracy": accuracy,
-    }
 
 
 def _question_draws(runs: list[Run], dataset: str, step: int, stats: Statistics):
