@@ -157,6 +157,20 @@ def _ece_by_definition(conf, ok) -> float:
     return total
 
 
+def _t_interval_by_hand(values, bounds=(0.0, 1.0)) -> list[float]:
+    """mean ± t_{n-1, 0.975} s / √n with the t quantiles of a printed table (n = 2, 3 seeds);
+    equal values v: v - q (v - lo), v + q (hi - v), q = 1 - 0.025^(1/n) (Clopper-Pearson); cut
+    to the range [lo, hi]."""
+    if max(values) - min(values) < 1e-12:
+        q = 1 - 0.025 ** (1 / len(values))
+        v = values[0]
+        return [v - q * (v - bounds[0]), v + q * (bounds[1] - v)]
+    quantile = {1: 12.706204736174707, 2: 4.302652729749464}[len(values) - 1]
+    half = quantile * float(np.std(values, ddof=1)) / math.sqrt(len(values))
+    mean = float(np.mean(values))
+    return [max(mean - half, bounds[0]), min(mean + half, bounds[1])]
+
+
 def _by_definition(conf, ok) -> dict[str, float]:
     aurc = _aurc_by_definition(conf, ok)
     accuracy = float(np.mean(ok))
@@ -249,9 +263,10 @@ def test_values_equal_a_computation_by_definition_from_the_samples(sweep, tmp_pa
         for key in ("aurc", "ranking_gain", "ece", "accuracy"):
             values = [entry["seeds"][str(s)][key] for s in seeds]
             assert entry["mean"][key] == pytest.approx(np.mean(values), abs=1e-12)
-            ci = M.bootstrap_mean_ci(values, n_resamples=10_000, seed=0)
-            assert entry["ci95"][key] == pytest.approx([ci.low, ci.high], abs=1e-12)
-            assert min(values) - 1e-12 <= ci.low <= ci.high <= max(values) + 1e-12
+            bounds = (-1 / math.e, 1 / math.e) if key == "ranking_gain" else (0.0, 1.0)
+            assert entry["ci95"][key] == pytest.approx(
+                _t_interval_by_hand(values, bounds), abs=1e-12
+            )
     # the samples' metrics.json says the same AURC (one implementation)
     metrics = json.loads((step_dir(sweep / "job0-seed99", 20) / DATASET / METRICS_FILE).read_text())
     assert block["methods"]["rlsr"]["seeds"]["1"]["aurc"] == pytest.approx(
@@ -274,7 +289,8 @@ def test_values_equal_a_computation_by_definition_from_the_samples(sweep, tmp_pa
 def test_paired_differences_use_shared_seeds_only(sweep, tmp_path, capsys):
     """rlcr - rlsr pairs seeds 2 and 3 only (the seeds both methods have): per seed the
     difference of that seed's values, then their mean and CI; not mean(rlcr) - mean(rlsr) over
-    all seeds, which these fixtures make different. --reference flips the pair to rlsr - rlcr."""
+    all seeds, which these fixtures make different (its interval: the t-interval of the per-seed
+    differences). --reference flips the pair to rlsr - rlcr."""
     out = tmp_path / "cmp"
     assert _compare(capsys, sweep, "--output-dir", out)[0] == 0
     pair = json.loads((out / COMPARE_JSON).read_text())["datasets"][DATASET]["pairs"][0]
@@ -291,8 +307,8 @@ def test_paired_differences_use_shared_seeds_only(sweep, tmp_path, capsys):
         [_by_definition(CONF, _correct(LAST[("rlcr", s)]))["aurc"] for s in (2, 3, 4)]
     ) - np.mean([_by_definition(CONF, _correct(LAST[("rlsr", s)]))["aurc"] for s in (1, 2, 3)])
     assert abs(paired - unpaired) > 0.1  # the fixture tells the two apart
-    ci = M.bootstrap_mean_ci([diffs[s]["aurc"] for s in (2, 3)], n_resamples=10_000, seed=0)
-    assert pair["last"]["ci95"]["aurc"] == pytest.approx([ci.low, ci.high], abs=1e-12)
+    by_hand = _t_interval_by_hand([diffs[s]["aurc"] for s in (2, 3)], (-1.0, 1.0))
+    assert pair["last"]["ci95"]["aurc"] == pytest.approx(by_hand, abs=1e-12)
     assert pair["first"]["step"] == 0
 
     out2 = tmp_path / "cmp2"
@@ -719,3 +735,128 @@ def test_a_run_of_another_task_is_named_by_its_task_first(tmp_path, capsys):
         line = _one_error_line(err)
         assert code == 2 and "the runs trained on different tasks: data.task is" in line, line
         assert f"'caps' in {caps}" in line and str(root / "rlcr-1") in line
+# --------------------------------------------------------------------------- verdicts
+
+
+@pytest.mark.parametrize("margin", ["-0.1", "nan", "1", "0"])
+def test_a_margin_that_is_not_a_positive_difference_below_the_range_is_refused(
+    sweep, tmp_path, capsys, margin
+):
+    """--margin negative, NaN, zero or at least the metrics' smallest range (2/e, ranking
+    gain's): one line naming
+    --margin and the fix, exit 2, nothing written."""
+    out = tmp_path / "cmp"
+    code, _, err = _compare(capsys, sweep, "--output-dir", out, "--margin", margin)
+    line = _one_error_line(err)
+    assert code == 2 and f"--margin {float(margin)}" in line and "e.g. --margin 0.02" in line
+    assert not out.exists()
+
+
+def test_pairs_carry_interval_exact_p_holm_and_verdict(sweep, tmp_path, capsys):
+    """compare.json's pair holds per metric the interval, the exact permutation p (2 shared
+    seeds: p >= 0.5), the Holm-adjusted p over all 2 steps' 4 metrics, the test's name and a
+    verdict; compare.md's verdict table prints them; --margin 0.7 makes the pair equivalent
+    where its interval lies inside ±0.7, and --resample-questions keeps the means and widens the
+    intervals (question sampling adds to the seeds' spread)."""
+    out = tmp_path / "cmp"
+    assert _compare(capsys, sweep, "--output-dir", out)[0] == 0
+    result = json.loads((out / COMPARE_JSON).read_text())
+    assert result["schema_version"] == 2 and result["statistics"]["margin"] is None
+    last = result["datasets"][DATASET]["pairs"][0]["last"]
+    for key in ("aurc", "ranking_gain", "ece", "accuracy"):
+        d = [last["seeds"][s][key] for s in ("2", "3")]
+        nonzero = [v for v in d if abs(v) > 1e-9]
+        expect = 1.0 if len(nonzero) < 2 or abs(sum(nonzero)) < max(map(abs, nonzero)) else 0.5
+        assert last["p_value"][key] == pytest.approx(expect)
+        assert last["p_adjusted"][key] >= last["p_value"][key]
+        assert last["verdict"][key] in ("inconclusive",)
+        assert last["test"][key].startswith("exact paired permutation test")
+    md = (out / COMPARE_MD).read_text()
+    assert "### Tests and verdicts" in md and "| rlcr − rlsr | 20 | AURC | 2 |" in md
+    wide = tmp_path / "wide"
+    assert _compare(capsys, sweep, "--output-dir", wide, "--margin", "0.7")[0] == 0
+    pair = json.loads((wide / COMPARE_JSON).read_text())["datasets"][DATASET]["pairs"][0]
+    for key in ("aurc", "ranking_gain", "ece", "accuracy"):
+        lo, hi = pair["last"]["ci95"][key]
+        inside = -0.7 <= lo and hi <= 0.7
+        assert (pair["last"]["verdict"][key] == "equivalent within ±0.7") == inside
+    hier = tmp_path / "hier"
+    code, _, err = _compare(capsys, sweep, "--output-dir", hier, "--resample-questions",
+                            "--bootstrap-resamples", "300")  # fmt: skip
+    assert code == 0, err
+    both = json.loads((hier / COMPARE_JSON).read_text())
+    assert both["statistics"]["resample_questions"] is True
+    rlcr = both["datasets"][DATASET]["methods"]["rlcr"]
+    assert rlcr["n_clusters"] == 10
+    plain = json.loads((out / COMPARE_JSON).read_text())["datasets"][DATASET]["methods"]["rlcr"]
+    for key in ("aurc", "ece"):
+        wide_lo, wide_hi = rlcr["ci95"][key]
+        lo, hi = plain["ci95"][key]
+        assert rlcr["mean"][key] == plain["mean"][key]
+        assert wide_hi - wide_lo > hi - lo  # 10 questions: their sampling adds to the seeds'
+
+
+def test_arms_that_differ_outside_their_method_section_get_a_caveat(tmp_path, capsys):
+    """A setting outside ``method`` that differs between arms (here the learning rate) is named
+    with every arm's value in a note: the verdicts assume it was chosen the same way for each.
+    A differing ``resume`` (how a run was continued) is not named."""
+    root = tmp_path / "runs"
+    last = _answers(CONF, _correct("1111011000"))
+    for seed in (1, 2):
+        make_run(root, f"a{seed}", method="rlsr", seed=seed, steps={0: FLAT, 4: last})
+        make_run(root, f"b{seed}", method="rlcr", seed=seed, steps={0: FLAT, 4: last},
+                 config={"grpo": {"learning_rate": 0.01}, "resume": "never"})  # fmt: skip
+    out = tmp_path / "cmp"
+    code, _, err = _compare(capsys, root, "--output-dir", out)
+    assert code == 0, err
+    assert "resume" not in err  # how a run continued is no choice about the arm
+    assert (
+        "the arms differ in recorded settings (config.yaml) outside their method section: " in err
+    )
+    assert "grpo.learning_rate (rlcr: 0.01; rlsr: 0.001)" in err
+    assert "chosen for each arm by the same procedure on validation data" in err
+    notes = json.loads((out / COMPARE_JSON).read_text())["notes"]
+    assert any("grpo.learning_rate" in n for n in notes)
+
+
+def test_a_nan_metric_leaves_its_seed_out_with_a_note_naming_the_run():
+    """A seed whose metric is NaN is left out of that metric's mean, interval and test, and the
+    note names the run; the verdict is computed from the other seeds, never from NaN."""
+    per_seed = {1: {"aurc": 0.2}, 2: {"aurc": math.nan}, 3: {"aurc": 0.3}, 4: {"aurc": 0.25}}
+    summary = compare_module.seed_summary(per_seed, keys=["aurc"])
+    assert summary["excluded"] == {"aurc": [2]} and summary["n"] == {"aurc": 3}
+    assert summary["mean"]["aurc"] == pytest.approx(0.25)
+    notes = compare_module._nan_notes("tiny", 20, "rlsr", summary, lambda s: f"runs/s{s}")
+    assert notes == [
+        "tiny step 20: rlsr: aurc is NaN for 1 seed(s) (seed 2: runs/s2); left out, 3 of 4 "
+        "seeds used."
+    ]
+    diffs = {s: {"aurc": v["aurc"] - 0.1} for s, v in per_seed.items()}
+    pair = compare_module.paired_summary(diffs, keys=["aurc"])
+    compare_module.add_verdicts([("a", "b", pair)], [("aurc", "AURC", "lower")], None)
+    assert pair["p_value"]["aurc"] == pytest.approx(0.25)  # 3 positive of 3: 2 / 8
+    assert pair["verdict"]["aurc"] == "inconclusive"
+
+
+def test_ranking_gain_lies_within_plus_minus_one_over_e():
+    """VALUE_BOUNDS' ranking-gain range [-1/e, 1/e], which the intervals are cut to: every
+    correctness pattern of up to 10 answers in its best and its worst order (distinct
+    confidences) and with one tied confidence stays inside it; the largest gain found is the
+    best order's closed form max (j/n)(H_n - H_j) over n <= 10, j correct."""
+    lo, hi = compare_module.VALUE_BOUNDS["ranking_gain"]
+    assert (lo, hi) == pytest.approx((-1 / math.e, 1 / math.e))
+    top = 0.0
+    for n in range(1, 11):
+        conf = np.linspace(0.9, 0.1, n)
+        for pattern in itertools.product((0, 1), repeat=n):
+            ok = np.array(pattern)
+            for order in (np.sort(ok)[::-1], np.sort(ok), ok):  # best, worst, as drawn
+                error = 1 - ok.mean()
+                gain = M.ranking_gain_from_aurc(M.aurc(conf, order), error)
+                assert lo - 1e-12 <= gain <= hi + 1e-12
+                top = max(top, gain)
+            tied = M.ranking_gain_from_aurc(M.aurc(np.full(n, 0.5), ok), 1 - ok.mean())
+            assert tied == pytest.approx(0.0, abs=1e-12)
+    harmonic = np.concatenate([[0.0], np.cumsum(1 / np.arange(1, 11))])
+    best = max(j / n * (harmonic[n] - harmonic[j]) for n in range(1, 11) for j in range(n + 1))
+    assert top == pytest.approx(best, abs=1e-12) and best < 1 / math.e

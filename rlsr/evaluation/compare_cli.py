@@ -10,7 +10,7 @@ from rlsr.evaluation.compare import (
     COMPARE_JSON,
     COMPARE_MD,
     COMPARE_PNG,
-    Bootstrap,
+    Statistics,
     compare_runs,
     write_comparison,
 )
@@ -23,13 +23,14 @@ __all__ = ["register", "run_compare"]
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "compare",
-        help="compare methods across training seeds: mean and 95%% CI over seeds, paired "
-        "differences",
+        help="compare methods across training seeds: mean and 95%% t-interval over seeds, paired "
+        "differences with an exact test and a verdict",
         usage="rlsr compare RUN_OR_FOLDER... --output-dir DIR [options]",
         description="Group training runs by the method and seed their config.yaml records and "
         "compare them per held-out task at the first and last evaluated step: AURC, ranking "
-        "gain (error rate - AURC), ECE and accuracy per seed, mean and 95% bootstrap CI over "
-        "seeds, and per pair of methods the paired difference on shared seeds. Every value is "
+        "gain (error rate - AURC), ECE and accuracy per seed, mean and 95% t-interval over "
+        "seeds, and per pair of methods the paired difference on shared seeds with an exact "
+        "paired permutation test (Holm-adjusted) and a verdict. Every value is "
         f"recomputed from {SAMPLES_FILE}. Writes DIR/{COMPARE_JSON}, DIR/{COMPARE_MD} and "
         f"DIR/{COMPARE_PNG} (ranking gain against step).",
         epilog="example after slurm/sweep.py: rlsr compare runs --output-dir comparisons/heldout "
@@ -60,18 +61,33 @@ def register(subparsers) -> None:
         help="differences REFERENCE - each other method (default: every pair A - B by name)",
     )
     parser.add_argument(
+        "--margin",
+        type=float,
+        metavar="DELTA",
+        help="margin of equivalence, an absolute difference in the metric's units (e.g. 0.02): "
+        "a pair is 'equivalent within ±DELTA' only when its whole 95%% interval lies inside "
+        "[-DELTA, DELTA]; without it no pair is called equivalent",
+    )
+    parser.add_argument(
+        "--resample-questions",
+        action="store_true",
+        help="the intervals' standard error also resamples the held-out questions (clusters of "
+        "the same question text) besides the seeds: what a new draw of questions would change",
+    )
+    parser.add_argument(
         "--bootstrap-resamples",
         type=int,
-        default=Bootstrap.n_resamples,
+        default=Statistics.n_resamples,
         metavar="N",
-        help="resamples of the CI over seeds (default %(default)s)",
+        help="resamples of --resample-questions (default %(default)s)",
     )
     parser.add_argument(
         "--bootstrap-seed",
         type=int,
-        default=Bootstrap.seed,
+        default=Statistics.seed,
         metavar="S",
-        help="seed of the CI's resampling (default %(default)s)",
+        help="seed of --resample-questions and of a Monte Carlo permutation test (more than "
+        "20 nonzero differences) (default %(default)s)",
     )
     parser.set_defaults(func=run_compare)
 
@@ -83,8 +99,13 @@ def _fixed(value: float) -> str:
 def run_compare(args: argparse.Namespace) -> int:
     if args.bootstrap_resamples < 1:
         raise ValueError(f"--bootstrap-resamples must be >= 1; got {args.bootstrap_resamples}.")
-    boot = Bootstrap(n_resamples=args.bootstrap_resamples, seed=args.bootstrap_seed)
-    result = compare_runs(args.paths, use=args.use, reference=args.reference, bootstrap=boot)
+    stats = Statistics(
+        margin=args.margin,
+        questions=args.resample_questions,
+        n_resamples=args.bootstrap_resamples,
+        seed=args.bootstrap_seed,
+    )
+    result = compare_runs(args.paths, use=args.use, reference=args.reference, stats=stats)
     for note in result["notes"]:
         print(f"rlsr compare: note: {note}", file=sys.stderr)
     written = write_comparison(result, args.output_dir)
@@ -98,5 +119,12 @@ def run_compare(args: argparse.Namespace) -> int:
                 f"  {method}: {n} seed{'s' if n != 1 else ''}, ranking gain {_fixed(mean)} "
                 f"[{interval}], AURC {_fixed(entry['mean']['aurc'])}"
             )
+        for pair in block["pairs"]:
+            if "last" in pair:
+                last = pair["last"]
+                print(
+                    f"  {pair['a']} - {pair['b']}: ranking gain {last['verdict']['ranking_gain']}"
+                    f", AURC {last['verdict']['aurc']}, ECE {last['verdict']['ece']}"
+                )
     print("wrote " + ", ".join(str(p) for p in written))
     return 0

@@ -86,6 +86,10 @@ class Evaluation:
     confidence: np.ndarray
     correct: np.ndarray  # per sample
     questions: str  # _questions_digest of the samples: which questions these are
+    # per sample: its id and its question text (the cluster rlsr compare --resample-questions
+    # draws: a prompt asked several times is one cluster)
+    ids: tuple[str, ...] = ()
+    prompts: tuple[str, ...] = ()
 
 
 def _questions_digest(records: list[dict]) -> str:
@@ -326,6 +330,8 @@ def _evaluations(out: Path, step: int, run_dir: Path | None = None) -> list[Eval
                 confidence=confidence,
                 correct=correct,
                 questions=_questions_digest(records),
+                ids=tuple(str(r.get("id")) for r in records),
+                prompts=tuple(str(r.get("question", r.get("id"))) for r in records),
             )
         )
     return found
