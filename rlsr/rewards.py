@@ -1,6 +1,7 @@
 """Per-completion rewards of RLSR and its baselines (pure numpy, no torch).
 
-Definitions follow the RLSR paper (seeds/003, Sec. 2.2 and C.4.2) and ``shared/DESIGN.md``:
+Definitions follow the RLSR paper (Aligning Language Models with Selective Prediction, arXiv 2607.03528, Sec. 2.2 and C.4.2);
+the equations and derivations are in docs/methods.md:
 
 * ``rank_weights``: alpha_i = H_n - H_{n - r_i}, r_i the ascending confidence rank in the pool.
   AURC = (1/n) * sum_i alpha_i * error_i exactly, so alpha_i is sample i's share of AURC.

@@ -12,7 +12,7 @@ RoPE scaling, untied head; a tokenizer shaped like Llama 3's: its pre-tokenizer 
 prepended by the post-processor, no pad token, ``<|eot_id|>``-terminated chat turns), so the real
 recipes' ``model=llama3.1-8b`` paths run on CPU (tests/test_recipes_run.py).
 
-Why the tokenizer is trained the way it is (STACK.md): transformers 5 reloads a folder holding a
+Why the tokenizer is trained the way it is: transformers 5 reloads a folder holding a
 Qwen2 ``config.json`` as ``Qwen2Tokenizer``, which rebuilds the pre-tokenizer as Qwen's regex
 split + byte-level + NFC. We train with exactly that pipeline so token ids do not change between
 the tokenizer we train and the one users (and vLLM) load back.
