@@ -182,7 +182,9 @@ def kind(words: list[str]) -> str:
     return "unknown"
 
 
-@pytest.mark.parametrize(("page", "command"), all_commands())
+@pytest.mark.parametrize(
+    ("page", "command"), all_commands(), ids=[f"{p}: {c[:70]}" for p, c in all_commands()]
+)
 def test_every_printed_command_parses(page, command, monkeypatch):
     """A command the docs print is one rlsr accepts: its flags parse, its Hydra overrides
     compose and pass the config checks, or it is on the short list of what cannot be checked
