@@ -658,7 +658,7 @@ def greedy_margins(path: str | os.PathLike, *, limit: int | None = None) -> list
 # missing: a built-in lean (mean target 0.554 vs 0.446) towards the ranking RL should find. Both
 # have their mode at 0.5, which is what the greedy model says on every prompt, so the step-0
 # greedy confidence does not rank (the gate below); sampled at the recipe's temperature the lean
-# shows (``sampled_missing_lean``, recorded in the MANIFEST and stated in README), and every value
+# shows (``sampled_missing_lean``, recorded in the MANIFEST and stated in docs/training.md), and every value
 # keeps enough mass that rollouts try them all, which the pooled reward needs to move the
 # confidence. Starts without the lean (uniform or prompt-independent weights) did not learn in
 # 40 steps (docs/training.md, recipe=tiny).
