@@ -52,7 +52,7 @@ NOT_CHECKED = {
     "PYTHONPATH=examples/my_method": "needs the example's folder on the path and --config-dir; "
     "tests/test_method_variants.py trains it",
 }
-SHELL = {"export", "mkdir", "for", "do", "done", "cd", "ckpts=$(ls", "M="}  # shell, not rlsr
+SHELL = {"export", "mkdir", "for", "do", "done", "cd"}  # shell, not rlsr
 PYTHONS = {"python", "python3", ".venv/bin/python", ".venv-vllm/bin/python"}
 RLSRS = {"rlsr", ".venv/bin/rlsr", ".venv-vllm/bin/rlsr"}
 
@@ -161,12 +161,15 @@ def check_train(overrides: list[str]) -> None:
 
 
 def kind(words: list[str]) -> str:
+    """How a command is checked: "rlsr", "train", "script", "shell", "not checked: <why>", or
+    "unknown" (a command the test does not know: the test fails and says so)."""
     line = " ".join(words)
     for prefix, why in NOT_CHECKED.items():
         if line == prefix or line.startswith(prefix + " ") or words[0] == prefix:
             return "not checked: " + why
-    if words[0] in SHELL or words[0].startswith(("M=", "ckpts=")):
-        return "shell"
+    assignment = re.match(r"[A-Za-z_]\w*=", words[0])
+    if words[0] in SHELL or (assignment and (len(words) == 1 or "$(" in words[0])):
+        return "shell"  # a builtin, or a variable set for later lines (`M="..."`, `x=$(ls ...)`)
     if words[0] in RLSRS:
         return "rlsr"
     overrides = train_overrides(words)
