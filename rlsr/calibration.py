@@ -59,7 +59,7 @@ def _bin_index(conf: np.ndarray, n_bins: int, binning: str) -> tuple[np.ndarray,
         inner = np.quantile(conf, np.arange(1, n_bins) / n_bins)
     else:
         raise ValueError(f"binning must be one of {BINNINGS}; got {binning!r}.")
-    # Outer edges are -inf / +inf (DESIGN.md), so digitize over the inner edges gives 0..n_bins-1
+    # Outer edges are -inf / +inf (docs/metrics.md), so digitize over the inner edges gives 0..n_bins-1
     # and confidence 1.0 lands in the top bin.
     return np.digitize(conf, inner, right=False), inner
 
@@ -143,7 +143,7 @@ def reliability_bins(
 
 
 def ece(confidence, correct, n_bins: int = 10, *, binning: str = "equal_width") -> float:
-    """Expected calibration error: sum_B |B|/n * |acc_B - conf_B| (RLSR Sec. C.5.2, DESIGN.md).
+    """Expected calibration error: sum_B |B|/n * |acc_B - conf_B| (RLSR Sec. C.5.2; docs/metrics.md).
 
     ``binning="equal_width"`` (default) is the RLCR evaluation's binning that the paper follows:
     edges ``linspace(0, 1, n_bins + 1)`` with the outer edges replaced by -inf / +inf,

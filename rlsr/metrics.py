@@ -8,7 +8,7 @@ Ties. Every rank-based metric here is defined as its expectation over all orderi
 with tied confidence. That equals giving each member of a tie group the mean of the position
 weights the group occupies, which ``rlsr.ranking.tie_averaged_weights`` computes; AURC uses
 ``rlsr.rewards.rank_weights`` itself, so the training reward and the evaluation metric are one
-implementation (DESIGN.md: AURC = (1/n) sum_i alpha_i * error_i).
+implementation (AURC = (1/n) sum_i alpha_i * error_i; docs/metrics.md).
 
 This module holds the risk-coverage metrics and the statistics helpers; calibration metrics
 live in ``rlsr.calibration``, thresholds in ``rlsr.thresholds``, UtilityAUC and DCS in
@@ -120,7 +120,7 @@ def _inputs(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
 
 
 def aurc(confidence, correct) -> float:
-    """Area under the risk-coverage curve, discrete right-endpoint form (RLSR Sec. 2.1, DESIGN.md).
+    """Area under the risk-coverage curve, discrete right-endpoint form (RLSR Sec. 2.1; docs/metrics.md).
 
     AURC = (1/n) * sum_{k=1..n} R_k, R_k = error rate of the k most confident samples.
     Exchanging the sums gives AURC = (1/n) * sum_i alpha_i * error_i with alpha_i = H_n - H_{n-r_i}

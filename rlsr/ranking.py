@@ -96,7 +96,7 @@ def tie_averaged_weights(confidence, position_weights) -> np.ndarray:
 
 
 def coverage_count(coverage: float, n: int) -> int:
-    """m = ceil(c * n), at least 1: the sample count behind Acc@c (DESIGN.md, RLSR Sec. C.5.2).
+    """m = ceil(c * n), at least 1: the sample count behind Acc@c (RLSR Sec. C.5.2; docs/metrics.md).
 
     Guards float noise (0.1 * 30 = 3.0000000000000004 -> 3) by rounding c * n to 9 decimals
     before the ceiling; exact for every decimal c and n up to ~10^7 (tested against fractions).

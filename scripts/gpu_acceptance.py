@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """GPU acceptance run, in two commands (one per phase) on a machine with one GPU.
 
-Target: one H200 (or H100), no hub access, at most 600 s per command. Run (README, "GPU install")::
+Target: one H200 (or H100), no hub access, at most 600 s per command. Run (docs/distributed.md,
+"GPU install and the acceptance run")::
 
     .venv/bin/python scripts/gpu_acceptance.py --phases train      # estimated 170-436 s
     .venv/bin/python scripts/gpu_acceptance.py --phases evaluate   # estimated 131-315 s
@@ -643,7 +644,7 @@ def attention_comparison(trainer, plan: dict) -> dict:
 
     if importlib.util.find_spec("flash_attn") is None:
         return {"skipped": "flash_attn not installed (its PyPI sdist builds from source with "
-                "nvcc; install it beforehand to compare, README 'GPU install')"}  # fmt: skip
+                "nvcc; install it beforehand to compare, docs/distributed.md)"}  # fmt: skip
     model = trainer.model
     ids = torch.randint(0, 1000, (plan["per_device"], 768), device="cuda")
     out = {}

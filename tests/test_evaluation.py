@@ -68,7 +68,7 @@ def evaluated(tiny_model_dir, run_dir, tmp_path_factory) -> Path:
 
 
 def brute_force_summary(records: list[dict]) -> dict:
-    """The metrics.json summary computed from samples by brute force, from DESIGN.md's
+    """The metrics.json summary computed from samples by brute force, from docs/metrics.md's
     definitions (not rlsr.metrics): a missing confidence is 0.0; ties are resolved by averaging
     over every order of the samples that sorts confidences descending."""
     conf = [0.0 if r["confidence"] is None else r["confidence"] for r in records]

@@ -1,4 +1,4 @@
-"""The package's import graph runs one way (DESIGN.md): no cycles, no function-local imports of
+"""The package's import graph runs one way (docs/architecture.md): no cycles, no function-local imports of
 rlsr modules, no import going up the layer table below. Reads source only (``ast``).
 
 A new module must be placed in ``LAYERS``; a heavy optional third-party dependency (vllm,

@@ -68,7 +68,7 @@ class HeldOutSettings:
     consistency_temperature, system_prompt, dcs, bootstrap, keep_token_ids) is a key here, null
     by default: unset, it comes from ``method.evaluate``, else the run's default
     (``max_new_tokens``: the trainer's ``max_completion_length``; ``system_prompt``: the training
-    data's), else the protocol's (``rlsr.eval_protocol.protocol_from_sources``; docs/training.md, "Watch a
+    data's), else the protocol's (``rlsr.eval_protocol.protocol_from_sources``; docs/heldout.md, "Watch a
     run")."""
 
     # Optimizer steps between evaluations (steps N, 2N, ...); 0: no held-out evaluation.

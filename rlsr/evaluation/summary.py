@@ -43,7 +43,7 @@ METRIC_DEFINITIONS = {
     "brier": "mean (confidence - correct)^2 (rlsr.metrics.brier).",
     "auroc": "P(conf of a correct > conf of a wrong), ties 1/2 (rlsr.metrics.auroc); NaN if one class.",
     "confidence_gap": "E[conf | correct] - E[conf | wrong] (RLSR Tab. 2; rlsr.metrics.confidence_gap).",
-    "utility_auc": "UtilityBench Eq. 1-3 (seed 000), scores = confidence, answered = an answer was "
+    "utility_auc": "UtilityBench Eq. 1-3 (arXiv 2610.25924), scores = confidence, answered = an answer was "
     "extracted, C_R = 2; only for datasets with answerable/cost (rlsr.metrics.utility_auc).",
     "accuracy": "mean correctness over all samples (full coverage).",
     "missing_confidence": "a sample without a parseable confidence counts as confidence 0.0.",
@@ -54,7 +54,7 @@ METRIC_DEFINITIONS = {
     "ci": "percentile bootstrap over samples, 95%, rlsr.metrics.bootstrap_ci (seed, resamples "
     "in 'bootstrap').",
     "dcs": "mean (p_c - P_W)(1 - p_idk) over MCQ items, option probabilities = softmax of "
-    "length-normalised option log-likelihoods incl. an IDK option (seed 002; rlsr.metrics.dcs).",
+    "length-normalised option log-likelihoods incl. an IDK option (the DCS paper; rlsr.metrics.dcs).",
 }
 
 
