@@ -217,7 +217,7 @@ def load_train_dataset(cfg, tokenizer=None, room=None):
             f"`{download_command(cfg.data.task)}`, copy DIR here and set "
             f"data.path=DIR/{cfg.data.task} (or export RLSR_DATA_DIR=DIR).",
         ) from None
-    if cfg.data.path and spec.task is None:  # said, not silent: issue 28
+    if cfg.data.path and spec.task is None:  # the built-in task's columns apply: say so
         logger.warning(
             "data.path=%s is read as the built-in task %r: its columns, system prompt, "
             "verifier and held-out sets. For data of your own, write a task file "

@@ -1,6 +1,6 @@
 """LoRA weight sync to vLLM without touching the frozen base: out-of-place merged tensors.
 
-The bug (issue 12, TRL #6688). TRL 1.16 pushes the policy to vLLM once per optimizer step
+The bug (TRL #6688). TRL 1.16 pushes the policy to vLLM once per optimizer step
 (``VLLMGeneration.sync_weights``: colocate -> ``model.load_weights``, server ->
 ``VLLMClient.update_named_params``; both consume ``VLLMGeneration._iter_named_params``). With PEFT
 that iterator calls ``merge_adapter()``, which *writes* ``W += ΔW`` into the base weight, yields

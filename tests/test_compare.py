@@ -735,6 +735,8 @@ def test_a_run_of_another_task_is_named_by_its_task_first(tmp_path, capsys):
         line = _one_error_line(err)
         assert code == 2 and "the runs trained on different tasks: data.task is" in line, line
         assert f"'caps' in {caps}" in line and str(root / "rlcr-1") in line
+
+
 # --------------------------------------------------------------------------- verdicts
 
 

@@ -370,7 +370,7 @@ def test_weight_cap_counterexample_a_tie_no_longer_beats_the_strict_order():
             p_all, [c, *others], 1.0, 1.5,
         )  # fmt: skip
         assert got == pytest.approx(want, abs=1e-12)
-    # Pooled total: four sure-right completions sorted vs all tied (was 3.42 vs 4.00).
+    # Pooled total: four sure-right completions sorted vs all tied.
     sorted_total = lifted_aurc_rewards([1] * 4, [0.9, 0.8, 0.7, 0.6], weight_cap=1.5).sum()
     tied_total = lifted_aurc_rewards([1] * 4, [0.5] * 4, weight_cap=1.5).sum()
     assert sorted_total == pytest.approx(1.5 + 13 / 12 + 7 / 12 + 1 / 4)

@@ -465,7 +465,7 @@ def _check_engine_room(
 ) -> None:
     """A set ``grpo.vllm_max_model_length`` must hold a prompt of ``data.max_prompt_length``
     tokens plus what a held-out answer needs beyond it (``heldout_answer_tokens``): no held-out
-    answer is cut by the engine's context (issue 27 item 2)."""
+    answer is cut by the engine's context."""
     if length is None or prompt is None:
         return
     max_new, fallback_tokens = protocol.max_new_tokens, protocol.fallback_max_new_tokens

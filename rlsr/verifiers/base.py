@@ -21,7 +21,7 @@ CORRECT, INCORRECT, MISSING, TIMEOUT, ERROR, UNJUDGED = (
     "error",
     "unjudged",
 )
-# The name samples written before rlsr 0.x (issue 36) gave UNJUDGED; read back as UNJUDGED.
+# An older name of UNJUDGED in samples.jsonl files; read back as UNJUDGED.
 INVALID = "invalid"
 # Statuses without a verdict: the verifier failed (timeout, error) or could not judge (unjudged).
 # Each is scored as wrong (docs/tasks.md, "When a verifier cannot judge").
