@@ -13,7 +13,11 @@ from pathlib import Path
 from rlsr.data import get_spec, resolve_tasks, task_records, version_records
 from rlsr.data.loading import build_verifier, load_examples
 from rlsr.eval_protocol import protocol_from_args
-from rlsr.evaluation.evaluate_setup import name_value_pairs, no_verdict_counts_of, resolved_system_prompt
+from rlsr.evaluation.evaluate_setup import (
+    name_value_pairs,
+    no_verdict_counts_of,
+    resolved_system_prompt,
+)
 from rlsr.evaluation.external import match_samples, read_external, score_external
 from rlsr.evaluation.runner import EvalSettings
 from rlsr.evaluation.summary import no_verdict_note
