@@ -37,6 +37,7 @@ __all__ = [
     "PLAIN_FIELDS",
     "ExternalSample",
     "ExternalFile",
+    "TaskColumns",
     "read_external",
     "lm_eval_task_of_file",
     "match_samples",
@@ -146,21 +147,47 @@ def lm_eval_task_of_file(path: Path) -> str | None:
     return match.group("task") if match else None
 
 
-def _gold_sets(examples) -> list[set[str]]:
-    """Per row of ``examples``, every spelling of its gold a file may give: ``answer``, each
-    of ``answers``, and the MCQ ``answer_letter``."""
-    cols = examples.column_names
-    answers = examples["answers"] if "answers" in cols else [None] * len(examples)
-    letters = examples["answer_letter"] if "answer_letter" in cols else [None] * len(examples)
+class TaskColumns(dict):
+    """A task's rows as ``{column: list}`` (one Arrow-to-Python conversion: ``examples[:]``),
+    with the ``column_names`` that ``rlsr.data.loading.verification_inputs`` reads; indexing a
+    ``datasets.Dataset`` row by row costs ~50 us a row."""
+
+    @classmethod
+    def of(cls, examples) -> TaskColumns:
+        return cls(examples[:])
+
+    @property
+    def column_names(self) -> list[str]:
+        return list(self)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self["id"])
+
+    def rows(self, indices: Sequence[int]) -> list[dict]:
+        return [{k: v[i] for k, v in self.items()} for i in indices]
+
+    def take(self, indices: Sequence[int]) -> TaskColumns:
+        return TaskColumns({k: [v[i] for i in indices] for k, v in self.items()})
+
+
+def _gold_sets(columns: TaskColumns) -> list[set[str]]:
+    """Per task row, every spelling of its gold a file may give: ``answer``, each of
+    ``answers``, and the MCQ ``answer_letter``."""
+    n = columns.n_rows
+    answers = columns.get("answers") or [None] * n
+    letters = columns.get("answer_letter") or [None] * n
     return [
         {str(a).strip(), *(str(x).strip() for x in (al or [])), *([str(le).strip()] if le else [])}
-        for a, al, le in zip(examples["answer"], answers, letters, strict=True)
+        for a, al, le in zip(columns["answer"], answers, letters, strict=True)
     ]
 
 
-def match_samples(external: ExternalFile, examples, task: str, split: str) -> list[int]:
-    """For each row of ``external``, the index of the row of ``examples`` (task ``task``, split
-    ``split``) it answers: by ``id`` when the row has one the task knows, else by question text.
+def match_samples(
+    external: ExternalFile, examples: TaskColumns, task: str, split: str
+) -> list[int]:
+    """For each row of ``external``, the index of the row of ``examples`` (the rows of task
+    ``task``, split ``split``, as ``TaskColumns``) it answers: by ``id`` when the row has one the task knows, else by question text.
     Refused (one-line ValueError naming file and line): an lm-eval file of another rlsr task, a
     row matching no row of the task, a gold the matched row does not give, a question answered
     twice."""
@@ -198,7 +225,7 @@ def match_samples(external: ExternalFile, examples, task: str, split: str) -> li
         if s.gold is not None and not isinstance(s.gold, list | dict):
             golds = golds if golds is not None else _gold_sets(examples)
             if str(s.gold).strip() not in golds[index]:
-                row = examples[index]
+                row = examples.rows([index])[0]
                 raise ValueError(f"{path}: line {s.line}: gold {str(s.gold)[:60]!r} is not task "
                                  f"{task}'s answer {row['answer'][:60]!r} to that question "
                                  f"(id {row['id']!r}); these samples are of another task or "
@@ -210,7 +237,7 @@ def match_samples(external: ExternalFile, examples, task: str, split: str) -> li
 def score_external(
     external: ExternalFile,
     indices: Sequence[int],
-    examples,
+    examples: TaskColumns,
     out_dir: str | Path,
     *,
     verifier,
@@ -228,8 +255,8 @@ def score_external(
     order = sorted(range(len(indices)), key=lambda k: indices[k])
     for start in range(0, len(order), _CHUNK):
         chunk = order[start : start + _CHUNK]
-        batch = examples.select([indices[k] for k in chunk])
-        rows = list(batch)
+        rows_at = [indices[k] for k in chunk]
+        batch, rows = examples.take(rows_at), examples.rows(rows_at)
         items = [
             response_item("", external.samples[k].response, None, None, settings.response_format)
             for k in chunk
@@ -247,7 +274,7 @@ def score_external(
             "sha256": external.sha256,
             "format": external.format,
             "rows": len(external.samples),
-            "task_rows": len(examples),
+            "task_rows": examples.n_rows,
         },
         **(extra or {}),
     }

@@ -18,7 +18,7 @@ from rlsr.evaluation.evaluate_setup import (
     no_verdict_counts_of,
     resolved_system_prompt,
 )
-from rlsr.evaluation.external import match_samples, read_external, score_external
+from rlsr.evaluation.external import TaskColumns, match_samples, read_external, score_external
 from rlsr.evaluation.runner import EvalSettings
 from rlsr.evaluation.summary import no_verdict_note
 from rlsr.run_layout import RUN_FILE, SAMPLES_FILE, SUMMARY_FILE, move_aside
@@ -81,7 +81,8 @@ def run_from_samples(args, build_judge) -> int:
     system_prompt = resolved_system_prompt(args)
     examples = load_examples(name, path=paths.get(name), split=split, system_prompt=system_prompt,
                              data_dir=args.data_dir, columns=columns)  # fmt: skip
-    indices = match_samples(external, examples, name, split)
+    columns_of_rows = TaskColumns.of(examples)
+    indices = match_samples(external, columns_of_rows, name, split)
     judge = None
     if vname == "llm_judge":
         judge = build_judge(args, dict(dtype=args.dtype, batch_size=args.batch_size,
@@ -114,7 +115,7 @@ def run_from_samples(args, build_judge) -> int:
     }
     (out / RUN_FILE).write_text(json.dumps(json.loads(json.dumps(config)), indent=2) + "\n")
     try:
-        metrics = score_external(external, indices, examples, out / job, verifier=verifier,
+        metrics = score_external(external, indices, columns_of_rows, out / job, verifier=verifier,
                                  verifier_name=vname, settings=settings, dataset_name=job,
                                  judge=judge if vname == "llm_judge" else None)  # fmt: skip
     finally:

@@ -21,6 +21,7 @@ import datasets
 
 from rlsr import metrics as M
 from rlsr.data.loading import build_verifier, verification_inputs
+from rlsr.evaluation.external import TaskColumns
 from rlsr.evaluation.runner import verify_items
 from rlsr.evaluation.summary import compute_metrics
 from rlsr.generation.fallbacks import response_item
@@ -70,7 +71,7 @@ def _item(doc: dict, response: str) -> dict:
     it = response_item("", response, None, None, doc.get(FORMAT_FIELD) or "tags")
     vname = doc[VERIFIER_FIELD]
     row = {k: v for k, v in doc.items() if not k.startswith("rlsr_")}
-    inputs = verification_inputs(datasets.Dataset.from_list([row]), vname)
+    inputs = verification_inputs(TaskColumns({k: [v] for k, v in row.items()}), vname)
     verify_items(_verifier(doc[TASK_FIELD], vname), inputs, [it])
     return {
         "id": doc["id"],
