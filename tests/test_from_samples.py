@@ -179,6 +179,18 @@ def test_lm_eval_file_of_another_task_and_existing_results_are_refused(tmp_path,
     assert _score(tmp_path, plain, "--overwrite") == 0
 
 
+def test_lm_eval_samples_without_the_chat_template_are_refused(tmp_path, capsys):
+    """lm-eval run without --apply_chat_template sends the system and user messages as one
+    plain text (its `arguments`), not the prompt rlsr evaluate renders: refused, with the flag."""
+    [doc] = pack_rows(ROWS[:1], "tiny", "exact_match", "tags")
+    plain_prompt = doc["rlsr_system"] + doc["rlsr_user"]
+    path = _write_plain(tmp_path / "samples_rlsr_tiny_2026-12-07T10-00-00.1.jsonl", [
+        {"doc_id": 0, "doc": doc, "target": doc["answer"], "resps": [["x"]],
+         "arguments": {"gen_args_0": {"arg_0": plain_prompt, "arg_1": {}}}}])  # fmt: skip
+    assert _score(tmp_path, path) == 2
+    assert "line 1: lm-eval sent the task's messages as plain text" in capsys.readouterr().err
+
+
 def test_lm_eval_tasks_writes_rlsr_prompts(tmp_path, capsys):
     """`rlsr lm-eval tasks` writes each task's rows with rlsr evaluate's system and user
     messages, a YAML naming the hooks, and prints the lm_eval command; an LLM-judge task is

@@ -50,6 +50,8 @@ PLAIN_FIELDS = ("question", "response", "gold")  # and optionally "id"
 _LM_EVAL_FIELDS = ("doc", "resps")
 # what `rlsr lm-eval tasks` puts in each lm-eval doc besides the task's own row
 LM_EVAL_TASK_FIELD = "rlsr_task"
+LM_EVAL_SYSTEM_FIELD = "rlsr_system"  # the system message ("" for none): lm-eval's description
+LM_EVAL_USER_FIELD = "rlsr_user"  # the user message: lm-eval's doc_to_text
 # lm-eval names its sample logs samples_<task>_<ISO date with - for :>.jsonl
 _LM_EVAL_FILE = re.compile(r"samples_(?P<task>.+)_\d{4}-\d{2}-\d{2}T[0-9.\-]+\.jsonl\Z")
 # rows verified and written together (one verify_batch call, one fsync'ed append)
@@ -106,6 +108,14 @@ def _lm_eval_sample(path: Path, line: int, row: dict) -> ExternalSample:
                          "([[text, ...]]); only generate_until tasks can be scored.")  # fmt: skip
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: line {line}: field 'doc' must be an object.")
+    prompt = (row.get("arguments") or {}).get("gen_args_0", {}).get("arg_0")
+    if (
+        LM_EVAL_USER_FIELD in doc
+        and prompt == doc.get(LM_EVAL_SYSTEM_FIELD, "") + doc[LM_EVAL_USER_FIELD]
+    ):
+        raise ValueError(f"{path}: line {line}: lm-eval sent the task's messages as plain text, "
+                         "without the model's chat template (rlsr evaluate renders every prompt "
+                         "with it); rerun lm_eval with --apply_chat_template.")  # fmt: skip
     rid = doc.get("id")
     return ExternalSample(
         line, resps[0][0], None if rid is None else str(rid), doc.get("question"),

@@ -21,7 +21,12 @@ import datasets
 
 from rlsr import metrics as M
 from rlsr.data.loading import build_verifier, verification_inputs
-from rlsr.evaluation.external import TaskColumns
+from rlsr.evaluation.external import (
+    LM_EVAL_SYSTEM_FIELD,
+    LM_EVAL_TASK_FIELD,
+    LM_EVAL_USER_FIELD,
+    TaskColumns,
+)
 from rlsr.evaluation.runner import verify_items
 from rlsr.evaluation.summary import compute_metrics
 from rlsr.generation.fallbacks import response_item
@@ -47,11 +52,11 @@ __all__ = [
 ]
 
 # fields `rlsr lm-eval tasks` adds to each row of a task (the rest is the task's rlsr row)
-TASK_FIELD = "rlsr_task"
+TASK_FIELD = LM_EVAL_TASK_FIELD
 VERIFIER_FIELD = "rlsr_verifier"
 FORMAT_FIELD = "rlsr_response_format"
-SYSTEM_FIELD = "rlsr_system"  # the system message ("" for none): lm-eval's task description
-USER_FIELD = "rlsr_user"  # the user message: lm-eval's doc_to_text
+SYSTEM_FIELD = LM_EVAL_SYSTEM_FIELD
+USER_FIELD = LM_EVAL_USER_FIELD
 
 
 def load_rows(path: str | Path) -> dict[str, datasets.Dataset]:
