@@ -14,11 +14,13 @@ from rlsr.data import get_spec, resolve_tasks, task_records, version_records
 from rlsr.data.loading import build_verifier, load_examples
 from rlsr.eval_protocol import protocol_from_args
 from rlsr.evaluation.evaluate_setup import (
+    judge_kind,
     name_value_pairs,
     no_verdict_counts_of,
     resolved_system_prompt,
 )
 from rlsr.evaluation.external import TaskColumns, match_samples, read_external, score_external
+from rlsr.evaluation.judge import DEFAULT_JUDGE_MODEL, check_judge_server
 from rlsr.evaluation.runner import EvalSettings
 from rlsr.evaluation.summary import no_verdict_note
 from rlsr.run_layout import RUN_FILE, SAMPLES_FILE, SUMMARY_FILE, move_aside
@@ -84,6 +86,9 @@ def run_from_samples(args, build_judge) -> int:
     columns_of_rows = TaskColumns.of(examples)
     indices = match_samples(external, columns_of_rows, name, split)
     judge = None
+    if vname == "llm_judge" and judge_kind(args) == "openai":  # fail fast, before any write
+        check_judge_server(args.judge_base_url, args.judge_model or DEFAULT_JUDGE_MODEL,
+                           timeout_s=min(args.judge_timeout, 10.0))  # fmt: skip
     if vname == "llm_judge":
         judge = build_judge(args, dict(dtype=args.dtype, batch_size=args.batch_size,
                                        trust_remote_code=args.trust_remote_code, seed=args.seed))  # fmt: skip
