@@ -10,7 +10,8 @@ tied, missing confidences, unparseable responses) are written to a temporary fol
 * its stages: reading the file, loading the task's rows (``load_examples``), matching, and
   parsing + verifying + writing + ``metrics.json`` (``score_external``);
 * the baseline: the task's verifier on the same answers (one ``verify_batch`` call on the
-  already-parsed answers with ``verification_inputs``), i.e. the verdicts alone.
+  already-parsed answers with ``verification_inputs``), i.e. the verdicts alone; and, for scale,
+  rlsr's parser alone on the same responses.
 
 Usage: ``.venv/bin/python benchmarks/bench_from_samples.py [--n 100000]``; prints a markdown
 table to append to benchmarks/RESULTS.md with the machine and date.
@@ -83,7 +84,8 @@ def main() -> None:
             external, indices, examples, folder / "stages" / "tiny", verifier=verifier,
             verifier_name="exact_match", settings=settings, dataset_name="tiny",
         ))  # fmt: skip
-        answers = [read_response(s.response).answer for s in external.samples]
+        parsed, t_parse = timed(lambda: [read_response(s.response) for s in external.samples])
+        answers = [p.answer for p in parsed]
         inputs = verification_inputs(examples, "exact_match")
         _, t_verify = timed(lambda: verifier.verify_batch(answers, **inputs))
     print(f"## `rlsr evaluate --from-samples`, {args.n:,} plain samples "
@@ -99,6 +101,7 @@ def main() -> None:
         ("match rows to the task", t_match),
         ("parse + verify + write samples.jsonl + metrics.json and plot", t_score),
         ("baseline: the verifier alone on the same answers (one `verify_batch`)", t_verify),
+        ("for scale: rlsr's parser alone on the same responses", t_parse),
     ):
         print(f"| {name} | {value:.2f} |")
 
