@@ -208,3 +208,18 @@ def test_lm_eval_tasks_writes_rlsr_prompts(tmp_path, capsys):
     assert (out / "rlsr_lm_eval_utils.py").is_file()
     assert rlsr_main(["lm-eval", "tasks", "--tasks", "trivia", "--output-dir", str(out)]) == 2
     assert "--verifier trivia=exact_match" in capsys.readouterr().err
+
+
+def test_model_is_needed_only_to_generate_and_generation_flags_are_refused(tmp_path, capsys):
+    """Without --from-samples, --model is still required (one line, exit 2); with it, a flag
+    that asks for generation (--adapter, --dcs, a second scorer) is refused by name, nothing
+    written."""
+    out = tmp_path / "out"
+    assert rlsr_main(["evaluate", "--tasks", "tiny", "--output-dir", str(out)]) == 2
+    assert "--model is required (or --from-samples FILE" in capsys.readouterr().err
+    path = _write_plain(tmp_path / "plain.jsonl", _plain_rows())
+    for extra, flag in ((["--adapter", "x"], "--adapter"), (["--dcs"], "--dcs"),
+                        (["--scorers", "verbalized,logprob"], "--scorers")):  # fmt: skip
+        assert _score(tmp_path, path, *extra) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"rlsr: error: {flag}")
+    assert not out.exists()

@@ -101,7 +101,8 @@ def register(subparsers) -> None:
     ev = subparsers.add_parser(
         "evaluate",
         help="generate, verify and score a model (+ LoRA adapter) on tasks",
-        usage="rlsr evaluate --model PATH [--adapter RUN] --tasks NAMES --output-dir DIR [options]",
+        usage="rlsr evaluate --model PATH [--adapter RUN] --tasks NAMES --output-dir DIR [options]"
+        "\n       rlsr evaluate --from-samples FILE --tasks NAME --output-dir DIR [options]",
         description="Paper protocol by default (Sec. C.5): greedy, 4,096 new tokens, the training "
         f"system prompt, one response per question. Writes DIR/<dataset>/{SAMPLES_FILE}, "
         f"{METRICS_FILE}, {PLOT_FILE}; resumes an interrupted run.",
