@@ -223,3 +223,16 @@ def test_model_is_needed_only_to_generate_and_generation_flags_are_refused(tmp_p
         assert _score(tmp_path, path, *extra) == 2
         assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"rlsr: error: {flag}")
     assert not out.exists()
+
+
+def test_lm_eval_samples_of_another_system_prompt_are_refused(tmp_path, capsys):
+    """Samples of a task pack made with --system-prompt long, scored with task tiny's own
+    prompt (simple), would record a prompt the model never saw: refused, naming the line;
+    scored with --system-prompt long they are accepted."""
+    [doc] = pack_rows(load_examples("tiny", limit=1, system_prompt="long"), "tiny",
+                      "exact_match", "tags")  # fmt: skip
+    path = _write_plain(tmp_path / "samples_rlsr_tiny_2026-12-07T10-00-00.1.jsonl", [
+        {"doc_id": 0, "doc": doc, "target": doc["answer"], "resps": [[_responses()[0]]]}])  # fmt: skip
+    assert _score(tmp_path, path) == 2
+    assert "line 1: lm-eval sent other messages than rlsr evaluate sends" in capsys.readouterr().err
+    assert _score(tmp_path, path, "--system-prompt", "long") == 0

@@ -52,6 +52,7 @@ _LM_EVAL_FIELDS = ("doc", "resps")
 LM_EVAL_TASK_FIELD = "rlsr_task"
 LM_EVAL_SYSTEM_FIELD = "rlsr_system"  # the system message ("" for none): lm-eval's description
 LM_EVAL_USER_FIELD = "rlsr_user"  # the user message: lm-eval's doc_to_text
+LM_EVAL_FORMAT_FIELD = "rlsr_response_format"  # tags | plain: how process_results parses
 # lm-eval names its sample logs samples_<task>_<ISO date with - for :>.jsonl
 _LM_EVAL_FILE = re.compile(r"samples_(?P<task>.+)_\d{4}-\d{2}-\d{2}T[0-9.\-]+\.jsonl\Z")
 # rows verified and written together (one verify_batch call, one fsync'ed append)
@@ -69,6 +70,9 @@ class ExternalSample:
     question: str | None
     gold: object = None
     task: str | None = None  # the rlsr task an lm-eval doc of `rlsr lm-eval tasks` names
+    # and the (system, user) messages and response format that pack sent, where it says them
+    messages: tuple[str, str] | None = None
+    response_format: str | None = None
 
 
 @dataclass(frozen=True)
@@ -117,9 +121,15 @@ def _lm_eval_sample(path: Path, line: int, row: dict) -> ExternalSample:
                          "without the model's chat template (rlsr evaluate renders every prompt "
                          "with it); rerun lm_eval with --apply_chat_template.")  # fmt: skip
     rid = doc.get("id")
+    messages = (
+        (doc.get(LM_EVAL_SYSTEM_FIELD, ""), doc[LM_EVAL_USER_FIELD])
+        if LM_EVAL_USER_FIELD in doc
+        else None
+    )
     return ExternalSample(
         line, resps[0][0], None if rid is None else str(rid), doc.get("question"),
-        row.get("target"), doc.get(LM_EVAL_TASK_FIELD),
+        row.get("target"), doc.get(LM_EVAL_TASK_FIELD), messages,
+        doc.get(LM_EVAL_FORMAT_FIELD),
     )  # fmt: skip
 
 
@@ -193,8 +203,17 @@ def _gold_sets(columns: TaskColumns) -> list[set[str]]:
     ]
 
 
+def _messages(prompt: list[dict]) -> tuple[str, str]:
+    system = next((m["content"] for m in prompt if m["role"] == "system"), "")
+    return system, next((m["content"] for m in prompt if m["role"] == "user"), "")
+
+
 def match_samples(
-    external: ExternalFile, examples: TaskColumns, task: str, split: str
+    external: ExternalFile,
+    examples: TaskColumns,
+    task: str,
+    split: str,
+    response_format: str | None = None,
 ) -> list[int]:
     """For each row of ``external``, the index of the row of ``examples`` (the rows of task
     ``task``, split ``split``, as ``TaskColumns``) it answers: by ``id`` when the row has one the task knows, else by question text.
@@ -240,6 +259,14 @@ def match_samples(
                                  f"{task}'s answer {row['answer'][:60]!r} to that question "
                                  f"(id {row['id']!r}); these samples are of another task or "
                                  "data version.")  # fmt: skip
+        if s.messages is not None and s.messages != _messages(examples["prompt"][index]):
+            raise ValueError(f"{path}: line {s.line}: lm-eval sent other messages than rlsr "
+                             f"evaluate sends for task {task} (id {examples['id'][index]!r}); "
+                             "pass the --system-prompt and data `rlsr lm-eval tasks` was "
+                             "given.")  # fmt: skip
+        if response_format and s.response_format not in (None, response_format):
+            raise ValueError(f"{path}: line {s.line}: the task pack read these responses as "
+                             f"--response-format {s.response_format}; pass the same here.")  # fmt: skip
         out.append(index)
     return out
 

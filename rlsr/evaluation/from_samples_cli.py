@@ -84,7 +84,7 @@ def run_from_samples(args, build_judge) -> int:
     examples = load_examples(name, path=paths.get(name), split=split, system_prompt=system_prompt,
                              data_dir=args.data_dir, columns=columns)  # fmt: skip
     columns_of_rows = TaskColumns.of(examples)
-    indices = match_samples(external, columns_of_rows, name, split)
+    indices = match_samples(external, columns_of_rows, name, split, settings.response_format)
     judge = None
     if vname == "llm_judge" and judge_kind(args) == "openai":  # fail fast, before any write
         check_judge_server(args.judge_base_url, args.judge_model or DEFAULT_JUDGE_MODEL,

@@ -22,6 +22,7 @@ import datasets
 from rlsr import metrics as M
 from rlsr.data.loading import build_verifier, verification_inputs
 from rlsr.evaluation.external import (
+    LM_EVAL_FORMAT_FIELD,
     LM_EVAL_SYSTEM_FIELD,
     LM_EVAL_TASK_FIELD,
     LM_EVAL_USER_FIELD,
@@ -54,7 +55,7 @@ __all__ = [
 # fields `rlsr lm-eval tasks` adds to each row of a task (the rest is the task's rlsr row)
 TASK_FIELD = LM_EVAL_TASK_FIELD
 VERIFIER_FIELD = "rlsr_verifier"
-FORMAT_FIELD = "rlsr_response_format"
+FORMAT_FIELD = LM_EVAL_FORMAT_FIELD
 SYSTEM_FIELD = LM_EVAL_SYSTEM_FIELD
 USER_FIELD = LM_EVAL_USER_FIELD
 
