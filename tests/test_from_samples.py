@@ -10,6 +10,7 @@ import pytest
 
 from rlsr import metrics as M
 from rlsr.cli import main as rlsr_main
+from rlsr.data import unregister_task
 from rlsr.data.loading import load_examples
 from rlsr.evaluation.samples_io import read_samples
 from rlsr.evaluation.summary import compute_metrics
@@ -236,3 +237,39 @@ def test_lm_eval_samples_of_another_system_prompt_are_refused(tmp_path, capsys):
     assert _score(tmp_path, path) == 2
     assert "line 1: lm-eval sent other messages than rlsr evaluate sends" in capsys.readouterr().err
     assert _score(tmp_path, path, "--system-prompt", "long") == 0
+
+
+def test_a_failing_verifier_stops_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    """A user task whose plugin verifier judges nothing (None for every item) is past its
+    max_failed_fraction (5 %): exit 1 with the verifier's failure message, as a generation run
+    stops, and nothing is written (no samples.jsonl, no run.json, no folder)."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "rlsr_fs_checks.py").write_text(
+        "def unsure(predictions, golds, *, questions=None, options=None):\n"
+        "    return [None] * len(predictions)\n"
+    )
+    monkeypatch.syspath_prepend(str(code))
+    rows = [{"id": f"u{i}", "question": f"q{i}?", "answer": f"a{i}"} for i in range(4)]
+    _write_plain(tmp_path / "rows.jsonl", rows)
+    (tmp_path / "unsure.yaml").write_text(
+        "name: unsure-task\ndata: {path: rows.jsonl}\n"
+        "verifier: {name: 'rlsr_fs_checks:unsure', num_workers: 0}\n"
+    )
+    samples = _write_plain(tmp_path / "s.jsonl", [
+        {"id": r["id"], "question": r["question"], "response": _response(r["answer"], 0.5),
+         "gold": r["answer"]} for r in rows])  # fmt: skip
+    out = tmp_path / "out"
+    try:
+        code_ = rlsr_main(["--tasks-dir", str(tmp_path / "unsure.yaml"), "evaluate",
+                           "--from-samples", str(samples), "--tasks", "unsure-task",
+                           "--output-dir", str(out), "--bootstrap", "0"])  # fmt: skip
+    finally:
+        unregister_task("unsure-task")
+    assert code_ == 1
+    err = capsys.readouterr().err
+    assert (
+        "gave no verdict on 4 of 4 items of task unsure-task" in err
+        and "Nothing was written" in err
+    )
+    assert not out.exists()

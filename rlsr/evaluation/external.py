@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from rlsr.evaluation.runner import EvalSettings, sample_record, summarise, verif
 from rlsr.evaluation.samples_io import append_samples
 from rlsr.generation.fallbacks import response_item
 from rlsr.run_layout import SAMPLES_FILE
+from rlsr.verifiers.base import NO_VERDICT, VerifierFailure, failure_message, over_budget
 
 __all__ = [
     "LM_EVAL_FORMAT",
@@ -271,6 +273,23 @@ def match_samples(
     return out
 
 
+def _check_failure_budget(verifier, name: str, dataset: str, scored, total: int) -> None:
+    """A generation run's failure budget (docs/tasks.md, "When a verifier fails") over the whole
+    file: more items without a verdict than the verifier's ``max_failed_fraction`` allows raise
+    ``VerifierFailure`` before any sample is written."""
+    failed = [(r["id"], it["verify_status"], it.get("verify_problem"))
+              for rows, items in scored for r, it in zip(rows, items, strict=True)
+              if it.get("verify_status") in NO_VERDICT]  # fmt: skip
+    limit = getattr(verifier, "max_failed_fraction", None)
+    if over_budget(len(failed), total, limit):
+        counts = Counter(status for _, status, _ in failed)
+        raise VerifierFailure(failure_message(
+            name, counts, total, limit, f"task {dataset}", failed[0],
+            "Nothing was written. Fix the verifier (or set its max_failed_fraction in the task "
+            "file, docs/tasks.md), then rerun the same command.",
+        ))  # fmt: skip
+
+
 def score_external(
     external: ExternalFile,
     indices: Sequence[int],
@@ -284,12 +303,12 @@ def score_external(
     judge=None,
     extra: dict | None = None,
 ) -> dict:
-    """Parse, verify and write the responses of ``external`` (row k answers ``examples`` row
-    ``indices[k]``) into ``out_dir`` in dataset order, then build ``metrics.json`` and the plot
-    (``rlsr.evaluation.runner.summarise``). Returns the metrics."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    """Parse and verify the responses of ``external`` (row k answers ``examples`` row
+    ``indices[k]``), check the verifier's failure budget, then write them into ``out_dir`` in
+    dataset order and build ``metrics.json`` and the plot (``rlsr.evaluation.runner.summarise``).
+    Returns the metrics."""
     order = sorted(range(len(indices)), key=lambda k: indices[k])
+    scored = []  # (rows, items) per chunk, all verified before anything is written
     for start in range(0, len(order), _CHUNK):
         chunk = order[start : start + _CHUNK]
         rows_at = [indices[k] for k in chunk]
@@ -301,6 +320,11 @@ def score_external(
         verify_items(verifier, verification_inputs(batch, verifier_name), items, judge)
         for it in items:
             it["scores"] = {"verbalized": it["confidence"]}
+        scored.append((rows, items))
+    _check_failure_budget(verifier, verifier_name, dataset_name, scored, len(order))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for rows, items in scored:
         append_samples(
             out / SAMPLES_FILE,
             [sample_record(r, it, dataset_name) for r, it in zip(rows, items, strict=True)],

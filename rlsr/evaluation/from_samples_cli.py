@@ -23,7 +23,7 @@ from rlsr.evaluation.external import TaskColumns, match_samples, read_external, 
 from rlsr.evaluation.judge import DEFAULT_JUDGE_MODEL, check_judge_server
 from rlsr.evaluation.runner import EvalSettings
 from rlsr.evaluation.summary import no_verdict_note
-from rlsr.run_layout import RUN_FILE, SAMPLES_FILE, SUMMARY_FILE, move_aside
+from rlsr.run_layout import RUN_FILE, SAMPLES_FILE, SUMMARY_FILE, move_aside, remove_unused
 from rlsr.verifiers import VERIFIERS, is_plugin_name
 
 __all__ = ["FROM_SAMPLES_BACKEND", "run_from_samples"]
@@ -75,9 +75,10 @@ def run_from_samples(args, build_judge) -> int:
         raise ValueError(f"--output-dir {out} is a file; give a folder.")
     split = args.split or get_spec(name).split
     job = name if args.split is None else f"{name}@{split}"
-    if (out / job / SAMPLES_FILE).exists() and not args.overwrite:
-        raise ValueError(f"--output-dir {out} already holds {job}/{SAMPLES_FILE}; give a new "
-                         f"--output-dir, or add --overwrite to move the old results to "
+    held = next((f for f in (f"{job}/{SAMPLES_FILE}", RUN_FILE) if (out / f).exists()), None)
+    if held is not None and not args.overwrite:
+        raise ValueError(f"--output-dir {out} already holds {held}; give a new --output-dir, "
+                         f"or add --overwrite to move the old results to "
                          f"{out.name}.old-<time>.")  # fmt: skip
     external = read_external(args.from_samples)
     system_prompt = resolved_system_prompt(args)
@@ -102,6 +103,8 @@ def run_from_samples(args, build_judge) -> int:
     # everything is checked: from here on, files are written
     if args.overwrite and out.is_dir() and any(out.iterdir()):
         print(f"moved the previous results to {move_aside(out)}", file=sys.stderr)
+    root_existed = out.is_dir()
+    existed = {job} if (out / job).exists() else set()
     out.mkdir(parents=True, exist_ok=True)
     config = {
         **{k: getattr(settings, k) for k in ("response_format", "scorers", "fallbacks")},
@@ -123,6 +126,9 @@ def run_from_samples(args, build_judge) -> int:
         metrics = score_external(external, indices, columns_of_rows, out / job, verifier=verifier,
                                  verifier_name=vname, settings=settings, dataset_name=job,
                                  judge=judge if vname == "llm_judge" else None)  # fmt: skip
+    except BaseException:  # the folders this run created and left without a sample go
+        remove_unused(out, [job], existed, root_existed)
+        raise
     finally:
         getattr(verifier, "close", lambda: None)()
     primary = metrics["scorers"][metrics["primary_scorer"]]
