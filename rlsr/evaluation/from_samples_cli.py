@@ -10,6 +10,8 @@ import json
 import sys
 from pathlib import Path
 
+import datasets
+
 from rlsr.data import get_spec, resolve_tasks, task_records, version_records
 from rlsr.data.loading import build_verifier, load_examples
 from rlsr.eval_protocol import protocol_from_args
@@ -58,6 +60,8 @@ def run_from_samples(args, build_judge) -> int:
     """Score ``args.from_samples`` as task ``--tasks`` into ``--output-dir``; ``build_judge(args,
     backend_kwargs)`` makes the LLM judge of a judged task (``rlsr evaluate``'s)."""
     settings = _settings(args)
+    if args.no_progress:  # the bar of the task's formatting (log files)
+        datasets.disable_progress_bars()
     names = resolve_tasks(args.tasks)
     if len(names) != 1:
         raise ValueError(f"--tasks {args.tasks}: --from-samples scores one task; name the task "
