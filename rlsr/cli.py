@@ -10,6 +10,7 @@ from rlsr.data import cli as data_cli
 from rlsr.data import load_env_tasks, load_tasks
 from rlsr.data.loading import DatasetUnavailableError
 from rlsr.evaluation import compare_cli, deploy_cli, evaluate_cli, report_cli
+from rlsr.lm_eval import cli as lm_eval_cli
 from rlsr.serving import cli as serving_cli
 from rlsr.verifiers.base import VerifierFailure
 
@@ -22,6 +23,7 @@ _SUBCOMMANDS = (
     deploy_cli.register,
     compare_cli.register,
     serving_cli.register,
+    lm_eval_cli.register,
 )
 
 

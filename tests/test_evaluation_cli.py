@@ -172,7 +172,7 @@ def test_rlsr_help_offers_each_command_by_its_current_name_only(capsys):
     with pytest.raises(SystemExit):
         rlsr_main(["--help"])
     text = capsys.readouterr().out
-    assert "{tasks,evaluate,report,deploy,compare,serve,serve-report}" in text
+    assert "{tasks,evaluate,report,deploy,compare,serve,serve-report,lm-eval}" in text
     assert "{tasks,datasets," not in text and "(datasets)" not in text
 
 

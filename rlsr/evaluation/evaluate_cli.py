@@ -38,6 +38,7 @@ from rlsr.evaluation.evaluate_setup import (
     run_config,
     validate_flags,
 )
+from rlsr.evaluation.from_samples_cli import run_from_samples
 from rlsr.evaluation.judge import (
     DEFAULT_JUDGE_MODEL,
     JudgeUnavailableError,
@@ -100,7 +101,8 @@ def register(subparsers) -> None:
     ev = subparsers.add_parser(
         "evaluate",
         help="generate, verify and score a model (+ LoRA adapter) on tasks",
-        usage="rlsr evaluate --model PATH [--adapter RUN] --tasks NAMES --output-dir DIR [options]",
+        usage="rlsr evaluate --model PATH [--adapter RUN] --tasks NAMES --output-dir DIR [options]"
+        "\n       rlsr evaluate --from-samples FILE --tasks NAME --output-dir DIR [options]",
         description="Paper protocol by default (Sec. C.5): greedy, 4,096 new tokens, the training "
         f"system prompt, one response per question. Writes DIR/<dataset>/{SAMPLES_FILE}, "
         f"{METRICS_FILE}, {PLOT_FILE}; resumes an interrupted run.",
@@ -111,9 +113,15 @@ def register(subparsers) -> None:
     )
     ev.add_argument(
         "--model",
-        required=True,
         metavar="PATH",
-        help="base model folder or hub id (`tiny-missing-warm`: the model of recipe=tiny)",
+        help="base model folder or hub id (`tiny-missing-warm`: the model of recipe=tiny); "
+        "required unless --from-samples",
+    )
+    ev.add_argument(
+        "--from-samples",
+        metavar="FILE",
+        help="score these responses instead of generating: lm-eval --log_samples output or a "
+        "JSONL of question, response, gold[, id] (one task; docs/evaluation.md)",
     )
     ev.add_argument(
         "--adapter",
@@ -329,6 +337,11 @@ def _saved(out: Path, jobs) -> int:
 
 def run_evaluate(args) -> int:
     """Check everything, load datasets, model and judge; only then write into --output-dir."""
+    if args.from_samples is not None:
+        return run_from_samples(args, _build_judge)
+    if args.model is None:
+        raise ValueError("--model is required (or --from-samples FILE to score responses "
+                         "generated elsewhere).")  # fmt: skip
     settings = validate_flags(args)
     if args.no_progress:  # also the bars of dataset formatting and weight loading (log files)
         datasets.disable_progress_bars()
