@@ -12,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+from rlsr.evaluation.summary import scorer_value
 from rlsr.run_layout import EVAL_DIR, FAILED_FILE, HISTORY_FILE, METRICS_FILE, step_folders
 
 __all__ = [
@@ -48,16 +49,24 @@ def _float(value) -> float:
 
 def tracker_scalars(job: str, metrics: dict, seconds: float) -> dict[str, float]:
     """``{"eval/<job>/<metric>": value}`` for ``TRACKED_METRICS`` plus the wall time: the names
-    the trackers show."""
-    out = {f"eval/{job}/{name}": _float(_metric(metrics, path)) for name, path in TRACKED_METRICS}
+    the trackers show; a confidence metric of a step without any confidence is NaN (n/a)."""
+    out = {
+        f"eval/{job}/{name}": _float(
+            # a confidence metric without any confidence is n/a (summary.confidence_defined)
+            scorer_value(metrics, path[1]) if path[0] == "primary" else _metric(metrics, path)
+        )
+        for name, path in TRACKED_METRICS
+    }
     out[f"eval/{job}/seconds"] = float(seconds)
     return out
 
 
 def read_history(output_dir: str | os.PathLike) -> list[dict]:
     """One row per finished (step, dataset) of ``OUTPUT_DIR/eval`` (from the step folders, so a
-    resumed run has no duplicate and no gap): step, dataset, the tracked metrics, n, seconds;
-    a failed step gives one row with ``failed`` (the reason)."""
+    resumed run has no duplicate and no gap): step, dataset, the tracked metrics as
+    ``metrics.json`` holds them, n, missing_confidence (of the primary scorer: with n, what
+    ``rlsr.evaluation.summary.confidence_defined`` reads), seconds; a failed step gives one row
+    with ``failed`` (the reason)."""
     rows = []
     for step, folder in step_folders(output_dir):
         failed = folder / FAILED_FILE
@@ -69,6 +78,8 @@ def read_history(output_dir: str | os.PathLike) -> list[dict]:
             row = {"step": step, "dataset": metrics_path.parent.name, "n": metrics["n"]}
             for name, path in TRACKED_METRICS:
                 row[name] = _metric(metrics, path)
+            primary = metrics["scorers"][metrics["primary_scorer"]]
+            row["missing_confidence"] = primary.get("missing_confidence")
             row["seconds"] = metrics.get("in_training", {}).get("seconds")
             rows.append(row)
     return rows
