@@ -390,16 +390,22 @@ def test_report_over_two_evaluation_dirs(evaluated, tiny_model_dir, tmp_path):
     import csv
 
     rows = list(csv.DictReader(open(prefix / "report.csv")))
-    aurcs = [json.loads((d / "tiny" / "metrics.json").read_text())["scorers"]["verbalized"]["aurc"]
-             for d in (evaluated, second)]  # fmt: skip
-    row = next(
-        r
-        for r in rows
-        if r["method"] == "rlsr" and r["dataset"] == "tiny" and r["metric"] == "aurc"
-    )
-    assert float(row["mean"]) == pytest.approx(np.mean(aurcs))
-    assert float(row["std"]) == pytest.approx(np.std(aurcs, ddof=1), nan_ok=True)
+    metrics = [json.loads((d / "tiny" / "metrics.json").read_text()) for d in (evaluated, second)]
+    accuracies = [m["accuracy"] for m in metrics]
+    row = next(r for r in rows if r["method"] == "rlsr" and r["dataset"] == "tiny"
+               and r["metric"] == "accuracy")  # fmt: skip
+    assert float(row["mean"]) == pytest.approx(np.mean(accuracies))
+    assert float(row["std"]) == pytest.approx(np.std(accuracies, ddof=1), nan_ok=True)
     assert row["runs"] == "2"
+    # the random tiny model states no confidence: its confidence metrics are n/a, not the
+    # numbers of every answer tied at 0 (docs/evaluation.md, "Runs that give no confidence")
+    assert all(m["scorers"]["verbalized"]["missing_confidence"] == m["n"] for m in metrics)
+    row = next(r for r in rows if r["method"] == "rlsr" and r["dataset"] == "tiny"
+               and r["metric"] == "aurc")  # fmt: skip
+    assert math.isnan(float(row["mean"])) and row["runs"] == "2"
+    per_dataset = md.split("## Per dataset")[1].split("![")[0]
+    (line,) = [x for x in per_dataset.splitlines() if x.startswith("| tiny (ID) | rlsr | 6 |")]
+    assert line.endswith("| n/a | n/a | n/a | n/a | n/a |")
 
 
 def test_score_matches_generation_logprobs_and_left_padding(tiny_model_dir):
