@@ -9,7 +9,6 @@ The samples are the bundled ``tiny-missing`` rows written as ``rlsr evaluate`` w
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import datasets
@@ -18,7 +17,6 @@ import pytest
 from rlsr.cli import main
 from rlsr.data.loading import load_examples
 from rlsr.evaluation import evaluate_cli
-from rlsr.evaluation.history import tracker_scalars
 from rlsr.evaluation.report import render_markdown, report_rows
 from rlsr.evaluation.samples_io import append_samples
 from rlsr.evaluation.summary import (
@@ -241,8 +239,6 @@ def test_confidence_metrics_are_na_only_when_no_confidence_was_given():
     assert no_confidence(metrics)
     assert all(scorer_value(metrics, key) is None for key in CONFIDENCE_METRICS)
     assert scorer_value(metrics, "missing_confidence") == 20
-    scalars = tracker_scalars("t", metrics, 1.0)
-    assert math.isnan(scalars["eval/t/aurc"]) and scalars["eval/t/accuracy"] == metrics["accuracy"]
     one = [{**none[0], "scores": {"verbalized": 0.5}}, *none[1:]]
     metrics = compute_metrics(one, n_resamples=0)
     assert not no_confidence(metrics)

@@ -12,7 +12,6 @@ import json
 import os
 from pathlib import Path
 
-from rlsr.evaluation.summary import scorer_value
 from rlsr.run_layout import EVAL_DIR, FAILED_FILE, HISTORY_FILE, METRICS_FILE, step_folders
 
 __all__ = [
@@ -49,14 +48,8 @@ def _float(value) -> float:
 
 def tracker_scalars(job: str, metrics: dict, seconds: float) -> dict[str, float]:
     """``{"eval/<job>/<metric>": value}`` for ``TRACKED_METRICS`` plus the wall time: the names
-    the trackers show; a confidence metric of a step without any confidence is NaN (n/a)."""
-    out = {
-        f"eval/{job}/{name}": _float(
-            # a confidence metric without any confidence is n/a (summary.confidence_defined)
-            scorer_value(metrics, path[1]) if path[0] == "primary" else _metric(metrics, path)
-        )
-        for name, path in TRACKED_METRICS
-    }
+    the trackers show (``metrics.json``'s numbers, as ``read_history``'s rows hold them)."""
+    out = {f"eval/{job}/{name}": _float(_metric(metrics, path)) for name, path in TRACKED_METRICS}
     out[f"eval/{job}/seconds"] = float(seconds)
     return out
 
