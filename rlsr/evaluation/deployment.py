@@ -502,6 +502,21 @@ def _compared_protocol_fields(protocol: Mapping, scorer: str) -> tuple[str, ...]
     return tuple(fields)
 
 
+def _adapter_identity(run: Mapping) -> str:
+    """The adapter of an evaluation's run.json by content: its recorded hash, else the hash of
+    the folder it names (a run.json without one), else that path; ``"none"`` without adapter."""
+    if not run.get("adapter"):
+        return "none"
+    if run.get("adapter_sha256"):
+        return run["adapter_sha256"]
+    path = Path(run["adapter"])
+    return (
+        adapter_fingerprint(path)["sha256"]
+        if (path / "adapter_config.json").is_file()
+        else str(path)
+    )
+
+
 def split_identity(samples: str | os.PathLike, records: list[dict], scorer: str) -> dict:
     """What a split's samples were produced by, as far as its files record it: ``task`` (the
     samples' dataset without its split), ``model`` (``model_identity`` of its ``run.json``),
@@ -517,7 +532,7 @@ def split_identity(samples: str | os.PathLike, records: list[dict], scorer: str)
     if run.get("model"):
         out["model"] = model_identity(run["model"])
     if "adapter" in run:
-        out["adapter"] = run.get("adapter_sha256") or run.get("adapter") or "none"
+        out["adapter"] = _adapter_identity(run)
     task = ((run.get("tasks") or {}).get(dataset) or {}) if dataset else {}
     if task.get("sha256"):
         out["task file"] = task["sha256"]
@@ -555,8 +570,8 @@ def split_problems(
             "--deployment-splits validation,test evaluates both)."
         )
     mine, theirs = split_identity(val_path, val, scorer), split_identity(test_path, test, scorer)
-    for key in mine.keys() & theirs.keys():
-        if mine[key] != theirs[key]:
+    for key in mine:  # in split_identity's order: task and model before the protocol
+        if key in theirs and mine[key] != theirs[key]:
             return (
                 f"validation and test differ in {key}: {val_path} has "
                 f"{_shown(mine[key])}, {test_path} has {_shown(theirs[key])}; a threshold holds "
