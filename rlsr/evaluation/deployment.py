@@ -434,10 +434,7 @@ def deployment_provenance(
     model_name = model if model is not None else (run or {}).get("model")
     source = _source(val_records)
     test_source = _source(test_records)
-    messages = val_records[0].get("prompt") if val_records else None
-    system_text = None
-    if isinstance(messages, list) and messages and messages[0].get("role") == "system":
-        system_text = messages[0].get("content")
+    system_text = _system_text(val_records)
     prompt_name = system_prompt_name(system_text)
     if system_text is not None and prompt_name is None:
         # serve renders a prompt by name and checks it against this one: an unnamed prompt
@@ -483,6 +480,7 @@ def _samples_of(path: str | Path) -> Path:
 
 
 def _system_text(records: list[dict]) -> str | None:
+    """The system message the first sample was asked with; None without one."""
     messages = records[0].get("prompt") if records else None
     if isinstance(messages, list) and messages and isinstance(messages[0], dict):
         if messages[0].get("role") == "system":
