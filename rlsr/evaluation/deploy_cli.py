@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlsr.eval_protocol import SCORERS
 from rlsr.evaluation.deployment import (
     ALLOW_TRAIN_HELP,
     TRAINING_ROWS_FLAG,
@@ -15,6 +16,7 @@ from rlsr.evaluation.deployment import (
     training_rows_mark,
     write_deployment,
 )
+from rlsr.evaluation.evaluate_setup import looks_like_path
 from rlsr.evaluation.outputs import add_output_dir, deprecated_flag, output_prefix
 from rlsr.generation.backends import resolve_adapter
 from rlsr.run_layout import DEPLOYMENT_FILE, RUN_FILE, SAMPLES_FILE
@@ -43,7 +45,9 @@ def register(subparsers) -> None:
     )
     deprecated_flag(target, "--target", instead="--deployment-target", dest="deployment_target",
                     type=float)  # fmt: skip
-    parser.add_argument("--scorer", default="verbalized")
+    parser.add_argument(
+        "--scorer", default="verbalized", help=f"the confidence ranked: one of {', '.join(SCORERS)}"
+    )
     parser.add_argument(
         "--deployment-delta",
         type=float,
@@ -82,6 +86,11 @@ def run_deploy(args) -> int:
     target = args.deployment_target
     if not 0 < target <= 1:
         raise ValueError(f"--deployment-target must be in (0, 1], e.g. 0.75; got {target}.")
+    if args.model and looks_like_path(args.model) and not Path(args.model).expanduser().is_dir():
+        raise ValueError(
+            f"--model {args.model}: no such folder; give the model folder (or hub id) the samples "
+            f"came from, or leave --model out to read it from the evaluation's {RUN_FILE}."
+        )
     # DIR/deployment.json (--output-dir DIR), the old --output PREFIX, or None (print only)
     prefix = output_prefix(args, DEPLOYMENT_FILE, required=False)
     adapter = resolve_adapter(args.adapter)

@@ -15,7 +15,8 @@
   bootstrap CIs, and a reliability diagram per run and dataset.
 
 Confidences are each run's primary scorer (``metrics.json``; verbalized by default), a missing one
-counting as 0.0 as in every metric. Tab. 2 and Fig. 3 need ``<dataset>/samples.jsonl``.
+counting as 0.0 as in every metric; a run whose dataset has no confidence at all shows n/a there
+(``rlsr.evaluation.summary.no_confidence``). Tab. 2 and Fig. 3 need ``<dataset>/samples.jsonl``.
 
 Methods: ``--label NAME=DIR1,DIR2`` names runs explicitly; other directories are grouped by
 their basename with a trailing seed tag removed (``rlsr-seed1`` and ``rlsr_s2`` -> ``rlsr``).
@@ -59,7 +60,13 @@ from rlsr.evaluation.reliability import (
     reliability_panels,
 )
 from rlsr.evaluation.samples_io import read_samples
-from rlsr.evaluation.summary import scorer_arrays
+from rlsr.evaluation.summary import (
+    CONFIDENCE_METRICS,
+    NOT_AVAILABLE,
+    no_confidence,
+    scorer_arrays,
+    scorer_value,
+)
 from rlsr.run_layout import METRICS_FILE, SAMPLES_FILE
 
 __all__ = [
@@ -184,11 +191,15 @@ def split_id_ood(datasets: Sequence[str], family: str | None = None, id_sets=Non
     return [d for d in datasets if d in ids], [d for d in datasets if d in oods]
 
 
-def _metric(m: dict, key: str) -> float:
+def _metric(m: dict, key: str) -> float | None:
+    """``key`` of ``m``'s primary scorer: None when n/a (no confidence at all,
+    ``rlsr.evaluation.summary.no_confidence``), NaN when otherwise undefined."""
     if key == "accuracy":
         return float(m["accuracy"])
-    value = m["scorers"][m.get("primary_scorer", "verbalized")].get(key)
-    return math.nan if value is None else float(value)
+    if key in CONFIDENCE_METRICS and no_confidence(m):
+        return None
+    value = scorer_value(m, key)
+    return math.nan if value is None else value
 
 
 # --------------------------------------------------------------------------- rows (plain data)
@@ -207,6 +218,7 @@ class Cell:
     std: float
     runs: int
     values: int
+    undefined: int = 0  # runs whose value is n/a: no confidence at all (summary.no_confidence)
 
 
 @dataclass(frozen=True)
@@ -267,12 +279,16 @@ class ReportRows:
     calibration: list[CalibrationRow] = field(default_factory=list)  # per run and dataset
 
 
-def _cell(values: list[float], key: str, **where) -> Cell:
-    vals = [v for v in values if not math.isnan(v)]
+def _cell(values: list[float | None], key: str, **where) -> Cell:
+    """Mean and std of the runs' ``values``; None (n/a) and NaN values are left out, the n/a
+    ones counted in ``undefined``."""
+    undefined = sum(v is None for v in values)
+    vals = [v for v in values if v is not None and not math.isnan(v)]
     if not vals:
-        return Cell(**where, metric=key, mean=math.nan, std=math.nan, values=0)
+        return Cell(**where, metric=key, mean=math.nan, std=math.nan, values=0,
+                    undefined=undefined)  # fmt: skip
     ms = M.mean_std_over_seeds(vals)
-    return Cell(**where, metric=key, mean=ms.mean, std=ms.std, values=ms.n)
+    return Cell(**where, metric=key, mean=ms.mean, std=ms.std, values=ms.n, undefined=undefined)
 
 
 def report_rows(
@@ -302,7 +318,10 @@ def report_rows(
                 per_run = []
                 for r in rs:
                     vals = [_metric(r.metrics[d], key) for d in members if d in r.metrics]
-                    per_run.append(float(np.mean(vals)) if vals else math.nan)
+                    if any(v is None for v in vals):  # a dataset without confidence: n/a
+                        per_run.append(None)
+                    else:
+                        per_run.append(float(np.mean(vals)) if vals else math.nan)
                 cells.append(_cell(per_run, key, method=name, scope=scope, dataset="",
                                    runs=len(rs)))  # fmt: skip
         averages.append((name, cells))
@@ -419,13 +438,16 @@ def _num(value: float) -> str:
 
 
 def _text(cell: Cell) -> str:
-    """``mean`` or ``mean ± std`` (percent for accuracies), "–" without a value."""
+    """``mean`` or ``mean ± std`` (percent for accuracies); ``NOT_AVAILABLE`` when its runs gave
+    no confidence, with how many did not beside a value of the others; "–" without a value."""
     if cell.values == 0:
-        return "–"
+        return NOT_AVAILABLE if cell.undefined else "–"
     scale, fmt = (100.0, "{:.1f}") if cell.metric in _PERCENT else (1.0, "{:.3f}")
     text = fmt.format(scale * cell.mean)
     if cell.values > 1:
         text += " ± " + fmt.format(scale * cell.std)
+    if cell.undefined:
+        text += f" ({cell.undefined} {NOT_AVAILABLE})"
     return text
 
 
