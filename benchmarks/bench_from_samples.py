@@ -51,7 +51,7 @@ def write_inputs(folder: Path, n: int) -> tuple[Path, Path]:
         if i % 50 == 0:
             text = "no tags here"
         samples.append({"id": f"bench-{i}", "question": question, "response": text, "gold": gold})
-    data, file = folder / "rows.jsonl", folder / "samples.jsonl"
+    data, file = folder / "rows.jsonl", folder / "external.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     file.write_text("".join(json.dumps(s) + "\n" for s in samples))
     return data, file
@@ -99,7 +99,7 @@ def main() -> None:
         ("load the task's rows (`load_examples`)", t_load),
         ("the rows as Python columns (`TaskColumns.of`)", t_columns),
         ("match rows to the task", t_match),
-        ("parse + verify + write samples.jsonl + metrics.json and plot", t_score),
+        ("parse + verify + write the run files and plot", t_score),
         ("baseline: the verifier alone on the same answers (one `verify_batch`)", t_verify),
         ("for scale: rlsr's parser alone on the same responses", t_parse),
     ):

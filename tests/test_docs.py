@@ -35,6 +35,8 @@ LINKED = [*DOCS, REPO / "CONTRIBUTING.md", REPO / "CHANGELOG.md"]
 NOT_CHECKED = {
     "bash scripts/install.sh": "installs packages into a new venv (minutes, network)",
     ".venv/bin/pip": "installs packages",
+    "pip install": "installs packages",
+    "lm_eval": "runs lm-evaluation-harness (tests/test_lm_eval.py runs it on a tiny model)",
     ".venv-vllm/bin/pip": "installs packages",
     "python3 -m venv": "creates a venv",
     "apt-get": "installs system packages as root",
