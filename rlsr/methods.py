@@ -356,7 +356,7 @@ def _check_marginal(m: MethodSettings, grpo: Mapping) -> None:
     """The lifted-AURC options, the verbalized confidence, and a GRPO scaling under which
     marginal credit still orders completions by p: TRL's per-group std normalisation
     (scale_rewards=group) divides each prompt's rewards by that group's own std, which rescales
-    the incentive differently per prompt and breaks the order (docs/training.md, "What each
+    the incentive differently per prompt and breaks the order (docs/methods.md, "What each
     reward teaches"). ``batch`` (one std for the whole batch) and ``none`` keep it."""
     _verbalized_confidence(m)
     _validate_lifted_aurc(m)
@@ -367,7 +367,7 @@ def _check_marginal(m: MethodSettings, grpo: Mapping) -> None:
         f"method=rlsr-marginal needs 'none' (as recipes/config.yaml) or 'batch'; got {value!r}. "
         "Per-group std normalisation rescales each prompt's marginal credits by that group's "
         "own spread, so the best response no longer orders completions by their chance of "
-        "being right (docs/training.md, 'What each reward teaches').",
+        "being right (docs/methods.md, 'What each reward teaches').",
     )
 
 

@@ -8,7 +8,7 @@ Ties. Every rank-based metric here is defined as its expectation over all orderi
 with tied confidence. That equals giving each member of a tie group the mean of the position
 weights the group occupies, which ``rlsr.ranking.tie_averaged_weights`` computes; AURC uses
 ``rlsr.rewards.rank_weights`` itself, so the training reward and the evaluation metric are one
-implementation (DESIGN.md: AURC = (1/n) sum_i alpha_i * error_i).
+implementation (AURC = (1/n) sum_i alpha_i * error_i; docs/metrics.md).
 
 This module holds the risk-coverage metrics and the statistics helpers; calibration metrics
 live in ``rlsr.calibration``, thresholds in ``rlsr.thresholds``, UtilityAUC and DCS in
@@ -18,24 +18,43 @@ live in ``rlsr.calibration``, thresholds in ``rlsr.thresholds``, UtilityAUC and 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from rlsr.calibration import (
+    ReliabilityBins,
     TemperatureScaler,
     apply_temperature,
     auroc,
     brier,
     confidence_gap,
     ece,
+    equal_mass_ece,
+    max_calibration_error,
+    reliability_bins,
+    rms_calibration_error,
     temperature_scale,
 )
-from rlsr.metric_inputs import bool_array, check_fraction, check_same_length, scores_array
-from rlsr.ranking import descending_order, harmonic_numbers, tie_averaged_weights
+from rlsr.metric_inputs import bool_array, check_same_length, scores_array
+from rlsr.ranking import (
+    coverage_count,
+    descending_order,
+    harmonic_numbers,
+    tie_averaged_weights,
+)
 from rlsr.rewards import rank_weights
-from rlsr.thresholds import ThresholdOutcome, ThresholdSelection, apply_threshold, select_threshold
+from rlsr.thresholds import (
+    ThresholdCandidates,
+    ThresholdOutcome,
+    ThresholdSelection,
+    apply_threshold,
+    coverage_at_risk,
+    risk_at_coverage,
+    select_threshold,
+    threshold_candidates,
+)
 from rlsr.utility import (
     UtilityAUCResult,
     dcs,
@@ -57,6 +76,11 @@ __all__ = [
     "accuracy_at_coverage",
     "coverage_count",
     "ece",
+    "equal_mass_ece",
+    "max_calibration_error",
+    "rms_calibration_error",
+    "ReliabilityBins",
+    "reliability_bins",
     "brier",
     "auroc",
     "confidence_gap",
@@ -67,6 +91,10 @@ __all__ = [
     "ThresholdOutcome",
     "select_threshold",
     "apply_threshold",
+    "coverage_at_risk",
+    "risk_at_coverage",
+    "ThresholdCandidates",
+    "threshold_candidates",
     "UtilityAUCResult",
     "utility_auc",
     "utility_auc_details",
@@ -74,6 +102,7 @@ __all__ = [
     "dcs_from_log_likelihoods",
     "BootstrapCI",
     "bootstrap_ci",
+    "bootstrap_cis",
     "bootstrap_mean_ci",
     "MeanStd",
     "mean_std_over_seeds",
@@ -91,7 +120,7 @@ def _inputs(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
 
 
 def aurc(confidence, correct) -> float:
-    """Area under the risk-coverage curve, discrete right-endpoint form (RLSR Sec. 2.1, DESIGN.md).
+    """Area under the risk-coverage curve, discrete right-endpoint form (RLSR Sec. 2.1; docs/metrics.md).
 
     AURC = (1/n) * sum_{k=1..n} R_k, R_k = error rate of the k most confident samples.
     Exchanging the sums gives AURC = (1/n) * sum_i alpha_i * error_i with alpha_i = H_n - H_{n-r_i}
@@ -207,16 +236,6 @@ def risk_coverage_curve(confidence, correct) -> RiskCoverageCurve:
     )
 
 
-def coverage_count(coverage: float, n: int) -> int:
-    """m = ceil(c * n), at least 1: the sample count behind Acc@c (DESIGN.md, RLSR Sec. C.5.2).
-
-    Guards float noise (0.1 * 30 = 3.0000000000000004 -> 3) by rounding c * n to 9 decimals
-    before the ceiling; exact for every decimal c and n up to ~10^7 (tested against fractions).
-    """
-    c = check_fraction(coverage, "coverage")
-    return min(n, max(1, math.ceil(round(c * n, 9))))
-
-
 def accuracy_at_coverage(confidence, correct, coverage):
     """Acc@c: accuracy of the m = ceil(c * n) most confident samples (RLSR Sec. 4.1, C.5.2, Tab. 1).
 
@@ -263,6 +282,24 @@ def bootstrap_ci(
     metric is NaN (e.g. AUROC with one class) are dropped; if all are NaN the bounds are NaN.
     Cost: n_resamples metric calls (the loop is over resamples, never over samples).
     """
+    (ci,) = bootstrap_cis(
+        lambda c, o: (metric_fn(c, o),), confidence, correct, n_resamples, alpha, seed
+    )
+    return ci
+
+
+def bootstrap_cis(
+    metrics_fn: Callable[[np.ndarray, np.ndarray], Sequence[float]],
+    confidence,
+    correct,
+    n_resamples: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> list[BootstrapCI]:
+    """``bootstrap_ci`` of several metrics at once: ``metrics_fn`` returns one value per metric,
+    and every metric sees the same resamples (the ones ``bootstrap_ci`` with this seed draws), so
+    metrics that share work (one binning, one sort) compute it once per resample. NaN values are
+    dropped per metric."""
     conf, ok = _inputs(confidence, correct)
     if int(n_resamples) < 1:
         raise ValueError(f"n_resamples must be >= 1; got {n_resamples}.")
@@ -270,16 +307,20 @@ def bootstrap_ci(
         raise ValueError(f"alpha must be in (0, 1); got {alpha}.")
     n = conf.shape[0]
     rng = np.random.default_rng(seed)
-    values = np.empty(int(n_resamples), dtype=np.float64)
+    estimates = [float(v) for v in metrics_fn(conf, ok)]
+    values = np.empty((int(n_resamples), len(estimates)), dtype=np.float64)
     for b in range(int(n_resamples)):
         idx = rng.integers(0, n, size=n)
-        values[b] = metric_fn(conf[idx], ok[idx])
-    estimate = float(metric_fn(conf, ok))
-    values = values[~np.isnan(values)]
-    if values.size == 0:
-        return BootstrapCI(estimate, math.nan, math.nan)
-    low, high = np.percentile(values, [100 * alpha / 2, 100 * (1 - alpha / 2)])
-    return BootstrapCI(estimate, float(low), float(high))
+        values[b] = metrics_fn(conf[idx], ok[idx])
+    out = []
+    for estimate, column in zip(estimates, values.T, strict=True):
+        column = column[~np.isnan(column)]
+        if column.size == 0:
+            out.append(BootstrapCI(estimate, math.nan, math.nan))
+            continue
+        low, high = np.percentile(column, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+        out.append(BootstrapCI(estimate, float(low), float(high)))
+    return out
 
 
 def bootstrap_mean_ci(

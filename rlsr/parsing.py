@@ -1,6 +1,6 @@
 """Parse a policy completion into answer, confidence and a format verdict (never raises on a str).
 
-The RLSR / RLCR response format (paper seeds/003, Sec. C.1):
+The RLSR / RLCR response format (RLSR paper, Aligning Language Models with Selective Prediction, arXiv 2607.03528, Sec. C.1):
 
     <think> … </think><answer> … </answer><analysis> … </analysis><confidence> 0.85 </confidence>
 

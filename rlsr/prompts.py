@@ -1,4 +1,6 @@
-"""Prompts of the RLSR paper, verbatim (seeds/003, Sec. C.1-C.3). Results depend on these strings.
+"""Prompts of the RLSR paper, verbatim (Sec. C.1-C.3). Results depend on these strings.
+
+The paper: "Aligning Language Models with Selective Prediction", arXiv 2607.03528.
 
 Each constant is pinned by a test (tests/test_prompts.py); change them only to fix a transcription
 error against the paper, never to "improve" wording.

@@ -11,13 +11,18 @@ exactly that in O(n log n) with one stable sort and ``np.add.reduceat``.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+from rlsr.metric_inputs import check_fraction
 
 __all__ = [
     "as_float_array",
     "harmonic_numbers",
     "tie_averaged_weights",
     "descending_order",
+    "coverage_count",
 ]
 
 
@@ -88,3 +93,13 @@ def tie_averaged_weights(confidence, position_weights) -> np.ndarray:
     group_mean = np.add.reduceat(w, starts) / sizes
     out[order] = np.repeat(group_mean, sizes)
     return out
+
+
+def coverage_count(coverage: float, n: int) -> int:
+    """m = ceil(c * n), at least 1: the sample count behind Acc@c (RLSR Sec. C.5.2; docs/metrics.md).
+
+    Guards float noise (0.1 * 30 = 3.0000000000000004 -> 3) by rounding c * n to 9 decimals
+    before the ceiling; exact for every decimal c and n up to ~10^7 (tested against fractions).
+    """
+    c = check_fraction(coverage, "coverage")
+    return min(n, max(1, math.ceil(round(c * n, 9))))

@@ -1,12 +1,13 @@
 """Per-completion rewards of RLSR and its baselines (pure numpy, no torch).
 
-Definitions follow the RLSR paper (seeds/003, Sec. 2.2 and C.4.2) and ``shared/DESIGN.md``:
+Definitions follow the RLSR paper ("Aligning Language Models with Selective Prediction",
+arXiv 2607.03528, Sec. 2.2 and C.4.2); the equations and derivations are in docs/methods.md:
 
 * ``rank_weights``: alpha_i = H_n - H_{n - r_i}, r_i the ascending confidence rank in the pool.
   AURC = (1/n) * sum_i alpha_i * error_i exactly, so alpha_i is sample i's share of AURC.
 * ``lifted_aurc_rewards``: +alpha_i if correct, -alpha_i if wrong (the "lifted" AURC of Sec. 2.2).
 * ``marginal_aurc_rewards``: ours, not the paper's: each completion's marginal (difference)
-  credit for the pooled lifted AURC (docs/training.md, "What each reward teaches").
+  credit for the pooled lifted AURC (docs/methods.md, "What each reward teaches").
 * ``correctness_reward`` (RLVR), ``brier_reward`` (RLCR's calibration term), ``format_reward``.
 
 Missing confidences. A completion whose confidence could not be parsed (NaN here) is ranked
@@ -15,7 +16,7 @@ as confidence 0.0, i.e. tied with explicit zeros at the bottom of the pool
 confidence tag cannot buy a mid-pool rank. The bottom rank is still the cheapest place for a
 wrong answer (lifted-AURC penalty 1/n there, up to H_n at the top), so a broken format pays
 less than a confident error unless format_weight >= method_weight * (H_n - 1/n); at the
-released 0.5 / 0.5 it does not for any pool of 3 or more (docs/training.md, "recipe=tiny").
+released 0.5 / 0.5 it does not for any pool of 3 or more (docs/results.md, "Why seed 42 failed").
 """
 
 from __future__ import annotations
@@ -155,10 +156,10 @@ def lifted_aurc_rewards(
             group of min(H_m - H_{p-1}, cap). This bounds the reward of the most confident
             completion (alpha_max = H_n uncapped) and keeps the tie rule of every rank quantity
             in rlsr (the expectation over orderings of the tie, rlsr.ranking). Clipping *after*
-            tie-averaging (our code before 2026-12-03) is not an expectation over orderings: it
+            tie-averaging is not an expectation over orderings: it
             creates weight at the cap's boundary, so that collapsing confidences into a tie could
             raise the pooled total (four sure-right completions: 3.42 sorted, 4.00 tied at cap
-            1.5, n = 4) and beat the order by p (docs/training.md, "What each reward teaches").
+            1.5, n = 4) and beat the order by p (docs/methods.md, "What each reward teaches").
         max_coverage: c in (0, 1]; c < 1 gives the lifted *partial* AURC over coverage (0, c].
     """
     ok, conf = _pool_settings(correct, confidence, correct_scale, max_coverage)
@@ -219,19 +220,9 @@ def marginal_aurc_rewards(
         D_j = v(a, b) S_G - v(a, b-1) (S_G - s_j) - v(n, n) s_j
               + sum_{G' below G} S_G' (v(a', b') - v(a'-1, b'-1))
 
-    (v(a, a-1) S = 0 for a group of one). Without a cap sum_i alpha_i is the same for every
-    order, so D = (1 + lambda) * D at lambda = 0: lifted and plain AURC give the same credit up
-    to scale. The pull to be right is D_j(right) - D_j(wrong) = (1 + lambda)(alpha_j - w_n): zero
-    for a completion alone at the bottom.
-
-    Best response (j right with probability p, verdicts independent; docs/training.md, "What each
-    reward teaches"): E D_j(c) = alpha_j(c) ((1 + lambda) p - 1) + R(c) with alpha_j(c) never
-    decreasing in j's confidence c and R free of p, so (Topkis) the best response never
-    decreases in p, for any pool, cap, coverage and ties. A tie is worth the mean of the strict
-    placements it stands for, so no tie beats every strict one. Against others ordered by their
-    own p_i, passing i is worth (1 + lambda)(p - p_i)(w_q - w_{q+1}): the best response goes above
-    exactly those with a smaller p where w strictly decreases, and is a set of equally good
-    places where it does not (a binding cap, positions past the coverage).
+    (v(a, a-1) S = 0 for a group of one). Why it teaches the order by p where the lifted reward
+    teaches a threshold (best response, monotone in p for any pool, cap and ties):
+    docs/methods.md, "What each reward teaches a single completion".
 
     Args and conventions as ``lifted_aurc_rewards``. Returns D, shape (n,), in input order.
     """

@@ -22,13 +22,14 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from scipy.stats import beta as beta_dist
 from scipy.stats import binom
 
 from rlsr.metric_inputs import bool_array, check_fraction, check_same_length, scores_array
-from rlsr.ranking import descending_order
+from rlsr.ranking import coverage_count, descending_order
 
 __all__ = [
     "THRESHOLD_METHODS",
@@ -39,6 +40,10 @@ __all__ = [
     "default_min_selected",
     "select_threshold",
     "apply_threshold",
+    "ThresholdCandidates",
+    "threshold_candidates",
+    "coverage_at_risk",
+    "risk_at_coverage",
 ]
 
 THRESHOLD_METHODS = ("plain", "clopper_pearson")
@@ -157,6 +162,47 @@ def _passes_fixed_sequence(errors: np.ndarray, counts: np.ndarray, max_risk: flo
     return total
 
 
+class ThresholdCandidates(NamedTuple):
+    """Every selection a threshold can make: for each distinct confidence t, descending, the set
+    {s >= t}. Tied samples are selected together, so a threshold never splits a tie."""
+
+    thresholds: np.ndarray  # the distinct confidences, descending
+    selected: np.ndarray  # |{s >= t}| (int)
+    n_correct: np.ndarray  # correct samples in {s >= t} (int)
+
+    def coverage_at_risk(self, target_risk: float) -> float:
+        """``coverage_at_risk`` of these samples (``target_risk`` already checked)."""
+        g = _plain_index(self.n_correct / self.selected, 1.0 - target_risk)
+        return 0.0 if g is None else float(self.selected[g] / self.selected[-1])
+
+    def risk_at_coverage(self, target_coverage: float) -> float:
+        """``risk_at_coverage`` of these samples (``target_coverage`` already checked)."""
+        m = coverage_count(target_coverage, int(self.selected[-1]))
+        g = int(np.searchsorted(self.selected, m, side="left"))
+        return float((self.selected[g] - self.n_correct[g]) / self.selected[g])
+
+
+def threshold_candidates(confidence, correct) -> ThresholdCandidates:
+    """The ``ThresholdCandidates`` of one set of samples (at least one): one sort, O(n log n)."""
+    conf = scores_array(confidence, "confidence")
+    ok = bool_array(correct, "correct")
+    check_same_length(confidence=conf, correct=ok)
+    return _candidates(conf, ok)
+
+
+def _candidates(conf: np.ndarray, ok: np.ndarray) -> ThresholdCandidates:
+    order, starts = descending_order(conf)
+    ends = np.append(starts[1:], conf.shape[0])  # one past the last member of each tie group
+    return ThresholdCandidates(conf[order][starts], ends, np.cumsum(ok[order])[ends - 1])
+
+
+def _plain_index(accuracy: np.ndarray, target: float) -> int | None:
+    """The paper's rule (Sec. C.6.3): the last (lowest-threshold, largest) candidate whose
+    observed accuracy reaches ``target``; None when none does."""
+    meets = np.flatnonzero(accuracy >= target - 1e-12)
+    return int(meets[-1]) if meets.size else None
+
+
 def _infeasible(target: float, method: str, delta: float | None) -> ThresholdSelection:
     return ThresholdSelection(math.inf, 0.0, math.nan, 0, False, target, method, delta, math.nan)
 
@@ -191,17 +237,13 @@ def select_threshold(
     if method not in THRESHOLD_METHODS:
         raise ValueError(f"method must be one of {THRESHOLD_METHODS}; got {method!r}.")
 
-    order, starts = descending_order(conf)
-    ends = np.append(starts[1:], n)  # selected count at each candidate, descending thresholds
-    n_correct = np.cumsum(ok[order])[ends - 1]
+    thresholds, ends, n_correct = _candidates(conf, ok)
     accuracy = n_correct / ends
-    thresholds = conf[order][starts]
 
     if method == "plain":
-        meets = np.flatnonzero(accuracy >= target - 1e-12)
-        if meets.size == 0:
+        g = _plain_index(accuracy, target)
+        if g is None:
             return _infeasible(target, method, None)
-        g = meets[-1]
         return ThresholdSelection(
             float(thresholds[g]), float(ends[g] / n), float(accuracy[g]), int(ends[g]), True,
             target, method, None, math.nan,
@@ -240,3 +282,40 @@ def apply_threshold(confidence, correct, threshold) -> ThresholdOutcome:
     k = int(np.count_nonzero(selected))
     accuracy = float(np.count_nonzero(ok & selected) / k) if k else math.nan
     return ThresholdOutcome(k / n, accuracy, k)
+
+
+def coverage_at_risk(confidence, correct, target_risk: float) -> float:
+    """Coverage at risk r: the largest coverage |{s >= t}| / n over thresholds t whose selective
+    risk (error rate on {s >= t}) is <= r (Geifman & El-Yaniv 2017, "Selective Classification for
+    Deep Neural Networks", arXiv:1705.08500, Sec. 3).
+
+    The candidates and rule of ``select_threshold(..., 1 - r, method="plain")`` (the same code):
+    t ranges over the distinct confidences, tied samples are selected together, and a lower t
+    that meets the risk wins even if a higher one does not. When no t meets it, the answer is
+    0.0, the coverage of abstaining everywhere (threshold +inf). NaN for zero samples.
+    """
+    conf = scores_array(confidence, "confidence", allow_empty=True)
+    ok = bool_array(correct, "correct")
+    n = check_same_length(confidence=conf, correct=ok)
+    risk = check_fraction(target_risk, "target_risk", open_left=False)
+    if n == 0:
+        return math.nan
+    return _candidates(conf, ok).coverage_at_risk(risk)
+
+
+def risk_at_coverage(confidence, correct, target_coverage: float) -> float:
+    """Risk at coverage c: the error rate of {s >= t} for the highest threshold t that selects
+    at least m = ceil(c * n) samples (``coverage_count``, at least 1), i.e. the smallest
+    threshold selection covering c (Geifman & El-Yaniv 2017, arXiv:1705.08500, Sec. 3).
+
+    A threshold never splits tied confidences, so when a tie group straddles the m-th position
+    the whole group is selected and the coverage reached exceeds c; ``1 - accuracy_at_coverage``
+    instead takes exactly m samples with the tie at the cut averaged. NaN for zero samples.
+    """
+    conf = scores_array(confidence, "confidence", allow_empty=True)
+    ok = bool_array(correct, "correct")
+    n = check_same_length(confidence=conf, correct=ok)
+    coverage = check_fraction(target_coverage, "target_coverage")
+    if n == 0:
+        return math.nan
+    return _candidates(conf, ok).risk_at_coverage(coverage)

@@ -1,6 +1,6 @@
 """RLSRTrainer: TRL's GRPOTrainer with rewards computed over the pooled batch of every process.
 
-What pooling means (RLSR paper Sec. 2.2, C.4.2; DESIGN.md). One optimizer step generates
+What pooling means (RLSR paper Sec. 2.2, C.4.2; docs/methods.md). One optimizer step generates
 B x G completions spread over all processes and gradient-accumulation steps (TRL 1.16 generates
 the whole effective batch at once: ``steps_per_generation = gradient_accumulation_steps``). The
 lifted-AURC reward of a completion depends on its confidence *rank within that whole pool*, so

@@ -59,6 +59,7 @@ from rlsr.data.loading import (
 from rlsr.eval_protocol import protocol_flags, to_flags
 from rlsr.evaluation.heldout import HeldOutEvaluator
 from rlsr.evaluation.history import read_history
+from rlsr.evaluation.summary import NOT_AVAILABLE, confidence_defined, metric_text, rate_warning
 from rlsr.launch import launch_from_env, resolve_attn_implementation
 from rlsr.methods import args_section
 from rlsr.metrics import ranking_gain_from_aurc
@@ -217,7 +218,7 @@ def load_train_dataset(cfg, tokenizer=None, room=None):
             f"`{download_command(cfg.data.task)}`, copy DIR here and set "
             f"data.path=DIR/{cfg.data.task} (or export RLSR_DATA_DIR=DIR).",
         ) from None
-    if cfg.data.path and spec.task is None:  # said, not silent: issue 28
+    if cfg.data.path and spec.task is None:  # the built-in task's columns apply: say so
         logger.warning(
             "data.path=%s is read as the built-in task %r: its columns, system prompt, "
             "verifier and held-out sets. For data of your own, write a task file "
@@ -567,20 +568,44 @@ def rlsr_program() -> str:
         return str(beside)
 
 
+def _aurc_of(row: dict) -> float | None:
+    """A history row's AURC; None (n/a) when its step gave no confidence at all
+    (``rlsr.evaluation.summary.confidence_defined``)."""
+    missing = row.get("missing_confidence")
+    if missing is not None and not confidence_defined(row["n"], missing):
+        return None
+    return row["aurc"]
+
+
 def _learning_line(dataset: str, first: dict, last: dict) -> str:
     """One held-out dataset's line of the summary: AURC, error rate and ranking gain
     (``rlsr.metrics.ranking_gain_from_aurc``: error rate - AURC, 0 for a confidence that does
-    not rank) at the first and last evaluated step, and the last step's format rate."""
-    # + 0.0 after rounding: a gain of -1e-16 (float noise of a constant confidence) prints 0.000.
-    gain = [
-        round(ranking_gain_from_aurc(h["aurc"], 1 - h["accuracy"]), 3) + 0.0 for h in (first, last)
-    ]
+    not rank) at the first and last evaluated step, and the last step's format rate; AURC and
+    gain are n/a at a step that gave no confidence."""
+    aurc, gain = [], []
+    for h in (first, last):
+        value = _aurc_of(h)
+        aurc.append(metric_text(value, 4))
+        # + 0.0 after rounding: a gain of -1e-16 (float noise of a constant confidence) is 0.000
+        gain.append(
+            NOT_AVAILABLE
+            if value is None
+            else f"{round(ranking_gain_from_aurc(value, 1 - h['accuracy']), 3) + 0.0:+.3f}"
+        )
     return (
-        f"    {dataset}: AURC {first['aurc']:.4f} at step {first['step']} -> {last['aurc']:.4f} "
+        f"    {dataset}: AURC {aurc[0]} at step {first['step']} -> {aurc[1]} "
         f"at step {last['step']} (lower is better); error rate {1 - first['accuracy']:.3f} -> "
         f"{1 - last['accuracy']:.3f}; ranking gain (error rate - AURC, 0 = no ranking) "
-        f"{gain[0]:+.3f} -> {gain[1]:+.3f}; format rate {last['format_rate']:.2f}"
+        f"{gain[0]} -> {gain[1]}; format rate {last['format_rate']:.2f}"
     )
+
+
+def _warning_line(dataset: str, last: dict) -> str | None:
+    """The summary's warning when the last evaluated step's answers rarely carry a confidence
+    or the answer format (``rlsr.evaluation.summary.rate_warning``)."""
+    missing = last.get("missing_confidence")
+    warning = rate_warning(last["n"], 0 if missing is None else missing, last.get("format_rate"))
+    return None if warning is None else f"    warning: {dataset} at step {last['step']}: {warning}"
 
 
 def _engine_flags(heldout: ResolvedHeldOut) -> list[str]:
@@ -677,6 +702,9 @@ def run_summary(
             rows = sorted((h for h in history if h["dataset"] == dataset), key=lambda h: h["step"])
             first, last = rows[0], rows[-1]
             lines.append(_learning_line(dataset, first, last))
+            warning = _warning_line(dataset, last)
+            if warning:
+                lines.append(warning)
         if failed:
             lines.append(
                 f"    failed evaluations at steps {failed} ({out / EVAL_DIR}/{STEP_PREFIX}N)"

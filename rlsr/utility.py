@@ -1,6 +1,7 @@
-"""UtilityAUC (UtilityBench, seeds/000) and DCS (seeds/002); re-exported by ``rlsr.metrics``.
+"""UtilityAUC and DCS; re-exported by ``rlsr.metrics``.
 
-UtilityAUC, seed 000 Sec. 2-3 and Appendix B. Each sample i has answerability a_i, the model's
+UtilityAUC ("UtilityBench: Measuring Language Model Utility When Errors Have Different Costs",
+arXiv 2610.25924), Sec. 2-3 and Appendix B. Each sample i has answerability a_i, the model's
 action d_i (answer / refuse), correctness c_i and a consequence cost L_i. Response utility (Eq. 1):
 
     v_i = +1     answered, answerable, correct
@@ -18,7 +19,8 @@ ties averaged over orderings. Normalisation (Eq. 3) uses the sharp extrema over 
 and orderings (Eq. 15-17): g+_i = 1 - b_i sorted descending, g-_i = v-_i - b_i sorted ascending,
 v-_i = -max(L_i, C_R) if answerable else -L_i. UtilityAUC = (A - A-) / (A+ - A-) in [0, 1].
 
-DCS, seed 002 Definition 1: (l_c p_c - l_w P_W)(1 - p_idk).
+DCS ("Measuring Language Model Hallucinations Through Distributional
+Correctness"), Definition 1: (l_c p_c - l_w P_W)(1 - p_idk).
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def response_utilities(answered, correct, answerable, costs, refusal_cost: float
 
 
 def trapezoid_position_weights(n: int) -> np.ndarray:
-    """w_j = (n - j + 1/2) / n^2 for descending positions j = 1..n (seed 000 Eq. 13, Lemma 1)."""
+    """w_j = (n - j + 1/2) / n^2 for descending positions j = 1..n (UtilityBench Eq. 13, Lemma 1)."""
     j = np.arange(1, n + 1, dtype=np.float64)
     return (n - j + 0.5) / (float(n) * n)
 
@@ -79,7 +81,7 @@ def trapezoid_position_weights(n: int) -> np.ndarray:
 def utility_auc_details(
     scores, answered, correct, answerable, costs, refusal_cost: float = 2.0
 ) -> UtilityAUCResult:
-    """UtilityAUC with its raw area and the sharp extrema (seed 000 Eq. 1-3, 11-17).
+    """UtilityAUC with its raw area and the sharp extrema (UtilityBench Eq. 1-3, 11-17).
 
     Args:
         scores: shape (n,), any finite values; higher = delivered earlier. The paper's default
@@ -116,7 +118,7 @@ def utility_auc_details(
 
 
 def utility_auc(scores, answered, correct, answerable, costs, refusal_cost: float = 2.0) -> float:
-    """Normalised UtilityAUC in [0, 1] (seed 000 Eq. 3); see ``utility_auc_details``."""
+    """Normalised UtilityAUC in [0, 1] (UtilityBench Eq. 3); see ``utility_auc_details``."""
     return utility_auc_details(
         scores, answered, correct, answerable, costs, refusal_cost
     ).utility_auc

@@ -1,6 +1,6 @@
 """LoRA weight sync to vLLM without touching the frozen base: out-of-place merged tensors.
 
-The bug (issue 12, TRL #6688). TRL 1.16 pushes the policy to vLLM once per optimizer step
+The bug (TRL #6688). TRL 1.16 pushes the policy to vLLM once per optimizer step
 (``VLLMGeneration.sync_weights``: colocate -> ``model.load_weights``, server ->
 ``VLLMClient.update_named_params``; both consume ``VLLMGeneration._iter_named_params``). With PEFT
 that iterator calls ``merge_adapter()``, which *writes* ``W += ΔW`` into the base weight, yields
@@ -29,7 +29,7 @@ ZeRO-3: TRL gathers all parameters with ``deepspeed.zero.GatheredParameters(para
 (``modifier_rank=None``); on exit DeepSpeed re-partitions with ``has_been_updated=False``, which
 frees the gathered copy and keeps the shard, so with 2+ ranks in-place merges were discarded (no
 drift); with a 1-rank partition group the "gathered" tensor is a view of the shard and the stock
-sync drifts it (docs/training.md, "LoRA weight sync"). The out-of-place merge writes nothing.
+sync drifts it (docs/distributed.md, "LoRA weight sync"). The out-of-place merge writes nothing.
 """
 
 from __future__ import annotations
@@ -364,7 +364,7 @@ def install_out_of_place_lora_sync(trainer) -> None:
     if generation._dist.is_fsdp:
         logger.warning(
             "FSDP + LoRA + vLLM: TRL's in-place merge/unmerge weight sync is kept; it can drift "
-            "a bf16 base (docs/training.md, 'LoRA weight sync'). Use DDP or DeepSpeed ZeRO."
+            "a bf16 base (docs/distributed.md, 'LoRA weight sync'). Use DDP or DeepSpeed ZeRO."
         )
         return
     _check_supported(generation.model)

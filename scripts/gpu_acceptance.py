@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """GPU acceptance run, in two commands (one per phase) on a machine with one GPU.
 
-Target: one H200 (or H100), no hub access, at most 600 s per command. Run (README, "GPU install")::
+Target: one H200 (or H100), no hub access, at most 600 s per command. Run (docs/distributed.md,
+"GPU install and the acceptance run")::
 
     .venv/bin/python scripts/gpu_acceptance.py --phases train      # estimated 170-436 s
     .venv/bin/python scripts/gpu_acceptance.py --phases evaluate   # estimated 131-315 s
@@ -302,7 +303,7 @@ def check_engine_weights(trainer, fault: str | None = None) -> dict:
     with the out-of-place merge of the policy (``rlsr.weight_sync.engine_weight_check``).
     Faults (tests): ``"engine"`` first adds 1e-2 to one entry of the first fused ``qkv_proj``;
     ``"skip-engine-param"`` removes ``SKIPPED_BY_FAULT`` from the policy's tensors, as a name
-    that no longer maps would (before issue 27 such a parameter was skipped silently)."""
+    that no longer maps would: such a parameter must fail the check, not be skipped."""
     import torch
 
     from rlsr.weight_sync import engine_weight_check, out_of_place_named_params
@@ -643,7 +644,7 @@ def attention_comparison(trainer, plan: dict) -> dict:
 
     if importlib.util.find_spec("flash_attn") is None:
         return {"skipped": "flash_attn not installed (its PyPI sdist builds from source with "
-                "nvcc; install it beforehand to compare, README 'GPU install')"}  # fmt: skip
+                "nvcc; install it beforehand to compare, docs/distributed.md)"}  # fmt: skip
     model = trainer.model
     ids = torch.randint(0, 1000, (plan["per_device"], 768), device="cuda")
     out = {}
@@ -760,9 +761,9 @@ def explain_divergences(model_dir: Path, pairs: list[tuple[dict, dict]], device:
     vLLM's own token ids (``response_token_ids``, kept by ``rlsr evaluate --keep-token-ids``)
     through transformers (float32) and find the first position where transformers' argmax is
     not vLLM's token (or, past the end, vLLM's EOS); ``logit_gap`` is how far transformers
-    prefers its own token there, ``explained`` when within ``NEAR_TIE_LOGIT``. (Before issue 27
-    the ids were vLLM's text re-tokenised: with padded vocabularies vLLM's detokenizer holds back
-    a tail of invalid UTF-8 and re-encoding changes the ids, so a correct system failed.)"""
+    prefers its own token there, ``explained`` when within ``NEAR_TIE_LOGIT``. vLLM's own ids, not
+    its text re-tokenised: with padded vocabularies vLLM's detokenizer holds back a tail of invalid
+    UTF-8 and re-encoding changes the ids, so a correct system would fail."""
     import torch
     from transformers import AutoModelForCausalLM
 

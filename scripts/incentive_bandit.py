@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""What each pooled reward teaches a single completion: a confidence bandit (docs/training.md).
+"""What each pooled reward teaches a single completion: a confidence bandit (docs/methods.md).
 
 Items come in types with a fixed chance p of being answered right. A policy picks one of 11
 verbalized confidences 0.0, 0.1, ..., 1.0 per type (a softmax per type), and is trained by
@@ -14,7 +14,7 @@ Rewards: ``lifted`` (RLSR's released reward, lambda = 1), ``plain`` (lambda = 0)
 ``lifted+brier``. It also prints each reward's best response per p: the set of confidences that
 maximise the expected GRPO advantage (with the run's scaling) of one completion against a pool
 of others that already rank by p (``best_response``). ``--check`` asserts what
-docs/training.md claims of those best responses (``check_claims``; run by
+docs/methods.md claims of those best responses (``check_claims``; run by
 tests/test_rewards.py) and exits 1 when a claim fails.
 
     python scripts/incentive_bandit.py                      # every task, 3 seeds
@@ -164,7 +164,7 @@ def format_set(levels: np.ndarray) -> str:
 
 
 def check_claims(rng_seed: int = 7) -> list[str]:
-    """What docs/training.md ("What each reward teaches") claims of each best response, asserted
+    """What docs/methods.md ("What each reward teaches") claims of each best response, asserted
     on the bandit's own exact-in-own-verdict computation. Returns the failed claims (empty: all
     hold). Claims:
       lifted (lambda = 1), no std scaling: a threshold at 1/(1 + lambda) = 1/2 (top above it,
@@ -242,7 +242,7 @@ def main(argv=None) -> int:
     ap.add_argument("--std-norm", action="store_true", help="also train with scale_rewards=group")
     ap.add_argument(
         "--check", action="store_true",
-        help="assert the best-response claims of docs/training.md and exit 1 if one fails",
+        help="assert the best-response claims of docs/methods.md and exit 1 if one fails",
     )  # fmt: skip
     args = ap.parse_args(argv)
     if args.check:

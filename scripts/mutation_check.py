@@ -45,16 +45,25 @@ DEFAULT_TESTS = {
         "tests/test_methods.py",
         "tests/test_method_variants.py",
     ],
-    "rlsr/ranking.py": ["tests/test_rewards.py"],
+    "rlsr/ranking.py": ["tests/test_rewards.py", "tests/test_metrics.py"],
     "rlsr/metrics.py": [
         "tests/test_metrics.py",
         "tests/test_metrics_calibration.py",
         "tests/test_metrics_thresholds.py",
         "tests/test_metrics_utility.py",
+        "tests/test_metrics_reliability.py",
         "tests/test_evaluation_units.py",
     ],
-    "rlsr/calibration.py": ["tests/test_metrics.py", "tests/test_metrics_calibration.py"],
-    "rlsr/thresholds.py": ["tests/test_metrics_thresholds.py", "tests/test_serving_units.py"],
+    "rlsr/calibration.py": [
+        "tests/test_metrics.py",
+        "tests/test_metrics_calibration.py",
+        "tests/test_metrics_reliability.py",
+    ],
+    "rlsr/thresholds.py": [
+        "tests/test_metrics_thresholds.py",
+        "tests/test_metrics_reliability.py",
+        "tests/test_serving_units.py",
+    ],
     "rlsr/utility.py": ["tests/test_metrics_utility.py"],
     "rlsr/evaluation/dcs.py": ["tests/test_evaluation_units.py"],
 }

@@ -24,7 +24,7 @@ and last evaluated step, and from the last step's samples the greedy confidence 
 question (``RECIPES``: listed fact / ``Facts: none.`` for tiny, the four tiers for tiny-candidates). Per arm: mean and 95 % bootstrap CI over seeds of the
 last ranking gain and of the AURC drop (first - last); per other arm: the paired difference
 RLSR - arm on the seeds both finished, its mean and 95 % bootstrap CI (``rlsr.metrics.bootstrap_mean_ci``,
-seeded). Writes ``OUT/table.md`` (docs/training.md's tables) and ``OUT/table.json`` after every run.
+seeded). Writes ``OUT/table.md`` (docs/results.md's tables) and ``OUT/table.json`` after every run.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -156,6 +157,20 @@ def _ece_by_definition(conf, ok) -> float:
     return total
 
 
+def _t_interval_by_hand(values, bounds=(0.0, 1.0)) -> list[float]:
+    """mean ± t_{n-1, 0.975} s / √n with the t quantiles of a printed table (n = 2, 3 seeds);
+    equal values v: v - q (v - lo), v + q (hi - v), q = 1 - 0.025^(1/n) (Clopper-Pearson); cut
+    to the range [lo, hi]."""
+    if max(values) - min(values) < 1e-12:
+        q = 1 - 0.025 ** (1 / len(values))
+        v = values[0]
+        return [v - q * (v - bounds[0]), v + q * (bounds[1] - v)]
+    quantile = {1: 12.706204736174707, 2: 4.302652729749464}[len(values) - 1]
+    half = quantile * float(np.std(values, ddof=1)) / math.sqrt(len(values))
+    mean = float(np.mean(values))
+    return [max(mean - half, bounds[0]), min(mean + half, bounds[1])]
+
+
 def _by_definition(conf, ok) -> dict[str, float]:
     aurc = _aurc_by_definition(conf, ok)
     accuracy = float(np.mean(ok))
@@ -248,9 +263,10 @@ def test_values_equal_a_computation_by_definition_from_the_samples(sweep, tmp_pa
         for key in ("aurc", "ranking_gain", "ece", "accuracy"):
             values = [entry["seeds"][str(s)][key] for s in seeds]
             assert entry["mean"][key] == pytest.approx(np.mean(values), abs=1e-12)
-            ci = M.bootstrap_mean_ci(values, n_resamples=10_000, seed=0)
-            assert entry["ci95"][key] == pytest.approx([ci.low, ci.high], abs=1e-12)
-            assert min(values) - 1e-12 <= ci.low <= ci.high <= max(values) + 1e-12
+            bounds = (-1 / math.e, 1 / math.e) if key == "ranking_gain" else (0.0, 1.0)
+            assert entry["ci95"][key] == pytest.approx(
+                _t_interval_by_hand(values, bounds), abs=1e-12
+            )
     # the samples' metrics.json says the same AURC (one implementation)
     metrics = json.loads((step_dir(sweep / "job0-seed99", 20) / DATASET / METRICS_FILE).read_text())
     assert block["methods"]["rlsr"]["seeds"]["1"]["aurc"] == pytest.approx(
@@ -273,7 +289,8 @@ def test_values_equal_a_computation_by_definition_from_the_samples(sweep, tmp_pa
 def test_paired_differences_use_shared_seeds_only(sweep, tmp_path, capsys):
     """rlcr - rlsr pairs seeds 2 and 3 only (the seeds both methods have): per seed the
     difference of that seed's values, then their mean and CI; not mean(rlcr) - mean(rlsr) over
-    all seeds, which these fixtures make different. --reference flips the pair to rlsr - rlcr."""
+    all seeds, which these fixtures make different (its interval: the t-interval of the per-seed
+    differences). --reference flips the pair to rlsr - rlcr."""
     out = tmp_path / "cmp"
     assert _compare(capsys, sweep, "--output-dir", out)[0] == 0
     pair = json.loads((out / COMPARE_JSON).read_text())["datasets"][DATASET]["pairs"][0]
@@ -290,8 +307,8 @@ def test_paired_differences_use_shared_seeds_only(sweep, tmp_path, capsys):
         [_by_definition(CONF, _correct(LAST[("rlcr", s)]))["aurc"] for s in (2, 3, 4)]
     ) - np.mean([_by_definition(CONF, _correct(LAST[("rlsr", s)]))["aurc"] for s in (1, 2, 3)])
     assert abs(paired - unpaired) > 0.1  # the fixture tells the two apart
-    ci = M.bootstrap_mean_ci([diffs[s]["aurc"] for s in (2, 3)], n_resamples=10_000, seed=0)
-    assert pair["last"]["ci95"]["aurc"] == pytest.approx([ci.low, ci.high], abs=1e-12)
+    by_hand = _t_interval_by_hand([diffs[s]["aurc"] for s in (2, 3)], (-1.0, 1.0))
+    assert pair["last"]["ci95"]["aurc"] == pytest.approx(by_hand, abs=1e-12)
     assert pair["first"]["step"] == 0
 
     out2 = tmp_path / "cmp2"
@@ -494,7 +511,7 @@ def test_an_unfinished_evaluation_is_refused(tmp_path, capsys):
     append_samples(samples, _records([(0.5, True)] * 11)[10:])
     code, _, err = _compare(capsys, tmp_path / "runs", "--output-dir", tmp_path / "cmp")
     line = _one_error_line(err)
-    assert code == 2 and "summarises n=10 samples but samples.jsonl holds 11" in line
+    assert code == 2 and "samples.jsonl holds 11 samples but its metrics.json counts n=10" in line
 
 
 def test_output_appears_complete_or_not_at_all(sweep, tmp_path, capsys, monkeypatch):
@@ -528,3 +545,320 @@ def test_runs_of_one_seed_each_are_refused_naming_each_run(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1 and "every method has one seed" in err
     assert "rlsr: seed 1" in err and "rlcr: seed 1" in err and str(root / "a") in err
     assert not out.exists() or not any(out.iterdir())
+
+
+# --------------------------------------------------------------------------- no silent fallback
+
+
+def _finish(run: Path, step: int, max_steps: int) -> None:
+    """What train.py leaves in a run folder: checkpoint-N/trainer_state.json (HF Trainer's
+    global_step and max_steps) and, once training ended, the final adapter in the run folder
+    (compare reads only whether the file is there, so its bytes are a placeholder)."""
+    checkpoint = checkpoint_dir(run, step)
+    checkpoint.mkdir()
+    state = {"global_step": step, "max_steps": max_steps}
+    (checkpoint / "trainer_state.json").write_text(json.dumps(state))
+    if step == max_steps:
+        (run / "adapter_model.safetensors").write_bytes(b"placeholder")
+
+
+def _four_runs(root: Path, **config) -> list[Path]:
+    """rlsr and rlcr, seeds 1 and 2, held-out steps 0, 20 and 40, finished at step 40."""
+    last = _answers(CONF, _correct("1111011000"))
+    runs = []
+    for method, seed in itertools.product(("rlsr", "rlcr"), (1, 2)):
+        run = make_run(root, f"{method}-{seed}", method=method, seed=seed,
+                       steps={0: FLAT, 20: last, 40: last}, config=config)  # fmt: skip
+        _finish(run, 40, 40)
+        runs.append(run)
+    return runs
+
+
+def _cut_samples(samples: Path, how: str) -> None:
+    """Leave ``samples`` (and its folder) as a copy cut short or a killed evaluation would."""
+    lines = samples.read_text().splitlines(keepends=True)
+    if how == "empty":
+        samples.write_text("")
+    elif how == "short":
+        samples.write_text("".join(lines[:5]))
+    elif how == "cut mid-line":
+        samples.write_text("".join(lines)[:-30])
+    elif how == "no samples.jsonl":
+        samples.unlink()
+    elif how == "no metrics.json":
+        (samples.parent / METRICS_FILE).unlink()
+    elif how == "no dataset folder":
+        shutil.rmtree(samples.parent)
+
+
+CUTS = ("empty", "short", "cut mid-line", "no samples.jsonl", "no metrics.json")
+
+
+@pytest.mark.parametrize("how", CUTS)
+def test_a_cut_held_out_step_is_refused_with_its_file_and_train_py_fix(tmp_path, capsys, how):
+    """A held-out step folder whose samples.jsonl is empty, short, cut mid-line or missing, or
+    which lacks metrics.json, is refused in one line naming that file, the run and the step,
+    with train.py's fixes (copy the step again, evaluate its checkpoint, or move it out), not
+    `rlsr evaluate`'s rerun; never compared at an earlier step as if the other runs had gone
+    further."""
+    runs = _four_runs(tmp_path / "runs")
+    samples = step_dir(runs[0], 40) / DATASET / SAMPLES_FILE
+    _cut_samples(samples, how)
+    code, _, err = _compare(capsys, tmp_path / "runs", "--output-dir", tmp_path / "cmp")
+    line = _one_error_line(err)
+    assert code == 2 and not (tmp_path / "cmp").exists()
+    assert line.startswith(f"rlsr: error: {samples}"), line
+    assert f"copy eval/step-40 of train.py run {runs[0]} again" in line
+    summary_command = "the run summary's `rlsr evaluate` command with --adapter"
+    assert f"evaluate checkpoint-40 ({summary_command} {checkpoint_dir(runs[0], 40)}:" in line
+    assert "compare those folders with --use evaluate" in line
+    assert "move eval/step-40 out of the run folder" in line
+    assert "rerun the `rlsr evaluate` command" not in line and "rerun the same" not in line
+    # the last fix, as said: the steps before it are compared, the note names the runs at 40
+    (step_dir(runs[0], 40)).rename(tmp_path / "step-40")
+    code, _, err = _compare(capsys, tmp_path / "runs", "--output-dir", tmp_path / "cmp")
+    assert code == 0 and "compared at step 20, the last step every run evaluated; " in err, err
+
+
+@pytest.mark.parametrize("how", ["empty", "short", "no metrics.json", "no dataset folder"])
+def test_a_cut_rlsr_evaluate_folder_is_refused_with_its_rerun(tmp_path, capsys, how):
+    """An `rlsr evaluate` folder whose samples.jsonl is empty or short, which lacks
+    metrics.json, or holds none of the datasets its run.json names (killed before the first
+    answer), is refused in one line naming the file (or folder) and the rerun of that command
+    (it evaluates what is missing), never left out."""
+    runs = _four_runs(tmp_path / "runs")
+    for run in runs:
+        record = {"model": "tiny-missing-warm", "adapter": str(run),
+                  **{k: v for k, v in _settings().items() if k != "progress"},
+                  "system_prompt": "simple", "datasets": [DATASET],
+                  "versions": version_records({DATASET: "exact_match"})}  # fmt: skip
+        _write_evaluation(tmp_path / "evals" / run.name, _answers(CONF, _correct("1" * 10)), record)
+    cut = tmp_path / "evals" / runs[0].name
+    _cut_samples(cut / DATASET / SAMPLES_FILE, how)
+    code, _, err = _compare(capsys, tmp_path / "evals", "--output-dir", tmp_path / "cmp")
+    line = _one_error_line(err)
+    named = cut if how == "no dataset folder" else cut / DATASET / SAMPLES_FILE
+    assert code == 2 and line.startswith(f"rlsr: error: {named}"), line
+    assert f"rerun the `rlsr evaluate` command that wrote {cut}" in line
+
+
+@pytest.mark.parametrize(
+    "field, value, said",
+    [("confidence", "NaN", "its verbalized confidence NaN is not a number"),
+     ("confidence", "1.5", "its verbalized confidence 1.5 is outside [0, 1]"),
+     ("confidence", '"high"', 'its verbalized confidence "high" is not a number'),
+     ("confidence", "true", "its verbalized confidence true is not a number"),
+     ("correct", "null", "its correct is null, not true or false")],
+)  # fmt: skip
+def test_a_bad_sample_is_refused_naming_the_file_and_line(tmp_path, capsys, field, value, said):
+    """A confidence that is NaN, outside [0, 1], a word or a boolean (rlsr writes a number in
+    [0, 1] or null), or a verdict that is not true/false, is refused in one line naming
+    samples.jsonl and its line (counted in the file, blank lines too); a boolean is not read as
+    1.0."""
+    runs = _four_runs(tmp_path / "runs")
+    samples = step_dir(runs[1], 20) / DATASET / SAMPLES_FILE
+    lines = samples.read_text().splitlines()
+    record = json.loads(lines[3])
+    if field == "confidence":
+        record["scores"]["verbalized"] = "VALUE"
+    else:
+        record["correct"] = "VALUE"
+    lines[3] = json.dumps(record).replace('"VALUE"', value)  # raw JSON: NaN, true, null
+    samples.write_text("\n".join(lines[:1] + [""] + lines[1:]) + "\n")  # a blank line 2
+    code, _, err = _compare(capsys, tmp_path / "runs", "--output-dir", tmp_path / "cmp")
+    line = _one_error_line(err)
+    assert code == 2 and not (tmp_path / "cmp").exists()
+    assert f"{samples}: line 5 (id 'tiny-missing-test-3'): {said}" in line
+    assert f"copy eval/step-20 of train.py run {runs[1]}" in line
+
+
+def test_a_run_still_training_is_named_as_such(tmp_path, capsys):
+    """A run that has not finished training (no final adapter; its newest checkpoint at step 20
+    of 40) stops the comparison at its last evaluated step: the note names that run as not
+    finished, with its step, and no finished run is named so."""
+    root = tmp_path / "runs"
+    runs = _four_runs(root)
+    late = make_run(root, "rlsr-3", method="rlsr", seed=3, steps={0: FLAT, 20: FLAT})
+    _finish(late, 20, 40)
+    code, _, err = _compare(capsys, root, "--output-dir", tmp_path / "cmp")
+    assert code == 0, err
+    assert (
+        f"{late} has not finished training (no final adapter; its newest checkpoint, "
+        "checkpoint-20, is at step 20 of 40): it is still training, or it stopped; the "
+        "comparison stops at its last evaluated step, 20." in err
+    )
+    assert not any(f"{run} has not finished" in err for run in runs)
+    block = json.loads((tmp_path / "cmp" / COMPARE_JSON).read_text())["datasets"][DATASET]
+    assert block["last_step"] == 20
+
+
+def test_the_run_summary_evaluate_folder_inside_runs_is_left_out_with_a_note(tmp_path, capsys):
+    """README's order: train.py runs in runs/, then the run summary's `rlsr evaluate` into
+    RUN/evaluate, then `rlsr compare runs`: the held-out histories are compared and each run's
+    own evaluate folder is left out with a note naming --use evaluate (which compares those); a
+    base model's evaluate folder in a folder beside runs/ is left out with a note too."""
+    root = tmp_path / "project" / "runs"
+    runs = _four_runs(root)
+    for run in runs:
+        record = {"model": "tiny-missing-warm", "adapter": str(run.resolve()),
+                  **{k: v for k, v in _settings().items() if k != "progress"},
+                  "system_prompt": "simple", "versions": version_records({DATASET: "exact_match"})}  # fmt: skip
+        _write_evaluation(run / "evaluate", _answers(CONF, _correct("1" * 10)), record)
+    code, _, err = _compare(capsys, root, "--output-dir", tmp_path / "cmp")
+    assert code == 0, err
+    assert "left out 4 `rlsr evaluate` folder(s) of runs whose held-out history is compared" in err
+    assert json.loads((tmp_path / "cmp" / COMPARE_JSON).read_text())["evaluations"] == "held-out"
+    # README's evals/base (the base model's evaluation) beside runs/: left out the same way
+    base = {"model": "tiny-missing-warm", "adapter": None, "datasets": [DATASET]}
+    _write_evaluation(tmp_path / "project" / "evals" / "base", FLAT, base)
+    code, _, err = _compare(capsys, tmp_path / "project", "--output-dir", tmp_path / "cmp2")
+    assert code == 0 and "left out 1 `rlsr evaluate` folder(s) that evaluated no train.py" in err
+    code, _, err = _compare(capsys, root, "--use", "evaluate", "--output-dir", tmp_path / "ev")
+    assert code == 0, err
+    result = json.loads((tmp_path / "ev" / COMPARE_JSON).read_text())
+    assert result["evaluations"] == "evaluate" and result["datasets"][DATASET]["last_step"] == 40
+
+
+def test_a_run_of_another_task_is_named_by_its_task_first(tmp_path, capsys):
+    """Your own task's run (data.task=caps, seed 1) beside the tiny task's runs in runs/: the
+    refusal names the different training task and both runs, not 'seed 1 twice' or the
+    evaluate folders, which follow from it."""
+    root = tmp_path / "runs"
+    _four_runs(root, data={"task": "tiny-missing"})
+    caps = make_run(root, "caps", method="rlsr", seed=1, steps={0: FLAT}, datasets=("caps",),
+                    config={"data": {"task": "caps"}})  # fmt: skip
+    record = {"model": "tiny-missing-warm", "adapter": str(caps / "checkpoint-2")}
+    (caps / "checkpoint-2").mkdir()
+    _write_evaluation(tmp_path / "evals" / "caps", FLAT, record, dataset="caps")
+    for paths in ([root], [root, tmp_path / "evals"]):
+        code, _, err = _compare(capsys, *paths, "--output-dir", tmp_path / "cmp")
+        line = _one_error_line(err)
+        assert code == 2 and "the runs trained on different tasks: data.task is" in line, line
+        assert f"'caps' in {caps}" in line and str(root / "rlcr-1") in line
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+@pytest.mark.parametrize("margin", ["-0.1", "nan", "1", "0"])
+def test_a_margin_that_is_not_a_positive_difference_below_the_range_is_refused(
+    sweep, tmp_path, capsys, margin
+):
+    """--margin negative, NaN, zero or at least the metrics' smallest range (2/e, ranking
+    gain's): one line naming
+    --margin and the fix, exit 2, nothing written."""
+    out = tmp_path / "cmp"
+    code, _, err = _compare(capsys, sweep, "--output-dir", out, "--margin", margin)
+    line = _one_error_line(err)
+    assert code == 2 and f"--margin {float(margin)}" in line and "e.g. --margin 0.02" in line
+    assert not out.exists()
+
+
+def test_pairs_carry_interval_exact_p_holm_and_verdict(sweep, tmp_path, capsys):
+    """compare.json's pair holds per metric the interval, the exact permutation p (2 shared
+    seeds: p >= 0.5), the Holm-adjusted p over all 2 steps' 4 metrics, the test's name and a
+    verdict; compare.md's verdict table prints them; --margin 0.7 makes the pair equivalent
+    where its interval lies inside ±0.7, and --resample-questions keeps the means and widens the
+    intervals (question sampling adds to the seeds' spread)."""
+    out = tmp_path / "cmp"
+    assert _compare(capsys, sweep, "--output-dir", out)[0] == 0
+    result = json.loads((out / COMPARE_JSON).read_text())
+    assert result["schema_version"] == 2 and result["statistics"]["margin"] is None
+    last = result["datasets"][DATASET]["pairs"][0]["last"]
+    for key in ("aurc", "ranking_gain", "ece", "accuracy"):
+        d = [last["seeds"][s][key] for s in ("2", "3")]
+        nonzero = [v for v in d if abs(v) > 1e-9]
+        expect = 1.0 if len(nonzero) < 2 or abs(sum(nonzero)) < max(map(abs, nonzero)) else 0.5
+        assert last["p_value"][key] == pytest.approx(expect)
+        assert last["p_adjusted"][key] >= last["p_value"][key]
+        assert last["verdict"][key] in ("inconclusive",)
+        assert last["test"][key].startswith("exact paired permutation test")
+    md = (out / COMPARE_MD).read_text()
+    assert "### Tests and verdicts" in md and "| rlcr − rlsr | 20 | AURC | 2 |" in md
+    wide = tmp_path / "wide"
+    assert _compare(capsys, sweep, "--output-dir", wide, "--margin", "0.7")[0] == 0
+    pair = json.loads((wide / COMPARE_JSON).read_text())["datasets"][DATASET]["pairs"][0]
+    for key in ("aurc", "ranking_gain", "ece", "accuracy"):
+        lo, hi = pair["last"]["ci95"][key]
+        inside = -0.7 <= lo and hi <= 0.7
+        assert (pair["last"]["verdict"][key] == "equivalent within ±0.7") == inside
+    hier = tmp_path / "hier"
+    code, _, err = _compare(capsys, sweep, "--output-dir", hier, "--resample-questions",
+                            "--bootstrap-resamples", "300")  # fmt: skip
+    assert code == 0, err
+    both = json.loads((hier / COMPARE_JSON).read_text())
+    assert both["statistics"]["resample_questions"] is True
+    rlcr = both["datasets"][DATASET]["methods"]["rlcr"]
+    assert rlcr["n_clusters"] == 10
+    plain = json.loads((out / COMPARE_JSON).read_text())["datasets"][DATASET]["methods"]["rlcr"]
+    for key in ("aurc", "ece"):
+        wide_lo, wide_hi = rlcr["ci95"][key]
+        lo, hi = plain["ci95"][key]
+        assert rlcr["mean"][key] == plain["mean"][key]
+        assert wide_hi - wide_lo > hi - lo  # 10 questions: their sampling adds to the seeds'
+
+
+def test_arms_that_differ_outside_their_method_section_get_a_caveat(tmp_path, capsys):
+    """A setting outside ``method`` that differs between arms (here the learning rate) is named
+    with every arm's value in a note: the verdicts assume it was chosen the same way for each.
+    A differing ``resume`` (how a run was continued) is not named."""
+    root = tmp_path / "runs"
+    last = _answers(CONF, _correct("1111011000"))
+    for seed in (1, 2):
+        make_run(root, f"a{seed}", method="rlsr", seed=seed, steps={0: FLAT, 4: last})
+        make_run(root, f"b{seed}", method="rlcr", seed=seed, steps={0: FLAT, 4: last},
+                 config={"grpo": {"learning_rate": 0.01}, "resume": "never"})  # fmt: skip
+    out = tmp_path / "cmp"
+    code, _, err = _compare(capsys, root, "--output-dir", out)
+    assert code == 0, err
+    assert "resume" not in err  # how a run continued is no choice about the arm
+    assert (
+        "the arms differ in recorded settings (config.yaml) outside their method section: " in err
+    )
+    assert "grpo.learning_rate (rlcr: 0.01; rlsr: 0.001)" in err
+    assert "chosen for each arm by the same procedure on validation data" in err
+    notes = json.loads((out / COMPARE_JSON).read_text())["notes"]
+    assert any("grpo.learning_rate" in n for n in notes)
+
+
+def test_a_nan_metric_leaves_its_seed_out_with_a_note_naming_the_run():
+    """A seed whose metric is NaN is left out of that metric's mean, interval and test, and the
+    note names the run; the verdict is computed from the other seeds, never from NaN."""
+    per_seed = {1: {"aurc": 0.2}, 2: {"aurc": math.nan}, 3: {"aurc": 0.3}, 4: {"aurc": 0.25}}
+    summary = compare_module.seed_summary(per_seed, keys=["aurc"])
+    assert summary["excluded"] == {"aurc": [2]} and summary["n"] == {"aurc": 3}
+    assert summary["mean"]["aurc"] == pytest.approx(0.25)
+    notes = compare_module._nan_notes("tiny", 20, "rlsr", summary, lambda s: f"runs/s{s}")
+    assert notes == [
+        "tiny step 20: rlsr: aurc is NaN for 1 seed(s) (seed 2: runs/s2); left out, 3 of 4 "
+        "seeds used."
+    ]
+    diffs = {s: {"aurc": v["aurc"] - 0.1} for s, v in per_seed.items()}
+    pair = compare_module.paired_summary(diffs, keys=["aurc"])
+    compare_module.add_verdicts([("a", "b", pair)], [("aurc", "AURC", "lower")], None)
+    assert pair["p_value"]["aurc"] == pytest.approx(0.25)  # 3 positive of 3: 2 / 8
+    assert pair["verdict"]["aurc"] == "inconclusive"
+
+
+def test_ranking_gain_lies_within_plus_minus_one_over_e():
+    """VALUE_BOUNDS' ranking-gain range [-1/e, 1/e], which the intervals are cut to: every
+    correctness pattern of up to 10 answers in its best and its worst order (distinct
+    confidences) and with one tied confidence stays inside it; the largest gain found is the
+    best order's closed form max (j/n)(H_n - H_j) over n <= 10, j correct."""
+    lo, hi = compare_module.VALUE_BOUNDS["ranking_gain"]
+    assert (lo, hi) == pytest.approx((-1 / math.e, 1 / math.e))
+    top = 0.0
+    for n in range(1, 11):
+        conf = np.linspace(0.9, 0.1, n)
+        for pattern in itertools.product((0, 1), repeat=n):
+            ok = np.array(pattern)
+            for order in (np.sort(ok)[::-1], np.sort(ok), ok):  # best, worst, as drawn
+                error = 1 - ok.mean()
+                gain = M.ranking_gain_from_aurc(M.aurc(conf, order), error)
+                assert lo - 1e-12 <= gain <= hi + 1e-12
+                top = max(top, gain)
+            tied = M.ranking_gain_from_aurc(M.aurc(np.full(n, 0.5), ok), 1 - ok.mean())
+            assert tied == pytest.approx(0.0, abs=1e-12)
+    harmonic = np.concatenate([[0.0], np.cumsum(1 / np.arange(1, 11))])
+    best = max(j / n * (harmonic[n] - harmonic[j]) for n in range(1, 11) for j in range(n + 1))
+    assert top == pytest.approx(best, abs=1e-12) and best < 1 / math.e

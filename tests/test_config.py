@@ -230,9 +230,9 @@ def test_num_iterations_reuses_one_pool_and_is_allowed():
 
 
 def test_recipes_carry_the_released_settings_where_the_paper_text_is_silent():
-    """sun-umn/RLSR configs/Qwen-7B/hotpot/*.yaml (docs/training.md fidelity table); TRL 1.16's
-    defaults differ for each of these (importance sampling on, dropout kept, sleep mode off,
-    non-reentrant checkpointing)."""
+    """sun-umn/RLSR configs/Qwen-7B/hotpot/*.yaml (docs/methods.md, "Paper text vs released code vs
+    ours"); TRL 1.16's defaults differ for each of these (importance sampling on, dropout kept,
+    sleep mode off, non-reentrant checkpointing)."""
     from trl import GRPOConfig
 
     defaults = GRPOConfig(output_dir="unused", use_cpu=True, bf16=False)

@@ -66,7 +66,7 @@ def fixture(name: str, **kw) -> datasets.Dataset:
 
 # --- registry -----------------------------------------------------------------------------
 
-# (default split, its published size) per dataset: paper Sec. C.4.1, C.5.1, C.6.1, seeds/000.
+# (default split, its published size) per dataset: paper Sec. C.4.1, C.5.1, C.6.1; UtilityBench, arXiv 2610.25924.
 PAPER_SIZES = {
     "hotpot_modified": {"train": 20000, "test": 500},
     "hotpot_vanilla": {"test": 1000},

@@ -7,6 +7,7 @@ Nothing is mocked. The random model rarely emits tags, so the Sec. C.3 fallbacks
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import math
@@ -18,6 +19,7 @@ import pytest
 
 from rlsr.cli import main as rlsr_main
 from rlsr.eval_protocol import PROTOCOL_FIELDS
+from rlsr.evaluation import evaluate_cli
 from rlsr.evaluation.runner import EvalSettings, summarise
 from rlsr.evaluation.samples_io import append_samples, read_samples
 from rlsr.evaluation.summary import compute_metrics
@@ -68,7 +70,7 @@ def evaluated(tiny_model_dir, run_dir, tmp_path_factory) -> Path:
 
 
 def brute_force_summary(records: list[dict]) -> dict:
-    """The metrics.json summary computed from samples by brute force, from DESIGN.md's
+    """The metrics.json summary computed from samples by brute force, from docs/metrics.md's
     definitions (not rlsr.metrics): a missing confidence is 0.0; ties are resolved by averaging
     over every order of the samples that sorts confidences descending."""
     conf = [0.0 if r["confidence"] is None else r["confidence"] for r in records]
@@ -287,20 +289,30 @@ def _write_medqa(folder: Path, n: int, seed: int) -> None:
                 fh.write(json.dumps(row) + "\n")
 
 
-def test_deployment_and_dcs_on_mcq(tiny_model_dir, tmp_path):
+def test_deployment_and_dcs_on_mcq(tiny_model_dir, tmp_path, capsys):
     """Also a regression: `--tasks medqa --deployment-target` evaluated the test split twice
-    (as `medqa` and `medqa@test`). `medqa` (its default split, test) serves deployment."""
+    (as `medqa` and `medqa@test`). `medqa` (its default split, test) serves deployment.
+
+    The random tiny model states no confidence, so the deployment of `rlsr evaluate` is refused
+    (evaluated results kept); the samples are then given confidences (the only edit: what a
+    model that states them would have written) and `rlsr deploy` certifies from them."""
     data = tmp_path / "medqa"
     _write_medqa(data, 5, 0)
     out = tmp_path / "deploy"
     argv = ["evaluate", "--model", str(tiny_model_dir), "--tasks", "medqa", "--output-dir", str(out),
             "--data-path", f"medqa={data}", "--dcs", "--deployment-target", "0.5", *FAST]  # fmt: skip
-    assert rlsr_main(argv) == 0
+    assert rlsr_main(argv) == 2
+    assert "no verbalized confidence in any of its 5 samples" in capsys.readouterr().err
+    assert not (out / "deployment.json").exists()
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["medqa", "medqa@validation"]
     assert sorted(json.loads((out / "summary.json").read_text())) == ["medqa", "medqa@validation"]
     for job, split in (("medqa@validation", "validation"), ("medqa", "test")):
         records = read_samples(out / job / "samples.jsonl")
         assert [r["id"] for r in records] == [f"{split}-{i}" for i in range(5)]
+        for i, r in enumerate(records):
+            r["scores"]["verbalized"] = r["confidence"] = (i + 1) / 5
+        (out / job / "samples.jsonl").unlink()
+        append_samples(out / job / "samples.jsonl", records)
     val = read_samples(out / "medqa@validation" / "samples.jsonl")
     for r in val:
         d = r["dcs"]
@@ -309,31 +321,23 @@ def test_deployment_and_dcs_on_mcq(tiny_model_dir, tmp_path):
         assert d["score"] == pytest.approx((d["p_correct"] - d["p_wrong"]) * (1 - d["p_idk"]))
     metrics = json.loads((out / "medqa@validation" / "metrics.json").read_text())
     assert metrics["dcs"]["n"] == 5
-    deployment = json.loads((out / "deployment.json").read_text())
+    argv = ["deploy", "--validation", str(out / "medqa@validation"), "--test", str(out / "medqa"),
+            "--deployment-target", "0.5", "--output-dir", str(tmp_path / "dep")]  # fmt: skip
+    assert rlsr_main(argv) == 0
+    deployment = json.loads((tmp_path / "dep" / "deployment.json").read_text())
     assert [row["rule"] for row in deployment["rows"]] == [
         "plain",
         "clopper_pearson",
         "plain+temperature",
     ]
-    assert "τ" in (out / "deployment.md").read_text()
-    # `rlsr deploy` recomputes the same rows from the two sample files
-    assert (
-        rlsr_main(
-            [
-                "deploy",
-                "--validation",
-                str(out / "medqa@validation"),
-                "--test",
-                str(out / "medqa"),
-                "--deployment-target",
-                "0.5",
-                "--output-dir",
-                str(tmp_path / "dep"),
-            ]
-        )
-        == 0
-    )
-    again = json.loads((tmp_path / "dep" / "deployment.json").read_text())
+    assert "τ" in (tmp_path / "dep" / "deployment.md").read_text()
+    # the deployment of the same samples as rlsr evaluate --deployment-target makes it
+    args = argparse.Namespace(deployment_splits="validation,test", deployment_task="medqa",
+                              deployment_target=0.5, deployment_delta=0.1,
+                              allow_train_split=False)  # fmt: skip
+    evaluate_cli._deploy_from_dirs(out, args, [("medqa@validation", "medqa", "validation"),
+                                               ("medqa", "medqa", "test")])  # fmt: skip
+    again = json.loads((out / "deployment.json").read_text())
     assert again["rows"] == deployment["rows"]
     # provenance for `rlsr serve`: what the threshold was computed from, and what it promises
     prov = deployment["provenance"]
@@ -386,16 +390,22 @@ def test_report_over_two_evaluation_dirs(evaluated, tiny_model_dir, tmp_path):
     import csv
 
     rows = list(csv.DictReader(open(prefix / "report.csv")))
-    aurcs = [json.loads((d / "tiny" / "metrics.json").read_text())["scorers"]["verbalized"]["aurc"]
-             for d in (evaluated, second)]  # fmt: skip
-    row = next(
-        r
-        for r in rows
-        if r["method"] == "rlsr" and r["dataset"] == "tiny" and r["metric"] == "aurc"
-    )
-    assert float(row["mean"]) == pytest.approx(np.mean(aurcs))
-    assert float(row["std"]) == pytest.approx(np.std(aurcs, ddof=1), nan_ok=True)
+    metrics = [json.loads((d / "tiny" / "metrics.json").read_text()) for d in (evaluated, second)]
+    accuracies = [m["accuracy"] for m in metrics]
+    row = next(r for r in rows if r["method"] == "rlsr" and r["dataset"] == "tiny"
+               and r["metric"] == "accuracy")  # fmt: skip
+    assert float(row["mean"]) == pytest.approx(np.mean(accuracies))
+    assert float(row["std"]) == pytest.approx(np.std(accuracies, ddof=1), nan_ok=True)
     assert row["runs"] == "2"
+    # the random tiny model states no confidence: its confidence metrics are n/a, not the
+    # numbers of every answer tied at 0 (docs/evaluation.md, "Runs that give no confidence")
+    assert all(m["scorers"]["verbalized"]["missing_confidence"] == m["n"] for m in metrics)
+    row = next(r for r in rows if r["method"] == "rlsr" and r["dataset"] == "tiny"
+               and r["metric"] == "aurc")  # fmt: skip
+    assert math.isnan(float(row["mean"])) and row["runs"] == "2"
+    per_dataset = md.split("## Per dataset")[1].split("![")[0]
+    (line,) = [x for x in per_dataset.splitlines() if x.startswith("| tiny (ID) | rlsr | 6 |")]
+    assert line.endswith("| n/a | n/a | n/a | n/a | n/a |")
 
 
 def test_score_matches_generation_logprobs_and_left_padding(tiny_model_dir):

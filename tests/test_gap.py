@@ -156,7 +156,9 @@ def test_report_tab2_and_fig3(tmp_path):
     _write_run(tmp_path, "rlsr-seed1", "hotpot_vanilla", [("q1", 0.3, False)])
     dirs = [str(tmp_path / n) for n in ("rlvr", "rlsr-seed0", "rlsr-seed1")]
     out = tmp_path / "rep"
-    assert rlsr_main(["report", *dirs, "--family", "hotpot", "--output-dir", str(out)]) == 0
+    # --bootstrap 0: the calibration section's CIs are tests/test_report_reliability.py's
+    assert rlsr_main(["report", *dirs, "--family", "hotpot", "--bootstrap", "0",
+                      "--output-dir", str(out)]) == 0  # fmt: skip
     md = (out / "report.md").read_text()
     # All (ID only, pooled): S+ = {hm/q1}, S- = {hm/q2, hv/q1}; shared 4 questions, hm/q4 dropped.
     # rlsr E[c|correct] = (0.9 + 0.7)/2 = 0.8; E[c|incorrect] = mean(0.3, 0.5, 0.1, 0.3) = 0.3.
@@ -176,7 +178,8 @@ def test_report_tab2_and_fig3(tmp_path):
 
     # --gap-methods restricts the methods that must agree: rlsr alone keeps hm/q3 out only
     # where its own runs disagree (q3: wrong in seed0, right in seed1).
-    assert rlsr_main(["report", *dirs, "--gap-methods", "rlsr", "--output-dir", str(out)]) == 0
+    assert rlsr_main(["report", *dirs, "--gap-methods", "rlsr", "--bootstrap", "0",
+                      "--output-dir", str(out)]) == 0  # fmt: skip
     md = (out / "report.md").read_text()
     assert "| hotpot_modified | rlsr | 1 | 1 | 3 | 1 | 0.800 | 0.400 | 0.400 |" in md
     assert "| hotpot_modified | rlvr | 1 |" not in md
@@ -207,10 +210,8 @@ def test_tab5_five_seeds_at_t03_aggregate_to_mean_std(tmp_path):
                            aurc=aurc[name, d])  # fmt: skip
             dirs.append(str(tmp_path / name))
     assert report.method_from_dirname(dirs[-1]) == "rlsr-plain-aurc-t0.3"
-    assert (
-        rlsr_main(["report", *dirs, "--family", "hotpot", "--output-dir", str(tmp_path / "t5")])
-        == 0
-    )
+    assert rlsr_main(["report", *dirs, "--family", "hotpot", "--bootstrap", "0",
+                      "--output-dir", str(tmp_path / "t5")]) == 0  # fmt: skip
     md = (tmp_path / "t5" / "report.md").read_text()
     assert "rlsr-t0.3 (5 runs)" in md and "rlsr-plain-aurc-t0.3 (5 runs)" in md
     rows = list(csv.DictReader(open(tmp_path / "t5" / "report.csv")))

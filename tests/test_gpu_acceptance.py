@@ -184,7 +184,7 @@ def _phase_report(out: Path, phase: str) -> dict:
 @pytest.mark.timeout(2400)
 @needs_vllm
 def test_cpu_smoke_two_commands_then_a_rerun_in_the_same_folder(tmp_path):
-    """The README's GPU protocol on tiny shapes: `--phases train` in a fresh folder, then
+    """docs/distributed.md's GPU protocol on tiny shapes: `--phases train` in a fresh folder, then
     `--phases evaluate` in another fresh folder (a second machine: it needs no train.json and
     exits 0), then `--phases evaluate` in the first folder (its report checks both phases, the
     train one reused from the first command), then both phases again in that folder (catches a

@@ -1,4 +1,4 @@
-"""Held-out evaluation during training (rlsr.evaluation.heldout; docs/training.md "Watch a run").
+"""Held-out evaluation during training (rlsr.evaluation.heldout; docs/heldout.md "Watch a run").
 
 Real components throughout: recipe=tiny-format on the shipped format-warm model (LoRA, real TRL), the
 bundled tiny test split, `rlsr evaluate` through its command line, TensorBoard's own event reader,

@@ -1,4 +1,4 @@
-"""scripts/incentive_bandit.py: its --check mode asserts docs/training.md's best-response claims
+"""scripts/incentive_bandit.py: its --check mode asserts docs/methods.md's best-response claims
 (lifted: a threshold at 1/(1 + lambda); plain: the bottom; marginal: monotone in p and ordering;
 marginal under group std scaling: every tier pushed to the top), and it can fail."""
 

@@ -1,4 +1,4 @@
-"""The package's import graph runs one way (DESIGN.md): no cycles, no function-local imports of
+"""The package's import graph runs one way (docs/architecture.md): no cycles, no function-local imports of
 rlsr modules, no import going up the layer table below. Reads source only (``ast``).
 
 A new module must be placed in ``LAYERS``; a heavy optional third-party dependency (vllm,
@@ -59,6 +59,7 @@ LAYERS: dict[str, int] = {
     "rlsr.evaluation": 4,
     "rlsr.generation": 4,  # backends + Sec. C.3 fallback steps, shared by evaluation and serving
     "rlsr.serving": 4,  # selective serving over the evaluator's rendering, parsing, fallbacks
+    "rlsr.lm_eval": 4,  # rlsr's tasks as lm-evaluation-harness tasks (lm-eval imports them)
     # 5 command lines and applications
     "rlsr.cli": 5,
     "rlsr.data.cli": 5,
@@ -69,6 +70,8 @@ LAYERS: dict[str, int] = {
     "rlsr.evaluation.deploy_cli": 5,
     "rlsr.evaluation.compare_cli": 5,
     "rlsr.serving.cli": 5,
+    "rlsr.lm_eval.cli": 5,
+    "rlsr.evaluation.from_samples_cli": 5,
     "rlsr.toy": 5,
 }
 # Inside the run assembly/evaluation floor the three packages are tied one way: generation <-

@@ -1,4 +1,5 @@
-"""UtilityAUC (seed 000, Eq. 1-3, App. B) and DCS (seed 002, Definition 1)."""
+"""UtilityAUC (UtilityBench, arXiv 2610.25924, Eq. 1-3, App. B) and DCS (Definition 1 of "Measuring
+Language Model Hallucinations Through Distributional Correctness")."""
 
 from __future__ import annotations
 
@@ -156,7 +157,7 @@ def test_utility_auc_validation():
 @pytest.mark.parametrize(
     ("dist", "expected"),
     [
-        # seed 002 Sec. 3 worked examples; options (A, B, C, D, IDK), C correct.
+        # the DCS paper's Sec. 3 worked examples; options (A, B, C, D, IDK), C correct.
         ((0.31, 0.27, 0.40, 0.01, 0.01), -0.1881),  # error-hedging
         ((0.15, 0.05, 0.40, 0.01, 0.39), +0.1159),  # abstention-hedging
         ((0.25, 0.24, 0.26, 0.24, 0.01), -0.4653),  # lucky

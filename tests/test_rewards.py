@@ -304,7 +304,7 @@ def _expected_reward_by_slot(reward, p_self, others_p, others_conf, lam=1.0):
 
 
 def test_marginal_best_response_orders_by_p_where_lifted_is_a_threshold():
-    """The incentive (docs/training.md): four other completions right with p = 0.9, 0.7, 0.4,
+    """The incentive (docs/methods.md): four other completions right with p = 0.9, 0.7, 0.4,
     0.2 sit at confidences 0.8 > 0.6 > 0.4 > 0.2 (already ordered by p). A completion right
     with p slots in where its marginal credit is largest: just below exactly those with a
     larger p. Its lifted reward instead goes to the top when p > 1/(1+lambda), else the
@@ -370,7 +370,7 @@ def test_weight_cap_counterexample_a_tie_no_longer_beats_the_strict_order():
             p_all, [c, *others], 1.0, 1.5,
         )  # fmt: skip
         assert got == pytest.approx(want, abs=1e-12)
-    # Pooled total: four sure-right completions sorted vs all tied (was 3.42 vs 4.00).
+    # Pooled total: four sure-right completions sorted vs all tied.
     sorted_total = lifted_aurc_rewards([1] * 4, [0.9, 0.8, 0.7, 0.6], weight_cap=1.5).sum()
     tied_total = lifted_aurc_rewards([1] * 4, [0.5] * 4, weight_cap=1.5).sum()
     assert sorted_total == pytest.approx(1.5 + 13 / 12 + 7 / 12 + 1 / 4)
@@ -438,7 +438,7 @@ def test_weight_cap_pooled_total_never_rewards_collapsing_confidences():
 
 
 def test_group_mean_cancels_a_completions_own_marginal_credit():
-    """docs/training.md, "Why group std scaling breaks it": with D_k = T - T_-k, the advantage
+    """docs/methods.md, "Why group std scaling breaks it": with D_k = T - T_-k, the advantage
     with the group mean is adv_j = -(1 - 1/G) T_-j + (1/G) sum_{k != j in j's group} T_-k, T_-k
     the pooled total with k moved alone below everyone (brute force over orderings)."""
     rng = np.random.default_rng(3)

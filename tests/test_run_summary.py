@@ -24,7 +24,7 @@ from rlsr.training import rlsr_program, run_summary
 
 REPO = Path(__file__).resolve().parents[1]
 # The recipe, shortened: 4 steps, held-out and checkpoints every 2 (the summary's shape and its
-# commands, not the learning; that is scripts/tiny_seeds.py's table, docs/training.md).
+# commands, not the learning; that is scripts/tiny_seeds.py's table, docs/results.md).
 SHORT = ["grpo.max_steps=4", "heldout.every=2", "grpo.save_steps=2"]
 DATASET = "tiny-missing"
 
@@ -104,6 +104,13 @@ def test_train_py_recipe_tiny_ends_with_a_summary_whose_commands_run(tmp_path, m
         assert (block["first_step"], block["last_step"]) == (first, 4)
         seeds = block["methods"]["rlsr"]["seeds"]
         assert seeds["42"]["aurc"] == pytest.approx(last["aurc"]) == seeds["7"]["aurc"]
+    # without --use, as README's `rlsr compare runs`: the held-out histories, each run's own
+    # evaluate folder (the summary's command) left out with a note naming --use evaluate
+    compared = tmp_path / "compare-default"
+    assert rlsr_main(["compare", str(out), str(twin), "--output-dir", str(compared)]) == 0
+    result = json.loads((compared / "compare.json").read_text())
+    assert result["evaluations"] == "held-out"
+    assert any("left out 2 `rlsr evaluate` folder(s)" in note for note in result["notes"])
 
 
 # --- the summary's commands and `rlsr report --curves` on a run folder written by hand (fast) ---

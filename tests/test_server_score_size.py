@@ -33,7 +33,7 @@ from rlsr.generation.server_backend import (
 
 # hotpot's held-out window is 256 prompts per runner call (ServerBackend.eval_batch_size), each a
 # long-prompt question (data.max_prompt_length 3,072) + its response: ~3,000 positions. A quarter
-# window here, to keep the test short (sizes scale with positions; docs/training.md has both).
+# window here, to keep the test short (sizes scale with positions; docs/heldout.md has both).
 WINDOW, POSITIONS = 64, 3000
 VOCAB = 151_643  # Qwen2.5's token ids (6 digits)
 

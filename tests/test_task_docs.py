@@ -1,17 +1,18 @@
-"""Every command of README "Your own task" and of docs/tasks.md, run by a test.
+"""Every command of docs/tasks.md, run by a test.
 
-The README's task file is the flow mapping its text gives, written to ``tasks/caps.yaml``; its
-commands are read from its bash block and run in a temporary folder, as printed, with these
-substitutions, each for a reason of this machine: ``python train.py`` -> this interpreter and the
-repository's train.py; ``rlsr`` -> ``python -m rlsr.cli``; ``rlsr evaluate`` gets ``--limit 40``
-(CPU time) and ``--deployment-target 0.05`` instead of 0.8 (the tiny model is right about one
-time in five, so a target of 0.8 has no threshold and serving would be refused); ``rlsr serve``
-runs in the background (the ``&``) on a free port with ``--upstream`` pointing at the scripted
-OpenAI-compatible TEST DOUBLE of tests/test_serving.py (vLLM cannot run in this venv), and the
-``curl`` line is sent to that port. The CSV holds the tiny facts under the README's column names.
+Its section "From your files to a served model": the task file is the flow mapping its text
+gives, written to ``tasks/caps.yaml``; its commands are read from its bash block and run in a
+temporary folder, as printed, with these substitutions, each for a reason of this machine:
+``python train.py`` -> this interpreter and the repository's train.py; ``rlsr`` -> ``python -m
+rlsr.cli``; ``rlsr evaluate`` gets ``--limit 40`` (CPU time) and ``--deployment-target 0.05``
+instead of 0.8 (the tiny model is right about one time in five, so a target of 0.8 has no
+threshold and serving would be refused); ``rlsr serve`` runs in the background (the ``&``) on a
+free port with ``--upstream`` pointing at the scripted OpenAI-compatible TEST DOUBLE of
+tests/test_serving.py (vLLM cannot run in this venv), and the ``curl`` line is sent to that
+port. The CSV holds the tiny facts under that section's column names.
 
-docs/tasks.md: its example task file (with a CSV for it), its ``rlsr tasks`` commands, its
-Python block and its plugin block.
+The rest of docs/tasks.md: its example task file (with a CSV for it), its ``rlsr tasks`` commands,
+its Python block and its plugin block.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def write_csv(path: Path, question: str = "prompt", answer: str = "solution") ->
 
 
 def write_split_csvs(folder: Path) -> None:
-    """The README's three files: the tiny train rows as train, its test rows split in two."""
+    """The section's three files: the tiny train rows as train, its test rows split in two."""
     folder.mkdir()
     train = [json.loads(x) for x in (FIXTURES_DIR / "tiny" / "train.jsonl").open()]
     test = [json.loads(x) for x in (FIXTURES_DIR / "tiny" / "test.jsonl").open()]
@@ -85,8 +86,8 @@ def write_split_csvs(folder: Path) -> None:
         (folder / f"{split}.csv").write_text("\n".join(lines) + "\n")
 
 
-def test_readme_your_own_task_runs_as_printed(tmp_path):
-    text = section(REPO / "README.md", "## Your own task")
+def test_docs_tasks_md_your_own_task_runs_as_printed(tmp_path):
+    text = section(REPO / "docs" / "tasks.md", "## From your files to a served model")
     mapping = re.search(r"`(\{name: caps.*?\})`", text, flags=re.S).group(1)
     (tmp_path / "tasks").mkdir()
     (tmp_path / "tasks" / "caps.yaml").write_text(yaml.safe_dump(yaml.safe_load(mapping)))
@@ -135,7 +136,7 @@ def test_readme_your_own_task_runs_as_printed(tmp_path):
         try:
             _wait_healthy(proc, port)
             curl_argv = shlex.split(curl.replace("localhost:8000", f"localhost:{port}"))
-            # The double answers scripted questions; the README's goes in as "sure".
+            # The double answers scripted questions; the section's goes in as "sure".
             curl_argv[-1] = curl_argv[-1].replace("Capital of Peru?", "sure")
             reply = subprocess.run(curl_argv, capture_output=True, text=True, timeout=120)
         finally:
@@ -164,11 +165,11 @@ VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING":
 
 
 def _serve_readme_on_vllm(argv, curl, rlsr, tmp_path, env) -> None:
-    """README's serve line on the real in-process vLLM engine (the vllm-cpu environment that
+    """The section's serve line on the real in-process vLLM engine (the vllm-cpu environment that
     `scripts/install.sh vllm-cpu` builds): as printed but for a free port and --enforce-eager (a
-    CPU compiles for minutes otherwise); then /health, the README's curl as printed, /health
-    again, and a stop that ends the process. Catches a README serve flow that cannot run after
-    the README's CPU install, or a served reply without the decision."""
+    CPU compiles for minutes otherwise); then /health, the section's curl as printed, /health
+    again, and a stop that ends the process. Catches a serve flow that cannot run after
+    the CPU install, or a served reply without the decision."""
     port = _free_port()
     proc = subprocess.Popen([*rlsr, *argv[1:-1], "--port", str(port), "--enforce-eager"],
                             cwd=tmp_path, env={**env, **VLLM_CPU_ENV}, stdout=subprocess.PIPE,

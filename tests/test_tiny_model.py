@@ -169,7 +169,7 @@ def test_missing_warm_model_passes_its_gate_greedy_confidence_does_not_rank():
     built = entry["greedy_tiny_missing_validation"]
     for key in ("format_rate", "accuracy_listed", "accuracy_missing", "confidences"):
         assert got[key] == built[key], (key, got, built)
-    # the lean README states is the one recorded for this model, sampled on the same split
+    # the lean docs/training.md states is the one recorded for this model, sampled on the same split
     lean = entry["sampled_tiny_missing_validation"]
     assert lean["split"] == "validation" and lean["lean"] > 0, lean
 

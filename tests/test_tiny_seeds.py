@@ -1,5 +1,5 @@
 """scripts/tiny_seeds.py's statistics: the bootstrap CI over seeds and the per-arm / paired
-summary docs/training.md's recipe=tiny table is built from (no training run here)."""
+summary docs/results.md's recipe=tiny table is built from (no training run here)."""
 
 from __future__ import annotations
 

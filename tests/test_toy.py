@@ -259,7 +259,7 @@ def test_a_warmup_outside_its_band_trains_on_then_stops_with_the_reason(tmp_path
 
 # The demo's own budget. 150 steps was calibrated on one CPU: under ATEN_CPU_CAPABILITY=avx2 the
 # same seed was still at BASE's AURC after 150 steps (0.515), while 300 steps reach 0.126-0.174 on
-# all 20 runs of docs/toy.md ("The default demo on 10 seeds x 2 CPU dispatches").
+# all 20 runs of docs/results_toy.md ("The default demo on 10 seeds x 2 CPU dispatches").
 REDUCED_STEPS = 300
 
 
@@ -284,7 +284,7 @@ def test_rlsr_learns_to_rank_confidence_on_heldout(tmp_path):
     """Toy reproduction, RLSR arm only: one seed, 300 GRPO steps of 16 prompts x 8, real path.
 
     Fails if the lifted-AURC reward's sign, ranking or pooling is broken: with the sign flipped
-    the same run ends at held-out AURC ~0.5 or worse (docs/toy.md quotes the scratch run).
+    the same run ends at held-out AURC ~0.5 or worse (docs/results_toy.md quotes the scratch run).
     """
     import torch
 
@@ -294,7 +294,7 @@ def test_rlsr_learns_to_rank_confidence_on_heldout(tmp_path):
     torch.set_num_threads(1)
     data_dir = write_dataset_folder(
         tmp_path / "data", "easy", seed=0, n_heldout=500
-    )  # the demo's split: accuracy within 0.03 of BASE in all 20 runs of docs/toy.md
+    )  # the demo's split: accuracy within 0.03 of BASE in all 20 runs of docs/results_toy.md
     warm_dir, summary = ensure_warmup(WarmupConfig(variant="easy", seed=0), DEFAULT_CACHE_DIR)
     assert summary["format_rate"] > 0.95 and summary["accuracy_present"] > 0.95
     base_aurc, base_acc = _heldout_aurc(warm_dir, data_dir, tmp_path / "eval-base")

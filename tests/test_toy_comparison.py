@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from rlsr.metrics import bootstrap_mean_ci
+from rlsr.evaluation.compare import Statistics
 from rlsr.toy import repro
-from rlsr.toy.comparison import comparison, comparison_markdown, per_seed_values, verdict
+from rlsr.toy.comparison import comparison, comparison_markdown, per_seed_values
 
 SEEDS = [3, 5, 7, 9]
 # RLVR's AURC swings from seed to seed (it is each seed's error rate: no ranking); RLSR is 0.04-0.06
@@ -51,19 +51,31 @@ def test_per_seed_values_are_aurc_error_rate_minus_aurc_and_base_minus_row():
     assert all(v["aurc_drop"] == 0.0 for v in values["base"].values())
 
 
-def test_rows_get_the_mean_and_the_bootstrap_ci_of_rlsr_compare():
-    """Each row's mean and CI are rlsr.metrics.bootstrap_mean_ci (rlsr compare's settings:
-    10,000 resamples, seed 0, 95 %) of its per-seed values; catches a CI over the wrong values
-    (e.g. AURC where the gain is asked) or other bootstrap settings than `rlsr compare`'s."""
+def test_rows_get_the_mean_and_the_t_interval_of_rlsr_compare():
+    """Each row's mean and CI are the t-interval of its per-seed values, mean ± t_{3, 0.975} s / 2
+    (t quantile from a printed table, cut to the metric's range; equal seeds the bound of seeds
+    without spread; BASE's AURC drop, 0 by definition, [0, 0]); catches a CI over the wrong values (e.g. AURC where the gain is
+    asked) or a statistic other than `rlsr compare`'s."""
     comp = comparison(SEEDS, ROWS, _results())
     assert list(comp["rows"]) == ROWS
     values = per_seed_values(SEEDS, ROWS, _results())
     for row in ROWS:
         for key in ("aurc", "ranking_gain", "aurc_drop"):
-            expect = bootstrap_mean_ci([values[row][s][key] for s in SEEDS], 10_000, 0.05, 0)
-            assert comp["rows"][row]["mean"][key] == pytest.approx(expect.estimate)
-            assert comp["rows"][row]["ci95"][key] == pytest.approx([expect.low, expect.high])
-    assert comp["statistics"]["n_resamples"] == 10_000 and comp["statistics"]["level"] == 0.95
+            x = np.array([values[row][s][key] for s in SEEDS])
+            assert comp["rows"][row]["mean"][key] == pytest.approx(x.mean())
+            if row == "base" and key == "aurc_drop":  # 0 by definition
+                assert comp["rows"][row]["ci95"][key] == [0.0, 0.0]
+                continue
+            ranges = {"aurc": (0, 1), "ranking_gain": (-1 / math.e, 1 / math.e)}
+            lo, hi = ranges.get(key, (-1, 1))
+            if np.ptp(x) < 1e-9:  # no spread (float noise of equal values aside)
+                q = 1 - 0.025 ** (1 / 4)  # Clopper-Pearson over the range [lo, hi]
+                expect = [x[0] - q * (x[0] - lo), x[0] + q * (hi - x[0])]
+            else:
+                half = 3.182446305284263 * x.std(ddof=1) / 2
+                expect = [max(x.mean() - half, lo), min(x.mean() + half, hi)]
+            assert comp["rows"][row]["ci95"][key] == pytest.approx(expect)
+    assert comp["statistics"]["level"] == 0.95 and comp["statistics"]["margin"] is None
 
 
 def test_pairs_are_rlsr_minus_each_arm_paired_by_seed():
@@ -97,27 +109,50 @@ def test_a_seed_missing_from_a_row_is_refused_not_misaligned():
         comparison(SEEDS, ROWS, results)
 
 
-@pytest.mark.parametrize(
-    ("ci", "better", "said"),
-    [
-        ([-0.02, 0.03], "higher", "no difference"),
-        ([0.0, 0.0], "higher", "no difference"),  # every seed equal: covers 0
-        ([0.0, 0.04], "higher", "no difference"),  # touches 0
-        ([1e-17, 0.04], "higher", "no difference"),  # float noise of a 0 difference
-        ([-0.04, -1e-17], "lower", "no difference"),
-        ([math.nan, math.nan], "higher", "n/a (one seed)"),  # one seed: no interval
-        ([0.01, 0.05], "higher", "RLSR better"),
-        ([-0.05, -0.01], "higher", "RLSR worse"),
-        ([0.01, 0.05], "lower", "RLSR worse"),
-        ([-0.05, -0.01], "lower", "RLSR better"),
-    ],
-)
-def test_verdict_reads_the_ci_only(ci, better, said):
-    """ "no difference" exactly when the CI of RLSR - arm covers 0, "n/a (one seed)" when it is
-    undefined, else the side the metric's direction makes better; catches a sign flip for
-    lower-is-better metrics, a CI that touches 0 (or misses it by float rounding only) read as a
-    difference, and one seed read as evidence of no difference."""
-    assert verdict(ci, better) == said
+def test_verdicts_need_the_exact_test_and_a_margin():
+    """With 4 seeds the paired permutation test cannot reach p < 0.05 (its smallest p is 2/16),
+    so RLSR - RLVR is "inconclusive" although its interval excludes 0; with 8 seeds on which
+    RLSR's AURC is lower, p = 2/256 stays below 0.05 after Holm over the 4 tests and the verdict
+    is "RLSR better". A margin turns RLSR - RLCR (differences ±0.01) into "equivalent within
+    ±0.05"; a negative margin is refused. Catches a
+    verdict read from the interval alone, or "equivalent" said without a margin."""
+    comp = comparison(SEEDS, ROWS, _results())
+    pairs = {p["b"]: p for p in comp["pairs"]}
+    assert pairs["rlvr"]["ci95"]["aurc_drop"][0] > 0
+    assert pairs["rlvr"]["p_value"]["aurc_drop"] == pytest.approx(2 / 16)
+    assert pairs["rlvr"]["verdict"] == {"ranking_gain": "inconclusive", "aurc_drop": "inconclusive"}
+    assert pairs["rlcr"]["verdict"]["aurc_drop"] == "inconclusive"
+    wide = comparison(SEEDS, ROWS, _results(), Statistics(margin=0.05))
+    assert {p["b"]: p for p in wide["pairs"]}["rlcr"]["verdict"]["aurc_drop"] == (
+        "equivalent within ±0.05"
+    )
+    seeds = SEEDS + [11, 13, 15, 17]
+    results = _results()
+    for row, extra in (("base", 0.5), ("rlvr", 0.3), ("rlsr", 0.25), ("rlcr", 0.26)):
+        results[row]["aurc"] += [extra, extra + 0.01, extra - 0.01, extra]
+        results[row]["accuracy"] += [0.5] * 4
+    eight = {p["b"]: p for p in comparison(seeds, ROWS, results)["pairs"]}
+    # 8 of 8 seeds with RLSR's AURC lower: p = 2/256, Holm over 4 tests keeps it below 0.05
+    assert eight["rlvr"]["p_value"]["aurc_drop"] == pytest.approx(2 / 256)
+    assert eight["rlvr"]["p_adjusted"]["aurc_drop"] < 0.05
+    assert eight["rlvr"]["verdict"]["aurc_drop"] == "RLSR better"
+    with pytest.raises(ValueError, match="--margin -0.1"):
+        comparison(SEEDS, ROWS, _results(), Statistics(margin=-0.1))
+
+
+def test_a_nan_seed_is_left_out_and_listed():
+    """A NaN AURC of one seed leaves that seed out of the row's and the pair's statistics
+    (listed under ``excluded``, ``n`` counts the rest), never a NaN mean or verdict."""
+    results = _results()
+    results["rlcr"]["aurc"][1] = math.nan
+    comp = comparison(SEEDS, ROWS, results)
+    row = comp["rows"]["rlcr"]
+    assert row["excluded"]["aurc"] == [5] and row["n"]["aurc"] == 3
+    assert row["mean"]["aurc"] == pytest.approx(np.mean([0.55, 0.50, 0.10]))
+    pair = {p["b"]: p for p in comp["pairs"]}["rlcr"]
+    assert pair["excluded"]["aurc_drop"] == [5] and pair["n"]["aurc_drop"] == 3
+    assert not math.isnan(pair["p_value"]["aurc_drop"])
+    assert pair["verdict"]["aurc_drop"] == "inconclusive"
 
 
 def test_markdown_lists_rows_pairs_verdicts_and_every_seed():
@@ -132,9 +167,10 @@ def test_markdown_lists_rows_pairs_verdicts_and_every_seed():
         f"| RLSR | 4 | {m['aurc']:.3f} [{ci['aurc'][0]:.3f}, {ci['aurc'][1]:.3f}]"
     )
     pair = next(x for x in lines if x.startswith("| RLSR − RLVR | "))
-    assert pair.endswith("| RLSR better | RLSR better |")
-    assert next(x for x in lines if x.startswith("| RLSR − RLCR | ")).endswith(
-        "| no difference | no difference |"
+    rlvr = comp["pairs"][0]
+    assert pair.endswith(
+        f"| {rlvr['p_adjusted']['ranking_gain']:.3f} | inconclusive "
+        f"| {rlvr['p_adjusted']['aurc_drop']:.3f} | inconclusive |"
     )
     assert (
         "Per-seed AURC: BASE 0.450, 0.500, 0.400, 0.480; RLVR 0.600, 0.100, 0.550, 0.150; "

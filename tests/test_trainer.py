@@ -150,7 +150,7 @@ def test_rlsr_penalises_confident_wrong_answers_hardest():
 
 def _brute_alpha(confidence: list[float | None], cap: float | None = None) -> np.ndarray:
     """alpha_i = H_n - H_{n - r_i}, r_i the ascending confidence rank (missing = 0), tied
-    confidences averaged over the ranks they occupy (RLSR Sec. 2.2; DESIGN.md); with a cap, each
+    confidences averaged over the ranks they occupy (RLSR Sec. 2.2; docs/methods.md); with a cap, each
     rank's weight is capped before the tie average (rlsr.rewards.lifted_aurc_rewards)."""
     conf = [0.0 if c is None or c != c else c for c in confidence]
     n = len(conf)

@@ -411,7 +411,7 @@ def test_scoring_through_the_server_moves_a_bounded_size_per_response(tmp_path):
         assert waited.returncode == 0, waited.stderr + (tmp_path / "server.log").read_text()[-4000:]
         url, model = f"http://127.0.0.1:{port}", _model()
         tokenizer = load_chat_tokenizer(model, False)
-        words = (ROOT / "README.md").read_text().split()
+        words = (ROOT / "docs" / "training.md").read_text().split()
         contexts = [" ".join(words[i * 700 : i * 700 + 1400]) for i in range(3)]
         contexts = [tokenizer.decode(encode_prompt(tokenizer, c)[:1900]) for c in contexts]
         continuations = [" The answer is Paris.", " No.", " 42 <confidence>0.7</confidence>"]

@@ -407,7 +407,7 @@ def _zero3_child(out: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_zero3_sync(tmp_path, world_size):
-    """ZeRO-3 (docs/training.md, "LoRA weight sync"). TRL gathers with
+    """ZeRO-3 (docs/distributed.md, "LoRA weight sync"). TRL gathers with
     ``GatheredParameters(modifier_rank=None)``, which re-partitions without writing back. With 2
     ranks the gathered tensor is a fresh all-gather buffer, so stock TRL's in-place
     merge/unmerge is discarded and the shards stay bitwise equal. With 1 rank DeepSpeed's

@@ -12,7 +12,7 @@ RoPE scaling, untied head; a tokenizer shaped like Llama 3's: its pre-tokenizer 
 prepended by the post-processor, no pad token, ``<|eot_id|>``-terminated chat turns), so the real
 recipes' ``model=llama3.1-8b`` paths run on CPU (tests/test_recipes_run.py).
 
-Why the tokenizer is trained the way it is (STACK.md): transformers 5 reloads a folder holding a
+Why the tokenizer is trained the way it is: transformers 5 reloads a folder holding a
 Qwen2 ``config.json`` as ``Qwen2Tokenizer``, which rebuilds the pre-tokenizer as Qwen's regex
 split + byte-level + NFC. We train with exactly that pipeline so token ids do not change between
 the tokenizer we train and the one users (and vLLM) load back.
@@ -658,7 +658,7 @@ def greedy_margins(path: str | os.PathLike, *, limit: int | None = None) -> list
 # missing: a built-in lean (mean target 0.554 vs 0.446) towards the ranking RL should find. Both
 # have their mode at 0.5, which is what the greedy model says on every prompt, so the step-0
 # greedy confidence does not rank (the gate below); sampled at the recipe's temperature the lean
-# shows (``sampled_missing_lean``, recorded in the MANIFEST and stated in README), and every value
+# shows (``sampled_missing_lean``, recorded in the MANIFEST and stated in docs/training.md), and every value
 # keeps enough mass that rollouts try them all, which the pooled reward needs to move the
 # confidence. Starts without the lean (uniform or prompt-independent weights) did not learn in
 # 40 steps (docs/training.md, recipe=tiny).

@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from rlsr.cli import compare, deploy, evaluate, report, serve, tasks
+from rlsr.cli import compare, deploy, evaluate, lm_eval, report, serve, tasks
 from rlsr.data import load_env_tasks, load_tasks
 from rlsr.data.registry import DatasetUnavailableError
 from rlsr.verifiers.base import VerifierFailure
@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[Callable[..., argparse.ArgumentParser], str]] = {
     "compare": (compare.register, "rlsr.evaluation.compare_cli:run_compare"),
     "serve": (serve.register, "rlsr.serving.cli:run_serve"),
     "serve-report": (serve.register_report, "rlsr.serving.cli:run_serve_report"),
+    "lm-eval": (lm_eval.register, "rlsr.lm_eval.cli:run_tasks"),
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from rlsr.eval_protocol import SCORERS
 from rlsr.evaluation.outputs import (
     ALLOW_TRAIN_HELP,
     TRAINING_ROWS_FLAG,
@@ -33,7 +34,9 @@ def register(subparsers) -> argparse.ArgumentParser:
         metavar="ACC",
         help="target accuracy, e.g. 0.75 (as rlsr evaluate's)",
     )
-    parser.add_argument("--scorer", default="verbalized")
+    parser.add_argument(
+        "--scorer", default="verbalized", help=f"the confidence ranked: one of {', '.join(SCORERS)}"
+    )
     parser.add_argument(
         "--deployment-delta",
         type=float,

@@ -44,7 +44,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     ev = subparsers.add_parser(
         "evaluate",
         help="generate, verify and score a model (+ LoRA adapter) on tasks",
-        usage="rlsr evaluate --model PATH [--adapter RUN] --tasks NAMES --output-dir DIR [options]",
+        usage="rlsr evaluate --model PATH [--adapter RUN] --tasks NAMES --output-dir DIR [options]"
+        "\n       rlsr evaluate --from-samples FILE --tasks NAME --output-dir DIR [options]",
         description="Paper protocol by default (Sec. C.5): greedy, 4,096 new tokens, the training "
         f"system prompt, one response per question. Writes DIR/<dataset>/{SAMPLES_FILE}, "
         f"{METRICS_FILE}, {PLOT_FILE}; resumes an interrupted run.",
@@ -55,9 +56,15 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     ev.add_argument(
         "--model",
-        required=True,
         metavar="PATH",
-        help="base model folder or hub id (`tiny-missing-warm`: the model of recipe=tiny)",
+        help="base model folder or hub id (`tiny-missing-warm`: the model of recipe=tiny); "
+        "required unless --from-samples",
+    )
+    ev.add_argument(
+        "--from-samples",
+        metavar="FILE",
+        help="score these responses instead of generating: lm-eval --log_samples output or a "
+        "JSONL of question, response, gold[, id] (one task; docs/evaluation.md)",
     )
     ev.add_argument(
         "--adapter",

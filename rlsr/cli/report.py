@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 
 from rlsr.evaluation.outputs import REPORT_PREFIX, add_output_dir
+from rlsr.evaluation.report_settings import (
+    DEFAULT_BOOTSTRAP,
+    DEFAULT_TARGET_COVERAGES,
+    DEFAULT_TARGET_RISKS,
+)
 from rlsr.run_layout import EVAL_DIR, STEP_PREFIX
 
 __all__ = ["register"]
@@ -43,7 +48,8 @@ def register(subparsers) -> argparse.ArgumentParser:
         parser,
         f"DIR/{REPORT_PREFIX}.md, DIR/{REPORT_PREFIX}_curves.png, ...",
         detail=f" (tables: {REPORT_PREFIX}.md, .csv, {REPORT_PREFIX}_risk_coverage.png, "
-        f"{REPORT_PREFIX}_confidence_density.png; --curves: {REPORT_PREFIX}_curves.png and "
+        f"{REPORT_PREFIX}_confidence_density.png, {REPORT_PREFIX}_reliability.png; --curves: "
+        f"{REPORT_PREFIX}_curves.png and "
         f".csv; --pools: {REPORT_PREFIX}_pools.csv)",
     )
     parser.add_argument(
@@ -55,5 +61,27 @@ def register(subparsers) -> argparse.ArgumentParser:
         "--gap-methods",
         metavar="NAMES",
         help="comma list: the methods Tab. 2 restricts to common questions (default: all)",
+    )
+    parser.add_argument(
+        "--target-risks",
+        metavar="R1,R2",
+        default=",".join(f"{r:g}" for r in DEFAULT_TARGET_RISKS),
+        help="risks in [0, 1] to report the coverage at (the largest share a confidence "
+        "threshold keeps with at most that error rate; default %(default)s)",
+    )
+    parser.add_argument(
+        "--target-coverages",
+        metavar="C1,C2",
+        default=",".join(f"{c:g}" for c in DEFAULT_TARGET_COVERAGES),
+        help="coverages in (0, 1] to report the risk at (the error rate of the smallest "
+        "threshold selection covering it; default %(default)s)",
+    )
+    parser.add_argument(
+        "--bootstrap",
+        type=int,
+        default=DEFAULT_BOOTSTRAP,
+        metavar="N",
+        help="bootstrap resamples of the calibration section's 95%% CIs (default %(default)s; "
+        "0 = off)",
     )
     return parser

@@ -67,7 +67,7 @@ class HeldOutSettings:
     consistency_temperature, system_prompt, dcs, bootstrap, keep_token_ids) is a key here, null
     by default: unset, it comes from ``method.evaluate``, else the run's default
     (``max_new_tokens``: the trainer's ``max_completion_length``; ``system_prompt``: the training
-    data's), else the protocol's (``rlsr.eval_protocol.protocol_from_sources``; docs/training.md, "Watch a
+    data's), else the protocol's (``rlsr.eval_protocol.protocol_from_sources``; docs/heldout.md, "Watch a
     run")."""
 
     # Optimizer steps between evaluations (steps N, 2N, ...); 0: no held-out evaluation.
@@ -454,7 +454,7 @@ def _check_engine_room(
 ) -> None:
     """A set ``grpo.vllm_max_model_length`` must hold a prompt of ``data.max_prompt_length``
     tokens plus what a held-out answer needs beyond it (``heldout_answer_tokens``): no held-out
-    answer is cut by the engine's context (issue 27 item 2)."""
+    answer is cut by the engine's context."""
     if length is None or prompt is None:
         return
     max_new, fallback_tokens = protocol.max_new_tokens, protocol.fallback_max_new_tokens

@@ -158,7 +158,7 @@ CONFIDENCE_SOURCES = ("verbalized", "logprob")
 class MethodSettings:
     name: str = "rlsr"
     # Reward weights: the authors' released configs (sun-umn/RLSR) use 0.5 / 0.5; the paper text
-    # writes R_total = R_method + R_format (1 / 1). docs/training.md, "Paper text vs released code".
+    # writes R_total = R_method + R_format (1 / 1). docs/methods.md, "Paper text vs released code".
     format_weight: float = 0.5
     method_weight: float = 0.5
     # A completion whose format check fails counts as wrong in the reward (RLCR's reference

@@ -256,7 +256,7 @@ def check_grpo(g: dict, *, here: bool = True) -> None:
             mode in VLLM_MODES,
             "grpo.vllm_mode",
             f"got {mode!r}; choose 'colocate' (vLLM inside each training process) or 'server' "
-            "(a separate `trl vllm-serve`/`vllm serve`; see docs/training.md).",
+            "(a separate `trl vllm-serve`/`vllm serve`; see docs/distributed.md).",
         )
         _check(
             not here or launch.module_available("vllm"),

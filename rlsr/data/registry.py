@@ -1,7 +1,7 @@
-"""The task registry: one ``TaskSpec`` per task, a dataset of the RLSR paper (seeds/003) with
+"""The task registry: one ``TaskSpec`` per task, a dataset of the RLSR paper (Aligning Language Models with Selective Prediction, arXiv 2607.03528) with
 its verifier and prompt.
 
-Sources are the copies the RLCR authors published (paper Sec. C.4.1, C.5.1; STACK.md), whose
+Sources are the copies the RLCR authors published (paper Sec. C.4.1, C.5.1), whose
 schemas we read from the ``damanimehul/RLCR`` repository (``data/*/dataset_info.json`` and
 ``data/creation_scripts/``). Verifiers follow paper Sec. C.2; system prompts Sec. C.1/C.5;
 in-domain (ID) / out-of-domain (OOD) groups Sec. 4.1 and Tab. 8-11.
@@ -262,7 +262,7 @@ _SPECS = [
             "answerable": "answerable",
             "cost": "cost",
         },
-        description="UtilityBench (seeds/000): 15,000 queries, half refusal-required, each with "
+        description="UtilityBench (arXiv 2610.25924): 15,000 queries, half refusal-required, each with "
         "an answerability label a_i and consequence cost L_i for UtilityAUC.",
         source_note="Column names NOT confirmed against the dataset card (unreachable here); "
         "override with load_examples(..., columns={...}) or --columns.",

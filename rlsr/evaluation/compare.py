@@ -4,8 +4,10 @@ For every held-out dataset, at the first and the last step that every run evalua
 run's AURC, ranking gain (error rate - AURC), ECE and accuracy are recomputed from its
 ``samples.jsonl`` with ``rlsr.metrics`` (the primary scorer's confidence, a missing one counting
 as 0.0, as in ``metrics.json``). Per method: the value of each seed, their mean and a 95 %
-percentile bootstrap CI of the mean over seeds (``rlsr.metrics.bootstrap_mean_ci``, seeded).
-Per pair of methods A, B: the paired difference A - B on the seeds both have, its mean and CI.
+t-interval of the mean over seeds (``rlsr.evaluation.seed_statistics``; optionally with a
+standard error that also resamples question clusters). Per pair of methods A, B: the paired
+difference A - B on the seeds both have, its mean and interval, the exact paired permutation
+test, its Holm-adjusted p-value and the verdict.
 
 Writes ``OUT/compare.json``, ``OUT/compare.md`` and ``OUT/compare.png`` (ranking gain against
 step, per method: the mean over seeds and a band from the lowest to the highest seed), each
@@ -26,8 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from rlsr import metrics as M
+from rlsr.evaluation import seed_statistics as S
 from rlsr.evaluation.compare_runs import CONFIG_FILE, Evaluation, Run, check_comparable, find_runs
-from rlsr.evaluation.compare_settings import COMPARE_JSON, COMPARE_MD, COMPARE_PNG, Bootstrap
+from rlsr.evaluation.compare_settings import COMPARE_JSON, COMPARE_MD, COMPARE_PNG, Statistics
 from rlsr.evaluation.samples_io import json_safe
 from rlsr.run_layout import SAMPLES_FILE
 
@@ -38,16 +41,20 @@ __all__ = [
     "METRICS",
     "MIN_SEEDS",
     "SCHEMA_VERSION",
-    "Bootstrap",
+    "VALUE_BOUNDS",
+    "Statistics",
+    "add_verdicts",
+    "check_margin",
     "evaluation_metrics",
     "paired_differences",
+    "paired_summary",
     "seed_summary",
     "compare_runs",
     "render_markdown",
     "write_comparison",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MIN_SEEDS = 3  # fewer seeds per method: said in the output (the CI of 2 seeds is barely one)
 # (key, heading, better): the columns of every table
 METRICS = (
@@ -58,13 +65,45 @@ METRICS = (
 )
 # training config keys expected to differ between the runs of one method
 _PER_RUN_KEYS = {"seed", "output_dir"}
+# how a run was continued, not a choice about the arm: left out of the arms' comparison
+_HOW_RUN_KEYS = {"resume"}
 
 
-def evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:
-    """AURC, ranking gain, ECE and accuracy of one evaluation, from its samples.jsonl
-    (``rlsr.metrics``; the confidence of its primary scorer, missing = 0.0, read by
-    ``rlsr.evaluation.summary.scorer_arrays`` as for metrics.json)."""
-    conf, ok = evaluation.confidence, evaluation.correct
+# the range each metric's value can take: a difference lies in [lo - hi, hi - lo]; the interval of
+# seeds without spread and the check of --margin use it
+VALUE_BOUNDS = {
+    "aurc": (0.0, 1.0),
+    # error rate - AURC: with j correct of n, the best order gives (j/n)(H_n - H_j) <= (j/n)
+    # ln(n/j) <= 1/e, the worst -(m/n)(H_n - H_m) >= -1/e (m wrong); ties average orders
+    "ranking_gain": (-1.0 / math.e, 1.0 / math.e),
+    "ece": (0.0, 1.0),
+    "accuracy": (0.0, 1.0),
+    "aurc_drop": (-1.0, 1.0),
+}
+
+
+def check_margin(margin: float | None, keys) -> None:
+    """Refuse a margin that is not a positive number below the range of every compared metric
+    (one line naming --margin and the fix)."""
+    if margin is None:
+        return
+    width = min(VALUE_BOUNDS[k][1] - VALUE_BOUNDS[k][0] for k in keys)
+    if not (math.isfinite(margin) and 0.0 < margin < width):
+        raise ValueError(
+            f"--margin {margin}: the margin of equivalence is a positive difference in the "
+            f"metric's units, below {width:.3f} (the narrowest range of the metrics compared); "
+            "e.g. --margin 0.02 says 'equivalent' only when the whole interval lies within "
+            "±0.02."
+        )
+
+
+def _bounds(key: str, difference: bool) -> tuple[float, float]:
+    lo, hi = VALUE_BOUNDS.get(key, (-1.0, 1.0))
+    return (lo - hi, hi - lo) if difference else (lo, hi)
+
+
+def _metrics_of(conf: np.ndarray, ok: np.ndarray) -> dict[str, float]:
+    """The four metrics of one set of answers (also of a resample of its questions)."""
     aurc = M.aurc(conf, ok)
     accuracy = float(np.mean(ok))
     return {
@@ -75,25 +114,95 @@ def evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:
     }
 
 
+def evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:
+    """AURC, ranking gain, ECE and accuracy of one evaluation, from its samples.jsonl
+    (``rlsr.metrics``; the confidence of its primary scorer, missing = 0.0, read by
+    ``rlsr.evaluation.summary.scorer_arrays`` as for metrics.json)."""
+    return _metrics_of(evaluation.confidence, evaluation.correct)
+
+
 def seed_summary(
-    per_seed: dict[int, dict[str, float]], boot: Bootstrap = Bootstrap(), keys=None
+    per_seed: dict[int, dict[str, float]],
+    stats: Statistics = Statistics(),
+    keys=None,
+    *,
+    difference: bool = False,
+    draws: dict[str, np.ndarray] | None = None,
 ) -> dict:
-    """``{"seeds": {seed: {metric: v}}, "mean": {metric: v}, "ci95": {metric: [lo, hi]}}`` of one
-    method (or one paired difference) over seeds: per metric in ``keys`` (default: the keys of
-    ``METRICS``), the mean of the seeds' values and its percentile bootstrap CI
-    (``rlsr.metrics.bootstrap_mean_ci`` with ``boot``'s settings; NaN bounds for one seed)."""
+    """``{"seeds": {seed: {metric: v}}, "mean": {metric: v}, "ci95": {metric: [lo, hi]},
+    "n": {metric: seeds used}, "excluded": {metric: [seeds]}}`` of one method (or, with
+    ``difference``, one paired difference) over seeds. Per metric in ``keys`` (default: the keys
+    of ``METRICS``): seeds whose value is NaN are left out (listed in ``excluded``); the mean of
+    the rest and its interval (``seed_statistics.seed_interval``; NaN bounds for one seed), or,
+    with ``draws`` (per metric an array resamples x seeds of the values on resampled question
+    clusters, seeds in sorted order), ``seed_statistics.resampled_seed_interval``."""
     keys = [k for k, _, _ in METRICS] if keys is None else list(keys)
-    out = {"seeds": {str(s): per_seed[s] for s in sorted(per_seed)}, "mean": {}, "ci95": {}}
+    seeds = sorted(per_seed)
+    out = {"seeds": {str(s): per_seed[s] for s in seeds}, "mean": {}, "ci95": {}, "n": {}}
+    out["excluded"] = {}
     for key in keys:
-        est = M.bootstrap_mean_ci(
-            [per_seed[s][key] for s in sorted(per_seed)],
-            n_resamples=boot.n_resamples,
-            alpha=1 - boot.level,
-            seed=boot.seed,
-        )
+        used = [i for i, s in enumerate(seeds) if not math.isnan(per_seed[s][key])]
+        values = [per_seed[seeds[i]][key] for i in used]
+        bounds = _bounds(key, difference)
+        est = S.seed_interval(values, bounds, stats.level)
+        if draws is not None and len(used) >= 2:
+            est = S.resampled_seed_interval(
+                draws[key][:, used], values, bounds, stats.seed, stats.level
+            )
         out["mean"][key] = est.estimate
         out["ci95"][key] = [est.low, est.high]
+        out["n"][key] = len(used)
+        if len(used) < len(seeds):
+            out["excluded"][key] = [s for i, s in enumerate(seeds) if i not in used]
     return out
+
+
+def paired_summary(
+    diffs: dict[int, dict[str, float]],
+    stats: Statistics = Statistics(),
+    keys=None,
+    draws: dict[str, np.ndarray] | None = None,
+) -> dict:
+    """``seed_summary`` of the paired differences A - B (``paired_differences``) plus, per
+    metric, the exact paired permutation test of the seeds used (``p_value``, ``test``, with
+    ``n_zero`` differences exactly 0 that carry no sign); ``add_verdicts`` adds the adjusted
+    p-values and verdicts."""
+    keys = [k for k, _, _ in METRICS] if keys is None else list(keys)
+    out = seed_summary(diffs, stats, keys, difference=True, draws=draws)
+    out["p_value"], out["n_zero"], out["test"] = {}, {}, {}
+    for key in keys:
+        values = [v[key] for v in diffs.values() if not math.isnan(v[key])]
+        test = S.paired_permutation_test(values, seed=stats.seed)
+        out["p_value"][key] = test.p_value if values else math.nan
+        out["n_zero"][key] = test.n_zero
+        out["test"][key] = S.PERMUTATION_TEST + ("" if test.exact else ", Monte Carlo")
+    return out
+
+
+def add_verdicts(entries: list[tuple[str, str, dict]], metrics, margin: float | None) -> int:
+    """Holm-adjust the p-values of every (pair, metric) in one family and write each pair's
+    ``p_adjusted`` and ``verdict`` (``seed_statistics.verdict``). ``entries``: (A, B,
+    ``paired_summary``); ``metrics``: (key, heading, better). The family: every test with at least
+    2 seeds among ``entries`` x ``metrics``; returns its size."""
+    family = [
+        (entry, key) for _, _, entry in entries for key, _, _ in metrics if entry["n"][key] >= 2
+    ]
+    adjusted = S.holm([entry["p_value"][key] for entry, key in family])
+    for (entry, key), p in zip(family, adjusted, strict=True):
+        entry.setdefault("p_adjusted", {})[key] = p
+    for a, b, entry in entries:
+        entry.setdefault("p_adjusted", {})
+        entry["verdict"] = {}
+        for key, _, better in metrics:
+            entry["p_adjusted"].setdefault(key, math.nan)
+            interval = S.Interval(entry["mean"][key], *entry["ci95"][key])
+            entry["verdict"][key] = (
+                S.verdict(interval, entry["p_adjusted"][key], better, a, b, margin)
+                if entry["n"][key] > 0
+                else "n/a (no seed)"
+            )
+        entry["family_size"] = len(family)
+    return len(family)
 
 
 def paired_differences(
@@ -140,8 +249,43 @@ def _curve(runs: list[Run], dataset: str) -> list[dict]:
     return points
 
 
+def _question_draws(runs: list[Run], dataset: str, step: int, stats: Statistics):
+    """Per (method, seed), per metric: the values on ``stats.n_resamples`` resamples of the
+    question clusters (distinct question texts), the same resample for every run (every run
+    answered the same questions, matched by id)."""
+    ref = runs[0].at(dataset, step)
+    ids = sorted(ref.ids)
+    prompt_of = dict(zip(ref.ids, ref.prompts, strict=True))
+    draws = S.cluster_draws([prompt_of[i] for i in ids], stats.n_resamples, stats.seed)
+    out = {}
+    for r in runs:
+        e = r.at(dataset, step)
+        position = {q: k for k, q in enumerate(e.ids)}
+        order = np.array([position[q] for q in ids])
+        conf, ok = e.confidence[order], e.correct[order]
+        rows = [_metrics_of(conf[d], ok[d]) for d in draws]
+        out[(r.method, r.seed)] = {k: np.array([row[k] for row in rows]) for k in rows[0]}
+    return out
+
+
+def _stacked(draws, method: str, seeds, key: str) -> np.ndarray:
+    return np.stack([draws[(method, s)][key] for s in seeds], axis=1)
+
+
+def _nan_notes(dataset: str, step: int, what: str, summary: dict, path_of) -> list[str]:
+    """One caveat per metric with seeds left out for a NaN value, naming the runs."""
+    notes = []
+    for key, seeds in summary.get("excluded", {}).items():
+        runs = "; ".join(f"seed {s}: {path_of(s)}" for s in seeds)
+        notes.append(
+            f"{dataset} step {step}: {what}: {key} is NaN for {len(seeds)} seed(s) ({runs}); "
+            f"left out, {summary['n'][key]} of {len(summary['seeds'])} seeds used."
+        )
+    return notes
+
+
 def _dataset_block(
-    runs: list[Run], dataset: str, methods: list[str], pairs, boot: Bootstrap
+    runs: list[Run], dataset: str, methods: list[str], pairs, stats: Statistics
 ) -> tuple[dict, list[str]]:
     shared = sorted(set.intersection(*(set(r.steps(dataset)) for r in runs)))
     if not shared:
@@ -162,16 +306,32 @@ def _dataset_block(
         (r.method, r.seed): {s: evaluation_metrics(r.at(dataset, s)) for s in (first, last)}
         for r in runs
     }
+    draws = {
+        step: _question_draws(runs, dataset, step, stats) if stats.questions else None
+        for step in (first, last)
+    }
+    path = {(r.method, r.seed): r.path for r in runs}
+    keys = [k for k, _, _ in METRICS]
+
+    def summary(method, seeds, step, per_seed):
+        d = draws[step]
+        stacked = None if d is None else {k: _stacked(d, method, seeds, k) for k in keys}
+        out = seed_summary(per_seed, stats, draws=stacked)
+        notes.extend(_nan_notes(dataset, step, method, out, lambda s: path[(method, s)]))
+        return out
+
     block: dict = {"first_step": first, "last_step": last, "methods": {}, "pairs": []}
     for method in methods:
         mine = [r for r in runs if r.method == method]
+        seeds = sorted(r.seed for r in mine)
         entry = {"step": last}
-        entry.update(seed_summary({r.seed: values[(method, r.seed)][last] for r in mine}, boot))
+        entry.update(summary(method, seeds, last, {s: values[(method, s)][last] for s in seeds}))
         entry["first"] = {"step": first}
         entry["first"].update(
-            seed_summary({r.seed: values[(method, r.seed)][first] for r in mine}, boot)
+            summary(method, seeds, first, {s: values[(method, s)][first] for s in seeds})
         )
         entry["n_questions"] = len(mine[0].at(dataset, last).correct)
+        entry["n_clusters"] = len(set(mine[0].at(dataset, last).prompts))
         entry["runs"] = {str(r.seed): str(r.path) for r in mine}
         entry["curve"] = _curve(mine, dataset)
         block["methods"][method] = entry
@@ -188,9 +348,39 @@ def _dataset_block(
                 {s: values[(a, s)][step] for s in shared_seeds},
                 {s: values[(b, s)][step] for s in shared_seeds},
             )
-            pair[label] = {"step": step, **seed_summary(diffs, boot)}
+            d = draws[step]
+            stacked = None
+            if d is not None:
+                stacked = {
+                    k: _stacked(d, a, shared_seeds, k) - _stacked(d, b, shared_seeds, k)
+                    for k in keys
+                }
+            pair[label] = {"step": step, **paired_summary(diffs, stats, draws=stacked)}
+            culprit = {s: f"{path[(a, s)]} or {path[(b, s)]}" for s in shared_seeds}
+            notes.extend(_nan_notes(dataset, step, f"{a} - {b}", pair[label], culprit.__getitem__))
         block["pairs"].append(pair)
     return block, notes
+
+
+def _arm_differences(runs: list[Run], methods: list[str]) -> list[str]:
+    """Recorded training-config keys outside each arm's ``method`` section (seed, output_dir and
+    resume left out) on which the arms differ, each with every arm's values: choices the
+    comparison assumes were made the same way for every arm (on validation)."""
+    flat = {m: [_flatten(r.config) for r in runs if r.method == m] for m in methods}
+    keys = sorted(set().union(*(f.keys() for fs in flat.values() for f in fs)) - _PER_RUN_KEYS)
+
+    def shown(f: dict, key: str) -> str:
+        return json.dumps(f[key], default=str) if key in f else "unset"
+
+    out = []
+    for key in keys:
+        if key.startswith("method.") or key in _HOW_RUN_KEYS:
+            continue
+        per_arm = {m: sorted({shown(f, key) for f in fs}) for m, fs in flat.items()}
+        if len({tuple(v) for v in per_arm.values()}) > 1:
+            values = "; ".join(f"{m}: {', '.join(vs)}" for m, vs in per_arm.items())
+            out.append(f"{key} ({values})")
+    return out
 
 
 def compare_runs(
@@ -198,12 +388,13 @@ def compare_runs(
     *,
     use: str | None = None,
     reference: str | None = None,
-    bootstrap: Bootstrap = Bootstrap(),
+    stats: Statistics = Statistics(),
 ) -> dict:
     """The ``compare.json`` object of the runs under ``paths`` (docs/evaluation.md, "Compare
     methods across seeds"). ``use``: which evaluations (``find_runs``). Pairs: ``reference - M``
     for every other method M when ``reference`` is given, else every pair ``A - B`` with A
-    before B by name."""
+    before B by name. ``stats``: intervals, tests, margin (``check_margin``)."""
+    check_margin(stats.margin, [k for k, _, _ in METRICS])
     runs, notes = find_runs(paths, use)
     check_comparable(runs)
     methods = sorted({r.method for r in runs})
@@ -221,7 +412,11 @@ def compare_runs(
             notes.append(
                 f"{method} has {len(seeds)} seed{'s' if len(seeds) != 1 else ''} "
                 f"({', '.join(map(str, seeds))}), fewer than {MIN_SEEDS}: its CI is "
-                + ("not defined" if len(seeds) == 1 else "the range of its 2 seeds")
+                + (
+                    "not defined"
+                    if len(seeds) == 1
+                    else "wide (a t-interval of 2 seeds: mean ± 12.7 s / √2)"
+                )
                 + "; train more seeds."
             )
         differing = _config_differences([r for r in runs if r.method == method])
@@ -231,10 +426,30 @@ def compare_runs(
                 f"the seed: {', '.join(differing[:8])}"
                 + (f" and {len(differing) - 8} more" if len(differing) > 8 else "")
             )
+    arm_differences = _arm_differences(runs, methods)
+    if arm_differences:
+        notes.append(
+            f"the arms differ in recorded settings ({CONFIG_FILE}) outside their method section: "
+            + "; ".join(arm_differences[:8])
+            + (f"; and {len(arm_differences) - 8} more" if len(arm_differences) > 8 else "")
+            + ". The verdicts assume every such setting was chosen for each arm by the same "
+            "procedure on validation data; check that it was."
+        )
     datasets = {}
     for dataset in runs[0].datasets():
-        datasets[dataset], more = _dataset_block(runs, dataset, methods, pairs, bootstrap)
+        datasets[dataset], more = _dataset_block(runs, dataset, methods, pairs, stats)
         notes += more
+    for label in ("last", "first"):
+        add_verdicts(
+            [
+                (p["a"], p["b"], p[label])
+                for block in datasets.values()
+                for p in block["pairs"]
+                if label in p
+            ],
+            METRICS,
+            stats.margin,
+        )
     # after the other checks, so a refusal of mixed runs is not hidden behind this one
     seed_counts = {m: sum(r.method == m for r in runs) for m in methods}
     if max(seed_counts.values()) < 2:
@@ -251,12 +466,29 @@ def compare_runs(
             "metrics": f"recomputed from each evaluation's {SAMPLES_FILE} with rlsr.metrics "
             "(aurc, ece; ranking_gain = error rate - AURC, ranking_gain_from_aurc; accuracy = "
             "mean correctness), the primary scorer's confidence, missing = 0.0",
-            "ci95": "percentile bootstrap of the mean over seeds (rlsr.metrics.bootstrap_mean_ci)"
-            "; null with one seed",
-            "n_resamples": bootstrap.n_resamples,
-            "seed": bootstrap.seed,
-            "level": bootstrap.level,
-            "pairs": "paired difference A - B per shared seed, then its mean and CI",
+            "ci95": "t-interval of the mean over seeds, mean +- t(n-1, 0.975) s / sqrt(n); "
+            "seeds without spread: the Clopper-Pearson bound over the metric's range; where "
+            "some but not all seeds are exactly 0, widened to hold the zero-split interval "
+            "(Clopper-Pearson share of nonzero seeds x t-interval of the nonzero values); null "
+            "with one seed"
+            + (
+                "; standard error from resampling seeds and question clusters (distinct "
+                "question texts), sd of the resampled means x sqrt(n / (n - 1))"
+                if stats.questions
+                else ""
+            ),
+            "resample_questions": stats.questions,
+            "n_resamples": stats.n_resamples if stats.questions else None,
+            "seed": stats.seed,
+            "level": stats.level,
+            "pairs": "paired difference A - B per shared seed, then its mean and interval; "
+            f"{S.PERMUTATION_TEST}, two-sided, zeros left out",
+            "adjustment": "Holm over every (dataset, pair, metric) test at the same step "
+            "(last, first)",
+            "verdict": "'A better': the interval excludes 0 and Holm-adjusted p < 0.05; "
+            "'equivalent within +-margin': the interval lies inside [-margin, margin]; "
+            "'inconclusive' otherwise; 'n/a (one seed)' without an interval",
+            "margin": stats.margin,
             "band": "compare.png: mean over seeds, band from the lowest to the highest seed",
         },
         "methods": methods,
@@ -276,6 +508,12 @@ def _num(value) -> str:
     return f"{round(value, 4) + 0.0:.4f}"
 
 
+def _p(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:.4f}"
+
+
 def _cell(summary: dict, key: str) -> str:
     lo, hi = summary["ci95"][key]
     ci = f" [{_num(lo)}, {_num(hi)}]" if _num(lo) != "n/a" else " [n/a]"
@@ -292,8 +530,21 @@ def render_markdown(result: dict) -> str:
         "",
         f"Methods: {', '.join(result['methods'])}. Every value is recomputed from the "
         f"evaluation's {SAMPLES_FILE} (rlsr.metrics). Cells: mean over seeds [95 % CI: "
-        f"percentile bootstrap of the mean over seeds, {stats['n_resamples']} resamples, seed "
-        f"{stats['seed']}]; [n/a]: one seed has no interval. Ranking gain = error rate − AURC "
+        "t-interval of the mean over seeds, widened where some seeds are exactly 0"
+        + (
+            ", standard error also resampling question clusters"
+            if stats["resample_questions"]
+            else ""
+        )
+        + "]; [n/a]: one seed has no interval. Paired differences: exact paired permutation "
+        "test (zeros left out), p Holm-adjusted over every pair and metric at that step; "
+        "verdict 'better' only when the interval excludes 0 and the adjusted p < 0.05, "
+        + (
+            f"'equivalent within ±{stats['margin']:g}' when the interval lies inside the margin, "
+            if stats["margin"] is not None
+            else "never 'equivalent' (no --margin), "
+        )
+        + "else 'inconclusive'. Ranking gain = error rate − AURC "
         '(0: the confidence does not rank). docs/evaluation.md, "Compare methods across seeds".',
         "",
     ]
@@ -337,6 +588,22 @@ def render_markdown(result: dict) -> str:
                     lines.append(
                         f"| {pair['a']} − {pair['b']} | {seeds} | {pair[label]['step']} | {cells} |"
                     )
+            lines += ["", "### Tests and verdicts", "",
+                      "| A − B | step | metric | seeds | zeros | mean [95 % CI] | p (exact) "
+                      "| p (Holm) | verdict |",
+                      "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+            for pair in block["pairs"]:
+                for label in ("last", "first"):
+                    if label not in pair:
+                        continue
+                    entry = pair[label]
+                    for key, head, _ in METRICS:
+                        lines.append(
+                            f"| {pair['a']} − {pair['b']} | {entry['step']} | {head} | "
+                            f"{entry['n'][key]} | {entry['n_zero'][key]} | {_cell(entry, key)} | "
+                            f"{_p(entry['p_value'][key])} | {_p(entry['p_adjusted'][key])} | "
+                            f"{entry['verdict'][key]} |"
+                        )
             lines.append("")
     return "\n".join(lines)
 

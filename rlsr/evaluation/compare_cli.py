@@ -8,7 +8,7 @@ import math
 import sys
 
 from rlsr.evaluation.compare import (
-    Bootstrap,
+    Statistics,
     compare_runs,
     write_comparison,
 )
@@ -23,8 +23,13 @@ def _fixed(value: float) -> str:
 def run_compare(args: argparse.Namespace) -> int:
     if args.bootstrap_resamples < 1:
         raise ValueError(f"--bootstrap-resamples must be >= 1; got {args.bootstrap_resamples}.")
-    boot = Bootstrap(n_resamples=args.bootstrap_resamples, seed=args.bootstrap_seed)
-    result = compare_runs(args.paths, use=args.use, reference=args.reference, bootstrap=boot)
+    stats = Statistics(
+        margin=args.margin,
+        questions=args.resample_questions,
+        n_resamples=args.bootstrap_resamples,
+        seed=args.bootstrap_seed,
+    )
+    result = compare_runs(args.paths, use=args.use, reference=args.reference, stats=stats)
     for note in result["notes"]:
         print(f"rlsr compare: note: {note}", file=sys.stderr)
     written = write_comparison(result, args.output_dir)
@@ -38,5 +43,12 @@ def run_compare(args: argparse.Namespace) -> int:
                 f"  {method}: {n} seed{'s' if n != 1 else ''}, ranking gain {_fixed(mean)} "
                 f"[{interval}], AURC {_fixed(entry['mean']['aurc'])}"
             )
+        for pair in block["pairs"]:
+            if "last" in pair:
+                last = pair["last"]
+                print(
+                    f"  {pair['a']} - {pair['b']}: ranking gain {last['verdict']['ranking_gain']}"
+                    f", AURC {last['verdict']['aurc']}, ECE {last['verdict']['ece']}"
+                )
     print("wrote " + ", ".join(str(p) for p in written))
     return 0

@@ -14,13 +14,18 @@ Inputs, each found by what it holds (never by its name):
 
 Method and seed come from the training run's ``config.yaml`` (``method.label``, else
 ``method.name``; ``seed``). Everything here that cannot be compared is a ``ValueError`` of one
-line that names the field, the runs and the fix; ``rlsr compare`` prints it.
+line that names the field, the runs and the fix; ``rlsr compare`` prints it. Nothing found is
+left out in silence: an evaluation cut short or changed (samples.jsonl missing, empty, short,
+a bad confidence) is refused with its file, and ``rlsr evaluate``'s fix or, for a held-out step,
+train.py's; an ``rlsr evaluate`` folder of a run whose held-out history is compared, and a run
+that has not finished training and holds the comparison back, are named in a note.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,11 +40,13 @@ from rlsr.run_layout import (
     CHECKPOINT_PREFIX,
     EVAL_DIR,
     FAILED_FILE,
+    FINAL_WEIGHT_FILES,
     METRICS_FILE,
     PARTIAL_SUFFIX,
     RUN_FILE,
     SAMPLES_FILE,
     STEP_PREFIX,
+    checkpoint_dir,
     checkpoint_folders,
     checkpoint_step,
     step_folders,
@@ -77,6 +84,10 @@ class Evaluation:
     confidence: np.ndarray
     correct: np.ndarray  # per sample
     questions: str  # _questions_digest of the samples: which questions these are
+    # per sample: its id and its question text (the cluster rlsr compare --resample-questions
+    # draws: a prompt asked several times is one cluster)
+    ids: tuple[str, ...] = ()
+    prompts: tuple[str, ...] = ()
 
 
 def _questions_digest(records: list[dict]) -> str:
@@ -177,28 +188,122 @@ def _version_of(run: dict, folder_name: str) -> dict | None:
     return record
 
 
-def _evaluations(out: Path, step: int) -> list[Evaluation]:
-    """Every dataset of one evaluation folder (``rlsr evaluate`` layout) with samples."""
-    run = _read_json(out / RUN_FILE) if (out / RUN_FILE).is_file() else {}
-    found = []
-    for samples in sorted(out.glob(f"*/{SAMPLES_FILE}")):
-        folder = samples.parent
-        records = read_samples(samples)
-        if not records:
+def _cut(run_dir: Path | None) -> str:
+    """How an evaluation folder comes to be cut short: an ``rlsr evaluate`` run stopped or still
+    writing; a held-out step of train.py only by a later change (train.py writes a step whole:
+    ``step-N.partial``, renamed when complete)."""
+    if run_dir is None:
+        return "the `rlsr evaluate` run was cut short, or is still writing"
+    return "the held-out step was cut or changed after train.py wrote it whole"
+
+
+def _fix(out: Path, step: int, run_dir: Path | None, *, rewrite: bool = False) -> str:
+    """What to do about an evaluation folder ``out`` that was cut short (or, ``rewrite``, whose
+    samples were changed): for an ``rlsr evaluate`` folder, rerun its command (it evaluates only
+    what is missing; --overwrite starts over); for held-out step ``step`` of train.py run
+    ``run_dir``, not a rerun of train.py, which reuses a finished step as it is."""
+    if run_dir is None:
+        how = (
+            "with --overwrite (it starts over in a fresh folder)"
+            if rewrite
+            else f"(it evaluates the questions missing and rebuilds {METRICS_FILE})"
+        )
+        return f"rerun the `rlsr evaluate` command that wrote {out} {how}, or leave it out"
+    step_folder = out.relative_to(run_dir)
+    fix = (
+        f"copy {step_folder} of train.py run {run_dir} again from where it trained (resuming "
+        "the run would reuse the step as it is)"
+    )
+    checkpoint = checkpoint_dir(run_dir, step)
+    if checkpoint.is_dir():
+        fix += (
+            f", or evaluate {checkpoint.name} (the run summary's `rlsr evaluate` command with "
+            f"--adapter {checkpoint}: the held-out step's numbers) for every run and compare "
+            "those folders with --use evaluate"
+        )
+    return fix + f", or move {step_folder} out of the run folder to compare the steps before it"
+
+
+def _line_numbers(samples: Path) -> list[int]:
+    """The line number of each record ``read_samples`` returns (it skips blank lines)."""
+    return [i + 1 for i, raw in enumerate(samples.read_bytes().splitlines()) if raw.strip()]
+
+
+def _bad_confidence(value) -> str | None:
+    """Why ``value`` is no confidence (a number in [0, 1], or None: none stated), else None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{json.dumps(value)} is not a number"
+    if math.isnan(value):
+        return "NaN is not a number"
+    if not 0.0 <= value <= 1.0:
+        return f"{value!r} is outside [0, 1]"
+    return None
+
+
+def _check_records(samples: Path, records: list[dict], scorer: str, fix: str) -> None:
+    """Refuse a sample whose ``scorer`` confidence is not a number in [0, 1] (or null), whose
+    ``scores`` is not a mapping or whose ``correct`` is not true/false, naming the file and the
+    line: rlsr writes none of these."""
+    for index, record in enumerate(records):
+        scores = record.get("scores", {})
+        if not isinstance(scores, dict):
+            problem = f"its scores is {json.dumps(scores)}, not a mapping of scorer to confidence"
+        elif (why := _bad_confidence(scores.get(scorer))) is not None:
+            problem = (
+                f"its {scorer} confidence {why} (a confidence is a number in [0, 1], or null "
+                "when none was stated)"
+            )
+        elif not isinstance(record.get("correct"), bool):
+            problem = f"its correct is {json.dumps(record.get('correct'))}, not true or false"
+        else:
             continue
-        metrics_path = folder / METRICS_FILE
+        line = _line_numbers(samples)[index]
+        raise ValueError(
+            f"{samples}: line {line} (id {record.get('id')!r}): {problem}; correct that line, "
+            f"or {fix}."
+        )
+
+
+def _evaluations(out: Path, step: int, run_dir: Path | None = None) -> list[Evaluation]:
+    """Every dataset of one evaluation folder (``rlsr evaluate`` layout): ``out`` is an ``rlsr
+    evaluate`` folder, or held-out step ``step`` of train.py run ``run_dir``. A dataset whose
+    samples.jsonl is missing, empty, shorter or longer than its metrics.json's n, or without
+    metrics.json, or a held-out step without a dataset its run.json names, is refused with the
+    file and the fix (never left out: the comparison would fall back to an earlier step)."""
+    run = _read_json(out / RUN_FILE) if (out / RUN_FILE).is_file() else {}
+    fix = _fix(out, step, run_dir)
+    folders = sorted({p.parent for n in (SAMPLES_FILE, METRICS_FILE) for p in out.glob(f"*/{n}")})
+    named = run.get("datasets") if isinstance(run.get("datasets"), list) else []
+    if run_dir is None and named and not folders:
+        raise ValueError(
+            f"{out}: no {SAMPLES_FILE} of {', '.join(map(str, named))} (its {RUN_FILE} names "
+            f"them): {_cut(run_dir)}; {fix}."
+        )
+    if run_dir is not None:
+        # a held-out step's run.json names exactly the datasets written into it
+        missing = [d for d in named if (out / str(d)) not in folders]
+        if missing or not folders:
+            what = f"no {missing[0]}/{SAMPLES_FILE}" if missing else "no evaluation"
+            raise ValueError(
+                f"{out}: {what} (its {RUN_FILE} names {named or 'none'}): {_cut(run_dir)}; {fix}."
+            )
+    found = []
+    for folder in folders:
+        samples, metrics_path = folder / SAMPLES_FILE, folder / METRICS_FILE
+        records = read_samples(samples)
         if not metrics_path.is_file():
             raise ValueError(
-                f"{folder}: {SAMPLES_FILE} without {METRICS_FILE}: its evaluation did not "
-                "finish; rerun the same `rlsr evaluate` command to finish it, or leave the "
-                "folder out."
+                f"{samples}: {len(records)} samples and no {METRICS_FILE} beside it: "
+                f"{_cut(run_dir)}; {fix}."
             )
         metrics = _read_json(metrics_path)
         if metrics.get("n") != len(records):
+            held = f"holds {len(records)} samples" if samples.is_file() else "is missing"
             raise ValueError(
-                f"{folder}: {METRICS_FILE} summarises n={metrics.get('n')} samples but "
-                f"{SAMPLES_FILE} holds {len(records)}: an evaluation is still writing it or was "
-                "cut off; rerun the same `rlsr evaluate` command to finish it."
+                f"{samples} {held} but its {METRICS_FILE} counts n={metrics.get('n')}: "
+                f"{_cut(run_dir)}; {fix}."
             )
         seen: set[str] = set()
         for record in records:
@@ -209,7 +314,9 @@ def _evaluations(out: Path, step: int) -> list[Evaluation]:
                 )
             seen.add(str(record.get("id")))
         name = folder.name
-        confidence, correct, _ = scorer_arrays(records, metrics.get("primary_scorer", "verbalized"))
+        scorer = metrics.get("primary_scorer", "verbalized")
+        _check_records(samples, records, scorer, _fix(out, step, run_dir, rewrite=True))
+        confidence, correct, _ = scorer_arrays(records, scorer)
         found.append(
             Evaluation(
                 folder=folder,
@@ -220,6 +327,8 @@ def _evaluations(out: Path, step: int) -> list[Evaluation]:
                 confidence=confidence,
                 correct=correct,
                 questions=_questions_digest(records),
+                ids=tuple(str(r.get("id")) for r in records),
+                prompts=tuple(str(r.get("question", r.get("id"))) for r in records),
             )
         )
     return found
@@ -240,15 +349,37 @@ def _final_step(run_dir: Path) -> int:
     )
 
 
-def _training_run_of(path: Path) -> tuple[Path, int] | None:
-    """(training run folder, step) of an evaluated adapter or model folder, None if it is
-    neither a train.py output dir nor one of its checkpoint-N folders."""
-    if (path / CONFIG_FILE).is_file():
-        return path, _final_step(path)
-    step = checkpoint_step(path)
-    if step is not None and (path.parent / CONFIG_FILE).is_file():
-        return path.parent, step
+def _evaluated(record: dict) -> tuple[Path, Path] | None:
+    """(evaluated folder, its train.py output dir) of an ``rlsr evaluate`` run.json: its adapter
+    (else model) when that is a train.py output dir or one of its checkpoint-N folders; None
+    when neither is (a base model's evaluation, or runs not on this machine)."""
+    for key in ("adapter", "model"):
+        path = Path(record[key]) if isinstance(record.get(key), str) else None
+        if path is None or not path.is_dir():
+            continue
+        if (path / CONFIG_FILE).is_file():
+            return path, path
+        if checkpoint_step(path) is not None and (path.parent / CONFIG_FILE).is_file():
+            return path, path.parent
     return None
+
+
+def _unfinished(run_dir: Path) -> str | None:
+    """Why train.py output dir ``run_dir`` has not finished training, None when it has: train.py
+    saves the final weights (``FINAL_WEIGHT_FILES``) once training ends, and a run whose newest
+    checkpoint reached its ``max_steps`` has trained to its end (a resume copies the final
+    adapter from that checkpoint)."""
+    if any((run_dir / name).is_file() for name in FINAL_WEIGHT_FILES):
+        return None
+    folders = checkpoint_folders(run_dir)
+    state_path = folders[-1][1] / "trainer_state.json" if folders else None
+    if state_path is None or not state_path.is_file():
+        return "no final adapter, no checkpoint"
+    state = _read_json(state_path)
+    step, end = state.get("global_step"), state.get("max_steps")
+    if isinstance(step, int) and isinstance(end, int) and 0 < end <= step:
+        return None
+    return f"no final adapter; its newest checkpoint, {folders[-1][1].name}, is at step {step} of {end}"
 
 
 def _no_history(run_dir: Path) -> str:
@@ -266,7 +397,7 @@ def _history_run(run_dir: Path) -> Run:
     run = Run(run_dir, method, seed, config, HELD_OUT)
     for step, folder in step_folders(run_dir):
         if not (folder / FAILED_FILE).is_file():
-            run.evaluations += _evaluations(folder, step)
+            run.evaluations += _evaluations(folder, step, run_dir)
     return run
 
 
@@ -282,16 +413,11 @@ def _not_a_run(out: Path, record: dict) -> str:
 def _evaluate_run(out: Path) -> tuple[Run, list[Evaluation]] | None:
     """The training run an ``rlsr evaluate`` folder evaluated and its evaluations; None when
     its run.json names no train.py run (a base model's evaluation)."""
-    record = _read_json(out / RUN_FILE)
-    found = None
-    for key in ("adapter", "model"):
-        if isinstance(record.get(key), str) and Path(record[key]).is_dir():
-            found = _training_run_of(Path(record[key]))
-            if found:
-                break
+    found = _evaluated(_read_json(out / RUN_FILE))
     if found is None:
         return None
-    run_dir, step = found
+    evaluated, run_dir = found
+    step = _final_step(run_dir) if evaluated == run_dir else checkpoint_step(evaluated)
     config = _read_config(run_dir)
     method, seed = _method_and_seed(config, run_dir)
     return Run(run_dir.resolve(), method, seed, config, EVALUATE), _evaluations(out, step)
@@ -344,15 +470,44 @@ def _add_evaluations(runs: dict[Path, Run], folder: Path, named: bool, notes: li
         held.evaluations.append(e)
 
 
+def _has_history(run_dir: Path) -> bool:
+    """Whether a train.py output dir holds a held-out step that did not fail."""
+    return any(not (folder / FAILED_FILE).is_file() for _, folder in step_folders(run_dir))
+
+
+def _task(run_dir: Path) -> str | None:
+    """The task a train.py run trained on (``data.task`` of its config.yaml), None if unrecorded."""
+    data = _read_config(run_dir).get("data")
+    return data.get("task") if isinstance(data, dict) else None
+
+
+def _refuse_other_tasks(run_dirs: list[Path]) -> None:
+    """Refuse runs that trained on different tasks (``data.task``; unrecorded: not compared),
+    before any other difference: the others (held-out tasks, one seed twice) follow from it."""
+    tasks = [(d, _task(d)) for d in run_dirs]
+    diff = _first_difference([(d, task) for d, task in tasks if task is not None])
+    if diff:
+        a, where_a, b, where_b = diff
+        raise ValueError(
+            f"the runs trained on different tasks: data.task is {a!r} in {_listed(where_a)} but "
+            f"{b!r} in {_listed(where_b)} ({CONFIG_FILE}); compare the runs of one task (name "
+            "their folders, or keep each task's runs in a folder of its own)."
+        )
+
+
 def find_runs(paths: list[str], use: str | None = None) -> tuple[list[Run], list[str]]:
     """Every training run under ``paths`` with its evaluations (module docstring), and notes on
     what was left out. ``use``: HELD_OUT (train.py's eval/step-N history) or EVALUATE (``rlsr
-    evaluate`` folders); None: whichever is there. Refuses a path that holds neither, both kinds
-    without ``use``, a train.py output dir given by name without held-out history, and one
-    (method, seed) from two training runs."""
-    histories: dict[Path, Run] = {}
+    evaluate`` folders); None: whichever is there, and held-out histories when every ``rlsr
+    evaluate`` folder found inside a given folder evaluated a run whose history is there too
+    (the run summary's ``OUTPUT_DIR/evaluate``) or no train.py run (a base model's): those are
+    left out with a note. Refuses, the real difference first: a path that holds neither; runs
+    that trained on different tasks; both kinds without ``use``; a train.py output dir given by
+    name without held-out history; runs whose held-out tasks differ; one (method, seed) from two
+    training runs. Notes the runs that have not finished training and stop the comparison at an
+    earlier step than the others."""
+    run_dirs: dict[Path, Path] = {}  # resolved -> as found: every train.py output dir
     evaluate_folders: list[Path] = []
-    empty: list[Run] = []  # train.py runs without held-out history
     named: set[Path] = set()  # train.py runs given by name (not found inside a folder)
     for given in paths:
         root = Path(given)
@@ -373,29 +528,51 @@ def find_runs(paths: list[str], use: str | None = None) -> tuple[list[Run], list
                 continue
             if folder == root:
                 named.add(folder.resolve())
-            run = _history_run(folder)
-            if run.evaluations:
-                histories.setdefault(folder.resolve(), run)
-            else:
-                empty.append(run)
-    if use is None and histories and evaluate_folders:
+            run_dirs.setdefault(folder.resolve(), folder)
+    with_history = [key for key in run_dirs if _has_history(run_dirs[key])]
+    given = {Path(p).resolve() for p in paths}
+    evaluated = {} if use == HELD_OUT else {f: _evaluated(_read_json(f / RUN_FILE))
+                                            for f in evaluate_folders}  # fmt: skip
+    notes = []
+    if use is None and with_history and evaluate_folders:
+        # a second evaluation of a run whose held-out history is here: not a reason to ask
+        second = [f for f in evaluate_folders if f.resolve() not in given and evaluated[f]
+                  and evaluated[f][1].resolve() in with_history]  # fmt: skip
+        unrelated = [f for f in evaluate_folders if f.resolve() not in given and not evaluated[f]]
+        if second:
+            notes.append(
+                f"left out {len(second)} `rlsr evaluate` folder(s) of runs whose held-out "
+                f"history is compared ({_listed(second)}); --use {EVALUATE} compares those "
+                "instead"
+            )
+        if unrelated:
+            notes.append(
+                f"left out {len(unrelated)} `rlsr evaluate` folder(s) that evaluated no train.py "
+                f"run here ({_listed(unrelated)})"
+            )
+        evaluate_folders = [f for f in evaluate_folders if f not in second + unrelated]
+    _refuse_other_tasks(
+        ([] if use == EVALUATE else [run_dirs[key] for key in with_history])
+        + [evaluated[f][1] for f in evaluate_folders if evaluated.get(f)]
+    )
+    if use is None and with_history and evaluate_folders:
+        histories = [run_dirs[key] for key in with_history]
         raise ValueError(
-            f"found held-out histories (train.py output dirs: {_names(list(histories.values()))}) "
-            f"and `rlsr evaluate` folders ({_listed(evaluate_folders)}): two evaluations of the "
-            f"runs; choose one with --use {HELD_OUT} or --use {EVALUATE}."
+            f"found held-out histories (train.py output dirs: {_listed(histories)}) and `rlsr "
+            f"evaluate` folders ({_listed(evaluate_folders)}): two evaluations of the runs; "
+            f"choose one with --use {HELD_OUT} or --use {EVALUATE}."
         )
     use = use or (EVALUATE if evaluate_folders else HELD_OUT)
-    notes = []
     if use == HELD_OUT:
-        for run in empty:
-            if run.path.resolve() in named or not histories:
-                raise ValueError(_no_history(run.path))
+        empty = [folder for key, folder in run_dirs.items() if key not in with_history]
+        for folder in empty:
+            if folder.resolve() in named or not with_history:
+                raise ValueError(_no_history(folder))
         if empty:
-            notes.append(f"left out {len(empty)} run(s) without held-out history: {_names(empty)}")
-        runs = histories
+            notes.append(f"left out {len(empty)} run(s) without held-out history: {_listed(empty)}")
+        runs = {key: _history_run(run_dirs[key]) for key in with_history}
     else:
         runs = {}
-        given = {Path(p).resolve() for p in paths}
         for folder in evaluate_folders:
             _add_evaluations(runs, folder, folder.resolve() in given, notes)
         runs = {k: r for k, r in runs.items() if r.evaluations}
@@ -403,14 +580,28 @@ def find_runs(paths: list[str], use: str | None = None) -> tuple[list[Run], list
         where = ", ".join(paths)
         what = "`rlsr evaluate` folder with samples" if use == EVALUATE else "held-out history"
         raise ValueError(f"{where}: no {what} inside; nothing to compare.")
+    _refuse_other_datasets(list(runs.values()))
     _refuse_duplicate_seeds(list(runs.values()))
-    return sorted(runs.values(), key=lambda r: (r.method, r.seed)), notes
+    return sorted(runs.values(), key=lambda r: (r.method, r.seed)), notes + _unfinished_notes(
+        list(runs.values())
+    )
 
 
-def _names(runs: list[Run], limit: int = 3) -> str:
-    shown = [str(r.path) for r in runs[:limit]]
-    more = f" and {len(runs) - limit} more" if len(runs) > limit else ""
-    return ", ".join(shown) + more
+def _unfinished_notes(runs: list[Run]) -> list[str]:
+    """A note for each run that has not finished training and whose last evaluated step is
+    before another run's: the comparison stops there because of it."""
+    last = {r.path: max(e.step for e in r.evaluations) for r in runs}
+    notes = []
+    for run in runs:
+        why = _unfinished(run.path) if last[run.path] < max(last.values()) else None
+        if why:
+            notes.append(
+                f"{run.path} has not finished training ({why}): it is still training, or it "
+                f"stopped; the comparison stops at its last evaluated step, {last[run.path]}. "
+                "Compare again once it has finished (a stopped run continues with its train.py "
+                "command, resume=auto), or leave it out."
+            )
+    return notes
 
 
 def _refuse_duplicate_seeds(runs: list[Run]) -> None:
@@ -466,11 +657,8 @@ def _pairs(runs: list[Run], dataset: str, read) -> list[tuple[Path, object]] | N
     return out
 
 
-def check_comparable(runs: list[Run]) -> None:
-    """Refuse (``ValueError``, one line naming the field and the runs) to pool runs whose held-out
-    datasets, evaluation protocol or data version differ: every run must hold the same datasets,
-    and every evaluation of a dataset the same protocol fields, the same version record
-    (verifier, its options, plugin file, data files) and the same questions."""
+def _refuse_other_datasets(runs: list[Run]) -> None:
+    """Refuse runs whose evaluations hold different datasets (held-out tasks)."""
     diff = _first_difference([(r.path, r.datasets()) for r in runs])
     if diff:
         a, where_a, b, where_b = diff
@@ -478,6 +666,14 @@ def check_comparable(runs: list[Run]) -> None:
             f"held-out tasks differ: {a} in {_listed(where_a)}, {b} in {_listed(where_b)}; "
             "compare runs evaluated on the same tasks."
         )
+
+
+def check_comparable(runs: list[Run]) -> None:
+    """Refuse (``ValueError``, one line naming the field and the runs) to pool runs whose held-out
+    datasets, evaluation protocol or data version differ: every run must hold the same datasets,
+    and every evaluation of a dataset the same protocol fields, the same version record
+    (verifier, its options, plugin file, data files) and the same questions."""
+    _refuse_other_datasets(runs)
     for dataset in runs[0].datasets():
         keys = sorted({k for r in runs for e in r.evaluations for k in e.protocol})
         for key in keys:

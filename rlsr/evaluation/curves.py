@@ -53,7 +53,7 @@ def curve_rows(run_dirs: Sequence[str | Path]) -> list[dict]:
             raise ValueError(
                 f"{run}: no held-out evaluation (no {run / EVAL_DIR}/{STEP_PREFIX}N/<dataset>/"
                 f"{METRICS_FILE}); "
-                "train with heldout.every > 0 (docs/training.md, 'Watch a run')."
+                "train with heldout.every > 0 (docs/heldout.md, 'Watch a run')."
             )
         rows += [{"run": _label(run, runs), "run_dir": str(run), **h} for h in history]
     return rows

@@ -1,9 +1,10 @@
-"""Distributional Correctness Score for multiple-choice sets (seed 002, Sec. 4 and App. A.4).
+"""Distributional Correctness Score for multiple-choice sets (Sec. 4 and App. A.4 of "Measuring
+Language Model Hallucinations Through Distributional Correctness").
 
 For each MCQ item the model scores every option continuation plus an "I don't know" option
 written in the same format (App. A.4: IDK options match the others' format so the likelihoods
 are not biased by form). Option log-likelihoods are length-normalised (mean token log-prob, as
-in seed 002 Sec. 7) and turned into probabilities by a softmax over the option set
+in its Sec. 7) and turned into probabilities by a softmax over the option set
 (``rlsr.metrics.dcs_from_log_likelihoods``); DCS = (p_c - P_W)(1 - p_idk) (``rlsr.metrics.dcs``).
 
 Prompt: one user turn "<question stem>\\n A) ...\\n B) ...\\n E) I don't know\\nAnswer with one

@@ -14,9 +14,10 @@ from rlsr.evaluation.deployment import (
     training_rows_mark,
     write_deployment,
 )
+from rlsr.evaluation.evaluate_setup import looks_like_path
 from rlsr.evaluation.outputs import output_prefix
 from rlsr.generation.backends import resolve_adapter
-from rlsr.run_layout import DEPLOYMENT_FILE
+from rlsr.run_layout import DEPLOYMENT_FILE, RUN_FILE
 
 __all__ = ["run_deploy"]
 
@@ -25,6 +26,11 @@ def run_deploy(args) -> int:
     target = args.deployment_target
     if not 0 < target <= 1:
         raise ValueError(f"--deployment-target must be in (0, 1], e.g. 0.75; got {target}.")
+    if args.model and looks_like_path(args.model) and not Path(args.model).expanduser().is_dir():
+        raise ValueError(
+            f"--model {args.model}: no such folder; give the model folder (or hub id) the samples "
+            f"came from, or leave --model out to read it from the evaluation's {RUN_FILE}."
+        )
     # DIR/deployment.json (--output-dir DIR), or None (print only)
     prefix = output_prefix(args, DEPLOYMENT_FILE, required=False)
     adapter = resolve_adapter(args.adapter)

@@ -23,6 +23,7 @@ import datetime
 import json
 import math
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -32,11 +33,11 @@ import yaml
 from rlsr import metrics as M
 from rlsr.config import resolve_model_path
 from rlsr.data import REGISTRY, task_records
-from rlsr.eval_protocol import DECODING_FIELDS, PROTOCOL_FIELDS
+from rlsr.eval_protocol import DECODING_FIELDS, PROTOCOL_FIELDS, SCORERS
 from rlsr.evaluation.outputs import TRAINING_ROWS_FLAG
 from rlsr.evaluation.provenance import adapter_fingerprint
-from rlsr.evaluation.samples_io import json_safe, read_samples
-from rlsr.evaluation.summary import scorer_arrays
+from rlsr.evaluation.samples_io import json_safe, read_finished_samples
+from rlsr.evaluation.summary import confidence_defined, rate_warning, scorer_arrays
 from rlsr.prompts import system_prompt_name
 from rlsr.run_layout import DEPLOYMENT_FILE, METRICS_FILE, RUN_FILE, SAMPLES_FILE
 
@@ -61,6 +62,8 @@ __all__ = [
     "TRAIN_CONFIG_FILE",
     "training_record",
     "training_rows_problem",
+    "split_identity",
+    "split_problems",
 ]
 
 RULES = ("plain", "clopper_pearson", "plain+temperature")
@@ -344,32 +347,60 @@ def _trained_on(source: str | None, trained: Mapping | None) -> bool:
     return bool(trained) and (dataset, split) == (trained["dataset"], trained["split"])
 
 
+def _training_splits(provenance: Mapping) -> list[str]:
+    """Which of "validation" / "test" come from rows the adapter trained on."""
+    flags = (("validation", "threshold_on_training_rows"), ("test", "test_on_training_rows"))
+    return [name for name, key in flags if provenance.get(key)]
+
+
 def training_rows_mark(provenance: Mapping) -> str | None:
-    """The warning every output of a deployment carries when its threshold was chosen on rows
-    the adapter trained on (allowed with ``TRAINING_ROWS_FLAG``); None otherwise."""
-    if not provenance.get("threshold_on_training_rows"):
+    """The warning every output of a deployment carries when its threshold was chosen on, or its
+    test rows come from, rows the adapter trained on (allowed with ``TRAINING_ROWS_FLAG``); None
+    otherwise."""
+    splits = _training_splits(provenance)
+    if not splits:
         return None
     trained = provenance.get("trained_on") or {}
+    where = f"({trained.get('dataset')}@{trained.get('split')}, {trained.get('config')})"
+    if "validation" in splits:
+        text = (
+            f"NOT HELD OUT: tau was chosen on {provenance.get('validation_source')}, rows the "
+            f"adapter trained on {where}; its accuracy there overstates what new questions get"
+        )
+        if "test" in splits:
+            text += f", and so do the test figures ({provenance.get('test_source')})"
+        return text + "."
     return (
-        f"NOT HELD OUT: tau was chosen on {provenance.get('validation_source')}, rows the adapter "
-        f"trained on ({trained.get('dataset')}@{trained.get('split')}, {trained.get('config')}); "
-        "its accuracy there overstates what new questions get."
+        f"NOT HELD OUT: the test figures come from {provenance.get('test_source')}, rows the "
+        f"adapter trained on {where}; they overstate what new questions get."
     )
 
 
 def training_rows_problem(provenance: Mapping) -> str | None:
-    """The refusal of a deployment whose threshold is chosen on the adapter's training rows
-    (``provenance["threshold_on_training_rows"]``): one line naming the split, the run's config
-    and the fix; None when the validation rows were not trained on."""
-    if not provenance.get("threshold_on_training_rows"):
+    """The refusal of a deployment whose threshold is chosen on, or whose test rows come from,
+    the adapter's training rows (``provenance["threshold_on_training_rows"]``,
+    ``["test_on_training_rows"]``): one line naming the split, the run's config and the fix;
+    None when neither was trained on."""
+    splits = _training_splits(provenance)
+    if not splits:
         return None
     trained = provenance["trained_on"]
+    run = (
+        f"the split the adapter trained on ({trained['config']}: data.task={trained['dataset']}, "
+        f"split {trained['split']})"
+    )
+    if "validation" in splits:
+        return (
+            f"the threshold would be chosen on {provenance['validation_source']}, {run}; choose "
+            "it on a held-out split (deploy --validation of another split's samples; evaluate "
+            f"--deployment-splits validation,test), or pass {TRAINING_ROWS_FLAG} to write it "
+            "marked as not held out."
+        )
     return (
-        f"the threshold would be chosen on {provenance['validation_source']}, the split the "
-        f"adapter trained on ({trained['config']}: data.task={trained['dataset']}, split "
-        f"{trained['split']}); choose it on a held-out split (deploy --validation of another "
-        "split's samples; evaluate --deployment-splits validation,test), or pass "
-        f"{TRAINING_ROWS_FLAG} to write it marked as not held out."
+        f"the test samples ({provenance['test_source']}) are {run}, so their coverage and "
+        "accuracy overstate what new questions get; give --test another split's samples "
+        f"(evaluate --deployment-splits validation,test), or pass {TRAINING_ROWS_FLAG} to write "
+        "it marked as not held out."
     )
 
 
@@ -395,10 +426,7 @@ def deployment_provenance(
     model_name = model if model is not None else (run or {}).get("model")
     source = _source(val_records)
     test_source = _source(test_records)
-    messages = val_records[0].get("prompt") if val_records else None
-    system_text = None
-    if isinstance(messages, list) and messages and messages[0].get("role") == "system":
-        system_text = messages[0].get("content")
+    system_text = _system_text(val_records)
     prompt_name = system_prompt_name(system_text)
     if system_text is not None and prompt_name is None:
         # serve renders a prompt by name and checks it against this one: an unnamed prompt
@@ -443,21 +471,166 @@ def _samples_of(path: str | Path) -> Path:
     return p / SAMPLES_FILE if p.is_dir() else p
 
 
+def _system_text(records: list[dict]) -> str | None:
+    """The system message the first sample was asked with; None without one."""
+    messages = records[0].get("prompt") if records else None
+    if isinstance(messages, list) and messages and isinstance(messages[0], dict):
+        if messages[0].get("role") == "system":
+            return messages[0].get("content")
+    return None
+
+
+def _compared_protocol_fields(protocol: Mapping, scorer: str) -> tuple[str, ...]:
+    """The protocol fields that decide an answer and its confidence: the decoding, the response
+    format and the system prompt setting; the seed only when sampling; the consistency scorer's
+    own settings only when it is the scorer."""
+    fields = [*DECODING_FIELDS, "response_format", "system_prompt"]
+    if protocol.get("temperature"):
+        fields.append("seed")
+    if scorer == "consistency":
+        fields += ["consistency_k", "consistency_temperature"]
+    return tuple(fields)
+
+
+def _adapter_identity(run: Mapping) -> str:
+    """The adapter of an evaluation's run.json by content: its recorded hash, else the hash of
+    the folder it names (a run.json without one), else that path; ``"none"`` without adapter."""
+    if not run.get("adapter"):
+        return "none"
+    if run.get("adapter_sha256"):
+        return run["adapter_sha256"]
+    path = Path(run["adapter"])
+    return (
+        adapter_fingerprint(path)["sha256"]
+        if (path / "adapter_config.json").is_file()
+        else str(path)
+    )
+
+
+def split_identity(samples: str | os.PathLike, records: list[dict], scorer: str) -> dict:
+    """What a split's samples were produced by, as far as its files record it: ``task`` (the
+    samples' dataset without its split), ``model`` (``model_identity`` of its ``run.json``),
+    ``adapter`` (its content hash, else its path; ``"none"``), ``system prompt`` (the samples'
+    system message) and ``protocol <field>`` (``metrics.json``'s settings,
+    ``_compared_protocol_fields``). A field that its files do not record is left out."""
+    out: dict[str, object] = {}
+    dataset = split_job_name(str(records[0].get("dataset") or ""))[0] if records else ""
+    if dataset:
+        out["task"] = dataset
+    found = find_run_record(samples)
+    run = found[1] if found else {}
+    if run.get("model"):
+        out["model"] = model_identity(run["model"])
+    if "adapter" in run:
+        out["adapter"] = _adapter_identity(run)
+    task = ((run.get("tasks") or {}).get(dataset) or {}) if dataset else {}
+    if task.get("sha256"):
+        out["task file"] = task["sha256"]
+    if records and isinstance(records[0].get("prompt"), list):
+        out["system prompt"] = _system_text(records)
+    protocol = evaluation_protocol(samples) or {}
+    for key in _compared_protocol_fields(protocol, scorer):
+        if key in protocol:
+            out[f"protocol {key}"] = protocol[key]
+    return out
+
+
+def _row_keys(records: list[dict]) -> set[tuple[str, object]]:
+    """(id, question) of every sample: one question of one dataset (an id alone can repeat
+    across splits that number their rows anew)."""
+    return {(str(r.get("id")), r.get("question")) for r in records}
+
+
+def _shown(value: object) -> str:
+    text = "none" if value is None else str(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def split_problems(
+    val_path: Path, val: list[dict], test_path: Path, test: list[dict], scorer: str
+) -> str | None:
+    """Why the validation and test samples cannot certify one threshold together, in one line,
+    else None: the same file, validation and test from different tasks, models, adapters,
+    system prompts or protocols (``split_identity``; both values named), or the same questions
+    in both (``_row_keys``)."""
+    if val_path.resolve() == test_path.resolve():
+        return (
+            f"validation and test are the same file ({val_path}): test coverage and accuracy "
+            "would repeat validation's; give the test split's samples as --test (rlsr evaluate "
+            "--deployment-splits validation,test evaluates both)."
+        )
+    mine, theirs = split_identity(val_path, val, scorer), split_identity(test_path, test, scorer)
+    for key in mine:  # in split_identity's order: task and model before the protocol
+        if key in theirs and mine[key] != theirs[key]:
+            return (
+                f"validation and test differ in {key}: {val_path} has "
+                f"{_shown(mine[key])}, {test_path} has {_shown(theirs[key])}; a threshold holds "
+                "only for the model, adapter, task and protocol it was chosen with: evaluate "
+                "both splits with one (rlsr evaluate --deployment-target does)."
+            )
+    shared = _row_keys(val) & _row_keys(test)
+    if shared:
+        example = sorted(shared, key=str)[0][0]
+        return (
+            f"{len(shared)} of the {len(test)} test questions (e.g. id {example!r}) are also in "
+            f"the validation samples ({val_path}, {test_path}): test figures must come from "
+            "questions the threshold was not chosen on; give --test another split's samples."
+        )
+    return None
+
+
+def _scorer_confidences(path: Path, records: list[dict], scorer: str, label: str):
+    """(confidence, correct) of ``scorer``; refuses a scorer the samples do not carry and
+    samples without a single confidence (``confidence_defined``), and warns on stderr below
+    ``LOW_RATE``."""
+    if not any(scorer in (r.get("scores") or {}) for r in records):
+        have = sorted({k for r in records for k in (r.get("scores") or {})})
+        listed = ", ".join(have) if have else "none"
+        raise ValueError(
+            f"{label} {path}: its samples hold no {scorer} confidence (their scorers: {listed}); "
+            f"choose --scorer from those, or evaluate again with --scorers {scorer}."
+        )
+    conf, ok, missing = scorer_arrays(records, scorer)
+    recorded = [r["format_ok"] for r in records if "format_ok" in r]
+    format_rate = float(np.mean(recorded)) if len(recorded) == len(records) else None
+    if not confidence_defined(len(records), missing):
+        rate = "" if format_rate is None else f" (format rate {format_rate:.2f})"
+        raise ValueError(
+            f"{label} {path}: no {scorer} confidence in any of its {len(records)} samples{rate}: "
+            "every answer would tie at 0 and no threshold can be certified; evaluate a model "
+            "that states a confidence (the system prompt asks for <answer>/<confidence>, and the "
+            "model was trained on that format)."
+        )
+    warning = rate_warning(len(records), missing, format_rate, scorer)
+    if warning:
+        print(f"rlsr: warning: {label} {path}: {warning}", file=sys.stderr)
+    return conf, ok
+
+
 def deployment_from_samples(
-    val_path, test_path, target, scorer, delta, *, model=None, adapter=None, allow_train=False
-):
+    val_path, test_path, target, scorer, delta, *, model=None, adapter=None, allow_train=False,
+    labels=("--validation", "--test"),
+):  # fmt: skip
     """(rows, provenance) of a deployment from the validation / test samples (a samples.jsonl
     or its folder): what ``rlsr deploy`` and ``rlsr evaluate --deployment-target`` write.
-    Refuses (before anything is written) a threshold chosen on the adapter's training rows
-    (``training_rows_problem``) unless ``allow_train``."""
-    val, test = read_samples(_samples_of(val_path)), read_samples(_samples_of(test_path))
-    if not val or not test:
-        raise ValueError(f"no samples in {val_path} or {test_path}.")
-    vc, vo, _ = scorer_arrays(val, scorer)
-    tc, to, _ = scorer_arrays(test, scorer)
+    Refuses, before anything is written, with one line naming the file (``labels``: how the two
+    inputs are named): an unknown scorer or one the samples lack, samples without any
+    confidence, unfinished samples (``read_finished_samples``), validation and test that cannot
+    go together (``split_problems``), and a threshold chosen on (or test rows from) the
+    adapter's training rows (``training_rows_problem``) unless ``allow_train``."""
+    if scorer not in SCORERS:
+        raise ValueError(f"--scorer {scorer}: unknown scorer; choose one of {', '.join(SCORERS)}.")
+    val = read_finished_samples(val_path, labels[0])
+    test = read_finished_samples(test_path, labels[1])
+    val_file, test_file = _samples_of(val_path), _samples_of(test_path)
+    problem = split_problems(val_file, val, test_file, test, scorer)
+    if problem:
+        raise ValueError(problem)
+    vc, vo = _scorer_confidences(val_file, val, scorer, labels[0])
+    tc, to = _scorer_confidences(test_file, test, scorer, labels[1])
     rows = deployment_rows(vc, vo, tc, to, target, delta=delta)
     provenance = deployment_provenance(
-        _samples_of(val_path), val, test, scorer=scorer, target=target, delta=delta,
+        val_file, val, test, scorer=scorer, target=target, delta=delta,
         model=model, adapter=adapter,
     )  # fmt: skip
     problem = training_rows_problem(provenance)

@@ -34,6 +34,7 @@ from rlsr.evaluation.evaluate_setup import (
     run_config,
     validate_flags,
 )
+from rlsr.evaluation.from_samples_cli import run_from_samples
 from rlsr.evaluation.judge import (
     DEFAULT_JUDGE_MODEL,
     JudgeUnavailableError,
@@ -45,7 +46,12 @@ from rlsr.evaluation.judge import (
 from rlsr.evaluation.provenance import adapter_fingerprint
 from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
 from rlsr.evaluation.samples_io import json_safe, read_samples
-from rlsr.evaluation.summary import no_verdict_note
+from rlsr.evaluation.summary import (
+    confidence_warning,
+    metric_text,
+    no_verdict_note,
+    scorer_value,
+)
 from rlsr.generation.backends import make_backend, resolve_adapter
 from rlsr.generation.endpoint import ENDPOINT_BACKENDS, EndpointBackend
 from rlsr.generation.http_client import EndpointError, EndpointSettings
@@ -88,6 +94,11 @@ def _saved(out: Path, jobs) -> int:
 
 def run_evaluate(args) -> int:
     """Check everything, load datasets, model and judge; only then write into --output-dir."""
+    if args.from_samples is not None:
+        return run_from_samples(args, _build_judge)
+    if args.model is None:
+        raise ValueError("--model is required (or --from-samples FILE to score responses "
+                         "generated elsewhere).")  # fmt: skip
     settings = validate_flags(args)
     if args.no_progress:  # also the bars of dataset formatting and weight loading (log files)
         datasets.disable_progress_bars()
@@ -231,14 +242,18 @@ def _evaluate(args, settings, out, names, paths, verifier_override, columns, end
                 )  # fmt: skip
             finally:
                 getattr(verifier, "close", lambda: None)()
-            primary = metrics["scorers"][metrics["primary_scorer"]]
+            aurc = scorer_value(metrics, "aurc")  # None: n/a, no confidence parsed
             summary[job] = {"n": metrics["n"], "accuracy": metrics["accuracy"],
-                            "aurc": primary["aurc"], **no_verdict_counts_of(metrics)}  # fmt: skip
+                            "aurc": aurc, **no_verdict_counts_of(metrics)}  # fmt: skip
             if endpoint is not None:
                 summary[job]["fallbacks_off"] = endpoint.fallbacks_off
                 summary[job]["usage"] = metrics.get("usage")
             print(f"{job}: n={metrics['n']} acc={metrics['accuracy']:.3f} "
-                  f"AURC={primary['aurc']:.3f}{no_verdict_note(metrics)}")  # fmt: skip
+                  f"AURC={metric_text(aurc)}{no_verdict_note(metrics)}")  # fmt: skip
+            warning = confidence_warning(metrics)
+            if warning:
+                summary[job]["warning"] = warning
+                print(f"rlsr: warning: {job}: {warning}", file=sys.stderr)
     except KeyboardInterrupt:
         remove_unused(out, [job for job, _, _ in jobs], existed, root_existed)
         print(f"rlsr: interrupted, {_saved(out, jobs)} samples saved in {out}; rerun the same "
@@ -259,11 +274,12 @@ def _evaluate(args, settings, out, names, paths, verifier_override, columns, end
     except BaseException:
         remove_unused(out, [job for job, _, _ in jobs], existed, root_existed)
         raise
+    # written first: a deployment refused below leaves every evaluated result in place
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     if args.deployment_target is not None:
         _deploy_from_dirs(out, args, jobs)
     if args.audit_deployment:
         _audit(out, args, jobs)
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     return 0
 
 
@@ -288,7 +304,7 @@ def _deploy_from_dirs(out: Path, args, jobs) -> None:
         out / folder[args.deployment_task, val_split],
         out / folder[args.deployment_task, test_split],
         args.deployment_target, "verbalized", args.deployment_delta,
-        allow_train=args.allow_train_split,
+        allow_train=args.allow_train_split, labels=(f"{val_split} split", f"{test_split} split"),
     )  # fmt: skip
     write_deployment(out / DEPLOYMENT_FILE, deployment_method_name(provenance), rows, provenance)
     print((out / DEPLOYMENT_FILE).with_suffix(".md").read_text())

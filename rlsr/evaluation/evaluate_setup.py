@@ -24,6 +24,7 @@ from rlsr.run_layout import CONFIG_FIELDS, DEPLOYMENT_FILE
 
 __all__ = [
     "name_value_pairs",
+    "looks_like_path",
     "resolved_system_prompt",
     "validate_flags",
     "evaluation_jobs",
@@ -52,7 +53,9 @@ def resolved_system_prompt(args) -> str | None:
     return tasks_system_prompt(args.tasks)
 
 
-def _looks_like_path(name: str) -> bool:
+def looks_like_path(name: str) -> bool:
+    """A local path rather than a hub id: absolute, relative with ./ or ../, under ~, or with
+    a doubled separator."""
     return name.startswith(("/", "./", "../", "~")) or os.sep + os.sep in name
 
 
@@ -84,7 +87,7 @@ def validate_flags(args) -> EvalSettings:
     if endpoint and args.adapter:
         raise ValueError("--adapter: an endpoint serves its own weights; give the served LoRA's "
                          "name as --model (vllm serve --lora-modules NAME=PATH).")  # fmt: skip
-    if not endpoint and _looks_like_path(args.model) and not Path(args.model).expanduser().is_dir():
+    if not endpoint and looks_like_path(args.model) and not Path(args.model).expanduser().is_dir():
         raise ValueError(f"--model {args.model}: no such folder; give a model folder or a hub id.")
     if Path(args.output_dir).exists() and not Path(args.output_dir).is_dir():
         raise ValueError(f"--output-dir {args.output_dir} is a file; give a folder.")

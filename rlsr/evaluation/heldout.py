@@ -75,6 +75,7 @@ from rlsr.evaluation.history import tracker_scalars, write_history
 from rlsr.evaluation.judge import DEFAULT_JUDGE_MODEL, RecordingJudge, openai_judge_fn
 from rlsr.evaluation.runner import EvalSettings, evaluate_dataset, summarise
 from rlsr.evaluation.samples_io import append_samples, read_samples
+from rlsr.evaluation.summary import confidence_warning, metric_text, scorer_value
 from rlsr.generation.backends import (
     TransformersBackend,
     VLLMBackend,
@@ -535,13 +536,16 @@ class HeldOutEvaluator(TrainerCallback):
         """One line per dataset on stdout; the scalars to every tracker (the trainer's on_log
         callbacks, as ``Trainer.log`` would send them) and the risk-coverage figures as images."""
         for job, metrics in results.items():
-            primary = metrics["scorers"][metrics["primary_scorer"]]
+            aurc, ece = scorer_value(metrics, "aurc"), scorer_value(metrics, "ece")
             print(
                 f"[rlsr] held-out step {step} {job}: n={metrics['n']} "
-                f"AURC={primary['aurc']:.4f} accuracy={metrics['accuracy']:.4f} "
-                f"ECE={primary['ece']:.4f} ({scalars[f'eval/{job}/seconds']:.1f} s)",
+                f"AURC={metric_text(aurc, 4)} accuracy={metrics['accuracy']:.4f} "
+                f"ECE={metric_text(ece, 4)} ({scalars[f'eval/{job}/seconds']:.1f} s)",
                 flush=True,
             )
+            warning = confidence_warning(metrics)
+            if warning:
+                print(f"[rlsr] warning: held-out step {step} {job}: {warning}", flush=True)
         self.last_logged = dict(scalars)
         trainer = self.trainer
         state = trainer.state

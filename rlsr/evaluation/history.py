@@ -48,7 +48,7 @@ def _float(value) -> float:
 
 def tracker_scalars(job: str, metrics: dict, seconds: float) -> dict[str, float]:
     """``{"eval/<job>/<metric>": value}`` for ``TRACKED_METRICS`` plus the wall time: the names
-    the trackers show."""
+    the trackers show (``metrics.json``'s numbers, as ``read_history``'s rows hold them)."""
     out = {f"eval/{job}/{name}": _float(_metric(metrics, path)) for name, path in TRACKED_METRICS}
     out[f"eval/{job}/seconds"] = float(seconds)
     return out
@@ -56,8 +56,10 @@ def tracker_scalars(job: str, metrics: dict, seconds: float) -> dict[str, float]
 
 def read_history(output_dir: str | os.PathLike) -> list[dict]:
     """One row per finished (step, dataset) of ``OUTPUT_DIR/eval`` (from the step folders, so a
-    resumed run has no duplicate and no gap): step, dataset, the tracked metrics, n, seconds;
-    a failed step gives one row with ``failed`` (the reason)."""
+    resumed run has no duplicate and no gap): step, dataset, the tracked metrics as
+    ``metrics.json`` holds them, n, missing_confidence (of the primary scorer: with n, what
+    ``rlsr.evaluation.summary.confidence_defined`` reads), seconds; a failed step gives one row
+    with ``failed`` (the reason)."""
     rows = []
     for step, folder in step_folders(output_dir):
         failed = folder / FAILED_FILE
@@ -69,6 +71,8 @@ def read_history(output_dir: str | os.PathLike) -> list[dict]:
             row = {"step": step, "dataset": metrics_path.parent.name, "n": metrics["n"]}
             for name, path in TRACKED_METRICS:
                 row[name] = _metric(metrics, path)
+            primary = metrics["scorers"][metrics["primary_scorer"]]
+            row["missing_confidence"] = primary.get("missing_confidence")
             row["seconds"] = metrics.get("in_training", {}).get("seconds")
             rows.append(row)
     return rows

@@ -31,8 +31,8 @@ SERVE_REPORT_FILE = "serve_report.json"
 # split is refused unless this flag is given
 TRAINING_ROWS_FLAG = "--allow-train-split"
 ALLOW_TRAIN_HELP = (
-    "allow a threshold chosen on the split the adapter trained on (its run's config.yaml); every "
-    "output marks it NOT HELD OUT"
+    "allow a threshold chosen on, or test rows from, the split the adapter trained on (its run's "
+    "config.yaml); every output marks it NOT HELD OUT"
 )
 
 

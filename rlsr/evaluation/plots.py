@@ -1,10 +1,13 @@
-"""Risk-coverage and confidence-density figures (matplotlib, Agg backend: no display needed)."""
+"""Risk-coverage, confidence-density and reliability figures (matplotlib, Agg backend: no
+display needed)."""
 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -18,6 +21,9 @@ __all__ = [
     "plot_dataset_risk_coverage",
     "plot_overlay_grid",
     "plot_confidence_densities",
+    "ReliabilityPanel",
+    "reliability_panel",
+    "plot_reliability_diagrams",
 ]
 
 COVERAGE_GRID = np.linspace(0.01, 1.0, 100)
@@ -142,3 +148,98 @@ def plot_confidence_densities(
         ax.set(title=name, xlabel="confidence", ylabel="density", xlim=(grid[0], grid[-1]))
         ax.legend(fontsize=7)
     return _save(plt, fig, path)
+
+
+class ReliabilityPanel(NamedTuple):
+    """What one reliability-diagram panel draws: ``rlsr.metrics.reliability_bins`` and the ECE
+    of the same samples (``rlsr.metrics.ece``: sum_B |B|/n |acc_B - conf_B| over these bins)."""
+
+    title: str
+    bins: M.ReliabilityBins
+    ece: float
+
+
+def reliability_panel(title: str, confidence, correct, n_bins: int = 10) -> ReliabilityPanel:
+    """The panel of one run on one dataset, binned as ``rlsr.metrics.ece`` bins."""
+    bins = M.reliability_bins(confidence, correct, n_bins)
+    return ReliabilityPanel(title, bins, M.ece(confidence, correct, n_bins))
+
+
+_RELIABILITY_KEY = (
+    "bars: accuracy of the samples in each confidence bin (10 equal-width bins, those of ECE) · "
+    "dots: their mean confidence · red: |accuracy − mean confidence|, weighted by the bin's "
+    "share it sums to ECE · dashed: perfect calibration · grey: samples per bin"
+)
+
+
+def _draw_reliability(ax, count_ax, panel: ReliabilityPanel) -> None:
+    b = panel.bins
+    edges = np.clip(b.edges, 0.0, 1.0)  # the outer edges are -inf / +inf
+    left, width = edges[:-1], np.diff(edges)
+    filled = b.count > 0
+    acc, conf = b.accuracy, b.mean_confidence
+    ax.plot([0, 1], [0, 1], ls="--", color="0.5", lw=1)
+    ax.bar(left[filled], acc[filled], width=width[filled], align="edge", color="C0", alpha=0.35,
+           edgecolor="C0")  # fmt: skip
+    # The gap each bin adds to ECE: from its mean confidence on the diagonal to its accuracy.
+    ax.vlines(conf[filled], conf[filled], acc[filled], color="C3", lw=2,
+              label=f"ECE = {panel.ece:.3f}")  # fmt: skip
+    ax.plot(conf[filled], acc[filled], "o", color="C0", ms=3)
+    ax.set(title=panel.title, ylabel="accuracy", xlim=(0, 1), ylim=(0, 1))
+    ax.legend(fontsize=8, loc="best", handlelength=1.0, framealpha=0.85)
+    count_ax.bar(left[filled], b.count[filled], width=width[filled], align="edge", color="0.6",
+                 edgecolor="0.3")  # fmt: skip
+    for x, w, k in zip(left[filled], width[filled], b.count[filled], strict=True):
+        count_ax.annotate(str(int(k)), (x + w / 2, k), ha="center", va="bottom", fontsize=6,
+                          xytext=(0, 1), textcoords="offset points")  # fmt: skip
+    count_ax.set(xlabel="confidence", ylabel="count", xlim=(0, 1))
+
+
+def plot_reliability_diagrams(
+    panels: Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray]]], path, n_bins: int = 10
+) -> list[list[ReliabilityPanel]]:
+    """Reliability diagrams (Guo et al. 2017, arXiv:1706.04599, Fig. 1): ``panels[row][run] =
+    (confidence, correct)``, one row per key (a dataset), one column per run, each panel the
+    accuracy of every non-empty bin of ``rlsr.metrics.ece`` (bars over the bin), the bin's mean
+    confidence (dot) with its gap to the diagonal (red), the ECE in the legend, and under it the
+    bin counts (bars, each labelled). Every panel spans [0, 1] x [0, 1]; the count axes of a row
+    share their scale. Returns the drawn panels, row by row."""
+    plt = _pyplot()
+    rows = list(panels)
+    if not rows:
+        raise ValueError("no confidence samples to plot.")
+    cols = max(len(panels[r]) for r in rows)
+    # Fixed layout in inches (a layout engine costs seconds per dozen panels): per panel a
+    # title strip, the diagram, the count strip right under it, then the x tick labels.
+    width, height, left, right, top, plot, counts = 3.3, 3.9, 0.6, 0.15, 0.35, 2.3, 0.65
+    fig_w = width * cols
+    # The key, once above all panels: at 7.5 pt about 16 characters fit an inch, a line 0.14 in.
+    key = textwrap.fill(_RELIABILITY_KEY, width=int(16 * fig_w))
+    caption = 0.12 + 0.14 * (key.count("\n") + 1)
+    fig_h = height * len(rows) + caption
+    fig = plt.figure(figsize=(fig_w, fig_h))
+    fig.text(0.5, 1 - 0.06 / fig_h, key, ha="center", va="top", fontsize=7.5)
+
+    def rect(i: int, j: int, y_from_top: float, h: float) -> list[float]:
+        x0 = j * width + left
+        y0 = fig_h - (caption + i * height + y_from_top + h)
+        return [x0 / fig_w, y0 / fig_h, (width - left - right) / fig_w, h / fig_h]
+
+    drawn = []
+    for i, row in enumerate(rows):
+        count_axes, row_panels = [], []
+        for j, (run, (conf, ok)) in enumerate(panels[row].items()):
+            ax = fig.add_axes(rect(i, j, top, plot))
+            count_ax = fig.add_axes(rect(i, j, top + plot, counts), sharex=ax)
+            panel = reliability_panel(f"{row}: {run}", conf, ok, n_bins)
+            _draw_reliability(ax, count_ax, panel)
+            ax.tick_params(labelbottom=False)
+            count_axes.append(count_ax)
+            row_panels.append(panel)
+        top_count = max(int(p.bins.count.max()) for p in row_panels)
+        for count_ax in count_axes:
+            count_ax.set_ylim(0, 1.3 * top_count)  # room for the count labels
+        drawn.append(row_panels)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return drawn

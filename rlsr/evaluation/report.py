@@ -9,10 +9,14 @@
 * Tab. 2: the controlled confidence gap on the questions every method answers correctly (resp.
   incorrectly), per ID/OOD scope and per dataset (``rlsr.evaluation.gap``);
 * Fig. 3: per dataset, the confidence densities of each method's correct (solid) and incorrect
-  (dotted) answers, Gaussian KDE with bandwidth 0.15, the gap Δc in the legend.
+  (dotted) answers, Gaussian KDE with bandwidth 0.15, the gap Δc in the legend;
+* calibration and selective risk per run (``rlsr.evaluation.reliability``): ECE, equal-mass ECE,
+  MCE, RMS calibration error, coverage at target risks and risk at target coverages with
+  bootstrap CIs, and a reliability diagram per run and dataset.
 
 Confidences are each run's primary scorer (``metrics.json``; verbalized by default), a missing one
-counting as 0.0 as in every metric. Tab. 2 and Fig. 3 need ``<dataset>/samples.jsonl``.
+counting as 0.0 as in every metric; a run whose dataset has no confidence at all shows n/a there
+(``rlsr.evaluation.summary.no_confidence``). Tab. 2 and Fig. 3 need ``<dataset>/samples.jsonl``.
 
 Methods: ``--label NAME=DIR1,DIR2`` names runs explicitly; other directories are grouped by
 their basename with a trailing seed tag removed (``rlsr-seed1`` and ``rlsr_s2`` -> ``rlsr``).
@@ -44,9 +48,28 @@ from rlsr.evaluation.plots import (
     curve_on_grid,
     plot_confidence_densities,
     plot_overlay_grid,
+    plot_reliability_diagrams,
+)
+from rlsr.evaluation.reliability import (
+    CalibrationMetric,
+    CalibrationRow,
+    calibration_metrics,
+    calibration_rows,
+    reliability_panels,
+)
+from rlsr.evaluation.report_settings import (
+    DEFAULT_BOOTSTRAP,
+    DEFAULT_TARGET_COVERAGES,
+    DEFAULT_TARGET_RISKS,
 )
 from rlsr.evaluation.samples_io import read_samples
-from rlsr.evaluation.summary import scorer_arrays
+from rlsr.evaluation.summary import (
+    CONFIDENCE_METRICS,
+    NOT_AVAILABLE,
+    no_confidence,
+    scorer_arrays,
+    scorer_value,
+)
 from rlsr.run_layout import METRICS_FILE, SAMPLES_FILE
 
 __all__ = [
@@ -171,11 +194,15 @@ def split_id_ood(datasets: Sequence[str], family: str | None = None, id_sets=Non
     return [d for d in datasets if d in ids], [d for d in datasets if d in oods]
 
 
-def _metric(m: dict, key: str) -> float:
+def _metric(m: dict, key: str) -> float | None:
+    """``key`` of ``m``'s primary scorer: None when n/a (no confidence at all,
+    ``rlsr.evaluation.summary.no_confidence``), NaN when otherwise undefined."""
     if key == "accuracy":
         return float(m["accuracy"])
-    value = m["scorers"][m.get("primary_scorer", "verbalized")].get(key)
-    return math.nan if value is None else float(value)
+    if key in CONFIDENCE_METRICS and no_confidence(m):
+        return None
+    value = scorer_value(m, key)
+    return math.nan if value is None else value
 
 
 # --------------------------------------------------------------------------- rows (plain data)
@@ -194,6 +221,7 @@ class Cell:
     std: float
     runs: int
     values: int
+    undefined: int = 0  # runs whose value is n/a: no confidence at all (summary.no_confidence)
 
 
 @dataclass(frozen=True)
@@ -250,14 +278,20 @@ class ReportRows:
     gap: list[GapRow]
     panels: dict  # Fig. 3 densities: panels[dataset][method] = (confidence, correct)
     density: list[DensityRow]
+    calibration_metrics: list[CalibrationMetric] = field(default_factory=list)
+    calibration: list[CalibrationRow] = field(default_factory=list)  # per run and dataset
 
 
-def _cell(values: list[float], key: str, **where) -> Cell:
-    vals = [v for v in values if not math.isnan(v)]
+def _cell(values: list[float | None], key: str, **where) -> Cell:
+    """Mean and std of the runs' ``values``; None (n/a) and NaN values are left out, the n/a
+    ones counted in ``undefined``."""
+    undefined = sum(v is None for v in values)
+    vals = [v for v in values if v is not None and not math.isnan(v)]
     if not vals:
-        return Cell(**where, metric=key, mean=math.nan, std=math.nan, values=0)
+        return Cell(**where, metric=key, mean=math.nan, std=math.nan, values=0,
+                    undefined=undefined)  # fmt: skip
     ms = M.mean_std_over_seeds(vals)
-    return Cell(**where, metric=key, mean=ms.mean, std=ms.std, values=ms.n)
+    return Cell(**where, metric=key, mean=ms.mean, std=ms.std, values=ms.n, undefined=undefined)
 
 
 def report_rows(
@@ -268,8 +302,12 @@ def report_rows(
     id_sets=None,
     ood_sets=None,
     gap_methods: Sequence[str] | None = None,
+    target_risks: Sequence[float] = DEFAULT_TARGET_RISKS,
+    target_coverages: Sequence[float] = DEFAULT_TARGET_COVERAGES,
+    bootstrap: int = DEFAULT_BOOTSTRAP,
 ) -> ReportRows:
-    """The report's tables as plain data (``build_report`` renders and writes them)."""
+    """The report's tables as plain data (``build_report`` renders and writes them);
+    ``bootstrap``: resamples of the calibration section's CIs (0: none)."""
     groups = group_runs(dirs, labels)
     runs = {name: [Run.load(p) for p in paths] for name, paths in groups.items()}
     datasets = sorted({d for rs in runs.values() for r in rs for d in r.metrics})
@@ -283,7 +321,10 @@ def report_rows(
                 per_run = []
                 for r in rs:
                     vals = [_metric(r.metrics[d], key) for d in members if d in r.metrics]
-                    per_run.append(float(np.mean(vals)) if vals else math.nan)
+                    if any(v is None for v in vals):  # a dataset without confidence: n/a
+                        per_run.append(None)
+                    else:
+                        per_run.append(float(np.mean(vals)) if vals else math.nan)
                 cells.append(_cell(per_run, key, method=name, scope=scope, dataset="",
                                    runs=len(rs)))  # fmt: skip
         averages.append((name, cells))
@@ -304,10 +345,12 @@ def report_rows(
     gap_scopes = [(scope, members) for scope, members in scopes if members]
     gap_scopes += [(d, [d]) for d in datasets]
     panels = _density_panels(runs, datasets)
+    calibration = calibration_metrics(target_risks, target_coverages)
     return ReportRows(
         runs=runs, datasets=datasets, scopes=scopes, averages=averages, per_dataset=per_dataset,
         gap_methods=names, gap=_gap_rows(runs, names, gap_scopes), panels=panels,
-        density=_density_rows(runs, panels),
+        density=_density_rows(runs, panels), calibration_metrics=calibration.columns,
+        calibration=calibration_rows(runs, datasets, calibration, n_resamples=bootstrap),
     )  # fmt: skip
 
 
@@ -388,7 +431,9 @@ def _density_rows(runs: dict[str, list[Run]], panels: dict) -> list[DensityRow]:
 
 # --------------------------------------------------------------------------- rendering
 
-CSV_FIELDS = ["method", "scope", "dataset", "metric", "mean", "std", "runs"]
+_CELL_FIELDS = ["method", "scope", "dataset", "metric", "mean", "std", "runs"]
+# run, ci_low, ci_high: the calibration section's rows (one run each); empty on the other rows.
+CSV_FIELDS = [*_CELL_FIELDS, "run", "ci_low", "ci_high"]
 
 
 def _num(value: float) -> str:
@@ -396,20 +441,23 @@ def _num(value: float) -> str:
 
 
 def _text(cell: Cell) -> str:
-    """``mean`` or ``mean ± std`` (percent for accuracies), "–" without a value."""
+    """``mean`` or ``mean ± std`` (percent for accuracies); ``NOT_AVAILABLE`` when its runs gave
+    no confidence, with how many did not beside a value of the others; "–" without a value."""
     if cell.values == 0:
-        return "–"
+        return NOT_AVAILABLE if cell.undefined else "–"
     scale, fmt = (100.0, "{:.1f}") if cell.metric in _PERCENT else (1.0, "{:.3f}")
     text = fmt.format(scale * cell.mean)
     if cell.values > 1:
         text += " ± " + fmt.format(scale * cell.std)
+    if cell.undefined:
+        text += f" ({cell.undefined} {NOT_AVAILABLE})"
     return text
 
 
 def csv_rows(rows: ReportRows) -> list[dict]:
     """``OUTPUT.csv``'s rows (``CSV_FIELDS``): Tab. 1 cells, per-dataset cells, Tab. 2, Fig. 3."""
-    out = [{k: getattr(c, k) for k in CSV_FIELDS} for _, cells in rows.averages for c in cells]
-    out += [{k: getattr(c, k) for k in CSV_FIELDS} for r in rows.per_dataset for c in r.cells]
+    out = [{k: getattr(c, k) for k in _CELL_FIELDS} for _, cells in rows.averages for c in cells]
+    out += [{k: getattr(c, k) for k in _CELL_FIELDS} for r in rows.per_dataset for c in r.cells]
     for g in rows.gap:
         values = {
             "controlled_conf_correct": g.mean_correct,
@@ -425,12 +473,26 @@ def csv_rows(rows: ReportRows) -> list[dict]:
     out += [dict(method=r.method, scope="", dataset=r.dataset, metric="confidence_gap_pooled",
                  mean=r.mean_correct - r.mean_incorrect, std=math.nan, runs=r.runs)
             for r in rows.density]  # fmt: skip
-    return out
+    return out + _calibration_csv(rows)
 
 
-def render_markdown(rows: ReportRows, figure: str, density_figure: str) -> str:
-    """``OUTPUT.md``: the tables of ``rows``; ``figure`` and ``density_figure`` are the file
-    names of the risk-coverage and density images it links."""
+def _calibration_csv(rows: ReportRows) -> list[dict]:
+    """One row per run, dataset and calibration metric: ``mean`` the estimate on the run's
+    samples, ``ci_low`` / ``ci_high`` its bootstrap CI, ``run`` the run folder's name."""
+    return [
+        dict(method=r.method, scope="", dataset=r.dataset, metric=m.key, mean=v.estimate,
+             std=math.nan, runs=1, run=r.run, ci_low=v.low, ci_high=v.high)
+        for r in rows.calibration
+        for m, v in zip(rows.calibration_metrics, r.values, strict=True)
+    ]  # fmt: skip
+
+
+def render_markdown(
+    rows: ReportRows, figure: str, density_figure: str, reliability_figure: str = ""
+) -> str:
+    """``OUTPUT.md``: the tables of ``rows``; ``figure``, ``density_figure`` and
+    ``reliability_figure`` are the file names of the risk-coverage, density and reliability
+    images it links."""
     runs, scopes = rows.runs, rows.scopes
     md: list[str] = [
         "# Evaluation report",
@@ -464,7 +526,49 @@ def render_markdown(rows: ReportRows, figure: str, density_figure: str) -> str:
     md += _tab2_markdown(rows)
     if rows.panels:
         md += _fig3_markdown(rows, density_figure)
+    if rows.calibration:
+        md += _calibration_markdown(rows, reliability_figure)
     return "\n".join(md)
+
+
+def _ci_text(value: M.BootstrapCI) -> str:
+    """``estimate [low, high]``; the estimate alone without bounds."""
+    text = _num(value.estimate)
+    if math.isnan(value.low) or math.isnan(value.high):
+        return text
+    return f"{text} [{_num(value.low)}, {_num(value.high)}]"
+
+
+def _calibration_markdown(rows: ReportRows, figure: str) -> list[str]:
+    metrics = rows.calibration_metrics
+    with_ci = any(not math.isnan(v.low) for r in rows.calibration for v in r.values)
+    cells = (
+        "estimate [95 % percentile bootstrap CI over the samples]"
+        if with_ci
+        else "estimate (no CIs: --bootstrap 0)"
+    )
+    md = [
+        "## Calibration and selective risk (per run)",
+        "",
+        f"Each run's samples on its own, not averaged over runs: {cells}. "
+        "ECE, MCE, RMS-CE: 10 equal-width bins, those of the ECE "
+        "above; equal-mass: bin edges at the deciles of the confidences. Cov@risk≤r: the largest "
+        "share of samples a confidence threshold keeps with an error rate ≤ r (0 when none "
+        "does); Risk@cov c: the error rate of the smallest threshold selection covering ≥ c. A "
+        "threshold keeps or drops tied confidences together (docs/metrics.md).",
+        "",
+        "| Dataset | Method | Run | n | " + " | ".join(m.label for m in metrics) + " |",
+        "|" + " --- |" * (4 + len(metrics)),
+    ]
+    for r in rows.calibration:
+        md.append(
+            f"| {r.dataset} | {r.method} | {r.run} | {r.n} | "
+            + " | ".join(_ci_text(v) for v in r.values)
+            + " |"
+        )
+    if figure:
+        md += ["", f"![reliability diagrams]({figure})"]
+    return md + [""]
 
 
 def _tab2_markdown(rows: ReportRows) -> list[str]:
@@ -519,10 +623,13 @@ def build_report(
     id_sets=None,
     ood_sets=None,
     gap_methods: Sequence[str] | None = None,
+    target_risks: Sequence[float] = DEFAULT_TARGET_RISKS,
+    target_coverages: Sequence[float] = DEFAULT_TARGET_COVERAGES,
+    bootstrap: int = DEFAULT_BOOTSTRAP,
 ) -> dict[str, Path]:
-    """Write ``OUTPUT.md``, ``OUTPUT.csv``, ``OUTPUT_risk_coverage.png`` and
-    ``OUTPUT_confidence_density.png``; return their paths. The tables are ``report_rows``
-    rendered by ``render_markdown`` and ``csv_rows``.
+    """Write ``OUTPUT.md``, ``OUTPUT.csv``, ``OUTPUT_risk_coverage.png``,
+    ``OUTPUT_confidence_density.png`` and ``OUTPUT_reliability.png``; return their paths. The
+    tables are ``report_rows`` rendered by ``render_markdown`` and ``csv_rows``.
 
     ``gap_methods``: the methods Tab. 2 holds accuracy fixed across (default: all; the paper
     uses RLVR, RLCR and RLSR, without the base model).
@@ -531,7 +638,8 @@ def build_report(
     ``--output report/``) gets ``report.md``, ``report.csv``, ``report_risk_coverage.png`` inside.
     """
     rows = report_rows(dirs, labels=labels, family=family, id_sets=id_sets, ood_sets=ood_sets,
-                       gap_methods=gap_methods)  # fmt: skip
+                       gap_methods=gap_methods, target_risks=target_risks,
+                       target_coverages=target_coverages, bootstrap=bootstrap)  # fmt: skip
     out = Path(output)
     if str(output).endswith(("/", os.sep)) or out.is_dir():
         out = out / "report"
@@ -541,8 +649,11 @@ def build_report(
         "csv": out.with_suffix(".csv"),
         "figure": out.with_name(out.stem + "_risk_coverage.png"),
         "density": out.with_name(out.stem + "_confidence_density.png"),
+        "reliability": out.with_name(out.stem + "_reliability.png"),
     }
-    paths["markdown"].write_text(render_markdown(rows, paths["figure"].name, paths["density"].name))
+    paths["markdown"].write_text(render_markdown(
+        rows, paths["figure"].name, paths["density"].name, paths["reliability"].name
+    ))  # fmt: skip
     with open(paths["csv"], "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
         writer.writeheader()
@@ -550,6 +661,9 @@ def build_report(
     _overlay(rows.runs, rows.datasets, paths["figure"])
     if rows.panels:
         plot_confidence_densities(rows.panels, paths["density"])
+    reliability = reliability_panels(rows.runs, rows.datasets)
+    if reliability:
+        plot_reliability_diagrams(reliability, paths["reliability"])
     return paths
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from rlsr.evaluation.curves import write_curves
 from rlsr.evaluation.outputs import REPORT_PREFIX, output_prefix
+from rlsr.evaluation.reliability import parse_targets
 from rlsr.evaluation.report import build_report
 from rlsr.pool_log import write_pool_summary
 
@@ -28,8 +29,13 @@ def run_report(args) -> int:
         return 0
     dirs = list(args.dirs)
     gap_methods = [m.strip() for m in (args.gap_methods or "").split(",") if m.strip()]
+    risks = parse_targets(args.target_risks, "--target-risks", open_left=False)
+    coverages = parse_targets(args.target_coverages, "--target-coverages", open_left=True)
+    if args.bootstrap < 0:
+        raise ValueError(f"--bootstrap must be >= 0 (0 = no CIs); got {args.bootstrap}.")
     paths = build_report(dirs, prefix, labels=args.label, family=args.family,
                          id_sets=args.id_sets, ood_sets=args.ood_sets,
-                         gap_methods=gap_methods or None)  # fmt: skip
+                         gap_methods=gap_methods or None, target_risks=risks,
+                         target_coverages=coverages, bootstrap=args.bootstrap)  # fmt: skip
     print(paths["markdown"].read_text())
     return 0

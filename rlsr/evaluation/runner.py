@@ -57,6 +57,8 @@ __all__ = [
     "fallback_sampling",
     "evaluate_dataset",
     "summarise",
+    "verify_items",
+    "sample_record",
 ]
 
 
@@ -162,7 +164,10 @@ def _add_scores(backend, rows: list[dict], items: list[dict], settings: EvalSett
             it["consistency_answers"] = answers
 
 
-def _verify(verifier, inputs: dict, items: list[dict], judge) -> None:
+def verify_items(verifier, inputs: dict, items: list[dict], judge=None) -> None:
+    """Verify each item's ``answer`` in one ``verify_batch`` call (``inputs``: the rows'
+    ``verification_inputs``); sets ``correct``, ``verify_status`` and, where the verifier gave
+    no verdict, ``verify_problem`` (``judge``: the recording judge, whose outputs are kept)."""
     answers = [it["answer"] for it in items]
     result = verifier.verify_batch(answers, **inputs)
     outputs = iter(judge.last_outputs if judge is not None else [])
@@ -278,12 +283,12 @@ def evaluate_dataset(
         k = next(groups)
         if before_batch is not None:
             before_batch(k)
-        _verify(verifier, inputs, items, judge)
+        verify_items(verifier, inputs, items, judge)
         budget.check(rows, items, samples_path)  # raises before this group is written
         _add_scores(backend, rows, items, settings)
         if settings.dcs:
             _add_dcs(backend, rows, items)
-        records = [_record(r, it, dataset_name) for r, it in zip(rows, items, strict=True)]
+        records = [sample_record(r, it, dataset_name) for r, it in zip(rows, items, strict=True)]
         append_samples(samples_path, records)
         n_new += len(rows)
         tally["right"] += sum(bool(it["correct"]) for it in items)
@@ -493,7 +498,8 @@ def _add_dcs(backend, rows: list[dict], items: list[dict]) -> None:
 _ROW_FIELDS = ("answerable", "cost", "options", "answer_letter")
 
 
-def _record(row: dict, it: dict, dataset_name: str) -> dict:
+def sample_record(row: dict, it: dict, dataset_name: str) -> dict:
+    """The samples.jsonl line of dataset row ``row`` and its scored response ``it``."""
     rec = {
         "id": row["id"],
         "dataset": dataset_name,

@@ -6,6 +6,14 @@ recomputed at any time (``compute_metrics(read_samples(path))``) and tests check
 Missing confidence (no number even after the Sec. C.3 fallback) counts as 0.0 for every metric,
 the same rule the training reward uses (``rlsr.rewards.confidence_for_ranking``): a response that
 does not state a confidence is ranked least confident.
+
+With no confidence at all (every sample missing) those numbers describe no confidence, only
+the accuracy (every answer tied at 0: AURC = error rate, ECE = accuracy), so they are *n/a*:
+``confidence_defined`` is that rule (``no_confidence`` of a ``metrics.json``), ``scorer_value``
+the one reader of a ``metrics.json``
+metric that applies it (reports, summaries and the held-out lines print ``NOT_AVAILABLE``), and
+``confidence_warning`` the warning of a run whose confidence or format rate is below
+``LOW_RATE`` (docs/evaluation.md, "Runs that give no confidence").
 """
 
 from __future__ import annotations
@@ -28,6 +36,15 @@ __all__ = [
     "compute_metrics",
     "no_verdict_counts",
     "no_verdict_note",
+    "CONFIDENCE_METRICS",
+    "LOW_RATE",
+    "NOT_AVAILABLE",
+    "confidence_defined",
+    "no_confidence",
+    "scorer_value",
+    "metric_text",
+    "rate_warning",
+    "confidence_warning",
 ]
 
 SCHEMA_VERSION = 1
@@ -43,7 +60,7 @@ METRIC_DEFINITIONS = {
     "brier": "mean (confidence - correct)^2 (rlsr.metrics.brier).",
     "auroc": "P(conf of a correct > conf of a wrong), ties 1/2 (rlsr.metrics.auroc); NaN if one class.",
     "confidence_gap": "E[conf | correct] - E[conf | wrong] (RLSR Tab. 2; rlsr.metrics.confidence_gap).",
-    "utility_auc": "UtilityBench Eq. 1-3 (seed 000), scores = confidence, answered = an answer was "
+    "utility_auc": "UtilityBench Eq. 1-3 (arXiv 2610.25924), scores = confidence, answered = an answer was "
     "extracted, C_R = 2; only for datasets with answerable/cost (rlsr.metrics.utility_auc).",
     "accuracy": "mean correctness over all samples (full coverage).",
     "missing_confidence": "a sample without a parseable confidence counts as confidence 0.0.",
@@ -54,8 +71,84 @@ METRIC_DEFINITIONS = {
     "ci": "percentile bootstrap over samples, 95%, rlsr.metrics.bootstrap_ci (seed, resamples "
     "in 'bootstrap').",
     "dcs": "mean (p_c - P_W)(1 - p_idk) over MCQ items, option probabilities = softmax of "
-    "length-normalised option log-likelihoods incl. an IDK option (seed 002; rlsr.metrics.dcs).",
+    "length-normalised option log-likelihoods incl. an IDK option (the DCS paper; rlsr.metrics.dcs).",
 }
+
+
+# The scorer metrics that read the confidence (everything but accuracy and the counts): n/a when
+# no sample has a confidence (``confidence_defined``).
+CONFIDENCE_METRICS = ("aurc", "ece", "acc@10", "acc@25", "acc@50", "brier", "auroc",
+                      "confidence_gap", "utility_auc")  # fmt: skip
+# Below this fraction of samples with a confidence (or in the answer format), a run warns.
+LOW_RATE = 0.1
+NOT_AVAILABLE = "n/a"
+
+
+def confidence_defined(n: int, n_missing: int) -> bool:
+    """The n/a rule: a scorer's ``CONFIDENCE_METRICS`` over ``n`` samples are defined iff at
+    least one sample has a confidence (``n_missing < n``). With some confidences a missing one
+    ranks as 0.0 (the module's policy); with none every answer ties at 0, and the numbers would
+    measure only the accuracy."""
+    return n_missing < n
+
+
+def no_confidence(metrics: dict, scorer: str | None = None) -> bool:
+    """``confidence_defined`` of a ``metrics.json`` (its ``scorer``, default the primary one),
+    negated: True when no sample has a confidence. Read from ``n`` and ``missing_confidence``,
+    so a file written before this rule reads the same."""
+    block = metrics["scorers"][scorer or metrics.get("primary_scorer", "verbalized")]
+    missing = block.get("missing_confidence")
+    return missing is not None and not confidence_defined(int(metrics["n"]), int(missing))
+
+
+def scorer_value(metrics: dict, key: str, scorer: str | None = None) -> float | None:
+    """``metrics.json``'s ``key`` of ``scorer`` (default: the primary scorer) as a float; None
+    when it is undefined: NaN/null, or a ``CONFIDENCE_METRICS`` value of a scorer without any
+    confidence (``no_confidence``)."""
+    if key in CONFIDENCE_METRICS and no_confidence(metrics, scorer):
+        return None
+    block = metrics["scorers"][scorer or metrics.get("primary_scorer", "verbalized")]
+    return _nan_to_none(block.get(key))
+
+
+def metric_text(value: float | None, digits: int = 3) -> str:
+    """``value`` with ``digits`` decimals, ``NOT_AVAILABLE`` for None or NaN."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return NOT_AVAILABLE
+    return f"{value:.{digits}f}"
+
+
+def rate_warning(
+    n: int, n_missing: int, format_rate: float | None, scorer: str = "verbalized"
+) -> str | None:
+    """The warning of an evaluation whose answers carry a ``scorer`` confidence, or follow the
+    answer format, in fewer than ``LOW_RATE`` of its ``n`` samples: what was seen, what is n/a
+    and where to look; None otherwise."""
+    parsed = n - n_missing
+    low_format = format_rate is not None and format_rate < LOW_RATE
+    if n == 0 or (parsed >= LOW_RATE * n and not low_format):
+        return None
+    fmt = "" if format_rate is None else f" (format rate {format_rate:.2f})"
+    if not confidence_defined(n, n_missing):
+        seen = f"no {scorer} confidence in any of the {n} answers{fmt}: AURC, ECE and Acc@k are n/a"
+    else:
+        seen = f"a {scorer} confidence in {parsed} of {n} answers{fmt}"
+    fix = (
+        "check that the system prompt asks for <answer>/<confidence> (--system-prompt) and that "
+        "the model was trained to answer in that format"
+        if scorer == "verbalized" or low_format
+        else f"check the {scorer} scorer's inputs in the samples"
+    )
+    return f"{seen}; {fix}."
+
+
+def confidence_warning(metrics: dict, scorer: str | None = None) -> str | None:
+    """``rate_warning`` of a ``metrics.json`` (its ``scorer``, default the primary one)."""
+    name = scorer or metrics.get("primary_scorer", "verbalized")
+    missing = metrics["scorers"][name].get("missing_confidence")
+    if missing is None:
+        return None
+    return rate_warning(int(metrics["n"]), int(missing), metrics.get("format_ok_rate"), name)
 
 
 def _nan_to_none(value: float) -> float | None:

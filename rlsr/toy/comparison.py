@@ -3,10 +3,10 @@
 Per row (BASE and every arm) and seed, from the held-out evaluation the summary already reads
 (``rlsr.toy.repro.row_metrics``): the AURC, the ranking gain (error rate - AURC,
 ``rlsr.metrics.ranking_gain_from_aurc``) and the AURC drop (BASE's AURC - the row's, same seed;
-BASE's own is 0). Over seeds: the mean and 95 % percentile bootstrap CI of each, and per arm the
-paired difference RLSR - arm on the seeds both hold, with its CI. The statistics are those of
-``rlsr compare`` (``rlsr.evaluation.compare.seed_summary`` / ``paired_differences``, same
-bootstrap settings). The toy's evaluation folders cannot go to ``rlsr compare`` itself: every
+BASE's own is 0). Over seeds: the mean and 95 % t-interval of each, and per arm the paired
+difference RLSR - arm on the seeds both hold, with its interval, exact paired permutation test,
+Holm-adjusted p-value and verdict. The statistics are those of ``rlsr compare``
+(``rlsr.evaluation.compare.seed_summary`` / ``paired_summary`` / ``add_verdicts``). The toy's evaluation folders cannot go to ``rlsr compare`` itself: every
 seed generates its own held-out questions (``rlsr compare`` refuses to pool runs evaluated on
 different questions), BASE is the warm-up model, not a ``train.py`` run, and an arm saves no
 ``checkpoint-N`` (``rlsr compare`` refuses an evaluated run whose step it cannot read).
@@ -16,10 +16,24 @@ from __future__ import annotations
 
 import math
 
-from rlsr.evaluation.compare import Bootstrap, paired_differences, seed_summary
+from rlsr.evaluation.compare import (
+    Statistics,
+    add_verdicts,
+    check_margin,
+    paired_differences,
+    paired_summary,
+    seed_summary,
+)
 from rlsr.metrics import ranking_gain_from_aurc
 
-__all__ = ["KEYS", "REFERENCE", "per_seed_values", "comparison", "verdict", "comparison_markdown"]
+__all__ = [
+    "KEYS",
+    "REFERENCE",
+    "VERDICT_KEYS",
+    "per_seed_values",
+    "comparison",
+    "comparison_markdown",
+]
 
 # (key, heading, better) of the comparison's columns
 KEYS = (
@@ -27,10 +41,11 @@ KEYS = (
     ("ranking_gain", "ranking gain", "higher"),
     ("aurc_drop", "AURC drop", "higher"),
 )
-FLOAT_NOISE = 1e-9  # |difference| below this is float rounding, not a difference
+# the verdicts printed (AURC's paired difference is AURC drop's with the sign flipped: one test)
+VERDICT_KEYS = tuple(k for k in KEYS if k[0] != "aurc")
 REFERENCE = "rlsr"  # the row every other arm is compared with
 BASE = "base"
-BOOTSTRAP = Bootstrap()  # rlsr compare's settings: 10,000 resamples, seed 0, 95 %
+STATISTICS = Statistics()  # rlsr compare's defaults: 95 %, no margin, seeds only
 
 
 def per_seed_values(seeds, rows, results) -> dict[str, dict[int, dict[str, float]]]:
@@ -56,12 +71,15 @@ def per_seed_values(seeds, rows, results) -> dict[str, dict[int, dict[str, float
     return out
 
 
-def comparison(seeds, rows, results, boot: Bootstrap = BOOTSTRAP, reference=REFERENCE) -> dict:
-    """The comparison object of ``summary.json``: ``statistics`` (what the CIs are), ``rows``
-    (per row ``rlsr.evaluation.compare.seed_summary`` of its per-seed values) and ``pairs``
-    (per arm other than BASE and ``reference``: the paired difference ``reference - arm`` on
-    their shared seeds, its per-seed values, mean and CI; empty without a ``reference`` row)."""
+def comparison(seeds, rows, results, stats: Statistics = STATISTICS, reference=REFERENCE) -> dict:
+    """The comparison object of ``summary.json``: ``statistics`` (what the intervals and tests
+    are), ``rows`` (per row ``rlsr.evaluation.compare.seed_summary`` of its per-seed values) and
+    ``pairs`` (per arm other than BASE and ``reference``: the paired difference ``reference -
+    arm`` on their shared seeds, ``paired_summary`` of it, and per ranking gain and AURC drop the
+    Holm-adjusted p-value over all pairs and the verdict, ``add_verdicts``; empty without a
+    ``reference`` row). A NaN value leaves its seed out of that metric (``excluded``)."""
     keys = [k for k, _, _ in KEYS]
+    check_margin(stats.margin, keys)
     values = per_seed_values(seeds, rows, results)
     pairs = []
     if reference in rows:
@@ -75,38 +93,29 @@ def comparison(seeds, rows, results, boot: Bootstrap = BOOTSTRAP, reference=REFE
                     "b": other,
                     "difference": f"{reference} - {other}",
                     "shared_seeds": sorted(diffs),
-                    **seed_summary(diffs, boot, keys),
+                    **paired_summary(diffs, stats, keys),
                 }
             )
+        names = [(reference.upper(), p["b"].upper(), p) for p in pairs]
+        add_verdicts(names, VERDICT_KEYS, stats.margin)
+    rows_out = {row: seed_summary(values[row], stats, keys) for row in rows}
+    if BASE in rows_out:  # BASE's AURC drop is 0 by definition, not an estimate
+        rows_out[BASE]["ci95"]["aurc_drop"] = [0.0, 0.0]
     return {
         "statistics": {
             "metrics": "held-out AURC of the row's scorer; ranking_gain = error rate - AURC; "
             "aurc_drop = BASE's AURC - the row's, same seed",
-            "ci95": "percentile bootstrap of the mean over seeds (rlsr.metrics.bootstrap_mean_ci, "
-            "as rlsr compare); null with one seed",
-            "n_resamples": boot.n_resamples,
-            "seed": boot.seed,
-            "level": boot.level,
-            "pairs": f"paired difference {reference} - arm per shared seed, then its mean and CI",
+            "ci95": "t-interval of the mean over seeds, widened where some seeds are exactly 0 "
+            "(rlsr.evaluation.seed_statistics.seed_interval, as rlsr compare); null with one seed",
+            "level": stats.level,
+            "pairs": f"paired difference {reference} - arm per shared seed, then its mean, "
+            "interval and exact paired permutation test (zeros left out)",
+            "adjustment": "Holm over every (arm, ranking_gain / aurc_drop) test",
+            "margin": stats.margin,
         },
-        "rows": {row: seed_summary(values[row], boot, keys) for row in rows},
+        "rows": rows_out,
         "pairs": pairs,
     }
-
-
-def verdict(ci: list[float], better: str) -> str:
-    """What a paired difference RLSR - arm says, read from its CI alone: "no difference" when
-    the CI covers 0, else which one is better by this metric; "n/a (one seed)" when the CI is
-    undefined (one shared seed has no spread: nothing is said either way). A bound within
-    ``FLOAT_NOISE`` of 0 counts as 0 (two equal AURCs computed in another order can differ by
-    1e-17)."""
-    low, high = ci
-    if any(v is None or math.isnan(v) for v in (low, high)):
-        return "n/a (one seed)"
-    if low <= FLOAT_NOISE and high >= -FLOAT_NOISE:
-        return "no difference"
-    rlsr_better = (low > 0.0) == (better == "higher")
-    return "RLSR better" if rlsr_better else "RLSR worse"
 
 
 def _num(value, signed: bool = False) -> str:
@@ -114,6 +123,10 @@ def _num(value, signed: bool = False) -> str:
         return "n/a"
     value = round(value, 3) + 0.0  # -0.0004 prints 0.000, not -0.000
     return f"{value:+.3f}" if signed else f"{value:.3f}"
+
+
+def _p(value) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:.3f}"
 
 
 def _cell(summary: dict, key: str, signed: bool) -> str:
@@ -128,8 +141,7 @@ def comparison_markdown(comp: dict) -> list[str]:
     stats = comp["statistics"]
     heads = " | ".join(f"{h} ({'↓' if b == 'lower' else '↑'})" for _, h, b in KEYS)
     lines = [
-        f"Mean over seeds [95 % CI: percentile bootstrap of the mean over seeds, "
-        f"{stats['n_resamples']} resamples, seed {stats['seed']}, as `rlsr compare`]. Ranking "
+        "Mean over seeds [95 % CI: t-interval of the mean over seeds, as `rlsr compare`]. Ranking "
         "gain = error rate − AURC (0: the confidence does not rank); AURC drop = BASE's AURC − "
         "the row's, same seed.",
         "",
@@ -142,16 +154,24 @@ def comparison_markdown(comp: dict) -> list[str]:
     if comp["pairs"]:
         lines += [
             "",
-            "Paired difference RLSR − arm on the seeds both hold, mean [95 % CI]; the verdict "
-            'reads the CI only ("no difference": it covers 0; "n/a": one seed, no CI).',
+            "Paired difference RLSR − arm on the seeds both hold, mean [95 % CI]; p: exact "
+            "paired permutation test (zeros left out), Holm-adjusted over every arm and both "
+            'verdict columns; verdict "better" only when the CI excludes 0 and p < 0.05, '
+            + (
+                f'"equivalent within ±{stats["margin"]:g}" when the CI lies inside the margin, '
+                if stats.get("margin") is not None
+                else ""
+            )
+            + '"inconclusive" otherwise, "n/a" with one seed.',
             "",
-            f"| RLSR − arm | seeds | {heads} | verdict, ranking gain | verdict, AURC drop |",
-            "| --- | --- |" + " --- |" * (len(KEYS) + 2),
+            f"| RLSR − arm | seeds | {heads} | p, ranking gain | verdict, ranking gain "
+            "| p, AURC drop | verdict, AURC drop |",
+            "| --- | --- |" + " --- |" * (len(KEYS) + 4),
         ]
         for pair in comp["pairs"]:
             cells = " | ".join(_cell(pair, k, True) for k, _, _ in KEYS)
             said = " | ".join(
-                verdict(pair["ci95"][k], better) for k, _, better in KEYS if k != "aurc"
+                f"{_p(pair['p_adjusted'][k])} | {pair['verdict'][k]}" for k, _, _ in VERDICT_KEYS
             )
             lines.append(
                 f"| RLSR − {pair['b'].upper()} | {len(pair['shared_seeds'])} | {cells} | {said} |"

@@ -232,7 +232,7 @@ def calibrated_aurc(samples_path: Path, p_correct: dict[str, float]) -> float:
 
 def two_level_aurc(samples_path: Path, p_correct: dict[str, float]) -> float:
     """AURC of the same answers ranked by the released lifted-AURC reward's per-completion best
-    response (docs/training.md, "What each reward teaches"): every prompt with P(correct) > 1/2
+    response (docs/methods.md, "What each reward teaches"): every prompt with P(correct) > 1/2
     tied at the top, every other prompt tied at the bottom."""
     recs = [json.loads(line) for line in samples_path.open()]
     conf = np.asarray([float(p_correct[r["id"]] > 0.5) for r in recs], dtype=float)
@@ -375,7 +375,7 @@ ARMS: dict[str, Arm] = {
         # Sec. D.3 / Tab. 6: SFT on (question, answer) pairs, plain answers ranked by the agreement
         # of K = 8 samples at T = 0.7, 64 tokens (recipes/method/sft.yaml method.evaluate).
         Arm("sft-sc", "sft", sft=True),
-        # Ours, not the paper's: marginal credit for the pooled lifted AURC (docs/training.md,
+        # Ours, not the paper's: marginal credit for the pooled lifted AURC (docs/methods.md,
         # "What each reward teaches"). Not in the default demo (its time budget); --methods.
         Arm("rlsr-marginal", "rlsr-marginal"),
     )

@@ -20,7 +20,7 @@ Variants:
   so the calibrated confidence is the tier and it ranks the prompts perfectly. Every tier is
   above 1/2: the lifted-AURC reward's per-sample best response (``(2p - 1) * alpha``, increasing
   in the rank for p > 1/2) is then the top confidence for every prompt, which ties them
-  (docs/toy.md, "A task where calibration and ranking disagree"). ``p_missing`` is ignored.
+  (docs/results_toy.md, "A task where calibration and ranking disagree"). ``p_missing`` is ignored.
 * ``tiers-wide``: ``tiers`` with the tiers ``WIDE_TIERS`` = {1.0, 0.8, 0.6, 0.4, 0.2}, which
   straddle 1/2: the released reward's best response is then two levels (top confidence for
   p > 1/2, bottom for p < 1/2), a proper reward's is the tier itself, and adjacent tiers differ

@@ -3,7 +3,7 @@
 Saved with ``save_pretrained`` and reloaded with ``load_toy_tokenizer`` as a
 ``PreTrainedTokenizerFast``. Do NOT reload it with ``AutoTokenizer.from_pretrained`` on a folder
 that also holds the Qwen2 ``config.json``: transformers 5 then rebuilds a byte-level Qwen2
-tokenizer and garbles the word-level vocabulary (shared/STACK.md). ``tokenizer_config.json``
+tokenizer and garbles the word-level vocabulary. ``tokenizer_config.json``
 records ``"rlsr_load_as": "PreTrainedTokenizerFast"``, which ``rlsr.tokenization.load_tokenizer``
 honours.
 

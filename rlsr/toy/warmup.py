@@ -60,7 +60,7 @@ WARMUP_CONFIDENCES = CONFIDENCE_TOKENS[1:10]
 # Warm-up settings that differ by variant (``scripts/toy_repro.py --warmup-steps`` overrides the
 # steps). ``distractor`` needs a look-up (compare the queried name with the listed names): with
 # weight decay 0.1 it appears suddenly after ~15,000 steps; without it, not within 3,000-4,000
-# (docs/toy.md, "Why the distractor look-up is slow to learn").
+# (docs/results_toy.md, "Why the distractor look-up is slow to learn").
 VARIANT_WARMUP: dict[str, dict] = {
     "easy": {"steps": 300},
     "distractor": {"steps": 20000, "weight_decay": 0.1},
@@ -73,7 +73,7 @@ VARIANT_WARMUP: dict[str, dict] = {
 # digits), and a confidence that does not already rank (|E[c | right] - E[c | wrong]| <= 0.1:
 # the targets are independent of correctness, but a greedy BASE can still land on confidences
 # that separate the two by accident, e.g. 0.144 for seed 5 on an AMD EPYC with AVX-512, 0.189
-# for seed 31 under AVX2; docs/toy.md). tiers / tiers-wide: the stated digit, right with the
+# for seed 31 under AVX2; docs/results_toy.md). tiers / tiers-wide: the stated digit, right with the
 # name's reliability (mean 0.8 / 0.6).
 WARMUP_BANDS: dict[str, dict[str, tuple[float, float]]] = {
     "easy": {"format_rate": (0.95, 1.0), "accuracy_present": (0.9, 1.0),
