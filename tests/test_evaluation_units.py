@@ -359,7 +359,7 @@ def test_report_mean_std_and_id_ood_average(tmp_path):
     assert not paths["figure"].exists()  # no samples.jsonl -> no curves
     assert not paths["density"].exists() and "Controlled confidence gap" not in text
 
-    # The old `--output report/` is a folder: the files go inside it (regression: they were
+    # A prefix ending in `/` is a folder: the files go inside it (regression: they were
     # written beside it as report.md / report.csv).
     inside = report.build_report([str(tmp_path / "m-seed0")], f"{tmp_path / 'rep'}/")
     assert inside["markdown"] == tmp_path / "rep" / "report.md"

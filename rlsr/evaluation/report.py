@@ -634,8 +634,8 @@ def build_report(
     ``gap_methods``: the methods Tab. 2 holds accuracy fixed across (default: all; the paper
     uses RLVR, RLCR and RLSR, without the base model).
 
-    ``output`` is a file prefix; a folder (an existing one, or a path ending in ``/``, as in
-    ``--output report/``) gets ``report.md``, ``report.csv``, ``report_risk_coverage.png`` inside.
+    ``output`` is a file prefix; a folder (an existing one, or a path ending in ``/``) gets
+    ``report.md``, ``report.csv``, ``report_risk_coverage.png`` inside.
     """
     rows = report_rows(dirs, labels=labels, family=family, id_sets=id_sets, ood_sets=ood_sets,
                        gap_methods=gap_methods, target_risks=target_risks,

@@ -255,7 +255,7 @@ def run_serve(args) -> int:
 
 
 def run_serve_report(args) -> int:
-    # DIR/serve_report.json + .md (--output-dir DIR), or the old --output FILE (the JSON only)
+    # DIR/serve_report.json + .md (--output-dir DIR), or None (printed only)
     path = output_prefix(args, SERVE_REPORT_FILE, required=False)
     records = read_decision_log(args.log)
     row, tau = None, args.tau
