@@ -91,8 +91,10 @@ rlsr_expand_nodelist() {
     return 0
 }
 
-# GPUs on each node: RLSR_GPUS_PER_NODE, else what Slurm allocated, else what the node shows;
-# 0 when nothing names a GPU (sbatch --gpus-per-node=0, a CPU partition): a CPU node.
+# GPUs on each node: RLSR_GPUS_PER_NODE, else what Slurm allocated, else what the node shows.
+# 0 only when named (sbatch --gpus-per-node=0, RLSR_GPUS_PER_NODE=0): a CPU node. When nothing
+# names a count (no GPU request, no CUDA_VISIBLE_DEVICES, nvidia-smi absent or listing none) the
+# job stops: a guessed 0 would run a GPU job on CPUs, or start vLLM on no GPU.
 rlsr_gpus_per_node() {
     local n=${RLSR_GPUS_PER_NODE:-${SLURM_GPUS_ON_NODE:-}}
     if [[ -z $n && -n ${SLURM_GPUS_PER_NODE:-} ]]; then
@@ -105,8 +107,12 @@ rlsr_gpus_per_node() {
     fi
     if [[ -z $n ]] && command -v nvidia-smi >/dev/null 2>&1; then
         n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+        [[ $n != 0 ]] || n=""
     fi
-    n=${n:-0}
+    [[ -n $n ]] ||
+        rlsr_die "cannot detect how many GPUs each node has (no GPU request, CUDA_VISIBLE_DEVICES" \
+            "or nvidia-smi GPU); set RLSR_GPUS_PER_NODE=N, or request them with sbatch" \
+            "--gpus-per-node=N (0: a CPU node)"
     [[ $n =~ ^(0|[1-9][0-9]*)$ ]] ||
         rlsr_die "cannot tell how many GPUs each node has (got '${n}'); request them with" \
             "'sbatch --gpus-per-node=N' (0: a CPU node) or set RLSR_GPUS_PER_NODE=N"

@@ -179,16 +179,40 @@ def test_expand_nodelist_rejects_garbage():
         ({"SLURM_GPUS_PER_NODE": "h100:4"}, "4"),
         ({"RLSR_GPUS_PER_NODE": "2", "SLURM_GPUS_ON_NODE": "8"}, "2"),
         ({"CUDA_VISIBLE_DEVICES": "3,5,7"}, "3"),
-        ({"SLURM_GPUS_PER_NODE": "0"}, "0"),  # sbatch --gpus-per-node=0
-        ({}, "0"),  # nothing requested, no nvidia-smi on PATH: a CPU node
+        ({"SLURM_GPUS_PER_NODE": "0"}, "0"),  # sbatch --gpus-per-node=0: a CPU node
+        ({"RLSR_GPUS_PER_NODE": "0"}, "0"),
     ],
 )
 def test_gpus_per_node_sources(env, expected):
-    """Each source of the GPU count is read, in order, and a node that names no GPU is a CPU
-    node (0). Catches a script that refuses CPU nodes or ignores a source."""
+    """Each source of the GPU count is read, in order, and a node named GPU-less (0) is a CPU
+    node. Catches a script that refuses CPU nodes or ignores a source."""
     proc = lib("rlsr_gpus_per_node", PATH="/usr/bin:/bin", **env)  # no nvidia-smi here
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == expected
+
+
+def test_a_gpu_count_nothing_names_stops_every_job_script(tmp_path):
+    """No GPU request, no CUDA_VISIBLE_DEVICES and no nvidia-smi (or one listing no GPU): the GPU
+    count is not guessed as 0; lib.sh and train.slurm, evaluate.slurm and serve_evaluate.slurm
+    stop with one line naming RLSR_GPUS_PER_NODE. Catches a job that then runs as a CPU job (or
+    serves with `--tensor-parallel-size 0`) on a count the user never gave."""
+    (tmp_path / "nvidia-smi").write_text("#!/bin/sh\necho 'No devices were found'\n")
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    for path in ("/usr/bin:/bin", f"{tmp_path}:/usr/bin:/bin"):
+        proc = lib("rlsr_gpus_per_node", PATH=path)
+        assert proc.returncode == 1 and proc.stdout == ""
+        assert proc.stderr.count("\n") == 1 and "set RLSR_GPUS_PER_NODE=N" in proc.stderr
+    job = dict(RLSR_DRY_RUN="1", SLURM_JOB_ID="9", SLURM_JOB_NODELIST="c1")
+    scripts = [
+        ("train.slurm", ["recipe=tiny"]),
+        ("evaluate.slurm", ["--checkpoints", str(tmp_path), "--tasks", "tiny"]),
+        ("serve_evaluate.slurm", ["--model", "m", "--tasks", "tiny"]),
+    ]
+    for name, args in scripts:
+        proc = run_script(name, args, base_env(**job), check=False)
+        assert proc.returncode == 1, (name, proc.stderr)
+        assert "rlsr-slurm: error: cannot detect how many GPUs" in proc.stderr, (name, proc.stderr)
+        assert "plan:" not in proc.stdout and "Traceback" not in proc.stderr
 
 
 def test_gpus_per_node_garbage_is_a_clear_error():
@@ -460,6 +484,21 @@ def test_the_server_is_sized_from_the_plan_of_the_jobs_process_count():
     server = next(n for n in plan["nodes"] if n["role"] == "vllm")["argv"]
     fallbacks = (39 + 2 + 64) + (98 + 2 + 64) + 1  # as test_server_max_model_len_follows...
     assert flag(server, "--max-model-len") == str(3072 + 1536 + fallbacks)
+
+
+def test_train_slurm_plans_the_vllm_engine_it_launches():
+    """train.slurm plans the run with the engine it gives the trainer: heldout.backend=vllm_server
+    (TRL's server only) is refused by the plan of a one-node job (a colocated engine, as train.py
+    will refuse it), and not by that of a two-node job (a server node). Catches the one-node job
+    planned as server mode, which prints refusals the launch does not make and misses this one."""
+    args = ["recipe=hotpot", "heldout.backend=vllm_server"]
+    for nodes, refused in (("g1", True), ("g[1-2]", False)):
+        env = base_env(RLSR_DRY_RUN="1", SLURM_JOB_ID="5", SLURM_JOB_NODELIST=nodes,
+                       SLURM_GPUS_ON_NODE="4")  # fmt: skip
+        proc = run_script("train.slurm", args, env)
+        mode = "colocate" if refused else "server"
+        assert f"grpo.vllm_mode={mode}" in proc.stdout
+        assert ("heldout.backend: vllm_server" in proc.stderr) == refused, proc.stderr
 
 
 def test_the_sweep_plans_each_run_for_the_launch_train_slurm_gives_it():
