@@ -131,12 +131,35 @@ rlsr_source_setup() {
     set -u
 }
 
-# Fails with the fix when PYTHON cannot import rlsr (a node without the environment).
-rlsr_check_python() {
-    local python=$1
-    "$python" -c 'import rlsr' >/dev/null 2>&1 ||
-        rlsr_die "'$python' on $(hostname -s) cannot import rlsr; set RLSR_SETUP to a script that" \
-            "activates rlsr's environment (RLSR_SETUP=${RLSR_SETUP:-unset}), or RLSR_PYTHON to its python"
+# True when PYTHON runs and imports rlsr with the config stack the scripts ask it for.
+rlsr_python_has_rlsr() {
+    "$1" -c 'import rlsr, hydra, omegaconf' >/dev/null 2>&1
+}
+
+# The python of rlsr's environment: RLSR_PYTHON if set, else `python` on PATH when it imports
+# rlsr (an activated environment, RLSR_SETUP's), else the repository's .venv (scripts/install.sh);
+# else the job stops naming how to activate one.
+rlsr_find_python() {
+    local root=$1 candidate
+    if [[ -n ${RLSR_PYTHON:-} ]]; then
+        rlsr_python_has_rlsr "$RLSR_PYTHON" ||
+            rlsr_die "RLSR_PYTHON=$RLSR_PYTHON on $(hostname -s) cannot import rlsr; set" \
+                "RLSR_PYTHON to the python of rlsr's environment (e.g. $root/.venv/bin/python), or unset it and" \
+                "set RLSR_SETUP to a script that activates that environment" \
+                "(RLSR_SETUP=${RLSR_SETUP:-unset})"
+        echo "$RLSR_PYTHON"
+        return 0
+    fi
+    for candidate in python "$root/.venv/bin/python"; do
+        if rlsr_python_has_rlsr "$candidate"; then
+            echo "$candidate"
+            return 0
+        fi
+    done
+    rlsr_die "no python on $(hostname -s) imports rlsr (not \`python\` on PATH, not $root/.venv);" \
+        "activate rlsr's environment first (source $root/.venv/bin/activate, built by bash" \
+        "scripts/install.sh), or set RLSR_SETUP to a script that activates it on every node" \
+        "(RLSR_SETUP=${RLSR_SETUP:-unset}), or RLSR_PYTHON to its python"
 }
 
 # A port derived from the job id, so that jobs sharing a node do not collide and a requeued job
