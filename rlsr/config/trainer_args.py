@@ -201,8 +201,8 @@ def _check_batch_sizes(g: dict, section: str) -> None:
             f"{section}.{name}",
             f"must be an integer >= 1; got {value!r}.",
         )
-    # TRL's -1 (its default) means: no step cap, train num_train_epochs over the dataset;
-    # transformers' Trainer reads every other value <= 0 the same way, without a word.
+    # TRL's -1 (its default) means: no step cap, train num_train_epochs over the dataset; the
+    # Trainer takes other values <= 0 without a word (0: one step, -5: the epochs).
     steps = g.get("max_steps", -1)
     _check(
         _is_int(steps) and (steps >= 1 or steps == -1),
