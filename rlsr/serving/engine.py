@@ -352,7 +352,9 @@ class VLLMEngine:
             tensor_parallel_size=tensor_parallel_size,
             dtype=vllm_dtype(dtype),
             max_model_len=max_model_len,
-            gpu_memory_utilization=gpu_memory_utilization or 0.9,
+            gpu_memory_utilization=0.9
+            if gpu_memory_utilization is None
+            else gpu_memory_utilization,
             seed=seed,
             trust_remote_code=trust_remote_code,
             enforce_eager=enforce_eager,
