@@ -196,9 +196,9 @@ def cpu_engine_settings(
     sequence = per_token * context if known else 0  # one full-context sequence
     spare = max(0, available - weights - CPU_ENGINE_OVERHEAD) // 2
     kv = min(CPU_KV_CACHE_MAX, spare, CPU_KV_SEQUENCES * sequence if known else spare)
-    if kv >= 16 * MiB:
-        kv -= kv % (16 * MiB)  # whole 16 MiB, for a readable log line
     floor = sequence if known else 16 * MiB
+    if kv - kv % (16 * MiB) >= max(floor, 1):
+        kv -= kv % (16 * MiB)  # whole 16 MiB, for a readable log line
     if kv <= 0 or kv < floor:
         fits = f" or --max-model-len {spare // per_token}" if known and spare >= per_token else ""
         raise EngineStartError(
@@ -346,15 +346,14 @@ class VLLMEngine:
             os.environ.update(cpu.env)  # read by the engine core, a child process
             if cpu.note:
                 print(f"rlsr serve: {cpu.note}", flush=True)
+        fraction = 0.9 if gpu_memory_utilization is None else gpu_memory_utilization
         kwargs = vllm_engine_kwargs(
             model_path,
             lora_rank=None if adapter is None else adapter_rank(adapter),
             tensor_parallel_size=tensor_parallel_size,
             dtype=vllm_dtype(dtype),
             max_model_len=max_model_len,
-            gpu_memory_utilization=0.9
-            if gpu_memory_utilization is None
-            else gpu_memory_utilization,
+            gpu_memory_utilization=fraction,
             seed=seed,
             trust_remote_code=trust_remote_code,
             enforce_eager=enforce_eager,
