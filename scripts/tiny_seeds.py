@@ -89,7 +89,9 @@ RECIPES = {
                                 "threshold": (0.9, 0.9, 0.1, 0.1)}},
 }  # fmt: skip
 # The table's two metrics: (key, heading, which direction is better), as rlsr compare's METRICS.
-TABLE_METRICS = (("gain_last", "ranking gain", "higher"), ("aurc_drop", "AURC drop", "higher"))
+TABLE_METRICS = (("ranking_gain", "ranking gain", "higher"), ("aurc_drop", "AURC drop", "higher"))
+# A row's key -> rlsr compare's name of the metric (which sets the range its interval is cut to).
+STAT_KEY = {"gain_last": "ranking_gain", "aurc_drop": "aurc_drop"}
 STATISTICS = Statistics()
 
 
@@ -97,8 +99,9 @@ def seed_ci(values, key: str = "gain_last") -> tuple[float, float]:
     """95 % interval of the mean over seeds, as ``rlsr compare`` computes it
     (``rlsr.evaluation.compare.seed_summary``: a t-interval, widened where some seeds are exactly
     0, cut to the metric's range); (nan, nan) for fewer than 2 values."""
-    per_seed = {i: {key: float(v)} for i, v in enumerate(values)}
-    low, high = seed_summary(per_seed, STATISTICS, [key])["ci95"][key]
+    name = STAT_KEY[key]
+    per_seed = {i: {name: float(v)} for i, v in enumerate(values)}
+    low, high = seed_summary(per_seed, STATISTICS, [name])["ci95"][name]
     return low, high
 
 
@@ -233,7 +236,7 @@ def summarize(
     per (dispatch, other arm): the paired difference ``reference`` - arm on the seeds both have,
     with ``rlsr compare``'s exact paired test, Holm-adjusted p (one family per dispatch) and
     verdict (docs/evaluation.md, "Intervals, tests and verdicts")."""
-    keys = [k for k, _, _ in TABLE_METRICS]
+    names = [k for k, _, _ in TABLE_METRICS]
     ok = [r for r in rows if "error" not in r]
     out = {}
     for dispatch in sorted({r["dispatch"] for r in ok}):
@@ -242,30 +245,31 @@ def summarize(
         per_arm, paired, entries = {}, {}, []
         for arm, runs in by_arm.items():
             seeds = sorted(runs)
-            stat = seed_summary({s: {k: runs[s][k] for k in keys} for s in seeds}, STATISTICS, keys)
+            per_seed = {s: {STAT_KEY[k]: runs[s][k] for k in STAT_KEY} for s in seeds}
+            stat = seed_summary(per_seed, STATISTICS, names)
             per_arm[arm] = {"seeds": seeds}
-            for key in keys:
-                mean = stat["mean"][key] if seeds else float("nan")
-                per_arm[arm][key] = {"mean": mean, "ci95": tuple(stat["ci95"][key])}
+            for key, name in STAT_KEY.items():
+                mean = stat["mean"][name] if seeds else float("nan")
+                per_arm[arm][key] = {"mean": mean, "ci95": tuple(stat["ci95"][name])}
         if reference in by_arm:
             for arm in arms:
                 if arm == reference:
                     continue
                 shared = sorted(set(by_arm[reference]) & set(by_arm[arm]))
-                diffs = {s: {k: by_arm[reference][s][k] - by_arm[arm][s][k] for k in keys}
-                         for s in shared}  # fmt: skip
-                entry = paired_summary(diffs, STATISTICS, keys)
+                diffs = {s: {n: by_arm[reference][s][k] - by_arm[arm][s][k]
+                             for k, n in STAT_KEY.items()} for s in shared}  # fmt: skip
+                entry = paired_summary(diffs, STATISTICS, names)
                 entries.append((reference, arm, entry))
                 paired[arm] = {"seeds": shared, "entry": entry}
             add_verdicts(entries, TABLE_METRICS, margin)
             for pair in paired.values():
                 entry = pair.pop("entry")
-                for key in keys:
+                for key, name in STAT_KEY.items():
                     pair[key] = {
-                        "mean": entry["mean"][key] if pair["seeds"] else float("nan"),
-                        "ci95": tuple(entry["ci95"][key]),
-                        "p_adjusted": entry["p_adjusted"][key],
-                        "verdict": entry["verdict"][key],
+                        "mean": entry["mean"][name] if pair["seeds"] else float("nan"),
+                        "ci95": tuple(entry["ci95"][name]),
+                        "p_adjusted": entry["p_adjusted"][name],
+                        "verdict": entry["verdict"][name],
                     }
         out[dispatch] = {"arms": per_arm, "paired": paired}
     return out
