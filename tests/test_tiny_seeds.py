@@ -1,4 +1,4 @@
-"""scripts/tiny_seeds.py's statistics: the bootstrap CI over seeds and the per-arm / paired
+"""tools/tiny/seeds.py's statistics: the bootstrap CI over seeds and the per-arm / paired
 summary docs/results.md's recipe=tiny table is built from (no training run here)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from rlsr.metrics import bootstrap_mean_ci
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "tiny_seeds.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "tiny" / "seeds.py"
 
 
 @pytest.fixture(scope="module")
