@@ -1,4 +1,4 @@
-"""CPU toy reproduction (rlsr.toy, examples/toy/toy_repro.py, docs/toy.md).
+"""CPU toy reproduction (examples.toy, examples/toy/toy_repro.py, docs/toy.md).
 
 Real components throughout: the toy tokenizer (tokenizers + transformers), a Qwen2 model trained
 from scratch, the Hydra recipe tree, rlsr.config validation, RLSRTrainer (TRL GRPOTrainer) and
