@@ -97,7 +97,7 @@ _VERIFIED: set[tuple[Path, str]] = set()
 
 
 def shipped_model_path(name: str) -> Path:
-    """Folder of the shipped tiny model ``name`` (one of ``SHIPPED_MODELS``), its files checked
+    """Folder of the committed tiny model ``name`` (one of ``SHIPPED_MODELS``), its files checked
     once per process against ``MANIFEST.json`` (a truncated or replaced file is refused)."""
     if name not in SHIPPED_MODELS:
         raise ValueError(f"unknown shipped model {name!r}; known: {list(SHIPPED_MODELS)}")
@@ -119,13 +119,13 @@ def shipped_model_path(name: str) -> Path:
 
 
 def tiny_model_path() -> Path:
-    """Folder of the shipped random tiny Qwen2 (``tiny-qwen2``; the ``tiny`` alias), hash-checked:
+    """Folder of the committed random tiny Qwen2 (``tiny-qwen2``; the ``tiny`` alias), hash-checked:
     the same bytes on every machine."""
     return shipped_model_path("tiny-qwen2")
 
 
 def tiny_warm_model_path() -> Path:
-    """Folder of the shipped format-warm tiny model (``tiny-format-warm``; the ``tiny-warm``
+    """Folder of the committed format-warm tiny model (``tiny-format-warm``; the ``tiny-warm``
     alias), hash-checked.
 
     A random tiny model never writes the tag format, so every rollout would get the same reward
@@ -140,7 +140,7 @@ def tiny_warm_model_path() -> Path:
 
 
 def tiny_missing_model_path() -> Path:
-    """Folder of the shipped ``tiny-missing-warm`` (the ``tiny-missing-warm`` alias; the model of
+    """Folder of the committed ``tiny-missing-warm`` (the ``tiny-missing-warm`` alias; the model of
     recipe=tiny), hash-checked.
 
     ``tiny-format-warm`` fine-tuned on the ``tiny-missing`` train split: a listed fact is answered
@@ -156,7 +156,7 @@ def tiny_missing_model_path() -> Path:
 
 
 def tiny_candidates_model_path() -> Path:
-    """Folder of the shipped ``tiny-candidates-warm`` (the ``tiny-candidates-warm`` alias; the model of
+    """Folder of the committed ``tiny-candidates-warm`` (the ``tiny-candidates-warm`` alias; the model of
     recipe=tiny-candidates), hash-checked.
 
     ``tiny-format-warm`` fine-tuned on the ``tiny-candidates`` train split: a question listing
