@@ -616,7 +616,7 @@ def test_compose_tree_can_be_called_from_several_threads_at_once():
     """``rlsr.config.compose.compose_tree`` from 3 threads released together (the toy's
     ``--jobs N`` composes each arm's plan in a worker thread): every call returns the recipe's
     tree. Catches Hydra's process-wide GlobalHydra entered twice at once ("GlobalHydra is already
-    initialized"), which crashed ``scripts/toy_repro.py --jobs 2`` over already trained arms."""
+    initialized"), which crashed ``examples/toy/toy_repro.py --jobs 2`` over already trained arms."""
     import threading
 
     from rlsr.config.compose import compose_tree

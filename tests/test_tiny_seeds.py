@@ -1,4 +1,4 @@
-"""scripts/tiny_seeds.py's statistics: the interval over seeds and the per-arm / paired
+"""tools/tiny/seeds.py's statistics: the interval over seeds and the per-arm / paired
 summary docs/results.md's recipe=tiny table is built from (no training run here)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from rlsr.evaluation.compare import VALUE_BOUNDS
 from rlsr.evaluation.seed_statistics import seed_interval
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "tiny_seeds.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "tiny" / "seeds.py"
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """README command 1 over seeds, four arms: does RLSR rank better than RLCR and RLVR on recipe=tiny?
 
-    python scripts/tiny_seeds.py                                 # 4 arms x seeds 0-9 and 42, one at a time
-    python scripts/tiny_seeds.py --seeds 0,1,2 --output-dir /work/tiny_evidence
-    python scripts/tiny_seeds.py --arms rlsr,rlvr --dispatches scalar   # portable kernels
-    python scripts/tiny_seeds.py --recipe tiny-candidates --output-dir candidates_runs
+    python tools/tiny/seeds.py                                 # 4 arms x seeds 0-9 and 42, one at a time
+    python tools/tiny/seeds.py --seeds 0,1,2 --output-dir /work/tiny_evidence
+    python tools/tiny/seeds.py --arms rlsr,rlvr --dispatches scalar   # portable kernels
+    python tools/tiny/seeds.py --recipe tiny-candidates --output-dir candidates_runs
 
 Each run is the real command 1 (``train.py recipe=R seed=S`` + the arm's overrides, one
 process, OMP_NUM_THREADS=1; ``--recipe``: ``tiny``, README command 1, or ``tiny-candidates``, where
@@ -41,11 +41,10 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from rlsr.data.loading import FIXTURES_DIR  # noqa: E402
-from rlsr.data.tiny import candidates_tier  # noqa: E402
 from rlsr.evaluation.compare import (  # noqa: E402
     Statistics,
     add_verdicts,
@@ -55,6 +54,7 @@ from rlsr.evaluation.compare import (  # noqa: E402
 from rlsr.evaluation.history import read_history  # noqa: E402
 from rlsr.metrics import aurc, ranking_gain_from_aurc  # noqa: E402
 from rlsr.run_layout import EVAL_DIR, SAMPLES_FILE, STEP_PREFIX, pool_path, pool_steps  # noqa: E402
+from tools.tiny.data import candidates_tier  # noqa: E402
 
 # Arm name -> train.py overrides on top of the recipe (--recipe).
 ARMS = {
