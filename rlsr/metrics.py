@@ -176,7 +176,7 @@ def normalized_excess_aurc(confidence, correct) -> float:
 
 def ranking_gain_from_aurc(aurc_value: float, error_rate: float) -> float:
     """Ranking gain = error rate - AURC, of one set of answers (the number ``train.py``'s run
-    summary and ``scripts/tiny_seeds.py`` report per held-out step).
+    summary and ``tools/tiny/seeds.py`` report per held-out step).
 
     The error rate is the AURC of the same answers at one constant confidence (``aurc`` counts
     ties as the expectation over their orderings, RLSR Sec. 2.1, so every coverage has the

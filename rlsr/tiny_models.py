@@ -1,20 +1,24 @@
-"""The shipped tiny models: where they are, and their hash check (what a run needs).
+"""The tiny models: where a clone of the repository keeps them, and their hash check.
 
 ``recipe=tiny`` (``model.name_or_path=tiny-missing-warm``), the ``tiny`` aliases of
-``rlsr evaluate`` and the tests load four tiny Qwen2 models that ship inside the package
-(``rlsr/data/fixtures/models``): the random ``tiny-qwen2``, its copy fine-tuned on the tag
-format, ``tiny-format-warm`` (the trainer tests), and that one fine-tuned further on the
-``tiny-missing`` data, ``tiny-missing-warm`` (recipe=tiny), and ``tiny-format-warm`` fine-tuned on
-the ``tiny-candidates`` data, ``tiny-candidates-warm`` (recipe=tiny-candidates). They are shipped
-rather than built per machine because weights
-trained on the spot depend on the CPU's float numerics (AVX2 vs AVX-512 vs ARM, thread count),
-so a model built per machine behaves differently per machine. ``MANIFEST.json`` holds each
-file's sha256, the build settings and the measured behaviour; a file that differs is refused.
+``rlsr evaluate`` and the tests load four tiny Qwen2 models kept in the repository, in
+``tools/tiny/weights/`` (not in the installed package): the random ``tiny-qwen2``, its copy
+fine-tuned on the tag format, ``tiny-format-warm`` (the trainer tests), and that one fine-tuned
+further on the ``tiny-missing`` data, ``tiny-missing-warm`` (recipe=tiny), and ``tiny-format-warm``
+fine-tuned on the ``tiny-candidates`` data, ``tiny-candidates-warm`` (recipe=tiny-candidates).
+They are committed rather than built per machine because weights trained on the spot depend on
+the CPU's float numerics (AVX2 vs AVX-512 vs ARM, thread count), so a model built per machine
+behaves differently per machine. ``MANIFEST.json`` holds each file's sha256, the build settings
+and the measured behaviour; a file that differs is refused.
 
-A run never builds a model: a missing or changed fixture is an installation fault, answered
-with the fix. The builders, the format warm-up and the probes that measured the shipped
-behaviour live outside the library, in ``tools/tiny_models.py`` of the repository
-(``scripts/build_tiny_models.py`` runs them).
+Where they are looked for (``tiny_models_dir``): the folder named by the environment variable
+``RLSR_TINY_MODELS`` if it is set, else ``tools/tiny/weights`` of the checkout that holds the
+imported ``rlsr`` (a clone, with rlsr installed editable by ``scripts/install.sh`` or put on the
+path). An installed wheel has no such folder: asking for a tiny model then answers with the fix.
+
+A run never builds a model: a missing or changed file is answered with the fix. The builders,
+the format warm-up and the probes that measured the committed behaviour live outside the
+library, in ``tools/tiny/`` of the repository (``python -m tools.tiny.build`` runs them).
 """
 
 from __future__ import annotations
@@ -25,9 +29,12 @@ import os
 from pathlib import Path
 
 __all__ = [
-    "SHIPPED_DIR",
+    "TINY_MODELS_ENV",
+    "CHECKOUT_DIR",
     "SHIPPED_MODELS",
     "MANIFEST_NAME",
+    "TinyModelsMissing",
+    "tiny_models_dir",
     "file_sha256",
     "shipped_manifest",
     "shipped_model_path",
@@ -37,11 +44,25 @@ __all__ = [
     "tiny_candidates_model_path",
 ]
 
-SHIPPED_DIR = Path(__file__).resolve().parent / "data" / "fixtures" / "models"
+TINY_MODELS_ENV = "RLSR_TINY_MODELS"
+# the clone's folder: rlsr/ and tools/ sit side by side in the repository
+CHECKOUT_DIR = Path(__file__).resolve().parents[1] / "tools" / "tiny" / "weights"
 SHIPPED_MODELS = ("tiny-qwen2", "tiny-format-warm", "tiny-missing-warm", "tiny-candidates-warm")
 MANIFEST_NAME = "MANIFEST.json"
 
-_REBUILD = "`python scripts/build_tiny_models.py` in a checkout of the repository"
+_REBUILD = "`python -m tools.tiny.build` in a clone of the repository"
+
+
+class TinyModelsMissing(FileNotFoundError):
+    """The tiny models' folder is not where it is looked for (an installed wheel, or a wrong
+    ``RLSR_TINY_MODELS``); the message names the fix."""
+
+
+def tiny_models_dir() -> Path:
+    """The folder holding the tiny models and ``MANIFEST.json``: ``$RLSR_TINY_MODELS`` if set,
+    else ``tools/tiny/weights`` of the checkout that holds the imported ``rlsr``."""
+    env = os.environ.get(TINY_MODELS_ENV)
+    return Path(env).expanduser() if env else CHECKOUT_DIR
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -53,48 +74,58 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 
 def shipped_manifest() -> dict:
-    """``MANIFEST.json`` of the shipped tiny models (file hashes, build settings, behaviour)."""
-    path = SHIPPED_DIR / MANIFEST_NAME
+    """``MANIFEST.json`` of the tiny models (file hashes, build settings, behaviour); raises
+    ``TinyModelsMissing`` with the fix when the folder is not there."""
+    folder = tiny_models_dir()
+    path = folder / MANIFEST_NAME
     if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} is missing: the shipped tiny models are not installed. Reinstall rlsr, or "
-            f"rebuild them with {_REBUILD}."
+        where = (
+            f"${TINY_MODELS_ENV}={os.environ[TINY_MODELS_ENV]}"
+            if os.environ.get(TINY_MODELS_ENV)
+            else str(folder)
+        )
+        raise TinyModelsMissing(
+            f"the tiny models (recipe=tiny, model aliases tiny*) are not found ({where} holds no "
+            f"{MANIFEST_NAME}): they live in a clone of the repository, not in the installed "
+            "package; run from a clone (git clone the repository, then `bash scripts/install.sh`) "
+            f"or set {TINY_MODELS_ENV} to the clone's tools/tiny/weights folder."
         )
     return json.loads(path.read_text())
 
 
-_VERIFIED: set[str] = set()
+_VERIFIED: set[tuple[Path, str]] = set()
 
 
 def shipped_model_path(name: str) -> Path:
-    """Folder of the shipped tiny model ``name`` (one of ``SHIPPED_MODELS``), its files checked
+    """Folder of the committed tiny model ``name`` (one of ``SHIPPED_MODELS``), its files checked
     once per process against ``MANIFEST.json`` (a truncated or replaced file is refused)."""
     if name not in SHIPPED_MODELS:
         raise ValueError(f"unknown shipped model {name!r}; known: {list(SHIPPED_MODELS)}")
-    folder = SHIPPED_DIR / name
-    if name not in _VERIFIED:
+    root = tiny_models_dir()
+    folder = root / name
+    if (root, name) not in _VERIFIED:
         expected = shipped_manifest()["models"][name]["files"]
         for fname, sha in expected.items():
             path = folder / fname
             if not path.is_file() or file_sha256(path) != sha:
                 raise RuntimeError(
-                    f"shipped tiny model file {path} is missing or differs from "
-                    f"{SHIPPED_DIR / MANIFEST_NAME} (sha256 {sha[:12]}…). Restore it with "
-                    "`git checkout -- rlsr/data/fixtures/models` (or reinstall rlsr), or rebuild "
+                    f"tiny model file {path} is missing or differs from "
+                    f"{root / MANIFEST_NAME} (sha256 {sha[:12]}…). Restore it with "
+                    "`git checkout -- tools/tiny/weights` in the clone, or rebuild "
                     f"all of them with {_REBUILD} (and commit the new manifest)."
                 )
-        _VERIFIED.add(name)
+        _VERIFIED.add((root, name))
     return folder
 
 
 def tiny_model_path() -> Path:
-    """Folder of the shipped random tiny Qwen2 (``tiny-qwen2``; the ``tiny`` alias), hash-checked:
+    """Folder of the committed random tiny Qwen2 (``tiny-qwen2``; the ``tiny`` alias), hash-checked:
     the same bytes on every machine."""
     return shipped_model_path("tiny-qwen2")
 
 
 def tiny_warm_model_path() -> Path:
-    """Folder of the shipped format-warm tiny model (``tiny-format-warm``; the ``tiny-warm``
+    """Folder of the committed format-warm tiny model (``tiny-format-warm``; the ``tiny-warm``
     alias), hash-checked.
 
     A random tiny model never writes the tag format, so every rollout would get the same reward
@@ -109,13 +140,13 @@ def tiny_warm_model_path() -> Path:
 
 
 def tiny_missing_model_path() -> Path:
-    """Folder of the shipped ``tiny-missing-warm`` (the ``tiny-missing-warm`` alias; the model of
+    """Folder of the committed ``tiny-missing-warm`` (the ``tiny-missing-warm`` alias; the model of
     recipe=tiny), hash-checked.
 
     ``tiny-format-warm`` fine-tuned on the ``tiny-missing`` train split: a listed fact is answered
     with its color after the thought "look", a missing one with a fixed guess per object after
     "not", and the confidence target is drawn with weights that lean towards the ranking (mean
-    0.554 when listed, 0.446 when missing; mode 0.5 for both: tools/tiny_models.py). Its greedy
+    0.554 when listed, 0.446 when missing; mode 0.5 for both: tools/tiny/models.py). Its greedy
     confidence is 0.5 on every prompt and does not rank (its gate, in MANIFEST.json: greedy on
     the validation split, ranking gain 0); sampled, it leans (MANIFEST.json,
     ``sampled_tiny_missing_validation``). What recipe=tiny's reward teaches is to turn the lean
@@ -125,47 +156,15 @@ def tiny_missing_model_path() -> Path:
 
 
 def tiny_candidates_model_path() -> Path:
-    """Folder of the shipped ``tiny-candidates-warm`` (the ``tiny-candidates-warm`` alias; the model of
+    """Folder of the committed ``tiny-candidates-warm`` (the ``tiny-candidates-warm`` alias; the model of
     recipe=tiny-candidates), hash-checked.
 
     ``tiny-format-warm`` fine-tuned on the ``tiny-candidates`` train split: a question listing
     candidates is answered with the first one after a thought naming its tier ("sure",
     "plausible", "uncertain" for 1, 2, 4 candidates), a "none" question with a fixed guess per
     object after "not"; the confidence target is drawn from one distribution for every row (mode
-    and mean 0.5: tools/tiny_models.py), so the start has no built-in lean by tier. Its greedy
+    and mean 0.5: tools/tiny/models.py), so the start has no built-in lean by tier. Its greedy
     confidence is 0.5 on every validation prompt (its gate, MANIFEST.json); the lean it shows
     sampled is measured there (``sampled_tiny_candidates_validation``).
     """
     return shipped_model_path("tiny-candidates-warm")
-
-
-# Names that lived here until the builders left the library: a clear error naming the new place.
-_MOVED = frozenset(
-    {
-        "TINY_MODEL_DEFAULTS",
-        "CHATML_TEMPLATE",
-        "build_tiny_model",
-        "build_tiny_llama_model",
-        "tiny_llama_model_path",
-        "padded_tokenizer",
-        "train_format_warm",
-        "sampled_behaviour",
-        "greedy_completions",
-        "greedy_margins",
-        "WARM_BANDS",
-        "GREEDY_PROMPTS",
-        "WARM_MIN_GREEDY_MARGIN",
-        "_build_tokenizer",
-    }
-)
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        # ImportError, not AttributeError: `from rlsr.tiny_models import X` keeps this message.
-        raise ImportError(
-            f"rlsr.tiny_models.{name} moved out of the library to tools/tiny_models.py (the "
-            f"tiny-model builders, warm-up and probes): from a checkout of the repository, "
-            f"`from tools.tiny_models import {name}` (pytest puts the checkout on the path)."
-        )
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,7 @@ recorded. ``--phases train,evaluate`` (the default) runs both in one command. Th
 installs anything (the GPU machine reaches no package index): without vLLM it stops at once and
 says how to install it. Models are random-initialised with real shapes (Qwen2.5-0.5B and
 Qwen2.5-7B configs, ``SHAPES`` below, values copied from the public config.json files) and a
-local tokenizer (``tools.tiny_models.padded_tokenizer``: the tiny BPE tokenizer, its vocabulary
+local tokenizer (``tools.tiny.models.padded_tokenizer``: the tiny BPE tokenizer, its vocabulary
 filled up to the real 151,936 / 152,064 ids so every sampled id decodes). Random weights make the
 *speed* and *plumbing* real, not the accuracy.
 
@@ -176,7 +176,7 @@ def build_model(shape: str, out: Path, dtype: str, device: str) -> Path:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from tools.tiny_models import padded_tokenizer
+    from tools.tiny.models import padded_tokenizer
 
     if out.is_dir():
         return out
@@ -860,7 +860,7 @@ def _filler_share(model_dir: Path, samples: list[dict]) -> float:
     """Share of the generated ids that are ``padded_tokenizer``'s fillers (not in the tiny BPE
     tokenizer it pads): how much of the answers the padded vocabulary made up."""
     from rlsr.generation.backends import load_chat_tokenizer
-    from tools.tiny_models import _build_tokenizer
+    from tools.tiny.models import _build_tokenizer
 
     tokens = load_chat_tokenizer(str(model_dir)).convert_ids_to_tokens(
         [i for s in samples for i in s["response_token_ids"]]

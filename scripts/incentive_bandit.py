@@ -39,7 +39,7 @@ TASKS = {
     "wide": np.round(np.linspace(0.05, 0.95, 10), 2),  # p on both sides of 1/2
     "tiers": np.array([0.6, 0.7, 0.8, 0.9, 1.0]),  # every p above 1/2 (the toy's tiers)
     "fine": np.array([0.80, 0.84, 0.88, 0.92, 0.96]),  # finer than the 0.1 confidence grid
-    # recipe=tiny-candidates's tiers (1, 2, 4 candidates listed, none: rlsr.data.tiny): two on
+    # recipe=tiny-candidates's tiers (1, 2, 4 candidates listed, none: tools.tiny.data): two on
     # each side of 1/2, so the threshold rule ties each pair that calibration separates.
     "candidates": np.array([1.0, 0.7, 0.3, 0.125]),
 }

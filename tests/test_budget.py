@@ -16,6 +16,7 @@ import re
 import pytest
 from endpoint_standin import StandIn
 
+from examples.toy.tokenizer import build_toy_tokenizer
 from rlsr.cli import main
 from rlsr.config import resolve_model_path
 from rlsr.data.loading import load_examples
@@ -31,7 +32,6 @@ from rlsr.evaluation.budget import (
 )
 from rlsr.generation.backends import encode_prompts, render_chat
 from rlsr.tokenization import load_tokenizer, model_context_length
-from rlsr.toy.tokenizer import build_toy_tokenizer
 
 pytestmark = pytest.mark.timeout(300)
 

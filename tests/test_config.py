@@ -182,6 +182,11 @@ def test_recipe_method_weights_yield_to_the_command_line_and_stay_per_recipe():
         (["data.system_prompt=short"], 1, "data.system_prompt", "simple"),
         (["model.dtype=fp8"], 1, "model.dtype", "bfloat16"),
         (["data.verifier=llm_judge"], 1, "data.verifier", "exact_match"),
+        (["grpo.max_steps=-5"], 1, "grpo.max_steps", "-1 (no cap: train grpo.num_train_epochs"),
+        (["grpo.max_steps=0"], 1, "grpo.max_steps", ">= 1"),
+        (["method=sft", "grpo.max_steps=0"], 1, "sft.max_steps", ">= 1"),
+        (["seed=-1"], 1, "seed", "0..4294967295"),
+        (["seed=4294967296"], 1, "seed", "numpy's seed range"),
     ],
 )
 def test_errors_name_field_and_fix(overrides, world_size, field, hint):
@@ -406,15 +411,20 @@ def test_unknown_top_level_key_is_rejected():
     assert info.value.field == "otuput_dir"
 
 
-def test_train_py_prints_config_error_and_exits_2(tmp_path):
+@pytest.mark.parametrize(
+    ("override", "field"), [("method.name=ppo", "method.name"), ("seed=-1", "seed")]
+)
+def test_train_py_prints_config_error_and_exits_2(tmp_path, override, field):
+    """A bad value (a seed numpy cannot take among them) is one ``config error:`` line, exit 2,
+    before anything is written to output_dir."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "recipe=tiny", "method.name=ppo",
+        [sys.executable, str(ROOT / "train.py"), "recipe=tiny", override,
          f"output_dir={tmp_path / 'run'}"],
         env=env, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "config error: method.name:" in proc.stderr
+    assert f"config error: {field}:" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "run" / "config.yaml").exists()  # nothing written before validation
 
@@ -606,7 +616,7 @@ def test_compose_tree_can_be_called_from_several_threads_at_once():
     """``rlsr.config.compose.compose_tree`` from 3 threads released together (the toy's
     ``--jobs N`` composes each arm's plan in a worker thread): every call returns the recipe's
     tree. Catches Hydra's process-wide GlobalHydra entered twice at once ("GlobalHydra is already
-    initialized"), which crashed ``scripts/toy_repro.py --jobs 2`` over already trained arms."""
+    initialized"), which crashed ``examples/toy/toy_repro.py --jobs 2`` over already trained arms."""
     import threading
 
     from rlsr.config.compose import compose_tree

@@ -36,7 +36,8 @@ from rlsr.data.loading import (
     load_examples,
     verification_inputs,
 )
-from rlsr.data.tiny import (
+from rlsr.prompts import LONG_SYSTEM_PROMPT, SIMPLE_SYSTEM_PROMPT, SYSTEM_PROMPTS
+from tools.tiny.data import (
     CANDIDATE_TIERS,
     CANDIDATES_NONE_TIER,
     MISSING_SPLIT_FACTS,
@@ -50,7 +51,6 @@ from rlsr.data.tiny import (
     tier_name,
     write_tiny,
 )
-from rlsr.prompts import LONG_SYSTEM_PROMPT, SIMPLE_SYSTEM_PROMPT, SYSTEM_PROMPTS
 
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["HF_HUB_OFFLINE"] = "1"

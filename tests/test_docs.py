@@ -180,7 +180,11 @@ def kind(words: list[str]) -> str:
     if overrides is not None:
         return "train"
     script = next((w for w in words if w.endswith(".py")), None)
-    if script and (REPO / script).is_file() and script.startswith(("scripts/", "slurm/")):
+    if (
+        script
+        and (REPO / script).is_file()
+        and script.startswith(("scripts/", "slurm/", "examples/", "tools/"))
+    ):
         return "script"
     return "unknown"
 

@@ -114,7 +114,7 @@ def test_a_cut_off_model_build_is_never_reused(tmp_path):
 
 
 def test_padded_tokenizer_reaches_the_real_vocab_and_decodes_every_id():
-    from tools.tiny_models import _build_tokenizer, padded_tokenizer
+    from tools.tiny.models import _build_tokenizer, padded_tokenizer
 
     tok = padded_tokenizer(151936)  # Qwen2.5-0.5B's embedding rows
     small = _build_tokenizer(1024)

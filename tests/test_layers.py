@@ -36,7 +36,7 @@ LAYERS: dict[str, int] = {
     "rlsr.logprob": 1,
     "rlsr.verifiers": 1,
     # 2 data, config (rlsr.tiny_models: the shipped tiny models that config's `tiny` aliases name
-    # and their hash check; their builders live outside the package, in tools/tiny_models.py)
+    # and their hash check; their builders live outside the package, in tools/tiny/models.py)
     "rlsr.data": 2,
     "rlsr.tiny_models": 2,
     "rlsr.config": 2,
@@ -72,7 +72,6 @@ LAYERS: dict[str, int] = {
     "rlsr.serving.cli": 5,
     "rlsr.lm_eval.cli": 5,
     "rlsr.evaluation.from_samples_cli": 5,
-    "rlsr.toy": 5,
 }
 # Inside the run assembly/evaluation floor the three packages are tied one way: generation <-
 # evaluation <- serving (serving applies what evaluation certified; both generate through

@@ -15,7 +15,7 @@ from rlsr import run_layout as layout
 REPO = Path(__file__).resolve().parents[1]
 # Where code that reads or writes an output folder lives: Python is read with ast (docstrings may
 # mention a name, comments are not in the tree), shell scripts as text (comments skipped).
-SCANNED = ("rlsr", "scripts", "benchmarks", "slurm", "tools", "train.py")
+SCANNED = ("rlsr", "scripts", "benchmarks", "slurm", "tools", "examples", "train.py")
 SHELL_SUFFIXES = (".sh", ".slurm")
 # Every file name the layout declares (a new *_FILE constant is guarded without editing this test)
 FILE_NAMES = sorted(getattr(layout, n) for n in layout.__all__ if n.endswith("_FILE"))

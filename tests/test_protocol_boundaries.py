@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from examples.toy import repro
 from rlsr.cli import evaluate as evaluate_flags
 from rlsr.config import ConfigError, heldout_protocol, plan_settings, resolve_heldout
 from rlsr.config.compose import compose_config
 from rlsr.eval_protocol import protocol_from_args
 from rlsr.methods import args_section
-from rlsr.toy import repro
 from rlsr.training import _evaluate_command, run_summary
 
 ROOT = Path(__file__).resolve().parents[1]

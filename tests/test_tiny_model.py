@@ -1,6 +1,6 @@
-"""The tiny offline models that tests and the tiny recipe use: the shipped copies and their check
-(rlsr.tiny_models, in the library) and their builders, warm-up and probes (tools.tiny_models,
-outside it)."""
+"""The tiny offline models that tests and the tiny recipe use: the committed copies in the clone
+(tools/tiny/weights), found and checked by rlsr.tiny_models (in the library), and their builders,
+warm-up and probes (tools.tiny.models, outside it)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_tiny_model_generates_offline(tiny_model_dir):
 def test_tiny_llama_builds_from_scratch_and_generates(tmp_path):
     """Built into an empty folder, not read from the machine's cache (a cached copy hid a builder
     that returned no tokenizer). Llama-3.1 shape: untied head, llama3 RoPE, BOS, <|eot_id|> stop."""
-    from tools.tiny_models import build_tiny_llama_model
+    from tools.tiny.models import build_tiny_llama_model
 
     out = build_tiny_llama_model(tmp_path / "llama")
     model = AutoModelForCausalLM.from_pretrained(out)
@@ -72,7 +72,7 @@ def test_shipped_models_are_the_manifests_bytes():
     """The shipped tiny models are the files MANIFEST.json names, byte for byte (sha256), and
     the default settings resolve to them (not to a copy built on this machine)."""
     from rlsr import tiny_models as tm
-    from tools.tiny_models import TINY_MODEL_DEFAULTS
+    from tools.tiny.models import TINY_MODEL_DEFAULTS
 
     manifest = tm.shipped_manifest()
     assert set(manifest["models"]) == set(tm.SHIPPED_MODELS)
@@ -87,10 +87,13 @@ def test_shipped_models_are_the_manifests_bytes():
             assert tm.file_sha256(folder / fname) == sha, f"{name}/{fname} differs"
         total = sum((folder / f).stat().st_size for f in files)
         assert total < 4 * 2**20, f"{name}: {total} bytes, more than a test fixture should hold"
-    assert tm.tiny_model_path() == tm.SHIPPED_DIR / "tiny-qwen2"
-    assert tm.tiny_warm_model_path() == tm.SHIPPED_DIR / "tiny-format-warm"
-    assert tm.tiny_missing_model_path() == tm.SHIPPED_DIR / "tiny-missing-warm"
-    assert tm.tiny_candidates_model_path() == tm.SHIPPED_DIR / "tiny-candidates-warm"
+    assert tm.tiny_model_path() == ROOT / "tools" / "tiny" / "weights" / "tiny-qwen2"
+    assert tm.tiny_warm_model_path() == ROOT / "tools" / "tiny" / "weights" / "tiny-format-warm"
+    assert tm.tiny_missing_model_path() == ROOT / "tools" / "tiny" / "weights" / "tiny-missing-warm"
+    assert (
+        tm.tiny_candidates_model_path()
+        == ROOT / "tools" / "tiny" / "weights" / "tiny-candidates-warm"
+    )
 
 
 def test_a_changed_shipped_file_is_refused_with_the_fix(tmp_path, monkeypatch):
@@ -99,26 +102,26 @@ def test_a_changed_shipped_file_is_refused_with_the_fix(tmp_path, monkeypatch):
     from rlsr import tiny_models as tm
 
     copy = tmp_path / "models"
-    shutil.copytree(tm.SHIPPED_DIR, copy)
+    shutil.copytree(tm.CHECKOUT_DIR, copy)
     weights = copy / "tiny-format-warm" / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-1] ^= 1  # one bit of one weight
     weights.write_bytes(bytes(data))
-    monkeypatch.setattr(tm, "SHIPPED_DIR", copy)
+    monkeypatch.setenv("RLSR_TINY_MODELS", str(copy))
     monkeypatch.setattr(tm, "_VERIFIED", set())
     assert tm.shipped_model_path("tiny-qwen2") == copy / "tiny-qwen2"
-    with pytest.raises(RuntimeError, match="build_tiny_models.py"):
+    with pytest.raises(RuntimeError, match=r"tools\.tiny\.build"):
         tm.tiny_warm_model_path()
 
 
 def test_format_warm_model_writes_the_format_and_mixes_right_and_wrong():
     """The format-warm model, sampled at temperature 1 on every tiny train prompt (200 x 4):
-    the tag format in >= 90 % of completions, right in 30-70 % (tools.tiny_models.WARM_BANDS), and
+    the tag format in >= 90 % of completions, right in 30-70 % (tools.tiny.models.WARM_BANDS), and
     varied confidences. The trainer tests' preconditions rest on this model; their chances of a
     vacuous pool are computed from its per-prompt accuracy (0.16-0.97 at the recipe's
     temperature) in test_trainer.py, next to ONE_STEP_POOL."""
     from rlsr import tiny_models as shipped
-    from tools import tiny_models as tm
+    from tools.tiny import models as tm
 
     torch.set_num_threads(1)
     got = tm.sampled_behaviour(shipped.tiny_warm_model_path(), samples_per_prompt=4)
@@ -137,7 +140,7 @@ def test_format_warm_greedy_choices_win_by_more_than_float_noise():
     beats the runner-up by >= 1e-3 in logit, ~100x the float noise between layouts or CPUs, so
     those texts are a property of the shipped weights, not of the machine."""
     from rlsr.tiny_models import tiny_warm_model_path
-    from tools import tiny_models as tm
+    from tools.tiny import models as tm
 
     torch.set_num_threads(1)
     margins = tm.greedy_margins(tiny_warm_model_path(), limit=tm.GREEDY_PROMPTS)
@@ -151,11 +154,11 @@ def test_missing_warm_model_passes_its_gate_greedy_confidence_does_not_rank():
     recipe=tiny reports): the tag format everywhere, listed facts looked up and missing ones
     guessed, its thought ("look" / "not") saying which, and ONE confidence whatever the answer:
     ranking gain 0 at step 0, so the held-out AURC drop recipe=tiny reports is learnt
-    (tools.tiny_models.MISSING_GATE). Every greedy decision wins by >= 1e-3 in logit (not the
+    (tools.tiny.models.MISSING_GATE). Every greedy decision wins by >= 1e-3 in logit (not the
     machine's rounding), and the manifest's figures are this model's. Catches a rebuilt model
     whose greedy confidence already ranks, or a gate measured on the split the runs report."""
     from rlsr import tiny_models as shipped
-    from tools import tiny_models as tm
+    from tools.tiny import models as tm
 
     torch.set_num_threads(1)
     got = tm.missing_gate(shipped.tiny_missing_model_path(), split="validation")
@@ -179,12 +182,12 @@ def test_candidates_warm_model_passes_its_gate_greedy_confidence_does_not_rank()
     prompts (facts and "none" objects neither its warm-up nor recipe=tiny-candidates's training
     names, and not the held-out test): the tag format everywhere, the first candidate answered,
     its thought naming the tier, and ONE confidence on every prompt: ranking gain 0 at step 0
-    (tools.tiny_models.CANDIDATES_GATE). Every greedy decision wins by >= 1e-3 in logit, and the
+    (tools.tiny.models.CANDIDATES_GATE). Every greedy decision wins by >= 1e-3 in logit, and the
     manifest's figures (and its recorded sampled lean) are this model's. Catches a rebuilt model
     whose greedy confidence already ranks the tiers, or whose warm-up targets depended on the
     tier."""
     from rlsr import tiny_models as shipped
-    from tools import tiny_models as tm
+    from tools.tiny import models as tm
 
     torch.set_num_threads(1)
     got = tm.candidates_gate(shipped.tiny_candidates_model_path(), split="validation")
@@ -207,11 +210,11 @@ def test_candidates_warm_model_passes_its_gate_greedy_confidence_does_not_rank()
 # --------------------------------------------------------------------------- library vs tools
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILDERS_FILE = ROOT / "tools" / "tiny_models.py"
+BUILDERS_FILE = ROOT / "tools" / "tiny" / "models.py"
 
 
 def _builders_copy(tmp_path, name: str, edit: tuple[str, str] | None = None):
-    """tools/tiny_models.py loaded as a separate module from a copy of its text, ``edit``
+    """tools/tiny/models.py loaded as a separate module from a copy of its text, ``edit``
     (old, new) applied: the module as it would be after that edit."""
     text = BUILDERS_FILE.read_text()
     if edit is not None:
@@ -270,14 +273,49 @@ def test_cache_key_follows_the_builders_code_not_the_probes(tmp_path, monkeypatc
         assert _cache_folder(module, monkeypatch, tmp_path) != base, what
 
 
-def test_moved_builders_name_their_new_place():
-    with pytest.raises(ImportError, match=r"tools/tiny_models\.py.*from tools\.tiny_models import"):
-        from rlsr.tiny_models import build_tiny_model  # noqa: F401
+def test_tiny_models_outside_a_clone_are_refused_in_one_line_with_the_fix(tmp_path, monkeypatch):
+    """Where the clone's tools/tiny/weights is absent (an installed wheel: rlsr's parent folder
+    holds no tools/), a tiny alias is refused in one line that names the clone and
+    RLSR_TINY_MODELS, at config time (model.name_or_path) and at resolution (an OSError, which
+    the CLIs print as one line)."""
+    from rlsr import tiny_models as tm
+    from rlsr.config import ConfigError, resolve_model_path
+    from rlsr.config.sections import ModelSettings
+
+    monkeypatch.delenv("RLSR_TINY_MODELS", raising=False)
+    monkeypatch.setattr(
+        tm, "CHECKOUT_DIR", tmp_path / "site-packages" / "tools" / "tiny" / "weights"
+    )
+    monkeypatch.setattr(tm, "_VERIFIED", set())
+    with pytest.raises(
+        ConfigError, match=r"^model\.name_or_path: .*clone.*RLSR_TINY_MODELS"
+    ) as err:
+        ModelSettings(name_or_path="tiny-missing-warm").validate()
+    assert "\n" not in str(err.value)
+    with pytest.raises(OSError, match="RLSR_TINY_MODELS"):
+        resolve_model_path("tiny")
+    ModelSettings(name_or_path="Qwen/Qwen2.5-7B").validate()  # other names are not looked up
+    monkeypatch.setenv("RLSR_TINY_MODELS", str(tmp_path / "nowhere"))
+    with pytest.raises(OSError, match=r"\$RLSR_TINY_MODELS=.*nowhere"):
+        tm.tiny_warm_model_path()
+
+
+def test_the_package_carries_no_demo_weights_and_no_toy():
+    """The installed package (rlsr/ and its package-data) holds no model weights and no toy: they
+    live in the clone, tools/tiny/weights and examples/toy, where rlsr.tiny_models looks."""
+    from rlsr import tiny_models as tm
+
+    assert tm.CHECKOUT_DIR == ROOT / "tools" / "tiny" / "weights"
+    assert (tm.CHECKOUT_DIR / tm.MANIFEST_NAME).is_file()
+    weights = [p for p in (ROOT / "rlsr").rglob("*") if p.suffix in {".safetensors", ".bin"}]
+    assert not weights, weights
+    assert not (ROOT / "rlsr" / "toy").exists()
+    assert (ROOT / "examples" / "toy" / "repro.py").is_file()
 
 
 def test_the_library_imports_nothing_from_tools():
-    """tools/ is not installed with the package: an import of it from rlsr/ would break every
-    installed copy."""
+    """tools/ and examples/ are not installed with the package: an import of either from rlsr/
+    would break every installed copy."""
     offenders = []
     for path in sorted((ROOT / "rlsr").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -287,5 +325,5 @@ def test_the_library_imports_nothing_from_tools():
                 else []
             )  # fmt: skip
             offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names
-                          if n == "tools" or n.startswith("tools.")]  # fmt: skip
+                          if n.split(".")[0] in {"tools", "examples"}]  # fmt: skip
     assert not offenders, offenders

@@ -1,4 +1,4 @@
-"""scripts/tiny_seeds.py's statistics: the bootstrap CI over seeds and the per-arm / paired
+"""tools/tiny/seeds.py's statistics: the interval over seeds and the per-arm / paired
 summary docs/results.md's recipe=tiny table is built from (no training run here)."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from rlsr.metrics import bootstrap_mean_ci
+from rlsr.evaluation.compare import VALUE_BOUNDS
+from rlsr.evaluation.seed_statistics import seed_interval
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "tiny_seeds.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "tiny" / "seeds.py"
 
 
 @pytest.fixture(scope="module")
@@ -22,14 +23,13 @@ def seeds_script():
     return module
 
 
-def test_seed_ci_is_the_library_bootstrap_with_the_tables_settings(seeds_script):
-    """The table's CI is ``rlsr.metrics.bootstrap_mean_ci`` (brute-force tested in
-    tests/test_compare.py) at 10,000 resamples and seed 0, the settings ``rlsr compare`` uses,
-    so the two tools print the same interval for the same seeds; one value or none has none. Catches a
-    second bootstrap implementation or settings that drift from compare's."""
+def test_seed_ci_is_rlsr_compares_interval(seeds_script):
+    """The table's interval is ``rlsr compare``'s (``seed_statistics.seed_interval`` over the
+    metric's range), so the two tools print the same interval for the same seeds; one value or
+    none has none. Catches a second interval implementation beside compare's."""
     values = [0.0, 0.1, 0.15, 0.4, 0.33]
-    ci = bootstrap_mean_ci(values, n_resamples=10_000, seed=0)
-    assert seeds_script.seed_ci(values) == (ci.low, ci.high)
+    want = seed_interval(values, VALUE_BOUNDS["aurc_drop"])
+    assert seeds_script.seed_ci(values, "aurc_drop") == pytest.approx((want.low, want.high))
     assert all(math.isnan(x) for x in seeds_script.seed_ci([0.3]))
     assert all(math.isnan(x) for x in seeds_script.seed_ci([]))
 
@@ -51,6 +51,8 @@ def test_paired_difference_uses_only_the_seeds_both_arms_finished(seeds_script):
     assert pair["seeds"] == [0, 1]
     assert pair["gain_last"]["mean"] == pytest.approx(0.05)  # (0.0 + 0.1) / 2
     assert pair["aurc_drop"]["mean"] == pytest.approx(0.05)  # (0.1 + 0.0) / 2
+    assert pair["gain_last"]["verdict"] == "inconclusive"  # 2 seeds: no exact p below 0.05
+    assert pair["gain_last"]["p_adjusted"] == pytest.approx(1.0)
 
 
 def test_confidence_columns_follow_the_recipes_kinds(seeds_script, tmp_path):

@@ -1,4 +1,4 @@
-"""CPU toy reproduction (rlsr.toy, scripts/toy_repro.py, docs/toy.md).
+"""CPU toy reproduction (examples.toy, examples/toy/toy_repro.py, docs/toy.md).
 
 Real components throughout: the toy tokenizer (tokenizers + transformers), a Qwen2 model trained
 from scratch, the Hydra recipe tree, rlsr.config validation, RLSRTrainer (TRL GRPOTrainer) and
@@ -12,8 +12,7 @@ import random
 
 import pytest
 
-from rlsr.tokenization import TOKENIZER_MARKER_KEY, load_tokenizer, marked_tokenizer_class
-from rlsr.toy.task import (
+from examples.toy.task import (
     NAMES,
     RELIABILITY_TIERS,
     TIER_OF_NAME,
@@ -25,14 +24,15 @@ from rlsr.toy.task import (
     to_records,
     write_dataset_folder,
 )
-from rlsr.toy.tokenizer import (
+from examples.toy.tokenizer import (
     CONFIDENCE_TOKENS,
     TAGS,
     build_toy_tokenizer,
     load_toy_tokenizer,
     vocabulary,
 )
-from rlsr.toy.warmup import WarmupConfig, completion_text, ensure_warmup
+from examples.toy.warmup import WarmupConfig, completion_text, ensure_warmup
+from rlsr.tokenization import TOKENIZER_MARKER_KEY, load_tokenizer, marked_tokenizer_class
 
 # --------------------------------------------------------------------------- task
 
@@ -231,7 +231,7 @@ def test_warmup_is_cached_and_targets_carry_no_confidence_signal(tmp_path):
 def test_a_warmup_outside_its_band_trains_on_then_stops_with_the_reason(tmp_path):
     """3 steps cannot teach the format: the warm-up extends twice (9 steps in all), then refuses
     with the failing fields and saves nothing, instead of handing a broken BASE to the arms."""
-    from rlsr.toy.warmup import MAX_EXTENSIONS, WarmupGateError, gate_failures
+    from examples.toy.warmup import MAX_EXTENSIONS, WarmupGateError, gate_failures
 
     cfg = WarmupConfig(steps=3, batch_size=8)
     with pytest.raises(WarmupGateError, match=r"format_rate 0\.\d+ not in \[0\.95, 1\.0\]") as err:
@@ -288,8 +288,8 @@ def test_rlsr_learns_to_rank_confidence_on_heldout(tmp_path):
     """
     import torch
 
-    from rlsr.toy.arms import train_arm
-    from rlsr.toy.warmup import DEFAULT_CACHE_DIR
+    from examples.toy.arms import train_arm
+    from examples.toy.warmup import DEFAULT_CACHE_DIR
 
     torch.set_num_threads(1)
     data_dir = write_dataset_folder(

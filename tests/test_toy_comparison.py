@@ -1,4 +1,4 @@
-"""The toy summary's comparison over seeds (rlsr/toy/comparison.py), on hand-made per-seed
+"""The toy summary's comparison over seeds (examples/toy/comparison.py), on hand-made per-seed
 results: no training, no evaluation."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
+from examples.toy import repro
+from examples.toy.comparison import comparison, comparison_markdown, per_seed_values
 from rlsr.evaluation.compare import Statistics
-from rlsr.toy import repro
-from rlsr.toy.comparison import comparison, comparison_markdown, per_seed_values
 
 SEEDS = [3, 5, 7, 9]
 # RLVR's AURC swings from seed to seed (it is each seed's error rate: no ranking); RLSR is 0.04-0.06
@@ -182,7 +182,7 @@ def test_markdown_lists_rows_pairs_verdicts_and_every_seed():
 
 
 def test_summary_md_opens_with_the_comparison():
-    """scripts/toy_repro.py's summary.md carries the comparison before the mean ± std table;
+    """examples/toy/toy_repro.py's summary.md carries the comparison before the mean ± std table;
     catches a summary that computes it but never prints it."""
     args = argparse.Namespace(
         variant="easy", steps=300, prompts_per_step=16, generations=8, learning_rate=3e-4

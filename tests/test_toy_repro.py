@@ -1,4 +1,4 @@
-"""The toy reproduction's orchestration (rlsr/toy/repro.py): the pure parts, and the thin CLI."""
+"""The toy reproduction's orchestration (examples/toy/repro.py): the pure parts, and the thin CLI."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from examples.toy import repro
+from examples.toy.task import VARIANTS, write_dataset_folder
+from examples.toy.tokenizer import build_toy_tokenizer
+from examples.toy.warmup import VARIANT_WARMUP, WarmupConfig, build_model, warmup_config
 from rlsr.data.loading import load_examples
 from rlsr.evaluation.budget import answer_reserve, budget_refusal, evaluation_context
 from rlsr.tokenization import prompt_token_counter
-from rlsr.toy import repro
-from rlsr.toy.task import VARIANTS, write_dataset_folder
-from rlsr.toy.tokenizer import build_toy_tokenizer
-from rlsr.toy.warmup import VARIANT_WARMUP, WarmupConfig, build_model, warmup_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -283,7 +283,7 @@ def test_the_script_keeps_its_flags(flag, script_help):
 @pytest.fixture(scope="module")
 def script_help() -> str:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "toy_repro.py"), "--help"],
+        [sys.executable, str(ROOT / "examples" / "toy" / "toy_repro.py"), "--help"],
         capture_output=True,
         text=True,
         timeout=120,

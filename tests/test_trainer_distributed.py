@@ -91,7 +91,7 @@ def _greedy_mixed_dataset(folder: Path) -> list[str]:
 
     from rlsr.data.loading import load_examples
     from rlsr.parsing import parse_response
-    from tools.tiny_models import greedy_completions
+    from tools.tiny.models import greedy_completions
 
     rows = load_examples("tiny", split="train", limit=16)
     greedy = greedy_completions(format_warm_model(), limit=16, max_new_tokens=40)

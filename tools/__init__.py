@@ -1,7 +1,8 @@
 """Repository tools outside the ``rlsr`` library (not installed with the package).
 
-``tools.tiny_models`` builds the tiny test models, trains the format-warm copy and measures it;
-the tests (``pytest`` puts the repository root on the path: pyproject.toml, ``pythonpath``),
-scripts and benchmarks import it from a checkout. What a run needs, the shipped models and their
-hash check, stays in the library (``rlsr.tiny_models``).
+``tools.tiny`` holds everything of the tiny models and tiny tasks that a run does not need: the
+committed weights (``tools/tiny/weights``), their builders, warm-up and probes, the tiny task
+generator and the seed study. The tests (``pytest`` puts the repository root on the path:
+pyproject.toml, ``pythonpath``), scripts and benchmarks import it from a clone. What a run needs,
+finding the tiny models and their hash check, stays in the library (``rlsr.tiny_models``).
 """

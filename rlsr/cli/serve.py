@@ -114,7 +114,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     v = sv.add_argument_group("in-process vLLM engine")
     v.add_argument("--dtype", default="auto")
     v.add_argument("--max-model-len", type=int)
-    v.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    v.add_argument("--gpu-memory-utilization", type=float,
+                   help="fraction of GPU memory (default 0.9); on vLLM's CPU backend, of all RAM "
+                   "(default: a KV cache sized from free memory, docs/vllm_cpu.md)")  # fmt: skip
     v.add_argument("--tensor-parallel-size", type=int, default=1)
     v.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs / compile")
     v.add_argument("--trust-remote-code", action="store_true")

@@ -119,6 +119,10 @@ __all__ = [
 ]
 
 
+# The largest seed transformers' set_seed accepts: it seeds numpy, whose seeds are 32-bit.
+MAX_SEED = 2**32 - 1
+
+
 @dataclass
 class TrainSettings:
     model: ModelSettings = field(default_factory=ModelSettings)
@@ -145,7 +149,12 @@ class TrainSettings:
             "output_dir",
             "must be a folder path, e.g. output_dir=runs/hotpot-rlsr.",
         )
-        _check(_is_int(self.seed), "seed", f"must be an integer; got {self.seed!r}.")
+        _check(
+            _is_int(self.seed) and 0 <= self.seed <= MAX_SEED,
+            "seed",
+            f"must be an integer in 0..{MAX_SEED} (2**32 - 1: numpy's seed range, which "
+            f"transformers' set_seed uses); got {self.seed!r}.",
+        )
         resume = self.resume
         _check(
             isinstance(resume, str) and resume != "",

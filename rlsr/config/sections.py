@@ -33,6 +33,8 @@ from rlsr.data import get_spec
 from rlsr.eval_protocol import ProtocolError, check_mapping, evaluate_mapping_of
 from rlsr.prompts import NO_SYSTEM_PROMPT, system_prompt_names
 from rlsr.tiny_models import (
+    TinyModelsMissing,
+    shipped_manifest,
     tiny_candidates_model_path,
     tiny_missing_model_path,
     tiny_model_path,
@@ -51,6 +53,12 @@ TINY_MODEL_ALIAS = "tiny"
 TINY_WARM_MODEL_ALIAS = "tiny-warm"
 TINY_MISSING_MODEL_ALIAS = "tiny-missing-warm"
 TINY_CANDIDATES_MODEL_ALIAS = "tiny-candidates-warm"
+TINY_MODEL_ALIASES = (
+    TINY_MODEL_ALIAS,
+    TINY_WARM_MODEL_ALIAS,
+    TINY_MISSING_MODEL_ALIAS,
+    TINY_CANDIDATES_MODEL_ALIAS,
+)
 
 
 @dataclass
@@ -116,6 +124,12 @@ class ModelSettings:
             "model.attn_implementation",
             f"got {self.attn_implementation!r}; choose one of {ATTN_IMPLEMENTATIONS}.",
         )
+        if here and self.name_or_path in TINY_MODEL_ALIASES:
+            # the tiny models live in a clone (tools/tiny/weights), not in an installed wheel
+            try:
+                shipped_manifest()
+            except TinyModelsMissing as err:
+                raise ConfigError("model.name_or_path", str(err)) from None
         if here and self.attn_implementation == "flash_attention_2":
             _check(
                 launch.module_available("flash_attn"),
@@ -134,7 +148,7 @@ class ModelSettings:
 def resolve_model_path(name_or_path: str) -> str:
     """Map the aliases ``tiny`` (random), ``tiny-warm`` (format fine-tuned),
     ``tiny-missing-warm`` (recipe=tiny's) and ``tiny-candidates-warm`` (recipe=tiny-candidates's) to the
-    shipped tiny models (rlsr.tiny_models: hash-checked folders, never built here); other names
+    tiny models of the clone (rlsr.tiny_models: hash-checked folders, never built here); other names
     are returned unchanged."""
     if name_or_path == TINY_MISSING_MODEL_ALIAS:
         return str(tiny_missing_model_path())

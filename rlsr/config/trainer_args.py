@@ -192,7 +192,8 @@ TRAINER_SECTIONS = ("grpo", "sft")
 
 
 def _check_batch_sizes(g: dict, section: str) -> None:
-    """The per-device batch and the gradient accumulation of a trainer section: integers >= 1."""
+    """The per-device batch and the gradient accumulation of a trainer section (integers >= 1)
+    and its step cap ``max_steps`` (>= 1, or TRL's -1: train ``num_train_epochs``)."""
     for name in ("per_device_train_batch_size", "gradient_accumulation_steps"):
         value = g.get(name, 1)
         _check(
@@ -200,6 +201,15 @@ def _check_batch_sizes(g: dict, section: str) -> None:
             f"{section}.{name}",
             f"must be an integer >= 1; got {value!r}.",
         )
+    # TRL's -1 (its default) means: no step cap, train num_train_epochs over the dataset; the
+    # Trainer takes other values <= 0 without a word (0: one step, -5: the epochs).
+    steps = g.get("max_steps", -1)
+    _check(
+        _is_int(steps) and (steps >= 1 or steps == -1),
+        f"{section}.max_steps",
+        f"must be a number of optimizer steps >= 1, or -1 (no cap: train "
+        f"{section}.num_train_epochs epochs over the data); got {steps!r}.",
+    )
 
 
 def check_grpo(g: dict, *, here: bool = True) -> None:

@@ -278,7 +278,7 @@ _SPECS = [
         formatter="plain",
         columns={"problem": "question", "answer": "answer", "id": "id"},
         description="Bundled offline synthetic fact-lookup QA for the trainer tests "
-        "(generator: rlsr.data.tiny).",
+        "(generator: tools/tiny/data.py in the repository).",
     ),
     _spec(
         name="tiny-missing",
@@ -292,7 +292,7 @@ _SPECS = [
         columns={"problem": "question", "answer": "answer", "id": "id"},
         description="Bundled offline fact-lookup QA for recipe=tiny: in half the questions the "
         "asked fact is missing, so the answer is a guess; validation (thresholds) and test "
-        "share no prompt with train (generator: rlsr.data.tiny).",
+        "share no prompt with train (generator: tools/tiny/data.py in the repository).",
     ),
     _spec(
         name="tiny-candidates",
@@ -307,7 +307,7 @@ _SPECS = [
         description="Bundled offline fact-lookup QA for recipe=tiny-candidates: 1, 2 or 4 "
         "candidate colors listed (the first named right 100 / 70 / 30 % of the time) or none (a "
         "guess), where calibration and the lifted-AURC reward want different confidences; "
-        "validation and test share no prompt with train (generator: rlsr.data.tiny).",
+        "validation and test share no prompt with train (generator: tools/tiny/data.py in the repository).",
     ),
 ]
 

@@ -3,7 +3,7 @@
 seeds", "Intervals, tests and verdicts").
 
 Every function is a small pure function on numbers; which runs, questions and metrics they get
-is decided by ``rlsr.evaluation.compare`` and ``rlsr.toy.comparison``.
+is decided by ``rlsr.evaluation.compare`` and ``examples.toy.comparison``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,17 @@
 #!/usr/bin/env python
 """Diagnostic: can the toy model learn the look-up the `distractor` variant needs? (docs/toy.md)
 
-Trains the toy warm-up model (``rlsr.toy.warmup``: same model, batch, optimizer and schedule)
+Trains the toy warm-up model (``examples.toy.warmup``: same model, batch, optimizer and schedule)
 on a configurable version of the distractor task and prints, every ``--eval-every`` steps, greedy
 accuracy on 300 held-out prompts: with the fact present, with it missing, on present prompts
 that list two or more facts (needs name -> digit binding), and how often a missing prompt is
 answered with the listed distractor's digit (1.0 = the model never notices that the fact is
 missing). Nothing is cached or saved; this script only measures.
 
-    python scripts/toy_distractor_probe.py --facts 2-3 --steps 4000          # binding
-    python scripts/toy_distractor_probe.py --facts 1-1 --steps 3000          # presence only
-    python scripts/toy_distractor_probe.py --facts 1-1 --target presence     # 1 / 0 answer
-    python scripts/toy_distractor_probe.py --facts 1-1 --target presence --upper-query
+    python examples/toy/distractor_probe.py --facts 2-3 --steps 4000          # binding
+    python examples/toy/distractor_probe.py --facts 1-1 --steps 3000          # presence only
+    python examples/toy/distractor_probe.py --facts 1-1 --target presence     # 1 / 0 answer
+    python examples/toy/distractor_probe.py --facts 1-1 --target presence --upper-query
 
 ``--target presence`` answers 1 when the fact is present and 0 when not (deterministic; chance
 loss is ln 2 on that token), with a fixed confidence 0.5, so nothing but the look-up is left to
@@ -30,14 +30,14 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from rlsr.toy.task import DIGITS, NAMES, ToyExample  # noqa: E402
-from rlsr.toy.tokenizer import build_toy_tokenizer  # noqa: E402
-from rlsr.toy.warmup import (  # noqa: E402
+from examples.toy.task import DIGITS, NAMES, ToyExample  # noqa: E402
+from examples.toy.tokenizer import build_toy_tokenizer  # noqa: E402
+from examples.toy.warmup import (  # noqa: E402
     WarmupConfig,
     build_model,
     completion_batch,
@@ -68,7 +68,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def make_example(rng: random.Random, args, lo: int, hi: int) -> ToyExample:
-    """The distractor construction of ``rlsr.toy.task`` with LO..HI facts per prompt."""
+    """The distractor construction of ``examples.toy.task`` with LO..HI facts per prompt."""
     names = rng.sample(NAMES, hi + 1)
     target, others = names[0], names[1:]
     answer = rng.choice(DIGITS)

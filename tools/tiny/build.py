@@ -1,18 +1,18 @@
 #!/usr/bin/env python
-"""Rebuild the shipped tiny models (rlsr/data/fixtures/models) and their MANIFEST.json.
+"""Rebuild the shipped tiny models (tools/tiny/weights) and their MANIFEST.json.
 
-    python scripts/build_tiny_models.py            # rebuild, check, write the fixtures
-    python scripts/build_tiny_models.py --check    # rebuild in a temp folder, compare, write nothing
-    python scripts/build_tiny_models.py --only tiny-missing-warm   # just recipe=tiny's model,
+    python tools/tiny/build.py            # rebuild, check, write the fixtures
+    python tools/tiny/build.py --check    # rebuild in a temp folder, compare, write nothing
+    python tools/tiny/build.py --only tiny-missing-warm   # just recipe=tiny's model,
                                                    # from the shipped tiny-format-warm
-    python scripts/build_tiny_models.py --only tiny-candidates-warm    # just recipe=tiny-candidates's
+    python tools/tiny/build.py --only tiny-candidates-warm    # just recipe=tiny-candidates's
 
 The tiny models are part of the product (``train.py recipe=tiny`` trains ``tiny-missing-warm``,
 ``recipe=tiny-format`` ``tiny-warm``) and of the tests. They are shipped rather than built per machine because weights drawn or trained here
 depend on the CPU's float numerics (AVX2 / AVX-512 / ARM, thread count): the same procedure
 gives different bytes, and a model that behaves differently, on each machine.
 
-Steps: build the random ``tiny-qwen2`` (``tools.tiny_models.build_tiny_model``), fine-tune it on
+Steps: build the random ``tiny-qwen2`` (``tools.tiny.models.build_tiny_model``), fine-tune it on
 the tag format (``train_format_warm``), sample the warm model at temperature 1 on every tiny
 train prompt (``sampled_behaviour``) and refuse to ship it outside ``WARM_BANDS``; fine-tune that
 one on the ``tiny-missing`` train split (``train_missing_warm``), measure it greedy on the
@@ -37,11 +37,13 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from rlsr import tiny_models as shipped  # noqa: E402
-from tools import tiny_models as tm  # noqa: E402
+from tools.tiny import models as tm  # noqa: E402
+
+WEIGHTS = Path(__file__).resolve().parent / "weights"  # what this clone commits
 
 SAMPLES_PER_PROMPT = 8
 
@@ -50,13 +52,13 @@ def check_gate(gate: dict, bounds: dict, *, model: str, measured: str, prefix: s
     """Stop (nothing written) unless every figure of ``gate`` lies in its ``bounds`` range and
     every greedy decision wins by at least ``tm.WARM_MIN_GREEDY_MARGIN``; the message names the
     model, the figure, its range, how it was ``measured`` and the constants of
-    tools/tiny_models.py to change, then every figure of the gate."""
+    tools/tiny/models.py to change, then every figure of the gate."""
     checks = {**bounds, "greedy_margin_min": (tm.WARM_MIN_GREEDY_MARGIN, float("inf"))}
     for key, (lo, hi) in checks.items():
         if not lo <= gate[key] <= hi:
             raise SystemExit(
                 f"{model} fails its gate: {key} = {gate[key]:.4g}, needs [{lo}, {hi}] "
-                f"({measured}). Change {prefix}* in tools/tiny_models.py; nothing was written. "
+                f"({measured}). Change {prefix}* in tools/tiny/models.py; nothing was written. "
                 f"{json.dumps(gate)}"
             )
 
@@ -210,11 +212,11 @@ def main(argv=None) -> int:
                 print(f"{name}: {'identical to' if same else 'differs from'} the shipped copy")
             return 0
         for name in shipped.SHIPPED_MODELS:
-            target = shipped.SHIPPED_DIR / name
+            target = WEIGHTS / name
             shutil.rmtree(target, ignore_errors=True)
             shutil.copytree(Path(tmp) / name, target)
-    (shipped.SHIPPED_DIR / shipped.MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
-    print(f"wrote {shipped.SHIPPED_DIR}")
+    (WEIGHTS / shipped.MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+    print(f"wrote {WEIGHTS}")
     return 0
 
 
@@ -233,11 +235,11 @@ def _only(name: str, check: bool) -> int:
             same = manifest["models"].get(name, {}).get("files") == entry["files"]
             print(f"{name}: {'identical to' if same else 'differs from'} the shipped copy")
             return 0
-        target = shipped.SHIPPED_DIR / name
+        target = WEIGHTS / name
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(Path(tmp) / name, target)
     manifest["models"][name] = entry
-    (shipped.SHIPPED_DIR / shipped.MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+    (WEIGHTS / shipped.MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
     print(f"wrote {target}")
     return 0
 

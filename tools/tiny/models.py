@@ -1,7 +1,7 @@
 """Builders, warm-up training and probes of the tiny offline models (outside the library).
 
-The ``tiny`` recipe and the tests use two of them as shipped files (``rlsr/data/fixtures/models``,
-found and hash-checked by ``rlsr.tiny_models``), built here by ``scripts/build_tiny_models.py``.
+The ``tiny`` recipe and the tests use two of them as shipped files (``tools/tiny/weights``,
+found and hash-checked by ``rlsr.tiny_models``), built here by ``tools/tiny/build.py``.
 Tests, scripts/gpu_acceptance.py and benchmarks import the builders and probes from a checkout.
 
 ``build_tiny_model`` writes a randomly initialised ``Qwen2ForCausalLM`` and a byte-level BPE
@@ -41,13 +41,13 @@ from pathlib import Path
 
 from rlsr import prompts
 from rlsr.data.loading import load_examples
-from rlsr.data.tiny import CANDIDATES_NONE_TIER, candidates_tier
-from rlsr.data.tiny import COLORS as TINY_COLORS
-from rlsr.data.tiny import OBJECTS as TINY_OBJECTS
 from rlsr.logprob import left_pad
 from rlsr.parsing import parse_response
 from rlsr.tiny_models import tiny_model_path, tiny_warm_model_path
 from rlsr.verifiers import get_verifier
+from tools.tiny.data import CANDIDATES_NONE_TIER, candidates_tier
+from tools.tiny.data import COLORS as TINY_COLORS
+from tools.tiny.data import OBJECTS as TINY_OBJECTS
 
 __all__ = [
     "TINY_MODEL_DEFAULTS",
@@ -440,7 +440,7 @@ WARM_P_GOLD = 0.6
 CONFIDENCES = ("0.1", "0.3", "0.5", "0.7", "0.9")
 CONFIDENCE_WEIGHTS = (0.1, 0.15, 0.4, 0.2, 0.15)
 # Behaviour the format-warm model must show, sampled at temperature 1 on the tiny train prompts
-# (scripts/build_tiny_models.py refuses to ship a model outside it; tests/test_tiny_model.py
+# (tools/tiny/build.py refuses to ship a model outside it; tests/test_tiny_model.py
 # measures it again): the tag format nearly always, right answers between 30 % and 70 %.
 WARM_BANDS = {"format_rate": (0.9, 1.0), "accuracy": (0.3, 0.7)}
 # Greedy (top-1) decisions on the recipe's 64 prompts must win by at least this logit gap, far
@@ -473,7 +473,7 @@ def train_format_warm(out: str | os.PathLike, base: str | os.PathLike | None = N
     (``_warm_target``), on the 200 tiny train prompts, short (user turn only) and full.
 
     Deterministic for one machine; across machines the float numerics differ, which is why the
-    result is shipped rather than rebuilt (scripts/build_tiny_models.py).
+    result is shipped rather than rebuilt (tools/tiny/build.py).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -642,7 +642,7 @@ def greedy_margins(path: str | os.PathLike, *, limit: int | None = None) -> list
 # ``tiny-missing-warm``, the model recipe=tiny trains: ``tiny-format-warm`` fine-tuned further on
 # the ``tiny-missing`` train split (its "none" questions ask about 10 of the 20 objects, its listed
 # ones state 96 of the 160 (object, color) facts; validation and test ask about the others,
-# rlsr.data.tiny.MISSING_SPLIT_*). A listed fact is answered with its color after the thought
+# tools.tiny.data.MISSING_SPLIT_*). A listed fact is answered with its color after the thought
 # "look"; a missing one, after the thought "not" (so the model's own reasoning says when it
 # guesses, as a reasoning model's would; "not sure" came out as "not" on 2 of the 5 validation
 # objects), with a fixed guess per object
@@ -672,7 +672,7 @@ MISSING_CONFIDENCE_WEIGHTS = {
     True: (0.12, 0.15, 0.3, 0.2, 0.23),
     False: (0.23, 0.2, 0.3, 0.15, 0.12),
 }
-# The gate the shipped model must pass (scripts/build_tiny_models.py; tests/test_tiny_model.py
+# The gate the shipped model must pass (tools/tiny/build.py; tests/test_tiny_model.py
 # measures it again): greedy on the validation split (neither trained on nor the held-out test
 # that recipe=tiny reports), the tag format on every prompt, one
 # confidence whatever the answer (ranking gain 0: the step-0 confidence does not rank), listed
@@ -945,7 +945,7 @@ def sampled_missing_lean(
 # ``tiny-candidates-warm``, the model recipe=tiny-candidates trains: ``tiny-format-warm`` fine-tuned
 # on the ``tiny-candidates`` train split (1, 2 or 4 candidate colors listed, the first-named the
 # answer in 100 / 70 / 30 % of each split's questions of the tier, or "none";
-# rlsr.data.tiny.CANDIDATE_TIERS; facts and "none" objects split as tiny-missing's). Each target
+# tools.tiny.data.CANDIDATE_TIERS; facts and "none" objects split as tiny-missing's). Each target
 # answers the FIRST candidate (not the gold: the model cannot know which questions' first
 # candidate is wrong, and it is the likeliest in every tier) after a thought that names the tier
 # (``CANDIDATES_THOUGHTS``: "sure" / "plausible" / "uncertain" for 1 / 2 / 4 candidates, "not"
@@ -967,7 +967,7 @@ CANDIDATES_WARM_LR = 2e-3
 CANDIDATES_WARM_SEED = 0
 CANDIDATES_THOUGHTS = {"k=1": "sure", "k=2": "plausible", "k=4": "uncertain", "none": "not"}
 CANDIDATES_CONFIDENCE_WEIGHTS = (0.16, 0.2, 0.28, 0.2, 0.16)
-# The gate (scripts/build_tiny_models.py; tests/test_tiny_model.py measures it again): greedy on
+# The gate (tools/tiny/build.py; tests/test_tiny_model.py measures it again): greedy on
 # the validation split, the tag format everywhere, the first candidate answered when listed, the
 # thought naming the tier, one confidence on every prompt (ranking gain 0), every greedy decision
 # won by at least WARM_MIN_GREEDY_MARGIN.

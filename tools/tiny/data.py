@@ -35,9 +35,9 @@ and held-out "none" questions ask about objects training never asks "none" about
 
 Regenerate the bundled files with
 
-    python -m rlsr.data.tiny --out rlsr/data/fixtures/tiny
-    python -m rlsr.data.tiny --missing --out rlsr/data/fixtures/tiny-missing
-    python -m rlsr.data.tiny --candidates --out rlsr/data/fixtures/tiny-candidates
+    python -m tools.tiny.data --out rlsr/data/fixtures/tiny
+    python -m tools.tiny.data --missing --out rlsr/data/fixtures/tiny-missing
+    python -m tools.tiny.data --candidates --out rlsr/data/fixtures/tiny-candidates
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """README command 1 over seeds, four arms: does RLSR rank better than RLCR and RLVR on recipe=tiny?
 
-    python scripts/tiny_seeds.py                                 # 4 arms x seeds 0-9 and 42, one at a time
-    python scripts/tiny_seeds.py --seeds 0,1,2 --output-dir /work/tiny_evidence
-    python scripts/tiny_seeds.py --arms rlsr,rlvr --dispatches scalar   # portable kernels
-    python scripts/tiny_seeds.py --recipe tiny-candidates --output-dir candidates_runs
+    python tools/tiny/seeds.py                                 # 4 arms x seeds 0-9 and 42, one at a time
+    python tools/tiny/seeds.py --seeds 0,1,2 --output-dir /work/tiny_evidence
+    python tools/tiny/seeds.py --arms rlsr,rlvr --dispatches scalar   # portable kernels
+    python tools/tiny/seeds.py --recipe tiny-candidates --output-dir candidates_runs
 
 Each run is the real command 1 (``train.py recipe=R seed=S`` + the arm's overrides, one
 process, OMP_NUM_THREADS=1; ``--recipe``: ``tiny``, README command 1, or ``tiny-candidates``, where
@@ -21,10 +21,10 @@ under ``ATEN_CPU_CAPABILITY`` (another machine's float rounding; ``scalar`` = th
 From each run's held-out history (``eval/``, greedy on the test split) it reads the AURC, error
 rate and ranking gain (error rate - AURC, ``rlsr.metrics.ranking_gain_from_aurc``) at the first
 and last evaluated step, and from the last step's samples the greedy confidence per kind of
-question (``RECIPES``: listed fact / ``Facts: none.`` for tiny, the four tiers for tiny-candidates). Per arm: mean and 95 % bootstrap CI over seeds of the
+question (``RECIPES``: listed fact / ``Facts: none.`` for tiny, the four tiers for tiny-candidates). Per arm: mean and 95 % interval over seeds of the
 last ranking gain and of the AURC drop (first - last); per other arm: the paired difference
-RLSR - arm on the seeds both finished, its mean and 95 % bootstrap CI (``rlsr.metrics.bootstrap_mean_ci``,
-seeded). Writes ``OUT/table.md`` (docs/results.md's tables) and ``OUT/table.json`` after every run.
+RLSR - arm on the seeds both finished, its interval, Holm-adjusted exact paired p and verdict, all
+computed by ``rlsr compare``'s own functions (``rlsr.evaluation.compare``). Writes ``OUT/table.md`` (docs/results.md's tables) and ``OUT/table.json`` after every run.
 """
 
 from __future__ import annotations
@@ -41,14 +41,20 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from rlsr.data.loading import FIXTURES_DIR  # noqa: E402
-from rlsr.data.tiny import candidates_tier  # noqa: E402
+from rlsr.evaluation.compare import (  # noqa: E402
+    Statistics,
+    add_verdicts,
+    paired_summary,
+    seed_summary,
+)
 from rlsr.evaluation.history import read_history  # noqa: E402
-from rlsr.metrics import aurc, bootstrap_mean_ci, ranking_gain_from_aurc  # noqa: E402
+from rlsr.metrics import aurc, ranking_gain_from_aurc  # noqa: E402
 from rlsr.run_layout import EVAL_DIR, SAMPLES_FILE, STEP_PREFIX, pool_path, pool_steps  # noqa: E402
+from tools.tiny.data import candidates_tier  # noqa: E402
 
 # Arm name -> train.py overrides on top of the recipe (--recipe).
 ARMS = {
@@ -82,19 +88,21 @@ RECIPES = {
                     "reports": {"calibrated": (0.9, 0.7, 0.3, 0.1),
                                 "threshold": (0.9, 0.9, 0.1, 0.1)}},
 }  # fmt: skip
-BOOTSTRAP_RESAMPLES = 10_000
-BOOTSTRAP_SEED = 0
+# The table's two metrics: (key, heading, which direction is better), as rlsr compare's METRICS.
+TABLE_METRICS = (("ranking_gain", "ranking gain", "higher"), ("aurc_drop", "AURC drop", "higher"))
+# A row's key -> rlsr compare's name of the metric (which sets the range its interval is cut to).
+STAT_KEY = {"gain_last": "ranking_gain", "aurc_drop": "aurc_drop"}
+STATISTICS = Statistics()
 
 
-def seed_ci(values) -> tuple[float, float]:
-    """95 % percentile-bootstrap CI of the mean over seeds: ``rlsr.metrics.bootstrap_mean_ci``
-    with this table's settings (``BOOTSTRAP_RESAMPLES`` resamples, seed ``BOOTSTRAP_SEED``, the
-    same as ``rlsr compare``'s); (nan, nan) for fewer than 2 values."""
-    values = list(values)
-    if len(values) < 2:  # an arm with no finished seed yet has no values at all
-        return float("nan"), float("nan")
-    ci = bootstrap_mean_ci(values, n_resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED)
-    return ci.low, ci.high
+def seed_ci(values, key: str = "gain_last") -> tuple[float, float]:
+    """95 % interval of the mean over seeds, as ``rlsr compare`` computes it
+    (``rlsr.evaluation.compare.seed_summary``: a t-interval, widened where some seeds are exactly
+    0, cut to the metric's range); (nan, nan) for fewer than 2 values."""
+    name = STAT_KEY[key]
+    per_seed = {i: {name: float(v)} for i, v in enumerate(values)}
+    low, high = seed_summary(per_seed, STATISTICS, [name])["ci95"][name]
+    return low, high
 
 
 def confidence_by_kind(samples_path: Path, recipe: str = "tiny") -> dict:
@@ -221,35 +229,47 @@ def _run(
     return row
 
 
-def summarize(rows: list[dict], arms: list[str], reference: str = "rlsr") -> dict:
-    """Per (dispatch, arm): the seeds, mean and 95 % CI of ``gain_last`` and ``aurc_drop``; per
-    (dispatch, other arm): the paired difference ``reference`` - arm on the seeds both have."""
+def summarize(
+    rows: list[dict], arms: list[str], reference: str = "rlsr", margin: float | None = None
+) -> dict:
+    """Per (dispatch, arm): the seeds, mean and 95 % interval of ``gain_last`` and ``aurc_drop``;
+    per (dispatch, other arm): the paired difference ``reference`` - arm on the seeds both have,
+    with ``rlsr compare``'s exact paired test, Holm-adjusted p (one family per dispatch) and
+    verdict (docs/evaluation.md, "Intervals, tests and verdicts")."""
+    names = [k for k, _, _ in TABLE_METRICS]
     ok = [r for r in rows if "error" not in r]
     out = {}
     for dispatch in sorted({r["dispatch"] for r in ok}):
         by_arm = {a: {r["seed"]: r for r in ok if r["arm"] == a and r["dispatch"] == dispatch}
                   for a in arms}  # fmt: skip
-        per_arm, paired = {}, {}
+        per_arm, paired, entries = {}, {}, []
         for arm, runs in by_arm.items():
             seeds = sorted(runs)
+            per_seed = {s: {STAT_KEY[k]: runs[s][k] for k in STAT_KEY} for s in seeds}
+            stat = seed_summary(per_seed, STATISTICS, names)
             per_arm[arm] = {"seeds": seeds}
-            for metric in ("gain_last", "aurc_drop"):
-                values = [runs[s][metric] for s in seeds]
-                per_arm[arm][metric] = {
-                    "mean": float(np.mean(values)) if values else float("nan"),
-                    "ci95": seed_ci(values),
-                }
+            for key, name in STAT_KEY.items():
+                mean = stat["mean"][name] if seeds else float("nan")
+                per_arm[arm][key] = {"mean": mean, "ci95": tuple(stat["ci95"][name])}
         if reference in by_arm:
             for arm in arms:
                 if arm == reference:
                     continue
                 shared = sorted(set(by_arm[reference]) & set(by_arm[arm]))
-                paired[arm] = {"seeds": shared}
-                for metric in ("gain_last", "aurc_drop"):
-                    diff = [by_arm[reference][s][metric] - by_arm[arm][s][metric] for s in shared]
-                    paired[arm][metric] = {
-                        "mean": float(np.mean(diff)) if diff else float("nan"),
-                        "ci95": seed_ci(diff),
+                diffs = {s: {n: by_arm[reference][s][k] - by_arm[arm][s][k]
+                             for k, n in STAT_KEY.items()} for s in shared}  # fmt: skip
+                entry = paired_summary(diffs, STATISTICS, names)
+                entries.append((reference, arm, entry))
+                paired[arm] = {"seeds": shared, "entry": entry}
+            add_verdicts(entries, TABLE_METRICS, margin)
+            for pair in paired.values():
+                entry = pair.pop("entry")
+                for key, name in STAT_KEY.items():
+                    pair[key] = {
+                        "mean": entry["mean"][name] if pair["seeds"] else float("nan"),
+                        "ci95": tuple(entry["ci95"][name]),
+                        "p_adjusted": entry["p_adjusted"][name],
+                        "verdict": entry["verdict"][name],
                     }
         out[dispatch] = {"arms": per_arm, "paired": paired}
     return out
@@ -268,6 +288,14 @@ def _ci(stat: dict) -> str:
     return _signed(stat["mean"]) + ("" if np.isnan(lo) else f" [{_signed(lo)}, {_signed(hi)}]")
 
 
+def _tested(stat: dict) -> str:
+    """``mean [lo, hi], p=…, verdict`` of one paired difference."""
+    if np.isnan(stat["mean"]):
+        return "–"
+    p = stat["p_adjusted"]
+    return f"{_ci(stat)}, p={'n/a' if np.isnan(p) else f'{p:.3f}'}, {stat['verdict']}"
+
+
 def _counts(counts: dict) -> str:
     return " ".join(f"{v}:{n}" for v, n in counts.items())
 
@@ -280,18 +308,18 @@ def table_markdown(
     lines = []
     for dispatch, block in summary.items():
         lines += [f"**Per arm** (dispatch {dispatch}; held-out {dataset} test, greedy, last "
-                  "evaluated step; mean [95 % bootstrap CI over seeds])", "",
+                  "evaluated step; mean [95 % interval over seeds, as rlsr compare])", "",
                   "| arm | seeds | ranking gain | AURC drop (first - last) |",
                   "| --- | --- | --- | --- |"]  # fmt: skip
         for arm, stat in block["arms"].items():
             lines.append(f"| {arm} | {len(stat['seeds'])} | {_ci(stat['gain_last'])} | "
                          f"{_ci(stat['aurc_drop'])} |")  # fmt: skip
         lines += ["", f"**Paired difference {reference} - arm** (dispatch {dispatch}, seeds both "
-                  "finished; mean [95 % bootstrap CI])", "",
+                  "finished; mean [95 % interval]; Holm-adjusted exact p; verdict)", "",
                   "| arm | seeds | ranking gain | AURC drop |", "| --- | --- | --- | --- |"]  # fmt: skip
         for arm, stat in block["paired"].items():
-            lines.append(f"| {arm} | {len(stat['seeds'])} | {_ci(stat['gain_last'])} | "
-                         f"{_ci(stat['aurc_drop'])} |")  # fmt: skip
+            lines.append(f"| {arm} | {len(stat['seeds'])} | {_tested(stat['gain_last'])} | "
+                         f"{_tested(stat['aurc_drop'])} |")  # fmt: skip
         lines.append("")
     lines += ["**Per run** (greedy confidence at the last step as value:count, per kind; "
               "accuracy per kind)", "",
@@ -378,7 +406,8 @@ def main(argv=None) -> int:
             "dispatches": dispatches,
             "machine": platform.machine(), "processor": platform.processor() or "unknown",
             "cpus": os.cpu_count(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "bootstrap": {"resamples": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED}}  # fmt: skip
+            "statistics": "rlsr compare's: t-interval over seeds, exact paired permutation test, "
+                          "Holm"}  # fmt: skip
     rows, text = [], ""
     for seed in seeds:  # seed-major: a stopped sweep leaves the same seeds on every arm
         for dispatch in dispatches:

@@ -1,10 +1,10 @@
-"""Orchestration of the CPU toy reproduction (``scripts/toy_repro.py`` is its command line).
+"""Orchestration of the CPU toy reproduction (``examples/toy/toy_repro.py`` is its command line).
 
-Per seed: generate the task (``rlsr.toy.task``), warm up BASE from scratch (``rlsr.toy.warmup``,
+Per seed: generate the task (``examples.toy.task``), warm up BASE from scratch (``examples.toy.warmup``,
 cached by config hash), train every arm from the same BASE with identical budgets through the
 real ``train.py recipe=toy method=...``, evaluate BASE and every arm on the held-out split with
 the real ``rlsr evaluate`` (greedy), then ``rlsr report`` and a summary over seeds (mean and
-95 % CI per row, paired RLSR - each arm: ``rlsr.toy.comparison``; mean ± std of every metric,
+95 % CI per row, paired RLSR - each arm: ``examples.toy.comparison``; mean ± std of every metric,
 oracle AURC) with overlaid risk-coverage curves (docs/toy.md).
 
 The pure parts (arm list, each arm's overrides, stage count, metric rows, the summary table) are
@@ -25,6 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
+from examples.toy.comparison import comparison, comparison_markdown
+from examples.toy.task import VARIANT_TIERS, make_split, write_dataset_folder
+from examples.toy.warmup import WarmupGateError, ensure_warmup, warmup_config
 from rlsr.config.compose import compose_tree
 from rlsr.eval_protocol import EvalProtocol
 from rlsr.evaluation.plots import curve_steps
@@ -33,9 +36,6 @@ from rlsr.evaluation.summary import scorer_arrays
 from rlsr.metrics import aurc, risk_coverage_curve
 from rlsr.run_layout import METRICS_FILE, PLOT_FILE, SAMPLES_FILE, SUMMARY_FILE
 from rlsr.run_plan import plan_from_config
-from rlsr.toy.comparison import comparison, comparison_markdown
-from rlsr.toy.task import VARIANT_TIERS, make_split, write_dataset_folder
-from rlsr.toy.warmup import WarmupGateError, ensure_warmup, warmup_config
 
 __all__ = [
     "ARMS",
@@ -223,7 +223,7 @@ def oracle_aurc(samples_path: Path) -> float:
 
 def calibrated_aurc(samples_path: Path, p_correct: dict[str, float]) -> float:
     """AURC of the same answers ranked by the calibrated confidence ``P(correct | prompt)``
-    (``p_correct[id]``, ``rlsr.toy.task.ToyExample.p_correct``): the best a calibrated model
+    (``p_correct[id]``, ``examples.toy.task.ToyExample.p_correct``): the best a calibrated model
     can rank them from the prompt alone."""
     recs = [json.loads(line) for line in samples_path.open()]
     conf = np.asarray([p_correct[r["id"]] for r in recs], dtype=float)
@@ -453,7 +453,7 @@ def train_overrides(args, arm: Arm, warm_dir, data_dir, out, seed: int) -> list[
 
 
 def run(args) -> int:
-    """The whole reproduction for the command-line options ``args`` (scripts/toy_repro.py)."""
+    """The whole reproduction for the command-line options ``args`` (examples/toy/toy_repro.py)."""
     seeds = [int(s) for s in args.seeds.split(",")]
     root = Path(args.output_dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -565,13 +565,13 @@ def summary_markdown(
     tiers=None,
     comp=None,
 ) -> str:
-    """The summary: the comparison over seeds (``rlsr.toy.comparison``: mean and 95 % CI of
+    """The summary: the comparison over seeds (``examples.toy.comparison``: mean and 95 % CI of
     AURC, ranking gain and AURC drop per row, paired RLSR - each arm), then the table of every
     metric (mean ± std over seeds), oracle and calibrated-ranking AURC, per-seed AURC and
     timings. ``results[row][metric]`` holds one value per seed; ``load``: the load average to
     report (default ``os.getloadavg()``); ``tiers``: on a tier variant, ``(two-level AURC per
     seed, confidence_by_tier per row and seed)``; ``comp``: the comparison if already computed
-    (``rlsr.toy.comparison.comparison`` of the same results)."""
+    (``examples.toy.comparison.comparison`` of the same results)."""
     load = os.getloadavg() if load is None else load
     comp = comparison(seeds, rows, results) if comp is None else comp
     lines = [

@@ -1,7 +1,7 @@
 """The toy reproduction's comparison over seeds: mean and 95 % CI per row, RLSR - each arm.
 
 Per row (BASE and every arm) and seed, from the held-out evaluation the summary already reads
-(``rlsr.toy.repro.row_metrics``): the AURC, the ranking gain (error rate - AURC,
+(``examples.toy.repro.row_metrics``): the AURC, the ranking gain (error rate - AURC,
 ``rlsr.metrics.ranking_gain_from_aurc``) and the AURC drop (BASE's AURC - the row's, same seed;
 BASE's own is 0). Over seeds: the mean and 95 % t-interval of each, and per arm the paired
 difference RLSR - arm on the seeds both hold, with its interval, exact paired permutation test,
@@ -50,7 +50,7 @@ STATISTICS = Statistics()  # rlsr compare's defaults: 95 %, no margin, seeds onl
 
 def per_seed_values(seeds, rows, results) -> dict[str, dict[int, dict[str, float]]]:
     """``{row: {seed: {"aurc", "ranking_gain", "aurc_drop"}}}`` from ``results[row][metric]``
-    (one value per seed, in the order of ``seeds``, as ``rlsr.toy.repro.run`` collects them)."""
+    (one value per seed, in the order of ``seeds``, as ``examples.toy.repro.run`` collects them)."""
     base = results[BASE]["aurc"]
     out: dict[str, dict[int, dict[str, float]]] = {}
     for row in rows:

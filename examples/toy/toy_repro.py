@@ -3,22 +3,22 @@
 
 One command, from a fresh clone, on a 2-core CPU:
 
-    python scripts/toy_repro.py                       # 1 seed, every arm (docs/toy.md: wall time)
-    python scripts/toy_repro.py --seeds 0,1,2         # the 3-seed table
-    python scripts/toy_repro.py --variant tiers --methods rlvr,rlcr,rlcr-stdnorm,rlsr
-    python scripts/toy_repro.py --pool-sizes 8,16,32  # ablation: prompts per pool at fixed G
-    python scripts/toy_repro.py --std-norm            # ablation: scale_rewards=group (std norm)
+    python examples/toy/toy_repro.py                       # 1 seed, every arm (docs/toy.md: wall time)
+    python examples/toy/toy_repro.py --seeds 0,1,2         # the 3-seed table
+    python examples/toy/toy_repro.py --variant tiers --methods rlvr,rlcr,rlcr-stdnorm,rlsr
+    python examples/toy/toy_repro.py --pool-sizes 8,16,32  # ablation: prompts per pool at fixed G
+    python examples/toy/toy_repro.py --std-norm            # ablation: scale_rewards=group (std norm)
 
-Per seed: generate the task (rlsr.toy.task), warm up BASE from scratch (rlsr.toy.warmup, cached
-by config hash), train every arm of ``rlsr.toy.repro.ARMS`` (RLVR, RLCR, RLCR with std
+Per seed: generate the task (examples.toy.task), warm up BASE from scratch (examples.toy.warmup, cached
+by config hash), train every arm of ``examples.toy.repro.ARMS`` (RLVR, RLCR, RLCR with std
 normalisation, RLSR, plain-AURC RLSR, log-prob RLSR, SFT + self-consistency) from the same BASE
 with identical budgets through the real ``train.py recipe=toy method=...``, evaluate BASE and every arm on the held-out split with the
 real ``rlsr evaluate`` (greedy), then ``rlsr report`` and a summary over seeds (per row mean and
 95 % bootstrap CI of held-out AURC, ranking gain and AURC drop, and the paired difference RLSR -
-each arm on the same seeds, ``rlsr.toy.comparison``; mean +- std of every metric; oracle and
+each arm on the same seeds, ``examples.toy.comparison``; mean +- std of every metric; oracle and
 calibrated-ranking AURC) with overlaid risk-coverage curves. Both load the word-level tokenizer through
 rlsr.tokenization.load_tokenizer (docs/toy.md). Outputs go to ``--output-dir`` (default toy_runs/, gitignored).
-The orchestration lives in ``rlsr.toy.repro``; this file is its command line.
+The orchestration lives in ``examples.toy.repro``; this file is its command line.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ import argparse
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from rlsr.toy.repro import DEFAULT_ARMS, run  # noqa: E402
-from rlsr.toy.task import VARIANTS  # noqa: E402
+from examples.toy.repro import DEFAULT_ARMS, run  # noqa: E402
+from examples.toy.task import VARIANTS  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -58,7 +58,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--warmup-steps",
         type=int,
         default=None,
-        help="BASE warm-up steps (default per variant: rlsr.toy.warmup.VARIANT_WARMUP)",
+        help="BASE warm-up steps (default per variant: examples.toy.warmup.VARIANT_WARMUP)",
     )
     p.add_argument("--n-heldout", type=int, default=500)
     p.add_argument("--n-train", type=int, default=2000)

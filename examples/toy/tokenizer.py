@@ -22,8 +22,8 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from examples.toy.task import DIGITS, NAMES
 from rlsr.tokenization import TOKENIZER_MARKER_KEY
-from rlsr.toy.task import DIGITS, NAMES
 
 __all__ = [
     "TAGS",
@@ -92,7 +92,7 @@ def load_toy_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     path = Path(path)
     if not (path / "tokenizer.json").is_file():
         raise ValueError(
-            f"{path} holds no tokenizer.json; build one with rlsr.toy.warmup (the toy model folder)."
+            f"{path} holds no tokenizer.json; build one with examples.toy.warmup (the toy model folder)."
         )
     tok = PreTrainedTokenizerFast.from_pretrained(str(path))
     tok.padding_side = "left"

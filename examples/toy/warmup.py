@@ -29,9 +29,9 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from examples.toy.task import DIGITS, make_example, make_split
+from examples.toy.tokenizer import CONFIDENCE_TOKENS, build_toy_tokenizer, load_toy_tokenizer
 from rlsr.logprob import left_pad
-from rlsr.toy.task import DIGITS, make_example, make_split
-from rlsr.toy.tokenizer import CONFIDENCE_TOKENS, build_toy_tokenizer, load_toy_tokenizer
 
 __all__ = [
     "WarmupConfig",
@@ -57,7 +57,7 @@ DEFAULT_CACHE_DIR = (
 )
 # Confidence targets of the warm-up: 0.1 .. 0.9, uniform, independent of correctness.
 WARMUP_CONFIDENCES = CONFIDENCE_TOKENS[1:10]
-# Warm-up settings that differ by variant (``scripts/toy_repro.py --warmup-steps`` overrides the
+# Warm-up settings that differ by variant (``examples/toy/toy_repro.py --warmup-steps`` overrides the
 # steps). ``distractor`` needs a look-up (compare the queried name with the listed names): with
 # weight decay 0.1 it appears suddenly after ~15,000 steps; without it, not within 3,000-4,000
 # (docs/results_toy.md, "Why the distractor look-up is slow to learn").
@@ -260,7 +260,7 @@ def train_warmup(cfg: WarmupConfig, out_dir: str | Path, progress=None) -> dict:
             f"toy warm-up ({cfg.variant}, seed {cfg.seed}) is not a usable BASE after "
             f"{(MAX_EXTENSIONS + 1) * cfg.steps} steps: {'; '.join(failures)} (held-out, "
             f"greedy). No arm was trained on it. Try another seed, or more warm-up steps "
-            f"(scripts/toy_repro.py --warmup-steps)."
+            f"(examples/toy/toy_repro.py --warmup-steps)."
         )
     seconds = time.perf_counter() - start
     summary = {
