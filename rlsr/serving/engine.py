@@ -3,9 +3,9 @@
 * ``VLLMEngine``: vLLM's ``AsyncLLM`` in this process (its engine core runs in a child process,
   as in ``vllm serve``); LoRA adapters through ``LoRARequest``. Concurrent requests are batched
   by vLLM's scheduler: callers simply await ``complete`` concurrently.
-* ``UpstreamEngine``: an existing OpenAI-compatible server (``vllm serve``) through the
-  ``openai`` async client's ``/v1/completions`` with the prompt as token ids, so the upstream
-  decodes exactly the tokens the evaluator would (no second BOS, no template of its own).
+* ``UpstreamEngine``: an existing OpenAI-compatible server (``vllm serve``) through rlsr's
+  endpoint client (``rlsr.generation.http_client``): ``/v1/completions`` with the prompt as
+  token ids, so the upstream decodes exactly the tokens the evaluator would (no second BOS, no template of its own).
 
 Both take the rendered prompt *text* (chat template applied, so a Sec. C.3 fallback continues a
 response by appending text), tokenise it as the evaluation backends do
@@ -52,6 +52,7 @@ from rlsr.generation.engine_args import (
     engine_start_error,
     machine_engine_kwargs,
 )
+from rlsr.generation.http_client import EndpointClient, EndpointError, EndpointSettings
 
 __all__ = [
     "Completion",
@@ -226,12 +227,18 @@ def upstream_base_url(url: str) -> str:
 
 
 class UpstreamEngine:
-    """An OpenAI-compatible server's ``/v1/completions``, through ``openai.AsyncOpenAI``.
+    """An OpenAI-compatible server's ``/v1/completions``, through rlsr's endpoint client
+    (``rlsr.generation.http_client.EndpointClient``, as ``rlsr evaluate --backend openai-*``).
 
     ``model_name`` is the upstream's name of the model (``vllm serve``: the model path, or the
     name given in ``--lora-modules NAME=PATH`` for an adapter). The API key, if the upstream
-    needs one, is read from ``$OPENAI_API_KEY``.
+    needs one, is read from ``$OPENAI_API_KEY``. ``max_retries``: retries of a request that
+    timed out, lost its connection or got 429/5xx (backoff from 0.5-1 s, doubled per try).
     """
+
+    # Requests in flight to the upstream at most: above what one server batches at once, so the
+    # upstream's scheduler, not this client, decides what waits.
+    concurrency = 1024
 
     def __init__(
         self,
@@ -243,75 +250,67 @@ class UpstreamEngine:
         max_retries: int = 1,
         trust_remote_code: bool = False,
     ) -> None:
-        import openai  # optional dependency (the `serve` extra)
-
-        self._openai = openai
         self.base_url = upstream_base_url(base_url)
         self.model_name = model_name
         self.tokenizer = load_chat_tokenizer(tokenizer_path, trust_remote_code)
         self.tokenizer_thread = TokenizerThread()
-        self.client = openai.AsyncOpenAI(
-            base_url=self.base_url, api_key=os.environ.get("OPENAI_API_KEY") or "EMPTY",
-            timeout=timeout, max_retries=max_retries,
+        self.client = EndpointClient(
+            EndpointSettings(
+                self.base_url, model_name, concurrency=self.concurrency,
+                request_timeout=timeout, max_retries=max_retries,
+            )
         )  # fmt: skip
         self._calls = 0  # calls waiting on the upstream
 
     def running(self) -> int:
         return self._calls
 
-    def _unavailable(self, err: Exception) -> EngineUnavailable:
-        openai = self._openai
-        if isinstance(err, openai.APITimeoutError):
+    def _unavailable(self, err: EndpointError) -> EngineUnavailable:
+        if err.reason == "timeout":
             return EngineUnavailable(f"the upstream {self.base_url} timed out", 504)
-        if isinstance(err, openai.APIConnectionError):
-            return EngineUnavailable(f"the upstream {self.base_url} is unreachable: {err}", 502)
-        if isinstance(err, openai.APIStatusError):
+        if err.reason == "connection":
             return EngineUnavailable(
-                f"the upstream {self.base_url} answered {err.status_code}: {err.message}", 502
+                f"the upstream {self.base_url} is unreachable: {err.detail}", 502
             )
-        return EngineUnavailable(f"the upstream {self.base_url} failed: {err}", 502)
+        if err.status is not None and err.status != 200:
+            said = err.detail.removeprefix(f"HTTP {err.status}: ")
+            return EngineUnavailable(
+                f"the upstream {self.base_url} answered {err.status}: {said}", 502
+            )
+        return EngineUnavailable(f"the upstream {self.base_url} failed: {err.detail}", 502)
 
     async def complete(self, prompt_text: str, sampling: Sampling) -> Completion:
-        openai = self._openai
         ids = await self.tokenizer_thread.run(encode_prompt, self.tokenizer, prompt_text)
         kw = vllm_sampling_kwargs(sampling)
+        body = {"model": self.model_name, "prompt": ids, "max_tokens": kw["max_tokens"],
+                "temperature": kw["temperature"], "top_p": kw["top_p"], "seed": kw["seed"],
+                "repetition_penalty": kw["repetition_penalty"], "top_k": 0,
+                "skip_special_tokens": kw["skip_special_tokens"]}  # fmt: skip
         self._calls += 1
         try:
-            # client.post with the body as is, not completions.create: create's parameter
-            # transform walks the token-id list in Python on the event loop (8.7 s for 629k ids,
-            # ~7 ms for 500), where the body's json.dumps takes 0.06 s; same request otherwise.
-            resp = await self.client.post(
-                "/completions", cast_to=openai.types.Completion,
-                body={"model": self.model_name, "prompt": ids, "max_tokens": kw["max_tokens"],
-                      "temperature": kw["temperature"], "top_p": kw["top_p"], "seed": kw["seed"],
-                      "repetition_penalty": kw["repetition_penalty"], "top_k": 0,
-                      "skip_special_tokens": kw["skip_special_tokens"]},
-            )  # fmt: skip
-        except openai.APIStatusError as err:
-            if 400 <= err.status_code < 500 and err.status_code not in (401, 403, 404, 429):
-                raise EngineRejected(f"the upstream refused the request: {err.message}") from err
-            raise self._unavailable(err) from err
-        except openai.APIError as err:
+            resp, choice = await self.client.call(
+                "POST", "/completions", body, check=lambda r: r["choices"][0]
+            )
+        except EndpointError as err:
+            if err.reason == "refused" and err.status not in (401, 403, 404, 429):
+                raise EngineRejected(f"the upstream refused the request: {err.detail}") from err
             raise self._unavailable(err) from err
         finally:
             self._calls -= 1
-        if not resp.choices:
-            raise EngineUnavailable(f"the upstream {self.base_url} returned no choice", 502)
-        choice = resp.choices[0]
-        usage = resp.usage
+        usage = resp.get("usage") or {}
         return Completion(
-            text=choice.text or "",
-            finish_reason="length" if choice.finish_reason == "length" else "stop",
-            prompt_tokens=usage.prompt_tokens if usage else len(ids),
-            completion_tokens=usage.completion_tokens if usage else 0,
+            text=choice.get("text") or "",
+            finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
+            prompt_tokens=usage.get("prompt_tokens") or len(ids),
+            completion_tokens=usage.get("completion_tokens") or 0,
         )
 
     async def check(self) -> None:
         try:
-            await self.client.models.list()
-        except self._openai.APIError as err:
+            await self.client.call("GET", "/models")
+        except EndpointError as err:
             raise self._unavailable(err) from err
 
     async def close(self) -> None:
-        await self.client.close()
+        await self.client.aclose()
         self.tokenizer_thread.close()
