@@ -10,8 +10,9 @@
 Both take the rendered prompt *text* (chat template applied, so a Sec. C.3 fallback continues a
 response by appending text), tokenise it as the evaluation backends do
 (``rlsr.generation.backends.encode_prompt``) and decode with the same settings
-(``vllm_sampling_kwargs``: repetition penalty 1, no top-k, whatever the model's
-generation_config says).
+(``vllm_sampling_kwargs``; the upstream gets the body of ``rlsr evaluate``'s endpoint backend,
+``rlsr.generation.openai_api.completions_body``: repetition penalty 1, no top-k or min-p,
+whatever the model's generation_config says).
 
 The tokenizer's work (rendering the chat template, encoding) runs off the event loop, in one
 thread per engine (``TokenizerThread``), so a long prompt never stalls ``/health`` or the other
@@ -53,6 +54,7 @@ from rlsr.generation.engine_args import (
     machine_engine_kwargs,
 )
 from rlsr.generation.http_client import EndpointClient, EndpointError, EndpointSettings
+from rlsr.generation.openai_api import VLLM_SERVE, completion_generation, completions_body
 
 __all__ = [
     "Completion",
@@ -254,6 +256,7 @@ class UpstreamEngine:
         self.model_name = model_name
         self.tokenizer = load_chat_tokenizer(tokenizer_path, trust_remote_code)
         self.tokenizer_thread = TokenizerThread()
+        self.eos_ids = generation_eos_ids(tokenizer_path, self.tokenizer, trust_remote_code)
         self.client = EndpointClient(
             EndpointSettings(
                 self.base_url, model_name, concurrency=self.concurrency,
@@ -281,16 +284,13 @@ class UpstreamEngine:
 
     async def complete(self, prompt_text: str, sampling: Sampling) -> Completion:
         ids = await self.tokenizer_thread.run(encode_prompt, self.tokenizer, prompt_text)
-        kw = vllm_sampling_kwargs(sampling)
-        body = {"model": self.model_name, "prompt": ids, "max_tokens": kw["max_tokens"],
-                "temperature": kw["temperature"], "top_p": kw["top_p"], "seed": kw["seed"],
-                "repetition_penalty": kw["repetition_penalty"], "top_k": 0,
-                "skip_special_tokens": kw["skip_special_tokens"]}  # fmt: skip
+        body = completions_body(self.model_name, ids, sampling, VLLM_SERVE)
         self._calls += 1
         try:
-            resp, choice = await self.client.call(
-                "POST", "/completions", body, check=lambda r: r["choices"][0]
-            )
+            resp, gen = await self.client.call(
+                "POST", "/completions", body,
+                check=lambda r: completion_generation(r["choices"][0], self.eos_ids),
+            )  # fmt: skip
         except EndpointError as err:
             if err.reason == "refused" and err.status not in (401, 403, 404, 429):
                 raise EngineRejected(f"the upstream refused the request: {err.detail}") from err
@@ -299,10 +299,10 @@ class UpstreamEngine:
             self._calls -= 1
         usage = resp.get("usage") or {}
         return Completion(
-            text=choice.get("text") or "",
-            finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
+            text=gen.text,
+            finish_reason=gen.finish_reason,
             prompt_tokens=usage.get("prompt_tokens") or len(ids),
-            completion_tokens=usage.get("completion_tokens") or 0,
+            completion_tokens=usage.get("completion_tokens") or len(gen.token_ids),
         )
 
     async def check(self) -> None:
