@@ -472,3 +472,25 @@ def test_serve_refuses_another_system_prompt_than_certified_unless_forced(tmp_pa
     assert (
         "warning: --force: --system-prompt 'long' (certified: 'simple')" in capsys.readouterr().err
     )
+
+
+def test_upstream_failures_map_to_the_statuses_rlsr_serve_answers():
+    """How the endpoint client's last try failed decides rlsr serve's answer: a timeout 504,
+    no connection 502 'unreachable', a status the upstream kept answering 502 'answered N'."""
+    from types import SimpleNamespace
+
+    from rlsr.generation.http_client import EndpointError
+    from rlsr.serving.engine import UpstreamEngine
+
+    engine = SimpleNamespace(base_url="http://up:8000/v1")  # _unavailable reads base_url only
+    cases = [
+        (EndpointError("m", None, "timeout", "no answer within 5 s"), 504, "timed out"),
+        (EndpointError("m", None, "connection", "ConnectError: refused"), 502, "unreachable: "),
+        (EndpointError("m", 503, "status", "HTTP 503: busy"), 502, "answered 503: busy"),
+        (EndpointError("m", 401, "refused", "HTTP 401: no key"), 502, "answered 401: no key"),
+        (EndpointError("m", 200, "malformed", "a malformed answer"), 502, "failed: a malformed"),
+    ]
+    for err, status, words in cases:
+        unavailable = UpstreamEngine._unavailable(engine, err)
+        assert unavailable.status == status and words in str(unavailable), (err.reason, words)
+        assert "http://up:8000/v1" in str(unavailable)
