@@ -2,7 +2,7 @@
 
 `vllm serve` cannot run here, so `JudgeServer` stands in for it: a stdlib `http.server` on
 127.0.0.1 speaking the OpenAI shape (`GET /v1/models`, `POST /v1/chat/completions`), real
-sockets, real `openai` client. It can refuse (nothing listening), fail (HTTP 500), be slow
+sockets, rlsr's real endpoint client. It can refuse (nothing listening), fail (HTTP 500), be slow
 (answers after the client's timeout) or be healthy. Each server shuts itself down after
 `lifetime_s` even if a test forgets to, and every request the client makes is bounded by a short
 timeout and few retries.
@@ -147,18 +147,18 @@ def test_healthy_server_gives_verdicts_and_sends_the_key(monkeypatch):
 
 def test_refused_connection_fails_the_health_check_and_the_call(monkeypatch):
     """A judge that refuses connections fails the health check and the call, each after the
-    tries it was given (max_retries=1: two connection attempts each, counted where the openai
-    client sends each attempt), never retrying without end; each attempt carries timeout_s."""
-    from openai._base_client import SyncHttpxClientWrapper  # the client's HTTP session class
+    tries it was given (max_retries=1: two connection attempts each, counted where the client
+    sends each attempt), never retrying without end; each attempt carries timeout_s."""
+    import httpx
 
     attempts = []
-    send = SyncHttpxClientWrapper.send
+    send = httpx.AsyncClient.send
 
-    def counted(self, request, *args, **kwargs):
+    async def counted(self, request, *args, **kwargs):
         attempts.append((request.url.path, request.extensions.get("timeout", {}).get("connect")))
-        return send(self, request, *args, **kwargs)
+        return await send(self, request, *args, **kwargs)
 
-    monkeypatch.setattr(SyncHttpxClientWrapper, "send", counted)
+    monkeypatch.setattr(httpx.AsyncClient, "send", counted)
     url = _refused_url()
     with pytest.raises(JudgeUnavailableError, match=f"judge server {url} is not answering"):
         check_judge_server(url, "judge", timeout_s=2, max_retries=1)

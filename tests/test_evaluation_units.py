@@ -383,14 +383,8 @@ def test_resolve_adapter_picks_final_then_last_checkpoint(tmp_path):
     assert backends.adapter_rank(tmp_path) == 1
 
 
-def test_vllm_arguments():
-    kw = backends.vllm_engine_kwargs("m", lora_rank=1, tensor_parallel_size=4, data_parallel_size=2)
-    assert kw["enable_lora"] and kw["max_lora_rank"] == 1 and kw["tensor_parallel_size"] == 4
-    assert kw["data_parallel_size"] == 2 and kw["trust_remote_code"] is False
-    assert "enable_lora" not in backends.vllm_engine_kwargs("m")
-    assert backends.vllm_lora_rank(12) == 16
-    with pytest.raises(ValueError):
-        backends.vllm_lora_rank(1000)
+def test_vllm_sampling_arguments():
+    """Greedy is temperature 0; n, seed and the sampled token's own log-prob reach vLLM."""
     greedy = backends.vllm_sampling_kwargs(backends.Sampling(max_new_tokens=4096))
     assert greedy["temperature"] == 0.0 and greedy["max_tokens"] == 4096 and greedy["n"] == 1
     sc = backends.vllm_sampling_kwargs(

@@ -26,6 +26,8 @@ from ports import free_port as _free_port  # one OS-given port helper for the su
 
 from rlsr.evaluation import deployment
 from rlsr.evaluation.deployment import model_identity
+from rlsr.generation.backends import Sampling
+from rlsr.generation.openai_api import VLLM_SERVE, completions_body
 from rlsr.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX, SIMPLE_SYSTEM_PROMPT
 from rlsr.serving.app import create_app
 from rlsr.serving.decision_log import DecisionLog, read_decision_log
@@ -169,7 +171,13 @@ def test_answers_above_tau_abstains_below_with_the_extension_field(served, upstr
     call = next(c for c in upstream.calls if c["prompt_text"] == text)
     assert call["prompt"] == tokenizer(text, add_special_tokens=False)["input_ids"]
     assert (call["model"], call["max_tokens"], call["temperature"]) == ("up-model", 32, 0.0)
-    assert call["repetition_penalty"] == 1.0
+    # ... in the body rlsr evaluate's endpoint backend sends a vllm serve: every field the server
+    # would otherwise fill from generation_config.json (min_p, top_k, repetition_penalty) is sent
+    settings = ServeSettings(tau=0.5, rule="plain", **SETTINGS)
+    sampling = Sampling(32, settings.sampling_temperature, settings.top_p)
+    sent = {k: v for k, v in call.items() if k != "prompt_text"}
+    assert sent == completions_body("up-model", call["prompt"], sampling, VLLM_SERVE)
+    assert (sent["min_p"], sent["top_k"], sent["repetition_penalty"]) == (0.0, 0, 1.0)
 
     choice, _ = _ask(url, "unsure")
     ext = choice.model_extra["rlsr"]

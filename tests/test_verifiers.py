@@ -266,6 +266,26 @@ def test_math_verifier_validation():
         MathVerifier(num_workers=0).verify_batch(["3", "3"], ["3", None])
 
 
+def test_worker_settings_are_declared_once_for_every_verifier_with_workers():
+    """The math verifier and a plugin take ``WorkerSettings``' fields (a plugin also
+    ``max_failed_fraction``), which are what a task file may set and what a resume may change;
+    a misspelt setting is refused by name, and the settings reach the verifier checked."""
+    from dataclasses import fields
+
+    from rlsr.verifiers import PluginVerifier
+    from rlsr.verifiers.workers import EXECUTION_OPTIONS, WorkerSettings, verifier_options
+
+    declared = [f.name for f in fields(WorkerSettings)]
+    assert verifier_options(MathVerifier) == declared
+    assert verifier_options(PluginVerifier) == ["max_failed_fraction", *declared]
+    assert set(EXECUTION_OPTIONS) == {*declared, "max_failed_fraction"}
+    with pytest.raises(TypeError, match="grace"):
+        MathVerifier(grace=1.0)
+    verifier = MathVerifier(num_workers=0, timeout_s=2, chunk_size=3)
+    assert verifier.settings == WorkerSettings(0, 2.0, 2.0, 3)
+    assert WorkerSettings().num_workers >= 1 and isinstance(verifier.settings.timeout_s, float)
+
+
 # --- multiple choice -----------------------------------------------------------------------------
 
 OPTIONS = {"A": "Amoxicillin", "B": "Ciprofloxacin", "C": "Doxycycline", "D": "Nitrofurantoin"}
@@ -400,7 +420,7 @@ def test_get_verifier():
     assert get_verifier("exact_match", strict=True).strict
     assert isinstance(get_verifier("mcq"), MCQVerifier)
     math = get_verifier("math", num_workers=0, timeout_s=3)
-    assert isinstance(math, MathVerifier) and math.timeout_s == 3.0
+    assert isinstance(math, MathVerifier) and math.settings.timeout_s == 3.0
     with pytest.raises(ValueError, match="unknown verifier 'squad'"):
         get_verifier("squad")
 

@@ -80,6 +80,26 @@ def _evaluate(backend: str, model: Path, out: Path, *extra: str) -> list[dict]:
     return read_samples(out / "tiny" / "samples.jsonl")
 
 
+def test_vllm_evaluate_refuses_a_cpu_engine_that_cannot_fit_in_one_line(tmp_path):
+    """``rlsr evaluate --backend vllm`` sizes vLLM's CPU backend as ``rlsr serve`` does: a KV
+    cache larger than the free memory (VLLM_CPU_KVCACHE_SPACE, GiB) is one ``rlsr: error:`` line
+    naming the variable and the free memory, exit 2, before the engine reserves anything and
+    before the output folder is written."""
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlsr.cli", "evaluate", "--model", "tiny-warm", "--tasks", "tiny",
+         "--output-dir", str(out), "--backend", "vllm", "--enforce-eager", "--max-new-tokens",
+         "24", *FAST],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, **VLLM_CPU_ENV, "VLLM_CPU_KVCACHE_SPACE": "100000"},
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("rlsr: error: VLLM_CPU_KVCACHE_SPACE=100000 GiB") and "free" in last
+    assert not out.exists()
+
+
 _SAME_FIELDS = ("id", "response", "num_tokens", "finish_reason", "fallbacks", "fallback_text",
                 "answer", "confidence", "correct", "format_ok")  # fmt: skip
 

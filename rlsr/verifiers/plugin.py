@@ -181,14 +181,11 @@ class PluginVerifier(VerifierWorkers):
     def __init__(
         self,
         spec: str,
-        num_workers: int | None = None,
-        timeout_s: float = 5.0,
-        grace_s: float = 2.0,
-        chunk_size: int = 16,
-        start_method: str = "forkserver",
-        startup_timeout_s: float = 120.0,
+        *,
         max_failed_fraction: float = MAX_FAILED_FRACTION,
-    ):
+        **workers,
+    ) -> None:
+        """``workers``: the fields of ``WorkerSettings``."""
         if not (
             isinstance(max_failed_fraction, int | float)
             and not isinstance(max_failed_fraction, bool)
@@ -198,14 +195,7 @@ class PluginVerifier(VerifierWorkers):
                 f"max_failed_fraction must be a number in [0, 1] (1: never stop); got "
                 f"{max_failed_fraction!r}."
             )
-        super().__init__(
-            num_workers=num_workers,
-            timeout_s=timeout_s,
-            grace_s=grace_s,
-            chunk_size=chunk_size,
-            start_method=start_method,
-            startup_timeout_s=startup_timeout_s,
-        )
+        super().__init__(**workers)
         self.function = load_plugin(spec)
         self.max_failed_fraction = float(max_failed_fraction)
         self.spec = spec.strip()
@@ -231,10 +221,10 @@ class PluginVerifier(VerifierWorkers):
             option = None if options is None else options[i]
             keyed.append((i, prediction, golds[i], question, option))
         problems: dict[int, str] = {}
-        if self.num_workers == 0:
+        if self.settings.num_workers == 0:
             with _no_process_exit():
                 results = {
-                    k: plugin_item_status(self.function, p, g, q, o, self.timeout_s)
+                    k: plugin_item_status(self.function, p, g, q, o, self.settings.timeout_s)
                     for k, p, g, q, o in keyed
                 }
         else:

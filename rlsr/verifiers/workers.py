@@ -18,6 +18,7 @@ caller (a training step, an evaluation).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import multiprocessing
 import os
@@ -26,23 +27,72 @@ import threading
 import time
 from collections import deque
 from contextlib import contextmanager
+from dataclasses import dataclass, fields
 from multiprocessing.connection import wait as wait_for_connections
 
 from rlsr.verifiers.base import ERROR, TIMEOUT
 
-__all__ = ["EXECUTION_OPTIONS", "ItemTimeout", "time_limit", "VerifierWorkers", "serve_chunks"]
+__all__ = [
+    "EXECUTION_OPTIONS",
+    "ItemTimeout",
+    "time_limit",
+    "VerifierWorkers",
+    "WorkerSettings",
+    "verifier_options",
+    "serve_chunks",
+]
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """How a verifier's worker processes run its items (module docstring), checked here.
+
+    ``num_workers``: worker processes (None: min(4, CPUs); 0: serially in this process, the time
+    limit then only in the main thread). ``timeout_s``: the time limit per item; ``grace_s``: how
+    much longer a worker may stay silent before it is killed. ``chunk_size``: items sent to a
+    worker at once. ``start_method``: multiprocessing's ('forkserver' is safe with torch's
+    threads loaded). ``startup_timeout_s``: how long the first worker may take to start.
+    """
+
+    num_workers: int | None = None
+    timeout_s: float = 5.0
+    grace_s: float = 2.0
+    chunk_size: int = 16
+    start_method: str = "forkserver"
+    startup_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        workers = self.num_workers
+        if workers is None:
+            workers = min(4, os.cpu_count() or 1)
+        if not isinstance(workers, int) or workers < 0:
+            raise ValueError(f"num_workers must be >= 0 (0 = serial); got {workers}.")
+        if not (isinstance(self.timeout_s, int | float) and self.timeout_s > 0):
+            raise ValueError(f"timeout_s must be > 0 seconds; got {self.timeout_s}.")
+        if not isinstance(self.chunk_size, int) or self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1; got {self.chunk_size}.")
+        object.__setattr__(self, "num_workers", workers)
+        object.__setattr__(self, "timeout_s", float(self.timeout_s))
+        object.__setattr__(self, "grace_s", float(self.grace_s))
+
 
 # Options of a verifier with workers that say how items are run, never what a verdict is: a resumed run
 # may change them (rlsr.data.tasks.version_records leaves them out of what a resume compares).
-EXECUTION_OPTIONS = (
-    "num_workers",
-    "timeout_s",
-    "grace_s",
-    "chunk_size",
-    "start_method",
-    "startup_timeout_s",
-    "max_failed_fraction",
-)
+EXECUTION_OPTIONS = (*(f.name for f in fields(WorkerSettings)), "max_failed_fraction")
+
+
+def verifier_options(cls: type) -> list[str]:
+    """The options a task file may give verifier class ``cls``: its constructor's parameters but
+    the ones rlsr fills in (``spec``, ``judge_fn``, private ``_*``), ``**workers`` standing for
+    the fields of ``WorkerSettings``."""
+    names = []
+    for name, p in list(inspect.signature(cls.__init__).parameters.items())[1:]:
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            names += [f.name for f in fields(WorkerSettings)]
+        elif name not in ("spec", "judge_fn") and not name.startswith("_"):
+            names.append(name)
+    return names
+
 
 logger = logging.getLogger(__name__)
 
@@ -147,29 +197,9 @@ class VerifierWorkers:
     preload: tuple[str, ...] = ()
     startup_hint = ""
 
-    def __init__(
-        self,
-        num_workers: int | None = None,
-        timeout_s: float = 5.0,
-        grace_s: float = 2.0,
-        chunk_size: int = 16,
-        start_method: str = "forkserver",
-        startup_timeout_s: float = 120.0,
-    ):
-        if num_workers is None:
-            num_workers = min(4, os.cpu_count() or 1)
-        if not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError(f"num_workers must be >= 0 (0 = serial); got {num_workers}.")
-        if not (isinstance(timeout_s, int | float) and timeout_s > 0):
-            raise ValueError(f"timeout_s must be > 0 seconds; got {timeout_s}.")
-        if not isinstance(chunk_size, int) or chunk_size < 1:
-            raise ValueError(f"chunk_size must be >= 1; got {chunk_size}.")
-        self.num_workers = num_workers
-        self.timeout_s = float(timeout_s)
-        self.grace_s = float(grace_s)
-        self.chunk_size = chunk_size
-        self.start_method = start_method
-        self.startup_timeout_s = startup_timeout_s
+    def __init__(self, **workers) -> None:
+        """``workers``: the fields of ``WorkerSettings``."""
+        self.settings = WorkerSettings(**workers)
         self._workers: list[_Worker] = []
         self._context = None
         self._startup_failures = 0
@@ -189,10 +219,10 @@ class VerifierWorkers:
 
     def _start_workers(self) -> None:
         if self._context is None:
-            self._context = multiprocessing.get_context(self.start_method)
-            if self.start_method == "forkserver" and self.preload:
+            self._context = multiprocessing.get_context(self.settings.start_method)
+            if self.settings.start_method == "forkserver" and self.preload:
                 self._context.set_forkserver_preload(list(self.preload))
-        while len(self._workers) < self.num_workers:
+        while len(self._workers) < self.settings.num_workers:
             self._workers.append(self._new_worker())
 
     def _replace(self, index: int) -> None:
@@ -222,11 +252,12 @@ class VerifierWorkers:
     def _run_workers(self, keyed: list, problems: dict | None = None) -> dict[int, str]:
         """``{key: status}`` for items ``[(key, *item)]``, verified by the workers; ``problems``
         (when given) gets ``{key: what went wrong}`` for items without a verdict."""
+        settings = self.settings
         problems = {} if problems is None else problems
         self._start_workers()
         pending = deque(keyed)
         results: dict[int, str] = {}
-        item_deadline = self.timeout_s + self.grace_s
+        item_deadline = settings.timeout_s + settings.grace_s
         started = time.monotonic()
         while pending or any(w.inflight for w in self._workers):
             now = time.monotonic()
@@ -241,11 +272,13 @@ class VerifierWorkers:
                         )
                         self._replace(index)
                         continue
-                    chunk = [pending.popleft() for _ in range(min(self.chunk_size, len(pending)))]
+                    chunk = [
+                        pending.popleft() for _ in range(min(settings.chunk_size, len(pending)))
+                    ]
                     w.inflight.extend(chunk)
                     w.last_progress = now
                     try:
-                        w.conn.send((chunk, self.timeout_s))
+                        w.conn.send((chunk, settings.timeout_s))
                     except (OSError, ValueError):
                         pass  # detected as a dead worker below
             waits = [w.last_progress + item_deadline - now for w in self._workers if w.inflight]
@@ -260,8 +293,8 @@ class VerifierWorkers:
                     key = w.inflight.popleft()[0]
                     results[key] = TIMEOUT
                     problems[key] = (
-                        f"no verdict within {item_deadline:g} s (timeout_s {self.timeout_s:g} + "
-                        f"grace_s {self.grace_s:g}); its worker was killed"
+                        f"no verdict within {item_deadline:g} s (timeout_s {settings.timeout_s:g} + "
+                        f"grace_s {settings.grace_s:g}); its worker was killed"
                     )
                     logger.warning(
                         "%s worker exceeded %.1fs on one item; restarting it",
@@ -271,9 +304,12 @@ class VerifierWorkers:
                     pending.extendleft(reversed(w.inflight))
                     w.inflight.clear()
                     self._replace(index)
-            if not any(w.ready for w in self._workers) and now - started > self.startup_timeout_s:
+            if (
+                not any(w.ready for w in self._workers)
+                and now - started > settings.startup_timeout_s
+            ):
                 raise RuntimeError(
-                    f"no {self.name} worker started within {self.startup_timeout_s:.0f}s; "
+                    f"no {self.name} worker started within {settings.startup_timeout_s:.0f}s; "
                     f"use num_workers=0 to verify in-process.{self.startup_hint}"
                 )
         return results
