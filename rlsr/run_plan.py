@@ -7,7 +7,7 @@ toy's, ``slurm/resolve_config.py``'s, the GPU acceptance script's) becomes typed
 1. load: the tasks the settings name (``rlsr.config.register_tasks``), so their rows and
    prompts resolve; idempotent, and the only write of planning (to the task registry);
 2. check, reading the settings only: the method's checks (``rlsr.methods.check_method``),
-   every section's (``rlsr.config.plan_settings``; each settings dataclass's ``validate``);
+   every section's (``TrainSettings.validate``: each settings dataclass's own ``validate``);
 3. derive, once: the method bound to its settings, one optimizer step's pool and its gradient
    accumulation, the held-out evaluation plan, the evaluation protocol and each named variant's,
    the vLLM context, and the pool log the run writes (off for a method without a reward pool:
@@ -28,15 +28,19 @@ from dataclasses import dataclass
 from omegaconf import OmegaConf
 
 from rlsr.config import (
+    TRAINER_SECTIONS,
     PoolLogSettings,
     PoolPlan,
     ResolvedHeldOut,
-    SettingsPlan,
     TrainSettings,
+    declared_variants,
     from_dict,
     heldout_protocol,
-    plan_settings,
     register_tasks,
+    resolve_heldout,
+    resolve_pool,
+    vllm_context_length,
+    world_size_from_env,
 )
 from rlsr.eval_protocol import EvalProtocol, protocol_flags
 from rlsr.methods import Method, args_section, check_method
@@ -54,14 +58,25 @@ VLLM_MODES: dict[str, dict] = {
 
 @dataclass(frozen=True)
 class RunPlan:
-    """One launch's plan (``plan_run``).
+    """One launch's plan (``plan_run``): every field is an answer, derived once.
 
     Parameters:
         settings (`TrainSettings`): the checked settings, as given (planning never changes them).
         method (`Method` or `None`): the registry entry bound to ``settings.method``; None for
             ``method=sft``, which trains on fixed answers (no reward method).
-        checked (`SettingsPlan`): world size, trainer section, pool, held-out plan, protocols,
-            vLLM context.
+        section (`str`): the section holding the trainer's arguments (``grpo`` or ``sft``).
+        world_size (`int`): processes of this launch (``$WORLD_SIZE``, else 1, unless given).
+        pool (`PoolPlan` or `None`): one optimizer step's pool and its gradient accumulation
+            (GRPO methods; None for a supervised method).
+        heldout (`ResolvedHeldOut` or `None`): the held-out evaluation during training; None
+            when ``heldout.every`` is 0.
+        vllm_max_model_length (`int` or `None`): the vLLM engine's context per sequence (a
+            server started for this run is sized by it): ``grpo.vllm_max_model_length`` when
+            set, else the one rlsr sets (``rlsr.config.vllm_context_length``; for sft, whose
+            trainer has no engine, the size of a server started beside it); None when the
+            prompt limit is unset (vLLM's default).
+        protocols (`dict`): the run's evaluation protocol (key None,
+            ``rlsr.config.heldout_protocol``) and each named variant's (``heldout.variants``).
         pool_log (`PoolLogSettings`): the pool files the run writes: ``settings.pool_log``, with
             ``every`` 0 for a method without a reward pool.
         notes (`tuple[str, ...]`): what the plan decided that the settings did not say (a
@@ -70,41 +85,18 @@ class RunPlan:
 
     settings: TrainSettings
     method: Method | None
-    checked: SettingsPlan
+    section: str
+    world_size: int
+    pool: PoolPlan | None
+    heldout: ResolvedHeldOut | None
+    vllm_max_model_length: int | None
+    protocols: dict[str | None, EvalProtocol]
     pool_log: PoolLogSettings
     notes: tuple[str, ...] = ()
 
     @property
-    def section(self) -> str:
-        """The section holding the trainer's arguments (``grpo`` or ``sft``)."""
-        return self.checked.trainer_section
-
-    @property
-    def world_size(self) -> int:
-        return self.checked.world_size
-
-    @property
-    def pool(self) -> PoolPlan | None:
-        """One optimizer step's pool (GRPO methods); None for a supervised method."""
-        return self.checked.pool
-
-    @property
-    def heldout(self) -> ResolvedHeldOut | None:
-        """The held-out evaluation during training; None when ``heldout.every`` is 0."""
-        return self.checked.heldout
-
-    @property
     def output_dir(self) -> str:
         return self.settings.output_dir
-
-    @property
-    def vllm_max_model_length(self) -> int | None:
-        """The vLLM engine's context per sequence (a server started for this run is sized by
-        it): ``grpo.vllm_max_model_length`` when set, else the one rlsr sets
-        (``rlsr.config.vllm_context_length``); None when the prompt limit is unset (vLLM's
-        default)."""
-        stated = self.settings.grpo.get("vllm_max_model_length")
-        return self.checked.vllm_max_model_length if stated is None else stated
 
     @property
     def gpu_settings(self) -> list[str]:
@@ -114,14 +106,14 @@ class RunPlan:
     @property
     def variants(self) -> tuple[str, ...]:
         """The named protocol variants the recipe declares (``heldout.variants``)."""
-        return tuple(name for name in self.checked.protocols if name is not None)
+        return tuple(name for name in self.protocols if name is not None)
 
     def protocol(self, variant: str | None = None) -> EvalProtocol:
         """The run's evaluation protocol (``rlsr.config.heldout_protocol``, planned once), with
         the named variant ``variant`` on top; a variant the recipe does not declare raises
         ``ConfigError`` naming the declared ones."""
-        if variant in self.checked.protocols:
-            return self.checked.protocols[variant]
+        if variant in self.protocols:
+            return self.protocols[variant]
         return heldout_protocol(self.settings, self.section, variant)  # raises: not declared
 
     def evaluate_flags(self, variant: str | None = None) -> list[str]:
@@ -162,13 +154,21 @@ def plan_run(cfg: TrainSettings, *, world_size: int | None = None, here: bool = 
     """Load the tasks ``cfg`` names, check ``cfg`` without loading any model or dataset and
     derive the run plan once (module docstring). Raises ``ConfigError`` naming the field and
     the fix. ``world_size`` defaults to ``$WORLD_SIZE`` (set by ``accelerate launch``/torchrun),
-    else 1. ``here=False``: the launch runs on another machine (``rlsr.config.plan_settings``)."""
+    else 1. ``here=False``: the launch runs on another machine (``TrainSettings.validate``)."""
     register_tasks(cfg)
     method = check_method(cfg)
     section = args_section(cfg.method)
-    checked = plan_settings(cfg, world_size=world_size, trainer_section=section, here=here)
+    cfg.validate(here=here, trainer_section=section)
+    ws = world_size_from_env() if world_size is None else world_size
+    pool = resolve_pool(cfg.grpo, cfg.pool_size, ws) if section == TRAINER_SECTIONS[0] else None
+    heldout = resolve_heldout(cfg, section, here=here)
+    protocols = {None: heldout_protocol(cfg, section)}
+    for variant in declared_variants(cfg):  # a named variant must give a valid protocol too
+        protocols[variant] = heldout_protocol(cfg, section, variant)
+    stated = cfg.grpo.get("vllm_max_model_length")
+    length = vllm_context_length(cfg, heldout) if stated is None else stated
     pool_log, notes = _pool_log(cfg, method)
-    return RunPlan(cfg, method, checked, pool_log, notes)
+    return RunPlan(cfg, method, section, ws, pool, heldout, length, protocols, pool_log, notes)
 
 
 def plan_from_config(

@@ -27,12 +27,13 @@ optimizer step hold several generations (``grpo.steps_per_generation``,
 ``grpo.generation_batch_size``) are rejected. ``pool_size`` states the pool as intent; the
 gradient accumulation is then derived from the real world size at start-up.
 
-``check_settings(cfg)`` checks every section without touching a model or a dataset and raises
-``ConfigError`` whose message names the offending field and the fix; the method's own checks
-live in ``rlsr.methods`` (a reward method's registry entry; ``sft``'s own), which also names
-the section holding its trainer's arguments (``grpo`` or ``sft``: ``args_section``), and
-``rlsr.training.validate`` runs both (``train.py`` prints the message and exits with status
-2). This module sits below the method registry and the trainer: it knows nothing about
+``TrainSettings.validate`` checks every section without touching a model or a dataset (each
+section's own ``validate``, declared beside its fields) and raises ``ConfigError`` whose message
+names the offending field and the fix; the method's own checks live in ``rlsr.methods`` (a
+reward method's registry entry; ``sft``'s own), which also names the section holding its
+trainer's arguments (``grpo`` or ``sft``: ``args_section``). ``rlsr.run_plan.plan_run`` runs
+both once per launch and derives the run plan (``train.py`` prints the message and exits with
+status 2). This module sits below the method registry and the trainer: it knows nothing about
 individual methods.
 """
 
@@ -78,7 +79,6 @@ from rlsr.config.trainer_args import (
     grpo_get,
 )
 from rlsr.data import TaskError, load_env_tasks, load_tasks
-from rlsr.eval_protocol import EvalProtocol
 from rlsr.launch import world_size_from_env
 from rlsr.prompts import NO_SYSTEM_PROMPT
 
@@ -96,9 +96,6 @@ __all__ = [
     "HELDOUT_BACKENDS",
     "TrainSettings",
     "from_dict",
-    "check_settings",
-    "plan_settings",
-    "SettingsPlan",
     "vllm_context_length",
     "closest_hint",
     "is_number",
@@ -140,10 +137,20 @@ class TrainSettings:
     seed: int = 42
     resume: str = "auto"
 
-    def validate(self, *, here: bool = True) -> None:
-        """Check the top-level fields (each section checks its own: ``plan_settings``); raises
-        ``ConfigError`` naming the field and the fix. ``here=False``: for a launch on another
-        machine (a ``resume`` checkpoint path is not looked for on this one)."""
+    def validate(self, *, here: bool = True, trainer_section: str = "grpo") -> None:
+        """Check the top-level fields, then each section with its own ``validate`` (declared
+        beside its fields) and the trainer section ``trainer_section`` (``grpo`` or ``sft``:
+        ``rlsr.methods.args_section``; only that one is checked) with
+        ``rlsr.config.trainer_args``. Reads the settings only, loads no model or dataset; raises
+        ``ConfigError`` naming the field and the fix. The method's own checks are its registry
+        entry's (``rlsr.methods.check_method``); ``rlsr.run_plan.plan_run`` runs both.
+        ``here=False``: for a launch on another machine (a Slurm job planned on the login node):
+        what this machine offers (a GPU, vLLM, flash-attn, accelerate's distributed launch, the
+        files named by ``data.path`` / ``heldout.data_path`` / ``resume``) is not asked."""
+        if trainer_section not in TRAINER_SECTIONS:
+            raise ValueError(
+                f"trainer_section must be one of {TRAINER_SECTIONS}; got {trainer_section!r}."
+            )
         _check(
             isinstance(self.output_dir, str) and self.output_dir.strip() != "",
             "output_dir",
@@ -169,6 +176,18 @@ class TrainSettings:
                 f"{resume!r} is not a checkpoint folder (no trainer_state.json); use resume=auto, "
                 "resume=never or the path of a checkpoint-<step> folder.",
             )
+        self.method.validate()
+        self.model.validate(here=here)
+        self.data.validate(here=here)
+        self.heldout.validate()
+        if trainer_section == TRAINER_SECTIONS[0]:
+            check_grpo(self.grpo, here=here)
+            check_vllm_length(self.grpo, self.data.max_prompt_length)
+            if here:
+                check_launch(self.grpo, self.model.lora.enabled)
+        else:
+            check_sft(self.sft, here=here)
+        self.pool_log.validate()
 
 
 # --------------------------------------------------------------------------- building
@@ -293,87 +312,3 @@ def register_tasks(cfg: TrainSettings) -> list[str]:
         return load_env_tasks() + load_tasks(value)
     except TaskError as err:
         raise ConfigError("tasks_dir", str(err)) from None
-
-
-@dataclass(frozen=True)
-class SettingsPlan:
-    """What the settings decide before anything loads, computed once per launch by
-    ``plan_settings`` and passed down (``rlsr.run_plan.RunPlan`` adds the method).
-
-    Parameters:
-        world_size (`int`): processes of this launch (``$WORLD_SIZE``, else 1, unless given).
-        trainer_section (`str`): the section holding the trainer's arguments (``grpo``/``sft``).
-        pool (`PoolPlan` or `None`): one optimizer step's pool and its gradient accumulation
-            (GRPO methods; None for sft).
-        heldout (`ResolvedHeldOut` or `None`): the held-out evaluation (None: heldout.every=0).
-        vllm_max_model_length (`int` or `None`): the vLLM context rlsr sets when
-            ``grpo.use_vllm`` and ``grpo.vllm_max_model_length`` is unset (``vllm_context_length``;
-            for sft, whose trainer has no engine, the size of a server started beside it).
-        protocols (`dict`): the run's evaluation protocol (key None, ``heldout_protocol``) and
-            each named variant's (``heldout.variants``), by variant name.
-    """
-
-    world_size: int
-    trainer_section: str
-    pool: PoolPlan | None
-    heldout: ResolvedHeldOut | None
-    vllm_max_model_length: int | None
-    protocols: dict[str | None, EvalProtocol] = field(default_factory=dict)
-
-
-def plan_settings(
-    cfg: TrainSettings,
-    *,
-    world_size: int | None = None,
-    trainer_section: str = "grpo",
-    here: bool = True,
-) -> SettingsPlan:
-    """Check every section of ``cfg`` without loading any model or dataset, and derive the pool,
-    the held-out plan, the evaluation protocols and the vLLM context once. Reads ``cfg`` only
-    (the tasks it names are loaded before: ``register_tasks``). The method's own checks are its
-    registry entry's (``rlsr.methods.check_method``; ``rlsr.run_plan.plan_run`` runs both).
-    Raises ``ConfigError`` naming the field and the fix.
-
-    ``trainer_section`` is the section holding the method's trainer arguments
-    (``rlsr.methods.args_section``: ``grpo`` or ``sft``); only that one is checked (and used).
-    ``world_size`` defaults to ``$WORLD_SIZE`` (set by ``accelerate launch``/torchrun), else 1.
-    ``here=False`` plans a launch on another machine (a Slurm job planned on the login node):
-    what this machine offers (a GPU, vLLM, flash-attn, accelerate's distributed launch, the files named by
-    ``data.path`` / ``heldout.data_path`` / ``resume``) is not asked; that launch checks it.
-    """
-    ws = world_size_from_env() if world_size is None else world_size
-    cfg.validate(here=here)
-    cfg.method.validate()
-    cfg.model.validate(here=here)
-    cfg.data.validate(here=here)
-    cfg.heldout.validate()
-    if trainer_section not in TRAINER_SECTIONS:
-        raise ValueError(
-            f"trainer_section must be one of {TRAINER_SECTIONS}; got {trainer_section!r}."
-        )
-    pool = None
-    if trainer_section == TRAINER_SECTIONS[0]:
-        check_grpo(cfg.grpo, here=here)
-        pool = resolve_pool(cfg.grpo, cfg.pool_size, ws)
-        check_vllm_length(cfg.grpo, cfg.data.max_prompt_length)
-        if here:
-            check_launch(cfg.grpo, cfg.model.lora.enabled)
-    else:
-        check_sft(cfg.sft, here=here)
-    heldout = resolve_heldout(cfg, trainer_section, here=here)
-    protocols = {None: heldout_protocol(cfg, trainer_section)}
-    for variant in declared_variants(cfg):  # a named variant must give a valid protocol too
-        protocols[variant] = heldout_protocol(cfg, trainer_section, variant)
-    cfg.pool_log.validate()
-    length = vllm_context_length(cfg, heldout)  # sft: of a server started beside it (train.slurm)
-    return SettingsPlan(ws, trainer_section, pool, heldout, length, protocols)
-
-
-def check_settings(
-    cfg: TrainSettings, *, world_size: int | None = None, trainer_section: str = "grpo"
-) -> TrainSettings:
-    """``register_tasks`` then ``plan_settings``, for a caller that only wants the checks;
-    returns ``cfg``."""
-    register_tasks(cfg)
-    plan_settings(cfg, world_size=world_size, trainer_section=trainer_section)
-    return cfg
