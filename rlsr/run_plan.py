@@ -10,11 +10,12 @@ toy's, ``slurm/resolve_config.py``'s, the GPU acceptance script's) becomes typed
    every section's (``TrainSettings.validate``: each settings dataclass's own ``validate``);
 3. derive, once: the method bound to its settings, one optimizer step's pool and its gradient
    accumulation, the held-out evaluation plan, the evaluation protocol and each named variant's,
-   the vLLM context, and the pool log the run writes (off for a method without a reward pool:
-   planned here, the settings are never changed).
+   the vLLM context, the trainer's arguments (``trainer_arguments``), and the pool log the run
+   writes (off for a method without a reward pool: planned here, the settings are never
+   changed).
 
-``rlsr.training`` builds the trainer's arguments, the trainer and the held-out evaluator from
-it, ``train.py``'s end-of-run summary reads it, and ``slurm/resolve_config.py`` prints its
+``rlsr.training`` receives the plan and builds the trainer and the held-out evaluator from it
+(resolving only ``model.attn_implementation=auto`` on the machine that trains), ``train.py``'s end-of-run summary reads it, and ``slurm/resolve_config.py`` prints its
 fields for the Slurm scripts, so no part of a launch derives any of these a second time (and
 none can disagree with another).
 """
@@ -45,7 +46,14 @@ from rlsr.config import (
 from rlsr.eval_protocol import EvalProtocol, protocol_flags
 from rlsr.methods import Method, args_section, check_method
 
-__all__ = ["RunPlan", "VLLM_MODES", "gpu_settings", "plan_from_config", "plan_run"]
+__all__ = [
+    "RunPlan",
+    "VLLM_MODES",
+    "gpu_settings",
+    "plan_from_config",
+    "plan_run",
+    "trainer_arguments",
+]
 
 # The vLLM engine a launcher gives the trainer (slurm/train.slurm: a server on a node of its
 # own, an engine colocated in each training process, or none), as the grpo settings it sets.
@@ -75,6 +83,9 @@ class RunPlan:
             set, else the one rlsr sets (``rlsr.config.vllm_context_length``; for sft, whose
             trainer has no engine, the size of a server started beside it); None when the
             prompt limit is unset (vLLM's default).
+        trainer_args (`dict`): keyword arguments for the method's TRL config (``GRPOConfig`` /
+            ``SFTConfig``; ``trainer_arguments``), ``model.attn_implementation`` as configured
+            (``rlsr.training.trainer_kwargs`` resolves ``auto`` on the machine that trains).
         protocols (`dict`): the run's evaluation protocol (key None,
             ``rlsr.config.heldout_protocol``) and each named variant's (``heldout.variants``).
         pool_log (`PoolLogSettings`): the pool files the run writes: ``settings.pool_log``, with
@@ -90,6 +101,7 @@ class RunPlan:
     pool: PoolPlan | None
     heldout: ResolvedHeldOut | None
     vllm_max_model_length: int | None
+    trainer_args: dict
     protocols: dict[str | None, EvalProtocol]
     pool_log: PoolLogSettings
     notes: tuple[str, ...] = ()
@@ -150,6 +162,37 @@ def _pool_log(cfg: TrainSettings, method: Method | None) -> tuple[PoolLogSetting
     return dataclasses.replace(cfg.pool_log, every=0), (note,)
 
 
+def trainer_arguments(
+    cfg: TrainSettings,
+    section: str,
+    method: Method | None,
+    pool: PoolPlan | None,
+    vllm_max_model_length: int | None,
+) -> dict:
+    """Keyword arguments for the method's TRL config (``GRPOConfig`` / ``SFTConfig``): section
+    ``section`` of ``cfg`` plus the fields rlsr manages (``output_dir``, ``seed``, the model's
+    init kwargs, a reward method's ``reward_weights``). For a GRPO method, from the plan: the
+    gradient accumulation that makes one optimizer step's pool ``pool_size`` (``pool``), and,
+    with vLLM, the engine's context (``vllm_max_model_length``: as set, else max prompt + what
+    an answer needs)."""
+    kwargs = dict(getattr(cfg, section))
+    if pool is not None:
+        kwargs["gradient_accumulation_steps"] = pool.accumulation
+        if kwargs.get("use_vllm") and vllm_max_model_length is not None:
+            kwargs["vllm_max_model_length"] = vllm_max_model_length
+    kwargs["output_dir"] = cfg.output_dir
+    kwargs["seed"] = cfg.seed
+    if method is not None:
+        kwargs["reward_weights"] = [w for _, w in method.columns]
+    kwargs["model_init_kwargs"] = {
+        "dtype": cfg.model.dtype,
+        "attn_implementation": cfg.model.attn_implementation,
+        "trust_remote_code": cfg.model.trust_remote_code,
+    }
+    kwargs["trust_remote_code"] = cfg.model.trust_remote_code
+    return kwargs
+
+
 def plan_run(cfg: TrainSettings, *, world_size: int | None = None, here: bool = True) -> RunPlan:
     """Load the tasks ``cfg`` names, check ``cfg`` without loading any model or dataset and
     derive the run plan once (module docstring). Raises ``ConfigError`` naming the field and
@@ -167,8 +210,11 @@ def plan_run(cfg: TrainSettings, *, world_size: int | None = None, here: bool = 
         protocols[variant] = heldout_protocol(cfg, section, variant)
     stated = cfg.grpo.get("vllm_max_model_length")
     length = vllm_context_length(cfg, heldout) if stated is None else stated
+    args = trainer_arguments(cfg, section, method, pool, length)
     pool_log, notes = _pool_log(cfg, method)
-    return RunPlan(cfg, method, section, ws, pool, heldout, length, protocols, pool_log, notes)
+    return RunPlan(
+        cfg, method, section, ws, pool, heldout, length, args, protocols, pool_log, notes
+    )
 
 
 def plan_from_config(

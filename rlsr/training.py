@@ -120,31 +120,16 @@ def trainer_kwargs(plan: RunPlan) -> dict[str, Any]:
     """Keyword arguments for the method's trainer config (``GRPOConfig`` / ``SFTConfig``) of the
     launch's run plan (``rlsr.run_plan.plan_run``; computed once per launch and passed down, so
     settings alone are refused: a second plan here could disagree with the launch's): the
-    plan's section plus the managed fields (output_dir, seed, model init kwargs, GRPO reward
-    weights).
-
-    For a GRPO method, from the run plan: the gradient accumulation that makes one optimizer
-    step's pool ``pool_size`` (``plan.pool``), and, with vLLM, the engine's context
-    (``plan.vllm_max_model_length``: as set, else max prompt + what an answer needs).
-    """
-    cfg = _settings_of(plan, "trainer_kwargs")
-    kwargs = dict(getattr(cfg, plan.section))
-    if plan.pool is not None:
-        kwargs["gradient_accumulation_steps"] = plan.pool.accumulation
-        if kwargs.get("use_vllm") and plan.vllm_max_model_length is not None:
-            kwargs["vllm_max_model_length"] = plan.vllm_max_model_length
-    kwargs["output_dir"] = cfg.output_dir
-    kwargs["seed"] = cfg.seed
-    if plan.method is not None:
-        kwargs["reward_weights"] = [w for _, w in plan.method.columns]
-    kwargs["model_init_kwargs"] = {
-        "dtype": cfg.model.dtype,
-        "attn_implementation": resolve_attn_implementation(
-            cfg.model.attn_implementation, on_gpu=False if kwargs.get("use_cpu") else None
-        ),
-        "trust_remote_code": cfg.model.trust_remote_code,
-    }
-    kwargs["trust_remote_code"] = cfg.model.trust_remote_code
+    plan's ``trainer_args`` with ``model.attn_implementation=auto`` resolved on this machine
+    (``rlsr.launch.resolve_attn_implementation``: flash-attn when a GPU and flash-attn are here,
+    else sdpa), the one answer that depends on where the trainer runs."""
+    _settings_of(plan, "trainer_kwargs")
+    kwargs = dict(plan.trainer_args)
+    init = dict(kwargs["model_init_kwargs"])
+    init["attn_implementation"] = resolve_attn_implementation(
+        init["attn_implementation"], on_gpu=False if kwargs.get("use_cpu") else None
+    )
+    kwargs["model_init_kwargs"] = init
     return kwargs
 
 
