@@ -51,7 +51,6 @@ def test_plain_aurc_variant_trains_and_rewards_only_errors(tmp_path):
     import torch
     from test_trainer_support import TEST_THREADS, format_warm_model
 
-    from rlsr.run_plan import plan_run
     from rlsr.training import build_trainer
 
     torch.set_num_threads(TEST_THREADS)
@@ -113,7 +112,6 @@ def test_the_example_plugin_method_trains_from_its_recipe_file(tmp_path, monkeyp
 
     from rlsr.pool_log import read_pool
     from rlsr.run_layout import pool_path, pool_steps
-    from rlsr.run_plan import plan_run
     from rlsr.training import build_trainer
 
     torch.set_num_threads(TEST_THREADS)

@@ -115,7 +115,6 @@ def test_real_recipe_trains_one_step(tmp_path, recipe, model, method):
     import torch
     from peft import PeftModel
 
-    from rlsr.run_plan import plan_run
     from rlsr.training import run_training
 
     torch.set_num_threads(1)

@@ -153,7 +153,6 @@ def test_training_does_not_resume_on_another_version(task, tmp_path, capsys):
     settings.data.task = "vt"
     settings.heldout.every, settings.heldout.tasks, settings.heldout.limit = 1, ["vt"], 4
     settings.heldout.max_new_tokens = 40
-    plan_run(settings)
     run_training(plan_run(settings))
     assert (run / "checkpoint-1").is_dir() and (run / "eval" / "step-1").is_dir()
     settings.grpo["max_steps"] = 2

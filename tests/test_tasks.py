@@ -434,7 +434,6 @@ def test_a_recipe_trained_on_a_task_evaluates_the_task_and_prints_a_runnable_com
     import shlex
 
     from rlsr.cli import build_parser
-    from rlsr.run_plan import plan_run
     from rlsr.training import _evaluate_command
 
     base = ("recipe=tiny", f"tasks_dir={caps_dir}", f"output_dir={tmp_path}", "heldout.every=1")

@@ -308,7 +308,6 @@ def test_one_step_rewards_and_advantages_trl_received_equal_an_independent_recom
     torch.set_num_threads(TEST_THREADS)
     settings = tiny_settings(tmp_path, max_steps=1, save_steps=1000, **ONE_STEP_POOL)
     settings.method = _METHOD_RUNS[method]
-    plan_run(settings)
     trainer = build_trainer(plan_run(settings))
     trainer.train()
 
