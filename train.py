@@ -81,7 +81,7 @@ def main(cfg: DictConfig) -> int:
     from rlsr.training import run_summary, run_training
 
     try:
-        trainer = run_training(settings, plan=plan)
+        trainer = run_training(plan)
     except ConfigError as err:  # data-dependent checks (e.g. every prompt too long)
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(CONFIG_ERROR_EXIT)

@@ -40,7 +40,8 @@ def main(argv=None) -> int:
     from test_trainer_support import tiny_settings
 
     from rlsr.evaluation.history import read_history
-    from rlsr.training import run_training, validate
+    from rlsr.run_plan import plan_run
+    from rlsr.training import run_training
 
     if args.backend == "vllm":
         from test_vllm_cpu import VLLM_CPU_ENV, _patch_vllm_cpu_weight_sync
@@ -56,7 +57,7 @@ def main(argv=None) -> int:
         settings = tiny_settings(out, max_steps=args.steps, save_steps=1000, **extra)
         settings.heldout.every, settings.heldout.at_start = args.every, True
         started = time.perf_counter()
-        trainer = run_training(validate(settings))
+        trainer = run_training(plan_run(plan_run(settings).settings))
         total = time.perf_counter() - started
         steps = [h["step_time"] for h in trainer.state.log_history if "step_time" in h]
         evals = [h["seconds"] for h in read_history(out)]

@@ -27,7 +27,7 @@ def _settings(out: str, steps: int, confidence: str):
     from omegaconf import OmegaConf
 
     from rlsr.config import from_dict
-    from rlsr.training import validate
+    from rlsr.run_plan import plan_run
 
     with initialize_config_dir(config_dir=str(ROOT / "recipes"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["recipe=tiny-format", f"output_dir={out}"])
@@ -37,14 +37,15 @@ def _settings(out: str, steps: int, confidence: str):
     s.method.confidence = confidence
     s.grpo.update(max_steps=steps, save_steps=10_000, disable_tqdm=True, logging_steps=1)
     s.resume = "never"
-    return validate(s, world_size=1)
+    return plan_run(s, world_size=1).settings
 
 
 def _run(confidence: str, steps: int) -> tuple[list[float], list[float]]:
+    from rlsr.run_plan import plan_run
     from rlsr.training import build_trainer
 
     with tempfile.TemporaryDirectory() as out:
-        trainer = build_trainer(_settings(out, steps, confidence))
+        trainer = build_trainer(plan_run(_settings(out, steps, confidence)))
         seconds: list[float] = []
         original = trainer._calculate_rewards
 

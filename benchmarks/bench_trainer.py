@@ -26,7 +26,7 @@ def _settings(out: str, steps: int):
     from omegaconf import OmegaConf
 
     from rlsr.config import from_dict
-    from rlsr.training import validate
+    from rlsr.run_plan import plan_run
 
     with initialize_config_dir(config_dir=str(ROOT / "recipes"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["recipe=tiny-format", f"output_dir={out}"])
@@ -35,7 +35,7 @@ def _settings(out: str, steps: int):
     s = from_dict(values)
     s.grpo.update(max_steps=steps, save_steps=10_000, disable_tqdm=True, logging_steps=1)
     s.resume = "never"
-    return validate(s)
+    return plan_run(s).settings
 
 
 def _timed(cls):
@@ -77,12 +77,13 @@ def _run(kind: str, steps: int) -> tuple[list[float], list[float]]:
 
     from rlsr.config import resolve_model_path
     from rlsr.methods import resolve
+    from rlsr.run_plan import plan_run
     from rlsr.trainer import RLSRTrainer
     from rlsr.training import grpo_kwargs, load_train_dataset
 
     with tempfile.TemporaryDirectory() as out:
         s = _settings(out, steps)
-        args = GRPOConfig(**grpo_kwargs(s))
+        args = GRPOConfig(**grpo_kwargs(plan_run(s)))
         path = resolve_model_path(s.model.name_or_path)
         from peft import LoraConfig
         from transformers import AutoTokenizer

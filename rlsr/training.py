@@ -1,11 +1,11 @@
-"""Assembling a training run: validate, load the dataset, build the trainer, resume, export.
+"""Assembling a training run: load the dataset, build the trainer, resume, export.
 
-``run_training(cfg, plan=plan)`` is what ``train.py`` calls with its settings and their run plan:
+``run_training(plan)`` is what ``train.py`` calls with its run plan:
 
-1. ``rlsr.run_plan.plan_from_config``, once per launch (``train.py``; ``launch_plan`` plans
-   ``plan_run(cfg)`` when a caller passes none): every config section
-   (``rlsr.config.plan_settings``) plus the method's own checks (``rlsr.methods``), before
-   anything is loaded; the plan is passed down, never derived again;
+1. ``rlsr.run_plan.plan_from_config``, once per launch (``train.py``): the method's checks and
+   every config section's, before anything is loaded, then the answers the build reads (pool,
+   held-out plan, protocols, vLLM context); every function here receives that plan and none
+   plans again;
 2. ``load_train_dataset``: the recipe's dataset (``rlsr.data``), over-long prompts dropped;
 3. ``build_trainer``: the trainer of the method's section (``TRAINERS``): for a reward method
    ``GRPOConfig`` from the ``grpo`` section and ``rlsr.trainer.RLSRTrainer``, which also gets the
@@ -76,7 +76,7 @@ from rlsr.run_layout import (
     pool_steps,
     step_folders,
 )
-from rlsr.run_plan import RunPlan, plan_run
+from rlsr.run_plan import RunPlan
 from rlsr.sft_trainer import SFTAnswerTrainer, sft_examples
 from rlsr.tokenization import load_tokenizer, model_context_length, prompt_token_counter
 from rlsr.trainer import RLSRTrainer
@@ -92,11 +92,8 @@ TRAINERS = {
 }
 
 __all__ = [
-    "validate",
     "grpo_kwargs",
     "trainer_kwargs",
-    "trainer_section",
-    "launch_plan",
     "load_train_dataset",
     "build_trainer",
     "checkpoint_is_final",
@@ -106,31 +103,16 @@ __all__ = [
 ]
 
 
-def validate(cfg: TrainSettings, *, world_size: int | None = None) -> TrainSettings:
-    """Check ``cfg`` without loading any model or dataset (``rlsr.run_plan.plan_run``: the
-    method's checks, then every section's). Raises ``ConfigError``; returns ``cfg``. For the
-    checks alone: a launch keeps ``plan_run``'s plan and passes it to ``run_training`` /
-    ``build_trainer`` (which plan again only when given none).
-
-    ``world_size`` defaults to ``$WORLD_SIZE`` (set by ``accelerate launch``/torchrun), else 1.
-    """
-    return plan_run(cfg, world_size=world_size).settings
-
-
-def trainer_section(cfg: TrainSettings) -> dict[str, Any]:
-    """The config section holding the method's trainer arguments (``grpo`` or ``sft``)."""
-    return getattr(cfg, args_section(cfg.method))
-
-
-def grpo_kwargs(cfg: TrainSettings, *, world_size: int | None = None) -> dict[str, Any]:
-    """Keyword arguments for ``trl.GRPOConfig`` of a GRPO method's settings ``cfg``:
-    ``trainer_kwargs(plan_run(cfg, world_size=...))``, so settings the launch would refuse are
-    refused here too (``ConfigError``), never turned into arguments by a second, unchecked plan.
-    ``world_size`` plans for another machine's process count (e.g. a 4-GPU recipe read here)."""
-    plan = plan_run(cfg, world_size=world_size)
-    if plan.method is None:
-        raise ValueError(f"grpo_kwargs: method={plan.method.name} trains with {plan.section}.*;"
-                         " use trainer_kwargs(plan_run(cfg)).")  # fmt: skip
+def grpo_kwargs(plan: RunPlan) -> dict[str, Any]:
+    """Keyword arguments for ``trl.GRPOConfig`` of the run plan of a GRPO method
+    (``trainer_kwargs(plan)``); a plan of a method trained with another section (method=sft:
+    ``SFTConfig``) raises ``ValueError`` naming it."""
+    _settings_of(plan, "grpo_kwargs")
+    if plan.section != "grpo":
+        raise ValueError(
+            f"grpo_kwargs: method={plan.settings.method.name} trains with {plan.section}.* "
+            f"({TRAINERS[plan.section][1].__name__}); use trainer_kwargs(plan)."
+        )
     return trainer_kwargs(plan)
 
 
@@ -138,52 +120,28 @@ def trainer_kwargs(plan: RunPlan) -> dict[str, Any]:
     """Keyword arguments for the method's trainer config (``GRPOConfig`` / ``SFTConfig``) of the
     launch's run plan (``rlsr.run_plan.plan_run``; computed once per launch and passed down, so
     settings alone are refused: a second plan here could disagree with the launch's): the
-    plan's section plus the managed fields (output_dir, seed, model init kwargs, GRPO reward
-    weights).
-
-    For a GRPO method, from the run plan: the gradient accumulation that makes one optimizer
-    step's pool ``pool_size`` (``plan.pool``), and, with vLLM, ``vllm_max_model_length`` = max
-    prompt + what an answer needs (``plan.checked.vllm_max_model_length``) unless set.
-    """
-    if not isinstance(plan, RunPlan):
-        raise TypeError(
-            f"trainer_kwargs takes the launch's run plan (rlsr.run_plan.plan_run(settings)), not "
-            f"{type(plan).__name__}."
-        )
-    cfg = plan.settings
-    kwargs = dict(getattr(cfg, plan.section))
-    if plan.pool is not None:
-        kwargs["gradient_accumulation_steps"] = plan.pool.accumulation
-        length = plan.checked.vllm_max_model_length
-        if kwargs.get("use_vllm") and length is not None:
-            kwargs["vllm_max_model_length"] = length
-    kwargs["output_dir"] = cfg.output_dir
-    kwargs["seed"] = cfg.seed
-    if plan.method is not None:
-        kwargs["reward_weights"] = [w for _, w in plan.method.columns]
-    kwargs["model_init_kwargs"] = {
-        "dtype": cfg.model.dtype,
-        "attn_implementation": resolve_attn_implementation(
-            cfg.model.attn_implementation, on_gpu=False if kwargs.get("use_cpu") else None
-        ),
-        "trust_remote_code": cfg.model.trust_remote_code,
-    }
-    kwargs["trust_remote_code"] = cfg.model.trust_remote_code
+    plan's ``trainer_args`` with ``model.attn_implementation=auto`` resolved on this machine
+    (``rlsr.launch.resolve_attn_implementation``: flash-attn when a GPU and flash-attn are here,
+    else sdpa), the one answer that depends on where the trainer runs."""
+    _settings_of(plan, "trainer_kwargs")
+    kwargs = dict(plan.trainer_args)
+    init = dict(kwargs["model_init_kwargs"])
+    init["attn_implementation"] = resolve_attn_implementation(
+        init["attn_implementation"], on_gpu=False if kwargs.get("use_cpu") else None
+    )
+    kwargs["model_init_kwargs"] = init
     return kwargs
 
 
-def launch_plan(cfg: TrainSettings, plan: RunPlan | None) -> RunPlan:
-    """The run plan a build uses: the launch's ``plan`` (``train.py`` computes it once and passes
-    it down), else ``plan_run(cfg)`` here (a caller that never planned, e.g. a test); a plan of
-    other settings is refused, so no part of a launch reads a plan it was not built from."""
-    if plan is None:
-        return plan_run(cfg)
-    if plan.settings is not cfg:
-        raise ValueError(
-            "plan: the run plan was computed for other settings than the ones passed; pass "
-            "plan.settings (or no plan)."
+def _settings_of(plan: RunPlan, caller: str) -> TrainSettings:
+    """The settings of the launch's run plan; bare settings are refused (planning them here
+    could disagree with the launch's plan)."""
+    if not isinstance(plan, RunPlan):
+        raise TypeError(
+            f"{caller} takes the launch's run plan (rlsr.run_plan.plan_run(settings)), not "
+            f"{type(plan).__name__}."
         )
-    return plan
+    return plan.settings
 
 
 def load_train_dataset(cfg, tokenizer=None, room=None):
@@ -323,12 +281,12 @@ def _load_task_heldout(heldout: ResolvedHeldOut | None, tokenizer=None, model_pa
             raise ConfigError("heldout.tasks", str(err)) from None
 
 
-def build_trainer(cfg, *, callbacks=None, pool_hook=None, train_dataset=None, plan=None):
+def build_trainer(plan: RunPlan, *, callbacks=None, pool_hook=None, train_dataset=None):
     """Create the trainer of the method's section (``TRAINERS``: ``RLSRTrainer`` for a reward
-    method, ``SFTAnswerTrainer`` for sft) for settings ``cfg`` (``rlsr.config.TrainSettings``)
-    and their run plan (``rlsr.run_plan.plan_run(cfg)``; ``launch_plan``: made here only when not given).
-    ``train_dataset`` (rows of the ``rlsr.data`` contract) replaces the recipe's dataset."""
-    plan = launch_plan(cfg, plan)
+    method, ``SFTAnswerTrainer`` for sft) from the launch's run plan (``rlsr.run_plan.plan_run``,
+    made once by the launch; its settings are ``plan.settings``). ``train_dataset`` (rows of the
+    ``rlsr.data`` contract) replaces the recipe's dataset."""
+    cfg = _settings_of(plan, "build_trainer")
     method = plan.method
     if pool_hook is not None and method is None:
         raise ValueError(f"pool_hook: method {cfg.method.name!r} has no reward pool to report.")
@@ -524,18 +482,18 @@ def check_versions(cfg, heldout: ResolvedHeldOut | None) -> None:
         path.write_text(json.dumps(now, indent=2) + "\n")
 
 
-def run_training(cfg, *, callbacks=None, pool_hook=None, plan=None):
-    """Validate, build, train (resuming per ``cfg.resume``) and save the final adapter/model.
-    ``plan``: the run plan of ``cfg`` (``rlsr.run_plan.plan_run``), made here only when not
-    given (``launch_plan``) and passed on to ``build_trainer``.
+def run_training(plan: RunPlan, *, callbacks=None, pool_hook=None):
+    """Build, train (resuming per ``resume``) and save the final adapter/model of the launch's
+    run plan (``rlsr.run_plan.plan_run``, made once by the launch and passed on to
+    ``build_trainer``).
 
     Returns the trainer, or None without loading the model when the checkpoint to resume from is
     already final.
     """
-    plan = launch_plan(cfg, plan)
+    cfg = _settings_of(plan, "run_training")
     checkpoint = resolve_resume(cfg.resume, cfg.output_dir)
     check_versions(cfg, plan.heldout)
-    if checkpoint and checkpoint_is_final(checkpoint, trainer_section(cfg).get("max_steps")):
+    if checkpoint and checkpoint_is_final(checkpoint, getattr(cfg, plan.section).get("max_steps")):
         if int(os.environ.get("RANK", "0")) == 0:
             export_final_from_checkpoint(checkpoint, cfg.output_dir)
             print(
@@ -545,7 +503,7 @@ def run_training(cfg, *, callbacks=None, pool_hook=None, plan=None):
                 flush=True,
             )
         return None
-    trainer = build_trainer(cfg, callbacks=callbacks, pool_hook=pool_hook, plan=plan)
+    trainer = build_trainer(plan, callbacks=callbacks, pool_hook=pool_hook)
     if checkpoint and trainer.args.process_index == 0:
         print(f"[rlsr] resuming from {checkpoint}", flush=True)
     trainer.train(resume_from_checkpoint=checkpoint)

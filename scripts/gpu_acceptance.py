@@ -517,9 +517,8 @@ def run_train_phase(out: Path, plan: dict, cpu: bool, fault: str | None = None) 
     build_model(plan["train_shape"], model_dir, plan["dtype"], device)
     build_s = time.perf_counter() - started
     run_plan = train_settings(model_dir, out / "run", plan, cpu)
-    settings = run_plan.settings
     started = time.perf_counter()
-    trainer = build_trainer(settings, plan=run_plan)
+    trainer = build_trainer(run_plan)
     setup_s = time.perf_counter() - started
 
     # A random model gets the same reward for every completion (no format, never right), so the

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Count the rlsr modules the config walks through from train.py's main to the trainer's
 arguments: the modules whose functions run from the start of train.py's ``main`` (the composed
-config in hand: planning, saving the resolved config, ``run_training``'s resume and version
-checks, ``build_trainer``) until ``rlsr.training.trainer_kwargs`` has returned the trainer's
-arguments, where the walk is stopped (before any model or tokenizer loads).
+config in hand: planning, where the checks run and the answers are derived) until
+``rlsr.run_plan.trainer_arguments`` has returned the trainer's arguments, where the walk is
+stopped (before any model or tokenizer loads). A checkout whose plan does not derive them
+(no ``trainer_arguments``) is walked until ``rlsr.training.trainer_kwargs`` has returned.
 
     python scripts/trace_config_walk.py                     # recipe=tiny method=rlsr
     python scripts/trace_config_walk.py --root ../other-checkout recipe=hotpot method=rlcr
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig, open_dict
 
+    import rlsr.run_plan
     import rlsr.training  # noqa: F401  (imported before the trace: import-time code is not the walk)
     import train
     from rlsr.config import TrainSettings
@@ -60,12 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     class Built(Exception):
         """The trainer's arguments are built: the walk ends here."""
 
-    real = rlsr.training.trainer_kwargs
+    owner = rlsr.run_plan if hasattr(rlsr.run_plan, "trainer_arguments") else rlsr.training
+    name = "trainer_arguments" if owner is rlsr.run_plan else "trainer_kwargs"
+    real = getattr(owner, name)
 
-    def trainer_kwargs(plan):
-        raise Built(real(plan))
+    def arguments(*args, **kwargs):
+        raise Built(real(*args, **kwargs))
 
-    rlsr.training.trainer_kwargs = trainer_kwargs
+    setattr(owner, name, arguments)
     calls: Counter[str] = Counter()
     with_config: set[str] = set()
     with_settings: set[str] = set()
@@ -107,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         # leave the process as it was (the test suite runs this in-process)
         sys.setprofile(None)
-        rlsr.training.trainer_kwargs = real
+        setattr(owner, name, real)
         HydraConfig.instance().cfg = None
         shutil.rmtree(out, ignore_errors=True)
     assert kwargs["output_dir"] == str(out / "run")

@@ -13,7 +13,8 @@ import pytest
 
 from rlsr.config import ConfigError, from_dict, resolve_heldout, resolve_pool
 from rlsr.rewards import lifted_aurc_rewards
-from rlsr.training import grpo_kwargs, validate
+from rlsr.run_plan import plan_run
+from rlsr.training import grpo_kwargs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,7 +77,7 @@ def test_hotpot_recipe_has_the_paper_settings():
         "format_weight": 0.5,
         "method_weight": 0.5,
     }
-    validate(from_dict(compose("recipe=hotpot", *CPU)), world_size=4)
+    plan_run(from_dict(compose("recipe=hotpot", *CPU)), world_size=4)
 
 
 def test_bigmath_recipe_and_model_and_method_choices():
@@ -91,14 +92,14 @@ def test_bigmath_recipe_and_model_and_method_choices():
     assert resolve_pool(g, v["pool_size"], world_size=4).accumulation == 64  # 6 x 4 x 64
     assert v["method"]["name"] == "rlcr"
     assert v["output_dir"] == "runs/bigmath-rlcr-llama3.1-8b-seed42"
-    validate(
+    plan_run(
         from_dict(compose("recipe=bigmath", "model=llama3.1-8b", "method=rlcr", *CPU)), world_size=4
     )
 
 
 def test_tiny_recipe_is_valid_on_cpu():
-    validate(from_dict(compose("recipe=tiny")), world_size=1)
-    validate(from_dict(compose("recipe=tiny")), world_size=2)
+    plan_run(from_dict(compose("recipe=tiny")), world_size=1)
+    plan_run(from_dict(compose("recipe=tiny")), world_size=2)
 
 
 @pytest.mark.parametrize("method", ["rlsr", "rlcr", "rlvr"])
@@ -193,7 +194,7 @@ def test_errors_name_field_and_fix(overrides, world_size, field, hint):
     # 8 per device (the recipe has 16): the pool arithmetic in the hints above assumes it
     tiny = ("recipe=tiny", "grpo.per_device_train_batch_size=8")
     with pytest.raises(ConfigError) as info:
-        validate(from_dict(compose(*tiny, *overrides)), world_size=world_size)
+        plan_run(from_dict(compose(*tiny, *overrides)), world_size=world_size)
     assert info.value.field == field
     assert str(info.value).startswith(field + ":")
     assert hint in str(info.value)
@@ -203,8 +204,8 @@ def test_pool_divisibility_counts_processes_and_accumulation():
     # tiny: 16 per device x 2 accumulation; G = 4 -> any world size works; G = 48 needs 3.
     settings = from_dict(compose("recipe=tiny", "grpo.num_generations=48"))
     with pytest.raises(ConfigError, match="16 x 2 x 2 = 64"):
-        validate(settings, world_size=2)
-    validate(settings, world_size=3)
+        plan_run(settings, world_size=2)
+    plan_run(settings, world_size=3)
 
 
 def test_pool_size_is_kept_whatever_the_world_size():
@@ -218,20 +219,20 @@ def test_pool_size_is_kept_whatever_the_world_size():
         assert (plan.pool, plan.accumulation) == (1536, accum)
         assert plan.per_device * plan.world_size * plan.accumulation == 1536
     settings = from_dict(compose("recipe=hotpot", *CPU))
-    assert grpo_kwargs(settings, world_size=8)["gradient_accumulation_steps"] == 64
+    assert grpo_kwargs(plan_run(settings, world_size=8))["gradient_accumulation_steps"] == 64
     # 3 training GPUs: 3 per device does not divide 1536 / 3 = 512 -> the valid sizes are listed.
     with pytest.raises(ConfigError) as info:
-        validate(settings, world_size=3)
+        plan_run(settings, world_size=3)
     assert info.value.field == "grpo.per_device_train_batch_size"
     assert "[1, 2, 4, 8, 16, 32, 64, 128, 256, 512]" in str(info.value)
     settings.grpo["per_device_train_batch_size"] = 4
-    validate(settings, world_size=3)
-    assert grpo_kwargs(settings, world_size=3)["gradient_accumulation_steps"] == 128
+    plan_run(settings, world_size=3)
+    assert grpo_kwargs(plan_run(settings, world_size=3))["gradient_accumulation_steps"] == 128
 
 
 def test_num_iterations_reuses_one_pool_and_is_allowed():
-    validate(from_dict(compose("recipe=tiny", "+grpo.num_iterations=2")), world_size=2)
-    validate(from_dict(compose("recipe=tiny", "+grpo.steps_per_generation=2")), world_size=1)
+    plan_run(from_dict(compose("recipe=tiny", "+grpo.num_iterations=2")), world_size=2)
+    plan_run(from_dict(compose("recipe=tiny", "+grpo.steps_per_generation=2")), world_size=1)
 
 
 def test_recipes_carry_the_released_settings_where_the_paper_text_is_silent():
@@ -272,16 +273,16 @@ def test_vllm_max_model_length_defaults_to_prompt_plus_completion(gpu_machine):
         ("bigmath", "llama3.1-8b", 1024 + 4096 + FALLBACKS),
     ]:
         settings = from_dict(compose(f"recipe={recipe}", f"model={model}"))
-        assert grpo_kwargs(settings, world_size=4)["vllm_max_model_length"] == expected
+        assert grpo_kwargs(plan_run(settings, world_size=4))["vllm_max_model_length"] == expected
         plain = from_dict(compose(f"recipe={recipe}", f"model={model}", "heldout.every=0"))
         completion = plain.grpo["max_completion_length"]
-        assert grpo_kwargs(plain, world_size=4)["vllm_max_model_length"] == (
+        assert grpo_kwargs(plan_run(plain, world_size=4))["vllm_max_model_length"] == (
             plain.data.max_prompt_length + completion
         )
     settings = from_dict(compose("recipe=hotpot", "+grpo.vllm_max_model_length=8192"))
-    assert grpo_kwargs(settings, world_size=4)["vllm_max_model_length"] == 8192
+    assert grpo_kwargs(plan_run(settings, world_size=4))["vllm_max_model_length"] == 8192
     no_vllm = from_dict(compose("recipe=hotpot", *CPU))
-    assert "vllm_max_model_length" not in grpo_kwargs(no_vllm, world_size=4)
+    assert "vllm_max_model_length" not in grpo_kwargs(plan_run(no_vllm, world_size=4))
 
 
 def test_an_engine_too_short_for_held_out_answers_is_refused_with_the_numbers(gpu_machine):
@@ -297,10 +298,10 @@ def test_an_engine_too_short_for_held_out_answers_is_refused_with_the_numbers(gp
         err.value
     )
     enough = from_dict(compose("recipe=hotpot", f"+grpo.vllm_max_model_length={need}"))
-    assert grpo_kwargs(enough, world_size=4)["vllm_max_model_length"] == need
+    assert grpo_kwargs(plan_run(enough, world_size=4))["vllm_max_model_length"] == need
     no_heldout = from_dict(compose("recipe=hotpot", "+grpo.vllm_max_model_length=4608",
                                    "heldout.every=0"))  # fmt: skip
-    assert grpo_kwargs(no_heldout, world_size=4)["vllm_max_model_length"] == 4608
+    assert grpo_kwargs(plan_run(no_heldout, world_size=4))["vllm_max_model_length"] == 4608
 
 
 def test_held_out_refusal_under_zero3_names_a_fix_that_fits_the_vllm_mode(monkeypatch):
@@ -356,13 +357,13 @@ def test_vllm_checks_that_need_vllm_installed(monkeypatch):
     real = M.module_available
     monkeypatch.setattr(M, "module_available", lambda name: name == "vllm" or real(name))
     base = ("recipe=tiny", "grpo.use_vllm=true")
-    validate(from_dict(compose(*base)), world_size=1)  # tiny turns sleep mode off
+    plan_run(from_dict(compose(*base)), world_size=1)  # tiny turns sleep mode off
     with pytest.raises(ConfigError) as info:  # vLLM refuses sleep mode on CPU
-        validate(from_dict(compose(*base, "grpo.vllm_enable_sleep_mode=true")), world_size=1)
+        plan_run(from_dict(compose(*base, "grpo.vllm_enable_sleep_mode=true")), world_size=1)
     assert info.value.field == "grpo.vllm_enable_sleep_mode"
     assert "grpo.vllm_enable_sleep_mode=false" in str(info.value)
     with pytest.raises(ConfigError) as info:
-        validate(
+        plan_run(
             from_dict(
                 compose(*base, "data.max_prompt_length=100", "+grpo.vllm_max_model_length=120")
             ),
@@ -376,7 +377,7 @@ def test_liger_is_optional_and_validated(monkeypatch):
     import rlsr.launch as M
 
     with pytest.raises(ConfigError) as info:  # not installed here
-        validate(from_dict(compose("recipe=tiny", "+grpo.use_liger_kernel=true")), world_size=1)
+        plan_run(from_dict(compose("recipe=tiny", "+grpo.use_liger_kernel=true")), world_size=1)
     assert info.value.field == "grpo.use_liger_kernel" and "rlsr[liger]" in str(info.value)
     import importlib.metadata
 
@@ -387,7 +388,7 @@ def test_liger_is_optional_and_validated(monkeypatch):
         lambda name: "0.8.5" if name == "liger-kernel" else real_version(name),
     )
     with pytest.raises(ConfigError, match="Triton GPU kernels"):  # CPU
-        validate(from_dict(compose("recipe=tiny", "+grpo.use_liger_kernel=true")), world_size=1)
+        plan_run(from_dict(compose("recipe=tiny", "+grpo.use_liger_kernel=true")), world_size=1)
     monkeypatch.setattr(M, "cuda_available", lambda: True)
     g = {"use_liger_kernel": True, "use_cpu": False, "bf16": True, "loss_type": "bnpo"}
     T.check_liger(g, on_gpu=True)  # LoRA + any loss type: fine
@@ -399,10 +400,10 @@ def test_liger_is_optional_and_validated(monkeypatch):
 def test_world_size_defaults_to_launcher_environment(monkeypatch):
     settings = from_dict(compose("recipe=tiny", "grpo.num_generations=48"))
     monkeypatch.setenv("WORLD_SIZE", "3")
-    validate(settings)
+    plan_run(settings)
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ConfigError):
-        validate(settings)
+        plan_run(settings)
 
 
 def test_unknown_top_level_key_is_rejected():
@@ -465,11 +466,13 @@ def test_force_added_typo_and_wrong_method_option_reach_validation():
     (++), reach validation (closest match / real field) instead of dying in Hydra's struct
     check."""
     with pytest.raises(ConfigError, match="Did you mean 'learning_rate'"):
-        validate(from_dict(compose("recipe=tiny", "++grpo.learnig_rate=1")), world_size=1)
-    settings = validate(from_dict(compose("recipe=tiny", "++grpo.top_p=0.9")), world_size=1)
+        plan_run(from_dict(compose("recipe=tiny", "++grpo.learnig_rate=1")), world_size=1)
+    settings = plan_run(
+        from_dict(compose("recipe=tiny", "++grpo.top_p=0.9")), world_size=1
+    ).settings
     assert settings.grpo["top_p"] == 0.9
     with pytest.raises(ConfigError, match="only apply to method=rlsr"):
-        validate(from_dict(compose("recipe=tiny", "method=rlcr", "++method.max_coverage=0.5")))
+        plan_run(from_dict(compose("recipe=tiny", "method=rlcr", "++method.max_coverage=0.5")))
 
 
 @pytest.mark.parametrize(
@@ -561,7 +564,7 @@ def test_trl_defaults_are_read_from_trl_not_restated(gpu_machine):
     assert resolve_heldout(settings).protocol.max_new_tokens == completion
     plain = from_dict(compose("recipe=hotpot", "~grpo.max_completion_length", "heldout.every=0"))
     expected = plain.data.max_prompt_length + completion
-    assert grpo_kwargs(plain, world_size=4)["vllm_max_model_length"] == expected
+    assert grpo_kwargs(plan_run(plain, world_size=4))["vllm_max_model_length"] == expected
     spec = importlib.util.spec_from_file_location(
         "resolve_config", ROOT / "slurm/resolve_config.py"
     )

@@ -29,8 +29,9 @@ from rlsr.evaluation.curves import write_curves
 from rlsr.evaluation.history import read_history
 from rlsr.pool_log import read_pool
 from rlsr.run_layout import pool_path, pool_steps, step_dir
+from rlsr.run_plan import plan_run
 from rlsr.tiny_models import tiny_warm_model_path
-from rlsr.training import build_trainer, run_training, validate
+from rlsr.training import build_trainer, run_training
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS, EVERY = 6, 3
@@ -50,7 +51,7 @@ def _settings(out: Path, seed: int = 42, **eval_overrides):
 
 def _train(settings):
     torch.set_num_threads(TEST_THREADS)
-    return run_training(settings)  # planned once, there
+    return run_training(plan_run(settings))  # planned once, there
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +197,7 @@ def test_settings_that_cannot_work_are_refused_before_training(tmp_path, overrid
     for key, value in overrides.items():
         setattr(settings.heldout, key, value)
     with pytest.raises(ConfigError) as err:
-        validate(settings)
+        plan_run(settings)
     assert err.value.field == field
     assert not (tmp_path / "run").exists()
 
@@ -207,7 +208,7 @@ def test_a_dataset_that_cannot_be_loaded_stops_the_build(tmp_path):
     settings = _settings(tmp_path / "run", tasks=["gsm8k"])
     settings.heldout.data_path = {"gsm8k": str(tmp_path)}  # exists, holds no such dataset
     with pytest.raises(ConfigError) as err:
-        build_trainer(settings)
+        build_trainer(plan_run(settings))
     assert err.value.field == "heldout.tasks" and "heldout.data_path.gsm8k" in str(err.value)
 
 

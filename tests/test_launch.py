@@ -24,7 +24,7 @@ from rlsr.launch import (
     launch_from_env,
     launch_problems,
 )
-from rlsr.training import validate
+from rlsr.run_plan import plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "recipes" / "accelerate"
@@ -177,12 +177,12 @@ def test_validate_reads_the_launch_environment(monkeypatch):
     from test_trainer_support import tiny_settings
 
     settings = tiny_settings("/tmp/rlsr-launch-check")  # recipe=tiny: use_cpu=true
-    validate(settings)  # no accelerate variables: one process, fine
+    plan_run(settings)  # no accelerate variables: one process, fine
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     monkeypatch.setenv("FSDP_VERSION", "2")
     monkeypatch.setenv("FSDP_STATE_DICT_TYPE", "FULL_STATE_DICT")
     with pytest.raises(ConfigError) as err:
-        validate(settings)
+        plan_run(settings)
     assert err.value.field == "grpo.use_cpu"
 
 

@@ -87,7 +87,7 @@ def test_pooled_ranking_uses_the_current_policys_answer_logprob(tmp_path):
     settings.method.confidence = "logprob"
     pools, prompts_seen = [], []
     plan = plan_run(settings, world_size=1)
-    trainer = build_trainer(settings, pool_hook=pools.append, plan=plan)
+    trainer = build_trainer(plan, pool_hook=pools.append)
     original = trainer._calculate_rewards
 
     def spy(inputs, prompts, completions, completion_ids_list):
@@ -165,11 +165,11 @@ def test_rlsr_logprob_variant_composes_with_its_own_output_dir():
     from test_method_variants import CPU, compose
 
     from rlsr.config import from_dict
-    from rlsr.training import validate
+    from rlsr.run_plan import plan_run
 
     values = compose("recipe=hotpot", "method=rlsr-logprob", *CPU)
     assert values["output_dir"] == "runs/hotpot-rlsr-logprob-qwen2.5-7b-seed42"
-    settings = validate(from_dict(values), world_size=4)
+    settings = plan_run(from_dict(values), world_size=4).settings
     assert settings.method.name == "rlsr" and settings.method.confidence == "logprob"
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from rlsr import rewards as R
 from rlsr.config import from_dict
-from rlsr.training import validate
+from rlsr.run_plan import plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = ("grpo.use_vllm=false", "grpo.bf16=false", "grpo.use_cpu=true")
@@ -38,9 +38,9 @@ def test_plain_aurc_variant_composes_with_its_own_output_dir():
     assert compose("recipe=tiny", "method=rlcr", "seed=3")["output_dir"] == (
         "runs/tiny-rlcr-tiny-seed3"
     )
-    settings = validate(
+    settings = plan_run(
         from_dict(compose("recipe=hotpot", "method=rlsr-plain-aurc", *CPU)), world_size=4
-    )
+    ).settings
     assert settings.method.correct_scale == 0.0 and settings.method.label == "rlsr-plain-aurc"
 
 
@@ -65,7 +65,7 @@ def test_plain_aurc_variant_trains_and_rewards_only_errors(tmp_path):
                          report_to="none", disable_tqdm=True, per_device_train_batch_size=32,
                          gradient_accumulation_steps=2)  # fmt: skip
     pools = []
-    trainer = build_trainer(settings, pool_hook=pools.append)  # planned once, there
+    trainer = build_trainer(plan_run(settings), pool_hook=pools.append)  # planned once, there
     trainer.train()
     pool = pools[0]
     ok = np.asarray(pool["correct"], dtype=bool)
@@ -83,17 +83,17 @@ def test_marginal_variant_composes_and_refuses_group_std_normalisation():
     assert v["method"]["name"] == "rlsr_marginal"
     assert v["output_dir"] == "runs/hotpot-rlsr-marginal-qwen2.5-7b-seed42"
     assert v["grpo"]["scale_rewards"] == "none"
-    validate(from_dict(v), world_size=4)
-    validate(from_dict(compose("recipe=hotpot", "method=rlsr-marginal", "grpo.scale_rewards=batch", *CPU)), world_size=4)  # fmt: skip
+    plan_run(from_dict(v), world_size=4)
+    plan_run(from_dict(compose("recipe=hotpot", "method=rlsr-marginal", "grpo.scale_rewards=batch", *CPU)), world_size=4)  # fmt: skip
     bad = from_dict(
         compose("recipe=hotpot", "method=rlsr-marginal", "grpo.scale_rewards=group", *CPU)
     )
     with pytest.raises(ConfigError) as info:
-        validate(bad, world_size=4)
+        plan_run(bad, world_size=4)
     assert info.value.field == "grpo.scale_rewards"
     assert "best response" in str(info.value) and "'none'" in str(info.value)
     # the released reward keeps accepting it (its incentive is a threshold either way)
-    validate(from_dict(compose("recipe=hotpot", "grpo.scale_rewards=group", *CPU)), world_size=4)
+    plan_run(from_dict(compose("recipe=hotpot", "grpo.scale_rewards=group", *CPU)), world_size=4)
 
 
 EXAMPLE = ROOT / "examples" / "my_method"
@@ -126,7 +126,7 @@ def test_the_example_plugin_method_trains_from_its_recipe_file(tmp_path, monkeyp
                          per_device_train_batch_size=8)  # fmt: skip
     settings.heldout.every, settings.pool_log.every = 0, 1
     pools = []
-    trainer = build_trainer(settings, pool_hook=pools.append)
+    trainer = build_trainer(plan_run(settings), pool_hook=pools.append)
     trainer.train()
     assert len(pools) == 2 and pool_steps(tmp_path) == [0, 1]
     assert [name for name, _ in trainer.columns] == ["format_reward", "brier_reward"]

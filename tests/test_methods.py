@@ -198,15 +198,16 @@ def test_adding_a_method_is_one_entry_and_its_reward_function(registry, tmp_path
     computed by the trainer's path, with no other change."""
     from test_trainer_support import tiny_settings
 
-    from rlsr.training import grpo_kwargs, validate
+    from rlsr.run_plan import plan_run
+    from rlsr.training import grpo_kwargs
 
     calls = []
     register(_fake(validate=lambda s, grpo: calls.append(s.name)))
     settings = tiny_settings(tmp_path)
     settings.method = MethodSettings("fakevr", format_weight=0.2, method_weight=0.8)
-    validate(settings, world_size=1)
+    plan_run(settings, world_size=1)
     assert calls == ["fakevr"]
-    assert grpo_kwargs(settings)["reward_weights"] == [0.2, 0.8]
+    assert grpo_kwargs(plan_run(settings))["reward_weights"] == [0.2, 0.8]
     correct, confidence, format_ok = _pool()
     out = methods.compute_reward_columns(settings.method, correct, confidence, format_ok)
     # the registry hands every method the format-gated verdict (method.correct_requires_format)

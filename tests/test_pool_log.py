@@ -161,17 +161,17 @@ def test_rlsr_report_pools_prints_a_line_per_step_and_writes_the_csv(tmp_path, c
 def test_pool_log_settings_are_checked_before_anything_loads(tmp_path, capsys):
     from test_trainer_support import tiny_settings
 
-    from rlsr.training import validate
+    from rlsr.run_plan import plan_run
 
     settings = tiny_settings(tmp_path)
     settings.pool_log.every = -1
     with pytest.raises(ConfigError) as info:
-        validate(settings)
+        plan_run(settings)
     assert info.value.field == "pool_log.every"
     settings.pool_log.every = 1
     settings.pool_log.max_chars = "all"
     with pytest.raises(ConfigError) as info:
-        validate(settings)
+        plan_run(settings)
     assert info.value.field == "pool_log.max_chars" and "null" in str(info.value)
     settings.pool_log.max_chars = None
     # recipe=tiny (pool_log.every=1) with method=sft: the setting does not apply; the plan
@@ -196,7 +196,7 @@ def test_pool_log_settings_are_checked_before_anything_loads(tmp_path, capsys):
     assert sft.pool_log.every == 1
     plan = plan_run(sft)
     assert plan.pool_log.every == 0 and sft.pool_log.every == 1  # planned, never mutated
-    assert validate(sft).pool_log.every == 1
+    assert plan_run(sft).settings.pool_log.every == 1
     assert "does not apply to method=sft" in " ".join(plan.notes)
     assert checked_plan(cfg).pool_log.every == 0
     assert "does not apply to method=sft" in capsys.readouterr().out
@@ -265,6 +265,7 @@ def test_logged_pools_recompute_from_their_own_verdicts_with_the_method_and_trls
     from rlsr.methods import compute_reward_columns, reward_columns
     from rlsr.parsing import parse_response
     from rlsr.pool_log import pool_summary_rows
+    from rlsr.run_plan import plan_run
     from rlsr.training import build_trainer
     from rlsr.verifiers import get_verifier
 
@@ -276,7 +277,7 @@ def test_logged_pools_recompute_from_their_own_verdicts_with_the_method_and_trls
     settings.method = m
     settings.pool_log.every = 1
     settings.pool_log.max_chars = MAX_CHARS
-    trainer = build_trainer(settings)  # planned once, there
+    trainer = build_trainer(plan_run(settings))  # planned once, there
     trainer.train()
 
     G = settings.grpo["num_generations"]
@@ -369,7 +370,7 @@ def test_a_logged_step_gathers_its_rows_once_for_both_observers(tmp_path, monkey
     settings = tiny_settings(tmp_path, max_steps=1, save_steps=1000)
     settings.pool_log.every = 1
     pools = []
-    trainer = build_trainer(settings, pool_hook=pools.append, plan=plan_run(settings))
+    trainer = build_trainer(plan_run(settings), pool_hook=pools.append)
     trainer.train()
     assert pool_steps(tmp_path) == [0] and len(pools) == 1  # one pooled reward computation
     assert len(gathers) == 1  # before: 7

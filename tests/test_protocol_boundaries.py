@@ -16,10 +16,11 @@ import pytest
 
 from examples.toy import repro
 from rlsr.cli import evaluate as evaluate_flags
-from rlsr.config import ConfigError, heldout_protocol, plan_settings, resolve_heldout
+from rlsr.config import ConfigError, heldout_protocol, resolve_heldout
 from rlsr.config.compose import compose_config
 from rlsr.eval_protocol import protocol_from_args
 from rlsr.methods import args_section
+from rlsr.run_plan import plan_run
 from rlsr.training import _evaluate_command, run_summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,7 +132,7 @@ def test_a_named_variant_is_checked_and_an_unknown_one_is_refused(tmp_path):
         heldout_protocol(bad, "grpo", "paper")
     # a variants value that is not a mapping is named, not a TypeError from deep inside
     with pytest.raises(ConfigError, match=r"^heldout\.variants: must be a mapping"):
-        plan_settings(compose_config(_overrides("tiny", "rlsr", tmp_path, "heldout.variants=5")))
+        plan_run(compose_config(_overrides("tiny", "rlsr", tmp_path, "heldout.variants=5")))
     # a variant does not hide a bad value of the run's own (the paper variant sets max_new_tokens)
     hidden = compose_config(_overrides("hotpot", "rlsr", tmp_path, "heldout.max_new_tokens=-5"))
     with pytest.raises(ConfigError, match=r"^heldout\.max_new_tokens: must be >= 1"):

@@ -33,8 +33,8 @@ import pytest
 from rlsr.config import from_dict
 from rlsr.data import resolve_tasks
 from rlsr.data.loading import FIXTURES_DIR
+from rlsr.run_plan import plan_run
 from rlsr.tiny_models import tiny_model_path
-from rlsr.training import validate
 from tools.tiny.models import tiny_llama_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,7 +93,7 @@ def test_every_real_combination_composes_and_validates(tmp_path, recipe, model, 
     assert values["data"]["max_prompt_length"] == real["data"]["max_prompt_length"]
     for key in ("gradient_checkpointing", "gradient_checkpointing_kwargs", "learning_rate"):
         assert values["grpo"][key] == real["grpo"][key]
-    validate(from_dict(values), world_size=1)
+    plan_run(from_dict(values), world_size=1)
 
 
 RUNS = [
@@ -119,9 +119,11 @@ def test_real_recipe_trains_one_step(tmp_path, recipe, model, method):
 
     torch.set_num_threads(1)
     out = tmp_path / "run"
-    settings = validate(from_dict(compose(*_overrides(recipe, model, method, out), *SCALE_RUN)))
+    settings = plan_run(
+        from_dict(compose(*_overrides(recipe, model, method, out), *SCALE_RUN))
+    ).settings
     pools: list[dict] = []
-    trainer = run_training(settings, pool_hook=pools.append)
+    trainer = run_training(plan_run(settings), pool_hook=pools.append)
 
     args = trainer.args
     assert (args.gradient_accumulation_steps, args.generation_batch_size) == (

@@ -14,7 +14,7 @@ from test_config import compose
 
 from rlsr.config import ConfigError, from_dict, resolve_heldout, resolve_pool
 from rlsr.run_plan import plan_run
-from rlsr.training import build_trainer, run_summary
+from rlsr.training import build_trainer, grpo_kwargs, run_summary, trainer_kwargs
 
 
 @contextmanager
@@ -41,7 +41,7 @@ def test_a_launch_derives_its_pool_and_held_out_plan_once(tmp_path):
     cfg = from_dict(compose("recipe=tiny", f"output_dir={tmp_path / 'run'}"))
     with calls_of(resolve_pool, resolve_heldout) as counts:
         plan = plan_run(cfg, world_size=1)
-        trainer = build_trainer(cfg, plan=plan)
+        trainer = build_trainer(plan)
         run_summary(cfg, plan=plan)
     assert plan.heldout is not None and trainer.heldout_evaluator is not None  # heldout.every > 0
     assert trainer.args.gradient_accumulation_steps == plan.pool.accumulation
@@ -73,7 +73,7 @@ def test_a_launch_whose_process_count_differs_from_the_plan_is_refused(tmp_path)
     )
     plan = plan_run(cfg, world_size=2)
     with pytest.raises(ConfigError) as err:
-        build_trainer(cfg, plan=plan)
+        build_trainer(plan)
     assert err.value.field == "pool_size" and "planned for 2 processes" in str(err.value)
 
 
@@ -109,24 +109,24 @@ def test_the_launch_and_the_run_plan_read_one_world_size():
 
 @pytest.fixture
 def plan_count(monkeypatch):
-    """How many times the settings are planned (``rlsr.config.plan_settings`` through
-    ``plan_run``, the one function every caller plans with)."""
+    """How many times a launch is planned (``rlsr.run_plan.plan_run``, the one function every
+    caller plans with; ``plan_from_config`` calls it)."""
     import rlsr.run_plan
 
     calls = []
-    real = rlsr.run_plan.plan_settings
+    real = rlsr.run_plan.plan_run
 
     def counted(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(rlsr.run_plan, "plan_settings", counted)
+    monkeypatch.setattr(rlsr.run_plan, "plan_run", counted)
     return calls
 
 
 def test_the_toys_arm_plans_its_launch_once(tmp_path, plan_count):
-    """examples.toy.arms.train_arm validated its settings (one plan) and then built the trainer
-    without that plan (a second). The build stops at the missing warm-up model, after planning."""
+    """examples.toy.arms.train_arm plans its settings once and builds the trainer from that plan.
+    The build stops at the missing warm-up model, after planning."""
     from examples.toy.arms import train_arm
     from examples.toy.task import write_dataset_folder
 
@@ -137,39 +137,41 @@ def test_the_toys_arm_plans_its_launch_once(tmp_path, plan_count):
     assert len(plan_count) == 1
 
 
-def test_trainer_kwargs_takes_the_launchs_plan_not_settings():
-    """trainer_kwargs takes the launch's plan and refuses bare settings (planning again could
-    disagree with the launch's plan)."""
-    from rlsr.training import trainer_kwargs
+@pytest.mark.parametrize("name", ["trainer_kwargs", "grpo_kwargs", "build_trainer", "run_training"])
+def test_the_build_takes_the_launchs_plan_not_settings(name):
+    """Every function of the build receives the launch's plan and refuses bare settings with a
+    TypeError naming plan_run (planning them again could disagree with the launch's plan)."""
+    import rlsr.training
 
     cfg = from_dict(compose("recipe=tiny"))
-    with pytest.raises(TypeError, match="plan_run"):
-        trainer_kwargs(cfg)
+    with pytest.raises(TypeError, match=rf"{name} takes the launch's run plan .*plan_run"):
+        getattr(rlsr.training, name)(cfg)
     plan = plan_run(cfg, world_size=1)
     assert trainer_kwargs(plan)["gradient_accumulation_steps"] == plan.pool.accumulation
 
 
-def test_grpo_kwargs_refuses_what_the_launch_refuses(plan_count):
-    """grpo_kwargs built its own SettingsPlan without the checks and returned arguments for
-    settings train.py refuses; now it is trainer_kwargs(plan_run(cfg)): the same ConfigError."""
-    from rlsr.training import grpo_kwargs
-
-    bad = from_dict(compose("recipe=tiny", "pool_log.every=-1"))
-    with pytest.raises(ConfigError) as launch:
-        plan_run(bad, world_size=1)
-    with pytest.raises(ConfigError) as err:
-        grpo_kwargs(bad, world_size=1)
-    assert (err.value.field, str(err.value)) == (launch.value.field, str(launch.value))
-    plan_count.clear()
-    grpo_kwargs(from_dict(compose("recipe=tiny")), world_size=1)
-    assert len(plan_count) == 1
+def test_grpo_kwargs_of_a_supervised_plan_names_its_section():
+    """grpo_kwargs of a method=sft plan says which section and TRL config that method trains
+    with (it raised AttributeError on the plan's missing method instead)."""
+    sft = plan_run(from_dict(compose("recipe=tiny", "method=sft")), world_size=1)
+    with pytest.raises(ValueError, match=r"method=sft trains with sft\.\* \(SFTConfig\)"):
+        grpo_kwargs(sft)
+    assert "reward_weights" not in trainer_kwargs(sft)
 
 
-def test_a_build_refuses_a_plan_of_other_settings(tmp_path):
-    cfg = from_dict(compose("recipe=tiny", f"output_dir={tmp_path / 'run'}"))
-    other = plan_run(from_dict(compose("recipe=tiny")), world_size=1)
-    with pytest.raises(ValueError, match="other settings"):
-        build_trainer(cfg, plan=other)
+def test_the_plan_is_flat_and_its_vllm_context_is_the_answer():
+    """One plan type whose fields are the answers: no nested plan beside them, and
+    vllm_max_model_length is the stated value when set, else the derived one."""
+    import dataclasses
+
+    plan = plan_run(from_dict(compose("recipe=tiny")), world_size=1)
+    nested = [f.name for f in dataclasses.fields(plan) if dataclasses.is_dataclass(getattr(plan, f.name))
+              and type(getattr(plan, f.name)).__name__.endswith("Plan") and f.name != "pool"]  # fmt: skip
+    assert nested == [] and not hasattr(plan, "checked")
+    stated = plan_run(
+        from_dict(compose("recipe=tiny", "+grpo.vllm_max_model_length=4096")), world_size=1
+    )
+    assert stated.vllm_max_model_length == 4096
 
 
 def test_slurm_server_length_is_the_trainers_rule_or_none_with_the_reason(capsys):

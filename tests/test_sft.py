@@ -85,7 +85,7 @@ def test_sft_and_grpo_trainers_share_save_and_resume():
 def test_sft_recipe_reads_the_sft_section_and_checks_it():
     from rlsr.config import ConfigError
     from rlsr.run_plan import plan_run
-    from rlsr.training import trainer_kwargs, validate
+    from rlsr.training import trainer_kwargs
 
     s = _compose("method=sft")
     kwargs = trainer_kwargs(plan_run(s, world_size=1))
@@ -96,12 +96,12 @@ def test_sft_recipe_reads_the_sft_section_and_checks_it():
     assert s.data.system_prompt == "none"
     s.sft["learnig_rate"] = 1e-4
     with pytest.raises(ConfigError, match="sft.learnig_rate: not a trl.SFTConfig field. Did you"):
-        validate(s, world_size=1)
+        plan_run(s, world_size=1)
     # a GRPO method given sft settings says they would be ignored
     s = _compose("method=rlsr")
     s.sft = {"learning_rate": 1e-4}
     with pytest.raises(ConfigError, match="sft.learning_rate: the sft section is read by"):
-        validate(s, world_size=1)
+        plan_run(s, world_size=1)
 
 
 @pytest.mark.slow

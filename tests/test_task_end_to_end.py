@@ -39,8 +39,9 @@ from rlsr.data.loading import FIXTURES_DIR
 from rlsr.evaluation.history import read_history
 from rlsr.prompts import FORMAT_INSTRUCTIONS
 from rlsr.run_layout import step_dir
+from rlsr.run_plan import plan_run
 from rlsr.tokenization import load_tokenizer
-from rlsr.training import build_trainer, validate
+from rlsr.training import build_trainer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -322,9 +323,9 @@ def test_tiny_as_a_task_file_gives_the_same_pool_rewards_in_one_training_step(ti
     for name in ("tiny", "tiny_task"):
         settings = tiny_settings(tmp_path / name, max_steps=1, save_steps=1000)
         settings.data.task = name
-        validate(settings)
+        plan_run(settings)
         seen = []
-        build_trainer(settings, pool_hook=seen.append).train()
+        build_trainer(plan_run(settings), pool_hook=seen.append).train()
         (pools[name],) = [p for p in seen if p["mode"] == "train"]
     a, b = pools["tiny"], pools["tiny_task"]
     assert a["texts"] == b["texts"] and a["golds"] == b["golds"]

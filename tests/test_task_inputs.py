@@ -25,8 +25,9 @@ from rlsr.data import tasks as tasks_module
 from rlsr.data.loading import PromptRoom, load_examples
 from rlsr.data.tasks import TASKS_PATH_ENV
 from rlsr.evaluation import evaluate_cli
+from rlsr.run_plan import plan_run
 from rlsr.tokenization import load_tokenizer, model_context_length, prompt_token_counter
-from rlsr.training import build_trainer, validate
+from rlsr.training import build_trainer
 
 datasets.disable_progress_bars()
 
@@ -366,10 +367,10 @@ def test_training_refuses_a_too_long_prompt_before_the_model(tmp_path):
     long_task(tmp_path)
     overrides = ["recipe=tiny", f"tasks_dir={tmp_path}", "data.task=quiz", "heldout.every=0",
                  f"output_dir={tmp_path / 'run'}"]  # fmt: skip
-    settings = validate(from_dict(compose(*overrides)), world_size=1)
+    settings = plan_run(from_dict(compose(*overrides)), world_size=1).settings
     with pytest.raises(ConfigError, match=r"^data.task: task quiz: .*row 1: the prompt is \d+ "
                        r"tokens; with \d+ new tokens \(grpo.max_completion_length\)"):  # fmt: skip
-        build_trainer(settings)
+        build_trainer(plan_run(settings))
 
 
 def test_a_json_list_of_non_objects_is_refused(tmp_path):

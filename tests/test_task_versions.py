@@ -24,7 +24,8 @@ from rlsr.cli import main as rlsr_main
 from rlsr.config import ConfigError
 from rlsr.data import load_task_file, task_names, unregister_task
 from rlsr.data.loading import FIXTURES_DIR
-from rlsr.training import run_training, validate
+from rlsr.run_plan import plan_run
+from rlsr.training import run_training
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -152,19 +153,18 @@ def test_training_does_not_resume_on_another_version(task, tmp_path, capsys):
     settings.data.task = "vt"
     settings.heldout.every, settings.heldout.tasks, settings.heldout.limit = 1, ["vt"], 4
     settings.heldout.max_new_tokens = 40
-    validate(settings)
-    run_training(settings)
+    run_training(plan_run(settings))
     assert (run / "checkpoint-1").is_dir() and (run / "eval" / "step-1").is_dir()
     settings.grpo["max_steps"] = 2
     rewrite(plugin, WRONG)
     with pytest.raises(ConfigError, match=r"output_dir: .* holds a run made with another version "
                        r"of its data or verifier \(verifier plugin rlsr_versions_.*resume=.*"
                        "checkpoint-1 output_dir=NEW"):  # fmt: skip
-        run_training(settings)
+        run_training(plan_run(settings))
     rewrite(plugin, RIGHT)
     edit_data(task_file)
     with pytest.raises(ConfigError, match="data file test.jsonl of vt"):
-        run_training(settings)
+        run_training(plan_run(settings))
     assert not (run / "checkpoint-2").exists()
     recorded = json.loads((run / "versions.json").read_text())  # as the first run wrote it
     assert set(recorded) == {"train", "eval"} and recorded["eval"]["vt"]["plugin"]["sha256"]

@@ -38,7 +38,8 @@ from rlsr.data import (
 from rlsr.data import tasks as tasks_module
 from rlsr.data.loading import FIXTURES_DIR, load_examples, task_split_rows, verification_inputs
 from rlsr.prompts import FORMAT_INSTRUCTIONS, SIMPLE_SYSTEM_PROMPT, get_system_prompt
-from rlsr.training import build_trainer, validate
+from rlsr.run_plan import plan_run
+from rlsr.training import build_trainer
 
 datasets.disable_progress_bars()
 
@@ -411,15 +412,15 @@ def test_rlsr_datasets_lists_a_task_with_its_file_and_data(caps_dir, capsys):
 
 
 def test_train_config_tasks_dir_registers_before_validation(caps_dir):
-    cfg = validate(from_dict(compose("recipe=tiny", f"tasks_dir={caps_dir}", "data.task=caps",
-                                     "heldout.every=1", "heldout.tasks=[]")), world_size=1)  # fmt: skip
+    cfg = plan_run(from_dict(compose("recipe=tiny", f"tasks_dir={caps_dir}", "data.task=caps",
+                                     "heldout.every=1", "heldout.tasks=[]")), world_size=1).settings  # fmt: skip
     assert get_spec("caps").task is not None
     held = resolve_heldout(cfg)  # no heldout.tasks: the task's own eval split
     assert held.jobs == (("caps", "caps", "eval"),) and held.system_prompt == "simple"
     unregister_task("caps")
     write_task(caps_dir, CAPS_TASK.replace("eval_fraction: 0.3", "eval_fraction: 2"))
     with pytest.raises(ConfigError, match=r"^tasks_dir: .*caps.yaml: splits.eval_fraction: must"):
-        validate(from_dict(compose("recipe=tiny", f"tasks_dir={caps_dir}",
+        plan_run(from_dict(compose("recipe=tiny", f"tasks_dir={caps_dir}",
                                    "data.task=caps")), world_size=1)  # fmt: skip
 
 
@@ -436,18 +437,18 @@ def test_a_recipe_trained_on_a_task_evaluates_the_task_and_prints_a_runnable_com
     from rlsr.training import _evaluate_command
 
     base = ("recipe=tiny", f"tasks_dir={caps_dir}", f"output_dir={tmp_path}", "heldout.every=1")
-    own = resolve_heldout(validate(from_dict(compose("recipe=tiny")), world_size=1))
+    own = resolve_heldout(plan_run(from_dict(compose("recipe=tiny")), world_size=1).settings)
     assert own.tasks == ["tiny-missing"]  # the recipe's choice for its own data
     for extra in ((), ("heldout.tasks=[]",)):
-        cfg = validate(from_dict(compose(*base, "data.task=caps", *extra)), world_size=1)
+        cfg = plan_run(from_dict(compose(*base, "data.task=caps", *extra)), world_size=1).settings
         held = resolve_heldout(cfg)
         assert held.jobs == (("caps", "caps", "eval"),), extra
         argv = shlex.split(_evaluate_command(cfg, tmp_path, held))
         args = build_parser().parse_args(argv[1:])  # parses as printed
         assert args.tasks == "caps" and args.tasks_dir == [str(Path(caps_dir).absolute())]
-    named = validate(
+    named = plan_run(
         from_dict(compose(*base, "data.task=caps", "heldout.tasks=[tiny]")), world_size=1
-    )
+    ).settings
     assert resolve_heldout(named).tasks == ["tiny"]  # named: wins
     unregister_task("caps")
 
@@ -542,17 +543,17 @@ def test_train_stops_on_a_tasks_data_errors_with_config_errors(caps_dir, tmp_pat
     overrides = ["recipe=tiny", f"tasks_dir={caps_dir}", "data.task=caps", "heldout.tasks=[]",
                  f"output_dir={tmp_path / 'run'}"]  # fmt: skip
     write_task(caps_dir, CAPS_TASK.replace("question: prompt", "question: text"))
-    settings = validate(from_dict(compose(*overrides, "heldout.every=0")), world_size=1)
+    settings = plan_run(from_dict(compose(*overrides, "heldout.every=0")), world_size=1).settings
     with pytest.raises(ConfigError, match=r"^data.task: task caps: no column 'text'"):
-        build_trainer(settings)
+        build_trainer(plan_run(settings))
     unregister_task("caps")
     write_jsonl(caps_dir / "caps.jsonl", CAPS[:1])  # round(0.3 x 1) = 0 rows held out
     write_task(caps_dir, CAPS_TASK)
-    settings = validate(from_dict(compose(*overrides, "heldout.every=1")), world_size=1)
+    settings = plan_run(from_dict(compose(*overrides, "heldout.every=1")), world_size=1).settings
     with pytest.raises(
         ConfigError, match=r"^heldout.tasks: task caps: .* split 'eval' has no rows"
     ):
-        build_trainer(settings)
+        build_trainer(plan_run(settings))
 
 
 def test_slurm_resolve_config_accepts_a_tasks_own_prompt_in_method_evaluate(tmp_path):

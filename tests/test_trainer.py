@@ -301,14 +301,14 @@ def test_one_step_rewards_and_advantages_trl_received_equal_an_independent_recom
 
     from rlsr.data.loading import load_examples
     from rlsr.parsing import parse_response
-    from rlsr.training import build_trainer, validate
+    from rlsr.run_plan import plan_run
+    from rlsr.training import build_trainer
     from rlsr.verifiers import get_verifier
 
     torch.set_num_threads(TEST_THREADS)
     settings = tiny_settings(tmp_path, max_steps=1, save_steps=1000, **ONE_STEP_POOL)
     settings.method = _METHOD_RUNS[method]
-    validate(settings)
-    trainer = build_trainer(settings)
+    trainer = build_trainer(plan_run(settings))
     trainer.train()
 
     G = settings.grpo["num_generations"]
@@ -420,13 +420,14 @@ def test_rerun_of_a_finished_run_trains_nothing_and_keeps_the_final_adapter(tmp_
     final adapter."""
     from test_trainer_support import tiny_settings
 
+    from rlsr.run_plan import plan_run
     from rlsr.training import run_training
 
     out = tmp_path / "run"
     _checkpoint(out / "checkpoint-6", global_step=6, max_steps=6)
     settings = tiny_settings(out, max_steps=6, save_steps=3)
     settings.model.name_or_path = str(tmp_path / "no-model-here")  # proves nothing is loaded
-    assert run_training(settings) is None
+    assert run_training(plan_run(settings)) is None
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint")) == [
         "checkpoint-6"
     ]
@@ -445,6 +446,7 @@ def test_offline_dataset_and_missing_model_are_one_line_config_errors(tmp_path, 
     from test_trainer_support import tiny_settings
 
     from rlsr.config import ConfigError
+    from rlsr.run_plan import plan_run
     from rlsr.training import build_trainer, load_train_dataset
 
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
@@ -461,7 +463,7 @@ def test_offline_dataset_and_missing_model_are_one_line_config_errors(tmp_path, 
     settings = tiny_settings(tmp_path)
     settings.model.name_or_path = str(tmp_path / "no-such-model")
     with pytest.raises(ConfigError) as info:
-        build_trainer(settings)
+        build_trainer(plan_run(settings))
     assert info.value.field == "model.name_or_path" and "model.name_or_path=DIR" in str(info.value)
 
 

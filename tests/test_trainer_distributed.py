@@ -41,6 +41,7 @@ def _worker(out_dir: str, mode: str = "sampled") -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from test_trainer_support import tiny_settings
 
+    from rlsr.run_plan import plan_run
     from rlsr.training import run_training
 
     rank = int(os.environ["RANK"])
@@ -69,7 +70,7 @@ def _worker(out_dir: str, mode: str = "sampled") -> None:
         settings.pool_log.every = 1
     if mode == "heldout":  # held-out evaluation at steps 0 and 1, 20 questions sharded 10 + 10
         settings.heldout.every, settings.heldout.limit = 1, 20
-    trainer = run_training(settings, pool_hook=hook)
+    trainer = run_training(plan_run(settings), pool_hook=hook)
     pool_sizes = [h["rlsr/pool_size"] for h in trainer.state.log_history if "rlsr/pool_size" in h]
     Path(out_dir, f"rank{rank}.json").write_text(
         json.dumps(

@@ -35,6 +35,7 @@ def _run(output_dir, *, resume: str, stop_at: int | None = None):
     from test_trainer_support import TEST_THREADS, tiny_settings
     from transformers import TrainerCallback
 
+    from rlsr.run_plan import plan_run
     from rlsr.training import run_training
 
     torch.set_num_threads(TEST_THREADS)
@@ -58,7 +59,7 @@ def _run(output_dir, *, resume: str, stop_at: int | None = None):
     settings = tiny_settings(output_dir, max_steps=MAX_STEPS, save_steps=STOP_AT)
     settings.resume = resume
     settings.pool_log.every = 1
-    trainer = run_training(settings, callbacks=[StopAfter()], pool_hook=hook)
+    trainer = run_training(plan_run(settings), callbacks=[StopAfter()], pool_hook=hook)
     return trainer, pools, logged_steps
 
 

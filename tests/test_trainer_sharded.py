@@ -64,6 +64,7 @@ def _worker(out_dir: str, stop_at: int, resume: str) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from test_trainer_support import tiny_settings
 
+    from rlsr.run_plan import plan_run
     from rlsr.training import run_training
 
     rank = int(os.environ["RANK"])
@@ -92,7 +93,7 @@ def _worker(out_dir: str, stop_at: int, resume: str) -> None:
         use_cpu=False,  # the GPU-type group above; the device is still the CPU
     )
     settings.resume = resume
-    trainer = run_training(settings, callbacks=[Stop()], pool_hook=hook)
+    trainer = run_training(plan_run(settings), callbacks=[Stop()], pool_hook=hook)
     acc = trainer.accelerator
     engine: dict = {"distributed_type": acc.distributed_type.name, "device": str(acc.device)}
     if engine["distributed_type"] == "FSDP":

@@ -23,7 +23,8 @@ from test_trainer_support import TEST_THREADS, format_warm_model, tiny_settings
 from rlsr.cli import main as rlsr_main
 from rlsr.data import TaskError, load_task_file, task_names, unregister_task
 from rlsr.data.loading import FIXTURES_DIR, load_examples
-from rlsr.training import build_trainer, validate
+from rlsr.run_plan import plan_run
+from rlsr.training import build_trainer
 from rlsr.verifiers import PluginVerifier, get_verifier, load_plugin
 from rlsr.verifiers.base import VerifierFailure
 
@@ -206,9 +207,9 @@ def one_training_step(plugin_module, tmp_path, function, options=""):
     load_task_file(tiny_plugin_task(tmp_path, f"{plugin_module}:{function}", name, options))
     settings = tiny_settings(tmp_path / "run", max_steps=1, save_steps=1000)
     settings.data.task = name
-    validate(settings)
+    plan_run(settings)
     pools = []
-    trainer = build_trainer(settings, pool_hook=pools.append)
+    trainer = build_trainer(plan_run(settings), pool_hook=pools.append)
     trainer.train()
     return trainer, pools
 

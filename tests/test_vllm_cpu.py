@@ -334,13 +334,14 @@ def _colocate_child(out_dir: str) -> None:
     import torch
     from trl.generation.vllm_generation import VLLMGeneration
 
+    from rlsr.run_plan import plan_run
     from rlsr.training import build_trainer
     from rlsr.weight_sync import engine_weight_mismatches
 
     settings = _colocate_settings(out_dir, save_steps=1000)
     settings.model.dtype = "bfloat16"  # the GPU recipes' dtype: the base drift needs bf16
     pools: list[dict] = []
-    trainer = build_trainer(settings, pool_hook=pools.append)  # planned once, there
+    trainer = build_trainer(plan_run(settings), pool_hook=pools.append)  # planned once, there
     peft_model = trainer.model
     trained = {n: p.detach().clone() for n, p in peft_model.named_parameters() if p.requires_grad}
     base0 = {n: p.detach().clone() for n, p in peft_model.named_parameters() if "lora_" not in n}
@@ -435,11 +436,12 @@ def _heldout_child(out_dir: str) -> None:
     """Two RLSR steps of recipe=tiny-format (float32, LoRA, vLLM colocate rollouts) with the held-out
     evaluation on the colocated engine at step 2; writes heldout.json (sync calls, the engine's
     loaded step)."""
+    from rlsr.run_plan import plan_run
     from rlsr.training import build_trainer
 
     settings = _colocate_settings(out_dir, save_steps=2)
     settings.heldout.every, settings.heldout.limit = 2, 20
-    trainer = build_trainer(settings)  # planned once, there
+    trainer = build_trainer(plan_run(settings))  # planned once, there
     generation, syncs = trainer.vllm_generation, []
     real_sync = generation.sync_weights
 

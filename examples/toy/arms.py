@@ -57,7 +57,7 @@ def train_arm(
     plan = compose_plan(overrides)
     cfg = plan.settings
     torch.set_num_threads(1)  # several threads under CPU contention slow GRPO ~10x
-    trainer = build_trainer(cfg, callbacks=callbacks, pool_hook=pool_hook, plan=plan)
+    trainer = build_trainer(plan, callbacks=callbacks, pool_hook=pool_hook)
     tokenizer = trainer.processing_class
     start = time.perf_counter()
     trainer.train()

@@ -27,25 +27,19 @@ optimizer step hold several generations (``grpo.steps_per_generation``,
 ``grpo.generation_batch_size``) are rejected. ``pool_size`` states the pool as intent; the
 gradient accumulation is then derived from the real world size at start-up.
 
-``check_settings(cfg)`` checks every section without touching a model or a dataset and raises
-``ConfigError`` whose message names the offending field and the fix; the method's own checks
-live in ``rlsr.methods`` (a reward method's registry entry; ``sft``'s own), which also names
-the section holding its trainer's arguments (``grpo`` or ``sft``: ``args_section``), and
-``rlsr.training.validate`` runs both (``train.py`` prints the message and exits with status
-2). This module sits below the method registry and the trainer: it knows nothing about
+``TrainSettings.validate`` checks every section without touching a model or a dataset (each
+section's own ``validate``, declared beside its fields) and raises ``ConfigError`` whose message
+names the offending field and the fix; the method's own checks live in ``rlsr.methods`` (a
+reward method's registry entry; ``sft``'s own), which also names the section holding its
+trainer's arguments (``grpo`` or ``sft``: ``args_section``). ``rlsr.run_plan.plan_run`` runs
+both once per launch and derives the run plan (``train.py`` prints the message and exits with
+status 2). This module sits below the method registry and the trainer: it knows nothing about
 individual methods.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
-
 from rlsr.checks import ConfigError, closest_hint, is_number
-from rlsr.checks import check as _check
-from rlsr.checks import is_int as _is_int
 from rlsr.config.heldout import (
     ENGINE_BACKENDS,
     HELDOUT_BACKENDS,
@@ -59,26 +53,23 @@ from rlsr.config.heldout import (
 from rlsr.config.hydra_args import describe_hydra_error, force_add_overrides
 from rlsr.config.sections import (
     CONFIDENCE_SOURCES,
+    MAX_SEED,
     DataSettings,
     LoraSettings,
     MethodSettings,
     ModelSettings,
     PoolLogSettings,
     PoolPlan,
+    TrainSettings,
+    from_dict,
+    register_tasks,
     resolve_model_path,
     resolve_pool,
+    resolve_resume,
     training_verifier,
+    vllm_context_length,
 )
-from rlsr.config.trainer_args import (
-    TRAINER_SECTIONS,
-    check_grpo,
-    check_launch,
-    check_sft,
-    check_vllm_length,
-    grpo_get,
-)
-from rlsr.data import TaskError, load_env_tasks, load_tasks
-from rlsr.eval_protocol import EvalProtocol
+from rlsr.config.trainer_args import TRAINER_SECTIONS
 from rlsr.launch import world_size_from_env
 from rlsr.prompts import NO_SYSTEM_PROMPT
 
@@ -87,18 +78,17 @@ __all__ = [
     "CONFIDENCE_SOURCES",
     "NO_SYSTEM_PROMPT",
     "TRAINER_SECTIONS",
+    "MAX_SEED",
     "LoraSettings",
     "ModelSettings",
     "DataSettings",
     "MethodSettings",
     "HeldOutSettings",
     "PoolLogSettings",
+    "ENGINE_BACKENDS",
     "HELDOUT_BACKENDS",
     "TrainSettings",
     "from_dict",
-    "check_settings",
-    "plan_settings",
-    "SettingsPlan",
     "vllm_context_length",
     "closest_hint",
     "is_number",
@@ -117,263 +107,3 @@ __all__ = [
     "force_add_overrides",
     "describe_hydra_error",
 ]
-
-
-# The largest seed transformers' set_seed accepts: it seeds numpy, whose seeds are 32-bit.
-MAX_SEED = 2**32 - 1
-
-
-@dataclass
-class TrainSettings:
-    model: ModelSettings = field(default_factory=ModelSettings)
-    data: DataSettings = field(default_factory=DataSettings)
-    method: MethodSettings = field(default_factory=MethodSettings)
-    grpo: dict[str, Any] = field(default_factory=dict)
-    pool_size: int | None = None
-    sft: dict[str, Any] = field(default_factory=dict)  # trl.SFTConfig fields (method=sft)
-    heldout: HeldOutSettings = field(default_factory=HeldOutSettings)
-    pool_log: PoolLogSettings = field(default_factory=PoolLogSettings)
-    # Task files (docs/tasks.md): a folder of *.yaml files, one file, or a list of them; their
-    # tasks are registered before data.task / heldout.tasks are looked up.
-    tasks_dir: Any = None
-    output_dir: str = "runs/default"
-    seed: int = 42
-    resume: str = "auto"
-
-    def validate(self, *, here: bool = True) -> None:
-        """Check the top-level fields (each section checks its own: ``plan_settings``); raises
-        ``ConfigError`` naming the field and the fix. ``here=False``: for a launch on another
-        machine (a ``resume`` checkpoint path is not looked for on this one)."""
-        _check(
-            isinstance(self.output_dir, str) and self.output_dir.strip() != "",
-            "output_dir",
-            "must be a folder path, e.g. output_dir=runs/hotpot-rlsr.",
-        )
-        _check(
-            _is_int(self.seed) and 0 <= self.seed <= MAX_SEED,
-            "seed",
-            f"must be an integer in 0..{MAX_SEED} (2**32 - 1: numpy's seed range, which "
-            f"transformers' set_seed uses); got {self.seed!r}.",
-        )
-        resume = self.resume
-        _check(
-            isinstance(resume, str) and resume != "",
-            "resume",
-            "choose 'auto' (newest checkpoint in output_dir, if any), 'never', or a checkpoint "
-            "path.",
-        )
-        if here and resume not in ("auto", "never"):
-            _check(
-                (Path(resume) / "trainer_state.json").is_file(),
-                "resume",
-                f"{resume!r} is not a checkpoint folder (no trainer_state.json); use resume=auto, "
-                "resume=never or the path of a checkpoint-<step> folder.",
-            )
-
-
-# --------------------------------------------------------------------------- building
-
-
-_NESTED = {
-    ("TrainSettings", "model"): ModelSettings,
-    ("TrainSettings", "data"): DataSettings,
-    ("TrainSettings", "method"): MethodSettings,
-    ("TrainSettings", "heldout"): HeldOutSettings,
-    ("TrainSettings", "pool_log"): PoolLogSettings,
-    ("ModelSettings", "lora"): LoraSettings,
-}
-
-
-def _build(cls, values: dict | None, prefix: str):
-    """Instantiate dataclass ``cls`` from ``values``, rejecting unknown keys by dotted name."""
-    known = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in dict(values or {}).items():
-        if key not in known:
-            raise ConfigError(
-                f"{prefix}{key}",
-                f"unknown key.{closest_hint(key, known)} Known keys: {sorted(known)}.",
-            )
-        if value == "???":  # OmegaConf's mandatory marker, left unset by the recipe
-            raise ConfigError(
-                f"{prefix}{key}", f"required but not set; pass {prefix}{key}=<value>."
-            )
-        nested = _NESTED.get((cls.__name__, key))
-        if nested is not None:
-            if value is not None and not isinstance(value, dict):
-                raise ConfigError(f"{prefix}{key}", f"must be a mapping; got {value!r}.")
-            value = _build(nested, value, f"{prefix}{key}.")
-        kwargs[key] = value
-    return cls(**kwargs)
-
-
-def from_dict(values: dict) -> TrainSettings:
-    """Build ``TrainSettings`` from a plain dict (e.g. ``OmegaConf.to_container(cfg, resolve=True)``).
-
-    Keys that are not part of the schema raise ``ConfigError`` naming the key and the closest
-    field. Top-level keys starting with ``_`` or named ``recipe_name`` are bookkeeping of the
-    recipes and are ignored.
-    """
-    values = {k: v for k, v in dict(values).items() if not k.startswith("_") and k != "recipe_name"}
-    settings = _build(TrainSettings, values, "")
-    for section, cls in (("grpo", "GRPOConfig"), ("sft", "SFTConfig")):
-        if getattr(settings, section) is None:
-            setattr(settings, section, {})
-        if not isinstance(getattr(settings, section), dict):
-            raise ConfigError(
-                section, f"must be a mapping of {cls} fields; got {getattr(settings, section)!r}."
-            )
-    return settings
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def vllm_context_length(cfg: TrainSettings, heldout: ResolvedHeldOut | None) -> int | None:
-    """vLLM's context per sequence: ``data.max_prompt_length + grpo.max_completion_length``, or,
-    when the held-out evaluation runs on a vLLM engine (``heldout``, the resolved plan: the
-    colocated engine, or TRL's server, whose ``--max-model-len`` slurm/resolve_config.py takes
-    from here),
-    ``data.max_prompt_length +`` the larger of the completion length and what a held-out answer
-    needs beyond its prompt (``ResolvedHeldOut.answer_tokens``: the answer plus the two Sec. C.3
-    fallbacks), so a held-out prompt as long as a training prompt is never cut by the engine.
-
-    Without it vLLM reserves the model's whole context (131,072 tokens for Llama-3.1-8B, ~16 GiB
-    of KV cache per sequence slot) and the colocated engine may not start. (The KV cache itself is
-    sized by ``grpo.vllm_gpu_memory_utilization``, not by this length.) None when the prompt limit
-    is not set (then vLLM's default applies) or when ``grpo.vllm_max_model_length`` is set.
-    """
-    if cfg.grpo.get("vllm_max_model_length") is not None:
-        return None
-    prompt = cfg.data.max_prompt_length
-    completion = grpo_get(cfg.grpo, "max_completion_length")
-    if prompt is None or completion is None:
-        return None
-    beyond = int(completion)
-    if heldout is not None and heldout.backend in ENGINE_BACKENDS:  # colocated or TRL's server
-        beyond = max(beyond, heldout.answer_tokens)
-    return int(prompt) + beyond
-
-
-def resolve_resume(resume: str, output_dir: str) -> str | None:
-    """Checkpoint to resume from: ``auto`` -> newest ``checkpoint-*`` in output_dir (or None);
-    ``never`` -> None; anything else is a checkpoint path."""
-    if resume == "never":
-        return None
-    if resume == "auto":
-        if not Path(output_dir).is_dir():
-            return None
-        from transformers.trainer_utils import get_last_checkpoint
-
-        return get_last_checkpoint(output_dir)
-    return resume
-
-
-# --------------------------------------------------------------------------- command line
-
-
-# --------------------------------------------------------------------------- validation
-
-
-def register_tasks(cfg: TrainSettings) -> list[str]:
-    """Load the tasks of ``$RLSR_TASKS_PATH`` and ``tasks_dir`` (docs/tasks.md) into the task
-    registry, so ``data.task`` / ``heldout.tasks`` and a task's prompt name resolve: the load
-    step before planning (``rlsr.run_plan.plan_run``), not a check. Idempotent (a task already
-    registered from the same file is kept). A task file that is wrong raises ``ConfigError`` on
-    ``tasks_dir`` naming the file, the key and the fix."""
-    value = cfg.tasks_dir
-    _check(
-        value is None
-        or isinstance(value, str)
-        or (isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)),
-        "tasks_dir",
-        f"must be a folder of task files, a task file, or a list of them; got {value!r}.",
-    )
-    try:
-        return load_env_tasks() + load_tasks(value)
-    except TaskError as err:
-        raise ConfigError("tasks_dir", str(err)) from None
-
-
-@dataclass(frozen=True)
-class SettingsPlan:
-    """What the settings decide before anything loads, computed once per launch by
-    ``plan_settings`` and passed down (``rlsr.run_plan.RunPlan`` adds the method).
-
-    Parameters:
-        world_size (`int`): processes of this launch (``$WORLD_SIZE``, else 1, unless given).
-        trainer_section (`str`): the section holding the trainer's arguments (``grpo``/``sft``).
-        pool (`PoolPlan` or `None`): one optimizer step's pool and its gradient accumulation
-            (GRPO methods; None for sft).
-        heldout (`ResolvedHeldOut` or `None`): the held-out evaluation (None: heldout.every=0).
-        vllm_max_model_length (`int` or `None`): the vLLM context rlsr sets when
-            ``grpo.use_vllm`` and ``grpo.vllm_max_model_length`` is unset (``vllm_context_length``;
-            for sft, whose trainer has no engine, the size of a server started beside it).
-        protocols (`dict`): the run's evaluation protocol (key None, ``heldout_protocol``) and
-            each named variant's (``heldout.variants``), by variant name.
-    """
-
-    world_size: int
-    trainer_section: str
-    pool: PoolPlan | None
-    heldout: ResolvedHeldOut | None
-    vllm_max_model_length: int | None
-    protocols: dict[str | None, EvalProtocol] = field(default_factory=dict)
-
-
-def plan_settings(
-    cfg: TrainSettings,
-    *,
-    world_size: int | None = None,
-    trainer_section: str = "grpo",
-    here: bool = True,
-) -> SettingsPlan:
-    """Check every section of ``cfg`` without loading any model or dataset, and derive the pool,
-    the held-out plan, the evaluation protocols and the vLLM context once. Reads ``cfg`` only
-    (the tasks it names are loaded before: ``register_tasks``). The method's own checks are its
-    registry entry's (``rlsr.methods.check_method``; ``rlsr.run_plan.plan_run`` runs both).
-    Raises ``ConfigError`` naming the field and the fix.
-
-    ``trainer_section`` is the section holding the method's trainer arguments
-    (``rlsr.methods.args_section``: ``grpo`` or ``sft``); only that one is checked (and used).
-    ``world_size`` defaults to ``$WORLD_SIZE`` (set by ``accelerate launch``/torchrun), else 1.
-    ``here=False`` plans a launch on another machine (a Slurm job planned on the login node):
-    what this machine offers (a GPU, vLLM, flash-attn, accelerate's distributed launch, the files named by
-    ``data.path`` / ``heldout.data_path`` / ``resume``) is not asked; that launch checks it.
-    """
-    ws = world_size_from_env() if world_size is None else world_size
-    cfg.validate(here=here)
-    cfg.method.validate()
-    cfg.model.validate(here=here)
-    cfg.data.validate(here=here)
-    cfg.heldout.validate()
-    if trainer_section not in TRAINER_SECTIONS:
-        raise ValueError(
-            f"trainer_section must be one of {TRAINER_SECTIONS}; got {trainer_section!r}."
-        )
-    pool = None
-    if trainer_section == TRAINER_SECTIONS[0]:
-        check_grpo(cfg.grpo, here=here)
-        pool = resolve_pool(cfg.grpo, cfg.pool_size, ws)
-        check_vllm_length(cfg.grpo, cfg.data.max_prompt_length)
-        if here:
-            check_launch(cfg.grpo, cfg.model.lora.enabled)
-    else:
-        check_sft(cfg.sft, here=here)
-    heldout = resolve_heldout(cfg, trainer_section, here=here)
-    protocols = {None: heldout_protocol(cfg, trainer_section)}
-    for variant in declared_variants(cfg):  # a named variant must give a valid protocol too
-        protocols[variant] = heldout_protocol(cfg, trainer_section, variant)
-    cfg.pool_log.validate()
-    length = vllm_context_length(cfg, heldout)  # sft: of a server started beside it (train.slurm)
-    return SettingsPlan(ws, trainer_section, pool, heldout, length, protocols)
-
-
-def check_settings(
-    cfg: TrainSettings, *, world_size: int | None = None, trainer_section: str = "grpo"
-) -> TrainSettings:
-    """``register_tasks`` then ``plan_settings``, for a caller that only wants the checks;
-    returns ``cfg``."""
-    register_tasks(cfg)
-    plan_settings(cfg, world_size=world_size, trainer_section=trainer_section)
-    return cfg

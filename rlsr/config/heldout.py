@@ -1,8 +1,8 @@
 """The held-out plan: evaluation during training (``heldout.*``, ``HeldOutSettings``) resolved
 against the rest of the run's settings (``resolve_heldout`` -> ``ResolvedHeldOut``): which
 tasks, which backend, which answer budget and scorers. ``rlsr.evaluation.heldout`` runs
-it; ``rlsr.config.check_settings`` calls ``resolve_heldout`` so a held-out setting that cannot
-work stops the run before training starts.
+it; the run plan (``rlsr.run_plan.plan_run``) calls ``resolve_heldout`` so a held-out setting
+that cannot work stops the run before training starts.
 """
 
 from __future__ import annotations
@@ -314,7 +314,7 @@ def resolve_heldout(
     ``here=False``: the run starts on another machine, so ``heldout.data_path`` is not looked for
     and the distributed launch (accelerate's environment) not read on this one."""
     e = cfg.heldout
-    e.validate()  # its own fields (plan_settings calls it too, with the other sections')
+    e.validate()  # its own fields (TrainSettings.validate calls it too, with the other sections')
     if e.every == 0:
         return None
     names = _tasks(e, cfg.data.task, here=here)

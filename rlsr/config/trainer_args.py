@@ -214,7 +214,7 @@ def _check_batch_sizes(g: dict, section: str) -> None:
 
 def check_grpo(g: dict, *, here: bool = True) -> None:
     """The ``grpo`` section's own fields (the pool they make is
-    ``rlsr.config.sections.resolve_pool``'s, run once by ``rlsr.config.plan_settings``).
+    ``rlsr.config.sections.resolve_pool``'s, run once by ``rlsr.run_plan.plan_run``).
     ``here=False``: the run starts on another machine, so what this one offers (vLLM installed, a
     GPU: ``check_precision``) is not asked."""
     fields = config_field_names("GRPOConfig")
