@@ -27,8 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rlsr.config import ConfigError, describe_hydra_error, force_add_overrides
-from rlsr.run_layout import checkpoint_folders
-from rlsr.run_plan import RunPlan, plan_from_config
+from rlsr.method.run_plan import RunPlan, plan_from_config
+from rlsr.run.run_layout import checkpoint_folders
 from rlsr.verifiers.base import VerifierFailure
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -53,7 +53,7 @@ def save_resolved_config(cfg: DictConfig, output_dir: str) -> Path:
 
 
 def checked_plan(cfg: DictConfig) -> RunPlan:
-    """The run plan of the composed config (``rlsr.run_plan.plan_from_config``; its notes
+    """The run plan of the composed config (``rlsr.method.run_plan.plan_from_config``; its notes
     printed), or one ``config error:`` line and exit 2."""
     try:
         plan = plan_from_config(cfg)
@@ -78,7 +78,7 @@ def main(cfg: DictConfig) -> int:
 
     # The trainer imports torch, transformers and TRL (5-10 s): only once the config is valid,
     # so a typo is answered before that (benchmarks/bench_config_errors.py).
-    from rlsr.training import run_summary, run_training
+    from rlsr.train.training import run_summary, run_training
 
     try:
         trainer = run_training(plan)

@@ -23,9 +23,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from rlsr.data.loading import load_examples
-    from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
+    from rlsr.data.tiny_models import tiny_model_path
+    from rlsr.evaluation.run.runner import EvalSettings, evaluate_dataset
     from rlsr.generation.backends import TransformersBackend
-    from rlsr.tiny_models import tiny_model_path
     from rlsr.verifiers import get_verifier
 
     model = str(tiny_model_path())

@@ -128,9 +128,9 @@ class _Windowed:
 
 
 def _evaluate(backend, examples, settings) -> _Round:
-    from rlsr.evaluation.runner import evaluate_dataset, summarise
-    from rlsr.evaluation.samples_io import read_samples
-    from rlsr.run_layout import SAMPLES_FILE
+    from rlsr.evaluation.run.runner import evaluate_dataset, summarise
+    from rlsr.evaluation.run.samples_io import read_samples
+    from rlsr.run.run_layout import SAMPLES_FILE
     from rlsr.verifiers import get_verifier
 
     counting = _Counting(backend) if hasattr(backend, "stream") else None
@@ -206,9 +206,9 @@ def main() -> None:
     import torch
 
     from rlsr.data.loading import load_examples
-    from rlsr.evaluation.runner import EvalSettings
+    from rlsr.data.tiny_models import tiny_model_path, tiny_warm_model_path
+    from rlsr.evaluation.run.runner import EvalSettings
     from rlsr.generation.backends import TransformersBackend, VLLMBackend, encode_prompts
-    from rlsr.tiny_models import tiny_model_path, tiny_warm_model_path
 
     torch.set_num_threads(args.threads)
     model = str(tiny_warm_model_path() if args.model == "warm" else tiny_model_path())

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from rlsr.cli import main as rlsr_main
 from rlsr.data.loading import build_verifier, load_examples, verification_inputs
-from rlsr.evaluation.external import TaskColumns, match_samples, read_external, score_external
-from rlsr.evaluation.runner import EvalSettings
+from rlsr.evaluation.run.external import TaskColumns, match_samples, read_external, score_external
+from rlsr.evaluation.run.runner import EvalSettings
 from rlsr.generation.fallbacks import read_response
 
 COLORS = ("red", "blue", "green", "white", "black", "pink", "gray", "yellow")

@@ -39,9 +39,9 @@ def main(argv=None) -> int:
     import torch
     from test_trainer_support import tiny_settings
 
-    from rlsr.evaluation.history import read_history
-    from rlsr.run_plan import plan_run
-    from rlsr.training import run_training
+    from rlsr.evaluation.heldout.history import read_history
+    from rlsr.method.run_plan import plan_run
+    from rlsr.train.training import run_training
 
     if args.backend == "vllm":
         from test_vllm_cpu import VLLM_CPU_ENV, _patch_vllm_cpu_weight_sync

@@ -2,7 +2,7 @@
 the answer's length-normalised log-probability (``method.confidence=logprob``), same run.
 
 The log-prob selector adds one no-grad forward of prompt + response-up-to-the-answer per
-completion inside ``_calculate_rewards`` (``rlsr.logprob``; TRL has no usable log-probs there,
+completion inside ``_calculate_rewards`` (``rlsr.equations.logprob``; TRL has no usable log-probs there,
 see ``RLSRTrainer._logprob_confidences``). Both arms use recipe=tiny-format (format-warm tiny model,
 LoRA r=1, transformers generation, pool 16) with the same seed; runs alternate (A B A B ...) so
 machine load hits both alike. Reported: median optimizer-step time (TRL's ``step_time``) and
@@ -27,7 +27,7 @@ def _settings(out: str, steps: int, confidence: str):
     from omegaconf import OmegaConf
 
     from rlsr.config import from_dict
-    from rlsr.run_plan import plan_run
+    from rlsr.method.run_plan import plan_run
 
     with initialize_config_dir(config_dir=str(ROOT / "recipes"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["recipe=tiny-format", f"output_dir={out}"])
@@ -41,8 +41,8 @@ def _settings(out: str, steps: int, confidence: str):
 
 
 def _run(confidence: str, steps: int) -> tuple[list[float], list[float]]:
-    from rlsr.run_plan import plan_run
-    from rlsr.training import build_trainer
+    from rlsr.method.run_plan import plan_run
+    from rlsr.train.training import build_trainer
 
     with tempfile.TemporaryDirectory() as out:
         trainer = build_trainer(plan_run(_settings(out, steps, confidence)))

@@ -1,4 +1,4 @@
-"""LoRA weight sync to vLLM: drift of the frozen base, TRL/PEFT stock vs rlsr.weight_sync.
+"""LoRA weight sync to vLLM: drift of the frozen base, TRL/PEFT stock vs rlsr.method.weight_sync.
 
 One bf16 ``nn.Linear(3584, 3584)`` (Qwen2.5-7B's hidden size), W ~ N(0, 0.02), wrapped by PEFT
 LoRA r = 1, alpha = 32 (scale 32), fp32 adapters (as under DDP/ZeRO-2), driven through TRL 1.16's
@@ -6,7 +6,7 @@ real ``VLLMGeneration.sync_weights`` (colocate branch). The vLLM engine is repla
 that copies each pushed tensor (what ``load_weights`` does): no engine runs on this machine.
 
 * ``stock``: TRL's iterator, PEFT ``merge_adapter()`` / ``unmerge_adapter()`` in place.
-* ``rlsr``: ``rlsr.weight_sync`` (out-of-place merge, W only read).
+* ``rlsr``: ``rlsr.method.weight_sync`` (out-of-place merge, W only read).
 
 Adapters: A, B ~ N(0, 1), B rescaled so that ||s·B·A||_F / ||W||_F = rho (0.03, or 0.3 for
 "larger update"). "moving": before each sync A and B take a random step of 1 % of their entry
@@ -32,7 +32,7 @@ from accelerate import Accelerator
 from peft import LoraConfig, get_peft_model
 from trl.generation.vllm_generation import VLLMGeneration
 
-from rlsr.weight_sync import install_out_of_place_lora_sync
+from rlsr.method.weight_sync import install_out_of_place_lora_sync
 
 HIDDEN = 3584
 

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from rlsr.rewards import lifted_aurc_rewards, marginal_aurc_rewards
+from rlsr.equations.rewards import lifted_aurc_rewards, marginal_aurc_rewards
 
 
 def median_ms(fn, repeats: int) -> float:

@@ -1,4 +1,4 @@
-"""Time every metric in rlsr.metrics at n = 10^6 beside one stable np.argsort of the same array.
+"""Time every metric in rlsr.metrics.selective at n = 10^6 beside one stable np.argsort of the same array.
 
 The rank metrics are sort-bound: the floor is one stable argsort of the confidences. Target:
 each metric within 3x of that argsort (measured in the same run, best of ``--repeats``).
@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from rlsr import metrics as M
+from rlsr.metrics import selective as M
 
 
 def best_time(fn, repeats: int) -> float:

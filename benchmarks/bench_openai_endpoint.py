@@ -34,10 +34,10 @@ from pathlib import Path
 import httpx
 import openai
 
+from rlsr.data.tiny_models import tiny_model_path
 from rlsr.generation.backends import Sampling
 from rlsr.generation.endpoint import EndpointBackend
 from rlsr.generation.http_client import EndpointSettings
-from rlsr.tiny_models import tiny_model_path
 
 HOST = "127.0.0.1"
 

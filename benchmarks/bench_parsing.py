@@ -1,4 +1,4 @@
-"""Benchmark ``rlsr.parsing.parse_response`` on megabyte inputs built to make a parser blow up.
+"""Benchmark ``rlsr.core.parsing.parse_response`` on megabyte inputs built to make a parser blow up.
 
 The inputs are the ones ``tests/test_parsing.py`` checks for correctness (repeated open tags, a
 million digits, a million unicode digits, ...). Each row is the best of ``--repeats`` parses
@@ -19,7 +19,7 @@ import re
 import time
 from datetime import date
 
-from rlsr.parsing import ANSWER_CONFIDENCE_FORMAT, FULL_FORMAT, parse_response
+from rlsr.core.parsing import ANSWER_CONFIDENCE_FORMAT, FULL_FORMAT, parse_response
 
 INPUTS = {
     "'<answer>' x 100,000": "<answer>" * 100_000,

@@ -20,8 +20,8 @@ import time
 
 import numpy as np
 
-from rlsr.parsing import parse_response
-from rlsr.rewards import lifted_aurc_rewards
+from rlsr.core.parsing import parse_response
+from rlsr.equations.rewards import lifted_aurc_rewards
 from rlsr.verifiers import MathVerifier, exact_match, math_equal
 
 WORDS = ["Paris", "the Beatles", "Lyon", "1912", "Marie Curie", "Nile", "an apple", "Mount Everest"]

@@ -83,7 +83,7 @@ def _status(resp) -> str:
 def main() -> None:
     import httpx
 
-    from rlsr.tiny_models import tiny_warm_model_path
+    from rlsr.data.tiny_models import tiny_warm_model_path
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5, help="sends of each large request")

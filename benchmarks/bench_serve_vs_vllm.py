@@ -131,7 +131,7 @@ def main() -> None:
 
     from rlsr.data.formatting import build_prompt
     from rlsr.data.loading import load_examples
-    from rlsr.tiny_models import tiny_warm_model_path
+    from rlsr.data.tiny_models import tiny_warm_model_path
 
     model = str(tiny_warm_model_path())
     questions = [str(q) for q in load_examples("tiny")["question"]]

@@ -26,7 +26,7 @@ def _settings(out: str, steps: int):
     from omegaconf import OmegaConf
 
     from rlsr.config import from_dict
-    from rlsr.run_plan import plan_run
+    from rlsr.method.run_plan import plan_run
 
     with initialize_config_dir(config_dir=str(ROOT / "recipes"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["recipe=tiny-format", f"output_dir={out}"])
@@ -54,8 +54,8 @@ def _timed(cls):
 
 
 def _plain_reward_funcs():
-    from rlsr.parsing import parse_response
-    from rlsr.trainer import completion_text
+    from rlsr.core.parsing import parse_response
+    from rlsr.method.trainer import completion_text
     from rlsr.verifiers import get_verifier
 
     verifier = get_verifier("exact_match")
@@ -76,10 +76,10 @@ def _run(kind: str, steps: int) -> tuple[list[float], list[float]]:
     from trl import GRPOConfig, GRPOTrainer
 
     from rlsr.config import resolve_model_path
-    from rlsr.methods import resolve
-    from rlsr.run_plan import plan_run
-    from rlsr.trainer import RLSRTrainer
-    from rlsr.training import grpo_kwargs, load_train_dataset
+    from rlsr.method.methods import resolve
+    from rlsr.method.run_plan import plan_run
+    from rlsr.method.trainer import RLSRTrainer
+    from rlsr.train.training import grpo_kwargs, load_train_dataset
 
     with tempfile.TemporaryDirectory() as out:
         s = _settings(out, steps)

@@ -20,7 +20,7 @@ filled up to the real 151,936 / 152,064 ids so every sampled id decodes). Random
 Phases (each in its own process, so GPU memory is returned in between):
 
 ``train``   2 RLSR optimizer steps of the 7B shape through the real run assembly
-            (``rlsr.training.build_trainer`` on the Hydra tree: recipe=hotpot, method=rlsr, the
+            (``rlsr.train.training.build_trainer`` on the Hydra tree: recipe=hotpot, method=rlsr, the
             bundled ``tiny`` questions as data): LoRA r=1, vLLM colocate (sleep mode on, as in
             the recipes), bf16, G=32, ``pool_size=256`` (32 per device x 8 accumulation), 256
             new tokens. Per step: generation, weight
@@ -29,7 +29,7 @@ Phases (each in its own process, so GPU memory is returned in between):
             step's ``on_step_end``, with its own weight sync); tokens/s; peak memory. Base
             (non-LoRA) weights are copied before
             training and compared bit for bit after the syncs (stock TRL merges the adapter into
-            the bf16 base in place and unmerges it, TRL #6688; ``rlsr.weight_sync`` pushes an
+            the bf16 base in place and unmerges it, TRL #6688; ``rlsr.method.weight_sync`` pushes an
             out-of-place merge, so the base must not move). FlashAttention-2 vs sdpa forward+backward
             on the trained model if ``flash_attn`` imports (it is not installed here: the PyPI
             sdist needs nvcc and a long build).
@@ -51,12 +51,12 @@ reports and checks both phases.
 
 Checks (the exit status is 1 when one fails, or a phase crashes):
 
-``base_weights_identical``  no sync wrote the policy's frozen base (rlsr.weight_sync);
+``base_weights_identical``  no sync wrote the policy's frozen base (rlsr.method.weight_sync);
 ``engine_weights_match``    after a final sync, every engine parameter (fused ``qkv_proj`` /
                             ``gate_up_proj`` rows included) equals the out-of-place merge of the
-                            policy (``rlsr.weight_sync.engine_weight_check``): each one is
+                            policy (``rlsr.method.weight_sync.engine_weight_check``): each one is
                             compared, or skipped for a reason stated in
-                            ``rlsr.weight_sync.ENGINE_ONLY_PARAMS``; an engine parameter that maps
+                            ``rlsr.method.weight_sync.ENGINE_ONLY_PARAMS``; an engine parameter that maps
                             to no policy tensor fails the check (``engine_tensors_unchecked``);
 ``woken_generation_explained``  after the last wake-up (the final sync), greedy continuations of
                             the colocated engine vs an inference copy of the policy, which
@@ -258,10 +258,10 @@ def _patch_vllm_cpu_weight_sync() -> None:
 
 
 def train_settings(model_dir: Path, out_dir: Path, plan: dict, cpu: bool):
-    """The run plan (``rlsr.run_plan.plan_from_config``, once, as train.py) of the Hydra tree
+    """The run plan (``rlsr.method.run_plan.plan_from_config``, once, as train.py) of the Hydra tree
     (recipe=hotpot, method=rlsr) with the acceptance plan's overrides."""
     from rlsr.config.compose import compose_tree
-    from rlsr.run_plan import plan_from_config
+    from rlsr.method.run_plan import plan_from_config
 
     overrides = [
         "recipe=hotpot", "method=rlsr", f"model.name_or_path={model_dir}",
@@ -300,13 +300,13 @@ SKIPPED_BY_FAULT = "model.layers.0.self_attn.o_proj.weight"
 
 def check_engine_weights(trainer, fault: str | None = None) -> dict:
     """Push the final policy once more and compare every parameter the colocated engine holds
-    with the out-of-place merge of the policy (``rlsr.weight_sync.engine_weight_check``).
+    with the out-of-place merge of the policy (``rlsr.method.weight_sync.engine_weight_check``).
     Faults (tests): ``"engine"`` first adds 1e-2 to one entry of the first fused ``qkv_proj``;
     ``"skip-engine-param"`` removes ``SKIPPED_BY_FAULT`` from the policy's tensors, as a name
     that no longer maps would: such a parameter must fail the check, not be skipped."""
     import torch
 
-    from rlsr.weight_sync import engine_weight_check, out_of_place_named_params
+    from rlsr.method.weight_sync import engine_weight_check, out_of_place_named_params
 
     generation = trainer.vllm_generation
     generation.sync_weights()  # wakes the weights from sleep mode too (TRL's sync_weights)
@@ -347,7 +347,7 @@ def _scramble_engine_state(trainer) -> None:
 
 def check_woken_generation(trainer, model_dir: Path, device: str) -> dict:
     """After the last wake-up (the final sync): greedy continuations of the colocated engine,
-    token for token, against an inference copy of the policy (``rlsr.evaluation.heldout.
+    token for token, against an inference copy of the policy (``rlsr.evaluation.heldout.evaluator.
     inference_copy``: what the held-out evaluation's transformers path runs). The copy
     teacher-forces the engine's own ids; at the first position where its argmax differs, the
     gap to the engine's token must be a near-tie (``woken_near_tie``). A woken engine that
@@ -361,7 +361,7 @@ def check_woken_generation(trainer, model_dir: Path, device: str) -> dict:
     import vllm
 
     from rlsr.data.loading import load_examples
-    from rlsr.evaluation.heldout import inference_copy
+    from rlsr.evaluation.heldout.evaluator import inference_copy
     from rlsr.generation.backends import encode_prompt, load_chat_tokenizer, render_chat
 
     generation = trainer.vllm_generation
@@ -434,10 +434,10 @@ def check_midstream_failure(trainer, out: Path, fault: str | None = None) -> dic
     import signal
 
     from rlsr.data.loading import load_examples
-    from rlsr.evaluation import heldout as heldout_eval
+    from rlsr.evaluation.heldout import evaluator as heldout_eval
     from rlsr.generation import backends
     from rlsr.generation.backends import encode_prompt, engine_requests, render_chat
-    from rlsr.run_layout import FAILED_FILE, step_dir
+    from rlsr.run.run_layout import FAILED_FILE, step_dir
 
     generation, evaluator = trainer.vllm_generation, trainer.heldout_evaluator
     llm, step = generation.llm, trainer.state.global_step
@@ -504,7 +504,7 @@ def run_train_phase(out: Path, plan: dict, cpu: bool, fault: str | None = None) 
     import torch
     from transformers import TrainerCallback
 
-    from rlsr.training import build_trainer
+    from rlsr.train.training import build_trainer
 
     if cpu:
         _patch_vllm_cpu_weight_sync()
@@ -604,7 +604,7 @@ def run_train_phase(out: Path, plan: dict, cpu: bool, fault: str | None = None) 
             changed.append(n)
             diff = (base_before[n].float() - p.detach().cpu().float()).abs().max().item()
             max_diff = max(max_diff, diff)
-    from rlsr.evaluation.history import read_history
+    from rlsr.evaluation.heldout.history import read_history
 
     heldout = read_history(out / "run")
     logs = [h for h in trainer.state.log_history if "rlsr/pool_size" in h]
@@ -789,8 +789,8 @@ def explain_divergences(model_dir: Path, pairs: list[tuple[dict, dict]], device:
 
 
 def _compare_backends(out: Path, plan: dict, cpu: bool, model_dir: Path, dtype: str) -> dict:
-    from rlsr.evaluation.samples_io import read_samples
-    from rlsr.run_layout import METRICS_FILE, SAMPLES_FILE
+    from rlsr.evaluation.run.samples_io import read_samples
+    from rlsr.run.run_layout import METRICS_FILE, SAMPLES_FILE
 
     rows: dict[str, dict] = {}
     engine_log: list[str] = []

@@ -5,7 +5,7 @@ Items come in types with a fixed chance p of being answered right. A policy pick
 verbalized confidences 0.0, 0.1, ..., 1.0 per type (a softmax per type), and is trained by
 REINFORCE with GRPO's group-mean baseline (``scale_rewards: none``): every step draws B item
 types, G completions each, one pool of N = B x G; every reward below is computed over the whole
-pool with ``rlsr.rewards``, as the trainer does. Then, on held-out draws, AURC of the greedy
+pool with ``rlsr.equations.rewards``, as the trainer does. Then, on held-out draws, AURC of the greedy
 confidences (ties averaged) against two references: ranking by p (the oracle) and the best
 two-level ranking (1 if p > 1/2 else 0: what a threshold rule can express).
 
@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rlsr import rewards as R  # noqa: E402
+from rlsr.equations import rewards as R  # noqa: E402
 
 LEVELS = np.round(np.linspace(0.0, 1.0, 11), 1)
 TASKS = {
@@ -63,7 +63,7 @@ REWARDS = ("lifted", "plain", "brier", "marginal", "lifted+brier")
 
 
 def heldout_aurc(conf: np.ndarray, error: np.ndarray) -> float:
-    """AURC with ties averaged over orderings: mean(alpha * error) (rlsr.rewards.rank_weights)."""
+    """AURC with ties averaged over orderings: mean(alpha * error) (rlsr.equations.rewards.rank_weights)."""
     return float(np.mean(R.rank_weights(conf) * error))
 
 

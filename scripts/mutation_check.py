@@ -2,7 +2,7 @@
 """Mutation check: does the test suite notice when an equation is wrong?
 
     python scripts/mutation_check.py                         # the default modules, this tree
-    python scripts/mutation_check.py --modules rlsr/ranking.py --limit 20
+    python scripts/mutation_check.py --modules rlsr/core/ranking.py --limit 20
     python scripts/mutation_check.py --tree /path/to/old/checkout --out old.json
 
 For each module it makes one mutant per mutable spot (an arithmetic operator swapped, a
@@ -40,13 +40,13 @@ from pathlib import Path
 # each equation module with the unit-test files that check it (seconds each, not the end-to-end
 # runs that also import it); ``--modules`` outside this map use every test file that imports it
 DEFAULT_TESTS = {
-    "rlsr/rewards.py": [
+    "rlsr/equations/rewards.py": [
         "tests/test_rewards.py",
         "tests/test_methods.py",
         "tests/test_method_variants.py",
     ],
-    "rlsr/ranking.py": ["tests/test_rewards.py", "tests/test_metrics.py"],
-    "rlsr/metrics.py": [
+    "rlsr/core/ranking.py": ["tests/test_rewards.py", "tests/test_metrics.py"],
+    "rlsr/metrics/selective.py": [
         "tests/test_metrics.py",
         "tests/test_metrics_calibration.py",
         "tests/test_metrics_thresholds.py",
@@ -54,18 +54,18 @@ DEFAULT_TESTS = {
         "tests/test_metrics_reliability.py",
         "tests/test_evaluation_units.py",
     ],
-    "rlsr/calibration.py": [
+    "rlsr/metrics/calibration.py": [
         "tests/test_metrics.py",
         "tests/test_metrics_calibration.py",
         "tests/test_metrics_reliability.py",
     ],
-    "rlsr/thresholds.py": [
+    "rlsr/metrics/thresholds.py": [
         "tests/test_metrics_thresholds.py",
         "tests/test_metrics_reliability.py",
         "tests/test_serving_units.py",
     ],
-    "rlsr/utility.py": ["tests/test_metrics_utility.py"],
-    "rlsr/evaluation/dcs.py": ["tests/test_evaluation_units.py"],
+    "rlsr/metrics/utility.py": ["tests/test_metrics_utility.py"],
+    "rlsr/evaluation/run/dcs.py": ["tests/test_evaluation_units.py"],
 }
 
 _BINOP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult}

@@ -2,9 +2,9 @@
 """Count the rlsr modules the config walks through from train.py's main to the trainer's
 arguments: the modules whose functions run from the start of train.py's ``main`` (the composed
 config in hand: planning, where the checks run and the answers are derived) until
-``rlsr.run_plan.trainer_arguments`` has returned the trainer's arguments, where the walk is
+``rlsr.method.run_plan.trainer_arguments`` has returned the trainer's arguments, where the walk is
 stopped (before any model or tokenizer loads). A checkout whose plan does not derive them
-(no ``trainer_arguments``) is walked until ``rlsr.training.trainer_kwargs`` has returned.
+(no ``trainer_arguments``) is walked until ``rlsr.train.training.trainer_kwargs`` has returned.
 
     python scripts/trace_config_walk.py                     # recipe=tiny method=rlsr
     python scripts/trace_config_walk.py --root ../other-checkout recipe=hotpot method=rlcr
@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig, open_dict
 
-    import rlsr.run_plan
-    import rlsr.training  # noqa: F401  (imported before the trace: import-time code is not the walk)
+    import rlsr.method.run_plan
+    import rlsr.train.training  # noqa: F401  (imported before the trace: import-time code is not the walk)
     import train
     from rlsr.config import TrainSettings
 
@@ -62,8 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     class Built(Exception):
         """The trainer's arguments are built: the walk ends here."""
 
-    owner = rlsr.run_plan if hasattr(rlsr.run_plan, "trainer_arguments") else rlsr.training
-    name = "trainer_arguments" if owner is rlsr.run_plan else "trainer_kwargs"
+    owner = (
+        rlsr.method.run_plan
+        if hasattr(rlsr.method.run_plan, "trainer_arguments")
+        else rlsr.train.training
+    )
+    name = "trainer_arguments" if owner is rlsr.method.run_plan else "trainer_kwargs"
     real = getattr(owner, name)
 
     def arguments(*args, **kwargs):

@@ -8,7 +8,7 @@
     gpu_settings=grpo.use_cpu=false grpo.bf16=true
 
 Composes recipes/config.yaml exactly as train.py does (Hydra compose API, no model loading,
-about a second) and prints fields of its run plan (``rlsr.run_plan.plan_from_config``, the
+about a second) and prints fields of its run plan (``rlsr.method.run_plan.plan_from_config``, the
 function train.py plans with), so the vLLM server serves the model the trainer trains,
 evaluation finds the folder the trainer writes, and the server's context holds the held-out
 answers that the trainer sends it. The plan is the launch's: the vLLM engine of a leading
@@ -51,7 +51,7 @@ def resolve(
     """
     from rlsr.config import ConfigError
     from rlsr.config.compose import compose_tree
-    from rlsr.run_plan import gpu_settings, plan_from_config
+    from rlsr.method.run_plan import gpu_settings, plan_from_config
 
     cfg = compose_tree(overrides, root / "recipes")
     output_dir = Path(str(cfg.output_dir))
@@ -93,7 +93,7 @@ VLLM_MODE_FLAG = "--vllm-mode="
 
 
 def main(argv: list[str]) -> int:
-    from rlsr.run_plan import VLLM_MODES
+    from rlsr.method.run_plan import VLLM_MODES
 
     mode = "server"
     if argv and argv[0].startswith(VLLM_MODE_FLAG):  # the engine a launcher gives the run

@@ -19,7 +19,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 @pytest.fixture(scope="session")
 def tiny_model_dir():
-    """Folder of a tiny random Qwen2 model + tokenizer with chat template (rlsr.tiny_models)."""
-    from rlsr.tiny_models import tiny_model_path
+    """Folder of a tiny random Qwen2 model + tokenizer with chat template (rlsr.data.tiny_models)."""
+    from rlsr.data.tiny_models import tiny_model_path
 
     return tiny_model_path()

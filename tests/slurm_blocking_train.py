@@ -13,7 +13,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-import rlsr.training
+import rlsr.train.training
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,8 +35,8 @@ def main() -> None:
     if os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
         block = BlockAfterSave(int(os.environ["RLSR_TEST_BLOCK_AT"]),
                                Path(os.environ["RLSR_TEST_BLOCK_MARKER"]))  # fmt: skip
-        run_training = rlsr.training.run_training
-        rlsr.training.run_training = lambda settings, **kw: run_training(
+        run_training = rlsr.train.training.run_training
+        rlsr.train.training.run_training = lambda settings, **kw: run_training(
             settings, **{**kw, "callbacks": [*(kw.get("callbacks") or []), block]}
         )
     sys.argv[0] = str(ROOT / "train.py")

@@ -1,4 +1,4 @@
-"""`rlsr evaluate`'s generation budget against the model's context (rlsr.evaluation.budget):
+"""`rlsr evaluate`'s generation budget against the model's context (rlsr.evaluation.run.budget):
 one rule and one fix on every backend and dataset kind, decided before any weights load.
 
 The arithmetic is checked against brute force on small numbers; the CLI cases run the real CLI
@@ -17,12 +17,12 @@ import pytest
 from endpoint_standin import StandIn
 
 from examples.toy.tokenizer import build_toy_tokenizer
-from rlsr.cli import main
+from rlsr.cli import evaluate_cli, main
 from rlsr.config import resolve_model_path
+from rlsr.core.tokenization import load_tokenizer, model_context_length
 from rlsr.data.loading import load_examples
-from rlsr.evaluation import budget as budget_module
-from rlsr.evaluation import evaluate_cli
-from rlsr.evaluation.budget import (
+from rlsr.evaluation.run import budget as budget_module
+from rlsr.evaluation.run.budget import (
     GenerationBudget,
     ModelContext,
     budget_fix,
@@ -31,7 +31,6 @@ from rlsr.evaluation.budget import (
     token_bound,
 )
 from rlsr.generation.backends import encode_prompts, render_chat
-from rlsr.tokenization import load_tokenizer, model_context_length
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -18,15 +18,15 @@ import numpy as np
 import pytest
 import yaml
 
-from rlsr import metrics as M
 from rlsr.cli import main as rlsr_main
 from rlsr.data import version_records
-from rlsr.eval_protocol import EvalProtocol
-from rlsr.evaluation import compare as compare_module
-from rlsr.evaluation.compare import COMPARE_JSON, COMPARE_MD, COMPARE_PNG
-from rlsr.evaluation.samples_io import append_samples
-from rlsr.evaluation.summary import compute_metrics
-from rlsr.run_layout import METRICS_FILE, RUN_FILE, SAMPLES_FILE, checkpoint_dir, step_dir
+from rlsr.evaluation.comparison import compare as compare_module
+from rlsr.evaluation.comparison.compare import COMPARE_JSON, COMPARE_MD, COMPARE_PNG
+from rlsr.evaluation.run.samples_io import append_samples
+from rlsr.evaluation.run.summary import compute_metrics
+from rlsr.metrics import selective as M
+from rlsr.run.eval_protocol import EvalProtocol
+from rlsr.run.run_layout import METRICS_FILE, RUN_FILE, SAMPLES_FILE, checkpoint_dir, step_dir
 
 DATASET = "tiny-missing"
 OUTPUTS = (COMPARE_JSON, COMPARE_MD, COMPARE_PNG)

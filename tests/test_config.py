@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from rlsr.config import ConfigError, from_dict, resolve_heldout, resolve_pool
-from rlsr.rewards import lifted_aurc_rewards
-from rlsr.run_plan import plan_run
-from rlsr.training import grpo_kwargs
+from rlsr.equations.rewards import lifted_aurc_rewards
+from rlsr.method.run_plan import plan_run
+from rlsr.train.training import grpo_kwargs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,8 +39,8 @@ CPU = ("grpo.use_vllm=false", "grpo.bf16=false", "grpo.use_cpu=true")
 def gpu_machine(monkeypatch):
     """The machine the GPU recipes are written for, to read their trainer arguments here
     (``grpo_kwargs`` runs every check a launch runs). The only doubles are the machine probes
-    (rlsr.launch): this CPU box has neither CUDA nor vllm installed."""
-    import rlsr.launch as M
+    (rlsr.core.launch): this CPU box has neither CUDA nor vllm installed."""
+    import rlsr.core.launch as M
 
     real = M.module_available
     monkeypatch.setattr(M, "module_available", lambda name: name == "vllm" or real(name))
@@ -352,7 +352,7 @@ def test_held_out_backend_vllm_server_needs_server_mode_and_sizes_the_server():
 
 def test_vllm_checks_that_need_vllm_installed(monkeypatch):
     """vllm is not installed in this venv: pretend it is (the only double: an import probe)."""
-    import rlsr.launch as M
+    import rlsr.core.launch as M
 
     real = M.module_available
     monkeypatch.setattr(M, "module_available", lambda name: name == "vllm" or real(name))
@@ -374,7 +374,7 @@ def test_vllm_checks_that_need_vllm_installed(monkeypatch):
 
 def test_liger_is_optional_and_validated(monkeypatch):
     import rlsr.config.trainer_args as T
-    import rlsr.launch as M
+    import rlsr.core.launch as M
 
     with pytest.raises(ConfigError) as info:  # not installed here
         plan_run(from_dict(compose("recipe=tiny", "+grpo.use_liger_kernel=true")), world_size=1)
@@ -520,7 +520,7 @@ def test_auto_attention_falls_back_to_sdpa_when_flash_attn_is_installed_but_brok
     import logging
     import sys
 
-    from rlsr.launch import resolve_attn_implementation
+    from rlsr.core.launch import resolve_attn_implementation
 
     broken = _stand_in_flash_attn(
         tmp_path / "broken",
@@ -539,7 +539,7 @@ def test_auto_attention_falls_back_to_sdpa_when_flash_attn_is_installed_but_brok
 def test_auto_attention_takes_flash_attn_when_it_imports_on_a_gpu(tmp_path, monkeypatch):
     import sys
 
-    from rlsr.launch import resolve_attn_implementation
+    from rlsr.core.launch import resolve_attn_implementation
 
     working = _stand_in_flash_attn(tmp_path / "ok", "__version__ = '2.8.3'\n")
     monkeypatch.syspath_prepend(str(working))
@@ -590,7 +590,7 @@ def test_the_judge_settings_have_one_value_each():
 
     from rlsr.cli import evaluate as evaluate_flags
     from rlsr.config import HeldOutSettings
-    from rlsr.evaluation.judge import openai_judge_fn
+    from rlsr.evaluation.run.judge import openai_judge_fn
     from rlsr.verifiers import llm_judge
 
     declared = {

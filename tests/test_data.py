@@ -15,6 +15,7 @@ from pathlib import Path
 import datasets
 import pytest
 
+from rlsr.core.prompts import LONG_SYSTEM_PROMPT, SIMPLE_SYSTEM_PROMPT, SYSTEM_PROMPTS
 from rlsr.data import (
     GROUPS,
     REGISTRY,
@@ -36,7 +37,6 @@ from rlsr.data.loading import (
     load_examples,
     verification_inputs,
 )
-from rlsr.prompts import LONG_SYSTEM_PROMPT, SIMPLE_SYSTEM_PROMPT, SYSTEM_PROMPTS
 from tools.tiny.data import (
     CANDIDATE_TIERS,
     CANDIDATES_NONE_TIER,

@@ -14,18 +14,17 @@ from pathlib import Path
 import datasets
 import pytest
 
-from rlsr.cli import main
+from rlsr.cli import evaluate_cli, main
 from rlsr.data.loading import load_examples
-from rlsr.evaluation import evaluate_cli
-from rlsr.evaluation.report import render_markdown, report_rows
-from rlsr.evaluation.samples_io import append_samples
-from rlsr.evaluation.summary import (
+from rlsr.evaluation.reports.report import render_markdown, report_rows
+from rlsr.evaluation.run.samples_io import append_samples
+from rlsr.evaluation.run.summary import (
     CONFIDENCE_METRICS,
     compute_metrics,
     no_confidence,
     scorer_value,
 )
-from rlsr.training import run_summary
+from rlsr.train.training import run_summary
 
 DATASET = "tiny-missing"
 SETTINGS = {"max_new_tokens": 32, "temperature": 0.0, "top_p": 1.0, "seed": 0, "fallbacks": True,

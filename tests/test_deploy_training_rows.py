@@ -10,7 +10,7 @@ import pytest
 
 from rlsr.cli import main
 from rlsr.data.loading import load_examples
-from rlsr.evaluation.deployment import training_record
+from rlsr.evaluation.deploy.deployment import training_record
 from rlsr.serving.threshold import load_threshold, promise
 
 DATASET = "tiny-missing"

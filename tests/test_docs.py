@@ -3,7 +3,7 @@
 Three checks. (1) Every command a ```bash block prints is checked the cheapest way that still
 catches a wrong flag or key: `rlsr ...` is parsed by rlsr's own argparse parser (nothing runs);
 `train.py key=value ...` (plain, through `accelerate launch` or `torchrun`) is composed by Hydra
-and planned by `rlsr.run_plan.plan_from_config`, the checks train.py runs before any model loads;
+and planned by `rlsr.method.run_plan.plan_from_config`, the checks train.py runs before any model loads;
 `scripts/*.py` and `slurm/sweep.py` are parsed by their own parsers (their `main` stops right
 after parsing). The commands that cannot be checked here are in ``NOT_CHECKED`` with the reason.
 (2) Every relative link and `#anchor` in README.md, CONTRIBUTING.md, CHANGELOG.md and docs/*.md
@@ -25,7 +25,7 @@ import pytest
 from rlsr.cli import build_parser
 from rlsr.config import force_add_overrides
 from rlsr.config.compose import compose_tree
-from rlsr.run_plan import plan_from_config
+from rlsr.method.run_plan import plan_from_config
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

@@ -26,16 +26,16 @@ import pytest
 from endpoint_standin import StandIn
 
 from rlsr.cli import main as rlsr_main
-from rlsr.evaluation.deployment import deployment_record
-from rlsr.evaluation.samples_io import read_samples
+from rlsr.core.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX
+from rlsr.core.tokenization import load_tokenizer
+from rlsr.evaluation.deploy.deployment import deployment_record
+from rlsr.evaluation.run.samples_io import read_samples
 from rlsr.generation import http_client
 from rlsr.generation.endpoint import chat_prompt_text, split_chat_prompt
-from rlsr.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX
+from rlsr.metrics.thresholds import clopper_pearson_interval
 from rlsr.serving.app import create_app
 from rlsr.serving.engine import UpstreamEngine
 from rlsr.serving.policy import ServeSettings
-from rlsr.thresholds import clopper_pearson_interval
-from rlsr.tokenization import load_tokenizer
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -26,7 +26,7 @@ from test_serving_vllm import _free_port, _server  # noqa: E402
 from test_vllm_cpu import _run_child  # noqa: E402
 
 from rlsr.cli import main as rlsr_main  # noqa: E402
-from rlsr.evaluation.samples_io import read_samples  # noqa: E402
+from rlsr.evaluation.run.samples_io import read_samples  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -39,7 +39,7 @@ SAME = ("id", "response", "num_tokens", "finish_reason", "fallbacks", "fallback_
 
 @pytest.fixture(scope="module")
 def warm_model() -> Path:
-    from rlsr.tiny_models import tiny_warm_model_path
+    from rlsr.data.tiny_models import tiny_warm_model_path
 
     return tiny_warm_model_path()
 
@@ -140,10 +140,10 @@ def test_deployment_audit_of_rlsr_serve_in_front_of_vllm_serve(
     protocol, same fallbacks), and the audit's numbers equal a recomputation from the samples."""
     from test_endpoint import _deployment_file, _uvicorn
 
+    from rlsr.metrics.thresholds import clopper_pearson_interval
     from rlsr.serving.app import create_app
     from rlsr.serving.engine import UpstreamEngine
     from rlsr.serving.policy import ServeSettings
-    from rlsr.thresholds import clopper_pearson_interval
 
     deployment = _deployment_file(tmp_path / "deployment.json", "plain", 0.5)
     engine = UpstreamEngine(vllm_serve.removesuffix("/v1"), "tiny-warm", str(warm_model))

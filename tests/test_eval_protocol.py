@@ -1,4 +1,4 @@
-"""The evaluation protocol declared once (rlsr/eval_protocol.py): `rlsr evaluate`'s flags, the
+"""The evaluation protocol declared once (rlsr/run/eval_protocol.py): `rlsr evaluate`'s flags, the
 runner's EvalSettings, the held-out `heldout.*` keys and a method's `method.evaluate` all come from
 EvalProtocol's fields. Pure configuration: no model, no dataset."""
 
@@ -13,7 +13,8 @@ import yaml
 
 from rlsr.cli import evaluate as evaluate_flags
 from rlsr.config import ConfigError, HeldOutSettings, MethodSettings
-from rlsr.eval_protocol import (
+from rlsr.evaluation.run.runner import EvalSettings
+from rlsr.run.eval_protocol import (
     PROTOCOL_FIELDS,
     EvalProtocol,
     ProtocolError,
@@ -24,7 +25,6 @@ from rlsr.eval_protocol import (
     protocol_from_sources,
     to_flags,
 )
-from rlsr.evaluation.runner import EvalSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMON = ["evaluate", "--model", "m", "--tasks", "tiny", "--output-dir", "o"]
@@ -107,7 +107,7 @@ def test_the_evaluate_command_a_run_prints_reproduces_its_held_out_protocol(tmp_
     from omegaconf import OmegaConf
 
     from rlsr.config import from_dict, resolve_heldout
-    from rlsr.training import _evaluate_command
+    from rlsr.train.training import _evaluate_command
 
     with initialize_config_dir(config_dir=str(ROOT / "recipes"), version_base="1.3"):
         cfg = compose(
@@ -136,7 +136,7 @@ def test_the_printed_command_runs_the_engine_the_held_out_evaluation_used(tmp_pa
     from omegaconf import OmegaConf
 
     from rlsr.config import from_dict, resolve_heldout
-    from rlsr.training import _engine_flags, _evaluate_command
+    from rlsr.train.training import _engine_flags, _evaluate_command
 
     with initialize_config_dir(config_dir=str(ROOT / "recipes"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["recipe=tiny", f"output_dir={tmp_path}"])

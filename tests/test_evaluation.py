@@ -1,6 +1,6 @@
 """End-to-end tests of ``rlsr evaluate`` / ``rlsr report`` / ``rlsr deploy`` on the tiny model.
 
-Real components throughout: the tiny random Qwen2 model (rlsr.tiny_models), a PEFT LoRA adapter,
+Real components throughout: the tiny random Qwen2 model (rlsr.data.tiny_models), a PEFT LoRA adapter,
 the transformers backend, the registry's loaders and verifiers, the tiny model as LLM judge.
 Nothing is mocked. The random model rarely emits tags, so the Sec. C.3 fallbacks fire naturally.
 """
@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rlsr.cli import evaluate_cli
 from rlsr.cli import main as rlsr_main
-from rlsr.eval_protocol import PROTOCOL_FIELDS
-from rlsr.evaluation import evaluate_cli
-from rlsr.evaluation.runner import EvalSettings, summarise
-from rlsr.evaluation.samples_io import append_samples, read_samples
-from rlsr.evaluation.summary import compute_metrics
-from rlsr.parsing import parse_response
+from rlsr.core.parsing import parse_response
+from rlsr.evaluation.run.runner import EvalSettings, summarise
+from rlsr.evaluation.run.samples_io import append_samples, read_samples
+from rlsr.evaluation.run.summary import compute_metrics
+from rlsr.run.eval_protocol import PROTOCOL_FIELDS
 from rlsr.serving.threshold import provenance_mismatches
 
 pytestmark = pytest.mark.timeout(300)
@@ -71,7 +71,7 @@ def evaluated(tiny_model_dir, run_dir, tmp_path_factory) -> Path:
 
 def brute_force_summary(records: list[dict]) -> dict:
     """The metrics.json summary computed from samples by brute force, from docs/metrics.md's
-    definitions (not rlsr.metrics): a missing confidence is 0.0; ties are resolved by averaging
+    definitions (not rlsr.metrics.selective): a missing confidence is 0.0; ties are resolved by averaging
     over every order of the samples that sorts confidences descending."""
     conf = [0.0 if r["confidence"] is None else r["confidence"] for r in records]
     ok = [float(bool(r["correct"])) for r in records]
@@ -196,7 +196,7 @@ def test_fallbacks_are_recorded_for_responses_without_tags(evaluated):
 
 def test_adapter_changes_outputs_and_resume_after_crash(tiny_model_dir, run_dir, tmp_path):
     from rlsr.data.loading import load_examples
-    from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
+    from rlsr.evaluation.run.runner import EvalSettings, evaluate_dataset
     from rlsr.generation.backends import TransformersBackend, resolve_adapter
     from rlsr.verifiers import get_verifier
 
@@ -240,7 +240,7 @@ def test_adapter_changes_outputs_and_resume_after_crash(tiny_model_dir, run_dir,
 
 
 def test_llm_judge_path_with_tiny_judge(tiny_model_dir, tmp_path):
-    from rlsr.prompts import render_judge_prompt
+    from rlsr.core.prompts import render_judge_prompt
     from rlsr.verifiers import quote_answer
 
     out = tmp_path / "judged"
@@ -257,8 +257,8 @@ def test_llm_judge_path_with_tiny_judge(tiny_model_dir, tmp_path):
     assert metrics["unjudged"] == sum(r["verify_status"] == "unjudged" for r in records)
     # The judge saw question + gold + the quoted extracted answer only, never the response.
     from rlsr.data.loading import load_examples
-    from rlsr.evaluation.judge import RecordingJudge, backend_judge_fn
-    from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
+    from rlsr.evaluation.run.judge import RecordingJudge, backend_judge_fn
+    from rlsr.evaluation.run.runner import EvalSettings, evaluate_dataset
     from rlsr.generation.backends import TransformersBackend
     from rlsr.verifiers import LLMJudgeVerifier
 

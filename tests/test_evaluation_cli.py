@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rlsr.cli import main as rlsr_main
-from rlsr.evaluation.samples_io import read_samples
+from rlsr.evaluation.run.samples_io import read_samples
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -186,8 +186,8 @@ def test_run_json_records_the_system_prompt_the_samples_were_rendered_with(monke
     field holds."""
     from types import SimpleNamespace
 
-    from rlsr.evaluation.evaluate_setup import run_config
-    from rlsr.evaluation.runner import EvalSettings
+    from rlsr.cli.evaluate_setup import run_config
+    from rlsr.evaluation.run.runner import EvalSettings
 
     monkeypatch.setattr(sys, "argv", ["rlsr", "evaluate"])
     args = SimpleNamespace(model="tiny-warm", judge_model=None, judge_max_answer_chars=1000,

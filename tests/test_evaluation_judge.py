@@ -19,8 +19,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from rlsr.cli import main as rlsr_main
-from rlsr.evaluation.judge import JudgeUnavailableError, check_judge_server, openai_judge_fn
-from rlsr.evaluation.samples_io import read_samples
+from rlsr.evaluation.run.judge import JudgeUnavailableError, check_judge_server, openai_judge_fn
+from rlsr.evaluation.run.samples_io import read_samples
 from rlsr.verifiers import LLMJudgeVerifier
 
 pytestmark = pytest.mark.timeout(300)

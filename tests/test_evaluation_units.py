@@ -15,9 +15,11 @@ from itertools import permutations
 import numpy as np
 import pytest
 
-from rlsr.evaluation import deployment, report, scorers
-from rlsr.evaluation.samples_io import append_samples, read_samples
-from rlsr.evaluation.summary import compute_metrics, no_verdict_note, scorer_arrays
+from rlsr.evaluation.deploy import deployment
+from rlsr.evaluation.reports import report
+from rlsr.evaluation.run import scorers
+from rlsr.evaluation.run.samples_io import append_samples, read_samples
+from rlsr.evaluation.run.summary import compute_metrics, no_verdict_note, scorer_arrays
 from rlsr.generation import backends
 from rlsr.generation.fallbacks import append_text, fallback_answer, fallback_confidence
 
@@ -83,7 +85,7 @@ def test_check_scorers_first_named_is_primary_and_rejects_unknown():
 
 def test_answer_span_at_the_readers_offset_not_a_later_repetition():
     """The analysis often repeats the answer: the span is where the parser read it."""
-    from rlsr.parsing import parse_plain_response, parse_response
+    from rlsr.core.parsing import parse_plain_response, parse_response
 
     text = "<think>Rome?</think><answer> Paris </answer><analysis>Paris or Rome</analysis>"
     parsed = parse_response(text)
@@ -285,8 +287,7 @@ def test_deployment_table_prints_its_legend_and_names_the_run_as_evaluate_does(t
     `model` in one and the folder in the other."""
     import argparse
 
-    from rlsr.cli import main
-    from rlsr.evaluation import evaluate_cli
+    from rlsr.cli import evaluate_cli, main
 
     evals = _evaluation_folder(tmp_path)
     argv = ["deploy", "--validation", str(evals / "medqa@validation"), "--test",
@@ -403,7 +404,7 @@ def test_sampling_validation():
 
 
 def test_dcs_prompt_adds_idk_option():
-    from rlsr.evaluation.dcs import IDK_TEXT, dcs_prompt, option_continuations
+    from rlsr.evaluation.run.dcs import IDK_TEXT, dcs_prompt, option_continuations
 
     messages, full, idk = dcs_prompt("Which?\nA) x\nB) y", {"A": "x", "B": "y"})
     assert idk == "C" and full["C"] == IDK_TEXT
@@ -414,7 +415,7 @@ def test_dcs_prompt_adds_idk_option():
 @pytest.mark.parametrize("n", [3, 4])
 def test_plot_grid_curve_matches_all_orderings(n):
     """curve_on_grid at coverage k/n equals the risk of {conf >= t} for the smallest covering t."""
-    from rlsr.evaluation.plots import curve_on_grid
+    from rlsr.evaluation.reports.plots import curve_on_grid
 
     conf = np.array([0.9, 0.5, 0.5, 0.1][:n])
     for ok_tuple in set(permutations([True, False, True, False][:n])):
@@ -432,8 +433,8 @@ def test_plotted_risk_steps_cover_zero_to_one_even_for_one_tie_group(tmp_path):
     drawn with where="post" give the only point no width (an empty PNG)."""
     import matplotlib.image
 
-    from rlsr import metrics as M
-    from rlsr.evaluation.plots import curve_on_grid, curve_steps, plot_dataset_risk_coverage
+    from rlsr.evaluation.reports.plots import curve_on_grid, curve_steps, plot_dataset_risk_coverage
+    from rlsr.metrics import selective as M
 
     x, y = curve_steps(M.risk_coverage_curve(np.zeros(8), np.arange(8) == 0))
     assert x.tolist() == [0.0, 1.0] and y.tolist() == [0.875, 0.875]
@@ -475,7 +476,7 @@ def test_adapter_fingerprint_matches_sha256sum_and_follows_content(tmp_path, mon
     import shutil
     import subprocess
 
-    from rlsr.evaluation.provenance import adapter_fingerprint
+    from rlsr.evaluation.run.provenance import adapter_fingerprint
 
     adapter = tmp_path / "a"
     adapter.mkdir()
@@ -548,7 +549,7 @@ def test_progress_bar_shows_the_running_accuracy_of_the_file(tmp_path, monkeypat
     included), ending at the accuracy metrics.json reports; showing the last group's (here 0.0
     after a first group at 1.0) disagreed with the summary line printed after it."""
     from rlsr.data.loading import load_examples
-    from rlsr.evaluation import runner
+    from rlsr.evaluation.run import runner
     from rlsr.verifiers import get_verifier
 
     shown = []
@@ -588,7 +589,7 @@ def test_deployment_provenance_refuses_a_system_prompt_it_cannot_name(tmp_path):
     prompt's text is named, a text rlsr does not know (a task's own prompt whose task was not
     loaded) is refused with the --tasks-dir fix. Catches a provenance that records null for it,
     which left serve without the certified prompt and its mismatch check without a reference."""
-    from rlsr.prompts import get_system_prompt
+    from rlsr.core.prompts import get_system_prompt
 
     def records(text):
         return [{"prompt": [{"role": "system", "content": text}, {"role": "user", "content": "q"}],

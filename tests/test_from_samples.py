@@ -1,4 +1,4 @@
-"""``rlsr evaluate --from-samples`` (rlsr.evaluation.external) and the lm-eval task pack's
+"""``rlsr evaluate --from-samples`` (rlsr.evaluation.run.external) and the lm-eval task pack's
 hooks (rlsr.lm_eval.hooks) on small files of the bundled task ``tiny``: no model runs."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import json
 import numpy as np
 import pytest
 
-from rlsr import metrics as M
 from rlsr.cli import main as rlsr_main
 from rlsr.data import unregister_task
 from rlsr.data.loading import load_examples
-from rlsr.evaluation.samples_io import read_samples
-from rlsr.evaluation.summary import compute_metrics
+from rlsr.evaluation.run.samples_io import read_samples
+from rlsr.evaluation.run.summary import compute_metrics
 from rlsr.lm_eval import hooks
 from rlsr.lm_eval.pack import pack_rows
+from rlsr.metrics import selective as M
 
 ROWS = list(load_examples("tiny"))
 

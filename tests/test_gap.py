@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from rlsr.cli import main as rlsr_main
-from rlsr.evaluation import gap as G
-from rlsr.evaluation import report
-from rlsr.evaluation.summary import compute_metrics
+from rlsr.evaluation.reports import gap as G
+from rlsr.evaluation.reports import report
+from rlsr.evaluation.run.summary import compute_metrics
 
 # --------------------------------------------------------------------------- Tab. 2 equation
 

@@ -2,7 +2,7 @@
 tokenizer its real-shape models use (any venv).
 
 The smoke run is the GPU script with tiny shapes: the same phases, the same run assembly
-(Hydra tree -> rlsr.training.build_trainer), the same timing wrappers on TRL's methods, the
+(Hydra tree -> rlsr.train.training.build_trainer), the same timing wrappers on TRL's methods, the
 same base-weight comparison, the same `rlsr evaluate` subprocesses and the same JSON/Markdown.
 A TRL rename of a wrapped method, a broken config override or a crash in the report would fail
 here instead of on the first GPU machine. GPU-only parts (bf16 drift, FA2, peak memory) are
@@ -136,7 +136,7 @@ def test_padded_vocabulary_answers_keep_their_token_ids(tmp_path):
     from transformers import AutoModelForCausalLM
 
     from rlsr.cli import main as rlsr_main
-    from rlsr.evaluation.samples_io import read_samples
+    from rlsr.evaluation.run.samples_io import read_samples
     from rlsr.generation.backends import encode_prompt, load_chat_tokenizer, render_chat
 
     ga = _gpu_acceptance_module()
@@ -251,7 +251,7 @@ def _check_train(train: dict) -> None:
     # evaluated now, not reused from an earlier run's folder (the phase starts clean)
     assert [h["step"] for h in train["heldout_eval"]] == [3]
     assert train["heldout_logged_steps"] == [3]
-    # rlsr.weight_sync pushes an out-of-place merge: the base must not move (stock TRL's
+    # rlsr.method.weight_sync pushes an out-of-place merge: the base must not move (stock TRL's
     # in-place merge/unmerge changes 14 of 26 fp32 tensors here, max 7.5e-9, in 3 syncs)
     assert train["base_weights_identical"] is True, train
     assert train["base_tensors_changed"] == 0

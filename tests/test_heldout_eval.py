@@ -1,4 +1,4 @@
-"""Held-out evaluation during training (rlsr.evaluation.heldout; docs/heldout.md "Watch a run").
+"""Held-out evaluation during training (rlsr.evaluation.heldout.evaluator; docs/heldout.md "Watch a run").
 
 Real components throughout: recipe=tiny-format on the shipped format-warm model (LoRA, real TRL), the
 bundled tiny test split, `rlsr evaluate` through its command line, TensorBoard's own event reader,
@@ -25,13 +25,13 @@ from test_trainer_support import TEST_THREADS, tiny_settings
 from rlsr.cli import main as rlsr_main
 from rlsr.config import ConfigError
 from rlsr.config.heldout import resolve_heldout
-from rlsr.evaluation.curves import write_curves
-from rlsr.evaluation.history import read_history
-from rlsr.pool_log import read_pool
-from rlsr.run_layout import pool_path, pool_steps, step_dir
-from rlsr.run_plan import plan_run
-from rlsr.tiny_models import tiny_warm_model_path
-from rlsr.training import build_trainer, run_training
+from rlsr.data.tiny_models import tiny_warm_model_path
+from rlsr.evaluation.heldout.history import read_history
+from rlsr.evaluation.reports.curves import write_curves
+from rlsr.method.pool_log import read_pool
+from rlsr.method.run_plan import plan_run
+from rlsr.run.run_layout import pool_path, pool_steps, step_dir
+from rlsr.train.training import build_trainer, run_training
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS, EVERY = 6, 3
@@ -433,8 +433,8 @@ def test_held_out_sft_step_equals_rlsr_evaluate_with_the_methods_flags(tmp_path)
     settings (e.g. --max-new-tokens, --response-format and --scorers, but not --consistency-k /
     --consistency-temperature)."""
     from rlsr.config import heldout_protocol
-    from rlsr.eval_protocol import protocol_flags
-    from rlsr.evaluation.samples_io import read_samples
+    from rlsr.evaluation.run.samples_io import read_samples
+    from rlsr.run.eval_protocol import protocol_flags
 
     out = tmp_path / "run"
     _train(_sft_settings(out))

@@ -1,4 +1,4 @@
-"""The distributed launch of a process (rlsr.launch) and the combinations rlsr rejects at config time.
+"""The distributed launch of a process (rlsr.core.launch) and the combinations rlsr rejects at config time.
 
 The expected launches are written out by hand from the YAML files' documented meaning; the
 launcher test runs the real ``accelerate launch --config_file recipes/accelerate/X.yaml`` and
@@ -18,13 +18,13 @@ import pytest
 from ports import free_port as _free_port  # one OS-given port helper for the suite
 
 from rlsr.config import ConfigError
-from rlsr.launch import (
+from rlsr.core.launch import (
     Launch,
     launch_from_accelerate_config,
     launch_from_env,
     launch_problems,
 )
-from rlsr.run_plan import plan_run
+from rlsr.method.run_plan import plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "recipes" / "accelerate"
@@ -72,7 +72,7 @@ def test_deepspeed_json_file_sets_the_stage(tmp_path):
 
 PROBE = """
 import dataclasses, json, sys
-from rlsr.launch import launch_from_env
+from rlsr.core.launch import launch_from_env
 print("LAUNCH " + json.dumps(dataclasses.asdict(launch_from_env())), flush=True)
 """
 

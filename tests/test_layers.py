@@ -1,78 +1,91 @@
 """The package's import graph runs one way (docs/architecture.md): no cycles, no function-local imports of
 rlsr modules, no import going up the layer table below. Reads source only (``ast``).
 
-A new module must be placed in ``LAYERS``; a heavy optional third-party dependency (vllm,
-matplotlib, deepspeed, liger) may still be imported inside a function, with a comment.
+A new module goes into the folder of its floor (``FLOORS`` below); a heavy optional
+third-party dependency (vllm, matplotlib, deepspeed, liger) may still be imported inside a
+function, with a comment.
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import sys
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rlsr"
 
-# (module or package prefix, layer). A module takes the layer of its longest matching prefix;
-# "rlsr" matches the package's own __init__ only. An import may go to the same or a lower layer.
-LAYERS: dict[str, int] = {
-    # 0 primitives
-    "rlsr": 0,
-    "rlsr.parsing": 0,
-    "rlsr.ranking": 0,
-    "rlsr.prompts": 0,
-    "rlsr.tokenization": 0,
-    "rlsr.metric_inputs": 0,
-    "rlsr.launch": 0,
-    "rlsr.plugins": 0,  # "package.module:name" imported safely (verifier and method plugins)
-    "rlsr.checks": 0,  # ConfigError, check, is_int / is_number: every settings check's words
-    # 1 equations
-    "rlsr.rewards": 1,
-    "rlsr.calibration": 1,
-    "rlsr.thresholds": 1,
-    "rlsr.utility": 1,
-    "rlsr.metrics": 1,
-    "rlsr.logprob": 1,
-    "rlsr.verifiers": 1,
-    # 2 data, config (rlsr.tiny_models: the shipped tiny models that config's `tiny` aliases name
-    # and their hash check; their builders live outside the package, in tools/tiny/models.py)
-    "rlsr.data": 2,
-    "rlsr.tiny_models": 2,
-    "rlsr.config": 2,
-    "rlsr.config.heldout": 2,  # the held-out plan (heldout.*): resolve_heldout
-    "rlsr.eval_protocol": 2,  # the evaluation protocol, declared once (EvalProtocol)
-    "rlsr.pool": 2,  # one optimizer step's pool, its statistics and its observers
-    "rlsr.pool_log": 2,  # the pool files: written by the trainer, read by rlsr report --pools
-    # the run folder's names (file names, step- / checkpoint- folders, pool files, run.json), one
-    # place for every writer and reader from the trainer and the pool files up to serving
-    "rlsr.run_layout": 2,
-    # 3 trainer and the method registry
-    "rlsr.trainer": 3,
-    "rlsr.weight_sync": 3,
-    "rlsr.methods": 3,
-    "rlsr.sft_trainer": 3,
-    "rlsr.run_checkpoints": 3,  # the output layout and resume every trainer shares
-    "rlsr.run_plan": 3,  # the launch's plan: settings + method + pool + held-out, made once
-    # 4 run assembly, evaluation
-    "rlsr.training": 4,
-    "rlsr.evaluation": 4,
-    "rlsr.generation": 4,  # backends + Sec. C.3 fallback steps, shared by evaluation and serving
-    "rlsr.serving": 4,  # selective serving over the evaluator's rendering, parsing, fallbacks
-    "rlsr.lm_eval": 4,  # rlsr's tasks as lm-evaluation-harness tasks (lm-eval imports them)
-    # 5 command lines and applications
-    "rlsr.cli": 5,
-    "rlsr.data.cli": 5,
-    # one module per command of rlsr evaluation (evaluate_setup: what evaluate's flags resolve to)
-    "rlsr.evaluation.evaluate_cli": 5,
-    "rlsr.evaluation.evaluate_setup": 5,
-    "rlsr.evaluation.report_cli": 5,
-    "rlsr.evaluation.deploy_cli": 5,
-    "rlsr.evaluation.compare_cli": 5,
-    "rlsr.serving.cli": 5,
-    "rlsr.lm_eval.cli": 5,
-    "rlsr.evaluation.from_samples_cli": 5,
-}
+# The floors, declared once: (floor, name, {package or module: what it holds}). The package's
+# folders are its floors: every module of a folder sits on that folder's floor.
+# docs/architecture.md's floor block and table are generated from this table
+# (`python tests/test_layers.py --write-docs`) and test_architecture_shows_the_declared_floors
+# fails when they differ.
+FLOORS: tuple[tuple[int, str, dict[str, str]], ...] = (
+    (
+        0,
+        "primitives",
+        {
+            "rlsr": "the package's version",
+            "rlsr.core": "reading a completion (answer, confidence, format); confidence ranking "
+            "with exact ties; the paper's prompts; tokenizer loading; metric input checks; the "
+            "distributed launch and the machine; plugin imports; every settings check's words",
+        },
+    ),
+    (
+        1,
+        "equations",
+        {
+            "rlsr.equations": "the method's reward equations (lifted AURC share, marginal AURC, "
+            "Brier, correctness, format) and the log-prob confidence selector",
+            "rlsr.metrics": "AURC, ECE, Acc@coverage (selective), calibration, thresholds, utility",
+            "rlsr.verifiers": "correctness verifiers, one module each, their registry and plugins",
+        },
+    ),
+    (
+        2,
+        "data, config",
+        {
+            "rlsr.data": "tasks: registry, loaders, formatting, user tasks, the shipped tiny "
+            "models' lookup",
+            "rlsr.config": "the typed settings of train.py, each section checking its own fields "
+            "(held-out evaluation, TRL's arguments, server-mode evaluation)",
+            "rlsr.run": "the evaluation protocol, declared once, and the run folder's names",
+        },
+    ),
+    (
+        3,
+        "method, trainer",
+        {
+            "rlsr.method": "the method registry, one optimizer step's pool and its files, the "
+            "trainer (TRL's GRPOTrainer with pooled rewards), the SFT baseline, the launch's plan, "
+            "checkpoints and resume, the LoRA weight sync",
+        },
+    ),
+    (
+        4,
+        "run assembly, evaluation",
+        {
+            "rlsr.train": "building and running a training launch",
+            "rlsr.generation": "every backend that produces text, the Sec. C.3 fallback steps",
+            "rlsr.evaluation": "run/ evaluating a model, reports/ rlsr report, deploy/ "
+            "certificates and audit, comparison/ rlsr compare, heldout/ evaluation during training",
+            "rlsr.serving": "selective serving: answer iff the score reaches tau",
+            "rlsr.lm_eval": "rlsr's tasks as lm-evaluation-harness tasks",
+        },
+    ),
+    (
+        5,
+        "command lines",
+        {
+            "rlsr.cli": "the rlsr parser, each command's flags (light) and what it runs (*_cli.py)",
+        },
+    ),
+)
+# (module or package prefix, floor). A module takes the floor of its longest matching prefix;
+# "rlsr" matches the package's own __init__ only. An import may go to the same or a lower floor.
+LAYERS: dict[str, int] = {name: floor for floor, _, folders in FLOORS for name in folders}
 # Inside the run assembly/evaluation floor the three packages are tied one way: generation <-
 # evaluation <- serving (serving applies what evaluation certified; both generate through
 # generation). (importer package, package it may not import)
@@ -81,14 +94,7 @@ ONE_WAY: tuple[tuple[str, str], ...] = (
     ("rlsr.generation", "rlsr.serving"),
     ("rlsr.evaluation", "rlsr.serving"),
 )
-LAYER_NAMES = (
-    "primitives",
-    "equations",
-    "data/config",
-    "trainer/methods",
-    "run assembly/evaluation",
-    "CLIs",
-)
+LAYER_NAMES = tuple(name for _, name, _ in FLOORS)
 
 
 def module_name(path: Path, root: Path = PACKAGE) -> str:
@@ -199,7 +205,7 @@ def problems(sources: dict[str, str]) -> list[str]:
     """Every violation of the layering rules, one line each (empty: the graph is clean)."""
     edges = import_edges(sources)
     found = [
-        f"{m}: not in the LAYERS table of tests/test_layers.py"
+        f"{m}: in no folder of FLOORS in tests/test_layers.py"
         for m in sources
         if layer_of(m) is None
     ]
@@ -220,7 +226,7 @@ def problems(sources: dict[str, str]) -> list[str]:
 
 def test_the_package_imports_run_one_way():
     sources = read_sources()
-    assert "rlsr.trainer" in sources and "rlsr.verifiers.math" in sources
+    assert "rlsr.method.trainer" in sources and "rlsr.verifiers.math" in sources
     assert problems(sources) == []
 
 
@@ -234,10 +240,14 @@ def test_the_old_config_trainer_cycle_is_caught():
     """Reintroduce what the package had: config imports the trainer inside a function, the
     trainer imports config at top. All three rules must fire."""
     sources = read_sources()
-    sources["rlsr.config"] += "\n\ndef _columns(m):\n    from rlsr.trainer import RLSRTrainer\n"
-    sources["rlsr.trainer"] = "from rlsr.config import ConfigError\n" + sources["rlsr.trainer"]
+    sources["rlsr.config"] += (
+        "\n\ndef _columns(m):\n    from rlsr.method.trainer import RLSRTrainer\n"
+    )
+    sources["rlsr.method.trainer"] = (
+        "from rlsr.config import ConfigError\n" + sources["rlsr.method.trainer"]
+    )
     found = problems(sources)
-    assert any("function-local import of rlsr.trainer" in p for p in found), found
+    assert any("function-local import of rlsr.method.trainer" in p for p in found), found
     assert any("rlsr.config:" in p and "higher layer" in p for p in found), found
     assert any(p.startswith("import cycle:") and "rlsr.config" in p for p in found), found
 
@@ -246,12 +256,12 @@ def test_an_evaluation_import_of_serving_is_caught():
     """Reintroduce the two-way tie the package had: the deployment audit imports serving's
     policy while serving imports evaluation. The one-way rule must name the audit's import."""
     sources = read_sources()
-    sources["rlsr.evaluation.audit"] = (
-        "from rlsr.serving.policy import ServeSettings\n" + sources["rlsr.evaluation.audit"]
+    sources["rlsr.evaluation.deploy.audit"] = (
+        "from rlsr.serving.policy import ServeSettings\n" + sources["rlsr.evaluation.deploy.audit"]
     )
     found = problems(sources)
     assert any(
-        p.startswith("rlsr.evaluation.audit:1: imports rlsr.serving.policy;") for p in found
+        p.startswith("rlsr.evaluation.deploy.audit:1: imports rlsr.serving.policy;") for p in found
     ), found
 
 
@@ -292,3 +302,76 @@ def test_a_local_import_of_a_third_party_package_is_allowed_but_not_of_ours():
     assert found == [
         "rlsr.evaluation.plots:3: function-local import of rlsr.metrics; import it at module top"
     ]
+
+
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+BLOCK_START = "<!-- floors: generated from FLOORS in tests/test_layers.py; python tests/test_layers.py --write-docs -->"
+BLOCK_END = "<!-- end of floors -->"
+
+
+def floors_markdown() -> str:
+    """The floor block (top floor first) and the table of folders, as docs/architecture.md shows
+    them."""
+    lines = ["```"]
+    for floor, name, folders in reversed(FLOORS):
+        shown = [_folder(p) for p in folders if p != "rlsr"]
+        lines.append(f"{floor}  {name:<26}{' · '.join(shown)}")
+        if floor:
+            lines.append("        ^")
+    lines += ["```", "", "| floor | folder | holds |", "|---|---|---|"]
+    for floor, name, folders in FLOORS:
+        for prefix, holds in folders.items():
+            if prefix != "rlsr":
+                lines.append(f"| {floor} {name} | `{_folder(prefix)}` | {holds} |")
+    return "\n".join(lines)
+
+
+def _folder(prefix: str) -> str:
+    return prefix.replace(".", "/") + "/"
+
+
+def _architecture_block(text: str) -> str:
+    start = text.index(BLOCK_START) + len(BLOCK_START)
+    return text[start : text.index(BLOCK_END, start)].strip("\n")
+
+
+def test_every_module_sits_in_a_declared_folder():
+    """Each module of the package lies inside a folder named in ``FLOORS`` (the package's own
+    ``__init__`` aside): the folders are the floors, with no module left at the top."""
+    for module in read_sources():
+        if module != "rlsr":
+            assert any(module.startswith(p + ".") or module == p for p in LAYERS if p != "rlsr"), (
+                module
+            )
+
+
+def test_architecture_shows_the_declared_floors():
+    """docs/architecture.md's floor block and table are the ones ``FLOORS`` renders (regenerate
+    with ``python tests/test_layers.py --write-docs``)."""
+    assert _architecture_block(ARCHITECTURE.read_text(encoding="utf-8")) == floors_markdown()
+
+
+def test_the_layout_readme_and_architecture_name_exists():
+    """Every ``rlsr/...`` file or folder README.md and docs/architecture.md name exists, so their
+    layout cannot fall behind a move."""
+    root = PACKAGE.parent
+    for page in (root / "README.md", ARCHITECTURE):
+        for name in re.findall(
+            r"(?<![\w./-])rlsr/[\w/]*\w(?:\.py)?/?", page.read_text(encoding="utf-8")
+        ):
+            assert (root / name).exists(), f"{page.name} names {name}, which does not exist"
+
+
+def write_docs() -> None:
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    start = text.index(BLOCK_START) + len(BLOCK_START)
+    end = text.index(BLOCK_END, start)
+    ARCHITECTURE.write_text(
+        text[:start] + "\n" + floors_markdown() + "\n" + text[end:], encoding="utf-8"
+    )
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write-docs"]:
+        sys.exit("usage: python tests/test_layers.py --write-docs")
+    write_docs()

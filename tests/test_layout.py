@@ -1,4 +1,4 @@
-"""The output layout is spelled once (rlsr.run_layout): file names, step and checkpoint
+"""The output layout is spelled once (rlsr.run.run_layout): file names, step and checkpoint
 folders, the run.json comparison. Reads source and small folders only."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlsr import run_layout as layout
+from rlsr.run import run_layout as layout
 
 REPO = Path(__file__).resolve().parents[1]
 # Where code that reads or writes an output folder lives: Python is read with ast (docstrings may
@@ -87,7 +87,7 @@ def _shell_spellings(source: str) -> list[tuple[int, str]]:
 def spelled_layout_names(root: Path) -> list[str]:
     """``path:line: text`` of each place under ``root``'s SCANNED folders that spells an output
     file name or a step/checkpoint folder prefix instead of taking it from
-    rlsr.run_layout (which is the one place allowed to)."""
+    rlsr.run.run_layout (which is the one place allowed to)."""
     own = Path(layout.__file__).resolve()
     files = []
     for top in SCANNED:
@@ -113,7 +113,7 @@ def test_output_names_are_spelled_only_in_the_layout_module():
     silently split writers from readers. Later ``checkpoint-N`` was spelled in six places and
     ``step-`` in three, outside rlsr/ too (scripts, benchmarks, the Slurm scripts)."""
     found = spelled_layout_names(REPO)
-    assert not found, "use rlsr.run_layout's names:\n" + "\n".join(found)
+    assert not found, "use rlsr.run.run_layout's names:\n" + "\n".join(found)
 
 
 PLANTED = {
@@ -185,7 +185,7 @@ def test_checkpoint_folders_are_numbered_folders_by_step(tmp_path):
 
 
 def test_shell_scripts_read_the_names_from_the_layout_module(capsys):
-    """``python -m rlsr.run_layout NAME...`` (what slurm/evaluate.slurm runs)."""
+    """``python -m rlsr.run.run_layout NAME...`` (what slurm/evaluate.slurm runs)."""
     assert layout.main(["CHECKPOINT_PREFIX", "STEP_PREFIX"]) == 0
     assert capsys.readouterr().out == "checkpoint-\nstep-\n"
     assert layout.main(["config_differences"]) == 2
@@ -221,7 +221,7 @@ def test_config_differences_name_each_changed_field():
 def test_run_json_compares_the_protocols_sample_deciding_fields():
     """The fields a rerun must agree on come from the protocol's declaration (``decides_samples``),
     so a new protocol field is compared unless it says it does not decide a sample."""
-    from rlsr.eval_protocol import PROTOCOL_FIELDS, SAMPLE_FIELDS
+    from rlsr.run.eval_protocol import PROTOCOL_FIELDS, SAMPLE_FIELDS
 
     assert set(layout.CONFIG_FIELDS) & set(PROTOCOL_FIELDS) == set(SAMPLE_FIELDS)
     assert set(PROTOCOL_FIELDS) - set(SAMPLE_FIELDS) == {

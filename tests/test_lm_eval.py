@@ -15,9 +15,9 @@ import sys
 import pytest
 
 from rlsr.cli import main as rlsr_main
-from rlsr.evaluation.samples_io import read_samples
-from rlsr.metrics import ranking_gain_from_aurc
-from rlsr.tiny_models import tiny_warm_model_path
+from rlsr.data.tiny_models import tiny_warm_model_path
+from rlsr.evaluation.run.samples_io import read_samples
+from rlsr.metrics.selective import ranking_gain_from_aurc
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("lm_eval") is None,

@@ -3,7 +3,7 @@
 The pooled ranking must use each completion's length-normalised answer log-probability under the
 *current* policy, and ``rlsr evaluate --scorers logprob`` must score the same quantity. Both are
 checked against ``independent_confidence`` below, written here from the definition in
-``rlsr/logprob.py``'s docstring without any rlsr code: a regex for the last ``<answer>`` block,
+``rlsr/equations/logprob.py``'s docstring without any rlsr code: a regex for the last ``<answer>`` block,
 the chat template, one full-sequence forward of a freshly loaded model (no ``logits_to_keep``, no
 batching, no padding), ``log_softmax``, mean over the answer tokens, ``exp``.
 
@@ -20,8 +20,8 @@ import re
 import numpy as np
 import pytest
 
-from rlsr import rewards as R
-from rlsr.logprob import left_pad
+from rlsr.equations import rewards as R
+from rlsr.equations.logprob import left_pad
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -79,8 +79,8 @@ def test_pooled_ranking_uses_the_current_policys_answer_logprob(tmp_path):
     import torch
     from test_trainer_support import TEST_THREADS, format_warm_model, tiny_settings
 
-    from rlsr.run_plan import plan_run
-    from rlsr.training import build_trainer
+    from rlsr.method.run_plan import plan_run
+    from rlsr.train.training import build_trainer
 
     torch.set_num_threads(TEST_THREADS)
     settings = tiny_settings(tmp_path, max_steps=2, save_steps=1, warmup_steps=0)
@@ -140,8 +140,8 @@ def test_pooled_ranking_uses_the_current_policys_answer_logprob(tmp_path):
 
 def test_format_without_confidence_passes_with_logprob_selector_only():
     from rlsr.config import MethodSettings
-    from rlsr.methods import resolve
-    from rlsr.parsing import parse_response
+    from rlsr.core.parsing import parse_response
+    from rlsr.method.methods import resolve
 
     text = "<think>t</think><answer>a</answer><analysis>x</analysis>"
     with_conf = text + "<confidence>0.4</confidence>"
@@ -165,7 +165,7 @@ def test_rlsr_logprob_variant_composes_with_its_own_output_dir():
     from test_method_variants import CPU, compose
 
     from rlsr.config import from_dict
-    from rlsr.run_plan import plan_run
+    from rlsr.method.run_plan import plan_run
 
     values = compose("recipe=hotpot", "method=rlsr-logprob", *CPU)
     assert values["output_dir"] == "runs/hotpot-rlsr-logprob-qwen2.5-7b-seed42"
@@ -175,7 +175,7 @@ def test_rlsr_logprob_variant_composes_with_its_own_output_dir():
 
 def test_logprob_selector_is_rlsr_only():
     from rlsr.config import ConfigError, MethodSettings
-    from rlsr.methods import validate_method
+    from rlsr.method.methods import validate_method
 
     validate_method(MethodSettings("rlsr", confidence="logprob"))
     for name in ("rlcr", "rlvr"):
@@ -190,7 +190,7 @@ def test_evaluate_logprob_scorer_ranks_by_the_same_quantity(tmp_path):
     from test_trainer_support import format_warm_model
 
     from rlsr.cli import main as rlsr_main
-    from rlsr.evaluation.samples_io import read_samples
+    from rlsr.evaluation.run.samples_io import read_samples
 
     out = tmp_path / "eval"
     argv = ["evaluate", "--model", str(format_warm_model()), "--tasks", "tiny",

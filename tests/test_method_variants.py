@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlsr import rewards as R
 from rlsr.config import from_dict
-from rlsr.run_plan import plan_run
+from rlsr.equations import rewards as R
+from rlsr.method.run_plan import plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = ("grpo.use_vllm=false", "grpo.bf16=false", "grpo.use_cpu=true")
@@ -51,7 +51,7 @@ def test_plain_aurc_variant_trains_and_rewards_only_errors(tmp_path):
     import torch
     from test_trainer_support import TEST_THREADS, format_warm_model
 
-    from rlsr.training import build_trainer
+    from rlsr.train.training import build_trainer
 
     torch.set_num_threads(TEST_THREADS)
     values = compose(
@@ -104,15 +104,15 @@ def test_the_example_plugin_method_trains_from_its_recipe_file(tmp_path, monkeyp
     """docs/methods.md's worked example: examples/my_method/method/brier_only.yaml, found on
     Hydra's search path as ``train.py --config-dir examples/my_method method=brier_only`` finds
     it, names its MethodEntry with method.plugin; two optimizer steps of recipe=tiny-format train
-    with its columns, and every pool's Brier column equals ``rlsr.rewards.brier_reward``
+    with its columns, and every pool's Brier column equals ``rlsr.equations.rewards.brier_reward``
     recomputed on that pool, as do the pool files'. A plugin that is not loaded (a built-in's
     columns), or a column computed on anything but the whole pool, fails."""
     import torch
     from test_trainer_support import TEST_THREADS, format_warm_model
 
-    from rlsr.pool_log import read_pool
-    from rlsr.run_layout import pool_path, pool_steps
-    from rlsr.training import build_trainer
+    from rlsr.method.pool_log import read_pool
+    from rlsr.run.run_layout import pool_path, pool_steps
+    from rlsr.train.training import build_trainer
 
     torch.set_num_threads(TEST_THREADS)
     monkeypatch.syspath_prepend(str(EXAMPLE))  # the docs' PYTHONPATH=examples/my_method

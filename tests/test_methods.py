@@ -1,4 +1,4 @@
-"""The method registry (rlsr/methods.py): what every entry must provide, that a new method
+"""The method registry (rlsr/method/methods.py): what every entry must provide, that a new method
 is one entry plus its reward function, and the supervised baseline's own entry point."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlsr import methods
-from rlsr import rewards as R
 from rlsr.config import ConfigError, MethodSettings
-from rlsr.methods import MethodEntry, args_section, get_entry, register, resolve
+from rlsr.equations import rewards as R
+from rlsr.method import methods
+from rlsr.method.methods import MethodEntry, args_section, get_entry, register, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS_FIELDS = {f.name for f in dataclasses.fields(MethodSettings)}
@@ -73,7 +73,7 @@ def test_every_recipe_method_file_names_a_registered_method():
 def test_the_supervised_baseline_has_its_own_trainer_config_and_data():
     from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
 
-    from rlsr.training import TRAINERS
+    from rlsr.train.training import TRAINERS
 
     assert "sft" not in methods.REGISTRY and "sft" in methods.method_names()
     assert args_section(MethodSettings("sft")) == "sft"
@@ -124,7 +124,9 @@ def test_the_methods_columns_are_the_papers_equations():
     lifted = R.lifted_aurc_rewards(
         scored, confidence, correct_scale=2.0, weight_cap=3.0, max_coverage=0.5
     )
-    np.testing.assert_array_equal(rlsr.rewards(correct, confidence, format_ok), np.c_[fmt, lifted])
+    np.testing.assert_array_equal(
+        rlsr.equations.rewards(correct, confidence, format_ok), np.c_[fmt, lifted]
+    )
     # RLCR's Brier term, written out: 0 where the format fails or the confidence is missing
     valid = format_ok & ~np.isnan(confidence)
     brier = np.where(valid, 1.0 - (scored - np.nan_to_num(confidence)) ** 2, 0.0)
@@ -198,8 +200,8 @@ def test_adding_a_method_is_one_entry_and_its_reward_function(registry, tmp_path
     computed by the trainer's path, with no other change."""
     from test_trainer_support import tiny_settings
 
-    from rlsr.run_plan import plan_run
-    from rlsr.training import grpo_kwargs
+    from rlsr.method.run_plan import plan_run
+    from rlsr.train.training import grpo_kwargs
 
     calls = []
     register(_fake(validate=lambda s, grpo: calls.append(s.name)))
@@ -300,7 +302,7 @@ def test_a_bad_plugin_is_a_config_error_naming_the_field(
     }
     if module is not None:
         (tmp_path / "bad_rlsr_method.py").write_text(
-            "from rlsr.methods import MethodEntry, check_plain_reward\n" + bodies[module]
+            "from rlsr.method.methods import MethodEntry, check_plain_reward\n" + bodies[module]
         )
         monkeypatch.syspath_prepend(str(tmp_path))
         monkeypatch.delitem(sys.modules, "bad_rlsr_method", raising=False)

@@ -1,4 +1,4 @@
-"""Risk-coverage metrics (rlsr.metrics): brute force over tie orderings, invariances, seeds' numbers."""
+"""Risk-coverage metrics (rlsr.metrics.selective): brute force over tie orderings, invariances, seeds' numbers."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from rlsr import metrics
-from rlsr.rewards import lifted_aurc_rewards, rank_weights
+from rlsr.equations.rewards import lifted_aurc_rewards, rank_weights
+from rlsr.metrics import selective as metrics
 
 
 def tie_orderings(confidence):

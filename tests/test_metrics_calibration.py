@@ -1,4 +1,4 @@
-"""ECE, Brier, AUROC, confidence gap and temperature scaling (rlsr.metrics / rlsr.calibration)."""
+"""ECE, Brier, AUROC, confidence gap and temperature scaling (rlsr.metrics.selective / rlsr.metrics.calibration)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from rlsr import metrics
+from rlsr.metrics import selective as metrics
 
 
 def explicit_ece(conf, correct, edges):

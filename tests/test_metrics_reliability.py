@@ -1,5 +1,5 @@
 """MCE, RMS calibration error, equal-mass ECE, the reliability bins, coverage at risk and risk at
-coverage (rlsr.calibration, rlsr.thresholds): each against a brute force written from its
+coverage (rlsr.metrics.calibration, rlsr.metrics.thresholds): each against a brute force written from its
 definition in docs/metrics.md, over every small input with ties."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from rlsr import metrics as M
+from rlsr.metrics import selective as M
 
 # 0.3 sits just below the float edge linspace(0, 1, 11)[3] = 0.30000000000000004, 0.35 shares its
 # bin, 0.0 and 1.0 are the outer values: every bin-edge case and ties at every level.

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from rlsr import metrics
-from rlsr.thresholds import clopper_pearson_upper, default_min_selected
+from rlsr.metrics import selective as metrics
+from rlsr.metrics.thresholds import clopper_pearson_upper, default_min_selected
 
 
 def test_plain_rule_is_the_smallest_threshold_meeting_the_target():

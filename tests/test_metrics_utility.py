@@ -8,8 +8,8 @@ import itertools
 import numpy as np
 import pytest
 
-from rlsr import metrics
-from rlsr.utility import response_utilities
+from rlsr.metrics import selective as metrics
+from rlsr.metrics.utility import response_utilities
 
 # --------------------------------------------------------------------------- UtilityAUC
 

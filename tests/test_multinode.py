@@ -63,7 +63,7 @@ def _worker() -> None:
     torch.set_num_threads(1)
     import runpy
 
-    import rlsr.training
+    import rlsr.train.training
 
     rank = int(os.environ["RANK"])
     restart = os.environ.get("SLURM_RESTART_COUNT", "0")
@@ -76,8 +76,10 @@ def _worker() -> None:
         pools.append(pool_record(pool))
         out.write_text(json.dumps(pools))  # written at once: the run may be killed
 
-    run_training = rlsr.training.run_training
-    rlsr.training.run_training = lambda settings, **kw: run_training(settings, pool_hook=hook, **kw)
+    run_training = rlsr.train.training.run_training
+    rlsr.train.training.run_training = lambda settings, **kw: run_training(
+        settings, pool_hook=hook, **kw
+    )
     sys.argv[0] = str(ROOT / "train.py")
     runpy.run_path(sys.argv[0], run_name="__main__")  # train.py exactly as `python train.py`
 

@@ -1,4 +1,4 @@
-"""Tests for rlsr.parsing: format rule, confidence grammar, last-block rule, robustness on
+"""Tests for rlsr.core.parsing: format rule, confidence grammar, last-block rule, robustness on
 pathological megabyte inputs (their parse time: benchmarks/bench_parsing.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlsr.parsing import (
+from rlsr.core.parsing import (
     ANSWER_CONFIDENCE_FORMAT,
     FULL_FORMAT,
     FormatSpec,

@@ -1,4 +1,4 @@
-"""Every training pool on disk (``pool_log.*``, rlsr.pool_log).
+"""Every training pool on disk (``pool_log.*``, rlsr.method.pool_log).
 
 The writer, reader and settings on hand-made pools; then a real tiny training with the pool log
 on, whose every logged reward is recomputed from the logged verdicts and confidences with the
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from rlsr.config import ConfigError, MethodSettings
-from rlsr.pool_log import PoolLogWriter, pool_rows, read_pool, summarise_pool
-from rlsr.run_layout import pool_path, pool_steps
+from rlsr.method.pool_log import PoolLogWriter, pool_rows, read_pool, summarise_pool
+from rlsr.run.run_layout import pool_path, pool_steps
 
 
 def _rows(step: int, correct, confidence, format_ok=None, G: int = 2, next_heldout=None):
@@ -161,7 +161,7 @@ def test_rlsr_report_pools_prints_a_line_per_step_and_writes_the_csv(tmp_path, c
 def test_pool_log_settings_are_checked_before_anything_loads(tmp_path, capsys):
     from test_trainer_support import tiny_settings
 
-    from rlsr.run_plan import plan_run
+    from rlsr.method.run_plan import plan_run
 
     settings = tiny_settings(tmp_path)
     settings.pool_log.every = -1
@@ -182,7 +182,7 @@ def test_pool_log_settings_are_checked_before_anything_loads(tmp_path, capsys):
     from omegaconf import OmegaConf
 
     from rlsr.config import from_dict
-    from rlsr.run_plan import plan_run
+    from rlsr.method.run_plan import plan_run
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from train import checked_plan
@@ -261,12 +261,12 @@ def test_logged_pools_recompute_from_their_own_verdicts_with_the_method_and_trls
     from test_trainer import ONE_STEP_POOL
     from test_trainer_support import TEST_THREADS, tiny_settings
 
+    from rlsr.core.parsing import parse_response
     from rlsr.data.loading import load_examples
-    from rlsr.methods import compute_reward_columns, reward_columns
-    from rlsr.parsing import parse_response
-    from rlsr.pool_log import pool_summary_rows
-    from rlsr.run_plan import plan_run
-    from rlsr.training import build_trainer
+    from rlsr.method.methods import compute_reward_columns, reward_columns
+    from rlsr.method.pool_log import pool_summary_rows
+    from rlsr.method.run_plan import plan_run
+    from rlsr.train.training import build_trainer
     from rlsr.verifiers import get_verifier
 
     torch.set_num_threads(TEST_THREADS)
@@ -348,25 +348,25 @@ def test_logged_pools_recompute_from_their_own_verdicts_with_the_method_and_trls
 def test_a_logged_step_gathers_its_rows_once_for_both_observers(tmp_path, monkeypatch):
     """With a ``pool_hook`` and the pool log on, one gather of the rows feeds both observers.
     Catches a trainer that gathers the texts and golds for the hook and again (with ids,
-    answers and statuses) for the log: 2 + 5 ``gather_object`` calls per logged step. Counted on ``rlsr.trainer.gather_object`` over one real optimizer step of
+    answers and statuses) for the log: 2 + 5 ``gather_object`` calls per logged step. Counted on ``rlsr.method.trainer.gather_object`` over one real optimizer step of
     recipe=tiny-format, single process (accelerate's gather_object returns its input there, so
     the count is of the trainer's calls, the same on any number of processes)."""
     import torch
     from test_trainer_support import TEST_THREADS, tiny_settings
 
-    import rlsr.trainer
-    from rlsr.run_plan import plan_run
-    from rlsr.training import build_trainer
+    import rlsr.method.trainer
+    from rlsr.method.run_plan import plan_run
+    from rlsr.train.training import build_trainer
 
     torch.set_num_threads(TEST_THREADS)
     gathers = []
-    real = rlsr.trainer.gather_object
+    real = rlsr.method.trainer.gather_object
 
     def counted(obj):
         gathers.append(len(obj))
         return real(obj)
 
-    monkeypatch.setattr(rlsr.trainer, "gather_object", counted)
+    monkeypatch.setattr(rlsr.method.trainer, "gather_object", counted)
     settings = tiny_settings(tmp_path, max_steps=1, save_steps=1000)
     settings.pool_log.every = 1
     pools = []

@@ -1,4 +1,4 @@
-"""Pin every prompt of rlsr/prompts.py to the RLSR paper (arXiv 2607.03528, Sec. C.1-C.3).
+"""Pin every prompt of rlsr/core/prompts.py to the RLSR paper (arXiv 2607.03528, Sec. C.1-C.3).
 
 Two independent checks: (1) where a plain-text copy of the paper is present (looked for as
 ``shared/seeds/003_*.txt`` beside or inside the repository; a clone has none, and these checks
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rlsr import prompts
+from rlsr.core import prompts
 
 REPO = Path(__file__).resolve().parents[1]
 SEED_GLOB = "003_*.txt"

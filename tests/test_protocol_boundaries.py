@@ -18,10 +18,10 @@ from examples.toy import repro
 from rlsr.cli import evaluate as evaluate_flags
 from rlsr.config import ConfigError, heldout_protocol, resolve_heldout
 from rlsr.config.compose import compose_config
-from rlsr.eval_protocol import protocol_from_args
-from rlsr.methods import args_section
-from rlsr.run_plan import plan_run
-from rlsr.training import _evaluate_command, run_summary
+from rlsr.method.methods import args_section
+from rlsr.method.run_plan import plan_run
+from rlsr.run.eval_protocol import protocol_from_args
+from rlsr.train.training import _evaluate_command, run_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted(p.stem for p in (ROOT / "recipes" / "recipe").glob("*.yaml"))

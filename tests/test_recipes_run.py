@@ -3,7 +3,7 @@
 Each combination is composed through the Hydra tree exactly as ``train.py`` composes it, with
 only these overrides:
 
-* scale: a tiny random model of the same family (Qwen2: shipped, ``rlsr.tiny_models``;
+* scale: a tiny random model of the same family (Qwen2: shipped, ``rlsr.data.tiny_models``;
   Llama-3.1-shaped: built and cached by ``tools.tiny.models``), the bundled fixture rows of the
   recipe's dataset (``rlsr/data/fixtures/upstream``), G = 3, a pool of 6 completions
   (``pool_size``; the accumulation is derived as in a real run), 8-token completions, one
@@ -33,8 +33,8 @@ import pytest
 from rlsr.config import from_dict
 from rlsr.data import resolve_tasks
 from rlsr.data.loading import FIXTURES_DIR
-from rlsr.run_plan import plan_run
-from rlsr.tiny_models import tiny_model_path
+from rlsr.data.tiny_models import tiny_model_path
+from rlsr.method.run_plan import plan_run
 from tools.tiny.models import tiny_llama_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,7 +115,7 @@ def test_real_recipe_trains_one_step(tmp_path, recipe, model, method):
     import torch
     from peft import PeftModel
 
-    from rlsr.training import run_training
+    from rlsr.train.training import run_training
 
     torch.set_num_threads(1)
     out = tmp_path / "run"

@@ -10,12 +10,16 @@ import math
 import numpy as np
 import pytest
 
-from rlsr import metrics as M
 from rlsr.cli import main as rlsr_main
-from rlsr.evaluation import report
-from rlsr.evaluation.plots import plot_reliability_diagrams
-from rlsr.evaluation.reliability import calibration_metrics, calibration_rows, reliability_panels
-from rlsr.evaluation.summary import compute_metrics, scorer_arrays
+from rlsr.evaluation.reports import report
+from rlsr.evaluation.reports.plots import plot_reliability_diagrams
+from rlsr.evaluation.reports.reliability import (
+    calibration_metrics,
+    calibration_rows,
+    reliability_panels,
+)
+from rlsr.evaluation.run.summary import compute_metrics, scorer_arrays
+from rlsr.metrics import selective as M
 
 
 def _write_run(root, name, dataset, rows):
@@ -42,7 +46,7 @@ RLCR = [(1.0, True), (1.0, False), (1.0, False), (0.8, True), (0.8, False), (0.2
 def test_report_calibration_section_csv_and_reliability_diagram(tmp_path, capsys):
     """Per run: ECE, equal-mass ECE, MCE, RMS-CE, coverage at the --target-risks and risk at the
     --target-coverages, in report.md (estimate [CI]) and report.csv (mean, ci_low, ci_high),
-    equal to rlsr.metrics on the run's samples; the reliability PNG is written and each panel's
+    equal to rlsr.metrics.selective on the run's samples; the reliability PNG is written and each panel's
     count-weighted bin gaps sum to the ECE of the run's metrics.json. Bad targets are one-line
     errors that write nothing."""
     samples = {

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from rlsr.ranking import tie_averaged_weights
-from rlsr.rewards import (
+from rlsr.core.ranking import tie_averaged_weights
+from rlsr.equations.rewards import (
     brier_reward,
     confidence_for_ranking,
     correctness_reward,

@@ -1,4 +1,4 @@
-"""The run plan is derived once per launch: ``rlsr.run_plan.plan_run`` checks the
+"""The run plan is derived once per launch: ``rlsr.method.run_plan.plan_run`` checks the
 settings and derives the pool, the held-out plan and the vLLM context; the trainer's arguments,
 the trainer, the held-out evaluator and the end-of-run summary read that plan instead of deriving
 their own copies. Counted with ``sys.setprofile`` on the functions' code objects, so a second
@@ -13,8 +13,8 @@ import pytest
 from test_config import compose
 
 from rlsr.config import ConfigError, from_dict, resolve_heldout, resolve_pool
-from rlsr.run_plan import plan_run
-from rlsr.training import build_trainer, grpo_kwargs, run_summary, trainer_kwargs
+from rlsr.method.run_plan import plan_run
+from rlsr.train.training import build_trainer, grpo_kwargs, run_summary, trainer_kwargs
 
 
 @contextmanager
@@ -80,7 +80,7 @@ def test_a_launch_whose_process_count_differs_from_the_plan_is_refused(tmp_path)
 def test_the_process_count_is_read_as_accelerate_reads_it(monkeypatch):
     """An MPI launch states its size only in its own variable before accelerate sets WORLD_SIZE;
     planning for 1 process there would refuse (or mis-size) the run."""
-    from rlsr.launch import WORLD_SIZE_VARIABLES, world_size_from_env
+    from rlsr.core.launch import WORLD_SIZE_VARIABLES, world_size_from_env
 
     for name in WORLD_SIZE_VARIABLES:
         monkeypatch.delenv(name, raising=False)
@@ -95,7 +95,7 @@ def test_the_launch_and_the_run_plan_read_one_world_size():
     """An MPI launch states its size only in its own variable; the launch (DDP vs single) and
     the run plan's process count read it with the same reader, so they cannot disagree."""
     from rlsr.config import world_size_from_env as plan_reader
-    from rlsr.launch import launch_from_env
+    from rlsr.core.launch import launch_from_env
 
     names = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
     assert [launch_from_env({name: "4"}).name for name in names] == ["ddp"] * 4
@@ -109,18 +109,18 @@ def test_the_launch_and_the_run_plan_read_one_world_size():
 
 @pytest.fixture
 def plan_count(monkeypatch):
-    """How many times a launch is planned (``rlsr.run_plan.plan_run``, the one function every
+    """How many times a launch is planned (``rlsr.method.run_plan.plan_run``, the one function every
     caller plans with; ``plan_from_config`` calls it)."""
-    import rlsr.run_plan
+    import rlsr.method.run_plan
 
     calls = []
-    real = rlsr.run_plan.plan_run
+    real = rlsr.method.run_plan.plan_run
 
     def counted(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(rlsr.run_plan, "plan_run", counted)
+    monkeypatch.setattr(rlsr.method.run_plan, "plan_run", counted)
     return calls
 
 
@@ -141,11 +141,11 @@ def test_the_toys_arm_plans_its_launch_once(tmp_path, plan_count):
 def test_the_build_takes_the_launchs_plan_not_settings(name):
     """Every function of the build receives the launch's plan and refuses bare settings with a
     TypeError naming plan_run (planning them again could disagree with the launch's plan)."""
-    import rlsr.training
+    import rlsr.train.training
 
     cfg = from_dict(compose("recipe=tiny"))
     with pytest.raises(TypeError, match=rf"{name} takes the launch's run plan .*plan_run"):
-        getattr(rlsr.training, name)(cfg)
+        getattr(rlsr.train.training, name)(cfg)
     plan = plan_run(cfg, world_size=1)
     assert trainer_kwargs(plan)["gradient_accumulation_steps"] == plan.pool.accumulation
 

@@ -17,10 +17,10 @@ import yaml
 from test_trainer_support import TEST_THREADS
 
 from rlsr.cli import main as rlsr_main
-from rlsr.evaluation.history import read_history
-from rlsr.pool_log import read_pool
-from rlsr.run_layout import pool_path, pool_steps
-from rlsr.training import rlsr_program, run_summary
+from rlsr.evaluation.heldout.history import read_history
+from rlsr.method.pool_log import read_pool
+from rlsr.run.run_layout import pool_path, pool_steps
+from rlsr.train.training import rlsr_program, run_summary
 
 REPO = Path(__file__).resolve().parents[1]
 # The recipe, shortened: 4 steps, held-out and checkpoints every 2 (the summary's shape and its
@@ -190,7 +190,7 @@ def test_curve_panels_do_not_magnify_one_question(tmp_path):
     """An accuracy that moves 0.43 -> 0.45 (two questions of 100) gets a y-axis at least
     MIN_Y_SPAN wide, inside [0, 1], holding every value (autoscaling drew that change across
     the whole panel); y_limits keeps a wide range and moves a narrow one inside [0, 1]."""
-    from rlsr.evaluation import curves
+    from rlsr.evaluation.reports import curves
 
     run = _fake_run(tmp_path / "run", [(0, 0.5, 0.43), (20, 0.34, 0.44), (40, 0.37, 0.45)])
     rows = curves.curve_rows([run])

@@ -1,4 +1,4 @@
-"""rlsr.evaluation.seed_statistics: each function against brute force or hand-computed values,
+"""rlsr.evaluation.comparison.seed_statistics: each function against brute force or hand-computed values,
 and the coverage of the 95 % t-interval on simulated seeds (docs/evaluation.md, "Intervals,
 tests and verdicts")."""
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy.stats import beta
 
-from rlsr.evaluation import seed_statistics as S
-from rlsr.evaluation.compare_settings import Statistics
+from rlsr.evaluation.comparison import seed_statistics as S
+from rlsr.evaluation.comparison.compare_settings import Statistics
 
 # t_{df, 0.975} from a printed table (Student's t, two-sided 95 %)
 T_TABLE = {1: 12.706204736174707, 4: 2.7764451051977987, 10: 2.2281388519649385,

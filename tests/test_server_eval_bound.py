@@ -152,7 +152,7 @@ def test_the_context_check_at_start_is_bounded_too(silent_server):
     other processes wait for it in a collective: a server that does not answer stops the run
     there with one ConfigError naming the field, within the bound, instead of hanging."""
     from rlsr.config import ConfigError
-    from rlsr.evaluation.heldout import HeldOutEvaluator
+    from rlsr.evaluation.heldout.evaluator import HeldOutEvaluator
 
     url, hits = silent_server
     ddp_timeout = 80.0  # the bound: 0.8 x 80 - 60 = 4 s

@@ -54,8 +54,8 @@ def _worker(out_dir: str, url: str) -> None:
 
     from rlsr.config import from_dict
     from rlsr.config.heldout import resolve_heldout
-    from rlsr.evaluation.heldout import HeldOutEvaluator
-    from rlsr.tiny_models import tiny_warm_model_path
+    from rlsr.data.tiny_models import tiny_warm_model_path
+    from rlsr.evaluation.heldout.evaluator import HeldOutEvaluator
 
     rank = int(os.environ["RANK"])
     out = Path(out_dir)

@@ -18,7 +18,7 @@ from rlsr.config.server_eval import (
     server_eval_bound,
     server_eval_tokens,
 )
-from rlsr.run_plan import plan_run
+from rlsr.method.run_plan import plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 # recipe=toy is a one-process CPU recipe (grpo.use_cpu, transformers generation): no vLLM server.
@@ -35,7 +35,7 @@ def gpu_node(monkeypatch):
     """The recipes are planned as on a GPU node with vLLM installed: this machine has neither, so
     the two machine probes are the doubles (as tests/test_config.py pretends vllm is installed);
     every check of the plan itself is real."""
-    import rlsr.launch as M
+    import rlsr.core.launch as M
 
     real = M.module_available
     monkeypatch.setattr(M, "module_available", lambda name: name == "vllm" or real(name))

@@ -24,16 +24,20 @@ import openai
 import pytest
 from ports import free_port as _free_port  # one OS-given port helper for the suite
 
-from rlsr.evaluation import deployment
-from rlsr.evaluation.deployment import model_identity
+from rlsr.core.prompts import (
+    ANSWER_FALLBACK_SUFFIX,
+    CONFIDENCE_FALLBACK_SUFFIX,
+    SIMPLE_SYSTEM_PROMPT,
+)
+from rlsr.core.tokenization import load_tokenizer
+from rlsr.evaluation.deploy import deployment
+from rlsr.evaluation.deploy.deployment import model_identity
 from rlsr.generation.backends import Sampling
 from rlsr.generation.openai_api import VLLM_SERVE, completions_body
-from rlsr.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX, SIMPLE_SYSTEM_PROMPT
 from rlsr.serving.app import create_app
 from rlsr.serving.decision_log import DecisionLog, read_decision_log
 from rlsr.serving.engine import UpstreamEngine
 from rlsr.serving.policy import DEFAULT_ABSTAIN_MESSAGE, ServeSettings
-from rlsr.tokenization import load_tokenizer
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -21,8 +21,8 @@ import pytest
 from test_serving import running  # uvicorn on a free loopback port, in a thread
 
 from rlsr.cli.serve import register
+from rlsr.cli.serve_cli import operator_options
 from rlsr.serving.app import create_app
-from rlsr.serving.cli import operator_options
 from rlsr.serving.decision_log import DecisionLog, read_decision_log
 from rlsr.serving.engine import UpstreamEngine
 from rlsr.serving.policy import ServeSettings
@@ -285,7 +285,7 @@ def test_metrics_count_a_known_mix(upstream, tiny_model_dir):
     prometheus_client's own parser, says exactly that; /metrics needs the key too."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from rlsr.tokenization import load_tokenizer
+    from rlsr.core.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(tiny_model_dir)
     sure = _question_with_confidence(tokenizer, "0.9")

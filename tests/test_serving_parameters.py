@@ -15,13 +15,13 @@ import openai
 import pytest
 from test_serving import running  # uvicorn on a free loopback port, in a thread
 
-from rlsr.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX
+from rlsr.core.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX
+from rlsr.core.tokenization import load_tokenizer
 from rlsr.serving.app import create_app
 from rlsr.serving.decision_log import DecisionLog, read_decision_log
 from rlsr.serving.engine import UpstreamEngine
 from rlsr.serving.policy import ServeSettings
 from rlsr.serving.protocol import PARAMETERS
-from rlsr.tokenization import load_tokenizer
 
 pytestmark = pytest.mark.timeout(300)
 

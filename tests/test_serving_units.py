@@ -13,10 +13,11 @@ import shutil
 
 import pytest
 
-from rlsr.evaluation import deployment, provenance
-from rlsr.evaluation.decisions import summarise_decisions
+from rlsr.evaluation.deploy import deployment
+from rlsr.evaluation.deploy.decisions import summarise_decisions
+from rlsr.evaluation.run import provenance
+from rlsr.metrics.thresholds import clopper_pearson_interval
 from rlsr.serving import decision_log, policy, protocol, threshold
-from rlsr.thresholds import clopper_pearson_interval
 
 # --------------------------------------------------------------------------- decision
 
@@ -299,7 +300,7 @@ def test_an_alias_and_its_resolved_folder_are_one_model():
     the alias resolves to (and the reverse): two names, one model. Catches a provenance check
     that compares the names as written."""
     from rlsr.config import resolve_model_path
-    from rlsr.evaluation.deployment import model_identity
+    from rlsr.evaluation.deploy.deployment import model_identity
     from rlsr.serving.threshold import provenance_mismatches
 
     folder = resolve_model_path("tiny-warm")
@@ -333,7 +334,7 @@ def test_serves_decoding_flags_are_the_protocols_declaration():
     recorded in run.json cannot reach serve."""
     import dataclasses
 
-    from rlsr.eval_protocol import DECODING_FIELDS, EvalProtocol, flag_of
+    from rlsr.run.eval_protocol import DECODING_FIELDS, EvalProtocol, flag_of
 
     assert set(DECODING_FIELDS) >= {"max_new_tokens", "temperature", "top_p", "fallbacks",
                                     "fallback_max_new_tokens"}  # fmt: skip
@@ -372,7 +373,7 @@ def test_serve_decodes_with_the_certified_protocol_and_refuses_another_unless_fo
     (before: top_p and temperature from a hand list, 4,096 if a field was missing); a flag that
     differs is refused naming it and the certified value; --force serves it with a warning;
     a flag equal to the certified value is accepted."""
-    from rlsr.serving.cli import serve_settings
+    from rlsr.cli.serve_cli import serve_settings
 
     served = _certified(tmp_path)
     settings = serve_settings(_serve_args(), served)
@@ -422,7 +423,7 @@ def test_serve_names_every_missing_package_in_one_message_before_any_engine(
     import socket
 
     from rlsr.cli import main
-    from rlsr.serving import cli as serving_cli
+    from rlsr.cli import serve_cli as serving_cli
 
     real = importlib.util.find_spec
     absent = {"uvicorn", "vllm"}
@@ -457,7 +458,7 @@ def test_serve_refuses_another_system_prompt_than_certified_unless_forced(tmp_pa
     than the one the threshold's samples were rendered with (provenance.system_prompt) is refused
     with the decoding flags' message and --force escape (a mere warning would serve a threshold
     that does not hold); the certified prompt itself, or none given, is served."""
-    from rlsr.serving.cli import serve_settings
+    from rlsr.cli.serve_cli import serve_settings
 
     served = _certified(tmp_path)  # certified with the "simple" prompt
     assert serve_settings(_serve_args(), served).system_prompt == "simple"

@@ -7,7 +7,7 @@ format-warm model + a LoRA adapter through ``LoRARequest``, threshold from a rea
 second ``rlsr serve --upstream --tau 1.5`` forwards to. Nothing is faked.
 
 The answered case is checked against the evaluator itself: the transformers backend with the
-same adapter (``rlsr.evaluation.runner.respond``) must produce the same completion, confidence
+same adapter (``rlsr.evaluation.run.runner.respond``) must produce the same completion, confidence
 and answer for the same question, so serving renders, parses and falls back exactly as
 evaluation does (greedy float32 on CPU agrees token for token, tests/test_vllm_cpu.py).
 """
@@ -37,7 +37,7 @@ if importlib.util.find_spec("vllm") is None:
 import httpx  # noqa: E402
 import openai  # noqa: E402
 
-from rlsr.evaluation.deployment import model_identity  # noqa: E402
+from rlsr.evaluation.deploy.deployment import model_identity  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -97,7 +97,7 @@ def _server(
 
 @pytest.fixture(scope="module")
 def warm_model() -> Path:
-    from rlsr.tiny_models import tiny_warm_model_path
+    from rlsr.data.tiny_models import tiny_warm_model_path
 
     return tiny_warm_model_path()
 
@@ -174,7 +174,7 @@ def _ask(url: str, question: str, model: str = "tiny-warm"):
 
 def test_in_process_engine_answers_at_tau_0_as_the_evaluator_would(in_process, warm_model, adapter):
     from rlsr.data.formatting import build_prompt
-    from rlsr.evaluation.runner import EvalSettings, respond
+    from rlsr.evaluation.run.runner import EvalSettings, respond
     from rlsr.generation.backends import TransformersBackend
 
     url, log = in_process
@@ -282,7 +282,7 @@ def test_upstream_vllm_serve_abstains_at_tau_above_1_and_502_when_down(tmp_path,
             assert ext["tau"] == 1.5 and ext["raw_completion"].startswith("<think>")
             # the evaluator's completion for the same question (transformers, same model)
             from rlsr.data.formatting import build_prompt
-            from rlsr.evaluation.runner import EvalSettings, respond
+            from rlsr.evaluation.run.runner import EvalSettings, respond
             from rlsr.generation.backends import TransformersBackend
 
             backend = TransformersBackend(str(warm_model))

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(900)
 
 
 def _train(out: Path, *extra: str) -> subprocess.CompletedProcess:
-    from rlsr.tiny_models import tiny_warm_model_path
+    from rlsr.data.tiny_models import tiny_warm_model_path
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, str(ROOT / "train.py"), "recipe=tiny", "method=sft",
@@ -42,7 +42,7 @@ def _adapter(path: Path):
 
 def _sft_example_rows():
     from rlsr.data.loading import load_examples
-    from rlsr.sft_trainer import sft_examples
+    from rlsr.method.sft_trainer import sft_examples
 
     rows = load_examples("tiny", split="train", limit=3, system_prompt="none")
     return rows, sft_examples(rows)
@@ -74,8 +74,8 @@ def test_sft_and_grpo_trainers_share_save_and_resume():
     """Both trainers take save (training_args.json, no pickle) and the multi-process CPU resume
     fix (optimizer state mapped to ``cpu``, not ``cpu:0``; exercised by tests/test_multinode.py
     for GRPO) from one mixin. Catches the SFT trainer losing either when the mixin is split."""
-    from rlsr.sft_trainer import SFTAnswerTrainer
-    from rlsr.trainer import RLSRTrainer, RunCheckpoints
+    from rlsr.method.sft_trainer import SFTAnswerTrainer
+    from rlsr.method.trainer import RLSRTrainer, RunCheckpoints
 
     for trainer in (SFTAnswerTrainer, RLSRTrainer):
         for hook in ("_save", "_load_optimizer_and_scheduler"):
@@ -84,8 +84,8 @@ def test_sft_and_grpo_trainers_share_save_and_resume():
 
 def test_sft_recipe_reads_the_sft_section_and_checks_it():
     from rlsr.config import ConfigError
-    from rlsr.run_plan import plan_run
-    from rlsr.training import trainer_kwargs
+    from rlsr.method.run_plan import plan_run
+    from rlsr.train.training import trainer_kwargs
 
     s = _compose("method=sft")
     kwargs = trainer_kwargs(plan_run(s, world_size=1))
@@ -109,8 +109,8 @@ def test_sft_trains_resumes_and_evaluates_with_consistency_on_plain_answers(tmp_
     import torch
 
     from rlsr.cli import main as rlsr_main
-    from rlsr.evaluation.samples_io import read_samples
-    from rlsr.tiny_models import tiny_warm_model_path
+    from rlsr.data.tiny_models import tiny_warm_model_path
+    from rlsr.evaluation.run.samples_io import read_samples
     from rlsr.verifiers import normalize_answer
 
     out = tmp_path / "sft"

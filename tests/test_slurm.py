@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from rlsr.cli import evaluate as evaluate_flags
-from rlsr.eval_protocol import protocol_from_args
+from rlsr.run.eval_protocol import protocol_from_args
 
 ROOT = Path(__file__).resolve().parent.parent
 SLURM = ROOT / "slurm"
@@ -719,8 +719,8 @@ def test_evaluate_array_index_maps_to_checkpoint_and_dataset(tmp_path):
 
 
 def test_evaluate_reads_the_checkpoint_prefix_from_rlsr_and_says_which_python_cannot(tmp_path):
-    """evaluate.slurm labels checkpoint-N folders with the prefix rlsr.run_layout declares
-    (``python -m rlsr.run_layout CHECKPOINT_PREFIX``), not a copy in the shell; a python
+    """evaluate.slurm labels checkpoint-N folders with the prefix rlsr.run.run_layout declares
+    (``python -m rlsr.run.run_layout CHECKPOINT_PREFIX``), not a copy in the shell; a python
     that cannot import rlsr stops the job before any pair, naming RLSR_PYTHON."""
     python = tmp_path / "python"
     python.write_text("#!/bin/sh\necho 'No module named rlsr' >&2\nexit 1\n")

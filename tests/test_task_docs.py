@@ -35,9 +35,9 @@ from test_serving import FakeUpstream, _free_port, running
 from test_trainer_support import TEST_THREADS, format_warm_model
 
 from rlsr.cli import main as rlsr_main
+from rlsr.core.tokenization import load_tokenizer
 from rlsr.data import get_spec, task_names, unregister_task
 from rlsr.data.loading import FIXTURES_DIR
-from rlsr.tokenization import load_tokenizer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 

@@ -34,14 +34,14 @@ from test_serving import FakeUpstream, _free_port, running
 from test_trainer_support import TEST_THREADS, format_warm_model, tiny_settings
 
 from rlsr.cli import main as rlsr_main
+from rlsr.core.prompts import FORMAT_INSTRUCTIONS
+from rlsr.core.tokenization import load_tokenizer
 from rlsr.data import load_task_file, task_names, unregister_task
 from rlsr.data.loading import FIXTURES_DIR
-from rlsr.evaluation.history import read_history
-from rlsr.prompts import FORMAT_INSTRUCTIONS
-from rlsr.run_layout import step_dir
-from rlsr.run_plan import plan_run
-from rlsr.tokenization import load_tokenizer
-from rlsr.training import build_trainer
+from rlsr.evaluation.heldout.history import read_history
+from rlsr.method.run_plan import plan_run
+from rlsr.run.run_layout import step_dir
+from rlsr.train.training import build_trainer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

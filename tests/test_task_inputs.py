@@ -18,16 +18,15 @@ import datasets
 import pytest
 from test_config import compose
 
-from rlsr.cli import main
+from rlsr.cli import evaluate_cli, main
 from rlsr.config import ConfigError, from_dict, resolve_model_path
+from rlsr.core.tokenization import load_tokenizer, model_context_length, prompt_token_counter
 from rlsr.data import TaskError, load_tasks, task_names, unregister_task
 from rlsr.data import tasks as tasks_module
 from rlsr.data.loading import PromptRoom, load_examples
 from rlsr.data.tasks import TASKS_PATH_ENV
-from rlsr.evaluation import evaluate_cli
-from rlsr.run_plan import plan_run
-from rlsr.tokenization import load_tokenizer, model_context_length, prompt_token_counter
-from rlsr.training import build_trainer
+from rlsr.method.run_plan import plan_run
+from rlsr.train.training import build_trainer
 
 datasets.disable_progress_bars()
 

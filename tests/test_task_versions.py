@@ -24,8 +24,8 @@ from rlsr.cli import main as rlsr_main
 from rlsr.config import ConfigError
 from rlsr.data import load_task_file, task_names, unregister_task
 from rlsr.data.loading import FIXTURES_DIR
-from rlsr.run_plan import plan_run
-from rlsr.training import run_training
+from rlsr.method.run_plan import plan_run
+from rlsr.train.training import run_training
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -22,6 +22,7 @@ from test_slurm import SLURM, base_env, run_sweep
 
 from rlsr.cli import main
 from rlsr.config import ConfigError, from_dict, resolve_heldout
+from rlsr.core.prompts import FORMAT_INSTRUCTIONS, SIMPLE_SYSTEM_PROMPT, get_system_prompt
 from rlsr.data import (
     REGISTRY,
     TASKS_PATH_ENV,
@@ -37,9 +38,8 @@ from rlsr.data import (
 )
 from rlsr.data import tasks as tasks_module
 from rlsr.data.loading import FIXTURES_DIR, load_examples, task_split_rows, verification_inputs
-from rlsr.prompts import FORMAT_INSTRUCTIONS, SIMPLE_SYSTEM_PROMPT, get_system_prompt
-from rlsr.run_plan import plan_run
-from rlsr.training import build_trainer
+from rlsr.method.run_plan import plan_run
+from rlsr.train.training import build_trainer
 
 datasets.disable_progress_bars()
 
@@ -434,7 +434,7 @@ def test_a_recipe_trained_on_a_task_evaluates_the_task_and_prints_a_runnable_com
     import shlex
 
     from rlsr.cli import build_parser
-    from rlsr.training import _evaluate_command
+    from rlsr.train.training import _evaluate_command
 
     base = ("recipe=tiny", f"tasks_dir={caps_dir}", f"output_dir={tmp_path}", "heldout.every=1")
     own = resolve_heldout(plan_run(from_dict(compose("recipe=tiny")), world_size=1).settings)

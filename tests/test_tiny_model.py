@@ -1,5 +1,5 @@
 """The tiny offline models that tests and the tiny recipe use: the committed copies in the clone
-(tools/tiny/weights), found and checked by rlsr.tiny_models (in the library), and their builders,
+(tools/tiny/weights), found and checked by rlsr.data.tiny_models (in the library), and their builders,
 warm-up and probes (tools.tiny.models, outside it)."""
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def test_tiny_llama_builds_from_scratch_and_generates(tmp_path):
 def test_shipped_models_are_the_manifests_bytes():
     """The shipped tiny models are the files MANIFEST.json names, byte for byte (sha256), and
     the default settings resolve to them (not to a copy built on this machine)."""
-    from rlsr import tiny_models as tm
+    from rlsr.data import tiny_models as tm
     from tools.tiny.models import TINY_MODEL_DEFAULTS
 
     manifest = tm.shipped_manifest()
@@ -99,7 +99,7 @@ def test_shipped_models_are_the_manifests_bytes():
 def test_a_changed_shipped_file_is_refused_with_the_fix(tmp_path, monkeypatch):
     import shutil
 
-    from rlsr import tiny_models as tm
+    from rlsr.data import tiny_models as tm
 
     copy = tmp_path / "models"
     shutil.copytree(tm.CHECKOUT_DIR, copy)
@@ -120,7 +120,7 @@ def test_format_warm_model_writes_the_format_and_mixes_right_and_wrong():
     varied confidences. The trainer tests' preconditions rest on this model; their chances of a
     vacuous pool are computed from its per-prompt accuracy (0.16-0.97 at the recipe's
     temperature) in test_trainer.py, next to ONE_STEP_POOL."""
-    from rlsr import tiny_models as shipped
+    from rlsr.data import tiny_models as shipped
     from tools.tiny import models as tm
 
     torch.set_num_threads(1)
@@ -139,7 +139,7 @@ def test_format_warm_greedy_choices_win_by_more_than_float_noise():
     (test_trainer_distributed.py): on every one of the recipe's 64 prompts each greedy decision
     beats the runner-up by >= 1e-3 in logit, ~100x the float noise between layouts or CPUs, so
     those texts are a property of the shipped weights, not of the machine."""
-    from rlsr.tiny_models import tiny_warm_model_path
+    from rlsr.data.tiny_models import tiny_warm_model_path
     from tools.tiny import models as tm
 
     torch.set_num_threads(1)
@@ -157,7 +157,7 @@ def test_missing_warm_model_passes_its_gate_greedy_confidence_does_not_rank():
     (tools.tiny.models.MISSING_GATE). Every greedy decision wins by >= 1e-3 in logit (not the
     machine's rounding), and the manifest's figures are this model's. Catches a rebuilt model
     whose greedy confidence already ranks, or a gate measured on the split the runs report."""
-    from rlsr import tiny_models as shipped
+    from rlsr.data import tiny_models as shipped
     from tools.tiny import models as tm
 
     torch.set_num_threads(1)
@@ -186,7 +186,7 @@ def test_candidates_warm_model_passes_its_gate_greedy_confidence_does_not_rank()
     manifest's figures (and its recorded sampled lean) are this model's. Catches a rebuilt model
     whose greedy confidence already ranks the tiers, or whose warm-up targets depended on the
     tier."""
-    from rlsr import tiny_models as shipped
+    from rlsr.data import tiny_models as shipped
     from tools.tiny import models as tm
 
     torch.set_num_threads(1)
@@ -278,9 +278,9 @@ def test_tiny_models_outside_a_clone_are_refused_in_one_line_with_the_fix(tmp_pa
     holds no tools/), a tiny alias is refused in one line that names the clone and
     RLSR_TINY_MODELS, at config time (model.name_or_path) and at resolution (an OSError, which
     the CLIs print as one line)."""
-    from rlsr import tiny_models as tm
     from rlsr.config import ConfigError, resolve_model_path
     from rlsr.config.sections import ModelSettings
+    from rlsr.data import tiny_models as tm
 
     monkeypatch.delenv("RLSR_TINY_MODELS", raising=False)
     monkeypatch.setattr(
@@ -302,8 +302,8 @@ def test_tiny_models_outside_a_clone_are_refused_in_one_line_with_the_fix(tmp_pa
 
 def test_the_package_carries_no_demo_weights_and_no_toy():
     """The installed package (rlsr/ and its package-data) holds no model weights and no toy: they
-    live in the clone, tools/tiny/weights and examples/toy, where rlsr.tiny_models looks."""
-    from rlsr import tiny_models as tm
+    live in the clone, tools/tiny/weights and examples/toy, where rlsr.data.tiny_models looks."""
+    from rlsr.data import tiny_models as tm
 
     assert tm.CHECKOUT_DIR == ROOT / "tools" / "tiny" / "weights"
     assert (tm.CHECKOUT_DIR / tm.MANIFEST_NAME).is_file()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rlsr.evaluation.compare import VALUE_BOUNDS
-from rlsr.evaluation.seed_statistics import seed_interval
+from rlsr.evaluation.comparison.compare import VALUE_BOUNDS
+from rlsr.evaluation.comparison.seed_statistics import seed_interval
 
 SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "tiny" / "seeds.py"
 

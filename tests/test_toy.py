@@ -32,7 +32,7 @@ from examples.toy.tokenizer import (
     vocabulary,
 )
 from examples.toy.warmup import WarmupConfig, completion_text, ensure_warmup
-from rlsr.tokenization import TOKENIZER_MARKER_KEY, load_tokenizer, marked_tokenizer_class
+from rlsr.core.tokenization import TOKENIZER_MARKER_KEY, load_tokenizer, marked_tokenizer_class
 
 # --------------------------------------------------------------------------- task
 

@@ -11,7 +11,7 @@ import pytest
 
 from examples.toy import repro
 from examples.toy.comparison import comparison, comparison_markdown, per_seed_values
-from rlsr.evaluation.compare import Statistics
+from rlsr.evaluation.comparison.compare import Statistics
 
 SEEDS = [3, 5, 7, 9]
 # RLVR's AURC swings from seed to seed (it is each seed's error rate: no ranking); RLSR is 0.04-0.06

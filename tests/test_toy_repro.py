@@ -15,9 +15,9 @@ from examples.toy import repro
 from examples.toy.task import VARIANTS, write_dataset_folder
 from examples.toy.tokenizer import build_toy_tokenizer
 from examples.toy.warmup import VARIANT_WARMUP, WarmupConfig, build_model, warmup_config
+from rlsr.core.tokenization import prompt_token_counter
 from rlsr.data.loading import load_examples
-from rlsr.evaluation.budget import answer_reserve, budget_refusal, evaluation_context
-from rlsr.tokenization import prompt_token_counter
+from rlsr.evaluation.run.budget import answer_reserve, budget_refusal, evaluation_context
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -310,7 +310,7 @@ def _samples(path, rows):
 def test_tier_summaries_two_level_aurc_and_confidence_per_tier(tmp_path):
     """Tier variants: the two-level AURC ranks by 1[p > 1/2] (ties averaged), and the greedy
     confidences are counted per tier (an unparsed one as "none")."""
-    from rlsr.metrics import aurc
+    from rlsr.metrics.selective import aurc
 
     p = {"a": 1.0, "b": 0.8, "c": 0.4, "d": 0.2, "e": 0.2}
     rows = [

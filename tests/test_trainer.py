@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlsr import rewards as R
 from rlsr.config import ConfigError, MethodSettings
-from rlsr.methods import compute_reward_columns, resolve, reward_columns
-from rlsr.pool import pool_statistics
-from rlsr.trainer import completion_text
+from rlsr.equations import rewards as R
+from rlsr.method.methods import compute_reward_columns, resolve, reward_columns
+from rlsr.method.pool import pool_statistics
+from rlsr.method.trainer import completion_text
 
 
 def _grpo_advantages(columns: np.ndarray, weights, G: int) -> np.ndarray:
@@ -145,13 +145,13 @@ def test_rlsr_penalises_confident_wrong_answers_hardest():
 
 
 # --------------------------------------------------------------------------- brute force
-# Written out here from the paper's definitions, independent of rlsr.rewards / rlsr.ranking.
+# Written out here from the paper's definitions, independent of rlsr.equations.rewards / rlsr.core.ranking.
 
 
 def _brute_alpha(confidence: list[float | None], cap: float | None = None) -> np.ndarray:
     """alpha_i = H_n - H_{n - r_i}, r_i the ascending confidence rank (missing = 0), tied
     confidences averaged over the ranks they occupy (RLSR Sec. 2.2; docs/methods.md); with a cap, each
-    rank's weight is capped before the tie average (rlsr.rewards.lifted_aurc_rewards)."""
+    rank's weight is capped before the tie average (rlsr.equations.rewards.lifted_aurc_rewards)."""
     conf = [0.0 if c is None or c != c else c for c in confidence]
     n = len(conf)
 
@@ -215,7 +215,7 @@ def _brute_advantages(columns: np.ndarray, weights, G: int) -> list[float]:
 
 
 def test_brute_force_reference_agrees_with_the_library_on_ties_caps_and_missing_values():
-    """The test's own reference, checked once against rlsr.rewards on a hand-made pool where the
+    """The test's own reference, checked once against rlsr.equations.rewards on a hand-made pool where the
     cap binds on right AND wrong answers and confidences tie and go missing."""
     correct = [True, False, True, True, False, True, False, True]
     confidence = [0.9, 0.9, 0.8, None, 0.1, 0.8, 0.0, 0.95]
@@ -299,10 +299,10 @@ def test_one_step_rewards_and_advantages_trl_received_equal_an_independent_recom
     import torch
     from test_trainer_support import TEST_THREADS, tiny_settings
 
+    from rlsr.core.parsing import parse_response
     from rlsr.data.loading import load_examples
-    from rlsr.parsing import parse_response
-    from rlsr.run_plan import plan_run
-    from rlsr.training import build_trainer
+    from rlsr.method.run_plan import plan_run
+    from rlsr.train.training import build_trainer
     from rlsr.verifiers import get_verifier
 
     torch.set_num_threads(TEST_THREADS)
@@ -376,7 +376,7 @@ def test_one_step_rewards_and_advantages_trl_received_equal_an_independent_recom
 
 
 def test_trainer_rejects_reward_funcs(tmp_path):
-    from rlsr.trainer import RLSRTrainer
+    from rlsr.method.trainer import RLSRTrainer
 
     with pytest.raises(ValueError, match="reward_funcs"):
         RLSRTrainer(model="unused", method=resolve(MethodSettings("rlsr")), reward_funcs=[len])
@@ -401,7 +401,7 @@ def _checkpoint(folder, global_step: int, max_steps: int):
 
 
 def test_checkpoint_is_final_uses_grpo_max_steps_else_the_stored_one(tmp_path):
-    from rlsr.training import checkpoint_is_final
+    from rlsr.train.training import checkpoint_is_final
 
     done = _checkpoint(tmp_path / "checkpoint-6", global_step=6, max_steps=6)
     assert checkpoint_is_final(done, 6)
@@ -420,8 +420,8 @@ def test_rerun_of_a_finished_run_trains_nothing_and_keeps_the_final_adapter(tmp_
     final adapter."""
     from test_trainer_support import tiny_settings
 
-    from rlsr.run_plan import plan_run
-    from rlsr.training import run_training
+    from rlsr.method.run_plan import plan_run
+    from rlsr.train.training import run_training
 
     out = tmp_path / "run"
     _checkpoint(out / "checkpoint-6", global_step=6, max_steps=6)
@@ -446,8 +446,8 @@ def test_offline_dataset_and_missing_model_are_one_line_config_errors(tmp_path, 
     from test_trainer_support import tiny_settings
 
     from rlsr.config import ConfigError
-    from rlsr.run_plan import plan_run
-    from rlsr.training import build_trainer, load_train_dataset
+    from rlsr.method.run_plan import plan_run
+    from rlsr.train.training import build_trainer, load_train_dataset
 
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
@@ -475,19 +475,19 @@ def test_data_path_on_a_built_in_dataset_says_how_it_is_read(tmp_path, caplog):
 
     from test_trainer_support import tiny_settings
 
-    from rlsr.training import load_train_dataset
+    from rlsr.train.training import load_train_dataset
 
     src = Path(__file__).resolve().parents[1] / "rlsr" / "data" / "fixtures" / "tiny"
     shutil.copytree(src, tmp_path / "mine")
     settings = tiny_settings(tmp_path)
     settings.data.path = str(tmp_path / "mine")
-    with caplog.at_level(logging.WARNING, logger="rlsr.training"):
+    with caplog.at_level(logging.WARNING, logger="rlsr.train.training"):
         assert len(load_train_dataset(settings)) > 0
     (record,) = [r for r in caplog.records if "data.path=" in r.getMessage()]
     assert "built-in task 'tiny'" in record.getMessage()
     assert "docs/tasks.md" in record.getMessage()
     caplog.clear()
     settings.data.path = None
-    with caplog.at_level(logging.WARNING, logger="rlsr.training"):
+    with caplog.at_level(logging.WARNING, logger="rlsr.train.training"):
         load_train_dataset(settings)
     assert not [r for r in caplog.records if "data.path=" in r.getMessage()]

@@ -7,7 +7,7 @@ then checks, in a single process:
 
 * every rank saw the same pool, of size per_device x processes x grad_accum (= rlsr/pool_size);
 * re-parsing and re-verifying the gathered completion texts here reproduces (correct,
-  confidence, format_ok), and ``rlsr.rewards`` on that pool reproduces the trainer's reward
+  confidence, format_ok), and ``rlsr.equations.rewards`` on that pool reproduces the trainer's reward
   columns exactly;
 * rows are grouped by prompt in blocks of G (TRL's ``view(-1, G)`` layout holds);
 * the pool files (``pool_log.every=1``, written by rank 0 only) hold each step's whole pool in
@@ -41,8 +41,8 @@ def _worker(out_dir: str, mode: str = "sampled") -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from test_trainer_support import tiny_settings
 
-    from rlsr.run_plan import plan_run
-    from rlsr.training import run_training
+    from rlsr.method.run_plan import plan_run
+    from rlsr.train.training import run_training
 
     rank = int(os.environ["RANK"])
     dumps: list[dict] = []
@@ -90,8 +90,8 @@ def _greedy_mixed_dataset(folder: Path) -> list[str]:
     (test_tiny_model.py: every greedy decision wins by >= 1e-3 in logit). Returns the golds."""
     from test_trainer_support import format_warm_model
 
+    from rlsr.core.parsing import parse_response
     from rlsr.data.loading import load_examples
-    from rlsr.parsing import parse_response
     from tools.tiny.models import greedy_completions
 
     rows = load_examples("tiny", split="train", limit=16)
@@ -147,7 +147,7 @@ def test_pool_size_gives_the_same_pool_and_rewards_on_one_and_two_processes(tmp_
 def test_two_processes_rank_the_whole_pool_exactly(tmp_path):
     from test_trainer_support import format_warm_model, recompute_pool_rewards
 
-    from rlsr.rewards import lifted_aurc_rewards
+    from rlsr.equations.rewards import lifted_aurc_rewards
     from rlsr.verifiers import get_verifier
 
     format_warm_model()  # build the cached fixture once, before two ranks race for it
@@ -186,8 +186,8 @@ def test_two_processes_rank_the_whole_pool_exactly(tmp_path):
     )
 
     # The pool files: each step once, rows in the gathered order, advantages from both ranks.
-    from rlsr.pool_log import read_pool
-    from rlsr.run_layout import pool_path, pool_steps
+    from rlsr.method.pool_log import read_pool
+    from rlsr.run.run_layout import pool_path, pool_steps
 
     run = tmp_path / "run"
     assert pool_steps(run) == [pool["step"] for pool in pools] == list(range(STEPS))
@@ -212,7 +212,7 @@ def test_two_processes_rank_the_whole_pool_exactly(tmp_path):
 def test_held_out_evaluation_is_sharded_across_processes_and_joined_once(tmp_path):
     """Two processes: each answers its own contiguous half of the held-out questions (shard
     sizes recorded in metrics.json), rank 0 joins them in dataset order and computes the
-    metrics once; no per-rank folder is left behind (rlsr.evaluation.heldout)."""
+    metrics once; no per-rank folder is left behind (rlsr.evaluation.heldout.evaluator)."""
     from rlsr.data.loading import load_examples
 
     _launch(tmp_path / "two", 2, "heldout")

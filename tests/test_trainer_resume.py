@@ -35,8 +35,8 @@ def _run(output_dir, *, resume: str, stop_at: int | None = None):
     from test_trainer_support import TEST_THREADS, tiny_settings
     from transformers import TrainerCallback
 
-    from rlsr.run_plan import plan_run
-    from rlsr.training import run_training
+    from rlsr.method.run_plan import plan_run
+    from rlsr.train.training import run_training
 
     torch.set_num_threads(TEST_THREADS)
 
@@ -86,8 +86,8 @@ def test_stopped_run_resumes_at_next_step_and_matches_uninterrupted(tmp_path):
     assert (checkpoint / "rng_state.pth").is_file()
     assert not (checkpoint / "adapter_model.bin").exists()
 
-    from rlsr.pool_log import read_pool
-    from rlsr.run_layout import pool_path, pool_steps
+    from rlsr.method.pool_log import read_pool
+    from rlsr.run.run_layout import pool_path, pool_steps
 
     assert pool_steps(tmp_path / "b") == [0, 1]  # B stopped before generating step 2's pool
     half = pool_path(tmp_path / "b", STOP_AT).with_suffix(".jsonl.tmp")

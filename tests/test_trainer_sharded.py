@@ -16,7 +16,7 @@ parameters) or a DeepSpeedEngine of the right ZeRO stage.
 
 Each rank dumps the pools it saw (``pool_hook``); the test checks, as tests/test_trainer_distributed.py
 does for DDP, that every rank saw the same pool of per_device x 2 x accumulation completions and
-that re-parsing, re-verifying and ``rlsr.rewards`` in this single process reproduce the pooled
+that re-parsing, re-verifying and ``rlsr.equations.rewards`` in this single process reproduce the pooled
 reward columns exactly. FSDP2 also runs kill-and-resume: a run stopped after step 1 and resumed
 from its FSDP checkpoint (``pytorch_model_fsdp.bin`` + ``optimizer.bin``) reproduces the
 uninterrupted run's step-2 rollouts and rewards and ends with its adapter weights.
@@ -64,8 +64,8 @@ def _worker(out_dir: str, stop_at: int, resume: str) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from test_trainer_support import tiny_settings
 
-    from rlsr.run_plan import plan_run
-    from rlsr.training import run_training
+    from rlsr.method.run_plan import plan_run
+    from rlsr.train.training import run_training
 
     rank = int(os.environ["RANK"])
     pools: list[dict] = []

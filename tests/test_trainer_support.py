@@ -3,7 +3,7 @@
 A random tiny model never writes ``<answer>…</answer><confidence>…</confidence>``, so every
 completion would get the same reward, every advantage would be 0 and nothing would train (a
 resume test on such a run could not fail). ``format_warm_model`` is the shipped format-warm tiny
-model (rlsr.tiny_models, the same bytes on every machine): its sampled rollouts write the tag
+model (rlsr.data.tiny_models, the same bytes on every machine): its sampled rollouts write the tag
 format and mix right and wrong answers on every prompt (its behaviour is measured in
 tests/test_tiny_model.py), so pooled rewards and gradients are real.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rlsr.tiny_models import tiny_warm_model_path as format_warm_model  # noqa: E402
+from rlsr.data.tiny_models import tiny_warm_model_path as format_warm_model  # noqa: E402
 
 # Intra-op threads of the single-process trainer tests: 1 by default (2-core CI runs several
 # processes); .ci/run's second-numerics pass sets RLSR_TEST_THREADS=2, so a test tuned to one
@@ -76,8 +76,8 @@ def recompute_pool_rewards(pool: dict, verifier):
     Returns ``(scored, confidence, expected)`` for further checks."""
     import numpy as np
 
-    from rlsr.parsing import parse_response
-    from rlsr.rewards import lifted_aurc_rewards
+    from rlsr.core.parsing import parse_response
+    from rlsr.equations.rewards import lifted_aurc_rewards
 
     parsed = [parse_response(t) for t in pool["texts"]]
     correct = verifier.verify_batch([p.answer for p in parsed], pool["golds"]).correct
@@ -98,7 +98,7 @@ def recompute_pool_rewards(pool: dict, verifier):
 def assert_pools_recomputed(rank_pools: list[list[dict]], expected_pool: int, G: int) -> None:
     """Pools dumped by a ``pool_hook`` on every rank: all ranks saw the same pools; each holds
     ``expected_pool`` completions in contiguous prompt groups of ``G``; re-parsing, re-verifying
-    (exact match) and ``rlsr.rewards`` in this single process reproduce the reward columns
+    (exact match) and ``rlsr.equations.rewards`` in this single process reproduce the reward columns
     (``recompute_pool_rewards``)."""
     from rlsr.verifiers import get_verifier
 

@@ -84,13 +84,13 @@ def test_checking_a_config_imports_no_torch_transformers_trl_or_datasets():
     """train.py's check path: compose recipe=tiny, build the settings, plan the run (every
     section's checks and the method registry's), and refuse a typo, in a fresh interpreter;
     none of the heavy packages may be imported by then. An import of the trainer, TRL's config
-    classes or the dataset loader from rlsr.config / rlsr.methods / rlsr.data fails here."""
+    classes or the dataset loader from rlsr.config / rlsr.method.methods / rlsr.data fails here."""
     script = textwrap.dedent(
         """
         import sys
         from rlsr.config import ConfigError
         from rlsr.config.compose import compose_config
-        from rlsr.run_plan import plan_run
+        from rlsr.method.run_plan import plan_run
 
         plan_run(compose_config(["recipe=tiny"]), world_size=1)
         try:

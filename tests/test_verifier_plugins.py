@@ -23,8 +23,8 @@ from test_trainer_support import TEST_THREADS, format_warm_model, tiny_settings
 from rlsr.cli import main as rlsr_main
 from rlsr.data import TaskError, load_task_file, task_names, unregister_task
 from rlsr.data.loading import FIXTURES_DIR, load_examples
-from rlsr.run_plan import plan_run
-from rlsr.training import build_trainer
+from rlsr.method.run_plan import plan_run
+from rlsr.train.training import build_trainer
 from rlsr.verifiers import PluginVerifier, get_verifier, load_plugin
 from rlsr.verifiers.base import VerifierFailure
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlsr.prompts import render_judge_prompt
+from rlsr.core.prompts import render_judge_prompt
 from rlsr.verifiers import (
     ExactMatchVerifier,
     LLMJudgeVerifier,

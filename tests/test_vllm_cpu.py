@@ -2,7 +2,7 @@
 
 Skipped unless ``vllm`` is installed (the main venv does not have it; ``.venv-vllm`` does — see
 docs/vllm_cpu.md for the install commands). Everything is real: vLLM's engine, the tiny Qwen2 models
-of rlsr.tiny_models, PEFT adapters, TRL's GRPOTrainer. Each vLLM engine runs in a child process (this
+of rlsr.data.tiny_models, PEFT adapters, TRL's GRPOTrainer. Each vLLM engine runs in a child process (this
 file run as a script, or ``python -m rlsr.cli``) so its thread binding, torch.distributed state and
 memory never leak into the pytest process.
 
@@ -69,7 +69,7 @@ def _run_child(argv: list[str], timeout: int = 400) -> str:
 
 def _evaluate(backend: str, model: Path, out: Path, *extra: str) -> list[dict]:
     from rlsr.cli import main as rlsr_main
-    from rlsr.evaluation.samples_io import read_samples
+    from rlsr.evaluation.run.samples_io import read_samples
 
     argv = ["evaluate", "--model", str(model), "--tasks", "tiny", "--output-dir", str(out),
             "--backend", backend, *FAST, *extra]  # fmt: skip
@@ -124,7 +124,7 @@ def test_vllm_evaluate_matches_transformers_token_for_token(tmp_path):
     agree); the logprob scorer exercises ``score``. Length-limited responses and the Sec. C.3
     fallbacks are covered by the LoRA test (random model, 12 tokens).
     """
-    from rlsr.tiny_models import tiny_warm_model_path
+    from rlsr.data.tiny_models import tiny_warm_model_path
 
     model = tiny_warm_model_path()
     extra = ["--limit", "8", "--max-new-tokens", "48", "--scorers", "verbalized,logprob"]
@@ -147,7 +147,7 @@ def lora_adapter(tmp_path_factory) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from rlsr.tiny_models import tiny_model_path
+    from rlsr.data.tiny_models import tiny_model_path
 
     out = tmp_path_factory.mktemp("adapter") / "lora"
     base = AutoModelForCausalLM.from_pretrained(tiny_model_path())
@@ -164,7 +164,7 @@ def lora_adapter(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("mode", ["lora_request", "merged"])
 def test_vllm_lora_adapter_matches_transformers(tmp_path, lora_adapter, mode):
     """LoRA through vLLM's LoRARequest (CPU punica kernels) and through --merge-adapter."""
-    from rlsr.tiny_models import tiny_model_path
+    from rlsr.data.tiny_models import tiny_model_path
 
     model = tiny_model_path()
     extra = ["--limit", "4", "--max-new-tokens", "12", "--adapter", str(lora_adapter)]
@@ -189,9 +189,9 @@ def _stream_child(out_dir: str, crash_at: int) -> None:
     ``crash_at`` >= 0 the process dies (``os._exit``, nothing flushed: like SIGKILL) just before
     the ``crash_at``-th group of finished samples is written."""
     from rlsr.data.loading import load_examples
-    from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
+    from rlsr.data.tiny_models import tiny_warm_model_path
+    from rlsr.evaluation.run.runner import EvalSettings, evaluate_dataset
     from rlsr.generation.backends import VLLMBackend
-    from rlsr.tiny_models import tiny_warm_model_path
     from rlsr.verifiers import get_verifier
 
     def hook(k: int) -> None:
@@ -219,10 +219,10 @@ def test_vllm_streams_samples_as_they_finish_and_a_kill_loses_none(tmp_path):
     complete. The rerun adds exactly the missing ids, and the final file equals
     the transformers backend's, line for line, in dataset order."""
     from rlsr.data.loading import load_examples
-    from rlsr.evaluation.runner import EvalSettings, evaluate_dataset
-    from rlsr.evaluation.samples_io import read_samples
+    from rlsr.data.tiny_models import tiny_warm_model_path
+    from rlsr.evaluation.run.runner import EvalSettings, evaluate_dataset
+    from rlsr.evaluation.run.samples_io import read_samples
     from rlsr.generation.backends import TransformersBackend
-    from rlsr.tiny_models import tiny_warm_model_path
     from rlsr.verifiers import get_verifier
 
     out = tmp_path / "vllm"
@@ -328,15 +328,15 @@ def _colocate_child(out_dir: str) -> None:
     """Two RLSR steps of recipe=tiny-format in bf16 + LoRA with vLLM colocate rollouts; writes result.json.
 
     After training and one more sync: the engine holds the out-of-place merge of the policy and
-    the policy's base is bitwise what it loaded (rlsr.weight_sync). Control on the same live
+    the policy's base is bitwise what it loaded (rlsr.method.weight_sync). Control on the same live
     engine: TRL's stock iterator (in-place merge/unmerge) drifts the base within 20 syncs.
     """
     import torch
     from trl.generation.vllm_generation import VLLMGeneration
 
-    from rlsr.run_plan import plan_run
-    from rlsr.training import build_trainer
-    from rlsr.weight_sync import engine_weight_mismatches
+    from rlsr.method.run_plan import plan_run
+    from rlsr.method.weight_sync import engine_weight_mismatches
+    from rlsr.train.training import build_trainer
 
     settings = _colocate_settings(out_dir, save_steps=1000)
     settings.model.dtype = "bfloat16"  # the GPU recipes' dtype: the base drift needs bf16
@@ -436,8 +436,8 @@ def _heldout_child(out_dir: str) -> None:
     """Two RLSR steps of recipe=tiny-format (float32, LoRA, vLLM colocate rollouts) with the held-out
     evaluation on the colocated engine at step 2; writes heldout.json (sync calls, the engine's
     loaded step)."""
-    from rlsr.run_plan import plan_run
-    from rlsr.training import build_trainer
+    from rlsr.method.run_plan import plan_run
+    from rlsr.train.training import build_trainer
 
     settings = _colocate_settings(out_dir, save_steps=2)
     settings.heldout.every, settings.heldout.limit = 2, 20
@@ -469,8 +469,8 @@ def test_held_out_evaluation_on_the_colocated_engine_matches_rlsr_evaluate(tmp_p
     ours = tmp_path / "eval" / "step-2" / "tiny"
     metrics = json.loads((ours / "metrics.json").read_text())
     assert metrics["n"] == 20 and metrics["in_training"]["step"] == 2
-    from rlsr.evaluation.samples_io import read_samples
-    from rlsr.tiny_models import tiny_warm_model_path
+    from rlsr.data.tiny_models import tiny_warm_model_path
+    from rlsr.evaluation.run.samples_io import read_samples
 
     hf = _evaluate("transformers", tiny_warm_model_path(), tmp_path / "cli", "--adapter",
                    str(tmp_path / "checkpoint-2"), "--limit", "20", "--max-new-tokens", "40",
@@ -531,7 +531,7 @@ def _cut_short_repeats(evaluator) -> int:
 
 
 def _abort_child(out_dir: str) -> None:
-    """The held-out evaluator (rlsr.evaluation.heldout) on a real vLLM engine, ended by each
+    """The held-out evaluator (rlsr.evaluation.heldout.evaluator) on a real vLLM engine, ended by each
     of ABORT_SCENARIOS, without and with (a stand-in for) sleep mode; after each, TRL's next
     rollout call (``llm.generate`` of one prompt) must return exactly one output. Writes
     abort.json: {mode: {scenario: {outcome, outputs, unfinished_after_eval, ...}}}.
@@ -546,9 +546,9 @@ def _abort_child(out_dir: str) -> None:
     import vllm
 
     from rlsr.config import ConfigError, resolve_heldout
-    from rlsr.evaluation import runner
-    from rlsr.evaluation.heldout import HeldOutEvaluator
-    from rlsr.tiny_models import tiny_warm_model_path
+    from rlsr.data.tiny_models import tiny_warm_model_path
+    from rlsr.evaluation.heldout.evaluator import HeldOutEvaluator
+    from rlsr.evaluation.run import runner
 
     runner._JUDGE_FLUSH_SECONDS = 0.0  # the first finished samples go to the judge at once
 

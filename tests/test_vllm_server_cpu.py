@@ -76,7 +76,7 @@ SERVER_FLAGS = ["--enforce-eager", "--max-model-len", "640"]
 
 
 def _model() -> str:
-    from rlsr.tiny_models import tiny_warm_model_path
+    from rlsr.data.tiny_models import tiny_warm_model_path
 
     return str(tiny_warm_model_path())
 

@@ -1,8 +1,8 @@
-"""LoRA weight sync to vLLM (rlsr.weight_sync): the frozen base is never written.
+"""LoRA weight sync to vLLM (rlsr.method.weight_sync): the frozen base is never written.
 
 Real pieces: TRL 1.16's ``VLLMGeneration.sync_weights`` (colocate and server branches) and its
 ``_iter_named_params`` (the stock control), PEFT 0.21.2 LoRA on the bf16 tiny Qwen2 of
-rlsr.tiny_models, fp32 adapters (PEFT's default autocast, as under DDP/ZeRO-2).
+rlsr.data.tiny_models, fp32 adapters (PEFT's default autocast, as under DDP/ZeRO-2).
 
 TEST DOUBLE, engine boundary only: no vLLM engine can run in this venv, so ``_init_vllm`` is
 replaced by a recorder standing where the engine is — ``llm...model.load_weights`` (colocate) and
@@ -11,7 +11,7 @@ to that call is TRL's and PEFT's code. tests/test_vllm_cpu.py repeats the check 
 
 Expected tensors are computed here from the adapter weights with the formula
 ``(W.float() + s * B @ A).to(W.dtype)``, and vLLM's names from the plain HF model, not from
-rlsr.weight_sync.
+rlsr.method.weight_sync.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def _generation(model, mode: str, ours: bool):
     from accelerate import Accelerator
     from trl.generation.vllm_generation import VLLMGeneration
 
-    from rlsr.weight_sync import install_out_of_place_lora_sync
+    from rlsr.method.weight_sync import install_out_of_place_lora_sync
 
     recorder = _Recorder()
 
@@ -86,7 +86,7 @@ def _bf16_lora_model(seed: int = 0):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from rlsr.tiny_models import tiny_model_path
+    from rlsr.data.tiny_models import tiny_model_path
 
     base = AutoModelForCausalLM.from_pretrained(tiny_model_path(), dtype=torch.bfloat16)
     vllm_names = [n for n, _ in base.named_parameters()]  # the checkpoint names vLLM loads
@@ -191,7 +191,7 @@ def _peft_name(vllm_weight_name: str) -> str:
 
 def test_lora_delta_and_merge_match_brute_force():
     """ΔW = s·B·A (transposed for fan_in_fan_out) summed entry by entry; W is only read."""
-    from rlsr.weight_sync import lora_delta, merge_out_of_place
+    from rlsr.method.weight_sync import lora_delta, merge_out_of_place
 
     g = torch.Generator().manual_seed(0)
     A, B = torch.randn(3, 5, generator=g), torch.randn(4, 3, generator=g)
@@ -224,7 +224,7 @@ def test_lora_delta_and_merge_match_brute_force():
 
 
 def test_vllm_param_name_follows_trl():
-    from rlsr.weight_sync import vllm_param_name
+    from rlsr.method.weight_sync import vllm_param_name
 
     assert vllm_param_name("base_model.model.model.layers.0.mlp.up_proj.base_layer.weight") == (
         "model.layers.0.mlp.up_proj.weight"
@@ -334,8 +334,8 @@ def _zero3_child(out: str) -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from rlsr.tiny_models import tiny_model_path
-    from rlsr.weight_sync import install_out_of_place_lora_sync
+    from rlsr.data.tiny_models import tiny_model_path
+    from rlsr.method.weight_sync import install_out_of_place_lora_sync
 
     torch.set_num_threads(1)
     deepspeed.init_distributed(dist_backend="gloo")
@@ -468,7 +468,7 @@ def test_each_sync_merges_each_lora_layer_once_and_only_where_it_is_sent(monkeyp
     sends nothing and merges nothing. The metadata still matches what is streamed
     (``_Recorder.update_named_params`` checks name, dtype and shape pairwise), and what is sent
     is the formula's merge."""
-    import rlsr.weight_sync as weight_sync
+    import rlsr.method.weight_sync as weight_sync
 
     model, _ = _bf16_lora_model()
     layers = _lora_layers(model)

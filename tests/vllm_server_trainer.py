@@ -69,7 +69,7 @@ def _install_doubles() -> None:
         _record(rollouts=[len(prompts), len(output["completion_ids"])])
         return output
 
-    from rlsr.evaluation.heldout import HeldOutEvaluator
+    from rlsr.evaluation.heldout.evaluator import HeldOutEvaluator
     from rlsr.generation.server_backend import ServerBackend
 
     real_backend_generate = ServerBackend.generate

@@ -4,5 +4,5 @@
 committed weights (``tools/tiny/weights``), their builders, warm-up and probes, the tiny task
 generator and the seed study. The tests (``pytest`` puts the repository root on the path:
 pyproject.toml, ``pythonpath``), scripts and benchmarks import it from a clone. What a run needs,
-finding the tiny models and their hash check, stays in the library (``rlsr.tiny_models``).
+finding the tiny models and their hash check, stays in the library (``rlsr.data.tiny_models``).
 """

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlsr import rewards as R
-from rlsr.methods import MethodEntry, check_plain_reward
+from rlsr.equations import rewards as R
+from rlsr.method.methods import MethodEntry, check_plain_reward
 
 
 def brier_only(correct, confidence, format_ok, settings):

@@ -1,8 +1,8 @@
 """Train one RL arm (RLVR / RLCR / RLSR) of the toy reproduction from the warm-up checkpoint.
 
 The configuration is the real Hydra tree (``recipes/config.yaml`` + ``recipe=toy method=...``),
-composed, planned once (``rlsr.run_plan.plan_from_config``) and built by ``rlsr.training.build_trainer``
-exactly as ``train.py`` does (the word-level tokenizer loads through ``rlsr.tokenization.load_tokenizer``).
+composed, planned once (``rlsr.method.run_plan.plan_from_config``) and built by ``rlsr.train.training.build_trainer``
+exactly as ``train.py`` does (the word-level tokenizer loads through ``rlsr.core.tokenization.load_tokenizer``).
 Unlike ``train.py`` it runs in-process, so tests can pass callbacks and a pool hook.
 """
 
@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from rlsr.config.compose import RECIPES_DIR, compose_tree
-from rlsr.run_plan import RunPlan, plan_from_config
-from rlsr.training import build_trainer
+from rlsr.method.run_plan import RunPlan, plan_from_config
+from rlsr.train.training import build_trainer
 
 __all__ = ["RECIPES_DIR", "compose_plan", "train_arm"]
 

@@ -2,11 +2,11 @@
 
 Per row (BASE and every arm) and seed, from the held-out evaluation the summary already reads
 (``examples.toy.repro.row_metrics``): the AURC, the ranking gain (error rate - AURC,
-``rlsr.metrics.ranking_gain_from_aurc``) and the AURC drop (BASE's AURC - the row's, same seed;
+``rlsr.metrics.selective.ranking_gain_from_aurc``) and the AURC drop (BASE's AURC - the row's, same seed;
 BASE's own is 0). Over seeds: the mean and 95 % t-interval of each, and per arm the paired
 difference RLSR - arm on the seeds both hold, with its interval, exact paired permutation test,
 Holm-adjusted p-value and verdict. The statistics are those of ``rlsr compare``
-(``rlsr.evaluation.compare.seed_summary`` / ``paired_summary`` / ``add_verdicts``). The toy's evaluation folders cannot go to ``rlsr compare`` itself: every
+(``rlsr.evaluation.comparison.compare.seed_summary`` / ``paired_summary`` / ``add_verdicts``). The toy's evaluation folders cannot go to ``rlsr compare`` itself: every
 seed generates its own held-out questions (``rlsr compare`` refuses to pool runs evaluated on
 different questions), BASE is the warm-up model, not a ``train.py`` run, and an arm saves no
 ``checkpoint-N`` (``rlsr compare`` refuses an evaluated run whose step it cannot read).
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from rlsr.evaluation.compare import (
+from rlsr.evaluation.comparison.compare import (
     Statistics,
     add_verdicts,
     check_margin,
@@ -24,7 +24,7 @@ from rlsr.evaluation.compare import (
     paired_summary,
     seed_summary,
 )
-from rlsr.metrics import ranking_gain_from_aurc
+from rlsr.metrics.selective import ranking_gain_from_aurc
 
 __all__ = [
     "KEYS",
@@ -73,7 +73,7 @@ def per_seed_values(seeds, rows, results) -> dict[str, dict[int, dict[str, float
 
 def comparison(seeds, rows, results, stats: Statistics = STATISTICS, reference=REFERENCE) -> dict:
     """The comparison object of ``summary.json``: ``statistics`` (what the intervals and tests
-    are), ``rows`` (per row ``rlsr.evaluation.compare.seed_summary`` of its per-seed values) and
+    are), ``rows`` (per row ``rlsr.evaluation.comparison.compare.seed_summary`` of its per-seed values) and
     ``pairs`` (per arm other than BASE and ``reference``: the paired difference ``reference -
     arm`` on their shared seeds, ``paired_summary`` of it, and per ranking gain and AURC drop the
     Holm-adjusted p-value over all pairs and the verdict, ``add_verdicts``; empty without a
@@ -106,7 +106,7 @@ def comparison(seeds, rows, results, stats: Statistics = STATISTICS, reference=R
             "metrics": "held-out AURC of the row's scorer; ranking_gain = error rate - AURC; "
             "aurc_drop = BASE's AURC - the row's, same seed",
             "ci95": "t-interval of the mean over seeds, widened where some seeds are exactly 0 "
-            "(rlsr.evaluation.seed_statistics.seed_interval, as rlsr compare); null with one seed",
+            "(rlsr.evaluation.comparison.seed_statistics.seed_interval, as rlsr compare); null with one seed",
             "level": stats.level,
             "pairs": f"paired difference {reference} - arm per shared seed, then its mean, "
             "interval and exact paired permutation test (zeros left out)",

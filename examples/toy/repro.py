@@ -29,13 +29,13 @@ from examples.toy.comparison import comparison, comparison_markdown
 from examples.toy.task import VARIANT_TIERS, make_split, write_dataset_folder
 from examples.toy.warmup import WarmupGateError, ensure_warmup, warmup_config
 from rlsr.config.compose import compose_tree
-from rlsr.eval_protocol import EvalProtocol
-from rlsr.evaluation.plots import curve_steps
-from rlsr.evaluation.samples_io import json_safe
-from rlsr.evaluation.summary import scorer_arrays
-from rlsr.metrics import aurc, risk_coverage_curve
-from rlsr.run_layout import METRICS_FILE, PLOT_FILE, SAMPLES_FILE, SUMMARY_FILE
-from rlsr.run_plan import plan_from_config
+from rlsr.evaluation.reports.plots import curve_steps
+from rlsr.evaluation.run.samples_io import json_safe
+from rlsr.evaluation.run.summary import scorer_arrays
+from rlsr.method.run_plan import plan_from_config
+from rlsr.metrics.selective import aurc, risk_coverage_curve
+from rlsr.run.eval_protocol import EvalProtocol
+from rlsr.run.run_layout import METRICS_FILE, PLOT_FILE, SAMPLES_FILE, SUMMARY_FILE
 
 __all__ = [
     "ARMS",
@@ -312,7 +312,7 @@ TOY_VARIANT = "toy"
 
 @functools.cache
 def _toy_plan(method: str):
-    """The run plan of ``train.py recipe=toy method=METHOD`` (``rlsr.run_plan.plan_from_config``),
+    """The run plan of ``train.py recipe=toy method=METHOD`` (``rlsr.method.run_plan.plan_from_config``),
     read for its fields: the warm-up model and the data folder are placeholders here."""
     overrides = ["recipe=toy", "model.name_or_path=BASE", "data.path=DATA"]
     tree = compose_tree(overrides + ([f"method={method}"] if method else []))
@@ -668,7 +668,7 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 def overlay_figure(curves: dict[str, tuple[np.ndarray, np.ndarray]], title: str):
     """The summary plot (not saved): per row ``curves[name] = (confidence, correct)`` its
-    risk-coverage step curve (``rlsr.evaluation.plots.curve_steps``: each tie group's risk over
+    risk-coverage step curve (``rlsr.evaluation.reports.plots.curve_steps``: each tie group's risk over
     the coverage it adds, from coverage 0), in its own colour, line style and markers, labelled
     with the row's AURC; a row whose confidence is one value (it does not rank) is a flat line
     at its error rate across all coverages, marked so in the legend."""

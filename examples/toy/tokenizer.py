@@ -4,13 +4,13 @@ Saved with ``save_pretrained`` and reloaded with ``load_toy_tokenizer`` as a
 ``PreTrainedTokenizerFast``. Do NOT reload it with ``AutoTokenizer.from_pretrained`` on a folder
 that also holds the Qwen2 ``config.json``: transformers 5 then rebuilds a byte-level Qwen2
 tokenizer and garbles the word-level vocabulary. ``tokenizer_config.json``
-records ``"rlsr_load_as": "PreTrainedTokenizerFast"``, which ``rlsr.tokenization.load_tokenizer``
+records ``"rlsr_load_as": "PreTrainedTokenizerFast"``, which ``rlsr.core.tokenization.load_tokenizer``
 honours.
 
 Text is split on whitespace and then into tags, ``0.0``..``1.0`` confidences, digits, names and
 single punctuation marks; decoding fuses tokens without spaces, so a completion decodes to
 ``<think></think><answer>6</answer><analysis></analysis><confidence>0.7</confidence>``, the
-tag format of ``rlsr.parsing.FULL_FORMAT``. The chat template renders the user message and an
+tag format of ``rlsr.core.parsing.FULL_FORMAT``. The chat template renders the user message and an
 assistant message followed by ``<eos>`` (system prompts are ignored: the toy model cannot read
 English).
 """
@@ -23,7 +23,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from examples.toy.task import DIGITS, NAMES
-from rlsr.tokenization import TOKENIZER_MARKER_KEY
+from rlsr.core.tokenization import TOKENIZER_MARKER_KEY
 
 __all__ = [
     "TAGS",
@@ -82,7 +82,7 @@ def build_toy_tokenizer() -> PreTrainedTokenizerFast:
         clean_up_tokenization_spaces=False,
     )
     tok.chat_template = TOY_CHAT_TEMPLATE
-    # Saved into tokenizer_config.json; rlsr.tokenization.load_tokenizer reads it (module doc).
+    # Saved into tokenizer_config.json; rlsr.core.tokenization.load_tokenizer reads it (module doc).
     tok.init_kwargs[TOKENIZER_MARKER_KEY] = "PreTrainedTokenizerFast"
     return tok
 

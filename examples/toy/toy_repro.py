@@ -17,7 +17,7 @@ real ``rlsr evaluate`` (greedy), then ``rlsr report`` and a summary over seeds (
 95 % bootstrap CI of held-out AURC, ranking gain and AURC drop, and the paired difference RLSR -
 each arm on the same seeds, ``examples.toy.comparison``; mean +- std of every metric; oracle and
 calibrated-ranking AURC) with overlaid risk-coverage curves. Both load the word-level tokenizer through
-rlsr.tokenization.load_tokenizer (docs/toy.md). Outputs go to ``--output-dir`` (default toy_runs/, gitignored).
+rlsr.core.tokenization.load_tokenizer (docs/toy.md). Outputs go to ``--output-dir`` (default toy_runs/, gitignored).
 The orchestration lives in ``examples.toy.repro``; this file is its command line.
 """
 

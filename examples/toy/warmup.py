@@ -31,7 +31,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from examples.toy.task import DIGITS, make_example, make_split
 from examples.toy.tokenizer import CONFIDENCE_TOKENS, build_toy_tokenizer, load_toy_tokenizer
-from rlsr.logprob import left_pad
+from rlsr.equations.logprob import left_pad
 
 __all__ = [
     "WarmupConfig",
@@ -141,7 +141,7 @@ def warmup_config(variant: str, seed: int, steps: int | None = None) -> WarmupCo
 
 
 def completion_text(answer: str, confidence: str) -> str:
-    """The target completion in the four-tag format of ``rlsr.parsing.FULL_FORMAT``."""
+    """The target completion in the four-tag format of ``rlsr.core.parsing.FULL_FORMAT``."""
     return (
         f"<think></think><answer>{answer}</answer><analysis></analysis>"
         f"<confidence>{confidence}</confidence>"
@@ -179,7 +179,7 @@ def completion_batch(
     tokenizer: PreTrainedTokenizerFast, pairs: list[tuple[list[int], list[int]]], width=None
 ) -> dict[str, torch.Tensor]:
     """Left-padded ``prompt + completion`` rows of ``pairs`` (token ids), with the loss on the
-    completion only (labels -100 elsewhere); ``width`` as in ``rlsr.logprob.left_pad``."""
+    completion only (labels -100 elsewhere); ``width`` as in ``rlsr.equations.logprob.left_pad``."""
     ids, mask = left_pad([p + c for p, c in pairs], tokenizer.pad_token_id, width)
     labels = torch.full_like(ids, -100)
     for i, (_, completion) in enumerate(pairs):
@@ -301,7 +301,7 @@ def greedy_complete(model, tokenizer, examples, max_new_tokens: int = 14) -> dic
     """Greedy completions of ``examples``: format rate, accuracy split by answerable, samples.
 
     A light self-check of the warm-up (the real evaluation is ``rlsr evaluate``); parses with
-    the fixed token layout of ``completion_text`` rather than rlsr.parsing to stay standalone.
+    the fixed token layout of ``completion_text`` rather than rlsr.core.parsing to stay standalone.
     """
     prompts = [ex.question for ex in examples]
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)

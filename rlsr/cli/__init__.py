@@ -24,14 +24,14 @@ from rlsr.verifiers.base import VerifierFailure
 
 # command -> (adds its parser and flags to the sub-parsers, "module:function" that runs it)
 COMMANDS: dict[str, tuple[Callable[..., argparse.ArgumentParser], str]] = {
-    "tasks": (tasks.register, "rlsr.data.cli:run_tasks"),
-    "evaluate": (evaluate.register, "rlsr.evaluation.evaluate_cli:run_evaluate"),
-    "report": (report.register, "rlsr.evaluation.report_cli:run_report"),
-    "deploy": (deploy.register, "rlsr.evaluation.deploy_cli:run_deploy"),
-    "compare": (compare.register, "rlsr.evaluation.compare_cli:run_compare"),
-    "serve": (serve.register, "rlsr.serving.cli:run_serve"),
-    "serve-report": (serve.register_report, "rlsr.serving.cli:run_serve_report"),
-    "lm-eval": (lm_eval.register, "rlsr.lm_eval.cli:run_tasks"),
+    "tasks": (tasks.register, "rlsr.cli.tasks_cli:run_tasks"),
+    "evaluate": (evaluate.register, "rlsr.cli.evaluate_cli:run_evaluate"),
+    "report": (report.register, "rlsr.cli.report_cli:run_report"),
+    "deploy": (deploy.register, "rlsr.cli.deploy_cli:run_deploy"),
+    "compare": (compare.register, "rlsr.cli.compare_cli:run_compare"),
+    "serve": (serve.register, "rlsr.cli.serve_cli:run_serve"),
+    "serve-report": (serve.register_report, "rlsr.cli.serve_cli:run_serve_report"),
+    "lm-eval": (lm_eval.register, "rlsr.cli.lm_eval_cli:run_tasks"),
 }
 
 

@@ -1,10 +1,10 @@
-"""``rlsr compare``'s flags (what it does: ``rlsr.evaluation.compare_cli``)."""
+"""``rlsr compare``'s flags (what it does: ``rlsr.cli.compare_cli``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from rlsr.evaluation.compare_settings import (
+from rlsr.evaluation.comparison.compare_settings import (
     COMPARE_JSON,
     COMPARE_MD,
     COMPARE_PNG,
@@ -12,7 +12,7 @@ from rlsr.evaluation.compare_settings import (
     HELD_OUT,
     Statistics,
 )
-from rlsr.run_layout import EVAL_DIR, SAMPLES_FILE, STEP_PREFIX
+from rlsr.run.run_layout import EVAL_DIR, SAMPLES_FILE, STEP_PREFIX
 
 __all__ = ["register"]
 

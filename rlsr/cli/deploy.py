@@ -1,16 +1,16 @@
-"""``rlsr deploy``'s flags (what it does: ``rlsr.evaluation.deploy_cli``)."""
+"""``rlsr deploy``'s flags (what it does: ``rlsr.cli.deploy_cli``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from rlsr.eval_protocol import SCORERS
-from rlsr.evaluation.outputs import (
+from rlsr.evaluation.run.outputs import (
     ALLOW_TRAIN_HELP,
     TRAINING_ROWS_FLAG,
     add_output_dir,
 )
-from rlsr.run_layout import DEPLOYMENT_FILE, RUN_FILE, SAMPLES_FILE
+from rlsr.run.eval_protocol import SCORERS
+from rlsr.run.run_layout import DEPLOYMENT_FILE, RUN_FILE, SAMPLES_FILE
 
 __all__ = ["register"]
 

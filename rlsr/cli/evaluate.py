@@ -1,15 +1,15 @@
-"""``rlsr evaluate``'s flags (what it does: ``rlsr.evaluation.evaluate_cli``; what the flags
-resolve to: ``rlsr.evaluation.evaluate_setup``)."""
+"""``rlsr evaluate``'s flags (what it does: ``rlsr.cli.evaluate_cli``; what the flags
+resolve to: ``rlsr.cli.evaluate_setup``)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from rlsr.eval_protocol import add_protocol_flags
-from rlsr.evaluation.outputs import ALLOW_TRAIN_HELP, TRAINING_ROWS_FLAG
+from rlsr.evaluation.run.outputs import ALLOW_TRAIN_HELP, TRAINING_ROWS_FLAG
 from rlsr.generation import ENDPOINT_BACKENDS
-from rlsr.run_layout import (
+from rlsr.run.eval_protocol import add_protocol_flags
+from rlsr.run.run_layout import (
     AUDIT_FILE,
     CHECKPOINT_PREFIX,
     DEPLOYMENT_FILE,

@@ -1,11 +1,11 @@
-"""``rlsr lm-eval``'s flags (what it does: ``rlsr.lm_eval.cli``)."""
+"""``rlsr lm-eval``'s flags (what it does: ``rlsr.cli.lm_eval_cli``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from rlsr.eval_protocol import add_protocol_flags
 from rlsr.lm_eval import DEFAULT_OUTPUT_DIR
+from rlsr.run.eval_protocol import add_protocol_flags
 
 __all__ = ["register"]
 

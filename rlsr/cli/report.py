@@ -1,16 +1,16 @@
-"""``rlsr report``'s flags (what it does: ``rlsr.evaluation.report_cli``)."""
+"""``rlsr report``'s flags (what it does: ``rlsr.cli.report_cli``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from rlsr.evaluation.outputs import REPORT_PREFIX, add_output_dir
-from rlsr.evaluation.report_settings import (
+from rlsr.evaluation.reports.report_settings import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_TARGET_COVERAGES,
     DEFAULT_TARGET_RISKS,
 )
-from rlsr.run_layout import EVAL_DIR, STEP_PREFIX
+from rlsr.evaluation.run.outputs import REPORT_PREFIX, add_output_dir
+from rlsr.run.run_layout import EVAL_DIR, STEP_PREFIX
 
 __all__ = ["register"]
 

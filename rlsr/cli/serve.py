@@ -1,12 +1,12 @@
-"""``rlsr serve``'s and ``rlsr serve-report``'s flags (what they do: ``rlsr.serving.cli``)."""
+"""``rlsr serve``'s and ``rlsr serve-report``'s flags (what they do: ``rlsr.cli.serve_cli``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from rlsr.eval_protocol import DECODING_FIELDS, add_protocol_flags
-from rlsr.evaluation.outputs import SERVE_REPORT_FILE, add_output_dir
-from rlsr.run_layout import DEPLOYMENT_FILE
+from rlsr.evaluation.run.outputs import SERVE_REPORT_FILE, add_output_dir
+from rlsr.run.eval_protocol import DECODING_FIELDS, add_protocol_flags
+from rlsr.run.run_layout import DEPLOYMENT_FILE
 from rlsr.serving import DEFAULT_ABSTAIN_MESSAGE, DEFAULT_RULE
 
 __all__ = ["register", "register_report", "API_KEY_ENV"]

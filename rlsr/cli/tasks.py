@@ -1,4 +1,4 @@
-"""``rlsr tasks``'s flags (what it does: ``rlsr.data.cli``)."""
+"""``rlsr tasks``'s flags (what it does: ``rlsr.cli.tasks_cli``)."""
 
 from __future__ import annotations
 

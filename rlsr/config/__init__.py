@@ -13,7 +13,7 @@ Schema (top-level keys of ``recipes/config.yaml``)::
     heldout: {every, at_end, at_start, tasks, tasks_for, variants, split, limit, data_path, verifiers, backend,
              judge_base_url, judge_model, judge_timeout, judge_max_retries,
              judge_max_answer_chars, server_tokens_per_s, and every field of
-             rlsr.eval_protocol.EvalProtocol
+             rlsr.run.eval_protocol.EvalProtocol
              (max_new_tokens, temperature, scorers, consistency_k, ...; null: unset)}: held-out
              evaluation during training (``HeldOutSettings``)
     pool_size: completions ranked together per optimizer step (null: from grpo.*)
@@ -29,9 +29,9 @@ gradient accumulation is then derived from the real world size at start-up.
 
 ``TrainSettings.validate`` checks every section without touching a model or a dataset (each
 section's own ``validate``, declared beside its fields) and raises ``ConfigError`` whose message
-names the offending field and the fix; the method's own checks live in ``rlsr.methods`` (a
+names the offending field and the fix; the method's own checks live in ``rlsr.method.methods`` (a
 reward method's registry entry; ``sft``'s own), which also names the section holding its
-trainer's arguments (``grpo`` or ``sft``: ``args_section``). ``rlsr.run_plan.plan_run`` runs
+trainer's arguments (``grpo`` or ``sft``: ``args_section``). ``rlsr.method.run_plan.plan_run`` runs
 both once per launch and derives the run plan (``train.py`` prints the message and exits with
 status 2). This module sits below the method registry and the trainer: it knows nothing about
 individual methods.
@@ -39,7 +39,6 @@ individual methods.
 
 from __future__ import annotations
 
-from rlsr.checks import ConfigError, closest_hint, is_number
 from rlsr.config.heldout import (
     ENGINE_BACKENDS,
     HELDOUT_BACKENDS,
@@ -70,8 +69,9 @@ from rlsr.config.sections import (
     vllm_context_length,
 )
 from rlsr.config.trainer_args import TRAINER_SECTIONS
-from rlsr.launch import world_size_from_env
-from rlsr.prompts import NO_SYSTEM_PROMPT
+from rlsr.core.checks import ConfigError, closest_hint, is_number
+from rlsr.core.launch import world_size_from_env
+from rlsr.core.prompts import NO_SYSTEM_PROMPT
 
 __all__ = [
     "ConfigError",

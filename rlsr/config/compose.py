@@ -34,5 +34,5 @@ def compose_tree(overrides: list[str], recipes_dir: str | Path = RECIPES_DIR):
 
 def compose_config(overrides: list[str], recipes_dir: str | Path = RECIPES_DIR) -> TrainSettings:
     """``TrainSettings`` of ``train.py <overrides>`` (interpolations resolved, not validated:
-    ``rlsr.run_plan.plan_run`` checks them against the machine)."""
+    ``rlsr.method.run_plan.plan_run`` checks them against the machine)."""
     return from_dict(OmegaConf.to_container(compose_tree(overrides, recipes_dir), resolve=True))

@@ -1,7 +1,7 @@
 """The held-out plan: evaluation during training (``heldout.*``, ``HeldOutSettings``) resolved
 against the rest of the run's settings (``resolve_heldout`` -> ``ResolvedHeldOut``): which
-tasks, which backend, which answer budget and scorers. ``rlsr.evaluation.heldout`` runs
-it; the run plan (``rlsr.run_plan.plan_run``) calls ``resolve_heldout`` so a held-out setting
+tasks, which backend, which answer budget and scorers. ``rlsr.evaluation.heldout.evaluator`` runs
+it; the run plan (``rlsr.method.run_plan.plan_run``) calls ``resolve_heldout`` so a held-out setting
 that cannot work stops the run before training starts.
 """
 
@@ -10,23 +10,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlsr.checks import ConfigError, check, is_int, is_number
 from rlsr.config.server_eval import check_server_eval_fits
 from rlsr.config.trainer_args import grpo_get
+from rlsr.core.checks import ConfigError, check, is_int, is_number
+from rlsr.core.launch import launch_from_env
+from rlsr.core.prompts import (
+    ANSWER_FALLBACK_SUFFIX,
+    CONFIDENCE_FALLBACK_SUFFIX,
+)
 from rlsr.data import VERIFIERS as VERIFIER_NAMES
 from rlsr.data import get_spec, resolve_tasks
-from rlsr.eval_protocol import (
+from rlsr.run.eval_protocol import (
     PROTOCOL_FIELDS,
     EvalProtocol,
     ProtocolError,
     check_mapping,
     protocol_from_sources,
     protocol_keys,
-)
-from rlsr.launch import launch_from_env
-from rlsr.prompts import (
-    ANSWER_FALLBACK_SUFFIX,
-    CONFIDENCE_FALLBACK_SUFFIX,
 )
 from rlsr.verifiers import is_plugin_name
 from rlsr.verifiers.llm_judge import (
@@ -57,17 +57,17 @@ ENGINE_BACKENDS = ("vllm", "vllm_server")
 @dataclass
 @protocol_keys
 class HeldOutSettings:
-    """Held-out evaluation during training (``rlsr.evaluation.heldout``): the current policy
+    """Held-out evaluation during training (``rlsr.evaluation.heldout.evaluator``): the current policy
     answers held-out questions with the code of ``rlsr evaluate`` (prompts, Sec. C.3 fallbacks,
     verifiers, metrics) every ``every`` optimizer steps, into ``output_dir/eval/step-N/<dataset>``.
 
     Besides the fields below, every field of the evaluation protocol
-    (``rlsr.eval_protocol.EvalProtocol``: max_new_tokens, temperature, top_p, seed, batch_size,
+    (``rlsr.run.eval_protocol.EvalProtocol``: max_new_tokens, temperature, top_p, seed, batch_size,
     fallbacks, fallback_max_new_tokens, scorers, response_format, consistency_k,
     consistency_temperature, system_prompt, dcs, bootstrap, keep_token_ids) is a key here, null
     by default: unset, it comes from ``method.evaluate``, else the run's default
     (``max_new_tokens``: the trainer's ``max_completion_length``; ``system_prompt``: the training
-    data's), else the protocol's (``rlsr.eval_protocol.protocol_from_sources``; docs/heldout.md, "Watch a
+    data's), else the protocol's (``rlsr.run.eval_protocol.protocol_from_sources``; docs/heldout.md, "Watch a
     run")."""
 
     # Optimizer steps between evaluations (steps N, 2N, ...); 0: no held-out evaluation.

@@ -1,16 +1,16 @@
 """The small settings sections of ``train.py``'s config, each a dataclass that checks its own
-fields where they are declared (``validate``, through ``rlsr.checks.check``):
+fields where they are declared (``validate``, through ``rlsr.core.checks.check``):
 
 * ``model``: which weights, in which dtype and attention implementation, and the LoRA adapter
   trained on them (paper: r = 1, alpha = 32, all linear layers); ``resolve_model_path`` maps the
   ``tiny`` aliases to the shipped tiny models;
-* ``method``: which method (``rlsr.methods`` holds each one's own checks), its reward weights,
+* ``method``: which method (``rlsr.method.methods`` holds each one's own checks), its reward weights,
   where the confidence comes from, and how a model trained this way is evaluated;
 * ``pool_size``: one pool = one optimizer step. ``resolve_pool`` derives the pool of B x G
   completions ranked together and the gradient accumulation that gives it from ``pool_size`` and
   ``grpo.*`` (RLSR paper Sec. 3: every completion of one optimizer step across all processes is
   ranked together);
-* ``pool_log``: every training pool on disk (``rlsr.pool_log`` writes them);
+* ``pool_log``: every training pool on disk (``rlsr.method.pool_log`` writes them);
 * ``data``: the training task (a built-in or a task file's), its split, system prompt,
   prompt-length cap and verifier (``training_verifier``).
 
@@ -27,10 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlsr import launch  # the machine's probes, looked up here so a test can stand in for them
-from rlsr.checks import ConfigError, closest_hint, is_number
-from rlsr.checks import check as _check
-from rlsr.checks import is_int as _is_int
 from rlsr.config.heldout import ENGINE_BACKENDS, HeldOutSettings, ResolvedHeldOut
 from rlsr.config.trainer_args import (
     TRAINER_SECTIONS,
@@ -40,10 +36,13 @@ from rlsr.config.trainer_args import (
     check_vllm_length,
     grpo_get,
 )
+from rlsr.core import launch  # the machine's probes, looked up here so a test can stand in for them
+from rlsr.core.checks import ConfigError, closest_hint, is_number
+from rlsr.core.checks import check as _check
+from rlsr.core.checks import is_int as _is_int
+from rlsr.core.prompts import NO_SYSTEM_PROMPT, system_prompt_names
 from rlsr.data import TaskError, get_spec, load_env_tasks, load_tasks
-from rlsr.eval_protocol import ProtocolError, check_mapping, evaluate_mapping_of
-from rlsr.prompts import NO_SYSTEM_PROMPT, system_prompt_names
-from rlsr.tiny_models import (
+from rlsr.data.tiny_models import (
     TinyModelsMissing,
     shipped_manifest,
     tiny_candidates_model_path,
@@ -51,6 +50,7 @@ from rlsr.tiny_models import (
     tiny_model_path,
     tiny_warm_model_path,
 )
+from rlsr.run.eval_protocol import ProtocolError, check_mapping, evaluate_mapping_of
 from rlsr.verifiers import is_plugin_name
 
 # --------------------------------------------------------------------------- model
@@ -159,7 +159,7 @@ class ModelSettings:
 def resolve_model_path(name_or_path: str) -> str:
     """Map the aliases ``tiny`` (random), ``tiny-warm`` (format fine-tuned),
     ``tiny-missing-warm`` (recipe=tiny's) and ``tiny-candidates-warm`` (recipe=tiny-candidates's) to the
-    tiny models of the clone (rlsr.tiny_models: hash-checked folders, never built here); other names
+    tiny models of the clone (rlsr.data.tiny_models: hash-checked folders, never built here); other names
     are returned unchanged."""
     if name_or_path == TINY_MISSING_MODEL_ALIAS:
         return str(tiny_missing_model_path())
@@ -193,14 +193,14 @@ class MethodSettings:
     weight_cap: float | None = None
     max_coverage: float = 1.0
     label: str | None = None  # a variant's name in the default output_dir (None: name)
-    # A reward method from outside rlsr: "package.module:NAME" of a rlsr.methods.MethodEntry
+    # A reward method from outside rlsr: "package.module:NAME" of a rlsr.method.methods.MethodEntry
     # whose name is `name` (docs/methods.md); None: `name` is one of rlsr's methods.
     plugin: str | None = None
     # verbalized: the <confidence> tag; logprob: the answer's length-normalised log-probability
-    # (rlsr.logprob; paper Sec. D.4, Tab. 7). Only methods that rank by confidence accept logprob.
+    # (rlsr.equations.logprob; paper Sec. D.4, Tab. 7). Only methods that rank by confidence accept logprob.
     confidence: str = "verbalized"
     # How a model trained this way is evaluated: a mapping of evaluation protocol fields
-    # (rlsr.eval_protocol.EvalProtocol, e.g. method=sft: {response_format: plain, scorers:
+    # (rlsr.run.eval_protocol.EvalProtocol, e.g. method=sft: {response_format: plain, scorers:
     # [consistency], ...}). The held-out evaluation uses them unless heldout.<field> is set;
     # slurm/sweep.py and the toy pass them to `rlsr evaluate` as flags (to_flags).
     evaluate: dict[str, Any] = field(default_factory=dict)
@@ -208,7 +208,7 @@ class MethodSettings:
     evaluate_args: list[str] | None = None
 
     def validate(self) -> None:
-        """Checks shared by every method; each method's own are in its ``rlsr.methods`` entry."""
+        """Checks shared by every method; each method's own are in its ``rlsr.method.methods`` entry."""
         _check(
             isinstance(self.name, str) and self.name != "",
             "method.name",
@@ -357,7 +357,7 @@ def resolve_pool(grpo: dict, pool: int | None, world_size: int) -> PoolPlan:
 
 @dataclass
 class PoolLogSettings:
-    """Every training pool on disk (``rlsr.pool_log``; docs/training.md, "Every pool on disk"):
+    """Every training pool on disk (``rlsr.method.pool_log``; docs/training.md, "Every pool on disk"):
     one JSONL row per completion of the pooled B x G batch, into
     ``output_dir/pools/step-N.jsonl``, written by the main process only.
 
@@ -481,10 +481,10 @@ class TrainSettings:
     def validate(self, *, here: bool = True, trainer_section: str = "grpo") -> None:
         """Check the top-level fields, then each section with its own ``validate`` (declared
         beside its fields) and the trainer section ``trainer_section`` (``grpo`` or ``sft``:
-        ``rlsr.methods.args_section``; only that one is checked) with
+        ``rlsr.method.methods.args_section``; only that one is checked) with
         ``rlsr.config.trainer_args``. Reads the settings only, loads no model or dataset; raises
         ``ConfigError`` naming the field and the fix. The method's own checks are its registry
-        entry's (``rlsr.methods.check_method``); ``rlsr.run_plan.plan_run`` runs both.
+        entry's (``rlsr.method.methods.check_method``); ``rlsr.method.run_plan.plan_run`` runs both.
         ``here=False``: for a launch on another machine (a Slurm job planned on the login node):
         what this machine offers (a GPU, vLLM, flash-attn, accelerate's distributed launch, the
         files named by ``data.path`` / ``heldout.data_path`` / ``resume``) is not asked."""
@@ -635,7 +635,7 @@ def resolve_resume(resume: str, output_dir: str) -> str | None:
 def register_tasks(cfg: TrainSettings) -> list[str]:
     """Load the tasks of ``$RLSR_TASKS_PATH`` and ``tasks_dir`` (docs/tasks.md) into the task
     registry, so ``data.task`` / ``heldout.tasks`` and a task's prompt name resolve: the load
-    step before planning (``rlsr.run_plan.plan_run``), not a check. Idempotent (a task already
+    step before planning (``rlsr.method.run_plan.plan_run``), not a check. Idempotent (a task already
     registered from the same file is kept). A task file that is wrong raises ``ConfigError`` on
     ``tasks_dir`` naming the file, the key and the fix."""
     value = cfg.tasks_dir

@@ -2,7 +2,7 @@
 
 With ``grpo.vllm_mode=server`` the main process alone sends the held-out requests to TRL's vLLM
 server while the other processes wait in a collective that ``grpo.ddp_timeout`` ends
-(``rlsr.evaluation.heldout``). The requests therefore get ``server_eval_bound(ddp_timeout)``
+(``rlsr.evaluation.heldout.evaluator``). The requests therefore get ``server_eval_bound(ddp_timeout)``
 seconds in all (``rlsr.generation.server_backend`` enforces it per request), and a held-out size
 whose worst case cannot fit that bound even at a generous generation rate is refused when the run
 is planned (``check_server_eval_fits``), before any model loads.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rlsr.checks import ConfigError
+from rlsr.core.checks import ConfigError
 
 __all__ = [
     "ASSUMED_SERVER_TOKENS_PER_S",

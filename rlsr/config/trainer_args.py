@@ -28,10 +28,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from rlsr import launch  # the machine's probes, looked up here so a test can stand in for them
-from rlsr.checks import ConfigError, closest_hint, is_number
-from rlsr.checks import check as _check
-from rlsr.checks import is_int as _is_int
+from rlsr.core import launch  # the machine's probes, looked up here so a test can stand in for them
+from rlsr.core.checks import ConfigError, closest_hint, is_number
+from rlsr.core.checks import check as _check
+from rlsr.core.checks import is_int as _is_int
 
 # ------------------------------------------------------------------ TRL's own fields and defaults
 
@@ -214,7 +214,7 @@ def _check_batch_sizes(g: dict, section: str) -> None:
 
 def check_grpo(g: dict, *, here: bool = True) -> None:
     """The ``grpo`` section's own fields (the pool they make is
-    ``rlsr.config.sections.resolve_pool``'s, run once by ``rlsr.run_plan.plan_run``).
+    ``rlsr.config.sections.resolve_pool``'s, run once by ``rlsr.method.run_plan.plan_run``).
     ``here=False``: the run starts on another machine, so what this one offers (vLLM installed, a
     GPU: ``check_precision``) is not asked."""
     fields = config_field_names("GRPOConfig")
@@ -390,6 +390,6 @@ def check_sft(g: dict, *, here: bool = True) -> None:
 
 def check_launch(g: dict, lora: bool) -> None:
     """The distributed launch (DDP / FSDP / DeepSpeed, from accelerate's environment variables,
-    ``rlsr.launch``) against the grpo settings: the first problem becomes a ConfigError."""
+    ``rlsr.core.launch``) against the grpo settings: the first problem becomes a ConfigError."""
     for field_name, message in launch.launch_problems(launch.launch_from_env(), g, lora=lora):
         raise ConfigError(field_name, message)

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rlsr.prompts import NO_SYSTEM_PROMPT, get_system_prompt
+from rlsr.core.prompts import NO_SYSTEM_PROMPT, get_system_prompt
 
 __all__ = [
     "USER_PROMPT_TEMPLATE",

@@ -27,10 +27,10 @@ import datasets
 import numpy as np
 from datasets.exceptions import DatasetGenerationError
 
+from rlsr.core.prompts import NO_SYSTEM_PROMPT, system_prompt_names
 from rlsr.data.formatting import FORMATTERS, build_prompt, render_mcq_problem
 from rlsr.data.registry import DatasetUnavailableError, TaskSpec, get_spec
 from rlsr.data.task_rows import EmptyCell, duplicate_ids, read_rows_as_written, task_row_fields
-from rlsr.prompts import NO_SYSTEM_PROMPT, system_prompt_names
 from rlsr.verifiers import get_verifier, is_plugin_name
 
 __all__ = [

@@ -31,6 +31,15 @@ from typing import Any
 
 import yaml
 
+from rlsr.core.prompts import (
+    FORMAT_INSTRUCTIONS,
+    NO_SYSTEM_PROMPT,
+    SYSTEM_PROMPTS,
+    missing_format_tags,
+    register_system_prompt,
+    system_prompt_names,
+    unregister_system_prompt,
+)
 from rlsr.data.registry import (
     BUILTIN_TASKS,
     GROUPS,
@@ -41,15 +50,6 @@ from rlsr.data.registry import (
     TaskSpec,
     add_spec,
     remove_spec,
-)
-from rlsr.prompts import (
-    FORMAT_INSTRUCTIONS,
-    NO_SYSTEM_PROMPT,
-    SYSTEM_PROMPTS,
-    missing_format_tags,
-    register_system_prompt,
-    system_prompt_names,
-    unregister_system_prompt,
 )
 from rlsr.verifiers import VERIFIERS as VERIFIER_CLASSES
 from rlsr.verifiers import PluginVerifier, is_plugin_name, load_plugin

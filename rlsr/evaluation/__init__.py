@@ -1,14 +1,17 @@
-"""Evaluation of selective prediction: ``rlsr evaluate`` / ``rlsr report`` / ``rlsr deploy``.
+"""Evaluation of selective prediction, one folder per concern (docs/evaluation.md):
 
-Modules: ``runner`` (per-dataset loop with fallbacks and resume; its backends and fallback
-steps are ``rlsr.generation``'s, shared with ``rlsr serve``; the output files, step folders and
-run.json are ``rlsr.run_layout``'s), ``judge`` (LLM judge), ``scorers`` (verbalized, log-prob,
-self-consistency), ``dcs``, ``summary`` (metrics.json schema), ``report``, ``plots``,
-``reliability`` (the report's calibration section), ``deployment``; what each command runs, one
-module per command (their flags: ``rlsr.cli``): ``evaluate_cli`` (its flags resolved by
-``evaluate_setup``), ``report_cli``, ``deploy_cli``, ``compare_cli``, ``from_samples_cli``
-(``rlsr evaluate --from-samples``); ``compare_settings``, ``report_settings`` and ``outputs``: the
-names and defaults the flags show.
-docs/evaluation.md. Submodules are imported lazily so ``import rlsr.evaluation``
-stays cheap.
+* ``run``: one model on one task (``runner``: generate, fall back, verify, score, write; its
+  backends and fallback steps are ``rlsr.generation``'s), ``judge``, ``scorers``, ``budget``,
+  ``dcs``, ``summary`` (metrics.json), ``samples_io``, ``provenance``, ``outputs``, ``external``
+  (samples of another harness read back and scored);
+* ``reports``: ``rlsr report`` (``report``, ``plots``, ``curves``, ``gap``, ``reliability``,
+  ``report_settings``);
+* ``deploy``: ``rlsr deploy``'s certificates (``deployment``), the decisions serving reads
+  (``decisions``) and the audit of a running server (``audit``);
+* ``comparison``: ``rlsr compare`` (``compare``, ``compare_runs``, ``seed_statistics``,
+  ``compare_settings``);
+* ``heldout``: held-out evaluation during training (``evaluator``, ``history``).
+
+What each command runs lives in ``rlsr.cli`` (``evaluate_cli``, ``report_cli``, ...). Submodules
+are imported lazily so ``import rlsr.evaluation`` stays cheap.
 """

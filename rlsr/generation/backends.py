@@ -35,14 +35,14 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlsr.core.tokenization import load_tokenizer, render_chat_prompt
+from rlsr.equations.logprob import continuation_logprobs, left_pad
 from rlsr.generation.engine_args import (
     VLLMEngineArgs,
     engine_start_error,
     machine_engine_kwargs,
 )
-from rlsr.logprob import continuation_logprobs, left_pad
-from rlsr.run_layout import CHECKPOINT_PREFIX, checkpoint_folders
-from rlsr.tokenization import load_tokenizer, render_chat_prompt
+from rlsr.run.run_layout import CHECKPOINT_PREFIX, checkpoint_folders
 
 __all__ = [
     "Generation",
@@ -176,7 +176,7 @@ def merge_adapter(base: str, adapter: str | os.PathLike, out_dir: str | os.PathL
 
 def load_chat_tokenizer(model_path: str, trust_remote_code: bool = False):
     """The tokenizer every backend (and ``rlsr serve``) renders and tokenises prompts with:
-    ``rlsr.tokenization.load_tokenizer``, pad = EOS if unset, left padding."""
+    ``rlsr.core.tokenization.load_tokenizer``, pad = EOS if unset, left padding."""
     tok = load_tokenizer(model_path, trust_remote_code=trust_remote_code)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
@@ -186,7 +186,7 @@ def load_chat_tokenizer(model_path: str, trust_remote_code: bool = False):
 
 def render_chat(tokenizer, messages: list[dict]) -> str:
     """The conversation as prompt text: the chat template with the generation prompt appended
-    (``rlsr.tokenization.render_chat_prompt``, which the trainer's log-prob selector uses too)."""
+    (``rlsr.core.tokenization.render_chat_prompt``, which the trainer's log-prob selector uses too)."""
     return render_chat_prompt(tokenizer, messages)
 
 
@@ -243,7 +243,7 @@ class TransformersBackend:
     @classmethod
     def from_model(cls, model, tokenizer, *, batch_size: int | None = None) -> TransformersBackend:
         """A backend on a model already in memory (the held-out evaluator's inference copy of
-        the policy, ``rlsr.evaluation.heldout``); ``tokenizer`` as ``load_chat_tokenizer``
+        the policy, ``rlsr.evaluation.heldout.evaluator``); ``tokenizer`` as ``load_chat_tokenizer``
         returns it. Generation and scoring are this class's, so a copy with the weights of a
         checkpoint answers exactly as ``rlsr evaluate`` on that checkpoint does."""
         backend = cls.__new__(cls)
@@ -329,7 +329,7 @@ class TransformersBackend:
 
     def score(self, contexts: Sequence[str], continuations: Sequence[str]) -> list[list[float]]:
         """Per-token log p(continuation | context), teacher-forced, in batches (left padded):
-        ``rlsr.logprob.continuation_logprobs``, the function RLSR's log-prob ranking uses."""
+        ``rlsr.equations.logprob.continuation_logprobs``, the function RLSR's log-prob ranking uses."""
         return continuation_logprobs(
             self.model, self.tokenizer, contexts, continuations, batch_size=self.batch_size
         )
@@ -408,7 +408,7 @@ class VLLMBackend:
     @classmethod
     def from_engine(cls, llm, tokenizer, eos_ids: set[int]) -> VLLMBackend:  # pragma: no cover
         """A backend on a running ``vllm.LLM`` (TRL's colocated rollout engine, its weights
-        already synced; ``rlsr.evaluation.heldout``): no LoRA request, the engine's weights
+        already synced; ``rlsr.evaluation.heldout.evaluator``): no LoRA request, the engine's weights
         are the policy's."""
         import vllm
 

@@ -10,7 +10,7 @@ What the server can do decides the protocol (``rlsr.generation.openai_api.server
 log-prob scorer through ``prompt_logprobs``); ``openai-chat`` continues the assistant message
 for the fallbacks (``continue_final_message``) where the server is vLLM, elsewhere the fallbacks
 are off and ``fallbacks_off`` says why (run.json, summary.json). ``rlsr serve`` runs them itself
-and answers its decision, which the deployment audit reads (``rlsr.evaluation.audit``).
+and answers its decision, which the deployment audit reads (``rlsr.evaluation.deploy.audit``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Sec. C.3 fallback steps, shared by ``rlsr evaluate`` (``rlsr.evaluation.runner``) and
+"""The Sec. C.3 fallback steps, shared by ``rlsr evaluate`` (``rlsr.evaluation.run.runner``) and
 ``rlsr serve`` (``rlsr.serving.respond``): the record of one response, and for a response without
 an answer (or a confidence) the text to continue after and how the continuation is read.
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from rlsr.parsing import ParsedResponse, parse_confidence, parse_plain_response, parse_response
-from rlsr.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX
+from rlsr.core.parsing import ParsedResponse, parse_confidence, parse_plain_response, parse_response
+from rlsr.core.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX
 
 __all__ = [
     "ANSWER_FALLBACK_SUFFIX",

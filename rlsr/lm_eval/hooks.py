@@ -5,9 +5,9 @@
 answer with the task's verifier on the task's own verification inputs
 (``rlsr.data.loading.verification_inputs``, the call ``rlsr evaluate`` makes) and returns, for
 every metric, the same per-item record. Each aggregation turns the list of records into the
-samples ``rlsr evaluate`` writes and reads its number from ``rlsr.evaluation.summary
+samples ``rlsr evaluate`` writes and reads its number from ``rlsr.evaluation.run.summary
 .compute_metrics``: a missing confidence counts as 0.0, an item without a verdict as wrong,
-ties in confidence as the expectation over orderings (``rlsr.metrics``), so lm-eval's numbers
+ties in confidence as the expectation over orderings (``rlsr.metrics.selective``), so lm-eval's numbers
 are ``metrics.json``'s on the same responses.
 """
 
@@ -19,18 +19,18 @@ from pathlib import Path
 
 import datasets
 
-from rlsr import metrics as M
 from rlsr.data.loading import build_verifier, verification_inputs
-from rlsr.evaluation.external import (
+from rlsr.evaluation.run.external import (
     LM_EVAL_FORMAT_FIELD,
     LM_EVAL_SYSTEM_FIELD,
     LM_EVAL_TASK_FIELD,
     LM_EVAL_USER_FIELD,
     TaskColumns,
 )
-from rlsr.evaluation.runner import verify_items
-from rlsr.evaluation.summary import compute_metrics
+from rlsr.evaluation.run.runner import verify_items
+from rlsr.evaluation.run.summary import compute_metrics
 from rlsr.generation.fallbacks import response_item
+from rlsr.metrics import selective as M
 
 __all__ = [
     "METRICS",
@@ -110,23 +110,23 @@ def _value(value) -> float:
 
 
 def aurc(items: list[dict]) -> float:
-    """AURC of the verbalized confidence (``rlsr.metrics.aurc``; lower is better)."""
+    """AURC of the verbalized confidence (``rlsr.metrics.selective.aurc``; lower is better)."""
     return _value(_metrics(items)["aurc"])
 
 
 def ranking_gain(items: list[dict]) -> float:
-    """Error rate minus AURC (``rlsr.metrics.ranking_gain_from_aurc``)."""
+    """Error rate minus AURC (``rlsr.metrics.selective.ranking_gain_from_aurc``)."""
     m = _metrics(items)
     return M.ranking_gain_from_aurc(m["aurc"], 1.0 - m["accuracy"])
 
 
 def ece(items: list[dict]) -> float:
-    """10-bin ECE (``rlsr.metrics.ece``)."""
+    """10-bin ECE (``rlsr.metrics.selective.ece``)."""
     return _value(_metrics(items)["ece"])
 
 
 def acc_at_10(items: list[dict]) -> float:
-    """Accuracy of the 10 % most confident (``rlsr.metrics.accuracy_at_coverage``)."""
+    """Accuracy of the 10 % most confident (``rlsr.metrics.selective.accuracy_at_coverage``)."""
     return _value(_metrics(items)["acc@10"])
 
 

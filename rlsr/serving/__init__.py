@@ -7,8 +7,9 @@ confidence threshold and abstains below it (docs/serving.md).
 * ``engine``: the generation engines (in-process vLLM ``AsyncLLM``, or an upstream server);
 * ``respond``: one request end to end (render, generate, Sec. C.3 fallbacks, decide);
 * ``decision_log``: the JSONL decision log and ``rlsr serve-report``'s table of it (the
-  decisions and their realised coverage are ``rlsr.evaluation.decisions``');
-* ``app``: the FastAPI application; ``cli``: ``rlsr serve`` and ``rlsr serve-report``.
+  decisions and their realised coverage are ``rlsr.evaluation.deploy.decisions``');
+* ``app``: the FastAPI application; the commands ``rlsr serve`` and
+  ``rlsr serve-report``: ``rlsr.cli.serve_cli``.
 """
 
 __all__ = ["DEFAULT_ABSTAIN_MESSAGE", "DEFAULT_RULE"]

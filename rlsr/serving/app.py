@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 
-from rlsr.evaluation.decisions import ANSWERED
+from rlsr.evaluation.deploy.decisions import ANSWERED
 from rlsr.serving.decision_log import DecisionLog, decision_record
 from rlsr.serving.engine import Engine, EngineRejected, EngineUnavailable
 from rlsr.serving.metrics import ServeMetrics

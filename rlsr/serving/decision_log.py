@@ -4,7 +4,7 @@ One JSON object per answered-or-abstained request, appended as one line and flus
 ``{"time", "request_id", "request_hash", "confidence", "score", "tau", "rule", "decision"}``
 (``request_id``: the ``X-Request-Id`` of the answer, rlsr.serving.operator); the question is
 stored only as its sha256 (``policy.request_hash``). The summary
-(``rlsr.evaluation.decisions.summarise_decisions``, shown by ``summary_markdown``) puts the
+(``rlsr.evaluation.deploy.decisions.summarise_decisions``, shown by ``summary_markdown``) puts the
 realised coverage (share answered) with its exact 95% interval next to the validation (and test)
 coverage of the threshold, so drift after deployment is visible.
 """

@@ -2,7 +2,7 @@
 
 The score is the verbalized confidence parsed from the completion (after the Sec. C.3
 fallbacks), with a missing confidence counted as 0.0 exactly as the evaluation does
-(``rlsr.evaluation.summary.scorer_arrays``), so the coverage realised in serving is comparable
+(``rlsr.evaluation.run.summary.scorer_arrays``), so the coverage realised in serving is comparable
 with the validation coverage the threshold was chosen on. Under the ``plain+temperature`` rule
 (RLSR Sec. C.6.5) the confidence is first rescaled with the fitted temperature,
 s_T = sigmoid(logit(s) / T), because tau was chosen on that scale.
@@ -20,10 +20,10 @@ import hashlib
 import math
 from dataclasses import dataclass
 
-from rlsr.calibration import apply_temperature
-from rlsr.eval_protocol import DECODING_FIELDS, EvalProtocol
-from rlsr.evaluation.decisions import ABSTAINED, ANSWERED
-from rlsr.prompts import system_prompt_names
+from rlsr.core.prompts import system_prompt_names
+from rlsr.evaluation.deploy.decisions import ABSTAINED, ANSWERED
+from rlsr.metrics.calibration import apply_temperature
+from rlsr.run.eval_protocol import DECODING_FIELDS, EvalProtocol
 from rlsr.serving import DEFAULT_ABSTAIN_MESSAGE
 
 __all__ = [

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlsr.data import task_record_problem
-from rlsr.evaluation.deployment import RULES, model_identity
-from rlsr.run_layout import DEPLOYMENT_FILE
+from rlsr.evaluation.deploy.deployment import RULES, model_identity
+from rlsr.run.run_layout import DEPLOYMENT_FILE
 from rlsr.serving import DEFAULT_RULE
 
 __all__ = [

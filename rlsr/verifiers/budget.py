@@ -3,7 +3,7 @@
 A verifier with ``max_failed_fraction`` (a plugin's option; docs/tasks.md, "When a verifier
 fails: the run stops") stops training when more of one optimizer step's pool (all B x G rollouts
 of every process) than that fraction got no verdict; under it, each such rollout is rewarded as
-wrong, with one warning line. ``rlsr.trainer`` calls ``check_pool_verdicts`` with the pool's
+wrong, with one warning line. ``rlsr.method.trainer`` calls ``check_pool_verdicts`` with the pool's
 gathered counts, so every process decides the same; the distributed gather and the run folder
 come in as arguments (this package imports neither torch nor the run layout).
 """

@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Callable
 
-from rlsr.prompts import render_judge_prompt
+from rlsr.core.prompts import render_judge_prompt
 from rlsr.verifiers.base import (
     CORRECT,
     INCORRECT,

@@ -17,7 +17,7 @@ a one-element list of bool / None counts as ``error``, None counts as ``unjudged
 scored as incorrect, with what went wrong in ``VerificationResult.problems``. When more than
 ``max_failed_fraction`` (default 5 %) of a run's items (``rlsr evaluate``: of a dataset; training:
 of one step's pool) get no verdict, the run stops naming the plugin and the first failing item
-(``rlsr.evaluation.runner``, ``rlsr.verifiers.budget``). What must hold:
+(``rlsr.evaluation.run.runner``, ``rlsr.verifiers.budget``). What must hold:
 
 * the module imports by its dotted name in a fresh process: it is on ``sys.path`` (installed, in
   the working directory, or on ``PYTHONPATH``); the ``sys.path`` of the process that builds the
@@ -38,7 +38,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from rlsr.plugins import load_named
+from rlsr.core.plugins import load_named
 from rlsr.verifiers.base import (
     CORRECT,
     ERROR,
@@ -71,7 +71,7 @@ def is_plugin_name(name: str | None) -> bool:
 def load_plugin(spec: str) -> Callable:
     """Import ``"package.module:function"`` and return the function. ``ValueError`` names the
     module, the reason and ``sys.path`` when it does not import, and what the module defines when
-    the function is not there (``rlsr.plugins.load_named``)."""
+    the function is not there (``rlsr.core.plugins.load_named``)."""
     return load_named(spec, kind="verifier plugin", example="my_checks:verify")
 
 

@@ -40,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from rlsr import tiny_models as shipped  # noqa: E402
+from rlsr.data import tiny_models as shipped  # noqa: E402
 from tools.tiny import models as tm  # noqa: E402
 
 WEIGHTS = Path(__file__).resolve().parent / "weights"  # what this clone commits

@@ -1,7 +1,7 @@
 """Builders, warm-up training and probes of the tiny offline models (outside the library).
 
 The ``tiny`` recipe and the tests use two of them as shipped files (``tools/tiny/weights``,
-found and hash-checked by ``rlsr.tiny_models``), built here by ``tools/tiny/build.py``.
+found and hash-checked by ``rlsr.data.tiny_models``), built here by ``tools/tiny/build.py``.
 Tests, scripts/gpu_acceptance.py and benchmarks import the builders and probes from a checkout.
 
 ``build_tiny_model`` writes a randomly initialised ``Qwen2ForCausalLM`` and a byte-level BPE
@@ -39,11 +39,11 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from rlsr import prompts
+from rlsr.core import prompts
+from rlsr.core.parsing import parse_response
 from rlsr.data.loading import load_examples
-from rlsr.logprob import left_pad
-from rlsr.parsing import parse_response
-from rlsr.tiny_models import tiny_model_path, tiny_warm_model_path
+from rlsr.data.tiny_models import tiny_model_path, tiny_warm_model_path
+from rlsr.equations.logprob import left_pad
 from rlsr.verifiers import get_verifier
 from tools.tiny.data import CANDIDATES_NONE_TIER, candidates_tier
 from tools.tiny.data import COLORS as TINY_COLORS
@@ -544,7 +544,7 @@ def sampled_behaviour(
     path: str | os.PathLike, *, samples_per_prompt: int = 4, limit: int | None = None, seed: int = 0
 ) -> dict:
     """Sample ``samples_per_prompt`` completions per tiny train prompt at temperature 1 and
-    return the format rate and accuracy (rlsr.parsing + exact match, as the trainer scores)
+    return the format rate and accuracy (rlsr.core.parsing + exact match, as the trainer scores)
     overall and per prompt, and the distinct confidences seen."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -821,9 +821,9 @@ def _share(flags, where) -> float:
 
 def _greedy_summary(rows, texts, margins) -> tuple[dict, list, list[bool]]:
     """What every gate reports of greedy ``texts``: format rate, accuracy, distinct confidences,
-    AURC, error rate, ranking gain (``rlsr.metrics``; an unparsed confidence ranks as 0.0) and
+    AURC, error rate, ranking gain (``rlsr.metrics.selective``; an unparsed confidence ranks as 0.0) and
     the margins; with the parsed responses and per-row correctness."""
-    from rlsr.metrics import aurc, ranking_gain
+    from rlsr.metrics.selective import aurc, ranking_gain
 
     parsed = [parse_response(t) for t in texts]
     golds = [list(r["answers"]) for r in rows]
@@ -853,7 +853,7 @@ def missing_gate(path: str | os.PathLike, *, split: str = "validation") -> dict:
     """Greedy behaviour of a model on the ``tiny-missing`` ``split`` (what ``MISSING_GATE``
     bounds): format rate, accuracy on listed and missing facts, the share of thoughts that say
     what the prompt shows, the distinct confidences, the held-out AURC, error rate and ranking
-    gain (``rlsr.metrics.ranking_gain``) of the greedy confidence, and the smallest top-2 logit
+    gain (``rlsr.metrics.selective.ranking_gain``) of the greedy confidence, and the smallest top-2 logit
     gap over all greedy decisions. One prompt per forward keeps padding out of it."""
     rows, texts, margins = _greedy_tagged(path, "tiny-missing", split)
     summary, _, correct = _greedy_summary(rows, texts, margins)

@@ -19,12 +19,12 @@ folder holding a finished history is reused when the command is re-run. ``--disp
 under ``ATEN_CPU_CAPABILITY`` (another machine's float rounding; ``scalar`` = the portable kernels).
 
 From each run's held-out history (``eval/``, greedy on the test split) it reads the AURC, error
-rate and ranking gain (error rate - AURC, ``rlsr.metrics.ranking_gain_from_aurc``) at the first
+rate and ranking gain (error rate - AURC, ``rlsr.metrics.selective.ranking_gain_from_aurc``) at the first
 and last evaluated step, and from the last step's samples the greedy confidence per kind of
 question (``RECIPES``: listed fact / ``Facts: none.`` for tiny, the four tiers for tiny-candidates). Per arm: mean and 95 % interval over seeds of the
 last ranking gain and of the AURC drop (first - last); per other arm: the paired difference
 RLSR - arm on the seeds both finished, its interval, Holm-adjusted exact paired p and verdict, all
-computed by ``rlsr compare``'s own functions (``rlsr.evaluation.compare``). Writes ``OUT/table.md`` (docs/results.md's tables) and ``OUT/table.json`` after every run.
+computed by ``rlsr compare``'s own functions (``rlsr.evaluation.comparison.compare``). Writes ``OUT/table.md`` (docs/results.md's tables) and ``OUT/table.json`` after every run.
 """
 
 from __future__ import annotations
@@ -45,15 +45,15 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from rlsr.data.loading import FIXTURES_DIR  # noqa: E402
-from rlsr.evaluation.compare import (  # noqa: E402
+from rlsr.evaluation.comparison.compare import (  # noqa: E402
     Statistics,
     add_verdicts,
     paired_summary,
     seed_summary,
 )
-from rlsr.evaluation.history import read_history  # noqa: E402
-from rlsr.metrics import aurc, ranking_gain_from_aurc  # noqa: E402
-from rlsr.run_layout import EVAL_DIR, SAMPLES_FILE, STEP_PREFIX, pool_path, pool_steps  # noqa: E402
+from rlsr.evaluation.heldout.history import read_history  # noqa: E402
+from rlsr.metrics.selective import aurc, ranking_gain_from_aurc  # noqa: E402
+from rlsr.run.run_layout import EVAL_DIR, SAMPLES_FILE, STEP_PREFIX, pool_path, pool_steps  # noqa: E402
 from tools.tiny.data import candidates_tier  # noqa: E402
 
 # Arm name -> train.py overrides on top of the recipe (--recipe).
@@ -97,7 +97,7 @@ STATISTICS = Statistics()
 
 def seed_ci(values, key: str = "gain_last") -> tuple[float, float]:
     """95 % interval of the mean over seeds, as ``rlsr compare`` computes it
-    (``rlsr.evaluation.compare.seed_summary``: a t-interval, widened where some seeds are exactly
+    (``rlsr.evaluation.comparison.compare.seed_summary``: a t-interval, widened where some seeds are exactly
     0, cut to the metric's range); (nan, nan) for fewer than 2 values."""
     name = STAT_KEY[key]
     per_seed = {i: {name: float(v)} for i, v in enumerate(values)}
@@ -149,7 +149,7 @@ def sampled_means(pools: Path, recipe: str, window: int = 10) -> dict[str, list[
 
 
 def report_aurcs(samples_path: Path, recipe: str) -> dict[str, float]:
-    """Per report of ``RECIPES[recipe]["reports"]``: the AURC (``rlsr.metrics.aurc``, ties as the
+    """Per report of ``RECIPES[recipe]["reports"]``: the AURC (``rlsr.metrics.selective.aurc``, ties as the
     expectation over their orderings) of the samples' own answers (``correct``) had each question
     been given its kind's confidence under that report. Separates what a run's ranking earns
     from what its accuracy does: a run that learnt report X has the AURC ``X`` gives its

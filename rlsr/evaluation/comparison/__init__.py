@@ -1,0 +1,1 @@
+"""``rlsr compare``: comparing runs across seeds (docs/evaluation.md)."""

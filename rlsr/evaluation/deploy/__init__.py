@@ -1,0 +1,1 @@
+"""``rlsr deploy``: deployment certificates, decisions and the audit of a running server (docs/evaluation.md)."""

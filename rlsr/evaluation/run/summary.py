@@ -1,0 +1,302 @@
+"""``metrics.json``: the versioned summary of one dataset's ``samples.jsonl`` (docs/evaluation.md).
+
+Every number is computed by ``rlsr.metrics.selective`` from the per-sample records, so the file can be
+recomputed at any time (``compute_metrics(read_samples(path))``) and tests check that it is.
+
+Missing confidence (no number even after the Sec. C.3 fallback) counts as 0.0 for every metric,
+the same rule the training reward uses (``rlsr.equations.rewards.confidence_for_ranking``): a response that
+does not state a confidence is ranked least confident.
+
+With no confidence at all (every sample missing) those numbers describe no confidence, only
+the accuracy (every answer tied at 0: AURC = error rate, ECE = accuracy), so they are *n/a*:
+``confidence_defined`` is that rule (``no_confidence`` of a ``metrics.json``), ``scorer_value``
+the one reader of a ``metrics.json``
+metric that applies it (reports, summaries and the held-out lines print ``NOT_AVAILABLE``), and
+``confidence_warning`` the warning of a run whose confidence or format rate is below
+``LOW_RATE`` (docs/evaluation.md, "Runs that give no confidence").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from rlsr.metrics import selective as M
+from rlsr.run.run_layout import SAMPLES_FILE
+from rlsr.verifiers.base import ERROR, INVALID, NO_VERDICT, TIMEOUT, UNJUDGED
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "COVERAGE_LEVELS",
+    "METRIC_DEFINITIONS",
+    "scorer_arrays",
+    "scorer_metrics",
+    "compute_metrics",
+    "no_verdict_counts",
+    "no_verdict_note",
+    "CONFIDENCE_METRICS",
+    "LOW_RATE",
+    "NOT_AVAILABLE",
+    "confidence_defined",
+    "no_confidence",
+    "scorer_value",
+    "metric_text",
+    "rate_warning",
+    "confidence_warning",
+]
+
+SCHEMA_VERSION = 1
+COVERAGE_LEVELS = (0.10, 0.25, 0.50)
+
+METRIC_DEFINITIONS = {
+    "aurc": "(1/n) sum_{k=1..n} R_k, R_k = error rate of the k most confident; ties = expectation "
+    "over orderings (RLSR Sec. 2.1; rlsr.metrics.selective.aurc). Lower is better.",
+    "acc@10/25/50": "accuracy of the ceil(c*n) most confident samples, ties at the cut counted "
+    "with their group's mean correctness (RLSR Tab. 1; rlsr.metrics.selective.accuracy_at_coverage).",
+    "ece": "10 equal-width bins, edges linspace(0,1,11) with outer edges at +-inf, left-inclusive; "
+    "sum |B|/n |acc_B - conf_B| (RLCR binning; rlsr.metrics.selective.ece).",
+    "brier": "mean (confidence - correct)^2 (rlsr.metrics.selective.brier).",
+    "auroc": "P(conf of a correct > conf of a wrong), ties 1/2 (rlsr.metrics.selective.auroc); NaN if one class.",
+    "confidence_gap": "E[conf | correct] - E[conf | wrong] (RLSR Tab. 2; rlsr.metrics.selective.confidence_gap).",
+    "utility_auc": "UtilityBench Eq. 1-3 (arXiv 2610.25924), scores = confidence, answered = an answer was "
+    "extracted, C_R = 2; only for datasets with answerable/cost (rlsr.metrics.selective.utility_auc).",
+    "accuracy": "mean correctness over all samples (full coverage).",
+    "missing_confidence": "a sample without a parseable confidence counts as confidence 0.0.",
+    "no_verdict": "a sample the verifier gave no verdict on (unjudged: it could not judge; "
+    "verifier_failures: timeout or error) counts as wrong in accuracy, every scorer metric and "
+    "a deployment threshold (conservative: accuracy is a lower bound, risk an upper bound); "
+    "accuracy_judged is the accuracy over the other samples (docs/tasks.md).",
+    "ci": "percentile bootstrap over samples, 95%, rlsr.metrics.selective.bootstrap_ci (seed, resamples "
+    "in 'bootstrap').",
+    "dcs": "mean (p_c - P_W)(1 - p_idk) over MCQ items, option probabilities = softmax of "
+    "length-normalised option log-likelihoods incl. an IDK option (the DCS paper; rlsr.metrics.selective.dcs).",
+}
+
+
+# The scorer metrics that read the confidence (everything but accuracy and the counts): n/a when
+# no sample has a confidence (``confidence_defined``).
+CONFIDENCE_METRICS = ("aurc", "ece", "acc@10", "acc@25", "acc@50", "brier", "auroc",
+                      "confidence_gap", "utility_auc")  # fmt: skip
+# Below this fraction of samples with a confidence (or in the answer format), a run warns.
+LOW_RATE = 0.1
+NOT_AVAILABLE = "n/a"
+
+
+def confidence_defined(n: int, n_missing: int) -> bool:
+    """The n/a rule: a scorer's ``CONFIDENCE_METRICS`` over ``n`` samples are defined iff at
+    least one sample has a confidence (``n_missing < n``). With some confidences a missing one
+    ranks as 0.0 (the module's policy); with none every answer ties at 0, and the numbers would
+    measure only the accuracy."""
+    return n_missing < n
+
+
+def no_confidence(metrics: dict, scorer: str | None = None) -> bool:
+    """``confidence_defined`` of a ``metrics.json`` (its ``scorer``, default the primary one),
+    negated: True when no sample has a confidence. Read from ``n`` and ``missing_confidence``,
+    so a file written before this rule reads the same."""
+    block = metrics["scorers"][scorer or metrics.get("primary_scorer", "verbalized")]
+    missing = block.get("missing_confidence")
+    return missing is not None and not confidence_defined(int(metrics["n"]), int(missing))
+
+
+def scorer_value(metrics: dict, key: str, scorer: str | None = None) -> float | None:
+    """``metrics.json``'s ``key`` of ``scorer`` (default: the primary scorer) as a float; None
+    when it is undefined: NaN/null, or a ``CONFIDENCE_METRICS`` value of a scorer without any
+    confidence (``no_confidence``)."""
+    if key in CONFIDENCE_METRICS and no_confidence(metrics, scorer):
+        return None
+    block = metrics["scorers"][scorer or metrics.get("primary_scorer", "verbalized")]
+    return _nan_to_none(block.get(key))
+
+
+def metric_text(value: float | None, digits: int = 3) -> str:
+    """``value`` with ``digits`` decimals, ``NOT_AVAILABLE`` for None or NaN."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return NOT_AVAILABLE
+    return f"{value:.{digits}f}"
+
+
+def rate_warning(
+    n: int, n_missing: int, format_rate: float | None, scorer: str = "verbalized"
+) -> str | None:
+    """The warning of an evaluation whose answers carry a ``scorer`` confidence, or follow the
+    answer format, in fewer than ``LOW_RATE`` of its ``n`` samples: what was seen, what is n/a
+    and where to look; None otherwise."""
+    parsed = n - n_missing
+    low_format = format_rate is not None and format_rate < LOW_RATE
+    if n == 0 or (parsed >= LOW_RATE * n and not low_format):
+        return None
+    fmt = "" if format_rate is None else f" (format rate {format_rate:.2f})"
+    if not confidence_defined(n, n_missing):
+        seen = f"no {scorer} confidence in any of the {n} answers{fmt}: AURC, ECE and Acc@k are n/a"
+    else:
+        seen = f"a {scorer} confidence in {parsed} of {n} answers{fmt}"
+    fix = (
+        "check that the system prompt asks for <answer>/<confidence> (--system-prompt) and that "
+        "the model was trained to answer in that format"
+        if scorer == "verbalized" or low_format
+        else f"check the {scorer} scorer's inputs in the samples"
+    )
+    return f"{seen}; {fix}."
+
+
+def confidence_warning(metrics: dict, scorer: str | None = None) -> str | None:
+    """``rate_warning`` of a ``metrics.json`` (its ``scorer``, default the primary one)."""
+    name = scorer or metrics.get("primary_scorer", "verbalized")
+    missing = metrics["scorers"][name].get("missing_confidence")
+    if missing is None:
+        return None
+    return rate_warning(int(metrics["n"]), int(missing), metrics.get("format_ok_rate"), name)
+
+
+def _nan_to_none(value: float) -> float | None:
+    return (
+        None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+    )
+
+
+def scorer_arrays(records: Sequence[dict], scorer: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """(confidence, correct, n_missing) for ``scorer``; missing confidences become 0.0."""
+    raw = [r.get("scores", {}).get(scorer) for r in records]
+    missing = sum(1 for v in raw if v is None)
+    conf = np.array([0.0 if v is None else float(v) for v in raw], dtype=np.float64)
+    correct = np.array([bool(r["correct"]) for r in records], dtype=bool)
+    return conf, correct, missing
+
+
+def _point_metrics(conf: np.ndarray, ok: np.ndarray) -> dict[str, float]:
+    acc = M.accuracy_at_coverage(conf, ok, COVERAGE_LEVELS)
+    return {
+        "aurc": M.aurc(conf, ok),
+        "ece": M.ece(conf, ok),
+        "acc@10": float(acc[0]),
+        "acc@25": float(acc[1]),
+        "acc@50": float(acc[2]),
+        "brier": M.brier(conf, ok),
+        "auroc": M.auroc(conf, ok),
+        "confidence_gap": M.confidence_gap(conf, ok),
+    }
+
+
+_CI_FUNCS = {
+    "aurc": M.aurc,
+    "ece": M.ece,
+    "acc@10": lambda c, o: M.accuracy_at_coverage(c, o, 0.10),
+    "acc@25": lambda c, o: M.accuracy_at_coverage(c, o, 0.25),
+    "acc@50": lambda c, o: M.accuracy_at_coverage(c, o, 0.50),
+    "brier": M.brier,
+    "auroc": M.auroc,
+    "accuracy": lambda c, o: float(np.mean(o)),
+}
+
+
+def scorer_metrics(
+    records: Sequence[dict], scorer: str, *, n_resamples: int = 1000, seed: int = 0
+) -> dict:
+    """Metrics of one confidence scorer over ``records`` (see ``METRIC_DEFINITIONS``)."""
+    conf, ok, missing = scorer_arrays(records, scorer)
+    out: dict = {k: _nan_to_none(v) for k, v in _point_metrics(conf, ok).items()}
+    out["missing_confidence"] = missing
+    if all("answerable" in r and "cost" in r for r in records):
+        answered = [r.get("answer") is not None for r in records]
+        out["utility_auc"] = M.utility_auc(
+            conf, answered, ok, [bool(r["answerable"]) for r in records],
+            [float(r["cost"]) for r in records],
+        )  # fmt: skip
+    if n_resamples > 0:
+        ci = {}
+        for name, fn in _CI_FUNCS.items():
+            est = M.bootstrap_ci(fn, conf, ok, n_resamples=n_resamples, seed=seed)
+            ci[name] = [_nan_to_none(est.low), _nan_to_none(est.high)]
+        out["ci"] = ci
+    return out
+
+
+def _status_counts(records: Sequence[dict]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in records:
+        key = str(r.get("verify_status"))
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def no_verdict_counts(records: Sequence[dict]) -> dict:
+    """``unjudged`` (the verifier could not judge), ``verifier_failures`` (timeout, error), their
+    rates and ``accuracy_judged`` (accuracy over the samples with a verdict; None when none has
+    one): the samples the accuracy counts as wrong without a verdict (``METRIC_DEFINITIONS``)."""
+    status = [r.get("verify_status") for r in records]
+    unjudged = sum(s in (UNJUDGED, INVALID) for s in status)
+    failures = sum(s in (TIMEOUT, ERROR) for s in status)
+    judged = [r for r, s in zip(records, status, strict=True) if s not in NO_VERDICT]
+    n = len(records)
+    return {
+        "unjudged": unjudged,
+        "unjudged_rate": unjudged / n if n else None,
+        "verifier_failures": failures,
+        "verifier_failure_rate": failures / n if n else None,
+        "accuracy_judged": (
+            float(np.mean([bool(r["correct"]) for r in judged])) if judged else None
+        ),
+    }
+
+
+def no_verdict_note(metrics: dict) -> str:
+    """`` (4 of 16 unjudged, 1 verifier failure, counted wrong; accuracy on the 11 judged 0.364)``
+    for a summary line, "" when every sample has a verdict."""
+    n, unjudged = metrics["n"], metrics.get("unjudged", 0)
+    failures = metrics.get("verifier_failures", 0)
+    if not unjudged and not failures:
+        return ""
+    parts = [f"{unjudged} of {n} unjudged"] if unjudged else []
+    if failures:
+        parts.append(f"{failures} verifier failure{'s' if failures != 1 else ''}")
+    judged = n - unjudged - failures
+    on_judged = metrics.get("accuracy_judged")
+    tail = (
+        f"accuracy on the {judged} judged {on_judged:.3f}"
+        if on_judged is not None
+        else ("none judged")
+    )
+    return f" ({', '.join(parts)}, counted wrong; {tail})"
+
+
+def compute_metrics(
+    records: Sequence[dict],
+    *,
+    scorers: Sequence[str] = ("verbalized",),
+    n_resamples: int = 1000,
+    seed: int = 0,
+    extra: dict | None = None,
+) -> dict:
+    """The ``metrics.json`` object for one dataset (schema: docs/evaluation.md)."""
+    if len(records) == 0:
+        raise ValueError(f"no samples to summarise; {SAMPLES_FILE} is empty.")
+    ok = np.array([bool(r["correct"]) for r in records])
+    fallback_counts = {"answer": 0, "confidence": 0}
+    for r in records:
+        for kind in r.get("fallbacks", []):
+            fallback_counts[kind] = fallback_counts.get(kind, 0) + 1
+    out = {
+        "schema_version": SCHEMA_VERSION,
+        "n": len(records),
+        "accuracy": float(ok.mean()),
+        "format_ok_rate": float(np.mean([bool(r.get("format_ok")) for r in records])),
+        "answer_missing": sum(1 for r in records if r.get("answer") is None),
+        "fallbacks": fallback_counts,
+        "verify_status": _status_counts(records),
+        **no_verdict_counts(records),
+        "primary_scorer": scorers[0],
+        "scorers": {
+            s: scorer_metrics(records, s, n_resamples=n_resamples, seed=seed) for s in scorers
+        },
+        "bootstrap": {"n_resamples": n_resamples, "level": 0.95, "seed": seed},
+        "definitions": METRIC_DEFINITIONS,
+    }
+    dcs_values = [r["dcs"]["score"] for r in records if isinstance(r.get("dcs"), dict)]
+    if dcs_values:
+        out["dcs"] = {"mean": float(np.mean(dcs_values)), "n": len(dcs_values)}
+    if extra:
+        out.update(extra)
+    return out

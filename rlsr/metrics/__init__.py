@@ -1,0 +1,1 @@
+"""Floor 1, equations: the selective-prediction metrics, calibration, thresholds and utility (docs/architecture.md)."""
