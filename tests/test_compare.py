@@ -205,7 +205,7 @@ def test_bootstrap_mean_ci_is_seeded_and_undefined_for_one_value():
     one = M.bootstrap_mean_ci([0.3])
     assert one.estimate == 0.3 and math.isnan(one.low) and math.isnan(one.high)
     assert M.bootstrap_mean_ci([0.25, 0.25, 0.25])[1:] == (0.25, 0.25)
-    # 2 or 3 seeds: the interval is their range, as docs/evaluation.md says (P = 1/4, 1/27)
+    # 2 or 3 seeds: the interval is their range, as docs/compare.md says (P = 1/4, 1/27)
     assert M.bootstrap_mean_ci([0.1, 0.4, 0.2])[1:] == pytest.approx((0.1, 0.4), abs=1e-12)
     assert M.bootstrap_mean_ci([0.3, 0.1])[1:] == pytest.approx((0.1, 0.3), abs=1e-12)
 

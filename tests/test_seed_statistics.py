@@ -1,5 +1,5 @@
 """rlsr.evaluation.comparison.seed_statistics: each function against brute force or hand-computed values,
-and the coverage of the 95 % t-interval on simulated seeds (docs/evaluation.md, "Intervals,
+and the coverage of the 95 % t-interval on simulated seeds (docs/compare.md, "Intervals,
 tests and verdicts")."""
 
 from __future__ import annotations

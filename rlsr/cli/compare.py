@@ -32,7 +32,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         f"DIR/{COMPARE_PNG} (ranking gain against step).",
         epilog="example after slurm/sweep.py: rlsr compare runs --output-dir comparisons/heldout "
         "(held-out histories) or rlsr compare evals --output-dir comparisons/paper (the sweep's "
-        "evaluations). Details: docs/evaluation.md, 'Compare methods across seeds'.",
+        "evaluations). Details: docs/compare.md.",
     )
     parser.add_argument(
         "paths",

@@ -1,7 +1,7 @@
 """What ``rlsr deploy`` does (its flags: ``rlsr.cli.deploy``): a risk-controlled confidence
 threshold from the validation and test samples of an evaluation (Sec. 4.2;
 ``rlsr.evaluation.deploy.deployment``), written as the deployment.json ``rlsr serve --threshold`` reads
-(docs/evaluation.md)."""
+(docs/deploy.md)."""
 
 from __future__ import annotations
 

@@ -235,7 +235,7 @@ def summarize(
     """Per (dispatch, arm): the seeds, mean and 95 % interval of ``gain_last`` and ``aurc_drop``;
     per (dispatch, other arm): the paired difference ``reference`` - arm on the seeds both have,
     with ``rlsr compare``'s exact paired test, Holm-adjusted p (one family per dispatch) and
-    verdict (docs/evaluation.md, "Intervals, tests and verdicts")."""
+    verdict (docs/compare.md, "Intervals, tests and verdicts")."""
     names = [k for k, _, _ in TABLE_METRICS]
     ok = [r for r in rows if "error" not in r]
     out = {}

@@ -1,1 +1,1 @@
-"""``rlsr compare``: comparing runs across seeds (docs/evaluation.md)."""
+"""``rlsr compare``: comparing runs across seeds (docs/compare.md)."""

@@ -401,7 +401,7 @@ def compare_runs(
     reference: str | None = None,
     stats: Statistics = Statistics(),
 ) -> dict:
-    """The ``compare.json`` object of the runs under ``paths`` (docs/evaluation.md, "Compare
+    """The ``compare.json`` object of the runs under ``paths`` (docs/compare.md, "Compare
     methods across seeds"). ``use``: which evaluations (``find_runs``). Pairs: ``reference - M``
     for every other method M when ``reference`` is given, else every pair ``A - B`` with A
     before B by name. ``stats``: intervals, tests, margin (``check_margin``)."""
@@ -556,7 +556,7 @@ def render_markdown(result: dict) -> str:
             else "never 'equivalent' (no --margin), "
         )
         + "else 'inconclusive'. Ranking gain = error rate − AURC "
-        '(0: the confidence does not rank). docs/evaluation.md, "Compare methods across seeds".',
+        '(0: the confidence does not rank). docs/compare.md, "Compare methods across seeds".',
         "",
     ]
     if result["notes"]:

@@ -16,7 +16,7 @@ HELD_OUT, EVALUATE = "held-out", "evaluate"  # the two kinds of evaluation compa
 
 @dataclass(frozen=True)
 class Statistics:
-    """How intervals, tests and verdicts are computed (docs/evaluation.md, "Intervals, tests and
+    """How intervals, tests and verdicts are computed (docs/compare.md, "Intervals, tests and
     verdicts"). ``questions``: the interval's standard error also resamples question clusters
     (``n_resamples`` resamples, seeded by ``seed``, which also seeds a Monte Carlo permutation
     test); ``margin``: δ of "equivalent within ±δ" (None: never equivalent); ``level``: the

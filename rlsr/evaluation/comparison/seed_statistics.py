@@ -1,5 +1,5 @@
 """Statistics over training seeds: intervals, the exact paired test and the verdict that
-``rlsr compare`` and the toy's comparison print (docs/evaluation.md, "Compare methods across
+``rlsr compare`` and the toy's comparison print (docs/compare.md, "Compare methods across
 seeds", "Intervals, tests and verdicts").
 
 Every function is a small pure function on numbers; which runs, questions and metrics they get
@@ -79,7 +79,7 @@ def no_spread_interval(value: float, n: int, bounds: tuple[float, float], level:
 
 def t_intervals(samples, bounds: tuple[float, float], level: float = LEVEL):
     """``t_interval`` of every row of ``samples`` (array: rows x n seeds, n >= 2) at once:
-    arrays (mean, low, high). The simulation of docs/evaluation.md runs through this."""
+    arrays (mean, low, high). The simulation of docs/compare.md runs through this."""
     x = np.asarray(samples, dtype=float)
     n = x.shape[1]
     mean = x.mean(axis=1)
@@ -97,7 +97,7 @@ def t_interval(values, bounds: tuple[float, float], level: float = LEVEL) -> Int
     sample standard deviation (ddof = 1). Exact for normal values; at 5-20 seeds it keeps its
     coverage on discrete, tie-heavy and moderately skewed metric differences where the
     percentile bootstrap of the mean (close to x̄ ± z · s · √((n-1)/n) / √n) is too narrow; it
-    undercovers strongly skewed ones (docs/evaluation.md, "Intervals, tests and verdicts").
+    undercovers strongly skewed ones (docs/compare.md, "Intervals, tests and verdicts").
 
     Fewer than 2 values: NaN bounds. Values without spread (all within ``FLOAT_NOISE`` of their
     mean): ``no_spread_interval`` over ``bounds``, the range a value can take."""
@@ -123,7 +123,7 @@ def zero_split_intervals(samples, bounds: tuple[float, float], level: float = LE
     spread: ``no_spread_interval`` over ``bounds``), each at ``level``; the mean lies between the
     smallest and largest of the four products of their ends. A t-interval of all n values reads
     a sample with few nonzero seeds as if their size were typical; this one does not
-    (docs/evaluation.md, "Intervals, tests and verdicts")."""
+    (docs/compare.md, "Intervals, tests and verdicts")."""
     x = np.asarray(samples, dtype=float)
     rows, n = x.shape
     nonzero = np.abs(x) > FLOAT_NOISE

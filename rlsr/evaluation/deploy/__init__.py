@@ -1,1 +1,1 @@
-"""``rlsr deploy``: deployment certificates, decisions and the audit of a running server (docs/evaluation.md)."""
+"""``rlsr deploy``: deployment certificates, decisions and the audit of a running server (docs/deploy.md)."""
