@@ -1,14 +1,15 @@
 """Pin every prompt of rlsr/core/prompts.py to the RLSR paper (arXiv 2607.03528, Sec. C.1-C.3).
 
-Two independent checks: (1) where a plain-text copy of the paper is present (looked for as
-``shared/seeds/003_*.txt`` beside or inside the repository; a clone has none, and these checks
-skip), the strings are cut out of the paper and compared;
+Two independent checks: (1) where a plain-text copy of the paper is given (its path in the
+environment variable ``RLSR_PAPER_TEXT``; without it these checks skip), the strings are cut out
+of the paper and compared;
 (2) a SHA-256 of each string is pinned here, so an edit fails even without the paper.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import string
 from pathlib import Path
@@ -17,8 +18,6 @@ import pytest
 
 from rlsr.core import prompts
 
-REPO = Path(__file__).resolve().parents[1]
-SEED_GLOB = "003_*.txt"
 
 # sha256 of the verbatim strings (checked against the paper by the tests below).
 PINNED_SHA256 = {
@@ -31,15 +30,12 @@ PINNED_SHA256 = {
 
 
 def _seed_text() -> str | None:
-    for root in (REPO.parent / "shared" / "seeds", REPO / "shared" / "seeds"):
-        found = sorted(root.glob(SEED_GLOB)) if root.is_dir() else []
-        if found:
-            return found[0].read_text(encoding="utf-8")
-    return None
+    path = os.environ.get("RLSR_PAPER_TEXT")
+    return Path(path).read_text(encoding="utf-8") if path else None
 
 
 SEED = _seed_text()
-needs_seed = pytest.mark.skipif(SEED is None, reason="no plain-text copy of the paper present")
+needs_seed = pytest.mark.skipif(SEED is None, reason="no plain-text copy of the paper (set RLSR_PAPER_TEXT)")
 
 
 def _between(text: str, start: str, end: str) -> str:
