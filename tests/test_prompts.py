@@ -18,7 +18,6 @@ import pytest
 
 from rlsr.core import prompts
 
-
 # sha256 of the verbatim strings (checked against the paper by the tests below).
 PINNED_SHA256 = {
     "SIMPLE_SYSTEM_PROMPT": "1c491a934cb2fb6eb93854be1e304040fd8e1791ea1c88b7c580cf21c2657f9c",
@@ -35,7 +34,9 @@ def _seed_text() -> str | None:
 
 
 SEED = _seed_text()
-needs_seed = pytest.mark.skipif(SEED is None, reason="no plain-text copy of the paper (set RLSR_PAPER_TEXT)")
+needs_seed = pytest.mark.skipif(
+    SEED is None, reason="no plain-text copy of the paper (set RLSR_PAPER_TEXT)"
+)
 
 
 def _between(text: str, start: str, end: str) -> str:
