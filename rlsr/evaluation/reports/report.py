@@ -307,7 +307,9 @@ def report_rows(
     bootstrap: int = DEFAULT_BOOTSTRAP,
 ) -> ReportRows:
     """The report's tables as plain data (``build_report`` renders and writes them);
-    ``bootstrap``: resamples of the calibration section's CIs (0: none)."""
+    ``gap_methods``: the methods Tab. 2 holds accuracy fixed across (default: all; the paper
+    uses RLVR, RLCR and RLSR, without the base model); ``bootstrap``: resamples of the
+    calibration section's CIs (0: none)."""
     groups = group_runs(dirs, labels)
     runs = {name: [Run.load(p) for p in paths] for name, paths in groups.items()}
     datasets = sorted({d for rs in runs.values() for r in rs for d in r.metrics})
@@ -614,32 +616,17 @@ def _fig3_markdown(rows: ReportRows, figure: str) -> list[str]:
     return md + ["", f"![confidence densities]({figure})", ""]
 
 
-def build_report(
-    dirs: Sequence[str],
-    output: str | Path,
-    *,
-    labels: Sequence[str] = (),
-    family: str | None = None,
-    id_sets=None,
-    ood_sets=None,
-    gap_methods: Sequence[str] | None = None,
-    target_risks: Sequence[float] = DEFAULT_TARGET_RISKS,
-    target_coverages: Sequence[float] = DEFAULT_TARGET_COVERAGES,
-    bootstrap: int = DEFAULT_BOOTSTRAP,
-) -> dict[str, Path]:
+def build_report(dirs: Sequence[str], output: str | Path, **options) -> dict[str, Path]:
     """Write ``OUTPUT.md``, ``OUTPUT.csv``, ``OUTPUT_risk_coverage.png``,
     ``OUTPUT_confidence_density.png`` and ``OUTPUT_reliability.png``; return their paths. The
-    tables are ``report_rows`` rendered by ``render_markdown`` and ``csv_rows``.
-
-    ``gap_methods``: the methods Tab. 2 holds accuracy fixed across (default: all; the paper
-    uses RLVR, RLCR and RLSR, without the base model).
+    tables are ``report_rows(dirs, **options)`` (its keywords: labels, family, id_sets,
+    ood_sets, gap_methods, target_risks, target_coverages, bootstrap) rendered by
+    ``render_markdown`` and ``csv_rows``.
 
     ``output`` is a file prefix; a folder (an existing one, or a path ending in ``/``) gets
     ``report.md``, ``report.csv``, ``report_risk_coverage.png`` inside.
     """
-    rows = report_rows(dirs, labels=labels, family=family, id_sets=id_sets, ood_sets=ood_sets,
-                       gap_methods=gap_methods, target_risks=target_risks,
-                       target_coverages=target_coverages, bootstrap=bootstrap)  # fmt: skip
+    rows = report_rows(dirs, **options)
     out = Path(output)
     if str(output).endswith(("/", os.sep)) or out.is_dir():
         out = out / "report"
