@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rlsr.evaluation.run.outputs import (
-    ALLOW_TRAIN_HELP,
-    TRAINING_ROWS_FLAG,
-    add_output_dir,
-)
+from rlsr.evaluation.run.outputs import add_output_dir, add_training_rows_flag
 from rlsr.run.eval_protocol import SCORERS
 from rlsr.run.run_layout import DEPLOYMENT_FILE, RUN_FILE, SAMPLES_FILE
 
@@ -65,5 +61,5 @@ def register(subparsers) -> argparse.ArgumentParser:
         metavar="PATH",
         help=f"LoRA adapter the samples came from (default: the evaluation's {RUN_FILE})",
     )
-    parser.add_argument(TRAINING_ROWS_FLAG, action="store_true", help=ALLOW_TRAIN_HELP)
+    add_training_rows_flag(parser)
     return parser

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rlsr.evaluation.run.outputs import ALLOW_TRAIN_HELP, TRAINING_ROWS_FLAG
+from rlsr.evaluation.run.outputs import add_training_rows_flag
 from rlsr.generation import ENDPOINT_BACKENDS
 from rlsr.run.eval_protocol import add_protocol_flags
 from rlsr.run.run_layout import (
@@ -260,5 +260,5 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     d.add_argument("--deployment-splits", default="validation,test")
     d.add_argument("--deployment-delta", type=float, default=0.1)
-    d.add_argument(TRAINING_ROWS_FLAG, action="store_true", help=ALLOW_TRAIN_HELP)
+    add_training_rows_flag(d)
     return ev

@@ -15,6 +15,12 @@ from rlsr.run.run_layout import EVAL_DIR, STEP_PREFIX
 __all__ = ["register"]
 
 
+def _add_targets(parser, flag: str, metavar: str, targets, help: str) -> None:
+    """A comma list of target levels (risks or coverages); default: ``targets``."""
+    parser.add_argument(flag, metavar=metavar, default=",".join(f"{t:g}" for t in targets),
+                        help=f"{help}; default %(default)s)")  # fmt: skip
+
+
 def register(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "report",
@@ -62,20 +68,12 @@ def register(subparsers) -> argparse.ArgumentParser:
         metavar="NAMES",
         help="comma list: the methods Tab. 2 restricts to common questions (default: all)",
     )
-    parser.add_argument(
-        "--target-risks",
-        metavar="R1,R2",
-        default=",".join(f"{r:g}" for r in DEFAULT_TARGET_RISKS),
-        help="risks in [0, 1] to report the coverage at (the largest share a confidence "
-        "threshold keeps with at most that error rate; default %(default)s)",
-    )
-    parser.add_argument(
-        "--target-coverages",
-        metavar="C1,C2",
-        default=",".join(f"{c:g}" for c in DEFAULT_TARGET_COVERAGES),
-        help="coverages in (0, 1] to report the risk at (the error rate of the smallest "
-        "threshold selection covering it; default %(default)s)",
-    )
+    _add_targets(parser, "--target-risks", "R1,R2", DEFAULT_TARGET_RISKS,
+                 "risks in [0, 1] to report the coverage at (the largest share a confidence "
+                 "threshold keeps with at most that error rate")  # fmt: skip
+    _add_targets(parser, "--target-coverages", "C1,C2", DEFAULT_TARGET_COVERAGES,
+                 "coverages in (0, 1] to report the risk at (the error rate of the smallest "
+                 "threshold selection covering it")  # fmt: skip
     parser.add_argument(
         "--bootstrap",
         type=int,

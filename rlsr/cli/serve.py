@@ -19,6 +19,12 @@ DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024  # 8 MiB: ~2M tokens of text, far pa
 DEFAULT_MAX_MESSAGE_CHARS = 1_000_000
 
 
+def _add_bound(group, flag: str, default: int, help: str) -> None:
+    """An operator's bound ``flag N``: an integer, 0 for none."""
+    group.add_argument(flag, type=int, default=default, metavar="N",
+                       help=f"{help} (default: %(default)s; 0: no bound)")  # fmt: skip
+
+
 def register(subparsers) -> argparse.ArgumentParser:
     sv = subparsers.add_parser(
         "serve",
@@ -86,21 +92,15 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="require 'Authorization: Bearer KEY' on every route but /health (repeatable; also "
         f"${API_KEY_ENV}, so the key stays out of the process list); never logged",
     )  # fmt: skip
-    op.add_argument(
-        "--max-queued-requests", type=int, default=DEFAULT_MAX_QUEUED, metavar="N",
-        help="chat completions accepted at once (waiting or running); one more gets 429 with "
-        "Retry-After (default: %(default)s; 0: no bound)",
-    )  # fmt: skip
-    op.add_argument(
-        "--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES, metavar="N",
-        help="a chat request body larger than N bytes gets 413 before it is parsed (from its "
-        "Content-Length, or while a chunked body is read) (default: %(default)s; 0: no bound)",
-    )  # fmt: skip
-    op.add_argument(
-        "--max-message-chars", type=int, default=DEFAULT_MAX_MESSAGE_CHARS, metavar="N",
-        help="a message longer than N characters gets 400 (message_too_long) before it is "
-        "rendered or tokenised (default: %(default)s; 0: no bound)",
-    )  # fmt: skip
+    _add_bound(op, "--max-queued-requests", DEFAULT_MAX_QUEUED,
+               "chat completions accepted at once (waiting or running); one more gets 429 with "
+               "Retry-After")  # fmt: skip
+    _add_bound(op, "--max-request-bytes", DEFAULT_MAX_REQUEST_BYTES,
+               "a chat request body larger than N bytes gets 413 before it is parsed (from its "
+               "Content-Length, or while a chunked body is read)")  # fmt: skip
+    _add_bound(op, "--max-message-chars", DEFAULT_MAX_MESSAGE_CHARS,
+               "a message longer than N characters gets 400 (message_too_long) before it is "
+               "rendered or tokenised")  # fmt: skip
     op.add_argument(
         "--allowed-origins", action="append", metavar="ORIGIN",
         help="CORS: allow this origin (repeatable; '*' for any). Off by default",

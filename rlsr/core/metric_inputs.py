@@ -32,29 +32,38 @@ def _float_1d(values, name: str) -> np.ndarray:
     return arr
 
 
+def _refuse_first(arr: np.ndarray, bad: np.ndarray, rule: str, fix: str) -> None:
+    """Raise ``ValueError("<rule>; sample i is <value>. <fix>")`` at the first ``i`` where the
+    mask ``bad`` holds (nothing when none does)."""
+    where = np.flatnonzero(bad)
+    if where.size:
+        raise ValueError(f"{rule}; sample {where[0]} is {arr[where[0]]!r}. {fix}")
+
+
 def scores_array(values, name: str = "confidence", *, allow_empty: bool = False) -> np.ndarray:
     """1-D float64 array of finite ranking scores (any real value; only the order matters)."""
     arr = _float_1d(values, name)
     if arr.size == 0 and not allow_empty:
         raise ValueError(f"{name} is empty; metrics need at least one sample.")
-    bad = np.flatnonzero(~np.isfinite(arr))
-    if bad.size:
-        raise ValueError(
-            f"{name} must be finite; sample {bad[0]} is {arr[bad[0]]!r}. Map missing confidences "
-            "first (rlsr.equations.rewards.confidence_for_ranking ranks them as 0.0) or drop those samples."
-        )
+    _refuse_first(
+        arr,
+        ~np.isfinite(arr),
+        f"{name} must be finite",
+        "Map missing confidences first (rlsr.equations.rewards.confidence_for_ranking ranks them "
+        "as 0.0) or drop those samples.",
+    )
     return arr
 
 
 def probabilities_array(values, name: str = "confidence") -> np.ndarray:
     """Like ``scores_array`` but every value must lie in [0, 1] (probabilities, confidences)."""
     arr = scores_array(values, name)
-    bad = np.flatnonzero((arr < 0.0) | (arr > 1.0))
-    if bad.size:
-        raise ValueError(
-            f"{name} must lie in [0, 1]; sample {bad[0]} is {arr[bad[0]]!r}. "
-            "Rescale scores to probabilities first (e.g. rlsr.metrics.selective.temperature_scale)."
-        )
+    _refuse_first(
+        arr,
+        (arr < 0.0) | (arr > 1.0),
+        f"{name} must lie in [0, 1]",
+        "Rescale scores to probabilities first (e.g. rlsr.metrics.selective.temperature_scale).",
+    )
     return arr
 
 
@@ -67,12 +76,12 @@ def bool_array(values, name: str = "correct") -> np.ndarray:
         return arr
     if arr.dtype.kind not in "biuf":
         raise ValueError(f"{name} must hold booleans or 0/1; got dtype {arr.dtype}.")
-    bad = np.flatnonzero((arr != 0) & (arr != 1))
-    if bad.size:
-        raise ValueError(
-            f"{name} must hold booleans or 0/1; sample {bad[0]} is {arr[bad[0]]!r}. "
-            "Verify each sample first (rlsr.verifiers) and drop unverifiable ones."
-        )
+    _refuse_first(
+        arr,
+        (arr != 0) & (arr != 1),
+        f"{name} must hold booleans or 0/1",
+        "Verify each sample first (rlsr.verifiers) and drop unverifiable ones.",
+    )
     return arr.astype(bool)
 
 

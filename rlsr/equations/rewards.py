@@ -167,16 +167,15 @@ def lifted_aurc_rewards(
             1.5, n = 4) and beat the order by p (docs/methods.md, "What each reward teaches").
         max_coverage: c in (0, 1]; c < 1 gives the lifted *partial* AURC over coverage (0, c].
     """
-    ok, conf = _pool_settings(correct, confidence, correct_scale, max_coverage)
-    _check_weight_cap(weight_cap)
-    n = conf.shape[0]
-    w = _aurc_position_weights(n, _coverage_count(n, max_coverage), weight_cap)
+    ok, conf, w = _pool_settings(correct, confidence, correct_scale, weight_cap, max_coverage)
     alpha = tie_averaged_weights(conf, w)
     return np.where(ok, correct_scale * alpha, -alpha)
 
 
-def _pool_settings(correct, confidence, correct_scale, max_coverage):
-    """Checked ``(correct, ranking confidence)`` of a pool; shared argument checks."""
+def _pool_settings(correct, confidence, correct_scale, weight_cap, max_coverage):
+    """Checked ``(correct, ranking confidence, position weights)`` of a pool: the arguments of
+    ``lifted_aurc_rewards`` and ``marginal_aurc_rewards`` checked, and the (capped) weight of
+    each descending position (``_aurc_position_weights``)."""
     ok = _as_bool_array(correct, "correct")
     conf = confidence_for_ranking(confidence)
     if ok.shape != conf.shape:
@@ -188,7 +187,9 @@ def _pool_settings(correct, confidence, correct_scale, max_coverage):
         raise ValueError(f"correct_scale must be >= 0; got {correct_scale}.")
     if not 0.0 < max_coverage <= 1.0:  # also rejects NaN
         raise ValueError(f"max_coverage must be in (0, 1]; got {max_coverage!r}.")
-    return ok, conf
+    _check_weight_cap(weight_cap)
+    n = conf.shape[0]
+    return ok, conf, _aurc_position_weights(n, _coverage_count(n, max_coverage), weight_cap)
 
 
 def _coverage_count(n: int, max_coverage: float) -> int:
@@ -231,12 +232,10 @@ def marginal_aurc_rewards(
 
     Args and conventions as ``lifted_aurc_rewards``. Returns D, shape (n,), in input order.
     """
-    ok, conf = _pool_settings(correct, confidence, correct_scale, max_coverage)
-    _check_weight_cap(weight_cap)
+    ok, conf, w = _pool_settings(correct, confidence, correct_scale, weight_cap, max_coverage)
     n = conf.shape[0]
     if n == 0:
         return np.zeros(0, dtype=np.float64)
-    w = _aurc_position_weights(n, _coverage_count(n, max_coverage), weight_cap)
     prefix = np.concatenate(([0.0], np.cumsum(w)))  # prefix[k] = w_1 + ... + w_k
 
     def v(a, b):  # mean (capped) weight of 1-based positions a..b (arrays; b >= a)

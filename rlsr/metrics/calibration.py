@@ -20,12 +20,12 @@ from rlsr.core.metric_inputs import bool_array, check_same_length, probabilities
 from rlsr.core.ranking import tie_averaged_weights
 
 __all__ = [
-    "ReliabilityBins",
-    "reliability_bins",
     "ece",
     "equal_mass_ece",
     "max_calibration_error",
     "rms_calibration_error",
+    "ReliabilityBins",
+    "reliability_bins",
     "brier",
     "auroc",
     "confidence_gap",

@@ -31,7 +31,8 @@ from rlsr.core.ranking import (
     tie_averaged_weights,
 )
 from rlsr.equations.rewards import rank_weights
-from rlsr.metrics.calibration import (
+from rlsr.metrics import calibration
+from rlsr.metrics.calibration import (  # noqa: F401 - re-exported: calibration.__all__
     ReliabilityBins,
     TemperatureScaler,
     apply_temperature,
@@ -75,18 +76,7 @@ __all__ = [
     "risk_coverage_curve",
     "accuracy_at_coverage",
     "coverage_count",
-    "ece",
-    "equal_mass_ece",
-    "max_calibration_error",
-    "rms_calibration_error",
-    "ReliabilityBins",
-    "reliability_bins",
-    "brier",
-    "auroc",
-    "confidence_gap",
-    "TemperatureScaler",
-    "apply_temperature",
-    "temperature_scale",
+    *calibration.__all__,
     "ThresholdSelection",
     "ThresholdOutcome",
     "select_threshold",

@@ -120,6 +120,11 @@ def setting(
     return field(default=default, metadata={**metadata, "decides_samples": decides_samples})
 
 
+def _token_budget(default: int, help: str):
+    """A generation's token budget: an integer >= 1 that decides the response's text."""
+    return setting(default, help, valid=_int_at_least(1), decodes=True, type=int, metavar="N")
+
+
 # --------------------------------------------------------------------------- the declaration
 
 
@@ -129,14 +134,7 @@ class EvalProtocol:
     question. Defaults: the paper's protocol (Sec. C.5: greedy, 4,096 new tokens, one response;
     Sec. C.3 fallbacks; verbalized confidence)."""
 
-    max_new_tokens: int = setting(
-        4096,
-        "response token budget",
-        valid=_int_at_least(1),
-        decodes=True,
-        type=int,
-        metavar="N",
-    )
+    max_new_tokens: int = _token_budget(4096, "response token budget")
     temperature: float = setting(
         0.0,
         "0 = greedy (paper); Tab. 5 seeds use 0.3",
@@ -171,13 +169,8 @@ class EvalProtocol:
         flag="--no-fallbacks",
         action="store_false",
     )
-    fallback_max_new_tokens: int = setting(
-        64,
-        "token budget of each Sec. C.3 fallback continuation",
-        valid=_int_at_least(1),
-        decodes=True,
-        type=int,
-        metavar="N",
+    fallback_max_new_tokens: int = _token_budget(
+        64, "token budget of each Sec. C.3 fallback continuation"
     )
     # The first is the primary scorer. None: consistency for plain answers, else verbalized;
     # tagged answers always report verbalized too (``check_scorers``).

@@ -7,7 +7,7 @@ no answer, always incorrect and not an error); each gold is a str or a list of a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -143,3 +143,16 @@ def _check_lengths(predictions, golds, **others) -> int:
         if values is not None and len(values) != n:
             raise ValueError(f"{name} has {len(values)} items but predictions has {n}.")
     return n
+
+
+def match_verdicts(
+    predictions, golds, matches: Callable[..., bool], *per_item
+) -> VerificationResult:
+    """The result of a verifier that matches each answer against its item's golds: ``missing``
+    without an answer, else ``correct`` when ``matches(prediction, golds, *values)`` (``values``:
+    the item's entry of each sequence in ``per_item``, such as its options), else ``incorrect``."""
+    status = [
+        MISSING if p is None else CORRECT if matches(p, _gold_list(g, i), *rest) else INCORRECT
+        for i, (p, g, *rest) in enumerate(zip(predictions, golds, *per_item, strict=True))
+    ]
+    return VerificationResult.from_status(status)

@@ -6,14 +6,7 @@ import functools
 import re
 import string
 
-from rlsr.verifiers.base import (
-    CORRECT,
-    INCORRECT,
-    MISSING,
-    VerificationResult,
-    _check_lengths,
-    _gold_list,
-)
+from rlsr.verifiers.base import _check_lengths, _gold_list, match_verdicts
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -69,15 +62,7 @@ class ExactMatchVerifier:
 
     def verify_batch(self, predictions, golds, *, questions=None, options=None):
         _check_lengths(predictions, golds)
-        status = [
-            MISSING
-            if p is None
-            else CORRECT
-            if exact_match(p, _gold_list(g, i), self.strict)
-            else INCORRECT
-            for i, (p, g) in enumerate(zip(predictions, golds, strict=True))
-        ]
-        return VerificationResult.from_status(status)
+        return match_verdicts(predictions, golds, lambda p, gs: exact_match(p, gs, self.strict))
 
     def close(self) -> None:
         pass

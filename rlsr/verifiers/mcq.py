@@ -6,14 +6,7 @@ import json
 import re
 from collections.abc import Iterable
 
-from rlsr.verifiers.base import (
-    CORRECT,
-    INCORRECT,
-    MISSING,
-    VerificationResult,
-    _check_lengths,
-    _gold_list,
-)
+from rlsr.verifiers.base import _check_lengths, match_verdicts
 from rlsr.verifiers.exact_match import normalize_answer
 
 _LETTER_ONLY = re.compile(r"\(?([A-Za-z])\s*[).:]?\)?\Z")
@@ -95,14 +88,9 @@ class MCQVerifier:
         _check_lengths(predictions, golds, options=options)
         if options is None:
             raise ValueError("the mcq verifier needs options=[per-item options (dict/list/JSON)].")
-        status = []
-        for i, (p, g, o) in enumerate(zip(predictions, golds, options, strict=True)):
-            if p is None:
-                status.append(MISSING)
-                continue
-            ok = any(mcq_match(p, gold, o) for gold in _gold_list(g, i))
-            status.append(CORRECT if ok else INCORRECT)
-        return VerificationResult.from_status(status)
+        return match_verdicts(
+            predictions, golds, lambda p, gs, o: any(mcq_match(p, g, o) for g in gs), options
+        )
 
     def close(self) -> None:
         pass

@@ -29,7 +29,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -307,7 +307,9 @@ def report_rows(
     bootstrap: int = DEFAULT_BOOTSTRAP,
 ) -> ReportRows:
     """The report's tables as plain data (``build_report`` renders and writes them);
-    ``bootstrap``: resamples of the calibration section's CIs (0: none)."""
+    ``gap_methods``: the methods Tab. 2 holds accuracy fixed across (default: all; the paper
+    uses RLVR, RLCR and RLSR, without the base model); ``bootstrap``: resamples of the
+    calibration section's CIs (0: none)."""
     groups = group_runs(dirs, labels)
     runs = {name: [Run.load(p) for p in paths] for name, paths in groups.items()}
     datasets = sorted({d for rs in runs.values() for r in rs for d in r.metrics})
@@ -503,25 +505,19 @@ def render_markdown(
         "",
     ]
     md += ["## Averages (paper Tab. 1 layout)", ""]
-    header = (
-        "| Method | "
-        + " | ".join(f"{s} {lab}" for s, _ in scopes for _, lab in TABLE_METRICS)
-        + " |"
+    md += _md_table(
+        ["Method", *(f"{s} {lab}" for s, _ in scopes for _, lab in TABLE_METRICS)],
+        ([name, *map(_text, cells)] for name, cells in rows.averages),
     )
-    md += [header, "|" + " --- |" * (1 + len(scopes) * len(TABLE_METRICS))]
-    for name, cells in rows.averages:
-        md.append(f"| {name} | " + " | ".join(_text(c) for c in cells) + " |")
     md += ["", "## Per dataset (paper Tabs. 8-11 layout)", ""]
-    md += [
-        "| Dataset | Method | n | Acc | " + " | ".join(lab for _, lab in TABLE_METRICS) + " |",
-        "|" + " --- |" * (4 + len(TABLE_METRICS)),
-    ]
-    for r in rows.per_dataset:
-        md.append(
-            f"| {r.dataset}{' (' + r.scope + ')' if r.scope else ''} | {r.method} | {r.n} | "
-            + " | ".join(_text(c) for c in r.cells)
-            + " |"
-        )
+    md += _md_table(
+        ["Dataset", "Method", "n", "Acc", *(lab for _, lab in TABLE_METRICS)],
+        (
+            [f"{r.dataset}{' (' + r.scope + ')' if r.scope else ''}", r.method, r.n,
+             *map(_text, r.cells)]
+            for r in rows.per_dataset
+        ),
+    )  # fmt: skip
     md += ["", f"![risk-coverage]({figure})", ""]
     md += _tab2_markdown(rows)
     if rows.panels:
@@ -529,6 +525,12 @@ def render_markdown(
     if rows.calibration:
         md += _calibration_markdown(rows, reliability_figure)
     return "\n".join(md)
+
+
+def _md_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    """A markdown table's lines: ``| a | b |``, the ``| --- |`` rule, then one line a row."""
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    return lines + ["| " + " | ".join(map(str, cells)) + " |" for cells in rows]
 
 
 def _ci_text(value: M.BootstrapCI) -> str:
@@ -557,15 +559,11 @@ def _calibration_markdown(rows: ReportRows, figure: str) -> list[str]:
         "does); Risk@cov c: the error rate of the smallest threshold selection covering ≥ c. A "
         "threshold keeps or drops tied confidences together (docs/metrics.md).",
         "",
-        "| Dataset | Method | Run | n | " + " | ".join(m.label for m in metrics) + " |",
-        "|" + " --- |" * (4 + len(metrics)),
+        *_md_table(
+            ["Dataset", "Method", "Run", "n", *(m.label for m in metrics)],
+            ([r.dataset, r.method, r.run, r.n, *map(_ci_text, r.values)] for r in rows.calibration),
+        ),
     ]
-    for r in rows.calibration:
-        md.append(
-            f"| {r.dataset} | {r.method} | {r.run} | {r.n} | "
-            + " | ".join(_ci_text(v) for v in r.values)
-            + " |"
-        )
     if figure:
         md += ["", f"![reliability diagrams]({figure})"]
     return md + [""]
@@ -582,15 +580,16 @@ def _tab2_markdown(rows: ReportRows) -> list[str]:
         "mean confidence on S+ / S− (rlsr.evaluation.reports.gap.controlled_confidence_gap). `shared`: "
         "questions present in every run; `dropped`: present in some runs only.",
         "",
-        "| Questions | Method | S+ | S− | shared | dropped | E[c\\|correct] | E[c\\|incorrect] "
-        "| Δc↑ |",
-        "|" + " --- |" * 9,
-    ]
-    for g in rows.gap:
-        md.append(
-            f"| {g.questions} | {g.method} | {g.n_correct} | {g.n_incorrect} | {g.n_questions} | "
-            f"{g.dropped} | {_num(g.mean_correct)} | {_num(g.mean_incorrect)} | {_num(g.gap)} |"
-        )
+        *_md_table(
+            ["Questions", "Method", "S+", "S−", "shared", "dropped", "E[c\\|correct]",
+             "E[c\\|incorrect]", "Δc↑"],
+            (
+                [g.questions, g.method, g.n_correct, g.n_incorrect, g.n_questions, g.dropped,
+                 _num(g.mean_correct), _num(g.mean_incorrect), _num(g.gap)]
+                for g in rows.gap
+            ),
+        ),
+    ]  # fmt: skip
     return md + [""]
 
 
@@ -602,44 +601,30 @@ def _fig3_markdown(rows: ReportRows, figure: str) -> list[str]:
         "Δc = E[c|correct] − E[c|incorrect]; densities: Gaussian KDE, bandwidth 0.15 (kernel std "
         "in confidence units), solid = correct, dotted = incorrect.",
         "",
-        "| Dataset | Method | n correct | n incorrect | E[c\\|correct] | E[c\\|incorrect] | Δc |",
-        "|" + " --- |" * 7,
-    ]
-    for r in rows.density:
-        hi, lo = r.mean_correct, r.mean_incorrect
-        md.append(
-            f"| {r.dataset} | {r.method} | {r.n_correct} | {r.n_incorrect} | {_num(hi)} | "
-            f"{_num(lo)} | {_num(hi - lo)} |"
-        )
+        *_md_table(
+            ["Dataset", "Method", "n correct", "n incorrect", "E[c\\|correct]",
+             "E[c\\|incorrect]", "Δc"],
+            (
+                [r.dataset, r.method, r.n_correct, r.n_incorrect, _num(r.mean_correct),
+                 _num(r.mean_incorrect), _num(r.mean_correct - r.mean_incorrect)]
+                for r in rows.density
+            ),
+        ),
+    ]  # fmt: skip
     return md + ["", f"![confidence densities]({figure})", ""]
 
 
-def build_report(
-    dirs: Sequence[str],
-    output: str | Path,
-    *,
-    labels: Sequence[str] = (),
-    family: str | None = None,
-    id_sets=None,
-    ood_sets=None,
-    gap_methods: Sequence[str] | None = None,
-    target_risks: Sequence[float] = DEFAULT_TARGET_RISKS,
-    target_coverages: Sequence[float] = DEFAULT_TARGET_COVERAGES,
-    bootstrap: int = DEFAULT_BOOTSTRAP,
-) -> dict[str, Path]:
+def build_report(dirs: Sequence[str], output: str | Path, **options) -> dict[str, Path]:
     """Write ``OUTPUT.md``, ``OUTPUT.csv``, ``OUTPUT_risk_coverage.png``,
     ``OUTPUT_confidence_density.png`` and ``OUTPUT_reliability.png``; return their paths. The
-    tables are ``report_rows`` rendered by ``render_markdown`` and ``csv_rows``.
-
-    ``gap_methods``: the methods Tab. 2 holds accuracy fixed across (default: all; the paper
-    uses RLVR, RLCR and RLSR, without the base model).
+    tables are ``report_rows(dirs, **options)`` (its keywords: labels, family, id_sets,
+    ood_sets, gap_methods, target_risks, target_coverages, bootstrap) rendered by
+    ``render_markdown`` and ``csv_rows``.
 
     ``output`` is a file prefix; a folder (an existing one, or a path ending in ``/``) gets
     ``report.md``, ``report.csv``, ``report_risk_coverage.png`` inside.
     """
-    rows = report_rows(dirs, labels=labels, family=family, id_sets=id_sets, ood_sets=ood_sets,
-                       gap_methods=gap_methods, target_risks=target_risks,
-                       target_coverages=target_coverages, bootstrap=bootstrap)  # fmt: skip
+    rows = report_rows(dirs, **options)
     out = Path(output)
     if str(output).endswith(("/", os.sep)) or out.is_dir():
         out = out / "report"

@@ -21,6 +21,7 @@ __all__ = [
     "ALLOW_TRAIN_HELP",
     "output_prefix",
     "add_output_dir",
+    "add_training_rows_flag",
 ]
 
 # ``rlsr report --output-dir DIR`` writes DIR/report.md, DIR/report_curves.png, ...
@@ -49,6 +50,12 @@ def output_prefix(args, name: str, *, required: bool) -> Path | None:
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"--output-dir {args.output_dir} is a file; give a folder.")
     return folder / name
+
+
+def add_training_rows_flag(parser) -> None:
+    """``--allow-train-split`` (``TRAINING_ROWS_FLAG``): ``rlsr deploy``'s and ``rlsr evaluate
+    --deployment-target``'s permission to use the adapter's training split."""
+    parser.add_argument(TRAINING_ROWS_FLAG, action="store_true", help=ALLOW_TRAIN_HELP)
 
 
 def add_output_dir(parser, writes: str, *, detail: str = "") -> None:
