@@ -19,7 +19,7 @@ import transformers
 from rlsr.config import resolve_model_path
 from rlsr.data import get_spec, resolve_tasks
 from rlsr.data.loading import build_verifier, load_examples
-from rlsr.eval_protocol import add_protocol_flags
+from rlsr.eval_protocol import TEACHER_FORCED_SCORERS, add_protocol_flags
 from rlsr.evaluation.audit import audit_deployment, audit_markdown
 from rlsr.evaluation.budget import generation_budget
 from rlsr.evaluation.deployment import (
@@ -397,7 +397,8 @@ def _connect_endpoint(args) -> EndpointBackend:
 def _endpoint_settings(endpoint: EndpointBackend, settings: EvalSettings) -> EvalSettings:
     """The protocol as the endpoint can run it: fallbacks off where it cannot (said once on
     stderr, recorded in run.json and summary.json); the log-prob scorer / DCS refused."""
-    if (("logprob" in settings.scorers) or settings.dcs) and endpoint.scoring_off:
+    forced = set(TEACHER_FORCED_SCORERS) & set(settings.scorers)
+    if (forced or settings.dcs) and endpoint.scoring_off:
         raise ValueError(f"--scorers {','.join(settings.scorers)}"
                          f"{' --dcs' if settings.dcs else ''}: {endpoint.scoring_off}.")  # fmt: skip
     if settings.fallbacks and endpoint.fallbacks_off:

@@ -44,7 +44,7 @@ from rlsr.generation.fallbacks import (
     read_response,
     response_item,
 )
-from rlsr.logprob import answer_span, logprob_confidence
+from rlsr.logprob import answer_span, expected_confidences, logprob_confidence
 from rlsr.run_layout import METRICS_FILE, PLOT_FILE, REQUESTS_FILE, SAMPLES_FILE
 from rlsr.verifiers import extract_choice_letter, normalize_answer
 from rlsr.verifiers.base import NO_VERDICT, VerifierFailure, failure_message, over_budget
@@ -150,6 +150,12 @@ def _add_scores(backend, rows: list[dict], items: list[dict], settings: EvalSett
             it["scores"]["logprob"] = None
         for i, lp in zip(idx, lps, strict=True):
             items[i]["scores"]["logprob"] = logprob_confidence(lp)
+    if "expected" in settings.scorers:
+        values = expected_confidences(
+            backend.score, [it["prompt_text"] for it in items], [it["generated"] for it in items]
+        )
+        for it, value in zip(items, values, strict=True):
+            it["scores"]["expected"] = value
     if "consistency" in settings.scorers:
         sampling = Sampling(
             settings.max_new_tokens, settings.consistency_temperature, 1.0,
