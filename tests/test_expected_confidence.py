@@ -140,3 +140,17 @@ def test_evaluate_expected_scorer_equals_the_brute_force_loop_over_levels(tmp_pa
         assert got == pytest.approx(want, rel=1e-4)
         assert min(EXPECTED_LEVELS) <= got <= max(EXPECTED_LEVELS)
     assert scored == len(records) == 6
+
+
+def test_heldout_scorers_accept_expected_from_the_recipe_tree(tmp_path):
+    """``train.py recipe=tiny-format heldout.every=2 heldout.scorers=[expected,verbalized]`` resolves to a
+    held-out protocol whose primary scorer is ``expected`` (the in-training evaluation runs the
+    same ``evaluate_dataset`` as ``rlsr evaluate``)."""
+    from test_trainer_support import tiny_settings
+
+    from rlsr.config.heldout import resolve_heldout
+
+    settings = tiny_settings(tmp_path / "run", max_steps=2, save_steps=2)
+    settings.heldout.every = 2
+    settings.heldout.scorers = ["expected", "verbalized"]
+    assert resolve_heldout(settings).scorers == ("expected", "verbalized")
