@@ -216,6 +216,10 @@ def test_logprob_scorer_refused_where_the_endpoint_has_no_logprobs(
         line = _one_error_line(capsys)
         assert "--scorers verbalized,logprob" in line and "prompt_logprobs" in line
         assert not out.exists() and not server.bodies
+        assert rlsr_main(_argv(server, out, tiny_model_dir, "--scorers", "expected")) == 2
+        line = _one_error_line(capsys)  # the expected confidence teacher-forces too
+        assert "--scorers expected,verbalized" in line and "prompt_logprobs" in line
+        assert not out.exists() and not server.bodies
         assert rlsr_main(_argv(server, out, tiny_model_dir, "--dcs")) == 2
         assert "--dcs" in _one_error_line(capsys)
 

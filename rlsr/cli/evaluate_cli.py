@@ -56,6 +56,7 @@ from rlsr.generation.backends import make_backend, resolve_adapter
 from rlsr.generation.endpoint import ENDPOINT_BACKENDS, EndpointBackend
 from rlsr.generation.http_client import EndpointError, EndpointSettings
 from rlsr.generation.openai_api import RLSR_SERVE
+from rlsr.run.eval_protocol import TEACHER_FORCED_SCORERS
 from rlsr.run.run_layout import (
     AUDIT_FILE,
     DEPLOYMENT_FILE,
@@ -149,7 +150,8 @@ def _connect_endpoint(args) -> EndpointBackend:
 def _endpoint_settings(endpoint: EndpointBackend, settings: EvalSettings) -> EvalSettings:
     """The protocol as the endpoint can run it: fallbacks off where it cannot (said once on
     stderr, recorded in run.json and summary.json); the log-prob scorer / DCS refused."""
-    if (("logprob" in settings.scorers) or settings.dcs) and endpoint.scoring_off:
+    forced = set(TEACHER_FORCED_SCORERS) & set(settings.scorers)
+    if (forced or settings.dcs) and endpoint.scoring_off:
         raise ValueError(f"--scorers {','.join(settings.scorers)}"
                          f"{' --dcs' if settings.dcs else ''}: {endpoint.scoring_off}.")  # fmt: skip
     if settings.fallbacks and endpoint.fallbacks_off:

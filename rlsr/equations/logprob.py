@@ -27,6 +27,19 @@ of the *answer*), and it replaces the verbalized confidence "in the answer". Ave
 whole completion the score would be dominated by hundreds of reasoning tokens (1,536 max on
 HotPotQA) and, as a training signal, would reward fluent or repetitive reasoning rather than a
 likely answer. docs/training.md records this choice.
+
+The expected verbalized confidence (``rlsr evaluate --scorers expected``) reads the same policy at
+the confidence instead of the answer: with the response teacher-forced up to and including its
+last ``<confidence>`` tag (context ``x, y_<c``), each level ``l`` of ``EXPECTED_LEVELS`` is scored
+as the full continuation ``a + str(l) + b + "</confidence>"``, ``a`` and ``b`` the whitespace the
+response itself wrote around its number (``<confidence> 0.5 </confidence>``: a space each); a
+level can be several tokens, and the closing tag keeps ``0.1`` from also counting ``0.15``::
+
+    s_l = sum_t log p(w_t | x, y_<c, w_<t),   w = tokens of the continuation of level l
+    P(l) = exp(s_l) / sum_l' exp(s_l'),        E[c] = sum_l P(l) * l
+
+Greedy decoding reports only the argmax level of a policy that may still spread its mass over
+several levels (a near-tie flips it); ``E[c]`` moves with the whole distribution.
 """
 
 from __future__ import annotations
@@ -41,7 +54,20 @@ __all__ = [
     "logprob_confidence",
     "continuation_logprobs",
     "answer_logprob_confidences",
+    "EXPECTED_LEVELS",
+    "CONFIDENCE_OPEN",
+    "CONFIDENCE_CLOSE",
+    "level_text",
+    "confidence_frame",
+    "expected_confidence",
+    "expected_confidences",
 ]
+
+CONFIDENCE_OPEN, CONFIDENCE_CLOSE = "<confidence>", "</confidence>"
+# The levels the expected confidence spreads its mass over: 0.0, 0.1, ..., 1.0, which holds the
+# 0.1 / 0.3 / 0.5 / 0.7 / 0.9 grid of the tiny recipes' warm-ups; one spelling per level
+# (``level_text``).
+EXPECTED_LEVELS: tuple[float, ...] = tuple(round(0.1 * k, 1) for k in range(11))
 
 
 def answer_span(generated: str, answer: str | None, start: int | None = None):
@@ -178,3 +204,75 @@ def answer_logprob_confidences(
         continuations.append(span[1] if span else "")
     lps = continuation_logprobs(model, tokenizer, contexts, continuations, batch_size=batch_size)
     return [logprob_confidence(lp) if ok else None for lp, ok in zip(lps, scored, strict=True)]
+
+
+def level_text(level: float) -> str:
+    """How a confidence level is written after ``<confidence>``: Python's shortest round-trip
+    form of the float (``0.1``, ``0.0``, ``1.0``)."""
+    return str(float(level))
+
+
+def confidence_frame(generated: str) -> tuple[str, str, str] | None:
+    """Where and how ``generated`` writes its confidence number: ``(context, before, after)``,
+    ``context`` the text up to and including its last ``<confidence>`` tag, ``before`` / ``after``
+    the whitespace around the number in that block (an unclosed block: the whitespace after the
+    tag, mirrored). None when the text opens no confidence block (e.g. a confidence read from the
+    Sec. C.3 fallback's plain continuation)."""
+    at = generated.rfind(CONFIDENCE_OPEN)
+    if at < 0:
+        return None
+    end = at + len(CONFIDENCE_OPEN)
+    rest = generated[end:]
+    close = rest.find(CONFIDENCE_CLOSE)
+    inner = rest if close < 0 else rest[:close]
+    before = inner[: len(inner) - len(inner.lstrip())]
+    if close < 0 or not inner.strip():
+        return generated[:end], before, before
+    return generated[:end], before, inner[len(inner.rstrip()) :]
+
+
+def expected_confidence(
+    levels: Sequence[float], level_logprobs: Sequence[Sequence[float]]
+) -> float | None:
+    """E[c] = sum_l P(l) * l with P(l) = exp(s_l) / sum_l' exp(s_l') and s_l the sum of
+    ``level_logprobs[l]`` (the per-token log-probs of level ``l``'s continuation, module
+    docstring): the policy's expected verbalized confidence over ``levels``, normalised over
+    them (the mass the policy puts on other text is left out). Computed with the largest s_l
+    subtracted, so very unlikely levels do not underflow to 0/0. None for no levels, a level
+    scored by no token, or no finite score."""
+    if len(levels) != len(level_logprobs):
+        raise ValueError("levels and level_logprobs must have the same length.")
+    if len(levels) == 0 or any(len(lp) == 0 for lp in level_logprobs):
+        return None
+    sums = [math.fsum(lp) for lp in level_logprobs]
+    top = max(sums)
+    if not math.isfinite(top):
+        return None
+    weights = [math.exp(s - top) for s in sums]
+    return math.fsum(w * lvl for w, lvl in zip(weights, levels, strict=True)) / math.fsum(weights)
+
+
+def expected_confidences(
+    score,
+    prompt_texts: Sequence[str],
+    generated: Sequence[str],
+    levels: Sequence[float] = EXPECTED_LEVELS,
+) -> list[float | None]:
+    """The expected verbalized confidence (``expected_confidence``) of each response:
+    ``score(contexts, continuations)`` is the teacher-forcing call (``continuation_logprobs``
+    behind ``TransformersBackend.score``; any backend's ``score``), made once for every
+    (response with a ``<confidence>`` tag, level) pair. None for a response without the tag."""
+    frames = [confidence_frame(g) for g in generated]
+    scored = [i for i, f in enumerate(frames) if f is not None]
+    contexts, conts = [], []
+    for i in scored:
+        context, before, after = frames[i]
+        for lvl in levels:
+            contexts.append(prompt_texts[i] + context)
+            conts.append(before + level_text(lvl) + after + CONFIDENCE_CLOSE)
+    lps = score(contexts, conts)
+    out: list[float | None] = [None] * len(generated)
+    n = len(levels)
+    for k, i in enumerate(scored):
+        out[i] = expected_confidence(levels, lps[k * n : (k + 1) * n])
+    return out

@@ -171,10 +171,12 @@ class EndpointBackend:
         if self.settings.kind == "completions" and self.kind == "vllm":
             return None
         return (
-            "the log-prob scorer and DCS need teacher-forced log-probs of the answer tokens "
+            "the logprob and expected scorers and DCS need teacher-forced log-probs of the "
+            "model's own text "
             "(vLLM's prompt_logprobs on /v1/completions); "
             + (f"this endpoint ({self.settings.kind}, server {self.kind!r}) does not return them")
-            + ": drop logprob from --scorers (and --dcs), or use --backend openai-completions "
+            + ": drop logprob and expected from --scorers (and --dcs), or use --backend "
+            "openai-completions "
             "against vllm serve"
         )
 

@@ -32,6 +32,7 @@ from rlsr.core.prompts import NO_SYSTEM_PROMPT, system_prompt_names
 
 __all__ = [
     "SCORERS",
+    "TEACHER_FORCED_SCORERS",
     "RESPONSE_FORMATS",
     "ProtocolError",
     "EvalProtocol",
@@ -50,7 +51,10 @@ __all__ = [
     "protocol_flags",
 ]
 
-SCORERS = ("verbalized", "logprob", "consistency")
+SCORERS = ("verbalized", "logprob", "consistency", "expected")
+# The scorers that teacher-force the model's own text (``Backend.score``): an endpoint without
+# prompt log-probs cannot run them.
+TEACHER_FORCED_SCORERS = ("logprob", "expected")
 RESPONSE_FORMATS = ("tags", "plain")
 
 
@@ -176,7 +180,8 @@ class EvalProtocol:
     # tagged answers always report verbalized too (``check_scorers``).
     scorers: tuple[str, ...] | None = setting(
         None,
-        "comma list of verbalized,logprob,consistency; the first is the primary scorer "
+        "comma list of verbalized,logprob,consistency,expected (the policy's expected "
+        "verbalized confidence, rlsr.equations.logprob); the first is the primary scorer "
         "(summary line, report tables). Default: verbalized; consistency with "
         "--response-format plain",
         valid=(_scorer_list, f"a non-empty list of {', '.join(SCORERS)}"),

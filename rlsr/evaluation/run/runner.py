@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rlsr.data.loading import verification_inputs
-from rlsr.equations.logprob import answer_span, logprob_confidence
+from rlsr.equations.logprob import answer_span, expected_confidences, logprob_confidence
 from rlsr.evaluation.reports.plots import plot_dataset_risk_coverage
 from rlsr.evaluation.run.dcs import score_dcs
 from rlsr.evaluation.run.samples_io import append_samples, json_safe, read_samples
@@ -150,6 +150,12 @@ def _add_scores(backend, rows: list[dict], items: list[dict], settings: EvalSett
             it["scores"]["logprob"] = None
         for i, lp in zip(idx, lps, strict=True):
             items[i]["scores"]["logprob"] = logprob_confidence(lp)
+    if "expected" in settings.scorers:
+        values = expected_confidences(
+            backend.score, [it["prompt_text"] for it in items], [it["generated"] for it in items]
+        )
+        for it, value in zip(items, values, strict=True):
+            it["scores"]["expected"] = value
     if "consistency" in settings.scorers:
         sampling = Sampling(
             settings.max_new_tokens, settings.consistency_temperature, 1.0,

@@ -6,6 +6,12 @@
   ``exp(mean)`` in (0, 1] (the geometric-mean token probability; a monotone map, so AURC and
   Acc@c do not depend on the choice). Defined once in ``rlsr.equations.logprob``, which RLSR's training
   ranking with ``method.confidence=logprob`` uses too (re-exported here).
+* ``expected``: the policy's expected verbalized confidence, ``E[c] = sum_l P(l) * l`` with
+  ``P(l)`` its probability of writing level ``l`` (then ``</confidence>``) after the response's
+  last ``<confidence>`` tag, normalised over ``rlsr.equations.logprob.EXPECTED_LEVELS`` (0.0, 0.1, ..., 1.0).
+  Greedy decoding writes only the argmax level; where the policy still spreads its mass (a
+  near-tie between levels), this reads its lean. Defined in ``rlsr.equations.logprob``
+  (``expected_confidence``; re-exported here).
 * ``consistency`` (SC): draw K more responses at temperature T (paper: K = 8, T = 0.7) and use
   the fraction whose extracted answer agrees with the evaluated answer:
   ``SC = (1/K) * sum_k 1[norm(a_k) == norm(a)]``.
@@ -17,7 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from rlsr.equations.logprob import answer_span, length_normalized_logprob, logprob_confidence
+from rlsr.equations.logprob import (
+    EXPECTED_LEVELS,
+    answer_span,
+    expected_confidence,
+    length_normalized_logprob,
+    logprob_confidence,
+)
 from rlsr.run.eval_protocol import RESPONSE_FORMATS, SCORERS, check_scorers
 
 __all__ = [
@@ -27,6 +39,8 @@ __all__ = [
     "length_normalized_logprob",
     "logprob_confidence",
     "answer_span",
+    "EXPECTED_LEVELS",
+    "expected_confidence",
     "self_consistency",
 ]
 
