@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 from rlsr.data.tiny_models import shipped_model_path  # noqa: E402
 from rlsr.evaluation.heldout.history import read_history  # noqa: E402
 from rlsr.metrics.selective import ranking_gain_from_aurc  # noqa: E402
-from rlsr.run.run_layout import SAMPLES_FILE  # noqa: E402
+from rlsr.run.run_layout import CHECKPOINT_PREFIX, METRICS_FILE, SAMPLES_FILE, STEP_PREFIX  # noqa: E402
 from tools.tiny.seeds import DISPATCHES, RECIPES  # noqa: E402
 
 DATASET = RECIPES["tiny"]["dataset"]
@@ -45,7 +45,7 @@ def _evaluate(out: Path, adapter: Path | None, scorers: str) -> Path:
     from rlsr.cli import main as rlsr_main
 
     samples = out / DATASET / SAMPLES_FILE
-    if (out / DATASET / "metrics.json").is_file():
+    if (out / DATASET / METRICS_FILE).is_file():
         return samples
     argv = ["evaluate", "--model", str(shipped_model_path("tiny-missing-warm")),
             "--tasks", DATASET, "--max-new-tokens", "32", "--scorers", scorers,
@@ -88,7 +88,9 @@ def read_step(samples: Path, scorers: list[str]) -> dict:
 
 
 def _checkpoints(run: Path) -> list[tuple[int, Path]]:
-    found = [(int(p.name.split("-")[1]), p) for p in run.glob("checkpoint-*") if p.is_dir()]
+    found = [
+        (int(p.name.split("-")[1]), p) for p in run.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir()
+    ]
     return sorted(found)
 
 
@@ -149,7 +151,7 @@ def main(argv=None) -> int:
         steps = [{"step": 0, "scorers": start}]
         kept = _checkpoints(run)
         for step, ckpt in kept if args.all_checkpoints else kept[-1:]:
-            samples = _evaluate(out / run.name / f"step-{step}", ckpt, ",".join(scorers))
+            samples = _evaluate(out / run.name / f"{STEP_PREFIX}{step}", ckpt, ",".join(scorers))
             steps.append({"step": step, "scorers": read_step(samples, scorers)})
         for entry in steps:
             step, read = entry["step"], entry["scorers"]
