@@ -124,9 +124,7 @@ def test_the_methods_columns_are_the_papers_equations():
     lifted = R.lifted_aurc_rewards(
         scored, confidence, correct_scale=2.0, weight_cap=3.0, max_coverage=0.5
     )
-    np.testing.assert_array_equal(
-        rlsr.equations.rewards(correct, confidence, format_ok), np.c_[fmt, lifted]
-    )
+    np.testing.assert_array_equal(rlsr.rewards(correct, confidence, format_ok), np.c_[fmt, lifted])
     # RLCR's Brier term, written out: 0 where the format fails or the confidence is missing
     valid = format_ok & ~np.isnan(confidence)
     brier = np.where(valid, 1.0 - (scored - np.nan_to_num(confidence)) ** 2, 0.0)
