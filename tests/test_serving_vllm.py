@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 from ports import free_port as _free_port  # one OS-given port helper for the suite
+from vllm_cpu_refusal import assert_oversized_kv_cache_refused
 
 if importlib.util.find_spec("vllm") is None:
     pytest.skip(
@@ -250,17 +251,12 @@ def test_a_cpu_engine_that_cannot_fit_is_refused_in_one_line_before_it_starts(
     """A KV cache larger than the machine's free memory (VLLM_CPU_KVCACHE_SPACE, GiB) is one
     ``rlsr: error:`` line naming the variable and the free memory, exit 2, before vLLM reserves
     anything (vLLM's own refusal comes after loading, as a traceback from its engine process)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "rlsr.cli", "serve", "--model", "tiny-warm", "--adapter",
-         str(adapter), "--threshold", str(threshold_file), "--rule", "plain",
-         "--system-prompt", "simple", "--port", str(_free_port())],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, **VLLM_CPU_ENV, "VLLM_CPU_KVCACHE_SPACE": "100000"},
+    assert_oversized_kv_cache_refused(
+        ["serve", "--model", "tiny-warm", "--adapter", str(adapter), "--threshold",
+         str(threshold_file), "--rule", "plain", "--system-prompt", "simple", "--port",
+         str(_free_port())],
+        VLLM_CPU_ENV,
     )  # fmt: skip
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("rlsr: error: VLLM_CPU_KVCACHE_SPACE=100000 GiB") and "free" in last
 
 
 def test_upstream_vllm_serve_abstains_at_tau_above_1_and_502_when_down(tmp_path, warm_model):

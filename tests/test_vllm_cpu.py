@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from vllm_cpu_refusal import assert_oversized_kv_cache_refused
 
 # importorskip would import vLLM (~10 s, global logging/torch side effects) into the pytest
 # process just to decide; finding the module is enough, and a broken install still fails loudly
@@ -86,17 +87,11 @@ def test_vllm_evaluate_refuses_a_cpu_engine_that_cannot_fit_in_one_line(tmp_path
     naming the variable and the free memory, exit 2, before the engine reserves anything and
     before the output folder is written."""
     out = tmp_path / "out"
-    proc = subprocess.run(
-        [sys.executable, "-m", "rlsr.cli", "evaluate", "--model", "tiny-warm", "--tasks", "tiny",
-         "--output-dir", str(out), "--backend", "vllm", "--enforce-eager", "--max-new-tokens",
-         "24", *FAST],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, **VLLM_CPU_ENV, "VLLM_CPU_KVCACHE_SPACE": "100000"},
+    assert_oversized_kv_cache_refused(
+        ["evaluate", "--model", "tiny-warm", "--tasks", "tiny", "--output-dir", str(out),
+         "--backend", "vllm", "--enforce-eager", "--max-new-tokens", "24", *FAST],
+        VLLM_CPU_ENV,
     )  # fmt: skip
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("rlsr: error: VLLM_CPU_KVCACHE_SPACE=100000 GiB") and "free" in last
     assert not out.exists()
 
 
