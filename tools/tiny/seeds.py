@@ -184,6 +184,11 @@ def _recorded_recipe(folder: Path) -> str | None:
     return None
 
 
+def _log(folder: Path) -> Path:
+    """The training log beside ``folder`` (``NAME.log``; the name may hold dots, as lr0.001)."""
+    return folder.parent / f"{folder.name}.log"
+
+
 def _env(dispatch: str) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     env.pop("ATEN_CPU_CAPABILITY", None)
@@ -212,10 +217,10 @@ def _train(folder: Path, recipe: str, overrides: list[str], dispatch: str, study
            f"output_dir={folder}", "resume=never", "grpo.disable_tqdm=true"]  # fmt: skip
     folder.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    with open(folder.with_suffix(".log"), "w") as log:
+    with open(_log(folder), "w") as log:
         rc = subprocess.run(cmd, env=_env(dispatch), stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
     if rc.returncode != 0:
-        return {"error": rc.returncode, "log": str(folder.with_suffix(".log"))}
+        return {"error": rc.returncode, "log": str(_log(folder))}
     wall = {"seconds": time.perf_counter() - t0, "load": os.getloadavg()}
     mine.write_text(json.dumps(study))
     done.write_text(json.dumps(wall))
@@ -358,7 +363,7 @@ def test_phase(args, out: Path, choices: dict) -> list[dict]:
         row = {"arm": arm, "seed": seed, "dispatch": dispatch, "lr": c["lr"], "steps": c["step"]}
         if "error" in wall:
             return {**row, **wall}
-        cmd = _evaluate_command(folder.with_suffix(".log"))
+        cmd = _evaluate_command(_log(folder))
         metrics = evaluate_test(cmd, folder / TEST, dataset, dispatch)
         if metrics is None:
             return {**row, "error": "test evaluation", "log": str(folder / TEST / "evaluate.log")}
