@@ -24,6 +24,9 @@ from rlsr.config import resolve_model_path
 from rlsr.data.formatting import USER_PROMPT_TEMPLATE
 from rlsr.generation import ENDPOINT_BACKENDS
 from rlsr.generation.backends import (
+    Completion,
+    EngineRejected,
+    EngineUnavailable,
     Generation,
     Sampling,
     encode_prompt,
@@ -101,16 +104,26 @@ class EndpointBackend:
 
     eval_batch_size = 256  # prompts per runner window; --concurrency bounds what is in flight
 
-    def __init__(self, settings: EndpointSettings, tokenizer_path: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: EndpointSettings,
+        tokenizer_path: str | None = None,
+        *,
+        server: str | None = None,
+        trust_remote_code: bool = False,
+    ) -> None:
+        """``server``: the server's kind when known (``rlsr serve --upstream``: ``vllm``), which
+        skips asking ``/v1/models`` now (it may be down yet; ``check`` asks later)."""
         self.settings = settings
         self.client = EndpointClient(settings)
         try:
-            self.served = self._models()
+            self.served = self._models() if server is None else _Served({}, server)
         except BaseException:
             self.client.close()
             raise
         self.kind = self.served.kind
         self.n_by_requests = False  # set when the server refused n > 1 (generate)
+        self._calls = 0  # ``complete`` calls waiting on the server
         self.tokenizer = None
         self.eos_ids: set[int] = set()
         if settings.kind == "completions" and self.kind != RLSR_SERVE:
@@ -118,7 +131,7 @@ class EndpointBackend:
             # (tiny-warm, ...) renders with the tokenizer of the folder it names
             path = resolve_model_path(tokenizer_path or settings.model)
             try:
-                self.tokenizer = load_chat_tokenizer(path)
+                self.tokenizer = load_chat_tokenizer(path, trust_remote_code)
             except (OSError, ValueError) as err:
                 self.client.close()
                 raise ValueError(
@@ -127,7 +140,7 @@ class EndpointBackend:
                     f"({type(err).__name__}); give --tokenizer PATH (a folder or hub id with "
                     "the served model's tokenizer), or use --backend openai-chat."
                 ) from None
-            self.eos_ids = generation_eos_ids(path, self.tokenizer)
+            self.eos_ids = generation_eos_ids(path, self.tokenizer, trust_remote_code)
 
     # ------------------------------------------------------------------ what the server can do
 
@@ -314,6 +327,54 @@ class EndpointBackend:
 
             calls.append(("POST", "/completions", score_body(self.settings.model, a + b), check))
         return self.client.run(self.client.call_all(calls))
+
+    # ------------------------------------------------------------------ asynchronous (rlsr serve)
+
+    def unavailable(self, err: EndpointError) -> EngineUnavailable:
+        """``rlsr serve``'s answer to a failed request: a timeout 504, anything else 502."""
+        base = self.client.base
+        if err.reason == "timeout":
+            return EngineUnavailable(f"the upstream {base} timed out", 504)
+        if err.reason == "connection":
+            return EngineUnavailable(f"the upstream {base} is unreachable: {err.detail}", 502)
+        if err.status is not None and err.status != 200:
+            said = err.detail.removeprefix(f"HTTP {err.status}: ")
+            return EngineUnavailable(f"the upstream {base} answered {err.status}: {said}", 502)
+        return EngineUnavailable(f"the upstream {base} failed: {err.detail}", 502)
+
+    async def complete(self, ids: list[int], sampling: Sampling) -> Completion:
+        """One prompt (token ids) on the caller's event loop: ``/v1/completions`` as ``generate``
+        sends it to a vLLM server. A 4xx other than 401/403/404/429 is the request's fault
+        (``EngineRejected``); any other failure ``EngineUnavailable``."""
+        body = completions_body(self.settings.model, ids, sampling, self.kind)
+        self._calls += 1
+        try:
+            resp, (gen,) = await self.client.call(
+                "POST", "/completions", body, check=self._reader(1, False)
+            )
+        except EndpointError as err:
+            if err.reason == "refused" and err.status not in (401, 403, 404, 429):
+                raise EngineRejected(f"the upstream refused the request: {err.detail}") from err
+            raise self.unavailable(err) from err
+        finally:
+            self._calls -= 1
+        usage = resp.get("usage") or {}
+        return Completion(
+            gen.text, gen.finish_reason, usage.get("prompt_tokens") or len(ids),
+            usage.get("completion_tokens") or len(gen.token_ids),
+        )  # fmt: skip
+
+    def running(self) -> int:
+        return self._calls
+
+    async def check(self) -> None:
+        try:
+            await self.client.call("GET", "/models")
+        except EndpointError as err:
+            raise self.unavailable(err) from err
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
 
 
 # The ``rlsr`` extension fields a sample keeps from ``rlsr serve`` (its decision and from what).

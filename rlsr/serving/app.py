@@ -18,8 +18,9 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 from rlsr.evaluation.deploy.decisions import ANSWERED
+from rlsr.generation.backends import EngineRejected, EngineUnavailable
 from rlsr.serving.decision_log import DecisionLog, decision_record
-from rlsr.serving.engine import Engine, EngineRejected, EngineUnavailable
+from rlsr.serving.engine import Engine
 from rlsr.serving.metrics import ServeMetrics
 from rlsr.serving.operator import Occupancy, OperatorMiddleware, request_id_of
 from rlsr.serving.policy import ServeSettings, request_hash

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 
 from rlsr.data.formatting import build_prompt
-from rlsr.generation.backends import Sampling, render_chat
+from rlsr.generation.backends import EngineRejected, Sampling, render_chat
 from rlsr.generation.fallbacks import (
     add_answer_fallback,
     add_confidence_fallback,
@@ -20,7 +20,7 @@ from rlsr.generation.fallbacks import (
     confidence_fallback_context,
     response_item,
 )
-from rlsr.serving.engine import Engine, EngineRejected
+from rlsr.serving.engine import Engine
 from rlsr.serving.policy import ServeSettings, decide, selection_score
 
 __all__ = ["render_question", "answer_or_abstain"]
