@@ -1,16 +1,13 @@
-"""``rlsr evaluate --backend openai-completions|openai-chat``: any model behind an
-OpenAI-compatible endpoint (a hosted API, ``vllm serve`` on one node or many, ``rlsr serve``).
+"""``rlsr evaluate --backend openai-completions|openai-chat`` and ``rlsr serve --upstream``: any
+model behind an OpenAI-compatible endpoint, through ``rlsr.generation.http_client``.
 
-The flags and how requests are made (bounded concurrency, retries, the request journal
-``requests.jsonl``): ``rlsr.generation.http_client``.
-
-What the server can do decides the protocol (``rlsr.generation.openai_api.server_kind``):
-``vllm serve`` gets token-id prompts and returns token ids, so ``openai-completions`` equals
-``--backend vllm`` sample for sample (Sec. C.3 fallbacks as prompt + response + suffix, the
-log-prob scorer through ``prompt_logprobs``); ``openai-chat`` continues the assistant message
-for the fallbacks (``continue_final_message``) where the server is vLLM, elsewhere the fallbacks
-are off and ``fallbacks_off`` says why (run.json, summary.json). ``rlsr serve`` runs them itself
-and answers its decision, which the deployment audit reads (``rlsr.evaluation.deploy.audit``).
+The server's kind (``rlsr.generation.openai_api.server_kind``) decides the protocol: ``vllm
+serve`` gets token-id prompts and returns token ids, so ``openai-completions`` equals ``--backend
+vllm`` sample for sample (fallbacks as prompt + response + suffix, the log-prob scorer through
+``prompt_logprobs``); ``openai-chat`` continues the assistant message for the fallbacks
+(``continue_final_message``) where the server is vLLM, elsewhere ``fallbacks_off`` says why.
+``rlsr serve`` runs the fallbacks itself and answers its decision (read by
+``rlsr.evaluation.deploy.audit``).
 """
 
 from __future__ import annotations
@@ -59,10 +56,9 @@ _CHAT_PREFIX = "\x00rlsr-chat:"
 
 
 def chat_prompt_text(messages: list[dict]) -> str:
-    """The runner's prompt text for a chat endpoint: the messages as JSON between two NUL
-    characters (``json.dumps`` escapes any NUL inside, so the second one ends the JSON). The
-    runner appends a fallback context to a prompt text; ``split_chat_prompt`` gets it back as
-    the assistant message to continue."""
+    """The runner's prompt text for a chat endpoint: the messages as JSON between two NULs
+    (``json.dumps`` escapes any NUL inside); a fallback context appended to it comes back from
+    ``split_chat_prompt`` as the assistant message to continue."""
     return _CHAT_PREFIX + json.dumps(messages, ensure_ascii=False) + "\x00"
 
 
@@ -75,10 +71,8 @@ def split_chat_prompt(text: str) -> tuple[list[dict], str]:
 
 
 def served_question(messages: list[dict]) -> str:
-    """The problem text ``rlsr serve`` expects as the user message: it renders the question with
-    its own system prompt and ``USER_PROMPT_TEMPLATE`` (``rlsr.serving.respond``), so the
-    template around the dataset's formatted user message is taken off (the system message is
-    the server's to choose: it was certified with one)."""
+    """The problem text ``rlsr serve`` expects as the user message (it applies its own system
+    prompt and ``USER_PROMPT_TEMPLATE``, so the dataset's template is taken off)."""
     user = [m["content"] for m in messages if m.get("role") == "user"][-1]
     head, tail = USER_PROMPT_TEMPLATE.split("{problem}")
     if user.startswith(head) and user.endswith(tail) and len(user) >= len(head) + len(tail):
@@ -87,20 +81,17 @@ def served_question(messages: list[dict]) -> str:
 
 
 @dataclass
-class _Served:
-    """What ``/v1/models`` said about the model: its entry and the server kind."""
-
+class _Served:  # what /v1/models said about the model
     entry: dict
     kind: str
     max_model_len: int | None = field(default=None)
 
 
 class EndpointBackend:
-    """The ``Backend`` interface (``render``, ``generate``, ``score``) on an endpoint.
-
-    ``connect`` checks everything a run needs before anything is written: the server answers,
-    accepts the key, serves ``model``; then ``fallbacks_off`` / ``scoring_off`` say what it
-    cannot do (None when it can)."""
+    """The ``Backend`` interface on an endpoint: synchronous ``generate``/``score`` (``rlsr
+    evaluate``) and asynchronous ``complete`` (``rlsr serve``) over one client. Construction
+    checks, before anything is written, that the server answers, accepts the key and serves
+    ``model``; ``fallbacks_off`` / ``scoring_off`` say what it cannot do (None: it can)."""
 
     eval_batch_size = 256  # prompts per runner window; --concurrency bounds what is in flight
 
@@ -210,13 +201,12 @@ class EndpointBackend:
     # ------------------------------------------------------------------ journal and usage
 
     def use_journal(self, path: str | os.PathLike) -> None:
-        """Journal finished requests in ``path`` (one per dataset folder; the runner sets it)."""
+        """Journal finished requests in ``path`` (one per dataset folder)."""
         self.client.use_journal(path)
 
     def usage(self) -> dict:
-        """What the endpoint was asked, for metrics.json: this process's HTTP requests and
-        retries, requests answered from the journal, and the journal's totals (every finished
-        request of the run, all reruns together: tries and tokens the server reported)."""
+        """metrics.json's record of what was asked: this process's requests and retries, those
+        answered from the journal, and the journal's totals over all reruns."""
         c, j = self.client.counters, self.client.journal
         return {
             "http_requests": c.requests,
@@ -242,8 +232,7 @@ class EndpointBackend:
         return render_chat(self.tokenizer, messages)
 
     def check_fits(self, prompt_tokens: int, max_tokens: int) -> None:
-        """``ValueError`` when the server's ``max_model_len`` (if it says) cannot hold the
-        request: vLLM would refuse it, or cut the answer at the context limit."""
+        """``ValueError`` when the server's ``max_model_len`` (if known) cannot hold the request."""
         limit = self.served.max_model_len
         if limit is not None and prompt_tokens + max_tokens > limit:
             raise ValueError(
@@ -284,9 +273,8 @@ class EndpointBackend:
         return check
 
     def generate(self, prompts: Sequence[str], sampling: Sampling) -> list[list[Generation]]:
-        """``sampling.n`` samples per prompt: one request with ``n`` (vLLM, OpenAI), or, where
-        the server refuses ``n > 1`` with a 400, ``n`` requests of one sample each with seeds
-        ``seed, seed + 1, ...`` (``n_by_requests``, then used for the rest of the run)."""
+        """``sampling.n`` samples per prompt: one request with ``n``, or, once the server refused
+        ``n > 1`` with a 400, ``n`` requests with seeds ``seed, seed + 1, ...``."""
         if not prompts:
             return []
         if sampling.n > 1 and not self.n_by_requests:
@@ -309,8 +297,7 @@ class EndpointBackend:
         return self.client.run(self.client.call_all(calls))
 
     def score(self, contexts: Sequence[str], continuations: Sequence[str]) -> list[list[float]]:
-        """Per-token log p(continuation | context), teacher-forced by a vLLM server
-        (``prompt_logprobs``), tokenised as ``VLLMBackend.score`` does."""
+        """Per-token log p(continuation | context) from a vLLM server's ``prompt_logprobs``."""
         if self.scoring_off:
             raise ValueError(self.scoring_off)
         calls = []

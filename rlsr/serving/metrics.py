@@ -1,27 +1,18 @@
-"""Prometheus metrics of ``rlsr serve`` (``GET /metrics``; docs/serving.md, "Operating it").
+"""Prometheus metrics of ``rlsr serve`` (``GET /metrics``; docs/serving.md, "Operating it"), in a
+registry of the app's own (two apps in one process never share counts):
 
-Written with the ecosystem's client library (``prometheus_client``, the ``serve`` extra) into a
-registry of the app's own, so two apps in one process (tests) never share counts:
+* ``rlsr_requests_total{outcome}``: answered / abstained / error (any 4xx / 5xx of the chat
+  route) / cancelled (the client went away; its engine work was aborted);
+* ``rlsr_confidence``: the score compared with tau (a missing confidence counts as 0);
+* ``rlsr_answer_rate`` (realised coverage) beside ``rlsr_certified_coverage`` (the threshold's
+  validation coverage; absent with ``--tau``) and ``rlsr_tau``;
+* ``rlsr_request_latency_seconds``; ``rlsr_time_to_first_chunk_seconds`` (streamed: the decision
+  comes first, so about the same);
+* ``rlsr_requests_in_flight``, ``rlsr_max_queued_requests`` (the 429 bound) and
+  ``rlsr_engine_requests`` (generation requests the engine holds for this server, fallbacks
+  included: back to 0 once abandoned requests are aborted).
 
-* ``rlsr_requests_total{outcome}``: chat completions by outcome, ``answered`` / ``abstained`` /
-  ``error`` (any 4xx / 5xx of the chat route, the middleware's 401 and 429 included) /
-  ``cancelled`` (the client went away first; its engine work was aborted).
-* ``rlsr_confidence``: histogram of the score compared with tau (bins of 0.1; a missing
-  confidence counts as 0, as in the decision).
-* ``rlsr_answer_rate``: answered / (answered + abstained) since start, the realised coverage;
-  ``rlsr_certified_coverage``: the threshold's validation coverage (what ``rlsr deploy`` measured
-  at tau; absent with ``--tau``), so a dashboard can put the two side by side, as
-  ``rlsr serve-report`` does with an interval; ``rlsr_tau``: the threshold served.
-* ``rlsr_request_latency_seconds``: end-to-end latency of answered / abstained requests;
-  ``rlsr_time_to_first_chunk_seconds``: of streamed ones, the time to the first chunk (the whole
-  decision comes first, so it is about the end-to-end latency).
-* ``rlsr_requests_in_flight``: chat completions accepted and not yet answered (waiting for or
-  running on the engine); ``rlsr_max_queued_requests``: the bound past which 429 is answered;
-  ``rlsr_engine_requests``: generation requests the engine holds for this server (in-process
-  vLLM: its unfinished requests; upstream: calls waiting on it), fallbacks included: it returns
-  to 0 once abandoned requests are aborted.
-
-Nothing else is recorded: no question, answer, key or request id.
+No question, answer, key or request id is recorded.
 """
 
 from __future__ import annotations

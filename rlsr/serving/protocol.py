@@ -1,16 +1,11 @@
 """OpenAI chat-completions protocol of ``rlsr serve``: request validation, response and error
 bodies (pure functions; docs/serving.md lists what is accepted).
 
-The model answers single questions, as it was trained: a request holds exactly one ``user``
-message (its text is the problem, rendered with the training system prompt and user template);
-a client ``system`` / ``developer`` message is replaced by the training system prompt; earlier
-assistant or tool turns are refused. Decoding is fixed by the server to the settings the
-threshold was certified under. Every Chat Completions parameter is honoured or refused, never
-silently ignored (``PARAMETERS``, ``check_parameters``): ``max_tokens`` /
-``max_completion_tokens`` up to the certified cap; sampling fields only at the served values
-(anything else would void the threshold); ``stream`` honoured once the decision is taken
-(``completion_chunks``); tools, JSON output, log-probabilities, stop strings and ``n`` > 1
-refused with a 400 that names the parameter and why; unknown fields refused.
+A request holds exactly one ``user`` message (the problem, rendered with the training system
+prompt and template, as the model was trained); a client ``system`` / ``developer`` message is
+replaced by the training system prompt; assistant or tool turns are refused. Decoding is the one
+the threshold was certified under: every parameter is honoured or refused with a 400 naming it,
+never silently ignored (``PARAMETERS``); ``stream`` is honoured once the decision is taken.
 """
 
 from __future__ import annotations
@@ -60,11 +55,9 @@ class RequestError(ValueError):
 
 
 def error_body(message: str, type: str, *, param: str | None = None, code=None) -> dict:
-    """``{"error": {"message", "type", "param", "code"}}``, as OpenAI's API answers errors.
-
-    The message and ``param`` may quote the client's input, which can hold lone surrogates (a
-    JSON ``"\\ud800"``) that UTF-8 cannot encode; they are escaped here so an error body always
-    encodes (otherwise the 400 itself fails as a 500), and cut to a few thousand characters."""
+    """``{"error": {"message", "type", "param", "code"}}``, as OpenAI's API answers errors; the
+    message and ``param`` may quote the client's input, so lone surrogates are escaped (else the
+    400 itself fails as a 500) and they are cut to ``_QUOTE_LIMIT`` characters."""
     return {
         "error": {"message": _bounded(utf8_safe(message)), "type": type,
                   "param": _bounded(utf8_safe(param)), "code": code}
@@ -75,8 +68,7 @@ _QUOTE_LIMIT = 2000  # characters of an error message or param; the client's inp
 
 
 def _bounded(text: str | None) -> str | None:
-    """``text`` cut to ``_QUOTE_LIMIT`` characters, saying how long it was (an error that quotes
-    a multi-megabyte value must not send it back)."""
+    """``text`` cut to ``_QUOTE_LIMIT`` characters, saying how long it was."""
     if text is None or len(text) <= _QUOTE_LIMIT:
         return text
     return f"{text[:_QUOTE_LIMIT]}... ({len(text)} characters in all)"
@@ -262,10 +254,8 @@ def parse_chat_request(
     *,
     max_message_chars: int | None = None,
 ) -> ChatRequest:
-    """Validate a ``/v1/chat/completions`` body; raise ``RequestError`` naming the bad field.
-    With ``decoding``, every other parameter is checked too (``check_parameters``); with
-    ``max_message_chars``, a message whose text is longer is refused (400, ``message_too_long``)
-    before anything renders or tokenises it."""
+    """Validate a ``/v1/chat/completions`` body (``RequestError`` naming the bad field); with
+    ``decoding`` every parameter too, with ``max_message_chars`` each message's length."""
     if not isinstance(body, Mapping):
         raise RequestError("the request body must be a JSON object.")
     model = body.get("model")
@@ -387,13 +377,10 @@ def chat_completion(
 
 
 def completion_chunks(completion: Mapping, include_usage: bool = False) -> list[dict]:
-    """The ``chat.completion.chunk`` objects of a streamed answer, built from the finished
-    ``chat_completion``: the role, the content in one delta, then the choice's
-    ``finish_reason`` with the ``EXTENSION_FIELD`` (the decision and confidence), then, with
-    ``include_usage``, a chunk with empty ``choices`` and the usage (OpenAI's order; every chunk
-    before it carries ``"usage": null``). The decision needs the confidence, which comes at the end
-    of the generation, so nothing is sent before it: the text of an answer that is then withheld
-    never reaches the client, and joined deltas equal the non-streamed message."""
+    """The ``chat.completion.chunk`` objects of a streamed answer, from the finished
+    ``chat_completion``: role, content, ``finish_reason`` with the ``EXTENSION_FIELD``, then with
+    ``include_usage`` the usage (OpenAI's order). Nothing is sent before the decision (it needs
+    the confidence, generated last), so a withheld answer's text never reaches the client."""
     (choice,) = completion["choices"]
     head = {k: completion[k] for k in ("id", "created", "model")}
     head["object"] = "chat.completion.chunk"
