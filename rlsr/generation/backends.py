@@ -22,7 +22,7 @@ import os
 import sys
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -101,9 +101,6 @@ class Generation:
     # what a deciding server (``rlsr serve``) decided on this text: its ``rlsr`` extension
     # fields (``rlsr.generation.endpoint``); None from every model the backend runs itself
     served: dict | None = field(default=None)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
