@@ -53,6 +53,8 @@ __all__ = [
     "engine_requests",
     "abort_engine_requests",
     "generation_eos_ids",
+    "cut_eos",
+    "check_context",
     "load_chat_tokenizer",
     "render_chat",
     "encode_prompt",
@@ -92,7 +94,7 @@ class Sampling:
 
 @dataclass
 class Generation:
-    """One sampled continuation: same fields from every backend."""
+    """One sampled continuation, the same from every backend."""
 
     text: str
     token_ids: list[int]
@@ -215,7 +217,7 @@ def encode_prompts(tokenizer, texts: Sequence[str]) -> list[list[int]]:
 class TransformersBackend:
     """``model.generate`` with left padding; LoRA adapters through PEFT (merged for speed)."""
 
-    DEFAULT_BATCH_SIZE = 8  # rows per padded generate call when batch_size is None
+    DEFAULT_BATCH_SIZE = 8
 
     def __init__(
         self,
@@ -265,11 +267,7 @@ class TransformersBackend:
         self.eos_ids = self._eos_ids()
 
     def _eos_ids(self) -> set[int]:
-        ids = self.model.generation_config.eos_token_id
-        ids = [ids] if isinstance(ids, int) else list(ids or [])
-        if self.tokenizer.eos_token_id is not None:
-            ids.append(self.tokenizer.eos_token_id)
-        return set(ids)
+        return _eos_set(self.model.generation_config.eos_token_id, self.tokenizer)
 
     def render(self, messages: list[dict]) -> str:
         return render_chat(self.tokenizer, messages)
@@ -361,7 +359,7 @@ def vllm_sampling_kwargs(sampling: Sampling) -> dict:
 
 
 class VLLMBackend:
-    """vLLM offline engine. LoRA through ``LoRARequest`` (default) or merged weights (``merge``)."""
+    """vLLM's engine; LoRA through ``LoRARequest`` or merged weights (``merge``)."""
 
     eval_batch_size = 256  # in flight without --batch-size; the engine decides what runs at once
 
@@ -447,19 +445,13 @@ class VLLMBackend:
         return [{"prompt_token_ids": p} for p in ids]
 
     def check_fits(self, prompt_tokens: int, max_tokens: int) -> None:  # pragma: no cover - vLLM
-        """``ValueError`` when ``prompt_tokens + max_tokens`` exceeds ``max_model_len``: vLLM would
-        refuse the prompt, or cut the answer at the context with ``finish_reason="length"``,
-        which nothing downstream could tell from the token budget running out."""
-        limit = self.llm.llm_engine.model_config.max_model_len
-        if prompt_tokens + max_tokens > limit:
-            raise ValueError(
-                f"a request of {prompt_tokens} prompt tokens + {max_tokens} new tokens exceeds "
-                f"the engine's maximum context length {limit} (max_model_len); vLLM would cut "
-                "the answer short. rlsr evaluate: lower --max-new-tokens (or "
-                "--fallback-max-new-tokens), or raise --max-model-len where the model's positions "
-                "allow it; held-out evaluation in training: raise grpo.vllm_max_model_length or "
-                "use heldout.backend=transformers."
-            )
+        check_context(
+            prompt_tokens, max_tokens, self.llm.llm_engine.model_config.max_model_len,
+            "the engine (max_model_len); vLLM would cut the answer short. rlsr evaluate: lower "
+            "--max-new-tokens (or --fallback-max-new-tokens), or raise --max-model-len where the "
+            "model's positions allow it; held-out evaluation in training: raise "
+            "grpo.vllm_max_model_length or use heldout.backend=transformers.",
+        )  # fmt: skip
 
     @contextlib.contextmanager
     def _own_requests(self):  # pragma: no cover - needs vLLM
@@ -487,8 +479,7 @@ class VLLMBackend:
         ]
 
     def stream(self) -> VLLMStream | None:  # pragma: no cover - needs vLLM
-        """A streaming session on this engine (add requests, get each back as it finishes), or
-        None when this vLLM lacks ``LLM.enqueue`` (the runner then generates window by window)."""
+        """A ``VLLMStream`` on this engine, or None when vLLM lacks ``LLM.enqueue``."""
         return VLLMStream(self) if hasattr(self.llm, "enqueue") else None
 
     def score(
@@ -668,10 +659,17 @@ def vllm_generation(output, eos_ids: set[int], logprobs: bool = False) -> Genera
     if logprobs and output.logprobs is not None:
         lps = [step[t].logprob for step, t in zip(output.logprobs, tokens, strict=False)]
     finish = "length" if output.finish_reason == "length" else "stop"
+    tokens, lps = cut_eos(tokens, lps, finish, eos_ids)
+    return Generation(output.text, tokens, finish, lps)
+
+
+def cut_eos(tokens: list[int], lps, finish: str, eos_ids: set[int]):
+    """``(tokens, lps)`` without a trailing EOS id that stopped the response (transformers, and so
+    ``num_tokens``, does not keep it; vLLM does)."""
     if finish == "stop" and tokens and tokens[-1] in eos_ids:
         tokens = tokens[:-1]
         lps = None if lps is None else lps[: len(tokens)]
-    return Generation(output.text, tokens, finish, lps)
+    return tokens, lps
 
 
 def generation_eos_ids(model_path: str, tokenizer, trust_remote_code: bool = False) -> set[int]:
@@ -684,10 +682,24 @@ def generation_eos_ids(model_path: str, tokenizer, trust_remote_code: bool = Fal
         ).eos_token_id
     except OSError:  # no generation_config.json
         ids = None
+    return _eos_set(ids, tokenizer)
+
+
+def _eos_set(ids: int | list[int] | None, tokenizer) -> set[int]:
     ids = [ids] if isinstance(ids, int) else list(ids or [])
-    if tokenizer.eos_token_id is not None:
-        ids.append(tokenizer.eos_token_id)
-    return set(ids)
+    return set(ids) | ({tokenizer.eos_token_id} - {None})
+
+
+def check_context(prompt_tokens: int, max_tokens: int, limit: int | None, whose: str) -> None:
+    """``ValueError`` when ``prompt_tokens + max_tokens`` exceeds the context ``limit`` (None:
+    unknown): vLLM would refuse the prompt, or cut the answer at the context with
+    ``finish_reason="length"``, which nothing downstream could tell from the budget running out.
+    ``whose``: the limit's owner and the fix."""
+    if limit is not None and prompt_tokens + max_tokens > limit:
+        raise ValueError(
+            f"a request of {prompt_tokens} prompt tokens + {max_tokens} new tokens exceeds the "
+            f"maximum context length {limit} of {whose}"
+        )
 
 
 def make_backend(name: str, model_path: str, adapter=None, **kwargs) -> Backend:

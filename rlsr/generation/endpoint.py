@@ -26,6 +26,7 @@ from rlsr.generation.backends import (
     EngineUnavailable,
     Generation,
     Sampling,
+    check_context,
     encode_prompt,
     generation_eos_ids,
     load_chat_tokenizer,
@@ -165,8 +166,6 @@ class EndpointBackend:
                 "the chat endpoint cannot continue an assistant message (vLLM's "
                 "continue_final_message); the server is not vLLM"
             )
-        if self.settings.kind == "completions" and self.kind == RLSR_SERVE:
-            return "rlsr serve has no /v1/completions"
         return None
 
     @property
@@ -176,12 +175,10 @@ class EndpointBackend:
             return None
         return (
             "the logprob and expected scorers and DCS need teacher-forced log-probs of the "
-            "model's own text "
-            "(vLLM's prompt_logprobs on /v1/completions); "
-            + (f"this endpoint ({self.settings.kind}, server {self.kind!r}) does not return them")
-            + ": drop logprob and expected from --scorers (and --dcs), or use --backend "
-            "openai-completions "
-            "against vllm serve"
+            "model's own text (vLLM's prompt_logprobs on /v1/completions); this endpoint "
+            f"({self.settings.kind}, server {self.kind!r}) does not return them: drop logprob and "
+            "expected from --scorers (and --dcs), or use --backend openai-completions against "
+            "vllm serve"
         )
 
     def record(self) -> dict:
@@ -232,14 +229,10 @@ class EndpointBackend:
         return render_chat(self.tokenizer, messages)
 
     def check_fits(self, prompt_tokens: int, max_tokens: int) -> None:
-        """``ValueError`` when the server's ``max_model_len`` (if known) cannot hold the request."""
-        limit = self.served.max_model_len
-        if limit is not None and prompt_tokens + max_tokens > limit:
-            raise ValueError(
-                f"a request of {prompt_tokens} prompt tokens + {max_tokens} new tokens exceeds "
-                f"the server's maximum context length {limit} (vllm serve --max-model-len); "
-                "start it with a larger --max-model-len or lower --max-new-tokens."
-            )
+        check_context(
+            prompt_tokens, max_tokens, self.served.max_model_len, "the server (vllm serve "
+            "--max-model-len); start it with a larger --max-model-len or lower --max-new-tokens.",
+        )  # fmt: skip
 
     def _request(self, text: str, sampling: Sampling) -> tuple[str, dict]:
         model = self.settings.model
@@ -318,7 +311,7 @@ class EndpointBackend:
     # ------------------------------------------------------------------ asynchronous (rlsr serve)
 
     def unavailable(self, err: EndpointError) -> EngineUnavailable:
-        """``rlsr serve``'s answer to a failed request: a timeout 504, anything else 502."""
+        """``rlsr serve``'s answer to a failed request: 504 on a timeout, else 502."""
         base = self.client.base
         if err.reason == "timeout":
             return EngineUnavailable(f"the upstream {base} timed out", 504)
@@ -330,9 +323,8 @@ class EndpointBackend:
         return EngineUnavailable(f"the upstream {base} failed: {err.detail}", 502)
 
     async def complete(self, ids: list[int], sampling: Sampling) -> Completion:
-        """One prompt (token ids) on the caller's event loop: ``/v1/completions`` as ``generate``
-        sends it to a vLLM server. A 4xx other than 401/403/404/429 is the request's fault
-        (``EngineRejected``); any other failure ``EngineUnavailable``."""
+        """One prompt (token ids) on the caller's event loop, as ``generate`` sends it to vLLM; a
+        4xx but 401/403/404/429 is ``EngineRejected``, any other failure ``EngineUnavailable``."""
         body = completions_body(self.settings.model, ids, sampling, self.kind)
         self._calls += 1
         try:

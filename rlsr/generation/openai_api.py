@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rlsr.generation.backends import Generation, Sampling
+from rlsr.generation.backends import Generation, Sampling, cut_eos
 
 __all__ = [
     "SERVER_KINDS",
@@ -104,13 +104,6 @@ def chat_body(
     return body
 
 
-def _cut_eos(tokens: list[int], lps, finish: str, eos_ids: set[int]):
-    if finish == "stop" and tokens and tokens[-1] in eos_ids:
-        tokens = tokens[:-1]
-        lps = None if lps is None else lps[: len(tokens)]
-    return tokens, lps
-
-
 def completion_generation(choice: dict, eos_ids: set[int], logprobs: bool = False) -> Generation:
     """A ``Generation`` from one ``/v1/completions`` choice, as ``vllm_generation`` builds it
     (``token_ids == []`` from a server that returns none)."""
@@ -119,7 +112,7 @@ def completion_generation(choice: dict, eos_ids: set[int], logprobs: bool = Fals
     if logprobs and choice.get("logprobs"):
         lps = list(choice["logprobs"]["token_logprobs"])
     finish = "length" if choice.get("finish_reason") == "length" else "stop"
-    tokens, lps = _cut_eos(tokens, lps, finish, eos_ids)
+    tokens, lps = cut_eos(tokens, lps, finish, eos_ids)
     text = choice["text"]
     if not isinstance(text, str):
         raise TypeError(f"choice text is {type(text).__name__}, not a string")
@@ -136,7 +129,7 @@ def chat_generation(choice: dict, eos_ids: set[int], logprobs: bool = False) -> 
     if logprobs and choice.get("logprobs") and choice["logprobs"].get("content") is not None:
         lps = [step["logprob"] for step in choice["logprobs"]["content"]]
     finish = "length" if choice.get("finish_reason") == "length" else "stop"
-    tokens, lps = _cut_eos(tokens, lps, finish, eos_ids)
+    tokens, lps = cut_eos(tokens, lps, finish, eos_ids)
     return Generation(text, tokens, finish, lps)
 
 

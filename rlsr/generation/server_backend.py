@@ -29,7 +29,13 @@ import requests
 import urllib3
 
 from rlsr.config.server_eval import server_eval_bound
-from rlsr.generation.backends import Generation, Sampling, encode_prompt, render_chat
+from rlsr.generation.backends import (
+    Generation,
+    Sampling,
+    check_context,
+    encode_prompt,
+    render_chat,
+)
 from rlsr.generation.openai_api import (
     completion_generation,
     completions_body,
@@ -118,16 +124,11 @@ class ServerBackend:
         return render_chat(self.tokenizer, messages)
 
     def check_fits(self, prompt_tokens: int, max_tokens: int) -> None:
-        """``ValueError`` with the numbers when ``prompt_tokens + max_tokens`` exceeds the
-        server's ``max_model_len`` (it would refuse the request with HTTP 400)."""
-        limit = self.max_model_len
-        if prompt_tokens + max_tokens > limit:
-            raise ValueError(
-                f"a request of {prompt_tokens} prompt tokens + {max_tokens} new tokens exceeds "
-                f"the vLLM server's maximum context length {limit} (its --max-model-len); "
-                "start the server with a larger --max-model-len (slurm/train.slurm: "
-                "RLSR_VLLM_MAX_MODEL_LEN) or lower heldout.max_new_tokens."
-            )
+        check_context(
+            prompt_tokens, max_tokens, self.max_model_len, "the vLLM server (its --max-model-len); "
+            "start the server with a larger --max-model-len (slurm/train.slurm: "
+            "RLSR_VLLM_MAX_MODEL_LEN) or lower heldout.max_new_tokens.",
+        )  # fmt: skip
 
     def _call(self, method: str, path: str, body: dict | None = None) -> dict:
         url = f"{self.client.base_url}{path}"

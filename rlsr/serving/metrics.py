@@ -46,43 +46,44 @@ class ServeMetrics:
         )
         for outcome in ("answered", "abstained", "error", "cancelled"):
             self.requests.labels(outcome)  # exported at 0 from the start
-        self.confidence = Histogram(
+
+        def histogram(name: str, doc: str, buckets):
+            return Histogram(name, doc, buckets=buckets, registry=self.registry)
+
+        def gauge(name: str, doc: str):
+            return Gauge(name, doc, registry=self.registry)
+
+        self.confidence = histogram(
             "rlsr_confidence", "Score compared with tau (missing confidence = 0).",
-            buckets=CONFIDENCE_BUCKETS, registry=self.registry,
+            CONFIDENCE_BUCKETS,
         )  # fmt: skip
-        self.latency = Histogram(
+        self.latency = histogram(
             "rlsr_request_latency_seconds", "End-to-end latency of answered / abstained requests.",
-            buckets=LATENCY_BUCKETS, registry=self.registry,
+            LATENCY_BUCKETS,
         )  # fmt: skip
-        self.first_chunk_latency = Histogram(
+        self.first_chunk_latency = histogram(
             "rlsr_time_to_first_chunk_seconds", "Time to the first chunk of streamed requests.",
-            buckets=LATENCY_BUCKETS, registry=self.registry,
+            LATENCY_BUCKETS,
         )  # fmt: skip
-        rate = Gauge(
-            "rlsr_answer_rate", "Realised coverage: answered / (answered + abstained).",
-            registry=self.registry,
-        )  # fmt: skip
-        rate.set_function(self._answer_rate)
-        Gauge("rlsr_tau", "The threshold served.", registry=self.registry).set(tau)
+        gauge(
+            "rlsr_answer_rate", "Realised coverage: answered / (answered + abstained)."
+        ).set_function(self._answer_rate)
+        gauge("rlsr_tau", "The threshold served.").set(tau)
         if certified_coverage is not None:
-            Gauge(
-                "rlsr_certified_coverage", "Validation coverage of the threshold (rlsr deploy).",
-                registry=self.registry,
-            ).set(certified_coverage)  # fmt: skip
-        Gauge(
-            "rlsr_requests_in_flight", "Chat completions accepted and not yet answered.",
-            registry=self.registry,
-        ).set_function(in_flight)  # fmt: skip
+            gauge(
+                "rlsr_certified_coverage", "Validation coverage of the threshold (rlsr deploy)."
+            ).set(certified_coverage)
+        gauge(
+            "rlsr_requests_in_flight", "Chat completions accepted and not yet answered."
+        ).set_function(in_flight)
         if engine_requests is not None:
-            Gauge(
-                "rlsr_engine_requests", "Generation requests the engine holds for this server.",
-                registry=self.registry,
-            ).set_function(engine_requests)  # fmt: skip
+            gauge(
+                "rlsr_engine_requests", "Generation requests the engine holds for this server."
+            ).set_function(engine_requests)
         if max_queued_requests is not None:
-            Gauge(
-                "rlsr_max_queued_requests", "Bound on chat completions accepted at once.",
-                registry=self.registry,
-            ).set(max_queued_requests)  # fmt: skip
+            gauge("rlsr_max_queued_requests", "Bound on chat completions accepted at once.").set(
+                max_queued_requests
+            )
         self._answered = 0
         self._abstained = 0
 

@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rlsr.serving.policy import ServeSettings
+
 __all__ = [
     "PARAMETERS",
-    "ServedDecoding",
     "check_parameters",
     "EXTENSION_FIELD",
     "completion_chunks",
@@ -96,15 +97,6 @@ class ChatRequest:
     include_usage: bool = False  # stream_options.include_usage
 
 
-@dataclass(frozen=True)
-class ServedDecoding:
-    """The decoding a threshold was certified under: what a request may ask for, at most."""
-
-    max_new_tokens: int
-    temperature: float = 0.0
-    top_p: float = 1.0
-
-
 _VOIDS = "it would change the decoding the threshold was certified under ({}), so the threshold "
 _VOIDS += "would no longer mean what it promises"
 # Every Chat Completions parameter (OpenAI's reference, plus vLLM's common extras) and what rlsr
@@ -162,9 +154,10 @@ def _number(body: Mapping, name: str, lo: float, hi: float) -> float | None:
     return float(value)
 
 
-def check_parameters(body: Mapping, decoding: ServedDecoding) -> int | None:
+def check_parameters(body: Mapping, decoding: ServeSettings) -> int | None:
     """Every parameter of ``body`` honoured or refused (``PARAMETERS``); returns the client's
-    token cap (``max_completion_tokens``, else ``max_tokens``; None: the server's)."""
+    token cap (``max_completion_tokens``, else ``max_tokens``; None: the server's). ``decoding``:
+    what the threshold was certified under, the most a request may ask for."""
     for name in body:
         if name not in PARAMETERS:
             raise RequestError(
@@ -172,7 +165,7 @@ def check_parameters(body: Mapping, decoding: ServedDecoding) -> int | None:
                 "(docs/serving.md, 'Request parameters').",
                 param=name,
             )
-    served = f"temperature {decoding.temperature:g}, top_p {decoding.top_p:g}"
+    served = f"temperature {decoding.sampling_temperature:g}, top_p {decoding.top_p:g}"
     for name, value in ((n, body[n]) for n in body if body[n] is not None):
         policy = PARAMETERS[name]
         if policy == "refused" or (
@@ -183,7 +176,7 @@ def check_parameters(body: Mapping, decoding: ServedDecoding) -> int | None:
             why = _WHY_REFUSED.get(name) or _VOIDS.format(served)
             raise RequestError(f"'{name}' is not supported here: {why}.", param=name)
     for name, hi, served_value in (
-        ("temperature", 2.0, decoding.temperature),
+        ("temperature", 2.0, decoding.sampling_temperature),
         ("top_p", 1.0, decoding.top_p),
     ):
         value = _number(body, name, 0.0, hi)
@@ -199,10 +192,10 @@ def check_parameters(body: Mapping, decoding: ServedDecoding) -> int | None:
     if seed is not None:
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise RequestError(f"'seed' must be an integer; got {seed!r}.", param="seed")
-        if decoding.temperature != 0.0:
+        if decoding.sampling_temperature != 0.0:
             raise RequestError(
                 "'seed' is not supported here: this server samples at temperature "
-                f"{decoding.temperature:g} with the engine's own seeds; leave it out.",
+                f"{decoding.sampling_temperature:g} with the engine's own seeds; leave it out.",
                 param="seed",
             )  # under greedy decoding every seed gives the same answer: honoured as is
     cap = None
@@ -250,7 +243,7 @@ def _text_content(content: Any, where: str) -> str:
 def parse_chat_request(
     body: Any,
     served_model: str,
-    decoding: ServedDecoding | None = None,
+    decoding: ServeSettings | None = None,
     *,
     max_message_chars: int | None = None,
 ) -> ChatRequest:
