@@ -272,23 +272,16 @@ class TransformersBackend:
     def render(self, messages: list[dict]) -> str:
         return render_chat(self.tokenizer, messages)
 
-    def _encode(self, texts: Sequence[str]) -> list[list[int]]:
-        return encode_prompts(self.tokenizer, texts)
-
-    def _left_pad(self, seqs: list[list[int]]):
-        ids, mask = left_pad(seqs, self.tokenizer.pad_token_id)
-        return ids.to(self.device), mask.to(self.device)
-
     def generate(self, prompts: Sequence[str], sampling: Sampling) -> list[list[Generation]]:
         import torch
 
         out: list[list[Generation]] = []
-        encoded = self._encode(prompts)
+        encoded = encode_prompts(self.tokenizer, prompts)
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)
         for start in range(0, len(encoded), self.batch_size):
             chunk = encoded[start : start + self.batch_size]
-            ids, mask = self._left_pad(chunk)
+            ids, mask = (t.to(self.device) for t in left_pad(chunk, self.tokenizer.pad_token_id))
             kwargs: dict[str, Any] = dict(
                 max_new_tokens=sampling.max_new_tokens,
                 num_return_sequences=sampling.n,
@@ -486,8 +479,10 @@ class VLLMBackend:
         self, contexts: Sequence[str], continuations: Sequence[str]
     ) -> list[list[float]]:  # pragma: no cover - needs vLLM
         params = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=1)
-        ctx = [self.tokenizer(c, add_special_tokens=False)["input_ids"] for c in contexts]
-        cont = [self.tokenizer(c, add_special_tokens=False)["input_ids"] for c in continuations]
+        ctx, cont = (
+            encode_prompts(self.tokenizer, contexts),
+            encode_prompts(self.tokenizer, continuations),
+        )
         prompts = [{"prompt_token_ids": a + b} for a, b in zip(ctx, cont, strict=False)]
         for p in prompts:
             self.check_fits(len(p["prompt_token_ids"]), 1)
