@@ -47,8 +47,8 @@ class TokenizerThread:
 
 
 class Engine:
-    """A backend with ``complete``/``check``/``running``/``aclose`` (``VLLMBackend(asynchronous=
-    True)`` or ``EndpointBackend``), fed rendered prompt text tokenised off the event loop."""
+    """A backend with ``complete``/``check``/``running``/``aclose``, fed rendered prompt text
+    tokenised off the event loop."""
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend
