@@ -16,7 +16,6 @@ from rlsr.run.run_layout import DEPLOYMENT_FILE
 from rlsr.serving import DEFAULT_RULE
 
 __all__ = [
-    "DEFAULT_RULE",
     "SERVED_SCORER",
     "ServedThreshold",
     "load_threshold",
