@@ -34,7 +34,7 @@ from rlsr.generation import http_client
 from rlsr.generation.endpoint import chat_prompt_text, split_chat_prompt
 from rlsr.metrics.thresholds import clopper_pearson_interval
 from rlsr.serving.app import create_app
-from rlsr.serving.engine import UpstreamEngine
+from rlsr.serving.engine import upstream_engine
 from rlsr.serving.policy import ServeSettings
 
 pytestmark = pytest.mark.timeout(300)
@@ -335,7 +335,7 @@ def test_deployment_audit_against_rlsr_serve_equals_a_recomputation_from_the_sam
     out = tmp_path / "ev"
     deployment = _deployment_file(tmp_path / "deployment.json", rule, 0.5)
     with StandIn(tokenizer, model="up-model") as upstream:
-        engine = UpstreamEngine(upstream.url, "up-model", str(tiny_model_dir), timeout=10)
+        engine = upstream_engine(upstream.url, "up-model", str(tiny_model_dir), timeout=10)
         settings = ServeSettings(tau=0.5, rule=rule, model_name="tiny", system_prompt="simple",
                                  max_new_tokens=16, fallback_max_new_tokens=8)  # fmt: skip
         with _uvicorn(create_app(engine, settings)) as url:

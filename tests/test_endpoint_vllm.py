@@ -142,11 +142,11 @@ def test_deployment_audit_of_rlsr_serve_in_front_of_vllm_serve(
 
     from rlsr.metrics.thresholds import clopper_pearson_interval
     from rlsr.serving.app import create_app
-    from rlsr.serving.engine import UpstreamEngine
+    from rlsr.serving.engine import upstream_engine
     from rlsr.serving.policy import ServeSettings
 
     deployment = _deployment_file(tmp_path / "deployment.json", "plain", 0.5)
-    engine = UpstreamEngine(vllm_serve.removesuffix("/v1"), "tiny-warm", str(warm_model))
+    engine = upstream_engine(vllm_serve.removesuffix("/v1"), "tiny-warm", str(warm_model))
     settings = ServeSettings(tau=0.5, rule="plain", model_name="served", system_prompt="simple",
                              max_new_tokens=12, fallback_max_new_tokens=6)  # fmt: skip
     with _uvicorn(create_app(engine, settings)) as url:

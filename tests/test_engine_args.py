@@ -56,14 +56,15 @@ def test_engine_kwargs_follow_the_declared_arguments():
 
 
 def test_both_engines_and_make_backend_take_the_declared_arguments(monkeypatch):
-    """``rlsr evaluate``'s backend and ``rlsr serve``'s engine take the fields of
-    ``VLLMEngineArgs`` (no list of their own to fall out of step), and ``make_backend`` passes
-    every one of them on: a field it dropped would never reach the evaluation engine."""
-    from rlsr.serving.engine import VLLMEngine
+    """``rlsr evaluate``'s backend and ``rlsr serve``'s engine (the same ``VLLMBackend``) take
+    the fields of ``VLLMEngineArgs`` (no list of their own to fall out of step), and
+    ``make_backend`` passes every one of them on: a field it dropped would never reach the
+    evaluation engine."""
+    from rlsr.serving.engine import vllm_engine
 
     declared = {f.name for f in fields(VLLMEngineArgs)} - {"model", "lora_rank"}
-    for engine in (backends.VLLMBackend, VLLMEngine):
-        params = inspect.signature(engine.__init__).parameters
+    for engine in (backends.VLLMBackend.__init__, vllm_engine):
+        params = inspect.signature(engine).parameters
         assert params["engine"].kind is inspect.Parameter.VAR_KEYWORD
         assert not declared & set(params), engine
     seen = {}

@@ -36,7 +36,7 @@ from rlsr.generation.backends import Sampling
 from rlsr.generation.openai_api import VLLM_SERVE, completions_body
 from rlsr.serving.app import create_app
 from rlsr.serving.decision_log import DecisionLog, read_decision_log
-from rlsr.serving.engine import UpstreamEngine
+from rlsr.serving.engine import upstream_engine
 from rlsr.serving.policy import DEFAULT_ABSTAIN_MESSAGE, ServeSettings
 
 pytestmark = pytest.mark.timeout(300)
@@ -138,7 +138,7 @@ SETTINGS = dict(model_name="tiny", system_prompt="simple", max_new_tokens=32,
 @pytest.fixture(scope="module")
 def served(upstream, tiny_model_dir, tmp_path_factory):
     log_path = tmp_path_factory.mktemp("log") / "decisions.jsonl"
-    engine = UpstreamEngine(upstream.url, "up-model", str(tiny_model_dir), timeout=10)
+    engine = upstream_engine(upstream.url, "up-model", str(tiny_model_dir), timeout=10)
     app = create_app(
         engine, ServeSettings(tau=0.5, rule="plain", **SETTINGS), decision_log=DecisionLog(log_path)
     )
@@ -255,7 +255,7 @@ def test_upstream_errors_and_an_unreachable_upstream_give_502_503(served, tiny_m
     assert _ask(url, "sure")[0].message.content == "Paris"  # still serving
 
     dead = f"http://127.0.0.1:{_free_port()}"
-    engine = UpstreamEngine(dead, "up-model", str(tiny_model_dir), timeout=5, max_retries=0)
+    engine = upstream_engine(dead, "up-model", str(tiny_model_dir), timeout=5, max_retries=0)
     with running(create_app(engine, ServeSettings(tau=0.5, **SETTINGS))) as down:
         with pytest.raises(openai.InternalServerError) as info:
             _ask(down, "sure")

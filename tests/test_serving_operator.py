@@ -24,7 +24,7 @@ from rlsr.cli.serve import register
 from rlsr.cli.serve_cli import operator_options
 from rlsr.serving.app import create_app
 from rlsr.serving.decision_log import DecisionLog, read_decision_log
-from rlsr.serving.engine import UpstreamEngine
+from rlsr.serving.engine import upstream_engine
 from rlsr.serving.policy import ServeSettings
 
 pytestmark = pytest.mark.timeout(300)
@@ -113,7 +113,7 @@ def upstream():
 
 
 def _app(upstream, tiny_model_dir, engine_timeout=30, **operator):
-    engine = UpstreamEngine(upstream.url, "up-model", str(tiny_model_dir), timeout=engine_timeout)
+    engine = upstream_engine(upstream.url, "up-model", str(tiny_model_dir), timeout=engine_timeout)
     return create_app(engine, SETTINGS, **operator)
 
 
@@ -507,7 +507,7 @@ def test_rendering_and_tokenising_run_off_the_event_loop(upstream, tiny_model_di
     for minutes). Here the render and the encoding of one request are held in the tokenizer's
     thread until the test has seen /health, /metrics and /v1/models answer; on the event loop
     they would block those answers (the test then fails on its httpx timeout)."""
-    engine = UpstreamEngine(upstream.url, "up-model", str(tiny_model_dir), timeout=30)
+    engine = upstream_engine(upstream.url, "up-model", str(tiny_model_dir), timeout=30)
     tokenizer = engine.tokenizer = HoldingTokenizer(engine.tokenizer)
     app = create_app(engine, SETTINGS, api_keys=KEYS[:1])
     auth = {"Authorization": f"Bearer {KEYS[0]}"}
@@ -540,7 +540,7 @@ def test_a_message_past_its_bound_is_400_before_it_is_rendered(upstream, tiny_mo
     """The per-message bound: a message longer than --max-message-chars is refused
     (400, message_too_long, naming the message) before the tokenizer sees it; one at the bound
     is answered; a system message is bounded too (it is parsed, though replaced)."""
-    engine = UpstreamEngine(upstream.url, "up-model", str(tiny_model_dir), timeout=30)
+    engine = upstream_engine(upstream.url, "up-model", str(tiny_model_dir), timeout=30)
     tokenizer = engine.tokenizer = HoldingTokenizer(engine.tokenizer)
     app = create_app(engine, SETTINGS, max_message_chars=500)
     mark = tokenizer.MARK

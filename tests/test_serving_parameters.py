@@ -19,7 +19,7 @@ from rlsr.core.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX
 from rlsr.core.tokenization import load_tokenizer
 from rlsr.serving.app import create_app
 from rlsr.serving.decision_log import DecisionLog, read_decision_log
-from rlsr.serving.engine import UpstreamEngine
+from rlsr.serving.engine import upstream_engine
 from rlsr.serving.policy import ServeSettings
 from rlsr.serving.protocol import PARAMETERS
 
@@ -80,7 +80,7 @@ def served(tiny_model_dir, tmp_path_factory):
     fake = ScriptedUpstream(load_tokenizer(tiny_model_dir))
     log_path = tmp_path_factory.mktemp("log") / "decisions.jsonl"
     with running(fake.app()) as up_url:
-        engine = UpstreamEngine(up_url, "up-model", str(tiny_model_dir), timeout=30)
+        engine = upstream_engine(up_url, "up-model", str(tiny_model_dir), timeout=30)
         settings = ServeSettings(
             tau=0.5, rule="plain", model_name="tiny", system_prompt="simple",
             max_new_tokens=CAP, fallback_max_new_tokens=8,

@@ -480,10 +480,11 @@ def test_upstream_failures_map_to_the_statuses_rlsr_serve_answers():
     no connection 502 'unreachable', a status the upstream kept answering 502 'answered N'."""
     from types import SimpleNamespace
 
+    from rlsr.generation.endpoint import EndpointBackend
     from rlsr.generation.http_client import EndpointError
-    from rlsr.serving.engine import UpstreamEngine
 
-    engine = SimpleNamespace(base_url="http://up:8000/v1")  # _unavailable reads base_url only
+    # ``unavailable`` reads the client's base URL only
+    backend = SimpleNamespace(client=SimpleNamespace(base="http://up:8000/v1"))
     cases = [
         (EndpointError("m", None, "timeout", "no answer within 5 s"), 504, "timed out"),
         (EndpointError("m", None, "connection", "ConnectError: refused"), 502, "unreachable: "),
@@ -492,6 +493,6 @@ def test_upstream_failures_map_to_the_statuses_rlsr_serve_answers():
         (EndpointError("m", 200, "malformed", "a malformed answer"), 502, "failed: a malformed"),
     ]
     for err, status, words in cases:
-        unavailable = UpstreamEngine._unavailable(engine, err)
+        unavailable = EndpointBackend.unavailable(backend, err)
         assert unavailable.status == status and words in str(unavailable), (err.reason, words)
         assert "http://up:8000/v1" in str(unavailable)

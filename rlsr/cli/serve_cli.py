@@ -29,7 +29,7 @@ from rlsr.run.eval_protocol import (
 )
 from rlsr.serving.app import create_app
 from rlsr.serving.decision_log import DecisionLog, read_decision_log, summary_markdown
-from rlsr.serving.engine import UpstreamEngine, VLLMEngine
+from rlsr.serving.engine import upstream_engine, vllm_engine
 from rlsr.serving.policy import ServeSettings, decoding_settings
 from rlsr.serving.threshold import (
     ServedThreshold,
@@ -172,11 +172,11 @@ def _validate(args) -> None:
 def _engine(args):
     model_path = resolve_model_path(args.model)
     if args.upstream is not None:
-        return UpstreamEngine(
+        return upstream_engine(
             args.upstream, args.upstream_model or args.model, model_path,
             timeout=args.upstream_timeout, trust_remote_code=args.trust_remote_code,
         )  # fmt: skip
-    return VLLMEngine(
+    return vllm_engine(
         model_path, resolve_adapter(args.adapter), dtype=args.dtype,
         max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
         tensor_parallel_size=args.tensor_parallel_size, trust_remote_code=args.trust_remote_code,

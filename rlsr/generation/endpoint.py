@@ -1,16 +1,13 @@
-"""``rlsr evaluate --backend openai-completions|openai-chat``: any model behind an
-OpenAI-compatible endpoint (a hosted API, ``vllm serve`` on one node or many, ``rlsr serve``).
+"""``rlsr evaluate --backend openai-completions|openai-chat`` and ``rlsr serve --upstream``: any
+model behind an OpenAI-compatible endpoint, through ``rlsr.generation.http_client``.
 
-The flags and how requests are made (bounded concurrency, retries, the request journal
-``requests.jsonl``): ``rlsr.generation.http_client``.
-
-What the server can do decides the protocol (``rlsr.generation.openai_api.server_kind``):
-``vllm serve`` gets token-id prompts and returns token ids, so ``openai-completions`` equals
-``--backend vllm`` sample for sample (Sec. C.3 fallbacks as prompt + response + suffix, the
-log-prob scorer through ``prompt_logprobs``); ``openai-chat`` continues the assistant message
-for the fallbacks (``continue_final_message``) where the server is vLLM, elsewhere the fallbacks
-are off and ``fallbacks_off`` says why (run.json, summary.json). ``rlsr serve`` runs them itself
-and answers its decision, which the deployment audit reads (``rlsr.evaluation.deploy.audit``).
+The server's kind (``rlsr.generation.openai_api.server_kind``) decides the protocol: ``vllm
+serve`` gets token-id prompts and returns token ids, so ``openai-completions`` equals ``--backend
+vllm`` sample for sample (fallbacks as prompt + response + suffix, the log-prob scorer through
+``prompt_logprobs``); ``openai-chat`` continues the assistant message for the fallbacks
+(``continue_final_message``) where the server is vLLM, elsewhere ``fallbacks_off`` says why.
+``rlsr serve`` runs the fallbacks itself and answers its decision (read by
+``rlsr.evaluation.deploy.audit``).
 """
 
 from __future__ import annotations
@@ -24,8 +21,12 @@ from rlsr.config import resolve_model_path
 from rlsr.data.formatting import USER_PROMPT_TEMPLATE
 from rlsr.generation import ENDPOINT_BACKENDS
 from rlsr.generation.backends import (
+    Completion,
+    EngineRejected,
+    EngineUnavailable,
     Generation,
     Sampling,
+    check_context,
     encode_prompt,
     generation_eos_ids,
     load_chat_tokenizer,
@@ -56,10 +57,9 @@ _CHAT_PREFIX = "\x00rlsr-chat:"
 
 
 def chat_prompt_text(messages: list[dict]) -> str:
-    """The runner's prompt text for a chat endpoint: the messages as JSON between two NUL
-    characters (``json.dumps`` escapes any NUL inside, so the second one ends the JSON). The
-    runner appends a fallback context to a prompt text; ``split_chat_prompt`` gets it back as
-    the assistant message to continue."""
+    """The runner's prompt text for a chat endpoint: the messages as JSON between two NULs
+    (``json.dumps`` escapes any NUL inside); a fallback context appended to it comes back from
+    ``split_chat_prompt`` as the assistant message to continue."""
     return _CHAT_PREFIX + json.dumps(messages, ensure_ascii=False) + "\x00"
 
 
@@ -72,10 +72,8 @@ def split_chat_prompt(text: str) -> tuple[list[dict], str]:
 
 
 def served_question(messages: list[dict]) -> str:
-    """The problem text ``rlsr serve`` expects as the user message: it renders the question with
-    its own system prompt and ``USER_PROMPT_TEMPLATE`` (``rlsr.serving.respond``), so the
-    template around the dataset's formatted user message is taken off (the system message is
-    the server's to choose: it was certified with one)."""
+    """The problem text ``rlsr serve`` expects as the user message (it applies its own system
+    prompt and ``USER_PROMPT_TEMPLATE``, so the dataset's template is taken off)."""
     user = [m["content"] for m in messages if m.get("role") == "user"][-1]
     head, tail = USER_PROMPT_TEMPLATE.split("{problem}")
     if user.startswith(head) and user.endswith(tail) and len(user) >= len(head) + len(tail):
@@ -84,33 +82,40 @@ def served_question(messages: list[dict]) -> str:
 
 
 @dataclass
-class _Served:
-    """What ``/v1/models`` said about the model: its entry and the server kind."""
-
+class _Served:  # what /v1/models said about the model
     entry: dict
     kind: str
     max_model_len: int | None = field(default=None)
 
 
 class EndpointBackend:
-    """The ``Backend`` interface (``render``, ``generate``, ``score``) on an endpoint.
-
-    ``connect`` checks everything a run needs before anything is written: the server answers,
-    accepts the key, serves ``model``; then ``fallbacks_off`` / ``scoring_off`` say what it
-    cannot do (None when it can)."""
+    """The ``Backend`` interface on an endpoint: synchronous ``generate``/``score`` (``rlsr
+    evaluate``) and asynchronous ``complete`` (``rlsr serve``) over one client. Construction
+    checks, before anything is written, that the server answers, accepts the key and serves
+    ``model``; ``fallbacks_off`` / ``scoring_off`` say what it cannot do (None: it can)."""
 
     eval_batch_size = 256  # prompts per runner window; --concurrency bounds what is in flight
 
-    def __init__(self, settings: EndpointSettings, tokenizer_path: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: EndpointSettings,
+        tokenizer_path: str | None = None,
+        *,
+        server: str | None = None,
+        trust_remote_code: bool = False,
+    ) -> None:
+        """``server``: the server's kind when known (``rlsr serve --upstream``: ``vllm``), which
+        skips asking ``/v1/models`` now (it may be down yet; ``check`` asks later)."""
         self.settings = settings
         self.client = EndpointClient(settings)
         try:
-            self.served = self._models()
+            self.served = self._models() if server is None else _Served({}, server)
         except BaseException:
             self.client.close()
             raise
         self.kind = self.served.kind
         self.n_by_requests = False  # set when the server refused n > 1 (generate)
+        self._calls = 0  # ``complete`` calls waiting on the server
         self.tokenizer = None
         self.eos_ids: set[int] = set()
         if settings.kind == "completions" and self.kind != RLSR_SERVE:
@@ -118,7 +123,7 @@ class EndpointBackend:
             # (tiny-warm, ...) renders with the tokenizer of the folder it names
             path = resolve_model_path(tokenizer_path or settings.model)
             try:
-                self.tokenizer = load_chat_tokenizer(path)
+                self.tokenizer = load_chat_tokenizer(path, trust_remote_code)
             except (OSError, ValueError) as err:
                 self.client.close()
                 raise ValueError(
@@ -127,7 +132,7 @@ class EndpointBackend:
                     f"({type(err).__name__}); give --tokenizer PATH (a folder or hub id with "
                     "the served model's tokenizer), or use --backend openai-chat."
                 ) from None
-            self.eos_ids = generation_eos_ids(path, self.tokenizer)
+            self.eos_ids = generation_eos_ids(path, self.tokenizer, trust_remote_code)
 
     # ------------------------------------------------------------------ what the server can do
 
@@ -161,8 +166,6 @@ class EndpointBackend:
                 "the chat endpoint cannot continue an assistant message (vLLM's "
                 "continue_final_message); the server is not vLLM"
             )
-        if self.settings.kind == "completions" and self.kind == RLSR_SERVE:
-            return "rlsr serve has no /v1/completions"
         return None
 
     @property
@@ -172,12 +175,10 @@ class EndpointBackend:
             return None
         return (
             "the logprob and expected scorers and DCS need teacher-forced log-probs of the "
-            "model's own text "
-            "(vLLM's prompt_logprobs on /v1/completions); "
-            + (f"this endpoint ({self.settings.kind}, server {self.kind!r}) does not return them")
-            + ": drop logprob and expected from --scorers (and --dcs), or use --backend "
-            "openai-completions "
-            "against vllm serve"
+            "model's own text (vLLM's prompt_logprobs on /v1/completions); this endpoint "
+            f"({self.settings.kind}, server {self.kind!r}) does not return them: drop logprob and "
+            "expected from --scorers (and --dcs), or use --backend openai-completions against "
+            "vllm serve"
         )
 
     def record(self) -> dict:
@@ -197,13 +198,12 @@ class EndpointBackend:
     # ------------------------------------------------------------------ journal and usage
 
     def use_journal(self, path: str | os.PathLike) -> None:
-        """Journal finished requests in ``path`` (one per dataset folder; the runner sets it)."""
+        """Journal finished requests in ``path`` (one per dataset folder)."""
         self.client.use_journal(path)
 
     def usage(self) -> dict:
-        """What the endpoint was asked, for metrics.json: this process's HTTP requests and
-        retries, requests answered from the journal, and the journal's totals (every finished
-        request of the run, all reruns together: tries and tokens the server reported)."""
+        """metrics.json's record of what was asked: this process's requests and retries, those
+        answered from the journal, and the journal's totals over all reruns."""
         c, j = self.client.counters, self.client.journal
         return {
             "http_requests": c.requests,
@@ -229,15 +229,10 @@ class EndpointBackend:
         return render_chat(self.tokenizer, messages)
 
     def check_fits(self, prompt_tokens: int, max_tokens: int) -> None:
-        """``ValueError`` when the server's ``max_model_len`` (if it says) cannot hold the
-        request: vLLM would refuse it, or cut the answer at the context limit."""
-        limit = self.served.max_model_len
-        if limit is not None and prompt_tokens + max_tokens > limit:
-            raise ValueError(
-                f"a request of {prompt_tokens} prompt tokens + {max_tokens} new tokens exceeds "
-                f"the server's maximum context length {limit} (vllm serve --max-model-len); "
-                "start it with a larger --max-model-len or lower --max-new-tokens."
-            )
+        check_context(
+            prompt_tokens, max_tokens, self.served.max_model_len, "the server (vllm serve "
+            "--max-model-len); start it with a larger --max-model-len or lower --max-new-tokens.",
+        )  # fmt: skip
 
     def _request(self, text: str, sampling: Sampling) -> tuple[str, dict]:
         model = self.settings.model
@@ -271,9 +266,8 @@ class EndpointBackend:
         return check
 
     def generate(self, prompts: Sequence[str], sampling: Sampling) -> list[list[Generation]]:
-        """``sampling.n`` samples per prompt: one request with ``n`` (vLLM, OpenAI), or, where
-        the server refuses ``n > 1`` with a 400, ``n`` requests of one sample each with seeds
-        ``seed, seed + 1, ...`` (``n_by_requests``, then used for the rest of the run)."""
+        """``sampling.n`` samples per prompt: one request with ``n``, or, once the server refused
+        ``n > 1`` with a 400, ``n`` requests with seeds ``seed, seed + 1, ...``."""
         if not prompts:
             return []
         if sampling.n > 1 and not self.n_by_requests:
@@ -296,8 +290,7 @@ class EndpointBackend:
         return self.client.run(self.client.call_all(calls))
 
     def score(self, contexts: Sequence[str], continuations: Sequence[str]) -> list[list[float]]:
-        """Per-token log p(continuation | context), teacher-forced by a vLLM server
-        (``prompt_logprobs``), tokenised as ``VLLMBackend.score`` does."""
+        """Per-token log p(continuation | context) from a vLLM server's ``prompt_logprobs``."""
         if self.scoring_off:
             raise ValueError(self.scoring_off)
         calls = []
@@ -314,6 +307,53 @@ class EndpointBackend:
 
             calls.append(("POST", "/completions", score_body(self.settings.model, a + b), check))
         return self.client.run(self.client.call_all(calls))
+
+    # ------------------------------------------------------------------ asynchronous (rlsr serve)
+
+    def unavailable(self, err: EndpointError) -> EngineUnavailable:
+        """``rlsr serve``'s answer to a failed request: 504 on a timeout, else 502."""
+        base = self.client.base
+        if err.reason == "timeout":
+            return EngineUnavailable(f"the upstream {base} timed out", 504)
+        if err.reason == "connection":
+            return EngineUnavailable(f"the upstream {base} is unreachable: {err.detail}", 502)
+        if err.status is not None and err.status != 200:
+            said = err.detail.removeprefix(f"HTTP {err.status}: ")
+            return EngineUnavailable(f"the upstream {base} answered {err.status}: {said}", 502)
+        return EngineUnavailable(f"the upstream {base} failed: {err.detail}", 502)
+
+    async def complete(self, ids: list[int], sampling: Sampling) -> Completion:
+        """One prompt (token ids) on the caller's event loop, as ``generate`` sends it to vLLM; a
+        4xx but 401/403/404/429 is ``EngineRejected``, any other failure ``EngineUnavailable``."""
+        body = completions_body(self.settings.model, ids, sampling, self.kind)
+        self._calls += 1
+        try:
+            resp, (gen,) = await self.client.call(
+                "POST", "/completions", body, check=self._reader(1, False)
+            )
+        except EndpointError as err:
+            if err.reason == "refused" and err.status not in (401, 403, 404, 429):
+                raise EngineRejected(f"the upstream refused the request: {err.detail}") from err
+            raise self.unavailable(err) from err
+        finally:
+            self._calls -= 1
+        usage = resp.get("usage") or {}
+        return Completion(
+            gen.text, gen.finish_reason, usage.get("prompt_tokens") or len(ids),
+            usage.get("completion_tokens") or len(gen.token_ids),
+        )  # fmt: skip
+
+    def running(self) -> int:
+        return self._calls
+
+    async def check(self) -> None:
+        try:
+            await self.client.call("GET", "/models")
+        except EndpointError as err:
+            raise self.unavailable(err) from err
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
 
 
 # The ``rlsr`` extension fields a sample keeps from ``rlsr serve`` (its decision and from what).

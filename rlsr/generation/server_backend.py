@@ -1,42 +1,23 @@
-"""Generation through TRL's vLLM server (``grpo.vllm_mode=server``, slurm/train.slurm on several
-nodes): the held-out evaluation's backend when the rollouts come from a server.
+"""Generation through TRL's vLLM server (``grpo.vllm_mode=server``, slurm/train.slurm): the
+held-out evaluation's backend when the rollouts come from a server. After a weight sync the
+server holds the policy's weights, so it is asked as ``rlsr evaluate --backend vllm`` asks its
+own engine on checkpoint-N:
 
-After a weight sync the server holds exactly the policy's weights, so the held-out evaluation
-asks it, as ``rlsr evaluate --backend vllm`` asks its own engine on checkpoint-N:
+* TRL's endpoint and fields (``VLLMClient.generate``: ``POST /v1/completions``, token-id prompts)
+  on the trainer's own ``VLLMClient`` session (its retries, its URL), with ``VLLMBackend``'s
+  values (``rlsr.generation.openai_api``: every field the server would fill from
+  ``generation_config.json`` sent explicitly); the choices' ``text`` and ``finish_reason``,
+  which TRL's ``generate`` drops, are read here. Fallbacks are ordinary requests.
+* ``score`` is TRL's ``get_sequence_logprobs`` request, at most ``SCORE_POSITIONS_PER_REQUEST``
+  positions per request; every request is checked against the server's ``max_model_len`` first
+  (``check_fits``): the server would answer 400 and the answer would be lost.
+* Time is bounded (``deadline``): the other processes wait in a collective under
+  ``grpo.ddp_timeout``, so each request gets a timeout that, with the session's own retries,
+  ends before the deadline; past it the evaluation raises ``TimeoutError`` (recorded; training
+  goes on) instead of hanging.
 
-* the endpoint and request fields are TRL's (``trl.generation.vllm_client.VLLMClient.generate``:
-  ``POST /v1/completions`` with token-id prompts, ``n``, ``temperature``, ``top_p``, ``top_k``,
-  ``min_p``, ``repetition_penalty``, ``max_tokens``, ``logprobs``, ``return_token_ids``), sent on
-  the trainer's own ``VLLMClient`` session (its retries, its server URL). TRL's ``generate``
-  returns token ids only; the held-out protocol also needs vLLM's ``text`` and
-  ``finish_reason`` (what ``VLLMBackend`` reads from its ``CompletionOutput``), which the same
-  response carries, so the choices are read here.
-* the request equals ``VLLMBackend``'s: prompts tokenised with ``encode_prompt`` (no special
-  tokens added), ``vllm_sampling_kwargs``' values, and every field the server would otherwise
-  fill from the model's ``generation_config.json`` (``top_k``, ``min_p``, ``repetition_penalty``)
-  sent explicitly, since ``vllm.LLM.generate`` with explicit ``SamplingParams`` does not apply
-  those defaults.
-* Sec. C.3 fallbacks are ordinary requests (prompt + response + suffix, as token ids).
-* ``score`` is TRL's ``get_sequence_logprobs`` request (``prompt_logprobs``, ``max_tokens`` 1,
-  greedy), read as ``VLLMBackend.score`` reads ``prompt_logprobs``, with ``prompt_logprobs`` 0
-  and at most ``SCORE_POSITIONS_PER_REQUEST`` positions per request (the response holds one
-  entry per position).
-* every request is checked against the server's ``max_model_len`` (``GET /v1/models``) first:
-  the server answers an over-long request with HTTP 400, and the evaluation must not lose an
-  answer to the context limit (``check_fits``).
-
-Time is bounded (``deadline``): the other processes wait for the main process in a collective
-under ``grpo.ddp_timeout``, so every request is sent with a timeout that, with the session's own
-retries (TRL mounts ``urllib3`` ``Retry``: a read timeout is retried, after a backoff), still ends
-before the deadline; past it, no request is sent and the evaluation raises ``TimeoutError`` (a
-failed evaluation, recorded; training goes on) instead of hanging.
-
-Each HTTP request is complete when it returns: no request of the evaluation stays on the server
-to be mixed into TRL's next rollouts (which come back on their own HTTP responses anyway).
-Sampled (``temperature > 0``) per-token log-probs differ from ``VLLMBackend``'s: train.slurm
-starts the server with ``--logprobs-mode processed_logprobs`` (after temperature), the offline
-engine returns raw ones; greedy ones and ``score`` are the same (the held-out protocol uses
-neither sampled log-probs).
+Sampled per-token log-probs differ from ``VLLMBackend``'s (train.slurm serves
+``processed_logprobs``); greedy ones and ``score`` are the same.
 """
 
 from __future__ import annotations
@@ -48,7 +29,13 @@ import requests
 import urllib3
 
 from rlsr.config.server_eval import server_eval_bound
-from rlsr.generation.backends import Generation, Sampling, encode_prompt, render_chat
+from rlsr.generation.backends import (
+    Generation,
+    Sampling,
+    check_context,
+    encode_prompt,
+    render_chat,
+)
 from rlsr.generation.openai_api import (
     completion_generation,
     completions_body,
@@ -58,8 +45,6 @@ from rlsr.generation.openai_api import (
 
 __all__ = [
     "ServerBackend",
-    "server_request",
-    "server_generation",
     "attempt_timeout",
     "server_eval_bound",
     "score_chunks",
@@ -76,17 +61,6 @@ __all__ = [
 # ~83 with 6-digit token ids: <= ~2.7 MB per response) instead of the whole window's (256
 # hotpot prompts x ~3k positions x ~150 bytes with prompt_logprobs 1: ~120 MB).
 SCORE_POSITIONS_PER_REQUEST = 32_768
-
-
-def server_request(model: str, prompts: list[list[int]], sampling: Sampling) -> dict:
-    """The ``/v1/completions`` body for ``prompts`` (token ids): TRL's fields
-    (``VLLMClient.generate``) with ``VLLMBackend``'s values (``rlsr.generation.openai_api.
-    completions_body`` for a vLLM server)."""
-    return completions_body(model, prompts, sampling, kind="vllm")
-
-
-# One ``/v1/completions`` choice read back as ``vllm_generation`` reads the offline engine's.
-server_generation = completion_generation
 
 
 def _retry_bound(session, url: str) -> tuple[int, float]:
@@ -150,16 +124,11 @@ class ServerBackend:
         return render_chat(self.tokenizer, messages)
 
     def check_fits(self, prompt_tokens: int, max_tokens: int) -> None:
-        """``ValueError`` with the numbers when ``prompt_tokens + max_tokens`` exceeds the
-        server's ``max_model_len`` (it would refuse the request with HTTP 400)."""
-        limit = self.max_model_len
-        if prompt_tokens + max_tokens > limit:
-            raise ValueError(
-                f"a request of {prompt_tokens} prompt tokens + {max_tokens} new tokens exceeds "
-                f"the vLLM server's maximum context length {limit} (its --max-model-len); "
-                "start the server with a larger --max-model-len (slurm/train.slurm: "
-                "RLSR_VLLM_MAX_MODEL_LEN) or lower heldout.max_new_tokens."
-            )
+        check_context(
+            prompt_tokens, max_tokens, self.max_model_len, "the vLLM server (its --max-model-len); "
+            "start the server with a larger --max-model-len (slurm/train.slurm: "
+            "RLSR_VLLM_MAX_MODEL_LEN) or lower heldout.max_new_tokens.",
+        )  # fmt: skip
 
     def _call(self, method: str, path: str, body: dict | None = None) -> dict:
         url = f"{self.client.base_url}{path}"
@@ -202,7 +171,7 @@ class ServerBackend:
         if not prompts:
             return []
         ids = self._prompts(prompts, sampling.max_new_tokens)
-        body = server_request(self.client.model, ids, sampling)
+        body = completions_body(self.client.model, ids, sampling, kind="vllm")
         choices = sorted(self._call("POST", "/v1/completions", body)["choices"],
                          key=lambda c: c["index"])  # fmt: skip
         if len(choices) != len(ids) * sampling.n:
@@ -213,7 +182,7 @@ class ServerBackend:
         n = sampling.n  # choices are prompt-major: the n of prompt p are p*n .. p*n + n - 1
         return [
             [
-                server_generation(c, self.eos_ids, sampling.logprobs)
+                completion_generation(c, self.eos_ids, sampling.logprobs)
                 for c in choices[p * n : p * n + n]
             ]
             for p in range(len(ids))

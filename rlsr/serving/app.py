@@ -1,11 +1,9 @@
-"""The FastAPI application of ``rlsr serve`` (docs/serving.md).
-
-Routes: ``POST /v1/chat/completions`` (answer or abstain, with the ``rlsr`` extension field per
-choice), ``GET /v1/models``, ``GET /health`` (200 when the engine or upstream can serve, else
-503). Handlers are ``async`` and hold no lock: concurrent requests await the engine together and
-vLLM batches them. Every error answers in OpenAI's shape ``{"error": {...}}``: malformed requests
-4xx, an unreachable / failing upstream 502 (504 on timeout), a stopped engine 503, anything
-unexpected 500; none of them stops the server.
+"""The FastAPI application of ``rlsr serve`` (docs/serving.md): ``POST /v1/chat/completions``
+(answer or abstain, the ``rlsr`` extension field per choice), ``GET /v1/models``, ``/health``
+(503 unless the engine can serve), ``/metrics``. Handlers hold no lock: concurrent requests await
+the engine together and vLLM batches them. Errors answer in OpenAI's shape: malformed requests
+4xx, a failing upstream 502 (504 on timeout), a stopped engine 503, anything else 500; none
+stops the server.
 """
 
 import asyncio
@@ -18,14 +16,14 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 from rlsr.evaluation.deploy.decisions import ANSWERED
+from rlsr.generation.backends import EngineRejected, EngineUnavailable
 from rlsr.serving.decision_log import DecisionLog, decision_record
-from rlsr.serving.engine import Engine, EngineRejected, EngineUnavailable
+from rlsr.serving.engine import Engine
 from rlsr.serving.metrics import ServeMetrics
 from rlsr.serving.operator import Occupancy, OperatorMiddleware, request_id_of
 from rlsr.serving.policy import ServeSettings, request_hash
 from rlsr.serving.protocol import (
     RequestError,
-    ServedDecoding,
     chat_completion,
     completion_chunks,
     error_body,
@@ -68,18 +66,10 @@ def create_app(
     cors: Mapping | None = None,
     certified_coverage: float | None = None,
 ):
-    """The application; closes the engine (and the log) on shutdown.
-
-    ``api_keys``, ``max_queued_requests``: ``rlsr.serving.operator.OperatorMiddleware`` (keys
-    required on every route but ``/health``; 429 past the bound). ``cors``: keyword arguments of
-    Starlette's ``CORSMiddleware`` (``allow_origins`` ...), None = no CORS headers.
-    ``max_request_bytes``: a chat body larger than this is answered 413 before it is parsed
-    (None: no bound); ``max_message_chars``: a message longer than this is answered 400 before it
-    is rendered (None: no bound). Errors are counted by the middleware (``on_chat_error``), so
-    every 4xx / 5xx of the chat route is counted once whatever answered it.
-    ``certified_coverage``: the threshold's validation coverage, exported beside the realised
-    answer rate on ``/metrics`` (``rlsr.serving.metrics``).
-    """
+    """The application; closes the engine (and the log) on shutdown. ``api_keys``,
+    ``max_queued_requests``: ``OperatorMiddleware``; ``cors``: Starlette's ``CORSMiddleware``
+    keywords (None: no CORS); ``max_request_bytes`` / ``max_message_chars``: 413 / 400 before
+    parsing / rendering (None: no bound); ``certified_coverage``: exported on ``/metrics``."""
     from contextlib import asynccontextmanager  # fastapi: optional dependency (serve extra)
 
     from fastapi import FastAPI, Request
@@ -89,9 +79,6 @@ def create_app(
     from starlette.requests import ClientDisconnect
 
     started = int(time.time())
-    decoding = ServedDecoding(
-        settings.max_new_tokens, settings.sampling_temperature, settings.top_p
-    )
 
     @asynccontextmanager
     async def lifespan(app):
@@ -215,7 +202,7 @@ def create_app(
             raise too_deep from None
         try:
             return parse_chat_request(
-                body, settings.model_name, decoding, max_message_chars=max_message_chars
+                body, settings.model_name, settings, max_message_chars=max_message_chars
             )
         except RecursionError:  # quoting a value nested just under the limit in an error
             raise too_deep from None
@@ -268,9 +255,8 @@ def create_app(
 
 
 async def _read_bounded(request, limit: int | None) -> bytes | None:
-    """The body, or None as soon as it is known to exceed ``limit`` bytes: from Content-Length
-    before anything is read, else while a chunked body arrives (never more than ``limit`` + one
-    chunk held), so a huge body costs neither parsing nor memory."""
+    """The body, or None as soon as it is known to exceed ``limit`` bytes (Content-Length, else
+    while it arrives), so a huge body costs neither parsing nor memory."""
     if limit is None:
         return await request.body()
     declared = request.headers.get("content-length")

@@ -1,12 +1,9 @@
 """The decision log of ``rlsr serve --decision-log F`` and its summary (``rlsr serve-report``).
 
-One JSON object per answered-or-abstained request, appended as one line and flushed:
-``{"time", "request_id", "request_hash", "confidence", "score", "tau", "rule", "decision"}``
-(``request_id``: the ``X-Request-Id`` of the answer, rlsr.serving.operator); the question is
-stored only as its sha256 (``policy.request_hash``). The summary
-(``rlsr.evaluation.deploy.decisions.summarise_decisions``, shown by ``summary_markdown``) puts the
-realised coverage (share answered) with its exact 95% interval next to the validation (and test)
-coverage of the threshold, so drift after deployment is visible.
+One flushed JSON line per answered-or-abstained request: ``{"time", "request_id", "request_hash",
+"confidence", "score", "tau", "rule", "decision"}``; the question only as its sha256. The summary
+(``rlsr.evaluation.deploy.decisions.summarise_decisions``) puts the realised coverage with its
+exact 95% interval next to the threshold's validation (and test) coverage, so drift shows.
 """
 
 from __future__ import annotations

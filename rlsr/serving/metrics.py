@@ -1,27 +1,18 @@
-"""Prometheus metrics of ``rlsr serve`` (``GET /metrics``; docs/serving.md, "Operating it").
+"""Prometheus metrics of ``rlsr serve`` (``GET /metrics``; docs/serving.md, "Operating it"), in a
+registry of the app's own (two apps in one process never share counts):
 
-Written with the ecosystem's client library (``prometheus_client``, the ``serve`` extra) into a
-registry of the app's own, so two apps in one process (tests) never share counts:
+* ``rlsr_requests_total{outcome}``: answered / abstained / error (any 4xx / 5xx of the chat
+  route) / cancelled (the client went away; its engine work was aborted);
+* ``rlsr_confidence``: the score compared with tau (a missing confidence counts as 0);
+* ``rlsr_answer_rate`` (realised coverage) beside ``rlsr_certified_coverage`` (the threshold's
+  validation coverage; absent with ``--tau``) and ``rlsr_tau``;
+* ``rlsr_request_latency_seconds``; ``rlsr_time_to_first_chunk_seconds`` (streamed: the decision
+  comes first, so about the same);
+* ``rlsr_requests_in_flight``, ``rlsr_max_queued_requests`` (the 429 bound) and
+  ``rlsr_engine_requests`` (generation requests the engine holds for this server, fallbacks
+  included: back to 0 once abandoned requests are aborted).
 
-* ``rlsr_requests_total{outcome}``: chat completions by outcome, ``answered`` / ``abstained`` /
-  ``error`` (any 4xx / 5xx of the chat route, the middleware's 401 and 429 included) /
-  ``cancelled`` (the client went away first; its engine work was aborted).
-* ``rlsr_confidence``: histogram of the score compared with tau (bins of 0.1; a missing
-  confidence counts as 0, as in the decision).
-* ``rlsr_answer_rate``: answered / (answered + abstained) since start, the realised coverage;
-  ``rlsr_certified_coverage``: the threshold's validation coverage (what ``rlsr deploy`` measured
-  at tau; absent with ``--tau``), so a dashboard can put the two side by side, as
-  ``rlsr serve-report`` does with an interval; ``rlsr_tau``: the threshold served.
-* ``rlsr_request_latency_seconds``: end-to-end latency of answered / abstained requests;
-  ``rlsr_time_to_first_chunk_seconds``: of streamed ones, the time to the first chunk (the whole
-  decision comes first, so it is about the end-to-end latency).
-* ``rlsr_requests_in_flight``: chat completions accepted and not yet answered (waiting for or
-  running on the engine); ``rlsr_max_queued_requests``: the bound past which 429 is answered;
-  ``rlsr_engine_requests``: generation requests the engine holds for this server (in-process
-  vLLM: its unfinished requests; upstream: calls waiting on it), fallbacks included: it returns
-  to 0 once abandoned requests are aborted.
-
-Nothing else is recorded: no question, answer, key or request id.
+No question, answer, key or request id is recorded.
 """
 
 from __future__ import annotations
@@ -55,43 +46,44 @@ class ServeMetrics:
         )
         for outcome in ("answered", "abstained", "error", "cancelled"):
             self.requests.labels(outcome)  # exported at 0 from the start
-        self.confidence = Histogram(
+
+        def histogram(name: str, doc: str, buckets):
+            return Histogram(name, doc, buckets=buckets, registry=self.registry)
+
+        def gauge(name: str, doc: str):
+            return Gauge(name, doc, registry=self.registry)
+
+        self.confidence = histogram(
             "rlsr_confidence", "Score compared with tau (missing confidence = 0).",
-            buckets=CONFIDENCE_BUCKETS, registry=self.registry,
+            CONFIDENCE_BUCKETS,
         )  # fmt: skip
-        self.latency = Histogram(
+        self.latency = histogram(
             "rlsr_request_latency_seconds", "End-to-end latency of answered / abstained requests.",
-            buckets=LATENCY_BUCKETS, registry=self.registry,
+            LATENCY_BUCKETS,
         )  # fmt: skip
-        self.first_chunk_latency = Histogram(
+        self.first_chunk_latency = histogram(
             "rlsr_time_to_first_chunk_seconds", "Time to the first chunk of streamed requests.",
-            buckets=LATENCY_BUCKETS, registry=self.registry,
+            LATENCY_BUCKETS,
         )  # fmt: skip
-        rate = Gauge(
-            "rlsr_answer_rate", "Realised coverage: answered / (answered + abstained).",
-            registry=self.registry,
-        )  # fmt: skip
-        rate.set_function(self._answer_rate)
-        Gauge("rlsr_tau", "The threshold served.", registry=self.registry).set(tau)
+        gauge(
+            "rlsr_answer_rate", "Realised coverage: answered / (answered + abstained)."
+        ).set_function(self._answer_rate)
+        gauge("rlsr_tau", "The threshold served.").set(tau)
         if certified_coverage is not None:
-            Gauge(
-                "rlsr_certified_coverage", "Validation coverage of the threshold (rlsr deploy).",
-                registry=self.registry,
-            ).set(certified_coverage)  # fmt: skip
-        Gauge(
-            "rlsr_requests_in_flight", "Chat completions accepted and not yet answered.",
-            registry=self.registry,
-        ).set_function(in_flight)  # fmt: skip
+            gauge(
+                "rlsr_certified_coverage", "Validation coverage of the threshold (rlsr deploy)."
+            ).set(certified_coverage)
+        gauge(
+            "rlsr_requests_in_flight", "Chat completions accepted and not yet answered."
+        ).set_function(in_flight)
         if engine_requests is not None:
-            Gauge(
-                "rlsr_engine_requests", "Generation requests the engine holds for this server.",
-                registry=self.registry,
-            ).set_function(engine_requests)  # fmt: skip
+            gauge(
+                "rlsr_engine_requests", "Generation requests the engine holds for this server."
+            ).set_function(engine_requests)
         if max_queued_requests is not None:
-            Gauge(
-                "rlsr_max_queued_requests", "Bound on chat completions accepted at once.",
-                registry=self.registry,
-            ).set(max_queued_requests)  # fmt: skip
+            gauge("rlsr_max_queued_requests", "Bound on chat completions accepted at once.").set(
+                max_queued_requests
+            )
         self._answered = 0
         self._abstained = 0
 

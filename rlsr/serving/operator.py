@@ -1,27 +1,19 @@
-"""What an operator puts in front of ``rlsr serve``: API keys, back-pressure, request ids.
+"""What an operator puts in front of ``rlsr serve`` (docs/serving.md, "Operating it"), as one pure
+ASGI middleware (no per-request task or body buffering; a streamed body passes through):
 
-One pure ASGI middleware (no per-request task or body buffering, so it costs a few dict look-ups
-per request, and a streamed body passes through untouched):
+* API keys, deny by default: every request but ``/health`` (a load balancer's probe) needs
+  ``Authorization: Bearer <key>``, compared with every key in constant time; a missing or wrong
+  key gets 401 before routing, so a path added later is covered too. Keys are never logged.
+* Back-pressure: at most ``max_queued_requests`` chat completions at once (this process's count);
+  one more gets 429 with ``Retry-After`` instead of an unbounded queue.
+* Errors counted once: every chat completion answered 4xx / 5xx, whoever answered it (this
+  middleware, the app, the router, an exception escaping the app as a 500), calls
+  ``on_chat_error``; 499 (the client went away) is the app's ``cancelled``.
+* Request ids: a client's ``X-Request-Id`` (``[A-Za-z0-9._:-]``, at most 128) is kept, else
+  ``req-<32 hex>``; in ``scope["state"]`` (the decision log) and the response header.
 
-* **API keys, deny by default.** With keys configured, every request but ``GET``/``HEAD
-  /health`` (a load balancer's probe) needs ``Authorization: Bearer <key>``; the token is compared with every key in
-  constant time (``hmac.compare_digest``, no early exit over the keys). A missing or wrong key is
-  answered 401 with an OpenAI-shaped body, before routing, so a path added to the app later (or one
-  that does not exist) is covered without being listed. Keys are never logged or echoed.
-* **Back-pressure.** At most ``max_queued_requests`` chat completions are accepted at once (waiting
-  for or running on the engine); one more is answered 429 with ``Retry-After`` instead of being
-  queued without bound. The count is this process's, so one ``rlsr serve`` per port.
-* **Errors counted in one place.** Every chat completion answered with a 4xx / 5xx, whatever
-  answered it (this middleware's 401 / 429, the app's 400 / 404 / 413 / 415, the router's 405,
-  an engine's 502 / 503 / 504, or an exception that escaped the app and becomes a 500 outside
-  it), calls ``on_chat_error`` once; 499 (the client went away) is the app's ``cancelled``.
-* **Request ids.** A client's ``X-Request-Id`` (letters, digits, ``._-:``, at most 128) is kept,
-  else one is made (``req-<32 hex>``); it is put in ``scope["state"]["request_id"]`` (the decision
-  log records it) and sent back in the ``X-Request-Id`` response header of every answer, errors
-  included.
-
-CORS (``--allowed-origins`` and friends) is Starlette's ``CORSMiddleware`` outside this one, so a
-browser's pre-flight ``OPTIONS`` is answered without a key, as in ``vllm serve``.
+CORS is Starlette's ``CORSMiddleware`` outside this one, so a browser's pre-flight ``OPTIONS`` is
+answered without a key, as in ``vllm serve``.
 """
 
 from __future__ import annotations
@@ -36,8 +28,7 @@ from rlsr.serving.protocol import error_body
 
 __all__ = ["OperatorMiddleware", "Occupancy", "OPEN_PATHS", "CHAT_PATH", "request_id_of"]
 
-OPEN_PATHS = frozenset({"/health"})
-"""Paths answered without a key: the health probe of a load balancer (as ``vllm serve``)."""
+OPEN_PATHS = frozenset({"/health"})  # answered without a key (as vllm serve)
 CHAT_PATH = "/v1/chat/completions"
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 _CLIENT_GONE = 499  # the app's status for a client that went away (counted as cancelled)
@@ -56,16 +47,9 @@ def request_id_of(scope) -> str | None:
 
 
 class OperatorMiddleware:
-    """ASGI middleware: API keys (deny by default), a bound on queued chat requests, request ids.
-
-    Args:
-        app: the ASGI application (``rlsr.serving.app.create_app``'s FastAPI app).
-        api_keys: accepted keys; empty = no authentication (the default of ``rlsr serve``).
-        max_queued_requests: chat completions accepted at once; None = no bound.
-        retry_after: seconds a 429 asks the client to wait (the ``Retry-After`` header).
-        occupancy: where the count of accepted chat completions is kept (read by ``/metrics``).
-        on_chat_error: called once for each chat completion answered with an error (above).
-    """
+    """API keys (empty: none needed), a bound on queued chat completions (None: none), request
+    ids. ``retry_after``: a 429's ``Retry-After`` seconds; ``occupancy``: the count of accepted
+    chat completions (read by ``/metrics``); ``on_chat_error``: called once per error answer."""
 
     def __init__(
         self,

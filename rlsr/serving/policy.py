@@ -1,17 +1,13 @@
 """The selective policy of ``rlsr serve``: answer iff the score reaches tau (pure functions).
 
-The score is the verbalized confidence parsed from the completion (after the Sec. C.3
-fallbacks), with a missing confidence counted as 0.0 exactly as the evaluation does
-(``rlsr.evaluation.run.summary.scorer_arrays``), so the coverage realised in serving is comparable
-with the validation coverage the threshold was chosen on. Under the ``plain+temperature`` rule
-(RLSR Sec. C.6.5) the confidence is first rescaled with the fitted temperature,
-s_T = sigmoid(logit(s) / T), because tau was chosen on that scale.
+The score is the verbalized confidence after the Sec. C.3 fallbacks, a missing one counted as 0.0
+as the evaluation does (``rlsr.evaluation.run.summary.scorer_arrays``), so serving's coverage is
+comparable with the validation coverage tau was chosen on; under ``plain+temperature`` (RLSR
+Sec. C.6.5) it is first rescaled, s_T = sigmoid(logit(s) / T), the scale tau was chosen on.
 
-One deliberate difference from the evaluation: a completion from which no answer could be
-extracted is never "answered" (the client would receive an empty answer). The evaluation counts
-such a sample as selected and wrong whenever its score reaches tau; abstaining on it instead only
-removes wrong answers from the answered set, so it cannot lower the selective accuracy the
-threshold promises (coverage can only fall, by the share of answerless completions).
+One deliberate difference: a completion with no extractable answer is never "answered" (the client
+would get an empty answer). The evaluation counts it selected and wrong when its score reaches
+tau; abstaining only removes wrong answers, so the promised selective accuracy cannot fall.
 """
 
 from __future__ import annotations
@@ -64,22 +60,16 @@ SERVE_NAMES = {"temperature": "sampling_temperature"}
 
 
 def decoding_settings(protocol: EvalProtocol) -> dict:
-    """``ServeSettings`` keywords of every decoding field of ``protocol`` (``DECODING_FIELDS``,
-    read from the protocol's declaration: a field declared later arrives here too, and a
-    ServeSettings without it fails at construction instead of ignoring it)."""
+    """``ServeSettings`` keywords of every decoding field of ``protocol`` (``DECODING_FIELDS``: a
+    field declared later arrives here too, and fails ServeSettings instead of being ignored)."""
     return {SERVE_NAMES.get(name, name): getattr(protocol, name) for name in DECODING_FIELDS}
 
 
 @dataclass(frozen=True)
 class ServeSettings:
-    """Everything a request's answer depends on besides the engine.
-
-    ``tau`` and ``calibration_temperature`` (the ``plain+temperature`` rule's fitted T that
-    rescales a confidence before it meets tau, else None) define the decision; ``system_prompt``
-    (simple / long) and the decoding fields (``sampling_temperature`` is decoding's temperature)
-    must be those of the evaluation the threshold was chosen on, or the threshold means something
-    else.
-    """
+    """Everything a request's answer depends on besides the engine: ``tau`` and
+    ``calibration_temperature`` (``plain+temperature``'s T, else None) decide; ``system_prompt``
+    and decoding must be those tau was chosen under, or it means something else."""
 
     tau: float
     model_name: str

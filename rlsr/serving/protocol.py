@@ -1,16 +1,11 @@
 """OpenAI chat-completions protocol of ``rlsr serve``: request validation, response and error
 bodies (pure functions; docs/serving.md lists what is accepted).
 
-The model answers single questions, as it was trained: a request holds exactly one ``user``
-message (its text is the problem, rendered with the training system prompt and user template);
-a client ``system`` / ``developer`` message is replaced by the training system prompt; earlier
-assistant or tool turns are refused. Decoding is fixed by the server to the settings the
-threshold was certified under. Every Chat Completions parameter is honoured or refused, never
-silently ignored (``PARAMETERS``, ``check_parameters``): ``max_tokens`` /
-``max_completion_tokens`` up to the certified cap; sampling fields only at the served values
-(anything else would void the threshold); ``stream`` honoured once the decision is taken
-(``completion_chunks``); tools, JSON output, log-probabilities, stop strings and ``n`` > 1
-refused with a 400 that names the parameter and why; unknown fields refused.
+A request holds exactly one ``user`` message (the problem, rendered with the training system
+prompt and template, as the model was trained); a client ``system`` / ``developer`` message is
+replaced by the training system prompt; assistant or tool turns are refused. Decoding is the one
+the threshold was certified under: every parameter is honoured or refused with a 400 naming it,
+never silently ignored (``PARAMETERS``); ``stream`` is honoured once the decision is taken.
 """
 
 from __future__ import annotations
@@ -19,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rlsr.serving.policy import ServeSettings
+
 __all__ = [
     "PARAMETERS",
-    "ServedDecoding",
     "check_parameters",
     "EXTENSION_FIELD",
     "completion_chunks",
@@ -60,11 +56,9 @@ class RequestError(ValueError):
 
 
 def error_body(message: str, type: str, *, param: str | None = None, code=None) -> dict:
-    """``{"error": {"message", "type", "param", "code"}}``, as OpenAI's API answers errors.
-
-    The message and ``param`` may quote the client's input, which can hold lone surrogates (a
-    JSON ``"\\ud800"``) that UTF-8 cannot encode; they are escaped here so an error body always
-    encodes (otherwise the 400 itself fails as a 500), and cut to a few thousand characters."""
+    """``{"error": {"message", "type", "param", "code"}}``, as OpenAI's API answers errors; the
+    message and ``param`` may quote the client's input, so lone surrogates are escaped (else the
+    400 itself fails as a 500) and they are cut to ``_QUOTE_LIMIT`` characters."""
     return {
         "error": {"message": _bounded(utf8_safe(message)), "type": type,
                   "param": _bounded(utf8_safe(param)), "code": code}
@@ -75,8 +69,7 @@ _QUOTE_LIMIT = 2000  # characters of an error message or param; the client's inp
 
 
 def _bounded(text: str | None) -> str | None:
-    """``text`` cut to ``_QUOTE_LIMIT`` characters, saying how long it was (an error that quotes
-    a multi-megabyte value must not send it back)."""
+    """``text`` cut to ``_QUOTE_LIMIT`` characters, saying how long it was."""
     if text is None or len(text) <= _QUOTE_LIMIT:
         return text
     return f"{text[:_QUOTE_LIMIT]}... ({len(text)} characters in all)"
@@ -102,15 +95,6 @@ class ChatRequest:
     max_tokens: int | None = None  # the client's cap (<= the certified one); None: the server's
     stream: bool = False
     include_usage: bool = False  # stream_options.include_usage
-
-
-@dataclass(frozen=True)
-class ServedDecoding:
-    """The decoding a threshold was certified under: what a request may ask for, at most."""
-
-    max_new_tokens: int
-    temperature: float = 0.0
-    top_p: float = 1.0
 
 
 _VOIDS = "it would change the decoding the threshold was certified under ({}), so the threshold "
@@ -170,9 +154,10 @@ def _number(body: Mapping, name: str, lo: float, hi: float) -> float | None:
     return float(value)
 
 
-def check_parameters(body: Mapping, decoding: ServedDecoding) -> int | None:
+def check_parameters(body: Mapping, decoding: ServeSettings) -> int | None:
     """Every parameter of ``body`` honoured or refused (``PARAMETERS``); returns the client's
-    token cap (``max_completion_tokens``, else ``max_tokens``; None: the server's)."""
+    token cap (``max_completion_tokens``, else ``max_tokens``; None: the server's). ``decoding``:
+    what the threshold was certified under, the most a request may ask for."""
     for name in body:
         if name not in PARAMETERS:
             raise RequestError(
@@ -180,7 +165,7 @@ def check_parameters(body: Mapping, decoding: ServedDecoding) -> int | None:
                 "(docs/serving.md, 'Request parameters').",
                 param=name,
             )
-    served = f"temperature {decoding.temperature:g}, top_p {decoding.top_p:g}"
+    served = f"temperature {decoding.sampling_temperature:g}, top_p {decoding.top_p:g}"
     for name, value in ((n, body[n]) for n in body if body[n] is not None):
         policy = PARAMETERS[name]
         if policy == "refused" or (
@@ -191,7 +176,7 @@ def check_parameters(body: Mapping, decoding: ServedDecoding) -> int | None:
             why = _WHY_REFUSED.get(name) or _VOIDS.format(served)
             raise RequestError(f"'{name}' is not supported here: {why}.", param=name)
     for name, hi, served_value in (
-        ("temperature", 2.0, decoding.temperature),
+        ("temperature", 2.0, decoding.sampling_temperature),
         ("top_p", 1.0, decoding.top_p),
     ):
         value = _number(body, name, 0.0, hi)
@@ -207,10 +192,10 @@ def check_parameters(body: Mapping, decoding: ServedDecoding) -> int | None:
     if seed is not None:
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise RequestError(f"'seed' must be an integer; got {seed!r}.", param="seed")
-        if decoding.temperature != 0.0:
+        if decoding.sampling_temperature != 0.0:
             raise RequestError(
                 "'seed' is not supported here: this server samples at temperature "
-                f"{decoding.temperature:g} with the engine's own seeds; leave it out.",
+                f"{decoding.sampling_temperature:g} with the engine's own seeds; leave it out.",
                 param="seed",
             )  # under greedy decoding every seed gives the same answer: honoured as is
     cap = None
@@ -258,14 +243,12 @@ def _text_content(content: Any, where: str) -> str:
 def parse_chat_request(
     body: Any,
     served_model: str,
-    decoding: ServedDecoding | None = None,
+    decoding: ServeSettings | None = None,
     *,
     max_message_chars: int | None = None,
 ) -> ChatRequest:
-    """Validate a ``/v1/chat/completions`` body; raise ``RequestError`` naming the bad field.
-    With ``decoding``, every other parameter is checked too (``check_parameters``); with
-    ``max_message_chars``, a message whose text is longer is refused (400, ``message_too_long``)
-    before anything renders or tokenises it."""
+    """Validate a ``/v1/chat/completions`` body (``RequestError`` naming the bad field); with
+    ``decoding`` every parameter too, with ``max_message_chars`` each message's length."""
     if not isinstance(body, Mapping):
         raise RequestError("the request body must be a JSON object.")
     model = body.get("model")
@@ -387,13 +370,10 @@ def chat_completion(
 
 
 def completion_chunks(completion: Mapping, include_usage: bool = False) -> list[dict]:
-    """The ``chat.completion.chunk`` objects of a streamed answer, built from the finished
-    ``chat_completion``: the role, the content in one delta, then the choice's
-    ``finish_reason`` with the ``EXTENSION_FIELD`` (the decision and confidence), then, with
-    ``include_usage``, a chunk with empty ``choices`` and the usage (OpenAI's order; every chunk
-    before it carries ``"usage": null``). The decision needs the confidence, which comes at the end
-    of the generation, so nothing is sent before it: the text of an answer that is then withheld
-    never reaches the client, and joined deltas equal the non-streamed message."""
+    """The ``chat.completion.chunk`` objects of a streamed answer, from the finished
+    ``chat_completion``: role, content, ``finish_reason`` with the ``EXTENSION_FIELD``, then with
+    ``include_usage`` the usage (OpenAI's order). Nothing is sent before the decision (it needs
+    the confidence, generated last), so a withheld answer's text never reaches the client."""
     (choice,) = completion["choices"]
     head = {k: completion[k] for k in ("id", "created", "model")}
     head["object"] = "chat.completion.chunk"

@@ -1,10 +1,7 @@
-"""One ``rlsr serve`` request end to end: render, generate, Sec. C.3 fallbacks, decide.
-
-The steps are the evaluator's (``rlsr.evaluation.run.runner``): the same prompt rendering
-(``rlsr.data.formatting.build_prompt`` + the chat template), the same parse
-(``rlsr.core.parsing.parse_response``) and the same fallback steps (``rlsr.generation.fallbacks``),
-driven here for one request at a time with an async engine, so that concurrent requests reach
-the engine together and are batched there.
+"""One ``rlsr serve`` request end to end: render, generate, Sec. C.3 fallbacks, decide. The
+steps are the evaluator's (``rlsr.evaluation.run.runner``: ``build_prompt`` + the chat template,
+``rlsr.generation.fallbacks``), one request at a time on an async engine, so concurrent requests
+reach the engine together and are batched there.
 """
 
 from __future__ import annotations
@@ -12,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from rlsr.data.formatting import build_prompt
-from rlsr.generation.backends import Sampling, render_chat
+from rlsr.generation.backends import EngineRejected, Sampling, render_chat
 from rlsr.generation.fallbacks import (
     add_answer_fallback,
     add_confidence_fallback,
@@ -20,7 +17,7 @@ from rlsr.generation.fallbacks import (
     confidence_fallback_context,
     response_item,
 )
-from rlsr.serving.engine import Engine, EngineRejected
+from rlsr.serving.engine import Engine
 from rlsr.serving.policy import ServeSettings, decide, selection_score
 
 __all__ = ["render_question", "answer_or_abstain"]

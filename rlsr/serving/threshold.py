@@ -16,7 +16,6 @@ from rlsr.run.run_layout import DEPLOYMENT_FILE
 from rlsr.serving import DEFAULT_RULE
 
 __all__ = [
-    "DEFAULT_RULE",
     "SERVED_SCORER",
     "ServedThreshold",
     "load_threshold",
@@ -93,13 +92,9 @@ def _short(adapter: Mapping) -> str:
 
 
 def provenance_mismatches(provenance: Mapping, *, model: str, adapter: Mapping | None) -> list[str]:
-    """What differs between the model / adapter a threshold was computed for and those served.
-
-    Models are compared by ``model_identity``; adapters by content (``adapter_fingerprint``'s
-    sha256), so a copy of the same adapter elsewhere matches; a user task's file by the sha256 of
-    its content, against the task registered here (``--tasks-dir``). Empty list = same model,
-    adapter and task.
-    """
+    """What differs between the model / adapter / user task a threshold was computed for and
+    those served (empty: nothing): models by ``model_identity``, adapters and task files by the
+    sha256 of their content (a copy elsewhere matches)."""
     out = []
     recorded = provenance.get("model")
     served = model_identity(model)
