@@ -33,7 +33,7 @@ import numpy as np
 import yaml
 
 from rlsr.evaluation.comparison.compare_settings import EVALUATE, HELD_OUT
-from rlsr.evaluation.run.samples_io import read_samples
+from rlsr.evaluation.run.samples_io import read_finished_samples
 from rlsr.evaluation.run.summary import scorer_arrays
 from rlsr.run.eval_protocol import SAMPLE_FIELDS
 from rlsr.run.run_layout import (
@@ -225,7 +225,8 @@ def _fix(out: Path, step: int, run_dir: Path | None, *, rewrite: bool = False) -
 
 
 def _line_numbers(samples: Path) -> list[int]:
-    """The line number of each record ``read_samples`` returns (it skips blank lines)."""
+    """The line number of each record ``read_finished_samples`` returns (it skips blank
+    lines)."""
     return [i + 1 for i, raw in enumerate(samples.read_bytes().splitlines()) if raw.strip()]
 
 
@@ -292,19 +293,11 @@ def _evaluations(out: Path, step: int, run_dir: Path | None = None) -> list[Eval
     found = []
     for folder in folders:
         samples, metrics_path = folder / SAMPLES_FILE, folder / METRICS_FILE
-        records = read_samples(samples)
-        if not metrics_path.is_file():
-            raise ValueError(
-                f"{samples}: {len(records)} samples and no {METRICS_FILE} beside it: "
-                f"{_cut(run_dir)}; {fix}."
-            )
+        for path in (samples, metrics_path):
+            if not path.is_file():
+                raise ValueError(f"{samples}: no {path.name} here: {_cut(run_dir)}; {fix}.")
+        records = read_finished_samples(samples, "", f"{_cut(run_dir)}; {fix}")
         metrics = _read_json(metrics_path)
-        if metrics.get("n") != len(records):
-            held = f"holds {len(records)} samples" if samples.is_file() else "is missing"
-            raise ValueError(
-                f"{samples} {held} but its {METRICS_FILE} counts n={metrics.get('n')}: "
-                f"{_cut(run_dir)}; {fix}."
-            )
         seen: set[str] = set()
         for record in records:
             if str(record.get("id")) in seen:
