@@ -85,12 +85,7 @@ def plot_dataset_risk_coverage(
     for scorer in scorers:
         conf, ok, _ = scorer_arrays(records, scorer)
         x, y = curve_steps(M.risk_coverage_curve(conf, ok))
-        ax.step(
-            x,
-            y,
-            where="pre",
-            label=f"{scorer} (AURC {M.aurc(conf, ok):.3f})",
-        )
+        ax.step(x, y, where="pre", label=f"{scorer} (AURC {M.aurc(conf, ok):.3f})")
     ax.set(xlabel="coverage", ylabel="risk (error rate)", xlim=(0, 1), ylim=(0, 1), title=title)
     ax.legend(fontsize=7)
     return _save(plt, fig, path)
