@@ -33,6 +33,7 @@ from rlsr.evaluation.comparison.compare_settings import (
     COMPARE_PNG,
     Statistics,
 )
+from rlsr.evaluation.reports.plots import pyplot
 from rlsr.evaluation.run.samples_io import json_safe
 from rlsr.metrics import selective as M
 from rlsr.run.run_layout import SAMPLES_FILE
@@ -575,11 +576,9 @@ def render_markdown(result: dict) -> str:
 
 
 def _plot(result: dict, path: Path) -> None:
-    import matplotlib  # heavy optional dependency: only when the figure is drawn
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
+
+    plt = pyplot()
 
     datasets = list(result["datasets"])
     fig, axes = plt.subplots(1, len(datasets), figsize=(5.0 * len(datasets), 3.6), squeeze=False)
