@@ -288,28 +288,23 @@ def _dataset_block(
     path = {(r.method, r.seed): r.path for r in runs}
     keys = [k for k, _, _ in METRICS]
 
-    def summary(method, seeds, step, per_seed):
+    def summary(method, seeds, step):
         d = draws[step]
         stacked = None if d is None else {k: _stacked(d, method, seeds, k) for k in keys}
-        out = seed_summary(per_seed, stats, draws=stacked)
+        out = seed_summary({s: values[(method, s)][step] for s in seeds}, stats, draws=stacked)
         notes.extend(_nan_notes(dataset, step, method, out, lambda s: path[(method, s)]))
-        return out
+        return {"step": step, **out}
 
     block: dict = {"first_step": first, "last_step": last, "methods": {}, "pairs": []}
     for method in methods:
         mine = [r for r in runs if r.method == method]
         seeds = sorted(r.seed for r in mine)
-        entry = {"step": last}
-        entry.update(summary(method, seeds, last, {s: values[(method, s)][last] for s in seeds}))
-        entry["first"] = {"step": first}
-        entry["first"].update(
-            summary(method, seeds, first, {s: values[(method, s)][first] for s in seeds})
-        )
-        entry["n_questions"] = len(mine[0].at(dataset, last).correct)
-        entry["n_clusters"] = len(set(mine[0].at(dataset, last).prompts))
-        entry["runs"] = {str(r.seed): str(r.path) for r in mine}
-        entry["curve"] = _curve(mine, dataset)
-        block["methods"][method] = entry
+        at_last = mine[0].at(dataset, last)
+        block["methods"][method] = {
+            **summary(method, seeds, last), "first": summary(method, seeds, first),
+            "n_questions": len(at_last.correct), "n_clusters": len(set(at_last.prompts)),
+            "runs": {str(r.seed): str(r.path) for r in mine}, "curve": _curve(mine, dataset),
+        }  # fmt: skip
     for a, b in pairs:
         seeds_a = {r.seed for r in runs if r.method == a}
         shared_seeds = sorted(seeds_a & {r.seed for r in runs if r.method == b})
@@ -324,12 +319,9 @@ def _dataset_block(
                 {s: values[(b, s)][step] for s in shared_seeds},
             )
             d = draws[step]
-            stacked = None
-            if d is not None:
-                stacked = {
-                    k: _stacked(d, a, shared_seeds, k) - _stacked(d, b, shared_seeds, k)
-                    for k in keys
-                }
+            stacked = None if d is None else {
+                k: _stacked(d, a, shared_seeds, k) - _stacked(d, b, shared_seeds, k) for k in keys
+            }  # fmt: skip
             pair[label] = {"step": step, **paired_summary(diffs, stats, draws=stacked)}
             culprit = {s: f"{path[(a, s)]} or {path[(b, s)]}" for s in shared_seeds}
             notes.extend(_nan_notes(dataset, step, f"{a} - {b}", pair[label], culprit.__getitem__))
@@ -375,22 +367,22 @@ def compare_runs(
         raise ValueError(
             f"--reference {reference!r}: no such method among the runs ({', '.join(methods)})."
         )
-    if reference is not None:
-        pairs = [(reference, m) for m in methods if m != reference]
-    else:
-        pairs = list(itertools.combinations(methods, 2))
+    pairs = (
+        list(itertools.combinations(methods, 2)) if reference is None
+        else [(reference, m) for m in methods if m != reference]
+    )  # fmt: skip
     for method in methods:
         seeds = sorted(r.seed for r in runs if r.method == method)
         if len(seeds) < MIN_SEEDS:
+            ci = (
+                "not defined"
+                if len(seeds) == 1
+                else "wide (a t-interval of 2 seeds: mean ± 12.7 s / √2)"
+            )
             notes.append(
                 f"{method} has {len(seeds)} seed{'s' if len(seeds) != 1 else ''} "
-                f"({', '.join(map(str, seeds))}), fewer than {MIN_SEEDS}: its CI is "
-                + (
-                    "not defined"
-                    if len(seeds) == 1
-                    else "wide (a t-interval of 2 seeds: mean ± 12.7 s / √2)"
-                )
-                + "; train more seeds."
+                f"({', '.join(map(str, seeds))}), fewer than {MIN_SEEDS}: its CI is {ci}; "
+                "train more seeds."
             )
         differing = _config_differences([r for r in runs if r.method == method])
         if differing:
@@ -487,11 +479,17 @@ def _cell(summary: dict, key: str) -> str:
     return f"{_num(summary['mean'][key])}{ci}"
 
 
+def _table(header: list[str], rows) -> list[str]:
+    """A markdown table's lines and a blank line after it."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows] + [""]
+
+
 def render_markdown(result: dict) -> str:
     """compare.md: per dataset, the methods at the last and first step, every seed's values,
     and the paired differences."""
     stats = result["statistics"]
-    heads = " | ".join(f"{h} ({'↓' if b == 'lower' else '↑'})" for _, h, b in METRICS)
+    heads = [f"{h} ({'↓' if b == 'lower' else '↑'})" for _, h, b in METRICS]
     lines = [
         "# rlsr compare",
         "",
@@ -517,61 +515,39 @@ def render_markdown(result: dict) -> str:
     ]
     if result["notes"]:
         lines += ["**Notes**", ""] + [f"- {n}" for n in result["notes"]] + [""]
+    keys = [k for k, _, _ in METRICS]
     for dataset, block in result["datasets"].items():
         lines += [f"## {dataset}", ""]
-        for label, step_key in (("last", "last_step"), ("first", "first_step")):
-            step = block[step_key]
-            lines += [f"### Methods at step {step} ({label} evaluated step)", "",
-                      f"| method | seeds | {heads} |",
-                      "|---|---|" + "---|" * len(METRICS)]  # fmt: skip
-            for method, entry in block["methods"].items():
-                summary = entry if label == "last" else entry["first"]
-                cells = " | ".join(_cell(summary, k) for k, _, _ in METRICS)
-                lines.append(f"| {method} | {len(summary['seeds'])} | {cells} |")
-            lines.append("")
-        lines += ["### Every seed", "",
-                  f"| method | seed | step | {' | '.join(h for _, h, _ in METRICS)} | run |",
-                  "|---|---|---|" + "---|" * len(METRICS) + "---|"]  # fmt: skip
-        for method, entry in block["methods"].items():
-            for summary in (entry["first"], entry):
-                for seed, values in summary["seeds"].items():
-                    cells = " | ".join(_num(values[k]) for k, _, _ in METRICS)
-                    lines.append(
-                        f"| {method} | {seed} | {summary['step']} | {cells} | "
-                        f"{entry['runs'][seed]} |"
-                    )
-        lines.append("")
+        methods = block["methods"]
+        for label in ("last", "first"):
+            at = {m: e if label == "last" else e["first"] for m, e in methods.items()}
+            lines += [f"### Methods at step {block[label + '_step']} ({label} evaluated step)", ""]
+            lines += _table(["method", "seeds", *heads], (
+                [m, len(e["seeds"]), *(_cell(e, k) for k in keys)] for m, e in at.items()
+            ))  # fmt: skip
+        lines += ["### Every seed", ""]
+        lines += _table(["method", "seed", "step", *(h for _, h, _ in METRICS), "run"], (
+            [m, seed, e["step"], *(_num(values[k]) for k in keys), entry["runs"][seed]]
+            for m, entry in methods.items()
+            for e in (entry["first"], entry)
+            for seed, values in e["seeds"].items()
+        ))  # fmt: skip
         if block["pairs"]:
+            tested = [(p, p[label]) for p in block["pairs"] for label in ("last", "first")
+                      if label in p]  # fmt: skip
             lines += [f"### Paired differences A − B on shared seeds, step {block['last_step']} "
-                      f"(first: step {block['first_step']})", "",
-                      f"| A − B | shared seeds | step | {heads} |",
-                      "|---|---|---|" + "---|" * len(METRICS)]  # fmt: skip
-            for pair in block["pairs"]:
-                seeds = ", ".join(map(str, pair["shared_seeds"])) or "none"
-                for label in ("last", "first"):
-                    if label not in pair:
-                        continue
-                    cells = " | ".join(_cell(pair[label], k) for k, _, _ in METRICS)
-                    lines.append(
-                        f"| {pair['a']} − {pair['b']} | {seeds} | {pair[label]['step']} | {cells} |"
-                    )
-            lines += ["", "### Tests and verdicts", "",
-                      "| A − B | step | metric | seeds | zeros | mean [95 % CI] | p (exact) "
-                      "| p (Holm) | verdict |",
-                      "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-            for pair in block["pairs"]:
-                for label in ("last", "first"):
-                    if label not in pair:
-                        continue
-                    entry = pair[label]
-                    for key, head, _ in METRICS:
-                        lines.append(
-                            f"| {pair['a']} − {pair['b']} | {entry['step']} | {head} | "
-                            f"{entry['n'][key]} | {entry['n_zero'][key]} | {_cell(entry, key)} | "
-                            f"{_num(entry['p_value'][key])} | {_num(entry['p_adjusted'][key])} | "
-                            f"{entry['verdict'][key]} |"
-                        )
-            lines.append("")
+                      f"(first: step {block['first_step']})", ""]  # fmt: skip
+            lines += _table(["A − B", "shared seeds", "step", *heads], (
+                [f"{p['a']} − {p['b']}", ", ".join(map(str, p["shared_seeds"])) or "none",
+                 e["step"], *(_cell(e, k) for k in keys)] for p, e in tested
+            ))  # fmt: skip
+            lines += ["### Tests and verdicts", ""]
+            lines += _table(["A − B", "step", "metric", "seeds", "zeros", "mean [95 % CI]",
+                             "p (exact)", "p (Holm)", "verdict"], (
+                [f"{p['a']} − {p['b']}", e["step"], head, e["n"][k], e["n_zero"][k], _cell(e, k),
+                 _num(e["p_value"][k]), _num(e["p_adjusted"][k]), e["verdict"][k]]
+                for p, e in tested for k, head, _ in METRICS
+            ))  # fmt: skip
     return "\n".join(lines)
 
 
