@@ -136,10 +136,8 @@ def _method_and_seed(config: dict, run_dir: Path) -> tuple[str, int]:
             f"{run_dir / CONFIG_FILE}: no method.name; compare runs that train.py wrote."
         )
     if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ValueError(
-            f"{run_dir / CONFIG_FILE}: seed is {seed!r}, not an integer; compare runs that "
-            "train.py wrote."
-        )
+        raise ValueError(f"{run_dir / CONFIG_FILE}: seed is {seed!r}, not an integer; compare "
+                         "runs that train.py wrote.")  # fmt: skip
     return name, seed
 
 
@@ -285,20 +283,11 @@ def _evaluations(out: Path, step: int, run_dir: Path | None = None) -> list[Eval
         scorer = metrics.get("primary_scorer", "verbalized")
         _check_records(samples, records, scorer, _fix(out, step, run_dir, rewrite=True))
         confidence, correct, _ = scorer_arrays(records, scorer)
-        found.append(
-            Evaluation(
-                folder=folder,
-                step=step,
-                dataset=name,
-                protocol=_protocol(run),
-                versions=_version_of(run, name),
-                confidence=confidence,
-                correct=correct,
-                questions=_questions_digest(records),
-                ids=tuple(str(r.get("id")) for r in records),
-                prompts=tuple(str(r.get("question", r.get("id"))) for r in records),
-            )
-        )
+        found.append(Evaluation(
+            folder, step, name, _protocol(run), _version_of(run, name), confidence, correct,
+            _questions_digest(records), ids=tuple(str(r.get("id")) for r in records),
+            prompts=tuple(str(r.get("question", r.get("id"))) for r in records),
+        ))  # fmt: skip
     return found
 
 

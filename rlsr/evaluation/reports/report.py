@@ -76,12 +76,9 @@ __all__ = [
 ]  # fmt: skip
 
 TABLE_METRICS = (
-    ("aurc", "AURC↓"),
-    ("ece", "ECE↓"),
-    ("acc@10", "Acc@10↑"),
-    ("acc@25", "Acc@25↑"),
+    ("aurc", "AURC↓"), ("ece", "ECE↓"), ("acc@10", "Acc@10↑"), ("acc@25", "Acc@25↑"),
     ("acc@50", "Acc@50↑"),
-)
+)  # fmt: skip
 _PERCENT = {"acc@10", "acc@25", "acc@50", "accuracy"}
 _SEED_TAG = re.compile(r"[-_.](?:seed|s)\d+$", re.IGNORECASE)
 
@@ -95,14 +92,12 @@ class Run:
     @classmethod
     def load(cls, path: str | Path) -> Run:
         root = Path(path)
-        found = {}
-        for mfile in sorted(root.glob(f"*/{METRICS_FILE}")):
-            found[mfile.parent.name] = json.loads(mfile.read_text())
+        found = {m.parent.name: json.loads(m.read_text()) for m in root.glob(f"*/{METRICS_FILE}")}
         if not found:
             raise ValueError(
                 f"{root}: no <dataset>/{METRICS_FILE} inside; is it an `rlsr evaluate` output dir?"
             )
-        return cls(root, found)
+        return cls(root, dict(sorted(found.items())))
 
     def samples(self, dataset: str) -> list[dict]:
         """Records of ``<dataset>/samples.jsonl`` (read once; [] when absent)."""
@@ -301,10 +296,8 @@ def report_rows(
                 per_run = []
                 for r in rs:
                     vals = [_metric(r.metrics[d], key) for d in members if d in r.metrics]
-                    if any(v is None for v in vals):  # a dataset without confidence: n/a
-                        per_run.append(None)
-                    else:
-                        per_run.append(float(np.mean(vals)) if vals else math.nan)
+                    # a dataset without confidence makes the run's average n/a (None)
+                    per_run.append(None if None in vals else np.mean(vals) if vals else math.nan)
                 cells.append(_cell(per_run, key, method=name, scope=scope, dataset="",
                                    runs=len(rs)))  # fmt: skip
         averages.append((name, cells))
