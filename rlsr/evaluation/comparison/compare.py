@@ -106,13 +106,9 @@ def _evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:
 
 
 def seed_summary(
-    per_seed: dict[int, dict[str, float]],
-    stats: Statistics = Statistics(),
-    keys=None,
-    *,
-    difference: bool = False,
-    draws: dict[str, np.ndarray] | None = None,
-) -> dict:
+    per_seed: dict[int, dict[str, float]], stats: Statistics = Statistics(), keys=None, *,
+    difference: bool = False, draws: dict[str, np.ndarray] | None = None
+) -> dict:  # fmt: skip
     """``{"seeds": {seed: {metric: v}}, "mean": {metric: v}, "ci95": {metric: [lo, hi]},
     "n": {metric: seeds used}, "excluded": {metric: [seeds]}}`` of one method (or, with
     ``difference``, one paired difference) over seeds. Per metric in ``keys`` (default:
@@ -140,11 +136,9 @@ def seed_summary(
 
 
 def paired_summary(
-    diffs: dict[int, dict[str, float]],
-    stats: Statistics = Statistics(),
-    keys=None,
-    draws: dict[str, np.ndarray] | None = None,
-) -> dict:
+    diffs: dict[int, dict[str, float]], stats: Statistics = Statistics(), keys=None,
+    draws: dict[str, np.ndarray] | None = None
+) -> dict:  # fmt: skip
     """``seed_summary`` of the paired differences A - B (``paired_differences``) plus, per
     metric, the exact paired permutation test (``p_value``, ``test``, ``n_zero``)."""
     keys = [k for k, _, _ in METRICS] if keys is None else list(keys)
@@ -350,12 +344,9 @@ def _arm_differences(runs: list[Run], methods: list[str]) -> list[str]:
 
 
 def compare_runs(
-    paths: list[str],
-    *,
-    use: str | None = None,
-    reference: str | None = None,
-    stats: Statistics = Statistics(),
-) -> dict:
+    paths: list[str], *, use: str | None = None, reference: str | None = None,
+    stats: Statistics = Statistics()
+) -> dict:  # fmt: skip
     """The ``compare.json`` object of the runs under ``paths``. ``use``: which evaluations
     (``find_runs``). Pairs: ``reference - M`` for every other method M, else every ``A - B`` with
     A before B by name."""

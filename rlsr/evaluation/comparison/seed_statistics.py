@@ -241,14 +241,9 @@ def holm(p_values) -> list[float]:
 
 
 def verdict(
-    interval: Interval,
-    p_adjusted: float,
-    better: str,
-    a: str,
-    b: str,
-    margin: float | None = None,
-    alpha: float = ALPHA,
-) -> str:
+    interval: Interval, p_adjusted: float, better: str, a: str, b: str,
+    margin: float | None = None, alpha: float = ALPHA
+) -> str:  # fmt: skip
     """What the paired difference A - B says about one metric (``better``: "higher" or
     "lower"). "A better" / "B better": the interval excludes 0 (a bound within ``FLOAT_NOISE``
     counts as 0) and adjusted p < ``alpha`` (", within ±δ" when it also lies inside the margin);

@@ -79,14 +79,9 @@ def _row(rule, val_conf, val_ok, test_conf, test_ok, target, delta, temperature=
 
 
 def deployment_rows(
-    val_confidence: Sequence[float],
-    val_correct: Sequence[bool],
-    test_confidence: Sequence[float],
-    test_correct: Sequence[bool],
-    target: float,
-    *,
-    delta: float = 0.1,
-) -> list[dict]:
+    val_confidence: Sequence[float], val_correct: Sequence[bool], test_confidence: Sequence[float],
+    test_correct: Sequence[bool], target: float, *, delta: float = 0.1
+) -> list[dict]:  # fmt: skip
     """Tab. 3 rows (one model): the paper's rule, the guarded rule and the temperature baseline."""
     vc, vo = np.asarray(val_confidence, float), np.asarray(val_correct, bool)
     tc, to = np.asarray(test_confidence, float), np.asarray(test_correct, bool)
@@ -353,16 +348,9 @@ def training_rows_problem(provenance: Mapping) -> str | None:
 
 
 def deployment_provenance(
-    val_path: str | os.PathLike,
-    val_records: list[dict],
-    test_records: list[dict],
-    *,
-    scorer: str,
-    target: float,
-    delta: float,
-    model: str | None = None,
-    adapter: str | None = None,
-) -> dict:
+    val_path: str | os.PathLike, val_records: list[dict], test_records: list[dict], *, scorer: str,
+    target: float, delta: float, model: str | None = None, adapter: str | None = None
+) -> dict:  # fmt: skip
     """What a deployment threshold was computed from (``deployment.json["provenance"]``); model
     and adapter from ``model`` / ``adapter``, else from the evaluation's ``run.json``."""
     found = find_run_record(val_path)

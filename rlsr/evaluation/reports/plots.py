@@ -102,10 +102,9 @@ def plot_overlay_grid(
 
 
 def plot_confidence_densities(
-    panels: Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray]]],
-    path,
-    bandwidth: float = PAPER_KDE_BANDWIDTH,
-) -> Path:
+    panels: Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray]]], path,
+    bandwidth: float = PAPER_KDE_BANDWIDTH
+) -> Path:  # fmt: skip
     """Paper Fig. 3 (Sec. C.7): ``panels[title][method] = (confidence, correct)``, one panel per
     title, per method a solid density of its correct and a dotted density of its incorrect
     answers (``gap.gaussian_kde``), Δc = mean(c | correct) − mean(c | incorrect) in the legend;

@@ -111,13 +111,9 @@ def scored_runs(runs: Mapping[str, Sequence], datasets: Sequence[str]):
 
 
 def calibration_rows(
-    runs: Mapping[str, Sequence],
-    datasets: Sequence[str],
-    metrics: CalibrationMetrics,
-    *,
-    n_resamples: int = 1000,
-    seed: int = 0,
-) -> list[CalibrationRow]:
+    runs: Mapping[str, Sequence], datasets: Sequence[str], metrics: CalibrationMetrics, *,
+    n_resamples: int = 1000, seed: int = 0
+) -> list[CalibrationRow]:  # fmt: skip
     """Per run with samples: every metric with its 95 % percentile bootstrap CI over the run's
     samples (``rlsr.metrics.selective.bootstrap_cis``; 0 resamples: no bounds)."""
     return [

@@ -270,17 +270,12 @@ def _cell(values: list[float | None], key: str, **where) -> Cell:
 
 
 def report_rows(
-    dirs: Sequence[str],
-    *,
-    labels: Sequence[str] = (),
-    family: str | None = None,
-    id_sets=None,
-    ood_sets=None,
-    gap_methods: Sequence[str] | None = None,
+    dirs: Sequence[str], *, labels: Sequence[str] = (), family: str | None = None, id_sets=None,
+    ood_sets=None, gap_methods: Sequence[str] | None = None,
     target_risks: Sequence[float] = DEFAULT_TARGET_RISKS,
     target_coverages: Sequence[float] = DEFAULT_TARGET_COVERAGES,
-    bootstrap: int = DEFAULT_BOOTSTRAP,
-) -> ReportRows:
+    bootstrap: int = DEFAULT_BOOTSTRAP
+) -> ReportRows:  # fmt: skip
     """The report's tables as plain data; ``gap_methods``: the methods Tab. 2 holds accuracy
     fixed across (default: all); ``bootstrap``: resamples of the calibration CIs (0: none)."""
     groups = group_runs(dirs, labels)
