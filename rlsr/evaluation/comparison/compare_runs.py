@@ -436,15 +436,12 @@ def _task(run_dir: Path) -> str | None:
 def _refuse_other_tasks(run_dirs: list[Path]) -> None:
     """Refuse runs that trained on different tasks (``data.task``), before any other
     difference (the others follow from it)."""
-    tasks = [(d, _task(d)) for d in run_dirs]
-    diff = _first_difference([(d, task) for d, task in tasks if task is not None])
-    if diff:
-        a, where_a, b, where_b = diff
-        raise ValueError(
-            f"the runs trained on different tasks: data.task is {a!r} in {_listed(where_a)} but "
-            f"{b!r} in {_listed(where_b)} ({CONFIG_FILE}); compare the runs of one task (name "
-            "their folders, or keep each task's runs in a folder of its own)."
-        )
+    _refuse_difference(
+        [(d, task) for d in run_dirs if (task := _task(d)) is not None],
+        "the runs trained on different tasks: data.task is {a!r} in {where_a} but {b!r} in "
+        f"{{where_b}} ({CONFIG_FILE}); compare the runs of one task (name their folders, or keep "
+        "each task's runs in a folder of its own).",
+    )
 
 
 def find_runs(paths: list[str], use: str | None = None) -> tuple[list[Run], list[str]]:
@@ -568,17 +565,18 @@ def _key(value) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def _first_difference(pairs: list[tuple[Path, object]]) -> tuple[object, list, object, list]:
-    """Two distinct values among ``(where, value)`` pairs and where each is, else None."""
+def _refuse_difference(pairs: list[tuple[Path, object]] | None, say: str, **names) -> None:
+    """Refuse with ``say`` (a template of ``a``, ``where_a``, ``b``, ``where_b`` and ``names``)
+    the first two distinct values among ``(where, value)`` pairs (None: nothing to compare)."""
     where: dict[str, list[Path]] = {}
-    for place, value in pairs:
+    for place, value in pairs or []:
         places = where.setdefault(_key(value), [])
         if place not in places:
             places.append(place)
-    if len(where) < 2:
-        return None
-    (a, where_a), (b, where_b) = list(where.items())[:2]
-    return json.loads(a), where_a, json.loads(b), where_b
+    if len(where) > 1:
+        (a, where_a), (b, where_b) = list(where.items())[:2]
+        raise ValueError(say.format(a=json.loads(a), where_a=_listed(where_a), b=json.loads(b),
+                                    where_b=_listed(where_b), **names))  # fmt: skip
 
 
 def _listed(paths: list[Path]) -> str:
@@ -602,13 +600,11 @@ def _pairs(runs: list[Run], dataset: str, read) -> list[tuple[Path, object]] | N
 
 def _refuse_other_datasets(runs: list[Run]) -> None:
     """Refuse runs whose evaluations hold different datasets (held-out tasks)."""
-    diff = _first_difference([(r.path, r.datasets()) for r in runs])
-    if diff:
-        a, where_a, b, where_b = diff
-        raise ValueError(
-            f"held-out tasks differ: {a} in {_listed(where_a)}, {b} in {_listed(where_b)}; "
-            "compare runs evaluated on the same tasks."
-        )
+    _refuse_difference(
+        [(r.path, r.datasets()) for r in runs],
+        "held-out tasks differ: {a} in {where_a}, {b} in {where_b}; compare runs evaluated on "
+        "the same tasks.",
+    )
 
 
 def check_comparable(runs: list[Run]) -> None:
@@ -622,28 +618,22 @@ def check_comparable(runs: list[Run]) -> None:
             def field_value(e: Evaluation, key: str = key) -> list | None:
                 return [e.protocol[key]] if key in e.protocol else None  # [None]: recorded null
 
-            diff = _first_difference(_pairs(runs, dataset, field_value) or [])
-            if diff:
-                (a,), where_a, (b,), where_b = diff
-                raise ValueError(
-                    f"evaluation protocol differs on {dataset}: {key} is {a!r} in "
-                    f"{_listed(where_a)} but {b!r} in {_listed(where_b)}; compare runs evaluated "
-                    "with one protocol."
-                )
-        diff = _first_difference(_pairs(runs, dataset, lambda e: e.versions) or [])
-        if diff:
-            a, where_a, b, where_b = diff
-            raise ValueError(
-                f"data version of {dataset} differs: versions.{dataset} is {a} in "
-                f"{_listed(where_a)} but {b} in {_listed(where_b)}; compare runs evaluated on "
-                "one version of the data."
-            )
-        diff = _first_difference(_pairs(runs, dataset, lambda e: e.questions))
-        if diff:
-            _, where_a, _, where_b = diff
-            raise ValueError(
-                f"data version of {dataset} differs: its questions (id, question, gold answers "
-                f"in {SAMPLES_FILE}) are not the same in {_listed(where_a)} and "
-                f"{_listed(where_b)}; compare runs evaluated on one version of the data, with "
-                "the same heldout.limit."
-            )
+            _refuse_difference(
+                _pairs(runs, dataset, field_value),
+                "evaluation protocol differs on {dataset}: {key} is {a[0]!r} in {where_a} but "
+                "{b[0]!r} in {where_b}; compare runs evaluated with one protocol.",
+                dataset=dataset, key=key,
+            )  # fmt: skip
+        _refuse_difference(
+            _pairs(runs, dataset, lambda e: e.versions),
+            "data version of {dataset} differs: versions.{dataset} is {a} in {where_a} but {b} in "
+            "{where_b}; compare runs evaluated on one version of the data.",
+            dataset=dataset,
+        )
+        _refuse_difference(
+            _pairs(runs, dataset, lambda e: e.questions),
+            "data version of {dataset} differs: its questions (id, question, gold answers in "
+            f"{SAMPLES_FILE}) are not the same in {{where_a}} and {{where_b}}; compare runs "
+            "evaluated on one version of the data, with the same heldout.limit.",
+            dataset=dataset,
+        )
