@@ -6,7 +6,7 @@ repair=True)`` drops it (truncating the file to the last complete line) so a rer
 after the last complete record and skips every id already present.
 
 ``read_finished_samples`` is the reader of a command that needs a whole, finished evaluation
-(``rlsr deploy``, ``rlsr evaluate --deployment-target``): it refuses a cut-off last line and a
+(``rlsr deploy``, ``rlsr evaluate --deployment-target``, ``rlsr compare``): it refuses a cut-off last line and a
 file that holds fewer or more samples than the ``metrics.json`` beside it counts.
 """
 
