@@ -201,9 +201,9 @@ def _subset_sums(values: np.ndarray) -> np.ndarray:
 def paired_permutation_test(differences, n_monte_carlo: int = 200_000, seed: int = 0) -> PairedTest:
     """Two-sided paired permutation test of "A and B are exchangeable within a seed" (Fisher 1935,
     The Design of Experiments, Sec. 21): swapping the two arms of a seed flips the sign of its
-    difference, so under the null every sign pattern of the differences is equally likely. p =
-    #{patterns ε : |Σ ε_i d_i| >= |Σ d_i|} / #patterns, equal sums within ``FLOAT_NOISE`` counting
-    as >=. A difference within ``FLOAT_NOISE`` of 0 has no sign to flip and is left out
+    difference, so under the null every sign pattern of the differences is equally likely:
+    p = #{patterns ε : |Σ ε_i d_i| >= |Σ d_i|} / #patterns, equal sums within ``FLOAT_NOISE``
+    counting as >=. A difference within ``FLOAT_NOISE`` of 0 has no sign to flip and is left out
     (``n_zero``); none left: p = 1. Exact enumeration of all 2^m patterns for m <= ``EXACT_UP_TO``
     nonzero differences; beyond, ``n_monte_carlo`` seeded random patterns, p = (1 + hits) / (1 +
     draws). With equal magnitudes it is the exact sign test; its smallest p is 2 / 2^m (m = 5:
