@@ -48,8 +48,7 @@ def curve_rows(run_dirs: Sequence[str | Path]) -> list[dict]:
         if not history:
             raise ValueError(
                 f"{run}: no held-out evaluation (no {run / EVAL_DIR}/{STEP_PREFIX}N/<dataset>/"
-                f"{METRICS_FILE}); "
-                "train with heldout.every > 0 (docs/heldout.md, 'Watch a run')."
+                f"{METRICS_FILE}); train with heldout.every > 0 (docs/heldout.md, 'Watch a run')."
             )
         rows += [{"run": _label(run, runs), "run_dir": str(run), **h} for h in history]
     return rows
@@ -85,25 +84,19 @@ def best_steps(rows: list[dict]) -> list[dict]:
             best[key] = row
         if key not in final or row["step"] > final[key]["step"]:
             final[key] = row
-    out = []
-    for (run, dataset), row in best.items():
-        last = final[run, dataset]
-        checkpoint = checkpoint_dir(row["run_dir"], row["step"])
-        last_checkpoint = checkpoint_dir(last["run_dir"], last["step"])
-        out.append(
-            {
-                "run": run,
-                "dataset": dataset,
-                "step": row["step"],
-                "aurc": row["aurc"],
-                "checkpoint": str(checkpoint) if checkpoint.is_dir() else None,
-                "final_step": last["step"],
-                "final_aurc": last["aurc"],
-                "final_checkpoint": str(last_checkpoint) if last_checkpoint.is_dir() else None,
-                "final_adapter": _final_adapter(last["run_dir"], last["step"]),
-            }
-        )
-    return out
+
+    def saved(row: dict) -> str | None:
+        folder = checkpoint_dir(row["run_dir"], row["step"])
+        return str(folder) if folder.is_dir() else None
+
+    return [
+        {"run": run, "dataset": dataset, "step": row["step"], "aurc": row["aurc"],
+         "checkpoint": saved(row), "final_step": last["step"], "final_aurc": last["aurc"],
+         "final_checkpoint": saved(last),
+         "final_adapter": _final_adapter(last["run_dir"], last["step"])}
+        for (run, dataset), row in best.items()
+        for last in [final[run, dataset]]
+    ]  # fmt: skip
 
 
 def y_limits(values: Sequence[float], min_span: float = MIN_Y_SPAN) -> tuple[float, float]:

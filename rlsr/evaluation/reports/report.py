@@ -427,16 +427,10 @@ def csv_rows(rows: ReportRows) -> list[dict]:
     out = [{k: getattr(c, k) for k in _CELL_FIELDS} for _, cells in rows.averages for c in cells]
     out += [{k: getattr(c, k) for k in _CELL_FIELDS} for r in rows.per_dataset for c in r.cells]
     for g in rows.gap:
-        values = {
-            "controlled_conf_correct": g.mean_correct,
-            "controlled_conf_incorrect": g.mean_incorrect,
-            "controlled_gap": g.gap,
-            "controlled_n_correct": g.n_correct,
-            "controlled_n_incorrect": g.n_incorrect,
-        }
-        for key, value in values.items():
+        for key in ("conf_correct", "conf_incorrect", "gap", "n_correct", "n_incorrect"):
+            value = getattr(g, key.replace("conf_", "mean_"))
             out.append(dict(method=g.method, scope="" if g.is_dataset else g.questions,
-                            dataset=g.questions if g.is_dataset else "", metric=key,
+                            dataset=g.questions if g.is_dataset else "", metric=f"controlled_{key}",
                             mean=float(value), std=math.nan, runs=g.runs))  # fmt: skip
     out += [dict(method=r.method, scope="", dataset=r.dataset, metric="confidence_gap_pooled",
                  mean=r.mean_correct - r.mean_incorrect, std=math.nan, runs=r.runs)
