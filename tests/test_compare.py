@@ -511,7 +511,7 @@ def test_an_unfinished_evaluation_is_refused(tmp_path, capsys):
     append_samples(samples, _records([(0.5, True)] * 11)[10:])
     code, _, err = _compare(capsys, tmp_path / "runs", "--output-dir", tmp_path / "cmp")
     line = _one_error_line(err)
-    assert code == 2 and "samples.jsonl holds 11 samples but its metrics.json counts n=10" in line
+    assert code == 2 and "samples.jsonl: holds 11 samples but" in line and "n=10" in line
 
 
 def test_output_appears_complete_or_not_at_all(sweep, tmp_path, capsys, monkeypatch):

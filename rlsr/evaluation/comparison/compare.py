@@ -1,20 +1,12 @@
-"""``rlsr compare``: methods across training seeds, with confidence intervals over seeds.
+"""``rlsr compare``: methods across training seeds, with confidence intervals over seeds
+(docs/compare.md).
 
 For every held-out dataset, at the first and the last step that every run evaluated, each
 run's AURC, ranking gain (error rate - AURC), ECE and accuracy are recomputed from its
-``samples.jsonl`` with ``rlsr.metrics.selective`` (the primary scorer's confidence, a missing one counting
-as 0.0, as in ``metrics.json``). Per method: the value of each seed, their mean and a 95 %
-t-interval of the mean over seeds (``rlsr.evaluation.comparison.seed_statistics``; optionally with a
-standard error that also resamples question clusters). Per pair of methods A, B: the paired
-difference A - B on the seeds both have, its mean and interval, the exact paired permutation
-test, its Holm-adjusted p-value and the verdict.
-
-Writes ``OUT/compare.json``, ``OUT/compare.md`` and ``OUT/compare.png`` (ranking gain against
-step, per method: the mean over seeds and a band from the lowest to the highest seed), each
-rendered to a temporary file first and renamed into place at the end, so a refused or failed
-comparison leaves no file that looks complete. Runs are found and checked by
-``rlsr.evaluation.comparison.compare_runs`` (same datasets, protocol and data version, one run per
-method and seed).
+``samples.jsonl`` (the primary scorer's confidence, missing = 0.0, as in ``metrics.json``). Per
+method: each seed's value, their mean and interval over seeds (``seed_statistics``). Per pair A,
+B: the paired difference A - B on shared seeds, its interval, the exact paired permutation test,
+its Holm-adjusted p-value and the verdict. Runs are found and checked by ``compare_runs``.
 """
 
 from __future__ import annotations
@@ -41,29 +33,16 @@ from rlsr.evaluation.comparison.compare_settings import (
     COMPARE_PNG,
     Statistics,
 )
+from rlsr.evaluation.reports.plots import pyplot
 from rlsr.evaluation.run.samples_io import json_safe
 from rlsr.metrics import selective as M
 from rlsr.run.run_layout import SAMPLES_FILE
 
 __all__ = [
-    "COMPARE_JSON",
-    "COMPARE_MD",
-    "COMPARE_PNG",
-    "METRICS",
-    "MIN_SEEDS",
-    "SCHEMA_VERSION",
-    "VALUE_BOUNDS",
-    "Statistics",
-    "add_verdicts",
-    "check_margin",
-    "evaluation_metrics",
-    "paired_differences",
-    "paired_summary",
-    "seed_summary",
-    "compare_runs",
-    "render_markdown",
-    "write_comparison",
-]
+    "COMPARE_JSON", "COMPARE_MD", "COMPARE_PNG", "METRICS", "MIN_SEEDS", "SCHEMA_VERSION",
+    "VALUE_BOUNDS", "Statistics", "add_verdicts", "check_margin", "paired_differences",
+    "paired_summary", "seed_summary", "compare_runs", "render_markdown", "write_comparison",
+]  # fmt: skip
 
 SCHEMA_VERSION = 2
 MIN_SEEDS = 3  # fewer seeds per method: said in the output (the CI of 2 seeds is barely one)
@@ -78,10 +57,8 @@ METRICS = (
 _PER_RUN_KEYS = {"seed", "output_dir"}
 # how a run was continued, not a choice about the arm: left out of the arms' comparison
 _HOW_RUN_KEYS = {"resume"}
-
-
-# the range each metric's value can take: a difference lies in [lo - hi, hi - lo]; the interval of
-# seeds without spread and the check of --margin use it
+# the range each metric's value can take (a difference: [lo - hi, hi - lo]), for the interval of
+# seeds without spread and the check of --margin
 VALUE_BOUNDS = {
     "aurc": (0.0, 1.0),
     # error rate - AURC: with j correct of n, the best order gives (j/n)(H_n - H_j) <= (j/n)
@@ -94,8 +71,7 @@ VALUE_BOUNDS = {
 
 
 def check_margin(margin: float | None, keys) -> None:
-    """Refuse a margin that is not a positive number below the range of every compared metric
-    (one line naming --margin and the fix)."""
+    """Refuse a margin that is not a positive number below the range of every compared metric."""
     if margin is None:
         return
     width = min(VALUE_BOUNDS[k][1] - VALUE_BOUNDS[k][0] for k in keys)
@@ -114,7 +90,7 @@ def _bounds(key: str, difference: bool) -> tuple[float, float]:
 
 
 def _metrics_of(conf: np.ndarray, ok: np.ndarray) -> dict[str, float]:
-    """The four metrics of one set of answers (also of a resample of its questions)."""
+    """The four ``METRICS`` of one set of answers (or a resample of its questions)."""
     aurc = M.aurc(conf, ok)
     accuracy = float(np.mean(ok))
     return {
@@ -125,28 +101,19 @@ def _metrics_of(conf: np.ndarray, ok: np.ndarray) -> dict[str, float]:
     }
 
 
-def evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:
-    """AURC, ranking gain, ECE and accuracy of one evaluation, from its samples.jsonl
-    (``rlsr.metrics.selective``; the confidence of its primary scorer, missing = 0.0, read by
-    ``rlsr.evaluation.run.summary.scorer_arrays`` as for metrics.json)."""
+def _evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:
     return _metrics_of(evaluation.confidence, evaluation.correct)
 
 
 def seed_summary(
-    per_seed: dict[int, dict[str, float]],
-    stats: Statistics = Statistics(),
-    keys=None,
-    *,
-    difference: bool = False,
-    draws: dict[str, np.ndarray] | None = None,
-) -> dict:
+    per_seed: dict[int, dict[str, float]], stats: Statistics = Statistics(), keys=None, *,
+    difference: bool = False, draws: dict[str, np.ndarray] | None = None
+) -> dict:  # fmt: skip
     """``{"seeds": {seed: {metric: v}}, "mean": {metric: v}, "ci95": {metric: [lo, hi]},
     "n": {metric: seeds used}, "excluded": {metric: [seeds]}}`` of one method (or, with
-    ``difference``, one paired difference) over seeds. Per metric in ``keys`` (default: the keys
-    of ``METRICS``): seeds whose value is NaN are left out (listed in ``excluded``); the mean of
-    the rest and its interval (``seed_statistics.seed_interval``; NaN bounds for one seed), or,
-    with ``draws`` (per metric an array resamples x seeds of the values on resampled question
-    clusters, seeds in sorted order), ``seed_statistics.resampled_seed_interval``."""
+    ``difference``, one paired difference) over seeds. Per metric in ``keys`` (default:
+    ``METRICS``), NaN seeds left out: ``seed_statistics.seed_interval``, or with ``draws`` (per
+    metric: resamples x seeds, in sorted order) ``resampled_seed_interval``."""
     keys = [k for k, _, _ in METRICS] if keys is None else list(keys)
     seeds = sorted(per_seed)
     out = {"seeds": {str(s): per_seed[s] for s in seeds}, "mean": {}, "ci95": {}, "n": {}}
@@ -169,15 +136,11 @@ def seed_summary(
 
 
 def paired_summary(
-    diffs: dict[int, dict[str, float]],
-    stats: Statistics = Statistics(),
-    keys=None,
-    draws: dict[str, np.ndarray] | None = None,
-) -> dict:
+    diffs: dict[int, dict[str, float]], stats: Statistics = Statistics(), keys=None,
+    draws: dict[str, np.ndarray] | None = None
+) -> dict:  # fmt: skip
     """``seed_summary`` of the paired differences A - B (``paired_differences``) plus, per
-    metric, the exact paired permutation test of the seeds used (``p_value``, ``test``, with
-    ``n_zero`` differences exactly 0 that carry no sign); ``add_verdicts`` adds the adjusted
-    p-values and verdicts."""
+    metric, the exact paired permutation test (``p_value``, ``test``, ``n_zero``)."""
     keys = [k for k, _, _ in METRICS] if keys is None else list(keys)
     out = seed_summary(diffs, stats, keys, difference=True, draws=draws)
     out["p_value"], out["n_zero"], out["test"] = {}, {}, {}
@@ -191,10 +154,9 @@ def paired_summary(
 
 
 def add_verdicts(entries: list[tuple[str, str, dict]], metrics, margin: float | None) -> int:
-    """Holm-adjust the p-values of every (pair, metric) in one family and write each pair's
-    ``p_adjusted`` and ``verdict`` (``seed_statistics.verdict``). ``entries``: (A, B,
-    ``paired_summary``); ``metrics``: (key, heading, better). The family: every test with at least
-    2 seeds among ``entries`` x ``metrics``; returns its size."""
+    """Holm-adjust the p-values of every test with at least 2 seeds among ``entries`` (A, B,
+    ``paired_summary``) x ``metrics`` (key, heading, better), and write each pair's
+    ``p_adjusted`` and ``verdict``; returns the family's size."""
     family = [
         (entry, key) for _, _, entry in entries for key, _, _ in metrics if entry["n"][key] >= 2
     ]
@@ -219,9 +181,8 @@ def add_verdicts(entries: list[tuple[str, str, dict]], metrics, margin: float | 
 def paired_differences(
     a: dict[int, dict[str, float]], b: dict[int, dict[str, float]], keys=None
 ) -> dict[int, dict[str, float]]:
-    """Per seed that both ``a`` and ``b`` hold, ``a[seed][k] - b[seed][k]`` for every metric k
-    in ``keys`` (default: the keys of ``METRICS``): the per-seed values whose ``seed_summary``
-    is the paired difference A - B."""
+    """Per seed both hold, ``a[seed][k] - b[seed][k]`` for every k in ``keys`` (default:
+    ``METRICS``)."""
     keys = [k for k, _, _ in METRICS] if keys is None else list(keys)
     return {s: {k: a[s][k] - b[s][k] for k in keys} for s in sorted(set(a) & set(b))}
 
@@ -238,9 +199,8 @@ def _flatten(config: dict, prefix: str = "") -> dict[str, object]:
 
 
 def _config_differences(runs: list[Run]) -> list[str]:
-    """Recorded training-config keys (dotted) whose values differ between the runs of one
-    method, seed and output_dir left out: said in the output, not refused (a changed
-    logging or save setting is harmless; a changed learning rate is for the reader to judge)."""
+    """Dotted training-config keys (seed and output_dir left out) whose values differ between
+    the runs of one method: noted, not refused (the reader judges them)."""
     flat = [_flatten(r.config) for r in runs]
     keys = sorted(set().union(*flat) - _PER_RUN_KEYS)
     missing = object()
@@ -248,12 +208,11 @@ def _config_differences(runs: list[Run]) -> list[str]:
 
 
 def _curve(runs: list[Run], dataset: str) -> list[dict]:
-    """Ranking gain against step for one method: at every step each of its seeds evaluated, the
-    mean, lowest and highest over seeds."""
+    """Ranking gain against step for one method: mean, lowest and highest over seeds."""
     steps = sorted(set.intersection(*(set(r.steps(dataset)) for r in runs)))
     points = []
     for step in steps:
-        gains = [evaluation_metrics(r.at(dataset, step))["ranking_gain"] for r in runs]
+        gains = [_evaluation_metrics(r.at(dataset, step))["ranking_gain"] for r in runs]
         points.append(
             {"step": step, "mean": float(np.mean(gains)), "min": min(gains), "max": max(gains)}
         )
@@ -262,8 +221,7 @@ def _curve(runs: list[Run], dataset: str) -> list[dict]:
 
 def _question_draws(runs: list[Run], dataset: str, step: int, stats: Statistics):
     """Per (method, seed), per metric: the values on ``stats.n_resamples`` resamples of the
-    question clusters (distinct question texts), the same resample for every run (every run
-    answered the same questions, matched by id)."""
+    question clusters (distinct question texts), one resample for every run (matched by id)."""
     ref = runs[0].at(dataset, step)
     ids = sorted(ref.ids)
     prompt_of = dict(zip(ref.ids, ref.prompts, strict=True))
@@ -314,7 +272,7 @@ def _dataset_block(
             + ", ".join(f"{r.path} reached step {r.steps(dataset)[-1]}" for r in beyond)
         )
     values = {  # (method, seed) -> {step: metrics}
-        (r.method, r.seed): {s: evaluation_metrics(r.at(dataset, s)) for s in (first, last)}
+        (r.method, r.seed): {s: _evaluation_metrics(r.at(dataset, s)) for s in (first, last)}
         for r in runs
     }
     draws = {
@@ -324,28 +282,23 @@ def _dataset_block(
     path = {(r.method, r.seed): r.path for r in runs}
     keys = [k for k, _, _ in METRICS]
 
-    def summary(method, seeds, step, per_seed):
+    def summary(method, seeds, step):
         d = draws[step]
         stacked = None if d is None else {k: _stacked(d, method, seeds, k) for k in keys}
-        out = seed_summary(per_seed, stats, draws=stacked)
+        out = seed_summary({s: values[(method, s)][step] for s in seeds}, stats, draws=stacked)
         notes.extend(_nan_notes(dataset, step, method, out, lambda s: path[(method, s)]))
-        return out
+        return {"step": step, **out}
 
     block: dict = {"first_step": first, "last_step": last, "methods": {}, "pairs": []}
     for method in methods:
         mine = [r for r in runs if r.method == method]
         seeds = sorted(r.seed for r in mine)
-        entry = {"step": last}
-        entry.update(summary(method, seeds, last, {s: values[(method, s)][last] for s in seeds}))
-        entry["first"] = {"step": first}
-        entry["first"].update(
-            summary(method, seeds, first, {s: values[(method, s)][first] for s in seeds})
-        )
-        entry["n_questions"] = len(mine[0].at(dataset, last).correct)
-        entry["n_clusters"] = len(set(mine[0].at(dataset, last).prompts))
-        entry["runs"] = {str(r.seed): str(r.path) for r in mine}
-        entry["curve"] = _curve(mine, dataset)
-        block["methods"][method] = entry
+        at_last = mine[0].at(dataset, last)
+        block["methods"][method] = {
+            **summary(method, seeds, last), "first": summary(method, seeds, first),
+            "n_questions": len(at_last.correct), "n_clusters": len(set(at_last.prompts)),
+            "runs": {str(r.seed): str(r.path) for r in mine}, "curve": _curve(mine, dataset),
+        }  # fmt: skip
     for a, b in pairs:
         seeds_a = {r.seed for r in runs if r.method == a}
         shared_seeds = sorted(seeds_a & {r.seed for r in runs if r.method == b})
@@ -360,12 +313,9 @@ def _dataset_block(
                 {s: values[(b, s)][step] for s in shared_seeds},
             )
             d = draws[step]
-            stacked = None
-            if d is not None:
-                stacked = {
-                    k: _stacked(d, a, shared_seeds, k) - _stacked(d, b, shared_seeds, k)
-                    for k in keys
-                }
+            stacked = None if d is None else {
+                k: _stacked(d, a, shared_seeds, k) - _stacked(d, b, shared_seeds, k) for k in keys
+            }  # fmt: skip
             pair[label] = {"step": step, **paired_summary(diffs, stats, draws=stacked)}
             culprit = {s: f"{path[(a, s)]} or {path[(b, s)]}" for s in shared_seeds}
             notes.extend(_nan_notes(dataset, step, f"{a} - {b}", pair[label], culprit.__getitem__))
@@ -374,9 +324,8 @@ def _dataset_block(
 
 
 def _arm_differences(runs: list[Run], methods: list[str]) -> list[str]:
-    """Recorded training-config keys outside each arm's ``method`` section (seed, output_dir and
-    resume left out) on which the arms differ, each with every arm's values: choices the
-    comparison assumes were made the same way for every arm (on validation)."""
+    """Config keys outside the ``method`` section (seed, output_dir, resume left out) on which the
+    arms differ, with every arm's values: choices assumed made alike for every arm."""
     flat = {m: [_flatten(r.config) for r in runs if r.method == m] for m in methods}
     keys = sorted(set().union(*(f.keys() for fs in flat.values() for f in fs)) - _PER_RUN_KEYS)
 
@@ -395,16 +344,12 @@ def _arm_differences(runs: list[Run], methods: list[str]) -> list[str]:
 
 
 def compare_runs(
-    paths: list[str],
-    *,
-    use: str | None = None,
-    reference: str | None = None,
-    stats: Statistics = Statistics(),
-) -> dict:
-    """The ``compare.json`` object of the runs under ``paths`` (docs/compare.md, "Compare
-    methods across seeds"). ``use``: which evaluations (``find_runs``). Pairs: ``reference - M``
-    for every other method M when ``reference`` is given, else every pair ``A - B`` with A
-    before B by name. ``stats``: intervals, tests, margin (``check_margin``)."""
+    paths: list[str], *, use: str | None = None, reference: str | None = None,
+    stats: Statistics = Statistics()
+) -> dict:  # fmt: skip
+    """The ``compare.json`` object of the runs under ``paths``. ``use``: which evaluations
+    (``find_runs``). Pairs: ``reference - M`` for every other method M, else every ``A - B`` with
+    A before B by name."""
     check_margin(stats.margin, [k for k, _, _ in METRICS])
     runs, notes = find_runs(paths, use)
     check_comparable(runs)
@@ -413,22 +358,22 @@ def compare_runs(
         raise ValueError(
             f"--reference {reference!r}: no such method among the runs ({', '.join(methods)})."
         )
-    if reference is not None:
-        pairs = [(reference, m) for m in methods if m != reference]
-    else:
-        pairs = list(itertools.combinations(methods, 2))
+    pairs = (
+        list(itertools.combinations(methods, 2)) if reference is None
+        else [(reference, m) for m in methods if m != reference]
+    )  # fmt: skip
     for method in methods:
         seeds = sorted(r.seed for r in runs if r.method == method)
         if len(seeds) < MIN_SEEDS:
+            ci = (
+                "not defined"
+                if len(seeds) == 1
+                else "wide (a t-interval of 2 seeds: mean ± 12.7 s / √2)"
+            )
             notes.append(
                 f"{method} has {len(seeds)} seed{'s' if len(seeds) != 1 else ''} "
-                f"({', '.join(map(str, seeds))}), fewer than {MIN_SEEDS}: its CI is "
-                + (
-                    "not defined"
-                    if len(seeds) == 1
-                    else "wide (a t-interval of 2 seeds: mean ± 12.7 s / √2)"
-                )
-                + "; train more seeds."
+                f"({', '.join(map(str, seeds))}), fewer than {MIN_SEEDS}: its CI is {ci}; "
+                "train more seeds."
             )
         differing = _config_differences([r for r in runs if r.method == method])
         if differing:
@@ -519,23 +464,23 @@ def _num(value) -> str:
     return f"{round(value, 4) + 0.0:.4f}"
 
 
-def _p(value) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    return f"{value:.4f}"
-
-
 def _cell(summary: dict, key: str) -> str:
     lo, hi = summary["ci95"][key]
     ci = f" [{_num(lo)}, {_num(hi)}]" if _num(lo) != "n/a" else " [n/a]"
     return f"{_num(summary['mean'][key])}{ci}"
 
 
+def _table(header: list[str], rows) -> list[str]:
+    """A markdown table's lines and a blank line after it."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows] + [""]
+
+
 def render_markdown(result: dict) -> str:
-    """compare.md: per dataset, the methods at the last and first step (mean [95 % CI]), every
-    seed's values, and the paired differences."""
+    """compare.md: per dataset, the methods at the last and first step, every seed's values,
+    and the paired differences."""
     stats = result["statistics"]
-    heads = " | ".join(f"{h} ({'↓' if b == 'lower' else '↑'})" for _, h, b in METRICS)
+    heads = [f"{h} ({'↓' if b == 'lower' else '↑'})" for _, h, b in METRICS]
     lines = [
         "# rlsr compare",
         "",
@@ -561,70 +506,46 @@ def render_markdown(result: dict) -> str:
     ]
     if result["notes"]:
         lines += ["**Notes**", ""] + [f"- {n}" for n in result["notes"]] + [""]
+    keys = [k for k, _, _ in METRICS]
     for dataset, block in result["datasets"].items():
         lines += [f"## {dataset}", ""]
-        for label, step_key in (("last", "last_step"), ("first", "first_step")):
-            step = block[step_key]
-            lines += [f"### Methods at step {step} ({label} evaluated step)", "",
-                      f"| method | seeds | {heads} |",
-                      "|---|---|" + "---|" * len(METRICS)]  # fmt: skip
-            for method, entry in block["methods"].items():
-                summary = entry if label == "last" else entry["first"]
-                cells = " | ".join(_cell(summary, k) for k, _, _ in METRICS)
-                lines.append(f"| {method} | {len(summary['seeds'])} | {cells} |")
-            lines.append("")
-        lines += ["### Every seed", "",
-                  f"| method | seed | step | {' | '.join(h for _, h, _ in METRICS)} | run |",
-                  "|---|---|---|" + "---|" * len(METRICS) + "---|"]  # fmt: skip
-        for method, entry in block["methods"].items():
-            for summary in (entry["first"], entry):
-                for seed, values in summary["seeds"].items():
-                    cells = " | ".join(_num(values[k]) for k, _, _ in METRICS)
-                    lines.append(
-                        f"| {method} | {seed} | {summary['step']} | {cells} | "
-                        f"{entry['runs'][seed]} |"
-                    )
-        lines.append("")
+        methods = block["methods"]
+        for label in ("last", "first"):
+            at = {m: e if label == "last" else e["first"] for m, e in methods.items()}
+            lines += [f"### Methods at step {block[label + '_step']} ({label} evaluated step)", ""]
+            lines += _table(["method", "seeds", *heads], (
+                [m, len(e["seeds"]), *(_cell(e, k) for k in keys)] for m, e in at.items()
+            ))  # fmt: skip
+        lines += ["### Every seed", ""]
+        lines += _table(["method", "seed", "step", *(h for _, h, _ in METRICS), "run"], (
+            [m, seed, e["step"], *(_num(values[k]) for k in keys), entry["runs"][seed]]
+            for m, entry in methods.items()
+            for e in (entry["first"], entry)
+            for seed, values in e["seeds"].items()
+        ))  # fmt: skip
         if block["pairs"]:
+            tested = [(p, p[label]) for p in block["pairs"] for label in ("last", "first")
+                      if label in p]  # fmt: skip
             lines += [f"### Paired differences A − B on shared seeds, step {block['last_step']} "
-                      f"(first: step {block['first_step']})", "",
-                      f"| A − B | shared seeds | step | {heads} |",
-                      "|---|---|---|" + "---|" * len(METRICS)]  # fmt: skip
-            for pair in block["pairs"]:
-                seeds = ", ".join(map(str, pair["shared_seeds"])) or "none"
-                for label in ("last", "first"):
-                    if label not in pair:
-                        continue
-                    cells = " | ".join(_cell(pair[label], k) for k, _, _ in METRICS)
-                    lines.append(
-                        f"| {pair['a']} − {pair['b']} | {seeds} | {pair[label]['step']} | {cells} |"
-                    )
-            lines += ["", "### Tests and verdicts", "",
-                      "| A − B | step | metric | seeds | zeros | mean [95 % CI] | p (exact) "
-                      "| p (Holm) | verdict |",
-                      "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-            for pair in block["pairs"]:
-                for label in ("last", "first"):
-                    if label not in pair:
-                        continue
-                    entry = pair[label]
-                    for key, head, _ in METRICS:
-                        lines.append(
-                            f"| {pair['a']} − {pair['b']} | {entry['step']} | {head} | "
-                            f"{entry['n'][key]} | {entry['n_zero'][key]} | {_cell(entry, key)} | "
-                            f"{_p(entry['p_value'][key])} | {_p(entry['p_adjusted'][key])} | "
-                            f"{entry['verdict'][key]} |"
-                        )
-            lines.append("")
+                      f"(first: step {block['first_step']})", ""]  # fmt: skip
+            lines += _table(["A − B", "shared seeds", "step", *heads], (
+                [f"{p['a']} − {p['b']}", ", ".join(map(str, p["shared_seeds"])) or "none",
+                 e["step"], *(_cell(e, k) for k in keys)] for p, e in tested
+            ))  # fmt: skip
+            lines += ["### Tests and verdicts", ""]
+            lines += _table(["A − B", "step", "metric", "seeds", "zeros", "mean [95 % CI]",
+                             "p (exact)", "p (Holm)", "verdict"], (
+                [f"{p['a']} − {p['b']}", e["step"], head, e["n"][k], e["n_zero"][k], _cell(e, k),
+                 _num(e["p_value"][k]), _num(e["p_adjusted"][k]), e["verdict"][k]]
+                for p, e in tested for k, head, _ in METRICS
+            ))  # fmt: skip
     return "\n".join(lines)
 
 
 def _plot(result: dict, path: Path) -> None:
-    import matplotlib  # heavy optional dependency: only when the figure is drawn
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
+
+    plt = pyplot()
 
     datasets = list(result["datasets"])
     fig, axes = plt.subplots(1, len(datasets), figsize=(5.0 * len(datasets), 3.6), squeeze=False)
@@ -658,8 +579,8 @@ def _plot(result: dict, path: Path) -> None:
 
 
 def write_comparison(result: dict, output_dir: str | os.PathLike) -> list[Path]:
-    """Write compare.json, compare.md and compare.png into ``output_dir``: each to a temporary
-    name beside its target, renamed into place only once all three are rendered."""
+    """Write compare.png, compare.md and compare.json into ``output_dir``: each to a temporary
+    name, renamed into place once all three are rendered (a failure leaves none)."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     targets = [out / COMPARE_PNG, out / COMPARE_MD, out / COMPARE_JSON]  # JSON last

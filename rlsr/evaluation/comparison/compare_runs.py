@@ -13,12 +13,8 @@ Inputs, each found by what it holds (never by its name):
   ``evals/`` (slurm/evaluate.slurm's ``<run>/`` and ``<run>/checkpoint-N/``).
 
 Method and seed come from the training run's ``config.yaml`` (``method.label``, else
-``method.name``; ``seed``). Everything here that cannot be compared is a ``ValueError`` of one
-line that names the field, the runs and the fix; ``rlsr compare`` prints it. Nothing found is
-left out in silence: an evaluation cut short or changed (samples.jsonl missing, empty, short,
-a bad confidence) is refused with its file, and ``rlsr evaluate``'s fix or, for a held-out step,
-train.py's; an ``rlsr evaluate`` folder of a run whose held-out history is compared, and a run
-that has not finished training and holds the comparison back, are named in a note.
+``method.name``; ``seed``). What cannot be compared is a one-line ``ValueError`` naming the
+field, the runs and the fix; nothing found is left out in silence (a note names it).
 """
 
 from __future__ import annotations
@@ -33,7 +29,7 @@ import numpy as np
 import yaml
 
 from rlsr.evaluation.comparison.compare_settings import EVALUATE, HELD_OUT
-from rlsr.evaluation.run.samples_io import read_samples
+from rlsr.evaluation.run.samples_io import read_finished_samples
 from rlsr.evaluation.run.summary import scorer_arrays
 from rlsr.run.eval_protocol import SAMPLE_FIELDS
 from rlsr.run.run_layout import (
@@ -53,14 +49,8 @@ from rlsr.run.run_layout import (
 )
 
 __all__ = [
-    "CONFIG_FILE",
-    "HELD_OUT",
-    "EVALUATE",
-    "Evaluation",
-    "Run",
-    "find_runs",
-    "check_comparable",
-]
+    "CONFIG_FILE", "HELD_OUT", "EVALUATE", "Evaluation", "Run", "find_runs", "check_comparable"
+]  # fmt: skip
 
 CONFIG_FILE = "config.yaml"  # train.py's resolved config in its output dir (train.py)
 _MAX_DEPTH = 6  # how deep a folder of runs is searched
@@ -78,21 +68,17 @@ class Evaluation:
     dataset: str
     protocol: dict  # SAMPLE_FIELDS (and _EXTRA_PROTOCOL_FIELDS) recorded in its run.json
     versions: dict | None  # _version_of the dataset in its run.json, None if unrecorded
-    # per sample (samples.jsonl is read once; only these are kept): the confidence of the
-    # primary scorer (metrics.json's, missing = 0.0, as summary.scorer_arrays reads it for
-    # metrics.json) and the verdict
+    # per sample: the primary scorer's confidence (missing = 0.0, as in metrics.json), the
+    # verdict, the id and the question text (the cluster --resample-questions draws)
     confidence: np.ndarray
-    correct: np.ndarray  # per sample
+    correct: np.ndarray
     questions: str  # _questions_digest of the samples: which questions these are
-    # per sample: its id and its question text (the cluster rlsr compare --resample-questions
-    # draws: a prompt asked several times is one cluster)
     ids: tuple[str, ...] = ()
     prompts: tuple[str, ...] = ()
 
 
 def _questions_digest(records: list[dict]) -> str:
-    """SHA-256 of the (id, question, gold answers) of every sample, in id order: the held-out
-    questions themselves, which a changed data file or split changes."""
+    """SHA-256 of the (id, question, gold answers) of every sample, in id order."""
     rows = sorted(
         (str(r.get("id")), r.get("question"), r.get("golds", r.get("gold"))) for r in records
     )
@@ -118,9 +104,6 @@ class Run:
 
     def at(self, dataset: str, step: int) -> Evaluation:
         return next(e for e in self.evaluations if e.dataset == dataset and e.step == step)
-
-
-# --------------------------------------------------------------------------- reading
 
 
 def _read_json(path: Path) -> dict:
@@ -153,16 +136,13 @@ def _method_and_seed(config: dict, run_dir: Path) -> tuple[str, int]:
             f"{run_dir / CONFIG_FILE}: no method.name; compare runs that train.py wrote."
         )
     if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ValueError(
-            f"{run_dir / CONFIG_FILE}: seed is {seed!r}, not an integer; compare runs that "
-            "train.py wrote."
-        )
+        raise ValueError(f"{run_dir / CONFIG_FILE}: seed is {seed!r}, not an integer; compare "
+                         "runs that train.py wrote.")  # fmt: skip
     return name, seed
 
 
 def _protocol(run: dict) -> dict:
-    """The sample-deciding protocol fields of a run.json: the held-out evaluation records them
-    under ``settings``, ``rlsr evaluate`` at the top level."""
+    """The sample-deciding protocol fields of a run.json (held-out: under ``settings``)."""
     settings = run.get("settings") if isinstance(run.get("settings"), dict) else run
     out = {k: settings[k] for k in SAMPLE_FIELDS if k in settings}
     out.update({k: run[k] for k in _EXTRA_PROTOCOL_FIELDS if k in run})
@@ -173,9 +153,7 @@ def _protocol(run: dict) -> dict:
 
 def _version_of(run: dict, folder_name: str) -> dict | None:
     """What decides the verdicts of one dataset, as its run.json records it: the version record
-    (``rlsr.data.version_records``: verifier, its options, plugin file, data files) and, for an
-    `rlsr evaluate` of a user task, the task file's hash (a hub task's revision is in it).
-    None when neither is recorded (an older run.json)."""
+    (``rlsr.data.version_records``) and a user task file's hash; None when neither is."""
     name = folder_name.split("@")[0]  # a <dataset>@<split> folder
     versions = run.get("versions") or {}
     record = versions.get(folder_name) or versions.get(name)
@@ -189,9 +167,7 @@ def _version_of(run: dict, folder_name: str) -> dict | None:
 
 
 def _cut(run_dir: Path | None) -> str:
-    """How an evaluation folder comes to be cut short: an ``rlsr evaluate`` run stopped or still
-    writing; a held-out step of train.py only by a later change (train.py writes a step whole:
-    ``step-N.partial``, renamed when complete)."""
+    """How an evaluation folder comes to be cut short (train.py writes a step whole)."""
     if run_dir is None:
         return "the `rlsr evaluate` run was cut short, or is still writing"
     return "the held-out step was cut or changed after train.py wrote it whole"
@@ -199,9 +175,8 @@ def _cut(run_dir: Path | None) -> str:
 
 def _fix(out: Path, step: int, run_dir: Path | None, *, rewrite: bool = False) -> str:
     """What to do about an evaluation folder ``out`` that was cut short (or, ``rewrite``, whose
-    samples were changed): for an ``rlsr evaluate`` folder, rerun its command (it evaluates only
-    what is missing; --overwrite starts over); for held-out step ``step`` of train.py run
-    ``run_dir``, not a rerun of train.py, which reuses a finished step as it is."""
+    samples were changed): rerun ``rlsr evaluate``; for held-out step ``step`` of train.py run
+    ``run_dir``, not a rerun of train.py (it reuses a finished step as it is)."""
     if run_dir is None:
         how = (
             "with --overwrite (it starts over in a fresh folder)"
@@ -225,7 +200,8 @@ def _fix(out: Path, step: int, run_dir: Path | None, *, rewrite: bool = False) -
 
 
 def _line_numbers(samples: Path) -> list[int]:
-    """The line number of each record ``read_samples`` returns (it skips blank lines)."""
+    """The line number of each record ``read_finished_samples`` returns (it skips blank
+    lines)."""
     return [i + 1 for i, raw in enumerate(samples.read_bytes().splitlines()) if raw.strip()]
 
 
@@ -244,8 +220,7 @@ def _bad_confidence(value) -> str | None:
 
 def _check_records(samples: Path, records: list[dict], scorer: str, fix: str) -> None:
     """Refuse a sample whose ``scorer`` confidence is not a number in [0, 1] (or null), whose
-    ``scores`` is not a mapping or whose ``correct`` is not true/false, naming the file and the
-    line: rlsr writes none of these."""
+    ``scores`` is not a mapping or whose ``correct`` is not a bool, naming file and line."""
     for index, record in enumerate(records):
         scores = record.get("scores", {})
         if not isinstance(scores, dict):
@@ -267,11 +242,10 @@ def _check_records(samples: Path, records: list[dict], scorer: str, fix: str) ->
 
 
 def _evaluations(out: Path, step: int, run_dir: Path | None = None) -> list[Evaluation]:
-    """Every dataset of one evaluation folder (``rlsr evaluate`` layout): ``out`` is an ``rlsr
-    evaluate`` folder, or held-out step ``step`` of train.py run ``run_dir``. A dataset whose
-    samples.jsonl is missing, empty, shorter or longer than its metrics.json's n, or without
-    metrics.json, or a held-out step without a dataset its run.json names, is refused with the
-    file and the fix (never left out: the comparison would fall back to an earlier step)."""
+    """Every dataset of one evaluation folder: an ``rlsr evaluate`` folder, or held-out step
+    ``step`` of train.py run ``run_dir``. A dataset cut short or changed (``read_finished_samples``,
+    no metrics.json, one its run.json names missing) is refused with the file and the fix, never
+    left out (the comparison would fall back to an earlier step)."""
     run = _read_json(out / RUN_FILE) if (out / RUN_FILE).is_file() else {}
     fix = _fix(out, step, run_dir)
     folders = sorted({p.parent for n in (SAMPLES_FILE, METRICS_FILE) for p in out.glob(f"*/{n}")})
@@ -292,19 +266,11 @@ def _evaluations(out: Path, step: int, run_dir: Path | None = None) -> list[Eval
     found = []
     for folder in folders:
         samples, metrics_path = folder / SAMPLES_FILE, folder / METRICS_FILE
-        records = read_samples(samples)
-        if not metrics_path.is_file():
-            raise ValueError(
-                f"{samples}: {len(records)} samples and no {METRICS_FILE} beside it: "
-                f"{_cut(run_dir)}; {fix}."
-            )
+        for path in (samples, metrics_path):
+            if not path.is_file():
+                raise ValueError(f"{samples}: no {path.name} here: {_cut(run_dir)}; {fix}.")
+        records = read_finished_samples(samples, "", f"{_cut(run_dir)}; {fix}")
         metrics = _read_json(metrics_path)
-        if metrics.get("n") != len(records):
-            held = f"holds {len(records)} samples" if samples.is_file() else "is missing"
-            raise ValueError(
-                f"{samples} {held} but its {METRICS_FILE} counts n={metrics.get('n')}: "
-                f"{_cut(run_dir)}; {fix}."
-            )
         seen: set[str] = set()
         for record in records:
             if str(record.get("id")) in seen:
@@ -317,27 +283,17 @@ def _evaluations(out: Path, step: int, run_dir: Path | None = None) -> list[Eval
         scorer = metrics.get("primary_scorer", "verbalized")
         _check_records(samples, records, scorer, _fix(out, step, run_dir, rewrite=True))
         confidence, correct, _ = scorer_arrays(records, scorer)
-        found.append(
-            Evaluation(
-                folder=folder,
-                step=step,
-                dataset=name,
-                protocol=_protocol(run),
-                versions=_version_of(run, name),
-                confidence=confidence,
-                correct=correct,
-                questions=_questions_digest(records),
-                ids=tuple(str(r.get("id")) for r in records),
-                prompts=tuple(str(r.get("question", r.get("id"))) for r in records),
-            )
-        )
+        found.append(Evaluation(
+            folder, step, name, _protocol(run), _version_of(run, name), confidence, correct,
+            _questions_digest(records), ids=tuple(str(r.get("id")) for r in records),
+            prompts=tuple(str(r.get("question", r.get("id"))) for r in records),
+        ))  # fmt: skip
     return found
 
 
 def _final_step(run_dir: Path) -> int:
-    """The step of the final adapter train.py saved in ``run_dir``: the ``max_steps`` its newest
-    checkpoint's trainer_state.json records (the step ``train()`` runs to; train.py saves the
-    final adapter after it returns, and HF Trainer checkpoints that last step too)."""
+    """The step of the final adapter in ``run_dir``: the ``max_steps`` its newest checkpoint's
+    trainer_state.json records (HF Trainer checkpoints that last step too)."""
     for _, folder in reversed(checkpoint_folders(run_dir)):
         state = folder / "trainer_state.json"
         max_steps = _read_json(state).get("max_steps") if state.is_file() else None
@@ -351,8 +307,7 @@ def _final_step(run_dir: Path) -> int:
 
 def _evaluated(record: dict) -> tuple[Path, Path] | None:
     """(evaluated folder, its train.py output dir) of an ``rlsr evaluate`` run.json: its adapter
-    (else model) when that is a train.py output dir or one of its checkpoint-N folders; None
-    when neither is (a base model's evaluation, or runs not on this machine)."""
+    (else model) when that is a train.py output dir or its checkpoint-N; else None."""
     for key in ("adapter", "model"):
         path = Path(record[key]) if isinstance(record.get(key), str) else None
         if path is None or not path.is_dir():
@@ -365,10 +320,8 @@ def _evaluated(record: dict) -> tuple[Path, Path] | None:
 
 
 def _unfinished(run_dir: Path) -> str | None:
-    """Why train.py output dir ``run_dir`` has not finished training, None when it has: train.py
-    saves the final weights (``FINAL_WEIGHT_FILES``) once training ends, and a run whose newest
-    checkpoint reached its ``max_steps`` has trained to its end (a resume copies the final
-    adapter from that checkpoint)."""
+    """Why train.py output dir ``run_dir`` has not finished training (no final weights, newest
+    checkpoint short of ``max_steps``), None when it has."""
     if any((run_dir / name).is_file() for name in FINAL_WEIGHT_FILES):
         return None
     folders = checkpoint_folders(run_dir)
@@ -411,8 +364,8 @@ def _not_a_run(out: Path, record: dict) -> str:
 
 
 def _evaluate_run(out: Path) -> tuple[Run, list[Evaluation]] | None:
-    """The training run an ``rlsr evaluate`` folder evaluated and its evaluations; None when
-    its run.json names no train.py run (a base model's evaluation)."""
+    """The training run an ``rlsr evaluate`` folder evaluated and its evaluations; None for a
+    base model's evaluation."""
     found = _evaluated(_read_json(out / RUN_FILE))
     if found is None:
         return None
@@ -425,8 +378,7 @@ def _evaluate_run(out: Path) -> tuple[Run, list[Evaluation]] | None:
 
 def _folders(root: Path, depth: int = 0):
     """(kind, folder) of every train.py output dir (HELD_OUT) and ``rlsr evaluate`` folder
-    (EVALUATE) at or under ``root``. Inside a train.py output dir only its own evaluate folders
-    (``OUTPUT_DIR/evaluate``, the run summary's command) are looked for, not eval/step-N."""
+    (EVALUATE) at or under ``root`` (not into a run's eval/)."""
     run_dir = (root / CONFIG_FILE).is_file()
     if run_dir:
         yield HELD_OUT, root
@@ -441,8 +393,8 @@ def _folders(root: Path, depth: int = 0):
 
 
 def _add_evaluations(runs: dict[Path, Run], folder: Path, named: bool, notes: list[str]) -> None:
-    """The evaluations of ``folder`` to the run they evaluated; a folder that evaluated no
-    train.py run is refused when given by name, else left out with a note."""
+    """The evaluations of ``folder`` to the run they evaluated; one of no train.py run is
+    refused when given by name, else noted."""
     found = _evaluate_run(folder)
     if found is None:
         record = _read_json(folder / RUN_FILE)
@@ -476,36 +428,30 @@ def _has_history(run_dir: Path) -> bool:
 
 
 def _task(run_dir: Path) -> str | None:
-    """The task a train.py run trained on (``data.task`` of its config.yaml), None if unrecorded."""
+    """``data.task`` of a train.py run's config.yaml, None if unrecorded."""
     data = _read_config(run_dir).get("data")
     return data.get("task") if isinstance(data, dict) else None
 
 
 def _refuse_other_tasks(run_dirs: list[Path]) -> None:
-    """Refuse runs that trained on different tasks (``data.task``; unrecorded: not compared),
-    before any other difference: the others (held-out tasks, one seed twice) follow from it."""
-    tasks = [(d, _task(d)) for d in run_dirs]
-    diff = _first_difference([(d, task) for d, task in tasks if task is not None])
-    if diff:
-        a, where_a, b, where_b = diff
-        raise ValueError(
-            f"the runs trained on different tasks: data.task is {a!r} in {_listed(where_a)} but "
-            f"{b!r} in {_listed(where_b)} ({CONFIG_FILE}); compare the runs of one task (name "
-            "their folders, or keep each task's runs in a folder of its own)."
-        )
+    """Refuse runs that trained on different tasks (``data.task``), before any other
+    difference (the others follow from it)."""
+    _refuse_difference(
+        [(d, task) for d in run_dirs if (task := _task(d)) is not None],
+        "the runs trained on different tasks: data.task is {a!r} in {where_a} but {b!r} in "
+        f"{{where_b}} ({CONFIG_FILE}); compare the runs of one task (name their folders, or keep "
+        "each task's runs in a folder of its own).",
+    )
 
 
 def find_runs(paths: list[str], use: str | None = None) -> tuple[list[Run], list[str]]:
-    """Every training run under ``paths`` with its evaluations (module docstring), and notes on
-    what was left out. ``use``: HELD_OUT (train.py's eval/step-N history) or EVALUATE (``rlsr
-    evaluate`` folders); None: whichever is there, and held-out histories when every ``rlsr
-    evaluate`` folder found inside a given folder evaluated a run whose history is there too
-    (the run summary's ``OUTPUT_DIR/evaluate``) or no train.py run (a base model's): those are
-    left out with a note. Refuses, the real difference first: a path that holds neither; runs
-    that trained on different tasks; both kinds without ``use``; a train.py output dir given by
-    name without held-out history; runs whose held-out tasks differ; one (method, seed) from two
-    training runs. Notes the runs that have not finished training and stop the comparison at an
-    earlier step than the others."""
+    """Every training run under ``paths`` with its evaluations, and notes on what was left out.
+    ``use``: HELD_OUT or EVALUATE; None: whichever is there, held-out histories when the
+    ``rlsr evaluate`` folders found inside evaluated runs whose history is there too or no
+    train.py run (noted). Refuses, the real difference first: a path that holds neither;
+    different tasks; both kinds without ``use``; a run given by name without history; different
+    held-out tasks; one (method, seed) twice. Notes unfinished runs that hold the comparison
+    back."""
     run_dirs: dict[Path, Path] = {}  # resolved -> as found: every train.py output dir
     evaluate_folders: list[Path] = []
     named: set[Path] = set()  # train.py runs given by name (not found inside a folder)
@@ -588,8 +534,7 @@ def find_runs(paths: list[str], use: str | None = None) -> tuple[list[Run], list
 
 
 def _unfinished_notes(runs: list[Run]) -> list[str]:
-    """A note for each run that has not finished training and whose last evaluated step is
-    before another run's: the comparison stops there because of it."""
+    """A note for each unfinished run whose last evaluated step is before another run's."""
     last = {r.path: max(e.step for e in r.evaluations) for r in runs}
     notes = []
     for run in runs:
@@ -616,25 +561,22 @@ def _refuse_duplicate_seeds(runs: list[Run]) -> None:
             )
 
 
-# --------------------------------------------------------------------------- pooling checks
-
-
 def _key(value) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def _first_difference(pairs: list[tuple[Path, object]]) -> tuple[object, list, object, list]:
-    """Two distinct values among ``(where, value)`` pairs and where each is (once each, in
-    order), or None when every value is the same."""
+def _refuse_difference(pairs: list[tuple[Path, object]] | None, say: str, **names) -> None:
+    """Refuse with ``say`` (a template of ``a``, ``where_a``, ``b``, ``where_b`` and ``names``)
+    the first two distinct values among ``(where, value)`` pairs (None: nothing to compare)."""
     where: dict[str, list[Path]] = {}
-    for place, value in pairs:
+    for place, value in pairs or []:
         places = where.setdefault(_key(value), [])
         if place not in places:
             places.append(place)
-    if len(where) < 2:
-        return None
-    (a, where_a), (b, where_b) = list(where.items())[:2]
-    return json.loads(a), where_a, json.loads(b), where_b
+    if len(where) > 1:
+        (a, where_a), (b, where_b) = list(where.items())[:2]
+        raise ValueError(say.format(a=json.loads(a), where_a=_listed(where_a), b=json.loads(b),
+                                    where_b=_listed(where_b), **names))  # fmt: skip
 
 
 def _listed(paths: list[Path]) -> str:
@@ -643,9 +585,8 @@ def _listed(paths: list[Path]) -> str:
 
 
 def _pairs(runs: list[Run], dataset: str, read) -> list[tuple[Path, object]] | None:
-    """``(where, read(evaluation))`` for every evaluation of ``dataset``: where = the training
-    run for a held-out history, the ``rlsr evaluate`` folder otherwise. None when ``read``
-    gives None for one of them (an older run.json without the field: not compared on it)."""
+    """``(where, read(evaluation))`` for every evaluation of ``dataset`` (where: the training run,
+    or the ``rlsr evaluate`` folder); None when ``read`` gives None for one (not compared)."""
     out = []
     for run in runs:
         for e in run.evaluations:
@@ -659,20 +600,16 @@ def _pairs(runs: list[Run], dataset: str, read) -> list[tuple[Path, object]] | N
 
 def _refuse_other_datasets(runs: list[Run]) -> None:
     """Refuse runs whose evaluations hold different datasets (held-out tasks)."""
-    diff = _first_difference([(r.path, r.datasets()) for r in runs])
-    if diff:
-        a, where_a, b, where_b = diff
-        raise ValueError(
-            f"held-out tasks differ: {a} in {_listed(where_a)}, {b} in {_listed(where_b)}; "
-            "compare runs evaluated on the same tasks."
-        )
+    _refuse_difference(
+        [(r.path, r.datasets()) for r in runs],
+        "held-out tasks differ: {a} in {where_a}, {b} in {where_b}; compare runs evaluated on "
+        "the same tasks.",
+    )
 
 
 def check_comparable(runs: list[Run]) -> None:
-    """Refuse (``ValueError``, one line naming the field and the runs) to pool runs whose held-out
-    datasets, evaluation protocol or data version differ: every run must hold the same datasets,
-    and every evaluation of a dataset the same protocol fields, the same version record
-    (verifier, its options, plugin file, data files) and the same questions."""
+    """Refuse to pool runs whose held-out datasets, evaluation protocol fields, data version
+    records or questions differ (one line naming the field and the runs)."""
     _refuse_other_datasets(runs)
     for dataset in runs[0].datasets():
         keys = sorted({k for r in runs for e in r.evaluations for k in e.protocol})
@@ -681,28 +618,22 @@ def check_comparable(runs: list[Run]) -> None:
             def field_value(e: Evaluation, key: str = key) -> list | None:
                 return [e.protocol[key]] if key in e.protocol else None  # [None]: recorded null
 
-            diff = _first_difference(_pairs(runs, dataset, field_value) or [])
-            if diff:
-                (a,), where_a, (b,), where_b = diff
-                raise ValueError(
-                    f"evaluation protocol differs on {dataset}: {key} is {a!r} in "
-                    f"{_listed(where_a)} but {b!r} in {_listed(where_b)}; compare runs evaluated "
-                    "with one protocol."
-                )
-        diff = _first_difference(_pairs(runs, dataset, lambda e: e.versions) or [])
-        if diff:
-            a, where_a, b, where_b = diff
-            raise ValueError(
-                f"data version of {dataset} differs: versions.{dataset} is {a} in "
-                f"{_listed(where_a)} but {b} in {_listed(where_b)}; compare runs evaluated on "
-                "one version of the data."
-            )
-        diff = _first_difference(_pairs(runs, dataset, lambda e: e.questions))
-        if diff:
-            _, where_a, _, where_b = diff
-            raise ValueError(
-                f"data version of {dataset} differs: its questions (id, question, gold answers "
-                f"in {SAMPLES_FILE}) are not the same in {_listed(where_a)} and "
-                f"{_listed(where_b)}; compare runs evaluated on one version of the data, with "
-                "the same heldout.limit."
-            )
+            _refuse_difference(
+                _pairs(runs, dataset, field_value),
+                "evaluation protocol differs on {dataset}: {key} is {a[0]!r} in {where_a} but "
+                "{b[0]!r} in {where_b}; compare runs evaluated with one protocol.",
+                dataset=dataset, key=key,
+            )  # fmt: skip
+        _refuse_difference(
+            _pairs(runs, dataset, lambda e: e.versions),
+            "data version of {dataset} differs: versions.{dataset} is {a} in {where_a} but {b} in "
+            "{where_b}; compare runs evaluated on one version of the data.",
+            dataset=dataset,
+        )
+        _refuse_difference(
+            _pairs(runs, dataset, lambda e: e.questions),
+            "data version of {dataset} differs: its questions (id, question, gold answers in "
+            f"{SAMPLES_FILE}) are not the same in {{where_a}} and {{where_b}}; compare runs "
+            "evaluated on one version of the data, with the same heldout.limit.",
+            dataset=dataset,
+        )

@@ -1,10 +1,5 @@
-"""Statistics over training seeds: intervals, the exact paired test and the verdict that
-``rlsr compare`` and the toy's comparison print (docs/compare.md, "Compare methods across
-seeds", "Intervals, tests and verdicts").
-
-Every function is a small pure function on numbers; which runs, questions and metrics they get
-is decided by ``rlsr.evaluation.comparison.compare`` and ``examples.toy.comparison``.
-"""
+"""Statistics over training seeds: intervals, the exact paired test and the verdict of ``rlsr
+compare`` and the toy's comparison (docs/compare.md, "Intervals, tests and verdicts")."""
 
 from __future__ import annotations
 
@@ -16,25 +11,11 @@ from scipy.stats import beta as beta_dist
 from scipy.stats import t as student_t
 
 __all__ = [
-    "ALPHA",
-    "EXACT_UP_TO",
-    "FLOAT_NOISE",
-    "LEVEL",
-    "Interval",
-    "PairedTest",
-    "holm",
-    "cluster_draws",
-    "no_spread_interval",
-    "paired_permutation_test",
-    "resampled_seed_interval",
-    "resampled_t_interval",
-    "seed_interval",
-    "seed_intervals",
-    "t_interval",
-    "t_intervals",
-    "zero_split_intervals",
-    "verdict",
-]
+    "ALPHA", "EXACT_UP_TO", "FLOAT_NOISE", "LEVEL", "Interval", "PairedTest", "holm",
+    "cluster_draws", "no_spread_interval", "paired_permutation_test", "resampled_seed_interval",
+    "resampled_t_interval", "seed_interval", "seed_intervals", "t_interval", "t_intervals",
+    "zero_split_intervals", "verdict",
+]  # fmt: skip
 
 LEVEL = 0.95  # the intervals' coverage
 ALPHA = 0.05  # the test's level after the Holm adjustment
@@ -64,32 +45,26 @@ def _finite(values) -> np.ndarray:
 
 
 def no_spread_interval(value: float, n: int, bounds: tuple[float, float], level: float = LEVEL):
-    """The interval of a mean when all ``n`` seeds gave the same ``value`` (no spread, so a
-    t-interval would have zero width however few seeds there are).
-
-    If P(X != value) = q, all n seeds agree with probability (1 - q)^n; the Clopper-Pearson
-    bound for 0 disagreements in n is q_u = 1 - ((1 - level) / 2)^(1/n), and X lies in
-    ``bounds`` = [lo, hi], so the mean lies in [value - q_u (value - lo), value + q_u (hi -
-    value)] (Clopper & Pearson 1934, "The use of confidence or fiducial limits illustrated in the
-    case of the binomial"). 5 equal seeds of a difference in [-1, 1]: value +- 0.52."""
+    """The interval of a mean when all ``n`` seeds gave the same ``value`` (a t-interval would
+    have zero width). If P(X != value) = q, all n seeds agree with probability (1 - q)^n; the
+    Clopper-Pearson bound for 0 disagreements in n is q_u = 1 - ((1 - level) / 2)^(1/n), and X
+    lies in ``bounds`` = [lo, hi], so the mean lies in [value - q_u (value - lo), value + q_u
+    (hi - value)] (Clopper & Pearson 1934). 5 equal seeds in [-1, 1]: value +- 0.52."""
     lo, hi = bounds
     q_u = 1.0 - ((1.0 - level) / 2.0) ** (1.0 / n)
     return Interval(value, value - q_u * (value - lo), value + q_u * (hi - value))
 
 
 def t_intervals(samples, bounds: tuple[float, float], level: float = LEVEL):
-    """``t_interval`` of every row of ``samples`` (array: rows x n seeds, n >= 2) at once:
-    arrays (mean, low, high). The simulation of docs/compare.md runs through this."""
+    """``t_interval`` of every row of ``samples`` (rows x n seeds, n >= 2): arrays (mean, low,
+    high)."""
     x = np.asarray(samples, dtype=float)
     n = x.shape[1]
     mean = x.mean(axis=1)
     half = float(student_t.ppf((1 + level) / 2, n - 1)) * x.std(axis=1, ddof=1) / math.sqrt(n)
     flat = np.all(np.abs(x - mean[:, None]) <= FLOAT_NOISE, axis=1)
-    lo, hi = bounds
-    q_u = 1.0 - ((1.0 - level) / 2.0) ** (1.0 / n)  # no_spread_interval, row-wise
-    low = np.where(flat, mean - q_u * (mean - lo), mean - half)
-    high = np.where(flat, mean + q_u * (hi - mean), mean + half)
-    return mean, low, high
+    _, flat_low, flat_high = no_spread_interval(mean, n, bounds, level)
+    return mean, np.where(flat, flat_low, mean - half), np.where(flat, flat_high, mean + half)
 
 
 def t_interval(values, bounds: tuple[float, float], level: float = LEVEL) -> Interval:
@@ -97,10 +72,8 @@ def t_interval(values, bounds: tuple[float, float], level: float = LEVEL) -> Int
     sample standard deviation (ddof = 1). Exact for normal values; at 5-20 seeds it keeps its
     coverage on discrete, tie-heavy and moderately skewed metric differences where the
     percentile bootstrap of the mean (close to x̄ ± z · s · √((n-1)/n) / √n) is too narrow; it
-    undercovers strongly skewed ones (docs/compare.md, "Intervals, tests and verdicts").
-
-    Fewer than 2 values: NaN bounds. Values without spread (all within ``FLOAT_NOISE`` of their
-    mean): ``no_spread_interval`` over ``bounds``, the range a value can take."""
+    undercovers strongly skewed ones (docs/compare.md). Fewer than 2 values: NaN bounds; values
+    within ``FLOAT_NOISE`` of their mean: ``no_spread_interval`` over ``bounds``."""
     arr = _finite(values)
     n = arr.shape[0]
     if n == 0:
@@ -112,18 +85,13 @@ def t_interval(values, bounds: tuple[float, float], level: float = LEVEL) -> Int
 
 
 def zero_split_intervals(samples, bounds: tuple[float, float], level: float = LEVEL):
-    """The interval of a mean when some seeds are exactly 0 (a difference of two arms that ended
-    in the same place, a ranking gain of a confidence that does not rank), per row of
-    ``samples`` (rows x n seeds): arrays (low, high), NaN for rows without both zero and nonzero
-    values.
-
-    Write X = 1{X != 0} · X: with q = P(X != 0) and ν = E[X | X != 0], the mean is q ν. With k
-    of the n seeds nonzero (0 < k < n): q lies in the Clopper-Pearson interval of k / n and ν in
-    the t-interval of the k nonzero values cut to ``bounds`` (``t_intervals``; one value or no
-    spread: ``no_spread_interval`` over ``bounds``), each at ``level``; the mean lies between the
-    smallest and largest of the four products of their ends. A t-interval of all n values reads
-    a sample with few nonzero seeds as if their size were typical; this one does not
-    (docs/compare.md, "Intervals, tests and verdicts")."""
+    """The interval of a mean when some seeds are exactly 0 (two arms that ended in the same place),
+    per row of ``samples`` (rows x n seeds): arrays (low, high), NaN for rows without both zero and
+    nonzero values. Write X = 1{X != 0} · X: with q = P(X != 0) and ν = E[X | X != 0], the mean is q
+    ν. With k of the n seeds nonzero (0 < k < n): q lies in the Clopper-Pearson interval of k / n
+    and ν in the t-interval of the k nonzero values cut to ``bounds`` (``t_intervals``; one value or
+    no spread: ``no_spread_interval`` over ``bounds``), each at ``level``; the mean lies between the
+    smallest and largest of the four products of their ends (docs/compare.md)."""
     x = np.asarray(samples, dtype=float)
     rows, n = x.shape
     nonzero = np.abs(x) > FLOAT_NOISE
@@ -151,17 +119,21 @@ def zero_split_intervals(samples, bounds: tuple[float, float], level: float = LE
     return low, high
 
 
-def seed_intervals(samples, bounds: tuple[float, float], level: float = LEVEL):
-    """The interval over seeds that ``rlsr compare`` reports, per row of ``samples`` (rows x n
-    seeds, n >= 2): arrays (mean, low, high). The t-interval (``t_intervals``), widened to also
-    hold ``zero_split_intervals`` where some but not all seeds are exactly 0, then cut to
-    ``bounds`` (the mean cannot leave the range its values take)."""
-    mean, low, high = t_intervals(samples, bounds, level)
+def _widened(samples, low, high, bounds: tuple[float, float], level: float):
+    """(low, high) widened to also hold ``zero_split_intervals`` of ``samples`` where some but
+    not all seeds are exactly 0, then cut to ``bounds``."""
     z_low, z_high = zero_split_intervals(samples, bounds, level)
     split = ~np.isnan(z_low)
     low = np.where(split, np.minimum(low, z_low), low)
     high = np.where(split, np.maximum(high, z_high), high)
-    return mean, np.maximum(low, bounds[0]), np.minimum(high, bounds[1])
+    return np.maximum(low, bounds[0]), np.minimum(high, bounds[1])
+
+
+def seed_intervals(samples, bounds: tuple[float, float], level: float = LEVEL):
+    """The interval over seeds that ``rlsr compare`` reports, per row of ``samples`` (rows x n
+    seeds, n >= 2): arrays (mean, low, high), ``t_intervals`` ``_widened``."""
+    mean, low, high = t_intervals(samples, bounds, level)
+    return mean, *_widened(samples, low, high, bounds, level)
 
 
 def seed_interval(values, bounds: tuple[float, float], level: float = LEVEL) -> Interval:
@@ -174,10 +146,9 @@ def seed_interval(values, bounds: tuple[float, float], level: float = LEVEL) -> 
 
 
 def cluster_draws(clusters, n_resamples: int, seed: int) -> list[np.ndarray]:
-    """Question indices of ``n_resamples`` resamples of question clusters: each resample draws
-    as many clusters as there are, with replacement, and takes every question of each drawn
-    cluster (a question whose prompt repeats moves with its repeats). ``clusters``: per
-    question, its cluster label."""
+    """Question indices of ``n_resamples`` resamples of question clusters (``clusters``: per
+    question, its label): as many clusters as there are, drawn with replacement, each with all
+    its questions."""
     labels = np.asarray(clusters)
     _, inverse = np.unique(labels, return_inverse=True)
     members = [np.flatnonzero(inverse == c) for c in range(int(inverse.max()) + 1)]
@@ -188,13 +159,11 @@ def cluster_draws(clusters, n_resamples: int, seed: int) -> list[np.ndarray]:
 def resampled_t_interval(
     per_draw, estimate: float, bounds: tuple[float, float], seed: int, level: float = LEVEL
 ) -> Interval:
-    """The t-interval with a standard error that also carries question sampling (the
-    hierarchical option). ``per_draw``: array (resamples, n seeds), the value of every seed on
-    each resample of the questions (``cluster_draws``, one resample shared by every seed and
-    method, since all of them answered the same questions). Each resample also draws n seeds
-    with replacement; SE = sd over resamples of that mean · √(n / (n - 1)), the factor that makes
-    the seed part equal to s / √n; interval = ``estimate`` ± t_{n-1} · SE. No spread at all:
-    ``no_spread_interval``."""
+    """The t-interval with a standard error that also carries question sampling. ``per_draw``:
+    (resamples, n seeds), every seed's value on each resample of the questions
+    (``cluster_draws``, shared by every seed and method). Each resample also draws n seeds with
+    replacement; SE = sd over resamples of that mean · √(n / (n - 1)) (so the seed part equals
+    s / √n); interval = ``estimate`` ± t_{n-1} · SE. No spread: ``no_spread_interval``."""
     arr = np.asarray(per_draw, dtype=float)
     n_draws, n = arr.shape
     if n < 2:
@@ -212,18 +181,13 @@ def resampled_seed_interval(
     per_draw, values, bounds: tuple[float, float], seed: int, level: float = LEVEL
 ) -> Interval:
     """What ``rlsr compare --resample-questions`` reports: ``resampled_t_interval`` around the
-    mean of ``values`` (the seeds' values on all questions), widened to also hold
-    ``zero_split_intervals`` of ``values`` where some but not all seeds are exactly 0, then cut
-    to ``bounds``."""
+    mean of ``values`` (the seeds' values on all questions), ``_widened``."""
     arr = _finite(values)
     out = resampled_t_interval(per_draw, float(arr.mean()), bounds, seed, level)
     if arr.shape[0] < 2:
         return out
-    low, high = out.low, out.high
-    z_low, z_high = zero_split_intervals(arr[None, :], bounds, level)
-    if not math.isnan(z_low[0]):
-        low, high = min(low, float(z_low[0])), max(high, float(z_high[0]))
-    return Interval(out.estimate, max(low, bounds[0]), min(high, bounds[1]))
+    low, high = _widened(arr[None, :], out.low, out.high, bounds, level)
+    return Interval(out.estimate, float(low[0]), float(high[0]))
 
 
 def _subset_sums(values: np.ndarray) -> np.ndarray:
@@ -235,18 +199,15 @@ def _subset_sums(values: np.ndarray) -> np.ndarray:
 
 
 def paired_permutation_test(differences, n_monte_carlo: int = 200_000, seed: int = 0) -> PairedTest:
-    """Two-sided paired permutation test of "A and B are exchangeable within a seed" (Fisher
-    1935, The Design of Experiments, Sec. 21): swapping the two arms of a seed flips the sign of
-    its difference, so under the null every sign pattern of the differences is equally likely.
+    """Two-sided paired permutation test of "A and B are exchangeable within a seed" (Fisher 1935,
+    The Design of Experiments, Sec. 21): swapping the two arms of a seed flips the sign of its
+    difference, so under the null every sign pattern of the differences is equally likely:
     p = #{patterns ε : |Σ ε_i d_i| >= |Σ d_i|} / #patterns, equal sums within ``FLOAT_NOISE``
-    counting as >=.
-
-    Zeros: a difference of exactly 0 (within ``FLOAT_NOISE``) has no sign to flip and is left
-    out (it adds nothing to any pattern's sum); ``n_zero`` says how many. No nonzero difference:
-    p = 1. Exact enumeration of all 2^m patterns for m <= ``EXACT_UP_TO`` nonzero differences;
-    beyond, ``n_monte_carlo`` random patterns (seeded) and p = (1 + hits) / (1 + draws), which
-    stays valid. With equal magnitudes it is the exact sign test; its smallest p is 2 / 2^m
-    (m = 5: 0.0625, so 5 seeds never reach p < 0.05)."""
+    counting as >=. A difference within ``FLOAT_NOISE`` of 0 has no sign to flip and is left out
+    (``n_zero``); none left: p = 1. Exact enumeration of all 2^m patterns for m <= ``EXACT_UP_TO``
+    nonzero differences; beyond, ``n_monte_carlo`` seeded random patterns, p = (1 + hits) / (1 +
+    draws). With equal magnitudes it is the exact sign test; its smallest p is 2 / 2^m (m = 5:
+    0.0625, so 5 seeds never reach p < 0.05)."""
     d = _finite(differences)
     nonzero = d[np.abs(d) > FLOAT_NOISE]
     m, n_zero = int(nonzero.shape[0]), int(d.shape[0] - nonzero.shape[0])
@@ -280,20 +241,14 @@ def holm(p_values) -> list[float]:
 
 
 def verdict(
-    interval: Interval,
-    p_adjusted: float,
-    better: str,
-    a: str,
-    b: str,
-    margin: float | None = None,
-    alpha: float = ALPHA,
-) -> str:
-    """What the paired difference A - B says about one metric (``better``: "higher" or "lower"
-    is better). "A better" / "B better": the interval excludes 0 and the exact test agrees,
-    adjusted p < ``alpha`` (", within ±δ" added when the interval also lies inside the margin);
-    "equivalent within ±δ": the interval lies inside [-δ, δ] (``margin`` δ; no margin, never);
-    "inconclusive" otherwise; "n/a (one seed)" without an interval. A bound within
-    ``FLOAT_NOISE`` of 0 counts as 0."""
+    interval: Interval, p_adjusted: float, better: str, a: str, b: str,
+    margin: float | None = None, alpha: float = ALPHA
+) -> str:  # fmt: skip
+    """What the paired difference A - B says about one metric (``better``: "higher" or
+    "lower"). "A better" / "B better": the interval excludes 0 (a bound within ``FLOAT_NOISE``
+    counts as 0) and adjusted p < ``alpha`` (", within ±δ" when it also lies inside the margin);
+    "equivalent within ±δ": the interval lies inside [-δ, δ] (``margin`` δ; None: never);
+    "inconclusive" otherwise; "n/a (one seed)" without an interval."""
     low, high = interval.low, interval.high
     if any(v is None or math.isnan(v) for v in (low, high)):
         return "n/a (one seed)"

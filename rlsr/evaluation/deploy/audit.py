@@ -1,21 +1,14 @@
 """The deployment audit: a running ``rlsr serve`` measured on held-out questions against what its
-``deployment.json`` certified (``rlsr evaluate --backend openai-chat --audit-deployment``).
-
-Every sample of such a run holds the server's decision (``served``: answered / abstained, the
-tau and rule it applied). Two numbers, each with its exact two-sided Clopper-Pearson interval at
-level 1 - delta (delta: the deployment's own, ``provenance.delta``; ``rlsr.metrics.thresholds.
-clopper_pearson_interval``):
+``deployment.json`` certified (``rlsr evaluate --backend openai-chat --audit-deployment``), from
+each sample's ``served`` decision and ``correct``. Two numbers, each with its exact two-sided
+Clopper-Pearson interval at level 1 - delta (the deployment's own delta):
 
 * served answer rate = answered / n, next to the certified (validation) coverage; they agree when
-  the certified coverage lies inside the interval (``rlsr serve-report``'s drift rule,
-  ``rlsr.evaluation.deploy.decisions.summarise_decisions``);
+  the certified coverage lies inside the interval (``decisions.summarise_decisions``);
 * risk among answered = wrong answered / answered, next to the certified risk: for the
   ``clopper_pearson`` rule the bound it guarantees, 1 - target (agree: the interval's lower end
-  is <= the bound, i.e. these samples do not show the risk above it); for the ``plain`` rules,
-  which guarantee nothing, the validation risk 1 - val_accuracy (agree: inside the interval).
-
-Both come from the samples alone (``served.decision`` and ``correct``), so the report can be
-recomputed from samples.jsonl.
+  is <= the bound); for the ``plain`` rules the validation risk 1 - val_accuracy (agree: inside
+  the interval).
 """
 
 from __future__ import annotations

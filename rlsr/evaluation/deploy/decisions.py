@@ -1,14 +1,7 @@
-"""The two decisions of a selective deployment and their realised coverage: what the evaluation
-certifies and ``rlsr serve`` applies.
-
-A deployment (``rlsr.evaluation.deploy.deployment``) certifies a threshold tau; ``rlsr serve`` answers a
-request iff its score reaches tau (``rlsr.serving.policy.decide``) and records ``ANSWERED`` or
-``ABSTAINED``. ``summarise_decisions`` puts the realised coverage of such decisions (answered /
-n, with its exact interval, ``rlsr.metrics.thresholds.clopper_pearson_interval``) next to the certified
-validation coverage: the drift rule of ``rlsr serve-report`` (over the decision log,
-``rlsr.serving.decision_log``) and of the deployment audit (over samples,
-``rlsr.evaluation.deploy.audit``). It sits on the evaluation side, which serving imports, so the audit
-reads it without importing ``rlsr.serving``.
+"""The two decisions of a selective deployment (``rlsr serve`` answers iff the score reaches the
+certified tau) and their realised coverage next to the certified one: the drift rule of ``rlsr
+serve-report`` and of the deployment audit. It sits on the evaluation side, which serving
+imports, so the audit reads it without importing ``rlsr.serving``.
 """
 
 from __future__ import annotations
@@ -27,12 +20,9 @@ def summarise_decisions(
     records: Sequence[Mapping], *, tau: float | None = None, row: Mapping | None = None,
     level: float = 0.95,
 ) -> dict:  # fmt: skip
-    """Realised coverage of the logged decisions taken at ``tau`` (all if None).
-
-    ``coverage`` = answered / n with its exact ``level`` interval; ``validation_coverage`` and
-    ``test_coverage`` come from the threshold ``row``; ``drift`` is True when the validation
-    coverage lies outside the interval (the question mix or the model's confidence has moved).
-    """
+    """Realised coverage of the logged decisions taken at ``tau`` (all if None): answered / n
+    with its exact ``level`` interval; ``drift``: the validation coverage of the threshold
+    ``row`` lies outside it (the question mix or the model's confidence has moved)."""
     other = [r for r in records if tau is not None and r.get("tau") != tau]
     kept = [r for r in records if tau is None or r.get("tau") == tau]
     n = len(kept)

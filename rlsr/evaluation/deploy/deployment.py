@@ -1,20 +1,16 @@
-"""Risk-controlled deployment on MedQA (RLSR paper Sec. 4.2, Tab. 3, Sec. C.6).
-
-Pick tau on the validation split so that {confidence >= tau} reaches the target accuracy, then
-report validation and test coverage / accuracy at that tau, for
+"""Risk-controlled deployment (RLSR paper Sec. 4.2, Tab. 3, Sec. C.6): pick tau on the
+validation split so that {confidence >= tau} reaches the target accuracy, then report validation
+and test coverage / accuracy at that tau, for
 
 * ``plain``: the paper's rule, tau = min{t : acc_val({s >= t}) >= target} (Sec. C.6.3);
-* ``clopper_pearson``: our guarded rule, accept tau only while the (1 - delta) Clopper-Pearson
-  upper bound on the selective error is <= 1 - target (``rlsr.metrics.selective.select_threshold``);
-* ``plain + temperature``: the post-hoc baseline of Sec. C.6.5, confidences recalibrated by a
-  temperature fitted on validation data (``rlsr.metrics.selective.temperature_scale``), then the plain rule.
+* ``clopper_pearson``: accept tau only while the (1 - delta) Clopper-Pearson upper bound on the
+  selective error is <= 1 - target (``rlsr.metrics.selective.select_threshold``);
+* ``plain+temperature``: Sec. C.6.5's baseline, confidences rescaled by a temperature fitted on
+  validation (``rlsr.metrics.selective.temperature_scale``), then the plain rule.
 
-When no threshold reaches the target (the paper's dagger rows), the row is marked infeasible and
-reports the validation accuracy at the highest threshold (Tab. 3 shows it for RLVR: 66.6%).
-
-``deployment_record`` is what ``rlsr deploy`` writes to ``deployment.json``: the rows, each with a
-sentence of what its tau guarantees (``guarantee``), and the provenance ``rlsr serve`` checks
-(model, adapter fingerprint, dataset and splits, scorer, system prompt, decoding; docs/serving.md).
+A rule that reaches no threshold (the paper's dagger rows) reports the validation accuracy at the
+highest threshold. ``deployment.json`` holds the rows, each with what its tau guarantees, and
+the provenance ``rlsr serve`` checks (docs/serving.md).
 """
 
 from __future__ import annotations
@@ -42,29 +38,13 @@ from rlsr.run.eval_protocol import DECODING_FIELDS, PROTOCOL_FIELDS, SCORERS
 from rlsr.run.run_layout import DEPLOYMENT_FILE, METRICS_FILE, RUN_FILE, SAMPLES_FILE
 
 __all__ = [
-    "RULES",
-    "DEPLOYMENT_SCHEMA_VERSION",
-    "deployment_rows",
-    "deployment_markdown",
-    "deployment_method_name",
-    "INFEASIBLE_LEGEND",
-    "guarantee",
-    "deployment_record",
-    "split_job_name",
-    "DECODING_FIELDS",
-    "model_identity",
-    "find_run_record",
-    "evaluation_decoding",
-    "evaluation_protocol",
-    "deployment_provenance",
-    "deployment_from_samples",
-    "write_deployment",
-    "TRAIN_CONFIG_FILE",
-    "training_record",
-    "training_rows_problem",
-    "split_identity",
-    "split_problems",
-]
+    "RULES", "DEPLOYMENT_SCHEMA_VERSION", "deployment_rows", "deployment_markdown",
+    "deployment_method_name", "INFEASIBLE_LEGEND", "guarantee", "deployment_record",
+    "split_job_name", "model_identity", "find_run_record", "evaluation_decoding",
+    "evaluation_protocol", "deployment_provenance", "deployment_from_samples", "write_deployment",
+    "TRAIN_CONFIG_FILE", "training_record", "training_rows_mark", "training_rows_problem",
+    "split_identity", "split_problems",
+]  # fmt: skip
 
 RULES = ("plain", "clopper_pearson", "plain+temperature")
 DEPLOYMENT_SCHEMA_VERSION = 2  # 1: {"method", "rows"}; 2: + "provenance", row "guarantee"
@@ -99,14 +79,9 @@ def _row(rule, val_conf, val_ok, test_conf, test_ok, target, delta, temperature=
 
 
 def deployment_rows(
-    val_confidence: Sequence[float],
-    val_correct: Sequence[bool],
-    test_confidence: Sequence[float],
-    test_correct: Sequence[bool],
-    target: float,
-    *,
-    delta: float = 0.1,
-) -> list[dict]:
+    val_confidence: Sequence[float], val_correct: Sequence[bool], test_confidence: Sequence[float],
+    test_correct: Sequence[bool], target: float, *, delta: float = 0.1
+) -> list[dict]:  # fmt: skip
     """Tab. 3 rows (one model): the paper's rule, the guarded rule and the temperature baseline."""
     vc, vo = np.asarray(val_confidence, float), np.asarray(val_correct, bool)
     tc, to = np.asarray(test_confidence, float), np.asarray(test_correct, bool)
@@ -125,8 +100,7 @@ def _pct(x) -> str:
     return "–" if x is None else f"{100 * x:.1f}%"
 
 
-# Printed right under every deployment table that has a dagger row (rlsr deploy, rlsr evaluate
-# --deployment-target, their .md files): what the row shows instead of a threshold.
+# Printed under every deployment table that has a dagger row.
 INFEASIBLE_LEGEND = (
     "† the rule reached no threshold: no τ gave the target accuracy on the validation split. "
     "The row shows instead τ = the highest validation confidence and, under Val. Acc., the "
@@ -136,18 +110,14 @@ INFEASIBLE_LEGEND = (
 
 def deployment_method_name(provenance: Mapping) -> str:
     """The Method of a deployment table: the name of the evaluation folder whose ``run.json``
-    describes the validation samples (``provenance["run_record"]``: ``rlsr evaluate``'s
-    ``--output-dir``, the name ``rlsr report`` groups runs by), else ``"model"`` (samples
-    without their run.json). ``rlsr evaluate --deployment-target`` and ``rlsr deploy`` name a
-    run alike."""
+    describes the validation samples (as ``rlsr report`` names runs), else ``"model"``."""
     record = provenance.get("run_record")
     return Path(record).parent.name if record else "model"
 
 
 def deployment_markdown(rows_by_method: dict[str, list[dict]], *, note: str | None = None) -> str:
-    """Markdown in the layout of paper Tab. 3; a dagger row (target not reached on validation)
-    gets ``INFEASIBLE_LEGEND`` under the table; ``note`` (e.g. ``training_rows_mark``) is
-    printed above it."""
+    """Markdown in the layout of paper Tab. 3, ``INFEASIBLE_LEGEND`` under it for a dagger row,
+    ``note`` (``training_rows_mark``) above it."""
     lines = [f"**{note}**", ""] if note else []
     lines += [
         "| Method | Rule | τ | Val. Cov. | Val. Acc. | Test Cov. | Test Acc. |",
@@ -165,20 +135,11 @@ def deployment_markdown(rows_by_method: dict[str, list[dict]], *, note: str | No
     return "\n".join(lines) + "\n"
 
 
-def _pct1(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
 def guarantee(row: Mapping, *, source: str, n_validation: int, delta: float | None = None) -> str:
-    """One sentence: what serving ``row``'s tau promises, for ``source`` (e.g. "medqa@validation").
-
-    * ``clopper_pearson``: with probability >= 1 - delta over the validation draw, the selective
-      accuracy on new i.i.d. questions at tau is >= target (``rlsr.metrics.thresholds``);
-    * ``plain`` / ``plain+temperature``: only what was observed on validation; no guarantee on
-      new data (the observed accuracy just clears the target, so new data misses it often);
-    * infeasible rows: nothing; serving them would abstain on every question.
-    """
-    target = _pct1(row["target"])
+    """One sentence: what serving ``row``'s tau promises, for ``source`` (e.g. "medqa@validation"):
+    for ``clopper_pearson``, selective accuracy >= target on new i.i.d. questions with probability
+    >= 1 - delta; for the plain rules only what was observed on validation; infeasible: nothing."""
+    target = _pct(row["target"])
     if not row["feasible"]:
         return (
             f"No threshold reached {target} accuracy on {source} (n = {n_validation}) under the "
@@ -186,15 +147,15 @@ def guarantee(row: Mapping, *, source: str, n_validation: int, delta: float | No
         )
     observed = (
         f"on {source} (n = {n_validation}) answers at confidence >= tau = {row['tau']:.4g} "
-        f"covered {_pct1(row['val_coverage'])} of the questions at "
-        f"{_pct1(row['val_accuracy'])} accuracy"
+        f"covered {_pct(row['val_coverage'])} of the questions at "
+        f"{_pct(row['val_accuracy'])} accuracy"
     )
     if row["rule"] == "clopper_pearson":
-        level = "1 - delta" if delta is None else _pct1(1 - delta)
+        level = "1 - delta" if delta is None else _pct(1 - delta)
         return (
             f"With probability at least {level} over the draw of the validation questions, "
             f"answered questions from the same distribution are at least {target} accurate "
-            f"(one-sided Clopper-Pearson bound {_pct1(row['risk_upper_bound'])} on the selective "
+            f"(one-sided Clopper-Pearson bound {_pct(row['risk_upper_bound'])} on the selective "
             f"error, fixed-sequence testing); {observed}."
         )
     scaled = (
@@ -216,8 +177,7 @@ def split_job_name(name: str) -> tuple[str, str | None]:
 
 
 def deployment_record(method: str, rows: Sequence[dict], provenance: Mapping) -> dict:
-    """``deployment.json``: the rows (each with its ``guarantee`` sentence) and the
-    ``provenance`` record (``rlsr serve`` checks it; docs/serving.md)."""
+    """``deployment.json``: the rows, each with its ``guarantee``, and the ``provenance``."""
     source = provenance.get("validation_source") or "the validation split"
     n_val = int(provenance.get("n_validation") or 0)
     delta = provenance.get("delta")
@@ -235,18 +195,10 @@ def deployment_record(method: str, rows: Sequence[dict], provenance: Mapping) ->
     }
 
 
-# --------------------------------------------------------------------------- provenance
-
-
 def model_identity(name_or_path: str) -> str:
-    """How a base model is named in provenance records and compared.
-
-    An alias of a shipped model (``tiny``, ``tiny-warm``, ``tiny-missing-warm``) is first
-    resolved to its folder (``rlsr.config.resolve_model_path``), so an alias and its folder are
-    one model. A local folder is named by its absolute, symlink-free path; anything else (a hub
-    id such as ``Qwen/Qwen2.5-7B``) by the text itself without a trailing slash. Two records name
-    the same model iff these strings are equal.
-    """
+    """How a base model is named in provenance records and compared: a shipped alias resolved
+    to its folder (``rlsr.config.resolve_model_path``), a local folder by its absolute resolved
+    path, anything else (a hub id) by its text without a trailing slash."""
     text = resolve_model_path(str(name_or_path).strip())
     path = Path(text).expanduser()
     if path.is_dir():
@@ -255,9 +207,8 @@ def model_identity(name_or_path: str) -> str:
 
 
 def find_run_record(samples_path: str | os.PathLike) -> tuple[Path, dict] | None:
-    """The ``run.json`` of the evaluation that wrote ``samples_path`` (a samples.jsonl file or its
-    folder): looked up in the folder and its parent (``rlsr evaluate`` writes it in
-    ``--output-dir``, the samples in ``--output-dir/<dataset>/``). None if there is none."""
+    """(path, content) of the ``run.json`` of the evaluation that wrote ``samples_path`` (the file
+    or its folder), in the folder or its parent; None if there is none."""
     p = Path(samples_path)
     folder = p if p.is_dir() else p.parent
     for candidate in (folder / RUN_FILE, folder.parent / RUN_FILE):
@@ -267,8 +218,7 @@ def find_run_record(samples_path: str | os.PathLike) -> tuple[Path, dict] | None
 
 
 def evaluation_protocol(samples_path: str | os.PathLike) -> dict | None:
-    """The evaluation protocol (every ``EvalProtocol`` field recorded) in the ``metrics.json``
-    beside the samples: what the threshold was certified under. None without metrics.json."""
+    """The ``EvalProtocol`` fields in the ``metrics.json`` beside the samples; None without."""
     p = Path(samples_path)
     metrics = (p if p.is_dir() else p.parent) / METRICS_FILE
     if not metrics.is_file():
@@ -278,8 +228,7 @@ def evaluation_protocol(samples_path: str | os.PathLike) -> dict | None:
 
 
 def evaluation_decoding(samples_path: str | os.PathLike) -> dict | None:
-    """The decoding fields (``rlsr.run.eval_protocol.DECODING_FIELDS``, declared with the protocol)
-    of ``evaluation_protocol``: what a served response depends on."""
+    """The ``DECODING_FIELDS`` of ``evaluation_protocol``."""
     protocol = evaluation_protocol(samples_path) or {}
     return {k: protocol[k] for k in DECODING_FIELDS if k in protocol} or None
 
@@ -302,8 +251,7 @@ def _adapter_record(run: dict | None, adapter: str | None) -> dict | None:
 
 
 def _source(records: list[dict]) -> str:
-    """``dataset@split`` of evaluation records; a registry dataset evaluated on its default
-    split (its folder is just ``medqa``) gets that split's name."""
+    """``dataset@split`` of evaluation records (a registry dataset's default split named)."""
     name = str(records[0].get("dataset") or "") if records else ""
     dataset, split = split_job_name(name)
     if split is None and dataset in REGISTRY:
@@ -312,8 +260,8 @@ def _source(records: list[dict]) -> str:
 
 
 def _task_record(run: dict | None, records: list[dict]) -> dict | None:
-    """``{"name", "file", "sha256"}`` of the user task the validation samples came from (the
-    evaluation's ``run.json`` record, else the task as registered here); None for a built-in."""
+    """``{"name", "file", "sha256"}`` of the user task the validation samples came from (its
+    ``run.json`` record, else as registered here); None for a built-in."""
     name = str(records[0].get("dataset") or "") if records else ""
     dataset = split_job_name(name)[0]
     recorded = ((run or {}).get("tasks") or {}).get(dataset) or task_records([dataset]).get(dataset)
@@ -321,11 +269,9 @@ def _task_record(run: dict | None, records: list[dict]) -> dict | None:
 
 
 def training_record(adapter: str | os.PathLike) -> dict | None:
-    """``{"dataset", "split", "config"}``: what the LoRA ``adapter`` was trained on, read from
-    the resolved config train.py writes to its output_dir (``TRAIN_CONFIG_FILE``: the adapter
-    folder itself for the final adapter, its parent for a ``checkpoint-N``). The split is
-    ``data.split``, else the dataset's train split (a dataset not registered here: ``train``,
-    a task's default). None when no config is found (an adapter not made by train.py)."""
+    """``{"dataset", "split", "config"}``: what the LoRA ``adapter`` was trained on, from
+    train.py's ``TRAIN_CONFIG_FILE`` in the adapter folder or (``checkpoint-N``) its parent;
+    the split is ``data.split``, else the dataset's train split. None without a config."""
     root = Path(adapter)
     for folder in (root, root.parent):
         path = folder / TRAIN_CONFIG_FILE
@@ -354,9 +300,8 @@ def _training_splits(provenance: Mapping) -> list[str]:
 
 
 def training_rows_mark(provenance: Mapping) -> str | None:
-    """The warning every output of a deployment carries when its threshold was chosen on, or its
-    test rows come from, rows the adapter trained on (allowed with ``TRAINING_ROWS_FLAG``); None
-    otherwise."""
+    """The warning a deployment's outputs carry when its threshold was chosen on, or its test
+    rows come from, rows the adapter trained on (``TRAINING_ROWS_FLAG``); else None."""
     splits = _training_splits(provenance)
     if not splits:
         return None
@@ -378,9 +323,7 @@ def training_rows_mark(provenance: Mapping) -> str | None:
 
 def training_rows_problem(provenance: Mapping) -> str | None:
     """The refusal of a deployment whose threshold is chosen on, or whose test rows come from,
-    the adapter's training rows (``provenance["threshold_on_training_rows"]``,
-    ``["test_on_training_rows"]``): one line naming the split, the run's config and the fix;
-    None when neither was trained on."""
+    the adapter's training rows: one line naming the split, the config and the fix; else None."""
     splits = _training_splits(provenance)
     if not splits:
         return None
@@ -405,22 +348,11 @@ def training_rows_problem(provenance: Mapping) -> str | None:
 
 
 def deployment_provenance(
-    val_path: str | os.PathLike,
-    val_records: list[dict],
-    test_records: list[dict],
-    *,
-    scorer: str,
-    target: float,
-    delta: float,
-    model: str | None = None,
-    adapter: str | None = None,
-) -> dict:
-    """What a deployment threshold was computed from (``deployment.json["provenance"]``).
-
-    Model and adapter come from ``model`` / ``adapter`` if given, else from the evaluation's
-    ``run.json`` (``find_run_record``); the adapter is recorded by ``adapter_fingerprint``. The
-    system prompt is the one the validation samples were generated with.
-    """
+    val_path: str | os.PathLike, val_records: list[dict], test_records: list[dict], *, scorer: str,
+    target: float, delta: float, model: str | None = None, adapter: str | None = None
+) -> dict:  # fmt: skip
+    """What a deployment threshold was computed from (``deployment.json["provenance"]``); model
+    and adapter from ``model`` / ``adapter``, else from the evaluation's ``run.json``."""
     found = find_run_record(val_path)
     run = found[1] if found else None
     model_name = model if model is not None else (run or {}).get("model")
@@ -481,9 +413,8 @@ def _system_text(records: list[dict]) -> str | None:
 
 
 def _compared_protocol_fields(protocol: Mapping, scorer: str) -> tuple[str, ...]:
-    """The protocol fields that decide an answer and its confidence: the decoding, the response
-    format and the system prompt setting; the seed only when sampling; the consistency scorer's
-    own settings only when it is the scorer."""
+    """The protocol fields that decide an answer and its confidence (the seed only when
+    sampling, the consistency settings only for that scorer)."""
     fields = [*DECODING_FIELDS, "response_format", "system_prompt"]
     if protocol.get("temperature"):
         fields.append("seed")
@@ -493,8 +424,8 @@ def _compared_protocol_fields(protocol: Mapping, scorer: str) -> tuple[str, ...]
 
 
 def _adapter_identity(run: Mapping) -> str:
-    """The adapter of an evaluation's run.json by content: its recorded hash, else the hash of
-    the folder it names (a run.json without one), else that path; ``"none"`` without adapter."""
+    """An evaluation's adapter by content: its recorded hash, else its folder's, else its path;
+    ``"none"`` without adapter."""
     if not run.get("adapter"):
         return "none"
     if run.get("adapter_sha256"):
@@ -508,11 +439,8 @@ def _adapter_identity(run: Mapping) -> str:
 
 
 def split_identity(samples: str | os.PathLike, records: list[dict], scorer: str) -> dict:
-    """What a split's samples were produced by, as far as its files record it: ``task`` (the
-    samples' dataset without its split), ``model`` (``model_identity`` of its ``run.json``),
-    ``adapter`` (its content hash, else its path; ``"none"``), ``system prompt`` (the samples'
-    system message) and ``protocol <field>`` (``metrics.json``'s settings,
-    ``_compared_protocol_fields``). A field that its files do not record is left out."""
+    """What a split's samples were produced by, as far as its files record it: task, model,
+    adapter, task file, system prompt and ``protocol <field>`` (``_compared_protocol_fields``)."""
     out: dict[str, object] = {}
     dataset = split_job_name(str(records[0].get("dataset") or ""))[0] if records else ""
     if dataset:
@@ -536,8 +464,7 @@ def split_identity(samples: str | os.PathLike, records: list[dict], scorer: str)
 
 
 def _row_keys(records: list[dict]) -> set[tuple[str, object]]:
-    """(id, question) of every sample: one question of one dataset (an id alone can repeat
-    across splits that number their rows anew)."""
+    """(id, question) of every sample (an id alone can repeat across splits)."""
     return {(str(r.get("id")), r.get("question")) for r in records}
 
 
@@ -550,9 +477,7 @@ def split_problems(
     val_path: Path, val: list[dict], test_path: Path, test: list[dict], scorer: str
 ) -> str | None:
     """Why the validation and test samples cannot certify one threshold together, in one line,
-    else None: the same file, validation and test from different tasks, models, adapters,
-    system prompts or protocols (``split_identity``; both values named), or the same questions
-    in both (``_row_keys``)."""
+    else None: the same file, a difference in ``split_identity``, or shared questions."""
     if val_path.resolve() == test_path.resolve():
         return (
             f"validation and test are the same file ({val_path}): test coverage and accuracy "
@@ -580,9 +505,8 @@ def split_problems(
 
 
 def _scorer_confidences(path: Path, records: list[dict], scorer: str, label: str):
-    """(confidence, correct) of ``scorer``; refuses a scorer the samples do not carry and
-    samples without a single confidence (``confidence_defined``), and warns on stderr below
-    ``LOW_RATE``."""
+    """(confidence, correct) of ``scorer``; refuses a scorer the samples lack or samples without
+    any confidence, and warns on stderr at a low rate (``rate_warning``)."""
     if not any(scorer in (r.get("scores") or {}) for r in records):
         have = sorted({k for r in records for k in (r.get("scores") or {})})
         listed = ", ".join(have) if have else "none"
@@ -612,12 +536,10 @@ def deployment_from_samples(
     labels=("--validation", "--test"),
 ):  # fmt: skip
     """(rows, provenance) of a deployment from the validation / test samples (a samples.jsonl
-    or its folder): what ``rlsr deploy`` and ``rlsr evaluate --deployment-target`` write.
-    Refuses, before anything is written, with one line naming the file (``labels``: how the two
-    inputs are named): an unknown scorer or one the samples lack, samples without any
-    confidence, unfinished samples (``read_finished_samples``), validation and test that cannot
-    go together (``split_problems``), and a threshold chosen on (or test rows from) the
-    adapter's training rows (``training_rows_problem``) unless ``allow_train``."""
+    or its folder), what ``rlsr deploy`` and ``rlsr evaluate --deployment-target`` write.
+    Refuses, before anything is written, in one line naming the file (``labels``): an unknown or
+    absent scorer, samples without confidence or unfinished, validation and test that cannot go
+    together, and the adapter's training rows unless ``allow_train``."""
     if scorer not in SCORERS:
         raise ValueError(f"--scorer {scorer}: unknown scorer; choose one of {', '.join(SCORERS)}.")
     val = read_finished_samples(val_path, labels[0])
@@ -640,8 +562,7 @@ def deployment_from_samples(
 
 
 def write_deployment(prefix: Path, method: str, rows: list[dict], provenance: dict) -> None:
-    """PREFIX.json (``deployment_record``) and PREFIX.md (the table and its legend); the
-    folder is created as needed."""
+    """PREFIX.json (``deployment_record``) and PREFIX.md (the table and its legend)."""
     record = deployment_record(method, rows, provenance)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     prefix.with_suffix(".json").write_text(json.dumps(json_safe(record), indent=2) + "\n")

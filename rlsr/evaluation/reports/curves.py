@@ -1,13 +1,8 @@
-"""``rlsr report --curves``: held-out metrics against the optimizer step, for one or more runs.
-
-Reads what the held-out evaluator wrote (``RUN_DIR/eval/step-N/<dataset>/metrics.json``,
-``rlsr.evaluation.heldout.history.read_history``) and draws, per dataset, held-out AURC, accuracy
-and ECE against the step for every run in one PNG (one row of panels per dataset), with the
-best step by AURC marked; the same numbers go to a CSV. For each run and dataset it names the
-best step and the final (last evaluated) step, each with its AURC and the weights that hold it:
-``RUN_DIR/checkpoint-N`` when one was saved at that step, and the final adapter in ``RUN_DIR``
-(what ``train.py``'s summary evaluates next) when training ended at that step. Every panel's
-y-axis spans at least ``MIN_Y_SPAN`` (``y_limits``), so a one-question change does not fill it.
+"""``rlsr report --curves``: held-out AURC, accuracy and ECE against the optimizer step, for one
+or more runs (``RUN_DIR/eval/step-N/<dataset>/metrics.json``, ``read_history``), in one PNG (a
+row of panels per dataset, the best step by AURC marked) and a CSV. For each run and dataset it
+names the best and the final step, each with its AURC and the weights that hold it (a
+``checkpoint-N``, or the final adapter when training ended there).
 """
 
 from __future__ import annotations
@@ -19,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rlsr.evaluation.heldout.history import TRACKED_METRICS, read_history
+from rlsr.evaluation.reports.plots import pyplot, save
 from rlsr.run.run_layout import (
     EVAL_DIR,
     FINAL_WEIGHT_FILES,
@@ -43,8 +39,8 @@ def _label(run: Path, runs: Sequence[Path]) -> str:
 
 
 def curve_rows(run_dirs: Sequence[str | Path]) -> list[dict]:
-    """One row per (run, dataset, step) with every tracked metric; failed steps are left out.
-    Raises ``ValueError`` naming a run without held-out evaluations."""
+    """One row per (run, dataset, step) with every tracked metric, failed steps left out;
+    refuses a run without held-out evaluations."""
     runs = [Path(r) for r in run_dirs]
     rows = []
     for run in runs:
@@ -52,8 +48,7 @@ def curve_rows(run_dirs: Sequence[str | Path]) -> list[dict]:
         if not history:
             raise ValueError(
                 f"{run}: no held-out evaluation (no {run / EVAL_DIR}/{STEP_PREFIX}N/<dataset>/"
-                f"{METRICS_FILE}); "
-                "train with heldout.every > 0 (docs/heldout.md, 'Watch a run')."
+                f"{METRICS_FILE}); train with heldout.every > 0 (docs/heldout.md, 'Watch a run')."
             )
         rows += [{"run": _label(run, runs), "run_dir": str(run), **h} for h in history]
     return rows
@@ -78,10 +73,9 @@ def _final_adapter(run_dir: str | Path, step: int) -> str | None:
 
 
 def best_steps(rows: list[dict]) -> list[dict]:
-    """Per (run, dataset): the step with the lowest AURC (the earliest on a tie) and the
-    checkpoint folder of that step (None when none was saved there); and the final (last
-    evaluated) step, its AURC, its checkpoint and ``final_adapter`` (``RUN_DIR`` when its final
-    adapter is that step's weights: training ended there, else None)."""
+    """Per (run, dataset): the step with the lowest AURC (the earliest on a tie) and its
+    checkpoint (None when none was saved); the final (last evaluated) step, its AURC, its
+    checkpoint and ``final_adapter`` (``RUN_DIR`` when training ended there, else None)."""
     best: dict[tuple[str, str], dict] = {}
     final: dict[tuple[str, str], dict] = {}
     for row in rows:
@@ -90,31 +84,25 @@ def best_steps(rows: list[dict]) -> list[dict]:
             best[key] = row
         if key not in final or row["step"] > final[key]["step"]:
             final[key] = row
-    out = []
-    for (run, dataset), row in best.items():
-        last = final[run, dataset]
-        checkpoint = checkpoint_dir(row["run_dir"], row["step"])
-        last_checkpoint = checkpoint_dir(last["run_dir"], last["step"])
-        out.append(
-            {
-                "run": run,
-                "dataset": dataset,
-                "step": row["step"],
-                "aurc": row["aurc"],
-                "checkpoint": str(checkpoint) if checkpoint.is_dir() else None,
-                "final_step": last["step"],
-                "final_aurc": last["aurc"],
-                "final_checkpoint": str(last_checkpoint) if last_checkpoint.is_dir() else None,
-                "final_adapter": _final_adapter(last["run_dir"], last["step"]),
-            }
-        )
-    return out
+
+    def saved(row: dict) -> str | None:
+        folder = checkpoint_dir(row["run_dir"], row["step"])
+        return str(folder) if folder.is_dir() else None
+
+    return [
+        {"run": run, "dataset": dataset, "step": row["step"], "aurc": row["aurc"],
+         "checkpoint": saved(row), "final_step": last["step"], "final_aurc": last["aurc"],
+         "final_checkpoint": saved(last),
+         "final_adapter": _final_adapter(last["run_dir"], last["step"])}
+        for (run, dataset), row in best.items()
+        for last in [final[run, dataset]]
+    ]  # fmt: skip
 
 
 def y_limits(values: Sequence[float], min_span: float = MIN_Y_SPAN) -> tuple[float, float]:
-    """The y-range of a panel of fractions: the values' range padded by 5 % of it, widened
-    around its middle to at least ``min_span``, then moved inside [0, 1] (NaNs ignored; no
-    value at all: (0, 1))."""
+    """The y-range of a panel of fractions: the values' range padded by 5 %, widened around its
+    middle to at least ``min_span`` (a one-question change does not fill the axis), moved
+    inside [0, 1]; no finite value: (0, 1)."""
     finite = [float(v) for v in values if v is not None and math.isfinite(v)]
     if not finite:
         return 0.0, 1.0
@@ -132,12 +120,8 @@ def y_limits(values: Sequence[float], min_span: float = MIN_Y_SPAN) -> tuple[flo
 
 
 def _figure(rows: list[dict], best: list[dict]):
-    """The curves' figure (not saved): one row of panels per dataset, one column per metric."""
-    import matplotlib  # heavy optional dependency: only when curves are drawn
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
+    """The curves' figure: one row of panels per dataset, one column per metric."""
+    plt = pyplot()
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     runs = list(dict.fromkeys(r["run"] for r in rows))
     fig, axes = plt.subplots(
@@ -171,16 +155,7 @@ def _figure(rows: list[dict], best: list[dict]):
             ax.grid(alpha=0.3)
             if i == 0 and j == 0:
                 ax.legend(fontsize=8)
-    fig.tight_layout()
     return fig
-
-
-def _plot(rows: list[dict], best: list[dict], path: Path) -> None:
-    import matplotlib.pyplot as plt  # heavy optional dependency (_figure selects Agg)
-
-    fig = _figure(rows, best)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def _weights(checkpoint: str | None, final_adapter: str | None) -> str:
@@ -211,7 +186,7 @@ def write_curves(run_dirs: Sequence[str | Path], output: str | Path) -> dict:
         writer.writeheader()
         for row in sorted(rows, key=lambda r: (r["run"], r["dataset"], r["step"])):
             writer.writerow(row)
-    _plot(rows, best, png)
+    save(pyplot(), _figure(rows, best), png)
     lines = []
     for b in best:
         at_best = b["final_adapter"] if b["step"] == b["final_step"] else None

@@ -1,16 +1,10 @@
 """Confidence separation between correct and incorrect answers: paper Tab. 2 and Fig. 3.
 
-* ``align_runs``: joins several methods' samples by question. A question is the pair
-  ``(dataset, id)``: ``id`` is the dataset row id that ``samples.jsonl`` stores once per question
-  per evaluation directory (``rlsr evaluate`` refuses duplicate ids), ``dataset`` the evaluation
-  job's folder name (``hotpot_modified``, ``hotpot_modified@train``). A method with several runs
-  (seeds) has several samples per question, one per run.
+* ``align_runs``: joins several methods' samples by question, the pair ``(dataset folder, id)``;
+  a method with several runs (seeds) has one sample per question and run.
 * ``controlled_confidence_gap``: Tab. 2 (Sec. 4.1), Δc on the questions every sample of every
   method answers correctly (resp. incorrectly), so accuracy differences cannot produce the gap.
-* ``gaussian_kde``: the densities of Fig. 3 (Sec. C.7), a Gaussian KDE with an absolute
-  bandwidth (0.15 in confidence units by default).
-
-Pure numpy; the report (``rlsr.evaluation.reports.report``) reads the files and draws the figure.
+* ``gaussian_kde``: the densities of Fig. 3 (Sec. C.7), with an absolute bandwidth (0.15).
 """
 
 from __future__ import annotations
@@ -24,15 +18,9 @@ import numpy as np
 from rlsr.core.metric_inputs import scores_array
 
 __all__ = [
-    "PAPER_KDE_BANDWIDTH",
-    "QuestionKey",
-    "AlignedRuns",
-    "ControlledGap",
-    "align_runs",
-    "controlled_confidence_gap",
-    "gaussian_kde",
-    "kde_grid",
-]
+    "PAPER_KDE_BANDWIDTH", "QuestionKey", "AlignedRuns", "ControlledGap", "align_runs",
+    "controlled_confidence_gap", "gaussian_kde", "kde_grid",
+]  # fmt: skip
 
 PAPER_KDE_BANDWIDTH = 0.15
 """Sec. C.7: "kernel density estimation with a bandwidth of 0.15" (kernel std, confidence units)."""
@@ -42,12 +30,9 @@ QuestionKey = tuple[str, str]  # (dataset folder name, question id)
 
 @dataclass(frozen=True)
 class AlignedRuns:
-    """Samples of several methods on the questions that every run of every method answered.
-
-    ``confidence[m]`` and ``correct[m]`` have shape ``(runs of m, len(keys))``; column q of every
-    method is question ``keys[q]``. ``n_dropped`` counts the questions present in some run but
-    not in all (an interrupted or ``--limit``-ed evaluation), which are left out.
-    """
+    """Samples of several methods on the questions that every run of every method answered:
+    ``confidence[m]``, ``correct[m]`` of shape ``(runs of m, len(keys))``; ``n_dropped``: the
+    questions present in some run but not in all, left out."""
 
     keys: list[QuestionKey]
     confidence: dict[str, np.ndarray]
@@ -58,11 +43,8 @@ class AlignedRuns:
 def align_runs(
     runs: Mapping[str, Sequence[Mapping[QuestionKey, tuple[float, bool]]]],
 ) -> AlignedRuns:
-    """Join ``runs[method][run][(dataset, id)] = (confidence, correct)`` by question.
-
-    Keeps the questions present in every run of every method (sorted by key, so the result does
-    not depend on file order) and reports how many others were dropped.
-    """
+    """Join ``runs[method][run][(dataset, id)] = (confidence, correct)`` by question, keeping
+    the questions of every run (sorted by key) and counting the others dropped."""
     if not runs:
         raise ValueError("no methods given; the controlled gap compares at least one method.")
     all_runs = [(m, r) for m, rs in runs.items() for r in rs]
@@ -129,13 +111,6 @@ def controlled_confidence_gap(
     on S±. All methods share S+ and S-: a method cannot raise its Δc by being more accurate.
     With one method and one run it reduces to ``rlsr.metrics.selective.confidence_gap``.
     """
-    if not confidence:
-        raise ValueError("no methods given.")
-    if set(confidence) != set(correct):
-        raise ValueError(
-            f"confidence and correct must name the same methods; got {sorted(confidence)} and "
-            f"{sorted(correct)}."
-        )
     methods = list(confidence)
     conf = {m: _matrix(confidence[m], f"confidence[{m!r}]", np.float64) for m in methods}
     ok = {}
@@ -174,8 +149,8 @@ def controlled_confidence_gap(
 
 
 def kde_grid(bandwidth: float = PAPER_KDE_BANDWIDTH, points: int = 601) -> np.ndarray:
-    """Evaluation grid for confidences in [0, 1]: [−3h, 1 + 3h], so the plotted curve holds
-    ≥ 99.7 % of each kernel's mass (a Gaussian KDE leaks mass past the ends of [0, 1])."""
+    """Evaluation grid for confidences in [0, 1]: [−3h, 1 + 3h], holding ≥ 99.7 % of each
+    kernel's mass."""
     return np.linspace(-3.0 * bandwidth, 1.0 + 3.0 * bandwidth, points)
 
 

@@ -16,20 +16,16 @@ from rlsr.evaluation.run.summary import scorer_arrays
 from rlsr.metrics import selective as M
 
 __all__ = [
-    "curve_on_grid",
-    "curve_steps",
-    "plot_dataset_risk_coverage",
-    "plot_overlay_grid",
-    "plot_confidence_densities",
-    "ReliabilityPanel",
-    "reliability_panel",
-    "plot_reliability_diagrams",
-]
+    "curve_on_grid", "curve_steps", "plot_dataset_risk_coverage", "plot_overlay_grid",
+    "plot_confidence_densities", "ReliabilityPanel", "reliability_panel",
+    "plot_reliability_diagrams", "pyplot", "save",
+]  # fmt: skip
 
 COVERAGE_GRID = np.linspace(0.01, 1.0, 100)
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (imported only when a figure is drawn)."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -39,7 +35,8 @@ def _pyplot():
 
 
 def _panels(plt, n: int, max_cols: int, size: tuple[float, float]):
-    """A figure of ``n`` panels, at most ``max_cols`` per row; returns (fig, the n axes in order)."""
+    """A figure of ``n`` panels, at most ``max_cols`` per row; returns (fig, the n axes in
+    order)."""
     cols = min(max_cols, n)
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(size[0] * cols, size[1] * rows), squeeze=False)
@@ -48,7 +45,7 @@ def _panels(plt, n: int, max_cols: int, size: tuple[float, float]):
     return fig, list(axes.flat)[:n]
 
 
-def _save(plt, fig, path) -> Path:
+def save(plt, fig, path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -57,7 +54,7 @@ def _save(plt, fig, path) -> Path:
 
 def curve_on_grid(confidence, correct, grid: np.ndarray = COVERAGE_GRID) -> np.ndarray:
     """Risk at each coverage of ``grid``: the risk of the smallest curve point covering it
-    (``rlsr.metrics.selective.risk_coverage_curve``; tied samples enter together). Used to average seeds."""
+    (``rlsr.metrics.selective.risk_coverage_curve``; tied samples enter together)."""
     curve = M.risk_coverage_curve(confidence, correct)
     idx = np.searchsorted(curve.coverage, grid - 1e-12, side="left")
     return curve.risk[np.minimum(idx, len(curve.risk) - 1)]
@@ -65,11 +62,7 @@ def curve_on_grid(confidence, correct, grid: np.ndarray = COVERAGE_GRID) -> np.n
 
 def curve_steps(curve: M.RiskCoverageCurve) -> tuple[np.ndarray, np.ndarray]:
     """(x, y) for ``plt.step(x, y, where="pre")``: the risk of each tie group drawn over the
-    coverage span it adds, ``(previous coverage, its coverage]``, starting at coverage 0.
-
-    Drawing the raw points with ``where="post"`` leaves the first span empty and gives the last
-    point no width, so a single tie group (e.g. every confidence missing) draws nothing.
-    """
+    coverage span it adds, starting at coverage 0 (so a single tie group still draws a line)."""
     x = np.concatenate([[0.0], curve.coverage])
     y = np.concatenate([curve.risk[:1], curve.risk])
     return x, y
@@ -79,21 +72,15 @@ def plot_dataset_risk_coverage(
     records: Sequence[dict], scorers: Sequence[str], path, title: str = ""
 ) -> Path:
     """One dataset, one curve per confidence scorer (missing confidence = 0.0)."""
-
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(4.5, 3.5))
     for scorer in scorers:
         conf, ok, _ = scorer_arrays(records, scorer)
         x, y = curve_steps(M.risk_coverage_curve(conf, ok))
-        ax.step(
-            x,
-            y,
-            where="pre",
-            label=f"{scorer} (AURC {M.aurc(conf, ok):.3f})",
-        )
+        ax.step(x, y, where="pre", label=f"{scorer} (AURC {M.aurc(conf, ok):.3f})")
     ax.set(xlabel="coverage", ylabel="risk (error rate)", xlim=(0, 1), ylim=(0, 1), title=title)
     ax.legend(fontsize=7)
-    return _save(plt, fig, path)
+    return save(plt, fig, path)
 
 
 def plot_overlay_grid(
@@ -101,7 +88,7 @@ def plot_overlay_grid(
 ) -> Path:
     """``curves[dataset][method]`` = risk on ``grid`` (mean over seeds): one panel per dataset,
     one line per method (paper Fig. 5-7 layout)."""
-    plt = _pyplot()
+    plt = pyplot()
     names = list(curves)
     if not names:
         raise ValueError("no curves to plot.")
@@ -111,20 +98,18 @@ def plot_overlay_grid(
             ax.plot(grid, risk, label=method)
         ax.set(title=name, xlabel="coverage", ylabel="risk", xlim=(0, 1), ylim=(0, 1))
         ax.legend(fontsize=7)
-    return _save(plt, fig, path)
+    return save(plt, fig, path)
 
 
 def plot_confidence_densities(
-    panels: Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray]]],
-    path,
-    bandwidth: float = PAPER_KDE_BANDWIDTH,
-) -> Path:
+    panels: Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray]]], path,
+    bandwidth: float = PAPER_KDE_BANDWIDTH
+) -> Path:  # fmt: skip
     """Paper Fig. 3 (Sec. C.7): ``panels[title][method] = (confidence, correct)``, one panel per
     title, per method a solid density of its correct and a dotted density of its incorrect
-    answers (``rlsr.evaluation.reports.gap.gaussian_kde``, bandwidth ``bandwidth`` in confidence units),
-    the gap Δc = mean(c | correct) − mean(c | incorrect) of those samples in the legend. A class
-    without samples draws no curve. The grid spans [−3h, 1 + 3h]; outside [0, 1] is shaded."""
-    plt = _pyplot()
+    answers (``gap.gaussian_kde``), Δc = mean(c | correct) − mean(c | incorrect) in the legend;
+    outside [0, 1] is shaded."""
+    plt = pyplot()
     names = list(panels)
     if not names:
         raise ValueError("no confidence samples to plot.")
@@ -147,12 +132,12 @@ def plot_confidence_densities(
         ax.axvspan(1.0, grid[-1], color="0.92", lw=0)
         ax.set(title=name, xlabel="confidence", ylabel="density", xlim=(grid[0], grid[-1]))
         ax.legend(fontsize=7)
-    return _save(plt, fig, path)
+    return save(plt, fig, path)
 
 
 class ReliabilityPanel(NamedTuple):
-    """What one reliability-diagram panel draws: ``rlsr.metrics.selective.reliability_bins`` and the ECE
-    of the same samples (``rlsr.metrics.selective.ece``: sum_B |B|/n |acc_B - conf_B| over these bins)."""
+    """What one reliability-diagram panel draws: ``M.reliability_bins`` and the ECE of the same
+    samples (``M.ece``: sum_B |B|/n |acc_B - conf_B| over these bins)."""
 
     title: str
     bins: M.ReliabilityBins
@@ -160,7 +145,7 @@ class ReliabilityPanel(NamedTuple):
 
 
 def reliability_panel(title: str, confidence, correct, n_bins: int = 10) -> ReliabilityPanel:
-    """The panel of one run on one dataset, binned as ``rlsr.metrics.selective.ece`` bins."""
+    """The panel of one run on one dataset, binned as ``M.ece`` bins."""
     bins = M.reliability_bins(confidence, correct, n_bins)
     return ReliabilityPanel(title, bins, M.ece(confidence, correct, n_bins))
 
@@ -199,12 +184,10 @@ def plot_reliability_diagrams(
     panels: Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray]]], path, n_bins: int = 10
 ) -> list[list[ReliabilityPanel]]:
     """Reliability diagrams (Guo et al. 2017, arXiv:1706.04599, Fig. 1): ``panels[row][run] =
-    (confidence, correct)``, one row per key (a dataset), one column per run, each panel the
-    accuracy of every non-empty bin of ``rlsr.metrics.selective.ece`` (bars over the bin), the bin's mean
-    confidence (dot) with its gap to the diagonal (red), the ECE in the legend, and under it the
-    bin counts (bars, each labelled). Every panel spans [0, 1] x [0, 1]; the count axes of a row
-    share their scale. Returns the drawn panels, row by row."""
-    plt = _pyplot()
+    (confidence, correct)``, one row per dataset, one column per run, each panel the accuracy of
+    every non-empty bin of ``M.ece`` (bars), its mean confidence (dot) with its gap to the
+    diagonal (red), the ECE in the legend and the bin counts under it. Returns the panels."""
+    plt = pyplot()
     rows = list(panels)
     if not rows:
         raise ValueError("no confidence samples to plot.")

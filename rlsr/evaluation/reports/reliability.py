@@ -1,11 +1,8 @@
 """``rlsr report``'s calibration and selective-risk section: per run and dataset, ECE, equal-mass
 ECE, MCE, RMS calibration error, coverage at target risks and risk at target coverages, each
 with a percentile bootstrap CI over the run's samples, and the reliability diagram's panels
-(definitions: docs/metrics.md; the report: docs/evaluation.md).
-
-Confidences are the run's primary scorer with a missing one counted as 0.0, as in ``metrics.json``,
-so this section's ECE is the ECE of the run's ``metrics.json``.
-"""
+(docs/metrics.md, docs/evaluation.md). Confidences: the primary scorer's, missing = 0.0, as in
+``metrics.json``."""
 
 from __future__ import annotations
 
@@ -20,16 +17,10 @@ from rlsr.evaluation.reports.report_settings import DEFAULT_TARGET_COVERAGES, DE
 from rlsr.metrics import selective as M
 
 __all__ = [
-    "DEFAULT_TARGET_RISKS",
-    "DEFAULT_TARGET_COVERAGES",
-    "CalibrationMetric",
-    "CalibrationMetrics",
-    "CalibrationRow",
-    "calibration_metrics",
-    "calibration_rows",
-    "reliability_panels",
-    "parse_targets",
-]
+    "DEFAULT_TARGET_RISKS", "DEFAULT_TARGET_COVERAGES", "CalibrationMetric", "CalibrationMetrics",
+    "CalibrationRow", "calibration_metrics", "calibration_rows", "reliability_panels",
+    "parse_targets", "scored_runs",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -40,8 +31,8 @@ class CalibrationMetric:
 
 @dataclass(frozen=True)
 class CalibrationMetrics:
-    """The section's metrics in column order, and ``values``: all of them on one set of samples
-    from one equal-width binning, one equal-mass binning and one sort (``rlsr.metrics.selective``)."""
+    """The section's metrics in column order, and ``values``: all of them on one set of
+    samples."""
 
     target_risks: tuple[float, ...] = DEFAULT_TARGET_RISKS
     target_coverages: tuple[float, ...] = DEFAULT_TARGET_COVERAGES
@@ -108,48 +99,42 @@ def _estimates(
     return tuple(cis)
 
 
-def calibration_rows(
-    runs: Mapping[str, Sequence],
-    datasets: Sequence[str],
-    metrics: CalibrationMetrics,
-    *,
-    n_resamples: int = 1000,
-    seed: int = 0,
-) -> list[CalibrationRow]:
-    """Per dataset, per method, per run with samples: every metric with its 95 % percentile
-    bootstrap CI over the run's samples (``rlsr.metrics.selective.bootstrap_cis``: the resamples of
-    ``bootstrap_ci`` with ``n_resamples`` and ``seed``; 0 resamples: no bounds).
-    ``runs[method]`` are ``report.Run``s."""
-    rows = []
+def scored_runs(runs: Mapping[str, Sequence], datasets: Sequence[str]):
+    """(dataset, method, run, confidence, correct) of every ``report.Run`` of ``runs[method]``
+    with samples, dataset by dataset, method by method."""
     for d in datasets:
         for method, rs in runs.items():
             for r in rs:
-                if d not in r.metrics or not r.samples(d):
-                    continue
-                conf, ok, _ = r.scores(d)
-                values = _estimates(metrics, conf, ok, n_resamples, seed)
-                rows.append(CalibrationRow(d, method, r.path.name, int(conf.shape[0]), values))
-    return rows
+                if d in r.metrics and r.samples(d):
+                    conf, ok, _ = r.scores(d)
+                    yield d, method, r, conf, ok
+
+
+def calibration_rows(
+    runs: Mapping[str, Sequence], datasets: Sequence[str], metrics: CalibrationMetrics, *,
+    n_resamples: int = 1000, seed: int = 0
+) -> list[CalibrationRow]:  # fmt: skip
+    """Per run with samples: every metric with its 95 % percentile bootstrap CI over the run's
+    samples (``rlsr.metrics.selective.bootstrap_cis``; 0 resamples: no bounds)."""
+    return [
+        CalibrationRow(d, method, r.path.name, int(conf.shape[0]),
+                       _estimates(metrics, conf, ok, n_resamples, seed))
+        for d, method, r, conf, ok in scored_runs(runs, datasets)
+    ]  # fmt: skip
 
 
 def reliability_panels(runs: Mapping[str, Sequence], datasets: Sequence[str]) -> dict:
     """``panels[dataset][title] = (confidence, correct)``, one per run with samples; the title is
     the method, with the run folder's name when it differs."""
     panels: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
-    for d in datasets:
-        for method, rs in runs.items():
-            for r in rs:
-                if d in r.metrics and r.samples(d):
-                    conf, ok, _ = r.scores(d)
-                    name = r.path.name
-                    title = method if name == method else f"{method} ({name})"
-                    panels.setdefault(d, {})[title] = (conf, ok)
+    for d, method, r, conf, ok in scored_runs(runs, datasets):
+        title = method if r.path.name == method else f"{method} ({r.path.name})"
+        panels.setdefault(d, {})[title] = (conf, ok)
     return panels
 
 
 def parse_targets(text: str, flag: str, *, open_left: bool) -> tuple[float, ...]:
-    """``"0.1,0.25"`` -> (0.1, 0.25); each in (0, 1] (``open_left``) or [0, 1]. Raises a
-    one-line ValueError naming ``flag`` and the bad value."""
+    """``"0.1,0.25"`` -> (0.1, 0.25); each in (0, 1] (``open_left``) or [0, 1]."""
     values = []
     for part in text.split(","):
         part = part.strip()

@@ -8,15 +8,11 @@
 * Fig. 5-7: one panel per dataset with one risk-coverage curve per method (mean over runs);
 * Tab. 2: the controlled confidence gap on the questions every method answers correctly (resp.
   incorrectly), per ID/OOD scope and per dataset (``rlsr.evaluation.reports.gap``);
-* Fig. 3: per dataset, the confidence densities of each method's correct (solid) and incorrect
-  (dotted) answers, Gaussian KDE with bandwidth 0.15, the gap Δc in the legend;
-* calibration and selective risk per run (``rlsr.evaluation.reports.reliability``): ECE, equal-mass ECE,
-  MCE, RMS calibration error, coverage at target risks and risk at target coverages with
-  bootstrap CIs, and a reliability diagram per run and dataset.
+* Fig. 3: per dataset, the confidence densities of each method's correct and incorrect answers;
+* calibration and selective risk per run (``reliability``) and a reliability diagram per run.
 
-Confidences are each run's primary scorer (``metrics.json``; verbalized by default), a missing one
-counting as 0.0 as in every metric; a run whose dataset has no confidence at all shows n/a there
-(``rlsr.evaluation.run.summary.no_confidence``). Tab. 2 and Fig. 3 need ``<dataset>/samples.jsonl``.
+Confidences are each run's primary scorer, missing = 0.0; a dataset without any confidence shows
+n/a (``rlsr.evaluation.run.summary.no_confidence``). Tab. 2 and Fig. 3 need samples.jsonl.
 
 Methods: ``--label NAME=DIR1,DIR2`` names runs explicitly; other directories are grouped by
 their basename with a trailing seed tag removed (``rlsr-seed1`` and ``rlsr_s2`` -> ``rlsr``).
@@ -55,6 +51,7 @@ from rlsr.evaluation.reports.reliability import (
     calibration_metrics,
     calibration_rows,
     reliability_panels,
+    scored_runs,
 )
 from rlsr.evaluation.reports.report_settings import (
     DEFAULT_BOOTSTRAP,
@@ -73,30 +70,15 @@ from rlsr.metrics import selective as M
 from rlsr.run.run_layout import METRICS_FILE, SAMPLES_FILE
 
 __all__ = [
-    "TABLE_METRICS",
-    "Run",
-    "method_from_dirname",
-    "group_runs",
-    "split_id_ood",
-    "Cell",
-    "DatasetRow",
-    "GapRow",
-    "DensityRow",
-    "ReportRows",
-    "report_rows",
-    "csv_rows",
-    "render_markdown",
-    "build_report",
-    "controlled_gap_rows",
-]
+    "TABLE_METRICS", "Run", "method_from_dirname", "group_runs", "split_id_ood", "Cell",
+    "DatasetRow", "GapRow", "DensityRow", "ReportRows", "report_rows", "csv_rows",
+    "render_markdown", "build_report", "controlled_gap_rows",
+]  # fmt: skip
 
 TABLE_METRICS = (
-    ("aurc", "AURC↓"),
-    ("ece", "ECE↓"),
-    ("acc@10", "Acc@10↑"),
-    ("acc@25", "Acc@25↑"),
+    ("aurc", "AURC↓"), ("ece", "ECE↓"), ("acc@10", "Acc@10↑"), ("acc@25", "Acc@25↑"),
     ("acc@50", "Acc@50↑"),
-)
+)  # fmt: skip
 _PERCENT = {"acc@10", "acc@25", "acc@50", "accuracy"}
 _SEED_TAG = re.compile(r"[-_.](?:seed|s)\d+$", re.IGNORECASE)
 
@@ -110,14 +92,12 @@ class Run:
     @classmethod
     def load(cls, path: str | Path) -> Run:
         root = Path(path)
-        found = {}
-        for mfile in sorted(root.glob(f"*/{METRICS_FILE}")):
-            found[mfile.parent.name] = json.loads(mfile.read_text())
+        found = {m.parent.name: json.loads(m.read_text()) for m in root.glob(f"*/{METRICS_FILE}")}
         if not found:
             raise ValueError(
                 f"{root}: no <dataset>/{METRICS_FILE} inside; is it an `rlsr evaluate` output dir?"
             )
-        return cls(root, found)
+        return cls(root, dict(sorted(found.items())))
 
     def samples(self, dataset: str) -> list[dict]:
         """Records of ``<dataset>/samples.jsonl`` (read once; [] when absent)."""
@@ -176,7 +156,6 @@ def group_runs(dirs: Sequence[str], labels: Sequence[str] = ()) -> dict[str, lis
 def split_id_ood(datasets: Sequence[str], family: str | None = None, id_sets=None, ood_sets=None):
     """(ID names, OOD names). Explicit lists win; else ``family`` ("hotpot" | "bigmath") groups;
     else the family whose ID group holds the most of ``datasets``; none -> ([all], [])."""
-
     if id_sets or ood_sets:
         ids = resolve_tasks(id_sets) if id_sets else []
         oods = resolve_tasks(ood_sets) if ood_sets else []
@@ -195,8 +174,8 @@ def split_id_ood(datasets: Sequence[str], family: str | None = None, id_sets=Non
 
 
 def _metric(m: dict, key: str) -> float | None:
-    """``key`` of ``m``'s primary scorer: None when n/a (no confidence at all,
-    ``rlsr.evaluation.run.summary.no_confidence``), NaN when otherwise undefined."""
+    """``key`` of ``m``'s primary scorer: None when n/a (no confidence at all), NaN when
+    otherwise undefined."""
     if key == "accuracy":
         return float(m["accuracy"])
     if key in CONFIDENCE_METRICS and no_confidence(m):
@@ -205,13 +184,10 @@ def _metric(m: dict, key: str) -> float | None:
     return math.nan if value is None else value
 
 
-# --------------------------------------------------------------------------- rows (plain data)
-
-
 @dataclass(frozen=True)
 class Cell:
-    """One metric of one method in one scope or dataset: mean and std (ddof 1) over its runs.
-    A row of ``OUTPUT.csv`` (``CSV_FIELDS``); ``values`` is how many runs had a value."""
+    """One metric of one method in one scope or dataset: mean and std (ddof 1) over its runs
+    (``values``: how many had a value); a row of ``OUTPUT.csv``."""
 
     method: str
     scope: str
@@ -283,8 +259,7 @@ class ReportRows:
 
 
 def _cell(values: list[float | None], key: str, **where) -> Cell:
-    """Mean and std of the runs' ``values``; None (n/a) and NaN values are left out, the n/a
-    ones counted in ``undefined``."""
+    """Mean and std of the runs' ``values`` without None (n/a, counted) and NaN."""
     undefined = sum(v is None for v in values)
     vals = [v for v in values if v is not None and not math.isnan(v)]
     if not vals:
@@ -295,21 +270,14 @@ def _cell(values: list[float | None], key: str, **where) -> Cell:
 
 
 def report_rows(
-    dirs: Sequence[str],
-    *,
-    labels: Sequence[str] = (),
-    family: str | None = None,
-    id_sets=None,
-    ood_sets=None,
-    gap_methods: Sequence[str] | None = None,
+    dirs: Sequence[str], *, labels: Sequence[str] = (), family: str | None = None, id_sets=None,
+    ood_sets=None, gap_methods: Sequence[str] | None = None,
     target_risks: Sequence[float] = DEFAULT_TARGET_RISKS,
     target_coverages: Sequence[float] = DEFAULT_TARGET_COVERAGES,
-    bootstrap: int = DEFAULT_BOOTSTRAP,
-) -> ReportRows:
-    """The report's tables as plain data (``build_report`` renders and writes them);
-    ``gap_methods``: the methods Tab. 2 holds accuracy fixed across (default: all; the paper
-    uses RLVR, RLCR and RLSR, without the base model); ``bootstrap``: resamples of the
-    calibration section's CIs (0: none)."""
+    bootstrap: int = DEFAULT_BOOTSTRAP
+) -> ReportRows:  # fmt: skip
+    """The report's tables as plain data; ``gap_methods``: the methods Tab. 2 holds accuracy
+    fixed across (default: all); ``bootstrap``: resamples of the calibration CIs (0: none)."""
     groups = group_runs(dirs, labels)
     runs = {name: [Run.load(p) for p in paths] for name, paths in groups.items()}
     datasets = sorted({d for rs in runs.values() for r in rs for d in r.metrics})
@@ -323,10 +291,8 @@ def report_rows(
                 per_run = []
                 for r in rs:
                     vals = [_metric(r.metrics[d], key) for d in members if d in r.metrics]
-                    if any(v is None for v in vals):  # a dataset without confidence: n/a
-                        per_run.append(None)
-                    else:
-                        per_run.append(float(np.mean(vals)) if vals else math.nan)
+                    # a dataset without confidence makes the run's average n/a (None)
+                    per_run.append(None if None in vals else np.mean(vals) if vals else math.nan)
                 cells.append(_cell(per_run, key, method=name, scope=scope, dataset="",
                                    runs=len(rs)))  # fmt: skip
         averages.append((name, cells))
@@ -372,7 +338,7 @@ def controlled_gap_rows(
     runs: dict[str, list[Run]], methods: Sequence[str], datasets: Sequence[str]
 ) -> tuple[ControlledGap, int] | None:
     """Tab. 2 over the questions of ``datasets`` (pooled): the gap and the number of questions
-    left out because some run lacks them. None when a method has no samples there."""
+    some run lacks; None when a method has no samples there."""
     per_method = {}
     for m in methods:
         tables = []
@@ -407,17 +373,19 @@ def _gap_rows(runs, methods, scopes) -> list[GapRow]:
     return rows
 
 
+def _per_run(runs: dict[str, list[Run]], datasets: list[str], of) -> dict:
+    """``out[dataset][method]``: ``of(confidence, correct)`` of each run with samples."""
+    out: dict[str, dict[str, list]] = {}
+    for d, name, _, conf, ok in scored_runs(runs, datasets):
+        out.setdefault(d, {}).setdefault(name, []).append(of(conf, ok))
+    return out
+
+
 def _density_panels(runs: dict[str, list[Run]], datasets: list[str]) -> dict:
     """``panels[dataset][method] = (confidence, correct)`` pooled over the method's runs."""
-    panels: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
-    for d in datasets:
-        for name, rs in runs.items():
-            parts = [r.scores(d)[:2] for r in rs if d in r.metrics and r.samples(d)]
-            if parts:
-                conf = np.concatenate([c for c, _ in parts])
-                ok = np.concatenate([o for _, o in parts])
-                panels.setdefault(d, {})[name] = (conf, ok)
-    return panels
+    parts = _per_run(runs, datasets, lambda conf, ok: (conf, ok))
+    return {d: {name: tuple(map(np.concatenate, zip(*ps, strict=True)))
+                for name, ps in methods.items()} for d, methods in parts.items()}  # fmt: skip
 
 
 def _density_rows(runs: dict[str, list[Run]], panels: dict) -> list[DensityRow]:
@@ -431,8 +399,6 @@ def _density_rows(runs: dict[str, list[Run]], panels: dict) -> list[DensityRow]:
     return rows
 
 
-# --------------------------------------------------------------------------- rendering
-
 _CELL_FIELDS = ["method", "scope", "dataset", "metric", "mean", "std", "runs"]
 # run, ci_low, ci_high: the calibration section's rows (one run each); empty on the other rows.
 CSV_FIELDS = [*_CELL_FIELDS, "run", "ci_low", "ci_high"]
@@ -443,8 +409,8 @@ def _num(value: float) -> str:
 
 
 def _text(cell: Cell) -> str:
-    """``mean`` or ``mean ± std`` (percent for accuracies); ``NOT_AVAILABLE`` when its runs gave
-    no confidence, with how many did not beside a value of the others; "–" without a value."""
+    """``mean`` or ``mean ± std`` (percent for accuracies); ``NOT_AVAILABLE`` when no run gave a
+    confidence, with how many did not beside the others' value; "–" without a value."""
     if cell.values == 0:
         return NOT_AVAILABLE if cell.undefined else "–"
     scale, fmt = (100.0, "{:.1f}") if cell.metric in _PERCENT else (1.0, "{:.3f}")
@@ -461,16 +427,10 @@ def csv_rows(rows: ReportRows) -> list[dict]:
     out = [{k: getattr(c, k) for k in _CELL_FIELDS} for _, cells in rows.averages for c in cells]
     out += [{k: getattr(c, k) for k in _CELL_FIELDS} for r in rows.per_dataset for c in r.cells]
     for g in rows.gap:
-        values = {
-            "controlled_conf_correct": g.mean_correct,
-            "controlled_conf_incorrect": g.mean_incorrect,
-            "controlled_gap": g.gap,
-            "controlled_n_correct": g.n_correct,
-            "controlled_n_incorrect": g.n_incorrect,
-        }
-        for key, value in values.items():
+        for key in ("conf_correct", "conf_incorrect", "gap", "n_correct", "n_incorrect"):
+            value = getattr(g, key.replace("conf_", "mean_"))
             out.append(dict(method=g.method, scope="" if g.is_dataset else g.questions,
-                            dataset=g.questions if g.is_dataset else "", metric=key,
+                            dataset=g.questions if g.is_dataset else "", metric=f"controlled_{key}",
                             mean=float(value), std=math.nan, runs=g.runs))  # fmt: skip
     out += [dict(method=r.method, scope="", dataset=r.dataset, metric="confidence_gap_pooled",
                  mean=r.mean_correct - r.mean_incorrect, std=math.nan, runs=r.runs)
@@ -479,8 +439,7 @@ def csv_rows(rows: ReportRows) -> list[dict]:
 
 
 def _calibration_csv(rows: ReportRows) -> list[dict]:
-    """One row per run, dataset and calibration metric: ``mean`` the estimate on the run's
-    samples, ``ci_low`` / ``ci_high`` its bootstrap CI, ``run`` the run folder's name."""
+    """One row per run, dataset and calibration metric: estimate, bootstrap CI, run folder."""
     return [
         dict(method=r.method, scope="", dataset=r.dataset, metric=m.key, mean=v.estimate,
              std=math.nan, runs=1, run=r.run, ci_low=v.low, ci_high=v.high)
@@ -492,9 +451,7 @@ def _calibration_csv(rows: ReportRows) -> list[dict]:
 def render_markdown(
     rows: ReportRows, figure: str, density_figure: str, reliability_figure: str = ""
 ) -> str:
-    """``OUTPUT.md``: the tables of ``rows``; ``figure``, ``density_figure`` and
-    ``reliability_figure`` are the file names of the risk-coverage, density and reliability
-    images it links."""
+    """``OUTPUT.md``: the tables of ``rows``, linking the three figures by file name."""
     runs, scopes = rows.runs, rows.scopes
     md: list[str] = [
         "# Evaluation report",
@@ -528,13 +485,13 @@ def render_markdown(
 
 
 def _md_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
-    """A markdown table's lines: ``| a | b |``, the ``| --- |`` rule, then one line a row."""
+    """A markdown table's lines."""
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     return lines + ["| " + " | ".join(map(str, cells)) + " |" for cells in rows]
 
 
 def _ci_text(value: M.BootstrapCI) -> str:
-    """``estimate [low, high]``; the estimate alone without bounds."""
+    """``estimate [low, high]``, or the estimate alone."""
     text = _num(value.estimate)
     if math.isnan(value.low) or math.isnan(value.high):
         return text
@@ -616,14 +573,9 @@ def _fig3_markdown(rows: ReportRows, figure: str) -> list[str]:
 
 def build_report(dirs: Sequence[str], output: str | Path, **options) -> dict[str, Path]:
     """Write ``OUTPUT.md``, ``OUTPUT.csv``, ``OUTPUT_risk_coverage.png``,
-    ``OUTPUT_confidence_density.png`` and ``OUTPUT_reliability.png``; return their paths. The
-    tables are ``report_rows(dirs, **options)`` (its keywords: labels, family, id_sets,
-    ood_sets, gap_methods, target_risks, target_coverages, bootstrap) rendered by
-    ``render_markdown`` and ``csv_rows``.
-
-    ``output`` is a file prefix; a folder (an existing one, or a path ending in ``/``) gets
-    ``report.md``, ``report.csv``, ``report_risk_coverage.png`` inside.
-    """
+    ``OUTPUT_confidence_density.png`` and ``OUTPUT_reliability.png`` of ``report_rows(dirs,
+    **options)``; return their paths. ``output``: a file prefix, or a folder (existing, or
+    ending in ``/``) that gets ``report.*`` inside."""
     rows = report_rows(dirs, **options)
     out = Path(output)
     if str(output).endswith(("/", os.sep)) or out.is_dir():
@@ -653,15 +605,8 @@ def build_report(dirs: Sequence[str], output: str | Path, **options) -> dict[str
 
 
 def _overlay(runs: dict[str, list[Run]], datasets: list[str], path: Path) -> None:
-    curves: dict[str, dict[str, np.ndarray]] = {}
-    for d in datasets:
-        for name, rs in runs.items():
-            per_run = []
-            for r in rs:
-                if d in r.metrics and r.samples(d):
-                    conf, ok, _ = r.scores(d)
-                    per_run.append(curve_on_grid(conf, ok, COVERAGE_GRID))
-            if per_run:
-                curves.setdefault(d, {})[name] = np.mean(per_run, axis=0)
+    """Fig. 5-7: per dataset and method, the risk on ``COVERAGE_GRID`` averaged over runs."""
+    curves = _per_run(runs, datasets, curve_on_grid)
     if curves:
-        plot_overlay_grid(curves, path, COVERAGE_GRID)
+        plot_overlay_grid({d: {name: np.mean(per_run, axis=0) for name, per_run in m.items()}
+                           for d, m in curves.items()}, path, COVERAGE_GRID)  # fmt: skip

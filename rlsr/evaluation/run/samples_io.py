@@ -6,7 +6,7 @@ repair=True)`` drops it (truncating the file to the last complete line) so a rer
 after the last complete record and skips every id already present.
 
 ``read_finished_samples`` is the reader of a command that needs a whole, finished evaluation
-(``rlsr deploy``, ``rlsr evaluate --deployment-target``): it refuses a cut-off last line and a
+(``rlsr deploy``, ``rlsr evaluate --deployment-target``, ``rlsr compare``): it refuses a cut-off last line and a
 file that holds fewer or more samples than the ``metrics.json`` beside it counts.
 """
 
@@ -71,9 +71,12 @@ def _read(p: Path) -> tuple[list[dict], int, int]:
     return records, good_end, len(data)
 
 
-def read_finished_samples(path: str | os.PathLike, flag: str = "samples") -> list[dict]:
+def read_finished_samples(
+    path: str | os.PathLike, flag: str = "samples", fix: str | None = None
+) -> list[dict]:
     """Every record of a finished evaluation's ``samples.jsonl`` (``path``: the file or the
-    folder holding it); ``flag`` names the input in the errors (e.g. ``--test``).
+    folder holding it); ``flag`` names the input in the errors (e.g. ``--test``; "": none),
+    ``fix`` replaces the advice of a cut, empty or miscounted file.
 
     Refuses, each with one line naming the file and the fix: a path that does not exist, a
     folder without samples, a ``.json`` file (``metrics.json``, ``run.json``: not samples), an
@@ -81,7 +84,8 @@ def read_finished_samples(path: str | os.PathLike, flag: str = "samples") -> lis
     that differs from the ``n`` of the ``metrics.json`` beside it."""
     given = Path(path)
     p = given / SAMPLES_FILE if given.is_dir() else given
-    finish = "rerun the same `rlsr evaluate` command to finish it"
+    finish = fix or "rerun the same `rlsr evaluate` command to finish it"
+    name = f"{flag} {p}".strip()
     if not given.exists():
         raise ValueError(f"{flag} {given}: no such file or folder; give a {SAMPLES_FILE} or "
                          "the folder holding it.")  # fmt: skip
@@ -97,12 +101,12 @@ def read_finished_samples(path: str | os.PathLike, flag: str = "samples") -> lis
     records, good_end, size = _read(p)
     if good_end < size:
         raise ValueError(
-            f"{flag} {p}: its last line is cut off after {len(records)} complete samples (an "
+            f"{name}: its last line is cut off after {len(records)} complete samples (an "
             f"evaluation was interrupted or is still writing it); {finish}."
         )
     if not records:
-        raise ValueError(f"{flag} {p}: no samples in it (an empty file); give a finished "
-                         "evaluation's samples.")  # fmt: skip
+        empty = fix or "give a finished evaluation's samples"
+        raise ValueError(f"{name}: no samples in it (an empty file); {empty}.")
     metrics = p.parent / METRICS_FILE
     if metrics.is_file():
         try:
@@ -111,7 +115,7 @@ def read_finished_samples(path: str | os.PathLike, flag: str = "samples") -> lis
             n = None
         if n is not None and n != len(records):
             raise ValueError(
-                f"{flag} {p}: holds {len(records)} samples but {metrics} summarises n={n}: an "
+                f"{name}: holds {len(records)} samples but {metrics} summarises n={n}: an "
                 f"evaluation is still writing it or was cut off; {finish}."
             )
     return records
