@@ -39,10 +39,23 @@ from rlsr.metrics import selective as M
 from rlsr.run.run_layout import SAMPLES_FILE
 
 __all__ = [
-    "COMPARE_JSON", "COMPARE_MD", "COMPARE_PNG", "METRICS", "MIN_SEEDS", "SCHEMA_VERSION",
-    "VALUE_BOUNDS", "Statistics", "add_verdicts", "check_margin", "paired_differences",
-    "paired_summary", "seed_summary", "compare_runs", "render_markdown", "write_comparison",
-]  # fmt: skip
+    "COMPARE_JSON",
+    "COMPARE_MD",
+    "COMPARE_PNG",
+    "METRICS",
+    "MIN_SEEDS",
+    "SCHEMA_VERSION",
+    "VALUE_BOUNDS",
+    "Statistics",
+    "add_verdicts",
+    "check_margin",
+    "paired_differences",
+    "paired_summary",
+    "seed_summary",
+    "compare_runs",
+    "render_markdown",
+    "write_comparison",
+]
 
 SCHEMA_VERSION = 2
 MIN_SEEDS = 3  # fewer seeds per method: said in the output (the CI of 2 seeds is barely one)
@@ -106,9 +119,13 @@ def _evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:
 
 
 def seed_summary(
-    per_seed: dict[int, dict[str, float]], stats: Statistics = Statistics(), keys=None, *,
-    difference: bool = False, draws: dict[str, np.ndarray] | None = None
-) -> dict:  # fmt: skip
+    per_seed: dict[int, dict[str, float]],
+    stats: Statistics = Statistics(),
+    keys=None,
+    *,
+    difference: bool = False,
+    draws: dict[str, np.ndarray] | None = None,
+) -> dict:
     """``{"seeds": {seed: {metric: v}}, "mean": {metric: v}, "ci95": {metric: [lo, hi]},
     "n": {metric: seeds used}, "excluded": {metric: [seeds]}}`` of one method (or, with
     ``difference``, one paired difference) over seeds. Per metric in ``keys`` (default:
@@ -136,9 +153,11 @@ def seed_summary(
 
 
 def paired_summary(
-    diffs: dict[int, dict[str, float]], stats: Statistics = Statistics(), keys=None,
-    draws: dict[str, np.ndarray] | None = None
-) -> dict:  # fmt: skip
+    diffs: dict[int, dict[str, float]],
+    stats: Statistics = Statistics(),
+    keys=None,
+    draws: dict[str, np.ndarray] | None = None,
+) -> dict:
     """``seed_summary`` of the paired differences A - B (``paired_differences``) plus, per
     metric, the exact paired permutation test (``p_value``, ``test``, ``n_zero``)."""
     keys = [k for k, _, _ in METRICS] if keys is None else list(keys)
@@ -295,10 +314,13 @@ def _dataset_block(
         seeds = sorted(r.seed for r in mine)
         at_last = mine[0].at(dataset, last)
         block["methods"][method] = {
-            **summary(method, seeds, last), "first": summary(method, seeds, first),
-            "n_questions": len(at_last.correct), "n_clusters": len(set(at_last.prompts)),
-            "runs": {str(r.seed): str(r.path) for r in mine}, "curve": _curve(mine, dataset),
-        }  # fmt: skip
+            **summary(method, seeds, last),
+            "first": summary(method, seeds, first),
+            "n_questions": len(at_last.correct),
+            "n_clusters": len(set(at_last.prompts)),
+            "runs": {str(r.seed): str(r.path) for r in mine},
+            "curve": _curve(mine, dataset),
+        }
     for a, b in pairs:
         seeds_a = {r.seed for r in runs if r.method == a}
         shared_seeds = sorted(seeds_a & {r.seed for r in runs if r.method == b})
@@ -313,9 +335,14 @@ def _dataset_block(
                 {s: values[(b, s)][step] for s in shared_seeds},
             )
             d = draws[step]
-            stacked = None if d is None else {
-                k: _stacked(d, a, shared_seeds, k) - _stacked(d, b, shared_seeds, k) for k in keys
-            }  # fmt: skip
+            stacked = (
+                None
+                if d is None
+                else {
+                    k: _stacked(d, a, shared_seeds, k) - _stacked(d, b, shared_seeds, k)
+                    for k in keys
+                }
+            )
             pair[label] = {"step": step, **paired_summary(diffs, stats, draws=stacked)}
             culprit = {s: f"{path[(a, s)]} or {path[(b, s)]}" for s in shared_seeds}
             notes.extend(_nan_notes(dataset, step, f"{a} - {b}", pair[label], culprit.__getitem__))
@@ -344,9 +371,12 @@ def _arm_differences(runs: list[Run], methods: list[str]) -> list[str]:
 
 
 def compare_runs(
-    paths: list[str], *, use: str | None = None, reference: str | None = None,
-    stats: Statistics = Statistics()
-) -> dict:  # fmt: skip
+    paths: list[str],
+    *,
+    use: str | None = None,
+    reference: str | None = None,
+    stats: Statistics = Statistics(),
+) -> dict:
     """The ``compare.json`` object of the runs under ``paths``. ``use``: which evaluations
     (``find_runs``). Pairs: ``reference - M`` for every other method M, else every ``A - B`` with
     A before B by name."""
@@ -359,9 +389,10 @@ def compare_runs(
             f"--reference {reference!r}: no such method among the runs ({', '.join(methods)})."
         )
     pairs = (
-        list(itertools.combinations(methods, 2)) if reference is None
+        list(itertools.combinations(methods, 2))
+        if reference is None
         else [(reference, m) for m in methods if m != reference]
-    )  # fmt: skip
+    )
     for method in methods:
         seeds = sorted(r.seed for r in runs if r.method == method)
         if len(seeds) < MIN_SEEDS:
@@ -513,32 +544,70 @@ def render_markdown(result: dict) -> str:
         for label in ("last", "first"):
             at = {m: e if label == "last" else e["first"] for m, e in methods.items()}
             lines += [f"### Methods at step {block[label + '_step']} ({label} evaluated step)", ""]
-            lines += _table(["method", "seeds", *heads], (
-                [m, len(e["seeds"]), *(_cell(e, k) for k in keys)] for m, e in at.items()
-            ))  # fmt: skip
+            lines += _table(
+                ["method", "seeds", *heads],
+                ([m, len(e["seeds"]), *(_cell(e, k) for k in keys)] for m, e in at.items()),
+            )
         lines += ["### Every seed", ""]
-        lines += _table(["method", "seed", "step", *(h for _, h, _ in METRICS), "run"], (
-            [m, seed, e["step"], *(_num(values[k]) for k in keys), entry["runs"][seed]]
-            for m, entry in methods.items()
-            for e in (entry["first"], entry)
-            for seed, values in e["seeds"].items()
-        ))  # fmt: skip
+        lines += _table(
+            ["method", "seed", "step", *(h for _, h, _ in METRICS), "run"],
+            (
+                [m, seed, e["step"], *(_num(values[k]) for k in keys), entry["runs"][seed]]
+                for m, entry in methods.items()
+                for e in (entry["first"], entry)
+                for seed, values in e["seeds"].items()
+            ),
+        )
         if block["pairs"]:
-            tested = [(p, p[label]) for p in block["pairs"] for label in ("last", "first")
-                      if label in p]  # fmt: skip
-            lines += [f"### Paired differences A − B on shared seeds, step {block['last_step']} "
-                      f"(first: step {block['first_step']})", ""]  # fmt: skip
-            lines += _table(["A − B", "shared seeds", "step", *heads], (
-                [f"{p['a']} − {p['b']}", ", ".join(map(str, p["shared_seeds"])) or "none",
-                 e["step"], *(_cell(e, k) for k in keys)] for p, e in tested
-            ))  # fmt: skip
+            tested = [
+                (p, p[label]) for p in block["pairs"] for label in ("last", "first") if label in p
+            ]
+            lines += [
+                f"### Paired differences A − B on shared seeds, step {block['last_step']} "
+                f"(first: step {block['first_step']})",
+                "",
+            ]
+            lines += _table(
+                ["A − B", "shared seeds", "step", *heads],
+                (
+                    [
+                        f"{p['a']} − {p['b']}",
+                        ", ".join(map(str, p["shared_seeds"])) or "none",
+                        e["step"],
+                        *(_cell(e, k) for k in keys),
+                    ]
+                    for p, e in tested
+                ),
+            )
             lines += ["### Tests and verdicts", ""]
-            lines += _table(["A − B", "step", "metric", "seeds", "zeros", "mean [95 % CI]",
-                             "p (exact)", "p (Holm)", "verdict"], (
-                [f"{p['a']} − {p['b']}", e["step"], head, e["n"][k], e["n_zero"][k], _cell(e, k),
-                 _num(e["p_value"][k]), _num(e["p_adjusted"][k]), e["verdict"][k]]
-                for p, e in tested for k, head, _ in METRICS
-            ))  # fmt: skip
+            lines += _table(
+                [
+                    "A − B",
+                    "step",
+                    "metric",
+                    "seeds",
+                    "zeros",
+                    "mean [95 % CI]",
+                    "p (exact)",
+                    "p (Holm)",
+                    "verdict",
+                ],
+                (
+                    [
+                        f"{p['a']} − {p['b']}",
+                        e["step"],
+                        head,
+                        e["n"][k],
+                        e["n_zero"][k],
+                        _cell(e, k),
+                        _num(e["p_value"][k]),
+                        _num(e["p_adjusted"][k]),
+                        e["verdict"][k],
+                    ]
+                    for p, e in tested
+                    for k, head, _ in METRICS
+                ),
+            )
     return "\n".join(lines)
 
 

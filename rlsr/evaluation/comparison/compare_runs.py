@@ -49,8 +49,14 @@ from rlsr.run.run_layout import (
 )
 
 __all__ = [
-    "CONFIG_FILE", "HELD_OUT", "EVALUATE", "Evaluation", "Run", "find_runs", "check_comparable"
-]  # fmt: skip
+    "CONFIG_FILE",
+    "HELD_OUT",
+    "EVALUATE",
+    "Evaluation",
+    "Run",
+    "find_runs",
+    "check_comparable",
+]
 
 CONFIG_FILE = "config.yaml"  # train.py's resolved config in its output dir (train.py)
 _MAX_DEPTH = 6  # how deep a folder of runs is searched
@@ -136,8 +142,10 @@ def _method_and_seed(config: dict, run_dir: Path) -> tuple[str, int]:
             f"{run_dir / CONFIG_FILE}: no method.name; compare runs that train.py wrote."
         )
     if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ValueError(f"{run_dir / CONFIG_FILE}: seed is {seed!r}, not an integer; compare "
-                         "runs that train.py wrote.")  # fmt: skip
+        raise ValueError(
+            f"{run_dir / CONFIG_FILE}: seed is {seed!r}, not an integer; compare "
+            "runs that train.py wrote."
+        )
     return name, seed
 
 
@@ -283,11 +291,20 @@ def _evaluations(out: Path, step: int, run_dir: Path | None = None) -> list[Eval
         scorer = metrics.get("primary_scorer", "verbalized")
         _check_records(samples, records, scorer, _fix(out, step, run_dir, rewrite=True))
         confidence, correct, _ = scorer_arrays(records, scorer)
-        found.append(Evaluation(
-            folder, step, name, _protocol(run), _version_of(run, name), confidence, correct,
-            _questions_digest(records), ids=tuple(str(r.get("id")) for r in records),
-            prompts=tuple(str(r.get("question", r.get("id"))) for r in records),
-        ))  # fmt: skip
+        found.append(
+            Evaluation(
+                folder,
+                step,
+                name,
+                _protocol(run),
+                _version_of(run, name),
+                confidence,
+                correct,
+                _questions_digest(records),
+                ids=tuple(str(r.get("id")) for r in records),
+                prompts=tuple(str(r.get("question", r.get("id"))) for r in records),
+            )
+        )
     return found
 
 
@@ -575,8 +592,15 @@ def _refuse_difference(pairs: list[tuple[Path, object]] | None, say: str, **name
             places.append(place)
     if len(where) > 1:
         (a, where_a), (b, where_b) = list(where.items())[:2]
-        raise ValueError(say.format(a=json.loads(a), where_a=_listed(where_a), b=json.loads(b),
-                                    where_b=_listed(where_b), **names))  # fmt: skip
+        raise ValueError(
+            say.format(
+                a=json.loads(a),
+                where_a=_listed(where_a),
+                b=json.loads(b),
+                where_b=_listed(where_b),
+                **names,
+            )
+        )
 
 
 def _listed(paths: list[Path]) -> str:
@@ -622,8 +646,9 @@ def check_comparable(runs: list[Run]) -> None:
                 _pairs(runs, dataset, field_value),
                 "evaluation protocol differs on {dataset}: {key} is {a[0]!r} in {where_a} but "
                 "{b[0]!r} in {where_b}; compare runs evaluated with one protocol.",
-                dataset=dataset, key=key,
-            )  # fmt: skip
+                dataset=dataset,
+                key=key,
+            )
         _refuse_difference(
             _pairs(runs, dataset, lambda e: e.versions),
             "data version of {dataset} differs: versions.{dataset} is {a} in {where_a} but {b} in "

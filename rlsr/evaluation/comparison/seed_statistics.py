@@ -11,11 +11,25 @@ from scipy.stats import beta as beta_dist
 from scipy.stats import t as student_t
 
 __all__ = [
-    "ALPHA", "EXACT_UP_TO", "FLOAT_NOISE", "LEVEL", "Interval", "PairedTest", "holm",
-    "cluster_draws", "no_spread_interval", "paired_permutation_test", "resampled_seed_interval",
-    "resampled_t_interval", "seed_interval", "seed_intervals", "t_interval", "t_intervals",
-    "zero_split_intervals", "verdict",
-]  # fmt: skip
+    "ALPHA",
+    "EXACT_UP_TO",
+    "FLOAT_NOISE",
+    "LEVEL",
+    "Interval",
+    "PairedTest",
+    "holm",
+    "cluster_draws",
+    "no_spread_interval",
+    "paired_permutation_test",
+    "resampled_seed_interval",
+    "resampled_t_interval",
+    "seed_interval",
+    "seed_intervals",
+    "t_interval",
+    "t_intervals",
+    "zero_split_intervals",
+    "verdict",
+]
 
 LEVEL = 0.95  # the intervals' coverage
 ALPHA = 0.05  # the test's level after the Holm adjustment
@@ -241,9 +255,14 @@ def holm(p_values) -> list[float]:
 
 
 def verdict(
-    interval: Interval, p_adjusted: float, better: str, a: str, b: str,
-    margin: float | None = None, alpha: float = ALPHA
-) -> str:  # fmt: skip
+    interval: Interval,
+    p_adjusted: float,
+    better: str,
+    a: str,
+    b: str,
+    margin: float | None = None,
+    alpha: float = ALPHA,
+) -> str:
     """What the paired difference A - B says about one metric (``better``: "higher" or
     "lower"). "A better" / "B better": the interval excludes 0 (a bound within ``FLOAT_NOISE``
     counts as 0) and adjusted p < ``alpha`` (", within ±δ" when it also lies inside the margin);

@@ -38,13 +38,29 @@ from rlsr.run.eval_protocol import DECODING_FIELDS, PROTOCOL_FIELDS, SCORERS
 from rlsr.run.run_layout import DEPLOYMENT_FILE, METRICS_FILE, RUN_FILE, SAMPLES_FILE
 
 __all__ = [
-    "RULES", "DEPLOYMENT_SCHEMA_VERSION", "deployment_rows", "deployment_markdown",
-    "deployment_method_name", "INFEASIBLE_LEGEND", "guarantee", "deployment_record",
-    "split_job_name", "model_identity", "find_run_record", "evaluation_decoding",
-    "evaluation_protocol", "deployment_provenance", "deployment_from_samples", "write_deployment",
-    "TRAIN_CONFIG_FILE", "training_record", "training_rows_mark", "training_rows_problem",
-    "split_identity", "split_problems",
-]  # fmt: skip
+    "RULES",
+    "DEPLOYMENT_SCHEMA_VERSION",
+    "deployment_rows",
+    "deployment_markdown",
+    "deployment_method_name",
+    "INFEASIBLE_LEGEND",
+    "guarantee",
+    "deployment_record",
+    "split_job_name",
+    "model_identity",
+    "find_run_record",
+    "evaluation_decoding",
+    "evaluation_protocol",
+    "deployment_provenance",
+    "deployment_from_samples",
+    "write_deployment",
+    "TRAIN_CONFIG_FILE",
+    "training_record",
+    "training_rows_mark",
+    "training_rows_problem",
+    "split_identity",
+    "split_problems",
+]
 
 RULES = ("plain", "clopper_pearson", "plain+temperature")
 DEPLOYMENT_SCHEMA_VERSION = 2  # 1: {"method", "rows"}; 2: + "provenance", row "guarantee"
@@ -79,9 +95,14 @@ def _row(rule, val_conf, val_ok, test_conf, test_ok, target, delta, temperature=
 
 
 def deployment_rows(
-    val_confidence: Sequence[float], val_correct: Sequence[bool], test_confidence: Sequence[float],
-    test_correct: Sequence[bool], target: float, *, delta: float = 0.1
-) -> list[dict]:  # fmt: skip
+    val_confidence: Sequence[float],
+    val_correct: Sequence[bool],
+    test_confidence: Sequence[float],
+    test_correct: Sequence[bool],
+    target: float,
+    *,
+    delta: float = 0.1,
+) -> list[dict]:
     """Tab. 3 rows (one model): the paper's rule, the guarded rule and the temperature baseline."""
     vc, vo = np.asarray(val_confidence, float), np.asarray(val_correct, bool)
     tc, to = np.asarray(test_confidence, float), np.asarray(test_correct, bool)
@@ -348,9 +369,16 @@ def training_rows_problem(provenance: Mapping) -> str | None:
 
 
 def deployment_provenance(
-    val_path: str | os.PathLike, val_records: list[dict], test_records: list[dict], *, scorer: str,
-    target: float, delta: float, model: str | None = None, adapter: str | None = None
-) -> dict:  # fmt: skip
+    val_path: str | os.PathLike,
+    val_records: list[dict],
+    test_records: list[dict],
+    *,
+    scorer: str,
+    target: float,
+    delta: float,
+    model: str | None = None,
+    adapter: str | None = None,
+) -> dict:
     """What a deployment threshold was computed from (``deployment.json["provenance"]``); model
     and adapter from ``model`` / ``adapter``, else from the evaluation's ``run.json``."""
     found = find_run_record(val_path)

@@ -90,13 +90,20 @@ def best_steps(rows: list[dict]) -> list[dict]:
         return str(folder) if folder.is_dir() else None
 
     return [
-        {"run": run, "dataset": dataset, "step": row["step"], "aurc": row["aurc"],
-         "checkpoint": saved(row), "final_step": last["step"], "final_aurc": last["aurc"],
-         "final_checkpoint": saved(last),
-         "final_adapter": _final_adapter(last["run_dir"], last["step"])}
+        {
+            "run": run,
+            "dataset": dataset,
+            "step": row["step"],
+            "aurc": row["aurc"],
+            "checkpoint": saved(row),
+            "final_step": last["step"],
+            "final_aurc": last["aurc"],
+            "final_checkpoint": saved(last),
+            "final_adapter": _final_adapter(last["run_dir"], last["step"]),
+        }
         for (run, dataset), row in best.items()
         for last in [final[run, dataset]]
-    ]  # fmt: skip
+    ]
 
 
 def y_limits(values: Sequence[float], min_span: float = MIN_Y_SPAN) -> tuple[float, float]:

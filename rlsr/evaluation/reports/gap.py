@@ -18,9 +18,15 @@ import numpy as np
 from rlsr.core.metric_inputs import scores_array
 
 __all__ = [
-    "PAPER_KDE_BANDWIDTH", "QuestionKey", "AlignedRuns", "ControlledGap", "align_runs",
-    "controlled_confidence_gap", "gaussian_kde", "kde_grid",
-]  # fmt: skip
+    "PAPER_KDE_BANDWIDTH",
+    "QuestionKey",
+    "AlignedRuns",
+    "ControlledGap",
+    "align_runs",
+    "controlled_confidence_gap",
+    "gaussian_kde",
+    "kde_grid",
+]
 
 PAPER_KDE_BANDWIDTH = 0.15
 """Sec. C.7: "kernel density estimation with a bandwidth of 0.15" (kernel std, confidence units)."""

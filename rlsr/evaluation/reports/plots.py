@@ -16,10 +16,17 @@ from rlsr.evaluation.run.summary import scorer_arrays
 from rlsr.metrics import selective as M
 
 __all__ = [
-    "curve_on_grid", "curve_steps", "plot_dataset_risk_coverage", "plot_overlay_grid",
-    "plot_confidence_densities", "ReliabilityPanel", "reliability_panel",
-    "plot_reliability_diagrams", "pyplot", "save",
-]  # fmt: skip
+    "curve_on_grid",
+    "curve_steps",
+    "plot_dataset_risk_coverage",
+    "plot_overlay_grid",
+    "plot_confidence_densities",
+    "ReliabilityPanel",
+    "reliability_panel",
+    "plot_reliability_diagrams",
+    "pyplot",
+    "save",
+]
 
 COVERAGE_GRID = np.linspace(0.01, 1.0, 100)
 
@@ -102,9 +109,10 @@ def plot_overlay_grid(
 
 
 def plot_confidence_densities(
-    panels: Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray]]], path,
-    bandwidth: float = PAPER_KDE_BANDWIDTH
-) -> Path:  # fmt: skip
+    panels: Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray]]],
+    path,
+    bandwidth: float = PAPER_KDE_BANDWIDTH,
+) -> Path:
     """Paper Fig. 3 (Sec. C.7): ``panels[title][method] = (confidence, correct)``, one panel per
     title, per method a solid density of its correct and a dotted density of its incorrect
     answers (``gap.gaussian_kde``), Δc = mean(c | correct) − mean(c | incorrect) in the legend;

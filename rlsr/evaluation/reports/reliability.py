@@ -17,10 +17,17 @@ from rlsr.evaluation.reports.report_settings import DEFAULT_TARGET_COVERAGES, DE
 from rlsr.metrics import selective as M
 
 __all__ = [
-    "DEFAULT_TARGET_RISKS", "DEFAULT_TARGET_COVERAGES", "CalibrationMetric", "CalibrationMetrics",
-    "CalibrationRow", "calibration_metrics", "calibration_rows", "reliability_panels",
-    "parse_targets", "scored_runs",
-]  # fmt: skip
+    "DEFAULT_TARGET_RISKS",
+    "DEFAULT_TARGET_COVERAGES",
+    "CalibrationMetric",
+    "CalibrationMetrics",
+    "CalibrationRow",
+    "calibration_metrics",
+    "calibration_rows",
+    "reliability_panels",
+    "parse_targets",
+    "scored_runs",
+]
 
 
 @dataclass(frozen=True)
@@ -111,16 +118,25 @@ def scored_runs(runs: Mapping[str, Sequence], datasets: Sequence[str]):
 
 
 def calibration_rows(
-    runs: Mapping[str, Sequence], datasets: Sequence[str], metrics: CalibrationMetrics, *,
-    n_resamples: int = 1000, seed: int = 0
-) -> list[CalibrationRow]:  # fmt: skip
+    runs: Mapping[str, Sequence],
+    datasets: Sequence[str],
+    metrics: CalibrationMetrics,
+    *,
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> list[CalibrationRow]:
     """Per run with samples: every metric with its 95 % percentile bootstrap CI over the run's
     samples (``rlsr.metrics.selective.bootstrap_cis``; 0 resamples: no bounds)."""
     return [
-        CalibrationRow(d, method, r.path.name, int(conf.shape[0]),
-                       _estimates(metrics, conf, ok, n_resamples, seed))
+        CalibrationRow(
+            d,
+            method,
+            r.path.name,
+            int(conf.shape[0]),
+            _estimates(metrics, conf, ok, n_resamples, seed),
+        )
         for d, method, r, conf, ok in scored_runs(runs, datasets)
-    ]  # fmt: skip
+    ]
 
 
 def reliability_panels(runs: Mapping[str, Sequence], datasets: Sequence[str]) -> dict:

@@ -70,15 +70,30 @@ from rlsr.metrics import selective as M
 from rlsr.run.run_layout import METRICS_FILE, SAMPLES_FILE
 
 __all__ = [
-    "TABLE_METRICS", "Run", "method_from_dirname", "group_runs", "split_id_ood", "Cell",
-    "DatasetRow", "GapRow", "DensityRow", "ReportRows", "report_rows", "csv_rows",
-    "render_markdown", "build_report", "controlled_gap_rows",
-]  # fmt: skip
+    "TABLE_METRICS",
+    "Run",
+    "method_from_dirname",
+    "group_runs",
+    "split_id_ood",
+    "Cell",
+    "DatasetRow",
+    "GapRow",
+    "DensityRow",
+    "ReportRows",
+    "report_rows",
+    "csv_rows",
+    "render_markdown",
+    "build_report",
+    "controlled_gap_rows",
+]
 
 TABLE_METRICS = (
-    ("aurc", "AURC↓"), ("ece", "ECE↓"), ("acc@10", "Acc@10↑"), ("acc@25", "Acc@25↑"),
+    ("aurc", "AURC↓"),
+    ("ece", "ECE↓"),
+    ("acc@10", "Acc@10↑"),
+    ("acc@25", "Acc@25↑"),
     ("acc@50", "Acc@50↑"),
-)  # fmt: skip
+)
 _PERCENT = {"acc@10", "acc@25", "acc@50", "accuracy"}
 _SEED_TAG = re.compile(r"[-_.](?:seed|s)\d+$", re.IGNORECASE)
 
@@ -270,12 +285,17 @@ def _cell(values: list[float | None], key: str, **where) -> Cell:
 
 
 def report_rows(
-    dirs: Sequence[str], *, labels: Sequence[str] = (), family: str | None = None, id_sets=None,
-    ood_sets=None, gap_methods: Sequence[str] | None = None,
+    dirs: Sequence[str],
+    *,
+    labels: Sequence[str] = (),
+    family: str | None = None,
+    id_sets=None,
+    ood_sets=None,
+    gap_methods: Sequence[str] | None = None,
     target_risks: Sequence[float] = DEFAULT_TARGET_RISKS,
     target_coverages: Sequence[float] = DEFAULT_TARGET_COVERAGES,
-    bootstrap: int = DEFAULT_BOOTSTRAP
-) -> ReportRows:  # fmt: skip
+    bootstrap: int = DEFAULT_BOOTSTRAP,
+) -> ReportRows:
     """The report's tables as plain data; ``gap_methods``: the methods Tab. 2 holds accuracy
     fixed across (default: all); ``bootstrap``: resamples of the calibration CIs (0: none)."""
     groups = group_runs(dirs, labels)
@@ -384,8 +404,10 @@ def _per_run(runs: dict[str, list[Run]], datasets: list[str], of) -> dict:
 def _density_panels(runs: dict[str, list[Run]], datasets: list[str]) -> dict:
     """``panels[dataset][method] = (confidence, correct)`` pooled over the method's runs."""
     parts = _per_run(runs, datasets, lambda conf, ok: (conf, ok))
-    return {d: {name: tuple(map(np.concatenate, zip(*ps, strict=True)))
-                for name, ps in methods.items()} for d, methods in parts.items()}  # fmt: skip
+    return {
+        d: {name: tuple(map(np.concatenate, zip(*ps, strict=True))) for name, ps in methods.items()}
+        for d, methods in parts.items()
+    }
 
 
 def _density_rows(runs: dict[str, list[Run]], panels: dict) -> list[DensityRow]:
@@ -608,5 +630,11 @@ def _overlay(runs: dict[str, list[Run]], datasets: list[str], path: Path) -> Non
     """Fig. 5-7: per dataset and method, the risk on ``COVERAGE_GRID`` averaged over runs."""
     curves = _per_run(runs, datasets, curve_on_grid)
     if curves:
-        plot_overlay_grid({d: {name: np.mean(per_run, axis=0) for name, per_run in m.items()}
-                           for d, m in curves.items()}, path, COVERAGE_GRID)  # fmt: skip
+        plot_overlay_grid(
+            {
+                d: {name: np.mean(per_run, axis=0) for name, per_run in m.items()}
+                for d, m in curves.items()
+            },
+            path,
+            COVERAGE_GRID,
+        )
