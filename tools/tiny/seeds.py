@@ -18,7 +18,7 @@ normalisation, ``rlcr-stdnorm``; RLVR), one process, ``OMP_NUM_THREADS=1``. Two 
    tuning seeds is its choice (ties: fewer steps, then the smaller rate). The curves and the
    choices go to ``OUT/choices.json``; these curves are the arms' training curves.
 2. **Test, once.** On each seed of ``--seeds`` (disjoint from the tuning seeds) every arm trains
-   with its own choice, the validation split still evaluated every ``--every`` steps, and its
+   with its own choice, the validation split evaluated at its start and its last step, and its
    final adapter answers the test split once (``rlsr evaluate --split test``, the run's printed
    evaluation command); the start model answers it once too (``OUT/start``).
 
@@ -227,9 +227,11 @@ def _train(folder: Path, recipe: str, overrides: list[str], dispatch: str, study
     return wall
 
 
-def _split_overrides(args, lr: float, steps: int, seed: int) -> list[str]:
+def _split_overrides(lr: float, steps: int, seed: int, every: int) -> list[str]:
+    """A run of ``steps`` steps at ``lr`` whose held-out evaluation reads the validation split
+    every ``every`` steps and at step 0 (never the test split)."""
     return [f"seed={seed}", f"grpo.learning_rate={lr}", f"grpo.max_steps={steps}",
-            f"heldout.split={VALIDATION}", f"heldout.every={args.every}", "heldout.at_start=true",
+            f"heldout.split={VALIDATION}", f"heldout.every={every}", "heldout.at_start=true",
             f"grpo.save_steps={steps}"]  # fmt: skip
 
 
@@ -287,7 +289,7 @@ def tune(args, out: Path) -> dict:
         ):
             return arm, lr, seed, {}
         folder = out / "tune" / f"{arm}-lr{lr:g}-seed{seed}"
-        overrides = ARMS[arm] + _split_overrides(args, lr, args.max_steps, seed)
+        overrides = ARMS[arm] + _split_overrides(lr, args.max_steps, seed, args.every)
         wall = _train(folder, args.recipe, overrides, "default", {**study, "lr": lr})
         print(f"tune {arm} lr={lr:g} seed={seed}: {wall}", flush=True)
         return arm, lr, seed, ({} if "error" in wall else validation_curve(folder, dataset))
@@ -357,8 +359,9 @@ def test_phase(args, out: Path, choices: dict) -> list[dict]:
         folder = out / TEST / f"{arm}-{dispatch}-seed{seed}"
         if args.table_only and not (folder / "wall.json").is_file():
             return None
-        study = {"lr": c["lr"], "max_steps": c["step"], "every": args.every}
-        overrides = ARMS[arm] + _split_overrides(args, c["lr"], c["step"], seed)
+        # validation at step 0 and at the chosen step only: the curves are the tuning runs'
+        study = {"lr": c["lr"], "max_steps": c["step"], "every": c["step"]}
+        overrides = ARMS[arm] + _split_overrides(c["lr"], c["step"], seed, c["step"])
         wall = _train(folder, args.recipe, overrides, dispatch, study)
         row = {"arm": arm, "seed": seed, "dispatch": dispatch, "lr": c["lr"], "steps": c["step"]}
         if "error" in wall:
