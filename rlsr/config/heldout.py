@@ -174,25 +174,19 @@ class HeldOutSettings:
 
     @property
     def answer_tokens(self) -> int:
-        """Tokens an answer may need beyond its prompt (``heldout_answer_tokens``)."""
-        p = self.protocol
-        return heldout_answer_tokens(
-            p.max_new_tokens, p.fallbacks, p.fallback_max_new_tokens, p.response_format
-        )
+        return heldout_answer_tokens(self.protocol)
 
 
-def heldout_answer_tokens(
-    max_new_tokens: int, fallbacks: bool, fallback_max_new_tokens: int, response_format: str
-) -> int:
-    """Tokens one held-out answer may need on the engine beyond its prompt: the answer, with the
-    Sec. C.3 fallbacks (``tags``) a separator, suffix and continuation for each of the two, and
-    one position for the log-prob scorer. A suffix counts as its UTF-8 bytes + 2, a bound on its
-    tokens for byte-level tokenizers, so no tokenizer is needed (``VLLMBackend`` still refuses a
-    request that would exceed the engine)."""
-    need = int(max_new_tokens) + 1
-    if fallbacks and response_format != "plain":
+def heldout_answer_tokens(protocol: EvalProtocol) -> int:
+    """Tokens one answer of ``protocol`` may need on the engine beyond its prompt: the answer,
+    with the Sec. C.3 fallbacks (``tags``) a separator, suffix and continuation for each of the
+    two, and one position for the log-prob scorer. A suffix counts as its UTF-8 bytes + 2, a bound
+    on its tokens for byte-level tokenizers, so no tokenizer is needed (``VLLMBackend`` still
+    refuses a request that would exceed the engine)."""
+    need = int(protocol.max_new_tokens) + 1
+    if protocol.fallbacks and protocol.response_format != "plain":
         for suffix in (ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX):
-            need += len(suffix.encode()) + 2 + int(fallback_max_new_tokens)
+            need += len(suffix.encode()) + 2 + int(protocol.fallback_max_new_tokens)
     return need
 
 
