@@ -45,7 +45,6 @@ from rlsr.config.heldout import (
     HeldOutSettings,
     declared_variants,
     heldout_protocol,
-    protocol_variant,
     resolve_heldout,
 )
 from rlsr.config.hydra_args import describe_hydra_error, force_add_overrides
@@ -99,7 +98,6 @@ __all__ = [
     "resolve_heldout",
     "declared_variants",
     "heldout_protocol",
-    "protocol_variant",
     "register_tasks",
     "training_verifier",
     "force_add_overrides",

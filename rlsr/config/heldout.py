@@ -36,7 +36,6 @@ __all__ = [
     "declared_variants",
     "heldout_answer_tokens",
     "heldout_protocol",
-    "protocol_variant",
     "resolve_heldout",
     "server_eval_bound",
     "server_eval_tokens",
@@ -201,22 +200,6 @@ def declared_variants(cfg) -> dict:
     return variants
 
 
-def protocol_variant(cfg, variant: str) -> dict:
-    """``heldout.variants.<variant>``, checked; ``ConfigError`` naming the declared variants."""
-    variants = declared_variants(cfg)
-    if variant not in variants:
-        known = ", ".join(sorted(variants)) or "none"
-        raise ConfigError(
-            "heldout.variants",
-            f"has no variant {variant!r} (this recipe declares: {known}); add "
-            f"heldout.variants.{variant}={{max_new_tokens: ...}} or name a declared variant.",
-        )
-    try:
-        return check_mapping(variants[variant], f"heldout.variants.{variant}")
-    except ProtocolError as err:
-        raise ConfigError(err.field, err.message) from None
-
-
 def heldout_protocol(
     cfg, trainer_section: str = "grpo", variant: str | None = None
 ) -> EvalProtocol:
@@ -226,11 +209,18 @@ def heldout_protocol(
     default (``max_new_tokens``: the trainer's ``max_completion_length``; ``system_prompt``: the
     training data's, Sec. C.5), else ``EvalProtocol``'s. ``ConfigError`` names the key that set
     a bad value."""
-    if variant is not None:  # the run's own values are checked too: a variant may hide a bad one
-        heldout_protocol(cfg, trainer_section)
-    named = (
-        [] if variant is None else [(f"heldout.variants.{variant}", protocol_variant(cfg, variant))]
-    )
+    named = []
+    if variant is not None:
+        heldout_protocol(cfg, trainer_section)  # the run's own values: a variant may hide a bad one
+        variants = declared_variants(cfg)
+        if variant not in variants:
+            known = ", ".join(sorted(variants)) or "none"
+            raise ConfigError(
+                "heldout.variants",
+                f"has no variant {variant!r} (this recipe declares: {known}); add "
+                f"heldout.variants.{variant}={{max_new_tokens: ...}} or name a declared variant.",
+            )
+        named = [(f"heldout.variants.{variant}", variants[variant])]
     system_prompt = cfg.data.system_prompt or get_spec(cfg.data.task).system_prompt
     sources = [
         *named,
@@ -242,6 +232,8 @@ def heldout_protocol(
     ]  # fmt: skip
     try:
         check_mapping(cfg.method.evaluate, "method.evaluate")
+        for where, values in named:
+            check_mapping(values, where)
         return protocol_from_sources(sources)
     except ProtocolError as err:
         field_name = err.field.replace(f"{trainer_section}.max_new_tokens",
