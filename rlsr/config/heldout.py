@@ -259,7 +259,7 @@ def resolve_heldout(
     resolved = replace(e, tasks=names, verifiers=verifiers, backend=backend, **protocol.values())
     if backend in ENGINE_BACKENDS:
         _check_engine_room(section.get("vllm_max_model_length"), cfg.data.max_prompt_length,
-                           resolved.answer_tokens, protocol)  # fmt: skip
+                           resolved)  # fmt: skip
     if backend == "vllm_server":
         timeout = grpo_get(section, "ddp_timeout")
         check(
@@ -382,14 +382,13 @@ def _backend(requested: str, section: dict, *, here: bool = True) -> str:
     return backend
 
 
-def _check_engine_room(
-    length: int | None, prompt: int | None, answer_tokens: int, protocol: EvalProtocol
-) -> None:
+def _check_engine_room(length: int | None, prompt: int | None, heldout: HeldOutSettings) -> None:
     """A set ``grpo.vllm_max_model_length`` must hold a prompt of ``data.max_prompt_length``
-    tokens plus a held-out answer (``answer_tokens``)."""
+    tokens plus a held-out answer (``heldout.answer_tokens``)."""
     if length is None or prompt is None:
         return
-    max_new, fallback_tokens = protocol.max_new_tokens, protocol.fallback_max_new_tokens
+    answer_tokens = heldout.answer_tokens
+    max_new, fallback_tokens = heldout.max_new_tokens, heldout.fallback_max_new_tokens
     check(
         length >= prompt + answer_tokens,
         "grpo.vllm_max_model_length",
