@@ -17,7 +17,7 @@ itself enters (a function called with the composed ``DictConfig`` or the typed `
 as an argument, marked ``*``); and the modules that receive the config or any of its settings
 sections (an argument, ``self`` included, that is a ``DictConfig``, a ``TrainSettings`` or any
 other dataclass instance defined in ``rlsr.config``, such as ``ModelSettings``, ``PoolPlan`` or
-``ResolvedHeldOut``; marked ``*`` or ``+``). No model or dataset loads.
+``HeldOutSettings``; marked ``*`` or ``+``). No model or dataset loads.
 """
 
 from __future__ import annotations

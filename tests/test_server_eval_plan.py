@@ -1,5 +1,5 @@
 """A server-mode held-out evaluation that cannot fit its time bound is refused when the run is
-planned (rlsr.config.server_eval), before any model loads: its worst case
+planned (rlsr.config.heldout), before any model loads: its worst case
 (questions x samples per question x heldout.max_new_tokens new tokens) at the assumed or declared
 server rate must fit 0.8 x grpo.ddp_timeout - 60 s, the time the other processes wait. The
 shipped recipes, with the server mode slurm/train.slurm sets on several nodes, are not refused."""
@@ -12,7 +12,7 @@ import pytest
 from test_config import compose
 
 from rlsr.config import ConfigError, from_dict
-from rlsr.config.server_eval import (
+from rlsr.config.heldout import (
     ASSUMED_SERVER_TOKENS_PER_S,
     check_server_eval_fits,
     server_eval_bound,

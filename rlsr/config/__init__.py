@@ -43,10 +43,8 @@ from rlsr.config.heldout import (
     ENGINE_BACKENDS,
     HELDOUT_BACKENDS,
     HeldOutSettings,
-    ResolvedHeldOut,
     declared_variants,
     heldout_protocol,
-    protocol_variant,
     resolve_heldout,
 )
 from rlsr.config.hydra_args import describe_hydra_error, force_add_overrides
@@ -100,8 +98,6 @@ __all__ = [
     "resolve_heldout",
     "declared_variants",
     "heldout_protocol",
-    "protocol_variant",
-    "ResolvedHeldOut",
     "register_tasks",
     "training_verifier",
     "force_add_overrides",

@@ -1,23 +1,19 @@
-"""The held-out plan: evaluation during training (``heldout.*``, ``HeldOutSettings``) resolved
-against the rest of the run's settings (``resolve_heldout`` -> ``ResolvedHeldOut``): which
-tasks, which backend, which answer budget and scorers. ``rlsr.evaluation.heldout.evaluator`` runs
-it; the run plan (``rlsr.method.run_plan.plan_run``) calls ``resolve_heldout`` so a held-out setting
-that cannot work stops the run before training starts.
+"""The ``heldout:`` section (``HeldOutSettings``): evaluation during training, checked against
+the rest of the run when it is planned (``resolve_heldout``: a copy with every default filled in),
+so a setting that cannot work stops the run before training starts. ``rlsr.evaluation.heldout``
+runs it; docs/heldout.md describes every key.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from rlsr.config.server_eval import check_server_eval_fits
 from rlsr.config.trainer_args import grpo_get
 from rlsr.core.checks import ConfigError, check, is_int, is_number
 from rlsr.core.launch import launch_from_env
-from rlsr.core.prompts import (
-    ANSWER_FALLBACK_SUFFIX,
-    CONFIDENCE_FALLBACK_SUFFIX,
-)
+from rlsr.core.prompts import ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX
 from rlsr.data import VERIFIERS as VERIFIER_NAMES
 from rlsr.data import get_spec, resolve_tasks
 from rlsr.run.eval_protocol import (
@@ -29,92 +25,103 @@ from rlsr.run.eval_protocol import (
     protocol_keys,
 )
 from rlsr.verifiers import is_plugin_name
-from rlsr.verifiers.llm_judge import (
-    JUDGE_MAX_ANSWER_CHARS,
-    JUDGE_MAX_RETRIES,
-    JUDGE_TIMEOUT_S,
-)
+from rlsr.verifiers.llm_judge import JUDGE_MAX_ANSWER_CHARS, JUDGE_MAX_RETRIES, JUDGE_TIMEOUT_S
 
 __all__ = [
+    "ASSUMED_SERVER_TOKENS_PER_S",
     "ENGINE_BACKENDS",
     "HELDOUT_BACKENDS",
     "HeldOutSettings",
-    "ResolvedHeldOut",
-    "heldout_answer_tokens",
+    "check_server_eval_fits",
     "declared_variants",
+    "heldout_answer_tokens",
     "heldout_protocol",
-    "protocol_variant",
     "resolve_heldout",
+    "server_eval_bound",
+    "server_eval_tokens",
 ]
 
-# heldout.backend: auto = the vLLM engine the rollouts use (colocated: vllm; TRL's server:
-# vllm_server, rlsr.generation.server_backend), else transformers.
+# auto = the vLLM engine the rollouts use (colocated: vllm; TRL's server: vllm_server), else
+# transformers on a merged inference copy of the policy.
 HELDOUT_BACKENDS = ("auto", "transformers", "vllm", "vllm_server")
 # Held-out backends that answer on a vLLM engine: its context must hold prompt + answer.
 ENGINE_BACKENDS = ("vllm", "vllm_server")
+
+# vllm_server: the main process alone sends the requests while the others wait in a collective
+# that grpo.ddp_timeout ends, so the requests get this share of it, minus a reserve for what the
+# main process does after the last one (verify, write, summarise) and for clock skew.
+EVAL_SHARE_OF_DDP_TIMEOUT = 0.8
+EVAL_RESERVE_S = 60.0
+# The server's generation rate (new tokens/s, all requests together) assumed at plan time when
+# heldout.server_tokens_per_s is null. High on purpose, so only what cannot fit even at this rate
+# is refused: one GPU decoding a 7-8B model at full batch should be slower (an assumption, not
+# measured).
+ASSUMED_SERVER_TOKENS_PER_S = 20_000.0
+
+
+def _checked(accepts, message: str, **default):
+    """A ``heldout`` field with its own check (``HeldOutSettings.validate``): ``accepts(value)``,
+    else ``ConfigError("heldout.<name>", message.format(value))``."""
+    return field(**default, metadata={"check": (accepts, message)})
+
+
+_BOOL = (lambda v: isinstance(v, bool), "must be true or false.")
 
 
 @dataclass
 @protocol_keys
 class HeldOutSettings:
-    """Held-out evaluation during training (``rlsr.evaluation.heldout.evaluator``): the current policy
-    answers held-out questions with the code of ``rlsr evaluate`` (prompts, Sec. C.3 fallbacks,
-    verifiers, metrics) every ``every`` optimizer steps, into ``output_dir/eval/step-N/<dataset>``.
+    """``heldout.*``: every ``every`` optimizer steps the policy answers held-out questions with
+    ``rlsr evaluate``'s code, into ``output_dir/eval/step-N/<dataset>``. Every protocol field
+    (``EvalProtocol``) is a key here too, null = unset: then ``method.evaluate``'s, else the
+    run's default, else the protocol's (``heldout_protocol``)."""
 
-    Besides the fields below, every field of the evaluation protocol
-    (``rlsr.run.eval_protocol.EvalProtocol``: max_new_tokens, temperature, top_p, seed, batch_size,
-    fallbacks, fallback_max_new_tokens, scorers, response_format, consistency_k,
-    consistency_temperature, system_prompt, dcs, bootstrap, keep_token_ids) is a key here, null
-    by default: unset, it comes from ``method.evaluate``, else the run's default
-    (``max_new_tokens``: the trainer's ``max_completion_length``; ``system_prompt``: the training
-    data's), else the protocol's (``rlsr.run.eval_protocol.protocol_from_sources``; docs/heldout.md, "Watch a
-    run")."""
-
-    # Optimizer steps between evaluations (steps N, 2N, ...); 0: no held-out evaluation.
-    every: int = 0
-    # Also evaluate the last step when it is not a multiple of ``every`` (needs every > 0).
-    at_end: bool = True
-    # Also evaluate step 0 (the model before any update: the baseline of the curves).
-    at_start: bool = False
-    # Task names or groups, as `rlsr evaluate --tasks` (`rlsr tasks` lists them).
-    # Empty: the recipe's choice for the task trained on (``tasks_for``), else that task's own
-    # evaluation split; naming tasks here (heldout.tasks=[...]) always wins.
+    every: int = 0  # optimizer steps between evaluations; 0: off
+    at_end: bool = _checked(*_BOOL, default=True)  # also the last step, not a multiple of every
+    at_start: bool = _checked(*_BOOL, default=False)  # also step 0 (the baseline of the curves)
+    # Task names or groups, as `rlsr evaluate --tasks`. Empty: ``tasks_for[data.task]``, else
+    # the trained task's own evaluation split.
     tasks: list[str] = field(default_factory=list)
-    # A recipe's held-out tasks per training task (data.task -> names or groups), used
-    # while heldout.tasks is empty: `recipe=hotpot` evaluates hotpot-id when it trains on
-    # hotpot_modified, and a task given as data.task=TASK is evaluated on the task, not on the
-    # recipe's own data.
-    tasks_for: dict[str, list[str]] = field(default_factory=dict)
-    # Split of every task; null: each task's evaluation split (as `rlsr evaluate`).
-    split: str | None = None
-    # First N questions of each task (null: all of them).
-    limit: int | None = 200
-    # {task: local path of its rows}, as `rlsr evaluate --data-path NAME=PATH`.
-    data_path: dict[str, str] = field(default_factory=dict)
-    # {task: verifier}, as `rlsr evaluate --verifier NAME=VERIFIER` (default: the task's).
-    verifiers: dict[str, str] = field(default_factory=dict)
-    # auto: the vLLM engine of the rollouts, weights synced first (vllm_mode=colocate: vllm;
-    # vllm_mode=server: vllm_server, TRL's server), else transformers on a merged inference
-    # copy of the policy.
-    backend: str = "auto"
-    # The LLM judge of judge-verified tasks: an OpenAI-compatible server (a second model in
-    # the training processes would not fit); required when such a task is evaluated.
+    tasks_for: dict[str, list[str]] = _checked(  # data.task -> held-out tasks
+        lambda v: isinstance(v, dict) and all(isinstance(t, list | tuple) for t in v.values()),
+        "must map a training task to a list of held-out tasks; got {!r}.",
+        default_factory=dict,
+    )
+    split: str | None = None  # null: each task's evaluation split
+    limit: int | None = _checked(  # first N questions of each task (null: all)
+        lambda v: v is None or (is_int(v) and v >= 1),
+        "must be a positive integer or null; got {!r}.",
+        default=200,
+    )
+    data_path: dict[str, str] = field(default_factory=dict)  # {task: local path of its rows}
+    verifiers: dict[str, str] = field(default_factory=dict)  # {task: verifier}
+    backend: str = _checked(
+        lambda v: v in HELDOUT_BACKENDS,
+        f"got {{!r}}; choose one of {HELDOUT_BACKENDS}.",
+        default="auto",
+    )
+    # The LLM judge of judge-verified tasks: an OpenAI-compatible server, required when one is
+    # evaluated (a second model in the training processes would not fit). null: the judge's
+    # default (rlsr.verifiers.llm_judge).
     judge_base_url: str | None = None
-    judge_model: str | None = None  # null: rlsr evaluate's default judge model
-    # null (recipes/config.yaml): the judge's one default, rlsr.verifiers.llm_judge's
-    judge_timeout: float | None = JUDGE_TIMEOUT_S
-    judge_max_retries: int | None = JUDGE_MAX_RETRIES
+    judge_model: str | None = None
+    judge_timeout: float | None = _checked(
+        lambda v: is_number(v) and v > 0, "must be > 0 seconds; got {!r}.", default=JUDGE_TIMEOUT_S
+    )
+    judge_max_retries: int | None = _checked(
+        lambda v: is_int(v) and v >= 0,
+        "must be an integer >= 0; got {!r}.",
+        default=JUDGE_MAX_RETRIES,
+    )
     judge_max_answer_chars: int | None = JUDGE_MAX_ANSWER_CHARS
-    # heldout.backend=vllm_server: new tokens per second the vLLM server generates, all requests
-    # together, for the plan-time check that a held-out evaluation fits the time the other
-    # processes wait (grpo.ddp_timeout); null: rlsr.config.server_eval's assumed 20,000.
-    server_tokens_per_s: float | None = None
-    # Named protocol variants: {name: {protocol field: value}}. An evaluation that deliberately
-    # differs from the held-out protocol names its variant, which sets those fields on top of
-    # everything else (``heldout_protocol(cfg, variant=NAME)``): ``paper`` (recipes/config.yaml) is
-    # the paper tables' 4,096-token budget that slurm/sweep.py evaluates with; ``toy`` the toy
-    # table's short greedy answers. Printed in the run summary; `rlsr evaluate --protocol-variant`
-    # records the name in run.json.
+    # vllm_server: the server's new tokens/s for the plan-time time check (null: assumed rate)
+    server_tokens_per_s: float | None = _checked(
+        lambda v: v is None or (is_number(v) and v > 0),
+        "must be a number of tokens per second > 0, or null (the assumed rate); got {!r}.",
+        default=None,
+    )
+    # {name: {protocol field: value}}: an evaluation that deliberately differs names its variant
+    # (``heldout_protocol(cfg, variant=NAME)``; ``paper``: the paper tables' 4,096 tokens).
     variants: dict[str, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -125,9 +132,8 @@ class HeldOutSettings:
                 setattr(self, name, default)
 
     def validate(self) -> None:
-        """Check the fields that stand on their own (``resolve_heldout`` checks them against the
-        rest of the run: the datasets, the trainer's engine, the launch); raises ``ConfigError``
-        naming the field and the fix. With ``every`` 0 the others are unused and not checked."""
+        """Check each field that stands on its own (``resolve_heldout`` checks the rest against
+        the run); with ``every`` 0 the others are unused and not checked."""
         check(
             is_int(self.every) and self.every >= 0,
             "heldout.every",
@@ -136,19 +142,11 @@ class HeldOutSettings:
         )
         if self.every == 0:
             return
-        check(isinstance(self.at_end, bool), "heldout.at_end", "must be true or false.")
-        check(isinstance(self.at_start, bool), "heldout.at_start", "must be true or false.")
-        check(
-            isinstance(self.tasks_for, dict)
-            and all(isinstance(v, list | tuple) for v in self.tasks_for.values()),
-            "heldout.tasks_for",
-            f"must map a training task to a list of held-out tasks; got {self.tasks_for!r}.",
-        )
-        check(
-            self.limit is None or (is_int(self.limit) and self.limit >= 1),
-            "heldout.limit",
-            f"must be a positive integer or null; got {self.limit!r}.",
-        )
+        for f in fields(self):
+            if "check" in f.metadata:
+                accepts, message = f.metadata["check"]
+                value = getattr(self, f.name)
+                check(accepts(value), f"heldout.{f.name}", message.format(value))
         for name, vname in (self.verifiers or {}).items():
             check(
                 vname in VERIFIER_NAMES or is_plugin_name(vname),
@@ -156,92 +154,43 @@ class HeldOutSettings:
                 f"unknown verifier {vname!r}; choose one of {VERIFIER_NAMES} or a plugin "
                 "'package.module:function'.",
             )
-        check(
-            is_int(self.judge_max_retries) and self.judge_max_retries >= 0,
-            "heldout.judge_max_retries",
-            f"must be an integer >= 0; got {self.judge_max_retries!r}.",
-        )
-        check(
-            is_number(self.judge_timeout) and self.judge_timeout > 0,
-            "heldout.judge_timeout",
-            f"must be > 0 seconds; got {self.judge_timeout!r}.",
-        )
-        check(
-            self.backend in HELDOUT_BACKENDS,
-            "heldout.backend",
-            f"got {self.backend!r}; choose one of {HELDOUT_BACKENDS}.",
+
+    # What ``resolve_heldout`` fills in: ``tasks`` are task names, ``verifiers`` one per task,
+    # ``backend`` is not auto and every protocol key is set.
+    @property
+    def jobs(self) -> tuple[tuple[str, str, str], ...]:
+        """``(folder, task, split)`` per task, folders named as ``rlsr evaluate`` names them
+        (``name@split`` when ``heldout.split`` is set)."""
+        split = self.split
+        return tuple(
+            (name if split is None else f"{name}@{split}", name, split or get_spec(name).split)
+            for name in self.tasks
         )
 
+    @property
+    def protocol(self) -> EvalProtocol:
+        return EvalProtocol(**{name: getattr(self, name) for name in PROTOCOL_FIELDS})
 
-def heldout_answer_tokens(
-    max_new_tokens: int, fallbacks: bool, fallback_max_new_tokens: int, response_format: str
-) -> int:
-    """Tokens one held-out answer may need on the engine beyond its prompt: the answer; with the
-    Sec. C.3 fallbacks (``tags`` format), for each of the two a separator, its suffix and a
-    continuation; and one more position for the log-prob scorer's pass over all of it. A suffix
-    is counted as its UTF-8 bytes + 2, a bound on its tokens for byte-level (and byte-fallback)
-    tokenizers, so no tokenizer is needed here. The answer's text, re-tokenised inside a fallback
-    context, is counted as ``max_new_tokens``: ``VLLMBackend`` refuses, with the numbers, any
-    request that would still exceed the engine (it never lets vLLM cut one short)."""
-    need = int(max_new_tokens) + 1
-    if fallbacks and response_format != "plain":
+    @property
+    def answer_tokens(self) -> int:
+        return heldout_answer_tokens(self.protocol)
+
+
+def heldout_answer_tokens(protocol: EvalProtocol) -> int:
+    """Tokens one answer of ``protocol`` may need on the engine beyond its prompt: the answer,
+    with the Sec. C.3 fallbacks (``tags``) a separator, suffix and continuation for each of the
+    two, and one position for the log-prob scorer. A suffix counts as its UTF-8 bytes + 2, a bound
+    on its tokens for byte-level tokenizers, so no tokenizer is needed (``VLLMBackend`` still
+    refuses a request that would exceed the engine)."""
+    need = int(protocol.max_new_tokens) + 1
+    if protocol.fallbacks and protocol.response_format != "plain":
         for suffix in (ANSWER_FALLBACK_SUFFIX, CONFIDENCE_FALLBACK_SUFFIX):
-            need += len(suffix.encode()) + 2 + int(fallback_max_new_tokens)
+            need += len(suffix.encode()) + 2 + int(protocol.fallback_max_new_tokens)
     return need
 
 
-def _task_with_eval(name: str) -> bool:
-    """True when ``name`` is a user task with its own evaluation split (docs/tasks.md)."""
-    try:
-        spec = get_spec(name)
-    except ValueError:
-        return False
-    return spec.task is not None and spec.task.has_eval
-
-
-@dataclass(frozen=True)
-class ResolvedHeldOut:
-    """``heldout.*`` with every default filled in (``resolve_heldout``): what the in-training
-    evaluator runs. ``jobs``: ``(folder, task, split)`` as ``rlsr evaluate`` names its output
-    folders (the task's name; ``name@split`` when ``heldout.split`` is set)."""
-
-    every: int
-    at_end: bool
-    at_start: bool
-    jobs: tuple[tuple[str, str, str], ...]
-    verifiers: dict[str, str]
-    backend: str
-    # how each answer is generated and scored: heldout.* > method.evaluate > the run's defaults
-    protocol: EvalProtocol
-    settings: HeldOutSettings
-    # tokens an answer may need beyond its prompt on the engine (``heldout_answer_tokens``)
-    answer_tokens: int = 0
-
-    @property
-    def system_prompt(self) -> str | None:
-        return self.protocol.system_prompt
-
-    @property
-    def tasks(self) -> list[str]:
-        """The tasks evaluated, by name (groups expanded), in order."""
-        return list(dict.fromkeys(task for _, task, _ in self.jobs))
-
-    @property
-    def max_new_tokens(self) -> int:
-        return self.protocol.max_new_tokens
-
-    @property
-    def scorers(self) -> tuple[str, ...]:
-        return self.protocol.scorers
-
-    @property
-    def response_format(self) -> str:
-        return self.protocol.response_format
-
-
 def declared_variants(cfg) -> dict:
-    """``heldout.variants``, the recipe's named protocol variants ({} when none); ``ConfigError`` when
-    it is not a mapping ``{name: {protocol field: value}}``."""
+    """``heldout.variants`` ({} when none); ``ConfigError`` when it is not a mapping."""
     variants = cfg.heldout.variants if cfg.heldout.variants is not None else {}
     check(
         isinstance(variants, dict),
@@ -251,51 +200,40 @@ def declared_variants(cfg) -> dict:
     return variants
 
 
-def protocol_variant(cfg, variant: str) -> dict:
-    """The named protocol variant ``heldout.variants.<variant>``, checked (a mapping of protocol fields).
-    Raises ``ConfigError`` naming ``heldout.variants`` and the variants the recipe declares."""
-    variants = declared_variants(cfg)
-    if variant not in variants:
-        known = ", ".join(sorted(variants)) or "none"
-        raise ConfigError(
-            "heldout.variants",
-            f"has no variant {variant!r} (this recipe declares: {known}); add "
-            f"heldout.variants.{variant}={{max_new_tokens: ...}} or name a declared variant.",
-        )
-    try:
-        return check_mapping(variants[variant], f"heldout.variants.{variant}")
-    except ProtocolError as err:
-        raise ConfigError(err.field, err.message) from None
-
-
 def heldout_protocol(
     cfg, trainer_section: str = "grpo", variant: str | None = None
 ) -> EvalProtocol:
-    """The run's evaluation protocol, the one source of every evaluation of a run (the held-out
-    steps, train.py's printed ``rlsr evaluate`` command, slurm/resolve_config.py's flags, the
-    toy's): each field from ``heldout.<field>`` when set, else ``method.evaluate.<field>``, else the
-    run's default (``max_new_tokens``: the trainer's ``max_completion_length``, what the policy
-    is trained to; ``system_prompt``: the training data's, paper Sec. C.5), else
-    ``EvalProtocol``'s default. ``variant``: a named variant (``heldout.variants.<variant>``, e.g. ``paper``)
-    whose fields win over all of these: an evaluation that deliberately differs, declared in the
-    recipe, not a second default. Raises ``ConfigError`` naming the key that set a bad value."""
-    if variant is not None:  # the run's own values are checked too: a variant may hide a bad one
-        heldout_protocol(cfg, trainer_section)
-    e = cfg.heldout
-    section = getattr(cfg, trainer_section)
-    named = (
-        [] if variant is None else [(f"heldout.variants.{variant}", protocol_variant(cfg, variant))]
-    )
+    """The run's evaluation protocol, the one source of every evaluation of a run (held-out
+    steps, the printed ``rlsr evaluate`` command, Slurm's flags, the toy's): each field from
+    ``heldout.variants.<variant>``, else ``heldout``, else ``method.evaluate``, else the run's
+    default (``max_new_tokens``: the trainer's ``max_completion_length``; ``system_prompt``: the
+    training data's, Sec. C.5), else ``EvalProtocol``'s. ``ConfigError`` names the key that set
+    a bad value."""
+    named = []
+    if variant is not None:
+        heldout_protocol(cfg, trainer_section)  # the run's own values: a variant may hide a bad one
+        variants = declared_variants(cfg)
+        if variant not in variants:
+            known = ", ".join(sorted(variants)) or "none"
+            raise ConfigError(
+                "heldout.variants",
+                f"has no variant {variant!r} (this recipe declares: {known}); add "
+                f"heldout.variants.{variant}={{max_new_tokens: ...}} or name a declared variant.",
+            )
+        named = [(f"heldout.variants.{variant}", variants[variant])]
+    system_prompt = cfg.data.system_prompt or get_spec(cfg.data.task).system_prompt
     sources = [
         *named,
-        ("heldout", {name: getattr(e, name) for name in PROTOCOL_FIELDS}),
+        ("heldout", {name: getattr(cfg.heldout, name) for name in PROTOCOL_FIELDS}),
         ("method.evaluate", cfg.method.evaluate or {}),
-        (trainer_section, {"max_new_tokens": grpo_get(section, "max_completion_length")}),
-        ("data", {"system_prompt": cfg.data.system_prompt
-                  or get_spec(cfg.data.task).system_prompt}),
+        (trainer_section, {"max_new_tokens": grpo_get(getattr(cfg, trainer_section),
+                                                      "max_completion_length")}),
+        ("data", {"system_prompt": system_prompt}),
     ]  # fmt: skip
     try:
         check_mapping(cfg.method.evaluate, "method.evaluate")
+        for where, values in named:
+            check_mapping(values, where)
         return protocol_from_sources(sources)
     except ProtocolError as err:
         field_name = err.field.replace(f"{trainer_section}.max_new_tokens",
@@ -305,16 +243,12 @@ def heldout_protocol(
 
 def resolve_heldout(
     cfg, trainer_section: str = "grpo", *, here: bool = True
-) -> ResolvedHeldOut | None:
-    """Check ``cfg.heldout`` (``HeldOutSettings.validate``, then against the rest of ``cfg``)
-    and fill in its defaults; None when off
-    (``heldout.every == 0``). Raises ``ConfigError`` naming the ``heldout.*`` field and the fix, so a
-    setting that cannot work stops the run before training starts, not at its first evaluation.
-    ``cfg`` is a ``rlsr.config.TrainSettings`` (not imported: this module sits below it).
-    ``here=False``: the run starts on another machine, so ``heldout.data_path`` is not looked for
-    and the distributed launch (accelerate's environment) not read on this one."""
+) -> HeldOutSettings | None:
+    """Check ``cfg.heldout`` (its own fields, then against the rest of the ``TrainSettings``
+    ``cfg``): a copy with its defaults filled in, None when ``heldout.every`` is 0. ``here=False``:
+    the run starts on another machine, so ``heldout.data_path`` and the launch are not read."""
     e = cfg.heldout
-    e.validate()  # its own fields (TrainSettings.validate calls it too, with the other sections')
+    e.validate()
     if e.every == 0:
         return None
     names = _tasks(e, cfg.data.task, here=here)
@@ -322,41 +256,40 @@ def resolve_heldout(
     verifiers = _verifiers(e, names)
     section = getattr(cfg, trainer_section)
     backend = _backend(e.backend, section, here=here)
-    answer_tokens = heldout_answer_tokens(
-        protocol.max_new_tokens, protocol.fallbacks, protocol.fallback_max_new_tokens,
-        protocol.response_format,
-    )  # fmt: skip
+    resolved = replace(e, tasks=names, verifiers=verifiers, backend=backend, **protocol.values())
     if backend in ENGINE_BACKENDS:
         _check_engine_room(section.get("vllm_max_model_length"), cfg.data.max_prompt_length,
-                           answer_tokens, protocol)  # fmt: skip
-    jobs = tuple(
-        (name if e.split is None else f"{name}@{e.split}", name, e.split or get_spec(name).split)
-        for name in names
-    )  # (folder, dataset, split), as `rlsr evaluate` names its output folders
+                           resolved)  # fmt: skip
     if backend == "vllm_server":
-        _check_server_time(e, jobs, protocol, section, trainer_section)
-    return ResolvedHeldOut(
-        every=e.every,
-        at_end=e.at_end,
-        at_start=e.at_start,
-        jobs=jobs,
-        verifiers=verifiers,
-        backend=backend,
-        protocol=protocol,
-        settings=e,
-        answer_tokens=answer_tokens,
-    )
+        timeout = grpo_get(section, "ddp_timeout")
+        check(
+            is_number(timeout) and timeout > 0,
+            f"{trainer_section}.ddp_timeout",
+            f"must be a number of seconds > 0; got {timeout!r}.",
+        )
+        k = protocol.consistency_k if "consistency" in protocol.scorers else 0
+        check_server_eval_fits(
+            _countable_items(e, resolved.jobs), 1 + k, protocol.max_new_tokens, timeout,
+            e.server_tokens_per_s, section=trainer_section,
+            samples_note=f" (1 answer + heldout.consistency_k {k})" if k else "",
+        )  # fmt: skip
+    return resolved
 
 
 def _tasks(e: HeldOutSettings, training_task: str, *, here: bool = True) -> list[str]:
-    """``heldout.tasks`` resolved to task names (a task trained on, with an evaluation split
-    of its own, when none are named), ``heldout.data_path`` and ``heldout.limit`` checked."""
+    """``heldout.tasks`` as task names (else ``tasks_for``'s, else the trained task when it has
+    an evaluation split of its own); ``heldout.data_path`` checked against them."""
     tasks = e.tasks
     if isinstance(tasks, list | tuple) and not tasks:
-        if training_task in e.tasks_for:  # the recipe's choice for what it trains on
+        if training_task in e.tasks_for:
             tasks = list(e.tasks_for[training_task])
-        elif _task_with_eval(training_task):
-            tasks = [training_task]  # a task trained on is evaluated on its eval split
+        else:
+            try:
+                task = get_spec(training_task).task
+            except ValueError:
+                task = None
+            if task is not None and task.has_eval:
+                tasks = [training_task]
     check(
         isinstance(tasks, list | tuple) and len(tasks) > 0,
         "heldout.tasks",
@@ -383,8 +316,8 @@ def _tasks(e: HeldOutSettings, training_task: str, *, here: bool = True) -> list
 
 
 def _verifiers(e: HeldOutSettings, names: list[str]) -> dict[str, str]:
-    """``{task: verifier}``: ``heldout.verifiers`` over each task's own; the LLM judge's
-    server settings checked when a task needs it."""
+    """``{task: verifier}``: ``heldout.verifiers`` over each task's own; a judged task needs
+    ``heldout.judge_base_url``."""
     for name in e.verifiers or {}:
         check(
             name in names,
@@ -404,8 +337,8 @@ def _verifiers(e: HeldOutSettings, names: list[str]) -> dict[str, str]:
 
 
 def _backend(requested: str, section: dict, *, here: bool = True) -> str:
-    """``heldout.backend`` resolved against the trainer's rollout engine (``auto``: the engine the
-    rollouts use, else transformers) and checked against it and the distributed launch."""
+    """``heldout.backend`` (``auto``: the rollouts' engine, else transformers), checked against
+    the trainer's engine and the distributed launch."""
     colocated = bool(section.get("use_vllm")) and grpo_get(section, "vllm_mode") == "colocate"
     server = bool(section.get("use_vllm")) and section.get("vllm_mode") == "server"
     auto = "vllm" if colocated else "vllm_server" if server else "transformers"
@@ -449,15 +382,13 @@ def _backend(requested: str, section: dict, *, here: bool = True) -> str:
     return backend
 
 
-def _check_engine_room(
-    length: int | None, prompt: int | None, answer_tokens: int, protocol: EvalProtocol
-) -> None:
+def _check_engine_room(length: int | None, prompt: int | None, heldout: HeldOutSettings) -> None:
     """A set ``grpo.vllm_max_model_length`` must hold a prompt of ``data.max_prompt_length``
-    tokens plus what a held-out answer needs beyond it (``heldout_answer_tokens``): no held-out
-    answer is cut by the engine's context."""
+    tokens plus a held-out answer (``heldout.answer_tokens``)."""
     if length is None or prompt is None:
         return
-    max_new, fallback_tokens = protocol.max_new_tokens, protocol.fallback_max_new_tokens
+    answer_tokens = heldout.answer_tokens
+    max_new, fallback_tokens = heldout.max_new_tokens, heldout.fallback_max_new_tokens
     check(
         length >= prompt + answer_tokens,
         "grpo.vllm_max_model_length",
@@ -473,10 +404,8 @@ def _check_engine_room(
 
 
 def _countable_items(e: HeldOutSettings, jobs) -> dict[str, int]:
-    """Questions per held-out job that can be counted without loading anything: ``heldout.limit``,
-    or fewer when the dataset's registered size of that split is smaller; a job whose count is
-    unknown (``heldout.limit`` null and no registered size, or a local copy in ``heldout.data_path``)
-    is left out, so the time check errs towards accepting."""
+    """Questions per job countable without loading anything (``heldout.limit``, or the split's
+    registered size when smaller); a job with no known count is left out, towards accepting."""
     items = {}
     for folder, name, split in jobs:
         size = None if name in (e.data_path or {}) else get_spec(name).sizes.get(split)
@@ -486,24 +415,65 @@ def _countable_items(e: HeldOutSettings, jobs) -> dict[str, int]:
     return items
 
 
-def _check_server_time(e, jobs, protocol: EvalProtocol, section, trainer_section: str) -> None:
-    """heldout.backend=vllm_server: the worst case of one evaluation must fit the time the other
-    processes wait (``rlsr.config.server_eval.check_server_eval_fits``)."""
-    rate = e.server_tokens_per_s
-    check(
-        rate is None or (is_number(rate) and rate > 0),
-        "heldout.server_tokens_per_s",
-        f"must be a number of tokens per second > 0, or null (the assumed rate); got {rate!r}.",
-    )
-    timeout = grpo_get(section, "ddp_timeout")
-    check(
-        is_number(timeout) and timeout > 0,
-        f"{trainer_section}.ddp_timeout",
-        f"must be a number of seconds > 0; got {timeout!r}.",
-    )
-    k = protocol.consistency_k if "consistency" in protocol.scorers else 0
-    check_server_eval_fits(
-        _countable_items(e, jobs), 1 + k, protocol.max_new_tokens, timeout, rate,
-        section=trainer_section,
-        samples_note=f" (1 answer + heldout.consistency_k {k})" if k else "",
+def server_eval_bound(ddp_timeout_s: float) -> float:
+    """Seconds the vllm_server evaluation's requests may take in all: ``0.8 * ddp_timeout - 60``
+    (1,380 s for TRL's default 1,800 s). ``ValueError`` when that leaves nothing."""
+    bound = EVAL_SHARE_OF_DDP_TIMEOUT * float(ddp_timeout_s) - EVAL_RESERVE_S
+    if bound <= 0:
+        raise ValueError(
+            f"grpo.ddp_timeout={ddp_timeout_s} s leaves no time for the server-mode held-out "
+            f"evaluation (its requests get {EVAL_SHARE_OF_DDP_TIMEOUT} x ddp_timeout - "
+            f"{EVAL_RESERVE_S:.0f} s); raise grpo.ddp_timeout"
+        )
+    return bound
+
+
+def server_eval_tokens(items: int, samples_per_item: int, max_new_tokens: int) -> int:
+    """The worst case of one evaluation in new tokens (every answer ``max_new_tokens`` long, as an
+    untrained policy can do); the fallbacks and log-prob prefills are not counted."""
+    return int(items) * int(samples_per_item) * int(max_new_tokens)
+
+
+def check_server_eval_fits(
+    items: Mapping[str, int],
+    samples_per_item: int,
+    max_new_tokens: int,
+    ddp_timeout_s: float,
+    tokens_per_s: float | None,
+    *,
+    section: str = "grpo",
+    samples_note: str = "",
+) -> None:
+    """Refuse a vllm_server evaluation whose worst case (``server_eval_tokens`` over ``items``,
+    questions per countable dataset) at ``tokens_per_s`` (None: the assumed rate) takes longer
+    than ``server_eval_bound``."""
+    timeout_field = f"{section}.ddp_timeout"
+    try:
+        bound = server_eval_bound(ddp_timeout_s)
+    except ValueError as err:
+        raise ConfigError(timeout_field, f"{err} (heldout.backend=vllm_server).") from None
+    rate = ASSUMED_SERVER_TOKENS_PER_S if tokens_per_s is None else float(tokens_per_s)
+    total_items = sum(items.values())
+    tokens = server_eval_tokens(total_items, samples_per_item, max_new_tokens)
+    seconds = tokens / rate
+    if seconds <= bound:
+        return
+    per_dataset = ", ".join(f"{name} {n}" for name, n in items.items())
+    rate_note = (
+        "heldout.server_tokens_per_s" if tokens_per_s is not None
+        else "the assumed rate of one vLLM server; declare a measured one with "
+        "heldout.server_tokens_per_s"
     )  # fmt: skip
+    need_timeout = (seconds + EVAL_RESERVE_S) / EVAL_SHARE_OF_DDP_TIMEOUT  # 0.8 T - 60 >= seconds
+    raise ConfigError(
+        "heldout.limit",
+        f"the held-out evaluation through the vLLM server (heldout.backend=vllm_server) cannot fit "
+        f"its time bound: {total_items:,} questions ({per_dataset}) x {samples_per_item} "
+        f"sample(s) per question{samples_note} x heldout.max_new_tokens {max_new_tokens:,} = "
+        f"{tokens:,} new tokens at most; at {rate:,.0f} tokens/s ({rate_note}) that is "
+        f"{seconds:,.0f} s > {bound:,.0f} s, the bound of {EVAL_SHARE_OF_DDP_TIMEOUT} x "
+        f"{timeout_field} {ddp_timeout_s:,.0f} s - {EVAL_RESERVE_S:.0f} s (the other processes "
+        f"wait that long for the main one). Lower heldout.limit or heldout.max_new_tokens (or "
+        f"heldout.consistency_k), raise {timeout_field} to at least {need_timeout:,.0f}, or set "
+        "heldout.every=0 and evaluate the checkpoints with `rlsr evaluate`.",
+    )

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlsr.config.heldout import ENGINE_BACKENDS, HeldOutSettings, ResolvedHeldOut
+from rlsr.config.heldout import ENGINE_BACKENDS, HeldOutSettings
 from rlsr.config.trainer_args import (
     TRAINER_SECTIONS,
     check_grpo,
@@ -589,13 +589,13 @@ def from_dict(values: dict) -> TrainSettings:
 # --------------------------------------------------------------------------- helpers
 
 
-def vllm_context_length(cfg: TrainSettings, heldout: ResolvedHeldOut | None) -> int | None:
+def vllm_context_length(cfg: TrainSettings, heldout: HeldOutSettings | None) -> int | None:
     """vLLM's context per sequence: ``data.max_prompt_length + grpo.max_completion_length``, or,
     when the held-out evaluation runs on a vLLM engine (``heldout``, the resolved plan: the
     colocated engine, or TRL's server, whose ``--max-model-len`` slurm/resolve_config.py takes
     from here),
     ``data.max_prompt_length +`` the larger of the completion length and what a held-out answer
-    needs beyond its prompt (``ResolvedHeldOut.answer_tokens``: the answer plus the two Sec. C.3
+    needs beyond its prompt (``HeldOutSettings.answer_tokens``: the answer plus the two Sec. C.3
     fallbacks), so a held-out prompt as long as a training prompt is never cut by the engine.
 
     Without it vLLM reserves the model's whole context (131,072 tokens for Llama-3.1-8B, ~16 GiB

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import requests
 import urllib3
 
-from rlsr.config.server_eval import server_eval_bound
+from rlsr.config.heldout import server_eval_bound
 from rlsr.generation.backends import (
     Generation,
     Sampling,

@@ -30,9 +30,9 @@ from omegaconf import OmegaConf
 
 from rlsr.config import (
     TRAINER_SECTIONS,
+    HeldOutSettings,
     PoolLogSettings,
     PoolPlan,
-    ResolvedHeldOut,
     TrainSettings,
     declared_variants,
     from_dict,
@@ -76,7 +76,7 @@ class RunPlan:
         world_size (`int`): processes of this launch (``$WORLD_SIZE``, else 1, unless given).
         pool (`PoolPlan` or `None`): one optimizer step's pool and its gradient accumulation
             (GRPO methods; None for a supervised method).
-        heldout (`ResolvedHeldOut` or `None`): the held-out evaluation during training; None
+        heldout (`HeldOutSettings` or `None`): the held-out evaluation, resolved; None
             when ``heldout.every`` is 0.
         vllm_max_model_length (`int` or `None`): the vLLM engine's context per sequence (a
             server started for this run is sized by it): ``grpo.vllm_max_model_length`` when
@@ -99,7 +99,7 @@ class RunPlan:
     section: str
     world_size: int
     pool: PoolPlan | None
-    heldout: ResolvedHeldOut | None
+    heldout: HeldOutSettings | None
     vllm_max_model_length: int | None
     trainer_args: dict
     protocols: dict[str | None, EvalProtocol]

@@ -1,29 +1,19 @@
 """The evaluation protocol, declared once: how an answer is generated, scored and summarised.
 
-``EvalProtocol`` is a frozen dataclass; each field carries its default, the values it accepts
-(``valid``) and its help text. Every view of the protocol is derived from it:
-
-* ``rlsr evaluate``'s flags (``add_protocol_flags``: flag name, default, type and help);
-* ``rlsr.evaluation.run.runner.EvalSettings`` (a subclass adding a run's progress bars and plot);
-* the held-out evaluation's ``heldout.*`` keys (``protocol_keys``: every field, unset = null) and a
-  method's evaluation needs, ``method.evaluate`` (a mapping of these fields, checked by
-  ``check_mapping``), resolved by ``protocol_from_sources``: the first source that sets a field wins;
-* the flags Slurm's evaluation jobs and the toy reproduction pass to ``rlsr evaluate``
-  (``to_flags`` of a method's mapping).
-
-What belongs here is what decides a sample and its metrics (decoding, fallbacks, response format,
-scorers, prompt, bootstrap) and the two settings both entry points share (batch size, token ids);
-a run's input and output (datasets, model, output folder, progress bars, the judge) do not.
-
-A bad value raises ``ProtocolError(field, message)``; each view names the field its own way
-(``--max-new-tokens must be >= 1 ...``, ``heldout.max_new_tokens: must be >= 1 ...``).
+Each ``EvalProtocol`` field carries its default, the values it accepts and its help text; every
+view derives from it: ``rlsr evaluate``'s flags (``add_protocol_flags``), the runner's
+``EvalSettings`` (a subclass), the ``heldout.*`` keys (``protocol_keys``), ``method.evaluate``
+(``check_mapping``), the first-source-wins rule of the held-out evaluation
+(``protocol_from_sources``) and the flags Slurm and the toy pass to ``rlsr evaluate``
+(``to_flags``). A run's inputs and outputs (datasets, model, output folder, judge) are not here.
+A bad value raises ``ProtocolError(field, message)``; each view names the field its own way.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,8 +49,7 @@ RESPONSE_FORMATS = ("tags", "plain")
 
 
 class ProtocolError(ValueError):
-    """A protocol value is wrong: ``field`` is the ``EvalProtocol`` field, ``message`` says what
-    was wrong and the fix (``must be >= 1; got 0.``)."""
+    """A protocol value is wrong: ``field`` names it, ``message`` says what and the fix."""
 
     def __init__(self, field_name: str, message: str):
         self.field = field_name
@@ -68,32 +57,16 @@ class ProtocolError(ValueError):
         super().__init__(f"{field_name}: {message}")
 
 
-# --------------------------------------------------------------------------- accepted values
-
-
-def _int_at_least(low: int, *, optional: bool = False) -> tuple[Callable[[Any], bool], str]:
+def _at_least(low: int, *, optional: bool = False):
     text = f">= {low} (an integer{' or null' if optional else ''})"
     return (lambda v: (optional and v is None) or (is_int(v) and v >= low)), text
 
 
-def _number(test: Callable[[float], bool], text: str) -> tuple[Callable[[Any], bool], str]:
+def _number(test, text: str):
     return (lambda v: is_number(v) and test(v)), text
 
 
 _BOOL = (lambda v: isinstance(v, bool), "true or false")
-_INT = (is_int, "an integer")
-
-
-def _system_prompt_ok(value) -> bool:
-    return value is None or value in (*system_prompt_names(), NO_SYSTEM_PROMPT)
-
-
-def _scorer_list(value) -> bool:
-    return value is None or (
-        isinstance(value, list | tuple)
-        and len(value) > 0
-        and all(isinstance(s, str) for s in value)
-    )
 
 
 def _comma_list(text: str) -> tuple[str, ...]:
@@ -101,94 +74,74 @@ def _comma_list(text: str) -> tuple[str, ...]:
     return tuple(s.strip() for s in text.split(",") if s.strip())
 
 
-def setting(
-    default,
-    help: str,
-    *,
-    valid,
-    flag: str | None = None,
-    decides_samples: bool = True,
-    decodes: bool = False,
-    **cli,
-):
-    """A protocol field: ``default``; ``valid`` = (predicate, what it accepts, or a function
-    giving that text when it depends on registered names); ``help`` (the
-    ``rlsr evaluate --help`` text); ``flag`` when it is not ``--<name-with-dashes>``;
-    ``decides_samples``: a rerun into the same output folder must agree on it (``SAMPLE_FIELDS``,
-    compared through run.json); ``decodes``: it decides a response's text given its prompt, so a
-    served model must use the value its threshold was certified with (``DECODING_FIELDS``:
-    ``rlsr deploy`` records them, ``rlsr serve`` rebuilds its decoding from them and has a flag
-    for each); ``cli``: more ``argparse.add_argument`` keywords (type, metavar, choices,
-    action)."""
+def setting(default, help: str, *, valid, flag=None, decides_samples=True, decodes=False, **cli):
+    """A protocol field. ``valid``: (predicate, what it accepts, or a function giving that text);
+    ``help``: the ``rlsr evaluate --help`` text; ``flag`` when not ``--<name-with-dashes>``;
+    ``decides_samples``: a rerun into the same output folder must agree on it (``SAMPLE_FIELDS``);
+    ``decodes``: it decides a response's text given its prompt, so a served model must reuse the
+    certified value (``DECODING_FIELDS``, recorded by ``rlsr deploy``, flags of ``rlsr serve``);
+    ``cli``: more ``argparse.add_argument`` keywords."""
     metadata = {"help": help, "valid": valid, "flag": flag, "cli": cli, "decodes": decodes}
     return field(default=default, metadata={**metadata, "decides_samples": decides_samples})
 
 
 def _token_budget(default: int, help: str):
-    """A generation's token budget: an integer >= 1 that decides the response's text."""
-    return setting(default, help, valid=_int_at_least(1), decodes=True, type=int, metavar="N")
-
-
-# --------------------------------------------------------------------------- the declaration
+    return setting(default, help, valid=_at_least(1), decodes=True, type=int, metavar="N")
 
 
 @dataclass(frozen=True)
 class EvalProtocol:
-    """How ``rlsr evaluate`` and the held-out evaluation during training answer and score a
-    question. Defaults: the paper's protocol (Sec. C.5: greedy, 4,096 new tokens, one response;
-    Sec. C.3 fallbacks; verbalized confidence)."""
+    """How ``rlsr evaluate`` and the held-out evaluation answer and score a question. Defaults:
+    the paper's protocol (Sec. C.5: greedy, 4,096 new tokens, one response; Sec. C.3 fallbacks;
+    verbalized confidence)."""
 
     max_new_tokens: int = _token_budget(4096, "response token budget")
     temperature: float = setting(
-        0.0,
-        "0 = greedy (paper); Tab. 5 seeds use 0.3",
-        valid=_number(lambda v: v >= 0, ">= 0 (0: greedy)"),
-        decodes=True,
-        type=float,
-    )
+        0.0, "0 = greedy (paper); Tab. 5 seeds use 0.3",
+        valid=_number(lambda v: v >= 0, ">= 0 (0: greedy)"), decodes=True, type=float,
+    )  # fmt: skip
     top_p: float = setting(
-        1.0,
-        "nucleus sampling",
-        valid=_number(lambda v: 0 < v <= 1, "in (0, 1]"),
-        decodes=True,
-        type=float,
-        metavar="P",
-    )
-    seed: int = setting(0, "sampling and bootstrap seed", valid=_INT, type=int)
-    # None: the backend's (transformers 8, vLLM 256 in flight)
-    batch_size: int | None = setting(
+        1.0, "nucleus sampling", valid=_number(lambda v: 0 < v <= 1, "in (0, 1]"), decodes=True,
+        type=float, metavar="P",
+    )  # fmt: skip
+    seed: int = setting(0, "sampling and bootstrap seed", valid=(is_int, "an integer"), type=int)
+    batch_size: int | None = setting(  # None: the backend's
         None,
         "prompts in flight: transformers pads N per generate call (default 8); vLLM keeps "
         "N requests on its engine and writes each sample as it finishes (default 256)",
-        valid=_int_at_least(1, optional=True),
+        valid=_at_least(1, optional=True),
         decides_samples=False,  # how many are in flight, not what each answer is
         type=int,
         metavar="N",
     )
     fallbacks: bool = setting(
-        True,
-        "skip the Sec. C.3 fallbacks",
-        valid=_BOOL,
-        decodes=True,
-        flag="--no-fallbacks",
+        True, "skip the Sec. C.3 fallbacks", valid=_BOOL, decodes=True, flag="--no-fallbacks",
         action="store_false",
-    )
+    )  # fmt: skip
     fallback_max_new_tokens: int = _token_budget(
         64, "token budget of each Sec. C.3 fallback continuation"
     )
-    # The first is the primary scorer. None: consistency for plain answers, else verbalized;
-    # tagged answers always report verbalized too (``check_scorers``).
+    # The first is the primary scorer; None: consistency for plain answers, else verbalized.
     scorers: tuple[str, ...] | None = setting(
         None,
         "comma list of verbalized,logprob,consistency,expected (the policy's expected "
         "verbalized confidence, rlsr.equations.logprob); the first is the primary scorer "
         "(summary line, report tables). Default: verbalized; consistency with "
         "--response-format plain",
-        valid=(_scorer_list, f"a non-empty list of {', '.join(SCORERS)}"),
+        valid=(
+            lambda v: (
+                v is None
+                or (
+                    isinstance(v, list | tuple)
+                    and len(v) > 0
+                    and all(isinstance(s, str) for s in v)
+                )
+            ),
+            f"a non-empty list of {', '.join(SCORERS)}",
+        ),  # fmt: skip
         type=_comma_list,
     )
-    # "tags": the paper's <answer>/<confidence> format (Sec. C.1); "plain": no tags, the answer is
-    # the first non-empty line (SFT-Answer-Only, Sec. D.3; rlsr.core.parsing.parse_plain_response).
+    # tags: <answer>/<confidence> (Sec. C.1); plain: the first non-empty line (Sec. D.3)
     response_format: str = setting(
         "tags",
         "tags: <answer>/<confidence> (paper Sec. C.1); plain: no tags, the answer is the "
@@ -197,7 +150,7 @@ class EvalProtocol:
         choices=RESPONSE_FORMATS,
     )
     consistency_k: int = setting(  # paper Sec. D.3: K = 8 at T = 0.7
-        8, "samples of the consistency scorer", valid=_int_at_least(1), type=int, metavar="K"
+        8, "samples of the consistency scorer", valid=_at_least(1), type=int, metavar="K"
     )
     consistency_temperature: float = setting(
         0.7,
@@ -213,7 +166,7 @@ class EvalProtocol:
         "(docs/tasks.md); default: the training domain's prompt when --tasks is a group, else "
         "each task's own",
         valid=(
-            _system_prompt_ok,
+            lambda v: v is None or v in (*system_prompt_names(), NO_SYSTEM_PROMPT),
             lambda: (
                 f"one of {[*system_prompt_names(), NO_SYSTEM_PROMPT]} or null (a task's own "
                 "prompt name is known with --tasks-dir DIR, tasks_dir in training)"
@@ -224,15 +177,10 @@ class EvalProtocol:
         False, "DCS with an IDK option on MCQ tasks", valid=_BOOL, action="store_true"
     )
     bootstrap: int = setting(
-        1000,
-        "bootstrap resamples for CIs (0 = off)",
-        valid=_int_at_least(0),
+        1000, "bootstrap resamples for CIs (0 = off)", valid=_at_least(0),
         decides_samples=False,  # metrics.json is rebuilt from the samples at every run
-        type=int,
-        metavar="N",
-    )
-    # keep each response's generated token ids in samples.jsonl ("response_token_ids": what the
-    # backend generated, EOS cut): comparisons of backends by ids, not by their decoded text
+        type=int, metavar="N",
+    )  # fmt: skip
     keep_token_ids: bool = setting(
         False,
         "also store each response's generated token ids in its sample record "
@@ -243,11 +191,11 @@ class EvalProtocol:
     )
 
     def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Check every field against its ``valid`` and the fields against each other; fill in
-        the scorers (``check_scorers``). Raises ``ProtocolError`` naming the field."""
+        """Check every field against its ``valid``; fill in the scorers (``check_scorers``)."""
+        scorers = self.scorers  # a comma list (heldout.scorers=a,b) or a YAML list: a tuple
+        if isinstance(scorers, str | list):
+            scorers = _comma_list(scorers) if isinstance(scorers, str) else tuple(scorers)
+            object.__setattr__(self, "scorers", scorers)
         for f in dataclasses.fields(EvalProtocol):
             value = getattr(self, f.name)
             accepts, text = f.metadata["valid"]
@@ -261,27 +209,16 @@ class EvalProtocol:
         return {name: getattr(self, name) for name in PROTOCOL_FIELDS}
 
 
-PROTOCOL_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(EvalProtocol))
-# The fields that decide what a sample is: a rerun into the same output folder must agree on them
-SAMPLE_FIELDS: tuple[str, ...] = tuple(
-    f.name for f in dataclasses.fields(EvalProtocol) if f.metadata["decides_samples"]
-)
-# The fields that decide a response's text given its prompt: what a served model must reproduce
-# for its certified threshold to hold (rlsr deploy records them, rlsr serve rebuilds from them)
-DECODING_FIELDS: tuple[str, ...] = tuple(
-    f.name for f in dataclasses.fields(EvalProtocol) if f.metadata["decodes"]
-)
 _FIELDS = {f.name: f for f in dataclasses.fields(EvalProtocol)}
+PROTOCOL_FIELDS: tuple[str, ...] = tuple(_FIELDS)
+SAMPLE_FIELDS = tuple(n for n, f in _FIELDS.items() if f.metadata["decides_samples"])
+DECODING_FIELDS = tuple(n for n, f in _FIELDS.items() if f.metadata["decodes"])
 
 
 def check_scorers(names: Sequence[str] | None, response_format: str = "tags") -> tuple[str, ...]:
-    """Validate scorer names; the FIRST one named is the primary scorer (``metrics.json``
-    ``primary_scorer``, the summary line and ``rlsr report`` tables). None: ``consistency`` for
-    plain responses, else ``verbalized``.
-
-    ``tags`` responses always report ``verbalized`` too (appended when not named; it costs
-    nothing). ``plain`` responses carry no confidence, so ``verbalized`` is an error there.
-    """
+    """Scorer names checked, the first one the primary scorer; None: ``consistency`` for plain
+    responses, else ``verbalized``. ``tags`` responses always report ``verbalized`` too (it costs
+    nothing); ``plain`` ones carry no confidence, so ``verbalized`` is an error there."""
     if names is None:
         names = ("consistency",) if response_format == "plain" else ("verbalized",)
     names = tuple(dict.fromkeys(names))
@@ -299,13 +236,9 @@ def check_scorers(names: Sequence[str] | None, response_format: str = "tags") ->
     return names if "verbalized" in names else (*names, "verbalized")
 
 
-# --------------------------------------------------------------------------- mappings and sources
-
-
 def check_mapping(values: Mapping | None, where: str) -> dict[str, Any]:
     """A mapping of protocol fields (``method.evaluate``) as a plain dict, every key a field and
-    every value accepted. Raises ``ProtocolError`` naming ``where.<key>``: an unknown key with the
-    closest field and the list of fields."""
+    every value accepted; ``ProtocolError`` names ``where.<key>``."""
     if values is None:
         return {}
     if not isinstance(values, Mapping):
@@ -321,8 +254,6 @@ def check_mapping(values: Mapping | None, where: str) -> dict[str, Any]:
                 f"{where}.{key}",
                 f"not an evaluation setting.{hint} Known: {', '.join(PROTOCOL_FIELDS)}.",
             )
-    if isinstance(out.get("scorers"), str):  # scorers: logprob,verbalized (one string)
-        out["scorers"] = list(_comma_list(out["scorers"]))
     try:
         EvalProtocol(**out)
     except ProtocolError as err:
@@ -330,30 +261,18 @@ def check_mapping(values: Mapping | None, where: str) -> dict[str, Any]:
     return out
 
 
-def protocol_from_sources(
-    sources: Iterable[tuple[str, Mapping[str, Any]]],
-    cls: type[EvalProtocol] = EvalProtocol,
-    **extra,
-) -> EvalProtocol:
-    """The protocol whose each field comes from the FIRST source that sets it (a value that is not
-    None), else its declared default; ``sources``: ``(name, {field: value})`` from the most to the
-    least specific. The held-out evaluation's rule, written once here: ``heldout.X`` >
-    ``method.evaluate.X`` > the run's own default (``max_new_tokens``: the trained completion
-    length; ``system_prompt``: the training data's) > ``EvalProtocol``'s default.
-
-    A bad value raises ``ProtocolError`` named after the source that set it (``heldout.top_p``)."""
+def protocol_from_sources(sources: Iterable[tuple[str, Mapping[str, Any]]]) -> EvalProtocol:
+    """The protocol whose each field comes from the first source (``(name, {field: value})``,
+    most specific first) that sets it (not None), else its default. A bad value's
+    ``ProtocolError`` is named after the source that set it (``heldout.top_p``)."""
     chosen: dict[str, Any] = {}
     source: dict[str, str] = {}
     for name, values in sources:
         for key, value in (values or {}).items():
             if key in _FIELDS and key not in chosen and value is not None:
                 chosen[key], source[key] = value, name
-    if isinstance(chosen.get("scorers"), str):  # heldout.scorers=logprob,verbalized
-        chosen["scorers"] = _comma_list(chosen["scorers"])
-    elif isinstance(chosen.get("scorers"), list):
-        chosen["scorers"] = tuple(chosen["scorers"])
     try:
-        return cls(**chosen, **extra)
+        return EvalProtocol(**chosen)
     except ProtocolError as err:
         where = source.get(err.field)
         raise ProtocolError(f"{where}.{err.field}" if where else err.field, err.message) from None
@@ -365,11 +284,9 @@ def flag_of(name: str) -> str:
 
 
 def to_flags(values: Mapping[str, Any] | None, where: str = "evaluate") -> list[str]:
-    """``rlsr evaluate`` flags that set ``values`` (a checked mapping of protocol fields, named
-    ``where`` in an error), in the mapping's order: ``{scorers: [consistency], consistency_k: 8}``
-    -> ``["--scorers", "consistency", "--consistency-k", "8"]``. A switch is written only when
-    its value differs from the default (``fallbacks: false`` -> ``--no-fallbacks``); None (unset)
-    is left out."""
+    """``rlsr evaluate`` flags that set ``values`` (checked; None left out), in order:
+    ``{scorers: [consistency], consistency_k: 8}`` -> ``["--scorers", "consistency",
+    "--consistency-k", "8"]``; a switch only when it differs from the default."""
     flags: list[str] = []
     for key, value in check_mapping(values, where).items():
         f = _FIELDS[key]
@@ -385,16 +302,20 @@ def to_flags(values: Mapping[str, Any] | None, where: str = "evaluate") -> list[
     return flags
 
 
-# --------------------------------------------------------------------------- command line
+def protocol_flags(protocol: EvalProtocol) -> list[str]:
+    """``rlsr evaluate`` flags that reproduce ``protocol``: each field that differs from its
+    default (``scorers``: from the default for its response format)."""
+    defaults = EvalProtocol().values()
+    defaults["scorers"] = check_scorers(None, protocol.response_format)
+    return to_flags({k: v for k, v in protocol.values().items() if v != defaults[k]})
 
 
 def add_protocol_flags(
     parser: argparse._ActionsContainer, names: Sequence[str], *, unset: bool = False
 ) -> None:
-    """Register the ``rlsr evaluate`` flags of the protocol fields ``names`` on ``parser``, each
-    with its declared default, type and help (the caller orders them in ``--help``). ``unset``:
-    every flag defaults to None instead, so a caller can tell a flag given from one left out
-    (``rlsr serve``: left out = the certified protocol's value)."""
+    """Register the flags of the protocol fields ``names`` with their declared default, type and
+    help. ``unset``: every flag defaults to None, so a caller can tell a flag left out
+    (``rlsr serve``: left out = the certified value)."""
     for name in names:
         f = _FIELDS[name]
         kwargs = {"dest": name, "help": f.metadata["help"], **f.metadata["cli"]}
@@ -406,8 +327,7 @@ def add_protocol_flags(
 
 
 def protocol_from_args(args: argparse.Namespace, cls: type[EvalProtocol] = EvalProtocol, **extra):
-    """``cls`` from parsed ``rlsr evaluate`` arguments; a bad value raises ``ValueError`` naming
-    the flag (``--top-p must be in (0, 1]; got 2.0.``)."""
+    """``cls`` from parsed ``rlsr evaluate`` arguments; ``ValueError`` naming the flag."""
     try:
         return cls(**{name: getattr(args, name) for name in PROTOCOL_FIELDS}, **extra)
     except ProtocolError as err:
@@ -415,9 +335,8 @@ def protocol_from_args(args: argparse.Namespace, cls: type[EvalProtocol] = EvalP
 
 
 def protocol_keys(cls):
-    """Class decorator (before ``@dataclass``): add every protocol field to ``cls`` as an optional
-    setting whose None means "not set here" (``heldout.*``: then ``method.evaluate``'s, else the
-    default; ``protocol_from_sources``). The field keeps the protocol's help in its metadata."""
+    """Class decorator (before ``@dataclass``): every protocol field becomes a setting of ``cls``
+    whose None means "not set here" (``heldout.*``)."""
     annotations = dict(cls.__dict__.get("__annotations__", {}))
     for name, f in _FIELDS.items():
         if name in annotations:
@@ -429,9 +348,8 @@ def protocol_keys(cls):
 
 
 def evaluate_mapping_of(flags) -> str:
-    """The ``method.evaluate`` mapping that replaces an old ``method.evaluate_args`` flag list,
-    as YAML flow text: ``[--scorers, logprob]`` -> ``{scorers: [logprob]}`` (for the error that
-    refuses the old key)."""
+    """The ``method.evaluate`` mapping, as YAML flow text, that replaces an old
+    ``method.evaluate_args`` flag list (``[--scorers, logprob]`` -> ``{scorers: [logprob]}``)."""
     parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
     add_protocol_flags(parser, PROTOCOL_FIELDS)
     for action in parser._actions:  # only what the flags set
@@ -449,11 +367,3 @@ def evaluate_mapping_of(flags) -> str:
         parts.append(f"{name}: {value}")
     text = "method.evaluate={" + ", ".join(parts) + "}"
     return text + (f" (not evaluation settings: {unknown})" if unknown else "")
-
-
-def protocol_flags(protocol: EvalProtocol) -> list[str]:
-    """``rlsr evaluate`` flags that reproduce ``protocol``: each field that differs from its
-    default (``scorers``: from the default for its response format), in declaration order."""
-    defaults = EvalProtocol().values()
-    defaults["scorers"] = check_scorers(None, protocol.response_format)
-    return to_flags({k: v for k, v in protocol.values().items() if v != defaults[k]})

@@ -39,7 +39,7 @@ from trl import GRPOConfig, SFTConfig
 from rlsr.config import (
     ENGINE_BACKENDS,
     ConfigError,
-    ResolvedHeldOut,
+    HeldOutSettings,
     TrainSettings,
     declared_variants,
     heldout_protocol,
@@ -255,7 +255,7 @@ def _train_room(cfg, args, tokenizer, model_path):
     return _prompt_room(tokenizer, model_path, budget, "grpo.max_completion_length", engine)
 
 
-def _load_task_heldout(heldout: ResolvedHeldOut | None, tokenizer=None, model_path=None, args=None):
+def _load_task_heldout(heldout: HeldOutSettings | None, tokenizer=None, model_path=None, args=None):
     """Load the held-out splits of user tasks once before the model, so a missing column, an
     empty split, duplicate ids or a prompt that cannot fit the model's context with
     ``heldout.max_new_tokens`` is a ``ConfigError`` now, not after the model loaded."""
@@ -268,7 +268,7 @@ def _load_task_heldout(heldout: ResolvedHeldOut | None, tokenizer=None, model_pa
             engine = args.vllm_max_model_length
         room = _prompt_room(tokenizer, model_path, heldout.max_new_tokens, "heldout.max_new_tokens",
                             engine)  # fmt: skip
-    e = heldout.settings
+    e = heldout
     for _, name, split in heldout.jobs:
         if get_spec(name).task is None:
             continue
@@ -438,16 +438,16 @@ def export_final_from_checkpoint(checkpoint: str | os.PathLike, output_dir: str 
             shutil.copy2(item, out / item.name)
 
 
-def run_versions(cfg, heldout: ResolvedHeldOut | None) -> dict:
+def run_versions(cfg, heldout: HeldOutSettings | None) -> dict:
     """What decides the verdicts of a training run (``rlsr.data.version_records``): the
     training dataset with its verifier, and every held-out dataset with its own."""
     paths = {cfg.data.task: cfg.data.path} if cfg.data.path else None
     train = version_records({cfg.data.task: training_verifier(cfg.data)}, paths)
-    held = {} if heldout is None else version_records(heldout.verifiers, heldout.settings.data_path)
+    held = {} if heldout is None else version_records(heldout.verifiers, heldout.data_path)
     return {"train": train, "eval": held}
 
 
-def check_versions(cfg, heldout: ResolvedHeldOut | None) -> None:
+def check_versions(cfg, heldout: HeldOutSettings | None) -> None:
     """Refuse (``ConfigError``) to continue a run in ``output_dir`` whose checkpoints, held-out
     step folders or pool files came from another version of its data files, plugin file or
     verifier options (``OUTPUT_DIR/versions.json``; docs/tasks.md, "Resuming"); else (re)write
@@ -566,7 +566,7 @@ def _warning_line(dataset: str, last: dict) -> str | None:
     return None if warning is None else f"    warning: {dataset} at step {last['step']}: {warning}"
 
 
-def _engine_flags(heldout: ResolvedHeldOut) -> list[str]:
+def _engine_flags(heldout: HeldOutSettings) -> list[str]:
     """``rlsr evaluate`` flags for the engine the held-out evaluation ran on. ``vllm`` (colocated)
     and ``vllm_server``: TRL pushes the merged LoRA weights into the engine, so ``--backend vllm
     --merge-adapter`` (not LoRA kernels on the unmerged adapter), ``--dtype auto`` as TRL's
@@ -601,7 +601,7 @@ def _protocols(cfg, plan: RunPlan | None):
 
 
 def _evaluate_command(
-    cfg, output_dir: Path, heldout: ResolvedHeldOut | None, plan: RunPlan | None = None
+    cfg, output_dir: Path, heldout: HeldOutSettings | None, plan: RunPlan | None = None
 ) -> str:
     """The ``rlsr evaluate`` command for the final adapter on the held-out tasks (else the
     training task), with the flags of the run's protocol (``heldout_protocol``: the held-out

@@ -1,52 +1,13 @@
-"""Held-out evaluation during training: the current policy, ``rlsr evaluate``'s code, every N steps.
-
-``HeldOutEvaluator`` is a ``transformers.TrainerCallback``. At every ``heldout.every``-th optimizer
-step (and the last one, ``heldout.at_end``; step 0 with ``heldout.at_start``), after the optimizer step and before that step's
-checkpoint is written, it evaluates the policy on the held-out questions of ``heldout.tasks``
-with ``rlsr.evaluation.run.runner.evaluate_dataset`` (the function behind ``rlsr evaluate``: prompts,
-Sec. C.3 fallbacks, verifiers, metrics) and writes::
-
-    OUTPUT_DIR/eval/step-N/run.json                        what was evaluated (model, checkpoint)
-    OUTPUT_DIR/eval/step-N/<dataset>/samples.jsonl         as `rlsr evaluate --output-dir .../step-N`
-    OUTPUT_DIR/eval/step-N/<dataset>/metrics.json
-    OUTPUT_DIR/eval/step-N/<dataset>/risk_coverage.png
-    OUTPUT_DIR/eval/history.jsonl                          one line per (step, dataset), rebuilt
-
-so ``rlsr report``, ``rlsr deploy`` and ``rlsr report --curves OUTPUT_DIR`` read it. The metrics
-(``eval/<dataset>/aurc``, accuracy, ECE, Acc@k, confidence gap, format rate, seconds) go to every
-tracker of ``grpo.report_to`` through the trainer's own ``on_log`` callbacks, and the risk-coverage
-figure to TensorBoard / Weights & Biases as an image.
-
-The policy it evaluates:
-
-* ``transformers``: an inference copy built from the live weights (LoRA merged out of place,
-  ``rlsr.method.weight_sync.out_of_place_named_params``, so nothing the optimizer owns is written; other
-  tensors are shared, not copied) in ``TransformersBackend``: what ``rlsr evaluate --backend
-  transformers`` builds from checkpoint-N, so the numbers are the same (tests/test_heldout_eval).
-* ``vllm``: TRL's colocated engine, with the weights synced first when the engine is behind the
-  optimizer (TRL syncs only when it next generates), woken from and put back to sleep as TRL does.
-* ``vllm_server``: TRL's vLLM server (``grpo.vllm_mode=server``, slurm/train.slurm on several
-  nodes), with the weights synced first in the same way (every process takes part in TRL's
-  sync, which gathers ZeRO-3/FSDP shards); then the main process alone sends the held-out
-  requests (``rlsr.generation.server_backend.ServerBackend``: the requests ``rlsr evaluate
-  --backend vllm`` makes of its engine) and writes the samples, while the other processes wait
-  (for at most ``grpo.ddp_timeout`` seconds, the collectives' timeout: the requests are bounded to
-  ``0.8 * ddp_timeout - 60`` s in all, each with a timeout, so a hung server fails the
-  evaluation, recorded, instead of the run); the metrics then reach
-  every process (``broadcast_object_list``). No inference copy and no engine per process.
-
-Several processes (transformers, vllm): each evaluates a contiguous shard of every dataset into
-``rank-R/``; rank 0 joins the shards in dataset order and computes the metrics once
-(``runner.summarise``). Every process returns the same scalars from ``evaluate_step``.
-
-Robustness: a step is written to ``step-N.partial/`` and renamed to ``step-N/`` when complete,
-so after a kill and a resume a finished step is reused (not recomputed, not logged twice) and a
-half-written one is discarded and recomputed (its samples came from weights the resumed run may
-not reproduce bit for bit). An evaluation that raises (a judge server that is down, ...) logs one
-line, writes ``step-N/failed.json`` and training goes on. However an evaluation on the colocated
-engine ends (returned, raised, KeyboardInterrupt), the requests it left on the engine are aborted
-before the engine goes back to sleep, so TRL's next generation returns exactly its own rollouts
-(tests/test_vllm_cpu.py).
+"""Held-out evaluation during training (docs/heldout.md): ``HeldOutEvaluator``, a
+``TrainerCallback``, runs ``rlsr evaluate``'s ``evaluate_dataset`` on the live policy at every
+``heldout.every``-th optimizer step (before its checkpoint) into ``OUTPUT_DIR/eval/step-N/``,
+rebuilds ``eval/history.jsonl`` and sends the metrics to every tracker. The policy answers on an
+inference copy (``transformers``: the numbers of ``rlsr evaluate`` on checkpoint-N), on TRL's
+colocated engine (``vllm``) or TRL's vLLM server (``vllm_server``: every process takes part in
+the weight sync, the main process alone sends the requests within ``server_eval_bound``). With
+several processes each evaluates a contiguous shard and rank 0 joins them. A step is written to
+``step-N.partial/`` and renamed when complete (a resumed run reuses it); one that raises writes
+``failed.json`` and training goes on, with the requests it left on an engine aborted first.
 """
 
 from __future__ import annotations
@@ -64,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from accelerate.utils import is_peft_model
+from accelerate.utils import broadcast_object_list, gather_object, is_peft_model
 from transformers import AutoModelForCausalLM, TrainerCallback
 
-from rlsr.config.heldout import ResolvedHeldOut
+from rlsr.config.heldout import HeldOutSettings, server_eval_bound
 from rlsr.core.checks import ConfigError
 from rlsr.data import version_records
 from rlsr.data.loading import build_verifier, load_examples
@@ -86,7 +47,7 @@ from rlsr.generation.backends import (
     load_chat_tokenizer,
     render_chat,
 )
-from rlsr.generation.server_backend import ServerBackend, server_eval_bound
+from rlsr.generation.server_backend import ServerBackend
 from rlsr.method.weight_sync import out_of_place_named_params
 from rlsr.run.run_layout import (
     FAILED_FILE,
@@ -101,26 +62,14 @@ from rlsr.verifiers import get_verifier
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HeldOutEvaluator", "eval_settings", "inference_copy", "preserved_rng"]
-
-
-def eval_settings(resolved: ResolvedHeldOut) -> EvalSettings:
-    """The ``EvalSettings`` of the held-out protocol (``resolved.protocol``: heldout.* >
-    method.evaluate > the run's defaults), as ``rlsr evaluate`` builds them from the same flags
-    (no progress bars: the training log is not a terminal)."""
-    return EvalSettings(**resolved.protocol.values(), progress=False)
+__all__ = ["HeldOutEvaluator", "inference_copy", "preserved_rng"]
 
 
 @torch.no_grad()
 def inference_copy(model: torch.nn.Module) -> torch.nn.Module:
-    """A model for generation with the live policy's weights, built without writing the policy.
-
-    PEFT: the base model's architecture with every LoRA layer merged out of place
-    (``(W.float() + s·B A).to(W.dtype)``, the value ``merge_and_unload`` gives on a fresh base, so
-    the copy equals ``rlsr evaluate``'s merged checkpoint); other parameters and the buffers are
-    the policy's own tensors (shared, read only). Without PEFT: the policy's tensors as they are.
-    Only the merged LoRA weights take new memory.
-    """
+    """A model for generation with the live policy's weights, built without writing the policy:
+    with PEFT every LoRA layer merged out of place (``(W.float() + s·B A).to(W.dtype)``, what
+    ``merge_and_unload`` gives on a fresh base); every other tensor is the policy's own, shared."""
     peft = is_peft_model(model)
     base = model.get_base_model() if peft else model
     if peft:
@@ -148,11 +97,9 @@ def inference_copy(model: torch.nn.Module) -> torch.nn.Module:
 
 @contextlib.contextmanager
 def preserved_rng():
-    """Leave Python's, NumPy's and torch's (CPU and CUDA) global random states as they were.
-
-    ``TransformersBackend.generate`` seeds torch's global generator (``Sampling.seed``, as
-    ``rlsr evaluate`` does); inside a training process that would restart the rollout sampler's
-    stream at every evaluation, so the evaluation runs with the training's streams set aside."""
+    """Leave Python's, NumPy's and torch's (CPU and CUDA) random states as they were:
+    ``TransformersBackend.generate`` seeds torch's global generator, which would otherwise
+    restart the rollout sampler's stream at every evaluation."""
     py_state, np_state = random.getstate(), np.random.get_state()
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
     with torch.random.fork_rng(devices=devices):
@@ -163,74 +110,52 @@ def preserved_rng():
             np.random.set_state(np_state)
 
 
-def _sync_colocated_engine(trainer) -> None:  # pragma: no cover - needs a vLLM engine
-    """Bring TRL's colocated engine to the current weights and wake it (TRL only syncs when it
-    next generates; with sleep mode the weights may be discarded)."""
-    generation = trainer.vllm_generation
-    step = trainer.state.global_step
-    if getattr(generation, "_llm_weights_sleeping", False) or trainer._last_loaded_step != step:
-        generation.sync_weights()
-        trainer._last_loaded_step = step
-    if generation.enable_sleep_mode:
-        generation.llm.wake_up(tags=["kv_cache"])
+def _one_line(err: BaseException, limit: int) -> str:
+    return f"{type(err).__name__}: {' '.join(str(err).split())[:limit]}"
 
 
-def _sync_server(trainer) -> None:
-    """Bring TRL's vLLM server (``vllm_mode=server``) to the current weights, as TRL does before
-    its next rollouts (``VLLMGeneration.sync_weights``: the main process pushes, then resets the
-    server's prefix cache). Called by every process: under ZeRO-3/FSDP the walk over the
-    parameters gathers each shard collectively; the step is recorded so TRL does not push again."""
-    step = trainer.state.global_step
-    if trainer._last_loaded_step != step:
-        trainer.vllm_generation.sync_weights()
-        trainer._last_loaded_step = step
+def _gather(acc, value) -> list:
+    """Every process's ``value``, on every process."""
+    return [value] if acc.num_processes == 1 else list(gather_object([value]))
 
 
-def _sleep_colocated_engine(trainer) -> None:  # pragma: no cover - needs a vLLM engine
-    generation = trainer.vllm_generation
-    if generation.enable_sleep_mode:
-        generation.llm.sleep(level=2)  # as TRL after a generation: the next one re-syncs
-        generation._llm_weights_sleeping = True
+def _broadcast(acc, value):
+    """The main process's ``value`` on every process."""
+    return value if acc.num_processes == 1 else broadcast_object_list([value], from_process=0)[0]
 
 
 class HeldOutEvaluator(TrainerCallback):
-    """Evaluate the policy on held-out questions during training (module docstring).
-
-    Build it with the resolved ``eval`` settings, then ``bind(trainer)`` before ``train()``:
-    ``bind`` loads every dataset (and the tokenizer), so a dataset that cannot be loaded stops the
-    run before its first step; verifiers (and a judge client) are built per evaluation.
-    """
+    """Evaluate the policy on held-out questions during training (module docstring). ``bind``
+    loads every dataset and the tokenizer before ``train()``, so one that cannot load stops the
+    run before its first step."""
 
     def __init__(
         self,
-        resolved: ResolvedHeldOut,
+        resolved: HeldOutSettings,
         *,
         model_path: str,
         output_dir: str | os.PathLike,
         trust_remote_code: bool = False,
-        data_dir: str | os.PathLike | None = None,
     ) -> None:
         self.resolved = resolved
         self.model_path = model_path
         self.output_dir = Path(output_dir)
         self.trust_remote_code = trust_remote_code
-        self.data_dir = data_dir
-        self.settings = eval_settings(resolved)
+        # as rlsr evaluate builds them from the same flags; no progress bars in a training log
+        self.settings = EvalSettings(**resolved.protocol.values(), progress=False)
         self.trainer = None
         self.examples: dict[str, object] = {}
         self.tokenizer = None
-        self.last_logged: dict[str, float] = {}
 
-    # ------------------------------------------------------------------ set-up
     def bind(self, trainer) -> HeldOutEvaluator:
         """Attach to ``trainer``; load the datasets and the tokenizer ``rlsr evaluate`` uses."""
         self.trainer = trainer
-        e = self.resolved.settings
+        e = self.resolved
         for job, name, split in self.resolved.jobs:
             try:
                 self.examples[job] = load_examples(
                     name, path=(e.data_path or {}).get(name), split=split, limit=e.limit,
-                    system_prompt=self.resolved.system_prompt, data_dir=self.data_dir,
+                    system_prompt=self.resolved.system_prompt,
                 )  # fmt: skip
             except Exception as err:  # noqa: BLE001 - any load failure: one line naming the field
                 raise ConfigError(
@@ -241,17 +166,14 @@ class HeldOutEvaluator(TrainerCallback):
                     "(heldout.every=0).",
                 ) from None
         self.tokenizer = load_chat_tokenizer(self.model_path, self.trust_remote_code)
-        if self.resolved.backend in ("vllm", "vllm_server"):
-            self._check_engine_context(trainer)
+        self._check_engine_context(trainer)
         trainer.add_callback(self)
         return self
 
     def _server_context(self, trainer) -> int:
-        """vllm_server: the server's ``max_model_len``, asked by the main process (the only one
-        with TRL's client) and sent to every process, so all of them refuse or none. The others
-        wait for it in a collective, so the request is bounded as the evaluation's are
-        (``server_eval_bound``); a server that does not answer stops the run here, on every
-        process, with one ``ConfigError``."""
+        """vllm_server: the server's ``max_model_len``, asked by the main process within
+        ``server_eval_bound`` (the others wait in a collective) and sent to every process, so all
+        of them refuse or none."""
         acc = trainer.accelerator
         limit = error = None
         if acc.is_main_process:
@@ -262,7 +184,7 @@ class HeldOutEvaluator(TrainerCallback):
                     client, self.tokenizer, set(), deadline=deadline
                 ).max_model_len
             except (TimeoutError, RuntimeError, OSError, KeyError, ValueError) as err:
-                error = f"{type(err).__name__}: {' '.join(str(err).split())[:500]}"
+                error = _one_line(err, 500)
         limit, error = _broadcast(acc, (limit, error))
         if error is not None:
             raise ConfigError(
@@ -274,31 +196,22 @@ class HeldOutEvaluator(TrainerCallback):
         return limit
 
     def _check_engine_context(self, trainer) -> None:
-        """vllm: against the colocated engine's ``max_model_len``; vllm_server: against the
-        server's (``_check_context``)."""
+        """vllm, vllm_server: refuse now (before step 1) a held-out prompt the engine cannot
+        answer in full: prompt + ``answer_tokens`` must fit its ``max_model_len``. Held-out
+        prompts are not filtered by ``data.max_prompt_length`` (the evaluation sees every question
+        ``rlsr evaluate`` sees)."""
         if self.resolved.backend == "vllm":  # pragma: no cover - needs a vLLM engine
             limit = trainer.vllm_generation.llm.llm_engine.model_config.max_model_len
-            self._check_context(
-                limit,
-                "the colocated vLLM engine",
-                "grpo.vllm_max_model_length={need} (a context cap; the KV cache is sized by "
-                "grpo.vllm_gpu_memory_utilization)",
-            )
+            engine = "the colocated vLLM engine"
+            setting = ("grpo.vllm_max_model_length={need} (a context cap; the KV cache is sized by "
+                       "grpo.vllm_gpu_memory_utilization)")  # fmt: skip
         elif self.resolved.backend == "vllm_server":
-            self._check_context(
-                self._server_context(trainer),
-                "the vLLM server",
-                "the server's --max-model-len to {need} (slurm/train.slurm: RLSR_VLLM_MAX_MODEL_LEN"
-                "={need}; its default is data.max_prompt_length + what an answer needs)",
-            )
-
-    def _check_context(self, limit: int, engine: str, setting: str) -> None:
-        """vllm, vllm_server: refuse now (before step 1) held-out prompts that the engine cannot
-        answer in full: prompt + ``ResolvedHeldOut.answer_tokens`` (the answer and its Sec. C.3
-        fallbacks) must fit the engine's ``max_model_len`` (``limit``). Held-out prompts are not
-        filtered by ``data.max_prompt_length`` (the evaluation must see every question ``rlsr
-        evaluate`` sees); the default engine length covers one that long
-        (``rlsr.config.vllm_context_length``). ``setting``: the fix, ``{need}`` filled in."""
+            limit, engine = self._server_context(trainer), "the vLLM server"
+            setting = ("the server's --max-model-len to {need} (slurm/train.slurm: "
+                       "RLSR_VLLM_MAX_MODEL_LEN={need}; its default is data.max_prompt_length + "
+                       "what an answer needs)")  # fmt: skip
+        else:
+            return
         reserve = self.resolved.answer_tokens
         for job, _, _ in self.resolved.jobs:
             lengths = [
@@ -323,19 +236,14 @@ class HeldOutEvaluator(TrainerCallback):
         vname = self.resolved.verifiers[name]
         if vname != "llm_judge":
             return build_verifier(name, vname), None  # with a task's verifier options
-        e = self.resolved.settings
-        judge = RecordingJudge(
-            openai_judge_fn(
-                e.judge_base_url,
-                e.judge_model or DEFAULT_JUDGE_MODEL,
-                timeout_s=e.judge_timeout,
-                max_retries=e.judge_max_retries,
-            )  # fmt: skip
-        )
+        e = self.resolved
+        judge = RecordingJudge(openai_judge_fn(
+            e.judge_base_url, e.judge_model or DEFAULT_JUDGE_MODEL, timeout_s=e.judge_timeout,
+            max_retries=e.judge_max_retries,
+        ))  # fmt: skip
         verifier = get_verifier(vname, judge_fn=judge, max_answer_chars=e.judge_max_answer_chars)
         return verifier, judge
 
-    # ------------------------------------------------------------------ callback
     def due(self, step: int, max_steps: int) -> bool:
         """Whether step ``step`` (of ``max_steps``) is evaluated."""
         every = self.resolved.every
@@ -351,51 +259,51 @@ class HeldOutEvaluator(TrainerCallback):
             self.evaluate_step(state.global_step)
         return control
 
-    # ------------------------------------------------------------------ one evaluation
     def _backend(self):
-        trainer = self.trainer
-        if self.resolved.backend == "vllm":  # pragma: no cover - needs a vLLM engine
-            _sync_colocated_engine(trainer)
-            eos = generation_eos_ids(self.model_path, self.tokenizer, self.trust_remote_code)
-            return VLLMBackend.from_engine(trainer.vllm_generation.llm, self.tokenizer, eos)
-        if self.resolved.backend == "vllm_server":
-            _sync_server(trainer)  # every process: the sync's gathers are collective
-            if not trainer.accelerator.is_main_process:
-                return None  # the main process sends the requests
-            eos = generation_eos_ids(self.model_path, self.tokenizer, self.trust_remote_code)
+        """The backend of one evaluation. vllm, vllm_server: TRL's engine or server first brought
+        to the current weights (TRL syncs only when it next generates; every process takes part:
+        under ZeRO-3/FSDP the sync gathers shards collectively)."""
+        trainer, kind = self.trainer, self.resolved.backend
+        if kind == "transformers":
+            model = inference_copy(trainer.accelerator.unwrap_model(trainer.model))
+            return TransformersBackend.from_model(
+                model, self.tokenizer, batch_size=self.settings.batch_size
+            )
+        generation, step = trainer.vllm_generation, trainer.state.global_step
+        if trainer._last_loaded_step != step or getattr(generation, "_llm_weights_sleeping", False):
+            generation.sync_weights()
+            trainer._last_loaded_step = step
+        if kind == "vllm_server" and not trainer.accelerator.is_main_process:
+            return None  # the main process sends the requests
+        eos = generation_eos_ids(self.model_path, self.tokenizer, self.trust_remote_code)
+        if kind == "vllm_server":
             # the others now wait in a collective bounded by ddp_timeout: stop well before it
             deadline = time.monotonic() + server_eval_bound(trainer.args.ddp_timeout)
-            client = trainer.vllm_generation.vllm_client
-            return ServerBackend(client, self.tokenizer, eos, deadline=deadline)
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        return TransformersBackend.from_model(
-            inference_copy(model), self.tokenizer, batch_size=self.settings.batch_size
-        )
-
-    def _engine_requests(self) -> set[str]:
-        """vllm: the requests on the colocated engine before an evaluation (TRL leaves none)."""
-        if self.resolved.backend != "vllm":
-            return set()
-        return engine_requests(self.trainer.vllm_generation.llm)  # pragma: no cover - vLLM
+            return ServerBackend(generation.vllm_client, self.tokenizer, eos, deadline=deadline)
+        if generation.enable_sleep_mode:  # pragma: no cover - needs a vLLM engine
+            generation.llm.wake_up(tags=["kv_cache"])
+        return VLLMBackend.from_engine(generation.llm, self.tokenizer, eos)  # pragma: no cover
 
     def _release(self, backend, held: set[str]) -> None:
-        """After an evaluation, however it ended (returned, raised, interrupted). vllm: abort
-        every request the evaluation left on the engine (``held``: those there before), then
-        put the engine back to sleep as TRL does; only then may TRL's next ``LLM.generate`` run
-        (a stale request would come back with its rollouts, or, once sleep's
-        ``pause_scheduler(abort)`` has dropped it from the scheduler alone, make it loop
-        forever). transformers: free the inference copy. vllm_server: nothing (each request
-        was answered, or failed, on its own HTTP response; none stays to join TRL's rollouts)."""
+        """After an evaluation, however it ended. vllm: abort every request it left on the engine
+        (``held``: those there before), then sleep as TRL does, before TRL's next generate (a
+        stale request would come back with its rollouts, or loop forever once sleep's
+        ``pause_scheduler`` dropped it). transformers: free the inference copy. vllm_server:
+        nothing stays on the server."""
         if self.resolved.backend == "vllm_server":
             return
         if self.resolved.backend == "vllm":  # pragma: no cover - needs a vLLM engine
-            llm = self.trainer.vllm_generation.llm
+            generation = self.trainer.vllm_generation
             try:
-                stale = abort_engine_requests(llm, engine_requests(llm) - held)
+                stale = abort_engine_requests(
+                    generation.llm, engine_requests(generation.llm) - held
+                )
                 if stale:
                     logger.info("held-out evaluation: aborted %d request(s) it left", len(stale))
             finally:
-                _sleep_colocated_engine(self.trainer)
+                if generation.enable_sleep_mode:
+                    generation.llm.sleep(level=2)  # as TRL after a generation: the next re-syncs
+                    generation._llm_weights_sleeping = True
             return
         if backend is not None:
             del backend.model
@@ -405,17 +313,16 @@ class HeldOutEvaluator(TrainerCallback):
 
     def _evaluate_shards(self, folder: Path, rank: int, world: int) -> None:
         """This process's shard of every dataset into ``folder/<job>`` (``rank-R/`` below it when
-        several processes share the work). Every exit leaves the engine as TRL left it
-        (``_release``)."""
-        held = self._engine_requests()
+        several processes share the work); every exit goes through ``_release``."""
+        vllm = self.resolved.backend == "vllm"
+        held = engine_requests(self.trainer.vllm_generation.llm) if vllm else set()
         backend = None
         try:
             backend = self._backend()
             if backend is None:  # vllm_server, not the main process: nothing to send
                 return
             for job, name, _ in self.resolved.jobs:
-                examples = self.examples[job]
-                out = folder / job
+                examples, out = self.examples[job], folder / job
                 if world > 1:
                     examples = examples.shard(num_shards=world, index=rank, contiguous=True)
                     out = out / f"rank-{rank}"
@@ -432,41 +339,29 @@ class HeldOutEvaluator(TrainerCallback):
             self._release(backend, held)
 
     def _join_shards(self, folder: Path, world: int, step: int, seconds: float) -> dict[str, dict]:
-        """Rank 0: the shards of each dataset in dataset order, then ``summarise`` (the metrics
-        of ``rlsr evaluate``) once over all of them."""
+        """Rank 0: each dataset's shards in rank (= dataset) order, then ``summarise`` once."""
         results = {}
         for job, _, _ in self.resolved.jobs:
             out = folder / job
             shard_sizes = [len(self.examples[job])]
-            if world > 1:  # contiguous shards: rank order is dataset order
-                records, shard_sizes = [], []
-                for r in range(world):
-                    shard = read_samples(out / f"rank-{r}" / SAMPLES_FILE)
-                    records += shard
-                    shard_sizes.append(len(shard))
+            if world > 1:
+                shards = [read_samples(out / f"rank-{r}" / SAMPLES_FILE) for r in range(world)]
+                shard_sizes = [len(shard) for shard in shards]
                 (out / SAMPLES_FILE).unlink(missing_ok=True)
-                append_samples(out / SAMPLES_FILE, records)
+                append_samples(out / SAMPLES_FILE, [rec for shard in shards for rec in shard])
                 for r in range(world):
                     shutil.rmtree(out / f"rank-{r}")
-            extra = {
-                "in_training": {
-                    "step": step, "seconds": seconds, "processes": world,
-                    "shard_sizes": shard_sizes,
-                }
-            }  # fmt: skip
+            extra = {"in_training": {"step": step, "seconds": seconds, "processes": world,
+                                     "shard_sizes": shard_sizes}}  # fmt: skip
             results[job] = summarise(out, self.settings, job, extra=extra)
         return results
 
     def _run_record(self, step: int) -> dict:
-        """``step-N/run.json``: the model and the checkpoint these samples came from, in the
-        fields ``rlsr deploy`` reads from an ``rlsr evaluate`` folder."""
-        save_steps = self.trainer.args.save_steps
-        saved = (
-            step > 0
-            and self.trainer.args.save_strategy == "steps"
-            and bool(save_steps)
-            and step % save_steps == 0
-        )
+        """``step-N/run.json``: the model and checkpoint of these samples, in the fields
+        ``rlsr deploy`` reads from an ``rlsr evaluate`` folder."""
+        args = self.trainer.args
+        saved = step > 0 and args.save_strategy == "steps" and bool(args.save_steps)
+        saved = saved and step % args.save_steps == 0
         return {
             "model": self.model_path,
             "adapter": str(checkpoint_dir(self.output_dir, step).resolve()) if saved else None,
@@ -476,16 +371,15 @@ class HeldOutEvaluator(TrainerCallback):
             "datasets": [job for job, _, _ in self.resolved.jobs],
             "settings": {k: v for k, v in vars(self.settings).items() if k != "extra_metadata"},
             # the data files / plugin file / verifier options these verdicts came from
-            "versions": version_records(self.resolved.verifiers, self.resolved.settings.data_path),
+            "versions": version_records(self.resolved.verifiers, self.resolved.data_path),
         }
 
     def evaluate_step(self, step: int) -> dict[str, float] | None:
-        """Evaluate step ``step`` (or reuse its finished folder); returns the tracker scalars
-        logged (None when reused or failed)."""
+        """Evaluate step ``step`` (or reuse its finished folder); the tracker scalars logged, the
+        same on every process (None when reused or failed)."""
         acc = self.trainer.accelerator
-        rank, world = acc.process_index, acc.num_processes
         # vllm_server: one shard, the main process's (the others only take part in the sync)
-        shards = 1 if self.resolved.backend == "vllm_server" else world
+        shards = 1 if self.resolved.backend == "vllm_server" else acc.num_processes
         final = step_dir(self.output_dir, step)
         partial = partial_dir(final)
         if final.is_dir():  # finished before a restart: keep it, do not log it twice
@@ -499,9 +393,9 @@ class HeldOutEvaluator(TrainerCallback):
         error = None
         try:
             with preserved_rng():
-                self._evaluate_shards(partial, rank if shards > 1 else 0, shards)
+                self._evaluate_shards(partial, acc.process_index if shards > 1 else 0, shards)
         except Exception as err:  # noqa: BLE001 - a failed evaluation must not end the run
-            error = f"{type(err).__name__}: {' '.join(str(err).split())[:500]}"
+            error = _one_line(err, 500)
             logger.debug("held-out evaluation failed:\n%s", traceback.format_exc())
         errors = _gather(acc, error)
         seconds = time.perf_counter() - started
@@ -528,13 +422,13 @@ class HeldOutEvaluator(TrainerCallback):
             write_history(self.output_dir)
             if scalars is not None:
                 self._report(step, scalars, results)
-        scalars = _broadcast(acc, scalars)  # every process returns what the main one logged
+        scalars = _broadcast(acc, scalars)
         acc.wait_for_everyone()
         return scalars
 
     def _report(self, step: int, scalars: dict[str, float], results: dict[str, dict]) -> None:
         """One line per dataset on stdout; the scalars to every tracker (the trainer's on_log
-        callbacks, as ``Trainer.log`` would send them) and the risk-coverage figures as images."""
+        callbacks, as ``Trainer.log`` sends them) and the risk-coverage figures as images."""
         for job, metrics in results.items():
             aurc, ece = scorer_value(metrics, "aurc"), scorer_value(metrics, "ece")
             print(
@@ -546,42 +440,22 @@ class HeldOutEvaluator(TrainerCallback):
             warning = confidence_warning(metrics)
             if warning:
                 print(f"[rlsr] warning: held-out step {step} {job}: {warning}", flush=True)
-        self.last_logged = dict(scalars)
         trainer = self.trainer
-        state = trainer.state
-        # transformers' trackers rename "eval_X" to "eval/X" (and anything else to "train/X"):
+        # transformers' trackers rename "eval_X" to "eval/X" (anything else to "train/X"):
         # "eval_<job>/aurc" is shown as "eval/<job>/aurc", beside the pool's "train/rlsr/aurc".
         logs = {"eval_" + k.removeprefix("eval/"): v for k, v in scalars.items()}
-        state.log_history.append({**logs, "step": step})
+        trainer.state.log_history.append({**logs, "step": step})
         # Figures first: wandb holds an uncommitted image until the next committed log, so sent
         # before the scalars it lands in their row, not in whatever the trainer logs next.
         for job in results:
             _log_image(trainer, f"eval/{job}/risk_coverage", step_dir(self.output_dir, step) / job)
-        # CallbackHandler.on_log clears control.should_log, which would drop this step's own
-        # training log (the rlsr/* pool metrics) that the trainer writes right after on_step_end.
+        # on_log clears control.should_log, which would drop this step's own training log (the
+        # rlsr/* pool metrics) that the trainer writes right after on_step_end.
         should_log = trainer.control.should_log
         trainer.control = trainer.callback_handler.on_log(
-            trainer.args, state, trainer.control, logs
+            trainer.args, trainer.state, trainer.control, logs
         )
         trainer.control.should_log = should_log
-
-
-def _gather(acc, error: str | None) -> list[str | None]:
-    """Every process's error (None: fine), on every process."""
-    if acc.num_processes == 1:
-        return [error]
-    from accelerate.utils import gather_object
-
-    return list(gather_object([error]))
-
-
-def _broadcast(acc, value):
-    """The main process's ``value`` on every process."""
-    if acc.num_processes == 1:
-        return value
-    from accelerate.utils import broadcast_object_list
-
-    return broadcast_object_list([value], from_process=0)[0]
 
 
 def _log_image(trainer, tag: str, folder: Path) -> None:
@@ -589,16 +463,16 @@ def _log_image(trainer, tag: str, folder: Path) -> None:
     path = folder / PLOT_FILE
     if not path.is_file():
         return
-    step = trainer.state.global_step
     for callback in trainer.callback_handler.callbacks:
         kind = type(callback).__name__
         try:
             if kind == "TensorBoardCallback" and getattr(callback, "tb_writer", None) is not None:
-                import numpy as np
                 from PIL import Image
 
                 image = np.asarray(Image.open(path).convert("RGB"))
-                callback.tb_writer.add_image(tag, image, step, dataformats="HWC")
+                callback.tb_writer.add_image(
+                    tag, image, trainer.state.global_step, dataformats="HWC"
+                )
                 callback.tb_writer.flush()
             elif kind == "WandbCallback" and getattr(callback, "_wandb", None) is not None:
                 run = callback._wandb.run

@@ -1,10 +1,6 @@
-"""What the held-out evaluator writes, read back (no model, no trainer: ``rlsr report`` imports it).
-
-``OUTPUT_DIR/eval/step-N/<dataset>/metrics.json`` per evaluated step (the ``rlsr evaluate``
-layout), ``step-N/failed.json`` for a failed one, and ``eval/history.jsonl`` (one line per step and
-dataset, rebuilt from the folders); the names and folder rules are ``rlsr.run.run_layout``'s.
-Written by ``rlsr.evaluation.heldout.evaluator``; drawn by ``rlsr.evaluation.reports.curves``.
-"""
+"""What the held-out evaluator wrote, read back without a model (``rlsr report`` imports it):
+``eval/step-N/<dataset>/metrics.json`` (``step-N/failed.json`` for a failed step) and
+``eval/history.jsonl``, one line per step and dataset rebuilt from the step folders."""
 
 from __future__ import annotations
 
@@ -14,12 +10,7 @@ from pathlib import Path
 
 from rlsr.run.run_layout import EVAL_DIR, FAILED_FILE, HISTORY_FILE, METRICS_FILE, step_folders
 
-__all__ = [
-    "TRACKED_METRICS",
-    "tracker_scalars",
-    "read_history",
-    "write_history",
-]
+__all__ = ["TRACKED_METRICS", "tracker_scalars", "read_history", "write_history"]
 
 # Per dataset, the scalars sent to the trackers: (name in the log, where in metrics.json).
 TRACKED_METRICS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -41,25 +32,21 @@ def _metric(metrics: dict, path: tuple[str, ...]):
     return node
 
 
-def _float(value) -> float:
-    """A metric as a float; undefined (None, e.g. the confidence gap without a wrong answer) is NaN."""
-    return float("nan") if value is None else float(value)
-
-
 def tracker_scalars(job: str, metrics: dict, seconds: float) -> dict[str, float]:
-    """``{"eval/<job>/<metric>": value}`` for ``TRACKED_METRICS`` plus the wall time: the names
-    the trackers show (``metrics.json``'s numbers, as ``read_history``'s rows hold them)."""
-    out = {f"eval/{job}/{name}": _float(_metric(metrics, path)) for name, path in TRACKED_METRICS}
+    """``{"eval/<job>/<metric>": value}`` for ``TRACKED_METRICS`` plus the wall time; undefined
+    (None, e.g. the confidence gap without a wrong answer) is NaN."""
+    out = {}
+    for name, path in TRACKED_METRICS:
+        value = _metric(metrics, path)
+        out[f"eval/{job}/{name}"] = float("nan") if value is None else float(value)
     out[f"eval/{job}/seconds"] = float(seconds)
     return out
 
 
 def read_history(output_dir: str | os.PathLike) -> list[dict]:
-    """One row per finished (step, dataset) of ``OUTPUT_DIR/eval`` (from the step folders, so a
-    resumed run has no duplicate and no gap): step, dataset, the tracked metrics as
-    ``metrics.json`` holds them, n, missing_confidence (of the primary scorer: with n, what
-    ``rlsr.evaluation.run.summary.confidence_defined`` reads), seconds; a failed step gives one row
-    with ``failed`` (the reason)."""
+    """One row per finished (step, dataset), from the step folders (so a resumed run has no
+    duplicate and no gap): step, dataset, n, the tracked metrics, the primary scorer's
+    missing_confidence, seconds; a failed step gives one row with ``failed`` (the reason)."""
     rows = []
     for step, folder in step_folders(output_dir):
         failed = folder / FAILED_FILE
@@ -69,8 +56,7 @@ def read_history(output_dir: str | os.PathLike) -> list[dict]:
         for metrics_path in sorted(folder.glob(f"*/{METRICS_FILE}")):
             metrics = json.loads(metrics_path.read_text())
             row = {"step": step, "dataset": metrics_path.parent.name, "n": metrics["n"]}
-            for name, path in TRACKED_METRICS:
-                row[name] = _metric(metrics, path)
+            row.update({name: _metric(metrics, path) for name, path in TRACKED_METRICS})
             primary = metrics["scorers"][metrics["primary_scorer"]]
             row["missing_confidence"] = primary.get("missing_confidence")
             row["seconds"] = metrics.get("in_training", {}).get("seconds")

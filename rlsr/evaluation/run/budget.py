@@ -96,9 +96,7 @@ def evaluation_context(
 def answer_reserve(settings) -> int:
     """Tokens an answer may need beyond ``max_new_tokens`` (the Sec. C.3 fallbacks with their
     suffixes, one log-prob position): ``heldout_answer_tokens`` minus the budget."""
-    return heldout_answer_tokens(settings.max_new_tokens, settings.fallbacks,
-                                 settings.fallback_max_new_tokens,
-                                 settings.response_format) - settings.max_new_tokens  # fmt: skip
+    return heldout_answer_tokens(settings) - settings.max_new_tokens
 
 
 def _reserve_text(reserve: int) -> str:
