@@ -42,14 +42,7 @@ from rlsr.core.checks import check as _check
 from rlsr.core.checks import is_int as _is_int
 from rlsr.core.prompts import NO_SYSTEM_PROMPT, system_prompt_names
 from rlsr.data import TaskError, get_spec, load_env_tasks, load_tasks
-from rlsr.data.tiny_models import (
-    TinyModelsMissing,
-    shipped_manifest,
-    tiny_candidates_model_path,
-    tiny_missing_model_path,
-    tiny_model_path,
-    tiny_warm_model_path,
-)
+from rlsr.data.tiny_models import ALIASES, TinyModelsMissing, shipped_manifest, shipped_model_path
 from rlsr.run.eval_protocol import ProtocolError, check_mapping, evaluate_mapping_of
 from rlsr.verifiers import is_plugin_name
 
@@ -58,18 +51,6 @@ from rlsr.verifiers import is_plugin_name
 
 DTYPES = ("bfloat16", "float16", "float32", "auto")
 ATTN_IMPLEMENTATIONS = ("auto", "flash_attention_2", "sdpa", "eager")
-
-
-TINY_MODEL_ALIAS = "tiny"
-TINY_WARM_MODEL_ALIAS = "tiny-warm"
-TINY_MISSING_MODEL_ALIAS = "tiny-missing-warm"
-TINY_CANDIDATES_MODEL_ALIAS = "tiny-candidates-warm"
-TINY_MODEL_ALIASES = (
-    TINY_MODEL_ALIAS,
-    TINY_WARM_MODEL_ALIAS,
-    TINY_MISSING_MODEL_ALIAS,
-    TINY_CANDIDATES_MODEL_ALIAS,
-)
 
 
 @dataclass
@@ -135,7 +116,7 @@ class ModelSettings:
             "model.attn_implementation",
             f"got {self.attn_implementation!r}; choose one of {ATTN_IMPLEMENTATIONS}.",
         )
-        if here and self.name_or_path in TINY_MODEL_ALIASES:
+        if here and self.name_or_path in ALIASES:
             # the tiny models live in a clone (tools/tiny/weights), not in an installed wheel
             try:
                 shipped_manifest()
@@ -157,19 +138,9 @@ class ModelSettings:
 
 
 def resolve_model_path(name_or_path: str) -> str:
-    """Map the aliases ``tiny`` (random), ``tiny-warm`` (format fine-tuned),
-    ``tiny-missing-warm`` (recipe=tiny's) and ``tiny-candidates-warm`` (recipe=tiny-candidates's) to the
-    tiny models of the clone (rlsr.data.tiny_models: hash-checked folders, never built here); other names
-    are returned unchanged."""
-    if name_or_path == TINY_MISSING_MODEL_ALIAS:
-        return str(tiny_missing_model_path())
-    if name_or_path == TINY_CANDIDATES_MODEL_ALIAS:
-        return str(tiny_candidates_model_path())
-    if name_or_path == TINY_WARM_MODEL_ALIAS:
-        return str(tiny_warm_model_path())
-    if name_or_path == TINY_MODEL_ALIAS:
-        return str(tiny_model_path())
-    return name_or_path
+    """The hash-checked folder of a ``tiny`` alias (``rlsr.data.tiny_models.ALIASES``); other
+    names unchanged."""
+    return str(shipped_model_path(name_or_path)) if name_or_path in ALIASES else name_or_path
 
 
 # --------------------------------------------------------------------------- method

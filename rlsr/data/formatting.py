@@ -27,6 +27,7 @@ __all__ = [
     "render_mcq_problem",
     "parse_rendered_options",
     "FORMATTERS",
+    "OPTION_LETTERS",
 ]
 
 USER_PROMPT_TEMPLATE = "\n\nPROBLEM: {problem}\n\n"
@@ -38,7 +39,7 @@ HOTPOT_EXACT_MATCH_INSTRUCTION = (
     "process within the <answer> </answer> tags."
 )
 _PARAGRAPH_SEPARATOR = "--------------------------------\n\n"
-_LETTERS = "ABCDEFGHIJ"
+OPTION_LETTERS = "ABCDEFGHIJ"
 
 
 def build_prompt(problem: str, system_prompt: str) -> list[dict[str, str]]:
@@ -95,7 +96,7 @@ def parse_rendered_options(problem: str) -> dict[str, str]:
     if start < 0:
         return {}
     marks: list[tuple[str, int]] = [("A", start)]
-    for letter in _LETTERS[1:]:
+    for letter in OPTION_LETTERS[1:]:
         pos = problem.find(f"\n{letter}) ", marks[-1][1] + 1)
         if pos < 0:
             break
@@ -207,8 +208,8 @@ def _mcq_columns(row, columns, dataset):
     if "ending0" in row:  # swag layout: sent1 (+ sent2), ending0..3, label
         question = " ".join(str(row.get(k) or "").strip() for k in ("sent1", "sent2")).strip()
         endings = [k for k in sorted(row) if re.fullmatch(r"ending\d+", k)]
-        options = {_LETTERS[i]: str(row[k]).strip() for i, k in enumerate(endings)}
-        letter = _LETTERS[int(_col(row, columns, "label", dataset))]
+        options = {OPTION_LETTERS[i]: str(row[k]).strip() for i, k in enumerate(endings)}
+        letter = OPTION_LETTERS[int(_col(row, columns, "label", dataset))]
     else:  # question, options {letter: text}, answer_idx
         question = str(_col(row, columns, "question", dataset))
         raw_options = _col(row, columns, "options", dataset)
@@ -222,7 +223,7 @@ def _mcq_columns(row, columns, dataset):
                 if isinstance(item, Mapping):
                     options[str(item["key"])] = str(item["value"]).strip()
                 else:
-                    options[_LETTERS[i]] = str(item).strip()
+                    options[OPTION_LETTERS[i]] = str(item).strip()
         letter = _as_answer(_col(row, columns, "answer_idx", dataset)).upper()
     if letter not in options:
         raise ValueError(f"{dataset}: gold letter {letter!r} not among options {sorted(options)}.")
@@ -285,59 +286,6 @@ def _utility(row, columns, dataset):
     }
 
 
-def _task_options(raw: Any, dataset: str) -> dict[str, str]:
-    """A task's options cell as ``{letter: text}``: a mapping, a list of texts, or either as JSON."""
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            raise ValueError(
-                f"{dataset}: options {raw[:80]!r} is neither a list nor a mapping (nor their "
-                "JSON); give each row a list of option texts or a {letter: text} mapping."
-            ) from None
-    if isinstance(raw, Mapping):
-        return {str(k).strip(): str(v).strip() for k, v in raw.items() if v is not None}
-    if isinstance(raw, list | tuple):
-        if len(raw) > len(_LETTERS):
-            raise ValueError(f"{dataset}: {len(raw)} options; at most {len(_LETTERS)} are read.")
-        return {_LETTERS[i]: str(v).strip() for i, v in enumerate(raw)}
-    raise ValueError(f"{dataset}: options must be a list or a mapping; got {raw!r}.")
-
-
-def _task(row, columns, dataset):
-    """A user task's row (``rlsr.data.tasks``): ``question`` and ``answer`` columns, optional
-    ``aliases`` (more accepted answers: a list, or one string) and ``options`` (MCQ: a list of
-    texts or a ``{letter: text}`` mapping, rendered under the question as ``L) text`` lines; the
-    answer is a letter or one option's text)."""
-    question = str(_col(row, columns, "question", dataset))
-    answer = _as_answer(_col(row, columns, "answer", dataset))
-    answers = [answer]
-    if "aliases" in columns:
-        aliases = row.get(columns["aliases"])
-        if isinstance(aliases, str):
-            aliases = [aliases]
-        answers += [_as_answer(a) for a in aliases or [] if _as_answer(a)]
-    answers = list(dict.fromkeys(answers))
-    if "options" not in columns:
-        return {"problem": question, "question": question, "answer": answer, "answers": answers}
-    options = _task_options(row.get(columns["options"]), dataset)
-    by_text = {text: letter for letter, text in options.items()}
-    letter = answer.upper() if answer.upper() in options else by_text.get(answer)
-    if letter is None:
-        raise ValueError(
-            f"{dataset}: answer {answer!r} is neither an option letter {sorted(options)} nor the "
-            "text of an option; give the gold as a letter or as one option's exact text."
-        )
-    return {
-        "problem": render_mcq_problem(question, options),
-        "question": question,
-        "answer": answer,
-        "answers": list(dict.fromkeys([*answers, letter, options[letter]])),
-        "options": options,
-        "answer_letter": letter,
-    }
-
-
 FORMATTERS: Mapping[str, Callable[[Mapping[str, Any], Mapping[str, str], str], dict]] = {
     "plain": _plain,
     "aliases": _aliases,
@@ -345,5 +293,4 @@ FORMATTERS: Mapping[str, Callable[[Mapping[str, Any], Mapping[str, str], str], d
     "mcq_rendered": _mcq_rendered,
     "mcq_columns": _mcq_columns,
     "utility": _utility,
-    "task": _task,
 }

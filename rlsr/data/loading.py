@@ -188,8 +188,6 @@ def load_raw(
     split = split or spec.split
     if path is not None:
         return _load_local(Path(path), split)
-    if spec.task is not None and spec.task.data_path is not None:
-        return _load_task_split(spec, split)
     if spec.hf_id is None:
         return _load_local(FIXTURES_DIR / name, split)
     root = data_dir if data_dir is not None else os.environ.get(DATA_DIR_ENV)
@@ -206,22 +204,6 @@ def task_split_rows(n: int, fraction: float, seed: int, split: str) -> list[int]
     n_eval = int(round(fraction * n))
     rows = order[:n_eval] if split == "eval" else order[n_eval:]
     return sorted(int(i) for i in rows)
-
-
-def _load_task_split(spec: TaskSpec, split: str) -> datasets.Dataset:
-    """``split`` of a user task's local data: the file or folder as in ``_load_local``, or, with
-    ``eval_fraction``, the ``train`` / ``eval`` part of a single file (``task_split_rows``)."""
-    task = spec.task
-    path = Path(task.data_path)
-    if task.eval_fraction is None:
-        return _load_local(path, split)
-    if split not in ("train", "eval"):
-        raise ValueError(
-            f"task {spec.name}: split {split!r} does not exist; a file split by "
-            f"splits.eval_fraction has the splits 'train' and 'eval'."
-        )
-    whole = _load_local(path, split)
-    return whole.select(task_split_rows(len(whole), task.eval_fraction, task.split_seed, split))
 
 
 def _task_where(spec: TaskSpec) -> str:
@@ -581,27 +563,29 @@ def verification_inputs(
         if len(names) != 1:
             raise ValueError(f"rows mix verifiers {sorted(names)}; pass verifier=.")
         verifier = names.pop()
+    names = examples.column_names
+
+    def options() -> list:
+        return [json.loads(o) if isinstance(o, str) else o for o in examples["options"]]
+
     if is_plugin_name(verifier):
         inputs = VerificationInputs(
             golds=list(examples["answer"]), questions=list(examples["question"])
         )
-        if "options" in examples.column_names:
-            inputs["options"] = [json.loads(o) for o in examples["options"]]
+        if "options" in names and all(o is not None for o in examples["options"]):
+            inputs["options"] = options()
         return inputs
     if verifier == "exact_match":
         return VerificationInputs(golds=list(examples["answers"]))
     if verifier == "math":
         return VerificationInputs(golds=list(examples["answer"]))
     if verifier == "mcq":
-        if "answer_letter" not in examples.column_names:
+        if "answer_letter" not in names:
             raise ValueError("verifier 'mcq' needs MCQ rows (columns answer_letter, options).")
-        return VerificationInputs(
-            golds=list(examples["answer_letter"]),
-            options=[json.loads(o) for o in examples["options"]],
-        )
+        return VerificationInputs(golds=list(examples["answer_letter"]), options=options())
     if verifier == "llm_judge":
         # Aliases (TriviaQA) all go to the judge; MCQ rows give their one "Option X ..." answer.
-        column = "answer" if "options" in examples.column_names else "answers"
+        column = "answer" if "options" in names else "answers"
         return VerificationInputs(
             golds=list(examples[column]), questions=list(examples["question"])
         )
@@ -611,32 +595,24 @@ def verification_inputs(
     )
 
 
+class _RowColumns(dict):
+    """Rows (dicts) seen as columns: ``self[name]`` lists each row's value (None when absent)."""
+
+    def __init__(self, rows: Sequence[dict]) -> None:
+        keys = dict.fromkeys(k for x in rows for k in x)
+        super().__init__({k: [x.get(k) for x in rows] for k in keys})
+        self.n_rows = len(rows)
+
+    @property
+    def column_names(self) -> list[str]:
+        return list(self)
+
+    def __missing__(self, key: str) -> list:
+        return [None] * self.n_rows
+
+
 def row_verification_inputs(inputs: Sequence[dict], verifier_name: str) -> dict[str, list]:
-    """Keyword arguments for ``verify_batch`` from rows (dicts) of a dataset, as the trainer gets
-    them through TRL's ``inputs``. Same rules as ``verification_inputs`` (columnar):
-    exact_match -> golds = ``answers`` lists (else ``[answer]``); math -> ``answer``;
-    mcq -> ``answer_letter`` with ``options`` (JSON) decoded.
-    """
-    if is_plugin_name(verifier_name):
-        out: dict[str, list] = {
-            "golds": [x["answer"] for x in inputs],
-            "questions": [x.get("question") for x in inputs],
-        }
-        if all(x.get("options") is not None for x in inputs):
-            out["options"] = [
-                json.loads(x["options"]) if isinstance(x["options"], str) else x["options"]
-                for x in inputs
-            ]
-        return out
-    if verifier_name == "exact_match":
-        golds = [list(x["answers"]) if x.get("answers") else [x["answer"]] for x in inputs]
-        return {"golds": golds}
-    if verifier_name == "mcq":
-        return {
-            "golds": [x["answer_letter"] for x in inputs],
-            "options": [
-                json.loads(x["options"]) if isinstance(x["options"], str) else x["options"]
-                for x in inputs
-            ],
-        }
-    return {"golds": [x["answer"] for x in inputs]}
+    """``verification_inputs`` for rows (dicts), as the trainer gets them through TRL's
+    ``inputs``; a row without ``answers`` is scored against ``[answer]``."""
+    rows = [{**x, "answers": x.get("answers") or [x["answer"]]} for x in inputs]
+    return dict(verification_inputs(_RowColumns(rows), verifier_name))
