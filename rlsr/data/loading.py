@@ -53,6 +53,7 @@ DATA_DIR_ENV = "RLSR_DATA_DIR"
 FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
 CONTRACT_COLUMNS = ("id", "prompt", "question", "answer", "answers", "verifier")
 _FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+_SAVED = ("dataset_dict.json", "state.json")  # a save_to_disk folder (DatasetDict, Dataset)
 
 
 @dataclass(frozen=True)
@@ -135,29 +136,35 @@ def _json_problem(path: Path) -> str | None:
     return None
 
 
-def _load_local(path: Path, split: str) -> datasets.Dataset:
-    """Read ``split`` from a file or folder (see module docstring for layouts)."""
+def _split_source(path: Path, split: str) -> Path:
+    """The file or ``save_to_disk`` folder holding ``split`` under ``path`` (module docstring)."""
     if not path.exists():
         raise FileNotFoundError(f"data path {path} does not exist.")
+    while path.is_dir() and not any((path / f).exists() for f in _SAVED):
+        if (path / split).is_dir():
+            path = path / split
+            continue
+        found = [path / f"{split}{s}" for s in _FILE_BUILDERS if (path / f"{split}{s}").exists()]
+        if not found:
+            raise FileNotFoundError(
+                f"no split {split!r} under {path}: expected dataset_dict.json (save_to_disk), "
+                f"{split}/ , or {split}.jsonl / {split}.parquet."
+            )
+        return found[0]
+    return path
+
+
+def _load_local(path: Path, split: str) -> datasets.Dataset:
+    """Read ``split`` from a file or folder (see module docstring for layouts)."""
+    path = _split_source(path, split)
     if path.is_file():
         return _load_file(path)
-    if (path / "dataset_dict.json").exists():
-        loaded = datasets.load_from_disk(str(path))
+    loaded = datasets.load_from_disk(str(path))
+    if isinstance(loaded, datasets.DatasetDict):
         if split not in loaded:
             raise ValueError(f"split {split!r} not in {path} (has {sorted(loaded)}).")
         return loaded[split]
-    if (path / "state.json").exists():
-        return datasets.load_from_disk(str(path))
-    if (path / split).is_dir():
-        return _load_local(path / split, split)
-    for suffix in _FILE_BUILDERS:
-        candidate = path / f"{split}{suffix}"
-        if candidate.exists():
-            return _load_file(candidate)
-    raise FileNotFoundError(
-        f"no split {split!r} under {path}: expected dataset_dict.json (save_to_disk), "
-        f"{split}/ , or {split}.jsonl / {split}.parquet."
-    )
+    return loaded
 
 
 def _load_hub(spec: TaskSpec, split: str) -> datasets.Dataset:
@@ -206,10 +213,6 @@ def task_split_rows(n: int, fraction: float, seed: int, split: str) -> list[int]
     return sorted(int(i) for i in rows)
 
 
-def _task_where(spec: TaskSpec) -> str:
-    return str(spec.task.data_path or spec.hf_id) if spec.task else str(spec.hf_id)
-
-
 def _task_file(spec: TaskSpec) -> str:
     return spec.task.file if spec.task and spec.task.file else "the task"
 
@@ -217,18 +220,12 @@ def _task_file(spec: TaskSpec) -> str:
 def _rows_as_written(path: Path, split: str) -> tuple[list[dict], str]:
     """``split`` of a task's local data as rows (``rlsr.data.task_rows``: CSV and JSON cells as
     written; Parquet and ``save_to_disk`` typed), and the file or folder they came from."""
+    path = _split_source(path, split)
     if path.is_file() and path.suffix.lower() in (".csv", ".jsonl", ".json"):
         problem = _json_problem(path) if path.suffix.lower() != ".csv" else None
         if problem:
             raise ValueError(problem)
         return read_rows_as_written(path), str(path)
-    if path.is_dir() and not (path / "dataset_dict.json").exists():
-        if not (path / "state.json").exists():
-            if (path / split).is_dir():
-                return _rows_as_written(path / split, split)
-            for suffix in _FILE_BUILDERS:
-                if (path / f"{split}{suffix}").exists():
-                    return _rows_as_written(path / f"{split}{suffix}", split)
     return _load_local(path, split).to_list(), str(path)
 
 
@@ -243,8 +240,6 @@ def _task_rows(
     if local is None:
         raw = load_raw(spec.name, split=split, data_dir=data_dir)
         return raw.to_list(), list(range(len(raw))), list(raw.column_names), str(spec.hf_id)
-    if not local.exists():
-        raise FileNotFoundError(f"data path {local} does not exist.")
     fraction = task.eval_fraction if path is None else None
     if fraction is not None and split not in ("train", "eval"):
         raise ValueError(
