@@ -1,23 +1,8 @@
-"""The small settings sections of ``train.py``'s config, each a dataclass that checks its own
-fields where they are declared (``validate``, through ``rlsr.core.checks.check``):
-
-* ``model``: which weights, in which dtype and attention implementation, and the LoRA adapter
-  trained on them (paper: r = 1, alpha = 32, all linear layers); ``resolve_model_path`` maps the
-  ``tiny`` aliases to the shipped tiny models;
-* ``method``: which method (``rlsr.method.methods`` holds each one's own checks), its reward weights,
-  where the confidence comes from, and how a model trained this way is evaluated;
-* ``pool_size``: one pool = one optimizer step. ``resolve_pool`` derives the pool of B x G
-  completions ranked together and the gradient accumulation that gives it from ``pool_size`` and
-  ``grpo.*`` (RLSR paper Sec. 3: every completion of one optimizer step across all processes is
-  ranked together);
-* ``pool_log``: every training pool on disk (``rlsr.method.pool_log`` writes them);
-* ``data``: the training task (a built-in or a task file's), its split, system prompt,
-  prompt-length cap and verifier (``training_verifier``).
-
-The larger sections have modules of their own: ``heldout`` (``heldout.py``), ``grpo`` / ``sft``
-(``trainer_args.py``). ``TrainSettings`` holds them all and checks each with its own
-``validate``; ``from_dict`` builds it from the composed config, rejecting unknown keys;
-``register_tasks`` loads the task files it names (``tasks_dir``).
+"""The small settings sections of ``train.py``'s config (``model``, ``method``, ``pool_size``,
+``pool_log``, ``data``), each a dataclass that checks its own fields where they are declared
+(``validate``); ``TrainSettings`` holds them with ``heldout`` (``heldout.py``) and ``grpo`` /
+``sft`` (``trainer_args.py``); ``from_dict`` builds it from the composed config, rejecting
+unknown keys; ``register_tasks`` loads the task files it names (``tasks_dir``).
 """
 
 from __future__ import annotations
@@ -328,27 +313,14 @@ def resolve_pool(grpo: dict, pool: int | None, world_size: int) -> PoolPlan:
 
 @dataclass
 class PoolLogSettings:
-    """Every training pool on disk (``rlsr.method.pool_log``; docs/training.md, "Every pool on disk"):
-    one JSONL row per completion of the pooled B x G batch, into
-    ``output_dir/pools/step-N.jsonl``, written by the main process only.
+    """Every training pool on disk (``rlsr.method.pool_log``; docs/training.md): one JSONL row
+    per completion of the pooled B x G batch into ``output_dir/pools/step-N.jsonl`` (main
+    process only). ``every``: write the pool generated after N optimizer steps when
+    ``N % every == 0`` (the first pool always); 0: off. ``max_chars``: characters of each
+    completion text kept (the row keeps the full length in ``completion_chars``); null: all."""
 
-    Parameters:
-        every (`int`, defaults to `0`):
-            Write the pool generated after N optimizer steps when ``N % every == 0`` (so the first
-            pool, step 0, always); 0: off. ``recipe=tiny`` sets 1; on big runs take e.g. 10.
-        max_chars (`int` or `None`, defaults to `2000`):
-            Keep the first ``max_chars`` characters of each completion text (the row keeps the
-            full length in ``completion_chars``); null: the whole text.
-    """
-
-    every: int = field(
-        default=0,
-        metadata={"help": "Optimizer steps between written pools (N % every == 0); 0: off."},
-    )
-    max_chars: int | None = field(
-        default=2000,
-        metadata={"help": "Characters of each completion kept in the file; null: all."},
-    )
+    every: int = 0
+    max_chars: int | None = 2000
 
     def validate(self) -> None:
         """Check this section; raises ``ConfigError`` naming the field and the fix."""
@@ -450,15 +422,12 @@ class TrainSettings:
     resume: str = "auto"
 
     def validate(self, *, here: bool = True, trainer_section: str = "grpo") -> None:
-        """Check the top-level fields, then each section with its own ``validate`` (declared
-        beside its fields) and the trainer section ``trainer_section`` (``grpo`` or ``sft``:
-        ``rlsr.method.methods.args_section``; only that one is checked) with
-        ``rlsr.config.trainer_args``. Reads the settings only, loads no model or dataset; raises
-        ``ConfigError`` naming the field and the fix. The method's own checks are its registry
-        entry's (``rlsr.method.methods.check_method``); ``rlsr.method.run_plan.plan_run`` runs both.
-        ``here=False``: for a launch on another machine (a Slurm job planned on the login node):
-        what this machine offers (a GPU, vLLM, flash-attn, accelerate's distributed launch, the
-        files named by ``data.path`` / ``heldout.data_path`` / ``resume``) is not asked."""
+        """Check the top-level fields, then each section with its own ``validate`` and the
+        trainer section ``trainer_section`` (``grpo`` or ``sft``: the method's
+        ``args_section``). Loads no model or dataset. ``here=False``: for a launch on another
+        machine (a Slurm job planned on the login node), so what this machine offers (a GPU,
+        vLLM, flash-attn, the launch, the files named by ``data.path`` / ``resume``) is not
+        asked."""
         if trainer_section not in TRAINER_SECTIONS:
             raise ValueError(
                 f"trainer_section must be one of {TRAINER_SECTIONS}; got {trainer_section!r}."
@@ -561,19 +530,13 @@ def from_dict(values: dict) -> TrainSettings:
 
 
 def vllm_context_length(cfg: TrainSettings, heldout: ResolvedHeldOut | None) -> int | None:
-    """vLLM's context per sequence: ``data.max_prompt_length + grpo.max_completion_length``, or,
-    when the held-out evaluation runs on a vLLM engine (``heldout``, the resolved plan: the
-    colocated engine, or TRL's server, whose ``--max-model-len`` slurm/resolve_config.py takes
-    from here),
-    ``data.max_prompt_length +`` the larger of the completion length and what a held-out answer
-    needs beyond its prompt (``ResolvedHeldOut.answer_tokens``: the answer plus the two Sec. C.3
-    fallbacks), so a held-out prompt as long as a training prompt is never cut by the engine.
-
-    Without it vLLM reserves the model's whole context (131,072 tokens for Llama-3.1-8B, ~16 GiB
-    of KV cache per sequence slot) and the colocated engine may not start. (The KV cache itself is
-    sized by ``grpo.vllm_gpu_memory_utilization``, not by this length.) None when the prompt limit
-    is not set (then vLLM's default applies) or when ``grpo.vllm_max_model_length`` is set.
-    """
+    """vLLM's context per sequence: ``data.max_prompt_length`` + the larger of
+    ``grpo.max_completion_length`` and, when the held-out evaluation runs on a vLLM engine
+    (colocated, or TRL's server: slurm/resolve_config.py takes its ``--max-model-len`` from
+    here), what a held-out answer needs (``ResolvedHeldOut.answer_tokens``). Without it vLLM
+    reserves the model's whole context (~16 GiB of KV cache per slot for Llama-3.1-8B) and the
+    colocated engine may not start. None when the prompt limit is not set or
+    ``grpo.vllm_max_model_length`` is."""
     if cfg.grpo.get("vllm_max_model_length") is not None:
         return None
     prompt = cfg.data.max_prompt_length

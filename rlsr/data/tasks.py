@@ -18,7 +18,6 @@ loaded (``rlsr.data.loading.load_examples``), which every command does before lo
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import importlib.util
 import json
@@ -31,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from rlsr.core.checks import closest_hint
 from rlsr.core.prompts import (
     FORMAT_INSTRUCTIONS,
     NO_SYSTEM_PROMPT,
@@ -157,8 +157,7 @@ def _unknown_keys(values: Mapping, section: str, where: str) -> None:
     known = TASK_KEYS[section]
     for key in values:
         if key not in known:
-            match = difflib.get_close_matches(str(key), known, n=1)
-            hint = f" Did you mean {match[0]!r}?" if match else ""
+            hint = closest_hint(str(key), known)
             dotted = f"{section}.{key}" if section else str(key)
             _fail(where, dotted, f"unknown key.{hint} Known keys: {list(known)}.")
 
@@ -169,8 +168,7 @@ def _verifier_options_problem(name: str, options: Mapping[str, Any]) -> str | No
     )
     for key in options:
         if key not in parameters:
-            match = difflib.get_close_matches(str(key), parameters, n=1)
-            hint = f" Did you mean {match[0]!r}?" if match else ""
+            hint = closest_hint(str(key), parameters)
             return (
                 f"{key!r} is not an option of verifier {name!r}.{hint} Its options: {parameters}."
             )
@@ -242,8 +240,7 @@ def _check_task(task: Task, where: str) -> None:
               f"{task.too_long!r}.")  # fmt: skip
     verifier = task.verifier
     if not isinstance(verifier, str) or not (verifier in VERIFIERS or is_plugin_name(verifier)):
-        match = difflib.get_close_matches(str(verifier), VERIFIERS, n=1)
-        hint = f" Did you mean {match[0]!r}?" if match else ""
+        hint = closest_hint(str(verifier), VERIFIERS)
         _fail(where, "verifier", f"unknown verifier {verifier!r}.{hint} Choose one of "
               f"{list(VERIFIERS)} or a plugin 'package.module:function'.")  # fmt: skip
     if is_plugin_name(verifier):
@@ -406,11 +403,8 @@ def task_record_problem(name: str, record: Mapping) -> str | None:
 
 
 def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _data_files(path: str | os.PathLike) -> dict[str, str]:
