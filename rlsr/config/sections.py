@@ -474,32 +474,22 @@ class TrainSettings:
 # --------------------------------------------------------------------------- building
 
 
-_NESTED = {
-    ("TrainSettings", "model"): ModelSettings,
-    ("TrainSettings", "data"): DataSettings,
-    ("TrainSettings", "method"): MethodSettings,
-    ("TrainSettings", "heldout"): HeldOutSettings,
-    ("TrainSettings", "pool_log"): PoolLogSettings,
-    ("ModelSettings", "lora"): LoraSettings,
-}
-
-
 def _build(cls, values: dict | None, prefix: str):
     """Instantiate dataclass ``cls`` from ``values``, rejecting unknown keys by dotted name."""
-    known = {f.name for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in dict(values or {}).items():
-        if key not in known:
+        if key not in fields:
             raise ConfigError(
                 f"{prefix}{key}",
-                f"unknown key.{closest_hint(key, known)} Known keys: {sorted(known)}.",
+                f"unknown key.{closest_hint(key, fields)} Known keys: {sorted(fields)}.",
             )
         if value == "???":  # OmegaConf's mandatory marker, left unset by the recipe
             raise ConfigError(
                 f"{prefix}{key}", f"required but not set; pass {prefix}{key}=<value>."
             )
-        nested = _NESTED.get((cls.__name__, key))
-        if nested is not None:
+        nested = fields[key].default_factory  # a section inside this one (model.lora, ...)
+        if dataclasses.is_dataclass(nested):
             if value is not None and not isinstance(value, dict):
                 raise ConfigError(f"{prefix}{key}", f"must be a mapping; got {value!r}.")
             value = _build(nested, value, f"{prefix}{key}.")

@@ -191,6 +191,28 @@ MANAGED_SFT_FIELDS = ("output_dir", "seed", "model_init_kwargs")
 TRAINER_SECTIONS = ("grpo", "sft")
 
 
+def _check_keys(g: dict, section: str, class_name: str, managed: tuple[str, ...], from_: str):
+    """Every key of a trainer section is a field of ``trl.<class_name>`` that rlsr does not set
+    (``managed``, set from the sections ``from_``)."""
+    fields = config_field_names(class_name)
+    for key in g:
+        if key not in fields:  # the hint only for a wrong key: difflib over ~190 names per key
+            raise ConfigError(
+                f"{section}.{key}",
+                f"not a trl.{class_name} field.{closest_hint(key, fields)}"
+                + (
+                    " TRL 1.16 has no prompt truncation; use data.max_prompt_length."
+                    if key == "max_prompt_length" and section == "grpo"
+                    else ""
+                ),
+            )
+        _check(
+            key not in managed,
+            f"{section}.{key}",
+            f"is set by rlsr from other sections ({from_}); set it there instead.",
+        )
+
+
 def _check_batch_sizes(g: dict, section: str) -> None:
     """The per-device batch and the gradient accumulation of a trainer section (integers >= 1)
     and its step cap ``max_steps`` (>= 1, or TRL's -1: train ``num_train_epochs``)."""
@@ -217,24 +239,9 @@ def check_grpo(g: dict, *, here: bool = True) -> None:
     ``rlsr.config.sections.resolve_pool``'s, run once by ``rlsr.method.run_plan.plan_run``).
     ``here=False``: the run starts on another machine, so what this one offers (vLLM installed, a
     GPU: ``check_precision``) is not asked."""
-    fields = config_field_names("GRPOConfig")
-    for key in g:
-        if key not in fields:  # the hint only for a wrong key: difflib over ~190 names per key
-            raise ConfigError(
-                f"grpo.{key}",
-                f"not a trl.GRPOConfig field.{closest_hint(key, fields)}"
-                + (
-                    " TRL 1.16 has no prompt truncation; use data.max_prompt_length."
-                    if key == "max_prompt_length"
-                    else ""
-                ),
-            )
-        _check(
-            key not in MANAGED_GRPO_FIELDS,
-            f"grpo.{key}",
-            "is set by rlsr from other sections (output_dir, seed, method.*_weight, model.*); "
-            "set it there instead.",
-        )
+    _check_keys(
+        g, "grpo", "GRPOConfig", MANAGED_GRPO_FIELDS, "output_dir, seed, method.*_weight, model.*"
+    )
     G = grpo_get(g, "num_generations")
     _check(
         _is_int(G) and G >= 2,
@@ -364,17 +371,7 @@ def check_vllm_length(g: dict, prompt: int | None) -> None:
 def check_sft(g: dict, *, here: bool = True) -> None:
     """The ``sft`` section (method=sft): trl.SFTConfig fields, minus the ones rlsr fills in.
     ``here=False``: as ``check_grpo``'s (no GPU asked for on this machine)."""
-    fields = config_field_names("SFTConfig")
-    for key in g:
-        if key not in fields:
-            raise ConfigError(
-                f"sft.{key}", f"not a trl.SFTConfig field.{closest_hint(key, fields)}"
-            )
-        _check(
-            key not in MANAGED_SFT_FIELDS,
-            f"sft.{key}",
-            "is set by rlsr from other sections (output_dir, seed, model.*); set it there instead.",
-        )
+    _check_keys(g, "sft", "SFTConfig", MANAGED_SFT_FIELDS, "output_dir, seed, model.*")
     _check_batch_sizes(g, "sft")
     lr = g.get("learning_rate", sft_default("learning_rate"))
     _check(is_number(lr) and lr > 0, "sft.learning_rate", f"must be > 0; got {lr!r}.")

@@ -43,7 +43,6 @@ __all__ = [
     "load_raw",
     "download_command",
     "download_dataset",
-    "VerificationInputs",
     "verification_inputs",
     "row_verification_inputs",
     "build_verifier",
@@ -104,9 +103,8 @@ def _load_file(path: Path) -> datasets.Dataset:
             f"unsupported data file {path}; use one of {sorted(_FILE_BUILDERS)} or a save_to_disk "
             "folder."
         )
-    problem = _json_problem(path) if builder == "json" else None
-    if problem:  # checked here: `datasets` reports it as an 80-line DatasetGenerationError
-        raise ValueError(problem)
+    if builder == "json":  # checked here: `datasets` reports it as an 80-line error
+        _check_json(path)
     try:
         return datasets.load_dataset(builder, data_files=str(path), split="train")
     except DatasetGenerationError as err:
@@ -114,14 +112,14 @@ def _load_file(path: Path) -> datasets.Dataset:
         raise ValueError(f"{path}: cannot be read as {builder} data ({cause}).") from err
 
 
-def _json_problem(path: Path) -> str | None:
-    """``FILE: line N: what is wrong`` for the first line of a JSON-lines file that is not a
-    JSON object (a ``.json`` file holding one JSON document is checked as a whole), else None."""
+def _check_json(path: Path) -> None:
+    """Raise ``FILE: line N: what is wrong`` for the first line of a JSON-lines file that is
+    not a JSON object (a ``.json`` file holding one JSON document is checked as a whole)."""
     text = path.read_text(encoding="utf-8", errors="replace")
     if path.suffix.lower() == ".json":
         try:
             json.loads(text)
-            return None
+            return
         except ValueError:
             pass  # not one document: maybe JSON lines
     for number, line in enumerate(text.splitlines(), start=1):
@@ -130,10 +128,13 @@ def _json_problem(path: Path) -> str | None:
         try:
             value = json.loads(line)
         except json.JSONDecodeError as err:
-            return f"{path}: line {number}: not valid JSON ({err.msg} at column {err.colno})."
+            raise ValueError(
+                f"{path}: line {number}: not valid JSON ({err.msg} at column {err.colno})."
+            ) from None
         if not isinstance(value, dict):
-            return f"{path}: line {number}: expected a JSON object, got {type(value).__name__}."
-    return None
+            raise ValueError(
+                f"{path}: line {number}: expected a JSON object, got {type(value).__name__}."
+            )
 
 
 def _split_source(path: Path, split: str) -> Path:
@@ -222,9 +223,8 @@ def _rows_as_written(path: Path, split: str) -> tuple[list[dict], str]:
     written; Parquet and ``save_to_disk`` typed), and the file or folder they came from."""
     path = _split_source(path, split)
     if path.is_file() and path.suffix.lower() in (".csv", ".jsonl", ".json"):
-        problem = _json_problem(path) if path.suffix.lower() != ".csv" else None
-        if problem:
-            raise ValueError(problem)
+        if path.suffix.lower() != ".csv":
+            _check_json(path)
         return read_rows_as_written(path), str(path)
     return _load_local(path, split).to_list(), str(path)
 
@@ -541,16 +541,9 @@ def build_verifier(name: str, verifier: str | None = None, **kwargs):
     return get_verifier(vname, **{**options, **kwargs})
 
 
-class VerificationInputs(dict):
-    """Keyword arguments for ``verifier.verify_batch(predictions, **inputs)``."""
-
-
-def verification_inputs(
-    examples: datasets.Dataset, verifier: str | None = None
-) -> VerificationInputs:
-    """Golds / questions / options for the verifier named ``verifier`` (default: the rows' own).
-
-    exact_match -> golds = ``answers`` lists; math -> ``answer``; mcq -> ``answer_letter`` with
+def verification_inputs(examples: datasets.Dataset, verifier: str | None = None) -> dict[str, list]:
+    """Keyword arguments of ``verify_batch`` for the verifier named ``verifier`` (default: the
+    rows' own). exact_match -> golds = ``answers`` lists; math -> ``answer``; mcq -> ``answer_letter`` with
     ``options``; llm_judge -> ``answers`` (``answer`` for MCQ rows) with ``question``.
     """
     if verifier is None:
@@ -564,26 +557,22 @@ def verification_inputs(
         return [json.loads(o) if isinstance(o, str) else o for o in examples["options"]]
 
     if is_plugin_name(verifier):
-        inputs = VerificationInputs(
-            golds=list(examples["answer"]), questions=list(examples["question"])
-        )
+        inputs = dict(golds=list(examples["answer"]), questions=list(examples["question"]))
         if "options" in names and all(o is not None for o in examples["options"]):
             inputs["options"] = options()
         return inputs
     if verifier == "exact_match":
-        return VerificationInputs(golds=list(examples["answers"]))
+        return dict(golds=list(examples["answers"]))
     if verifier == "math":
-        return VerificationInputs(golds=list(examples["answer"]))
+        return dict(golds=list(examples["answer"]))
     if verifier == "mcq":
         if "answer_letter" not in names:
             raise ValueError("verifier 'mcq' needs MCQ rows (columns answer_letter, options).")
-        return VerificationInputs(golds=list(examples["answer_letter"]), options=options())
+        return dict(golds=list(examples["answer_letter"]), options=options())
     if verifier == "llm_judge":
         # Aliases (TriviaQA) all go to the judge; MCQ rows give their one "Option X ..." answer.
         column = "answer" if "options" in names else "answers"
-        return VerificationInputs(
-            golds=list(examples[column]), questions=list(examples["question"])
-        )
+        return dict(golds=list(examples[column]), questions=list(examples["question"]))
     raise ValueError(
         f"unknown verifier {verifier!r}; choose exact_match, math, mcq, llm_judge or a plugin "
         "'package.module:function' (docs/tasks.md)."

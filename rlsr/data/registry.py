@@ -48,7 +48,7 @@ class TaskSource:
     ``has_eval``: the task names an evaluation split (``TaskSpec.split``) apart from training;
     ``skip_empty``: rows with an empty question or answer are skipped (counted) instead of
     refused; ``too_long``: ``refuse`` or ``skip`` a row whose prompt cannot fit the model's
-    context with the generation budget (``rlsr.data.prompt_room``); ``definition_sha256``: the
+    context with the generation budget (``rlsr.data.loading.PromptRoom``); ``definition_sha256``: the
     SHA-256 of the task's fields less its verifier's execution options (a resume compares it).
     """
 
