@@ -28,7 +28,7 @@ import numpy as np
 from datasets.exceptions import DatasetGenerationError
 
 from rlsr.core.prompts import NO_SYSTEM_PROMPT, system_prompt_names
-from rlsr.data.formatting import FORMATTERS, build_prompt, render_mcq_problem
+from rlsr.data.formatting import FORMATTERS, build_prompt
 from rlsr.data.registry import DatasetUnavailableError, TaskSpec, get_spec
 from rlsr.data.task_rows import EmptyCell, duplicate_ids, read_rows_as_written, task_row_fields
 from rlsr.verifiers import get_verifier, is_plugin_name
@@ -363,13 +363,8 @@ def _load_task_examples(spec, split, path, data_dir, limit, system_prompt, mappi
             skipped += 1
             first_skipped = first_skipped or str(err)
             continue
-        problem = (
-            render_mcq_problem(fields["question"], fields["options"])
-            if "options" in fields
-            else fields["problem"]
-        )
         example_id = fields.get("id", f"{spec.name}-{split}-{position}")
-        out.append((number, _contract_row(example_id, problem, fields, spec, system_prompt)))
+        out.append((number, _contract_row(example_id, fields, spec, system_prompt)))
     if skipped:
         warnings.warn(
             f"task {spec.name}: skip_empty: skipped {skipped} of {len(rows)} rows of split "
@@ -392,23 +387,20 @@ def _load_task_examples(spec, split, path, data_dir, limit, system_prompt, mappi
         )
     if room is not None:
         out = _fitting(spec, split, source, out, room, limit)
-    examples = [e for _, e in out][:limit]
-    features = _features(spec, False, with_options="options" in mapping)
-    return datasets.Dataset.from_list(examples, features=features)
+    return _dataset([e for _, e in out][:limit])
 
 
 # --- contract -----------------------------------------------------------------------------
 
 
 def _contract_row(
-    example_id: str, problem: str, fields: Mapping[str, Any], spec: TaskSpec, system_prompt: str
+    example_id: str, fields: Mapping[str, Any], spec: TaskSpec, system_prompt: str
 ) -> dict[str, Any]:
-    """One example in the contract's columns (id, prompt, question, answer, answers, verifier,
-    and options / answer_letter for multiple choice), from a row's formatted ``fields``: the one
-    shape a task's rows and a built-in dataset's rows share."""
+    """One example in the contract's columns from a row's formatted ``fields``: the one shape a
+    task's rows and a built-in dataset's rows share."""
     example = {
         "id": example_id,
-        "prompt": build_prompt(problem, system_prompt),
+        "prompt": build_prompt(fields["problem"], system_prompt),
         "question": fields["question"],
         "answer": fields["answer"],
         "answers": fields["answers"],
@@ -417,47 +409,34 @@ def _contract_row(
     if "options" in fields:
         example["options"] = json.dumps(fields["options"], ensure_ascii=False)
         example["answer_letter"] = fields["answer_letter"]
+    example.update((k, fields[k]) for k in ("answerable", "cost") if k in fields)
     return example
 
 
-def _example_builder(spec: TaskSpec, split: str, columns: Mapping[str, str], system_prompt: str):
-    formatter = FORMATTERS[spec.formatter]
+_STRING = datasets.Value("string")
+# The contract's columns in order, typed explicitly so rows that happen to hold only empty lists
+# still agree.
+_FEATURES = {
+    "id": _STRING,
+    "prompt": datasets.List({"role": _STRING, "content": _STRING}),
+    "question": _STRING,
+    "answer": _STRING,
+    "answers": datasets.List(_STRING),
+    "verifier": _STRING,
+    "options": _STRING,
+    "answer_letter": _STRING,
+    "answerable": datasets.Value("bool"),
+    "cost": datasets.Value("float64"),
+    "gold_removed": datasets.Value("int64"),
+}
 
-    def build(row: dict[str, Any], index: int) -> dict[str, Any]:
-        fields = formatter(row, columns, spec.name)
-        id_value = row.get(columns.get("id", "id"))
-        example_id = str(id_value) if id_value not in (None, "") else f"{spec.name}-{split}-{index}"
-        example = _contract_row(example_id, fields["problem"], fields, spec, system_prompt)
-        for key in ("answerable", "cost"):
-            if key in fields:
-                example[key] = fields[key]
-        if row.get("gold_removed") is not None:  # HotPotQA-Modified condition, for analysis
-            example["gold_removed"] = int(row["gold_removed"])
-        return example
 
-    return build
-
-
-def _features(
-    spec: TaskSpec, has_gold_removed: bool, with_options: bool = False
-) -> datasets.Features:
-    """Explicit types, so batches that happen to hold only empty lists still agree."""
-    string = datasets.Value("string")
-    features = {
-        "id": string,
-        "prompt": datasets.List({"role": string, "content": string}),
-        "question": string,
-        "answer": string,
-        "answers": datasets.List(string),
-        "verifier": string,
-    }
-    if spec.formatter in ("mcq_rendered", "mcq_columns") or with_options:
-        features.update(options=string, answer_letter=string)
-    if spec.formatter == "utility":
-        features.update(answerable=datasets.Value("bool"), cost=datasets.Value("float64"))
-    if has_gold_removed:
-        features["gold_removed"] = datasets.Value("int64")
-    return datasets.Features(features)
+def _dataset(examples: list[dict]) -> datasets.Dataset:
+    """``examples`` as a dataset with the contract's columns (and the optional ones any row has)."""
+    present = set(CONTRACT_COLUMNS).union(*examples)
+    features = datasets.Features({k: v for k, v in _FEATURES.items() if k in present})
+    columns = {k: [e.get(k) for e in examples] for k in features}
+    return datasets.Dataset.from_dict(columns, features=features)
 
 
 def load_examples(
@@ -503,17 +482,15 @@ def load_examples(
         )
     if limit is not None:
         raw = raw.select(range(min(limit, len(raw))))
-    builder = _example_builder(spec, split, mapping, system_prompt)
-    examples = raw.map(
-        builder,
-        with_indices=True,
-        remove_columns=raw.column_names,
-        features=_features(spec, "gold_removed" in raw.column_names),
-        desc=f"formatting {name}",
-        load_from_cache_file=False,
-    )
-    order = [c for c in CONTRACT_COLUMNS if c in examples.column_names]
-    return examples.select_columns(order + [c for c in examples.column_names if c not in order])
+    formatter, examples = FORMATTERS[spec.formatter], []
+    for index, row in enumerate(raw.to_list()):
+        ident = row.get(mapping.get("id", "id"))
+        ident = str(ident) if ident not in (None, "") else f"{name}-{split}-{index}"
+        example = _contract_row(ident, formatter(row, mapping, name), spec, system_prompt)
+        if row.get("gold_removed") is not None:  # HotPotQA-Modified condition, for analysis
+            example["gold_removed"] = int(row["gold_removed"])
+        examples.append(example)
+    return _dataset(examples)
 
 
 def download_dataset(name: str, out_dir: str | os.PathLike) -> Path:

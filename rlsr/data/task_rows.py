@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from rlsr.data.formatting import OPTION_LETTERS
+from rlsr.data.formatting import OPTION_LETTERS, render_mcq_problem
 from rlsr.verifiers.exact_match import normalize_answer
 
 __all__ = [
@@ -264,7 +264,9 @@ def task_row_fields(
     o_col = columns["options"]
     options = _options(values.get(o_col), row, o_col)
     letter = _gold_letter(answers[0], options, row, a_col)
-    fields.update(options=options, answer_letter=letter)
+    fields.update(
+        problem=render_mcq_problem(question, options), options=options, answer_letter=letter
+    )
     fields["answers"] = list(dict.fromkeys([*answers, letter, options[letter]]))
     return fields
 
