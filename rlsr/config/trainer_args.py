@@ -2,20 +2,12 @@
 ``trl.SFTConfig`` field, method=sft), checked against TRL's own fields and defaults, this
 machine (precision, vLLM, Liger) and the distributed launch (DDP / FSDP / DeepSpeed).
 
-TRL's fields and defaults are read from TRL's config dataclasses rather than restated here. A
-recipe that leaves ``grpo.max_completion_length`` unset trains with whatever the installed
-``trl.GRPOConfig`` declares (512 in TRL 1.16); every place that needs that value (held-out
-budget, vLLM context, Slurm's server length, checks) asks ``grpo_default`` so a TRL upgrade
-cannot leave a second, stale copy behind.
-
-The declarations are read from the installed source (``ast``: the class, then its bases
-``_BaseConfig`` and ``transformers.TrainingArguments``) instead of importing ``trl``: importing
-``trl.GRPOConfig`` imports torch and transformers (5-8 s on a 2-core machine), which a config
-typo should not cost (``train.py`` checks the whole config before it imports the trainer). A
-default that is not a literal (``optim``'s depends on the torch version), or a class laid out
-in a way this reader does not follow, is read from the imported class instead: slower, never
-different. ``tests/test_trl_defaults.py`` compares every name and literal default with the
-imported dataclasses.
+TRL's fields and defaults are read from TRL's config dataclasses, never restated here, so a TRL
+upgrade cannot leave a stale copy behind (``grpo_default``). They are read from the installed
+source (``ast``) instead of importing ``trl``, which imports torch and transformers (5-8 s on a
+2-core machine) — more than a config typo should cost. A default that is not a literal, or a
+class laid out in a way this reader does not follow, is read from the imported class instead:
+slower, never different (``tests/test_trl_defaults.py`` compares them).
 """
 
 from __future__ import annotations
@@ -310,14 +302,9 @@ LIGER_MIN_VERSION = "0.8.2"  # trl.import_utils.LIGER_KERNEL_MIN_VERSION in TRL 
 
 
 def check_liger(g: dict, on_gpu: bool) -> None:
-    """``grpo.use_liger_kernel`` (the paper's "Triton kernels shipped with TRL"; optional).
-
-    TRL 1.16's GRPOTrainer applies only Liger's layer kernels (RMSNorm, RoPE, SwiGLU) through
-    transformers' ``apply_liger_kernel``, which unwraps a PEFT model, so LoRA works; it has no
-    Liger GRPO loss any more, so every ``loss_type`` works; it rejects
-    ``liger_kernel_config={"fused_linear_cross_entropy": true}`` (its own fused LM head). The
-    kernels are Triton: they need a GPU.
-    """
+    """``grpo.use_liger_kernel`` (the paper's "Triton kernels shipped with TRL"; optional):
+    TRL 1.16 applies only Liger's layer kernels (LoRA and every ``loss_type`` work) and rejects
+    its fused LM head; the kernels are Triton, so they need a GPU."""
     from importlib.metadata import PackageNotFoundError, version
 
     from packaging.version import Version

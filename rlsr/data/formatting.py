@@ -127,6 +127,19 @@ def _opt(row: Mapping[str, Any], columns: Mapping[str, str], field: str) -> Any:
     return row.get(name)
 
 
+def _fields(problem: str, answer: str, answers=None, question=None, **extra) -> dict[str, Any]:
+    """A formatted row: ``question`` defaults to the problem, ``answers`` to ``[answer]``."""
+    answers = [answer] if answers is None else answers
+    return {"problem": problem, "question": question or problem, "answer": answer,
+            "answers": answers, **extra}  # fmt: skip
+
+
+def _mcq(problem: str, answer: str, options: dict, letter: str, question=None) -> dict[str, Any]:
+    """A multiple-choice row: the answer, its letter and its option text all accepted."""
+    answers = list(dict.fromkeys([answer, letter, options[letter]]))
+    return _fields(problem, answer, answers, question, options=options, answer_letter=letter)
+
+
 def _as_answer(value: Any) -> str:
     if value is None:
         return ""
@@ -136,7 +149,7 @@ def _as_answer(value: Any) -> str:
 def _plain(row, columns, dataset):
     problem = str(_col(row, columns, "problem", dataset))
     answer = _as_answer(_col(row, columns, "answer", dataset))
-    return {"problem": problem, "question": problem, "answer": answer, "answers": [answer]}
+    return _fields(problem, answer)
 
 
 def _aliases(row, columns, dataset):
@@ -153,7 +166,7 @@ def _aliases(row, columns, dataset):
         raise ValueError(
             f"{dataset}: row has no gold answer in {columns.get('answer', 'answer')!r}."
         )
-    return {"problem": problem, "question": problem, "answer": answers[0], "answers": answers}
+    return _fields(problem, answers[0], answers)
 
 
 _QUESTION_RE = re.compile(r"^\s*Question:\s*(.*?)\s*\n\n", re.DOTALL)
@@ -174,7 +187,7 @@ def _hotpot(row, columns, dataset):
         match = _QUESTION_RE.match(problem)
         question = match.group(1) if match else problem
     answer = _as_answer(_col(row, columns, "answer", dataset))
-    return {"problem": problem, "question": str(question), "answer": answer, "answers": [answer]}
+    return _fields(problem, answer, question=str(question))
 
 
 _OPTION_LETTER_RE = re.compile(r"Option\s+([A-J])\b")
@@ -193,15 +206,7 @@ def _mcq_rendered(row, columns, dataset):
             f"{dataset}: could not read the options / gold letter (options {sorted(options)}, "
             f"letter {letter!r}); expected 'A) ..' lines in the problem and 'Option X ...' answers."
         )
-    answers = list(dict.fromkeys([answer, letter, options[letter]]))
-    return {
-        "problem": problem,
-        "question": problem,
-        "answer": answer,
-        "answers": answers,
-        "options": options,
-        "answer_letter": letter,
-    }
+    return _mcq(problem, answer, options, letter)
 
 
 def _mcq_columns(row, columns, dataset):
@@ -228,14 +233,7 @@ def _mcq_columns(row, columns, dataset):
     if letter not in options:
         raise ValueError(f"{dataset}: gold letter {letter!r} not among options {sorted(options)}.")
     answer = f"{letter}) {options[letter]}"
-    return {
-        "problem": render_mcq_problem(question, options),
-        "question": question,
-        "answer": answer,
-        "answers": list(dict.fromkeys([answer, letter, options[letter]])),
-        "options": options,
-        "answer_letter": letter,
-    }
+    return _mcq(render_mcq_problem(question, options), answer, options, letter, question)
 
 
 _ANSWERABLE_CANDIDATES = ("answerable", "is_answerable", "a_i", "answerability")
@@ -276,14 +274,7 @@ def _utility(row, columns, dataset):
     cost = float(_first_present(row, columns, "cost", _COST_CANDIDATES))
     if not math.isfinite(cost) or cost < 0:
         raise ValueError(f"utilitybench: cost must be a finite number >= 0, got {cost!r}.")
-    return {
-        "problem": problem,
-        "question": problem,
-        "answer": answer,
-        "answers": [answer] if answer else [],
-        "answerable": answerable,
-        "cost": cost,
-    }
+    return _fields(problem, answer, [answer] if answer else [], answerable=answerable, cost=cost)
 
 
 FORMATTERS: Mapping[str, Callable[[Mapping[str, Any], Mapping[str, str], str], dict]] = {

@@ -26,7 +26,6 @@ __all__ = [
     "get_spec",
     "resolve_tasks",
     "group_system_prompt",
-    "groups_of",
 ]
 
 VERIFIERS = ("exact_match", "math", "mcq", "llm_judge")
@@ -101,7 +100,7 @@ class TaskSpec:
     @property
     def groups(self) -> tuple[str, ...]:
         """The ID/OOD groups this dataset belongs to (see ``GROUPS``)."""
-        return groups_of(self.name)
+        return tuple(g for g, members in GROUPS.items() if self.name in members)
 
 
 def _spec(**kw) -> TaskSpec:
@@ -290,16 +289,12 @@ LOOKUP_HOOKS: list[Callable[[], None]] = []
 
 
 def add_spec(spec: TaskSpec) -> None:
-    """Register a user task's spec (``rlsr.data.tasks.register_task`` checks it first)."""
-    if spec.name in BUILTIN_TASKS or spec.name in GROUPS:
-        raise ValueError(f"{spec.name!r} is a built-in task or group; rename the task.")
+    """Register a user task's spec (``rlsr.data.tasks.register_task`` checks its name first)."""
     _ENTRIES[spec.name] = spec
 
 
 def remove_spec(name: str) -> None:
-    """Unregister the user task ``name`` (built-ins cannot be removed)."""
-    if name in BUILTIN_TASKS:
-        raise ValueError(f"{name!r} is a built-in task; only user tasks can be removed.")
+    """Unregister a user task (``rlsr.data.tasks.unregister_task`` leaves built-ins alone)."""
     _ENTRIES.pop(name, None)
 
 
@@ -335,11 +330,6 @@ def get_spec(name: str) -> TaskSpec:
             f"(groups: {', '.join(GROUPS)}). For your own data, write a task file and pass "
             "--tasks-dir DIR (tasks_dir=DIR in train.py, or RLSR_TASKS_PATH=DIR); docs/tasks.md."
         ) from None
-
-
-def groups_of(name: str) -> tuple[str, ...]:
-    """Names of the groups that contain task ``name``."""
-    return tuple(g for g, members in GROUPS.items() if name in members)
 
 
 def resolve_tasks(names: str | list[str] | tuple[str, ...]) -> list[str]:
