@@ -119,36 +119,30 @@ def _imported_fields(class_name: str) -> dict[str, Any]:
     return out
 
 
+def _fields(class_name: str) -> dict[str, Any]:
+    try:
+        return _declared_fields(class_name)
+    except _Unreadable:
+        return _imported_fields(class_name)
+
+
+def _value(class_name: str, name: str, value: Any) -> Any:
+    return _imported_fields(class_name)[name] if value is _NOT_LITERAL else value
+
+
 def config_fields(class_name: str) -> dict[str, Any]:
     """``{field: default}`` of ``trl.<class_name>`` (``GRPOConfig``/``SFTConfig``), every
     dataclass field included; ``dataclasses.MISSING`` for a field without a default."""
-    try:
-        fields = _declared_fields(class_name)
-    except _Unreadable:
-        return _imported_fields(class_name)
-    if any(v is _NOT_LITERAL for v in fields.values()):
-        fields = {
-            k: (_imported_fields(class_name)[k] if v is _NOT_LITERAL else v)
-            for k, v in fields.items()
-        }
-    return fields
+    return {k: _value(class_name, k, v) for k, v in _fields(class_name).items()}
 
 
 def config_field_names(class_name: str) -> frozenset[str]:
     """The field names of ``trl.<class_name>``, read without importing TRL."""
-    try:
-        return frozenset(_declared_fields(class_name))
-    except _Unreadable:
-        return frozenset(_imported_fields(class_name))
+    return frozenset(_fields(class_name))
 
 
 def _default(class_name: str, name: str) -> Any:
-    try:
-        value = _declared_fields(class_name)[name]
-    except _Unreadable:
-        value = _imported_fields(class_name)[name]
-    if value is _NOT_LITERAL:
-        value = _imported_fields(class_name)[name]
+    value = _value(class_name, name, _fields(class_name)[name])
     if value is dataclasses.MISSING:
         raise KeyError(name)
     return value

@@ -37,19 +37,12 @@ class DatasetUnavailableError(RuntimeError):
 
 @dataclass(frozen=True)
 class TaskSource:
-    """Where a user task (``rlsr.data.tasks``, docs/tasks.md) came from and how its data splits.
-
-    ``file``: the task file (None for a task registered in Python); ``sha256``: the SHA-256 of
-    that file's bytes (of the task's canonical JSON for a Python task), recorded in ``run.json``
-    and ``deployment.json``; ``data_path``: the task's local data (absolute); ``eval_fraction`` /
-    ``split_seed``: a single file split into ``train`` / ``eval`` by a seeded permutation;
-    ``prompt_text``: the task's own system prompt text (registered under the task's name);
-    ``has_eval``: the task names an evaluation split (``TaskSpec.split``) apart from training;
-    ``skip_empty``: rows with an empty question or answer are skipped (counted) instead of
-    refused; ``too_long``: ``refuse`` or ``skip`` a row whose prompt cannot fit the model's
-    context with the generation budget (``rlsr.data.loading.PromptRoom``); ``definition_sha256``: the
-    SHA-256 of the task's fields less its verifier's execution options (a resume compares it).
-    """
+    """Where a user task (``rlsr.data.tasks``, docs/tasks.md) came from and how its data splits:
+    ``file`` (None for a task registered in Python) and ``sha256`` (of that file's bytes, else of
+    the task's canonical JSON), recorded in ``run.json`` / ``deployment.json``; the task's own
+    settings as ``Task`` names them (``prompt_text``: its own system prompt; ``has_eval``: it
+    names an evaluation split); ``definition_sha256``: the SHA-256 of the task's fields less its
+    verifier's execution options, which a resume compares (so ``timeout_s`` may change)."""
 
     file: str | None
     sha256: str

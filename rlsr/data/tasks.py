@@ -105,20 +105,13 @@ class TaskError(ValueError):
 
 @dataclass(frozen=True)
 class Task:
-    """One user task (the Python form of a task file; docs/tasks.md).
+    """One user task: the Python form of a task file (docs/tasks.md has every field).
 
-    Data: ``path`` (a file or folder ``load_examples`` reads) or ``hub`` (+ ``hub_config``,
-    ``revision``). Splits: ``train_split`` / ``eval_split`` name splits of a folder or of the hub
-    dataset; or ``eval_fraction`` in (0, 1) holds out a seeded (``split_seed``) part of a single
-    file as split ``eval``, the rest is ``train``. ``columns``: the data's column for each of
-    ``question``, ``answer`` (defaults: same names), ``id``, ``aliases``, ``options``.
-    ``verifier``: a built-in name or ``"package.module:function"``, with ``verifier_options``
-    for its constructor. ``system_prompt``: a registered prompt name, or ``system_prompt_text``
-    (with ``append_format`` to append rlsr's tag instructions when the text lacks them).
-    ``skip_empty``: skip (and count) rows with an empty question or answer instead of refusing
-    them; ``too_long``: ``"refuse"`` (default) or ``"skip"`` (counted) rows whose prompt cannot
-    fit the model's context with the generation budget.
-    """
+    Data: ``path`` or ``hub`` (+ ``hub_config``, ``revision``); splits: ``train_split`` /
+    ``eval_split``, or ``eval_fraction`` of a single file held out by ``split_seed`` as ``eval``;
+    ``columns``: the data's column for ``question``, ``answer``, ``id``, ``aliases``, ``options``;
+    ``verifier``: a built-in or ``"package.module:function"`` (+ ``verifier_options``);
+    ``system_prompt``: a prompt name, or ``system_prompt_text`` (+ ``append_format``)."""
 
     name: str
     path: str | os.PathLike | None = None
