@@ -351,50 +351,51 @@ class DataSettings:
     max_prompt_length: int | None = None  # prompts longer than this (tokens) are dropped
     verifier: str | None = None  # default: the spec's verifier
 
-    def validate(self, *, here: bool = True) -> None:
-        """Check this section (``training_verifier``); raises ``ConfigError`` naming the field
-        and the fix. ``here=False``: for a launch on another machine (``data.path`` unchecked)."""
-        training_verifier(self, here=here)
+    def validate(self, *, here: bool = True) -> str:
+        """Check this section; returns the verifier the trainer will use. ``here=False``: the
+        run starts on another machine, so ``data.path`` is not looked for on this one."""
+        try:
+            spec = get_spec(self.task)
+        except (KeyError, ValueError) as err:
+            raise ConfigError("data.task", str(err).strip("'\"")) from None
+        _check(
+            self.system_prompt in (None, *system_prompt_names(), NO_SYSTEM_PROMPT),
+            "data.system_prompt",
+            f"got {self.system_prompt!r}; choose 'simple', 'long', 'none' (no system message), a "
+            "task's prompt name or null (the task's own).",
+        )
+        _check(
+            self.limit is None or (_is_int(self.limit) and self.limit >= 1),
+            "data.limit",
+            f"must be a positive integer or null; got {self.limit!r}.",
+        )
+        _check(
+            self.max_prompt_length is None
+            or (_is_int(self.max_prompt_length) and self.max_prompt_length >= 1),
+            "data.max_prompt_length",
+            f"must be a positive integer (tokens) or null; got {self.max_prompt_length!r}.",
+        )
+        verifier = self.verifier or spec.verifier
+        _check(
+            verifier in ("exact_match", "math", "mcq") or is_plugin_name(verifier),
+            "data.verifier",
+            f"{verifier!r} cannot score rollouts inside the trainer (the LLM judge needs a second "
+            "model); set data.verifier to exact_match, math, mcq or a plugin "
+            "'package.module:function'"
+            + (f" (this task supports {list(spec.alt_verifiers)})." if spec.alt_verifiers else "."),
+        )
+        _check(
+            not here or self.path is None or Path(self.path).exists(),
+            "data.path",
+            f"{self.path!r} does not exist; point it at a local copy of the dataset or set it to "
+            "null.",
+        )
+        return verifier
 
 
 def training_verifier(d: DataSettings, *, here: bool = True) -> str:
-    """Validate the data section; returns the verifier the trainer will use. ``here=False``:
-    the run starts on another machine, so ``data.path`` is not looked for on this one."""
-    try:
-        spec = get_spec(d.task)
-    except (KeyError, ValueError) as err:
-        raise ConfigError("data.task", str(err).strip("'\"")) from None
-    _check(
-        d.system_prompt in (None, *system_prompt_names(), NO_SYSTEM_PROMPT),
-        "data.system_prompt",
-        f"got {d.system_prompt!r}; choose 'simple', 'long', 'none' (no system message), a task's "
-        "prompt name or null (the task's own).",
-    )
-    _check(
-        d.limit is None or (_is_int(d.limit) and d.limit >= 1),
-        "data.limit",
-        f"must be a positive integer or null; got {d.limit!r}.",
-    )
-    _check(
-        d.max_prompt_length is None or (_is_int(d.max_prompt_length) and d.max_prompt_length >= 1),
-        "data.max_prompt_length",
-        f"must be a positive integer (tokens) or null; got {d.max_prompt_length!r}.",
-    )
-    verifier = d.verifier or spec.verifier
-    _check(
-        verifier in ("exact_match", "math", "mcq") or is_plugin_name(verifier),
-        "data.verifier",
-        f"{verifier!r} cannot score rollouts inside the trainer (the LLM judge needs a second "
-        "model); set data.verifier to exact_match, math, mcq or a plugin "
-        "'package.module:function'"
-        + (f" (this task supports {list(spec.alt_verifiers)})." if spec.alt_verifiers else "."),
-    )
-    _check(
-        not here or d.path is None or Path(d.path).exists(),
-        "data.path",
-        f"{d.path!r} does not exist; point it at a local copy of the dataset or set it to null.",
-    )
-    return verifier
+    """The verifier the trainer uses for the data section ``d`` (checked)."""
+    return d.validate(here=here)
 
 
 # --------------------------------------------------------------------------- the whole config

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -74,22 +73,20 @@ class PromptRoom:
     fix: str | Callable[[list[int]], str]
 
 
-def download_command(name: str, out_dir: str = "DIR") -> str:
+def download_command(name: str) -> str:
     """The shell command that saves dataset ``name`` (all splits) for offline use."""
-    spec = get_spec(name)
-    return f"rlsr tasks download {name} --out {shlex.quote(out_dir)}" + (
-        "" if spec.hf_id else "  # bundled, nothing to download"
-    )
+    bundled = "" if get_spec(name).hf_id else "  # bundled, nothing to download"
+    return f"rlsr tasks download {name} --out DIR{bundled}"
 
 
-def _python_download_command(spec: TaskSpec, split: str, out_dir: str = "DIR") -> str:
+def _python_download_command(spec: TaskSpec, split: str) -> str:
     args = [repr(spec.hf_id)] + ([repr(spec.hf_config)] if spec.hf_config else [])
     args.append(f"split={split!r}")
     if spec.revision:
         args.append(f"revision={spec.revision!r}")
     return (
         f'python -c "from datasets import load_dataset; load_dataset({", ".join(args)})'
-        f".save_to_disk('{out_dir}/{spec.name}/{split}')\""
+        f".save_to_disk('DIR/{spec.name}/{split}')\""
     )
 
 
@@ -456,10 +453,10 @@ def load_examples(
     ``gold_removed`` (HotPotQA-Modified).
 
     ``split`` defaults to the spec's evaluation split; ``limit`` keeps the first ``limit`` rows;
-    ``system_prompt`` ("simple" | "long" | "none": no system message) overrides the spec's (Sec. C.5: evaluate with the
-    training domain's prompt); ``columns`` overrides the spec's column mapping; ``room``: a
-    user task's prompts must fit the model's context with the generation budget (``PromptRoom``;
-    built-in datasets are not checked).
+    ``system_prompt`` ("simple" | "long" | "none": no system message) overrides the spec's
+    (Sec. C.5: evaluate with the training domain's prompt); ``columns`` overrides the spec's
+    column mapping; ``room``: a user task's prompts must fit the model's context with the
+    generation budget (``PromptRoom``; built-in datasets are not checked).
     """
     spec = get_spec(name)
     split = split or spec.split
@@ -520,9 +517,9 @@ def build_verifier(name: str, verifier: str | None = None, **kwargs):
 
 def verification_inputs(examples: datasets.Dataset, verifier: str | None = None) -> dict[str, list]:
     """Keyword arguments of ``verify_batch`` for the verifier named ``verifier`` (default: the
-    rows' own). exact_match -> golds = ``answers`` lists; math -> ``answer``; mcq -> ``answer_letter`` with
-    ``options``; llm_judge -> ``answers`` (``answer`` for MCQ rows) with ``question``.
-    """
+    rows' own). exact_match -> golds = ``answers`` lists; math -> ``answer``; mcq ->
+    ``answer_letter`` with ``options``; llm_judge -> ``answers`` (``answer`` for MCQ rows) with
+    ``question``."""
     if verifier is None:
         names = set(examples["verifier"])
         if len(names) != 1:
