@@ -35,6 +35,7 @@ from rlsr.data.loading import (
     FIXTURES_DIR,
     DatasetUnavailableError,
     load_examples,
+    row_verification_inputs,
     verification_inputs,
 )
 from tools.tiny.data import (
@@ -542,6 +543,17 @@ def test_dataset_verifier_correct_wrong_malformed(name, verifier):
     finally:
         v.close()
     assert list(result.correct) == expected, (name, verifier, predictions, result.status)
+
+
+@pytest.mark.parametrize(
+    "name,verifier", [("tiny", "exact_match"), ("gsm8k", "math"), ("medqa", "mcq")]
+)
+def test_row_verification_inputs_match_the_columnar_ones(name, verifier):
+    """The trainer's row-wise inputs (TRL hands it dicts) equal the evaluator's columnar ones."""
+    ds = load_examples(name, limit=3) if name == "tiny" else fixture(name)
+    assert row_verification_inputs(ds.to_list(), verifier) == dict(
+        verification_inputs(ds, verifier)
+    )
 
 
 def test_utilitybench_judge_and_verification_inputs():

@@ -89,11 +89,8 @@ def test_shipped_models_are_the_manifests_bytes():
         assert total < 4 * 2**20, f"{name}: {total} bytes, more than a test fixture should hold"
     assert tm.tiny_model_path() == ROOT / "tools" / "tiny" / "weights" / "tiny-qwen2"
     assert tm.tiny_warm_model_path() == ROOT / "tools" / "tiny" / "weights" / "tiny-format-warm"
-    assert tm.tiny_missing_model_path() == ROOT / "tools" / "tiny" / "weights" / "tiny-missing-warm"
-    assert (
-        tm.tiny_candidates_model_path()
-        == ROOT / "tools" / "tiny" / "weights" / "tiny-candidates-warm"
-    )
+    for alias, name in tm.ALIASES.items():
+        assert tm.shipped_model_path(alias) == ROOT / "tools" / "tiny" / "weights" / name
 
 
 def test_a_changed_shipped_file_is_refused_with_the_fix(tmp_path, monkeypatch):
@@ -161,7 +158,7 @@ def test_missing_warm_model_passes_its_gate_greedy_confidence_does_not_rank():
     from tools.tiny import models as tm
 
     torch.set_num_threads(1)
-    got = tm.missing_gate(shipped.tiny_missing_model_path(), split="validation")
+    got = tm.missing_gate(shipped.shipped_model_path("tiny-missing-warm"), split="validation")
     assert got["prompts"] == 100
     for key, (lo, hi) in tm.MISSING_GATE.items():
         assert lo <= got[key] <= hi, (key, got)
@@ -190,7 +187,7 @@ def test_candidates_warm_model_passes_its_gate_greedy_confidence_does_not_rank()
     from tools.tiny import models as tm
 
     torch.set_num_threads(1)
-    got = tm.candidates_gate(shipped.tiny_candidates_model_path(), split="validation")
+    got = tm.candidates_gate(shipped.shipped_model_path("tiny-candidates-warm"), split="validation")
     assert got["prompts"] == 80
     for key, (lo, hi) in tm.CANDIDATES_GATE.items():
         assert lo <= got[key] <= hi, (key, got)

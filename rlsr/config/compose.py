@@ -32,7 +32,7 @@ def compose_tree(overrides: list[str], recipes_dir: str | Path = RECIPES_DIR):
         return compose(config_name="config", overrides=overrides)
 
 
-def compose_config(overrides: list[str], recipes_dir: str | Path = RECIPES_DIR) -> TrainSettings:
+def compose_config(overrides: list[str]) -> TrainSettings:
     """``TrainSettings`` of ``train.py <overrides>`` (interpolations resolved, not validated:
     ``rlsr.method.run_plan.plan_run`` checks them against the machine)."""
-    return from_dict(OmegaConf.to_container(compose_tree(overrides, recipes_dir), resolve=True))
+    return from_dict(OmegaConf.to_container(compose_tree(overrides), resolve=True))

@@ -1,23 +1,8 @@
-"""The small settings sections of ``train.py``'s config, each a dataclass that checks its own
-fields where they are declared (``validate``, through ``rlsr.core.checks.check``):
-
-* ``model``: which weights, in which dtype and attention implementation, and the LoRA adapter
-  trained on them (paper: r = 1, alpha = 32, all linear layers); ``resolve_model_path`` maps the
-  ``tiny`` aliases to the shipped tiny models;
-* ``method``: which method (``rlsr.method.methods`` holds each one's own checks), its reward weights,
-  where the confidence comes from, and how a model trained this way is evaluated;
-* ``pool_size``: one pool = one optimizer step. ``resolve_pool`` derives the pool of B x G
-  completions ranked together and the gradient accumulation that gives it from ``pool_size`` and
-  ``grpo.*`` (RLSR paper Sec. 3: every completion of one optimizer step across all processes is
-  ranked together);
-* ``pool_log``: every training pool on disk (``rlsr.method.pool_log`` writes them);
-* ``data``: the training task (a built-in or a task file's), its split, system prompt,
-  prompt-length cap and verifier (``training_verifier``).
-
-The larger sections have modules of their own: ``heldout`` (``heldout.py``), ``grpo`` / ``sft``
-(``trainer_args.py``). ``TrainSettings`` holds them all and checks each with its own
-``validate``; ``from_dict`` builds it from the composed config, rejecting unknown keys;
-``register_tasks`` loads the task files it names (``tasks_dir``).
+"""The small settings sections of ``train.py``'s config (``model``, ``method``, ``pool_size``,
+``pool_log``, ``data``), each a dataclass that checks its own fields where they are declared
+(``validate``); ``TrainSettings`` holds them with ``heldout`` (``heldout.py``) and ``grpo`` /
+``sft`` (``trainer_args.py``); ``from_dict`` builds it from the composed config, rejecting
+unknown keys; ``register_tasks`` loads the task files it names (``tasks_dir``).
 """
 
 from __future__ import annotations
@@ -42,14 +27,7 @@ from rlsr.core.checks import check as _check
 from rlsr.core.checks import is_int as _is_int
 from rlsr.core.prompts import NO_SYSTEM_PROMPT, system_prompt_names
 from rlsr.data import TaskError, get_spec, load_env_tasks, load_tasks
-from rlsr.data.tiny_models import (
-    TinyModelsMissing,
-    shipped_manifest,
-    tiny_candidates_model_path,
-    tiny_missing_model_path,
-    tiny_model_path,
-    tiny_warm_model_path,
-)
+from rlsr.data.tiny_models import ALIASES, TinyModelsMissing, shipped_manifest, shipped_model_path
 from rlsr.run.eval_protocol import ProtocolError, check_mapping, evaluate_mapping_of
 from rlsr.verifiers import is_plugin_name
 
@@ -58,18 +36,6 @@ from rlsr.verifiers import is_plugin_name
 
 DTYPES = ("bfloat16", "float16", "float32", "auto")
 ATTN_IMPLEMENTATIONS = ("auto", "flash_attention_2", "sdpa", "eager")
-
-
-TINY_MODEL_ALIAS = "tiny"
-TINY_WARM_MODEL_ALIAS = "tiny-warm"
-TINY_MISSING_MODEL_ALIAS = "tiny-missing-warm"
-TINY_CANDIDATES_MODEL_ALIAS = "tiny-candidates-warm"
-TINY_MODEL_ALIASES = (
-    TINY_MODEL_ALIAS,
-    TINY_WARM_MODEL_ALIAS,
-    TINY_MISSING_MODEL_ALIAS,
-    TINY_CANDIDATES_MODEL_ALIAS,
-)
 
 
 @dataclass
@@ -135,7 +101,7 @@ class ModelSettings:
             "model.attn_implementation",
             f"got {self.attn_implementation!r}; choose one of {ATTN_IMPLEMENTATIONS}.",
         )
-        if here and self.name_or_path in TINY_MODEL_ALIASES:
+        if here and self.name_or_path in ALIASES:
             # the tiny models live in a clone (tools/tiny/weights), not in an installed wheel
             try:
                 shipped_manifest()
@@ -157,19 +123,9 @@ class ModelSettings:
 
 
 def resolve_model_path(name_or_path: str) -> str:
-    """Map the aliases ``tiny`` (random), ``tiny-warm`` (format fine-tuned),
-    ``tiny-missing-warm`` (recipe=tiny's) and ``tiny-candidates-warm`` (recipe=tiny-candidates's) to the
-    tiny models of the clone (rlsr.data.tiny_models: hash-checked folders, never built here); other names
-    are returned unchanged."""
-    if name_or_path == TINY_MISSING_MODEL_ALIAS:
-        return str(tiny_missing_model_path())
-    if name_or_path == TINY_CANDIDATES_MODEL_ALIAS:
-        return str(tiny_candidates_model_path())
-    if name_or_path == TINY_WARM_MODEL_ALIAS:
-        return str(tiny_warm_model_path())
-    if name_or_path == TINY_MODEL_ALIAS:
-        return str(tiny_model_path())
-    return name_or_path
+    """The hash-checked folder of a ``tiny`` alias (``rlsr.data.tiny_models.ALIASES``); other
+    names unchanged."""
+    return str(shipped_model_path(name_or_path)) if name_or_path in ALIASES else name_or_path
 
 
 # --------------------------------------------------------------------------- method
@@ -357,27 +313,14 @@ def resolve_pool(grpo: dict, pool: int | None, world_size: int) -> PoolPlan:
 
 @dataclass
 class PoolLogSettings:
-    """Every training pool on disk (``rlsr.method.pool_log``; docs/training.md, "Every pool on disk"):
-    one JSONL row per completion of the pooled B x G batch, into
-    ``output_dir/pools/step-N.jsonl``, written by the main process only.
+    """Every training pool on disk (``rlsr.method.pool_log``; docs/training.md): one JSONL row
+    per completion of the pooled B x G batch into ``output_dir/pools/step-N.jsonl`` (main
+    process only). ``every``: write the pool generated after N optimizer steps when
+    ``N % every == 0`` (the first pool always); 0: off. ``max_chars``: characters of each
+    completion text kept (the row keeps the full length in ``completion_chars``); null: all."""
 
-    Parameters:
-        every (`int`, defaults to `0`):
-            Write the pool generated after N optimizer steps when ``N % every == 0`` (so the first
-            pool, step 0, always); 0: off. ``recipe=tiny`` sets 1; on big runs take e.g. 10.
-        max_chars (`int` or `None`, defaults to `2000`):
-            Keep the first ``max_chars`` characters of each completion text (the row keeps the
-            full length in ``completion_chars``); null: the whole text.
-    """
-
-    every: int = field(
-        default=0,
-        metadata={"help": "Optimizer steps between written pools (N % every == 0); 0: off."},
-    )
-    max_chars: int | None = field(
-        default=2000,
-        metadata={"help": "Characters of each completion kept in the file; null: all."},
-    )
+    every: int = 0
+    max_chars: int | None = 2000
 
     def validate(self) -> None:
         """Check this section; raises ``ConfigError`` naming the field and the fix."""
@@ -408,50 +351,51 @@ class DataSettings:
     max_prompt_length: int | None = None  # prompts longer than this (tokens) are dropped
     verifier: str | None = None  # default: the spec's verifier
 
-    def validate(self, *, here: bool = True) -> None:
-        """Check this section (``training_verifier``); raises ``ConfigError`` naming the field
-        and the fix. ``here=False``: for a launch on another machine (``data.path`` unchecked)."""
-        training_verifier(self, here=here)
+    def validate(self, *, here: bool = True) -> str:
+        """Check this section; returns the verifier the trainer will use. ``here=False``: the
+        run starts on another machine, so ``data.path`` is not looked for on this one."""
+        try:
+            spec = get_spec(self.task)
+        except (KeyError, ValueError) as err:
+            raise ConfigError("data.task", str(err).strip("'\"")) from None
+        _check(
+            self.system_prompt in (None, *system_prompt_names(), NO_SYSTEM_PROMPT),
+            "data.system_prompt",
+            f"got {self.system_prompt!r}; choose 'simple', 'long', 'none' (no system message), a "
+            "task's prompt name or null (the task's own).",
+        )
+        _check(
+            self.limit is None or (_is_int(self.limit) and self.limit >= 1),
+            "data.limit",
+            f"must be a positive integer or null; got {self.limit!r}.",
+        )
+        _check(
+            self.max_prompt_length is None
+            or (_is_int(self.max_prompt_length) and self.max_prompt_length >= 1),
+            "data.max_prompt_length",
+            f"must be a positive integer (tokens) or null; got {self.max_prompt_length!r}.",
+        )
+        verifier = self.verifier or spec.verifier
+        _check(
+            verifier in ("exact_match", "math", "mcq") or is_plugin_name(verifier),
+            "data.verifier",
+            f"{verifier!r} cannot score rollouts inside the trainer (the LLM judge needs a second "
+            "model); set data.verifier to exact_match, math, mcq or a plugin "
+            "'package.module:function'"
+            + (f" (this task supports {list(spec.alt_verifiers)})." if spec.alt_verifiers else "."),
+        )
+        _check(
+            not here or self.path is None or Path(self.path).exists(),
+            "data.path",
+            f"{self.path!r} does not exist; point it at a local copy of the dataset or set it to "
+            "null.",
+        )
+        return verifier
 
 
 def training_verifier(d: DataSettings, *, here: bool = True) -> str:
-    """Validate the data section; returns the verifier the trainer will use. ``here=False``:
-    the run starts on another machine, so ``data.path`` is not looked for on this one."""
-    try:
-        spec = get_spec(d.task)
-    except (KeyError, ValueError) as err:
-        raise ConfigError("data.task", str(err).strip("'\"")) from None
-    _check(
-        d.system_prompt in (None, *system_prompt_names(), NO_SYSTEM_PROMPT),
-        "data.system_prompt",
-        f"got {d.system_prompt!r}; choose 'simple', 'long', 'none' (no system message), a task's "
-        "prompt name or null (the task's own).",
-    )
-    _check(
-        d.limit is None or (_is_int(d.limit) and d.limit >= 1),
-        "data.limit",
-        f"must be a positive integer or null; got {d.limit!r}.",
-    )
-    _check(
-        d.max_prompt_length is None or (_is_int(d.max_prompt_length) and d.max_prompt_length >= 1),
-        "data.max_prompt_length",
-        f"must be a positive integer (tokens) or null; got {d.max_prompt_length!r}.",
-    )
-    verifier = d.verifier or spec.verifier
-    _check(
-        verifier in ("exact_match", "math", "mcq") or is_plugin_name(verifier),
-        "data.verifier",
-        f"{verifier!r} cannot score rollouts inside the trainer (the LLM judge needs a second "
-        "model); set data.verifier to exact_match, math, mcq or a plugin "
-        "'package.module:function'"
-        + (f" (this task supports {list(spec.alt_verifiers)})." if spec.alt_verifiers else "."),
-    )
-    _check(
-        not here or d.path is None or Path(d.path).exists(),
-        "data.path",
-        f"{d.path!r} does not exist; point it at a local copy of the dataset or set it to null.",
-    )
-    return verifier
+    """The verifier the trainer uses for the data section ``d`` (checked)."""
+    return d.validate(here=here)
 
 
 # --------------------------------------------------------------------------- the whole config
@@ -479,15 +423,12 @@ class TrainSettings:
     resume: str = "auto"
 
     def validate(self, *, here: bool = True, trainer_section: str = "grpo") -> None:
-        """Check the top-level fields, then each section with its own ``validate`` (declared
-        beside its fields) and the trainer section ``trainer_section`` (``grpo`` or ``sft``:
-        ``rlsr.method.methods.args_section``; only that one is checked) with
-        ``rlsr.config.trainer_args``. Reads the settings only, loads no model or dataset; raises
-        ``ConfigError`` naming the field and the fix. The method's own checks are its registry
-        entry's (``rlsr.method.methods.check_method``); ``rlsr.method.run_plan.plan_run`` runs both.
-        ``here=False``: for a launch on another machine (a Slurm job planned on the login node):
-        what this machine offers (a GPU, vLLM, flash-attn, accelerate's distributed launch, the
-        files named by ``data.path`` / ``heldout.data_path`` / ``resume``) is not asked."""
+        """Check the top-level fields, then each section with its own ``validate`` and the
+        trainer section ``trainer_section`` (``grpo`` or ``sft``: the method's
+        ``args_section``). Loads no model or dataset. ``here=False``: for a launch on another
+        machine (a Slurm job planned on the login node), so what this machine offers (a GPU,
+        vLLM, flash-attn, the launch, the files named by ``data.path`` / ``resume``) is not
+        asked."""
         if trainer_section not in TRAINER_SECTIONS:
             raise ValueError(
                 f"trainer_section must be one of {TRAINER_SECTIONS}; got {trainer_section!r}."
@@ -534,32 +475,22 @@ class TrainSettings:
 # --------------------------------------------------------------------------- building
 
 
-_NESTED = {
-    ("TrainSettings", "model"): ModelSettings,
-    ("TrainSettings", "data"): DataSettings,
-    ("TrainSettings", "method"): MethodSettings,
-    ("TrainSettings", "heldout"): HeldOutSettings,
-    ("TrainSettings", "pool_log"): PoolLogSettings,
-    ("ModelSettings", "lora"): LoraSettings,
-}
-
-
 def _build(cls, values: dict | None, prefix: str):
     """Instantiate dataclass ``cls`` from ``values``, rejecting unknown keys by dotted name."""
-    known = {f.name for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in dict(values or {}).items():
-        if key not in known:
+        if key not in fields:
             raise ConfigError(
                 f"{prefix}{key}",
-                f"unknown key.{closest_hint(key, known)} Known keys: {sorted(known)}.",
+                f"unknown key.{closest_hint(key, fields)} Known keys: {sorted(fields)}.",
             )
         if value == "???":  # OmegaConf's mandatory marker, left unset by the recipe
             raise ConfigError(
                 f"{prefix}{key}", f"required but not set; pass {prefix}{key}=<value>."
             )
-        nested = _NESTED.get((cls.__name__, key))
-        if nested is not None:
+        nested = fields[key].default_factory  # a section inside this one (model.lora, ...)
+        if dataclasses.is_dataclass(nested):
             if value is not None and not isinstance(value, dict):
                 raise ConfigError(f"{prefix}{key}", f"must be a mapping; got {value!r}.")
             value = _build(nested, value, f"{prefix}{key}.")
@@ -590,19 +521,13 @@ def from_dict(values: dict) -> TrainSettings:
 
 
 def vllm_context_length(cfg: TrainSettings, heldout: HeldOutSettings | None) -> int | None:
-    """vLLM's context per sequence: ``data.max_prompt_length + grpo.max_completion_length``, or,
-    when the held-out evaluation runs on a vLLM engine (``heldout``, the resolved plan: the
-    colocated engine, or TRL's server, whose ``--max-model-len`` slurm/resolve_config.py takes
-    from here),
-    ``data.max_prompt_length +`` the larger of the completion length and what a held-out answer
-    needs beyond its prompt (``HeldOutSettings.answer_tokens``: the answer plus the two Sec. C.3
-    fallbacks), so a held-out prompt as long as a training prompt is never cut by the engine.
-
-    Without it vLLM reserves the model's whole context (131,072 tokens for Llama-3.1-8B, ~16 GiB
-    of KV cache per sequence slot) and the colocated engine may not start. (The KV cache itself is
-    sized by ``grpo.vllm_gpu_memory_utilization``, not by this length.) None when the prompt limit
-    is not set (then vLLM's default applies) or when ``grpo.vllm_max_model_length`` is set.
-    """
+    """vLLM's context per sequence: ``data.max_prompt_length`` + the larger of
+    ``grpo.max_completion_length`` and, when the held-out evaluation runs on a vLLM engine
+    (``heldout``, the resolved settings: colocated, or TRL's server, whose ``--max-model-len``
+    slurm/resolve_config.py takes from here), what a held-out answer needs
+    (``HeldOutSettings.answer_tokens``). Without it vLLM reserves the model's whole context
+    (~16 GiB of KV cache per slot for Llama-3.1-8B) and the colocated engine may not start. None
+    when the prompt limit is not set or ``grpo.vllm_max_model_length`` is."""
     if cfg.grpo.get("vllm_max_model_length") is not None:
         return None
     prompt = cfg.data.max_prompt_length

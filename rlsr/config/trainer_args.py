@@ -2,20 +2,12 @@
 ``trl.SFTConfig`` field, method=sft), checked against TRL's own fields and defaults, this
 machine (precision, vLLM, Liger) and the distributed launch (DDP / FSDP / DeepSpeed).
 
-TRL's fields and defaults are read from TRL's config dataclasses rather than restated here. A
-recipe that leaves ``grpo.max_completion_length`` unset trains with whatever the installed
-``trl.GRPOConfig`` declares (512 in TRL 1.16); every place that needs that value (held-out
-budget, vLLM context, Slurm's server length, checks) asks ``grpo_default`` so a TRL upgrade
-cannot leave a second, stale copy behind.
-
-The declarations are read from the installed source (``ast``: the class, then its bases
-``_BaseConfig`` and ``transformers.TrainingArguments``) instead of importing ``trl``: importing
-``trl.GRPOConfig`` imports torch and transformers (5-8 s on a 2-core machine), which a config
-typo should not cost (``train.py`` checks the whole config before it imports the trainer). A
-default that is not a literal (``optim``'s depends on the torch version), or a class laid out
-in a way this reader does not follow, is read from the imported class instead: slower, never
-different. ``tests/test_trl_defaults.py`` compares every name and literal default with the
-imported dataclasses.
+TRL's fields and defaults are read from TRL's config dataclasses, never restated here, so a TRL
+upgrade cannot leave a stale copy behind (``grpo_default``). They are read from the installed
+source (``ast``) instead of importing ``trl``, which imports torch and transformers (5-8 s on a
+2-core machine) — more than a config typo should cost. A default that is not a literal, or a
+class laid out in a way this reader does not follow, is read from the imported class instead:
+slower, never different (``tests/test_trl_defaults.py`` compares them).
 """
 
 from __future__ import annotations
@@ -127,36 +119,30 @@ def _imported_fields(class_name: str) -> dict[str, Any]:
     return out
 
 
+def _fields(class_name: str) -> dict[str, Any]:
+    try:
+        return _declared_fields(class_name)
+    except _Unreadable:
+        return _imported_fields(class_name)
+
+
+def _value(class_name: str, name: str, value: Any) -> Any:
+    return _imported_fields(class_name)[name] if value is _NOT_LITERAL else value
+
+
 def config_fields(class_name: str) -> dict[str, Any]:
     """``{field: default}`` of ``trl.<class_name>`` (``GRPOConfig``/``SFTConfig``), every
     dataclass field included; ``dataclasses.MISSING`` for a field without a default."""
-    try:
-        fields = _declared_fields(class_name)
-    except _Unreadable:
-        return _imported_fields(class_name)
-    if any(v is _NOT_LITERAL for v in fields.values()):
-        fields = {
-            k: (_imported_fields(class_name)[k] if v is _NOT_LITERAL else v)
-            for k, v in fields.items()
-        }
-    return fields
+    return {k: _value(class_name, k, v) for k, v in _fields(class_name).items()}
 
 
 def config_field_names(class_name: str) -> frozenset[str]:
     """The field names of ``trl.<class_name>``, read without importing TRL."""
-    try:
-        return frozenset(_declared_fields(class_name))
-    except _Unreadable:
-        return frozenset(_imported_fields(class_name))
+    return frozenset(_fields(class_name))
 
 
 def _default(class_name: str, name: str) -> Any:
-    try:
-        value = _declared_fields(class_name)[name]
-    except _Unreadable:
-        value = _imported_fields(class_name)[name]
-    if value is _NOT_LITERAL:
-        value = _imported_fields(class_name)[name]
+    value = _value(class_name, name, _fields(class_name)[name])
     if value is dataclasses.MISSING:
         raise KeyError(name)
     return value
@@ -191,6 +177,28 @@ MANAGED_SFT_FIELDS = ("output_dir", "seed", "model_init_kwargs")
 TRAINER_SECTIONS = ("grpo", "sft")
 
 
+def _check_keys(g: dict, section: str, class_name: str, managed: tuple[str, ...], from_: str):
+    """Every key of a trainer section is a field of ``trl.<class_name>`` that rlsr does not set
+    (``managed``, set from the sections ``from_``)."""
+    fields = config_field_names(class_name)
+    for key in g:
+        if key not in fields:  # the hint only for a wrong key: difflib over ~190 names per key
+            raise ConfigError(
+                f"{section}.{key}",
+                f"not a trl.{class_name} field.{closest_hint(key, fields)}"
+                + (
+                    " TRL 1.16 has no prompt truncation; use data.max_prompt_length."
+                    if key == "max_prompt_length" and section == "grpo"
+                    else ""
+                ),
+            )
+        _check(
+            key not in managed,
+            f"{section}.{key}",
+            f"is set by rlsr from other sections ({from_}); set it there instead.",
+        )
+
+
 def _check_batch_sizes(g: dict, section: str) -> None:
     """The per-device batch and the gradient accumulation of a trainer section (integers >= 1)
     and its step cap ``max_steps`` (>= 1, or TRL's -1: train ``num_train_epochs``)."""
@@ -217,24 +225,9 @@ def check_grpo(g: dict, *, here: bool = True) -> None:
     ``rlsr.config.sections.resolve_pool``'s, run once by ``rlsr.method.run_plan.plan_run``).
     ``here=False``: the run starts on another machine, so what this one offers (vLLM installed, a
     GPU: ``check_precision``) is not asked."""
-    fields = config_field_names("GRPOConfig")
-    for key in g:
-        if key not in fields:  # the hint only for a wrong key: difflib over ~190 names per key
-            raise ConfigError(
-                f"grpo.{key}",
-                f"not a trl.GRPOConfig field.{closest_hint(key, fields)}"
-                + (
-                    " TRL 1.16 has no prompt truncation; use data.max_prompt_length."
-                    if key == "max_prompt_length"
-                    else ""
-                ),
-            )
-        _check(
-            key not in MANAGED_GRPO_FIELDS,
-            f"grpo.{key}",
-            "is set by rlsr from other sections (output_dir, seed, method.*_weight, model.*); "
-            "set it there instead.",
-        )
+    _check_keys(
+        g, "grpo", "GRPOConfig", MANAGED_GRPO_FIELDS, "output_dir, seed, method.*_weight, model.*"
+    )
     G = grpo_get(g, "num_generations")
     _check(
         _is_int(G) and G >= 2,
@@ -303,14 +296,9 @@ LIGER_MIN_VERSION = "0.8.2"  # trl.import_utils.LIGER_KERNEL_MIN_VERSION in TRL 
 
 
 def check_liger(g: dict, on_gpu: bool) -> None:
-    """``grpo.use_liger_kernel`` (the paper's "Triton kernels shipped with TRL"; optional).
-
-    TRL 1.16's GRPOTrainer applies only Liger's layer kernels (RMSNorm, RoPE, SwiGLU) through
-    transformers' ``apply_liger_kernel``, which unwraps a PEFT model, so LoRA works; it has no
-    Liger GRPO loss any more, so every ``loss_type`` works; it rejects
-    ``liger_kernel_config={"fused_linear_cross_entropy": true}`` (its own fused LM head). The
-    kernels are Triton: they need a GPU.
-    """
+    """``grpo.use_liger_kernel`` (the paper's "Triton kernels shipped with TRL"; optional):
+    TRL 1.16 applies only Liger's layer kernels (LoRA and every ``loss_type`` work) and rejects
+    its fused LM head; the kernels are Triton, so they need a GPU."""
     from importlib.metadata import PackageNotFoundError, version
 
     from packaging.version import Version
@@ -364,17 +352,7 @@ def check_vllm_length(g: dict, prompt: int | None) -> None:
 def check_sft(g: dict, *, here: bool = True) -> None:
     """The ``sft`` section (method=sft): trl.SFTConfig fields, minus the ones rlsr fills in.
     ``here=False``: as ``check_grpo``'s (no GPU asked for on this machine)."""
-    fields = config_field_names("SFTConfig")
-    for key in g:
-        if key not in fields:
-            raise ConfigError(
-                f"sft.{key}", f"not a trl.SFTConfig field.{closest_hint(key, fields)}"
-            )
-        _check(
-            key not in MANAGED_SFT_FIELDS,
-            f"sft.{key}",
-            "is set by rlsr from other sections (output_dir, seed, model.*); set it there instead.",
-        )
+    _check_keys(g, "sft", "SFTConfig", MANAGED_SFT_FIELDS, "output_dir, seed, model.*")
     _check_batch_sizes(g, "sft")
     lr = g.get("learning_rate", sft_default("learning_rate"))
     _check(is_number(lr) and lr > 0, "sft.learning_rate", f"must be > 0; got {lr!r}.")

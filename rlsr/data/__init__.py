@@ -1,25 +1,17 @@
-"""The task registry: the paper's benchmarks, UtilityBench, the bundled
-``tiny`` and the user's own tasks (``register_task(Task(...))``, task files: docs/tasks.md).
+"""The task registry: the paper's benchmarks, UtilityBench, the bundled ``tiny`` datasets and
+the user's own tasks (``register_task(Task(...))``, task files: docs/tasks.md); docs/datasets.md.
 
-``get_spec(name)``, ``REGISTRY``, ``GROUPS``, ``resolve_tasks("a,b" | group)``. See
-docs/datasets.md. This package's top imports no ``datasets``/``torch``, so the config check
-(``rlsr.config``) reads the registry in a fraction of a second; the row readers
-(``load_examples(name, *, path, split, limit, system_prompt, data_dir, columns)``,
+This package's top imports no ``datasets``/``torch``, so the config check (``rlsr.config``) reads
+the registry in a fraction of a second; the row readers (``load_examples``,
 ``verification_inputs``, ...) live in ``rlsr.data.loading``, which imports ``datasets``.
 """
 
-from rlsr.data.formatting import USER_PROMPT_TEMPLATE, build_prompt
 from rlsr.data.registry import (
-    BUILTIN_TASKS,
-    GROUP_SYSTEM_PROMPTS,
     GROUPS,
     REGISTRY,
     VERIFIERS,
-    TaskSource,
-    TaskSpec,
     get_spec,
     group_system_prompt,
-    groups_of,
     resolve_tasks,
     tasks_system_prompt,
 )
@@ -40,31 +32,24 @@ from rlsr.data.tasks import (
 )
 
 __all__ = [
-    "BUILTIN_TASKS",
+    "GROUPS",
+    "REGISTRY",
     "TASKS_PATH_ENV",
+    "VERIFIERS",
     "Task",
     "TaskError",
-    "TaskSource",
+    "get_spec",
+    "group_system_prompt",
     "load_env_tasks",
     "load_task_file",
     "load_tasks",
     "register_task",
+    "resolve_tasks",
     "task_names",
     "task_record_problem",
     "task_records",
-    "version_records",
-    "version_differences",
-    "unregister_task",
-    "TaskSpec",
-    "GROUPS",
-    "GROUP_SYSTEM_PROMPTS",
-    "REGISTRY",
-    "USER_PROMPT_TEMPLATE",
-    "VERIFIERS",
-    "build_prompt",
-    "get_spec",
     "tasks_system_prompt",
-    "group_system_prompt",
-    "groups_of",
-    "resolve_tasks",
+    "unregister_task",
+    "version_differences",
+    "version_records",
 ]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import datasets
@@ -42,8 +43,6 @@ def load_source(
     source: str, *, config: str | None = None, split: str = "train"
 ) -> datasets.Dataset:
     """A hub id (``owner/name``) or a local file / ``save_to_disk`` folder."""
-    from pathlib import Path
-
     if Path(source).exists():
         return _load_local(Path(source), split)
     return datasets.load_dataset(source, config, split=split)

@@ -27,6 +27,7 @@ __all__ = [
     "render_mcq_problem",
     "parse_rendered_options",
     "FORMATTERS",
+    "OPTION_LETTERS",
 ]
 
 USER_PROMPT_TEMPLATE = "\n\nPROBLEM: {problem}\n\n"
@@ -38,7 +39,7 @@ HOTPOT_EXACT_MATCH_INSTRUCTION = (
     "process within the <answer> </answer> tags."
 )
 _PARAGRAPH_SEPARATOR = "--------------------------------\n\n"
-_LETTERS = "ABCDEFGHIJ"
+OPTION_LETTERS = "ABCDEFGHIJ"
 
 
 def build_prompt(problem: str, system_prompt: str) -> list[dict[str, str]]:
@@ -95,7 +96,7 @@ def parse_rendered_options(problem: str) -> dict[str, str]:
     if start < 0:
         return {}
     marks: list[tuple[str, int]] = [("A", start)]
-    for letter in _LETTERS[1:]:
+    for letter in OPTION_LETTERS[1:]:
         pos = problem.find(f"\n{letter}) ", marks[-1][1] + 1)
         if pos < 0:
             break
@@ -126,6 +127,19 @@ def _opt(row: Mapping[str, Any], columns: Mapping[str, str], field: str) -> Any:
     return row.get(name)
 
 
+def _fields(problem: str, answer: str, answers=None, question=None, **extra) -> dict[str, Any]:
+    """A formatted row: ``question`` defaults to the problem, ``answers`` to ``[answer]``."""
+    answers = [answer] if answers is None else answers
+    return {"problem": problem, "question": question or problem, "answer": answer,
+            "answers": answers, **extra}  # fmt: skip
+
+
+def _mcq(problem: str, answer: str, options: dict, letter: str, question=None) -> dict[str, Any]:
+    """A multiple-choice row: the answer, its letter and its option text all accepted."""
+    answers = list(dict.fromkeys([answer, letter, options[letter]]))
+    return _fields(problem, answer, answers, question, options=options, answer_letter=letter)
+
+
 def _as_answer(value: Any) -> str:
     if value is None:
         return ""
@@ -135,7 +149,7 @@ def _as_answer(value: Any) -> str:
 def _plain(row, columns, dataset):
     problem = str(_col(row, columns, "problem", dataset))
     answer = _as_answer(_col(row, columns, "answer", dataset))
-    return {"problem": problem, "question": problem, "answer": answer, "answers": [answer]}
+    return _fields(problem, answer)
 
 
 def _aliases(row, columns, dataset):
@@ -152,7 +166,7 @@ def _aliases(row, columns, dataset):
         raise ValueError(
             f"{dataset}: row has no gold answer in {columns.get('answer', 'answer')!r}."
         )
-    return {"problem": problem, "question": problem, "answer": answers[0], "answers": answers}
+    return _fields(problem, answers[0], answers)
 
 
 _QUESTION_RE = re.compile(r"^\s*Question:\s*(.*?)\s*\n\n", re.DOTALL)
@@ -173,7 +187,7 @@ def _hotpot(row, columns, dataset):
         match = _QUESTION_RE.match(problem)
         question = match.group(1) if match else problem
     answer = _as_answer(_col(row, columns, "answer", dataset))
-    return {"problem": problem, "question": str(question), "answer": answer, "answers": [answer]}
+    return _fields(problem, answer, question=str(question))
 
 
 _OPTION_LETTER_RE = re.compile(r"Option\s+([A-J])\b")
@@ -192,23 +206,15 @@ def _mcq_rendered(row, columns, dataset):
             f"{dataset}: could not read the options / gold letter (options {sorted(options)}, "
             f"letter {letter!r}); expected 'A) ..' lines in the problem and 'Option X ...' answers."
         )
-    answers = list(dict.fromkeys([answer, letter, options[letter]]))
-    return {
-        "problem": problem,
-        "question": problem,
-        "answer": answer,
-        "answers": answers,
-        "options": options,
-        "answer_letter": letter,
-    }
+    return _mcq(problem, answer, options, letter)
 
 
 def _mcq_columns(row, columns, dataset):
     if "ending0" in row:  # swag layout: sent1 (+ sent2), ending0..3, label
         question = " ".join(str(row.get(k) or "").strip() for k in ("sent1", "sent2")).strip()
         endings = [k for k in sorted(row) if re.fullmatch(r"ending\d+", k)]
-        options = {_LETTERS[i]: str(row[k]).strip() for i, k in enumerate(endings)}
-        letter = _LETTERS[int(_col(row, columns, "label", dataset))]
+        options = {OPTION_LETTERS[i]: str(row[k]).strip() for i, k in enumerate(endings)}
+        letter = OPTION_LETTERS[int(_col(row, columns, "label", dataset))]
     else:  # question, options {letter: text}, answer_idx
         question = str(_col(row, columns, "question", dataset))
         raw_options = _col(row, columns, "options", dataset)
@@ -222,19 +228,12 @@ def _mcq_columns(row, columns, dataset):
                 if isinstance(item, Mapping):
                     options[str(item["key"])] = str(item["value"]).strip()
                 else:
-                    options[_LETTERS[i]] = str(item).strip()
+                    options[OPTION_LETTERS[i]] = str(item).strip()
         letter = _as_answer(_col(row, columns, "answer_idx", dataset)).upper()
     if letter not in options:
         raise ValueError(f"{dataset}: gold letter {letter!r} not among options {sorted(options)}.")
     answer = f"{letter}) {options[letter]}"
-    return {
-        "problem": render_mcq_problem(question, options),
-        "question": question,
-        "answer": answer,
-        "answers": list(dict.fromkeys([answer, letter, options[letter]])),
-        "options": options,
-        "answer_letter": letter,
-    }
+    return _mcq(render_mcq_problem(question, options), answer, options, letter, question)
 
 
 _ANSWERABLE_CANDIDATES = ("answerable", "is_answerable", "a_i", "answerability")
@@ -275,67 +274,7 @@ def _utility(row, columns, dataset):
     cost = float(_first_present(row, columns, "cost", _COST_CANDIDATES))
     if not math.isfinite(cost) or cost < 0:
         raise ValueError(f"utilitybench: cost must be a finite number >= 0, got {cost!r}.")
-    return {
-        "problem": problem,
-        "question": problem,
-        "answer": answer,
-        "answers": [answer] if answer else [],
-        "answerable": answerable,
-        "cost": cost,
-    }
-
-
-def _task_options(raw: Any, dataset: str) -> dict[str, str]:
-    """A task's options cell as ``{letter: text}``: a mapping, a list of texts, or either as JSON."""
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            raise ValueError(
-                f"{dataset}: options {raw[:80]!r} is neither a list nor a mapping (nor their "
-                "JSON); give each row a list of option texts or a {letter: text} mapping."
-            ) from None
-    if isinstance(raw, Mapping):
-        return {str(k).strip(): str(v).strip() for k, v in raw.items() if v is not None}
-    if isinstance(raw, list | tuple):
-        if len(raw) > len(_LETTERS):
-            raise ValueError(f"{dataset}: {len(raw)} options; at most {len(_LETTERS)} are read.")
-        return {_LETTERS[i]: str(v).strip() for i, v in enumerate(raw)}
-    raise ValueError(f"{dataset}: options must be a list or a mapping; got {raw!r}.")
-
-
-def _task(row, columns, dataset):
-    """A user task's row (``rlsr.data.tasks``): ``question`` and ``answer`` columns, optional
-    ``aliases`` (more accepted answers: a list, or one string) and ``options`` (MCQ: a list of
-    texts or a ``{letter: text}`` mapping, rendered under the question as ``L) text`` lines; the
-    answer is a letter or one option's text)."""
-    question = str(_col(row, columns, "question", dataset))
-    answer = _as_answer(_col(row, columns, "answer", dataset))
-    answers = [answer]
-    if "aliases" in columns:
-        aliases = row.get(columns["aliases"])
-        if isinstance(aliases, str):
-            aliases = [aliases]
-        answers += [_as_answer(a) for a in aliases or [] if _as_answer(a)]
-    answers = list(dict.fromkeys(answers))
-    if "options" not in columns:
-        return {"problem": question, "question": question, "answer": answer, "answers": answers}
-    options = _task_options(row.get(columns["options"]), dataset)
-    by_text = {text: letter for letter, text in options.items()}
-    letter = answer.upper() if answer.upper() in options else by_text.get(answer)
-    if letter is None:
-        raise ValueError(
-            f"{dataset}: answer {answer!r} is neither an option letter {sorted(options)} nor the "
-            "text of an option; give the gold as a letter or as one option's exact text."
-        )
-    return {
-        "problem": render_mcq_problem(question, options),
-        "question": question,
-        "answer": answer,
-        "answers": list(dict.fromkeys([*answers, letter, options[letter]])),
-        "options": options,
-        "answer_letter": letter,
-    }
+    return _fields(problem, answer, [answer] if answer else [], answerable=answerable, cost=cost)
 
 
 FORMATTERS: Mapping[str, Callable[[Mapping[str, Any], Mapping[str, str], str], dict]] = {
@@ -345,5 +284,4 @@ FORMATTERS: Mapping[str, Callable[[Mapping[str, Any], Mapping[str, str], str], d
     "mcq_rendered": _mcq_rendered,
     "mcq_columns": _mcq_columns,
     "utility": _utility,
-    "task": _task,
 }

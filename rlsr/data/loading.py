@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ import numpy as np
 from datasets.exceptions import DatasetGenerationError
 
 from rlsr.core.prompts import NO_SYSTEM_PROMPT, system_prompt_names
-from rlsr.data.formatting import FORMATTERS, build_prompt, render_mcq_problem
+from rlsr.data.formatting import FORMATTERS, build_prompt
 from rlsr.data.registry import DatasetUnavailableError, TaskSpec, get_spec
 from rlsr.data.task_rows import EmptyCell, duplicate_ids, read_rows_as_written, task_row_fields
 from rlsr.verifiers import get_verifier, is_plugin_name
@@ -43,7 +42,6 @@ __all__ = [
     "load_raw",
     "download_command",
     "download_dataset",
-    "VerificationInputs",
     "verification_inputs",
     "row_verification_inputs",
     "build_verifier",
@@ -53,6 +51,7 @@ DATA_DIR_ENV = "RLSR_DATA_DIR"
 FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
 CONTRACT_COLUMNS = ("id", "prompt", "question", "answer", "answers", "verifier")
 _FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+_SAVED = ("dataset_dict.json", "state.json")  # a save_to_disk folder (DatasetDict, Dataset)
 
 
 @dataclass(frozen=True)
@@ -74,22 +73,20 @@ class PromptRoom:
     fix: str | Callable[[list[int]], str]
 
 
-def download_command(name: str, out_dir: str = "DIR") -> str:
+def download_command(name: str) -> str:
     """The shell command that saves dataset ``name`` (all splits) for offline use."""
-    spec = get_spec(name)
-    return f"rlsr tasks download {name} --out {shlex.quote(out_dir)}" + (
-        "" if spec.hf_id else "  # bundled, nothing to download"
-    )
+    bundled = "" if get_spec(name).hf_id else "  # bundled, nothing to download"
+    return f"rlsr tasks download {name} --out DIR{bundled}"
 
 
-def _python_download_command(spec: TaskSpec, split: str, out_dir: str = "DIR") -> str:
+def _python_download_command(spec: TaskSpec, split: str) -> str:
     args = [repr(spec.hf_id)] + ([repr(spec.hf_config)] if spec.hf_config else [])
     args.append(f"split={split!r}")
     if spec.revision:
         args.append(f"revision={spec.revision!r}")
     return (
         f'python -c "from datasets import load_dataset; load_dataset({", ".join(args)})'
-        f".save_to_disk('{out_dir}/{spec.name}/{split}')\""
+        f".save_to_disk('DIR/{spec.name}/{split}')\""
     )
 
 
@@ -103,9 +100,8 @@ def _load_file(path: Path) -> datasets.Dataset:
             f"unsupported data file {path}; use one of {sorted(_FILE_BUILDERS)} or a save_to_disk "
             "folder."
         )
-    problem = _json_problem(path) if builder == "json" else None
-    if problem:  # checked here: `datasets` reports it as an 80-line DatasetGenerationError
-        raise ValueError(problem)
+    if builder == "json":  # checked here: `datasets` reports it as an 80-line error
+        _check_json(path)
     try:
         return datasets.load_dataset(builder, data_files=str(path), split="train")
     except DatasetGenerationError as err:
@@ -113,14 +109,14 @@ def _load_file(path: Path) -> datasets.Dataset:
         raise ValueError(f"{path}: cannot be read as {builder} data ({cause}).") from err
 
 
-def _json_problem(path: Path) -> str | None:
-    """``FILE: line N: what is wrong`` for the first line of a JSON-lines file that is not a
-    JSON object (a ``.json`` file holding one JSON document is checked as a whole), else None."""
+def _check_json(path: Path) -> None:
+    """Raise ``FILE: line N: what is wrong`` for the first line of a JSON-lines file that is
+    not a JSON object (a ``.json`` file holding one JSON document is checked as a whole)."""
     text = path.read_text(encoding="utf-8", errors="replace")
     if path.suffix.lower() == ".json":
         try:
             json.loads(text)
-            return None
+            return
         except ValueError:
             pass  # not one document: maybe JSON lines
     for number, line in enumerate(text.splitlines(), start=1):
@@ -129,35 +125,44 @@ def _json_problem(path: Path) -> str | None:
         try:
             value = json.loads(line)
         except json.JSONDecodeError as err:
-            return f"{path}: line {number}: not valid JSON ({err.msg} at column {err.colno})."
+            raise ValueError(
+                f"{path}: line {number}: not valid JSON ({err.msg} at column {err.colno})."
+            ) from None
         if not isinstance(value, dict):
-            return f"{path}: line {number}: expected a JSON object, got {type(value).__name__}."
-    return None
+            raise ValueError(
+                f"{path}: line {number}: expected a JSON object, got {type(value).__name__}."
+            )
+
+
+def _split_source(path: Path, split: str) -> Path:
+    """The file or ``save_to_disk`` folder holding ``split`` under ``path`` (module docstring)."""
+    if not path.exists():
+        raise FileNotFoundError(f"data path {path} does not exist.")
+    while path.is_dir() and not any((path / f).exists() for f in _SAVED):
+        if (path / split).is_dir():
+            path = path / split
+            continue
+        found = [path / f"{split}{s}" for s in _FILE_BUILDERS if (path / f"{split}{s}").exists()]
+        if not found:
+            raise FileNotFoundError(
+                f"no split {split!r} under {path}: expected dataset_dict.json (save_to_disk), "
+                f"{split}/ , or {split}.jsonl / {split}.parquet."
+            )
+        return found[0]
+    return path
 
 
 def _load_local(path: Path, split: str) -> datasets.Dataset:
     """Read ``split`` from a file or folder (see module docstring for layouts)."""
-    if not path.exists():
-        raise FileNotFoundError(f"data path {path} does not exist.")
+    path = _split_source(path, split)
     if path.is_file():
         return _load_file(path)
-    if (path / "dataset_dict.json").exists():
-        loaded = datasets.load_from_disk(str(path))
+    loaded = datasets.load_from_disk(str(path))
+    if isinstance(loaded, datasets.DatasetDict):
         if split not in loaded:
             raise ValueError(f"split {split!r} not in {path} (has {sorted(loaded)}).")
         return loaded[split]
-    if (path / "state.json").exists():
-        return datasets.load_from_disk(str(path))
-    if (path / split).is_dir():
-        return _load_local(path / split, split)
-    for suffix in _FILE_BUILDERS:
-        candidate = path / f"{split}{suffix}"
-        if candidate.exists():
-            return _load_file(candidate)
-    raise FileNotFoundError(
-        f"no split {split!r} under {path}: expected dataset_dict.json (save_to_disk), "
-        f"{split}/ , or {split}.jsonl / {split}.parquet."
-    )
+    return loaded
 
 
 def _load_hub(spec: TaskSpec, split: str) -> datasets.Dataset:
@@ -188,8 +193,6 @@ def load_raw(
     split = split or spec.split
     if path is not None:
         return _load_local(Path(path), split)
-    if spec.task is not None and spec.task.data_path is not None:
-        return _load_task_split(spec, split)
     if spec.hf_id is None:
         return _load_local(FIXTURES_DIR / name, split)
     root = data_dir if data_dir is not None else os.environ.get(DATA_DIR_ENV)
@@ -208,26 +211,6 @@ def task_split_rows(n: int, fraction: float, seed: int, split: str) -> list[int]
     return sorted(int(i) for i in rows)
 
 
-def _load_task_split(spec: TaskSpec, split: str) -> datasets.Dataset:
-    """``split`` of a user task's local data: the file or folder as in ``_load_local``, or, with
-    ``eval_fraction``, the ``train`` / ``eval`` part of a single file (``task_split_rows``)."""
-    task = spec.task
-    path = Path(task.data_path)
-    if task.eval_fraction is None:
-        return _load_local(path, split)
-    if split not in ("train", "eval"):
-        raise ValueError(
-            f"task {spec.name}: split {split!r} does not exist; a file split by "
-            f"splits.eval_fraction has the splits 'train' and 'eval'."
-        )
-    whole = _load_local(path, split)
-    return whole.select(task_split_rows(len(whole), task.eval_fraction, task.split_seed, split))
-
-
-def _task_where(spec: TaskSpec) -> str:
-    return str(spec.task.data_path or spec.hf_id) if spec.task else str(spec.hf_id)
-
-
 def _task_file(spec: TaskSpec) -> str:
     return spec.task.file if spec.task and spec.task.file else "the task"
 
@@ -235,18 +218,11 @@ def _task_file(spec: TaskSpec) -> str:
 def _rows_as_written(path: Path, split: str) -> tuple[list[dict], str]:
     """``split`` of a task's local data as rows (``rlsr.data.task_rows``: CSV and JSON cells as
     written; Parquet and ``save_to_disk`` typed), and the file or folder they came from."""
+    path = _split_source(path, split)
     if path.is_file() and path.suffix.lower() in (".csv", ".jsonl", ".json"):
-        problem = _json_problem(path) if path.suffix.lower() != ".csv" else None
-        if problem:
-            raise ValueError(problem)
+        if path.suffix.lower() != ".csv":
+            _check_json(path)
         return read_rows_as_written(path), str(path)
-    if path.is_dir() and not (path / "dataset_dict.json").exists():
-        if not (path / "state.json").exists():
-            if (path / split).is_dir():
-                return _rows_as_written(path / split, split)
-            for suffix in _FILE_BUILDERS:
-                if (path / f"{split}{suffix}").exists():
-                    return _rows_as_written(path / f"{split}{suffix}", split)
     return _load_local(path, split).to_list(), str(path)
 
 
@@ -261,8 +237,6 @@ def _task_rows(
     if local is None:
         raw = load_raw(spec.name, split=split, data_dir=data_dir)
         return raw.to_list(), list(range(len(raw))), list(raw.column_names), str(spec.hf_id)
-    if not local.exists():
-        raise FileNotFoundError(f"data path {local} does not exist.")
     fraction = task.eval_fraction if path is None else None
     if fraction is not None and split not in ("train", "eval"):
         raise ValueError(
@@ -386,13 +360,8 @@ def _load_task_examples(spec, split, path, data_dir, limit, system_prompt, mappi
             skipped += 1
             first_skipped = first_skipped or str(err)
             continue
-        problem = (
-            render_mcq_problem(fields["question"], fields["options"])
-            if "options" in fields
-            else fields["problem"]
-        )
         example_id = fields.get("id", f"{spec.name}-{split}-{position}")
-        out.append((number, _contract_row(example_id, problem, fields, spec, system_prompt)))
+        out.append((number, _contract_row(example_id, fields, spec, system_prompt)))
     if skipped:
         warnings.warn(
             f"task {spec.name}: skip_empty: skipped {skipped} of {len(rows)} rows of split "
@@ -415,23 +384,20 @@ def _load_task_examples(spec, split, path, data_dir, limit, system_prompt, mappi
         )
     if room is not None:
         out = _fitting(spec, split, source, out, room, limit)
-    examples = [e for _, e in out][:limit]
-    features = _features(spec, False, with_options="options" in mapping)
-    return datasets.Dataset.from_list(examples, features=features)
+    return _dataset([e for _, e in out][:limit])
 
 
 # --- contract -----------------------------------------------------------------------------
 
 
 def _contract_row(
-    example_id: str, problem: str, fields: Mapping[str, Any], spec: TaskSpec, system_prompt: str
+    example_id: str, fields: Mapping[str, Any], spec: TaskSpec, system_prompt: str
 ) -> dict[str, Any]:
-    """One example in the contract's columns (id, prompt, question, answer, answers, verifier,
-    and options / answer_letter for multiple choice), from a row's formatted ``fields``: the one
-    shape a task's rows and a built-in dataset's rows share."""
+    """One example in the contract's columns from a row's formatted ``fields``: the one shape a
+    task's rows and a built-in dataset's rows share."""
     example = {
         "id": example_id,
-        "prompt": build_prompt(problem, system_prompt),
+        "prompt": build_prompt(fields["problem"], system_prompt),
         "question": fields["question"],
         "answer": fields["answer"],
         "answers": fields["answers"],
@@ -440,47 +406,34 @@ def _contract_row(
     if "options" in fields:
         example["options"] = json.dumps(fields["options"], ensure_ascii=False)
         example["answer_letter"] = fields["answer_letter"]
+    example.update((k, fields[k]) for k in ("answerable", "cost") if k in fields)
     return example
 
 
-def _example_builder(spec: TaskSpec, split: str, columns: Mapping[str, str], system_prompt: str):
-    formatter = FORMATTERS[spec.formatter]
+_STRING = datasets.Value("string")
+# The contract's columns in order, typed explicitly so rows that happen to hold only empty lists
+# still agree.
+_FEATURES = {
+    "id": _STRING,
+    "prompt": datasets.List({"role": _STRING, "content": _STRING}),
+    "question": _STRING,
+    "answer": _STRING,
+    "answers": datasets.List(_STRING),
+    "verifier": _STRING,
+    "options": _STRING,
+    "answer_letter": _STRING,
+    "answerable": datasets.Value("bool"),
+    "cost": datasets.Value("float64"),
+    "gold_removed": datasets.Value("int64"),
+}
 
-    def build(row: dict[str, Any], index: int) -> dict[str, Any]:
-        fields = formatter(row, columns, spec.name)
-        id_value = row.get(columns.get("id", "id"))
-        example_id = str(id_value) if id_value not in (None, "") else f"{spec.name}-{split}-{index}"
-        example = _contract_row(example_id, fields["problem"], fields, spec, system_prompt)
-        for key in ("answerable", "cost"):
-            if key in fields:
-                example[key] = fields[key]
-        if row.get("gold_removed") is not None:  # HotPotQA-Modified condition, for analysis
-            example["gold_removed"] = int(row["gold_removed"])
-        return example
 
-    return build
-
-
-def _features(
-    spec: TaskSpec, has_gold_removed: bool, with_options: bool = False
-) -> datasets.Features:
-    """Explicit types, so batches that happen to hold only empty lists still agree."""
-    string = datasets.Value("string")
-    features = {
-        "id": string,
-        "prompt": datasets.List({"role": string, "content": string}),
-        "question": string,
-        "answer": string,
-        "answers": datasets.List(string),
-        "verifier": string,
-    }
-    if spec.formatter in ("mcq_rendered", "mcq_columns") or with_options:
-        features.update(options=string, answer_letter=string)
-    if spec.formatter == "utility":
-        features.update(answerable=datasets.Value("bool"), cost=datasets.Value("float64"))
-    if has_gold_removed:
-        features["gold_removed"] = datasets.Value("int64")
-    return datasets.Features(features)
+def _dataset(examples: list[dict]) -> datasets.Dataset:
+    """``examples`` as a dataset with the contract's columns (and the optional ones any row has)."""
+    present = set(CONTRACT_COLUMNS).union(*examples)
+    features = datasets.Features({k: v for k, v in _FEATURES.items() if k in present})
+    columns = {k: [e.get(k) for e in examples] for k in features}
+    return datasets.Dataset.from_dict(columns, features=features)
 
 
 def load_examples(
@@ -500,10 +453,10 @@ def load_examples(
     ``gold_removed`` (HotPotQA-Modified).
 
     ``split`` defaults to the spec's evaluation split; ``limit`` keeps the first ``limit`` rows;
-    ``system_prompt`` ("simple" | "long" | "none": no system message) overrides the spec's (Sec. C.5: evaluate with the
-    training domain's prompt); ``columns`` overrides the spec's column mapping; ``room``: a
-    user task's prompts must fit the model's context with the generation budget (``PromptRoom``;
-    built-in datasets are not checked).
+    ``system_prompt`` ("simple" | "long" | "none": no system message) overrides the spec's
+    (Sec. C.5: evaluate with the training domain's prompt); ``columns`` overrides the spec's
+    column mapping; ``room``: a user task's prompts must fit the model's context with the
+    generation budget (``PromptRoom``; built-in datasets are not checked).
     """
     spec = get_spec(name)
     split = split or spec.split
@@ -526,17 +479,15 @@ def load_examples(
         )
     if limit is not None:
         raw = raw.select(range(min(limit, len(raw))))
-    builder = _example_builder(spec, split, mapping, system_prompt)
-    examples = raw.map(
-        builder,
-        with_indices=True,
-        remove_columns=raw.column_names,
-        features=_features(spec, "gold_removed" in raw.column_names),
-        desc=f"formatting {name}",
-        load_from_cache_file=False,
-    )
-    order = [c for c in CONTRACT_COLUMNS if c in examples.column_names]
-    return examples.select_columns(order + [c for c in examples.column_names if c not in order])
+    formatter, examples = FORMATTERS[spec.formatter], []
+    for index, row in enumerate(raw.to_list()):
+        ident = row.get(mapping.get("id", "id"))
+        ident = str(ident) if ident not in (None, "") else f"{name}-{split}-{index}"
+        example = _contract_row(ident, formatter(row, mapping, name), spec, system_prompt)
+        if row.get("gold_removed") is not None:  # HotPotQA-Modified condition, for analysis
+            example["gold_removed"] = int(row["gold_removed"])
+        examples.append(example)
+    return _dataset(examples)
 
 
 def download_dataset(name: str, out_dir: str | os.PathLike) -> Path:
@@ -564,79 +515,62 @@ def build_verifier(name: str, verifier: str | None = None, **kwargs):
     return get_verifier(vname, **{**options, **kwargs})
 
 
-class VerificationInputs(dict):
-    """Keyword arguments for ``verifier.verify_batch(predictions, **inputs)``."""
-
-
-def verification_inputs(
-    examples: datasets.Dataset, verifier: str | None = None
-) -> VerificationInputs:
-    """Golds / questions / options for the verifier named ``verifier`` (default: the rows' own).
-
-    exact_match -> golds = ``answers`` lists; math -> ``answer``; mcq -> ``answer_letter`` with
-    ``options``; llm_judge -> ``answers`` (``answer`` for MCQ rows) with ``question``.
-    """
+def verification_inputs(examples: datasets.Dataset, verifier: str | None = None) -> dict[str, list]:
+    """Keyword arguments of ``verify_batch`` for the verifier named ``verifier`` (default: the
+    rows' own). exact_match -> golds = ``answers`` lists; math -> ``answer``; mcq ->
+    ``answer_letter`` with ``options``; llm_judge -> ``answers`` (``answer`` for MCQ rows) with
+    ``question``."""
     if verifier is None:
         names = set(examples["verifier"])
         if len(names) != 1:
             raise ValueError(f"rows mix verifiers {sorted(names)}; pass verifier=.")
         verifier = names.pop()
+    names = examples.column_names
+
+    def options() -> list:
+        return [json.loads(o) if isinstance(o, str) else o for o in examples["options"]]
+
     if is_plugin_name(verifier):
-        inputs = VerificationInputs(
-            golds=list(examples["answer"]), questions=list(examples["question"])
-        )
-        if "options" in examples.column_names:
-            inputs["options"] = [json.loads(o) for o in examples["options"]]
+        inputs = dict(golds=list(examples["answer"]), questions=list(examples["question"]))
+        if "options" in names and all(o is not None for o in examples["options"]):
+            inputs["options"] = options()
         return inputs
     if verifier == "exact_match":
-        return VerificationInputs(golds=list(examples["answers"]))
+        return dict(golds=list(examples["answers"]))
     if verifier == "math":
-        return VerificationInputs(golds=list(examples["answer"]))
+        return dict(golds=list(examples["answer"]))
     if verifier == "mcq":
-        if "answer_letter" not in examples.column_names:
+        if "answer_letter" not in names:
             raise ValueError("verifier 'mcq' needs MCQ rows (columns answer_letter, options).")
-        return VerificationInputs(
-            golds=list(examples["answer_letter"]),
-            options=[json.loads(o) for o in examples["options"]],
-        )
+        return dict(golds=list(examples["answer_letter"]), options=options())
     if verifier == "llm_judge":
         # Aliases (TriviaQA) all go to the judge; MCQ rows give their one "Option X ..." answer.
-        column = "answer" if "options" in examples.column_names else "answers"
-        return VerificationInputs(
-            golds=list(examples[column]), questions=list(examples["question"])
-        )
+        column = "answer" if "options" in names else "answers"
+        return dict(golds=list(examples[column]), questions=list(examples["question"]))
     raise ValueError(
         f"unknown verifier {verifier!r}; choose exact_match, math, mcq, llm_judge or a plugin "
         "'package.module:function' (docs/tasks.md)."
     )
 
 
+class _RowColumns(dict):
+    """Rows (dicts) seen as columns: ``self[name]`` lists each row's value (None when absent)."""
+
+    def __init__(self, rows: Sequence[dict]) -> None:
+        keys = dict.fromkeys(k for x in rows for k in x)
+        super().__init__({k: [x.get(k) for x in rows] for k in keys})
+        self.n_rows = len(rows)
+
+    @property
+    def column_names(self) -> list[str]:
+        return list(self)
+
+    def __missing__(self, key: str) -> list:
+        return [None] * self.n_rows
+
+
 def row_verification_inputs(inputs: Sequence[dict], verifier_name: str) -> dict[str, list]:
-    """Keyword arguments for ``verify_batch`` from rows (dicts) of a dataset, as the trainer gets
-    them through TRL's ``inputs``. Same rules as ``verification_inputs`` (columnar):
-    exact_match -> golds = ``answers`` lists (else ``[answer]``); math -> ``answer``;
-    mcq -> ``answer_letter`` with ``options`` (JSON) decoded.
-    """
-    if is_plugin_name(verifier_name):
-        out: dict[str, list] = {
-            "golds": [x["answer"] for x in inputs],
-            "questions": [x.get("question") for x in inputs],
-        }
-        if all(x.get("options") is not None for x in inputs):
-            out["options"] = [
-                json.loads(x["options"]) if isinstance(x["options"], str) else x["options"]
-                for x in inputs
-            ]
-        return out
-    if verifier_name == "exact_match":
-        golds = [list(x["answers"]) if x.get("answers") else [x["answer"]] for x in inputs]
-        return {"golds": golds}
-    if verifier_name == "mcq":
-        return {
-            "golds": [x["answer_letter"] for x in inputs],
-            "options": [
-                json.loads(x["options"]) if isinstance(x["options"], str) else x["options"]
-                for x in inputs
-            ],
-        }
-    return {"golds": [x["answer"] for x in inputs]}
+    """``verification_inputs`` for rows (dicts), as the trainer gets them through TRL's
+    ``inputs``; a row without ``answers`` is scored against ``[answer]``."""
+    rows = [{**x, "answers": x.get("answers") or [x["answer"]]} for x in inputs]
+    return dict(verification_inputs(_RowColumns(rows), verifier_name))

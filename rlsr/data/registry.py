@@ -26,7 +26,6 @@ __all__ = [
     "get_spec",
     "resolve_tasks",
     "group_system_prompt",
-    "groups_of",
 ]
 
 VERIFIERS = ("exact_match", "math", "mcq", "llm_judge")
@@ -38,19 +37,12 @@ class DatasetUnavailableError(RuntimeError):
 
 @dataclass(frozen=True)
 class TaskSource:
-    """Where a user task (``rlsr.data.tasks``, docs/tasks.md) came from and how its data splits.
-
-    ``file``: the task file (None for a task registered in Python); ``sha256``: the SHA-256 of
-    that file's bytes (of the task's canonical JSON for a Python task), recorded in ``run.json``
-    and ``deployment.json``; ``data_path``: the task's local data (absolute); ``eval_fraction`` /
-    ``split_seed``: a single file split into ``train`` / ``eval`` by a seeded permutation;
-    ``prompt_text``: the task's own system prompt text (registered under the task's name);
-    ``has_eval``: the task names an evaluation split (``TaskSpec.split``) apart from training;
-    ``skip_empty``: rows with an empty question or answer are skipped (counted) instead of
-    refused; ``too_long``: ``refuse`` or ``skip`` a row whose prompt cannot fit the model's
-    context with the generation budget (``rlsr.data.prompt_room``); ``definition_sha256``: the
-    SHA-256 of the task's fields less its verifier's execution options (a resume compares it).
-    """
+    """Where a user task (``rlsr.data.tasks``, docs/tasks.md) came from and how its data splits:
+    ``file`` (None for a task registered in Python) and ``sha256`` (of that file's bytes, else of
+    the task's canonical JSON), recorded in ``run.json`` / ``deployment.json``; the task's own
+    settings as ``Task`` names them (``prompt_text``: its own system prompt; ``has_eval``: it
+    names an evaluation split); ``definition_sha256``: the SHA-256 of the task's fields less its
+    verifier's execution options, which a resume compares (so ``timeout_s`` may change)."""
 
     file: str | None
     sha256: str
@@ -61,8 +53,6 @@ class TaskSource:
     has_eval: bool = False
     skip_empty: bool = False
     too_long: str = "refuse"
-    # SHA-256 of the task's fields without its verifier's execution options (timeout_s,
-    # num_workers, ...): what a resumed run compares, so those may change between resumes
     definition_sha256: str | None = None
 
 
@@ -75,17 +65,17 @@ class TaskSpec:
     whole split can be checked. ``columns`` maps contract fields (``question``, ``answer``,
     ``id``, ``answerable``, ``cost`` ...) to upstream column names; it can be overridden per call
     (``load_examples(..., columns={...})``) for copies with other names. ``formatter`` names the
-    row adapter in ``rlsr.data.formatting``.
+    row adapter in ``rlsr.data.formatting`` (``task``: a user task's rows, ``rlsr.data.task_rows``).
     """
 
     name: str
     hf_id: str | None
-    split: str
     sizes: Mapping[str, int]
     verifier: str
-    system_prompt: str
-    formatter: str
     description: str
+    split: str = "test"
+    system_prompt: str = "simple"
+    formatter: str = "plain"
     hf_config: str | None = None
     revision: str | None = None
     train_split: str | None = None
@@ -103,7 +93,7 @@ class TaskSpec:
     @property
     def groups(self) -> tuple[str, ...]:
         """The ID/OOD groups this dataset belongs to (see ``GROUPS``)."""
-        return groups_of(self.name)
+        return tuple(g for g, members in GROUPS.items() if self.name in members)
 
 
 def _spec(**kw) -> TaskSpec:
@@ -115,17 +105,19 @@ def _spec(**kw) -> TaskSpec:
     return spec
 
 
+_TINY_COLUMNS = {"problem": "question", "answer": "answer", "id": "id"}
+_HOTPOT_COLUMNS = {"problem": "problem", "answer": "answer", "id": "id", "question": "question"}
+
 _SPECS = [
     _spec(
         name="hotpot_modified",
         hf_id="mehuldamani/hotpot_qa",
-        split="test",
         train_split="train",
         sizes={"train": 20000, "test": 500},
         verifier="exact_match",
         system_prompt="long",
         formatter="hotpot",
-        columns={"problem": "problem", "answer": "answer", "id": "id", "question": "question"},
+        columns=_HOTPOT_COLUMNS,
         description="HotPotQA-Modified: 0, 1 or 2 gold paragraphs removed, 8 paragraphs each "
         "(C.4.1); test = 500 held-out validation questions (C.5.1).",
         source_note="Rebuild: scripts/build_hotpotqa_modified.py (from hotpotqa/hotpot_qa "
@@ -134,12 +126,11 @@ _SPECS = [
     _spec(
         name="hotpot_vanilla",
         hf_id="mehuldamani/hotpot_qa-vanilla",
-        split="test",
         sizes={"test": 1000},
         verifier="exact_match",
         system_prompt="long",
         formatter="hotpot",
-        columns={"problem": "problem", "answer": "answer", "id": "id", "question": "question"},
+        columns=_HOTPOT_COLUMNS,
         description="HotPotQA distractor validation, 1,000 questions, 2 irrelevant paragraphs "
         "removed so 8 remain with both gold paragraphs (C.5.1).",
         source_note="Rebuild: scripts/build_hotpotqa_modified.py --vanilla.",
@@ -147,13 +138,9 @@ _SPECS = [
     _spec(
         name="bigmath_digits",
         hf_id="mehuldamani/big-math-digits",
-        split="test",
         train_split="train",
         sizes={"train": 30000, "test": 1000},
         verifier="math",
-        system_prompt="simple",
-        formatter="plain",
-        columns={"problem": "problem", "answer": "answer"},
         description="Big-Math Digits: numeric answers, LLaMA-8B solve rate in (0, 0.7] "
         "(C.4.1); test = 1,000 held-out problems (C.5.1).",
         source_note="The published train split has 30,000 rows; the paper trains 0.5 epoch = "
@@ -162,33 +149,24 @@ _SPECS = [
     _spec(
         name="math500",
         hf_id="HuggingFaceH4/MATH-500",
-        split="test",
         sizes={"test": 500},
         verifier="math",
-        system_prompt="simple",
-        formatter="plain",
         columns={"problem": "problem", "answer": "answer", "id": "unique_id"},
         description="MATH-500 (C.5.1).",
     ),
     _spec(
         name="gsm8k",
         hf_id="mehuldamani/gsm8k",
-        split="test",
         sizes={"train": 7473, "test": 1319},
         verifier="math",
-        system_prompt="simple",
-        formatter="plain",
-        columns={"problem": "problem", "answer": "answer"},
         description="GSM8K test set, 1,319 problems (C.5.1).",
     ),
     _spec(
         name="trivia",
         hf_id="mehuldamani/trivia",
-        split="test",
         sizes={"test": 2000},
         verifier="llm_judge",
         alt_verifiers=("exact_match",),
-        system_prompt="simple",
         formatter="aliases",
         columns={"problem": "question", "answer": "answer", "id": "question_id"},
         description="TriviaQA rc.nocontext validation, 2,000 questions; gold = answer aliases "
@@ -197,22 +175,16 @@ _SPECS = [
     _spec(
         name="simpleqa",
         hf_id="basicv8vc/SimpleQA",
-        split="test",
         sizes={"test": 4326},
         verifier="llm_judge",
-        system_prompt="simple",
-        formatter="plain",
-        columns={"problem": "problem", "answer": "answer"},
         description="SimpleQA, all 4,326 questions (C.5.1).",
     ),
     _spec(
         name="commonsenseqa",
         hf_id="mehuldamani/commonsenseqa",
-        split="test",
         sizes={"test": 1221},
         verifier="llm_judge",
         alt_verifiers=("mcq",),
-        system_prompt="simple",
         formatter="mcq_rendered",
         columns={"problem": "problem", "answer": "answer", "id": "id", "letter": "answerKey"},
         description="CommonsenseQA validation, 1,221 rows (the paper says 1,220), options "
@@ -221,19 +193,15 @@ _SPECS = [
     _spec(
         name="gpqa",
         hf_id="mehuldamani/gpqa-eval",
-        split="test",
         sizes={"test": 448},
         verifier="llm_judge",
         alt_verifiers=("mcq",),
-        system_prompt="simple",
         formatter="mcq_rendered",
-        columns={"problem": "problem", "answer": "answer"},
         description="GPQA main, 448 questions, options shuffled into A-D (C.5.1).",
     ),
     _spec(
         name="medqa",
         hf_id="GBaker/MedQA-USMLE-4-options-hf",
-        split="test",
         train_split="train",
         sizes={"train": 10178, "validation": 1272, "test": 1273},
         verifier="mcq",
@@ -253,7 +221,6 @@ _SPECS = [
         split="train",
         sizes={"train": 15000},
         verifier="llm_judge",
-        system_prompt="simple",
         formatter="utility",
         columns={
             "problem": "question",
@@ -270,26 +237,20 @@ _SPECS = [
     _spec(
         name="tiny",
         hf_id=None,
-        split="test",
         train_split="train",
         sizes={"train": 200, "test": 50},
         verifier="exact_match",
-        system_prompt="simple",
-        formatter="plain",
-        columns={"problem": "question", "answer": "answer", "id": "id"},
+        columns=_TINY_COLUMNS,
         description="Bundled offline synthetic fact-lookup QA for the trainer tests "
         "(generator: tools/tiny/data.py in the repository).",
     ),
     _spec(
         name="tiny-missing",
         hf_id=None,
-        split="test",
         train_split="train",
         sizes={"train": 200, "validation": 100, "test": 100},
         verifier="exact_match",
-        system_prompt="simple",
-        formatter="plain",
-        columns={"problem": "question", "answer": "answer", "id": "id"},
+        columns=_TINY_COLUMNS,
         description="Bundled offline fact-lookup QA for recipe=tiny: in half the questions the "
         "asked fact is missing, so the answer is a guess; validation (thresholds) and test "
         "share no prompt with train (generator: tools/tiny/data.py in the repository).",
@@ -297,13 +258,10 @@ _SPECS = [
     _spec(
         name="tiny-candidates",
         hf_id=None,
-        split="test",
         train_split="train",
         sizes={"train": 200, "validation": 80, "test": 80},
         verifier="exact_match",
-        system_prompt="simple",
-        formatter="plain",
-        columns={"problem": "question", "answer": "answer", "id": "id"},
+        columns=_TINY_COLUMNS,
         description="Bundled offline fact-lookup QA for recipe=tiny-candidates: 1, 2 or 4 "
         "candidate colors listed (the first named right 100 / 70 / 30 % of the time) or none (a "
         "guess), where calibration and the lifted-AURC reward want different confidences; "
@@ -324,16 +282,12 @@ LOOKUP_HOOKS: list[Callable[[], None]] = []
 
 
 def add_spec(spec: TaskSpec) -> None:
-    """Register a user task's spec (``rlsr.data.tasks.register_task`` checks it first)."""
-    if spec.name in BUILTIN_TASKS or spec.name in GROUPS:
-        raise ValueError(f"{spec.name!r} is a built-in task or group; rename the task.")
+    """Register a user task's spec (``rlsr.data.tasks.register_task`` checks its name first)."""
     _ENTRIES[spec.name] = spec
 
 
 def remove_spec(name: str) -> None:
-    """Unregister the user task ``name`` (built-ins cannot be removed)."""
-    if name in BUILTIN_TASKS:
-        raise ValueError(f"{name!r} is a built-in task; only user tasks can be removed.")
+    """Unregister a user task (``rlsr.data.tasks.unregister_task`` leaves built-ins alone)."""
     _ENTRIES.pop(name, None)
 
 
@@ -369,11 +323,6 @@ def get_spec(name: str) -> TaskSpec:
             f"(groups: {', '.join(GROUPS)}). For your own data, write a task file and pass "
             "--tasks-dir DIR (tasks_dir=DIR in train.py, or RLSR_TASKS_PATH=DIR); docs/tasks.md."
         ) from None
-
-
-def groups_of(name: str) -> tuple[str, ...]:
-    """Names of the groups that contain task ``name``."""
-    return tuple(g for g, members in GROUPS.items() if name in members)
 
 
 def resolve_tasks(names: str | list[str] | tuple[str, ...]) -> list[str]:

@@ -23,18 +23,16 @@ from typing import Any
 
 import numpy as np
 
+from rlsr.data.formatting import OPTION_LETTERS, render_mcq_problem
 from rlsr.verifiers.exact_match import normalize_answer
 
 __all__ = [
-    "OPTION_LETTERS",
     "EmptyCell",
     "JsonNumber",
     "TaskRowError",
     "read_rows_as_written",
     "task_row_fields",
 ]
-
-OPTION_LETTERS = "ABCDEFGHIJ"
 
 
 class JsonNumber(str):
@@ -161,23 +159,12 @@ class _Row:
         return raise_
 
 
-def _answers(value: Any, row: _Row, column: str) -> list[str]:
-    """The answer cell as [gold, *aliases]: a string, or a list of strings (the first is the
-    gold). Text is never parsed: a CSV cell "[0, 1]" is the answer "[0, 1]" (an interval)."""
-    fail = row.fail(column, "answer")
-    if isinstance(value, list | tuple | np.ndarray):
-        texts = [_text(v, fail) for v in value]
-        return [t.strip() for t in texts if t is not None and t.strip()]
-    text = _text(value, fail)
-    return [text.strip()] if text is not None and text.strip() else []
-
-
-def _aliases(value: Any, row: _Row, column: str) -> list[str]:
-    fail = row.fail(column, "aliases")
-    if isinstance(value, list | tuple | np.ndarray):
-        texts = [_text(v, fail) for v in value]
-    else:
-        texts = [_text(value, fail)]
+def _texts(value: Any, row: _Row, column: str, field_name: str) -> list[str]:
+    """The answer / aliases cell as a list of texts: a string, or a list of strings (for the
+    answer, the first is the gold). Text is never parsed: a CSV cell "[0, 1]" is one answer."""
+    fail = row.fail(column, field_name)
+    values = value if isinstance(value, list | tuple | np.ndarray) else [value]
+    texts = [_text(v, fail) for v in values]
     return [t.strip() for t in texts if t is not None and t.strip()]
 
 
@@ -257,11 +244,11 @@ def task_row_fields(
     if question is None or not question.strip():
         raise EmptyCell(f"{row.where(q_col, 'question')} is empty", "question")
     a_col = columns.get("answer", "answer")
-    answers = _answers(values.get(a_col), row, a_col)
+    answers = _texts(values.get(a_col), row, a_col, "answer")
     if not answers:
         raise EmptyCell(f"{row.where(a_col, 'answer')} is empty", "answer")
     if "aliases" in columns:
-        answers += _aliases(values.get(columns["aliases"]), row, columns["aliases"])
+        answers += _texts(values.get(columns["aliases"]), row, columns["aliases"], "aliases")
     answers = list(dict.fromkeys(answers))
     fields: dict[str, Any] = {"question": question, "answer": answers[0], "answers": answers}
     if "id" in columns:
@@ -277,7 +264,9 @@ def task_row_fields(
     o_col = columns["options"]
     options = _options(values.get(o_col), row, o_col)
     letter = _gold_letter(answers[0], options, row, a_col)
-    fields.update(options=options, answer_letter=letter)
+    fields.update(
+        problem=render_mcq_problem(question, options), options=options, answer_letter=letter
+    )
     fields["answers"] = list(dict.fromkeys([*answers, letter, options[letter]]))
     return fields
 

@@ -18,7 +18,6 @@ loaded (``rlsr.data.loading.load_examples``), which every command does before lo
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import importlib.util
 import json
@@ -31,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from rlsr.core.checks import closest_hint
 from rlsr.core.prompts import (
     FORMAT_INSTRUCTIONS,
     NO_SYSTEM_PROMPT,
@@ -105,20 +105,13 @@ class TaskError(ValueError):
 
 @dataclass(frozen=True)
 class Task:
-    """One user task (the Python form of a task file; docs/tasks.md).
+    """One user task: the Python form of a task file (docs/tasks.md has every field).
 
-    Data: ``path`` (a file or folder ``load_examples`` reads) or ``hub`` (+ ``hub_config``,
-    ``revision``). Splits: ``train_split`` / ``eval_split`` name splits of a folder or of the hub
-    dataset; or ``eval_fraction`` in (0, 1) holds out a seeded (``split_seed``) part of a single
-    file as split ``eval``, the rest is ``train``. ``columns``: the data's column for each of
-    ``question``, ``answer`` (defaults: same names), ``id``, ``aliases``, ``options``.
-    ``verifier``: a built-in name or ``"package.module:function"``, with ``verifier_options``
-    for its constructor. ``system_prompt``: a registered prompt name, or ``system_prompt_text``
-    (with ``append_format`` to append rlsr's tag instructions when the text lacks them).
-    ``skip_empty``: skip (and count) rows with an empty question or answer instead of refusing
-    them; ``too_long``: ``"refuse"`` (default) or ``"skip"`` (counted) rows whose prompt cannot
-    fit the model's context with the generation budget.
-    """
+    Data: ``path`` or ``hub`` (+ ``hub_config``, ``revision``); splits: ``train_split`` /
+    ``eval_split``, or ``eval_fraction`` of a single file held out by ``split_seed`` as ``eval``;
+    ``columns``: the data's column for ``question``, ``answer``, ``id``, ``aliases``, ``options``;
+    ``verifier``: a built-in or ``"package.module:function"`` (+ ``verifier_options``);
+    ``system_prompt``: a prompt name, or ``system_prompt_text`` (+ ``append_format``)."""
 
     name: str
     path: str | os.PathLike | None = None
@@ -157,8 +150,7 @@ def _unknown_keys(values: Mapping, section: str, where: str) -> None:
     known = TASK_KEYS[section]
     for key in values:
         if key not in known:
-            match = difflib.get_close_matches(str(key), known, n=1)
-            hint = f" Did you mean {match[0]!r}?" if match else ""
+            hint = closest_hint(str(key), known)
             dotted = f"{section}.{key}" if section else str(key)
             _fail(where, dotted, f"unknown key.{hint} Known keys: {list(known)}.")
 
@@ -169,8 +161,7 @@ def _verifier_options_problem(name: str, options: Mapping[str, Any]) -> str | No
     )
     for key in options:
         if key not in parameters:
-            match = difflib.get_close_matches(str(key), parameters, n=1)
-            hint = f" Did you mean {match[0]!r}?" if match else ""
+            hint = closest_hint(str(key), parameters)
             return (
                 f"{key!r} is not an option of verifier {name!r}.{hint} Its options: {parameters}."
             )
@@ -242,8 +233,7 @@ def _check_task(task: Task, where: str) -> None:
               f"{task.too_long!r}.")  # fmt: skip
     verifier = task.verifier
     if not isinstance(verifier, str) or not (verifier in VERIFIERS or is_plugin_name(verifier)):
-        match = difflib.get_close_matches(str(verifier), VERIFIERS, n=1)
-        hint = f" Did you mean {match[0]!r}?" if match else ""
+        hint = closest_hint(str(verifier), VERIFIERS)
         _fail(where, "verifier", f"unknown verifier {verifier!r}.{hint} Choose one of "
               f"{list(VERIFIERS)} or a plugin 'package.module:function'.")  # fmt: skip
     if is_plugin_name(verifier):
@@ -406,11 +396,8 @@ def task_record_problem(name: str, record: Mapping) -> str | None:
 
 
 def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _data_files(path: str | os.PathLike) -> dict[str, str]:

@@ -1,24 +1,17 @@
 """The tiny models: where a clone of the repository keeps them, and their hash check.
 
-``recipe=tiny`` (``model.name_or_path=tiny-missing-warm``), the ``tiny`` aliases of
-``rlsr evaluate`` and the tests load four tiny Qwen2 models kept in the repository, in
-``tools/tiny/weights/`` (not in the installed package): the random ``tiny-qwen2``, its copy
-fine-tuned on the tag format, ``tiny-format-warm`` (the trainer tests), and that one fine-tuned
-further on the ``tiny-missing`` data, ``tiny-missing-warm`` (recipe=tiny), and ``tiny-format-warm``
-fine-tuned on the ``tiny-candidates`` data, ``tiny-candidates-warm`` (recipe=tiny-candidates).
-They are committed rather than built per machine because weights trained on the spot depend on
-the CPU's float numerics (AVX2 vs AVX-512 vs ARM, thread count), so a model built per machine
-behaves differently per machine. ``MANIFEST.json`` holds each file's sha256, the build settings
-and the measured behaviour; a file that differs is refused.
+``recipe=tiny``, ``recipe=tiny-candidates``, the ``tiny`` aliases of ``model.name_or_path`` and
+``rlsr evaluate --model`` (``ALIASES``) and the tests load four tiny Qwen2 models kept in
+``tools/tiny/weights/`` of the repository (not in the installed package): the random
+``tiny-qwen2``; ``tiny-format-warm``, fine-tuned on the tag format (the trainer tests);
+``tiny-missing-warm`` (recipe=tiny) and ``tiny-candidates-warm`` (recipe=tiny-candidates),
+fine-tuned from it on those datasets. They are committed rather than built per machine because
+weights trained on the spot depend on the CPU's float numerics. ``MANIFEST.json`` holds each
+file's sha256, the build settings and the measured behaviour; a file that differs is refused.
 
-Where they are looked for (``tiny_models_dir``): the folder named by the environment variable
-``RLSR_TINY_MODELS`` if it is set, else ``tools/tiny/weights`` of the checkout that holds the
-imported ``rlsr`` (a clone, with rlsr installed editable by ``scripts/install.sh`` or put on the
-path). An installed wheel has no such folder: asking for a tiny model then answers with the fix.
-
-A run never builds a model: a missing or changed file is answered with the fix. The builders,
-the format warm-up and the probes that measured the committed behaviour live outside the
-library, in ``tools/tiny/`` of the repository (``python -m tools.tiny.build`` runs them).
+Looked for in ``$RLSR_TINY_MODELS`` if set, else ``tools/tiny/weights`` of the checkout that
+holds the imported ``rlsr``. A run never builds a model: the builders and probes live in
+``tools/tiny/`` (``python -m tools.tiny.build``).
 """
 
 from __future__ import annotations
@@ -29,6 +22,7 @@ import os
 from pathlib import Path
 
 __all__ = [
+    "ALIASES",
     "TINY_MODELS_ENV",
     "CHECKOUT_DIR",
     "SHIPPED_MODELS",
@@ -40,17 +34,20 @@ __all__ = [
     "shipped_model_path",
     "tiny_model_path",
     "tiny_warm_model_path",
-    "tiny_missing_model_path",
-    "tiny_candidates_model_path",
 ]
 
 TINY_MODELS_ENV = "RLSR_TINY_MODELS"
 # the clone's folder: rlsr/ and tools/ sit side by side in the repository
 CHECKOUT_DIR = Path(__file__).resolve().parents[2] / "tools" / "tiny" / "weights"
-SHIPPED_MODELS = ("tiny-qwen2", "tiny-format-warm", "tiny-missing-warm", "tiny-candidates-warm")
+# model.name_or_path / --model alias -> the committed model it names
+ALIASES = {
+    "tiny": "tiny-qwen2",
+    "tiny-warm": "tiny-format-warm",
+    "tiny-missing-warm": "tiny-missing-warm",
+    "tiny-candidates-warm": "tiny-candidates-warm",
+}
+SHIPPED_MODELS = tuple(ALIASES.values())
 MANIFEST_NAME = "MANIFEST.json"
-
-_REBUILD = "`python -m tools.tiny.build` in a clone of the repository"
 
 
 class TinyModelsMissing(FileNotFoundError):
@@ -59,31 +56,22 @@ class TinyModelsMissing(FileNotFoundError):
 
 
 def tiny_models_dir() -> Path:
-    """The folder holding the tiny models and ``MANIFEST.json``: ``$RLSR_TINY_MODELS`` if set,
-    else ``tools/tiny/weights`` of the checkout that holds the imported ``rlsr``."""
     env = os.environ.get(TINY_MODELS_ENV)
     return Path(env).expanduser() if env else CHECKOUT_DIR
 
 
 def file_sha256(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def shipped_manifest() -> dict:
-    """``MANIFEST.json`` of the tiny models (file hashes, build settings, behaviour); raises
-    ``TinyModelsMissing`` with the fix when the folder is not there."""
+    """``MANIFEST.json`` of the tiny models; raises ``TinyModelsMissing`` with the fix."""
     folder = tiny_models_dir()
     path = folder / MANIFEST_NAME
     if not path.is_file():
-        where = (
-            f"${TINY_MODELS_ENV}={os.environ[TINY_MODELS_ENV]}"
-            if os.environ.get(TINY_MODELS_ENV)
-            else str(folder)
-        )
+        env = os.environ.get(TINY_MODELS_ENV)
+        where = f"${TINY_MODELS_ENV}={env}" if env else str(folder)
         raise TinyModelsMissing(
             f"the tiny models (recipe=tiny, model aliases tiny*) are not found ({where} holds no "
             f"{MANIFEST_NAME}): they live in a clone of the repository, not in the installed "
@@ -97,74 +85,34 @@ _VERIFIED: set[tuple[Path, str]] = set()
 
 
 def shipped_model_path(name: str) -> Path:
-    """Folder of the committed tiny model ``name`` (one of ``SHIPPED_MODELS``), its files checked
-    once per process against ``MANIFEST.json`` (a truncated or replaced file is refused)."""
+    """Folder of the committed tiny model ``name`` (one of ``SHIPPED_MODELS`` or ``ALIASES``),
+    its files checked once per process against ``MANIFEST.json``."""
+    name = ALIASES.get(name, name)
     if name not in SHIPPED_MODELS:
         raise ValueError(f"unknown shipped model {name!r}; known: {list(SHIPPED_MODELS)}")
     root = tiny_models_dir()
     folder = root / name
     if (root, name) not in _VERIFIED:
-        expected = shipped_manifest()["models"][name]["files"]
-        for fname, sha in expected.items():
+        for fname, sha in shipped_manifest()["models"][name]["files"].items():
             path = folder / fname
             if not path.is_file() or file_sha256(path) != sha:
                 raise RuntimeError(
                     f"tiny model file {path} is missing or differs from "
                     f"{root / MANIFEST_NAME} (sha256 {sha[:12]}…). Restore it with "
-                    "`git checkout -- tools/tiny/weights` in the clone, or rebuild "
-                    f"all of them with {_REBUILD} (and commit the new manifest)."
+                    "`git checkout -- tools/tiny/weights` in the clone, or rebuild all of them "
+                    "with `python -m tools.tiny.build` in a clone of the repository (and commit "
+                    "the new manifest)."
                 )
         _VERIFIED.add((root, name))
     return folder
 
 
 def tiny_model_path() -> Path:
-    """Folder of the committed random tiny Qwen2 (``tiny-qwen2``; the ``tiny`` alias), hash-checked:
-    the same bytes on every machine."""
+    """The random ``tiny-qwen2`` (alias ``tiny``)."""
     return shipped_model_path("tiny-qwen2")
 
 
 def tiny_warm_model_path() -> Path:
-    """Folder of the committed format-warm tiny model (``tiny-format-warm``; the ``tiny-warm``
-    alias), hash-checked.
-
-    A random tiny model never writes the tag format, so every rollout would get the same reward
-    and nothing would train; this copy is fine-tuned on the bundled ``tiny`` dataset with tagged
-    targets whose answer is the gold color (looked up in the facts) or a random color, and whose
-    confidence is drawn independently (sampled at temperature 1: format 0.996, right 0.517,
-    MANIFEST.json). Sampled rollouts then vary in correctness and confidence, so pooled rewards
-    and gradients are real (recipe=tiny, trainer tests). Its measured behaviour is in the
-    manifest (``shipped_manifest()``).
-    """
+    """``tiny-format-warm`` (alias ``tiny-warm``): writes the tag format, right about half the
+    time, so sampled rollouts vary in reward (the trainer tests)."""
     return shipped_model_path("tiny-format-warm")
-
-
-def tiny_missing_model_path() -> Path:
-    """Folder of the committed ``tiny-missing-warm`` (the ``tiny-missing-warm`` alias; the model of
-    recipe=tiny), hash-checked.
-
-    ``tiny-format-warm`` fine-tuned on the ``tiny-missing`` train split: a listed fact is answered
-    with its color after the thought "look", a missing one with a fixed guess per object after
-    "not", and the confidence target is drawn with weights that lean towards the ranking (mean
-    0.554 when listed, 0.446 when missing; mode 0.5 for both: tools/tiny/models.py). Its greedy
-    confidence is 0.5 on every prompt and does not rank (its gate, in MANIFEST.json: greedy on
-    the validation split, ranking gain 0); sampled, it leans (MANIFEST.json,
-    ``sampled_tiny_missing_validation``). What recipe=tiny's reward teaches is to turn the lean
-    into the greedy answer.
-    """
-    return shipped_model_path("tiny-missing-warm")
-
-
-def tiny_candidates_model_path() -> Path:
-    """Folder of the committed ``tiny-candidates-warm`` (the ``tiny-candidates-warm`` alias; the model of
-    recipe=tiny-candidates), hash-checked.
-
-    ``tiny-format-warm`` fine-tuned on the ``tiny-candidates`` train split: a question listing
-    candidates is answered with the first one after a thought naming its tier ("sure",
-    "plausible", "uncertain" for 1, 2, 4 candidates), a "none" question with a fixed guess per
-    object after "not"; the confidence target is drawn from one distribution for every row (mode
-    and mean 0.5: tools/tiny/models.py), so the start has no built-in lean by tier. Its greedy
-    confidence is 0.5 on every validation prompt (its gate, MANIFEST.json); the lean it shows
-    sampled is measured there (``sampled_tiny_candidates_validation``).
-    """
-    return shipped_model_path("tiny-candidates-warm")
