@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from rlsr.evaluation.run.scorers import length_normalized_logprob
+from rlsr.equations.logprob import length_normalized_logprob
 from rlsr.generation.backends import Backend
 from rlsr.metrics import selective as M
 
