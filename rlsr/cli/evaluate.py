@@ -24,7 +24,39 @@ from rlsr.verifiers.llm_judge import (
     JUDGE_TIMEOUT_S,
 )
 
-__all__ = ["register"]
+__all__ = ["register", "add_task_data_flags", "name_value_pairs"]
+
+
+def name_value_pairs(items: list[str], flag: str) -> dict[str, str]:
+    """``{NAME: VALUE}`` of a repeatable ``NAME=VALUE`` flag (``--data-path``, ``--verifier``,
+    ``--columns``); a malformed item is a one-line error naming ``flag``."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise ValueError(f"{flag} {item!r}: expected NAME=VALUE.")
+        out[key] = value
+    return out
+
+
+def add_task_data_flags(parser) -> None:
+    """Where the tasks' rows come from and which are read: ``rlsr evaluate``'s and ``rlsr lm-eval
+    tasks``' ``--data-dir``, ``--data-path``, ``--columns``, ``--split``, ``--verifier``,
+    ``--limit``."""
+    parser.add_argument(
+        "--data-dir", help="folder with <dataset>/ copies (else $RLSR_DATA_DIR, then hub)"
+    )
+    parser.add_argument("--data-path", action="append", default=[], metavar="NAME=PATH",
+                        help="read the rows of task NAME from PATH (file or folder); repeatable")  # fmt: skip
+    parser.add_argument("--columns", action="extend", nargs="+", default=[], metavar="FIELD=COLUMN",
+                        help="read contract FIELD (problem, answer, id, ...) from COLUMN of every "
+                        "dataset")  # fmt: skip
+    parser.add_argument(
+        "--split", metavar="NAME", help="dataset split (default: each task's evaluation split)"
+    )
+    parser.add_argument("--verifier", action="append", default=[], metavar="NAME=VERIFIER",
+                        help="override a task's verifier (e.g. trivia=exact_match); repeatable")  # fmt: skip
+    parser.add_argument("--limit", type=int, metavar="N", help="first N questions per task")
 
 
 class _DefaultsShown(argparse.HelpFormatter):
@@ -95,39 +127,10 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="openai-completions / openai-chat: a model behind an OpenAI-compatible endpoint "
         "(--base-url; --model is then the served model id)",
     )
-    ev.add_argument(
-        "--data-dir", help="folder with <dataset>/ copies (else $RLSR_DATA_DIR, then hub)"
-    )
-    ev.add_argument(
-        "--data-path",
-        action="append",
-        default=[],
-        metavar="NAME=PATH",
-        help="read the rows of task NAME from PATH (file or folder); repeatable",
-    )
-    ev.add_argument(
-        "--columns",
-        action="extend",
-        nargs="+",
-        default=[],
-        metavar="FIELD=COLUMN",
-        help="read contract FIELD (problem, answer, id, ...) from COLUMN of every dataset",
-    )
-    ev.add_argument(
-        "--split", metavar="NAME", help="dataset split (default: each task's evaluation split)"
-    )
-    add_protocol_flags(ev, ["system_prompt", "response_format"])
-    ev.add_argument(
-        "--verifier",
-        action="append",
-        default=[],
-        metavar="NAME=VERIFIER",
-        help="override a task's verifier (e.g. trivia=exact_match); repeatable",
-    )
-    ev.add_argument("--limit", type=int, metavar="N", help="first N questions per task")
+    add_task_data_flags(ev)
     add_protocol_flags(
         ev,
-        ["batch_size", "max_new_tokens", "temperature", "top_p", "seed",
+        ["system_prompt", "response_format", "batch_size", "max_new_tokens", "temperature", "top_p", "seed",
          "fallback_max_new_tokens", "fallbacks", "scorers", "consistency_k",
          "consistency_temperature", "dcs", "bootstrap"],
     )  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from rlsr.cli.evaluate import add_task_data_flags
 from rlsr.lm_eval import DEFAULT_OUTPUT_DIR
 from rlsr.run.eval_protocol import add_protocol_flags
 
@@ -35,14 +36,6 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     t.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, metavar="DIR",
                    help=f"the folder to write (default: {DEFAULT_OUTPUT_DIR})")  # fmt: skip
-    t.add_argument("--split", metavar="NAME", help="dataset split (default: each task's own)")
-    t.add_argument("--data-dir", help="folder with <dataset>/ copies (else $RLSR_DATA_DIR)")
-    t.add_argument("--data-path", action="append", default=[], metavar="NAME=PATH",
-                   help="read the rows of task NAME from PATH; repeatable")  # fmt: skip
-    t.add_argument("--columns", action="extend", nargs="+", default=[], metavar="FIELD=COLUMN",
-                   help="read contract FIELD from COLUMN of every dataset")  # fmt: skip
-    t.add_argument("--verifier", action="append", default=[], metavar="NAME=VERIFIER",
-                   help="override a task's verifier (e.g. trivia=exact_match); repeatable")  # fmt: skip
-    t.add_argument("--limit", type=int, metavar="N", help="first N questions per task")
+    add_task_data_flags(t)
     add_protocol_flags(t, ["system_prompt", "response_format", "max_new_tokens"])
     return top

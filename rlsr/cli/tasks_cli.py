@@ -9,6 +9,7 @@ import json
 import os
 from pathlib import Path
 
+from rlsr.cli.evaluate import name_value_pairs
 from rlsr.data.loading import DATA_DIR_ENV, download_dataset, load_examples
 from rlsr.data.registry import GROUPS, REGISTRY, resolve_tasks
 
@@ -97,16 +98,6 @@ def _download(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_columns(items: list[str] | None) -> dict[str, str]:
-    out = {}
-    for item in items or []:
-        field, sep, column = item.partition("=")
-        if not sep or not field or not column:
-            raise ValueError(f"--columns expects FIELD=COLUMN, got {item!r}.")
-        out[field] = column
-    return out
-
-
 def _show(args: argparse.Namespace) -> int:
     ds = load_examples(
         args.name,
@@ -115,7 +106,7 @@ def _show(args: argparse.Namespace) -> int:
         limit=1,
         data_dir=args.data_dir,
         system_prompt=args.system_prompt,
-        columns=_parse_columns(args.columns),
+        columns=name_value_pairs(args.columns or [], "--columns"),
     )
     print(json.dumps(ds[0], indent=2, ensure_ascii=False))
     return 0
