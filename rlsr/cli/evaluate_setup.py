@@ -26,20 +26,9 @@ from rlsr.run.eval_protocol import protocol_from_args
 from rlsr.run.run_layout import CONFIG_FIELDS, DEPLOYMENT_FILE, move_aside
 from rlsr.verifiers import VERIFIERS, is_plugin_name
 
-__all__ = [
-    "looks_like_path",
-    "resolved_system_prompt",
-    "validate_flags",
-    "evaluation_jobs",
-    "task_verifiers",
-    "judge_kind",
-    "check_judge",
-    "build_judge",
-    "task_verifier",
-    "start_over",
-    "no_verdict_counts_of",
-    "run_config",
-]
+__all__ = ["looks_like_path", "resolved_system_prompt", "validate_flags", "evaluation_jobs",
+           "task_verifiers", "judge_kind", "check_judge", "build_judge", "task_verifier",
+           "start_over", "no_verdict_counts_of", "run_config"]  # fmt: skip
 
 
 def resolved_system_prompt(args) -> str | None:

@@ -20,15 +20,8 @@ from rlsr.evaluation.run.external import (
 )
 from rlsr.lm_eval.hooks import METRICS, VERIFIER_FIELD
 
-__all__ = [
-    "UTILS_MODULE",
-    "TAG",
-    "lm_eval_name",
-    "pack_rows",
-    "task_yaml",
-    "utils_source",
-    "write_pack",
-]
+__all__ = ["UTILS_MODULE", "TAG", "lm_eval_name", "pack_rows", "task_yaml", "utils_source",
+           "write_pack"]  # fmt: skip
 
 UTILS_MODULE = "rlsr_lm_eval_utils"
 TAG = "rlsr"  # `lm_eval --tasks rlsr` runs every task of the folder

@@ -40,13 +40,7 @@ from rlsr.verifiers.base import (
 )
 from rlsr.verifiers.workers import ItemTimeout, VerifierWorkers, serve_chunks, time_limit
 
-__all__ = [
-    "PluginVerifier",
-    "is_plugin_name",
-    "load_plugin",
-    "plugin_item_status",
-    "plugin_source",
-]
+__all__ = ["PluginVerifier", "is_plugin_name", "load_plugin", "plugin_item_status", "plugin_source"]
 
 logger = logging.getLogger(__name__)
 

@@ -23,15 +23,8 @@ from multiprocessing.connection import wait as wait_for_connections
 
 from rlsr.verifiers.base import ERROR, TIMEOUT
 
-__all__ = [
-    "EXECUTION_OPTIONS",
-    "ItemTimeout",
-    "time_limit",
-    "VerifierWorkers",
-    "WorkerSettings",
-    "verifier_options",
-    "serve_chunks",
-]
+__all__ = ["EXECUTION_OPTIONS", "ItemTimeout", "time_limit", "VerifierWorkers", "WorkerSettings",
+           "verifier_options", "serve_chunks"]  # fmt: skip
 
 
 @dataclass(frozen=True)

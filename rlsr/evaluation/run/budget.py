@@ -27,16 +27,8 @@ from rlsr.generation.backends import encode_prompts, load_chat_tokenizer, render
 from rlsr.generation.endpoint import ENDPOINT_BACKENDS, EndpointBackend
 from rlsr.generation.openai_api import RLSR_SERVE
 
-__all__ = [
-    "ModelContext",
-    "evaluation_context",
-    "answer_reserve",
-    "budget_fix",
-    "budget_refusal",
-    "token_bound",
-    "GenerationBudget",
-    "generation_budget",
-]
+__all__ = ["ModelContext", "evaluation_context", "answer_reserve", "budget_fix", "budget_refusal",
+           "token_bound", "GenerationBudget", "generation_budget"]  # fmt: skip
 
 BUDGET_FLAG = "--max-new-tokens"
 

@@ -28,18 +28,9 @@ from rlsr.evaluation.run.samples_io import append_samples
 from rlsr.generation.fallbacks import response_item
 from rlsr.run.run_layout import SAMPLES_FILE
 
-__all__ = [
-    "LM_EVAL_FORMAT",
-    "PLAIN_FORMAT",
-    "PLAIN_FIELDS",
-    "ExternalSample",
-    "ExternalFile",
-    "TaskColumns",
-    "read_external",
-    "lm_eval_task_of_file",
-    "match_samples",
-    "score_external",
-]
+__all__ = ["LM_EVAL_FORMAT", "PLAIN_FORMAT", "PLAIN_FIELDS", "ExternalSample", "ExternalFile",
+           "TaskColumns", "read_external", "lm_eval_task_of_file", "match_samples",
+           "score_external"]  # fmt: skip
 
 LM_EVAL_FORMAT = "lm-eval"
 PLAIN_FORMAT = "plain"

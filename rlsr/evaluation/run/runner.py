@@ -38,17 +38,8 @@ from rlsr.verifiers.base import NO_VERDICT, VerifierFailure, failure_message, ov
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "EvalSettings",
-    "respond",
-    "fallback_sampling",
-    "evaluate_dataset",
-    "summarise",
-    "verify_items",
-    "NoVerdictBudget",
-    "self_consistency",
-    "sample_record",
-]
+__all__ = ["EvalSettings", "respond", "fallback_sampling", "evaluate_dataset", "summarise",
+           "verify_items", "NoVerdictBudget", "self_consistency", "sample_record"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -146,10 +137,9 @@ def _add_scores(backend, rows: list[dict], items: list[dict], settings: EvalSett
         lps = backend.score(
             [items[i]["prompt_text"] + spans[i][0] for i in idx], [spans[i][1] for i in idx]
         )
-        for it in items:
-            it["scores"]["logprob"] = None
-        for i, lp in zip(idx, lps, strict=True):
-            items[i]["scores"]["logprob"] = logprob_confidence(lp)
+        scored = dict(zip(idx, lps, strict=True))
+        for i, it in enumerate(items):
+            it["scores"]["logprob"] = logprob_confidence(scored[i]) if i in scored else None
     if "expected" in settings.scorers:
         values = expected_confidences(
             backend.score, [it["prompt_text"] for it in items], [it["generated"] for it in items]
@@ -484,38 +474,22 @@ def _add_dcs(backend, rows: list[dict], items: list[dict]) -> None:
             it["dcs"] = score_dcs(backend, row["question"], options, row["answer_letter"])
 
 
+# what a sample record copies from its dataset row (when set) and from its scored response
 _ROW_FIELDS = ("answerable", "cost", "options", "answer_letter")
+_ITEM_FIELDS = ("response", "answer", "confidence", "correct", "format_ok", "fallbacks",
+                "fallback_text", "finish_reason", "num_tokens")  # fmt: skip
+_OPTIONAL_ITEM_FIELDS = ("verify_problem", "judge_output", "consistency_answers", "dcs",
+                         "response_token_ids", "served")  # fmt: skip
 
 
 def sample_record(row: dict, it: dict, dataset_name: str) -> dict:
     """The samples.jsonl line of dataset row ``row`` and its scored response ``it``."""
-    rec = {
-        "id": row["id"],
-        "dataset": dataset_name,
-        "prompt": row["prompt"],
-        "question": row["question"],
-        "gold": row["answer"],
-        "golds": row["answers"],
-        "response": it["response"],
-        "answer": it["answer"],
-        "confidence": it["confidence"],
-        "correct": it["correct"],
-        "format_ok": it["format_ok"],
-        "fallbacks": it["fallbacks"],
-        "fallback_text": it["fallback_text"],
-        "finish_reason": it["finish_reason"],
-        "num_tokens": it["num_tokens"],
-        "verify_status": it.get("verify_status"),
-        "scores": it["scores"],
-    }
-    if "verify_problem" in it:
-        rec["verify_problem"] = it["verify_problem"]
-    for key in ("judge_output", "consistency_answers", "dcs", "response_token_ids", "served"):
-        if key in it:
-            rec[key] = it[key]
-    for key in _ROW_FIELDS:
-        if row.get(key) is not None:
-            rec[key] = row[key]
+    rec = {"id": row["id"], "dataset": dataset_name, "prompt": row["prompt"],
+           "question": row["question"], "gold": row["answer"], "golds": row["answers"],
+           **{k: it[k] for k in _ITEM_FIELDS}, "verify_status": it.get("verify_status"),
+           "scores": it["scores"]}  # fmt: skip
+    rec.update({k: it[k] for k in _OPTIONAL_ITEM_FIELDS if k in it})
+    rec.update({k: row[k] for k in _ROW_FIELDS if row.get(k) is not None})
     return rec
 
 

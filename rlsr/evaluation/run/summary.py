@@ -20,25 +20,10 @@ from rlsr.metrics import selective as M
 from rlsr.run.run_layout import SAMPLES_FILE
 from rlsr.verifiers.base import ERROR, INVALID, NO_VERDICT, TIMEOUT, UNJUDGED
 
-__all__ = [
-    "SCHEMA_VERSION",
-    "COVERAGE_LEVELS",
-    "METRIC_DEFINITIONS",
-    "scorer_arrays",
-    "scorer_metrics",
-    "compute_metrics",
-    "no_verdict_counts",
-    "no_verdict_note",
-    "CONFIDENCE_METRICS",
-    "LOW_RATE",
-    "NOT_AVAILABLE",
-    "confidence_defined",
-    "no_confidence",
-    "scorer_value",
-    "metric_text",
-    "rate_warning",
-    "confidence_warning",
-]
+__all__ = ["SCHEMA_VERSION", "COVERAGE_LEVELS", "METRIC_DEFINITIONS", "scorer_arrays",
+           "scorer_metrics", "compute_metrics", "no_verdict_counts", "no_verdict_note",
+           "CONFIDENCE_METRICS", "LOW_RATE", "NOT_AVAILABLE", "confidence_defined",
+           "no_confidence", "scorer_value", "metric_text", "rate_warning", "confidence_warning"]  # fmt: skip
 
 SCHEMA_VERSION = 1
 COVERAGE_LEVELS = (0.10, 0.25, 0.50)
@@ -152,30 +137,21 @@ def scorer_arrays(records: Sequence[dict], scorer: str) -> tuple[np.ndarray, np.
     return conf, correct, missing
 
 
-def _point_metrics(conf: np.ndarray, ok: np.ndarray) -> dict[str, float]:
-    acc = M.accuracy_at_coverage(conf, ok, COVERAGE_LEVELS)
-    return {
-        "aurc": M.aurc(conf, ok),
-        "ece": M.ece(conf, ok),
-        "acc@10": float(acc[0]),
-        "acc@25": float(acc[1]),
-        "acc@50": float(acc[2]),
-        "brier": M.brier(conf, ok),
-        "auroc": M.auroc(conf, ok),
-        "confidence_gap": M.confidence_gap(conf, ok),
-    }
-
-
-_CI_FUNCS = {
+# the point metrics of a scorer (fn(confidence, correct)); the bootstrap CIs: all but the gap,
+# plus accuracy
+_METRICS = {
     "aurc": M.aurc,
     "ece": M.ece,
-    "acc@10": lambda c, o: M.accuracy_at_coverage(c, o, 0.10),
-    "acc@25": lambda c, o: M.accuracy_at_coverage(c, o, 0.25),
-    "acc@50": lambda c, o: M.accuracy_at_coverage(c, o, 0.50),
+    **{
+        f"acc@{round(c * 100)}": lambda conf, ok, c=c: float(M.accuracy_at_coverage(conf, ok, c))
+        for c in COVERAGE_LEVELS
+    },  # fmt: skip
     "brier": M.brier,
     "auroc": M.auroc,
-    "accuracy": lambda c, o: float(np.mean(o)),
+    "confidence_gap": M.confidence_gap,
 }
+_CI_FUNCS = {**{k: f for k, f in _METRICS.items() if k != "confidence_gap"},
+             "accuracy": lambda c, o: float(np.mean(o))}  # fmt: skip
 
 
 def scorer_metrics(
@@ -183,7 +159,7 @@ def scorer_metrics(
 ) -> dict:
     """Metrics of one confidence scorer over ``records`` (see ``METRIC_DEFINITIONS``)."""
     conf, ok, missing = scorer_arrays(records, scorer)
-    out: dict = {k: _nan_to_none(v) for k, v in _point_metrics(conf, ok).items()}
+    out: dict = {k: _nan_to_none(fn(conf, ok)) for k, fn in _METRICS.items()}
     out["missing_confidence"] = missing
     if all("answerable" in r and "cost" in r for r in records):
         answered = [r.get("answer") is not None for r in records]
