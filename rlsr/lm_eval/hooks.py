@@ -9,7 +9,6 @@ those records, so lm-eval's numbers are ``metrics.json``'s on the same responses
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 import datasets
@@ -17,6 +16,7 @@ import datasets
 from rlsr.data.loading import build_verifier, verification_inputs
 from rlsr.evaluation.run.external import LM_EVAL_FORMAT_FIELD, LM_EVAL_TASK_FIELD, TaskColumns
 from rlsr.evaluation.run.runner import verify_items
+from rlsr.evaluation.run.samples_io import read_samples
 from rlsr.evaluation.run.summary import compute_metrics
 from rlsr.generation.fallbacks import response_item
 from rlsr.metrics import selective as M
@@ -32,8 +32,7 @@ VERIFIER_FIELD = "rlsr_verifier"
 def load_rows(path: str | Path) -> dict[str, datasets.Dataset]:
     """The docs of one task (a JSONL written by ``rlsr lm-eval tasks``) as lm-eval's
     ``custom_dataset``: ``{"test": Dataset}``."""
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    return {"test": datasets.Dataset.from_list(rows)}
+    return {"test": datasets.Dataset.from_list(read_samples(path))}
 
 
 @functools.cache

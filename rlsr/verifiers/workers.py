@@ -230,10 +230,8 @@ class VerifierWorkers:
                     if not w.process.is_alive():
                         # Died while idle (e.g. OOM-killed between batches): no item of ours was
                         # on it, so restart it instead of blaming the next item sent to it.
-                        code = w.process.exitcode
-                        logger.warning(
-                            "idle %s worker died (exit code %s); restarting it", self.name, code
-                        )
+                        logger.warning("idle %s worker died (exit code %s); restarting it",
+                                       self.name, w.process.exitcode)  # fmt: skip
                         self._replace(index)
                         continue
                     chunk = [
@@ -254,20 +252,10 @@ class VerifierWorkers:
             now = time.monotonic()
             for index, w in enumerate(self._workers):
                 if w.inflight and now - w.last_progress > item_deadline:
-                    key = w.inflight.popleft()[0]
-                    results[key] = TIMEOUT
-                    problems[key] = (
-                        f"no verdict within {item_deadline:g} s (timeout_s {settings.timeout_s:g} + "
-                        f"grace_s {settings.grace_s:g}); its worker was killed"
-                    )
-                    logger.warning(
-                        "%s worker exceeded %.1fs on one item; restarting it",
-                        self.name,
-                        item_deadline,
-                    )
-                    pending.extendleft(reversed(w.inflight))
-                    w.inflight.clear()
-                    self._replace(index)
+                    problem = (f"no verdict within {item_deadline:g} s (timeout_s "
+                               f"{settings.timeout_s:g} + grace_s {settings.grace_s:g}); its "
+                               "worker was killed")  # fmt: skip
+                    self._lose(index, TIMEOUT, problem, results, pending, problems)
             if (
                 not any(w.ready for w in self._workers)
                 and now - started > settings.startup_timeout_s
@@ -303,17 +291,18 @@ class VerifierWorkers:
                         "guards its code with `if __name__ == '__main__':` (worker start-up "
                         "re-imports it), or use num_workers=0."
                     ) from None
-            # The worker died: its current item is an error; the rest of its chunk goes back.
             w.process.join(timeout=1)
-            if w.inflight:
-                key = w.inflight.popleft()[0]
-                results[key] = ERROR
-                problems[key] = (
-                    f"its worker process died (exit code {w.process.exitcode}) on this item"
-                )
-                pending.extendleft(reversed(w.inflight))
-                w.inflight.clear()
-            logger.warning(
-                "%s worker died (exit code %s); restarting it", self.name, w.process.exitcode
-            )
-            self._replace(index)
+            problem = f"its worker process died (exit code {w.process.exitcode}) on this item"
+            self._lose(index, ERROR, problem, results, pending, problems)
+
+    def _lose(self, index, status, problem, results, pending, problems) -> None:
+        """Worker ``index`` is killed or died: its current item gets ``status`` and ``problem``,
+        the rest of its chunk goes back to ``pending``, and a new worker takes its place."""
+        w = self._workers[index]
+        if w.inflight:
+            key = w.inflight.popleft()[0]
+            results[key], problems[key] = status, problem
+            pending.extendleft(reversed(w.inflight))
+            w.inflight.clear()
+        logger.warning("%s worker: %s; restarting it", self.name, problem)
+        self._replace(index)

@@ -265,7 +265,6 @@ def score_external(
     settings: EvalSettings,
     dataset_name: str,
     judge=None,
-    extra: dict | None = None,
 ) -> dict:
     """Parse and verify the responses of ``external`` (row k answers ``examples`` row
     ``indices[k]``) within the verifier's failure budget, then write them into ``out_dir`` in
@@ -300,7 +299,6 @@ def score_external(
             "format": external.format,
             "rows": len(external.samples),
             "task_rows": examples.n_rows,
-        },
-        **(extra or {}),
+        }
     }
     return summarise(out, settings, dataset_name, extra=meta)
