@@ -35,21 +35,14 @@ __all__ = ["FROM_SAMPLES_BACKEND", "run_from_samples"]
 FROM_SAMPLES_BACKEND = "from-samples"  # run.json's backend of a scored file
 
 # flags that ask for something a file of finished responses cannot give
-_REFUSED = (
-    ("adapter", "--adapter"),
-    ("limit", "--limit"),
-    ("deployment_target", "--deployment-target"),
-    ("audit_deployment", "--audit-deployment"),
-    ("base_url", "--base-url"),
-    ("dcs", "--dcs"),
-)
+_REFUSED = ("adapter", "limit", "deployment_target", "audit_deployment", "base_url", "dcs")
 
 
 def _settings(args) -> EvalSettings:
     settings = protocol_from_args(args, EvalSettings, progress=False)
-    for dest, flag in _REFUSED:
+    for dest in _REFUSED:
         if getattr(args, dest, None):
-            raise ValueError(f"{flag}: not with --from-samples (the responses are already "
+            raise ValueError(f"--{dest.replace('_', '-')}: not with --from-samples (the responses are already "
                              "generated; the file is scored as it is).")  # fmt: skip
     if tuple(settings.scorers) != ("verbalized",):
         raise ValueError(f"--scorers {','.join(settings.scorers)}: --from-samples scores the "
