@@ -43,19 +43,20 @@ def add_task_data_flags(parser) -> None:
     """Where the tasks' rows come from and which are read: ``rlsr evaluate``'s and ``rlsr lm-eval
     tasks``' ``--data-dir``, ``--data-path``, ``--columns``, ``--split``, ``--verifier``,
     ``--limit``."""
-    parser.add_argument(
-        "--data-dir", help="folder with <dataset>/ copies (else $RLSR_DATA_DIR, then hub)"
-    )
+    # fmt: off
+    parser.add_argument("--data-dir",
+                        help="folder with <dataset>/ copies (else $RLSR_DATA_DIR, then hub)")
     parser.add_argument("--data-path", action="append", default=[], metavar="NAME=PATH",
-                        help="read the rows of task NAME from PATH (file or folder); repeatable")  # fmt: skip
-    parser.add_argument("--columns", action="extend", nargs="+", default=[], metavar="FIELD=COLUMN",
+                        help="read the rows of task NAME from PATH (file or folder); repeatable")
+    parser.add_argument("--columns", action="extend", nargs="+", default=[],
+                        metavar="FIELD=COLUMN",
                         help="read contract FIELD (problem, answer, id, ...) from COLUMN of every "
-                        "dataset")  # fmt: skip
-    parser.add_argument(
-        "--split", metavar="NAME", help="dataset split (default: each task's evaluation split)"
-    )
+                        "dataset")
+    parser.add_argument("--split", metavar="NAME",
+                        help="dataset split (default: each task's evaluation split)")
     parser.add_argument("--verifier", action="append", default=[], metavar="NAME=VERIFIER",
-                        help="override a task's verifier (e.g. trivia=exact_match); repeatable")  # fmt: skip
+                        help="override a task's verifier (e.g. trivia=exact_match); repeatable")
+    # fmt: on
     parser.add_argument("--limit", type=int, metavar="N", help="first N questions per task")
 
 

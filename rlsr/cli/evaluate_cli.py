@@ -17,10 +17,10 @@ from rlsr.cli.evaluate_setup import (
     build_judge,
     check_judge,
     evaluation_jobs,
-    no_verdict_counts_of,
     resolved_system_prompt,
     run_config,
     start_over,
+    summary_entry,
     task_verifier,
     task_verifiers,
     validate_flags,
@@ -44,7 +44,6 @@ from rlsr.evaluation.run.summary import (
     confidence_warning,
     metric_text,
     no_verdict_note,
-    scorer_value,
 )
 from rlsr.generation.backends import make_backend, resolve_adapter
 from rlsr.generation.endpoint import ENDPOINT_BACKENDS, EndpointBackend
@@ -207,14 +206,12 @@ def _evaluate(args, settings, out, jobs, paths, verifier_names, columns, endpoin
                 )  # fmt: skip
             finally:
                 getattr(verifier, "close", lambda: None)()
-            aurc = scorer_value(metrics, "aurc")  # None: n/a, no confidence parsed
-            summary[job] = {"n": metrics["n"], "accuracy": metrics["accuracy"],
-                            "aurc": aurc, **no_verdict_counts_of(metrics)}  # fmt: skip
+            summary[job] = summary_entry(metrics)
             if endpoint is not None:
                 summary[job]["fallbacks_off"] = endpoint.fallbacks_off
                 summary[job]["usage"] = metrics.get("usage")
             print(f"{job}: n={metrics['n']} acc={metrics['accuracy']:.3f} "
-                  f"AURC={metric_text(aurc)}{no_verdict_note(metrics)}")  # fmt: skip
+                  f"AURC={metric_text(summary[job]['aurc'])}{no_verdict_note(metrics)}")  # fmt: skip
             warning = confidence_warning(metrics)
             if warning:
                 summary[job]["warning"] = warning

@@ -20,6 +20,7 @@ from rlsr.evaluation.run.judge import (
     openai_judge_fn,
 )
 from rlsr.evaluation.run.runner import EvalSettings
+from rlsr.evaluation.run.summary import scorer_value
 from rlsr.generation.backends import make_backend
 from rlsr.generation.endpoint import ENDPOINT_BACKENDS
 from rlsr.run.eval_protocol import protocol_from_args
@@ -28,7 +29,7 @@ from rlsr.verifiers import VERIFIERS, is_plugin_name
 
 __all__ = ["looks_like_path", "resolved_system_prompt", "validate_flags", "evaluation_jobs",
            "task_verifiers", "judge_kind", "check_judge", "build_judge", "task_verifier",
-           "start_over", "no_verdict_counts_of", "run_config"]  # fmt: skip
+           "start_over", "summary_entry", "run_config"]  # fmt: skip
 
 
 def resolved_system_prompt(args) -> str | None:
@@ -166,10 +167,11 @@ def start_over(args, out: Path) -> bool:
     return False
 
 
-def no_verdict_counts_of(metrics: dict) -> dict:
-    """The no-verdict counts of metrics.json (``no_verdict_counts``) for summary.json."""
+def summary_entry(metrics: dict) -> dict:
+    """A dataset's summary.json entry: n, accuracy, AURC (None: n/a) and the no-verdict counts."""
     keys = ("unjudged", "unjudged_rate", "verifier_failures", "accuracy_judged")
-    return {k: metrics[k] for k in keys if k in metrics}
+    return {"n": metrics["n"], "accuracy": metrics["accuracy"], "aurc": scorer_value(metrics, "aurc"),
+            **{k: metrics[k] for k in keys if k in metrics}}  # fmt: skip
 
 
 def run_config(

@@ -16,9 +16,9 @@ from rlsr.cli.evaluate_setup import (
     build_judge,
     check_judge,
     evaluation_jobs,
-    no_verdict_counts_of,
     resolved_system_prompt,
     start_over,
+    summary_entry,
     task_verifier,
     task_verifiers,
 )
@@ -26,7 +26,7 @@ from rlsr.data import resolve_tasks, task_records, version_records
 from rlsr.data.loading import load_examples
 from rlsr.evaluation.run.external import TaskColumns, match_samples, read_external, score_external
 from rlsr.evaluation.run.runner import EvalSettings
-from rlsr.evaluation.run.summary import no_verdict_note
+from rlsr.evaluation.run.summary import metric_text, no_verdict_note
 from rlsr.run.eval_protocol import protocol_from_args
 from rlsr.run.run_layout import RUN_FILE, SAMPLES_FILE, SUMMARY_FILE, remove_unused
 
@@ -116,9 +116,8 @@ def run_from_samples(args) -> int:
     finally:
         getattr(verifier, "close", lambda: None)()
     primary = metrics["scorers"][metrics["primary_scorer"]]
-    summary = {job: {"n": metrics["n"], "accuracy": metrics["accuracy"], "aurc": primary["aurc"],
-                     **no_verdict_counts_of(metrics)}}  # fmt: skip
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    summary = summary_entry(metrics)
+    (out / SUMMARY_FILE).write_text(json.dumps({job: summary}, indent=2) + "\n")
     unread = (
         f"; {metrics['answer_missing']} without an answer (scored wrong), "
         f"{primary['missing_confidence']} without a confidence (confidence 0)"
@@ -126,6 +125,6 @@ def run_from_samples(args) -> int:
         else ""
     )
     print(f"{job}: n={metrics['n']} of {len(examples)} task rows, acc={metrics['accuracy']:.3f} "
-          f"AURC={primary['aurc']:.3f}{no_verdict_note(metrics)}{unread}; scored from "
+          f"AURC={metric_text(summary['aurc'])}{no_verdict_note(metrics)}{unread}; scored from "
           f"{external.path} ({external.format})")  # fmt: skip
     return 0

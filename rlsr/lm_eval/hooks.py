@@ -74,7 +74,7 @@ def _metrics(items: list[dict]) -> dict:
 
 
 def _aggregation(name: str, key: str, doc: str):
-    """lm-eval's aggregation ``name``: ``key`` of the records' ``metrics.json`` block (NaN for n/a)."""
+    """lm-eval's aggregation ``name``: ``key`` of the records' metrics (NaN for n/a)."""
 
     def aggregate(items: list[dict]) -> float:
         value = _metrics(items)[key]
