@@ -29,7 +29,7 @@ from rlsr.generation.fallbacks import response_item
 from rlsr.run.run_layout import SAMPLES_FILE
 
 __all__ = ["LM_EVAL_FORMAT", "PLAIN_FORMAT", "PLAIN_FIELDS", "ExternalSample", "ExternalFile",
-           "TaskColumns", "read_external", "lm_eval_task_of_file", "match_samples",
+           "TaskColumns", "read_external", "match_samples",
            "score_external"]  # fmt: skip
 
 LM_EVAL_FORMAT = "lm-eval"
@@ -147,12 +147,6 @@ def read_external(path: str | Path) -> ExternalFile:
     return ExternalFile(p, fmt, samples, hashlib.sha256(data).hexdigest())
 
 
-def lm_eval_task_of_file(path: Path) -> str | None:
-    """The lm-eval task a ``samples_<task>_<date>.jsonl`` file name says, else None."""
-    match = _LM_EVAL_FILE.match(path.name)
-    return match.group("task") if match else None
-
-
 class TaskColumns(dict):
     """A task's rows as ``{column: list}``, converted from Arrow once (indexing a Dataset costs
     ~50 us a row), with the ``column_names`` ``verification_inputs`` reads."""
@@ -204,7 +198,8 @@ def match_samples(
     ``split``) it answers (module docstring); also refused: an lm-eval file or row of another
     task, and messages or a response format other than rlsr evaluate's."""
     path = external.path
-    named = lm_eval_task_of_file(path) if external.format == LM_EVAL_FORMAT else None
+    match = _LM_EVAL_FILE.match(path.name) if external.format == LM_EVAL_FORMAT else None
+    named = match.group("task") if match else None
     pack_name = f"rlsr_{task}"
     if named is not None and named.startswith("rlsr_") and named != pack_name:
         raise ValueError(f"--from-samples {path}: lm-eval task {named} is not task {task} "

@@ -85,9 +85,8 @@ def scorer_value(metrics: dict, key: str, scorer: str | None = None) -> float | 
 
 def metric_text(value: float | None, digits: int = 3) -> str:
     """``value`` with ``digits`` decimals, ``NOT_AVAILABLE`` for None or NaN."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return NOT_AVAILABLE
-    return f"{value:.{digits}f}"
+    value = _nan_to_none(value)
+    return NOT_AVAILABLE if value is None else f"{value:.{digits}f}"
 
 
 def rate_warning(
