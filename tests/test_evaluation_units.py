@@ -15,13 +15,15 @@ from itertools import permutations
 import numpy as np
 import pytest
 
+from rlsr.equations import logprob
 from rlsr.evaluation.deploy import deployment
 from rlsr.evaluation.reports import report
-from rlsr.evaluation.run import scorers
+from rlsr.evaluation.run.runner import self_consistency
 from rlsr.evaluation.run.samples_io import append_samples, read_samples
 from rlsr.evaluation.run.summary import compute_metrics, no_verdict_note, scorer_arrays
 from rlsr.generation import backends
 from rlsr.generation.fallbacks import append_text, fallback_answer, fallback_confidence
+from rlsr.run.eval_protocol import check_scorers
 
 # --------------------------------------------------------------------------- samples.jsonl
 
@@ -51,36 +53,36 @@ def test_read_samples_rejects_corruption_in_the_middle(tmp_path):
 
 
 def test_length_normalized_logprob_and_confidence():
-    assert scorers.length_normalized_logprob([-1.0, -3.0]) == -2.0
-    assert scorers.logprob_confidence([-1.0, -3.0]) == pytest.approx(math.exp(-2.0))
-    assert scorers.logprob_confidence([]) is None
+    assert logprob.length_normalized_logprob([-1.0, -3.0]) == -2.0
+    assert logprob.logprob_confidence([-1.0, -3.0]) == pytest.approx(math.exp(-2.0))
+    assert logprob.logprob_confidence([]) is None
 
 
 def test_answer_span_uses_last_occurrence():
     text = "<think>Paris? maybe Paris</think><answer>Paris</answer>"
-    before, ans = scorers.answer_span(text, "Paris")
+    before, ans = logprob.answer_span(text, "Paris")
     assert ans == "Paris" and before == "<think>Paris? maybe Paris</think><answer>"
-    assert scorers.answer_span(text, "Rome") is None
-    assert scorers.answer_span(text, None) is None
+    assert logprob.answer_span(text, "Rome") is None
+    assert logprob.answer_span(text, None) is None
 
 
 def test_self_consistency_fraction():
-    assert scorers.self_consistency("Paris", ["paris", " Paris ", "Rome", None]) == 0.5
-    assert scorers.self_consistency(None, ["a"]) is None
-    assert scorers.self_consistency("a", []) is None
+    assert self_consistency("Paris", ["paris", " Paris ", "Rome", None]) == 0.5
+    assert self_consistency(None, ["a"]) is None
+    assert self_consistency("a", []) is None
 
 
 def test_check_scorers_first_named_is_primary_and_rejects_unknown():
     # the first scorer named is the primary one; tagged responses always report verbalized too
-    assert scorers.check_scorers(["logprob"]) == ("logprob", "verbalized")
-    assert scorers.check_scorers(["verbalized", "logprob"]) == ("verbalized", "logprob")
-    assert scorers.check_scorers(["consistency", "consistency"]) == ("consistency", "verbalized")
+    assert check_scorers(["logprob"]) == ("logprob", "verbalized")
+    assert check_scorers(["verbalized", "logprob"]) == ("verbalized", "logprob")
+    assert check_scorers(["consistency", "consistency"]) == ("consistency", "verbalized")
     # plain responses state no confidence
-    assert scorers.check_scorers(["consistency"], "plain") == ("consistency",)
+    assert check_scorers(["consistency"], "plain") == ("consistency",)
     with pytest.raises(ValueError, match="plain answers state no confidence"):
-        scorers.check_scorers(["verbalized", "consistency"], "plain")
+        check_scorers(["verbalized", "consistency"], "plain")
     with pytest.raises(ValueError, match="unknown scorer"):
-        scorers.check_scorers(["entropy"])
+        check_scorers(["entropy"])
 
 
 def test_answer_span_at_the_readers_offset_not_a_later_repetition():
@@ -89,13 +91,13 @@ def test_answer_span_at_the_readers_offset_not_a_later_repetition():
 
     text = "<think>Rome?</think><answer> Paris </answer><analysis>Paris or Rome</analysis>"
     parsed = parse_response(text)
-    before, ans = scorers.answer_span(text, parsed.answer, parsed.answer_start)
+    before, ans = logprob.answer_span(text, parsed.answer, parsed.answer_start)
     assert ans == "Paris" and before == "<think>Rome?</think><answer> "
-    assert scorers.answer_span(text, "Paris", 3) is None  # not there: no score
+    assert logprob.answer_span(text, "Paris", 3) is None  # not there: no score
     plain = "\n  Paris\nParis again"
     p = parse_plain_response(plain)
     assert (p.answer, p.answer_start, p.format_ok) == ("Paris", 3, True)
-    assert scorers.answer_span(plain, p.answer, p.answer_start) == ("\n  ", "Paris")
+    assert logprob.answer_span(plain, p.answer, p.answer_start) == ("\n  ", "Paris")
     assert parse_plain_response(" \n\t").answer is None
 
 

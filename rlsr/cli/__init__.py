@@ -1,12 +1,7 @@
-"""The ``rlsr`` command: one parser built from the light flag modules of this package, and the
-one place that imports what a command runs, only when it runs.
-
-``COMMANDS`` maps each command to the function adding its flags (``rlsr.cli.<command>``: argparse
-only, nothing heavy at module top) and to ``"module:function"``, the code that runs it, imported
-by ``main`` through ``importlib`` after the arguments parsed. So ``rlsr --help``, a command's
-``--help`` and a wrong flag answer without loading torch, transformers, scipy or matplotlib
-(tests/test_cli_startup.py checks; benchmarks/bench_cli_startup.py times it). A new command: its
-flags module here and one line in ``COMMANDS``.
+"""The ``rlsr`` command. ``COMMANDS`` maps each command to the function adding its flags
+(``rlsr.cli.<command>``: argparse only) and to ``"module:function"``, the code that runs it,
+imported only after the arguments parsed: ``--help`` and a wrong flag load nothing heavy
+(tests/test_cli_startup.py). A new command: its flags module and one line in ``COMMANDS``.
 """
 
 from __future__ import annotations
@@ -85,8 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_command(target: str, args: argparse.Namespace) -> int | None:
-    """Import ``target`` ("module:function") and call it on the parsed ``args``: the only place
-    a command's code is imported, so that nothing of it loads before the arguments parse."""
+    """Import ``target`` ("module:function") and call it on the parsed ``args``."""
     module, _, function = target.partition(":")
     return getattr(importlib.import_module(module), function)(args)
 
@@ -99,27 +93,21 @@ INTERRUPTED_EXIT = 130  # 128 + SIGINT
 def main(argv: list[str] | None = None) -> int:
     """Run one sub-command. A problem with the user's input (our ``ValueError``s, a dataset that is
     neither local nor on a reachable hub, a missing file) prints ``rlsr: error: <message>`` and
-    exits 2 instead of a traceback; Ctrl-C exits 130; ``RLSR_DEBUG=1`` re-raises either."""
+    exits 2 instead of a traceback; a ``VerifierFailure`` exits 1, Ctrl-C 130 (a command that
+    saves work reports it itself); ``RLSR_DEBUG=1`` re-raises each."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         load_env_tasks()  # $RLSR_TASKS_PATH, then --tasks-dir (docs/tasks.md)
         load_tasks(getattr(args, "tasks_dir", None) or [])
-        result = run_command(args.run, args)
-    except (ValueError, KeyError, OSError, DatasetUnavailableError) as err:
+        return int(run_command(args.run, args) or 0)
+    except (ValueError, KeyError, OSError, DatasetUnavailableError, VerifierFailure,
+            KeyboardInterrupt) as err:  # fmt: skip
         if os.environ.get("RLSR_DEBUG"):
             raise
+        if isinstance(err, KeyboardInterrupt):
+            print("rlsr: interrupted", file=sys.stderr)
+            return INTERRUPTED_EXIT
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"rlsr: error: {message}", file=sys.stderr)
-        return USAGE_ERROR_EXIT
-    except VerifierFailure as err:  # the run's own verdict on its verifier: not a usage error
-        if os.environ.get("RLSR_DEBUG"):
-            raise
-        print(f"rlsr: error: {err}", file=sys.stderr)
-        return VERIFIER_FAILED_EXIT
-    except KeyboardInterrupt:  # a command that saves work reports it itself (rlsr evaluate)
-        if os.environ.get("RLSR_DEBUG"):
-            raise
-        print("rlsr: interrupted", file=sys.stderr)
-        return INTERRUPTED_EXIT
-    return int(result or 0)
+        return VERIFIER_FAILED_EXIT if isinstance(err, VerifierFailure) else USAGE_ERROR_EXIT

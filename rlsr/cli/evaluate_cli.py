@@ -1,9 +1,6 @@
-"""What ``rlsr evaluate`` does: generate, verify and score a model on datasets
-(docs/evaluation.md; its flags: ``rlsr.cli.evaluate``).
-
-``run_evaluate`` checks the flags (``rlsr.cli.evaluate_setup``), loads datasets, model and
-judge, and only then writes into ``--output-dir`` (``rlsr.evaluation.run.runner`` per dataset; the deployment of
-``--deployment-target`` and the audit of ``--audit-deployment`` after the last one)."""
+"""What ``rlsr evaluate`` does (its flags: ``rlsr.cli.evaluate``; docs/evaluation.md): check the
+flags, load datasets, model and judge, and only then write into ``--output-dir`` (per dataset
+``rlsr.evaluation.run.runner``; then the deployment and the audit, if asked)."""
 
 from __future__ import annotations
 
@@ -15,19 +12,23 @@ from pathlib import Path
 import datasets
 import transformers
 
+from rlsr.cli.evaluate import name_value_pairs
 from rlsr.cli.evaluate_setup import (
+    build_judge,
+    check_judge,
     evaluation_jobs,
-    judge_kind,
-    name_value_pairs,
-    no_verdict_counts_of,
     resolved_system_prompt,
     run_config,
+    start_over,
+    summary_entry,
+    task_verifier,
+    task_verifiers,
     validate_flags,
 )
 from rlsr.cli.from_samples_cli import run_from_samples
 from rlsr.config import resolve_model_path
-from rlsr.data import get_spec, resolve_tasks
-from rlsr.data.loading import build_verifier, load_examples
+from rlsr.data import resolve_tasks
+from rlsr.data.loading import load_examples
 from rlsr.evaluation.deploy.audit import audit_deployment, audit_markdown
 from rlsr.evaluation.deploy.deployment import (
     deployment_from_samples,
@@ -35,14 +36,7 @@ from rlsr.evaluation.deploy.deployment import (
     write_deployment,
 )
 from rlsr.evaluation.run.budget import generation_budget
-from rlsr.evaluation.run.judge import (
-    DEFAULT_JUDGE_MODEL,
-    JudgeUnavailableError,
-    RecordingJudge,
-    backend_judge_fn,
-    check_judge_server,
-    openai_judge_fn,
-)
+from rlsr.evaluation.run.judge import JudgeUnavailableError
 from rlsr.evaluation.run.provenance import adapter_fingerprint
 from rlsr.evaluation.run.runner import EvalSettings, evaluate_dataset
 from rlsr.evaluation.run.samples_io import json_safe, read_samples
@@ -50,7 +44,6 @@ from rlsr.evaluation.run.summary import (
     confidence_warning,
     metric_text,
     no_verdict_note,
-    scorer_value,
 )
 from rlsr.generation.backends import make_backend, resolve_adapter
 from rlsr.generation.endpoint import ENDPOINT_BACKENDS, EndpointBackend
@@ -66,37 +59,19 @@ from rlsr.run.run_layout import (
     SUMMARY_FILE,
     config_differences,
     datasets_with_samples,
-    move_aside,
     read_run_file,
     remove_unused,
 )
-from rlsr.verifiers import VERIFIERS, is_plugin_name
 
 __all__ = ["run_evaluate"]
 
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd command
 
 
-def _build_judge(args, backend_kwargs):
-    model = args.judge_model or DEFAULT_JUDGE_MODEL
-    kind = judge_kind(args)
-    if kind == "openai":
-        fn = openai_judge_fn(args.judge_base_url, model, timeout_s=args.judge_timeout,
-                             max_retries=args.judge_max_retries)  # fmt: skip
-    else:
-        kwargs = {**backend_kwargs, "batch_size": args.judge_batch_size}
-        fn = backend_judge_fn(make_backend(kind, model, None, **kwargs))
-    return RecordingJudge(fn)
-
-
-def _saved(out: Path, jobs) -> int:
-    return sum(len(read_samples(out / job / SAMPLES_FILE)) for job, _, _ in jobs)
-
-
 def run_evaluate(args) -> int:
     """Check everything, load datasets, model and judge; only then write into --output-dir."""
     if args.from_samples is not None:
-        return run_from_samples(args, _build_judge)
+        return run_from_samples(args)
     if args.model is None:
         raise ValueError("--model is required (or --from-samples FILE to score responses "
                          "generated elsewhere).")  # fmt: skip
@@ -105,17 +80,13 @@ def run_evaluate(args) -> int:
         datasets.disable_progress_bars()
         transformers.utils.logging.disable_progress_bar()
     out = Path(args.output_dir)
-    names = resolve_tasks(args.tasks)
+    jobs = evaluation_jobs(args, resolve_tasks(args.tasks))
     paths = name_value_pairs(args.data_path, "--data-path")
-    verifier_override = name_value_pairs(args.verifier, "--verifier")
+    verifier_names = task_verifiers(args, [name for _, name, _ in jobs])
     columns = name_value_pairs(args.columns, "--columns")
-    for name, vname in verifier_override.items():
-        if vname not in VERIFIERS and not is_plugin_name(vname):
-            raise ValueError(f"--verifier {name}={vname}: unknown verifier; choose one of "
-                             f"{sorted(VERIFIERS)}.")  # fmt: skip
     endpoint = _connect_endpoint(args) if args.backend in ENDPOINT_BACKENDS else None
     try:
-        return _evaluate(args, settings, out, names, paths, verifier_override, columns, endpoint)
+        return _evaluate(args, settings, out, jobs, paths, verifier_names, columns, endpoint)
     finally:
         if endpoint is not None:
             endpoint.close()
@@ -160,13 +131,11 @@ def _endpoint_settings(endpoint: EndpointBackend, settings: EvalSettings) -> Eva
     return settings
 
 
-def _evaluate(args, settings, out, names, paths, verifier_override, columns, endpoint) -> int:
+def _evaluate(args, settings, out, jobs, paths, verifier_names, columns, endpoint) -> int:
     if endpoint is not None:
         settings = _endpoint_settings(endpoint, settings)
     adapter = resolve_adapter(args.adapter)
     fingerprint = adapter_fingerprint(adapter) if adapter else None
-    jobs = evaluation_jobs(args, names)
-    verifier_names = {n: verifier_override.get(n, get_spec(n).verifier) for _, n, _ in jobs}
     system_prompt = resolved_system_prompt(args)
     config = run_config(args, settings, fingerprint, system_prompt, verifier_names, columns,
                          paths)  # fmt: skip
@@ -201,9 +170,8 @@ def _evaluate(args, settings, out, names, paths, verifier_override, columns, end
     }  # fmt: skip
     if budget is not None:
         budget.check({job: examples[job]["prompt"] for job, _, _ in jobs})
-    if judged and judge_kind(args) == "openai":  # fail fast, before loading the model
-        check_judge_server(args.judge_base_url, args.judge_model or DEFAULT_JUDGE_MODEL,
-                           timeout_s=min(args.judge_timeout, 10.0))  # fmt: skip
+    if judged:
+        check_judge(args)
     backend_kwargs = dict(
         dtype=args.dtype, batch_size=args.batch_size, trust_remote_code=args.trust_remote_code,
         merge=args.merge_adapter if args.backend == "vllm" else True,
@@ -214,11 +182,10 @@ def _evaluate(args, settings, out, names, paths, verifier_override, columns, end
     backend = endpoint or make_backend(
         args.backend, resolve_model_path(args.model), adapter, **backend_kwargs
     )
-    judge = _build_judge(args, backend_kwargs) if judged else None
+    judge = build_judge(args, backend_kwargs) if judged else None
 
     # The run starts: from here on, files are written.
-    if args.overwrite and out.is_dir() and any(out.iterdir()):
-        print(f"moved the previous results to {move_aside(out)}", file=sys.stderr)
+    if start_over(args, out):
         previous = None
     root_existed = out.is_dir()
     existed = {job for job, _, _ in jobs if (out / job).exists()}
@@ -230,12 +197,7 @@ def _evaluate(args, settings, out, names, paths, verifier_override, columns, end
     try:
         for job, name, _ in jobs:
             vname = verifier_names[name]
-            kwargs = (
-                {"judge_fn": judge, "max_answer_chars": args.judge_max_answer_chars}
-                if vname == "llm_judge"
-                else {}
-            )
-            verifier = build_verifier(name, vname, **kwargs)  # + a task's verifier options
+            verifier = task_verifier(args, name, vname, judge)
             try:
                 metrics = evaluate_dataset(
                     backend, examples[job], out / job, verifier=verifier, verifier_name=vname,
@@ -244,37 +206,29 @@ def _evaluate(args, settings, out, names, paths, verifier_override, columns, end
                 )  # fmt: skip
             finally:
                 getattr(verifier, "close", lambda: None)()
-            aurc = scorer_value(metrics, "aurc")  # None: n/a, no confidence parsed
-            summary[job] = {"n": metrics["n"], "accuracy": metrics["accuracy"],
-                            "aurc": aurc, **no_verdict_counts_of(metrics)}  # fmt: skip
+            summary[job] = summary_entry(metrics)
             if endpoint is not None:
                 summary[job]["fallbacks_off"] = endpoint.fallbacks_off
                 summary[job]["usage"] = metrics.get("usage")
             print(f"{job}: n={metrics['n']} acc={metrics['accuracy']:.3f} "
-                  f"AURC={metric_text(aurc)}{no_verdict_note(metrics)}")  # fmt: skip
+                  f"AURC={metric_text(summary[job]['aurc'])}{no_verdict_note(metrics)}")  # fmt: skip
             warning = confidence_warning(metrics)
             if warning:
                 summary[job]["warning"] = warning
                 print(f"rlsr: warning: {job}: {warning}", file=sys.stderr)
-    except KeyboardInterrupt:
+    except BaseException as err:  # the folders this run created and left empty go
         remove_unused(out, [job for job, _, _ in jobs], existed, root_existed)
-        print(f"rlsr: interrupted, {_saved(out, jobs)} samples saved in {out}; rerun the same "
-              "command to resume.", file=sys.stderr)  # fmt: skip
-        return INTERRUPTED_EXIT
-    except EndpointError as err:
-        remove_unused(out, [job for job, _, _ in jobs], existed, root_existed)
-        raise EndpointError(
-            f"{err} {_saved(out, jobs)} samples saved in {out} (and every finished request, in "
-            f"<dataset>/{REQUESTS_FILE}); rerun the same command to resume."
-        ) from err
-    except JudgeUnavailableError as err:
-        remove_unused(out, [job for job, _, _ in jobs], existed, root_existed)
-        raise JudgeUnavailableError(
-            f"{err} {_saved(out, jobs)} samples saved in {out} (none judged by a failed "
-            "request); rerun the same command to resume."
-        ) from err
-    except BaseException:
-        remove_unused(out, [job for job, _, _ in jobs], existed, root_existed)
+        saved = sum(len(read_samples(out / job / SAMPLES_FILE)) for job, _, _ in jobs)
+        resume = "rerun the same command to resume."
+        if isinstance(err, KeyboardInterrupt):
+            print(f"rlsr: interrupted, {saved} samples saved in {out}; {resume}", file=sys.stderr)
+            return INTERRUPTED_EXIT
+        if isinstance(err, EndpointError):
+            raise EndpointError(f"{err} {saved} samples saved in {out} (and every finished "
+                                f"request, in <dataset>/{REQUESTS_FILE}); {resume}") from err  # fmt: skip
+        if isinstance(err, JudgeUnavailableError):
+            raise JudgeUnavailableError(f"{err} {saved} samples saved in {out} (none judged by a "
+                                        f"failed request); {resume}") from err  # fmt: skip
         raise
     # written first: a deployment refused below leaves every evaluated result in place
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")

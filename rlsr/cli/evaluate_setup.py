@@ -1,7 +1,6 @@
-"""What ``rlsr evaluate`` resolves from its flags before it reads a file or loads a model: the
+"""What ``rlsr evaluate`` (and ``--from-samples``) resolves from its flags before it writes: the
 flag checks (one-line ``ValueError`` naming the flag), the (folder, dataset, split) jobs, the
-system prompt, the judge's kind, the prompt room of user tasks and the run.json record a resume
-is compared against. The command itself: ``rlsr.cli.evaluate_cli``."""
+verifiers and the judge, the system prompt and the run.json a resume is compared against."""
 
 from __future__ import annotations
 
@@ -10,40 +9,27 @@ import os
 import sys
 from pathlib import Path
 
-from rlsr.data import (
-    get_spec,
-    task_records,
-    tasks_system_prompt,
-    version_records,
+from rlsr.cli.evaluate import name_value_pairs
+from rlsr.data import get_spec, task_records, tasks_system_prompt, version_records
+from rlsr.data.loading import build_verifier
+from rlsr.evaluation.run.judge import (
+    DEFAULT_JUDGE_MODEL,
+    RecordingJudge,
+    backend_judge_fn,
+    check_judge_server,
+    openai_judge_fn,
 )
-from rlsr.evaluation.run.judge import DEFAULT_JUDGE_MODEL
 from rlsr.evaluation.run.runner import EvalSettings
+from rlsr.evaluation.run.summary import scorer_value
+from rlsr.generation.backends import make_backend
 from rlsr.generation.endpoint import ENDPOINT_BACKENDS
 from rlsr.run.eval_protocol import protocol_from_args
-from rlsr.run.run_layout import CONFIG_FIELDS, DEPLOYMENT_FILE
+from rlsr.run.run_layout import CONFIG_FIELDS, DEPLOYMENT_FILE, move_aside
+from rlsr.verifiers import VERIFIERS, is_plugin_name
 
-__all__ = [
-    "name_value_pairs",
-    "looks_like_path",
-    "resolved_system_prompt",
-    "validate_flags",
-    "evaluation_jobs",
-    "judge_kind",
-    "no_verdict_counts_of",
-    "run_config",
-]
-
-
-def name_value_pairs(items: list[str], flag: str) -> dict[str, str]:
-    """``{NAME: VALUE}`` of a repeatable ``NAME=VALUE`` flag (``--data-path``, ``--verifier``,
-    ``--columns``); a malformed item is a one-line error naming ``flag``."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key or not value:
-            raise ValueError(f"{flag} {item!r}: expected NAME=VALUE.")
-        out[key] = value
-    return out
+__all__ = ["looks_like_path", "resolved_system_prompt", "validate_flags", "evaluation_jobs",
+           "task_verifiers", "judge_kind", "check_judge", "build_judge", "task_verifier",
+           "start_over", "summary_entry", "run_config"]  # fmt: skip
 
 
 def resolved_system_prompt(args) -> str | None:
@@ -121,6 +107,18 @@ def evaluation_jobs(args, names: list[str]) -> list[tuple[str, str, str]]:
     return [(folder, name, split) for (name, split), folder in folders.items()]
 
 
+def task_verifiers(args, names: list[str]) -> dict[str, str]:
+    """``{task: verifier name}`` of ``names``: ``--verifier NAME=VERIFIER``, else the task's own;
+    an unknown verifier is refused."""
+    override = name_value_pairs(args.verifier, "--verifier")
+    verifiers = {n: override.get(n, get_spec(n).verifier) for n in names}
+    for name, vname in {**verifiers, **override}.items():
+        if vname not in VERIFIERS and not is_plugin_name(vname):
+            raise ValueError(f"--verifier {name}={vname}: unknown verifier; choose one of "
+                             f"{sorted(VERIFIERS)}.")  # fmt: skip
+    return verifiers
+
+
 def judge_kind(args) -> str:
     kind = args.judge_backend or ("openai" if args.judge_base_url else args.backend)
     if kind in ENDPOINT_BACKENDS:
@@ -133,10 +131,47 @@ def judge_kind(args) -> str:
     return kind
 
 
-def no_verdict_counts_of(metrics: dict) -> dict:
-    """The no-verdict counts of metrics.json (``no_verdict_counts``) for summary.json."""
+def check_judge(args) -> None:
+    """A judge server (``--judge-base-url``) that answers and serves the judge model, checked
+    before any model loads or file is written."""
+    if judge_kind(args) == "openai":
+        check_judge_server(args.judge_base_url, args.judge_model or DEFAULT_JUDGE_MODEL,
+                           timeout_s=min(args.judge_timeout, 10.0))  # fmt: skip
+
+
+def build_judge(args, backend_kwargs: dict) -> RecordingJudge:
+    """The LLM judge of ``--judge-*`` (``backend_kwargs``: a local judge model's backend's)."""
+    model = args.judge_model or DEFAULT_JUDGE_MODEL
+    kind = judge_kind(args)
+    if kind == "openai":
+        fn = openai_judge_fn(args.judge_base_url, model, timeout_s=args.judge_timeout,
+                             max_retries=args.judge_max_retries)  # fmt: skip
+    else:
+        kwargs = {**backend_kwargs, "batch_size": args.judge_batch_size}
+        fn = backend_judge_fn(make_backend(kind, model, None, **kwargs))
+    return RecordingJudge(fn)
+
+
+def task_verifier(args, name: str, vname: str, judge: RecordingJudge | None):
+    """Task ``name``'s verifier ``vname`` with its task-file options; llm_judge gets ``judge``."""
+    if vname != "llm_judge":
+        return build_verifier(name, vname)
+    return build_verifier(name, vname, judge_fn=judge, max_answer_chars=args.judge_max_answer_chars)
+
+
+def start_over(args, out: Path) -> bool:
+    """``--overwrite``: move ``out``'s results aside (said on stderr); True when it did."""
+    if args.overwrite and out.is_dir() and any(out.iterdir()):
+        print(f"moved the previous results to {move_aside(out)}", file=sys.stderr)
+        return True
+    return False
+
+
+def summary_entry(metrics: dict) -> dict:
+    """A dataset's summary.json entry: n, accuracy, AURC (None: n/a) and the no-verdict counts."""
     keys = ("unjudged", "unjudged_rate", "verifier_failures", "accuracy_judged")
-    return {k: metrics[k] for k in keys if k in metrics}
+    return {"n": metrics["n"], "accuracy": metrics["accuracy"], "aurc": scorer_value(metrics, "aurc"),
+            **{k: metrics[k] for k in keys if k in metrics}}  # fmt: skip
 
 
 def run_config(

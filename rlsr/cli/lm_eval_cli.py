@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 
 from rlsr import __version__
-from rlsr.cli.evaluate_setup import name_value_pairs
+from rlsr.cli.evaluate import name_value_pairs
+from rlsr.cli.evaluate_setup import task_verifiers
 from rlsr.cli.tasks_cli import available_here
 from rlsr.data import REGISTRY, get_spec, resolve_tasks, tasks_system_prompt
 from rlsr.data.loading import load_examples
 from rlsr.lm_eval.pack import TAG, write_pack
 from rlsr.run.eval_protocol import EvalProtocol
-from rlsr.verifiers import VERIFIERS, is_plugin_name
 
 __all__ = ["run_tasks"]
 
@@ -48,12 +48,8 @@ def run_tasks(args) -> int:
                          "--data-path), see `rlsr tasks`.")  # fmt: skip
     paths = name_value_pairs(args.data_path, "--data-path")
     columns = name_value_pairs(args.columns, "--columns")
-    override = name_value_pairs(args.verifier, "--verifier")
-    verifiers = {n: override.get(n, get_spec(n).verifier) for n in names}
+    verifiers = task_verifiers(args, names)
     for name, vname in verifiers.items():
-        if vname not in VERIFIERS and not is_plugin_name(vname):
-            raise ValueError(f"--verifier {name}={vname}: unknown verifier; choose one of "
-                             f"{sorted(VERIFIERS)}.")  # fmt: skip
         if vname == _JUDGE:
             raise ValueError(
                 f"task {name}: its verifier is the LLM judge, which an lm-eval task cannot call; "

@@ -1,6 +1,4 @@
-"""What ``rlsr tasks`` does (its flags: ``rlsr.cli.tasks``): list the registry (with what is
-available on this machine); ``rlsr tasks download NAME --out DIR``; ``rlsr tasks show NAME``
-prints the first formatted example (reads local copies via --data-dir)."""
+"""What ``rlsr tasks [list|download|show]`` does (its flags: ``rlsr.cli.tasks``)."""
 
 from __future__ import annotations
 
@@ -9,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+from rlsr.cli.evaluate import name_value_pairs
 from rlsr.data.loading import DATA_DIR_ENV, download_dataset, load_examples
 from rlsr.data.registry import GROUPS, REGISTRY, resolve_tasks
 
@@ -40,39 +39,25 @@ def format_table(data_dir: str | os.PathLike | None = None) -> str:
         splits = ", ".join(
             f"{s}{'*' if s == spec.split else ''}={n:,}" for s, n in spec.sizes.items()
         )
+        source = spec.hf_id or "bundled"
         if spec.task is not None:  # a user task: its split names, the file it came from
             names = dict.fromkeys([spec.train_split, spec.split])
             splits = ", ".join(f"{s}{'*' if s == spec.split else ''}" for s in names)
-        verifier = spec.verifier + (
-            f" (alt: {', '.join(spec.alt_verifiers)})" if spec.alt_verifiers else ""
-        )
-        rows.append(
-            (
-                spec.name,
-                (
-                    f"task {spec.task.file or '(Python)'}"
-                    + (f" ({spec.hf_id})" if spec.hf_id else "")
-                )
-                if spec.task is not None
-                else spec.hf_id or "bundled",
-                splits,
-                verifier,
-                spec.system_prompt,
-                ", ".join(spec.groups) or "-",
-                available_here(spec.name, data_dir),
+            source = f"task {spec.task.file or '(Python)'}" + (
+                f" ({spec.hf_id})" if spec.hf_id else ""
             )
-        )
+        alt = f" (alt: {', '.join(spec.alt_verifiers)})" if spec.alt_verifiers else ""
+        rows.append((spec.name, source, splits, spec.verifier + alt, spec.system_prompt,
+                     ", ".join(spec.groups) or "-", available_here(spec.name, data_dir)))  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    lines.append("")
-    lines.append(
-        "* = default (evaluation) split. Tasks: your own, from task files "
-        "(--tasks-dir DIR, $RLSR_TASKS_PATH; docs/tasks.md)."
-    )
-    lines.append("Groups (paper Sec. 4.1):")
-    lines += [f"  {g}: {', '.join(m)}" for g, m in GROUPS.items()]
     lines += [
+        "",
+        "* = default (evaluation) split. Tasks: your own, from task files "
+        "(--tasks-dir DIR, $RLSR_TASKS_PATH; docs/tasks.md).",
+        "Groups (paper Sec. 4.1):",
+        *(f"  {g}: {', '.join(m)}" for g, m in GROUPS.items()),
         "",
         "Available here = bundled, or a local copy under --data-dir DIR (or $RLSR_DATA_DIR);",
         '"no": loaded from the Hugging Face hub, if reachable. Without hub access: on a machine',
@@ -83,45 +68,18 @@ def format_table(data_dir: str | os.PathLike | None = None) -> str:
     return "\n".join(lines)
 
 
-def _list(args: argparse.Namespace) -> int:
-    print(format_table(getattr(args, "data_dir", None)))
-    return 0
-
-
-def _download(args: argparse.Namespace) -> int:
-    for name in resolve_tasks(args.names):
-        if REGISTRY[name].hf_id is None:
-            print(f"{name}: bundled, skipped")
-            continue
-        print(f"{name}: saved to {download_dataset(name, args.out)}")
-    return 0
-
-
-def _parse_columns(items: list[str] | None) -> dict[str, str]:
-    out = {}
-    for item in items or []:
-        field, sep, column = item.partition("=")
-        if not sep or not field or not column:
-            raise ValueError(f"--columns expects FIELD=COLUMN, got {item!r}.")
-        out[field] = column
-    return out
-
-
-def _show(args: argparse.Namespace) -> int:
-    ds = load_examples(
-        args.name,
-        path=args.path,
-        split=args.split,
-        limit=1,
-        data_dir=args.data_dir,
-        system_prompt=args.system_prompt,
-        columns=_parse_columns(args.columns),
-    )
-    print(json.dumps(ds[0], indent=2, ensure_ascii=False))
-    return 0
-
-
 def run_tasks(args: argparse.Namespace) -> int:
     """``rlsr tasks [list|download|show]``: the listing unless a sub-command is given."""
-    run = {"download": _download, "show": _show}.get(args.tasks_command, _list)
-    return run(args)
+    if args.tasks_command == "download":
+        for name in resolve_tasks(args.names):
+            hf_id = REGISTRY[name].hf_id
+            print(f"{name}: " + (f"saved to {download_dataset(name, args.out)}" if hf_id
+                                 else "bundled, skipped"))  # fmt: skip
+    elif args.tasks_command == "show":
+        ds = load_examples(args.name, path=args.path, split=args.split, limit=1,
+                           data_dir=args.data_dir, system_prompt=args.system_prompt,
+                           columns=name_value_pairs(args.columns or [], "--columns"))  # fmt: skip
+        print(json.dumps(ds[0], indent=2, ensure_ascii=False))
+    else:
+        print(format_table(getattr(args, "data_dir", None)))
+    return 0

@@ -1,70 +1,38 @@
 """What lm-evaluation-harness calls for a task of ``rlsr lm-eval tasks`` (docs/lm_eval.md).
 
-``process_results(doc, results)`` reads the one generated response with rlsr's parser
-(``rlsr.generation.fallbacks.response_item``: the tags format, or ``plain``), verifies its
-answer with the task's verifier on the task's own verification inputs
-(``rlsr.data.loading.verification_inputs``, the call ``rlsr evaluate`` makes) and returns, for
-every metric, the same per-item record. Each aggregation turns the list of records into the
-samples ``rlsr evaluate`` writes and reads its number from ``rlsr.evaluation.run.summary
-.compute_metrics``: a missing confidence counts as 0.0, an item without a verdict as wrong,
-ties in confidence as the expectation over orderings (``rlsr.metrics.selective``), so lm-eval's numbers
-are ``metrics.json``'s on the same responses.
+``process_results(doc, results)`` parses the one response with rlsr's parser and verifies its
+answer with the task's verifier on the task's own verification inputs, as ``rlsr evaluate``
+does; each aggregation reads its number from ``rlsr.evaluation.run.summary.compute_metrics`` on
+those records, so lm-eval's numbers are ``metrics.json``'s on the same responses.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 import datasets
 
 from rlsr.data.loading import build_verifier, verification_inputs
-from rlsr.evaluation.run.external import (
-    LM_EVAL_FORMAT_FIELD,
-    LM_EVAL_SYSTEM_FIELD,
-    LM_EVAL_TASK_FIELD,
-    LM_EVAL_USER_FIELD,
-    TaskColumns,
-)
+from rlsr.evaluation.run.external import LM_EVAL_FORMAT_FIELD, LM_EVAL_TASK_FIELD, TaskColumns
 from rlsr.evaluation.run.runner import verify_items
+from rlsr.evaluation.run.samples_io import read_samples
 from rlsr.evaluation.run.summary import compute_metrics
 from rlsr.generation.fallbacks import response_item
 from rlsr.metrics import selective as M
 
-__all__ = [
-    "METRICS",
-    "TASK_FIELD",
-    "VERIFIER_FIELD",
-    "FORMAT_FIELD",
-    "SYSTEM_FIELD",
-    "USER_FIELD",
-    "load_rows",
-    "process_results",
-    "aurc",
-    "ranking_gain",
-    "ece",
-    "acc_at_10",
-    "acc_at_25",
-    "acc_at_50",
-    "accuracy",
-    "format_rate",
-    "missing_confidence",
-]
+__all__ = ["METRICS", "VERIFIER_FIELD", "load_rows", "process_results", "aurc", "ranking_gain",
+           "ece", "acc_at_10", "acc_at_25", "acc_at_50", "accuracy", "format_rate",
+           "missing_confidence"]  # fmt: skip
 
-# fields `rlsr lm-eval tasks` adds to each row of a task (the rest is the task's rlsr row)
-TASK_FIELD = LM_EVAL_TASK_FIELD
+# what `rlsr lm-eval tasks` adds to each row besides the LM_EVAL_*_FIELD ones: its verifier
 VERIFIER_FIELD = "rlsr_verifier"
-FORMAT_FIELD = LM_EVAL_FORMAT_FIELD
-SYSTEM_FIELD = LM_EVAL_SYSTEM_FIELD
-USER_FIELD = LM_EVAL_USER_FIELD
 
 
 def load_rows(path: str | Path) -> dict[str, datasets.Dataset]:
     """The docs of one task (a JSONL written by ``rlsr lm-eval tasks``) as lm-eval's
     ``custom_dataset``: ``{"test": Dataset}``."""
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    return {"test": datasets.Dataset.from_list(rows)}
+    return {"test": datasets.Dataset.from_list(read_samples(path))}
 
 
 @functools.cache
@@ -74,11 +42,11 @@ def _verifier(task: str, verifier: str):
 
 def _item(doc: dict, response: str) -> dict:
     """The sample of one response as ``rlsr evaluate`` would record it (no fallbacks)."""
-    it = response_item("", response, None, None, doc.get(FORMAT_FIELD) or "tags")
+    it = response_item("", response, None, None, doc.get(LM_EVAL_FORMAT_FIELD) or "tags")
     vname = doc[VERIFIER_FIELD]
     row = {k: v for k, v in doc.items() if not k.startswith("rlsr_")}
     inputs = verification_inputs(TaskColumns({k: [v] for k, v in row.items()}), vname)
-    verify_items(_verifier(doc[TASK_FIELD], vname), inputs, [it])
+    verify_items(_verifier(doc[LM_EVAL_TASK_FIELD], vname), inputs, [it])
     return {
         "id": doc["id"],
         "answer": it["answer"],
@@ -105,54 +73,34 @@ def _metrics(items: list[dict]) -> dict:
     return primary
 
 
-def _value(value) -> float:
-    return float("nan") if value is None else float(value)
+def _aggregation(name: str, key: str, doc: str):
+    """lm-eval's aggregation ``name``: ``key`` of the records' metrics (NaN for n/a)."""
+
+    def aggregate(items: list[dict]) -> float:
+        value = _metrics(items)[key]
+        return float("nan") if value is None else float(value)
+
+    aggregate.__name__ = aggregate.__qualname__ = name
+    aggregate.__doc__ = doc
+    return aggregate
 
 
-def aurc(items: list[dict]) -> float:
-    """AURC of the verbalized confidence (``rlsr.metrics.selective.aurc``; lower is better)."""
-    return _value(_metrics(items)["aurc"])
+aurc = _aggregation("aurc", "aurc", "AURC of the verbalized confidence (lower is better).")
+ece = _aggregation("ece", "ece", "10-bin ECE (``rlsr.metrics.selective.ece``).")
+acc_at_10 = _aggregation("acc_at_10", "acc@10", "Accuracy of the 10 % most confident.")
+acc_at_25 = _aggregation("acc_at_25", "acc@25", "Accuracy of the 25 % most confident.")
+acc_at_50 = _aggregation("acc_at_50", "acc@50", "Accuracy of the 50 % most confident.")
+accuracy = _aggregation("accuracy", "accuracy", "Accuracy over every item (no verdict = wrong).")
+format_rate = _aggregation("format_rate", "format_ok_rate", "Share in the response format.")
+missing_confidence = _aggregation(
+    "missing_confidence", "missing_confidence", "Responses without a confidence (counted 0.0)."
+)
 
 
 def ranking_gain(items: list[dict]) -> float:
     """Error rate minus AURC (``rlsr.metrics.selective.ranking_gain_from_aurc``)."""
     m = _metrics(items)
     return M.ranking_gain_from_aurc(m["aurc"], 1.0 - m["accuracy"])
-
-
-def ece(items: list[dict]) -> float:
-    """10-bin ECE (``rlsr.metrics.selective.ece``)."""
-    return _value(_metrics(items)["ece"])
-
-
-def acc_at_10(items: list[dict]) -> float:
-    """Accuracy of the 10 % most confident (``rlsr.metrics.selective.accuracy_at_coverage``)."""
-    return _value(_metrics(items)["acc@10"])
-
-
-def acc_at_25(items: list[dict]) -> float:
-    """Accuracy of the 25 % most confident."""
-    return _value(_metrics(items)["acc@25"])
-
-
-def acc_at_50(items: list[dict]) -> float:
-    """Accuracy of the 50 % most confident."""
-    return _value(_metrics(items)["acc@50"])
-
-
-def accuracy(items: list[dict]) -> float:
-    """Accuracy over every item (no verdict = wrong)."""
-    return _value(_metrics(items)["accuracy"])
-
-
-def format_rate(items: list[dict]) -> float:
-    """Share of responses in the task's response format (``format_ok``)."""
-    return _value(_metrics(items)["format_ok_rate"])
-
-
-def missing_confidence(items: list[dict]) -> float:
-    """How many responses stated no confidence (each counted as confidence 0.0)."""
-    return float(_metrics(items)["missing_confidence"])
 
 
 # lm-eval metric name -> (aggregation, higher is better)

@@ -1,13 +1,9 @@
-"""The folder ``rlsr lm-eval tasks`` writes for lm-eval's ``--include_path`` (docs/lm_eval.md).
-
-Per task ``T``: ``rlsr_T.jsonl`` (its rows as ``rlsr.data.loading.load_examples`` renders them
-for ``rlsr evaluate``, plus the system and user messages and the verifier as separate fields)
-and ``rlsr_T.yaml`` (a ``generate_until`` task: the system message as lm-eval's description, the
-user message as its text, greedy decoding up to ``max_new_tokens`` with no stop string but the
-model's EOS, ``process_results`` and the aggregations of ``rlsr.lm_eval.hooks``). One
-``rlsr_lm_eval_utils.py`` beside them hands lm-eval those functions (it registers the user task
-files the pack was made from, so their verifiers resolve) and reads each task's rows from the
-folder it sits in, so the folder can be moved.
+"""The folder ``rlsr lm-eval tasks`` writes for lm-eval's ``--include_path`` (docs/lm_eval.md):
+per task ``T``, ``rlsr_T.jsonl`` (its rows as ``rlsr evaluate`` renders them, plus the fields the
+hooks read) and ``rlsr_T.yaml`` (a greedy ``generate_until`` task whose ``process_results`` and
+aggregations are ``rlsr.lm_eval.hooks``'); one ``rlsr_lm_eval_utils.py`` hands lm-eval those
+functions, registers the user task files the pack was made from and reads each task's rows from
+its own folder, so the folder can be moved.
 """
 
 from __future__ import annotations
@@ -16,24 +12,16 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rlsr.lm_eval.hooks import (
-    FORMAT_FIELD,
-    METRICS,
-    SYSTEM_FIELD,
-    TASK_FIELD,
-    USER_FIELD,
-    VERIFIER_FIELD,
+from rlsr.evaluation.run.external import (
+    LM_EVAL_FORMAT_FIELD,
+    LM_EVAL_SYSTEM_FIELD,
+    LM_EVAL_TASK_FIELD,
+    LM_EVAL_USER_FIELD,
 )
+from rlsr.lm_eval.hooks import METRICS, VERIFIER_FIELD
 
-__all__ = [
-    "UTILS_MODULE",
-    "TAG",
-    "lm_eval_name",
-    "pack_rows",
-    "task_yaml",
-    "utils_source",
-    "write_pack",
-]
+__all__ = ["UTILS_MODULE", "TAG", "lm_eval_name", "pack_rows", "task_yaml", "utils_source",
+           "write_pack"]  # fmt: skip
 
 UTILS_MODULE = "rlsr_lm_eval_utils"
 TAG = "rlsr"  # `lm_eval --tasks rlsr` runs every task of the folder
@@ -54,8 +42,9 @@ def pack_rows(examples, task: str, verifier: str, response_format: str) -> list[
         if len(user) != 1:
             raise ValueError(f"task {task}: row {row['id']!r} has {len(user)} user messages; an "
                              "lm-eval task sends one.")  # fmt: skip
-        rows.append({**row, TASK_FIELD: task, VERIFIER_FIELD: verifier,
-                     FORMAT_FIELD: response_format, SYSTEM_FIELD: system, USER_FIELD: user[0]})  # fmt: skip
+        rows.append({**row, LM_EVAL_TASK_FIELD: task, VERIFIER_FIELD: verifier,
+                     LM_EVAL_FORMAT_FIELD: response_format, LM_EVAL_SYSTEM_FIELD: system,
+                     LM_EVAL_USER_FIELD: user[0]})  # fmt: skip
     return rows
 
 
@@ -75,8 +64,8 @@ def task_yaml(task: str, rows_file: str, max_new_tokens: int, header: str) -> st
         f"dataset_kwargs:\n  rlsr_rows: {q(rows_file)}\n"
         "test_split: test\n"
         "output_type: generate_until\n"
-        f"description: {SYSTEM_FIELD}\n"
-        f"doc_to_text: {USER_FIELD}\n"
+        f"description: {LM_EVAL_SYSTEM_FIELD}\n"
+        f"doc_to_text: {LM_EVAL_USER_FIELD}\n"
         "doc_to_target: answer\n"
         f"process_results: !function {UTILS_MODULE}.process_results\n"
         "generation_kwargs:\n"

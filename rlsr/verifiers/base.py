@@ -38,15 +38,9 @@ class VerifierFailure(RuntimeError):
 
 @dataclass(frozen=True)
 class VerificationResult:
-    """Outcome of ``verify_batch``.
-
-    correct: bool per item. timeouts / errors / unjudged: how many items got no verdict (each
-    scored as incorrect): time limit hit; a raise, a wrong return value or a worker that died;
-    the verifier could not judge (a plugin's None, a judge output neither YES nor NO). status:
-    per-item code, one of "correct", "incorrect", "missing" (prediction None), "timeout",
-    "error", "unjudged". problems: ``{item index: what went wrong}`` for items without a verdict
-    (the exception, the value returned, the time limit), where the verifier knows it.
-    """
+    """Outcome of ``verify_batch``: ``correct`` per item, its ``status`` code, how many items got
+    no verdict by kind (each scored as incorrect) and ``problems``, ``{item index: what went
+    wrong}`` for those where the verifier knows it."""
 
     correct: np.ndarray
     timeouts: int = 0
@@ -61,11 +55,6 @@ class VerificationResult:
     @property
     def accuracy(self) -> float:
         return float(self.correct.mean()) if len(self) else float("nan")
-
-    @property
-    def no_verdict(self) -> int:
-        """Items without a verdict: timeouts + errors + unjudged."""
-        return self.timeouts + self.errors + self.unjudged
 
     @classmethod
     def from_status(
@@ -94,9 +83,8 @@ def failure_message(
     first: tuple[object, str, str | None] | None,
     fix: str,
 ) -> str:
-    """The message of a run stopped by ``VerifierFailure``: the verifier, how many of ``total``
-    items of ``scope`` got no verdict by kind (``counts``: {status: n}), the fraction allowed,
-    the first failing item (``(id, status, problem)``) and ``fix``."""
+    """The message of a run stopped by ``VerifierFailure``: ``counts`` ({status: n}) of ``total``
+    items of ``scope``, the fraction allowed, the ``first`` (id, status, problem) and ``fix``."""
     failed = sum(counts.get(s, 0) for s in NO_VERDICT)
     plural = {ERROR: "errors", TIMEOUT: "timeouts", UNJUDGED: "unjudged", INVALID: "unjudged"}
     kinds = ", ".join(
@@ -143,6 +131,13 @@ def _check_lengths(predictions, golds, **others) -> int:
         if values is not None and len(values) != n:
             raise ValueError(f"{name} has {len(values)} items but predictions has {n}.")
     return n
+
+
+def _answered(prediction, index: int) -> bool:
+    """False for a missing answer (None), True for a str; anything else is refused."""
+    if prediction is not None and not isinstance(prediction, str):
+        raise ValueError(f"predictions[{index}] must be a str or None; got {prediction!r}.")
+    return prediction is not None
 
 
 def match_verdicts(

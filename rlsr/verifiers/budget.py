@@ -1,11 +1,7 @@
-"""The verdict budget of one training pool: how many rollouts may go without a verdict.
-
-A verifier with ``max_failed_fraction`` (a plugin's option; docs/tasks.md, "When a verifier
-fails: the run stops") stops training when more of one optimizer step's pool (all B x G rollouts
-of every process) than that fraction got no verdict; under it, each such rollout is rewarded as
-wrong, with one warning line. ``rlsr.method.trainer`` calls ``check_pool_verdicts`` with the pool's
-gathered counts, so every process decides the same; the distributed gather and the run folder
-come in as arguments (this package imports neither torch nor the run layout).
+"""The verdict budget of one training pool: when more of an optimizer step's pool (all B x G
+rollouts of every process) than the verifier's ``max_failed_fraction`` got no verdict, training
+stops; under it each such rollout is rewarded as wrong, with one warning. ``rlsr.method.trainer``
+passes the gathered counts, the collective and the run folder in (no torch, no run layout here).
 """
 
 from __future__ import annotations
@@ -63,15 +59,10 @@ def check_pool_verdicts(
     newest_checkpoint: Callable[[], str | None],
     log: logging.Logger,
 ) -> None:
-    """Stop the run when more of this pool's rollouts than ``limit`` (the verifier's
-    ``max_failed_fraction``; None: no limit) got no verdict: ``VerifierFailure`` naming the
-    verifier, optimizer ``step`` and the pool's first failing rollout (``gather``: the
-    collective that collects every process's ``local`` first failure, called on every process
-    only when the run stops, which every process decides alike from the gathered ``counts``).
-    Under the limit, one warning on ``log`` naming this process's first failure.
-
-    ``counts``: ``{status: n}`` over the whole pool; ``newest_checkpoint()``: the newest saved
-    checkpoint folder (None: none yet), named in the message."""
+    """Stop the run (``VerifierFailure`` naming the verifier, ``step`` and the pool's first
+    failing rollout) when more of the pool's ``counts`` ({status: n}) than ``limit`` got no
+    verdict; ``gather`` collects every process's ``local`` first failure, called on every
+    process only then. Under the limit, one warning on ``log``."""
     failed = sum(counts.values())
     if not failed:
         return

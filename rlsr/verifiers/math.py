@@ -1,10 +1,6 @@
-"""Math verifier (Big-Math, MATH-500, GSM8K): math-verify in worker processes.
-
-The workers apply a per-item time limit, so one pathological LaTeX string costs at most its limit
-and never stalls or crashes a training step: a timeout, a crash or a parse failure counts as
-incorrect and is counted in ``VerificationResult.timeouts`` / ``.errors``
-(docs/parsing_verifiers.md).
-"""
+"""Math verifier (Big-Math, MATH-500, GSM8K): math-verify in worker processes with a per-item
+time limit; a timeout, a crash or a parse failure counts as incorrect and is counted in
+``VerificationResult.timeouts`` / ``.errors`` (docs/parsing_verifiers.md)."""
 
 from __future__ import annotations
 
@@ -21,6 +17,7 @@ from rlsr.verifiers.base import (
     MISSING,
     TIMEOUT,
     VerificationResult,
+    _answered,
     _check_lengths,
     _gold_list,
 )
@@ -138,47 +135,25 @@ def _math_worker_main(conn, test_hooks: bool) -> None:
 
 
 class MathVerifier(VerifierWorkers):
-    """math-verify in worker processes with a per-item time limit
-    (``rlsr.verifiers.workers``).
-
-    ``timeout_s``: time limit per item (parse prediction + golds + compare), enforced inside the
-    worker by SIGALRM. A worker that does not report within ``timeout_s + grace_s`` (stuck in C
-    code that signals cannot interrupt) is killed and restarted; its item counts as a timeout.
-    A worker that dies marks its current item as an error and is restarted. Identical
-    (prediction, golds) pairs are verified once per batch (GRPO groups repeat answers).
-
-    ``num_workers=0`` verifies serially in this process (time limit only in the main thread).
-    Workers start lazily on the first batch and persist across calls; call ``close()`` or use the
-    verifier as a context manager. Start method: 'forkserver' (safe with torch's threads loaded).
-    """
+    """math-verify in worker processes (``rlsr.verifiers.workers``), ``timeout_s`` per item
+    (parse prediction + golds + compare). Identical (prediction, golds) pairs are verified once
+    per batch (GRPO groups repeat answers)."""
 
     name = "math"
     preload = ("rlsr.verifiers.math", "math_verify")
     startup_hint = " check that `import math_verify` works;"
 
     def __init__(self, *, _test_hooks: bool = False, **workers) -> None:
-        """``workers``: the fields of ``WorkerSettings``."""
-        super().__init__(**workers)
-        self._test_hooks = _test_hooks
+        super().__init__(_math_worker_main, (_test_hooks,), **workers)
 
-    def _worker_target(self):
-        return _math_worker_main
-
-    def _worker_args(self) -> tuple:
-        return (self._test_hooks,)
-
-    # -- verification --
     def verify_batch(self, predictions, golds, *, questions=None, options=None):
         n = _check_lengths(predictions, golds)
         tasks: dict[tuple, list[int]] = {}
         status: list[str] = [MISSING] * n
         for i, (prediction, gold) in enumerate(zip(predictions, golds, strict=True)):
             gold_tuple = tuple(_gold_list(gold, i))
-            if prediction is None:
-                continue
-            if not isinstance(prediction, str):
-                raise ValueError(f"predictions[{i}] must be a str or None; got {prediction!r}.")
-            tasks.setdefault((prediction, gold_tuple), []).append(i)
+            if _answered(prediction, i):
+                tasks.setdefault((prediction, gold_tuple), []).append(i)
         keyed = [(k, pred, gold) for k, (pred, gold) in enumerate(tasks)]
         if self.settings.num_workers == 0:
             results = {k: _math_item(p, g, self.settings.timeout_s) for k, p, g in keyed}

@@ -1,29 +1,16 @@
-"""Verifier plugins: a user's own correctness check, named ``"package.module:function"``.
-
-The contract (docs/tasks.md, "Verifier plugins")::
+"""Verifier plugins: a user's own correctness check, named ``"package.module:function"``
+(docs/tasks.md, "Verifier plugins")::
 
     def verify(predictions: list[str], golds: list[str], *, questions=None, options=None)
         -> list[bool | None]
 
-``predictions``: extracted answers (the ``<answer>`` block, never None: a missing answer is
-"missing" without a call); ``golds``: the task's answer column; ``questions``: the question
-texts; ``options``: ``{letter: text}`` per item for multiple-choice tasks, else None. It returns
-one value per item: True (correct), False (wrong) or None (could not judge).
-
-``PluginVerifier`` runs it in worker processes (``rlsr.verifiers.workers``, as the math
-verifier), **one item per call**, each under ``timeout_s``: a call that sleeps past the limit
-counts as ``timeout``, one that raises (also ``sys.exit`` / ``os._exit``) or returns anything but
-a one-element list of bool / None counts as ``error``, None counts as ``unjudged``; each is
-scored as incorrect, with what went wrong in ``VerificationResult.problems``. When more than
-``max_failed_fraction`` (default 5 %) of a run's items (``rlsr evaluate``: of a dataset; training:
-of one step's pool) get no verdict, the run stops naming the plugin and the first failing item
-(``rlsr.evaluation.run.runner``, ``rlsr.verifiers.budget``). What must hold:
-
-* the module imports by its dotted name in a fresh process: it is on ``sys.path`` (installed, in
-  the working directory, or on ``PYTHONPATH``); the ``sys.path`` of the process that builds the
-  verifier is handed to the workers, so a folder added there at run time also works;
-* ``function`` is a module-level callable (workers look it up by name; nothing is pickled but
-  the items, which are str, list and dict, and the returned bool / None).
+True (correct), False (wrong) or None (could not judge) per item. ``PluginVerifier`` calls it in
+worker processes (``rlsr.verifiers.workers``), one item per call under ``timeout_s``: past the
+limit is ``timeout``; a raise (also ``sys.exit`` / ``os._exit``) or a return other than a
+one-element list of bool / None is ``error``; None is ``unjudged``; each scored as wrong, with
+what went wrong in ``VerificationResult.problems``. Past ``max_failed_fraction`` of a run's items
+without a verdict, the run stops. The module must import by its dotted name in a fresh process
+(this process's ``sys.path`` is handed to the workers), and ``function`` be module-level.
 """
 
 from __future__ import annotations
@@ -48,17 +35,12 @@ from rlsr.verifiers.base import (
     TIMEOUT,
     UNJUDGED,
     VerificationResult,
+    _answered,
     _check_lengths,
 )
 from rlsr.verifiers.workers import ItemTimeout, VerifierWorkers, serve_chunks, time_limit
 
-__all__ = [
-    "PluginVerifier",
-    "is_plugin_name",
-    "load_plugin",
-    "plugin_item_status",
-    "plugin_source",
-]
+__all__ = ["PluginVerifier", "is_plugin_name", "load_plugin", "plugin_item_status", "plugin_source"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,9 +51,7 @@ def is_plugin_name(name: str | None) -> bool:
 
 
 def load_plugin(spec: str) -> Callable:
-    """Import ``"package.module:function"`` and return the function. ``ValueError`` names the
-    module, the reason and ``sys.path`` when it does not import, and what the module defines when
-    the function is not there (``rlsr.core.plugins.load_named``)."""
+    """The function ``"package.module:function"`` names (``rlsr.core.plugins.load_named``)."""
     return load_named(spec, kind="verifier plugin", example="my_checks:verify")
 
 
@@ -81,9 +61,8 @@ class _PluginExit(BaseException):
 
 @contextmanager
 def _no_process_exit():
-    """While a plugin runs in this process (``num_workers=0``): ``os._exit(n)`` raises
-    ``_PluginExit`` instead of ending the run with nothing said (a crash in C code still ends
-    it; workers isolate that)."""
+    """While a plugin runs in this process: ``os._exit(n)`` raises ``_PluginExit`` instead of
+    ending the run with nothing said."""
     real = os._exit
 
     def refuse(code=0):
@@ -119,10 +98,8 @@ def plugin_source(spec: str) -> dict:
 
 
 def plugin_item_status(function: Callable, prediction, gold, question, options, timeout_s):
-    """The status of one item: the plugin called on one-element lists under ``timeout_s``;
-    ``(status, problem)`` when it gave no verdict (what it raised or returned). Never raises: an
-    ``ItemTimeout`` becomes "timeout"; a raise (also ``SystemExit``, ``os._exit``), a wrong
-    length or a value other than True / False / None "error"; None "unjudged"."""
+    """The status of one item (the plugin called on one-element lists under ``timeout_s``), or
+    ``(status, problem)`` when it gave no verdict (module docstring); never raises."""
     try:
         with time_limit(timeout_s):
             out = function(
@@ -168,24 +145,15 @@ def _plugin_worker_main(conn, spec: str, sys_path: list[str]) -> None:
 
 
 class PluginVerifier(VerifierWorkers):
-    """A ``"package.module:function"`` verifier run in worker processes, one item per call, each
-    under ``timeout_s`` (module docstring). The function is imported here first, so a plugin that
-    does not import fails at construction, before any model loads. ``num_workers=0`` calls it in
-    this process (time limit in the main thread only; an ``os._exit`` is caught as the item's
-    error, but a hang or a crash in C code is not: workers isolate those).
-    ``max_failed_fraction``: the most items of a run (a dataset in ``rlsr evaluate``, a step's
-    pool in training) that may get no verdict before the run stops (module docstring)."""
+    """A plugin (module docstring), imported here first so that one that does not import fails
+    before any model loads. ``num_workers=0`` calls it in this process (an ``os._exit`` is caught
+    as the item's error; a hang or a crash in C code is not: workers isolate those)."""
 
     startup_hint = " check that the plugin imports in a fresh process (PYTHONPATH);"
 
     def __init__(
-        self,
-        spec: str,
-        *,
-        max_failed_fraction: float = MAX_FAILED_FRACTION,
-        **workers,
+        self, spec: str, *, max_failed_fraction: float = MAX_FAILED_FRACTION, **workers
     ) -> None:
-        """``workers``: the fields of ``WorkerSettings``."""
         if not (
             isinstance(max_failed_fraction, int | float)
             and not isinstance(max_failed_fraction, bool)
@@ -195,28 +163,18 @@ class PluginVerifier(VerifierWorkers):
                 f"max_failed_fraction must be a number in [0, 1] (1: never stop); got "
                 f"{max_failed_fraction!r}."
             )
-        super().__init__(**workers)
+        self.spec = self.name = spec.strip()
+        super().__init__(_plugin_worker_main, (self.spec, list(sys.path)), **workers)
         self.function = load_plugin(spec)
         self.max_failed_fraction = float(max_failed_fraction)
-        self.spec = spec.strip()
-        self.name = self.spec
-        self._sys_path = list(sys.path)
-
-    def _worker_target(self):
-        return _plugin_worker_main
-
-    def _worker_args(self) -> tuple:
-        return (self.spec, self._sys_path)
 
     def verify_batch(self, predictions, golds, *, questions=None, options=None):
         n = _check_lengths(predictions, golds, questions=questions, options=options)
         status: list[str] = [MISSING] * n
         keyed = []
         for i, prediction in enumerate(predictions):
-            if prediction is None:
+            if not _answered(prediction, i):
                 continue
-            if not isinstance(prediction, str):
-                raise ValueError(f"predictions[{i}] must be a str or None; got {prediction!r}.")
             question = None if questions is None else questions[i]
             option = None if options is None else options[i]
             keyed.append((i, prediction, golds[i], question, option))

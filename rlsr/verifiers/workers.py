@@ -1,19 +1,10 @@
-"""Worker processes that verify items under a per-item time limit (a verifier's "workers";
-"pool" in rlsr is the optimizer step's pool of rollouts, ``rlsr.config.sections.resolve_pool``).
-
-Shared by the math verifier (``rlsr.verifiers.math``) and verifier plugins
-(``rlsr.verifiers.plugin``). A worker runs ``target(conn, *args)``: it sends ``("ready", pid)``
-once, then for each chunk ``[(key, *item)]`` it receives with a time limit, one
-``(key, status)`` message per item. ``VerifierWorkers``
-
-* sends chunks of ``chunk_size`` items to idle workers;
-* counts an item whose worker does not report within ``timeout_s + grace_s`` (stuck in C code
-  that SIGALRM cannot interrupt, or a handler that swallowed the alarm) as ``timeout``, kills
-  and restarts that worker and re-queues the rest of its chunk;
-* counts the current item of a worker that dies as ``error`` and restarts the worker.
-
-So one bad item costs at most its time limit plus the grace, and never stalls or crashes the
-caller (a training step, an evaluation).
+"""Worker processes that verify items under a per-item time limit, shared by the math verifier
+and verifier plugins. A worker runs ``target(conn, *args)``: it sends ``("ready", pid)`` once,
+then one ``(key, status)`` message per item of each chunk ``[(key, *item)]`` it receives.
+``VerifierWorkers`` counts an item whose worker stays silent past ``timeout_s + grace_s`` (stuck
+in C code that SIGALRM cannot interrupt) as ``timeout`` and restarts that worker, and the current
+item of a worker that dies as ``error``; the rest of its chunk is re-queued. So one bad item costs
+at most its time limit plus the grace, and never stalls the caller.
 """
 
 from __future__ import annotations
@@ -32,27 +23,17 @@ from multiprocessing.connection import wait as wait_for_connections
 
 from rlsr.verifiers.base import ERROR, TIMEOUT
 
-__all__ = [
-    "EXECUTION_OPTIONS",
-    "ItemTimeout",
-    "time_limit",
-    "VerifierWorkers",
-    "WorkerSettings",
-    "verifier_options",
-    "serve_chunks",
-]
+__all__ = ["EXECUTION_OPTIONS", "ItemTimeout", "time_limit", "VerifierWorkers", "WorkerSettings",
+           "verifier_options", "serve_chunks"]  # fmt: skip
 
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    """How a verifier's worker processes run its items (module docstring), checked here.
-
-    ``num_workers``: worker processes (None: min(4, CPUs); 0: serially in this process, the time
-    limit then only in the main thread). ``timeout_s``: the time limit per item; ``grace_s``: how
-    much longer a worker may stay silent before it is killed. ``chunk_size``: items sent to a
-    worker at once. ``start_method``: multiprocessing's ('forkserver' is safe with torch's
-    threads loaded). ``startup_timeout_s``: how long the first worker may take to start.
-    """
+    """How a verifier's workers run its items: every verifier with workers takes these fields as
+    keyword options (``**workers``). ``num_workers``: None = min(4, CPUs), 0 = serially in this
+    process (the time limit then only in the main thread); ``grace_s``: how much longer than
+    ``timeout_s`` a worker may stay silent before it is killed; 'forkserver' is safe with torch's
+    threads loaded; ``startup_timeout_s``: how long the first worker may take to start."""
 
     num_workers: int | None = None
     timeout_s: float = 5.0
@@ -83,8 +64,7 @@ EXECUTION_OPTIONS = (*(f.name for f in fields(WorkerSettings)), "max_failed_frac
 
 def verifier_options(cls: type) -> list[str]:
     """The options a task file may give verifier class ``cls``: its constructor's parameters but
-    the ones rlsr fills in (``spec``, ``judge_fn``, private ``_*``), ``**workers`` standing for
-    the fields of ``WorkerSettings``."""
+    those rlsr fills in (``spec``, ``judge_fn``, ``_*``), ``**workers`` as ``WorkerSettings``'."""
     names = []
     for name, p in list(inspect.signature(cls.__init__).parameters.items())[1:]:
         if p.kind is inspect.Parameter.VAR_KEYWORD:
@@ -98,8 +78,7 @@ logger = logging.getLogger(__name__)
 
 
 class ItemTimeout(BaseException):
-    """Raised by our SIGALRM handler; a BaseException so a verifier's ``except Exception`` (math-
-    verify's, a plugin's) lets it pass."""
+    """SIGALRM's; a BaseException so a verifier's own ``except Exception`` lets it pass."""
 
 
 def _raise_item_timeout(signum, frame):
@@ -108,10 +87,8 @@ def _raise_item_timeout(signum, frame):
 
 @contextmanager
 def time_limit(seconds: float | None):
-    """Interrupt the block after ``seconds`` with ``ItemTimeout`` (SIGALRM; main thread only).
-
-    Elsewhere (non-main thread, no SIGALRM) the block runs without a limit.
-    """
+    """Interrupt the block after ``seconds`` with ``ItemTimeout`` (SIGALRM: in the main thread
+    only; elsewhere the block runs without a limit)."""
     usable = (
         seconds is not None
         and seconds > 0
@@ -135,10 +112,8 @@ def time_limit(seconds: float | None):
 
 
 def serve_chunks(conn, status_of) -> None:
-    """A worker's loop: receive ``(chunk, timeout_s)`` until ``None`` or the pipe closes, and
-    send ``(item[0], status)`` for each item of a chunk (item[0] is its key), where
-    ``status_of(item, timeout_s)`` returns a status or ``(status, problem)`` (what went wrong,
-    for an item without a verdict: sent as ``(key, status, problem)``)."""
+    """A worker's loop: for each ``(chunk, timeout_s)`` received until ``None``, send ``(key,
+    status)`` or ``(key, status, problem)`` per item, from ``status_of(item, timeout_s)``."""
     while True:
         try:
             message = conn.recv()
@@ -184,38 +159,27 @@ class _Worker:
 
 
 class VerifierWorkers:
-    """Base of the verifiers that run in worker processes: worker lifecycle and the chunked, time-limited
-    dispatch (module docstring). A subclass sets ``name``, ``preload`` (modules the forkserver
-    imports once) and ``startup_hint`` (what to check when workers die at start-up), and
-    implements ``_worker_target()`` / ``_worker_args()``.
-
-    Workers start lazily on the first batch and persist across calls; call ``close()`` or use the
-    verifier as a context manager. Start method: 'forkserver' (safe with torch's threads loaded).
-    """
+    """Base of the verifiers whose items run in worker processes ``target(conn, *args)``
+    (module docstring); ``**workers``: the fields of ``WorkerSettings``. A subclass sets
+    ``name``, ``preload`` (modules the forkserver imports once) and ``startup_hint`` (what to
+    check when workers die at start-up). Workers start on the first batch and persist; call
+    ``close()`` or use the verifier as a context manager."""
 
     name = "workers"
     preload: tuple[str, ...] = ()
     startup_hint = ""
 
-    def __init__(self, **workers) -> None:
-        """``workers``: the fields of ``WorkerSettings``."""
+    def __init__(self, target, args: tuple = (), **workers) -> None:
         self.settings = WorkerSettings(**workers)
+        self._target, self._args = target, args
         self._workers: list[_Worker] = []
         self._context = None
         self._startup_failures = 0
-        self.restarts = 0
-        """Workers killed or lost and replaced since construction (a health metric)."""
-
-    # -- what a subclass provides
-    def _worker_target(self):
-        raise NotImplementedError
-
-    def _worker_args(self) -> tuple:
-        return ()
+        self.restarts = 0  # workers killed or lost and replaced (a health metric)
 
     # -- lifecycle --
     def _new_worker(self) -> _Worker:
-        return _Worker(self._context, self._worker_target(), self._worker_args())
+        return _Worker(self._context, self._target, self._args)
 
     def _start_workers(self) -> None:
         if self._context is None:
@@ -266,10 +230,8 @@ class VerifierWorkers:
                     if not w.process.is_alive():
                         # Died while idle (e.g. OOM-killed between batches): no item of ours was
                         # on it, so restart it instead of blaming the next item sent to it.
-                        code = w.process.exitcode
-                        logger.warning(
-                            "idle %s worker died (exit code %s); restarting it", self.name, code
-                        )
+                        logger.warning("idle %s worker died (exit code %s); restarting it",
+                                       self.name, w.process.exitcode)  # fmt: skip
                         self._replace(index)
                         continue
                     chunk = [
@@ -290,20 +252,10 @@ class VerifierWorkers:
             now = time.monotonic()
             for index, w in enumerate(self._workers):
                 if w.inflight and now - w.last_progress > item_deadline:
-                    key = w.inflight.popleft()[0]
-                    results[key] = TIMEOUT
-                    problems[key] = (
-                        f"no verdict within {item_deadline:g} s (timeout_s {settings.timeout_s:g} + "
-                        f"grace_s {settings.grace_s:g}); its worker was killed"
-                    )
-                    logger.warning(
-                        "%s worker exceeded %.1fs on one item; restarting it",
-                        self.name,
-                        item_deadline,
-                    )
-                    pending.extendleft(reversed(w.inflight))
-                    w.inflight.clear()
-                    self._replace(index)
+                    problem = (f"no verdict within {item_deadline:g} s (timeout_s "
+                               f"{settings.timeout_s:g} + grace_s {settings.grace_s:g}); its "
+                               "worker was killed")  # fmt: skip
+                    self._lose(index, TIMEOUT, problem, results, pending, problems)
             if (
                 not any(w.ready for w in self._workers)
                 and now - started > settings.startup_timeout_s
@@ -339,17 +291,18 @@ class VerifierWorkers:
                         "guards its code with `if __name__ == '__main__':` (worker start-up "
                         "re-imports it), or use num_workers=0."
                     ) from None
-            # The worker died: its current item is an error; the rest of its chunk goes back.
             w.process.join(timeout=1)
-            if w.inflight:
-                key = w.inflight.popleft()[0]
-                results[key] = ERROR
-                problems[key] = (
-                    f"its worker process died (exit code {w.process.exitcode}) on this item"
-                )
-                pending.extendleft(reversed(w.inflight))
-                w.inflight.clear()
-            logger.warning(
-                "%s worker died (exit code %s); restarting it", self.name, w.process.exitcode
-            )
-            self._replace(index)
+            problem = f"its worker process died (exit code {w.process.exitcode}) on this item"
+            self._lose(index, ERROR, problem, results, pending, problems)
+
+    def _lose(self, index, status, problem, results, pending, problems) -> None:
+        """Worker ``index`` is killed or died: its current item gets ``status`` and ``problem``,
+        the rest of its chunk goes back to ``pending``, and a new worker takes its place."""
+        w = self._workers[index]
+        if w.inflight:
+            key = w.inflight.popleft()[0]
+            results[key], problems[key] = status, problem
+            pending.extendleft(reversed(w.inflight))
+            w.inflight.clear()
+        logger.warning("%s worker: %s; restarting it", self.name, problem)
+        self._replace(index)

@@ -1,26 +1,16 @@
-"""Whether ``rlsr evaluate``'s generation budget fits the model, checked before weights load.
-
-One rule on every backend (transformers, vLLM, an OpenAI-compatible endpoint) and for every
-dataset (built-in or a user task): the longest prompt + what an answer may need must fit the
-context the generation runs in,
+"""Whether ``rlsr evaluate``'s generation budget fits the model, checked before weights load,
+on every backend and for every dataset:
 
     longest prompt + --max-new-tokens + reserve <= context,
 
-where ``reserve`` is what the answer may add beyond its budget (the two Sec. C.3 fallbacks with
-their suffixes, one log-prob position: ``rlsr.config.heldout.heldout_answer_tokens``, the held-out
-evaluation's rule) and ``context`` is, by backend (``evaluation_context``):
-
-* transformers: the model's positions (``max_position_embeddings`` in its config.json);
-* vLLM: ``--max-model-len`` when given, else the model's positions (vLLM's own default);
-* an endpoint: the server's ``max_model_len`` (``GET /v1/models``, vLLM says it), else the
-  model's positions when its config is here (``--tokenizer`` or a shipped alias).
-
-A refusal names the numbers and the fix that works (``budget_refusal``): the largest
-``--max-new-tokens`` that fits, and ``--max-model-len`` only where the model's positions allow
-the length needed (vLLM refuses a longer one). A model that extends its positions by RoPE
-scaling (linear, dynamic) is not checked here: its context is not ``max_position_embeddings``
-(the engine's own check applies). A user task's rows are checked one by one as it loads
-(``rlsr.data.PromptRoom``, with ``too_long: skip``); its fix comes from the same function.
+``reserve``: what an answer may add beyond its budget (the Sec. C.3 fallbacks with their
+suffixes, one log-prob position; ``rlsr.config.heldout.heldout_answer_tokens``); ``context``:
+transformers: the model's ``max_position_embeddings``; vLLM: ``--max-model-len``, else the
+model's; an endpoint: the server's ``max_model_len`` (``GET /v1/models``), else the model's when
+its config is here. A refusal names the numbers and a fix that works (the largest
+``--max-new-tokens`` that fits; ``--max-model-len`` only up to the model's positions). RoPE-scaled
+models are left to the engine's own check. A user task's rows are checked as they load
+(``rlsr.data.PromptRoom``, ``too_long: skip``).
 """
 
 from __future__ import annotations
@@ -37,26 +27,16 @@ from rlsr.generation.backends import encode_prompts, load_chat_tokenizer, render
 from rlsr.generation.endpoint import ENDPOINT_BACKENDS, EndpointBackend
 from rlsr.generation.openai_api import RLSR_SERVE
 
-__all__ = [
-    "ModelContext",
-    "evaluation_context",
-    "answer_reserve",
-    "budget_fix",
-    "budget_refusal",
-    "token_bound",
-    "GenerationBudget",
-    "generation_budget",
-]
+__all__ = ["ModelContext", "evaluation_context", "answer_reserve", "budget_fix", "budget_refusal",
+           "token_bound", "GenerationBudget", "generation_budget"]  # fmt: skip
 
 BUDGET_FLAG = "--max-new-tokens"
 
 
 @dataclass(frozen=True)
 class ModelContext:
-    """The context a prompt and its answer must fit: ``tokens``, what it is (``label``, e.g.
-    ``tiny-warm's context of 2048 positions``) and where it was read (``source``); the model's
-    own ``positions`` when known, and ``raise_flag``, the setting that could lengthen ``tokens``
-    up to them (None: nothing can)."""
+    """The context a prompt and its answer must fit: ``tokens``, what it is, where it was read,
+    the model's own ``positions`` and ``raise_flag``, the setting that could lengthen it."""
 
     tokens: int
     label: str
@@ -76,9 +56,8 @@ def evaluation_context(
     max_model_len: int | None = None,
     served_max_model_len: int | None = None,
 ) -> ModelContext | None:
-    """The context of ``rlsr evaluate --backend BACKEND --model MODEL`` (module doc), from the
-    model's ``positions`` (``rlsr.core.tokenization.model_context_length``), vLLM's ``--max-model-len`` and an endpoint's
-    ``max_model_len``; None when nothing says."""
+    """The context of ``rlsr evaluate --backend BACKEND --model MODEL`` (module doc); None when
+    nothing says."""
     own = None if positions is None else positions[0]
     if backend == "vllm" and max_model_len is not None:
         return ModelContext(max_model_len, f"the vLLM engine's context of {max_model_len} tokens",
@@ -106,9 +85,8 @@ def _reserve_text(reserve: int) -> str:
 
 
 def budget_fix(context: ModelContext, longest: int, budget: int, reserve: int) -> str:
-    """What makes ``longest`` prompt tokens + ``budget`` + ``reserve`` fit ``context``: the
-    largest budget that fits (``context - longest - reserve``, if at least 1), and, where the
-    model's positions allow it, the longer context the request needs (``raise_flag``)."""
+    """What makes ``longest`` + ``budget`` + ``reserve`` fit ``context``: the largest budget that
+    fits, and, where the model's positions allow it, the longer context needed."""
     need = longest + budget + reserve
     fits = context.tokens - longest - reserve
     fixes = [f"pass {BUDGET_FLAG} <= {fits}"] if fits >= 1 else []
@@ -128,8 +106,8 @@ def budget_fix(context: ModelContext, longest: int, budget: int, reserve: int) -
 def budget_refusal(
     context: ModelContext, longest: int | None, budget: int, reserve: int, what: str = ""
 ) -> str | None:
-    """The one-line refusal when the ``longest`` prompt (tokens; None: not countable here) +
-    ``budget`` + ``reserve`` exceeds ``context``, else None. ``what``: the dataset, first."""
+    """The one-line refusal when the ``longest`` prompt (None: not countable) + ``budget`` +
+    ``reserve`` exceeds ``context``, else None; ``what`` (the dataset) goes first."""
     head = f"{what}: " if what else ""
     extra = _reserve_text(reserve)
     if longest is None:  # no tokenizer here: only a budget that leaves no room at all is known
@@ -148,10 +126,7 @@ def budget_refusal(
 
 @dataclass
 class GenerationBudget:
-    """The budget check of one ``rlsr evaluate`` run: its ``context``, the generation
-    ``budget`` and its ``reserve`` (``answer_reserve``), and the ``tokenizer`` that counts
-    prompt tokens (None: none here). ``room`` is what a user task's rows must fit as they load;
-    ``check`` refuses the run when the longest prompt of any dataset does not fit."""
+    """The budget check of one ``rlsr evaluate`` run (``tokenizer`` None: none here)."""
 
     context: ModelContext
     budget: int
@@ -160,7 +135,7 @@ class GenerationBudget:
 
     @property
     def room(self) -> PromptRoom | None:
-        """A user task's rows, each checked as it loads (``rlsr.data.PromptRoom``)."""
+        """What a user task's rows must fit, each checked as it loads."""
         if self.tokenizer is None:
             return None
         return PromptRoom(
@@ -171,16 +146,14 @@ class GenerationBudget:
         )  # fmt: skip
 
     def _task_fix(self, too_long: Sequence[int]) -> str:
-        """The fix of a task's too-long rows (their prompt tokens): the largest budget that
-        fits every one of them that can fit at all (``budget_fix``)."""
+        """The fix of a task's too-long rows: a budget that fits every one that can fit at all."""
         fitting = [n for n in too_long if n + self.reserve < self.context.tokens]
         return budget_fix(self.context, max(fitting or too_long), self.budget, self.reserve)
 
     def longest(self, prompts: Mapping[str, Sequence[list[dict]]]) -> tuple[int, str] | None:
-        """The most prompt tokens among ``prompts`` (dataset -> its conversations), rendered and
-        tokenised as the backends do (``render_chat``, ``encode_prompts``), and its dataset;
-        None without a tokenizer, or when every prompt fits even at one token per UTF-8 byte
-        (``token_bound``: then nothing is tokenised)."""
+        """(most prompt tokens, its dataset) among ``prompts`` (dataset -> conversations), as
+        the backends render and tokenise them; None without a tokenizer, or when every prompt
+        fits by ``token_bound`` (then nothing is tokenised)."""
         if self.tokenizer is None:
             return None
         texts = {name: [render_chat(self.tokenizer, m) for m in rows]
@@ -196,8 +169,7 @@ class GenerationBudget:
         return best
 
     def check(self, prompts: Mapping[str, Sequence[list[dict]]]) -> None:
-        """``ValueError`` (``budget_refusal``) when the longest prompt of ``prompts`` (dataset
-        -> its conversations) does not fit with the budget; it names the dataset holding it."""
+        """``ValueError`` (``budget_refusal``) when the longest prompt does not fit."""
         if self.tokenizer is None:
             message = budget_refusal(self.context, None, self.budget, self.reserve)
         else:
@@ -208,20 +180,16 @@ class GenerationBudget:
 
 
 def token_bound(text: str) -> int:
-    """An upper bound on the tokens of rendered prompt ``text``: its UTF-8 bytes + 1. A
-    byte-level BPE (Qwen, GPT-2, Llama 3) or a byte-fallback SentencePiece (Llama 2, Mistral)
-    token covers at least one byte, a word-level one (the toy's) at least one character, and a
-    special token many; the 1 is SentencePiece's prefix space. Lets a prompt that fits this way
-    go untokenised (tokenising a large dataset twice costs seconds to minutes)."""
+    """An upper bound on the tokens of ``text``: its UTF-8 bytes + 1 (a byte-level BPE or
+    byte-fallback SentencePiece token covers at least one byte, a word-level one a character;
+    the 1 is SentencePiece's prefix space)."""
     return len(text.encode("utf-8")) + 1
 
 
 def generation_budget(args, settings, endpoint: EndpointBackend | None) -> GenerationBudget | None:
-    """The budget check of ``rlsr evaluate`` ARGS (module doc), read before any weights load:
-    the model's config.json and tokenizer (a shipped alias resolved), vLLM's
-    ``--max-model-len``, the ``endpoint``'s ``max_model_len`` and its tokenizer. None when the
+    """The budget check of ``rlsr evaluate`` ARGS, read before any weights load; None when the
     context is unknown, or for ``rlsr serve`` (it decodes with the budget it was certified
-    with, not this run's)."""
+    with)."""
     if endpoint is not None and endpoint.kind == RLSR_SERVE:
         return None
     path = resolve_model_path((args.tokenizer if endpoint else None) or args.model)

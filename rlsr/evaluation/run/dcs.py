@@ -1,15 +1,11 @@
-"""Distributional Correctness Score for multiple-choice sets (Sec. 4 and App. A.4 of "Measuring
-Language Model Hallucinations Through Distributional Correctness").
+"""Distributional Correctness Score for multiple-choice sets ("Measuring Language Model
+Hallucinations Through Distributional Correctness", Sec. 4 and App. A.4).
 
-For each MCQ item the model scores every option continuation plus an "I don't know" option
-written in the same format (App. A.4: IDK options match the others' format so the likelihoods
-are not biased by form). Option log-likelihoods are length-normalised (mean token log-prob, as
-in its Sec. 7) and turned into probabilities by a softmax over the option set
-(``rlsr.metrics.selective.dcs_from_log_likelihoods``); DCS = (p_c - P_W)(1 - p_idk) (``rlsr.metrics.selective.dcs``).
-
-Prompt: one user turn "<question stem>\\n A) ...\\n B) ...\\n E) I don't know\\nAnswer with one
-option." rendered with the model's chat template, then "Answer: " and the option text
-"<letter>) <option>". The IDK letter is the next letter after the last option.
+The model scores each option continuation "<letter>) <option>" after "Answer: ", plus an "I don't
+know" option in the same format (App. A.4, so form does not bias the likelihoods), in one user
+turn "<stem>\n A) ...\n E) I don't know\nAnswer with one option." rendered with its chat
+template. Length-normalised log-likelihoods (mean token log-prob, Sec. 7) are softmaxed over the
+options (``rlsr.metrics.selective.dcs_from_log_likelihoods``); DCS = (p_c - P_W)(1 - p_idk).
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from rlsr.evaluation.run.scorers import length_normalized_logprob
+from rlsr.equations.logprob import length_normalized_logprob
 from rlsr.generation.backends import Backend
 from rlsr.metrics import selective as M
 

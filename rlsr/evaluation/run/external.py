@@ -1,19 +1,10 @@
-"""Responses generated elsewhere, scored as ``rlsr evaluate`` scores its own
-(docs/evaluation.md, "Scoring generations made elsewhere"; docs/lm_eval.md).
-
-Two files are read, told apart by their first row:
-
-* lm-evaluation-harness's ``--log_samples`` output (``samples_<task>_<date>.jsonl``): rows with
-  ``doc``, ``doc_id``, ``target``, ``resps``; the response is ``resps[0][0]``, the model's text
-  before lm-eval's filters;
-* a plain JSONL: ``question``, ``response``, ``gold`` and optionally ``id``.
-
-Each row is matched to a row of the task it claims to answer (by ``id``, else by question text),
-so the prompt, golds and verifier inputs are the task's own, exactly as a generation run has
-them; a row that matches none, a gold the task does not give, or a second answer to one question
-is refused with the file and line. The matched responses are then parsed, verified and written
-(``samples.jsonl``, ``metrics.json``, the plot) by the same functions a generation run uses;
-no Sec. C.3 fallback runs (there is no model to continue a response).
+"""Responses generated elsewhere, scored as ``rlsr evaluate`` scores its own (docs/evaluation.md,
+"Scoring generations made elsewhere"): lm-evaluation-harness's ``--log_samples`` output (``doc``,
+``resps``: the response is ``resps[0][0]``, before lm-eval's filters) or a plain JSONL
+(``question``, ``response``, ``gold``[, ``id``]), told apart by the first row. Each row is matched
+to a row of its task (by ``id``, else question text), so prompt, golds and verifier inputs are the
+task's own; a row matching none, a gold the task does not give or a second answer to a question is
+refused with file and line. No Sec. C.3 fallback runs (no model to continue a response).
 """
 
 from __future__ import annotations
@@ -21,30 +12,25 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rlsr.data.loading import verification_inputs
-from rlsr.evaluation.run.runner import EvalSettings, sample_record, summarise, verify_items
+from rlsr.evaluation.run.runner import (
+    EvalSettings,
+    NoVerdictBudget,
+    sample_record,
+    summarise,
+    verify_items,
+)
 from rlsr.evaluation.run.samples_io import append_samples
 from rlsr.generation.fallbacks import response_item
 from rlsr.run.run_layout import SAMPLES_FILE
-from rlsr.verifiers.base import NO_VERDICT, VerifierFailure, failure_message, over_budget
 
-__all__ = [
-    "LM_EVAL_FORMAT",
-    "PLAIN_FORMAT",
-    "PLAIN_FIELDS",
-    "ExternalSample",
-    "ExternalFile",
-    "TaskColumns",
-    "read_external",
-    "lm_eval_task_of_file",
-    "match_samples",
-    "score_external",
-]
+__all__ = ["LM_EVAL_FORMAT", "PLAIN_FORMAT", "PLAIN_FIELDS", "ExternalSample", "ExternalFile",
+           "TaskColumns", "read_external", "match_samples",
+           "score_external"]  # fmt: skip
 
 LM_EVAL_FORMAT = "lm-eval"
 PLAIN_FORMAT = "plain"
@@ -63,8 +49,7 @@ _CHUNK = 8192
 
 @dataclass(frozen=True)
 class ExternalSample:
-    """One row of an external file: its line, the response text and what identifies its
-    question (``id`` and/or ``question``) and gold (None where the file gives none)."""
+    """One row of an external file (None: what the file does not give)."""
 
     line: int
     response: str
@@ -136,9 +121,8 @@ def _lm_eval_sample(path: Path, line: int, row: dict) -> ExternalSample:
 
 
 def read_external(path: str | Path) -> ExternalFile:
-    """The rows of ``path`` (lm-eval samples or plain JSONL, told by the first row). A line that
-    is not a JSON object or lacks a field of its format is a one-line ValueError naming the file,
-    the line and the field; nothing is skipped."""
+    """The rows of ``path``; a line that is not a JSON object or lacks a field of its format is
+    refused naming the file, the line and the field."""
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"--from-samples {p}: no such file.")
@@ -163,16 +147,9 @@ def read_external(path: str | Path) -> ExternalFile:
     return ExternalFile(p, fmt, samples, hashlib.sha256(data).hexdigest())
 
 
-def lm_eval_task_of_file(path: Path) -> str | None:
-    """The lm-eval task a ``samples_<task>_<date>.jsonl`` file name says, else None."""
-    match = _LM_EVAL_FILE.match(path.name)
-    return match.group("task") if match else None
-
-
 class TaskColumns(dict):
-    """A task's rows as ``{column: list}`` (one Arrow-to-Python conversion: ``examples[:]``),
-    with the ``column_names`` that ``rlsr.data.loading.verification_inputs`` reads; indexing a
-    ``datasets.Dataset`` row by row costs ~50 us a row."""
+    """A task's rows as ``{column: list}``, converted from Arrow once (indexing a Dataset costs
+    ~50 us a row), with the ``column_names`` ``verification_inputs`` reads."""
 
     @classmethod
     def of(cls, examples) -> TaskColumns:
@@ -217,13 +194,12 @@ def match_samples(
     split: str,
     response_format: str | None = None,
 ) -> list[int]:
-    """For each row of ``external``, the index of the row of ``examples`` (the rows of task
-    ``task``, split ``split``, as ``TaskColumns``) it answers: by ``id`` when the row has one the task knows, else by question text.
-    Refused (one-line ValueError naming file and line): an lm-eval file of another rlsr task, a
-    row matching no row of the task, a gold the matched row does not give, a question answered
-    twice."""
+    """For each row of ``external``, the index of the row of ``examples`` (task ``task``, split
+    ``split``) it answers (module docstring); also refused: an lm-eval file or row of another
+    task, and messages or a response format other than rlsr evaluate's."""
     path = external.path
-    named = lm_eval_task_of_file(path) if external.format == LM_EVAL_FORMAT else None
+    match = _LM_EVAL_FILE.match(path.name) if external.format == LM_EVAL_FORMAT else None
+    named = match.group("task") if match else None
     pack_name = f"rlsr_{task}"
     if named is not None and named.startswith("rlsr_") and named != pack_name:
         raise ValueError(f"--from-samples {path}: lm-eval task {named} is not task {task} "
@@ -273,23 +249,6 @@ def match_samples(
     return out
 
 
-def _check_failure_budget(verifier, name: str, dataset: str, scored, total: int) -> None:
-    """A generation run's failure budget (docs/tasks.md, "When a verifier fails") over the whole
-    file: more items without a verdict than the verifier's ``max_failed_fraction`` allows raise
-    ``VerifierFailure`` before any sample is written."""
-    failed = [(r["id"], it["verify_status"], it.get("verify_problem"))
-              for rows, items in scored for r, it in zip(rows, items, strict=True)
-              if it.get("verify_status") in NO_VERDICT]  # fmt: skip
-    limit = getattr(verifier, "max_failed_fraction", None)
-    if over_budget(len(failed), total, limit):
-        counts = Counter(status for _, status, _ in failed)
-        raise VerifierFailure(failure_message(
-            name, counts, total, limit, f"task {dataset}", failed[0],
-            "Nothing was written. Fix the verifier (or set its max_failed_fraction in the task "
-            "file, docs/tasks.md), then rerun the same command.",
-        ))  # fmt: skip
-
-
 def score_external(
     external: ExternalFile,
     indices: Sequence[int],
@@ -301,14 +260,13 @@ def score_external(
     settings: EvalSettings,
     dataset_name: str,
     judge=None,
-    extra: dict | None = None,
 ) -> dict:
     """Parse and verify the responses of ``external`` (row k answers ``examples`` row
-    ``indices[k]``), check the verifier's failure budget, then write them into ``out_dir`` in
-    dataset order and build ``metrics.json`` and the plot (``rlsr.evaluation.run.runner.summarise``).
-    Returns the metrics."""
+    ``indices[k]``) within the verifier's failure budget, then write them into ``out_dir`` in
+    dataset order and summarise; returns the metrics."""
     order = sorted(range(len(indices)), key=lambda k: indices[k])
     scored = []  # (rows, items) per chunk, all verified before anything is written
+    budget = NoVerdictBudget(verifier, verifier_name, dataset_name, [], len(order))
     for start in range(0, len(order), _CHUNK):
         chunk = order[start : start + _CHUNK]
         rows_at = [indices[k] for k in chunk]
@@ -318,10 +276,10 @@ def score_external(
             for k in chunk
         ]
         verify_items(verifier, verification_inputs(batch, verifier_name), items, judge)
+        budget.check(rows, items, None)
         for it in items:
             it["scores"] = {"verbalized": it["confidence"]}
         scored.append((rows, items))
-    _check_failure_budget(verifier, verifier_name, dataset_name, scored, len(order))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for rows, items in scored:
@@ -336,7 +294,6 @@ def score_external(
             "format": external.format,
             "rows": len(external.samples),
             "task_rows": examples.n_rows,
-        },
-        **(extra or {}),
+        }
     }
     return summarise(out, settings, dataset_name, extra=meta)

@@ -1,17 +1,8 @@
-"""The LLM judge of paper Sec. C.2 behind a ``judge_fn(prompts) -> outputs`` callable.
-
-``rlsr.verifiers.LLMJudgeVerifier`` renders the judge prompt from the question, the gold answer
-and the *extracted* answer only (never the thinking trace), truncating and JSON-quoting the
-answer so it cannot pose as instructions, and counts outputs that are neither YES nor NO.
-This module supplies the model that answers: a generation backend (transformers / vLLM, greedy)
-or any OpenAI-compatible server (``--judge-base-url``, e.g. ``vllm serve`` of
-Llama-3.1-8B-Instruct) through rlsr's endpoint client (``rlsr.generation.http_client``, as
-``rlsr evaluate --backend openai-*``), which times out, retries and backs off.
-
-A server that cannot be reached or keeps failing is never turned into verdicts: the health check
-(``check_judge_server``) fails before any generation, and a judge call that still fails after its
-retries raises ``JudgeUnavailableError``, so the batch being judged is not written and a rerun
-judges it again.
+"""The LLM judge of paper Sec. C.2 behind a ``judge_fn(prompts) -> outputs`` callable: a
+generation backend (greedy) or an OpenAI-compatible server (``--judge-base-url``) through rlsr's
+endpoint client, which times out, retries and backs off. A server that cannot be reached is
+never turned into verdicts: ``check_judge_server`` fails before any generation, and a call that
+still fails raises ``JudgeUnavailableError``, so its batch is not written and a rerun judges it.
 """
 
 from __future__ import annotations
@@ -22,24 +13,16 @@ from rlsr.generation.backends import Backend, Sampling
 from rlsr.generation.http_client import EndpointClient, EndpointError, EndpointSettings
 from rlsr.verifiers.llm_judge import JUDGE_MAX_RETRIES, JUDGE_TIMEOUT_S
 
-__all__ = [
-    "DEFAULT_JUDGE_MODEL",
-    "JUDGE_MAX_NEW_TOKENS",
-    "JudgeUnavailableError",
-    "backend_judge_fn",
-    "check_judge_server",
-    "openai_judge_fn",
-    "RecordingJudge",
-]
+__all__ = ["DEFAULT_JUDGE_MODEL", "JUDGE_MAX_NEW_TOKENS", "JudgeUnavailableError",
+           "backend_judge_fn", "check_judge_server", "openai_judge_fn", "RecordingJudge"]  # fmt: skip
 
 DEFAULT_JUDGE_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 JUDGE_MAX_NEW_TOKENS = 8  # YES / NO plus a little slack for "**YES**." style replies
 
 
 class JudgeUnavailableError(ConnectionError):
-    """The judge server could not be reached or kept failing; no verdict was produced.
-
-    A ``ConnectionError`` (an ``OSError``), so ``rlsr`` prints it as one ``rlsr: error:`` line."""
+    """The judge server could not be reached or kept failing (an ``OSError``: ``rlsr`` prints
+    one ``rlsr: error:`` line)."""
 
 
 def backend_judge_fn(backend: Backend, max_new_tokens: int = JUDGE_MAX_NEW_TOKENS) -> Callable:
@@ -92,11 +75,7 @@ def check_judge_server(
     timeout_s: float = 10.0,
     max_retries: int = 2,
 ) -> None:
-    """Fail fast before generating: ``GET {base_url}/models`` must answer and list ``model``.
-
-    Raises ``JudgeUnavailableError`` (unreachable / failing server) or ``ValueError`` (the server
-    does not serve ``model``), each one line naming the URL.
-    """
+    """Fail fast before generating: ``GET {base_url}/models`` must answer and list ``model``."""
     client = _client(_settings(base_url, model, api_key_env, timeout_s, max_retries))
     try:
         _, served = client.run(
@@ -125,13 +104,9 @@ def openai_judge_fn(
     max_retries: int = JUDGE_MAX_RETRIES,
     concurrency: int = 16,
 ) -> Callable:
-    """Judge through an OpenAI-compatible ``/v1/chat/completions`` endpoint (greedy).
-
-    Each request has ``timeout_s`` and up to ``max_retries`` retries with exponential backoff
-    (connection errors, timeouts, 408/409/429/5xx, malformed replies), at most ``concurrency``
-    at once. A request that still fails raises ``JudgeUnavailableError`` naming the URL: a
-    transport error is never returned as a judge output.
-    """
+    """Judge through an OpenAI-compatible ``/v1/chat/completions`` endpoint (greedy), at most
+    ``concurrency`` requests at once; one that still fails after its retries raises
+    ``JudgeUnavailableError``: a transport error is never a judge output."""
     settings = _settings(base_url, model, api_key_env, timeout_s, max_retries, concurrency)
 
     def request(prompt: str) -> tuple:

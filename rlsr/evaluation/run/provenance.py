@@ -1,14 +1,10 @@
-"""Which adapter produced a result: ``adapter_fingerprint(path)``.
-
-Standard library only (no rlsr imports), so evaluation, deployment and serving can all import it.
-
-The fingerprint's ``sha256`` is the SHA-256 of the ``sha256sum``-style listing of the adapter's
-weight and config files, sorted by name (``adapter_config.json``, then ``adapter_model.*``)::
+"""Which adapter produced a result: ``adapter_fingerprint(path)`` (standard library only, so
+evaluation, deployment and serving can all import it). Its ``sha256`` is that of the
+``sha256sum``-style listing of the adapter's files in name order, the same hex digest as::
 
     cd ADAPTER && sha256sum adapter_config.json adapter_model.safetensors | sha256sum
 
-gives the same hex digest. Two folders with the same files get the same fingerprint wherever they
-live; a retrained or edited adapter gets another one.
+so a copy elsewhere matches and a retrained or edited adapter does not.
 """
 
 from __future__ import annotations
@@ -33,12 +29,8 @@ def file_sha256(path: str | os.PathLike, chunk_bytes: int = 1 << 20) -> str:
 
 
 def adapter_fingerprint(path: str | os.PathLike) -> dict:
-    """``{"path": absolute path, "sha256": hex, "files": {name: hex}}`` of the adapter folder.
-
-    ``files`` holds the SHA-256 of each of ``ADAPTER_FILES`` present; ``sha256`` hashes the
-    ``"<hex>  <name>\\n"`` lines of those files in name order (see the module docstring). Raises
-    ``FileNotFoundError`` when the folder has no ``adapter_config.json``.
-    """
+    """``{"path": absolute path, "sha256": hex (module docstring), "files": {name: hex}}`` of
+    the adapter folder's ``ADAPTER_FILES``."""
     root = Path(path).expanduser().resolve()
     if not (root / "adapter_config.json").is_file():
         raise FileNotFoundError(f"{root}: no adapter_config.json, so not a LoRA adapter folder.")

@@ -1,20 +1,8 @@
-"""Evaluate one model on one dataset: generate, fall back, verify, score, write, summarise.
-
-Per batch of questions not yet in ``samples.jsonl``:
-
-1. render the conversation with the chat template, generate (paper Sec. C.5: greedy, 4,096 new
-   tokens, one response);
-2. Sec. C.3 fallbacks (``rlsr.generation.fallbacks``, shared with ``rlsr serve``): no
-   ``<answer>`` -> append ``ANSWER_FALLBACK_SUFFIX`` and generate again; still no confidence ->
-   append ``CONFIDENCE_FALLBACK_SUFFIX`` and generate again (each at most once per sample,
-   ``fallback_max_new_tokens`` tokens); record which were used;
-3. verify with the dataset's verifier (LLM judge for judge sets);
-4. extra confidence scorers (``rlsr.evaluation.run.scorers``) and DCS for MCQ sets, if asked;
-5. append the batch's records, flush, fsync.
-
-With vLLM the steps run per sample instead of per batch (``evaluate_dataset``: streaming).
-A rerun reads the ids already written (dropping a cut-off last line) and continues; at the end
-``metrics.json`` and ``risk_coverage.png`` are rebuilt from the whole file.
+"""Evaluate one model on one dataset: per batch of questions not yet in ``samples.jsonl``,
+generate (paper Sec. C.5: greedy, 4,096 new tokens, one response), run the Sec. C.3 fallbacks
+(``rlsr.generation.fallbacks``, shared with ``rlsr serve``), verify, add the extra confidence
+scorers and DCS if asked, and append the batch's records (flush, fsync). A rerun continues after
+the ids already written; at the end ``metrics.json`` and the plot are rebuilt from the file.
 """
 
 from __future__ import annotations
@@ -33,7 +21,6 @@ from rlsr.equations.logprob import answer_span, expected_confidences, logprob_co
 from rlsr.evaluation.reports.plots import plot_dataset_risk_coverage
 from rlsr.evaluation.run.dcs import score_dcs
 from rlsr.evaluation.run.samples_io import append_samples, json_safe, read_samples
-from rlsr.evaluation.run.scorers import self_consistency
 from rlsr.evaluation.run.summary import compute_metrics
 from rlsr.generation.backends import Backend, Sampling
 from rlsr.generation.fallbacks import (
@@ -51,22 +38,13 @@ from rlsr.verifiers.base import NO_VERDICT, VerifierFailure, failure_message, ov
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "EvalSettings",
-    "respond",
-    "fallback_sampling",
-    "evaluate_dataset",
-    "summarise",
-    "verify_items",
-    "sample_record",
-]
+__all__ = ["EvalSettings", "respond", "fallback_sampling", "evaluate_dataset", "summarise",
+           "verify_items", "NoVerdictBudget", "self_consistency", "sample_record"]  # fmt: skip
 
 
 @dataclass(frozen=True)
 class EvalSettings(EvalProtocol):
-    """The evaluation protocol (``rlsr.run.eval_protocol.EvalProtocol``: its fields, defaults and
-    checks) plus what one run does with its output: progress bars, the plot, extra metadata for
-    ``metrics.json``."""
+    """The evaluation protocol plus what one run does with its output."""
 
     progress: bool = True
     plot: bool = True
@@ -78,14 +56,16 @@ def fallback_sampling(settings: EvalSettings) -> Sampling:
     return Sampling(settings.fallback_max_new_tokens, 0.0)
 
 
-def respond(backend: Backend, prompt_texts: Sequence[str], settings: EvalSettings) -> list[dict]:
-    """Generate one response per prompt and apply the Sec. C.3 fallbacks (bounded: once each).
+_FALLBACK_STEPS = (
+    ("answer", answer_fallback_context, add_answer_fallback),
+    ("confidence", confidence_fallback_context, add_confidence_fallback),
+)
 
-    All answer fallbacks of the batch run as one generation call, then all confidence ones.
-    ``rlsr.serving`` drives the same steps one request at a time. Plain responses
-    (``response_format="plain"``) get no fallbacks: they have no tags to miss and no confidence
-    to ask for.
-    """
+
+def respond(backend: Backend, prompt_texts: Sequence[str], settings: EvalSettings) -> list[dict]:
+    """One response per prompt, then the Sec. C.3 fallbacks (each at most once): all answer
+    fallbacks of the batch in one generation call, then all confidence ones. Plain responses
+    get none (no tags to miss, no confidence to ask for)."""
     sampling = Sampling(
         settings.max_new_tokens, settings.temperature, settings.top_p, seed=settings.seed
     )
@@ -98,10 +78,7 @@ def respond(backend: Backend, prompt_texts: Sequence[str], settings: EvalSetting
     ]  # fmt: skip
     if not settings.fallbacks or settings.response_format == "plain":
         return items
-    for context_of, add in (
-        (answer_fallback_context, add_answer_fallback),
-        (confidence_fallback_context, add_confidence_fallback),
-    ):
+    for _, context_of, add in _FALLBACK_STEPS:
         need = [(it, ctx) for it in items if (ctx := context_of(it)) is not None]
         if need:
             outs = backend.generate(
@@ -113,9 +90,8 @@ def respond(backend: Backend, prompt_texts: Sequence[str], settings: EvalSetting
 
 
 def _served(item: dict, served: dict | None) -> dict:
-    """``item`` as a deciding server (``rlsr serve``) read its text: its answer, confidence,
-    format verdict and fallbacks replace this parse of the same text (the server ran the
-    fallbacks; the audit must judge what it served), its decision is kept in ``served``."""
+    """``item`` as a deciding server (``rlsr serve``) read it: the audit judges what it served
+    (its answer, confidence, format verdict, fallbacks), its decision kept in ``served``."""
     if served is not None:
         item.update({k: served[k] for k in ("answer", "confidence", "format_ok", "fallbacks")})
         item["answer_start"] = None
@@ -129,6 +105,21 @@ def _options(row: dict) -> dict | None:
     if not raw:
         return None
     return json.loads(raw) if isinstance(raw, str) else dict(raw)
+
+
+def self_consistency(
+    reference: str | None,
+    samples: Sequence[str | None],
+    normalize: Callable[[str], str] = lambda s: " ".join(s.lower().split()),
+) -> float | None:
+    """The ``consistency`` scorer (RLSR Sec. D.3-D.4): of K more responses at temperature T
+    (paper: K = 8, T = 0.7), the fraction whose answer agrees with the evaluated one,
+    ``SC = (1/K) * sum_k 1[norm(a_k) == norm(a)]`` (no answer disagrees); None without a
+    reference answer or samples."""
+    if reference is None or len(samples) == 0:
+        return None
+    ref = normalize(reference)
+    return sum(1 for s in samples if s is not None and normalize(s) == ref) / len(samples)
 
 
 def _consistency_key(verifier: str, options) -> Callable[[str], str]:
@@ -146,10 +137,9 @@ def _add_scores(backend, rows: list[dict], items: list[dict], settings: EvalSett
         lps = backend.score(
             [items[i]["prompt_text"] + spans[i][0] for i in idx], [spans[i][1] for i in idx]
         )
-        for it in items:
-            it["scores"]["logprob"] = None
-        for i, lp in zip(idx, lps, strict=True):
-            items[i]["scores"]["logprob"] = logprob_confidence(lp)
+        scored = dict(zip(idx, lps, strict=True))
+        for i, it in enumerate(items):
+            it["scores"]["logprob"] = logprob_confidence(scored[i]) if i in scored else None
     if "expected" in settings.scorers:
         values = expected_confidences(
             backend.score, [it["prompt_text"] for it in items], [it["generated"] for it in items]
@@ -171,9 +161,8 @@ def _add_scores(backend, rows: list[dict], items: list[dict], settings: EvalSett
 
 
 def verify_items(verifier, inputs: dict, items: list[dict], judge=None) -> None:
-    """Verify each item's ``answer`` in one ``verify_batch`` call (``inputs``: the rows'
-    ``verification_inputs``); sets ``correct``, ``verify_status`` and, where the verifier gave
-    no verdict, ``verify_problem`` (``judge``: the recording judge, whose outputs are kept)."""
+    """Verify the items' ``answer`` in one ``verify_batch`` call on the rows' ``inputs``: sets
+    ``correct``, ``verify_status``, ``verify_problem`` and the ``judge``'s ``judge_output``."""
     answers = [it["answer"] for it in items]
     result = verifier.verify_batch(answers, **inputs)
     outputs = iter(judge.last_outputs if judge is not None else [])
@@ -188,13 +177,12 @@ def verify_items(verifier, inputs: dict, items: list[dict], judge=None) -> None:
             it["judge_output"] = next(outputs, None)
 
 
-class _NoVerdictBudget:
+class NoVerdictBudget:
     """The failure budget of one dataset (docs/tasks.md, "When a verifier fails"): samples
-    without a verdict (timeout, error, unjudged), those already in samples.jsonl included, may
-    be at most the verifier's ``max_failed_fraction`` of the dataset's ``total`` samples
-    (verifiers without one: no limit). ``check`` raises ``VerifierFailure`` as soon as a group
-    would exceed it (the same verdict the finished run would reach, given before the group is
-    written, so a rerun after the fix resumes from the samples saved before it)."""
+    without a verdict, those already in samples.jsonl included, may be at most the verifier's
+    ``max_failed_fraction`` of its ``total`` samples (none: no limit). ``check`` raises
+    ``VerifierFailure`` as soon as a group would exceed it, before the group is written, so a
+    rerun after the fix resumes from the samples saved before it."""
 
     def __init__(self, verifier, name: str, dataset: str, written: list[dict], total: int):
         self.limit = getattr(verifier, "max_failed_fraction", None)
@@ -204,7 +192,9 @@ class _NoVerdictBudget:
         self.first = next(((r["id"], r["verify_status"], r.get("verify_problem")) for r in written
                            if r.get("verify_status") in NO_VERDICT), None)  # fmt: skip
 
-    def check(self, rows: list[dict], items: list[dict], samples_path: Path) -> None:
+    def check(self, rows: list[dict], items: list[dict], samples_path: Path | None) -> None:
+        """Count the group's items without a verdict; ``samples_path``: the file its samples go
+        to (None: nothing is written before every group is checked)."""
         failed = [(row["id"], it["verify_status"], it.get("verify_problem"))
                   for row, it in zip(rows, items, strict=True)
                   if it.get("verify_status") in NO_VERDICT]  # fmt: skip
@@ -213,14 +203,18 @@ class _NoVerdictBudget:
         counts = self.counts + Counter(status for _, status, _ in failed)
         first = self.first or failed[0]
         if over_budget(sum(counts.values()), self.total, self.limit):
-            saved = len(read_samples(samples_path))
+            if samples_path is None:
+                fix = ("Nothing was written. Fix the verifier (or set its max_failed_fraction in "
+                       "the task file, docs/tasks.md), then rerun the same command.")  # fmt: skip
+            else:
+                fix = (f"Stopped before writing these; {len(read_samples(samples_path))} samples "
+                       f"are saved in {samples_path.parent}. Fix the verifier, then rerun the "
+                       "same command: it resumes (a plugin's file changed after samples were "
+                       "saved needs a new --output-dir: their verdicts came from this version); "
+                       "or set the verifier option max_failed_fraction in the task file "
+                       "(docs/tasks.md).")  # fmt: skip
             raise VerifierFailure(failure_message(
-                self.name, counts, self.total, self.limit, f"task {self.dataset}", first,
-                f"Stopped before writing these; {saved} samples are saved in "
-                f"{samples_path.parent}. Fix the verifier, then rerun the same command: it "
-                "resumes (a plugin's file changed after samples were saved needs a new "
-                "--output-dir: their verdicts came from this version); or set the verifier "
-                "option max_failed_fraction in the task file (docs/tasks.md).",
+                self.name, counts, self.total, self.limit, f"task {self.dataset}", first, fix
             ))  # fmt: skip
         self.counts, self.first = counts, first
         _id, status, problem = failed[0]
@@ -242,24 +236,16 @@ def evaluate_dataset(
     dataset_name: str = "",
     before_batch: Callable[[int], None] | None = None,
 ) -> dict:
-    """Evaluate ``examples`` (a ``datasets.Dataset`` in the rlsr.data contract) into ``out_dir``.
+    """Evaluate ``examples`` (a ``datasets.Dataset`` in the rlsr.data contract) into ``out_dir``,
+    resuming from its ``samples.jsonl``; returns the metrics. ``judge``: the ``RecordingJudge``
+    of an LLM-judge verifier; ``before_batch(k)``: called before the k-th group is verified.
 
-    Resumes from an existing ``samples.jsonl``. ``judge`` is the ``RecordingJudge`` inside an
-    LLM-judge verifier (its raw outputs are stored per sample). ``before_batch(k)`` is called
-    before the k-th group of samples is verified and written (hook for progress reporting and the
-    crash-resume tests). Returns metrics.
-
-    Two ways to generate, same records (tests/test_vllm_cpu.py):
-
-    * windows: ``settings.batch_size`` prompts (default: the backend's ``eval_batch_size``) are
-      generated, fallen back, verified and written together (transformers; any backend when
-      logprob/consistency scorers or DCS need more model calls per sample);
-    * streaming (vLLM): up to that many requests stay in flight; each sample's Sec. C.3 fallback
-      requests join the same engine as soon as its response finishes, and every sample is verified
-      and written (fsync) at the engine step in which its last request finishes (with an LLM
-      judge, finished samples are gathered for up to ``_JUDGE_FLUSH_SECONDS`` so the judge sees a
-      batch). Lines then land in completion order; at the end the file is put back in dataset
-      order (atomic replace), so a finished ``samples.jsonl`` does not depend on the backend.
+    With a backend that streams (vLLM), up to ``batch_size`` requests stay in flight, each
+    sample's fallbacks join the engine as its response finishes, and a sample is written at the
+    step its last request finishes (an LLM judge gathers them for up to ``_JUDGE_FLUSH_SECONDS``);
+    the file is put back in dataset order at the end, so it does not depend on the backend.
+    Otherwise (or when extra scorers or DCS need more model calls) windows of ``batch_size``
+    are generated, verified and written together.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -269,7 +255,7 @@ def evaluate_dataset(
         raise ValueError(f"{dataset_name}: example ids are not unique; resume needs unique ids.")
     written = read_samples(samples_path, repair=True)
     done = {r["id"] for r in written}
-    budget = _NoVerdictBudget(verifier, verifier_name, dataset_name, written, len(ids))
+    budget = NoVerdictBudget(verifier, verifier_name, dataset_name, written, len(ids))
     journal = getattr(backend, "use_journal", None)  # an HTTP endpoint's finished requests
     if journal is not None:
         journal(out / REQUESTS_FILE)
@@ -283,8 +269,6 @@ def evaluate_dataset(
     tally = {"right": sum(bool(r.get("correct")) for r in written), "seen": len(written)}
 
     def write(rows: list[dict], inputs: dict, items: list[dict]) -> None:
-        """Verify, score and append one group of samples: ``rows`` (dataset rows),
-        ``inputs`` (their ``verification_inputs``) and ``items`` (their responses)."""
         nonlocal n_new
         k = next(groups)
         if before_batch is not None:
@@ -342,25 +326,16 @@ _JUDGE_FLUSH_SECONDS = 2.0
 
 
 def _stream_of(backend: Backend, settings: EvalSettings):
-    """The backend's streaming session when the protocol allows it, else None (windows).
-
-    Extra scorers and DCS call ``generate``/``score`` per sample, which must not run while the
-    stream's requests are on the engine (``VLLMStream``)."""
+    """The backend's streaming session, or None: extra scorers and DCS call the model per sample,
+    which must not run while the stream's requests are on the engine."""
     if set(settings.scorers) != {"verbalized"} or settings.dcs:
         return None
     opener = getattr(backend, "stream", None)
     return opener() if opener is not None else None
 
 
-_FALLBACK_STEPS = (
-    ("answer", answer_fallback_context, add_answer_fallback),
-    ("confidence", confidence_fallback_context, add_confidence_fallback),
-)
-
-
 def _next_fallback(item: dict, settings: EvalSettings):
-    """``(context, add)`` of the Sec. C.3 fallback ``item`` needs next (answer, then confidence;
-    each at most once, as ``respond`` runs them), or None when the sample is complete."""
+    """``(context, add)`` of the fallback ``item`` needs next (as ``respond``), else None."""
     if not settings.fallbacks or settings.response_format == "plain":
         return None
     for kind, context_of, add in _FALLBACK_STEPS:
@@ -370,8 +345,7 @@ def _next_fallback(item: dict, settings: EvalSettings):
 
 
 class _Prefetch:
-    """The samples to stream, fetched ``window`` at a time: one ``Dataset.select`` per window
-    (the rows and their verification inputs) instead of one per sample or per write."""
+    """The samples to stream, fetched with one ``Dataset.select`` per ``window``."""
 
     def __init__(self, examples, todo: list[int], window: int, verifier_name: str) -> None:
         self._examples, self._todo, self._window = examples, todo, window
@@ -404,9 +378,8 @@ class _Prefetch:
 
 
 def _generate_streaming(stream, backend, rows: _Prefetch, window, settings, write, flush_seconds):
-    """Keep ``window`` requests in flight; hand each sample to ``write`` when its last
-    request (response, then any fallbacks) has finished. Requests reach the engine in groups
-    (``VLLMStream.add_many``: one tokenizer call, one ``LLM.enqueue``)."""
+    """Keep ``window`` requests in flight; hand each sample to ``write`` when its last request
+    (response, then any fallbacks) has finished."""
     sampling = Sampling(
         settings.max_new_tokens, settings.temperature, settings.top_p, seed=settings.seed
     )
@@ -457,8 +430,8 @@ def _generate_streaming(stream, backend, rows: _Prefetch, window, settings, writ
 
 
 def _restore_dataset_order(path: Path, ids: list[str]) -> None:
-    """Rewrite ``path`` in dataset order if streaming appended it out of order (write a sibling,
-    fsync, ``os.replace``: a crash leaves either the old or the new file, both complete)."""
+    """Rewrite ``path`` in dataset order if streaming appended it out of order (a sibling, then
+    ``os.replace``: a crash leaves either file, both complete)."""
     records = read_samples(path)
     rank = {x: k for k, x in enumerate(ids)}
     ordered = sorted(records, key=lambda r: rank.get(r["id"], len(rank)))
@@ -501,38 +474,22 @@ def _add_dcs(backend, rows: list[dict], items: list[dict]) -> None:
             it["dcs"] = score_dcs(backend, row["question"], options, row["answer_letter"])
 
 
+# what a sample record copies from its dataset row (when set) and from its scored response
 _ROW_FIELDS = ("answerable", "cost", "options", "answer_letter")
+_ITEM_FIELDS = ("response", "answer", "confidence", "correct", "format_ok", "fallbacks",
+                "fallback_text", "finish_reason", "num_tokens")  # fmt: skip
+_OPTIONAL_ITEM_FIELDS = ("verify_problem", "judge_output", "consistency_answers", "dcs",
+                         "response_token_ids", "served")  # fmt: skip
 
 
 def sample_record(row: dict, it: dict, dataset_name: str) -> dict:
     """The samples.jsonl line of dataset row ``row`` and its scored response ``it``."""
-    rec = {
-        "id": row["id"],
-        "dataset": dataset_name,
-        "prompt": row["prompt"],
-        "question": row["question"],
-        "gold": row["answer"],
-        "golds": row["answers"],
-        "response": it["response"],
-        "answer": it["answer"],
-        "confidence": it["confidence"],
-        "correct": it["correct"],
-        "format_ok": it["format_ok"],
-        "fallbacks": it["fallbacks"],
-        "fallback_text": it["fallback_text"],
-        "finish_reason": it["finish_reason"],
-        "num_tokens": it["num_tokens"],
-        "verify_status": it.get("verify_status"),
-        "scores": it["scores"],
-    }
-    if "verify_problem" in it:
-        rec["verify_problem"] = it["verify_problem"]
-    for key in ("judge_output", "consistency_answers", "dcs", "response_token_ids", "served"):
-        if key in it:
-            rec[key] = it[key]
-    for key in _ROW_FIELDS:
-        if row.get(key) is not None:
-            rec[key] = row[key]
+    rec = {"id": row["id"], "dataset": dataset_name, "prompt": row["prompt"],
+           "question": row["question"], "gold": row["answer"], "golds": row["answers"],
+           **{k: it[k] for k in _ITEM_FIELDS}, "verify_status": it.get("verify_status"),
+           "scores": it["scores"]}  # fmt: skip
+    rec.update({k: it[k] for k in _OPTIONAL_ITEM_FIELDS if k in it})
+    rec.update({k: row[k] for k in _ROW_FIELDS if row.get(k) is not None})
     return rec
 
 

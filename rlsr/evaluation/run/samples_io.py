@@ -1,13 +1,11 @@
-"""``samples.jsonl``: one JSON object per evaluated question, appended and fsync'ed per batch.
+"""``samples.jsonl``: one JSON object per evaluated question, appended as complete lines and
+fsync'ed per batch, so a crash leaves at most one cut-off last line; ``read_samples(...,
+repair=True)`` drops it and a rerun appends after the last complete record.
 
-Crash safety: a batch is written as complete lines, flushed and fsync'ed before the next batch
-starts. A crash can therefore leave at most one partial line at the end; ``read_samples(...,
-repair=True)`` drops it (truncating the file to the last complete line) so a rerun appends
-after the last complete record and skips every id already present.
-
-``read_finished_samples`` is the reader of a command that needs a whole, finished evaluation
-(``rlsr deploy``, ``rlsr evaluate --deployment-target``, ``rlsr compare``): it refuses a cut-off last line and a
-file that holds fewer or more samples than the ``metrics.json`` beside it counts.
+``read_finished_samples`` reads a whole, finished evaluation (``rlsr deploy``, ``rlsr evaluate
+--deployment-target``, ``rlsr compare``): it refuses a missing path, a folder without samples, a
+``.json`` file, an empty file, a cut-off last line and a count other than the ``n`` of the
+``metrics.json`` beside it.
 """
 
 from __future__ import annotations
@@ -35,8 +33,8 @@ def json_safe(value):
 
 
 def read_samples(path: str | os.PathLike, *, repair: bool = False) -> list[dict]:
-    """Records of ``path`` (missing file -> []). A truncated LAST line is skipped (and cut off
-    the file when ``repair``); a malformed line elsewhere raises ValueError naming the line."""
+    """Records of ``path`` (none if missing); a cut-off last line is skipped (and cut off the file
+    when ``repair``), a malformed line elsewhere refused."""
     p = Path(path)
     if not p.exists():
         return []
@@ -74,14 +72,9 @@ def _read(p: Path) -> tuple[list[dict], int, int]:
 def read_finished_samples(
     path: str | os.PathLike, flag: str = "samples", fix: str | None = None
 ) -> list[dict]:
-    """Every record of a finished evaluation's ``samples.jsonl`` (``path``: the file or the
-    folder holding it); ``flag`` names the input in the errors (e.g. ``--test``; "": none),
-    ``fix`` replaces the advice of a cut, empty or miscounted file.
-
-    Refuses, each with one line naming the file and the fix: a path that does not exist, a
-    folder without samples, a ``.json`` file (``metrics.json``, ``run.json``: not samples), an
-    empty file, a cut-off last line (an evaluation interrupted or still writing), and a count
-    that differs from the ``n`` of the ``metrics.json`` beside it."""
+    """Every record of a finished evaluation's ``samples.jsonl`` (the file or its folder);
+    ``flag`` names the input in the one-line refusals (module docstring; "": none), ``fix``
+    replaces the advice of a cut, empty or miscounted file."""
     given = Path(path)
     p = given / SAMPLES_FILE if given.is_dir() else given
     finish = fix or "rerun the same `rlsr evaluate` command to finish it"

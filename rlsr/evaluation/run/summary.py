@@ -1,24 +1,17 @@
-"""``metrics.json``: the versioned summary of one dataset's ``samples.jsonl`` (docs/evaluation.md).
+"""``metrics.json``: the versioned summary of one dataset's ``samples.jsonl``, every number
+recomputable from the records (``compute_metrics(read_samples(path))``; docs/evaluation.md).
 
-Every number is computed by ``rlsr.metrics.selective`` from the per-sample records, so the file can be
-recomputed at any time (``compute_metrics(read_samples(path))``) and tests check that it is.
-
-Missing confidence (no number even after the Sec. C.3 fallback) counts as 0.0 for every metric,
-the same rule the training reward uses (``rlsr.equations.rewards.confidence_for_ranking``): a response that
-does not state a confidence is ranked least confident.
-
-With no confidence at all (every sample missing) those numbers describe no confidence, only
-the accuracy (every answer tied at 0: AURC = error rate, ECE = accuracy), so they are *n/a*:
-``confidence_defined`` is that rule (``no_confidence`` of a ``metrics.json``), ``scorer_value``
-the one reader of a ``metrics.json``
-metric that applies it (reports, summaries and the held-out lines print ``NOT_AVAILABLE``), and
-``confidence_warning`` the warning of a run whose confidence or format rate is below
-``LOW_RATE`` (docs/evaluation.md, "Runs that give no confidence").
+A missing confidence counts as 0.0 for every metric (ranked least confident, as the training
+reward's ``rlsr.equations.rewards.confidence_for_ranking``). With no confidence at all the
+confidence metrics would measure only the accuracy, so they are n/a (``confidence_defined``;
+``scorer_value`` is the one reader that applies it), and a run whose confidence or format rate is
+below ``LOW_RATE`` warns (``confidence_warning``).
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -27,25 +20,10 @@ from rlsr.metrics import selective as M
 from rlsr.run.run_layout import SAMPLES_FILE
 from rlsr.verifiers.base import ERROR, INVALID, NO_VERDICT, TIMEOUT, UNJUDGED
 
-__all__ = [
-    "SCHEMA_VERSION",
-    "COVERAGE_LEVELS",
-    "METRIC_DEFINITIONS",
-    "scorer_arrays",
-    "scorer_metrics",
-    "compute_metrics",
-    "no_verdict_counts",
-    "no_verdict_note",
-    "CONFIDENCE_METRICS",
-    "LOW_RATE",
-    "NOT_AVAILABLE",
-    "confidence_defined",
-    "no_confidence",
-    "scorer_value",
-    "metric_text",
-    "rate_warning",
-    "confidence_warning",
-]
+__all__ = ["SCHEMA_VERSION", "COVERAGE_LEVELS", "METRIC_DEFINITIONS", "scorer_arrays",
+           "scorer_metrics", "compute_metrics", "no_verdict_counts", "no_verdict_note",
+           "CONFIDENCE_METRICS", "LOW_RATE", "NOT_AVAILABLE", "confidence_defined",
+           "no_confidence", "scorer_value", "metric_text", "rate_warning", "confidence_warning"]  # fmt: skip
 
 SCHEMA_VERSION = 1
 COVERAGE_LEVELS = (0.10, 0.25, 0.50)
@@ -85,26 +63,20 @@ NOT_AVAILABLE = "n/a"
 
 
 def confidence_defined(n: int, n_missing: int) -> bool:
-    """The n/a rule: a scorer's ``CONFIDENCE_METRICS`` over ``n`` samples are defined iff at
-    least one sample has a confidence (``n_missing < n``). With some confidences a missing one
-    ranks as 0.0 (the module's policy); with none every answer ties at 0, and the numbers would
-    measure only the accuracy."""
+    """The n/a rule: a scorer's ``CONFIDENCE_METRICS`` are defined iff a sample has a confidence."""
     return n_missing < n
 
 
 def no_confidence(metrics: dict, scorer: str | None = None) -> bool:
-    """``confidence_defined`` of a ``metrics.json`` (its ``scorer``, default the primary one),
-    negated: True when no sample has a confidence. Read from ``n`` and ``missing_confidence``,
-    so a file written before this rule reads the same."""
+    """True when no sample of a ``metrics.json``'s ``scorer`` (default: primary) has a confidence."""
     block = metrics["scorers"][scorer or metrics.get("primary_scorer", "verbalized")]
     missing = block.get("missing_confidence")
     return missing is not None and not confidence_defined(int(metrics["n"]), int(missing))
 
 
 def scorer_value(metrics: dict, key: str, scorer: str | None = None) -> float | None:
-    """``metrics.json``'s ``key`` of ``scorer`` (default: the primary scorer) as a float; None
-    when it is undefined: NaN/null, or a ``CONFIDENCE_METRICS`` value of a scorer without any
-    confidence (``no_confidence``)."""
+    """``metrics.json``'s ``key`` of ``scorer`` (default: primary) as a float; None when NaN/null
+    or a ``CONFIDENCE_METRICS`` value of a scorer without any confidence."""
     if key in CONFIDENCE_METRICS and no_confidence(metrics, scorer):
         return None
     block = metrics["scorers"][scorer or metrics.get("primary_scorer", "verbalized")]
@@ -113,17 +85,15 @@ def scorer_value(metrics: dict, key: str, scorer: str | None = None) -> float | 
 
 def metric_text(value: float | None, digits: int = 3) -> str:
     """``value`` with ``digits`` decimals, ``NOT_AVAILABLE`` for None or NaN."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return NOT_AVAILABLE
-    return f"{value:.{digits}f}"
+    value = _nan_to_none(value)
+    return NOT_AVAILABLE if value is None else f"{value:.{digits}f}"
 
 
 def rate_warning(
     n: int, n_missing: int, format_rate: float | None, scorer: str = "verbalized"
 ) -> str | None:
-    """The warning of an evaluation whose answers carry a ``scorer`` confidence, or follow the
-    answer format, in fewer than ``LOW_RATE`` of its ``n`` samples: what was seen, what is n/a
-    and where to look; None otherwise."""
+    """The warning when fewer than ``LOW_RATE`` of ``n`` answers carry a ``scorer`` confidence or
+    follow the answer format: what was seen, what is n/a and where to look; else None."""
     parsed = n - n_missing
     low_format = format_rate is not None and format_rate < LOW_RATE
     if n == 0 or (parsed >= LOW_RATE * n and not low_format):
@@ -166,30 +136,21 @@ def scorer_arrays(records: Sequence[dict], scorer: str) -> tuple[np.ndarray, np.
     return conf, correct, missing
 
 
-def _point_metrics(conf: np.ndarray, ok: np.ndarray) -> dict[str, float]:
-    acc = M.accuracy_at_coverage(conf, ok, COVERAGE_LEVELS)
-    return {
-        "aurc": M.aurc(conf, ok),
-        "ece": M.ece(conf, ok),
-        "acc@10": float(acc[0]),
-        "acc@25": float(acc[1]),
-        "acc@50": float(acc[2]),
-        "brier": M.brier(conf, ok),
-        "auroc": M.auroc(conf, ok),
-        "confidence_gap": M.confidence_gap(conf, ok),
-    }
-
-
-_CI_FUNCS = {
+# the point metrics of a scorer (fn(confidence, correct)); the bootstrap CIs: all but the gap,
+# plus accuracy
+_METRICS = {
     "aurc": M.aurc,
     "ece": M.ece,
-    "acc@10": lambda c, o: M.accuracy_at_coverage(c, o, 0.10),
-    "acc@25": lambda c, o: M.accuracy_at_coverage(c, o, 0.25),
-    "acc@50": lambda c, o: M.accuracy_at_coverage(c, o, 0.50),
+    **{
+        f"acc@{round(c * 100)}": lambda conf, ok, c=c: float(M.accuracy_at_coverage(conf, ok, c))
+        for c in COVERAGE_LEVELS
+    },  # fmt: skip
     "brier": M.brier,
     "auroc": M.auroc,
-    "accuracy": lambda c, o: float(np.mean(o)),
+    "confidence_gap": M.confidence_gap,
 }
+_CI_FUNCS = {**{k: f for k, f in _METRICS.items() if k != "confidence_gap"},
+             "accuracy": lambda c, o: float(np.mean(o))}  # fmt: skip
 
 
 def scorer_metrics(
@@ -197,7 +158,7 @@ def scorer_metrics(
 ) -> dict:
     """Metrics of one confidence scorer over ``records`` (see ``METRIC_DEFINITIONS``)."""
     conf, ok, missing = scorer_arrays(records, scorer)
-    out: dict = {k: _nan_to_none(v) for k, v in _point_metrics(conf, ok).items()}
+    out: dict = {k: _nan_to_none(fn(conf, ok)) for k, fn in _METRICS.items()}
     out["missing_confidence"] = missing
     if all("answerable" in r and "cost" in r for r in records):
         answered = [r.get("answer") is not None for r in records]
@@ -214,18 +175,9 @@ def scorer_metrics(
     return out
 
 
-def _status_counts(records: Sequence[dict]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for r in records:
-        key = str(r.get("verify_status"))
-        counts[key] = counts.get(key, 0) + 1
-    return counts
-
-
 def no_verdict_counts(records: Sequence[dict]) -> dict:
-    """``unjudged`` (the verifier could not judge), ``verifier_failures`` (timeout, error), their
-    rates and ``accuracy_judged`` (accuracy over the samples with a verdict; None when none has
-    one): the samples the accuracy counts as wrong without a verdict (``METRIC_DEFINITIONS``)."""
+    """``unjudged`` (could not judge), ``verifier_failures`` (timeout, error), their rates and
+    ``accuracy_judged`` (over the samples with a verdict; None when none has one)."""
     status = [r.get("verify_status") for r in records]
     unjudged = sum(s in (UNJUDGED, INVALID) for s in status)
     failures = sum(s in (TIMEOUT, ERROR) for s in status)
@@ -255,9 +207,7 @@ def no_verdict_note(metrics: dict) -> str:
     judged = n - unjudged - failures
     on_judged = metrics.get("accuracy_judged")
     tail = (
-        f"accuracy on the {judged} judged {on_judged:.3f}"
-        if on_judged is not None
-        else ("none judged")
+        "none judged" if on_judged is None else f"accuracy on the {judged} judged {on_judged:.3f}"
     )
     return f" ({', '.join(parts)}, counted wrong; {tail})"
 
@@ -274,18 +224,16 @@ def compute_metrics(
     if len(records) == 0:
         raise ValueError(f"no samples to summarise; {SAMPLES_FILE} is empty.")
     ok = np.array([bool(r["correct"]) for r in records])
-    fallback_counts = {"answer": 0, "confidence": 0}
-    for r in records:
-        for kind in r.get("fallbacks", []):
-            fallback_counts[kind] = fallback_counts.get(kind, 0) + 1
+    fallback_counts = Counter({"answer": 0, "confidence": 0})
+    fallback_counts.update(kind for r in records for kind in r.get("fallbacks", []))
     out = {
         "schema_version": SCHEMA_VERSION,
         "n": len(records),
         "accuracy": float(ok.mean()),
         "format_ok_rate": float(np.mean([bool(r.get("format_ok")) for r in records])),
         "answer_missing": sum(1 for r in records if r.get("answer") is None),
-        "fallbacks": fallback_counts,
-        "verify_status": _status_counts(records),
+        "fallbacks": dict(fallback_counts),
+        "verify_status": dict(Counter(str(r.get("verify_status")) for r in records)),
         **no_verdict_counts(records),
         "primary_scorer": scorers[0],
         "scorers": {
