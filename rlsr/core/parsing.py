@@ -32,7 +32,6 @@ __all__ = [
     "MAX_CONFIDENCE_CHARS",
     "parse_response",
     "parse_confidence",
-    "extract_tag",
     "completion_text",
 ]
 
@@ -142,33 +141,6 @@ def parse_confidence(text: str | None) -> float | None:
             return None
         value /= 100.0
     return value
-
-
-def _last_block(text: str, tag: str) -> str | None:
-    """Content (unstripped) of the last complete ``<tag>…</tag>`` block, or None: the last
-    opening tag with a closing tag before the next opening (each character searched at most
-    twice)."""
-    opening, closing = f"<{tag}>", f"</{tag}>"
-    end = len(text)
-    while True:
-        start = text.rfind(opening, 0, end)
-        if start < 0:
-            return None
-        close = text.find(closing, start + len(opening), end)
-        if close >= 0:
-            return text[start + len(opening) : close]
-        end = start
-
-
-def extract_tag(text: str, tag: str) -> str | None:
-    """Stripped content of the last complete ``<tag>…</tag>`` block; None if absent or empty."""
-    if not isinstance(text, str):
-        return None
-    content = _last_block(text, tag)
-    if content is None:
-        return None
-    content = content.strip()
-    return content or None
 
 
 @functools.cache
