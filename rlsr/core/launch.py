@@ -51,7 +51,7 @@ __all__ = [
 class Launch:
     """The distributed launch this process is part of: ``name`` is ``single`` (one process),
     ``ddp``, ``fsdp`` or ``deepspeed``; the other fields are FSDP's or DeepSpeed's settings
-    (``zero_stage`` None when unreadable), ``source`` where they came from (for messages)."""
+    (``zero_stage`` None when unreadable)."""
 
     name: str
     fsdp_version: int | None = None
@@ -59,7 +59,6 @@ class Launch:
     state_dict_type: str | None = None
     activation_checkpointing: bool = False
     zero3_save_16bit_model: bool = False
-    source: str = "environment"
 
     @property
     def label(self) -> str:
@@ -191,9 +190,7 @@ def launch_problems(
     problems: list[tuple[str, str]] = []
     if launch.name not in ("fsdp", "deepspeed"):
         return problems
-    where = "the accelerate config " + (
-        f"({launch.source})" if launch.source != "environment" else "of this launch"
-    )
+    where = "the accelerate config of this launch"
     if grpo.get("use_cpu", False):
         problems.append(("grpo.use_cpu",
             f"{launch.label} from {where} needs GPU processes: accelerate 1.15 turns "
