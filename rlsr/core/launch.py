@@ -4,23 +4,14 @@
 training script: it exports the settings as environment variables (accelerate 1.15,
 ``accelerate/utils/launch.py``), and accelerate's state objects read them back when the trainer
 starts. ``launch_from_env`` reads the same variables, so ``train.py`` knows the launch *before*
-any model is loaded:
-
-================================  =============================================================
-``ACCELERATE_USE_FSDP=true``      FSDP; ``FSDP_VERSION`` (1 | 2), ``FSDP_STATE_DICT_TYPE``,
-                                  ``FSDP_ACTIVATION_CHECKPOINTING``
-``ACCELERATE_USE_DEEPSPEED=true`` DeepSpeed; ``ACCELERATE_DEEPSPEED_ZERO_STAGE``,
-                                  ``ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL``,
-                                  ``ACCELERATE_DEEPSPEED_CONFIG_FILE`` (a DeepSpeed JSON file)
-``WORLD_SIZE`` > 1, neither       DDP (``distributed_type: MULTI_GPU``, or torchrun)
-================================  =============================================================
+any model is loaded.
 
 ``launch_problems`` lists the combinations that the pinned stack (TRL 1.16, transformers 5.17,
 accelerate 1.15, PEFT 0.21) refuses or silently changes, as ``(field, message)``
-(docs/distributed.md, "Distributed launch", gives the evidence for each rule). What the machine offers
-(``cuda_available``, ``module_available``, ``resolve_attn_implementation``) is probed here too, so
-a config check asks it without loading anything; tests that plan a GPU launch on a CPU machine
-replace these probes only.
+(docs/distributed.md, "Distributed launch", gives the evidence for each rule). What the machine
+offers (``cuda_available``, ``module_available``, ``resolve_attn_implementation``) is probed here
+too, so a config check asks it without loading anything; tests that plan a GPU launch on a CPU
+machine replace these probes only.
 """
 
 from __future__ import annotations

@@ -19,9 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlsr.equations.rewards import confidence_for_ranking
-from rlsr.method.pool import ROW_FIELDS, Pool, PoolObserver
-from rlsr.metrics import selective as M
+from rlsr.method.pool import ROW_FIELDS, Pool, PoolObserver, pool_statistics
 from rlsr.run.run_layout import EVAL_DIR, POOL_SUFFIX, POOLS_DIR, STEP_PREFIX, pool_path, pool_steps
 
 __all__ = [
@@ -38,6 +36,8 @@ __all__ = [
 _TMP = ".tmp"  # step-N.jsonl.tmp: a pool file being written, renamed onto step-N.jsonl
 # Confidence histogram of ``summarise_pool``: 10 equal-width bins on [0, 1] (the last one closed).
 HISTOGRAM_BINS = 10
+# What a pool's summary shares with the trainer's ``rlsr/*`` logs (``pool_statistics``).
+SHARED_STATISTICS = ("accuracy", "format_rate", "confidence_parsed_rate", "mean_confidence", "aurc")
 
 
 def _json_float(value) -> float | None:
@@ -222,14 +222,14 @@ def read_pool(path: str | os.PathLike) -> list[dict]:
 
 def summarise_pool(rows: Sequence[dict], bins: int = HISTOGRAM_BINS) -> dict:
     """One pool's summary (docs/training.md, ``rlsr report --pools``): accuracy as verified and as
-    credited (None in files without ``credited_correct``), format and parsed rates, AURC with a
-    missing confidence ranked 0 (as ``rlsr/aurc``), mean reward and |advantage|, and the parsed
-    confidences of right and wrong answers in ``bins`` equal-width bins of [0, 1]."""
+    credited (None in files without ``credited_correct``), format and parsed rates, AURC (as
+    the trainer's ``rlsr/*``: a missing confidence ranked 0), mean reward and |advantage|, and
+    the parsed confidences of right and wrong answers in ``bins`` equal-width bins of [0, 1]."""
     if not rows:
         raise ValueError("summarise_pool: the pool has no rows.")
     correct = np.array([bool(r["correct"]) for r in rows])
     raw = np.array([np.nan if r["confidence"] is None else r["confidence"] for r in rows], float)
-    conf = confidence_for_ranking(raw)
+    stats = pool_statistics(correct, raw, np.array([bool(r["format_ok"]) for r in rows]), 0)
     parsed = ~np.isnan(raw)
     # Bin k holds k/bins <= c < (k+1)/bins (1.0 in the last): floor(c * bins), so a stated 0.7
     # is in [0.7, 0.8) (np.histogram's float edge 0.7000000000000001 would put it below).
@@ -241,12 +241,8 @@ def summarise_pool(rows: Sequence[dict], bins: int = HISTOGRAM_BINS) -> dict:
         "step": int(rows[0]["step"]),
         "next_heldout_step": rows[0].get("next_heldout_step"),
         "n": len(rows),
-        "accuracy": float(correct.mean()),
+        **{k: stats[f"rlsr/{k}"] for k in SHARED_STATISTICS},
         "credited_accuracy": float(np.mean(credited)) if len(credited) == len(rows) else None,
-        "format_rate": float(np.mean([bool(r["format_ok"]) for r in rows])),
-        "confidence_parsed_rate": float(parsed.mean()),
-        "mean_confidence": float(conf.mean()),
-        "aurc": M.aurc(conf, correct),
         "mean_reward": float(np.mean([r["reward"] for r in rows])),
         "mean_abs_advantage": float(np.mean([abs(r["advantage"]) for r in rows])),
         "hist_right": hist_right.tolist(),

@@ -1,4 +1,4 @@
-"""The output layout and resume every rlsr trainer shares (``RLSRTrainer``, ``SFTAnswerTrainer``)."""
+"""The output layout and resume that ``RLSRTrainer`` and ``SFTAnswerTrainer`` share."""
 
 from __future__ import annotations
 

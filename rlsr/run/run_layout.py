@@ -246,7 +246,7 @@ def remove_unused(
     out: Path, datasets: Iterable[str], existed: set[str], root_existed: bool
 ) -> None:
     """After a failed run: remove the dataset folders it created that hold no sample and no
-    finished (paid for) endpoint request, and ``out`` if it created it and it holds only run.json."""
+    finished (paid for) endpoint request, and ``out`` if it created it and holds only run.json."""
     for name in datasets:
         path = out / name
         if name not in existed and path.is_dir():

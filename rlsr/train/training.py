@@ -61,9 +61,8 @@ from rlsr.run.run_layout import (
 
 logger = logging.getLogger(__name__)
 
-# Per trainer section (rlsr.method.methods.args_section): the trainer class, its TRL config class, and
-# what turns the loaded rows into what it trains on (None: the rows, GRPO prompts, as loaded).
-# A reward method trains with RLSRTrainer; method=sft, the supervised baseline, with its own.
+# Per trainer section (``args_section``): the trainer, its TRL config and what turns the loaded
+# rows into what it trains on (None: the GRPO prompts as loaded).
 TRAINERS = {
     "grpo": (RLSRTrainer, GRPOConfig, None),
     "sft": (SFTAnswerTrainer, SFTConfig, sft_examples),
@@ -507,8 +506,9 @@ def _evaluate_command(plan: RunPlan, output_dir: Path) -> str:
     the held-out evaluation's protocol, so it reproduces the last held-out step's numbers."""
     cfg, heldout = plan.settings, plan.heldout
     tasks = heldout.tasks if heldout is not None else [cfg.data.task]
-    args = [rlsr_program(), "evaluate", "--model", cfg.model.name_or_path, "--adapter", str(output_dir),
-            "--tasks", ",".join(tasks), "--output-dir", str(output_dir / "evaluate")]  # fmt: skip
+    args = [rlsr_program(), "evaluate", "--model", cfg.model.name_or_path,
+            "--adapter", str(output_dir), "--tasks", ",".join(tasks),
+            "--output-dir", str(output_dir / "evaluate")]  # fmt: skip
     args += _tasks_flags(cfg.tasks_dir)
     if heldout is not None:
         return shlex.join(args + protocol_flags(heldout.protocol) + _engine_flags(heldout))
@@ -529,7 +529,7 @@ def _variant_lines(plan: RunPlan) -> list[str]:
 def run_summary(plan: RunPlan, *, seconds: float | None = None, steps: int | None = None) -> str:
     """What ``train.py`` prints at the end, read from the finished run's folder: where its files
     are, each held-out dataset's AURC and accuracy at the first and last evaluated step, and the
-    next commands (``rlsr evaluate`` on the final adapter, ``rlsr report --curves`` / ``--pools``)."""
+    next commands (``rlsr evaluate`` of the final adapter, ``rlsr report``)."""
     out = Path(_settings_of(plan, "run_summary").output_dir)
     done = f"{steps} optimizer steps" if steps is not None else "training finished"
     took = f" in {seconds:.0f} s" if seconds is not None else ""
