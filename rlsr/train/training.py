@@ -253,14 +253,17 @@ def build_trainer(plan: RunPlan, *, callbacks=None, pool_hook=None, train_datase
             raise RuntimeError(
                 f"TRL's generation batch {args.generation_batch_size} != pool {pool}"
             )
-    attn = kwargs["model_init_kwargs"]["attn_implementation"]
-    if args.process_index == 0:
-        print(f"[rlsr] attention implementation: {attn}", flush=True)
-        if pool is not None:
-            print(f"[rlsr] {pool.describe()}", flush=True)
-        if getattr(args, "use_vllm", False):
-            print(f"[rlsr] vllm_max_model_length: {args.vllm_max_model_length}", flush=True)
-        print(f"[rlsr] launch: {launch_from_env().label} ({args.world_size} processes)", flush=True)
+
+    def say(text: str) -> None:  # the main process tells what the run will do
+        if args.process_index == 0:
+            print(f"[rlsr] {text}", flush=True)
+
+    say(f"attention implementation: {kwargs['model_init_kwargs']['attn_implementation']}")
+    if pool is not None:
+        say(pool.describe())
+    if getattr(args, "use_vllm", False):
+        say(f"vllm_max_model_length: {args.vllm_max_model_length}")
+    say(f"launch: {launch_from_env().label} ({args.world_size} processes)")
 
     model_path = resolve_model_path(cfg.model.name_or_path)
     try:
@@ -301,12 +304,7 @@ def build_trainer(plan: RunPlan, *, callbacks=None, pool_hook=None, train_datase
         if plan.pool_log.every:
             pool_log = PoolLogWriter(cfg.output_dir, plan.pool_log.every, plan.pool_log.max_chars)
             observers.append(PoolLogObserver(pool_log, method))
-            if args.process_index == 0:
-                print(
-                    f"[rlsr] pool log every {plan.pool_log.every} steps -> "
-                    f"{Path(cfg.output_dir) / POOLS_DIR}",
-                    flush=True,
-                )
+            say(f"pool log every {plan.pool_log.every} steps -> {Path(cfg.output_dir) / POOLS_DIR}")
         extra = dict(method=method, verifier=_training_verifier(cfg), observers=observers)
     _load_task_heldout(plan.heldout, tokenizer, model_path, args)  # data errors: before the model
     trainer = trainer_class(
@@ -326,13 +324,9 @@ def build_trainer(plan: RunPlan, *, callbacks=None, pool_hook=None, train_datase
             output_dir=cfg.output_dir,
             trust_remote_code=cfg.model.trust_remote_code,
         ).bind(trainer)
-        if args.process_index == 0:
-            jobs = ", ".join(job for job, _, _ in heldout.jobs)
-            print(
-                f"[rlsr] held-out evaluation every {heldout.every} steps on {jobs} "
-                f"({heldout.backend}) -> {Path(cfg.output_dir) / 'eval'}",
-                flush=True,
-            )
+        jobs = ", ".join(job for job, _, _ in heldout.jobs)
+        say(f"held-out evaluation every {heldout.every} steps on {jobs} ({heldout.backend}) -> "
+            f"{Path(cfg.output_dir) / 'eval'}")  # fmt: skip
         trainer.heldout_evaluator = evaluator
         if pool_log is not None:  # each pool names the held-out step its update first shows at
             pool_log.heldout_due = evaluator.due
@@ -361,27 +355,20 @@ def export_final_from_checkpoint(checkpoint: str | os.PathLike, output_dir: str 
     if (out / "adapter_config.json").is_file() or (out / "config.json").is_file():
         return
     for item in Path(checkpoint).iterdir():
-        if (
-            item.is_file()
-            and item.name not in _STATE_FILES
-            and not item.name.startswith("rng_state")
-        ):
+        state = item.name in _STATE_FILES or item.name.startswith("rng_state")
+        if item.is_file() and not state:
             shutil.copy2(item, out / item.name)
-
-
-def run_versions(cfg, heldout: ResolvedHeldOut | None) -> dict:
-    """What decides the run's verdicts: the training and held-out datasets with their verifiers."""
-    paths = {cfg.data.task: cfg.data.path} if cfg.data.path else None
-    train = version_records({cfg.data.task: training_verifier(cfg.data)}, paths)
-    held = {} if heldout is None else version_records(heldout.verifiers, heldout.settings.data_path)
-    return {"train": train, "eval": held}
 
 
 def check_versions(cfg, heldout: ResolvedHeldOut | None) -> None:
     """Refuse to continue a run whose files came from another version of its data, plugin or
     verifier options (``OUTPUT_DIR/versions.json``, docs/tasks.md "Resuming"); else (re)write it."""
     out = Path(cfg.output_dir)
-    now = run_versions(cfg, heldout)
+    # what decides the run's verdicts: the training and held-out datasets with their verifiers
+    paths = {cfg.data.task: cfg.data.path} if cfg.data.path else None
+    train = version_records({cfg.data.task: training_verifier(cfg.data)}, paths)
+    held = {} if heldout is None else version_records(heldout.verifiers, heldout.settings.data_path)
+    now = {"train": train, "eval": held}
     checkpoints = checkpoint_folders(out)
     earlier = bool(checkpoints or step_folders(out) or pool_steps(out))
     path = out / VERSIONS_FILE
@@ -447,20 +434,14 @@ def rlsr_program() -> str:
         return str(beside)
 
 
-def _aurc_of(row: dict) -> float | None:
-    """A history row's AURC; None when its step gave no confidence at all."""
-    missing = row.get("missing_confidence")
-    if missing is not None and not confidence_defined(row["n"], missing):
-        return None
-    return row["aurc"]
-
-
-def _learning_line(dataset: str, first: dict, last: dict) -> str:
-    """AURC, error rate and ranking gain (error rate - AURC) at the first and last evaluated
-    step, and the last step's format rate."""
+def _dataset_lines(dataset: str, first: dict, last: dict) -> list[str]:
+    """AURC, error rate and ranking gain (error rate - AURC; both n/a at a step that gave no
+    confidence) at the first and last evaluated step, the last step's format rate, and a warning
+    when its answers rarely carry a confidence or the format."""
     aurc, gain = [], []
     for h in (first, last):
-        value = _aurc_of(h)
+        missing = h.get("missing_confidence")
+        value = h["aurc"] if missing is None or confidence_defined(h["n"], missing) else None
         aurc.append(metric_text(value, 4))
         # + 0.0 after rounding: a gain of -1e-16 (float noise of a constant confidence) is 0.000
         gain.append(
@@ -468,19 +449,16 @@ def _learning_line(dataset: str, first: dict, last: dict) -> str:
             if value is None
             else f"{round(ranking_gain_from_aurc(value, 1 - h['accuracy']), 3) + 0.0:+.3f}"
         )
-    return (
+    lines = [
         f"    {dataset}: AURC {aurc[0]} at step {first['step']} -> {aurc[1]} "
         f"at step {last['step']} (lower is better); error rate {1 - first['accuracy']:.3f} -> "
         f"{1 - last['accuracy']:.3f}; ranking gain (error rate - AURC, 0 = no ranking) "
         f"{gain[0]} -> {gain[1]}; format rate {last['format_rate']:.2f}"
-    )
-
-
-def _warning_line(dataset: str, last: dict) -> str | None:
-    """A warning when the last step's answers rarely carry a confidence or the format."""
-    missing = last.get("missing_confidence")
-    warning = rate_warning(last["n"], 0 if missing is None else missing, last.get("format_rate"))
-    return None if warning is None else f"    warning: {dataset} at step {last['step']}: {warning}"
+    ]
+    warning = rate_warning(last["n"], last.get("missing_confidence") or 0, last.get("format_rate"))
+    if warning is not None:
+        lines.append(f"    warning: {dataset} at step {last['step']}: {warning}")
+    return lines
 
 
 def _engine_flags(heldout: ResolvedHeldOut) -> list[str]:
@@ -547,11 +525,7 @@ def run_summary(plan: RunPlan, *, seconds: float | None = None, steps: int | Non
         lines.append(f"  held-out     {out / EVAL_DIR} (steps {evaluated})")
         for dataset in dict.fromkeys(h["dataset"] for h in history):
             rows = sorted((h for h in history if h["dataset"] == dataset), key=lambda h: h["step"])
-            first, last = rows[0], rows[-1]
-            lines.append(_learning_line(dataset, first, last))
-            warning = _warning_line(dataset, last)
-            if warning:
-                lines.append(warning)
+            lines += _dataset_lines(dataset, rows[0], rows[-1])
         if failed:
             lines.append(
                 f"    failed evaluations at steps {failed} ({out / EVAL_DIR}/{STEP_PREFIX}N)"
