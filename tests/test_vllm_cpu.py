@@ -330,8 +330,8 @@ def _colocate_child(out_dir: str) -> None:
     from trl.generation.vllm_generation import VLLMGeneration
 
     from rlsr.method.run_plan import plan_run
-    from rlsr.method.weight_sync import engine_weight_check
     from rlsr.train.training import build_trainer
+    from tools.engine_check import engine_weight_check
 
     settings = _colocate_settings(out_dir, save_steps=1000)
     settings.model.dtype = "bfloat16"  # the GPU recipes' dtype: the base drift needs bf16

@@ -16,21 +16,18 @@ from trl import SFTTrainer
 
 from rlsr.method.run_checkpoints import RunCheckpoints
 
-__all__ = ["SFTAnswerTrainer", "sft_example", "sft_examples"]
+__all__ = ["SFTAnswerTrainer", "sft_examples"]
 
 
 class SFTAnswerTrainer(RunCheckpoints, SFTTrainer):
     """TRL's SFTTrainer with rlsr's output layout (``RunCheckpoints``)."""
 
 
-def sft_example(row: dict) -> dict:
-    """One contract row -> ``{"prompt": messages, "completion": [assistant: gold answer]}``."""
-    return {
-        "prompt": list(row["prompt"]),
-        "completion": [{"role": "assistant", "content": str(row["answer"])}],
-    }
-
-
 def sft_examples(dataset):
-    """The training set for SFT: ``sft_example`` on every row, other columns dropped."""
-    return dataset.map(sft_example, remove_columns=dataset.column_names)
+    """The training set for SFT: per row ``{"prompt": messages, "completion": [assistant: gold
+    answer]}``, other columns dropped."""
+    return dataset.map(
+        lambda row: {"prompt": list(row["prompt"]),
+                     "completion": [{"role": "assistant", "content": str(row["answer"])}]},
+        remove_columns=dataset.column_names,
+    )  # fmt: skip

@@ -100,14 +100,9 @@ FINAL_WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors")
 # run.json fields that decide what a sample is: a rerun into the same --output-dir must agree on
 # each (else samples of two configurations would mix in one samples.jsonl). Execution details
 # (backend, batch sizes, --limit, dtype, parallelism) may change between resumes.
-CONFIG_FIELDS = (
-    "model",
-    "adapter_sha256",
-    "columns",
-    *SAMPLE_FIELDS,
-    "judge_model",
-    "judge_max_answer_chars",
-)  # fmt: skip  (the protocol's sample-deciding fields: rlsr.run.eval_protocol declares them)
+# (SAMPLE_FIELDS: the protocol's sample-deciding fields, declared by rlsr.run.eval_protocol)
+CONFIG_FIELDS = ("model", "adapter_sha256", "columns", *SAMPLE_FIELDS, "judge_model",
+                 "judge_max_answer_chars")  # fmt: skip
 
 
 def _number_after(prefix: str, folder: str | os.PathLike) -> int | None:
