@@ -66,7 +66,7 @@ def _four_translations(overrides: list[str], tmp_path):
     held = dataclasses.replace(held, every=1, tasks=held.tasks or [settings.data.task])
     on = dataclasses.replace(settings, heldout=held)
     heldout = resolve_heldout(on, section).protocol
-    own = dataclasses.replace(plan_run(settings, here=False), heldout=None)  # the run's own protocol
+    own = dataclasses.replace(plan_run(settings, here=False), heldout=None)  # the run's protocol
     printed = _parsed(shlex.split(_evaluate_command(own, tmp_path))[2:])[0]
     slurm_flags = RESOLVE.resolve(overrides)["evaluate_args"]
     slurm, args = _parsed(slurm_flags)
