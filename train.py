@@ -96,7 +96,7 @@ def main(cfg: DictConfig) -> int:
         sys.exit(RUN_ERROR_EXIT)
     if _is_main_process():  # where everything is, the held-out AURC, the next commands
         steps = None if trainer is None else trainer.state.global_step
-        summary = run_summary(settings, seconds=time.monotonic() - STARTED, steps=steps, plan=plan)
+        summary = run_summary(plan, seconds=time.monotonic() - STARTED, steps=steps)
         print(summary, flush=True)
     return 0
 

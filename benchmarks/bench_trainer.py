@@ -79,11 +79,11 @@ def _run(kind: str, steps: int) -> tuple[list[float], list[float]]:
     from rlsr.method.methods import resolve
     from rlsr.method.run_plan import plan_run
     from rlsr.method.trainer import RLSRTrainer
-    from rlsr.train.training import grpo_kwargs, load_train_dataset
+    from rlsr.train.training import load_train_dataset, trainer_kwargs
 
     with tempfile.TemporaryDirectory() as out:
         s = _settings(out, steps)
-        args = GRPOConfig(**grpo_kwargs(plan_run(s)))
+        args = GRPOConfig(**trainer_kwargs(plan_run(s)))
         path = resolve_model_path(s.model.name_or_path)
         from peft import LoraConfig
         from transformers import AutoTokenizer

@@ -54,9 +54,9 @@ Checks (the exit status is 1 when one fails, or a phase crashes):
 ``base_weights_identical``  no sync wrote the policy's frozen base (rlsr.method.weight_sync);
 ``engine_weights_match``    after a final sync, every engine parameter (fused ``qkv_proj`` /
                             ``gate_up_proj`` rows included) equals the out-of-place merge of the
-                            policy (``rlsr.method.weight_sync.engine_weight_check``): each one is
+                            policy (``tools.engine_check.engine_weight_check``): each one is
                             compared, or skipped for a reason stated in
-                            ``rlsr.method.weight_sync.ENGINE_ONLY_PARAMS``; an engine parameter that maps
+                            ``tools.engine_check.ENGINE_ONLY_PARAMS``; an engine parameter that maps
                             to no policy tensor fails the check (``engine_tensors_unchecked``);
 ``woken_generation_explained``  after the last wake-up (the final sync), greedy continuations of
                             the colocated engine vs an inference copy of the policy, which
@@ -300,13 +300,14 @@ SKIPPED_BY_FAULT = "model.layers.0.self_attn.o_proj.weight"
 
 def check_engine_weights(trainer, fault: str | None = None) -> dict:
     """Push the final policy once more and compare every parameter the colocated engine holds
-    with the out-of-place merge of the policy (``rlsr.method.weight_sync.engine_weight_check``).
+    with the out-of-place merge of the policy (``tools.engine_check.engine_weight_check``).
     Faults (tests): ``"engine"`` first adds 1e-2 to one entry of the first fused ``qkv_proj``;
     ``"skip-engine-param"`` removes ``SKIPPED_BY_FAULT`` from the policy's tensors, as a name
     that no longer maps would: such a parameter must fail the check, not be skipped."""
     import torch
 
-    from rlsr.method.weight_sync import engine_weight_check, out_of_place_named_params
+    from rlsr.method.weight_sync import out_of_place_named_params
+    from tools.engine_check import engine_weight_check
 
     generation = trainer.vllm_generation
     generation.sync_weights()  # wakes the weights from sleep mode too (TRL's sync_weights)

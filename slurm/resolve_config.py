@@ -84,7 +84,7 @@ def resolve(
         "model": str(plan.settings.model.name_or_path),
         "output_dir": str(output_dir),
         "max_model_len": "" if length is None else str(int(length)),
-        "gpu_settings": plan.gpu_settings,
+        "gpu_settings": gpu_settings(plan.settings.grpo),
         "evaluate_args": plan.evaluate_flags(variant),
     }
 

@@ -14,7 +14,7 @@ import pytest
 from rlsr.config import ConfigError, from_dict, resolve_heldout, resolve_pool
 from rlsr.equations.rewards import lifted_aurc_rewards
 from rlsr.method.run_plan import plan_run
-from rlsr.train.training import grpo_kwargs
+from rlsr.train.training import trainer_kwargs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +38,7 @@ CPU = ("grpo.use_vllm=false", "grpo.bf16=false", "grpo.use_cpu=true")
 @pytest.fixture
 def gpu_machine(monkeypatch):
     """The machine the GPU recipes are written for, to read their trainer arguments here
-    (``grpo_kwargs`` runs every check a launch runs). The only doubles are the machine probes
+    (``trainer_kwargs`` runs every check a launch runs). The only doubles are the machine probes
     (rlsr.core.launch): this CPU box has neither CUDA nor vllm installed."""
     import rlsr.core.launch as M
 
@@ -219,7 +219,7 @@ def test_pool_size_is_kept_whatever_the_world_size():
         assert (plan.pool, plan.accumulation) == (1536, accum)
         assert plan.per_device * plan.world_size * plan.accumulation == 1536
     settings = from_dict(compose("recipe=hotpot", *CPU))
-    assert grpo_kwargs(plan_run(settings, world_size=8))["gradient_accumulation_steps"] == 64
+    assert trainer_kwargs(plan_run(settings, world_size=8))["gradient_accumulation_steps"] == 64
     # 3 training GPUs: 3 per device does not divide 1536 / 3 = 512 -> the valid sizes are listed.
     with pytest.raises(ConfigError) as info:
         plan_run(settings, world_size=3)
@@ -227,7 +227,7 @@ def test_pool_size_is_kept_whatever_the_world_size():
     assert "[1, 2, 4, 8, 16, 32, 64, 128, 256, 512]" in str(info.value)
     settings.grpo["per_device_train_batch_size"] = 4
     plan_run(settings, world_size=3)
-    assert grpo_kwargs(plan_run(settings, world_size=3))["gradient_accumulation_steps"] == 128
+    assert trainer_kwargs(plan_run(settings, world_size=3))["gradient_accumulation_steps"] == 128
 
 
 def test_num_iterations_reuses_one_pool_and_is_allowed():
@@ -273,16 +273,16 @@ def test_vllm_max_model_length_defaults_to_prompt_plus_completion(gpu_machine):
         ("bigmath", "llama3.1-8b", 1024 + 4096 + FALLBACKS),
     ]:
         settings = from_dict(compose(f"recipe={recipe}", f"model={model}"))
-        assert grpo_kwargs(plan_run(settings, world_size=4))["vllm_max_model_length"] == expected
+        assert trainer_kwargs(plan_run(settings, world_size=4))["vllm_max_model_length"] == expected
         plain = from_dict(compose(f"recipe={recipe}", f"model={model}", "heldout.every=0"))
         completion = plain.grpo["max_completion_length"]
-        assert grpo_kwargs(plan_run(plain, world_size=4))["vllm_max_model_length"] == (
+        assert trainer_kwargs(plan_run(plain, world_size=4))["vllm_max_model_length"] == (
             plain.data.max_prompt_length + completion
         )
     settings = from_dict(compose("recipe=hotpot", "+grpo.vllm_max_model_length=8192"))
-    assert grpo_kwargs(plan_run(settings, world_size=4))["vllm_max_model_length"] == 8192
+    assert trainer_kwargs(plan_run(settings, world_size=4))["vllm_max_model_length"] == 8192
     no_vllm = from_dict(compose("recipe=hotpot", *CPU))
-    assert "vllm_max_model_length" not in grpo_kwargs(plan_run(no_vllm, world_size=4))
+    assert "vllm_max_model_length" not in trainer_kwargs(plan_run(no_vllm, world_size=4))
 
 
 def test_an_engine_too_short_for_held_out_answers_is_refused_with_the_numbers(gpu_machine):
@@ -298,10 +298,10 @@ def test_an_engine_too_short_for_held_out_answers_is_refused_with_the_numbers(gp
         err.value
     )
     enough = from_dict(compose("recipe=hotpot", f"+grpo.vllm_max_model_length={need}"))
-    assert grpo_kwargs(plan_run(enough, world_size=4))["vllm_max_model_length"] == need
+    assert trainer_kwargs(plan_run(enough, world_size=4))["vllm_max_model_length"] == need
     no_heldout = from_dict(compose("recipe=hotpot", "+grpo.vllm_max_model_length=4608",
                                    "heldout.every=0"))  # fmt: skip
-    assert grpo_kwargs(plan_run(no_heldout, world_size=4))["vllm_max_model_length"] == 4608
+    assert trainer_kwargs(plan_run(no_heldout, world_size=4))["vllm_max_model_length"] == 4608
 
 
 def test_held_out_refusal_under_zero3_names_a_fix_that_fits_the_vllm_mode(monkeypatch):
@@ -564,7 +564,7 @@ def test_trl_defaults_are_read_from_trl_not_restated(gpu_machine):
     assert resolve_heldout(settings).protocol.max_new_tokens == completion
     plain = from_dict(compose("recipe=hotpot", "~grpo.max_completion_length", "heldout.every=0"))
     expected = plain.data.max_prompt_length + completion
-    assert grpo_kwargs(plan_run(plain, world_size=4))["vllm_max_model_length"] == expected
+    assert trainer_kwargs(plan_run(plain, world_size=4))["vllm_max_model_length"] == expected
     spec = importlib.util.spec_from_file_location(
         "resolve_config", ROOT / "slurm/resolve_config.py"
     )

@@ -24,6 +24,7 @@ from rlsr.evaluation.run.summary import (
     no_confidence,
     scorer_value,
 )
+from rlsr.method.run_plan import plan_run
 from rlsr.train.training import run_summary
 
 DATASET = "tiny-missing"
@@ -274,7 +275,7 @@ def test_train_py_summary_says_na_and_warns_when_the_held_out_model_gave_no_conf
         if step == 0:
             aurc = metrics["scorers"]["verbalized"]["aurc"]
             gain = round(1 - metrics["accuracy"] - aurc, 3) + 0.0
-    text = run_summary(compose_config(["recipe=tiny", f"output_dir={out}"]))
+    text = run_summary(plan_run(compose_config(["recipe=tiny", f"output_dir={out}"])))
     assert f"{DATASET}: AURC {aurc:.4f} at step 0 -> n/a at step 2" in text
     assert f"ranking gain (error rate - AURC, 0 = no ranking) {gain:+.3f} -> n/a" in text
     assert (

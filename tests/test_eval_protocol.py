@@ -106,7 +106,8 @@ def test_the_evaluate_command_a_run_prints_reproduces_its_held_out_protocol(tmp_
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from rlsr.config import from_dict, resolve_heldout
+    from rlsr.config import from_dict
+    from rlsr.method.run_plan import plan_run
     from rlsr.train.training import _evaluate_command
 
     with initialize_config_dir(config_dir=str(ROOT / "recipes"), version_base="1.3"):
@@ -118,8 +119,9 @@ def test_the_evaluate_command_a_run_prints_reproduces_its_held_out_protocol(tmp_
     values.pop("hydra", None)
     settings = from_dict(values)
     settings.method.evaluate["consistency_k"] = 3
-    heldout = resolve_heldout(settings, "sft")
-    argv = shlex.split(_evaluate_command(settings, tmp_path, heldout))
+    plan = plan_run(settings, world_size=1)
+    heldout = plan.heldout
+    argv = shlex.split(_evaluate_command(plan, tmp_path))
     assert Path(argv[0]).name == "rlsr" and argv[1] == "evaluate"
     assert protocol_from_args(_parser().parse_args(argv[1:])) == heldout.protocol
     assert (heldout.protocol.consistency_k, heldout.protocol.top_p) == (3, 0.5)
@@ -135,7 +137,8 @@ def test_the_printed_command_runs_the_engine_the_held_out_evaluation_used(tmp_pa
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from rlsr.config import from_dict, resolve_heldout
+    from rlsr.config import from_dict
+    from rlsr.method.run_plan import plan_run
     from rlsr.train.training import _engine_flags, _evaluate_command
 
     with initialize_config_dir(config_dir=str(ROOT / "recipes"), version_base="1.3"):
@@ -143,10 +146,11 @@ def test_the_printed_command_runs_the_engine_the_held_out_evaluation_used(tmp_pa
     values = OmegaConf.to_container(cfg, resolve=True)
     values.pop("hydra", None)
     settings = from_dict(values)
-    heldout = resolve_heldout(settings)
+    plan = plan_run(settings, world_size=1)
+    heldout = plan.heldout
     for backend in ("vllm", "vllm_server"):
         engine = dataclasses.replace(heldout, backend=backend)
-        argv = shlex.split(_evaluate_command(settings, tmp_path, engine))
+        argv = shlex.split(_evaluate_command(dataclasses.replace(plan, heldout=engine), tmp_path))
         args = _parser().parse_args(argv[1:])
         assert (args.backend, args.merge_adapter, args.dtype) == ("vllm", True, "auto")
         assert protocol_from_args(args) == heldout.protocol

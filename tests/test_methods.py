@@ -199,7 +199,7 @@ def test_adding_a_method_is_one_entry_and_its_reward_function(registry, tmp_path
     from test_trainer_support import tiny_settings
 
     from rlsr.method.run_plan import plan_run
-    from rlsr.train.training import grpo_kwargs
+    from rlsr.train.training import trainer_kwargs
 
     calls = []
     register(_fake(validate=lambda s, grpo: calls.append(s.name)))
@@ -207,7 +207,7 @@ def test_adding_a_method_is_one_entry_and_its_reward_function(registry, tmp_path
     settings.method = MethodSettings("fakevr", format_weight=0.2, method_weight=0.8)
     plan_run(settings, world_size=1)
     assert calls == ["fakevr"]
-    assert grpo_kwargs(plan_run(settings))["reward_weights"] == [0.2, 0.8]
+    assert trainer_kwargs(plan_run(settings))["reward_weights"] == [0.2, 0.8]
     correct, confidence, format_ok = _pool()
     out = methods.compute_reward_columns(settings.method, correct, confidence, format_ok)
     # the registry hands every method the format-gated verdict (method.correct_requires_format)

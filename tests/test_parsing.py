@@ -14,10 +14,39 @@ from rlsr.core.parsing import (
     FULL_FORMAT,
     FormatSpec,
     ParsedResponse,
-    extract_tag,
     parse_confidence,
     parse_response,
 )
+
+
+def _last_block(text: str, tag: str) -> str | None:
+    """Content (unstripped) of the last complete ``<tag>…</tag>`` block, or None: the last
+    opening tag with a closing tag before the next opening (each character searched at most
+    twice)."""
+    opening, closing = f"<{tag}>", f"</{tag}>"
+    end = len(text)
+    while True:
+        start = text.rfind(opening, 0, end)
+        if start < 0:
+            return None
+        close = text.find(closing, start + len(opening), end)
+        if close >= 0:
+            return text[start + len(opening) : close]
+        end = start
+
+
+def extract_tag(text: str, tag: str) -> str | None:
+    """The test's oracle for the last-block rule, by str.rfind (parse_response scans once with a
+    regex): stripped content of the last complete ``<tag>…</tag>`` block; None if absent or
+    empty."""
+    if not isinstance(text, str):
+        return None
+    content = _last_block(text, tag)
+    if content is None:
+        return None
+    content = content.strip()
+    return content or None
+
 
 GOOD = (
     "<think>Paris is the capital.</think><answer>Paris</answer>"

@@ -66,7 +66,8 @@ def _four_translations(overrides: list[str], tmp_path):
     held = dataclasses.replace(held, every=1, tasks=held.tasks or [settings.data.task])
     on = dataclasses.replace(settings, heldout=held)
     heldout = resolve_heldout(on, section).protocol
-    printed = _parsed(shlex.split(_evaluate_command(settings, tmp_path, None))[2:])[0]
+    own = dataclasses.replace(plan_run(settings, here=False), heldout=None)  # the run's protocol
+    printed = _parsed(shlex.split(_evaluate_command(own, tmp_path))[2:])[0]
     slurm_flags = RESOLVE.resolve(overrides)["evaluate_args"]
     slurm, args = _parsed(slurm_flags)
     variant = args.protocol_variant
@@ -144,7 +145,7 @@ def test_a_named_variant_is_checked_and_an_unknown_one_is_refused(tmp_path):
 
 def test_the_run_summary_prints_each_named_variant(tmp_path):
     settings = compose_config(_overrides("hotpot", "rlsr", tmp_path))
-    text = run_summary(settings)
+    text = run_summary(plan_run(settings, here=False))
     assert (
         "variant paper  --max-new-tokens 4096  (rlsr evaluate ... --protocol-variant paper)" in text
     )

@@ -14,7 +14,7 @@ from test_config import compose
 
 from rlsr.config import ConfigError, from_dict, resolve_heldout, resolve_pool
 from rlsr.method.run_plan import plan_run
-from rlsr.train.training import build_trainer, grpo_kwargs, run_summary, trainer_kwargs
+from rlsr.train.training import build_trainer, run_summary, trainer_kwargs
 
 
 @contextmanager
@@ -42,7 +42,7 @@ def test_a_launch_derives_its_pool_and_held_out_plan_once(tmp_path):
     with calls_of(resolve_pool, resolve_heldout) as counts:
         plan = plan_run(cfg, world_size=1)
         trainer = build_trainer(plan)
-        run_summary(cfg, plan=plan)
+        run_summary(plan)
     assert plan.heldout is not None and trainer.heldout_evaluator is not None  # heldout.every > 0
     assert trainer.args.gradient_accumulation_steps == plan.pool.accumulation
     assert counts == {"resolve_pool": 1, "resolve_heldout": 1}
@@ -137,7 +137,7 @@ def test_the_toys_arm_plans_its_launch_once(tmp_path, plan_count):
     assert len(plan_count) == 1
 
 
-@pytest.mark.parametrize("name", ["trainer_kwargs", "grpo_kwargs", "build_trainer", "run_training"])
+@pytest.mark.parametrize("name", ["trainer_kwargs", "build_trainer", "run_training", "run_summary"])
 def test_the_build_takes_the_launchs_plan_not_settings(name):
     """Every function of the build receives the launch's plan and refuses bare settings with a
     TypeError naming plan_run (planning them again could disagree with the launch's plan)."""
@@ -150,12 +150,9 @@ def test_the_build_takes_the_launchs_plan_not_settings(name):
     assert trainer_kwargs(plan)["gradient_accumulation_steps"] == plan.pool.accumulation
 
 
-def test_grpo_kwargs_of_a_supervised_plan_names_its_section():
-    """grpo_kwargs of a method=sft plan says which section and TRL config that method trains
-    with (it raised AttributeError on the plan's missing method instead)."""
+def test_a_supervised_plans_trainer_arguments_have_no_reward_weights():
+    """A method=sft plan's trainer arguments are SFTConfig's: no reward weights."""
     sft = plan_run(from_dict(compose("recipe=tiny", "method=sft")), world_size=1)
-    with pytest.raises(ValueError, match=r"method=sft trains with sft\.\* \(SFTConfig\)"):
-        grpo_kwargs(sft)
     assert "reward_weights" not in trainer_kwargs(sft)
 
 

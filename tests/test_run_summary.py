@@ -19,6 +19,7 @@ from test_trainer_support import TEST_THREADS
 from rlsr.cli import main as rlsr_main
 from rlsr.evaluation.heldout.history import read_history
 from rlsr.method.pool_log import read_pool
+from rlsr.method.run_plan import plan_run
 from rlsr.run.run_layout import pool_path, pool_steps
 from rlsr.train.training import rlsr_program, run_summary
 
@@ -149,7 +150,7 @@ def test_the_summary_reports_write_into_one_report_folder(tmp_path, monkeypatch)
     from rlsr.config.compose import compose_config
 
     out = _fake_run(tmp_path / "run", [(0, 0.5, 0.45), (2, 0.4, 0.5)], pool_steps_=(0, 1))
-    text = run_summary(compose_config(["recipe=tiny", f"output_dir={out}"]))
+    text = run_summary(plan_run(compose_config(["recipe=tiny", f"output_dir={out}"])))
     lines = text.splitlines()
     reports = [shlex.split(line) for line in lines[lines.index("next:") + 1 :]][1:]
     assert [c[1:3] for c in reports] == [["report", "--curves"], ["report", "--pools"]]

@@ -491,3 +491,29 @@ def test_data_path_on_a_built_in_dataset_says_how_it_is_read(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="rlsr.train.training"):
         load_train_dataset(settings)
     assert not [r for r in caplog.records if "data.path=" in r.getMessage()]
+
+
+def test_max_prompt_length_drops_longer_prompts_counted_as_the_backends_count_them(tmp_path):
+    """data.max_prompt_length keeps a prompt of exactly that many tokens (the chat template
+    rendered with the generation prompt, as the trainer and the backends count it), drops a
+    longer one, and refuses a limit that leaves no prompt."""
+    from test_trainer_support import tiny_settings
+
+    from rlsr.config import resolve_model_path
+    from rlsr.core.tokenization import load_tokenizer
+    from rlsr.train.training import load_train_dataset
+
+    settings = tiny_settings(tmp_path)
+    tokenizer = load_tokenizer(resolve_model_path(settings.model.name_or_path))
+    rows = load_train_dataset(settings)
+
+    def tokens(prompt) -> int:
+        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+        return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    longest = max(tokens(r["prompt"]) for r in rows)
+    settings.data.max_prompt_length = longest
+    assert len(load_train_dataset(settings, tokenizer)) == len(rows)
+    settings.data.max_prompt_length = 1
+    with pytest.raises(ConfigError, match=r"data\.max_prompt_length: every prompt is longer"):
+        load_train_dataset(settings, tokenizer)

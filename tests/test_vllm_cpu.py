@@ -330,8 +330,8 @@ def _colocate_child(out_dir: str) -> None:
     from trl.generation.vllm_generation import VLLMGeneration
 
     from rlsr.method.run_plan import plan_run
-    from rlsr.method.weight_sync import engine_weight_mismatches
     from rlsr.train.training import build_trainer
+    from tools.engine_check import engine_weight_check
 
     settings = _colocate_settings(out_dir, save_steps=1000)
     settings.model.dtype = "bfloat16"  # the GPU recipes' dtype: the base drift needs bf16
@@ -360,7 +360,8 @@ def _colocate_child(out_dir: str) -> None:
     trainer.vllm_generation.sync_weights()
     after_sync = dict(vllm_model.named_parameters())[qkv].detach().clone()
     mismatches = _engine_mismatches(peft_model, vllm_model)
-    package_check = engine_weight_mismatches(peft_model, vllm_model)  # gpu_acceptance's check
+    check = engine_weight_check(peft_model, vllm_model)  # gpu_acceptance's check
+    package_check = (check.mismatched, check.compared)
     base_changed = [
         n for n, p in peft_model.named_parameters() if "lora_" not in n and not torch.equal(
             p.detach(), base0[n])

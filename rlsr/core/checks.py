@@ -1,8 +1,6 @@
 """What every settings check is written with: ``ConfigError`` (names the dotted field and the
-fix), ``check``, the number predicates and the closest-name hint. Used by every section of
-``rlsr.config`` and by the evaluation protocol (``rlsr.run.eval_protocol``, which the config imports,
-so these cannot live inside the config package); it imports nothing, so it sits with the
-primitives."""
+fix), ``check``, the number predicates and the closest-name hint (here, below the config and
+the evaluation protocol that both use them)."""
 
 from __future__ import annotations
 

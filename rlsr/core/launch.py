@@ -4,30 +4,14 @@
 training script: it exports the settings as environment variables (accelerate 1.15,
 ``accelerate/utils/launch.py``), and accelerate's state objects read them back when the trainer
 starts. ``launch_from_env`` reads the same variables, so ``train.py`` knows the launch *before*
-any model is loaded:
+any model is loaded.
 
-================================  =============================================================
-``ACCELERATE_USE_FSDP=true``      FSDP; ``FSDP_VERSION`` (1 | 2), ``FSDP_STATE_DICT_TYPE``,
-                                  ``FSDP_ACTIVATION_CHECKPOINTING``
-``ACCELERATE_USE_DEEPSPEED=true`` DeepSpeed; ``ACCELERATE_DEEPSPEED_ZERO_STAGE``,
-                                  ``ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL``,
-                                  ``ACCELERATE_DEEPSPEED_CONFIG_FILE`` (a DeepSpeed JSON file)
-``WORLD_SIZE`` > 1, neither       DDP (``distributed_type: MULTI_GPU``, or torchrun)
-================================  =============================================================
-
-``launch_from_accelerate_config`` reads a config file the same way (for checks before a launch
-and for tests that compare the two). ``launch_problems`` lists the combinations that the pinned
-stack (TRL 1.16, transformers 5.17, accelerate 1.15, PEFT 0.21) refuses or silently changes, each
-as ``(field, message)``; ``rlsr.config`` raises them as ``ConfigError``. docs/distributed.md
-("Distributed launch") gives the evidence for each rule.
-
-What the machine offers the run is probed here too, so a config check can ask it without loading
-anything: CUDA (``cuda_available``), an importable optional package (``module_available``: vllm,
-flash-attn, deepspeed) and the attention implementation ``auto`` resolves to
-(``resolve_attn_implementation``). Tests that plan a GPU launch on a CPU machine replace these
-probes only.
-
-No rlsr imports here: this module sits beside the primitives.
+``launch_problems`` lists the combinations that the pinned stack (TRL 1.16, transformers 5.17,
+accelerate 1.15, PEFT 0.21) refuses or silently changes, as ``(field, message)``
+(docs/distributed.md, "Distributed launch", gives the evidence for each rule). What the machine
+offers (``cuda_available``, ``module_available``, ``resolve_attn_implementation``) is probed here
+too, so a config check asks it without loading anything; tests that plan a GPU launch on a CPU
+machine replace these probes only.
 """
 
 from __future__ import annotations
@@ -41,14 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 __all__ = [
     "Launch",
     "launch_from_env",
-    "launch_from_accelerate_config",
     "launch_problems",
-    "deepspeed_available",
     "WORLD_SIZE_VARIABLES",
     "world_size_from_env",
     "module_available",
@@ -60,19 +40,9 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Launch:
-    """The distributed launch this process is part of.
-
-    name: ``single`` (one process), ``ddp``, ``fsdp`` or ``deepspeed``.
-    fsdp_version: 1 or 2 for FSDP, else None.
-    zero_stage: 0-3 for DeepSpeed (None when a DeepSpeed JSON file sets it; read from the file
-        when it is readable), else None.
-    state_dict_type: FSDP's ``fsdp_state_dict_type`` (``FULL_STATE_DICT`` |
-        ``SHARDED_STATE_DICT``), else None.
-    activation_checkpointing: FSDP's own activation checkpointing.
-    zero3_save_16bit_model: DeepSpeed ``zero3_save_16bit_model``
-        (``stage3_gather_16bit_weights_on_model_save``).
-    source: where the description came from (for messages).
-    """
+    """The distributed launch this process is part of: ``name`` is ``single`` (one process),
+    ``ddp``, ``fsdp`` or ``deepspeed``; the other fields are FSDP's or DeepSpeed's settings
+    (``zero_stage`` None when unreadable)."""
 
     name: str
     fsdp_version: int | None = None
@@ -80,7 +50,6 @@ class Launch:
     state_dict_type: str | None = None
     activation_checkpointing: bool = False
     zero3_save_16bit_model: bool = False
-    source: str = "environment"
 
     @property
     def label(self) -> str:
@@ -146,9 +115,8 @@ WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_C
 
 
 def world_size_from_env(env: Mapping[str, str] | None = None) -> int:
-    """Number of processes of this launch: the first of ``WORLD_SIZE_VARIABLES`` that is set
-    (torchrun / accelerate, else an MPI launcher's); else 1. The one reader of the launch size:
-    the run plan and ``launch_from_env`` both ask it."""
+    """Number of processes of this launch: the first of ``WORLD_SIZE_VARIABLES`` set, else 1
+    (the one reader: the run plan and ``launch_from_env`` both ask it)."""
     env = os.environ if env is None else env
     for name in WORLD_SIZE_VARIABLES:
         value = env.get(name)
@@ -158,36 +126,6 @@ def world_size_from_env(env: Mapping[str, str] | None = None) -> int:
             except ValueError:
                 return 1
     return 1
-
-
-def launch_from_accelerate_config(path: str | os.PathLike) -> Launch:
-    """The launch an accelerate config file (``recipes/accelerate/*.yaml``) selects."""
-    data = yaml.safe_load(Path(path).read_text()) or {}
-    kind = str(data.get("distributed_type", "NO")).upper()
-    source = str(path)
-    if kind == "FSDP":
-        fsdp = data.get("fsdp_config") or {}
-        return Launch(
-            "fsdp",
-            fsdp_version=_int_or_none(fsdp.get("fsdp_version", 1)) or 1,
-            state_dict_type=str(fsdp.get("fsdp_state_dict_type", "SHARDED_STATE_DICT")),
-            activation_checkpointing=_flag(fsdp.get("fsdp_activation_checkpointing", False)),
-            source=source,
-        )
-    if kind == "DEEPSPEED":
-        ds = data.get("deepspeed_config") or {}
-        stage = _int_or_none(ds.get("zero_stage"))
-        save16 = _flag(ds.get("zero3_save_16bit_model", False))
-        if ds.get("deepspeed_config_file"):
-            file_stage, file_save16 = _zero_stage_of_json(ds["deepspeed_config_file"])
-            stage = file_stage if file_stage is not None else stage
-            save16 = file_save16 or save16
-        return Launch("deepspeed", zero_stage=stage, zero3_save_16bit_model=save16, source=source)
-    processes = _int_or_none(data.get("num_processes", 1)) or 1
-    return Launch("ddp" if processes > 1 or kind.startswith("MULTI") else "single", source=source)
-
-
-# --------------------------------------------------------------------------- the machine
 
 
 def module_available(name: str) -> bool:
@@ -205,9 +143,8 @@ def cuda_available() -> bool:
 
 
 def flash_attn_loads() -> bool:
-    """True when ``flash_attn`` is installed *and* imports. The ``flash`` extra builds from source
-    against the installed torch; a build for another torch is found by ``find_spec`` but fails
-    to import (undefined symbol), and the model load would then crash. Logs one line then."""
+    """True when ``flash_attn`` is installed *and* imports: a build for another torch is found
+    by ``find_spec`` but fails to import (undefined symbol), which would crash the model load."""
     if not module_available("flash_attn"):
         return False
     try:
@@ -232,13 +169,6 @@ def resolve_attn_implementation(requested: str, *, on_gpu: bool | None = None) -
     return "flash_attention_2" if gpu and flash_attn_loads() else "sdpa"
 
 
-def deepspeed_available() -> bool:
-    return module_available("deepspeed")
-
-
-# --------------------------------------------------------------------------- what a launch rules out
-
-
 def launch_problems(
     launch: Launch,
     grpo: Mapping[str, Any],
@@ -247,85 +177,53 @@ def launch_problems(
     lora: bool = True,
 ) -> list[tuple[str, str]]:
     """``(field, message)`` for each setting that cannot work with ``launch``; empty when fine.
-
-    ``grpo`` is the ``grpo`` section (GRPOConfig fields; missing keys take GRPOConfig's defaults:
-    ``use_cpu=False``, ``gradient_checkpointing=True``); ``lora``: whether the model trains a
-    LoRA adapter (``model.lora.enabled``).
-    """
+    ``grpo``: the GRPOConfig fields (missing: TRL's defaults); ``lora``: ``model.lora.enabled``."""
     problems: list[tuple[str, str]] = []
     if launch.name not in ("fsdp", "deepspeed"):
         return problems
-    where = (
-        f"the accelerate config ({launch.source})"
-        if launch.source != "environment"
-        else ("the accelerate config of this launch")
-    )
+    where = "the accelerate config of this launch"
     if grpo.get("use_cpu", False):
-        problems.append(
-            (
-                "grpo.use_cpu",
-                f"{launch.label} from {where} needs GPU processes: accelerate 1.15 turns "
-                "FSDP/DeepSpeed on only for GPU process groups, and with use_cpu=true it silently "
-                "trains plain DDP instead. Use recipes/accelerate/ddp.yaml (or torchrun) on CPU, "
-                "or drop grpo.use_cpu on GPUs.",
-            )
-        )
+        problems.append(("grpo.use_cpu",
+            f"{launch.label} from {where} needs GPU processes: accelerate 1.15 turns "
+            "FSDP/DeepSpeed on only for GPU process groups, and with use_cpu=true it silently "
+            "trains plain DDP instead. Use recipes/accelerate/ddp.yaml (or torchrun) on CPU, "
+            "or drop grpo.use_cpu on GPUs."))  # fmt: skip
     if launch.name == "fsdp":
         if lora and grpo.get("use_vllm", False):
-            # TRL 1.16 syncs LoRA weights to vLLM under FSDP by merging into the base in place
-            # and unmerging; accelerate 1.15 upcasts only trainable parameters, so the frozen
-            # bf16 base drifts a little at every sync. rlsr's out-of-place sync (weight_sync.py)
-            # covers DDP and ZeRO, not FSDP's sharded modules yet.
-            problems.append(
-                (
-                    "grpo.use_vllm",
-                    f"FSDP from {where} with LoRA and vLLM rollouts: TRL's weight sync merges the "
-                    "adapter into the sharded base and unmerges it in place, which drifts a bf16 "
-                    "base at every sync (docs/distributed.md, 'LoRA weight sync'). Use "
-                    "recipes/accelerate/ddp.yaml, zero2.yaml or zero3.yaml (base kept "
-                    "bit-identical), or FSDP with grpo.use_vllm=false, or a full fine-tune "
-                    "(model.lora.enabled=false).",
-                )
-            )
+            # accelerate 1.15 upcasts only trainable parameters, so TRL's in-place merge and
+            # unmerge drift the frozen bf16 base; the out-of-place sync does not cover FSDP yet
+            problems.append(("grpo.use_vllm",
+                f"FSDP from {where} with LoRA and vLLM rollouts: TRL's weight sync merges the "
+                "adapter into the sharded base and unmerges it in place, which drifts a bf16 "
+                "base at every sync (docs/distributed.md, 'LoRA weight sync'). Use "
+                "recipes/accelerate/ddp.yaml, zero2.yaml or zero3.yaml (base kept "
+                "bit-identical), or FSDP with grpo.use_vllm=false, or a full fine-tune "
+                "(model.lora.enabled=false)."))  # fmt: skip
         if launch.state_dict_type != "FULL_STATE_DICT":
-            problems.append(
-                (
-                    "fsdp_config.fsdp_state_dict_type",
-                    f"{launch.state_dict_type} in {where}: with it transformers 5.17's save_model "
-                    "writes no adapter/model files (only DCP shards in checkpoints), so the final "
-                    "adapter that `rlsr evaluate` loads is missing. Set fsdp_state_dict_type: "
-                    "FULL_STATE_DICT (recipes/accelerate/fsdp.yaml).",
-                )
-            )
+            problems.append(("fsdp_config.fsdp_state_dict_type",
+                f"{launch.state_dict_type} in {where}: with it transformers 5.17's save_model "
+                "writes no adapter/model files (only DCP shards in checkpoints), so the final "
+                "adapter that `rlsr evaluate` loads is missing. Set fsdp_state_dict_type: "
+                "FULL_STATE_DICT (recipes/accelerate/fsdp.yaml)."))  # fmt: skip
         if launch.activation_checkpointing and grpo.get("gradient_checkpointing", True):
-            problems.append(
-                (
-                    "grpo.gradient_checkpointing",
-                    "FSDP's fsdp_activation_checkpointing and grpo.gradient_checkpointing are both "
-                    "on; transformers refuses that pair when the trainer starts. Set "
-                    "grpo.gradient_checkpointing=false (FSDP checkpoints activations itself) or "
-                    "fsdp_activation_checkpointing: false.",
-                )
-            )
+            problems.append(("grpo.gradient_checkpointing",
+                "FSDP's fsdp_activation_checkpointing and grpo.gradient_checkpointing are both "
+                "on; transformers refuses that pair when the trainer starts. Set "
+                "grpo.gradient_checkpointing=false (FSDP checkpoints activations itself) or "
+                "fsdp_activation_checkpointing: false."))  # fmt: skip
     if launch.name == "deepspeed":
-        installed = deepspeed_available() if deepspeed_installed is None else deepspeed_installed
+        installed = (
+            module_available("deepspeed") if deepspeed_installed is None else deepspeed_installed
+        )
         if not installed:
-            problems.append(
-                (
-                    "deepspeed",
-                    f"{where} selects {launch.label} but deepspeed is not installed; "
-                    "`pip install 'rlsr[deepspeed]'` or launch with "
-                    "--config_file recipes/accelerate/ddp.yaml.",
-                )
-            )
+            problems.append(("deepspeed",
+                f"{where} selects {launch.label} but deepspeed is not installed; "
+                "`pip install 'rlsr[deepspeed]'` or launch with "
+                "--config_file recipes/accelerate/ddp.yaml."))  # fmt: skip
         if launch.zero_stage == 3 and not launch.zero3_save_16bit_model:
-            problems.append(
-                (
-                    "deepspeed_config.zero3_save_16bit_model",
-                    f"ZeRO-3 without zero3_save_16bit_model in {where}: transformers then saves "
-                    "only DeepSpeed's sharded checkpoint and no adapter/model that `rlsr "
-                    "evaluate` can load. Set zero3_save_16bit_model: true "
-                    "(recipes/accelerate/zero3.yaml).",
-                )
-            )
+            problems.append(("deepspeed_config.zero3_save_16bit_model",
+                f"ZeRO-3 without zero3_save_16bit_model in {where}: transformers then saves "
+                "only DeepSpeed's sharded checkpoint and no adapter/model that `rlsr "
+                "evaluate` can load. Set zero3_save_16bit_model: true "
+                "(recipes/accelerate/zero3.yaml)."))  # fmt: skip
     return problems

@@ -1,8 +1,5 @@
-"""Input validation shared by the metric modules (``rlsr.metrics.selective`` and its helpers).
-
-Every public metric accepts lists or arrays and turns them into 1-D float64 / bool arrays here,
-so that a bad input fails with a ValueError that names the argument and says how to fix it,
-instead of surfacing later as a NaN or a broadcasting error.
+"""Input validation shared by the metrics: lists or arrays become 1-D float64 / bool arrays, and
+a bad input fails with a ValueError that names the argument and the fix, not later as a NaN.
 """
 
 from __future__ import annotations
@@ -33,8 +30,7 @@ def _float_1d(values, name: str) -> np.ndarray:
 
 
 def _refuse_first(arr: np.ndarray, bad: np.ndarray, rule: str, fix: str) -> None:
-    """Raise ``ValueError("<rule>; sample i is <value>. <fix>")`` at the first ``i`` where the
-    mask ``bad`` holds (nothing when none does)."""
+    """Raise ``ValueError("<rule>; sample i is <value>. <fix>")`` at the first ``bad`` sample."""
     where = np.flatnonzero(bad)
     if where.size:
         raise ValueError(f"{rule}; sample {where[0]} is {arr[where[0]]!r}. {fix}")

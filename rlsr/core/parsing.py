@@ -1,35 +1,22 @@
 """Parse a policy completion into answer, confidence and a format verdict (never raises on a str).
 
-The RLSR / RLCR response format (RLSR paper, Aligning Language Models with Selective Prediction, arXiv 2607.03528, Sec. C.1):
+The RLSR / RLCR response format (RLSR paper, Aligning Language Models with Selective Prediction,
+arXiv 2607.03528, Sec. C.1):
 
     <think> … </think><answer> … </answer><analysis> … </analysis><confidence> 0.85 </confidence>
 
-Rules (``docs/parsing_verifiers.md`` has the user-facing version):
-
-* **format_ok** is True iff every tag of the ``FormatSpec`` occurs exactly once as an opening and
-  exactly once as a closing tag, in the spec's order, with nothing but whitespace before the first
-  tag, between one closing tag and the next opening tag, and after the last tag (leading and
-  trailing whitespace is allowed), the answer is non-empty after stripping, and the confidence
-  parses (``parse_confidence``). Tag contents may hold anything except the spec's own tags.
-* **Extraction** does not require format_ok: the answer (confidence) is the content of the LAST
-  complete ``<answer>…</answer>`` block, stripped; an empty block gives ``None``. A closing tag
-  closes the most recent opening tag not yet closed; a closing tag with no open block is ignored,
-  so stray or doubled closers (``<answer>x</answer></answer>``) never leak tag text into the
-  answer. Equivalently: the last opening tag that is followed by a closing tag before the next
-  opening tag, paired with that first closing tag.
-* **Confidence** (``parse_confidence``): ASCII decimal number only, optionally followed by ``%``.
-  Values in [0, 1] are probabilities; values in (1, 100] and any value with ``%`` are percentages
-  (RLCR's evaluation convention: ``85`` -> 0.85). Everything else -> ``None``.
-
-``completion_text`` reads the text of a TRL completion (a string or conversational messages).
-
-Everything is linear-time: one left-to-right scan with a regex that is a literal alternation of
-the spec's tag names (no nested quantifiers, so no backtracking), and the confidence regex runs
-on at most ``MAX_CONFIDENCE_CHARS`` characters.
+The rules are docs/parsing_verifiers.md's: **format_ok** iff every tag of the ``FormatSpec``
+occurs once opening and once closing, in order, with only whitespace outside the blocks, a
+non-empty answer and a confidence that parses. **Extraction** does not need format_ok: the
+content of the LAST complete block, stripped (a closing tag closes the most recent open one; a
+closer with nothing open is ignored). Everything is linear-time: one scan with a regex that is a
+literal alternation of the tag names, and the confidence regex runs on at most
+``MAX_CONFIDENCE_CHARS`` characters.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -45,7 +32,6 @@ __all__ = [
     "MAX_CONFIDENCE_CHARS",
     "parse_response",
     "parse_confidence",
-    "extract_tag",
     "completion_text",
 ]
 
@@ -61,17 +47,9 @@ _WHITESPACE = " \t\n\r\f\v"
 
 @dataclass(frozen=True)
 class FormatSpec:
-    """Which tags a completion must contain, in order.
-
-    ``optional_tags``: tags of ``tags`` that may be left out; when present they must sit in their
-    place of the order like any other tag (their content is not checked unless it is the
-    confidence tag). RLSR with the log-probability selector uses this for ``confidence``.
-
-    ``prefix_opened_think``: the chat template (or the prompt) already emitted ``<think>``, so the
-    completion starts inside the think block. A completion with no ``<think>`` is then read as if
-    it began with one; a completion that does repeat ``<think>`` is read as it is. Only valid when
-    the first tag is ``think``.
-    """
+    """Which tags a completion must contain, in order. ``optional_tags`` may be left out (when
+    present they sit in their place of the order). ``prefix_opened_think``: the chat template
+    already emitted ``<think>``, so a completion without one is read as if it began with it."""
 
     tags: tuple[str, ...]
     answer_tag: str = "answer"
@@ -130,18 +108,10 @@ ranking does not use a verbalized confidence. The system prompt still asks for o
 
 @dataclass(frozen=True, slots=True)
 class ParsedResponse:
-    """Result of ``parse_response``.
-
-    answer: stripped content of the last complete answer block, or None (missing or empty).
-    confidence: in [0, 1], or None (missing or unparseable).
-    format_ok: the strict format verdict (module docstring).
-    tags_found: spec tags with at least one complete ``<tag>…</tag>`` block, in spec order.
-    confidence_text: stripped raw content of the last complete confidence block, or None.
-    answer_start: offset in the completion text where ``answer`` begins (inside the last complete
-        answer block), or None; ``text[answer_start:].startswith(answer)`` holds. The log-prob
-        selector scores the answer tokens there (``rlsr.equations.logprob``), not an earlier or later
-        repetition (the analysis often repeats the answer).
-    """
+    """Result of ``parse_response``: ``answer`` / ``confidence`` (in [0, 1]) / ``confidence_text``
+    of the last complete blocks (None when missing or empty), ``tags_found`` in spec order, and
+    ``answer_start``, where ``answer`` begins in the text (the log-prob selector scores the
+    tokens there, not a repetition in the analysis)."""
 
     answer: str | None
     confidence: float | None
@@ -152,14 +122,9 @@ class ParsedResponse:
 
 
 def parse_confidence(text: str | None) -> float | None:
-    """Parse a verbalised confidence into [0, 1]; ``None`` when it is not a single valid number.
-
-    Accepted (surrounding whitespace ignored): ``0.85``, ``.85``, ``0``, ``1``, ``1.0``, ``85%``
-    (-> 0.85), and plain numbers in (1, 100] read as percentages (-> value / 100; RLCR's
-    evaluation convention). Rejected (-> None): negatives, signs, > 100 (or > 100%), NaN, inf,
-    exponents, words, empty text, several numbers, non-ASCII digits, text longer than
-    ``MAX_CONFIDENCE_CHARS``.
-    """
+    """A verbalised confidence in [0, 1]: an ASCII decimal (``0.85``, ``.85``), a percentage
+    (``85%``, or a plain number in (1, 100], RLCR's convention); None for anything else (signs,
+    exponents, words, several numbers, > 100)."""
     if not isinstance(text, str):
         return None
     stripped = text.strip()
@@ -178,56 +143,16 @@ def parse_confidence(text: str | None) -> float | None:
     return value
 
 
-def _last_block(text: str, tag: str) -> str | None:
-    """Content (unstripped) of the last complete ``<tag>…</tag>`` block, or None.
-
-    Walks the opening tags from the end: the first one with a closing tag before the next opening
-    tag starts the block, which ends at that first closing tag. Each character is searched at
-    most twice (rfind backwards, find between two openings), so this stays linear.
-    """
-    opening, closing = f"<{tag}>", f"</{tag}>"
-    end = len(text)
-    while True:
-        start = text.rfind(opening, 0, end)
-        if start < 0:
-            return None
-        close = text.find(closing, start + len(opening), end)
-        if close >= 0:
-            return text[start + len(opening) : close]
-        end = start
-
-
-def extract_tag(text: str, tag: str) -> str | None:
-    """Stripped content of the last complete ``<tag>…</tag>`` block; None if absent or empty."""
-    if not isinstance(text, str):
-        return None
-    content = _last_block(text, tag)
-    if content is None:
-        return None
-    content = content.strip()
-    return content or None
-
-
-_TAG_PATTERNS: dict[tuple[str, ...], re.Pattern] = {}
-
-
+@functools.cache
 def _tag_pattern(tags: tuple[str, ...]) -> re.Pattern:
     """Regex for the spec's opening/closing tags: literal alternation, no backtracking."""
-    pattern = _TAG_PATTERNS.get(tags)
-    if pattern is None:
-        pattern = re.compile("<(/?)(" + "|".join(map(re.escape, tags)) + ")>")
-        _TAG_PATTERNS[tags] = pattern
-    return pattern
+    return re.compile("<(/?)(" + "|".join(map(re.escape, tags)) + ")>")
 
 
 def _scan(text: str, tags: tuple[str, ...]):
-    """One pass over the spec's tags.
-
-    Returns (blocks, layout): blocks maps a tag to (content_start, content_end) of its last
-    complete block (a closing tag closes the most recent still-open opening tag of its name and
-    is ignored if there is none); layout is the first 2 * len(tags) + 1 tag tokens
-    (start, end, closing, name).
-    """
+    """One pass over the spec's tags: (blocks, layout), the (content_start, content_end) of each
+    tag's last complete block, and the first 2 * len(tags) + 1 tag tokens (start, end, closing,
+    name)."""
     last_open: dict[str, int] = {}
     blocks: dict[str, tuple[int, int]] = {}
     layout: list[tuple[int, int, bool, str]] = []
@@ -267,12 +192,8 @@ def _layout_ok(
 
 
 def parse_response(text: str, spec: FormatSpec = FULL_FORMAT) -> ParsedResponse:
-    """Parse one completion under ``spec`` (RLSR Sec. C.1 format, Sec. C.3 parser; module
-    docstring for the rules). Never raises on a str.
-
-    Raises TypeError only when ``text`` is not a str (e.g. a TRL conversational message list:
-    pass ``completion[0]["content"]``).
-    """
+    """Parse one completion under ``spec`` (RLSR Sec. C.1 format, Sec. C.3 parser); TypeError
+    only when ``text`` is not a str."""
     if not isinstance(text, str):
         raise TypeError(
             f"parse_response expects the completion text as str; got {type(text).__name__}. "
@@ -314,13 +235,8 @@ def parse_response(text: str, spec: FormatSpec = FULL_FORMAT) -> ParsedResponse:
 
 def parse_plain_response(text: str) -> ParsedResponse:
     """Read a response without tags (SFT-Answer-Only, paper Sec. D.3): the answer is the first
-    non-empty line, stripped; ``answer_start`` is where it begins. No confidence; ``format_ok``
-    means an answer was found. Blank text gives no answer.
-
-    The SFT targets are single-line gold answers followed by the end of the turn, so the first
-    line is the answer; text after it (a base model that continues past its end-of-turn token,
-    whose special tokens are dropped when decoding) is ignored.
-    """
+    non-empty line (SFT targets are single-line answers; a model that continues past its
+    end-of-turn is ignored after it). No confidence; ``format_ok``: an answer was found."""
     if not isinstance(text, str):
         raise TypeError(f"parse_plain_response expects str; got {type(text).__name__}.")
     answer = start = None

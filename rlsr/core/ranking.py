@@ -43,13 +43,9 @@ def harmonic_numbers(n: int) -> np.ndarray:
 
 
 def descending_order(confidence: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Stable order of samples by confidence descending and the tie-group start offsets.
-
-    Returns ``(order, starts)``: ``confidence[order]`` is non-increasing and
-    ``starts`` are the indices into ``order`` where a new tie group begins.
-    """
+    """``(order, starts)``: the stable order by confidence descending and the indices into
+    ``order`` where a new tie group begins."""
     n = confidence.shape[0]
-    # Sorting the negated values ascending gives a descending order; ties stay in input order.
     order = np.argsort(-confidence, kind="stable")
     sorted_conf = confidence[order]
     if n == 0:
@@ -60,19 +56,10 @@ def descending_order(confidence: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def tie_averaged_weights(confidence, position_weights) -> np.ndarray:
-    """Per-sample weights: ``position_weights[p-1]`` for the sample at descending position p,
-    averaged within each group of tied confidences.
-
-    Args:
-        confidence: shape (n,), finite values; higher means more confident.
-        position_weights: shape (n,), the weight of descending positions 1..n.
-
-    Returns:
-        shape (n,) in the input sample order. The sum of the result equals the sum of
-        ``position_weights`` and, for any per-sample vector x, ``sum(result * x)`` is the
-        expectation of ``sum_p position_weights[p-1] * x[sample at p]`` over all orderings of
-        tied samples (each tie group is exchangeable).
-    """
+    """Per-sample weights, in input order: ``position_weights[p-1]`` for the sample at
+    descending position p, averaged within each group of tied confidences, so that
+    ``sum(result * x)`` is the expectation of ``sum_p position_weights[p-1] * x[sample at p]``
+    over all orderings of tied samples."""
     conf = as_float_array(confidence, "confidence")
     w = as_float_array(position_weights, "position_weights")
     if w.shape != conf.shape:

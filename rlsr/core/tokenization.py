@@ -8,9 +8,8 @@ vocabulary into character soup. The toy tokenizer therefore records
     "rlsr_load_as": "PreTrainedTokenizerFast"
 
 in its ``tokenizer_config.json`` (the key survives save/load round trips, so trained arms keep
-it), and ``load_tokenizer`` honours it. The training run (rlsr.train.training) and the evaluator
-(rlsr.generation.backends) load every tokenizer through ``load_tokenizer``;
-``patch_auto_tokenizer`` does the same for third-party code in one process.
+it), and ``load_tokenizer``, through which the trainer and the evaluator load every tokenizer,
+honours it.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ __all__ = [
     "TOKENIZER_MARKER_KEY",
     "marked_tokenizer_class",
     "load_tokenizer",
-    "patch_auto_tokenizer",
     "render_chat_prompt",
     "model_context_length",
     "prompt_token_counter",
@@ -58,24 +56,6 @@ def load_tokenizer(path, **kwargs):
         kwargs.pop("trust_remote_code", None)
         return PreTrainedTokenizerFast.from_pretrained(str(path), **kwargs)
     return AutoTokenizer.from_pretrained(path, **kwargs)
-
-
-def patch_auto_tokenizer() -> None:
-    """Make ``AutoTokenizer.from_pretrained`` honour the marker in this process (idempotent)."""
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    original = AutoTokenizer.from_pretrained
-    if getattr(original, "_rlsr_patched", False):
-        return
-
-    def from_pretrained(path, *args, **kwargs):
-        if marked_tokenizer_class(path) is not None:
-            kwargs.pop("trust_remote_code", None)
-            return PreTrainedTokenizerFast.from_pretrained(str(path), *args, **kwargs)
-        return original(path, *args, **kwargs)
-
-    from_pretrained._rlsr_patched = True
-    AutoTokenizer.from_pretrained = from_pretrained
 
 
 def render_chat_prompt(tokenizer, prompt) -> str:
@@ -133,9 +113,8 @@ def _rope_stretched(section: dict) -> bool:
 
 def model_context_length(path) -> tuple[int, str] | None:
     """The model's context in tokens and where it was read (``max_position_embeddings in
-    PATH/config.json``), from the ``config.json`` of a local model folder or of a hub model in
-    the local cache (nothing is downloaded, no remote code runs); None when unknown, or when
-    RoPE scaling (linear, dynamic) stretches the positions past what the config names."""
+    PATH/config.json``); None when unknown, or when RoPE scaling (linear, dynamic) stretches the
+    positions past what the config names."""
     found = _model_config(path)
     if found is None:
         return None
@@ -152,8 +131,7 @@ def model_context_length(path) -> tuple[int, str] | None:
 
 
 def prompt_token_counter(tokenizer):
-    """``count(messages)``: the tokens of a conversation rendered as the backends and the trainer
-    render it (``render_chat_prompt``; the chat template holds the special tokens)."""
+    """``count(messages)``: the tokens of a conversation as ``render_chat_prompt`` renders it."""
 
     def count(messages) -> int:
         text = render_chat_prompt(tokenizer, messages)

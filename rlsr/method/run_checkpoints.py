@@ -1,5 +1,4 @@
-"""The output layout and resume every rlsr trainer shares (``RLSRTrainer``,
-``SFTAnswerTrainer``)."""
+"""The output layout and resume that ``RLSRTrainer`` and ``SFTAnswerTrainer`` share."""
 
 from __future__ import annotations
 
@@ -11,14 +10,9 @@ __all__ = ["RunCheckpoints"]
 
 
 class RunCheckpoints:
-    """Trainer mixin every rlsr trainer (GRPO and SFT methods) shares, so that all write the same
-    output layout and resume the same way:
-
-    - save: HF Trainer's, with ``training_args.json`` instead of the pickled ``training_args.bin``
-      (loading a pickle runs code, nothing reads that file back: resume uses
-      ``trainer_state.json``; the JSON masks token fields such as ``hub_token``);
-    - resume: the optimizer state of a multi-process CPU run loads (see
-      ``_load_optimizer_and_scheduler``)."""
+    """Trainer mixin: save writes ``training_args.json`` instead of the pickled
+    ``training_args.bin`` (loading a pickle runs code; nothing reads it back, resume uses
+    ``trainer_state.json``); a multi-process CPU run's optimizer state loads on resume."""
 
     def _save(self, output_dir: str | None = None, state_dict=None) -> None:
         super()._save(output_dir, state_dict=state_dict)
@@ -27,14 +21,10 @@ class RunCheckpoints:
         (folder / "training_args.json").write_text(self.args.to_json_string())
 
     def _load_optimizer_and_scheduler(self, checkpoint):
-        """HF Trainer's load, with the optimizer state mapped to ``cpu`` instead of ``cpu:0``.
-
-        transformers 5.17 loads ``optimizer.pt`` with ``map_location=args.device`` when more than
-        one process trains; for gloo processes on the CPU accelerate's device is
-        ``torch.device("cpu", 0)``, which torch 2.13's ``torch.load`` rejects ("don't know how to
-        restore data location ... (tagged with cpu:0)"), so a multi-process CPU run could not
-        resume (found by tests/test_multinode.py). Same device, spelled the way torch.load knows.
-        """
+        """HF Trainer's load with ``map_location`` ``cpu`` instead of ``cpu:0``: transformers 5.17
+        maps ``optimizer.pt`` to ``args.device``, ``cpu:0`` for gloo processes, which torch 2.13's
+        ``torch.load`` rejects ("don't know how to restore data location"), so a multi-process
+        CPU run could not resume (tests/test_multinode.py)."""
         device = self.args.device
         if checkpoint is None or device.type != "cpu" or device.index is None:
             return super()._load_optimizer_and_scheduler(checkpoint)

@@ -1,23 +1,10 @@
 """The run plan: what one launch will do, decided once before anything loads, then passed down.
 
-``plan_from_config(config)`` is the one door: the composed Hydra config (``train.py``'s, the
-toy's, ``slurm/resolve_config.py``'s, the GPU acceptance script's) becomes typed settings
-(``rlsr.config.from_dict``), then ``plan_run``:
-
-1. load: the tasks the settings name (``rlsr.config.register_tasks``), so their rows and
-   prompts resolve; idempotent, and the only write of planning (to the task registry);
-2. check, reading the settings only: the method's checks (``rlsr.method.methods.check_method``),
-   every section's (``TrainSettings.validate``: each settings dataclass's own ``validate``);
-3. derive, once: the method bound to its settings, one optimizer step's pool and its gradient
-   accumulation, the held-out evaluation plan, the evaluation protocol and each named variant's,
-   the vLLM context, the trainer's arguments (``trainer_arguments``), and the pool log the run
-   writes (off for a method without a reward pool: planned here, the settings are never
-   changed).
-
-``rlsr.train.training`` receives the plan and builds the trainer and the held-out evaluator from it
-(resolving only ``model.attn_implementation=auto`` on the machine that trains), ``train.py``'s end-of-run summary reads it, and ``slurm/resolve_config.py`` prints its
-fields for the Slurm scripts, so no part of a launch derives any of these a second time (and
-none can disagree with another).
+``plan_from_config(config)`` is the one door (``train.py``, the toy, ``slurm/resolve_config.py``,
+the GPU acceptance script): the composed config becomes typed settings, then ``plan_run`` loads
+the tasks they name, runs the method's and every section's checks, and derives each answer once
+(``RunPlan``'s fields). The trainer, the held-out evaluator and the run summary read the plan, so
+no part of a launch derives any of these a second time.
 """
 
 from __future__ import annotations
@@ -68,30 +55,13 @@ VLLM_MODES: dict[str, dict] = {
 class RunPlan:
     """One launch's plan (``plan_run``): every field is an answer, derived once.
 
-    Parameters:
-        settings (`TrainSettings`): the checked settings, as given (planning never changes them).
-        method (`Method` or `None`): the registry entry bound to ``settings.method``; None for
-            ``method=sft``, which trains on fixed answers (no reward method).
-        section (`str`): the section holding the trainer's arguments (``grpo`` or ``sft``).
-        world_size (`int`): processes of this launch (``$WORLD_SIZE``, else 1, unless given).
-        pool (`PoolPlan` or `None`): one optimizer step's pool and its gradient accumulation
-            (GRPO methods; None for a supervised method).
-        heldout (`HeldOutSettings` or `None`): the held-out evaluation, resolved; None
-            when ``heldout.every`` is 0.
-        vllm_max_model_length (`int` or `None`): the vLLM engine's context per sequence (a
-            server started for this run is sized by it): ``grpo.vllm_max_model_length`` when
-            set, else the one rlsr sets (``rlsr.config.vllm_context_length``; for sft, whose
-            trainer has no engine, the size of a server started beside it); None when the
-            prompt limit is unset (vLLM's default).
-        trainer_args (`dict`): keyword arguments for the method's TRL config (``GRPOConfig`` /
-            ``SFTConfig``; ``trainer_arguments``), ``model.attn_implementation`` as configured
-            (``rlsr.train.training.trainer_kwargs`` resolves ``auto`` on the machine that trains).
-        protocols (`dict`): the run's evaluation protocol (key None,
-            ``rlsr.config.heldout_protocol``) and each named variant's (``heldout.variants``).
-        pool_log (`PoolLogSettings`): the pool files the run writes: ``settings.pool_log``, with
-            ``every`` 0 for a method without a reward pool.
-        notes (`tuple[str, ...]`): what the plan decided that the settings did not say (a
-            setting that does not apply), one line each; ``train.py`` prints them.
+    ``method`` is None and ``section`` ``sft`` for method=sft (no reward method); ``pool`` (one
+    optimizer step's pool and its accumulation) is None for it too. ``heldout`` is None when
+    ``heldout.every`` is 0. ``vllm_max_model_length``: ``grpo.vllm_max_model_length`` when set,
+    else ``rlsr.config.vllm_context_length`` (None: vLLM's default). ``trainer_args``: the TRL
+    config's keyword arguments, ``attn_implementation=auto`` unresolved. ``protocols``: the run's
+    evaluation protocol (key None) and each named variant's. ``pool_log``: off for a method
+    without a reward pool. ``notes``: what the plan decided that the settings did not say.
     """
 
     settings: TrainSettings
@@ -107,40 +77,26 @@ class RunPlan:
     notes: tuple[str, ...] = ()
 
     @property
-    def output_dir(self) -> str:
-        return self.settings.output_dir
-
-    @property
-    def gpu_settings(self) -> list[str]:
-        """The training settings that ask for a GPU (``gpu_settings``)."""
-        return gpu_settings(self.settings.grpo)
-
-    @property
     def variants(self) -> tuple[str, ...]:
-        """The named protocol variants the recipe declares (``heldout.variants``)."""
+        """The named protocol variants the recipe declares."""
         return tuple(name for name in self.protocols if name is not None)
 
     def protocol(self, variant: str | None = None) -> EvalProtocol:
-        """The run's evaluation protocol (``rlsr.config.heldout_protocol``, planned once), with
-        the named variant ``variant`` on top; a variant the recipe does not declare raises
-        ``ConfigError`` naming the declared ones."""
+        """The run's evaluation protocol with the named ``variant`` on top; an undeclared variant
+        raises ``ConfigError`` naming the declared ones."""
         if variant in self.protocols:
             return self.protocols[variant]
         return heldout_protocol(self.settings, self.section, variant)  # raises: not declared
 
     def evaluate_flags(self, variant: str | None = None) -> list[str]:
-        """The ``rlsr evaluate`` flags of ``protocol(variant)``, plus ``--protocol-variant NAME``
-        so run.json records which evaluation it is."""
+        """``rlsr evaluate`` flags of ``protocol(variant)``, with ``--protocol-variant NAME``."""
         flags = protocol_flags(self.protocol(variant))
         return flags + (["--protocol-variant", variant] if variant else [])
 
 
 def gpu_settings(grpo: Mapping) -> list[str]:
-    """The training settings of section ``grpo`` that ask for a GPU, as ``field=value``
-    overrides: ``grpo.use_cpu`` false (TRL's default) and mixed precision (``grpo.bf16`` /
-    ``grpo.fp16`` true). A CPU recipe states ``use_cpu: true, bf16: false``
-    (recipes/recipe/tiny.yaml); train.slurm and slurm/sweep.py refuse any other on CPU nodes,
-    naming these fields. vLLM is not among them: the Slurm scripts set grpo.use_vllm themselves."""
+    """The ``grpo`` settings that ask for a GPU, as ``field=value``: ``use_cpu`` false (TRL's
+    default), ``bf16`` / ``fp16`` true. The Slurm scripts refuse them on CPU nodes."""
     found = []
     if not grpo.get("use_cpu", False):
         found.append("grpo.use_cpu=false")
@@ -149,9 +105,7 @@ def gpu_settings(grpo: Mapping) -> list[str]:
 
 
 def _pool_log(cfg: TrainSettings, method: Method | None) -> tuple[PoolLogSettings, tuple[str, ...]]:
-    """The pool files the run writes, and the note when a setting does not apply: recipe=tiny
-    turns the pool log on for every method; one trained on fixed answers (method=sft) has no
-    reward pool, so it writes none (said, not silent)."""
+    """The pool files the run writes: none, with a note, for a method without a reward pool."""
     if method is not None or not cfg.pool_log.every:
         return cfg.pool_log, ()
     note = (
@@ -169,12 +123,9 @@ def trainer_arguments(
     pool: PoolPlan | None,
     vllm_max_model_length: int | None,
 ) -> dict:
-    """Keyword arguments for the method's TRL config (``GRPOConfig`` / ``SFTConfig``): section
-    ``section`` of ``cfg`` plus the fields rlsr manages (``output_dir``, ``seed``, the model's
-    init kwargs, a reward method's ``reward_weights``). For a GRPO method, from the plan: the
-    gradient accumulation that makes one optimizer step's pool ``pool_size`` (``pool``), and,
-    with vLLM, the engine's context (``vllm_max_model_length``: as set, else max prompt + what
-    an answer needs)."""
+    """Keyword arguments for the method's TRL config: section ``section`` plus what rlsr manages
+    (``output_dir``, ``seed``, model init kwargs, ``reward_weights``; for GRPO the accumulation
+    that makes the pool and, with vLLM, the engine's context)."""
     kwargs = dict(getattr(cfg, section))
     if pool is not None:
         kwargs["gradient_accumulation_steps"] = pool.accumulation
@@ -194,10 +145,9 @@ def trainer_arguments(
 
 
 def plan_run(cfg: TrainSettings, *, world_size: int | None = None, here: bool = True) -> RunPlan:
-    """Load the tasks ``cfg`` names, check ``cfg`` without loading any model or dataset and
-    derive the run plan once (module docstring). Raises ``ConfigError`` naming the field and
-    the fix. ``world_size`` defaults to ``$WORLD_SIZE`` (set by ``accelerate launch``/torchrun),
-    else 1. ``here=False``: the launch runs on another machine (``TrainSettings.validate``)."""
+    """Load the tasks ``cfg`` names, check it without loading a model or dataset and derive the
+    plan (``ConfigError`` naming field and fix). ``world_size``: default ``$WORLD_SIZE``, else
+    1; ``here=False``: the launch runs on another machine."""
     register_tasks(cfg)
     method = check_method(cfg)
     section = args_section(cfg.method)
@@ -224,13 +174,8 @@ def plan_from_config(
     vllm_mode: str | None = None,
     here: bool = True,
 ) -> RunPlan:
-    """The run plan of a composed config: ``config`` is the Hydra tree (``DictConfig``, as
-    ``train.py`` receives it or ``rlsr.config.compose.compose_tree`` returns it) or its plain
-    mapping; interpolations are resolved and ``hydra`` bookkeeping dropped. ``vllm_mode``
-    (``VLLM_MODES``): plan the launch with the vLLM engine a launcher gives it (train.slurm's
-    ``grpo.use_vllm`` / ``grpo.vllm_mode`` overrides); None: as configured. ``world_size`` /
-    ``here``: as ``plan_run``'s. Raises ``ConfigError`` naming the field and the fix (an
-    ``omegaconf`` error for an interpolation that does not resolve)."""
+    """The run plan of a composed Hydra tree (or its plain mapping). ``vllm_mode``
+    (``VLLM_MODES``): plan with the vLLM engine a launcher gives the run; None: as configured."""
     values = (
         OmegaConf.to_container(config, resolve=True)
         if OmegaConf.is_config(config)

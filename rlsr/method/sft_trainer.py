@@ -4,17 +4,10 @@ The paper fine-tunes the base model "on (question, answer) pairs from HotPotQA w
 chain-of-thought or confidence output because there is no groundtruth chain-of-thought and
 confidence", then ranks its answers post hoc by self-consistency (K = 8, T = 0.7).
 
-``sft_examples`` turns rows of the ``rlsr.data`` contract into TRL's conversational
-prompt-completion format: the prompt messages as loaded (``recipes/method/sft.yaml`` sets
-``data.system_prompt=none``, so the user message with the problem alone, no tag instructions)
-and the gold ``answer`` as the assistant turn. TRL then computes the loss on the completion
-tokens only (``completion_only_loss`` defaults to True for prompt-completion data), including the
-chat template's end-of-turn token, so the model learns to answer and stop.
-
-``SFTAnswerTrainer`` is ``SFTTrainer`` plus the output layout every rlsr trainer shares
-(``RunCheckpoints``: ``training_args.json``, no pickle; multi-process CPU resume); nothing else
-is overridden. The run is assembled (tokenizer, LoRA, resume, export) by ``rlsr.train.training`` like a
-GRPO run.
+``sft_examples`` turns contract rows into TRL's conversational prompt-completion format: the
+prompt as loaded (``recipes/method/sft.yaml`` sets ``data.system_prompt=none``: no tag
+instructions) and the gold ``answer`` as the assistant turn. TRL computes the loss on the
+completion tokens only, end-of-turn token included, so the model learns to answer and stop.
 """
 
 from __future__ import annotations
@@ -23,21 +16,18 @@ from trl import SFTTrainer
 
 from rlsr.method.run_checkpoints import RunCheckpoints
 
-__all__ = ["SFTAnswerTrainer", "sft_example", "sft_examples"]
+__all__ = ["SFTAnswerTrainer", "sft_examples"]
 
 
 class SFTAnswerTrainer(RunCheckpoints, SFTTrainer):
-    """TRL's SFTTrainer with rlsr's output layout (see module docstring)."""
-
-
-def sft_example(row: dict) -> dict:
-    """One contract row -> ``{"prompt": messages, "completion": [assistant: gold answer]}``."""
-    return {
-        "prompt": list(row["prompt"]),
-        "completion": [{"role": "assistant", "content": str(row["answer"])}],
-    }
+    """TRL's SFTTrainer with rlsr's output layout (``RunCheckpoints``)."""
 
 
 def sft_examples(dataset):
-    """The training set for SFT: ``sft_example`` on every row, other columns dropped."""
-    return dataset.map(sft_example, remove_columns=dataset.column_names)
+    """The training set for SFT: per row ``{"prompt": messages, "completion": [assistant: gold
+    answer]}``, other columns dropped."""
+    return dataset.map(
+        lambda row: {"prompt": list(row["prompt"]),
+                     "completion": [{"role": "assistant", "content": str(row["answer"])}]},
+        remove_columns=dataset.column_names,
+    )  # fmt: skip

@@ -1,6 +1,5 @@
 """What a run folder and an evaluation output folder hold, in one place: file names, step
-folders, run.json. It names files for every floor (the trainer, the pool files, evaluation,
-serving), so it sits low: it imports only ``rlsr.data`` and ``rlsr.run.eval_protocol``.
+folders, run.json, for every floor (trainer, pool files, evaluation, serving).
 
 ``rlsr evaluate --output-dir OUT``::
 
@@ -21,15 +20,10 @@ The held-out evaluation during training writes the same layout per optimizer ste
     RUN_DIR/checkpoint-N/            HF Trainer's checkpoint of step N (named by transformers)
     RUN_DIR/pools/step-N.jsonl       the optimizer-step pool of step N (rlsr.method.pool_log)
 
-``rlsr evaluate`` also writes ``OUT/summary.json`` (what each dataset ran), with
-``--deployment-target`` ``OUT/deployment.json`` and ``.md`` (the file ``rlsr serve --threshold``
-reads; ``rlsr deploy --output-dir DIR`` writes the same names in DIR), with
-``--audit-deployment`` ``OUT/audit.json`` and ``.md``. The other commands' output folders:
+``rlsr evaluate`` also writes ``OUT/summary.json``, with ``--deployment-target``
+``OUT/deployment.json`` and ``.md`` (what ``rlsr serve --threshold`` reads), with
+``--audit-deployment`` ``OUT/audit.json`` and ``.md``; the other commands' output folders:
 ``rlsr.evaluation.run.outputs``.
-
-Writers (``rlsr.evaluation.run.runner``, ``.cli``, ``.heldout``, ``rlsr.method.trainer``,
-``rlsr.method.pool_log``) and readers (``rlsr.evaluation.heldout.history``, ``.deployment``, ``.report``,
-``rlsr serve --threshold-from``) take the names and rules from here.
 """
 
 from __future__ import annotations
@@ -95,31 +89,20 @@ DEPLOYMENT_FILE = "deployment.json"  # its report: .with_suffix(".md")
 AUDIT_FILE = "audit.json"  # its report: .with_suffix(".md")
 PARTIAL_SUFFIX = ".partial"
 STEP_PREFIX = "step-"  # eval/step-N/ and pools/step-N.jsonl
-# transformers.trainer_utils.PREFIX_CHECKPOINT_DIR + "-" (Trainer saves OUTPUT_DIR/checkpoint-N).
-# Restated, not imported: importing trainer_utils loads torch (seconds), and this module is read by
-# `rlsr serve`, `rlsr report` and the Slurm scripts; tests/test_layout.py checks it against
-# transformers' source, so a rename there fails a test.
+# transformers' PREFIX_CHECKPOINT_DIR + "-", restated: importing it loads torch (seconds);
+# tests/test_layout.py checks it against transformers' source.
 CHECKPOINT_PREFIX = "checkpoint-"
 POOLS_DIR = "pools"  # RUN_DIR/pools/step-N.jsonl: one optimizer step's pool (rlsr.method.pool_log)
 POOL_SUFFIX = ".jsonl"
-# What train.py saves in OUTPUT_DIR at the end (a LoRA adapter, or the full model): the final
-# weights that the run summary's `rlsr evaluate` reads.
+# The final weights train.py saves in OUTPUT_DIR (a LoRA adapter, or the full model).
 FINAL_WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors")
 
 # run.json fields that decide what a sample is: a rerun into the same --output-dir must agree on
 # each (else samples of two configurations would mix in one samples.jsonl). Execution details
 # (backend, batch sizes, --limit, dtype, parallelism) may change between resumes.
-CONFIG_FIELDS = (
-    "model",
-    "adapter_sha256",
-    "columns",
-    *SAMPLE_FIELDS,
-    "judge_model",
-    "judge_max_answer_chars",
-)  # fmt: skip  (the protocol's sample-deciding fields: rlsr.run.eval_protocol declares them)
-
-
-# --------------------------------------------------------------------------- step folders
+# (SAMPLE_FIELDS: the protocol's sample-deciding fields, declared by rlsr.run.eval_protocol)
+CONFIG_FIELDS = ("model", "adapter_sha256", "columns", *SAMPLE_FIELDS, "judge_model",
+                 "judge_max_answer_chars")  # fmt: skip
 
 
 def _number_after(prefix: str, folder: str | os.PathLike) -> int | None:
@@ -161,9 +144,6 @@ def step_folders(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
     return _numbered_folders(Path(output_dir) / EVAL_DIR, STEP_PREFIX)
 
 
-# --------------------------------------------------------------------------- checkpoints
-
-
 def checkpoint_dir(output_dir: str | os.PathLike, step: int) -> Path:
     """``OUTPUT_DIR/checkpoint-N``: where HF Trainer saves the checkpoint of optimizer step N."""
     return Path(output_dir) / f"{CHECKPOINT_PREFIX}{step}"
@@ -175,12 +155,8 @@ def checkpoint_step(folder: str | os.PathLike) -> int | None:
 
 
 def checkpoint_folders(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
-    """``(N, OUTPUT_DIR/checkpoint-N)`` of every checkpoint folder, by step (the folders
-    ``transformers.trainer_utils.get_last_checkpoint`` chooses from)."""
+    """``(N, OUTPUT_DIR/checkpoint-N)`` of every checkpoint folder, by step."""
     return _numbered_folders(Path(output_dir), CHECKPOINT_PREFIX)
-
-
-# --------------------------------------------------------------------------- pool files
 
 
 def pool_path(output_dir: str | os.PathLike, step: int) -> Path:
@@ -199,12 +175,8 @@ def pool_steps(output_dir: str | os.PathLike) -> list[int]:
     return sorted(steps)
 
 
-# --------------------------------------------------------------------------- run.json
-
-
 def read_run_file(out: Path) -> dict | None:
-    """``OUT/run.json`` read back, None if there is none; a broken one is an error that says how
-    to go on."""
+    """``OUT/run.json`` read back, None if there is none."""
     path = out / RUN_FILE
     if not path.is_file():
         return None
@@ -232,33 +204,27 @@ def datasets_with_samples(out: Path) -> set[str]:
 
 
 def config_differences(old: dict, new: dict, saved: set[str] | None = None) -> list[str]:
-    """``field: old -> new`` for each CONFIG_FIELDS entry (and verifier of a shared dataset)
-    that differs, then what changed in the ``versions`` of the datasets in ``saved`` (those with
-    samples: data files, plugin file, verifier options; ``rlsr.data.version_differences``);
+    """``field: old -> new`` for each CONFIG_FIELDS entry, verifier, served model root and task
+    file that differs, then what changed in the ``versions`` of the datasets in ``saved``;
     fields an older run.json lacks are not compared."""
     diffs = [f"{k}: {_short(old[k])} -> {_short(new[k])}"
              for k in CONFIG_FIELDS if k in old and old[k] != new[k]]  # fmt: skip
     old_v, new_v = old.get("verifiers") or {}, new["verifiers"]
     diffs += [f"verifier of {n}: {old_v[n]!r} -> {new_v[n]!r}"
               for n in sorted(set(old_v) & set(new_v)) if old_v[n] != new_v[n]]  # fmt: skip
-    # an endpoint's served weights (vllm serve's model root): a rerun against a server that
-    # serves other weights under the same --model name is refused too
+    # a server that serves other weights under the same --model name is refused too
     old_root = ((old.get("endpoint") or {}).get("served_model") or {}).get("root")
     new_root = ((new.get("endpoint") or {}).get("served_model") or {}).get("root")
     if old_root and new_root and old_root != new_root:
         diffs.append(f"served model root: {old_root!r} -> {new_root!r}")
     old_t, new_t = old.get("tasks") or {}, new.get("tasks") or {}
     for n in sorted(set(old_t) & set(new_t)):
-        # what decides a sample (the file less its execution options: timeout_s may change);
-        # a run.json written before it was recorded compares the whole file
+        # the file less its execution options (timeout_s may change); older run.json: the file
         key = "definition_sha256" if old_t[n].get("definition_sha256") else "sha256"
         if old_t[n][key] != new_t[n].get(key):
             diffs.append(f"task file of {n}: {_short(old_t[n][key])} -> {_short(new_t[n][key])}")
     diffs += version_differences(old.get("versions") or {}, new.get("versions") or {}, saved)
     return diffs
-
-
-# --------------------------------------------------------------------------- folder lifecycle
 
 
 def move_aside(out: Path) -> Path:
@@ -275,8 +241,7 @@ def remove_unused(
     out: Path, datasets: Iterable[str], existed: set[str], root_existed: bool
 ) -> None:
     """After a failed run: remove the dataset folders it created that hold no sample and no
-    finished endpoint request (``REQUESTS_FILE``: paid for, replayed by the rerun), and ``out``
-    itself if the run created it and it holds nothing but run.json."""
+    finished (paid for) endpoint request, and ``out`` if it created it and holds only run.json."""
     for name in datasets:
         path = out / name
         if name not in existed and path.is_dir():
@@ -287,12 +252,8 @@ def remove_unused(
         shutil.rmtree(out)
 
 
-# --------------------------------------------------------------------------- shell scripts
-
-
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rlsr.run.run_layout NAME...``: print each named constant, one a line, so
-    the Slurm scripts read the names from here instead of spelling them."""
+    """``python -m rlsr.run.run_layout NAME...``: print each named constant (for Slurm scripts)."""
     names = sys.argv[1:] if argv is None else argv
     unknown = [n for n in names if n not in __all__ or not isinstance(globals()[n], str)]
     if not names or unknown:

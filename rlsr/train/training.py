@@ -1,29 +1,11 @@
-"""Assembling a training run: load the dataset, build the trainer, resume, export.
-
-``run_training(plan)`` is what ``train.py`` calls with its run plan:
-
-1. ``rlsr.method.run_plan.plan_from_config``, once per launch (``train.py``): the method's checks and
-   every config section's, before anything is loaded, then the answers the build reads (pool,
-   held-out plan, protocols, vLLM context); every function here receives that plan and none
-   plans again;
-2. ``load_train_dataset``: the recipe's dataset (``rlsr.data``), over-long prompts dropped;
-3. ``build_trainer``: the trainer of the method's section (``TRAINERS``): for a reward method
-   ``GRPOConfig`` from the ``grpo`` section and ``rlsr.method.trainer.RLSRTrainer``, which also gets the
-   method, the verifier and the pool observers (``pool_hook``, the pool files); for method=sft
-   ``SFTConfig`` from ``sft``, its prompt/completion pairs and
-   ``rlsr.method.sft_trainer.SFTAnswerTrainer`` (``trainer_kwargs``: reward weights from the method's
-   columns, model init kwargs); tokenizer, LoRA config;
-4. resume from the newest checkpoint (``resume=auto``), or stop when it is already final;
-5. save the final adapter/model to ``output_dir``.
-
-``run_summary`` is the short account ``train.py`` ends with: where the run's files are, per
-held-out dataset the AURC, error rate and ranking gain at the first and last evaluated step, and
-the next commands.
+"""Assembling a training run from the launch's plan (``rlsr.method.run_plan.plan_from_config``,
+made once by ``train.py``; nothing here plans again): load the dataset, build the trainer of the
+method's section (``TRAINERS``), resume or stop when already final, save the final weights, and
+``run_summary``, the account ``train.py`` ends with.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -41,9 +23,6 @@ from rlsr.config import (
     ConfigError,
     HeldOutSettings,
     TrainSettings,
-    declared_variants,
-    heldout_protocol,
-    resolve_heldout,
     resolve_model_path,
     resolve_resume,
     training_verifier,
@@ -61,7 +40,6 @@ from rlsr.data.loading import (
 from rlsr.evaluation.heldout.evaluator import HeldOutEvaluator
 from rlsr.evaluation.heldout.history import read_history
 from rlsr.evaluation.run.summary import NOT_AVAILABLE, confidence_defined, metric_text, rate_warning
-from rlsr.method.methods import args_section
 from rlsr.method.pool import HookObserver
 from rlsr.method.pool_log import PoolLogObserver, PoolLogWriter
 from rlsr.method.run_plan import RunPlan
@@ -83,16 +61,14 @@ from rlsr.run.run_layout import (
 
 logger = logging.getLogger(__name__)
 
-# Per trainer section (rlsr.method.methods.args_section): the trainer class, its TRL config class, and
-# what turns the loaded rows into what it trains on (None: the rows, GRPO prompts, as loaded).
-# A reward method trains with RLSRTrainer; method=sft, the supervised baseline, with its own.
+# Per trainer section (``args_section``): the trainer, its TRL config and what turns the loaded
+# rows into what it trains on (None: the GRPO prompts as loaded).
 TRAINERS = {
     "grpo": (RLSRTrainer, GRPOConfig, None),
     "sft": (SFTAnswerTrainer, SFTConfig, sft_examples),
 }
 
 __all__ = [
-    "grpo_kwargs",
     "trainer_kwargs",
     "load_train_dataset",
     "build_trainer",
@@ -103,26 +79,10 @@ __all__ = [
 ]
 
 
-def grpo_kwargs(plan: RunPlan) -> dict[str, Any]:
-    """Keyword arguments for ``trl.GRPOConfig`` of the run plan of a GRPO method
-    (``trainer_kwargs(plan)``); a plan of a method trained with another section (method=sft:
-    ``SFTConfig``) raises ``ValueError`` naming it."""
-    _settings_of(plan, "grpo_kwargs")
-    if plan.section != "grpo":
-        raise ValueError(
-            f"grpo_kwargs: method={plan.settings.method.name} trains with {plan.section}.* "
-            f"({TRAINERS[plan.section][1].__name__}); use trainer_kwargs(plan)."
-        )
-    return trainer_kwargs(plan)
-
-
 def trainer_kwargs(plan: RunPlan) -> dict[str, Any]:
-    """Keyword arguments for the method's trainer config (``GRPOConfig`` / ``SFTConfig``) of the
-    launch's run plan (``rlsr.method.run_plan.plan_run``; computed once per launch and passed down, so
-    settings alone are refused: a second plan here could disagree with the launch's): the
-    plan's ``trainer_args`` with ``model.attn_implementation=auto`` resolved on this machine
-    (``rlsr.core.launch.resolve_attn_implementation``: flash-attn when a GPU and flash-attn are here,
-    else sdpa), the one answer that depends on where the trainer runs."""
+    """The plan's ``trainer_args`` (for ``GRPOConfig`` / ``SFTConfig``) with
+    ``model.attn_implementation=auto`` resolved on this machine, the one answer that depends on
+    where the trainer runs."""
     _settings_of(plan, "trainer_kwargs")
     kwargs = dict(plan.trainer_args)
     init = dict(kwargs["model_init_kwargs"])
@@ -134,8 +94,8 @@ def trainer_kwargs(plan: RunPlan) -> dict[str, Any]:
 
 
 def _settings_of(plan: RunPlan, caller: str) -> TrainSettings:
-    """The settings of the launch's run plan; bare settings are refused (planning them here
-    could disagree with the launch's plan)."""
+    """The plan's settings; bare settings are refused (planning them here could disagree with
+    the launch's plan)."""
     if not isinstance(plan, RunPlan):
         raise TypeError(
             f"{caller} takes the launch's run plan (rlsr.method.run_plan.plan_run(settings)), not "
@@ -145,14 +105,9 @@ def _settings_of(plan: RunPlan, caller: str) -> TrainSettings:
 
 
 def load_train_dataset(cfg, tokenizer=None, room=None):
-    """Training examples of ``cfg.data`` (``rlsr.data.load_examples``), prompts above
-    ``data.max_prompt_length`` tokens dropped.
-
-    TRL 1.16 has no ``max_prompt_length`` (it never truncates prompts); cutting the left of a
-    chat prompt would remove the system prompt, so over-long prompts are dropped and counted.
-    ``room``: a user task's prompts must fit the model's context with the completion budget
-    (``rlsr.data.PromptRoom``; ``_prompt_room``).
-    """
+    """Training examples of ``cfg.data``, prompts above ``data.max_prompt_length`` tokens dropped
+    and counted: TRL 1.16 never truncates prompts, and cutting a chat prompt's left would remove
+    the system prompt. ``room``: what a user task's prompts must fit (``_prompt_room``)."""
     spec = get_spec(cfg.data.task)
     split = cfg.data.split or spec.train_split or spec.split
     try:
@@ -185,17 +140,8 @@ def load_train_dataset(cfg, tokenizer=None, room=None):
         )  # fmt: skip
     limit = cfg.data.max_prompt_length
     if limit is not None and tokenizer is not None:
-        before = len(dataset)
-
-        def short_enough(example) -> bool:
-            ids = tokenizer.apply_chat_template(
-                example["prompt"], add_generation_prompt=True, tokenize=True
-            )
-            if isinstance(ids, dict) or hasattr(ids, "keys"):
-                ids = ids["input_ids"]
-            return len(ids) <= limit
-
-        dataset = dataset.filter(short_enough)
+        before, count = len(dataset), prompt_token_counter(tokenizer)
+        dataset = dataset.filter(lambda example: count(example["prompt"]) <= limit)
         dropped = before - len(dataset)
         if dropped:
             logger.warning(
@@ -213,9 +159,8 @@ def load_train_dataset(cfg, tokenizer=None, room=None):
 
 
 def _training_verifier(cfg):
-    """The trainer's verifier: a built-in dataset's by name (built lazily by the trainer); a user
-    task's built now with its options (``verifier: {name: ..., timeout_s: ...}``), so a plugin that
-    does not import stops the run before the model loads (docs/tasks.md)."""
+    """A built-in dataset's verifier by name (the trainer builds it); a user task's built now, so
+    a plugin that does not import stops the run before the model loads."""
     name = training_verifier(cfg.data)
     if get_spec(cfg.data.task).task is None:
         return name
@@ -223,9 +168,8 @@ def _training_verifier(cfg):
 
 
 def _prompt_room(tokenizer, model_path, budget, budget_name, engine_length=None):
-    """What a user task's prompts must fit (``rlsr.data.PromptRoom``): ``budget`` new tokens
-    within the vLLM engine's ``engine_length`` when set, else the model's context (config.json);
-    None when that is unknown."""
+    """``budget`` new tokens within the vLLM engine's ``engine_length`` when set, else the model's
+    context; None when that is unknown."""
     if engine_length is not None:
         context = (int(engine_length), "grpo.vllm_max_model_length")
         fix = f"lower {budget_name} or raise grpo.vllm_max_model_length"
@@ -245,9 +189,8 @@ def _prompt_room(tokenizer, model_path, budget, budget_name, engine_length=None)
 
 
 def _train_room(cfg, args, tokenizer, model_path):
-    """The room of the training split's prompts: none with ``data.max_prompt_length`` set (its
-    longer prompts are dropped and counted, the documented policy) or for a method without
-    rollouts; else ``grpo.max_completion_length`` within the rollout engine's context."""
+    """None with ``data.max_prompt_length`` set (longer prompts are dropped) or without rollouts;
+    else ``grpo.max_completion_length`` within the rollout engine's context."""
     budget = getattr(args, "max_completion_length", None)
     if cfg.data.max_prompt_length is not None or budget is None:
         return None
@@ -255,19 +198,16 @@ def _train_room(cfg, args, tokenizer, model_path):
     return _prompt_room(tokenizer, model_path, budget, "grpo.max_completion_length", engine)
 
 
-def _load_task_heldout(heldout: HeldOutSettings | None, tokenizer=None, model_path=None, args=None):
-    """Load the held-out splits of user tasks once before the model, so a missing column, an
-    empty split, duplicate ids or a prompt that cannot fit the model's context with
-    ``heldout.max_new_tokens`` is a ``ConfigError`` now, not after the model loaded."""
+def _load_task_heldout(heldout: HeldOutSettings | None, tokenizer, model_path, args):
+    """Load user tasks' held-out splits before the model, so bad data or a prompt that cannot fit
+    with ``heldout.max_new_tokens`` is a ``ConfigError`` now, not after the model loaded."""
     if heldout is None:
         return
-    room = None
-    if tokenizer is not None:
-        engine = None
-        if heldout.backend in ENGINE_BACKENDS and getattr(args, "use_vllm", False):
-            engine = args.vllm_max_model_length
-        room = _prompt_room(tokenizer, model_path, heldout.max_new_tokens, "heldout.max_new_tokens",
-                            engine)  # fmt: skip
+    engine = None
+    if heldout.backend in ENGINE_BACKENDS and getattr(args, "use_vllm", False):
+        engine = args.vllm_max_model_length
+    room = _prompt_room(tokenizer, model_path, heldout.max_new_tokens, "heldout.max_new_tokens",
+                        engine)  # fmt: skip
     e = heldout
     for _, name, split in heldout.jobs:
         if get_spec(name).task is None:
@@ -282,10 +222,8 @@ def _load_task_heldout(heldout: HeldOutSettings | None, tokenizer=None, model_pa
 
 
 def build_trainer(plan: RunPlan, *, callbacks=None, pool_hook=None, train_dataset=None):
-    """Create the trainer of the method's section (``TRAINERS``: ``RLSRTrainer`` for a reward
-    method, ``SFTAnswerTrainer`` for sft) from the launch's run plan (``rlsr.method.run_plan.plan_run``,
-    made once by the launch; its settings are ``plan.settings``). ``train_dataset`` (rows of the
-    ``rlsr.data`` contract) replaces the recipe's dataset."""
+    """The trainer of the method's section (``TRAINERS``) from the launch's plan;
+    ``train_dataset`` (rows of the ``rlsr.data`` contract) replaces the recipe's dataset."""
     cfg = _settings_of(plan, "build_trainer")
     method = plan.method
     if pool_hook is not None and method is None:
@@ -315,14 +253,17 @@ def build_trainer(plan: RunPlan, *, callbacks=None, pool_hook=None, train_datase
             raise RuntimeError(
                 f"TRL's generation batch {args.generation_batch_size} != pool {pool}"
             )
-    attn = kwargs["model_init_kwargs"]["attn_implementation"]
-    if args.process_index == 0:
-        print(f"[rlsr] attention implementation: {attn}", flush=True)
-        if pool is not None:
-            print(f"[rlsr] {pool.describe()}", flush=True)
-        if getattr(args, "use_vllm", False):
-            print(f"[rlsr] vllm_max_model_length: {args.vllm_max_model_length}", flush=True)
-        print(f"[rlsr] launch: {launch_from_env().label} ({args.world_size} processes)", flush=True)
+
+    def say(text: str) -> None:  # the main process tells what the run will do
+        if args.process_index == 0:
+            print(f"[rlsr] {text}", flush=True)
+
+    say(f"attention implementation: {kwargs['model_init_kwargs']['attn_implementation']}")
+    if pool is not None:
+        say(pool.describe())
+    if getattr(args, "use_vllm", False):
+        say(f"vllm_max_model_length: {args.vllm_max_model_length}")
+    say(f"launch: {launch_from_env().label} ({args.world_size} processes)")
 
     model_path = resolve_model_path(cfg.model.name_or_path)
     try:
@@ -363,12 +304,7 @@ def build_trainer(plan: RunPlan, *, callbacks=None, pool_hook=None, train_datase
         if plan.pool_log.every:
             pool_log = PoolLogWriter(cfg.output_dir, plan.pool_log.every, plan.pool_log.max_chars)
             observers.append(PoolLogObserver(pool_log, method))
-            if args.process_index == 0:
-                print(
-                    f"[rlsr] pool log every {plan.pool_log.every} steps -> "
-                    f"{Path(cfg.output_dir) / POOLS_DIR}",
-                    flush=True,
-                )
+            say(f"pool log every {plan.pool_log.every} steps -> {Path(cfg.output_dir) / POOLS_DIR}")
         extra = dict(method=method, verifier=_training_verifier(cfg), observers=observers)
     _load_task_heldout(plan.heldout, tokenizer, model_path, args)  # data errors: before the model
     trainer = trainer_class(
@@ -388,17 +324,11 @@ def build_trainer(plan: RunPlan, *, callbacks=None, pool_hook=None, train_datase
             output_dir=cfg.output_dir,
             trust_remote_code=cfg.model.trust_remote_code,
         ).bind(trainer)
-        if args.process_index == 0:
-            jobs = ", ".join(job for job, _, _ in heldout.jobs)
-            print(
-                f"[rlsr] held-out evaluation every {heldout.every} steps on {jobs} "
-                f"({heldout.backend}) -> {Path(cfg.output_dir) / 'eval'}",
-                flush=True,
-            )
+        jobs = ", ".join(job for job, _, _ in heldout.jobs)
+        say(f"held-out evaluation every {heldout.every} steps on {jobs} ({heldout.backend}) -> "
+            f"{Path(cfg.output_dir) / 'eval'}")  # fmt: skip
         trainer.heldout_evaluator = evaluator
-        if (
-            pool_log is not None
-        ):  # a GRPO run's pool files (pool_log.every)  # each pool names the held-out step its update first shows at
+        if pool_log is not None:  # each pool names the held-out step its update first shows at
             pool_log.heldout_due = evaluator.due
     return trainer
 
@@ -408,13 +338,8 @@ _STATE_FILES = ("optimizer.pt", "scheduler.pt", "trainer_state.json", "training_
 
 
 def checkpoint_is_final(checkpoint: str | os.PathLike, max_steps: int | None) -> bool:
-    """True when ``checkpoint`` already reached the end of training.
-
-    ``max_steps`` is ``grpo.max_steps`` / ``sft.max_steps`` (None or <= 0: the run is epoch based and the
-    ``max_steps`` HF Trainer stored in ``trainer_state.json`` is the end). HF Trainer resumed
-    from such a checkpoint runs one more optimizer step before it checks ``max_steps``, so a
-    requeued or rerun finished job would train past its end and overwrite the final adapter.
-    """
+    """True when ``checkpoint`` reached ``max_steps`` (None or <= 0: trainer_state.json's). HF
+    Trainer resumed from it would run one more step and overwrite the final adapter."""
     state_path = Path(checkpoint) / "trainer_state.json"
     if not state_path.is_file():
         return False
@@ -430,31 +355,20 @@ def export_final_from_checkpoint(checkpoint: str | os.PathLike, output_dir: str 
     if (out / "adapter_config.json").is_file() or (out / "config.json").is_file():
         return
     for item in Path(checkpoint).iterdir():
-        if (
-            item.is_file()
-            and item.name not in _STATE_FILES
-            and not item.name.startswith("rng_state")
-        ):
+        state = item.name in _STATE_FILES or item.name.startswith("rng_state")
+        if item.is_file() and not state:
             shutil.copy2(item, out / item.name)
 
 
-def run_versions(cfg, heldout: HeldOutSettings | None) -> dict:
-    """What decides the verdicts of a training run (``rlsr.data.version_records``): the
-    training dataset with its verifier, and every held-out dataset with its own."""
+def check_versions(cfg, heldout: HeldOutSettings | None) -> None:
+    """Refuse to continue a run whose files came from another version of its data, plugin or
+    verifier options (``OUTPUT_DIR/versions.json``, docs/tasks.md "Resuming"); else (re)write it."""
+    out = Path(cfg.output_dir)
+    # what decides the run's verdicts: the training and held-out datasets with their verifiers
     paths = {cfg.data.task: cfg.data.path} if cfg.data.path else None
     train = version_records({cfg.data.task: training_verifier(cfg.data)}, paths)
     held = {} if heldout is None else version_records(heldout.verifiers, heldout.data_path)
-    return {"train": train, "eval": held}
-
-
-def check_versions(cfg, heldout: HeldOutSettings | None) -> None:
-    """Refuse (``ConfigError``) to continue a run in ``output_dir`` whose checkpoints, held-out
-    step folders or pool files came from another version of its data files, plugin file or
-    verifier options (``OUTPUT_DIR/versions.json``; docs/tasks.md, "Resuming"); else (re)write
-    that file from the main process. A folder written before the file existed is accepted, said
-    once, and recorded from now on."""
-    out = Path(cfg.output_dir)
-    now = run_versions(cfg, heldout)
+    now = {"train": train, "eval": held}
     checkpoints = checkpoint_folders(out)
     earlier = bool(checkpoints or step_folders(out) or pool_steps(out))
     path = out / VERSIONS_FILE
@@ -483,13 +397,8 @@ def check_versions(cfg, heldout: HeldOutSettings | None) -> None:
 
 
 def run_training(plan: RunPlan, *, callbacks=None, pool_hook=None):
-    """Build, train (resuming per ``resume``) and save the final adapter/model of the launch's
-    run plan (``rlsr.method.run_plan.plan_run``, made once by the launch and passed on to
-    ``build_trainer``).
-
-    Returns the trainer, or None without loading the model when the checkpoint to resume from is
-    already final.
-    """
+    """Build, train (resuming per ``resume``) and save the final weights of the launch's plan;
+    None, without loading the model, when the checkpoint to resume from is already final."""
     cfg = _settings_of(plan, "run_training")
     checkpoint = resolve_resume(cfg.resume, cfg.output_dir)
     check_versions(cfg, plan.heldout)
@@ -512,10 +421,9 @@ def run_training(plan: RunPlan, *, callbacks=None, pool_hook=None):
 
 
 def rlsr_program() -> str:
-    """How the printed ``next:`` commands call the ``rlsr`` CLI: ``rlsr`` when the one on PATH is
-    this interpreter's, else the script beside this interpreter (``.venv/bin/rlsr`` after
-    scripts/install.sh, relative to the working directory when under it), so the commands run
-    as printed without activating the venv."""
+    """``rlsr`` when the one on PATH is this interpreter's, else the script beside it (relative
+    to the working directory when under it), so the printed commands run without activating the
+    venv."""
     beside = Path(sys.executable).parent / "rlsr"
     on_path = shutil.which("rlsr")
     if not beside.is_file() or (on_path and Path(on_path).absolute() == beside.absolute()):
@@ -526,23 +434,14 @@ def rlsr_program() -> str:
         return str(beside)
 
 
-def _aurc_of(row: dict) -> float | None:
-    """A history row's AURC; None (n/a) when its step gave no confidence at all
-    (``rlsr.evaluation.run.summary.confidence_defined``)."""
-    missing = row.get("missing_confidence")
-    if missing is not None and not confidence_defined(row["n"], missing):
-        return None
-    return row["aurc"]
-
-
-def _learning_line(dataset: str, first: dict, last: dict) -> str:
-    """One held-out dataset's line of the summary: AURC, error rate and ranking gain
-    (``rlsr.metrics.selective.ranking_gain_from_aurc``: error rate - AURC, 0 for a confidence that does
-    not rank) at the first and last evaluated step, and the last step's format rate; AURC and
-    gain are n/a at a step that gave no confidence."""
+def _dataset_lines(dataset: str, first: dict, last: dict) -> list[str]:
+    """AURC, error rate and ranking gain (error rate - AURC; both n/a at a step that gave no
+    confidence) at the first and last evaluated step, the last step's format rate, and a warning
+    when its answers rarely carry a confidence or the format."""
     aurc, gain = [], []
     for h in (first, last):
-        value = _aurc_of(h)
+        missing = h.get("missing_confidence")
+        value = h["aurc"] if missing is None or confidence_defined(h["n"], missing) else None
         aurc.append(metric_text(value, 4))
         # + 0.0 after rounding: a gain of -1e-16 (float noise of a constant confidence) is 0.000
         gain.append(
@@ -550,98 +449,66 @@ def _learning_line(dataset: str, first: dict, last: dict) -> str:
             if value is None
             else f"{round(ranking_gain_from_aurc(value, 1 - h['accuracy']), 3) + 0.0:+.3f}"
         )
-    return (
+    lines = [
         f"    {dataset}: AURC {aurc[0]} at step {first['step']} -> {aurc[1]} "
         f"at step {last['step']} (lower is better); error rate {1 - first['accuracy']:.3f} -> "
         f"{1 - last['accuracy']:.3f}; ranking gain (error rate - AURC, 0 = no ranking) "
         f"{gain[0]} -> {gain[1]}; format rate {last['format_rate']:.2f}"
-    )
-
-
-def _warning_line(dataset: str, last: dict) -> str | None:
-    """The summary's warning when the last evaluated step's answers rarely carry a confidence
-    or the answer format (``rlsr.evaluation.run.summary.rate_warning``)."""
-    missing = last.get("missing_confidence")
-    warning = rate_warning(last["n"], 0 if missing is None else missing, last.get("format_rate"))
-    return None if warning is None else f"    warning: {dataset} at step {last['step']}: {warning}"
+    ]
+    warning = rate_warning(last["n"], last.get("missing_confidence") or 0, last.get("format_rate"))
+    if warning is not None:
+        lines.append(f"    warning: {dataset} at step {last['step']}: {warning}")
+    return lines
 
 
 def _engine_flags(heldout: HeldOutSettings) -> list[str]:
-    """``rlsr evaluate`` flags for the engine the held-out evaluation ran on. ``vllm`` (colocated)
-    and ``vllm_server``: TRL pushes the merged LoRA weights into the engine, so ``--backend vllm
-    --merge-adapter`` (not LoRA kernels on the unmerged adapter), ``--dtype auto`` as TRL's
-    engine (the checkpoint's dtype; float32 on a CPU). The difference that remains on a GPU: TRL
-    merges in the training dtype (``model.dtype``, bfloat16) inside the engine, ``rlsr evaluate
-    --merge-adapter`` merges in float32 and casts once, so bfloat16 answers may differ in the
-    last bit of a weight (identical on a CPU, where both are float32). ``transformers``: the
-    defaults (as tests/test_heldout_eval checks)."""
+    """``rlsr evaluate`` flags for the held-out evaluation's engine: with vLLM, TRL pushes merged
+    LoRA weights into it, so ``--backend vllm --merge-adapter`` (TRL merges in the training
+    dtype, rlsr evaluate in float32: bfloat16 weights may differ in the last bit)."""
     if heldout.backend in ("vllm", "vllm_server"):
         return ["--backend", "vllm", "--merge-adapter"]
     return []
 
 
 def _tasks_flags(tasks_dir) -> list[str]:
-    """``--tasks-dir`` for each of the run's ``tasks_dir`` entries (absolute, so the command runs
-    from any folder); ``$RLSR_TASKS_PATH`` needs none: ``rlsr evaluate`` reads it too."""
+    """``--tasks-dir`` (absolute) for each ``tasks_dir`` entry; ``rlsr evaluate`` reads
+    ``$RLSR_TASKS_PATH`` itself."""
     if not tasks_dir:
         return []
     entries = [tasks_dir] if isinstance(tasks_dir, str) else list(tasks_dir)
     return [arg for entry in entries for arg in ("--tasks-dir", str(Path(entry).absolute()))]
 
 
-def _protocols(cfg, plan: RunPlan | None):
-    """``(protocol, variants)``: the run's evaluation protocol by variant name (None: the run's own)
-    and the named variants; the plan's (planned once), else derived from ``cfg`` (a finished run
-    read back without its launch's plan)."""
-    if plan is not None:
-        return plan.protocol, plan.variants
-    return functools.partial(heldout_protocol, cfg, args_section(cfg.method)), declared_variants(
-        cfg
-    )
-
-
-def _evaluate_command(
-    cfg, output_dir: Path, heldout: HeldOutSettings | None, plan: RunPlan | None = None
-) -> str:
-    """The ``rlsr evaluate`` command for the final adapter on the held-out tasks (else the
-    training task), with the flags of the run's protocol (``heldout_protocol``: the held-out
-    evaluation's own, also when it is off; ``plan``'s when given), so it reproduces the last
-    held-out step's numbers when that step is the last one."""
-    # the tasks the held-out evaluation resolved (a recipe's choice, a task's eval split), never
-    # the raw heldout.tasks (empty when they follow data.task)
+def _evaluate_command(plan: RunPlan, output_dir: Path) -> str:
+    """``rlsr evaluate`` of the final weights on the held-out tasks (else the training task) with
+    the held-out evaluation's protocol, so it reproduces the last held-out step's numbers."""
+    cfg, heldout = plan.settings, plan.heldout
     tasks = heldout.tasks if heldout is not None else [cfg.data.task]
-    args = [rlsr_program(), "evaluate", "--model", cfg.model.name_or_path, "--adapter", str(output_dir),
-            "--tasks", ",".join(tasks), "--output-dir", str(output_dir / "evaluate")]  # fmt: skip
+    args = [rlsr_program(), "evaluate", "--model", cfg.model.name_or_path,
+            "--adapter", str(output_dir), "--tasks", ",".join(tasks),
+            "--output-dir", str(output_dir / "evaluate")]  # fmt: skip
     args += _tasks_flags(cfg.tasks_dir)
     if heldout is not None:
         return shlex.join(args + protocol_flags(heldout.protocol) + _engine_flags(heldout))
-    protocol = _protocols(cfg, plan)[0](None)
-    return shlex.join(args + protocol_flags(protocol))
+    return shlex.join(args + protocol_flags(plan.protocol()))
 
 
-def _variant_lines(cfg, plan: RunPlan | None = None) -> list[str]:
-    """One line per named protocol variant (``heldout.variants``): what a later evaluation changes on
-    top of the run's protocol, as ``rlsr evaluate`` flags, and the flag that records its name
-    (from ``plan`` when given)."""
-    protocol, variants = _protocols(cfg, plan)
-    base = protocol(None).values()
+def _variant_lines(plan: RunPlan) -> list[str]:
+    """Per named protocol variant: what it changes on top of the run's protocol, as flags."""
+    base = plan.protocol().values()
     lines = []
-    for name in sorted(variants):
-        variant_values = protocol(name).values()
-        changed = {k: v for k, v in variant_values.items() if v != base[k]}
+    for name in sorted(plan.variants):
+        changed = {k: v for k, v in plan.protocol(name).values().items() if v != base[k]}
         text = " ".join(to_flags(changed)) or "nothing (same as held-out)"
         lines.append(f"  variant {name:<7}{text}  (rlsr evaluate ... --protocol-variant {name})")
     return lines
 
 
-def run_summary(
-    cfg, *, seconds: float | None = None, steps: int | None = None, plan: RunPlan | None = None
-) -> str:
-    """What ``train.py`` prints at the end, read from ``cfg.output_dir`` (a finished run): where
-    the adapter, checkpoints, held-out metrics (``eval/``) and pool files (``pools/``) are, the
-    held-out AURC and accuracy at the first and last evaluated step of each dataset, and the next
-    commands (``rlsr evaluate`` on the final adapter, ``rlsr report --curves`` / ``--pools``)."""
-    out = Path(cfg.output_dir)
+def run_summary(plan: RunPlan, *, seconds: float | None = None, steps: int | None = None) -> str:
+    """What ``train.py`` prints at the end, read from the finished run's folder: where its files
+    are, each held-out dataset's AURC and accuracy at the first and last evaluated step, and the
+    next commands (``rlsr evaluate`` of the final adapter, ``rlsr report``)."""
+    out = Path(_settings_of(plan, "run_summary").output_dir)
     done = f"{steps} optimizer steps" if steps is not None else "training finished"
     took = f" in {seconds:.0f} s" if seconds is not None else ""
     lines = [f"[rlsr] {done}{took}. Run folder: {out}"]
@@ -658,11 +525,7 @@ def run_summary(
         lines.append(f"  held-out     {out / EVAL_DIR} (steps {evaluated})")
         for dataset in dict.fromkeys(h["dataset"] for h in history):
             rows = sorted((h for h in history if h["dataset"] == dataset), key=lambda h: h["step"])
-            first, last = rows[0], rows[-1]
-            lines.append(_learning_line(dataset, first, last))
-            warning = _warning_line(dataset, last)
-            if warning:
-                lines.append(warning)
+            lines += _dataset_lines(dataset, rows[0], rows[-1])
         if failed:
             lines.append(
                 f"    failed evaluations at steps {failed} ({out / EVAL_DIR}/{STEP_PREFIX}N)"
@@ -677,14 +540,10 @@ def run_summary(
         )
     else:
         lines.append("  pools        none (pool_log.every=0)")
-    lines += _variant_lines(cfg, plan)
+    lines += _variant_lines(plan)
     lines.append("next:")
     if final:
-        if plan is None:  # a caller without the launch's plan (a finished run read back)
-            heldout = resolve_heldout(cfg, args_section(cfg.method))
-        else:
-            heldout = plan.heldout
-        lines.append(f"  {_evaluate_command(cfg, out, heldout, plan)}")
+        lines.append(f"  {_evaluate_command(plan, out)}")
     report = shlex.quote(str(out / "report"))
     rlsr = shlex.quote(rlsr_program())
     if history:
