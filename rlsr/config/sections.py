@@ -45,6 +45,7 @@ from rlsr.data import TaskError, get_spec, load_env_tasks, load_tasks
 from rlsr.data.tiny_models import (
     TinyModelsMissing,
     shipped_manifest,
+    shipped_model_path,
     tiny_candidates_model_path,
     tiny_missing_model_path,
     tiny_model_path,
@@ -64,11 +65,13 @@ TINY_MODEL_ALIAS = "tiny"
 TINY_WARM_MODEL_ALIAS = "tiny-warm"
 TINY_MISSING_MODEL_ALIAS = "tiny-missing-warm"
 TINY_CANDIDATES_MODEL_ALIAS = "tiny-candidates-warm"
+TINY_SPLIT_MODEL_ALIAS = "tiny-candidates-split"
 TINY_MODEL_ALIASES = (
     TINY_MODEL_ALIAS,
     TINY_WARM_MODEL_ALIAS,
     TINY_MISSING_MODEL_ALIAS,
     TINY_CANDIDATES_MODEL_ALIAS,
+    TINY_SPLIT_MODEL_ALIAS,
 )
 
 
@@ -158,13 +161,16 @@ class ModelSettings:
 
 def resolve_model_path(name_or_path: str) -> str:
     """Map the aliases ``tiny`` (random), ``tiny-warm`` (format fine-tuned),
-    ``tiny-missing-warm`` (recipe=tiny's) and ``tiny-candidates-warm`` (recipe=tiny-candidates's) to the
-    tiny models of the clone (rlsr.data.tiny_models: hash-checked folders, never built here); other names
-    are returned unchanged."""
+    ``tiny-missing-warm`` (recipe=tiny's), ``tiny-candidates-warm`` (recipe=tiny-candidates's) and
+    ``tiny-candidates-split`` (recipe=tiny-split's) to the tiny models of the clone
+    (rlsr.data.tiny_models: hash-checked folders, never built here); other names are returned
+    unchanged."""
     if name_or_path == TINY_MISSING_MODEL_ALIAS:
         return str(tiny_missing_model_path())
     if name_or_path == TINY_CANDIDATES_MODEL_ALIAS:
         return str(tiny_candidates_model_path())
+    if name_or_path == TINY_SPLIT_MODEL_ALIAS:
+        return str(shipped_model_path(TINY_SPLIT_MODEL_ALIAS))
     if name_or_path == TINY_WARM_MODEL_ALIAS:
         return str(tiny_warm_model_path())
     if name_or_path == TINY_MODEL_ALIAS:

@@ -47,7 +47,13 @@ __all__ = [
 TINY_MODELS_ENV = "RLSR_TINY_MODELS"
 # the clone's folder: rlsr/ and tools/ sit side by side in the repository
 CHECKOUT_DIR = Path(__file__).resolve().parents[2] / "tools" / "tiny" / "weights"
-SHIPPED_MODELS = ("tiny-qwen2", "tiny-format-warm", "tiny-missing-warm", "tiny-candidates-warm")
+SHIPPED_MODELS = (
+    "tiny-qwen2",
+    "tiny-format-warm",
+    "tiny-missing-warm",
+    "tiny-candidates-warm",
+    "tiny-candidates-split",
+)
 MANIFEST_NAME = "MANIFEST.json"
 
 _REBUILD = "`python -m tools.tiny.build` in a clone of the repository"
