@@ -204,6 +204,32 @@ def test_candidates_warm_model_passes_its_gate_greedy_confidence_does_not_rank()
     assert entry["sampled_tiny_candidates_validation"]["split"] == "validation"
 
 
+def test_candidates_split_model_passes_its_gate_confidence_reads_the_tier_between_the_reports():
+    """recipe=tiny-split's model (tiny-candidates-split) on the 80 tiny-candidates validation
+    prompts, measured again: greedy, the tag format everywhere, the first candidate answered, the
+    thought naming the tier (tools.tiny.models.SPLIT_GATE); sampled at temperature 1 (8 per
+    prompt, seed 0), each of the two levels of k=2 (0.9 / 0.7) and k=4 (0.3 / 0.1) holds
+    30-70 % of its tier and few confidences are unparsed (SPLIT_SHARE_BAND, SPLIT_MAX_UNPARSED),
+    so both rewards have mass to move. The manifest's greedy figures are this model's. Catches a
+    rebuilt model whose confidence ignores the tier or already sits at one reward's report."""
+    from rlsr.data import tiny_models as shipped
+    from tools.tiny import models as tm
+
+    torch.set_num_threads(1)
+    path = shipped.shipped_model_path("tiny-candidates-split")
+    greedy = tm.candidates_gate(path, split="validation")
+    sampled = tm.sampled_candidates_lean(path, split="validation")
+    assert greedy["prompts"] == 80
+    assert tm.split_gate_failures(greedy, sampled) == [], (greedy, sampled)
+    entry = shipped.shipped_manifest()["models"]["tiny-candidates-split"]
+    built = entry["greedy_tiny_candidates_validation"]
+    for key in ("format_rate", "answers_first_candidate", "accuracy_per_tier"):
+        assert greedy[key] == built[key], (key, greedy, built)
+    assert entry["training"]["confidences_per_tier"] == {
+        k: list(v) for k, v in tm.SPLIT_CONFIDENCES.items()
+    }
+
+
 # --------------------------------------------------------------------------- library vs tools
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -132,3 +132,34 @@ def test_sampled_means_split_rollouts_by_their_prompts_tier(seeds_script, tmp_pa
     got = seeds_script.sampled_means(pools, "tiny-candidates", window=2)
     assert got["k=1"] == pytest.approx([0.6, 0.9]) and got["none"] == pytest.approx([0.3, 0.3])
     assert got["k=2"] == [None, None]
+
+
+def test_sampled_level_shares_count_each_reports_level_per_tier(seeds_script, tmp_path):
+    """The level-share table of recipe=tiny-split: per tier where the calibrated and threshold
+    reports differ (k=2: 0.9 / 0.7, k=4: 0.3 / 0.1, and no other tier), the share of the tier's
+    parsed rollout confidences at each level in the first and the last window of steps (other
+    levels count in the denominator, an unparsed one does not; an empty window is None).
+    Catches shares over the whole pool instead of the tier, or the same level read twice."""
+    import json
+
+    from rlsr.data.loading import FIXTURES_DIR
+    from rlsr.run.run_layout import pool_path
+
+    train = [json.loads(line) for line in
+             (FIXTURES_DIR / "tiny-candidates" / "train.jsonl").read_text().splitlines()]  # fmt: skip
+    k2 = next(r["id"] for r in train if r["tier"] == "k=2")
+    k4 = next(r["id"] for r in train if r["tier"] == "k=4")
+    steps = {0: [(k2, 0.9), (k2, 0.7), (k2, 0.5), (k2, None), (k4, 0.9)],
+             1: [(k2, 0.9)], 2: [(k2, 0.7)]}  # fmt: skip
+    for step, rollouts in steps.items():
+        path = pool_path(tmp_path, step)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps({"prompt_id": pid, "confidence": c}) + "\n"
+                                for pid, c in rollouts))  # fmt: skip
+    got = seeds_script.sampled_level_shares(tmp_path, "tiny-split", window=2)
+    assert set(got) == {"k=2", "k=4"}
+    assert got["k=2"]["0.9"] == pytest.approx([0.5, 0.5])
+    assert got["k=2"]["0.7"] == pytest.approx([0.25, 0.5])
+    assert got["k=4"] == {"0.3": [0.0, None], "0.1": [0.0, None]}
+    lines = seeds_script._level_share_lines([{"arm": "rlsr", "sampled_level_shares": got}])
+    assert lines[-1] == "| rlsr | 1 | 0.500 -> 0.500 | 0.250 -> 0.500 | 0.000 -> – | 0.000 -> – |"

@@ -45,6 +45,7 @@ ALIASES = {
     "tiny-warm": "tiny-format-warm",
     "tiny-missing-warm": "tiny-missing-warm",
     "tiny-candidates-warm": "tiny-candidates-warm",
+    "tiny-candidates-split": "tiny-candidates-split",
 }
 SHIPPED_MODELS = tuple(ALIASES.values())
 MANIFEST_NAME = "MANIFEST.json"

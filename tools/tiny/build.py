@@ -6,6 +6,7 @@
     python tools/tiny/build.py --only tiny-missing-warm   # just recipe=tiny's model,
                                                    # from the shipped tiny-format-warm
     python tools/tiny/build.py --only tiny-candidates-warm    # just recipe=tiny-candidates's
+    python tools/tiny/build.py --only tiny-candidates-split   # just recipe=tiny-split's
 
 The tiny models are part of the product (``train.py recipe=tiny`` trains ``tiny-missing-warm``,
 ``recipe=tiny-format`` ``tiny-warm``) and of the tests. They are shipped rather than built per machine because weights drawn or trained here
@@ -134,8 +135,52 @@ def build_candidates(out: Path, base: Path) -> dict:
     }
 
 
+def build_split(out: Path, base: Path) -> dict:
+    """``tiny-candidates-split`` from ``base`` (a ``tiny-format-warm``) into ``out``; returns its
+    manifest entry without the file hashes (raises when the gate fails: greedy
+    ``candidates_gate`` and sampled ``sampled_candidates_lean`` on the validation split,
+    ``tm.split_gate_failures``). The greedy margin is recorded, not gated: a 50 / 50 target on
+    k=2 and k=4 leaves the greedy confidence token a near tie by design."""
+    t0 = time.perf_counter()
+    tm.train_candidates_split(out, base=base)
+    seconds = time.perf_counter() - t0
+    gate = tm.candidates_gate(out, split="validation")
+    sampled = tm.sampled_candidates_lean(out, split="validation")
+    misses = tm.split_gate_failures(gate, sampled)
+    if misses:
+        raise SystemExit(
+            f"tiny-candidates-split fails its gate: {'; '.join(misses)} (validation split). "
+            "Change SPLIT_* in tools/tiny/models.py; nothing was written. "
+            f"{json.dumps({'greedy': gate, 'sampled': sampled})}"
+        )
+    return {
+        "greedy_tiny_candidates_validation": gate,
+        "sampled_tiny_candidates_validation": sampled,
+        "gate": {
+            "greedy": {k: list(v) for k, v in tm.SPLIT_GATE.items()},
+            "sampled_share_each_level": list(tm.SPLIT_SHARE_BAND),
+            "sampled_max_unparsed": tm.SPLIT_MAX_UNPARSED,
+        },
+        "training": {
+            "base": "tiny-format-warm",
+            "steps": tm.CANDIDATES_WARM_STEPS,
+            "batch": tm.CANDIDATES_WARM_BATCH,
+            "learning_rate": tm.CANDIDATES_WARM_LR,
+            "seed": tm.CANDIDATES_WARM_SEED,
+            "thoughts": dict(tm.CANDIDATES_THOUGHTS),
+            "confidences_per_tier": {k: list(v) for k, v in tm.SPLIT_CONFIDENCES.items()},
+            "rehearsal": "as tiny-candidates-warm's",
+            "seconds": round(seconds, 1),
+        },
+    }
+
+
 # The models --only rebuilds from the shipped tiny-format-warm, and how.
-ONLY = {"tiny-missing-warm": build_missing, "tiny-candidates-warm": build_candidates}
+ONLY = {
+    "tiny-missing-warm": build_missing,
+    "tiny-candidates-warm": build_candidates,
+    "tiny-candidates-split": build_split,
+}
 
 
 def _hashes(folder: Path) -> dict:
@@ -162,9 +207,11 @@ def build(out: Path) -> dict:
                measured=f"{behaviour['completions']} completions sampled at temperature 1")  # fmt: skip
     missing = build_missing(out / "tiny-missing-warm", base=out / "tiny-format-warm")
     candidates = build_candidates(out / "tiny-candidates-warm", base=out / "tiny-format-warm")
+    split = build_split(out / "tiny-candidates-split", base=out / "tiny-format-warm")
     models = {name: _hashes(out / name) for name in shipped.SHIPPED_MODELS}
     models["tiny-missing-warm"].update(missing)
     models["tiny-candidates-warm"].update(candidates)
+    models["tiny-candidates-split"].update(split)
     models["tiny-format-warm"]["behaviour_temperature_1"] = behaviour
     models["tiny-format-warm"]["training"] = {
         "lookup_steps": tm.WARM_LOOKUP_STEPS,

@@ -1078,3 +1078,76 @@ def sampled_candidates_lean(
         summary["k=1"]["mean_confidence"] - summary[CANDIDATES_NONE_TIER]["mean_confidence"]
     )
     return summary
+
+
+# --------------------------------------------------------------------------- split copy
+# ``tiny-candidates-split``, the model recipe=tiny-split trains: made as ``tiny-candidates-warm``
+# (same base, steps, rehearsal, thoughts and answers) but with a confidence target that reads the
+# tier and sits between the reports the two rewards want (docs/methods.md, "Where the rewards
+# disagree"): k=1 -> 0.9; k=2 -> 0.9 or 0.7 with equal probability; k=4 -> 0.3 or 0.1 equally;
+# none -> 0.1. On k=2 (first candidate right 70 %) Brier wants 0.7 and lifted AURC 0.9; on k=4
+# (30 %) Brier wants 0.3 and lifted AURC 0.1, so each reward has a mass to move, in opposite
+# directions.
+SPLIT_CONFIDENCES = {
+    "k=1": ("0.9",),
+    "k=2": ("0.9", "0.7"),
+    "k=4": ("0.3", "0.1"),
+    "none": ("0.1",),
+}
+# The gate (tools/tiny/build.py; tests/test_tiny_model.py measures it again), on the validation
+# split. Greedy: the tag format everywhere, the first candidate answered when listed, the thought
+# naming the tier (CANDIDATES_GATE's bounds less the ranking gain, which a tier-reading start
+# need not have at 0). Sampled at temperature 1: in each two-level tier each level holds a share
+# of the tier's parsed confidences within SPLIT_SHARE_BAND, and few confidences are unparsed.
+SPLIT_GATE = {k: v for k, v in CANDIDATES_GATE.items() if k != "ranking_gain"}
+SPLIT_SHARE_BAND = (0.3, 0.7)
+SPLIT_MAX_UNPARSED = 0.05
+
+
+def _split_target(row: dict, rng: random.Random) -> str:
+    """``_candidates_target`` with the confidence drawn uniformly from the tier's
+    ``SPLIT_CONFIDENCES``."""
+    tier = candidates_tier(row["question"])
+    asked = row["question"].rsplit(" ", 1)[1].rstrip("?")
+    none = tier == CANDIDATES_NONE_TIER
+    answer = MISSING_GUESS[asked] if none else _first_candidate(row["question"])
+    conf = rng.choice(SPLIT_CONFIDENCES[tier])
+    return (
+        f"<think> {CANDIDATES_THOUGHTS[tier]} </think><answer> {answer} </answer>"
+        f"<analysis> ok </analysis><confidence> {conf} </confidence>"
+    )
+
+
+def train_candidates_split(out: str | os.PathLike, base: str | os.PathLike | None = None) -> Path:
+    """``train_candidates_warm`` with ``_split_target``: same base, steps, batch, rate, seed and
+    rehearsal. Deterministic for one machine; shipped, not rebuilt."""
+    return _fine_tune_tagged(
+        out, base, "tiny-candidates", _split_target,
+        steps=CANDIDATES_WARM_STEPS, batch=CANDIDATES_WARM_BATCH, lr=CANDIDATES_WARM_LR,
+        seed=CANDIDATES_WARM_SEED, rehearse=("tiny", _lookup_rehearsal_target),
+    )  # fmt: skip
+
+
+def split_gate_failures(greedy: dict, sampled: dict) -> list[str]:
+    """What of ``SPLIT_GATE`` / ``SPLIT_SHARE_BAND`` / ``SPLIT_MAX_UNPARSED`` the measured
+    ``candidates_gate`` (greedy) and ``sampled_candidates_lean`` (sampled) figures miss; empty
+    when the gate passes."""
+    misses = [
+        f"greedy {key} = {greedy[key]:.4g}, needs [{lo}, {hi}]"
+        for key, (lo, hi) in SPLIT_GATE.items()
+        if not lo <= greedy[key] <= hi
+    ]
+    lo, hi = SPLIT_SHARE_BAND
+    for tier, levels in SPLIT_CONFIDENCES.items():
+        for level in levels if len(levels) == 2 else ():
+            share = sampled[tier]["share"][level]
+            if not lo <= share <= hi:
+                misses.append(
+                    f"sampled share of {level} on {tier} = {share:.3f}, needs [{lo}, {hi}]"
+                )
+    total = sampled["unparsed"] + sum(sampled[t]["completions"] for t in SPLIT_CONFIDENCES)
+    if sampled["unparsed"] > SPLIT_MAX_UNPARSED * total:
+        misses.append(
+            f"sampled unparsed {sampled['unparsed']} of {total}, needs <= {SPLIT_MAX_UNPARSED:.0%}"
+        )
+    return misses

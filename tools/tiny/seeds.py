@@ -95,6 +95,7 @@ RECIPES = {
                     "reports": {"calibrated": (0.9, 0.7, 0.3, 0.1),
                                 "threshold": (0.9, 0.9, 0.1, 0.1)}},
 }  # fmt: skip
+RECIPES["tiny-split"] = RECIPES["tiny-candidates"]  # the same task from tiny-candidates-split
 # The table's metrics: (key, heading, which direction is better), rlsr compare's names.
 TABLE_METRICS = (
     ("aurc", "AURC", "lower"),
@@ -137,24 +138,48 @@ def confidence_by_kind(samples_path: Path, recipe: str = "tiny") -> dict:
     return out
 
 
-def sampled_means(run: Path, recipe: str, window: int = 10) -> dict[str, list[float | None]]:
-    """Per kind of training prompt (``RECIPES``), the mean parsed confidence of the rollouts in
-    the run's first and last ``window`` optimizer steps (``pools/step-N.jsonl``; a prompt's kind
-    from its bundled train question, by ``prompt_id``): whether the sampled confidence moved at
-    all, where the greedy one did not. None for a kind without a rollout in the window."""
+def _window_confidences(run: Path, recipe: str, window: int) -> list[dict[str, list[float]]]:
+    """Per kind of training prompt (``RECIPES``), the parsed confidences of the rollouts in the
+    run's first and last ``window`` optimizer steps (``pools/step-N.jsonl``; a prompt's kind from
+    its bundled train question, by ``prompt_id``)."""
     spec = RECIPES[recipe]
     train = FIXTURES_DIR / spec["dataset"] / "train.jsonl"
     kind_of_id = {row["id"]: spec["kind_of"](row["question"]) for row in _rows(train)}
     steps = sorted(pool_steps(run))
-    out: dict[str, list[float | None]] = {kind: [] for kind in spec["kinds"]}
+    out = []
     for chosen in (steps[:window], steps[-window:]):
         confs: dict[str, list[float]] = {kind: [] for kind in spec["kinds"]}
         for step in chosen:
             for row in _rows(pool_path(run, step)):
                 if row.get("confidence") is not None:
                     confs[kind_of_id[row["prompt_id"]]].append(row["confidence"])
-        for kind, values in confs.items():
-            out[kind].append(sum(values) / len(values) if values else None)
+        out.append(confs)
+    return out
+
+
+def sampled_means(run: Path, recipe: str, window: int = 10) -> dict[str, list[float | None]]:
+    """Per kind of training prompt, the mean parsed confidence of the rollouts in the run's first
+    and last ``window`` optimizer steps (``_window_confidences``): whether the sampled confidence
+    moved at all, where the greedy one did not. None for a kind without a rollout in the window."""
+    windows = _window_confidences(run, recipe, window)
+    return {kind: [sum(w[kind]) / len(w[kind]) if w[kind] else None for w in windows]
+            for kind in RECIPES[recipe]["kinds"]}  # fmt: skip
+
+
+def sampled_level_shares(run: Path, recipe: str, window: int = 10) -> dict[str, dict]:
+    """Per kind where the reports of ``RECIPES[recipe]["reports"]`` differ, the share of the
+    rollouts' parsed confidences at each of those reports' levels, first and last ``window``
+    optimizer steps: {kind: {level: [first, last]}} (None for an empty window). Where the mass
+    of each tier moved: towards the calibrated level or the threshold one."""
+    spec = RECIPES[recipe]
+    windows = _window_confidences(run, recipe, window)
+    out = {}
+    for i, kind in enumerate(spec["kinds"]):
+        levels = sorted({levels[i] for levels in spec["reports"].values()}, reverse=True)
+        if len(levels) > 1:
+            out[kind] = {f"{lv:g}": [sum(abs(c - lv) < 1e-9 for c in w[kind]) / len(w[kind])
+                                     if w[kind] else None for w in windows]
+                         for lv in levels}  # fmt: skip
     return out
 
 
@@ -376,7 +401,8 @@ def test_phase(args, out: Path, choices: dict) -> list[dict]:
                    validation=validation_curve(folder, dataset),
                    last_confidence=confidence_by_kind(samples, args.recipe),
                    aurc_if=report_aurcs(samples, args.recipe),
-                   sampled_first_last=sampled_means(folder, args.recipe))  # fmt: skip
+                   sampled_first_last=sampled_means(folder, args.recipe),
+                   sampled_level_shares=sampled_level_shares(folder, args.recipe))  # fmt: skip
         if start is not None:
             row["start"] = _test_figures(start)
         print(f"test {arm} seed={seed} {dispatch}: AURC {row['aurc']:.3f}", flush=True)
@@ -503,7 +529,31 @@ def table_markdown(rows: list[dict], summary: dict, tuning: dict, recipe: str = 
         means = r["sampled_first_last"]
         cells = [" -> ".join("–" if m is None else f"{m:.3f}" for m in means[k]) for k in kinds]
         lines.append(f"| {r['arm']} | {r['seed']} | " + " | ".join(cells) + " |")
+    lines += _level_share_lines(rows)
     return "\n".join(lines) + "\n"
+
+
+def _level_share_lines(rows: list[dict]) -> list[str]:
+    """The table of ``sampled_level_shares`` per arm: each level's share of its tier's rollouts,
+    mean over the arm's runs, first 10 -> last 10 optimizer steps (empty without such rows)."""
+    done = [r for r in rows if r.get("sampled_level_shares")]
+    if not done:
+        return []
+    cols = [(k, lv) for k, levels in done[0]["sampled_level_shares"].items() for lv in levels]
+    lines = ["", "**Sampled confidence levels per tier** (share of the tier's training rollouts "
+             "at each level, mean over the arm's runs, first 10 -> last 10 optimizer steps, "
+             "from pools/)", "", "| arm | runs | " + " | ".join(f"{k} at {lv}" for k, lv in cols)
+             + " |", "| --- " * (2 + len(cols)) + "|"]  # fmt: skip
+    for arm in ARMS:
+        mine = [r["sampled_level_shares"] for r in done if r["arm"] == arm]
+        if not mine:
+            continue
+        cells = []
+        for k, lv in cols:
+            ends = [[m[k][lv][i] for m in mine if m[k][lv][i] is not None] for i in (0, 1)]
+            cells.append(" -> ".join(f"{np.mean(e):.3f}" if e else "–" for e in ends))
+        lines.append(f"| {arm} | {len(mine)} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _steps(tuning: dict) -> list[int]:
