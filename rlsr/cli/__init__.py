@@ -101,8 +101,14 @@ def main(argv: list[str] | None = None) -> int:
         load_env_tasks()  # $RLSR_TASKS_PATH, then --tasks-dir (docs/tasks.md)
         load_tasks(getattr(args, "tasks_dir", None) or [])
         return int(run_command(args.run, args) or 0)
-    except (ValueError, KeyError, OSError, DatasetUnavailableError, VerifierFailure,
-            KeyboardInterrupt) as err:  # fmt: skip
+    except (
+        ValueError,
+        KeyError,
+        OSError,
+        DatasetUnavailableError,
+        VerifierFailure,
+        KeyboardInterrupt,
+    ) as err:
         if os.environ.get("RLSR_DEBUG"):
             raise
         if isinstance(err, KeyboardInterrupt):

@@ -210,8 +210,10 @@ def _evaluate(args, settings, out, jobs, paths, verifier_names, columns, endpoin
             if endpoint is not None:
                 summary[job]["fallbacks_off"] = endpoint.fallbacks_off
                 summary[job]["usage"] = metrics.get("usage")
-            print(f"{job}: n={metrics['n']} acc={metrics['accuracy']:.3f} "
-                  f"AURC={metric_text(summary[job]['aurc'])}{no_verdict_note(metrics)}")  # fmt: skip
+            print(
+                f"{job}: n={metrics['n']} acc={metrics['accuracy']:.3f} "
+                f"AURC={metric_text(summary[job]['aurc'])}{no_verdict_note(metrics)}"
+            )
             warning = confidence_warning(metrics)
             if warning:
                 summary[job]["warning"] = warning
@@ -224,11 +226,14 @@ def _evaluate(args, settings, out, jobs, paths, verifier_names, columns, endpoin
             print(f"rlsr: interrupted, {saved} samples saved in {out}; {resume}", file=sys.stderr)
             return INTERRUPTED_EXIT
         if isinstance(err, EndpointError):
-            raise EndpointError(f"{err} {saved} samples saved in {out} (and every finished "
-                                f"request, in <dataset>/{REQUESTS_FILE}); {resume}") from err  # fmt: skip
+            raise EndpointError(
+                f"{err} {saved} samples saved in {out} (and every finished "
+                f"request, in <dataset>/{REQUESTS_FILE}); {resume}"
+            ) from err
         if isinstance(err, JudgeUnavailableError):
-            raise JudgeUnavailableError(f"{err} {saved} samples saved in {out} (none judged by a "
-                                        f"failed request); {resume}") from err  # fmt: skip
+            raise JudgeUnavailableError(
+                f"{err} {saved} samples saved in {out} (none judged by a failed request); {resume}"
+            ) from err
         raise
     # written first: a deployment refused below leaves every evaluated result in place
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")

@@ -27,9 +27,20 @@ from rlsr.run.eval_protocol import protocol_from_args
 from rlsr.run.run_layout import CONFIG_FIELDS, DEPLOYMENT_FILE, move_aside
 from rlsr.verifiers import VERIFIERS, is_plugin_name
 
-__all__ = ["looks_like_path", "resolved_system_prompt", "validate_flags", "evaluation_jobs",
-           "task_verifiers", "judge_kind", "check_judge", "build_judge", "task_verifier",
-           "start_over", "summary_entry", "run_config"]  # fmt: skip
+__all__ = [
+    "looks_like_path",
+    "resolved_system_prompt",
+    "validate_flags",
+    "evaluation_jobs",
+    "task_verifiers",
+    "judge_kind",
+    "check_judge",
+    "build_judge",
+    "task_verifier",
+    "start_over",
+    "summary_entry",
+    "run_config",
+]
 
 
 def resolved_system_prompt(args) -> str | None:
@@ -114,8 +125,9 @@ def task_verifiers(args, names: list[str]) -> dict[str, str]:
     verifiers = {n: override.get(n, get_spec(n).verifier) for n in names}
     for name, vname in {**verifiers, **override}.items():
         if vname not in VERIFIERS and not is_plugin_name(vname):
-            raise ValueError(f"--verifier {name}={vname}: unknown verifier; choose one of "
-                             f"{sorted(VERIFIERS)}.")  # fmt: skip
+            raise ValueError(
+                f"--verifier {name}={vname}: unknown verifier; choose one of {sorted(VERIFIERS)}."
+            )
     return verifiers
 
 
@@ -135,8 +147,11 @@ def check_judge(args) -> None:
     """A judge server (``--judge-base-url``) that answers and serves the judge model, checked
     before any model loads or file is written."""
     if judge_kind(args) == "openai":
-        check_judge_server(args.judge_base_url, args.judge_model or DEFAULT_JUDGE_MODEL,
-                           timeout_s=min(args.judge_timeout, 10.0))  # fmt: skip
+        check_judge_server(
+            args.judge_base_url,
+            args.judge_model or DEFAULT_JUDGE_MODEL,
+            timeout_s=min(args.judge_timeout, 10.0),
+        )
 
 
 def build_judge(args, backend_kwargs: dict) -> RecordingJudge:
@@ -144,8 +159,12 @@ def build_judge(args, backend_kwargs: dict) -> RecordingJudge:
     model = args.judge_model or DEFAULT_JUDGE_MODEL
     kind = judge_kind(args)
     if kind == "openai":
-        fn = openai_judge_fn(args.judge_base_url, model, timeout_s=args.judge_timeout,
-                             max_retries=args.judge_max_retries)  # fmt: skip
+        fn = openai_judge_fn(
+            args.judge_base_url,
+            model,
+            timeout_s=args.judge_timeout,
+            max_retries=args.judge_max_retries,
+        )
     else:
         kwargs = {**backend_kwargs, "batch_size": args.judge_batch_size}
         fn = backend_judge_fn(make_backend(kind, model, None, **kwargs))
@@ -170,8 +189,12 @@ def start_over(args, out: Path) -> bool:
 def summary_entry(metrics: dict) -> dict:
     """A dataset's summary.json entry: n, accuracy, AURC (None: n/a) and the no-verdict counts."""
     keys = ("unjudged", "unjudged_rate", "verifier_failures", "accuracy_judged")
-    return {"n": metrics["n"], "accuracy": metrics["accuracy"], "aurc": scorer_value(metrics, "aurc"),
-            **{k: metrics[k] for k in keys if k in metrics}}  # fmt: skip
+    return {
+        "n": metrics["n"],
+        "accuracy": metrics["accuracy"],
+        "aurc": scorer_value(metrics, "aurc"),
+        **{k: metrics[k] for k in keys if k in metrics},
+    }
 
 
 def run_config(

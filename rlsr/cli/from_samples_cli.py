@@ -42,8 +42,10 @@ def _settings(args) -> EvalSettings:
     settings = protocol_from_args(args, EvalSettings, progress=False)
     for dest in _REFUSED:
         if getattr(args, dest, None):
-            raise ValueError(f"--{dest.replace('_', '-')}: not with --from-samples (the responses "
-                             "are already generated; the file is scored as it is).")  # fmt: skip
+            raise ValueError(
+                f"--{dest.replace('_', '-')}: not with --from-samples (the responses "
+                "are already generated; the file is scored as it is)."
+            )
     if tuple(settings.scorers) != ("verbalized",):
         raise ValueError(f"--scorers {','.join(settings.scorers)}: --from-samples scores the "
                          "verbalized confidence only (the others need the model).")  # fmt: skip

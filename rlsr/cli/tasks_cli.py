@@ -47,8 +47,17 @@ def format_table(data_dir: str | os.PathLike | None = None) -> str:
                 f" ({spec.hf_id})" if spec.hf_id else ""
             )
         alt = f" (alt: {', '.join(spec.alt_verifiers)})" if spec.alt_verifiers else ""
-        rows.append((spec.name, source, splits, spec.verifier + alt, spec.system_prompt,
-                     ", ".join(spec.groups) or "-", available_here(spec.name, data_dir)))  # fmt: skip
+        rows.append(
+            (
+                spec.name,
+                source,
+                splits,
+                spec.verifier + alt,
+                spec.system_prompt,
+                ", ".join(spec.groups) or "-",
+                available_here(spec.name, data_dir),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -73,12 +82,20 @@ def run_tasks(args: argparse.Namespace) -> int:
     if args.tasks_command == "download":
         for name in resolve_tasks(args.names):
             hf_id = REGISTRY[name].hf_id
-            print(f"{name}: " + (f"saved to {download_dataset(name, args.out)}" if hf_id
-                                 else "bundled, skipped"))  # fmt: skip
+            print(
+                f"{name}: "
+                + (f"saved to {download_dataset(name, args.out)}" if hf_id else "bundled, skipped")
+            )
     elif args.tasks_command == "show":
-        ds = load_examples(args.name, path=args.path, split=args.split, limit=1,
-                           data_dir=args.data_dir, system_prompt=args.system_prompt,
-                           columns=name_value_pairs(args.columns or [], "--columns"))  # fmt: skip
+        ds = load_examples(
+            args.name,
+            path=args.path,
+            split=args.split,
+            limit=1,
+            data_dir=args.data_dir,
+            system_prompt=args.system_prompt,
+            columns=name_value_pairs(args.columns or [], "--columns"),
+        )
         print(json.dumps(ds[0], indent=2, ensure_ascii=False))
     else:
         print(format_table(getattr(args, "data_dir", None)))

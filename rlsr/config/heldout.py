@@ -258,8 +258,9 @@ def resolve_heldout(
     backend = _backend(e.backend, section, here=here)
     resolved = replace(e, tasks=names, verifiers=verifiers, backend=backend, **protocol.values())
     if backend in ENGINE_BACKENDS:
-        _check_engine_room(section.get("vllm_max_model_length"), cfg.data.max_prompt_length,
-                           resolved)  # fmt: skip
+        _check_engine_room(
+            section.get("vllm_max_model_length"), cfg.data.max_prompt_length, resolved
+        )
     if backend == "vllm_server":
         timeout = grpo_get(section, "ddp_timeout")
         check(
@@ -269,10 +270,14 @@ def resolve_heldout(
         )
         k = protocol.consistency_k if "consistency" in protocol.scorers else 0
         check_server_eval_fits(
-            _countable_items(e, resolved.jobs), 1 + k, protocol.max_new_tokens, timeout,
-            e.server_tokens_per_s, section=trainer_section,
+            _countable_items(e, resolved.jobs),
+            1 + k,
+            protocol.max_new_tokens,
+            timeout,
+            e.server_tokens_per_s,
+            section=trainer_section,
             samples_note=f" (1 answer + heldout.consistency_k {k})" if k else "",
-        )  # fmt: skip
+        )
     return resolved
 
 

@@ -183,47 +183,71 @@ def launch_problems(
         return problems
     where = "the accelerate config of this launch"
     if grpo.get("use_cpu", False):
-        problems.append(("grpo.use_cpu",
-            f"{launch.label} from {where} needs GPU processes: accelerate 1.15 turns "
-            "FSDP/DeepSpeed on only for GPU process groups, and with use_cpu=true it silently "
-            "trains plain DDP instead. Use recipes/accelerate/ddp.yaml (or torchrun) on CPU, "
-            "or drop grpo.use_cpu on GPUs."))  # fmt: skip
+        problems.append(
+            (
+                "grpo.use_cpu",
+                f"{launch.label} from {where} needs GPU processes: accelerate 1.15 turns "
+                "FSDP/DeepSpeed on only for GPU process groups, and with use_cpu=true it silently "
+                "trains plain DDP instead. Use recipes/accelerate/ddp.yaml (or torchrun) on CPU, "
+                "or drop grpo.use_cpu on GPUs.",
+            )
+        )
     if launch.name == "fsdp":
         if lora and grpo.get("use_vllm", False):
             # accelerate 1.15 upcasts only trainable parameters, so TRL's in-place merge and
             # unmerge drift the frozen bf16 base; the out-of-place sync does not cover FSDP yet
-            problems.append(("grpo.use_vllm",
-                f"FSDP from {where} with LoRA and vLLM rollouts: TRL's weight sync merges the "
-                "adapter into the sharded base and unmerges it in place, which drifts a bf16 "
-                "base at every sync (docs/distributed.md, 'LoRA weight sync'). Use "
-                "recipes/accelerate/ddp.yaml, zero2.yaml or zero3.yaml (base kept "
-                "bit-identical), or FSDP with grpo.use_vllm=false, or a full fine-tune "
-                "(model.lora.enabled=false)."))  # fmt: skip
+            problems.append(
+                (
+                    "grpo.use_vllm",
+                    f"FSDP from {where} with LoRA and vLLM rollouts: TRL's weight sync merges the "
+                    "adapter into the sharded base and unmerges it in place, which drifts a bf16 "
+                    "base at every sync (docs/distributed.md, 'LoRA weight sync'). Use "
+                    "recipes/accelerate/ddp.yaml, zero2.yaml or zero3.yaml (base kept "
+                    "bit-identical), or FSDP with grpo.use_vllm=false, or a full fine-tune "
+                    "(model.lora.enabled=false).",
+                )
+            )
         if launch.state_dict_type != "FULL_STATE_DICT":
-            problems.append(("fsdp_config.fsdp_state_dict_type",
-                f"{launch.state_dict_type} in {where}: with it transformers 5.17's save_model "
-                "writes no adapter/model files (only DCP shards in checkpoints), so the final "
-                "adapter that `rlsr evaluate` loads is missing. Set fsdp_state_dict_type: "
-                "FULL_STATE_DICT (recipes/accelerate/fsdp.yaml)."))  # fmt: skip
+            problems.append(
+                (
+                    "fsdp_config.fsdp_state_dict_type",
+                    f"{launch.state_dict_type} in {where}: with it transformers 5.17's save_model "
+                    "writes no adapter/model files (only DCP shards in checkpoints), so the final "
+                    "adapter that `rlsr evaluate` loads is missing. Set fsdp_state_dict_type: "
+                    "FULL_STATE_DICT (recipes/accelerate/fsdp.yaml).",
+                )
+            )
         if launch.activation_checkpointing and grpo.get("gradient_checkpointing", True):
-            problems.append(("grpo.gradient_checkpointing",
-                "FSDP's fsdp_activation_checkpointing and grpo.gradient_checkpointing are both "
-                "on; transformers refuses that pair when the trainer starts. Set "
-                "grpo.gradient_checkpointing=false (FSDP checkpoints activations itself) or "
-                "fsdp_activation_checkpointing: false."))  # fmt: skip
+            problems.append(
+                (
+                    "grpo.gradient_checkpointing",
+                    "FSDP's fsdp_activation_checkpointing and grpo.gradient_checkpointing are both "
+                    "on; transformers refuses that pair when the trainer starts. Set "
+                    "grpo.gradient_checkpointing=false (FSDP checkpoints activations itself) or "
+                    "fsdp_activation_checkpointing: false.",
+                )
+            )
     if launch.name == "deepspeed":
         installed = (
             module_available("deepspeed") if deepspeed_installed is None else deepspeed_installed
         )
         if not installed:
-            problems.append(("deepspeed",
-                f"{where} selects {launch.label} but deepspeed is not installed; "
-                "`pip install 'rlsr[deepspeed]'` or launch with "
-                "--config_file recipes/accelerate/ddp.yaml."))  # fmt: skip
+            problems.append(
+                (
+                    "deepspeed",
+                    f"{where} selects {launch.label} but deepspeed is not installed; "
+                    "`pip install 'rlsr[deepspeed]'` or launch with "
+                    "--config_file recipes/accelerate/ddp.yaml.",
+                )
+            )
         if launch.zero_stage == 3 and not launch.zero3_save_16bit_model:
-            problems.append(("deepspeed_config.zero3_save_16bit_model",
-                f"ZeRO-3 without zero3_save_16bit_model in {where}: transformers then saves "
-                "only DeepSpeed's sharded checkpoint and no adapter/model that `rlsr "
-                "evaluate` can load. Set zero3_save_16bit_model: true "
-                "(recipes/accelerate/zero3.yaml)."))  # fmt: skip
+            problems.append(
+                (
+                    "deepspeed_config.zero3_save_16bit_model",
+                    f"ZeRO-3 without zero3_save_16bit_model in {where}: transformers then saves "
+                    "only DeepSpeed's sharded checkpoint and no adapter/model that `rlsr "
+                    "evaluate` can load. Set zero3_save_16bit_model: true "
+                    "(recipes/accelerate/zero3.yaml).",
+                )
+            )
     return problems

@@ -130,8 +130,13 @@ def _opt(row: Mapping[str, Any], columns: Mapping[str, str], field: str) -> Any:
 def _fields(problem: str, answer: str, answers=None, question=None, **extra) -> dict[str, Any]:
     """A formatted row: ``question`` defaults to the problem, ``answers`` to ``[answer]``."""
     answers = [answer] if answers is None else answers
-    return {"problem": problem, "question": question or problem, "answer": answer,
-            "answers": answers, **extra}  # fmt: skip
+    return {
+        "problem": problem,
+        "question": question or problem,
+        "answer": answer,
+        "answers": answers,
+        **extra,
+    }
 
 
 def _mcq(problem: str, answer: str, options: dict, letter: str, question=None) -> dict[str, Any]:

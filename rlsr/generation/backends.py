@@ -396,8 +396,11 @@ class VLLMBackend:
             VLLMEngineArgs(model_path, lora_rank=lora_rank, **engine)
         )
         if note:  # rlsr serve's log is its stdout
-            print(f"rlsr serve: {note}" if asynchronous else f"rlsr: {note}",
-                  file=sys.stdout if asynchronous else sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"rlsr serve: {note}" if asynchronous else f"rlsr: {note}",
+                file=sys.stdout if asynchronous else sys.stderr,
+                flush=True,
+            )
         try:
             if asynchronous:
                 from vllm.engine.arg_utils import AsyncEngineArgs
@@ -439,12 +442,14 @@ class VLLMBackend:
 
     def check_fits(self, prompt_tokens: int, max_tokens: int) -> None:  # pragma: no cover - vLLM
         check_context(
-            prompt_tokens, max_tokens, self.llm.llm_engine.model_config.max_model_len,
+            prompt_tokens,
+            max_tokens,
+            self.llm.llm_engine.model_config.max_model_len,
             "the engine (max_model_len); vLLM would cut the answer short. rlsr evaluate: lower "
             "--max-new-tokens (or --fallback-max-new-tokens), or raise --max-model-len where the "
             "model's positions allow it; held-out evaluation in training: raise "
             "grpo.vllm_max_model_length or use heldout.backend=transformers.",
-        )  # fmt: skip
+        )
 
     @contextlib.contextmanager
     def _own_requests(self):  # pragma: no cover - needs vLLM
@@ -511,9 +516,11 @@ class VLLMBackend:
         final = None
         try:
             async for out in self.llm.generate(
-                {"prompt_token_ids": ids}, params, uuid.uuid4().hex,
+                {"prompt_token_ids": ids},
+                params,
+                uuid.uuid4().hex,
                 lora_request=self.lora_request,
-            ):  # fmt: skip
+            ):
                 final = out
         except EngineDeadError as err:
             raise EngineUnavailable(f"the vLLM engine has stopped: {err}", 503) from err

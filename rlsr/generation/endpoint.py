@@ -230,9 +230,12 @@ class EndpointBackend:
 
     def check_fits(self, prompt_tokens: int, max_tokens: int) -> None:
         check_context(
-            prompt_tokens, max_tokens, self.served.max_model_len, "the server (vllm serve "
+            prompt_tokens,
+            max_tokens,
+            self.served.max_model_len,
+            "the server (vllm serve "
             "--max-model-len); start it with a larger --max-model-len or lower --max-new-tokens.",
-        )  # fmt: skip
+        )
 
     def _request(self, text: str, sampling: Sampling) -> tuple[str, dict]:
         model = self.settings.model
@@ -339,9 +342,11 @@ class EndpointBackend:
             self._calls -= 1
         usage = resp.get("usage") or {}
         return Completion(
-            gen.text, gen.finish_reason, usage.get("prompt_tokens") or len(ids),
+            gen.text,
+            gen.finish_reason,
+            usage.get("prompt_tokens") or len(ids),
             usage.get("completion_tokens") or len(gen.token_ids),
-        )  # fmt: skip
+        )
 
     def running(self) -> int:
         return self._calls

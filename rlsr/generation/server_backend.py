@@ -125,10 +125,13 @@ class ServerBackend:
 
     def check_fits(self, prompt_tokens: int, max_tokens: int) -> None:
         check_context(
-            prompt_tokens, max_tokens, self.max_model_len, "the vLLM server (its --max-model-len); "
+            prompt_tokens,
+            max_tokens,
+            self.max_model_len,
+            "the vLLM server (its --max-model-len); "
             "start the server with a larger --max-model-len (slurm/train.slurm: "
             "RLSR_VLLM_MAX_MODEL_LEN) or lower heldout.max_new_tokens.",
-        )  # fmt: skip
+        )
 
     def _call(self, method: str, path: str, body: dict | None = None) -> dict:
         url = f"{self.client.base_url}{path}"

@@ -21,9 +21,21 @@ from rlsr.evaluation.run.summary import compute_metrics
 from rlsr.generation.fallbacks import response_item
 from rlsr.metrics import selective as M
 
-__all__ = ["METRICS", "VERIFIER_FIELD", "load_rows", "process_results", "aurc", "ranking_gain",
-           "ece", "acc_at_10", "acc_at_25", "acc_at_50", "accuracy", "format_rate",
-           "missing_confidence"]  # fmt: skip
+__all__ = [
+    "METRICS",
+    "VERIFIER_FIELD",
+    "load_rows",
+    "process_results",
+    "aurc",
+    "ranking_gain",
+    "ece",
+    "acc_at_10",
+    "acc_at_25",
+    "acc_at_50",
+    "accuracy",
+    "format_rate",
+    "missing_confidence",
+]
 
 # what `rlsr lm-eval tasks` adds to each row besides the LM_EVAL_*_FIELD ones: its verifier
 VERIFIER_FIELD = "rlsr_verifier"

@@ -20,8 +20,15 @@ from rlsr.evaluation.run.external import (
 )
 from rlsr.lm_eval.hooks import METRICS, VERIFIER_FIELD
 
-__all__ = ["UTILS_MODULE", "TAG", "lm_eval_name", "pack_rows", "task_yaml", "utils_source",
-           "write_pack"]  # fmt: skip
+__all__ = [
+    "UTILS_MODULE",
+    "TAG",
+    "lm_eval_name",
+    "pack_rows",
+    "task_yaml",
+    "utils_source",
+    "write_pack",
+]
 
 UTILS_MODULE = "rlsr_lm_eval_utils"
 TAG = "rlsr"  # `lm_eval --tasks rlsr` runs every task of the folder
@@ -42,9 +49,16 @@ def pack_rows(examples, task: str, verifier: str, response_format: str) -> list[
         if len(user) != 1:
             raise ValueError(f"task {task}: row {row['id']!r} has {len(user)} user messages; an "
                              "lm-eval task sends one.")  # fmt: skip
-        rows.append({**row, LM_EVAL_TASK_FIELD: task, VERIFIER_FIELD: verifier,
-                     LM_EVAL_FORMAT_FIELD: response_format, LM_EVAL_SYSTEM_FIELD: system,
-                     LM_EVAL_USER_FIELD: user[0]})  # fmt: skip
+        rows.append(
+            {
+                **row,
+                LM_EVAL_TASK_FIELD: task,
+                VERIFIER_FIELD: verifier,
+                LM_EVAL_FORMAT_FIELD: response_format,
+                LM_EVAL_SYSTEM_FIELD: system,
+                LM_EVAL_USER_FIELD: user[0],
+            }
+        )
     return rows
 
 

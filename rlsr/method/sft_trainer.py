@@ -27,7 +27,9 @@ def sft_examples(dataset):
     """The training set for SFT: per row ``{"prompt": messages, "completion": [assistant: gold
     answer]}``, other columns dropped."""
     return dataset.map(
-        lambda row: {"prompt": list(row["prompt"]),
-                     "completion": [{"role": "assistant", "content": str(row["answer"])}]},
+        lambda row: {
+            "prompt": list(row["prompt"]),
+            "completion": [{"role": "assistant", "content": str(row["answer"])}],
+        },
         remove_columns=dataset.column_names,
-    )  # fmt: skip
+    )

@@ -97,13 +97,20 @@ class EvalProtocol:
 
     max_new_tokens: int = _token_budget(4096, "response token budget")
     temperature: float = setting(
-        0.0, "0 = greedy (paper); Tab. 5 seeds use 0.3",
-        valid=_number(lambda v: v >= 0, ">= 0 (0: greedy)"), decodes=True, type=float,
-    )  # fmt: skip
+        0.0,
+        "0 = greedy (paper); Tab. 5 seeds use 0.3",
+        valid=_number(lambda v: v >= 0, ">= 0 (0: greedy)"),
+        decodes=True,
+        type=float,
+    )
     top_p: float = setting(
-        1.0, "nucleus sampling", valid=_number(lambda v: 0 < v <= 1, "in (0, 1]"), decodes=True,
-        type=float, metavar="P",
-    )  # fmt: skip
+        1.0,
+        "nucleus sampling",
+        valid=_number(lambda v: 0 < v <= 1, "in (0, 1]"),
+        decodes=True,
+        type=float,
+        metavar="P",
+    )
     seed: int = setting(0, "sampling and bootstrap seed", valid=(is_int, "an integer"), type=int)
     batch_size: int | None = setting(  # None: the backend's
         None,
@@ -115,9 +122,13 @@ class EvalProtocol:
         metavar="N",
     )
     fallbacks: bool = setting(
-        True, "skip the Sec. C.3 fallbacks", valid=_BOOL, decodes=True, flag="--no-fallbacks",
+        True,
+        "skip the Sec. C.3 fallbacks",
+        valid=_BOOL,
+        decodes=True,
+        flag="--no-fallbacks",
         action="store_false",
-    )  # fmt: skip
+    )
     fallback_max_new_tokens: int = _token_budget(
         64, "token budget of each Sec. C.3 fallback continuation"
     )
@@ -138,7 +149,7 @@ class EvalProtocol:
                 )
             ),
             f"a non-empty list of {', '.join(SCORERS)}",
-        ),  # fmt: skip
+        ),
         type=_comma_list,
     )
     # tags: <answer>/<confidence> (Sec. C.1); plain: the first non-empty line (Sec. D.3)
@@ -177,10 +188,13 @@ class EvalProtocol:
         False, "DCS with an IDK option on MCQ tasks", valid=_BOOL, action="store_true"
     )
     bootstrap: int = setting(
-        1000, "bootstrap resamples for CIs (0 = off)", valid=_at_least(0),
+        1000,
+        "bootstrap resamples for CIs (0 = off)",
+        valid=_at_least(0),
         decides_samples=False,  # metrics.json is rebuilt from the samples at every run
-        type=int, metavar="N",
-    )  # fmt: skip
+        type=int,
+        metavar="N",
+    )
     keep_token_ids: bool = setting(
         False,
         "also store each response's generated token ids in its sample record "

@@ -101,8 +101,14 @@ FINAL_WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors")
 # each (else samples of two configurations would mix in one samples.jsonl). Execution details
 # (backend, batch sizes, --limit, dtype, parallelism) may change between resumes.
 # (SAMPLE_FIELDS: the protocol's sample-deciding fields, declared by rlsr.run.eval_protocol)
-CONFIG_FIELDS = ("model", "adapter_sha256", "columns", *SAMPLE_FIELDS, "judge_model",
-                 "judge_max_answer_chars")  # fmt: skip
+CONFIG_FIELDS = (
+    "model",
+    "adapter_sha256",
+    "columns",
+    *SAMPLE_FIELDS,
+    "judge_model",
+    "judge_max_answer_chars",
+)
 
 
 def _number_after(prefix: str, folder: str | os.PathLike) -> int | None:

@@ -100,9 +100,12 @@ def upstream_engine(
     connection or got 429/5xx. At most 1024 requests in flight: above what one server batches at
     once, so the upstream's scheduler, not this client, decides what waits."""
     settings = EndpointSettings(
-        upstream_base_url(base_url), model_name, concurrency=1024,
-        request_timeout=timeout, max_retries=max_retries,
-    )  # fmt: skip
+        upstream_base_url(base_url),
+        model_name,
+        concurrency=1024,
+        request_timeout=timeout,
+        max_retries=max_retries,
+    )
     return Engine(
         EndpointBackend(
             settings, tokenizer_path, server=VLLM_SERVE, trust_remote_code=trust_remote_code

@@ -206,8 +206,9 @@ def _load_task_heldout(heldout: HeldOutSettings | None, tokenizer, model_path, a
     engine = None
     if heldout.backend in ENGINE_BACKENDS and getattr(args, "use_vllm", False):
         engine = args.vllm_max_model_length
-    room = _prompt_room(tokenizer, model_path, heldout.max_new_tokens, "heldout.max_new_tokens",
-                        engine)  # fmt: skip
+    room = _prompt_room(
+        tokenizer, model_path, heldout.max_new_tokens, "heldout.max_new_tokens", engine
+    )
     e = heldout
     for _, name, split in heldout.jobs:
         if get_spec(name).task is None:
@@ -325,8 +326,10 @@ def build_trainer(plan: RunPlan, *, callbacks=None, pool_hook=None, train_datase
             trust_remote_code=cfg.model.trust_remote_code,
         ).bind(trainer)
         jobs = ", ".join(job for job, _, _ in heldout.jobs)
-        say(f"held-out evaluation every {heldout.every} steps on {jobs} ({heldout.backend}) -> "
-            f"{Path(cfg.output_dir) / 'eval'}")  # fmt: skip
+        say(
+            f"held-out evaluation every {heldout.every} steps on {jobs} ({heldout.backend}) -> "
+            f"{Path(cfg.output_dir) / 'eval'}"
+        )
         trainer.heldout_evaluator = evaluator
         if pool_log is not None:  # each pool names the held-out step its update first shows at
             pool_log.heldout_due = evaluator.due
@@ -484,9 +487,18 @@ def _evaluate_command(plan: RunPlan, output_dir: Path) -> str:
     the held-out evaluation's protocol, so it reproduces the last held-out step's numbers."""
     cfg, heldout = plan.settings, plan.heldout
     tasks = heldout.tasks if heldout is not None else [cfg.data.task]
-    args = [rlsr_program(), "evaluate", "--model", cfg.model.name_or_path,
-            "--adapter", str(output_dir), "--tasks", ",".join(tasks),
-            "--output-dir", str(output_dir / "evaluate")]  # fmt: skip
+    args = [
+        rlsr_program(),
+        "evaluate",
+        "--model",
+        cfg.model.name_or_path,
+        "--adapter",
+        str(output_dir),
+        "--tasks",
+        ",".join(tasks),
+        "--output-dir",
+        str(output_dir / "evaluate"),
+    ]
     args += _tasks_flags(cfg.tasks_dir)
     if heldout is not None:
         return shlex.join(args + protocol_flags(heldout.protocol) + _engine_flags(heldout))

@@ -15,10 +15,25 @@ from rlsr.verifiers.math import MathVerifier, math_equal
 from rlsr.verifiers.mcq import MCQVerifier, extract_choice_letter, mcq_match
 from rlsr.verifiers.plugin import PluginVerifier, is_plugin_name, load_plugin
 
-__all__ = ["VerificationResult", "normalize_answer", "exact_match", "math_equal",
-           "extract_choice_letter", "mcq_match", "ExactMatchVerifier", "MathVerifier",
-           "MCQVerifier", "LLMJudgeVerifier", "parse_judgement", "quote_answer", "get_verifier",
-           "VERIFIERS", "PluginVerifier", "is_plugin_name", "load_plugin"]  # fmt: skip
+__all__ = [
+    "VerificationResult",
+    "normalize_answer",
+    "exact_match",
+    "math_equal",
+    "extract_choice_letter",
+    "mcq_match",
+    "ExactMatchVerifier",
+    "MathVerifier",
+    "MCQVerifier",
+    "LLMJudgeVerifier",
+    "parse_judgement",
+    "quote_answer",
+    "get_verifier",
+    "VERIFIERS",
+    "PluginVerifier",
+    "is_plugin_name",
+    "load_plugin",
+]
 
 VERIFIERS = {
     "exact_match": ExactMatchVerifier,

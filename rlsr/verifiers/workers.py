@@ -23,8 +23,15 @@ from multiprocessing.connection import wait as wait_for_connections
 
 from rlsr.verifiers.base import ERROR, TIMEOUT
 
-__all__ = ["EXECUTION_OPTIONS", "ItemTimeout", "time_limit", "VerifierWorkers", "WorkerSettings",
-           "verifier_options", "serve_chunks"]  # fmt: skip
+__all__ = [
+    "EXECUTION_OPTIONS",
+    "ItemTimeout",
+    "time_limit",
+    "VerifierWorkers",
+    "WorkerSettings",
+    "verifier_options",
+    "serve_chunks",
+]
 
 
 @dataclass(frozen=True)
@@ -230,8 +237,11 @@ class VerifierWorkers:
                     if not w.process.is_alive():
                         # Died while idle (e.g. OOM-killed between batches): no item of ours was
                         # on it, so restart it instead of blaming the next item sent to it.
-                        logger.warning("idle %s worker died (exit code %s); restarting it",
-                                       self.name, w.process.exitcode)  # fmt: skip
+                        logger.warning(
+                            "idle %s worker died (exit code %s); restarting it",
+                            self.name,
+                            w.process.exitcode,
+                        )
                         self._replace(index)
                         continue
                     chunk = [
@@ -252,9 +262,11 @@ class VerifierWorkers:
             now = time.monotonic()
             for index, w in enumerate(self._workers):
                 if w.inflight and now - w.last_progress > item_deadline:
-                    problem = (f"no verdict within {item_deadline:g} s (timeout_s "
-                               f"{settings.timeout_s:g} + grace_s {settings.grace_s:g}); its "
-                               "worker was killed")  # fmt: skip
+                    problem = (
+                        f"no verdict within {item_deadline:g} s (timeout_s "
+                        f"{settings.timeout_s:g} + grace_s {settings.grace_s:g}); its "
+                        "worker was killed"
+                    )
                     self._lose(index, TIMEOUT, problem, results, pending, problems)
             if (
                 not any(w.ready for w in self._workers)

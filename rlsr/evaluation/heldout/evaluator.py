@@ -203,13 +203,17 @@ class HeldOutEvaluator(TrainerCallback):
         if self.resolved.backend == "vllm":  # pragma: no cover - needs a vLLM engine
             limit = trainer.vllm_generation.llm.llm_engine.model_config.max_model_len
             engine = "the colocated vLLM engine"
-            setting = ("grpo.vllm_max_model_length={need} (a context cap; the KV cache is sized by "
-                       "grpo.vllm_gpu_memory_utilization)")  # fmt: skip
+            setting = (
+                "grpo.vllm_max_model_length={need} (a context cap; the KV cache is sized by "
+                "grpo.vllm_gpu_memory_utilization)"
+            )
         elif self.resolved.backend == "vllm_server":
             limit, engine = self._server_context(trainer), "the vLLM server"
-            setting = ("the server's --max-model-len to {need} (slurm/train.slurm: "
-                       "RLSR_VLLM_MAX_MODEL_LEN={need}; its default is data.max_prompt_length + "
-                       "what an answer needs)")  # fmt: skip
+            setting = (
+                "the server's --max-model-len to {need} (slurm/train.slurm: "
+                "RLSR_VLLM_MAX_MODEL_LEN={need}; its default is data.max_prompt_length + "
+                "what an answer needs)"
+            )
         else:
             return
         reserve = self.resolved.answer_tokens
@@ -237,10 +241,14 @@ class HeldOutEvaluator(TrainerCallback):
         if vname != "llm_judge":
             return build_verifier(name, vname), None  # with a task's verifier options
         e = self.resolved
-        judge = RecordingJudge(openai_judge_fn(
-            e.judge_base_url, e.judge_model or DEFAULT_JUDGE_MODEL, timeout_s=e.judge_timeout,
-            max_retries=e.judge_max_retries,
-        ))  # fmt: skip
+        judge = RecordingJudge(
+            openai_judge_fn(
+                e.judge_base_url,
+                e.judge_model or DEFAULT_JUDGE_MODEL,
+                timeout_s=e.judge_timeout,
+                max_retries=e.judge_max_retries,
+            )
+        )
         verifier = get_verifier(vname, judge_fn=judge, max_answer_chars=e.judge_max_answer_chars)
         return verifier, judge
 
@@ -351,8 +359,14 @@ class HeldOutEvaluator(TrainerCallback):
                 append_samples(out / SAMPLES_FILE, [rec for shard in shards for rec in shard])
                 for r in range(world):
                     shutil.rmtree(out / f"rank-{r}")
-            extra = {"in_training": {"step": step, "seconds": seconds, "processes": world,
-                                     "shard_sizes": shard_sizes}}  # fmt: skip
+            extra = {
+                "in_training": {
+                    "step": step,
+                    "seconds": seconds,
+                    "processes": world,
+                    "shard_sizes": shard_sizes,
+                }
+            }
             results[job] = summarise(out, self.settings, job, extra=extra)
         return results
 

@@ -27,8 +27,16 @@ from rlsr.generation.backends import encode_prompts, load_chat_tokenizer, render
 from rlsr.generation.endpoint import ENDPOINT_BACKENDS, EndpointBackend
 from rlsr.generation.openai_api import RLSR_SERVE
 
-__all__ = ["ModelContext", "evaluation_context", "answer_reserve", "budget_fix", "budget_refusal",
-           "token_bound", "GenerationBudget", "generation_budget"]  # fmt: skip
+__all__ = [
+    "ModelContext",
+    "evaluation_context",
+    "answer_reserve",
+    "budget_fix",
+    "budget_refusal",
+    "token_bound",
+    "GenerationBudget",
+    "generation_budget",
+]
 
 BUDGET_FLAG = "--max-new-tokens"
 

@@ -28,9 +28,17 @@ from rlsr.evaluation.run.samples_io import append_samples
 from rlsr.generation.fallbacks import response_item
 from rlsr.run.run_layout import SAMPLES_FILE
 
-__all__ = ["LM_EVAL_FORMAT", "PLAIN_FORMAT", "PLAIN_FIELDS", "ExternalSample", "ExternalFile",
-           "TaskColumns", "read_external", "match_samples",
-           "score_external"]  # fmt: skip
+__all__ = [
+    "LM_EVAL_FORMAT",
+    "PLAIN_FORMAT",
+    "PLAIN_FIELDS",
+    "ExternalSample",
+    "ExternalFile",
+    "TaskColumns",
+    "read_external",
+    "match_samples",
+    "score_external",
+]
 
 LM_EVAL_FORMAT = "lm-eval"
 PLAIN_FORMAT = "plain"

@@ -13,8 +13,15 @@ from rlsr.generation.backends import Backend, Sampling
 from rlsr.generation.http_client import EndpointClient, EndpointError, EndpointSettings
 from rlsr.verifiers.llm_judge import JUDGE_MAX_RETRIES, JUDGE_TIMEOUT_S
 
-__all__ = ["DEFAULT_JUDGE_MODEL", "JUDGE_MAX_NEW_TOKENS", "JudgeUnavailableError",
-           "backend_judge_fn", "check_judge_server", "openai_judge_fn", "RecordingJudge"]  # fmt: skip
+__all__ = [
+    "DEFAULT_JUDGE_MODEL",
+    "JUDGE_MAX_NEW_TOKENS",
+    "JudgeUnavailableError",
+    "backend_judge_fn",
+    "check_judge_server",
+    "openai_judge_fn",
+    "RecordingJudge",
+]
 
 DEFAULT_JUDGE_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 JUDGE_MAX_NEW_TOKENS = 8  # YES / NO plus a little slack for "**YES**." style replies

@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["REPORT_PREFIX", "SERVE_REPORT_FILE", "TRAINING_ROWS_FLAG", "ALLOW_TRAIN_HELP",
-           "output_prefix", "add_output_dir", "add_training_rows_flag"]  # fmt: skip
+__all__ = [
+    "REPORT_PREFIX",
+    "SERVE_REPORT_FILE",
+    "TRAINING_ROWS_FLAG",
+    "ALLOW_TRAIN_HELP",
+    "output_prefix",
+    "add_output_dir",
+    "add_training_rows_flag",
+]
 
 # ``rlsr report --output-dir DIR`` writes DIR/report.md, DIR/report_curves.png, ...
 REPORT_PREFIX = "report"

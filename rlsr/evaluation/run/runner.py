@@ -38,8 +38,17 @@ from rlsr.verifiers.base import NO_VERDICT, VerifierFailure, failure_message, ov
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EvalSettings", "respond", "fallback_sampling", "evaluate_dataset", "summarise",
-           "verify_items", "NoVerdictBudget", "self_consistency", "sample_record"]  # fmt: skip
+__all__ = [
+    "EvalSettings",
+    "respond",
+    "fallback_sampling",
+    "evaluate_dataset",
+    "summarise",
+    "verify_items",
+    "NoVerdictBudget",
+    "self_consistency",
+    "sample_record",
+]
 
 
 @dataclass(frozen=True)
@@ -204,15 +213,19 @@ class NoVerdictBudget:
         first = self.first or failed[0]
         if over_budget(sum(counts.values()), self.total, self.limit):
             if samples_path is None:
-                fix = ("Nothing was written. Fix the verifier (or set its max_failed_fraction in "
-                       "the task file, docs/tasks.md), then rerun the same command.")  # fmt: skip
+                fix = (
+                    "Nothing was written. Fix the verifier (or set its max_failed_fraction in "
+                    "the task file, docs/tasks.md), then rerun the same command."
+                )
             else:
-                fix = (f"Stopped before writing these; {len(read_samples(samples_path))} samples "
-                       f"are saved in {samples_path.parent}. Fix the verifier, then rerun the "
-                       "same command: it resumes (a plugin's file changed after samples were "
-                       "saved needs a new --output-dir: their verdicts came from this version); "
-                       "or set the verifier option max_failed_fraction in the task file "
-                       "(docs/tasks.md).")  # fmt: skip
+                fix = (
+                    f"Stopped before writing these; {len(read_samples(samples_path))} samples "
+                    f"are saved in {samples_path.parent}. Fix the verifier, then rerun the "
+                    "same command: it resumes (a plugin's file changed after samples were "
+                    "saved needs a new --output-dir: their verdicts came from this version); "
+                    "or set the verifier option max_failed_fraction in the task file "
+                    "(docs/tasks.md)."
+                )
             raise VerifierFailure(failure_message(
                 self.name, counts, self.total, self.limit, f"task {self.dataset}", first, fix
             ))  # fmt: skip
@@ -476,18 +489,40 @@ def _add_dcs(backend, rows: list[dict], items: list[dict]) -> None:
 
 # what a sample record copies from its dataset row (when set) and from its scored response
 _ROW_FIELDS = ("answerable", "cost", "options", "answer_letter")
-_ITEM_FIELDS = ("response", "answer", "confidence", "correct", "format_ok", "fallbacks",
-                "fallback_text", "finish_reason", "num_tokens")  # fmt: skip
-_OPTIONAL_ITEM_FIELDS = ("verify_problem", "judge_output", "consistency_answers", "dcs",
-                         "response_token_ids", "served")  # fmt: skip
+_ITEM_FIELDS = (
+    "response",
+    "answer",
+    "confidence",
+    "correct",
+    "format_ok",
+    "fallbacks",
+    "fallback_text",
+    "finish_reason",
+    "num_tokens",
+)
+_OPTIONAL_ITEM_FIELDS = (
+    "verify_problem",
+    "judge_output",
+    "consistency_answers",
+    "dcs",
+    "response_token_ids",
+    "served",
+)
 
 
 def sample_record(row: dict, it: dict, dataset_name: str) -> dict:
     """The samples.jsonl line of dataset row ``row`` and its scored response ``it``."""
-    rec = {"id": row["id"], "dataset": dataset_name, "prompt": row["prompt"],
-           "question": row["question"], "gold": row["answer"], "golds": row["answers"],
-           **{k: it[k] for k in _ITEM_FIELDS}, "verify_status": it.get("verify_status"),
-           "scores": it["scores"]}  # fmt: skip
+    rec = {
+        "id": row["id"],
+        "dataset": dataset_name,
+        "prompt": row["prompt"],
+        "question": row["question"],
+        "gold": row["answer"],
+        "golds": row["answers"],
+        **{k: it[k] for k in _ITEM_FIELDS},
+        "verify_status": it.get("verify_status"),
+        "scores": it["scores"],
+    }
     rec.update({k: it[k] for k in _OPTIONAL_ITEM_FIELDS if k in it})
     rec.update({k: row[k] for k in _ROW_FIELDS if row.get(k) is not None})
     return rec

@@ -20,10 +20,25 @@ from rlsr.metrics import selective as M
 from rlsr.run.run_layout import SAMPLES_FILE
 from rlsr.verifiers.base import ERROR, INVALID, NO_VERDICT, TIMEOUT, UNJUDGED
 
-__all__ = ["SCHEMA_VERSION", "COVERAGE_LEVELS", "METRIC_DEFINITIONS", "scorer_arrays",
-           "scorer_metrics", "compute_metrics", "no_verdict_counts", "no_verdict_note",
-           "CONFIDENCE_METRICS", "LOW_RATE", "NOT_AVAILABLE", "confidence_defined",
-           "no_confidence", "scorer_value", "metric_text", "rate_warning", "confidence_warning"]  # fmt: skip
+__all__ = [
+    "SCHEMA_VERSION",
+    "COVERAGE_LEVELS",
+    "METRIC_DEFINITIONS",
+    "scorer_arrays",
+    "scorer_metrics",
+    "compute_metrics",
+    "no_verdict_counts",
+    "no_verdict_note",
+    "CONFIDENCE_METRICS",
+    "LOW_RATE",
+    "NOT_AVAILABLE",
+    "confidence_defined",
+    "no_confidence",
+    "scorer_value",
+    "metric_text",
+    "rate_warning",
+    "confidence_warning",
+]
 
 SCHEMA_VERSION = 1
 COVERAGE_LEVELS = (0.10, 0.25, 0.50)
@@ -144,13 +159,15 @@ _METRICS = {
     **{
         f"acc@{round(c * 100)}": lambda conf, ok, c=c: float(M.accuracy_at_coverage(conf, ok, c))
         for c in COVERAGE_LEVELS
-    },  # fmt: skip
+    },
     "brier": M.brier,
     "auroc": M.auroc,
     "confidence_gap": M.confidence_gap,
 }
-_CI_FUNCS = {**{k: f for k, f in _METRICS.items() if k != "confidence_gap"},
-             "accuracy": lambda c, o: float(np.mean(o))}  # fmt: skip
+_CI_FUNCS = {
+    **{k: f for k, f in _METRICS.items() if k != "confidence_gap"},
+    "accuracy": lambda c, o: float(np.mean(o)),
+}
 
 
 def scorer_metrics(
