@@ -38,21 +38,41 @@ def test_paired_difference_uses_only_the_seeds_both_arms_finished(seeds_script):
     """RLSR - arm is the mean of per-seed differences on shared seeds (a seed one arm lacks is
     left out of the pair, not of the per-arm mean). Catches a difference of unpaired means."""
 
-    def row(arm, seed, gain, drop):
-        return {"arm": arm, "seed": seed, "dispatch": "default", "gain_last": gain,
-                "aurc_drop": drop}  # fmt: skip
+    def row(arm, seed, aurc, gain):
+        return {"arm": arm, "seed": seed, "dispatch": "default", "aurc": aurc,
+                "ranking_gain": gain, "ece": 0.1}  # fmt: skip
 
     rows = [row("rlsr", 0, 0.2, 0.2), row("rlsr", 1, 0.1, 0.1), row("rlsr", 2, 0.3, 0.3),
-            row("rlcr", 0, 0.2, 0.1), row("rlcr", 1, 0.0, 0.1)]  # fmt: skip
+            row("rlcr", 0, 0.1, 0.2), row("rlcr", 1, 0.1, 0.0)]  # fmt: skip
     got = seeds_script.summarize(rows, ["rlsr", "rlcr"])["default"]
-    assert got["arms"]["rlsr"]["gain_last"]["mean"] == pytest.approx(0.2)
-    assert got["arms"]["rlsr"]["seeds"] == [0, 1, 2]
+    assert got["arms"]["rlsr"]["mean"]["ranking_gain"] == pytest.approx(0.2)
+    assert sorted(got["arms"]["rlsr"]["seeds"]) == ["0", "1", "2"]
     pair = got["paired"]["rlcr"]
-    assert pair["seeds"] == [0, 1]
-    assert pair["gain_last"]["mean"] == pytest.approx(0.05)  # (0.0 + 0.1) / 2
-    assert pair["aurc_drop"]["mean"] == pytest.approx(0.05)  # (0.1 + 0.0) / 2
-    assert pair["gain_last"]["verdict"] == "inconclusive"  # 2 seeds: no exact p below 0.05
-    assert pair["gain_last"]["p_adjusted"] == pytest.approx(1.0)
+    assert sorted(pair["seeds"]) == ["0", "1"]
+    assert pair["mean"]["ranking_gain"] == pytest.approx(0.05)  # (0.0 + 0.1) / 2
+    assert pair["mean"]["aurc"] == pytest.approx(0.05)  # (0.1 + 0.0) / 2
+    assert pair["verdict"]["ranking_gain"] == "inconclusive"  # 2 seeds: no exact p below 0.05
+    assert pair["p_adjusted"]["ranking_gain"] == pytest.approx(1.0)
+
+
+def test_the_validation_choice_is_the_lowest_mean_aurc_with_ties_to_fewer_steps(seeds_script):
+    """Per arm, the (learning rate, step) with the lowest validation AURC averaged over the
+    tuning seeds; step 0 (the start, the same for every rate) is never a choice; a step only one
+    seed reached is not averaged; ties go to fewer steps, then the smaller rate. Catches a choice
+    read from one seed, from the start, or broken towards longer training."""
+
+    def curve(*pairs):
+        return {step: {"aurc": value} for step, value in pairs}
+
+    curves = {
+        1e-3: {100: curve((0, 0.1), (10, 0.3), (20, 0.2)), 101: curve((0, 0.1), (10, 0.1), (20, 0.2))},
+        3e-4: {100: curve((0, 0.1), (10, 0.2), (20, 0.2), (30, 0.0)), 101: curve((0, 0.1), (10, 0.2), (20, 0.2))},
+    }  # fmt: skip
+    got = seeds_script.choose(curves)
+    assert (got["lr"], got["step"]) == (3e-4, 10)  # 0.2 at 3e-4 step 10 ties 1e-3's step 10 and 20
+    assert got["validation_aurc"] == pytest.approx(0.2)
+    assert 30 not in got["curves"][3e-4]  # reached by one seed only
+    assert seeds_script.choose({})["lr"] is None
 
 
 def test_confidence_columns_follow_the_recipes_kinds(seeds_script, tmp_path):
@@ -85,7 +105,20 @@ def test_a_finished_run_of_another_recipe_is_refused(seeds_script, tmp_path):
     (folder / "wall.json").write_text('{"seconds": 1, "load": [0, 0, 0]}')
     (folder / "config.yaml").write_text("seed: 0\nrecipe_name: tiny\n")
     with pytest.raises(SystemExit, match="holds a finished recipe=tiny run; give another"):
-        seeds_script._run("rlsr", 0, "default", tmp_path, train=False, recipe="tiny-candidates")
+        seeds_script._train(folder, "tiny-candidates", [], "default", {"lr": 1e-3})
+
+
+def test_a_finished_run_trained_with_another_choice_is_refused(seeds_script, tmp_path):
+    """A test run trained at another learning rate or step than the validation choice now
+    holds is refused, not tabulated under the new choice. Catches a changed choice mixing runs."""
+    folder = tmp_path / "rlsr-default-seed0"
+    folder.mkdir()
+    (folder / "wall.json").write_text('{"seconds": 1, "load": [0, 0, 0]}')
+    (folder / "study.json").write_text('{"lr": 0.001, "max_steps": 40, "every": 40}')
+    with pytest.raises(SystemExit, match="the validation choice changed"):
+        seeds_script._train(
+            folder, "tiny", [], "default", {"lr": 3e-4, "max_steps": 70, "every": 70}
+        )
 
 
 def test_report_aurcs_rank_a_runs_own_answers_by_each_report(seeds_script, tmp_path):
@@ -129,7 +162,7 @@ def test_sampled_means_split_rollouts_by_their_prompts_tier(seeds_script, tmp_pa
         (pools / f"step-{step}.jsonl").write_text("".join(
             json.dumps({"prompt_id": pid, "confidence": c, "completion": "<think> not </think>"})
             + "\n" for pid, c in rollouts))  # fmt: skip
-    got = seeds_script.sampled_means(pools, "tiny-candidates", window=2)
+    got = seeds_script.sampled_means(tmp_path, "tiny-candidates", window=2)
     assert got["k=1"] == pytest.approx([0.6, 0.9]) and got["none"] == pytest.approx([0.3, 0.3])
     assert got["k=2"] == [None, None]
 
