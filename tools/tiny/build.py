@@ -120,18 +120,25 @@ def build_candidates(out: Path, base: Path) -> dict:
         "greedy_tiny_candidates_validation": gate,
         "sampled_tiny_candidates_validation": lean,
         "training": {
-            "base": "tiny-format-warm",
-            "steps": tm.CANDIDATES_WARM_STEPS,
-            "batch": tm.CANDIDATES_WARM_BATCH,
-            "learning_rate": tm.CANDIDATES_WARM_LR,
-            "seed": tm.CANDIDATES_WARM_SEED,
-            "thoughts": dict(tm.CANDIDATES_THOUGHTS),
+            **_candidates_training(),
             "confidences": list(tm.CONFIDENCES),
             "confidence_weights_every_row": list(tm.CANDIDATES_CONFIDENCE_WEIGHTS),
             "rehearsal": "tiny train rows (3 facts, one asked), a quarter as many per batch, "
             "answered with the asked fact after the thought 'look'",
             "seconds": round(seconds, 1),
         },
+    }
+
+
+def _candidates_training() -> dict:
+    """The warm-up settings both tiny-candidates models share (MANIFEST.json's ``training``)."""
+    return {
+        "base": "tiny-format-warm",
+        "steps": tm.CANDIDATES_WARM_STEPS,
+        "batch": tm.CANDIDATES_WARM_BATCH,
+        "learning_rate": tm.CANDIDATES_WARM_LR,
+        "seed": tm.CANDIDATES_WARM_SEED,
+        "thoughts": dict(tm.CANDIDATES_THOUGHTS),
     }
 
 
@@ -162,12 +169,7 @@ def build_split(out: Path, base: Path) -> dict:
             "sampled_max_unparsed": tm.SPLIT_MAX_UNPARSED,
         },
         "training": {
-            "base": "tiny-format-warm",
-            "steps": tm.CANDIDATES_WARM_STEPS,
-            "batch": tm.CANDIDATES_WARM_BATCH,
-            "learning_rate": tm.CANDIDATES_WARM_LR,
-            "seed": tm.CANDIDATES_WARM_SEED,
-            "thoughts": dict(tm.CANDIDATES_THOUGHTS),
+            **_candidates_training(),
             "confidences_per_tier": {k: list(v) for k, v in tm.SPLIT_CONFIDENCES.items()},
             "rehearsal": "as tiny-candidates-warm's",
             "seconds": round(seconds, 1),
