@@ -56,6 +56,11 @@ class VerificationResult:
     def accuracy(self) -> float:
         return float(self.correct.mean()) if len(self) else float("nan")
 
+    @property
+    def no_verdict(self) -> int:
+        """Items without a verdict: timeouts + errors + unjudged."""
+        return self.timeouts + self.errors + self.unjudged
+
     @classmethod
     def from_status(
         cls, status: Sequence[str], problems: Mapping[int, str] | None = None
