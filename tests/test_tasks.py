@@ -440,10 +440,11 @@ def test_a_recipe_trained_on_a_task_evaluates_the_task_and_prints_a_runnable_com
     own = resolve_heldout(plan_run(from_dict(compose("recipe=tiny")), world_size=1).settings)
     assert own.tasks == ["tiny-missing"]  # the recipe's choice for its own data
     for extra in ((), ("heldout.tasks=[]",)):
-        cfg = plan_run(from_dict(compose(*base, "data.task=caps", *extra)), world_size=1).settings
-        held = resolve_heldout(cfg)
+        plan = plan_run(from_dict(compose(*base, "data.task=caps", *extra)), world_size=1)
+        held = resolve_heldout(plan.settings)
         assert held.jobs == (("caps", "caps", "eval"),), extra
-        argv = shlex.split(_evaluate_command(cfg, tmp_path, held))
+        assert plan.heldout.jobs == held.jobs  # what the printed command reads
+        argv = shlex.split(_evaluate_command(plan, tmp_path))
         args = build_parser().parse_args(argv[1:])  # parses as printed
         assert args.tasks == "caps" and args.tasks_dir == [str(Path(caps_dir).absolute())]
     named = plan_run(

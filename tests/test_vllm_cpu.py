@@ -695,6 +695,7 @@ def test_every_exit_of_a_held_out_evaluation_leaves_the_engine_without_its_reque
 
 
 if __name__ == "__main__":  # child processes of the tests above: they spawn the vLLM engine
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's tools/
     if len(sys.argv) == 3 and sys.argv[1] == "colocate":
         _colocate_child(sys.argv[2])
     elif len(sys.argv) == 3 and sys.argv[1] == "heldout":

@@ -59,7 +59,7 @@ from rlsr.evaluation.comparison.compare import (  # noqa: E402
 )
 from rlsr.evaluation.heldout.history import read_history  # noqa: E402
 from rlsr.metrics.selective import aurc, ranking_gain_from_aurc  # noqa: E402
-from rlsr.run.run_layout import SAMPLES_FILE, pool_path, pool_steps  # noqa: E402
+from rlsr.run.run_layout import METRICS_FILE, SAMPLES_FILE, pool_path, pool_steps  # noqa: E402
 from tools.tiny.data import candidates_tier  # noqa: E402
 
 # Arm name -> train.py overrides on top of the recipe (--recipe).
@@ -356,7 +356,7 @@ def _without_adapter(cmd: list[str]) -> list[str]:
 def evaluate_test(cmd: list[str], target: Path, dataset: str, dispatch: str) -> Path | None:
     """The test split answered once with ``cmd`` (``_evaluate_command``) into ``target``
     (``rlsr evaluate`` resumes an interrupted one); its metrics.json, None when it failed."""
-    metrics = target / f"{dataset}@{TEST}" / "metrics.json"
+    metrics = target / f"{dataset}@{TEST}" / METRICS_FILE
     if not metrics.is_file():
         target.mkdir(parents=True, exist_ok=True)
         cmd = [*cmd, "--split", TEST, "--output-dir", str(target), "--bootstrap", "0"]
