@@ -395,20 +395,27 @@ def test_phase(args, out: Path, choices: dict) -> list[dict]:
         metrics = evaluate_test(cmd, folder / TEST, dataset, dispatch)
         if metrics is None:
             return {**row, "error": "test evaluation", "log": str(folder / TEST / "evaluate.log")}
-        start = evaluate_test(_without_adapter(cmd), out / "start" / TEST, dataset, "default")
         samples = metrics.parent / SAMPLES_FILE
         row.update(_test_figures(metrics), seconds=wall["seconds"], load=wall["load"][0],
                    validation=validation_curve(folder, dataset),
                    last_confidence=confidence_by_kind(samples, args.recipe),
                    aurc_if=report_aurcs(samples, args.recipe),
                    sampled_first_last=sampled_means(folder, args.recipe),
-                   sampled_level_shares=sampled_level_shares(folder, args.recipe))  # fmt: skip
-        if start is not None:
-            row["start"] = _test_figures(start)
+                   sampled_level_shares=sampled_level_shares(folder, args.recipe),
+                   start_command=_without_adapter(cmd))  # fmt: skip
         print(f"test {arm} seed={seed} {dispatch}: AURC {row['aurc']:.3f}", flush=True)
         return row
 
-    return [r for r in _run_all(args.jobs, [(one, p) for p in plan]) if r is not None]
+    rows = [r for r in _run_all(args.jobs, [(one, p) for p in plan]) if r is not None]
+    # the start model answers the test split once, after the runs (parallel runs would race on
+    # its folder); its command is any run's without the adapter
+    command = next((r.pop("start_command") for r in rows if "start_command" in r), None)
+    start = command and evaluate_test(command, out / "start" / TEST, dataset, "default")
+    for r in rows:
+        r.pop("start_command", None)
+        if start:
+            r["start"] = _test_figures(start)
+    return rows
 
 
 def summarize(rows: list[dict], arms: list[str], reference: str = "rlsr",
